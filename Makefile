@@ -1,0 +1,39 @@
+# waitstate: the few commands a newcomer needs. `make demo` and `make test` do all the set-up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install up down status demo test lint typecheck clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project with its dev tools
+
+up: $(STAMP)  ## start the Temporal dev server (Web UI on :8233) and a worker, in the background
+	$(PY) scripts/services.py up
+
+down:  ## stop what `make up` started
+	$(PY) scripts/services.py down
+
+status:
+	$(PY) scripts/services.py status
+
+demo: up  ## run the demo agent to completion and print its answer and Web UI link
+	$(PY) starter.py run "What is 1234 * 5678, what time is it, and how many words are in this task?" --wait
+
+test: $(STAMP)  ## run every test (each starts its own servers on free ports)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+clean: down
+	rm -rf .temporal

@@ -1,0 +1,6 @@
+"""Activities: thin adapters from providers and tools to Temporal."""
+
+from activities.model import ModelActivities
+from activities.tools import ToolActivities
+
+__all__ = ["ModelActivities", "ToolActivities"]

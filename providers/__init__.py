@@ -1,0 +1,44 @@
+"""Model adapters behind one protocol, and the registry that resolves `provider:model` specs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from providers.base import Provider, ProviderError, UnknownModelError, parse_model_spec
+
+__all__ = ["Provider", "ProviderError", "Providers", "UnknownModelError", "parse_model_spec"]
+
+
+class Providers:
+    """Resolves model specs to providers, creating each provider once, on first use.
+
+    Lazy creation lets a worker without an OpenAI key still run Anthropic and scripted runs.
+    """
+
+    def __init__(self, factories: Mapping[str, Callable[[], Provider]]) -> None:
+        self._factories = dict(factories)
+        self._created: dict[str, Provider] = {}
+
+    def names(self) -> list[str]:
+        """Provider names this registry knows."""
+        return sorted(self._factories)
+
+    def resolve(self, spec: str) -> tuple[Provider, str]:
+        """The provider and model name of a spec like `openai:gpt-4.1`.
+
+        Raises:
+            UnknownModelError: malformed spec, unknown provider, or a provider that cannot be
+                created (e.g. its API key is not set).
+        """
+        try:
+            name, model = parse_model_spec(spec)
+        except ValueError as err:
+            raise UnknownModelError(str(err)) from err
+        if name not in self._created:
+            factory = self._factories.get(name)
+            if factory is None:
+                raise UnknownModelError(
+                    f"unknown provider {name!r} in {spec!r}; known: {', '.join(self.names())}"
+                )
+            self._created[name] = factory()
+        return self._created[name], model

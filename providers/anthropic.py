@@ -1,0 +1,130 @@
+"""Anthropic Messages behind the provider-neutral protocol."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import anthropic
+from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
+from anthropic.types import Message as AnthropicMessage
+
+from providers.base import ProviderError, retry_after_seconds
+from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+
+
+class AnthropicProvider:
+    """Calls `client.messages.create`, one request per call.
+
+    The caller builds the client with `max_retries=0`: retries belong to Temporal, which
+    sees them in the run's history and honours `ProviderError.retry_after`.
+    """
+
+    name = "anthropic"
+
+    def __init__(self, client: anthropic.AsyncAnthropic, max_tokens: int = 4096) -> None:
+        self._client = client
+        self._max_tokens = max_tokens
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+    ) -> ModelResponse:
+        """Ask the model for its next message.
+
+        Raises:
+            ProviderError: the API answered with an error status, or could not be reached.
+        """
+        try:
+            response = await self._client.messages.create(
+                model=model,
+                max_tokens=self._max_tokens,
+                system=system_prompt or anthropic.omit,
+                messages=_to_anthropic_messages(messages),
+                tools=[_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,
+            )
+        except anthropic.APIStatusError as err:
+            raise ProviderError(
+                self.name,
+                # `api_message` is the API's own explanation, without the SDK's body dump.
+                err.api_message or err.message,
+                status=err.status_code,
+                retry_after=retry_after_seconds(err.response.headers),
+            ) from err
+        except anthropic.APIConnectionError as err:  # APITimeoutError included
+            raise ProviderError(self.name, err.message) from err
+        return _from_anthropic(response)
+
+
+def _to_anthropic_messages(messages: Sequence[Message]) -> list[MessageParam]:
+    wire: list[MessageParam] = []
+    # Results of one round of tool calls travel together in a single user turn.
+    results: list[ToolResultBlockParam] | None = None
+    for message in messages:
+        if message.role == "tool":
+            result: ToolResultBlockParam = {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id or "",
+                "content": message.content,
+                "is_error": message.is_error,
+            }
+            if results is None:
+                results = [result]
+                wire.append({"role": "user", "content": results})
+            else:
+                results.append(result)
+            continue
+        results = None
+        if message.role == "user":
+            wire.append({"role": "user", "content": message.content})
+        else:
+            wire.append({"role": "assistant", "content": _to_anthropic_blocks(message)})
+    return wire
+
+
+def _to_anthropic_blocks(message: Message) -> list[ContentBlockParam]:
+    blocks: list[ContentBlockParam] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call.arguments)}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    # The API accepts only a JSON object here, and one malformed call from the model must
+    # not make the whole conversation unsendable.
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _to_anthropic_tool(tool: ToolDefinition) -> ToolParam:
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+
+
+def _from_anthropic(response: AnthropicMessage) -> ModelResponse:
+    text = "".join(block.text for block in response.content if block.type == "text")
+    calls = [
+        ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
+        for block in response.content
+        if block.type == "tool_use"
+    ]
+    return ModelResponse(
+        message=Message(role="assistant", content=text, tool_calls=calls),
+        usage=Usage(
+            model_calls=1,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+        ),
+        stop_reason=response.stop_reason or "",
+        model=response.model,
+    )

@@ -1,0 +1,99 @@
+"""The one protocol every model adapter implements, and the error it raises."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Protocol
+
+from schemas import Message, ModelResponse, ToolDefinition
+
+# HTTP statuses worth another attempt; every other 4xx means the request itself is wrong.
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+class Provider(Protocol):
+    """A model behind one provider: Chat Completions, Messages, or a script."""
+
+    name: str
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+    ) -> ModelResponse:
+        """Ask the model for its next message.
+
+        Raises:
+            ProviderError: the provider refused or failed the call.
+        """
+        ...
+
+
+class UnknownModelError(ValueError):
+    """The model spec names no configured provider, model script, or a provider not set up."""
+
+
+class ProviderError(Exception):
+    """A provider call failed; says whether another attempt could succeed."""
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.retry_after = retry_after
+        where = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(f"{provider}: {where}: {message}")
+
+    @property
+    def retryable(self) -> bool:
+        """True for timeouts, conflicts, rate limits, server errors and lost connections."""
+        return self.status is None or self.status in RETRYABLE_STATUSES or self.status >= 500
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """Read `retry-after-ms` or `retry-after` (seconds or an HTTP date) from response headers."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if (ms := lowered.get("retry-after-ms")) is not None:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """Split `provider:model` into its parts.
+
+    Raises:
+        ValueError: the spec is not of that form.
+    """
+    provider, sep, model = spec.partition(":")
+    if not sep or not provider or not model:
+        raise ValueError(
+            f"model spec {spec!r} is not provider:model "
+            "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
+        )
+    return provider, model

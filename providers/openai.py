@@ -1,0 +1,135 @@
+"""OpenAI Chat Completions behind the provider-neutral protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+)
+
+from providers.base import ProviderError, retry_after_seconds
+from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+
+
+class OpenAIProvider:
+    """Calls `client.chat.completions.create`, one request per call.
+
+    The caller builds the client with `max_retries=0`: retries belong to Temporal, which
+    sees them in the run's history and honours `ProviderError.retry_after`.
+    """
+
+    name = "openai"
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+    ) -> ModelResponse:
+        """Ask the model for its next message.
+
+        Raises:
+            ProviderError: the API answered with an error status, or could not be reached.
+        """
+        try:
+            response = await self._client.chat.completions.create(
+                model=model,
+                messages=_to_openai_messages(system_prompt, messages),
+                tools=[_to_openai_tool(tool) for tool in tools] if tools else openai.omit,
+            )
+        except openai.APIStatusError as err:
+            raise ProviderError(
+                self.name,
+                _server_message(err),
+                status=err.status_code,
+                retry_after=retry_after_seconds(err.response.headers),
+            ) from err
+        except openai.APIConnectionError as err:  # APITimeoutError included
+            raise ProviderError(self.name, err.message) from err
+        return _from_openai(response)
+
+
+def _to_openai_messages(
+    system_prompt: str, messages: Sequence[Message]
+) -> list[ChatCompletionMessageParam]:
+    wire: list[ChatCompletionMessageParam] = []
+    if system_prompt:
+        wire.append({"role": "system", "content": system_prompt})
+    for message in messages:
+        if message.role == "user":
+            wire.append({"role": "user", "content": message.content})
+        elif message.role == "assistant":
+            wire.append(_to_openai_assistant(message))
+        else:
+            content = f"ERROR: {message.content}" if message.is_error else message.content
+            wire.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": content}
+            )
+    return wire
+
+
+def _to_openai_assistant(message: Message) -> ChatCompletionAssistantMessageParam:
+    if not message.tool_calls:
+        return {"role": "assistant", "content": message.content}
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for call in message.tool_calls
+    ]
+    # The API expects null, not "", beside tool calls when the model said nothing.
+    return {"role": "assistant", "content": message.content or None, "tool_calls": calls}
+
+
+def _to_openai_tool(tool: ToolDefinition) -> ChatCompletionFunctionToolParam:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def _from_openai(response: ChatCompletion) -> ModelResponse:
+    choice = response.choices[0]
+    calls = [
+        # Arguments stay as the model wrote them, malformed or not: judging them is the
+        # tool layer's job, and it can tell the model what was wrong.
+        ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+        for call in choice.message.tool_calls or []
+        # Only function tools are offered, so custom tool calls cannot come back.
+        if call.type == "function"
+    ]
+    usage = response.usage
+    return ModelResponse(
+        message=Message(role="assistant", content=choice.message.content or "", tool_calls=calls),
+        usage=Usage(
+            model_calls=1,
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        ),
+        stop_reason=choice.finish_reason,
+        model=response.model,
+    )
+
+
+def _server_message(err: openai.APIStatusError) -> str:
+    # The SDK's own message repeats the status and dumps the body; the API's `message`
+    # is the part worth reading.
+    if isinstance(err.body, dict) and isinstance(message := err.body.get("message"), str):
+        return message
+    return err.message

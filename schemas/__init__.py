@@ -1,0 +1,33 @@
+"""Pydantic types shared by workflows, activities, the CLI and tests (no Temporal imports)."""
+
+from schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from schemas.run import (
+    DEFAULT_SYSTEM_PROMPT,
+    TERMINAL_STATUSES,
+    ModelCallInput,
+    RunInput,
+    RunResult,
+    RunState,
+    RunStatus,
+    Step,
+    ToolCallInput,
+    ToolResult,
+)
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "TERMINAL_STATUSES",
+    "Message",
+    "ModelCallInput",
+    "ModelResponse",
+    "RunInput",
+    "RunResult",
+    "RunState",
+    "RunStatus",
+    "Step",
+    "ToolCall",
+    "ToolCallInput",
+    "ToolDefinition",
+    "ToolResult",
+    "Usage",
+]

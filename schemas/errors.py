@@ -1,0 +1,14 @@
+"""ApplicationError type names, in one place (workflows, activities and the CLI match on them)."""
+
+# A model provider refused the request (4xx other than 408/409/429): retrying cannot help.
+MODEL_REQUEST_REJECTED = "ModelRequestRejected"
+# A provider answered 408/409/429/5xx or could not be reached: Temporal retries.
+MODEL_UNAVAILABLE = "ModelUnavailable"
+# The model spec names no known provider, or the provider is not configured.
+MODEL_SPEC_INVALID = "ModelSpecInvalid"
+# A tool's implementation raised: retried, then reported to the model.
+TOOL_FAILED = "ToolFailed"
+# The run's input is inconsistent (e.g. a tool name that is not registered).
+RUN_INPUT_INVALID = "RunInputInvalid"
+# The run ended in failure (its model could not be called); the message says why.
+RUN_FAILED = "RunFailed"

@@ -1,0 +1,63 @@
+"""Provider-neutral conversation types: what every model adapter speaks."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ToolCall(BaseModel):
+    """A tool call the model asked for."""
+
+    id: str = Field(description="Provider-issued call id, echoed back with the result.")
+    name: str
+    arguments: str = Field(
+        default="{}",
+        description="The arguments as the model wrote them: raw JSON text, possibly malformed.",
+    )
+
+
+class Message(BaseModel):
+    """One message of a conversation, independent of any provider's wire format."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = Field(
+        default=None, description="For role 'tool': the call answered."
+    )
+    name: str | None = Field(default=None, description="For role 'tool': the tool's name.")
+    is_error: bool = Field(default=False, description="For role 'tool': the result is an error.")
+
+
+class ToolDefinition(BaseModel):
+    """A tool as a model sees it: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Usage(BaseModel):
+    """Token usage of one or more model calls."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ModelResponse(BaseModel):
+    """What a provider returns for one model call."""
+
+    message: Message
+    usage: Usage
+    stop_reason: str = ""
+    model: str = Field(default="", description="The model that answered, as the provider names it.")

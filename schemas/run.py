@@ -1,0 +1,101 @@
+"""Inputs, results and state of an agent run, and of the activities it calls."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from schemas.messages import Message, ToolCall, Usage
+
+RunStatus = Literal["running", "waiting", "completed", "failed", "cancelled", "max_turns"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "max_turns"})
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful assistant. Use the tools you are given when they help; "
+    "when a tool returns an error, read it and correct your call. "
+    "Answer the task plainly when you are done."
+)
+
+
+class RunInput(BaseModel):
+    """Everything a run needs to know; it travels in the workflow's start event."""
+
+    task: str = Field(min_length=1)
+    model: str = Field(default="scripted:demo", description="provider:model, e.g. openai:gpt-4.1")
+    tools: list[str] = Field(
+        default_factory=list, description="Names of the tools the run may use."
+    )
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_turns: int = Field(default=12, ge=1, description="Model calls before the run stops.")
+    model_timeout: timedelta = timedelta(seconds=120)
+    tool_timeout: timedelta = timedelta(seconds=120)
+
+
+class Step(BaseModel):
+    """One line of a run's progress: a model turn or a tool call, as it happened."""
+
+    turn: int
+    kind: Literal["model", "tool"]
+    name: str = Field(description="The model spec, or the tool's name.")
+    detail: str = Field(
+        default="", description="A one-line preview: the answer, arguments, result."
+    )
+    is_error: bool = False
+
+
+class RunState(BaseModel):
+    """Where a run is: returned by the `status` query and, once closed, by the CLI."""
+
+    status: RunStatus = "running"
+    task: str = ""
+    model: str = ""
+    turns: int = 0
+    tool_calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    steps: list[Step] = Field(default_factory=list)
+    final_output: str | None = None
+    error: str | None = None
+
+
+class RunResult(BaseModel):
+    """What a finished run returns."""
+
+    status: RunStatus
+    final_output: str | None = None
+    turns: int
+    tool_calls: int
+    usage: Usage
+
+
+class ModelCallInput(BaseModel):
+    """Input of the `call_model` activity."""
+
+    model: str
+    system_prompt: str
+    messages: list[Message]
+    tools: list[str] = Field(description="Tool names; the activity resolves their definitions.")
+    turn: int
+
+
+class ToolCallInput(BaseModel):
+    """Input of the `call_tool` activity."""
+
+    call: ToolCall
+    workflow_id: str = Field(description="Identifies the run, e.g. for idempotency keys.")
+
+
+class ToolResult(BaseModel):
+    """What a tool call gives back to the model."""
+
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+# Activity names, shared so workflows can call activities without importing their modules
+# (which bring in provider SDKs the workflow sandbox would re-import on every run).
+CALL_MODEL = "call_model"
+CALL_TOOL = "call_tool"

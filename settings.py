@@ -1,0 +1,86 @@
+"""The one place the environment is read, and the one `connect()` every entry point uses.
+
+Run behaviour (model, tools, max turns, timeouts) travels in each run's input, not here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+DEFAULT_TASK_QUEUE = "waitstate-agents"
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process configuration, read from the environment."""
+
+    # TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS* and a
+    # TEMPORAL_PROFILE in a config file are read by temporalio.envconfig in connect().
+    temporal_address: str = DEFAULT_ADDRESS
+    namespace: str = DEFAULT_NAMESPACE
+    task_queue: str = DEFAULT_TASK_QUEUE
+    ui_url: str = "http://127.0.0.1:8233"
+    default_model: str = "scripted:demo"
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_base_url: str | None = None
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    anthropic_base_url: str | None = None
+    max_cached_workflows: int = 100
+    state_dir: Path = Path(".temporal")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+        openai_key = env.get("OPENAI_API_KEY") or None
+        anthropic_key = env.get("ANTHROPIC_API_KEY") or None
+        if model := env.get("WAITSTATE_MODEL"):
+            default_model = model
+        elif openai_key:
+            default_model = "openai:gpt-4.1"
+        elif anthropic_key:
+            default_model = "anthropic:claude-sonnet-4-5"
+        else:
+            default_model = "scripted:demo"
+        ui_port = env.get("TEMPORAL_UI_PORT", "8233")
+        return cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS),
+            namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+            task_queue=env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            ui_url=env.get("TEMPORAL_UI_URL", f"http://127.0.0.1:{ui_port}").rstrip("/"),
+            default_model=default_model,
+            openai_api_key=openai_key,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            anthropic_api_key=anthropic_key,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            max_cached_workflows=int(env.get("WAITSTATE_MAX_CACHED_WORKFLOWS", "100")),
+            state_dir=Path(env.get("WAITSTATE_STATE_DIR", ".temporal")),
+        )
+
+    def run_url(self, workflow_id: str, run_id: str | None = None) -> str:
+        """The Web UI page of a run."""
+        url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
+        return f"{url}/{run_id}/history" if run_id else url
+
+
+async def connect(settings: Settings | None = None) -> Client:
+    """Connect to Temporal with the pydantic data converter.
+
+    Address, namespace, API key and TLS come from `temporalio.envconfig` (environment
+    variables or a config profile), so the same code reaches the embedded dev server, a
+    self-hosted cluster or Temporal Cloud.
+    """
+    settings = settings or Settings.from_env()
+    config = ClientConfig.load_client_connect_config()
+    config.setdefault("target_host", settings.temporal_address)
+    config.setdefault("namespace", settings.namespace)
+    return await Client.connect(**config, data_converter=pydantic_data_converter)

@@ -1,0 +1,361 @@
+"""The waitstate CLI: start runs, follow them, inspect them, cancel them.
+
+python starter.py run "What is 17 * 23?" --wait
+python starter.py status RUN_ID --json
+python starter.py list
+python starter.py cancel RUN_ID
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import (
+    CancelledError,
+    TerminatedError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from providers.base import parse_model_spec
+from providers.scripted import SCRIPTS
+from schemas import RunInput, RunResult, RunState, Step
+from settings import Settings, connect
+from tools import demo_tools
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS
+
+PROVIDERS = ("openai", "anthropic", "scripted")
+FOLLOW_INTERVAL = 0.25
+QUERY_TIMEOUT = timedelta(seconds=5)
+SUMMARY_CHARS = 200
+
+
+class CliError(Exception):
+    """A one-line error for the user; `code` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of `starter.py` and the `waitstate` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        code = asyncio.run(args.command(args, Settings.from_env()))
+    except CliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = err.code
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="waitstate", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="start an agent run")
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument("--id", help="run id; starting an id that exists returns that run")
+    run.add_argument("--model", help="provider:model (default: $WAITSTATE_MODEL or scripted:demo)")
+    run.add_argument(
+        "--tools", nargs="+", metavar="TOOL", help="tools the run may use (default: all)"
+    )
+    run.add_argument("--max-turns", type=int, default=12, help="model calls before stopping")
+    run.add_argument("--system-prompt", help="replace the default system prompt")
+    run.add_argument("--wait", action="store_true", help="follow the run until it ends")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.set_defaults(command=cmd_run)
+
+    status = sub.add_parser("status", help="where a run is")
+    status.add_argument("run_id")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(command=cmd_status)
+
+    listing = sub.add_parser("list", help="recent runs")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(command=cmd_list)
+
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    cancel.set_defaults(command=cmd_cancel)
+    return parser
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """Start a run (or find the one with that id), then optionally follow it to the end."""
+    run_input = _run_input(args, settings)
+    client = await _connect(settings)
+    workflow_id = args.id or f"run-{uuid.uuid4().hex[:12]}"
+    handle, existed = await _start(client, settings, workflow_id, run_input)
+    url = settings.run_url(handle.id)
+    if existed and not args.json:
+        print(f"run {handle.id} already exists: not starting another", file=sys.stderr)
+    if not args.wait:
+        if args.json:
+            _print_json({"run_id": handle.id, "existing": existed, "url": url})
+        else:
+            print(f"run {handle.id}\nweb ui: {url}")
+        return 0
+    if not args.json:
+        print(f"run {handle.id} (model {run_input.model}; tools {', '.join(run_input.tools)})")
+        print(f"web ui: {url}")
+    state = await _follow(handle, quiet=args.json)
+    if args.json:
+        _print_json({"run_id": handle.id, **state.model_dump(mode="json", exclude={"steps"})})
+    else:
+        _print_outcome(state)
+        print(f"web ui: {url}")
+    return 0 if state.status in ("completed", "max_turns") else 1
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a run's state."""
+    client = await _connect(settings)
+    state = await _state(client.get_workflow_handle(args.run_id))
+    if args.json:
+        _print_json({"run_id": args.run_id, **state.model_dump(mode="json")})
+        return 0
+    print(f"run {args.run_id}: {state.status}")
+    print(f"task: {state.task}")
+    print(f"model: {state.model}; turns {state.turns}; tool calls {state.tool_calls}")
+    print(
+        f"usage: {state.usage.model_calls} model calls, "
+        f"{state.usage.input_tokens} input + {state.usage.output_tokens} output tokens"
+    )
+    for step in state.steps:
+        print(_step_line(step))
+    if state.final_output is not None:
+        print(f"answer: {state.final_output}")
+    if state.error:
+        print(f"error: {state.error}")
+    print(f"web ui: {settings.run_url(args.run_id)}")
+    return 0
+
+
+async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    """Print recent runs, newest first."""
+    client = await _connect(settings)
+    rows: list[dict[str, Any]] = []
+    query = f'WorkflowType = "{AgentRunWorkflow.__name__}"'
+    async for execution in client.list_workflows(query, limit=args.limit):
+        agent_status = execution.typed_search_attributes.get(AGENT_STATUS)
+        rows.append(
+            {
+                "run_id": execution.id,
+                "status": agent_status or _closed_status(execution.status),
+                "started": execution.start_time.isoformat(),
+                "closed": execution.close_time.isoformat() if execution.close_time else None,
+            }
+        )
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print("no runs")
+    for row in rows:
+        print(f"{row['run_id']:<36} {row['status']:<10} started {row['started']}")
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Ask a run to cancel; the workflow cancels its in-flight work and ends `cancelled`."""
+    client = await _connect(settings)
+    handle = client.get_workflow_handle(args.run_id)
+    description = await _describe(handle)
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        raise CliError(
+            f"run {args.run_id} has already ended ({_closed_status(description.status)})"
+        )
+    await handle.cancel()
+    print(f"cancellation requested for run {args.run_id}")
+    return 0
+
+
+def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
+    model = args.model or settings.default_model
+    try:
+        provider, name = parse_model_spec(model)
+    except ValueError as err:
+        raise CliError(str(err), code=2) from err
+    if provider not in PROVIDERS:
+        raise CliError(
+            f"unknown provider {provider!r} in {model!r}; known: {', '.join(PROVIDERS)}", 2
+        )
+    if provider == "scripted" and name not in SCRIPTS:
+        raise CliError(f"no script named {name!r}; scripts: {', '.join(sorted(SCRIPTS))}", 2)
+    known = [spec.name for spec in demo_tools()]
+    tools = args.tools or known
+    if unknown := [tool for tool in tools if tool not in known]:
+        raise CliError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}", 2)
+    if args.max_turns < 1:
+        raise CliError("--max-turns must be at least 1", 2)
+    fields: dict[str, Any] = {"task": args.task, "model": model, "tools": tools}
+    fields["max_turns"] = args.max_turns
+    if args.system_prompt:
+        fields["system_prompt"] = args.system_prompt
+    return RunInput(**fields)
+
+
+async def _connect(settings: Settings) -> Client:
+    try:
+        return await connect(settings)
+    except Exception as err:  # the SDK raises RuntimeError wrapping transport errors
+        reason = str(err).splitlines()[0]
+        raise CliError(
+            f"cannot reach Temporal at {settings.temporal_address}: {reason}", 2
+        ) from err
+
+
+async def _start(
+    client: Client, settings: Settings, workflow_id: str, run_input: RunInput
+) -> tuple[WorkflowHandle[Any, RunResult], bool]:
+    """Start the run, or return the existing run with that id: one id, one run, ever."""
+    try:
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run,
+            run_input,
+            id=workflow_id,
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
+            static_summary=run_input.task[:SUMMARY_CHARS],
+            static_details=(
+                f"model: {run_input.model}\n\ntools: {', '.join(run_input.tools) or 'none'}"
+                f"\n\nmax turns: {run_input.max_turns}"
+            ),
+        )
+        return handle, False
+    except WorkflowAlreadyStartedError:
+        pass
+    except RPCError as err:
+        raise CliError(f"could not start run {workflow_id}: {err.message}") from err
+    return client.get_workflow_handle(workflow_id, result_type=RunResult), True
+
+
+async def _follow(handle: WorkflowHandle[Any, RunResult], *, quiet: bool) -> RunState:
+    """Print each step as it happens until the run ends; return its final state."""
+    shown = 0
+    result = asyncio.create_task(_outcome(handle))
+    while True:
+        done, _ = await asyncio.wait({result}, timeout=FOLLOW_INTERVAL)
+        try:
+            state = await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError:
+            state = None
+        if state is not None and not quiet:
+            for step in state.steps[shown:]:
+                print(_step_line(step), flush=True)
+            shown = len(state.steps)
+        if done:
+            final = result.result()
+            if state is not None:
+                # The query's state has the steps; the outcome knows how it ended.
+                state.status, state.error = final.status, final.error
+                state.final_output = final.final_output
+                return state
+            return final
+
+
+async def _outcome(handle: WorkflowHandle[Any, RunResult]) -> RunState:
+    """How a run ended, from its history alone (no worker needed)."""
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as err:
+        cause = err.cause
+        if isinstance(cause, CancelledError):
+            return RunState(status="cancelled", error="cancelled")
+        if isinstance(cause, TerminatedError):
+            return RunState(status="failed", error=f"terminated: {cause.message}")
+        if isinstance(cause, TimeoutError):
+            return RunState(status="failed", error="timed out")
+        return RunState(status="failed", error=str(cause) if cause else str(err))
+    return RunState(
+        status=result.status,
+        turns=result.turns,
+        tool_calls=result.tool_calls,
+        usage=result.usage,
+        final_output=result.final_output,
+    )
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
+    """A run's state: the workflow's own answer, or, with no worker to ask, its history's."""
+    description = await _describe(handle)
+    try:
+        return await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError:
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            status = description.typed_search_attributes.get(AGENT_STATUS) or "running"
+            return RunState(status=status, error="no worker answered; details unavailable")
+    return await _outcome(handle)
+
+
+async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
+    try:
+        return await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no run with id {handle.id}") from err
+        raise CliError(f"could not look up run {handle.id}: {err.message}") from err
+
+
+def _closed_status(status: WorkflowExecutionStatus | None) -> str:
+    return (
+        {
+            WorkflowExecutionStatus.RUNNING: "running",
+            WorkflowExecutionStatus.COMPLETED: "completed",
+            WorkflowExecutionStatus.CANCELED: "cancelled",
+        }.get(status, "failed")
+        if status
+        else "unknown"
+    )
+
+
+def _step_line(step: Step) -> str:
+    mark = " (error)" if step.is_error else ""
+    return f"  turn {step.turn:<3} {step.kind:<5} {step.name}{mark}: {step.detail}"
+
+
+def _print_outcome(state: RunState) -> None:
+    tokens = state.usage.input_tokens + state.usage.output_tokens
+    print(
+        f"{state.status} after {state.turns} turns, {state.tool_calls} tool calls, "
+        f"{state.usage.model_calls} model calls, {tokens} tokens"
+    )
+    if state.final_output is not None:
+        print(f"answer: {state.final_output}")
+    if state.error:
+        print(f"error: {state.error}")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=None, default=str))
+
+
+if __name__ == "__main__":
+    main()

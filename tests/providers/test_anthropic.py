@@ -1,0 +1,205 @@
+"""AnthropicProvider through the real SDK client, against the local wire server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import anthropic
+import pytest
+
+from examples.wire_server import WireServer, anthropic_text, anthropic_tool_use, error
+from providers.anthropic import AnthropicProvider
+from providers.base import ProviderError
+from schemas import Message, ToolCall, ToolDefinition
+
+LOOKUP = ToolDefinition(
+    name="lookup",
+    description="Look a city up.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+HELLO = [Message(role="user", content="hello")]
+
+
+@pytest.fixture
+def server() -> Iterator[WireServer]:
+    with WireServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def provider(server: WireServer) -> AsyncIterator[AnthropicProvider]:
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=server.anthropic_base_url, max_retries=0
+    ) as client:
+        yield AnthropicProvider(client, max_tokens=512)
+
+
+async def test_text_answer_with_usage(server: WireServer, provider: AnthropicProvider) -> None:
+    server.enqueue(
+        anthropic_text("Paris.", input_tokens=12, output_tokens=3, model="claude-test-0001")
+    )
+
+    response = await provider.complete("claude-test", "Be brief.", HELLO, [])
+
+    assert response.message == Message(role="assistant", content="Paris.")
+    assert (response.usage.model_calls, response.usage.input_tokens) == (1, 12)
+    assert response.usage.output_tokens == 3
+    assert response.stop_reason == "end_turn"
+    assert response.model == "claude-test-0001"
+    assert server.requests[-1].body["max_tokens"] == 512
+    assert len(server.requests) == 1
+
+
+async def test_tool_use_survives(server: WireServer, provider: AnthropicProvider) -> None:
+    server.enqueue(
+        anthropic_tool_use(
+            [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})],
+            text="Looking both up.",
+        )
+    )
+
+    response = await provider.complete("claude-test", "", HELLO, [LOOKUP])
+
+    assert response.message.content == "Looking both up."
+    assert response.message.tool_calls == [
+        ToolCall(id="toolu_1", name="lookup", arguments='{"city": "Paris"}'),
+        ToolCall(id="toolu_2", name="lookup", arguments="{}"),
+    ]
+    assert response.stop_reason == "tool_use"
+    assert response.model == "claude-test"
+
+
+async def test_conversation_converts_to_messages_request(
+    server: WireServer, provider: AnthropicProvider
+) -> None:
+    conversation = [
+        Message(role="user", content="Weather in Paris and Oslo?"),
+        Message(
+            role="assistant",
+            content="Checking.",
+            tool_calls=[
+                ToolCall(id="toolu_1", name="lookup", arguments='{"city": "Paris"}'),
+                # Not a JSON object: sent as an empty input rather than failing the call.
+                ToolCall(id="toolu_2", name="lookup", arguments='{"city": '),
+            ],
+        ),
+        Message(role="tool", tool_call_id="toolu_1", name="lookup", content="sunny"),
+        Message(
+            role="tool", tool_call_id="toolu_2", name="lookup", content="bad JSON", is_error=True
+        ),
+        Message(role="user", content="Thanks."),
+    ]
+
+    await provider.complete("claude-test", "You are terse.", conversation, [LOOKUP])
+
+    body = server.requests[-1].body
+    assert server.requests[-1].path == "/v1/messages"
+    assert body["model"] == "claude-test"
+    assert body["system"] == "You are terse."
+    assert body["messages"] == [
+        {"role": "user", "content": "Weather in Paris and Oslo?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "sunny",
+                    "is_error": False,
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": "bad JSON",
+                    "is_error": True,
+                },
+            ],
+        },
+        {"role": "user", "content": "Thanks."},
+    ]
+    assert body["tools"] == [
+        {
+            "name": "lookup",
+            "description": "Look a city up.",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
+
+
+async def test_no_tools_and_no_system_prompt_are_left_out(
+    server: WireServer, provider: AnthropicProvider
+) -> None:
+    await provider.complete("claude-test", "", HELLO, [])
+
+    body = server.requests[-1].body
+    assert "tools" not in body
+    assert "system" not in body
+    assert body["messages"] == [{"role": "user", "content": "hello"}]
+
+
+async def test_empty_queue_plays_one_tool_round_trip(provider: AnthropicProvider) -> None:
+    first = await provider.complete("claude-test", "", HELLO, [LOOKUP])
+    [call] = first.message.tool_calls
+    result = Message(role="tool", tool_call_id=call.id, name="lookup", content="sunny")
+
+    second = await provider.complete("claude-test", "", [*HELLO, first.message, result], [LOOKUP])
+    third = await provider.complete("claude-test", "", HELLO, [])
+
+    assert (call.name, call.arguments) == ("lookup", "{}")
+    assert second.message.content == "Received 1 tool result (lookup)."
+    assert third.message.content == "ok"
+
+
+async def test_rate_limit_carries_retry_after(
+    server: WireServer, provider: AnthropicProvider
+) -> None:
+    server.enqueue(
+        error(429, "Number of requests has exceeded your rate limit", {"retry-after": "3"})
+    )
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete("claude-test", "", HELLO, [])
+
+    assert caught.value.status == 429
+    assert caught.value.retryable is True
+    assert caught.value.retry_after == 3.0
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(("status", "retryable"), [(400, False), (503, True)])
+async def test_error_status_becomes_provider_error(
+    server: WireServer, provider: AnthropicProvider, status: int, retryable: bool
+) -> None:
+    server.enqueue(error(status, "model: nope"))
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete("nope", "", HELLO, [])
+
+    assert caught.value.status == status
+    assert caught.value.retryable is retryable
+    assert caught.value.retry_after is None
+    assert str(caught.value) == f"anthropic: HTTP {status}: model: nope"
+    # max_retries=0: the SDK made no attempt of its own after the failure.
+    assert len(server.requests) == 1
+
+
+async def test_unreachable_server_is_retryable_without_status() -> None:
+    with WireServer() as closed:
+        pass
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=closed.anthropic_base_url, max_retries=0
+    ) as client:
+        with pytest.raises(ProviderError) as caught:
+            await AnthropicProvider(client).complete("claude-test", "", HELLO, [])
+
+    assert caught.value.status is None
+    assert caught.value.retryable is True
+    assert str(caught.value).startswith("anthropic: no response: ")

@@ -1,0 +1,106 @@
+"""Small, real, synchronous tools for the demo and tests."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, Field
+
+from tools.spec import ToolError, ToolSpec
+
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+# Keeps `9**9**9` from pinning a worker's CPU: the result of every power is bounded.
+_MAX_EXPONENT = 1000
+
+
+class CalculateArgs(BaseModel):
+    expression: str = Field(
+        description="An arithmetic expression: numbers, + - * / // % ** and parentheses.",
+        max_length=500,
+    )
+
+
+async def calculate(args: CalculateArgs) -> str:
+    """Evaluate arithmetic exactly, without `eval`."""
+    try:
+        tree = ast.parse(args.expression, mode="eval")
+    except SyntaxError as err:
+        raise ToolError(f"not an arithmetic expression: {err.msg}") from err
+    try:
+        value = _evaluate(tree.body)
+    except ZeroDivisionError as err:
+        raise ToolError("division by zero") from err
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _evaluate(node: ast.expr) -> int | float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value  # type: ignore[no-any-return]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand))  # type: ignore[no-any-return]
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            raise ToolError(f"exponent {right} is too large (limit {_MAX_EXPONENT})")
+        return _OPERATORS[type(node.op)](left, right)  # type: ignore[no-any-return]
+    raise ToolError(f"unsupported element in expression: {ast.unparse(node)!r}")
+
+
+class CountWordsArgs(BaseModel):
+    text: str = Field(description="The text whose words, lines and characters to count.")
+
+
+async def count_words(args: CountWordsArgs) -> dict[str, int]:
+    """Count words, lines and characters."""
+    return {
+        "words": len(args.text.split()),
+        "lines": len(args.text.splitlines()) or (1 if args.text else 0),
+        "characters": len(args.text),
+    }
+
+
+class UtcNowArgs(BaseModel):
+    pass
+
+
+async def utc_now(args: UtcNowArgs) -> str:
+    """The current UTC time, ISO 8601, to the second."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def demo_tools() -> list[ToolSpec]:
+    """The demo tool set."""
+    return [
+        ToolSpec(
+            name="calculate",
+            description="Evaluate an arithmetic expression exactly and return the result.",
+            args=CalculateArgs,
+            handler=calculate,
+        ),
+        ToolSpec(
+            name="count_words",
+            description="Count the words, lines and characters of a text.",
+            args=CountWordsArgs,
+            handler=count_words,
+        ),
+        ToolSpec(
+            name="utc_now",
+            description="Return the current date and time in UTC.",
+            args=UtcNowArgs,
+            handler=utc_now,
+        ),
+    ]

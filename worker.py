@@ -1,0 +1,109 @@
+"""The worker: wires providers and tools into activities, registers the workflow, runs.
+
+python worker.py            # connects per TEMPORAL_* variables, polls WAITSTATE_TASK_QUEUE
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+
+import anthropic
+import openai
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import ModelActivities, ToolActivities
+from providers import Provider, Providers, UnknownModelError
+from providers.anthropic import AnthropicProvider
+from providers.openai import OpenAIProvider
+from providers.scripted import ScriptedProvider
+from settings import Settings, connect
+from tools import ToolRegistry, ToolSpec, demo_tools
+from workflows.agent_run import AgentRunWorkflow
+
+log = logging.getLogger("waitstate.worker")
+
+# OpenAI-compatible servers (vLLM, Ollama) usually ignore the key, but the SDK insists on one.
+_PLACEHOLDER_KEY = "not-needed"
+
+
+def build_providers(settings: Settings) -> Providers:
+    """Providers per the settings; SDK clients never retry (Temporal's retry policy does)."""
+
+    def make_openai() -> Provider:
+        if not (settings.openai_api_key or settings.openai_base_url):
+            raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+        client = openai.AsyncOpenAI(
+            api_key=settings.openai_api_key or _PLACEHOLDER_KEY,
+            base_url=settings.openai_base_url,
+            max_retries=0,
+        )
+        return OpenAIProvider(client)
+
+    def make_anthropic() -> Provider:
+        if not (settings.anthropic_api_key or settings.anthropic_base_url):
+            raise UnknownModelError("anthropic: ANTHROPIC_API_KEY is not set on the worker")
+        client = anthropic.AsyncAnthropic(
+            api_key=settings.anthropic_api_key or _PLACEHOLDER_KEY,
+            base_url=settings.anthropic_base_url,
+            max_retries=0,
+        )
+        return AnthropicProvider(client)
+
+    return Providers(
+        {"openai": make_openai, "anthropic": make_anthropic, "scripted": ScriptedProvider}
+    )
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    providers: Providers | None = None,
+    tools: Sequence[ToolSpec] | None = None,
+    task_queue: str | None = None,
+) -> Worker:
+    """A worker with every workflow and activity registered (tests pass their own parts)."""
+    registry = ToolRegistry(demo_tools() if tools is None else tools)
+    model = ModelActivities(providers or build_providers(settings), registry)
+    tool = ToolActivities(registry)
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=[AgentRunWorkflow],
+        activities=[model.call_model, tool.call_tool],
+        # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
+        # the worker's memory flat however many runs are suspended.
+        max_cached_workflows=settings.max_cached_workflows,
+    )
+
+
+async def main() -> None:
+    """Run a worker until SIGINT or SIGTERM, then finish in-flight tasks and exit."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = Settings.from_env()
+    client = await connect(settings)
+    worker = build_worker(client, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info(
+            "worker polling %r on %s (namespace %s)",
+            settings.task_queue,
+            settings.temporal_address,
+            settings.namespace,
+        )
+        await stop.wait()
+        log.info("shutting down")
+    log.info("stopped")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,10 @@
+"""The custom search attributes that make runs filterable in the Web UI's list view."""
+
+from temporalio.common import SearchAttributeKey
+
+AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+WAITING_FOR = SearchAttributeKey.for_keyword("WaitingFor")
+PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
+WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
+
+ALL = (AGENT_STATUS, WAITING_FOR, PENDING_OPERATIONS, WAIT_EXPIRES_AT)
