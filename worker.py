@@ -61,14 +61,14 @@ def build_providers(settings: Settings) -> Providers:
 def build_worker(
     client: Client,
     settings: Settings,
+    providers: Providers,
     *,
-    providers: Providers | None = None,
     tools: Sequence[ToolSpec] | None = None,
     task_queue: str | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts)."""
     registry = ToolRegistry(demo_tools() if tools is None else tools)
-    model = ModelActivities(providers or build_providers(settings), registry)
+    model = ModelActivities(providers, registry)
     tool = ToolActivities(registry)
     return Worker(
         client,
@@ -88,7 +88,8 @@ async def main() -> None:
     )
     settings = Settings.from_env()
     client = await connect(settings)
-    worker = build_worker(client, settings)
+    providers = build_providers(settings)
+    worker = build_worker(client, settings, providers)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -102,6 +103,7 @@ async def main() -> None:
         )
         await stop.wait()
         log.info("shutting down")
+    await providers.aclose()
     log.info("stopped")
 
 

@@ -42,3 +42,9 @@ class Providers:
                 )
             self._created[name] = factory()
         return self._created[name], model
+
+    async def aclose(self) -> None:
+        """Close every provider created so far."""
+        created, self._created = list(self._created.values()), {}
+        for provider in created:
+            await provider.aclose()

@@ -27,6 +27,10 @@ class AnthropicProvider:
         self._client = client
         self._max_tokens = max_tokens
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self._client.close()
+
     async def complete(
         self,
         model: str,

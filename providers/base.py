@@ -32,6 +32,10 @@ class Provider(Protocol):
         """
         ...
 
+    async def aclose(self) -> None:
+        """Release connections; called once when the worker stops."""
+        ...
+
 
 class UnknownModelError(ValueError):
     """The model spec names no configured provider, model script, or a provider not set up."""

@@ -29,6 +29,10 @@ class OpenAIProvider:
     def __init__(self, client: openai.AsyncOpenAI) -> None:
         self._client = client
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self._client.close()
+
     async def complete(
         self,
         model: str,

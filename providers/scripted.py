@@ -18,7 +18,8 @@ SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
 
 Script = Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
 
-_ARITHMETIC = re.compile(r"[\d.]+(?:\s*(?:\*\*|//|[-+*/%])\s*\(?\s*[\d.]+\s*\)?)+")
+# The longest run of numbers, operators and parentheses that contains an operator.
+_ARITHMETIC = re.compile(r"[-(]*\s*[\d.]+(?:[\s()]*(?:\*\*|//|[-+*/%])[\s(]*[\d.]+\)*)+")
 
 
 class ScriptedProvider:
@@ -29,6 +30,9 @@ class ScriptedProvider:
     def __init__(self, scripts: Mapping[str, Script] | None = None) -> None:
         self._scripts = dict(SCRIPTS)
         self._scripts.update(scripts or {})
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
     def names(self) -> list[str]:
         """Names of the scripts it can play."""
@@ -77,7 +81,7 @@ def _task(messages: Sequence[Message]) -> str:
     return next((m.content for m in messages if m.role == "user"), "")
 
 
-def _calls(turn: int, *calls: tuple[str, dict[str, object]]) -> Message:
+def _calls(turn: int, *calls: tuple[str, dict[str, str]]) -> Message:
     return Message(
         role="assistant",
         tool_calls=[
@@ -107,7 +111,8 @@ def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
         calls = [("calculate", {"expression": expression}), ("utc_now", {})]
         if chosen := [c for c in calls if c[0] in offered]:
             return _calls(turn, *chosen)
-    if turn <= 1 and "count_words" in offered:
+    counted = any(call.name == "count_words" for m in messages for call in m.tool_calls)
+    if not counted and "count_words" in offered:
         return _calls(turn, ("count_words", {"text": task}))
     found = _results(messages)
     parts = [f"{name} -> {m.content}" for name, m in sorted(found.items())]

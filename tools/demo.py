@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from datetime import UTC, datetime
 
@@ -21,8 +22,10 @@ _OPERATORS = {
     ast.USub: operator.neg,
     ast.UAdd: operator.pos,
 }
-# Keeps `9**9**9` from pinning a worker's CPU: the result of every power is bounded.
-_MAX_EXPONENT = 1000
+# Every intermediate result is bounded, so `9**9**9` or `((9**999)**999)**999` is refused at
+# once instead of pinning a worker's CPU and memory.
+_MAX_DIGITS = 1000
+_MAX_BITS = int(_MAX_DIGITS * math.log2(10))
 
 
 class CalculateArgs(BaseModel):
@@ -42,6 +45,8 @@ async def calculate(args: CalculateArgs) -> str:
         value = _evaluate(tree.body)
     except ZeroDivisionError as err:
         raise ToolError("division by zero") from err
+    except OverflowError as err:
+        raise ToolError("result is too large") from err
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
@@ -49,15 +54,35 @@ async def calculate(args: CalculateArgs) -> str:
 
 def _evaluate(node: ast.expr) -> int | float:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value  # type: ignore[no-any-return]
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.operand))  # type: ignore[no-any-return]
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        value: int | float = node.value
+    elif isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        value = _OPERATORS[type(node.op)](_evaluate(node.operand))
+    elif isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            raise ToolError(f"exponent {right} is too large (limit {_MAX_EXPONENT})")
-        return _OPERATORS[type(node.op)](left, right)  # type: ignore[no-any-return]
-    raise ToolError(f"unsupported element in expression: {ast.unparse(node)!r}")
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right)
+        value = _OPERATORS[type(node.op)](left, right)
+    else:
+        raise ToolError(f"unsupported element in expression: {ast.unparse(node)!r}")
+    return _checked(value)
+
+
+def _check_power(base: int | float, exponent: int | float) -> None:
+    # Estimated before computing: the power itself is what would take the time.
+    if not (isinstance(base, int) and isinstance(exponent, int)) or abs(base) <= 1 or exponent <= 0:
+        return
+    if exponent * math.log2(abs(base)) > _MAX_BITS:
+        raise ToolError(f"result is too large (over {_MAX_DIGITS} digits)")
+
+
+def _checked(value: object) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ToolError("result is not a real number")
+    if isinstance(value, int) and value.bit_length() > _MAX_BITS:
+        raise ToolError(f"result is too large (over {_MAX_DIGITS} digits)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError("result is too large")
+    return value
 
 
 class CountWordsArgs(BaseModel):

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from schemas import (
@@ -71,8 +71,9 @@ class AgentRunWorkflow:
                     return await self._finish("completed", reply.content)
                 await self._run_tools(reply.tool_calls)
             return await self._finish("max_turns", None)
-        except asyncio.CancelledError:
-            self._set_status("cancelled")
+        except (asyncio.CancelledError, ActivityError) as err:
+            if is_cancelled_exception(err):
+                self._set_status("cancelled")
             raise
 
     @workflow.query
@@ -98,6 +99,8 @@ class AgentRunWorkflow:
                 summary=f"model {self._input.model} turn {turn}",
             )
         except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
             reason = str(err.cause) if err.cause else str(err)
             self._state.error = reason
             self._set_status("failed")
@@ -159,6 +162,8 @@ class AgentRunWorkflow:
                 summary=f"tool {call.name}",
             )
         except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
             reason = str(err.cause) if err.cause else str(err)
             return ToolResult(
                 tool_call_id=call.id,

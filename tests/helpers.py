@@ -1,0 +1,53 @@
+"""Small helpers shared by tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from settings import Settings
+from tools import ToolSpec
+from worker import build_providers, build_worker
+
+
+@asynccontextmanager
+async def make_worker(
+    client: Client,
+    task_queue: str,
+    *,
+    tools: Sequence[ToolSpec] | None = None,
+    max_cached_workflows: int = 100,
+    settings: Settings | None = None,
+) -> AsyncIterator[Worker]:
+    """The production worker wiring, running on a test's own task queue."""
+    settings = settings or Settings(max_cached_workflows=max_cached_workflows)
+    providers = build_providers(settings)
+    worker = build_worker(client, settings, providers, tools=tools, task_queue=task_queue)
+    try:
+        async with worker:
+            yield worker
+    finally:
+        await providers.aclose()
+
+
+async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Activity type names, in the order the run scheduled them."""
+    names = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+    return names
+
+
+async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """The attempt number of every activity that ran to completion or failure."""
+    attempts = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attempts.append(event.activity_task_started_event_attributes.attempt)
+    return attempts

@@ -1,0 +1,196 @@
+"""The scripted provider: deterministic conversations, driven through `complete()`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from providers import UnknownModelError
+from providers.scripted import SCRIPTED_BANNER, SCRIPTS, ScriptedProvider
+from schemas import Message, ModelResponse, ToolDefinition
+from tools import ToolRegistry, demo_tools
+
+TOOLS = [spec.definition() for spec in demo_tools()]
+TASK = "What is 12 * 12? Then count the words of this task."
+
+
+async def complete(
+    script: str, messages: list[Message], tools: list[ToolDefinition] = TOOLS
+) -> ModelResponse:
+    return await ScriptedProvider().complete(script, "Be brief.", messages, tools)
+
+
+async def converse(
+    script: str, task: str = TASK, tools: list[ToolDefinition] = TOOLS, max_turns: int = 6
+) -> list[Message]:
+    """Play a script against the real demo tools until it answers or runs out of turns."""
+    registry = ToolRegistry(demo_tools())
+    messages = [Message(role="user", content=task)]
+    for _ in range(max_turns):
+        reply = (await complete(script, messages, tools)).message
+        messages.append(reply)
+        if not reply.tool_calls:
+            break
+        for call in reply.tool_calls:
+            result = await registry.run(call)
+            messages.append(
+                Message(
+                    role="tool",
+                    name=result.name,
+                    tool_call_id=result.tool_call_id,
+                    content=result.content,
+                    is_error=result.is_error,
+                )
+            )
+    return messages
+
+
+def calls(message: Message) -> list[tuple[str, dict[str, object]]]:
+    return [(call.name, json.loads(call.arguments)) for call in message.tool_calls]
+
+
+def replies(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.role == "assistant"]
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+async def test_every_script_is_deterministic(script: str) -> None:
+    messages = await converse(script)
+
+    # Asked again at every point of the conversation, the script says exactly the same.
+    for i, message in enumerate(messages):
+        if message.role == "assistant":
+            first = await complete(script, messages[:i])
+            again = await complete(script, messages[:i])
+            assert first == again
+            assert first.message == message
+
+
+@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - {"forever"}))
+async def test_every_final_answer_starts_with_the_banner(script: str) -> None:
+    final = (await converse(script))[-1]
+
+    assert final.role == "assistant"
+    assert final.tool_calls == []
+    assert final.content.startswith(f"{SCRIPTED_BANNER} ")
+
+
+async def test_demo_conversation() -> None:
+    messages = await converse("demo")
+
+    first, second, answer = replies(messages)
+    assert calls(first) == [("calculate", {"expression": "12 * 12"}), ("utc_now", {})]
+    assert calls(second) == [("count_words", {"text": TASK})]
+    assert answer.content.startswith(f"{SCRIPTED_BANNER} Task: {TASK!r}. Results: ")
+    assert "calculate -> 144" in answer.content
+    assert 'count_words -> {"words": 12, "lines": 1, "characters": 51}' in answer.content
+    assert "utc_now -> 20" in answer.content
+
+
+@pytest.mark.parametrize(
+    ("task", "expression"),
+    [
+        ("Say hello.", "6 * 7"),
+        ("Add 2.5 + 4 for me", "2.5 + 4"),
+        ("What is 2 ** 10 // 3?", "2 ** 10 // 3"),
+        ("Compute 2 + 3 * (4 - 1), please.", "2 + 3 * (4 - 1)"),
+    ],
+)
+async def test_demo_calculates_the_arithmetic_in_the_task(task: str, expression: str) -> None:
+    reply = await complete("demo", [Message(role="user", content=task)])
+
+    assert calls(reply.message)[0] == ("calculate", {"expression": expression})
+
+
+@pytest.mark.parametrize(
+    ("task", "expression"),
+    [("What is (3 + 4) * 5?", "(3 + 4) * 5"), ("What is -5 + 3?", "-5 + 3")],
+)
+async def test_demo_extracts_whole_expressions(task: str, expression: str) -> None:
+    reply = await complete("demo", [Message(role="user", content=task)])
+
+    assert calls(reply.message)[0] == ("calculate", {"expression": expression})
+
+
+@pytest.mark.parametrize(
+    ("offered", "expected"),
+    [
+        (["utc_now"], [["utc_now"]]),
+        (["calculate", "count_words"], [["calculate"], ["count_words"]]),
+        ([], []),
+    ],
+)
+async def test_demo_only_calls_offered_tools(offered: list[str], expected: list[list[str]]) -> None:
+    tools = [tool for tool in TOOLS if tool.name in offered]
+
+    *asked, answer = replies(await converse("demo", tools=tools))
+
+    assert [[name for name, _ in calls(reply)] for reply in asked] == expected
+    assert answer.content.startswith(SCRIPTED_BANNER)
+
+
+async def test_demo_without_tools_says_so() -> None:
+    reply = await complete("demo", [Message(role="user", content="hi")], tools=[])
+
+    assert reply.message.content == f"{SCRIPTED_BANNER} Task: 'hi'. Results: no tools were used."
+
+
+async def test_demo_calls_count_words_once() -> None:
+    tools = [tool for tool in TOOLS if tool.name == "count_words"]
+
+    *asked, _ = replies(await converse("demo", tools=tools))
+
+    assert [[name for name, _ in calls(reply)] for reply in asked] == [["count_words"]]
+
+
+async def test_forever_never_answers() -> None:
+    messages = await converse("forever", max_turns=20)
+
+    asked = replies(messages)
+    assert len(asked) == 20
+    assert all(
+        calls(reply) == [("calculate", {"expression": f"{turn} + 1"})]
+        for turn, reply in enumerate(asked)
+    )
+
+
+async def test_fix_args_corrects_its_call_after_an_error() -> None:
+    messages = await converse("fix-args")
+
+    wrong, fixed, answer = replies(messages)
+    assert calls(wrong) == [("calculate", {"expr": "2 + 2"})]
+    error = messages[messages.index(wrong) + 1]
+    assert error.is_error is True
+    assert "expression: Field required" in error.content
+    assert calls(fixed) == [("calculate", {"expression": "2 + 2"})]
+    assert answer.content == f"{SCRIPTED_BANNER} 2 + 2 = 4"
+
+
+async def test_unknown_script_is_an_unknown_model() -> None:
+    with pytest.raises(UnknownModelError, match="no script named 'nope'; scripts: demo, echo"):
+        await complete("nope", [Message(role="user", content="hi")])
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+async def test_usage_and_stop_reason(script: str) -> None:
+    response = await complete(script, [Message(role="user", content=TASK)])
+
+    assert response.usage.model_calls == 1
+    assert response.usage.input_tokens > 0
+    assert response.usage.output_tokens > 0
+    assert response.model == f"scripted:{script}"
+    expected_stop = "tool_calls" if response.message.tool_calls else "stop"
+    assert response.stop_reason == expected_stop
+
+
+async def test_extra_scripts_can_be_registered() -> None:
+    def shout(messages: object, tools: object) -> Message:
+        return Message(role="assistant", content="HI")
+
+    provider = ScriptedProvider({"shout": shout})
+    response = await provider.complete("shout", "", [Message(role="user", content="hi")], [])
+
+    assert response.message.content == "HI"
+    assert "shout" in provider.names()
+    assert "demo" in provider.names()

@@ -1,0 +1,130 @@
+"""Settings read from explicit environments, and how model specs resolve to providers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from providers import Provider, Providers, UnknownModelError
+from providers.scripted import ScriptedProvider
+from settings import Settings
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env({})
+
+    assert settings.temporal_address == "127.0.0.1:7233"
+    assert settings.namespace == "default"
+    assert settings.task_queue == "waitstate-agents"
+    assert settings.ui_url == "http://127.0.0.1:8233"
+    assert settings.default_model == "scripted:demo"
+    assert settings.openai_api_key is None
+    assert settings.anthropic_api_key is None
+    assert settings.max_cached_workflows == 100
+    assert settings.state_dir == Path(".temporal")
+
+
+def test_overrides() -> None:
+    settings = Settings.from_env(
+        {
+            "TEMPORAL_ADDRESS": "temporal.internal:7233",
+            "TEMPORAL_NAMESPACE": "agents",
+            "WAITSTATE_TASK_QUEUE": "q",
+            "TEMPORAL_UI_PORT": "9000",
+            "WAITSTATE_MAX_CACHED_WORKFLOWS": "7",
+            "WAITSTATE_STATE_DIR": "/var/lib/waitstate",
+        }
+    )
+
+    assert settings.temporal_address == "temporal.internal:7233"
+    assert settings.namespace == "agents"
+    assert settings.task_queue == "q"
+    assert settings.ui_url == "http://127.0.0.1:9000"
+    assert settings.max_cached_workflows == 7
+    assert settings.state_dir == Path("/var/lib/waitstate")
+
+
+def test_ui_url_wins_over_port_and_loses_its_trailing_slash() -> None:
+    env = {"TEMPORAL_UI_URL": "https://ui.example.com/", "TEMPORAL_UI_PORT": "9000"}
+
+    assert Settings.from_env(env).ui_url == "https://ui.example.com"
+
+
+@pytest.mark.parametrize(
+    ("env", "model"),
+    [
+        ({}, "scripted:demo"),
+        ({"OPENAI_API_KEY": "sk-x"}, "openai:gpt-4.1"),
+        ({"ANTHROPIC_API_KEY": "sk-ant-x"}, "anthropic:claude-sonnet-4-5"),
+        ({"OPENAI_API_KEY": "sk-x", "ANTHROPIC_API_KEY": "sk-ant-x"}, "openai:gpt-4.1"),
+        ({"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "sk-ant-x"}, "anthropic:claude-sonnet-4-5"),
+        ({"WAITSTATE_MODEL": "scripted:echo", "OPENAI_API_KEY": "sk-x"}, "scripted:echo"),
+        ({"WAITSTATE_MODEL": "", "OPENAI_API_KEY": "sk-x"}, "openai:gpt-4.1"),
+    ],
+)
+def test_default_model(env: dict[str, str], model: str) -> None:
+    assert Settings.from_env(env).default_model == model
+
+
+def test_keys_are_kept_out_of_repr() -> None:
+    settings = Settings.from_env({"OPENAI_API_KEY": "sk-secret", "ANTHROPIC_API_KEY": "sk-ant"})
+
+    assert settings.openai_api_key == "sk-secret"
+    assert "sk-secret" not in repr(settings)
+    assert "sk-ant" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("run_id", "url"),
+    [
+        (None, "http://127.0.0.1:8233/namespaces/default/workflows/run-1"),
+        ("abc", "http://127.0.0.1:8233/namespaces/default/workflows/run-1/abc/history"),
+    ],
+)
+def test_run_url(run_id: str | None, url: str) -> None:
+    assert Settings.from_env({}).run_url("run-1", run_id) == url
+
+
+@pytest.mark.parametrize("spec", ["demo", "scripted:", ":demo", ""])
+def test_resolve_rejects_malformed_specs(spec: str) -> None:
+    with pytest.raises(UnknownModelError, match="is not provider:model"):
+        Providers({"scripted": ScriptedProvider}).resolve(spec)
+
+
+def test_resolve_rejects_unknown_providers() -> None:
+    providers = Providers({"scripted": ScriptedProvider, "openai": ScriptedProvider})
+
+    with pytest.raises(
+        UnknownModelError, match="unknown provider 'mistral'.*known: openai, scripted"
+    ):
+        providers.resolve("mistral:large")
+
+
+def test_resolve_creates_each_provider_once() -> None:
+    created: list[Provider] = []
+
+    def factory() -> Provider:
+        created.append(ScriptedProvider())
+        return created[-1]
+
+    providers = Providers({"scripted": factory})
+
+    first, demo = providers.resolve("scripted:demo")
+    second, echo = providers.resolve("scripted:echo")
+
+    assert (demo, echo) == ("demo", "echo")
+    assert first is second is created[0]
+    assert len(created) == 1
+
+
+def test_resolve_creates_providers_lazily() -> None:
+    def unavailable() -> Provider:
+        raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+
+    providers = Providers({"openai": unavailable, "scripted": ScriptedProvider})
+
+    provider, model = providers.resolve("scripted:demo")
+    assert (provider.name, model) == ("scripted", "demo")
+    with pytest.raises(UnknownModelError, match="OPENAI_API_KEY"):
+        providers.resolve("openai:gpt-4.1")

@@ -1,0 +1,254 @@
+"""AgentRunWorkflow with the scripted model: each way a run can go, asserted by outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from providers.scripted import SCRIPTED_BANNER
+from schemas import ModelCallInput, ModelResponse, RunInput, RunResult
+from schemas.errors import RUN_FAILED
+from tests.helpers import make_worker, scheduled_activities
+from tools import ToolSpec
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS
+
+ALL_TOOLS = ["calculate", "count_words", "utc_now"]
+
+
+async def run(
+    env: WorkflowEnvironment, task_queue: str, **fields: object
+) -> tuple[RunResult, object]:
+    handle = await env.client.start_workflow(
+        AgentRunWorkflow.run,
+        RunInput(**{"tools": ALL_TOOLS, **fields}),  # type: ignore[arg-type]
+        id=f"run-{uuid.uuid4()}",
+        task_queue=task_queue,
+    )
+    return await handle.result(), handle
+
+
+async def test_demo_run_calls_tools_and_answers(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(time_skipping_env.client, task_queue):
+        result, handle = await run(
+            time_skipping_env, task_queue, task="What is 1234 * 5678?", model="scripted:demo"
+        )
+        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
+        description = await handle.describe()  # type: ignore[attr-defined]
+
+    assert result.status == "completed"
+    assert result.final_output is not None
+    assert result.final_output.startswith(SCRIPTED_BANNER)
+    assert "calculate -> 7006652" in result.final_output
+    assert (result.turns, result.tool_calls) == (3, 3)
+    assert result.usage.model_calls == 3
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+    assert [(s.turn, s.kind, s.name) for s in state.steps] == [
+        (1, "model", "scripted:demo"),
+        (1, "tool", "calculate"),
+        (1, "tool", "utc_now"),
+        (2, "model", "scripted:demo"),
+        (2, "tool", "count_words"),
+        (3, "model", "scripted:demo"),
+    ]
+    assert state.status == "completed"
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "completed"
+
+
+async def test_tool_calls_of_one_turn_run_concurrently(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    in_flight = 0
+    most = 0
+
+    class Args(BaseModel):
+        expression: str
+
+    async def slow_calculate(args: Args) -> str:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.3)
+        in_flight -= 1
+        return args.expression
+
+    tools = [ToolSpec(name="calculate", description="d", args=Args, handler=slow_calculate)]
+    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
+        result, _ = await run(
+            time_skipping_env,
+            task_queue,
+            task="squares",
+            model="scripted:fan-out",
+            tools=["calculate"],
+        )
+
+    assert result.status == "completed"
+    assert result.tool_calls == 3
+    assert most == 3, "the three calls of one turn must be in flight together"
+
+
+async def test_max_turns_is_its_own_status(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(time_skipping_env.client, task_queue):
+        result, handle = await run(
+            time_skipping_env, task_queue, task="loop", model="scripted:forever", max_turns=3
+        )
+        description = await handle.describe()  # type: ignore[attr-defined]
+
+    assert result.status == "max_turns"
+    assert (result.turns, result.tool_calls, result.final_output) == (3, 3, None)
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "max_turns"
+
+
+async def test_wrong_arguments_go_back_to_the_model(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(time_skipping_env.client, task_queue):
+        result, handle = await run(
+            time_skipping_env, task_queue, task="add", model="scripted:fix-args"
+        )
+        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
+
+    assert result.status == "completed"
+    assert result.final_output is not None and result.final_output.endswith("2 + 2 = 4")
+    first_tool = next(s for s in state.steps if s.kind == "tool")
+    assert first_tool.is_error
+    assert "expression" in first_tool.detail and "Field required" in first_tool.detail
+
+
+async def test_tool_outside_the_run_is_refused_without_running(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # `calculate` exists on the worker, but this run was only granted count_words.
+    async with make_worker(time_skipping_env.client, task_queue):
+        result, handle = await run(
+            time_skipping_env,
+            task_queue,
+            task="loop",
+            model="scripted:forever",
+            tools=["count_words"],
+            max_turns=2,
+        )
+        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
+        activities = await scheduled_activities(handle)  # type: ignore[arg-type]
+
+    assert result.status == "max_turns"
+    tool_steps = [s for s in state.steps if s.kind == "tool"]
+    assert all(s.is_error and "unknown tool 'calculate'" in s.detail for s in tool_steps)
+    assert "available: count_words" in tool_steps[0].detail
+    assert activities == ["call_model", "call_model"]
+
+
+async def test_unknown_tool_name_is_an_error_the_model_reads(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(time_skipping_env.client, task_queue):
+        result, _ = await run(
+            time_skipping_env, task_queue, task="oops", model="scripted:unknown-tool"
+        )
+
+    assert result.status == "completed"
+    assert result.final_output is not None
+    assert "unknown tool 'delete_everything'" in result.final_output
+
+
+async def test_failing_tool_is_retried_then_reported_to_the_model(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    attempts = 0
+
+    class Args(BaseModel):
+        expression: str
+
+    async def broken(args: Args) -> str:
+        nonlocal attempts
+        attempts += 1
+        raise RuntimeError("disk on fire")
+
+    tools = [ToolSpec(name="calculate", description="d", args=Args, handler=broken)]
+    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
+        result, _ = await run(
+            time_skipping_env,
+            task_queue,
+            task="squares",
+            model="scripted:fan-out",
+            tools=["calculate"],
+        )
+
+    assert result.status == "completed"
+    assert result.final_output is not None and "disk on fire" in result.final_output
+    assert attempts == 9, "three calls, three attempts each"
+
+
+async def test_unknown_script_fails_the_run_without_retrying(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(time_skipping_env.client, task_queue):
+        handle = await time_skipping_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="t", model="scripted:nope"),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+        description = await handle.describe()
+        activities = await scheduled_activities(handle)
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == RUN_FAILED and cause.non_retryable
+    assert "no script named 'nope'" in cause.message
+    assert activities == ["call_model"]
+    assert state.status == "failed" and state.error is not None and "nope" in state.error
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "failed"
+
+
+async def test_status_while_running_then_cancel(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    model_started = asyncio.Event()
+
+    @activity.defn(name="call_model")
+    async def never_answers(input: ModelCallInput) -> ModelResponse:
+        model_started.set()
+        while True:  # heartbeats are how the worker learns of the cancellation
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+
+    async with Worker(
+        dev_env.client,
+        task_queue=task_queue,
+        workflows=[AgentRunWorkflow],
+        activities=[never_answers],
+    ):
+        handle = await dev_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="wait", model="scripted:demo"),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        await asyncio.wait_for(model_started.wait(), timeout=10)
+        running = await handle.query(AgentRunWorkflow.status)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        cancelled = await handle.query(AgentRunWorkflow.status)
+        description = await handle.describe()
+
+    assert (running.status, running.turns, running.task) == ("running", 0, "wait")
+    assert isinstance(failure.value.cause, CancelledError)
+    assert cancelled.status == "cancelled"
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "cancelled"

@@ -1,0 +1,125 @@
+"""Runs on the real dev server whose model is OpenAI or Anthropic, through their real SDK clients,
+against a local server that speaks their wire protocols."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from examples.wire_server import (
+    WireServer,
+    anthropic_text,
+    anthropic_tool_use,
+    error,
+    openai_text,
+    openai_tool_calls,
+)
+from schemas import RunInput
+from schemas.errors import RUN_FAILED
+from settings import Settings
+from tests.helpers import activity_attempts, make_worker
+from workflows.agent_run import AgentRunWorkflow
+
+
+@pytest.fixture
+def wire() -> Iterator[WireServer]:
+    with WireServer() as server:
+        yield server
+
+
+def _settings(server: WireServer) -> Settings:
+    return Settings(
+        openai_base_url=server.openai_base_url,
+        anthropic_base_url=server.anthropic_base_url,
+        openai_api_key="test-key",
+        anthropic_api_key="test-key",
+    )
+
+
+def _tool_call(provider: str) -> dict[str, Any]:
+    if provider == "openai":
+        return openai_tool_calls([("call_1", "calculate", '{"expression": "17 * 23"}')])
+    return anthropic_tool_use([("toolu_1", "calculate", {"expression": "17 * 23"})])
+
+
+TEXT: dict[str, Callable[..., dict[str, Any]]] = {
+    "openai": openai_text,
+    "anthropic": anthropic_text,
+}
+
+
+async def _start(env: WorkflowEnvironment, task_queue: str, model: str):  # type: ignore[no-untyped-def]
+    return await env.client.start_workflow(
+        AgentRunWorkflow.run,
+        RunInput(task="What is 17 * 23?", model=model, tools=["calculate"]),
+        id=f"run-{uuid.uuid4()}",
+        task_queue=task_queue,
+    )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_run_completes_with_the_tools_it_called(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
+) -> None:
+    wire.enqueue(
+        _tool_call(provider),
+        TEXT[provider]("17 * 23 = 391", input_tokens=40, output_tokens=7),
+    )
+    async with make_worker(dev_env.client, task_queue, settings=_settings(wire)):
+        handle = await _start(dev_env, task_queue, f"{provider}:test-model")
+        result = await handle.result()
+
+    assert result.status == "completed"
+    assert result.final_output == "17 * 23 = 391"
+    assert (result.turns, result.tool_calls) == (2, 1)
+    assert result.usage.model_calls == 2
+    assert result.usage.input_tokens == 10 + 40  # the helpers' default, then ours
+    second = wire.requests[1].body
+    assert second["model"] == "test-model"
+    assert "391" in str(second["messages"]), "the tool's result went back to the model"
+    tool_names = [t.get("name") or t["function"]["name"] for t in second["tools"]]
+    assert tool_names == ["calculate"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_rate_limit_is_retried_after_the_delay_the_provider_asked_for(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
+) -> None:
+    wire.enqueue(error(429, "slow down", {"retry-after": "3"}), TEXT[provider]("done"))
+    async with make_worker(dev_env.client, task_queue, settings=_settings(wire)):
+        began = time.monotonic()
+        handle = await _start(dev_env, task_queue, f"{provider}:test-model")
+        result = await handle.result()
+        elapsed = time.monotonic() - began
+
+    assert result.status == "completed" and result.final_output == "done"
+    assert len(wire.requests) == 2
+    assert await activity_attempts(handle) == [2]
+    # Temporal's own first backoff is 1 s; the provider asked for 3.
+    assert elapsed >= 2.9
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_bad_request_fails_the_run_without_retrying(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
+) -> None:
+    wire.enqueue(error(400, "tools.0.name: String should match pattern"))
+    async with make_worker(dev_env.client, task_queue, settings=_settings(wire)):
+        handle = await _start(dev_env, task_queue, f"{provider}:test-model")
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == RUN_FAILED
+    assert f"{provider}: HTTP 400" in cause.message
+    assert "String should match pattern" in cause.message
+    assert len(wire.requests) == 1
+    assert state.status == "failed"
