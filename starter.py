@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -69,7 +70,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = err.code
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code)
+    # Skip interpreter teardown: the SDK's Rust threads can outlive the event loop and abort
+    # a short-lived client process during finalization (temporalio/sdk-python#300), turning a
+    # successful command into exit 134. Everything worth keeping is flushed first.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _parser() -> argparse.ArgumentParser:

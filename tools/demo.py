@@ -5,13 +5,15 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from tools.spec import ToolError, ToolSpec
 
-_OPERATORS = {
+_OPERATORS: dict[type[ast.AST], Callable[..., Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -54,7 +56,7 @@ async def calculate(args: CalculateArgs) -> str:
 
 def _evaluate(node: ast.expr) -> int | float:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        value: int | float = node.value
+        value: int | float = node.value  # type: ignore[assignment]  # checked just above
     elif isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
         value = _OPERATORS[type(node.op)](_evaluate(node.operand))
     elif isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:

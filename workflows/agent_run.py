@@ -153,7 +153,7 @@ class AgentRunWorkflow:
                 is_error=True,
             )
         try:
-            return await workflow.execute_activity(
+            result: ToolResult = await workflow.execute_activity(
                 CALL_TOOL,
                 ToolCallInput(call=call, workflow_id=workflow.info().workflow_id),
                 result_type=ToolResult,
@@ -171,6 +171,7 @@ class AgentRunWorkflow:
                 content=f"tool {call.name} failed: {reason}",
                 is_error=True,
             )
+        return result
 
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await workflow.wait_condition(workflow.all_handlers_finished)

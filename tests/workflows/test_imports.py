@@ -1,0 +1,28 @@
+"""Workflow modules stay cheap to import: the sandbox re-imports them for every run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+# Anything an activity needs (provider SDKs, HTTP clients, tool implementations) must not be
+# pulled in by a workflow module.
+FORBIDDEN = ("openai", "anthropic", "httpx", "httpx2", "providers", "tools", "activities")
+
+
+def test_workflow_module_imports_only_temporalio_stdlib_and_schemas() -> None:
+    code = (
+        "import sys, json; import workflows.agent_run; "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+    )
+
+    assert not [name for name in FORBIDDEN if name in loaded]
+    assert {"temporalio", "schemas", "pydantic"} <= set(loaded)
