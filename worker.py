@@ -9,6 +9,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
+from datetime import timedelta
 
 import anthropic
 import openai
@@ -25,6 +26,10 @@ from tools import ToolRegistry, ToolSpec, demo_tools
 from workflows.agent_run import AgentRunWorkflow
 
 log = logging.getLogger("waitstate.worker")
+
+# On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
+# (and retried by another worker); `scripts/services.py down` waits longer than this.
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 
 # OpenAI-compatible servers (vLLM, Ollama) usually ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "not-needed"
@@ -78,6 +83,7 @@ def build_worker(
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
 

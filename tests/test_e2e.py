@@ -29,6 +29,7 @@ def _free_port() -> int:
 
 class Services:
     def __init__(self, state: Path) -> None:
+        self.state = state
         self.port, self.ui_port = _free_port(), _free_port()
         self.env = {
             k: v
@@ -186,6 +187,8 @@ def test_up_is_idempotent_and_a_restart_loses_nothing(services: Services) -> Non
     assert "server already running" in again.stdout and "worker already running" in again.stdout
 
     assert services.services("down").returncode == 0
+    worker_log = (services.state / "worker.log").read_text()
+    assert worker_log.rstrip().endswith("waitstate.worker: stopped"), "SIGTERM stops it cleanly"
     assert services.services("up").returncode == 0
     status = services.starter("status", "e2e-durable", "--json")
 
