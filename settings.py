@@ -36,6 +36,13 @@ class Settings:
     anthropic_base_url: str | None = None
     max_cached_workflows: int = 100
     state_dir: Path = Path(".temporal")
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8787
+    gateway_url: str = "http://127.0.0.1:8787"
+    # Resume-token keys: key id -> secret. Several are accepted; `token_signing_key` signs.
+    token_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    token_signing_key: str | None = None
+    demo_systems_url: str = "http://127.0.0.1:8790"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -52,6 +59,8 @@ class Settings:
         else:
             default_model = "scripted:demo"
         ui_port = env.get("TEMPORAL_UI_PORT", "8233")
+        gateway_port = int(env.get("GATEWAY_PORT", "8787"))
+        keys = parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
         return cls(
             temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS),
             namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
@@ -64,12 +73,35 @@ class Settings:
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             max_cached_workflows=int(env.get("WAITSTATE_MAX_CACHED_WORKFLOWS", "100")),
             state_dir=Path(env.get("WAITSTATE_STATE_DIR", ".temporal")),
+            gateway_host=env.get("GATEWAY_HOST", "127.0.0.1"),
+            gateway_port=gateway_port,
+            gateway_url=env.get("GATEWAY_URL", f"http://127.0.0.1:{gateway_port}").rstrip("/"),
+            token_keys=keys,
+            token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
+            demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
         )
 
     def run_url(self, workflow_id: str, run_id: str | None = None) -> str:
         """The Web UI page of a run."""
         url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
         return f"{url}/{run_id}/history" if run_id else url
+
+
+def parse_token_keys(value: str) -> dict[str, str]:
+    """Parse `kid:secret,kid2:secret2` (the first is the default signing key).
+
+    Raises:
+        ValueError: an entry is not `kid:secret`, or a secret is shorter than 32 characters.
+    """
+    keys: dict[str, str] = {}
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        key_id, sep, secret = entry.partition(":")
+        if not sep or not key_id or not secret:
+            raise ValueError("WAITSTATE_TOKEN_KEYS entries must be kid:secret")
+        if len(secret) < 32:
+            raise ValueError(f"token key {key_id!r} is too short: use at least 32 characters")
+        keys[key_id] = secret
+    return keys
 
 
 async def connect(settings: Settings | None = None) -> Client:

@@ -12,3 +12,12 @@ TOOL_FAILED = "ToolFailed"
 RUN_INPUT_INVALID = "RunInputInvalid"
 # The run ended in failure (its model could not be called); the message says why.
 RUN_FAILED = "RunFailed"
+
+# Completions refused by the run's Update validator (nothing is written to history).
+OPERATION_UNKNOWN = "OperationUnknown"  # no such operation in this run -> HTTP 404
+OPERATION_NONCE_MISMATCH = "OperationNonceMismatch"  # token not issued for it -> HTTP 401
+OPERATION_RESOLVED = "OperationResolved"  # it already succeeded or failed -> HTTP 409
+# A poll found the job still running: the retry policy is the poller for long intervals.
+OPERATION_STILL_RUNNING = "OperationStillRunning"
+# A long tool's backend could not be reached or answered 5xx: retried.
+OPERATION_BACKEND_UNAVAILABLE = "OperationBackendUnavailable"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from schemas.messages import Message, ToolCall, Usage
+from schemas.operations import OperationStarted
 
 RunStatus = Literal["running", "waiting", "completed", "failed", "cancelled", "max_turns"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "max_turns"})
@@ -84,6 +85,9 @@ class ToolCallInput(BaseModel):
 
     call: ToolCall
     workflow_id: str = Field(description="Identifies the run, e.g. for idempotency keys.")
+    operation_id: str = Field(description="The operation's id, should the tool be a long one.")
+    started_at: datetime = Field(description="workflow.now() at the call: expiries count from it.")
+    in_flight: int = Field(default=0, description="This run's pending operations of this tool.")
 
 
 class ToolResult(BaseModel):
@@ -93,6 +97,9 @@ class ToolResult(BaseModel):
     name: str
     content: str
     is_error: bool = False
+    operation: OperationStarted | None = Field(
+        default=None, description="Set when a long tool started a job instead of answering."
+    )
 
 
 # Activity names, shared so workflows can call activities without importing their modules

@@ -1,6 +1,25 @@
 """Tool declarations and implementations."""
 
 from tools.demo import demo_tools
-from tools.spec import ToolError, ToolKind, ToolRegistry, ToolSpec
+from tools.spec import (
+    Job,
+    LongSpec,
+    LongTool,
+    StartContext,
+    ToolError,
+    ToolKind,
+    ToolRegistry,
+    ToolSpec,
+)
 
-__all__ = ["ToolError", "ToolKind", "ToolRegistry", "ToolSpec", "demo_tools"]
+__all__ = [
+    "Job",
+    "LongSpec",
+    "LongTool",
+    "StartContext",
+    "ToolError",
+    "ToolKind",
+    "ToolRegistry",
+    "ToolSpec",
+    "demo_tools",
+]

@@ -5,18 +5,92 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from datetime import timedelta
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from schemas import ToolCall, ToolDefinition, ToolResult
+from schemas.operations import Completion, CompletionMode, ResultMode
 
-ToolKind = Literal["sync", "long", "approval"]
+ToolKind = Literal["sync", "long", "builtin"]
 Handler = Callable[[Any], Awaitable[Any]]
 
 
 class ToolError(Exception):
     """A failure the model should read and may correct (bad input, nothing found...)."""
+
+
+@dataclass(frozen=True)
+class StartContext:
+    """What a long tool's start needs besides its arguments.
+
+    Attributes:
+        idempotency_key: Send it to the external system (e.g. an `Idempotency-Key` header), so
+            a retried start returns the job already created instead of creating another.
+        operation_id: The run's id for the operation.
+        callback_url: For `callback` completion: where the external system POSTs the result.
+        callback_token: For `callback` completion: the bearer token it must send. A secret:
+            never log it, never return it.
+    """
+
+    idempotency_key: str
+    operation_id: str
+    callback_url: str | None = None
+    callback_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """An external job a long tool started."""
+
+    job_id: str
+    eta_seconds: int | None = None
+
+
+class LongTool(Protocol):
+    """The external system behind a long tool."""
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        """Start the job (idempotently, by `context.idempotency_key`).
+
+        Raises:
+            ToolError: the system refused the job for a reason the model should read.
+        """
+        ...
+
+    async def status(self, job_id: str) -> Completion:
+        """The job's current state (used by `poll` completion)."""
+        ...
+
+    async def cancel(self, job_id: str) -> None:
+        """Ask the system to stop the job; cancelling a finished job is not an error."""
+        ...
+
+
+@dataclass(frozen=True)
+class LongSpec:
+    """How a long tool completes and how long the run waits for it.
+
+    Attributes:
+        backend: Starts, checks and cancels jobs.
+        completion: `callback` (the system calls the gateway) or `poll` (a heartbeating
+            activity checks `backend.status` every `poll_interval`).
+        mode: `await`: the model gets the result as the tool's return value when it arrives;
+            `handle`: the model gets a handle at once and may do other work meanwhile.
+        timeout: After this the job is cancelled and the operation is `expired`.
+        poll_interval: Time between status checks (`poll` completion).
+        max_in_flight: Pending operations of this tool one run may have at once.
+        eta: A hint for the model of how long the job usually takes.
+    """
+
+    backend: LongTool
+    completion: CompletionMode = "callback"
+    mode: ResultMode = "await"
+    timeout: timedelta = timedelta(hours=1)
+    poll_interval: timedelta = timedelta(seconds=5)
+    max_in_flight: int | None = None
+    eta: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -27,15 +101,24 @@ class ToolSpec:
         name: The name the model calls it by.
         description: What the model reads to decide when to call it.
         args: Pydantic model of the arguments; its JSON schema is what the model sees.
-        handler: Async function taking a validated `args` instance.
-        kind: `sync` returns its result; `long` and `approval` complete later.
+        handler: Async function taking a validated `args` instance (sync tools).
+        long: Set for a long tool: its job completes later, by callback or poll.
+        builtin: Answered by the workflow from its own state (no activity).
     """
 
     name: str
     description: str
     args: type[BaseModel]
-    handler: Handler
-    kind: ToolKind = "sync"
+    handler: Handler | None = None
+    long: LongSpec | None = None
+    builtin: bool = False
+
+    @property
+    def kind(self) -> ToolKind:
+        """`sync`, `long` or `builtin`."""
+        if self.builtin:
+            return "builtin"
+        return "long" if self.long is not None else "sync"
 
     def definition(self) -> ToolDefinition:
         """The tool as the model sees it."""
@@ -52,6 +135,8 @@ class ToolRegistry:
         for spec in specs:
             if spec.name in self._specs:
                 raise ValueError(f"tool {spec.name!r} is declared twice")
+            if spec.handler is None and spec.long is None and not spec.builtin:
+                raise ValueError(f"tool {spec.name!r} has neither a handler nor a long backend")
             self._specs[spec.name] = spec
 
     def names(self) -> list[str]:
@@ -76,31 +161,43 @@ class ToolRegistry:
             raise KeyError(f"unknown tools: {', '.join(missing)}; known: {', '.join(self.names())}")
         return [self._specs[name].definition() for name in names]
 
+    def parse(self, call: ToolCall) -> tuple[ToolSpec, BaseModel] | ToolResult:
+        """The tool and its validated arguments, or an error result the model can act on."""
+        spec = self._specs.get(call.name)
+        if spec is None:
+            return error_result(
+                call, f"unknown tool {call.name!r}; available: {', '.join(self.names())}"
+            )
+        try:
+            raw = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as err:
+            return error_result(call, f"arguments are not valid JSON ({err.msg}); send a JSON object")
+        try:
+            return spec, spec.args.model_validate(raw)
+        except ValidationError as err:
+            return error_result(call, f"invalid arguments for {call.name}: {_describe(err)}")
+
     async def run(self, call: ToolCall) -> ToolResult:
-        """Validate a call's arguments and run it.
+        """Validate a sync tool call's arguments and run it.
 
         Wrong arguments, unknown names and `ToolError`s come back as an error result the model
         can act on; any other exception propagates, so the caller's retry policy applies.
         """
-        spec = self._specs.get(call.name)
-        if spec is None:
-            return _error(call, f"unknown tool {call.name!r}; available: {', '.join(self.names())}")
-        try:
-            raw = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as err:
-            return _error(call, f"arguments are not valid JSON ({err.msg}); send a JSON object")
-        try:
-            args = spec.args.model_validate(raw)
-        except ValidationError as err:
-            return _error(call, f"invalid arguments for {call.name}: {_describe(err)}")
+        parsed = self.parse(call)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        spec, args = parsed
+        if spec.handler is None:
+            return error_result(call, f"{call.name} is not a tool that answers at once")
         try:
             output = await spec.handler(args)
         except ToolError as err:
-            return _error(call, str(err))
-        return ToolResult(tool_call_id=call.id, name=call.name, content=_to_text(output))
+            return error_result(call, str(err))
+        return ToolResult(tool_call_id=call.id, name=call.name, content=to_text(output))
 
 
-def _error(call: ToolCall, message: str) -> ToolResult:
+def error_result(call: ToolCall, message: str) -> ToolResult:
+    """A tool error the model reads as the call's result."""
     return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
 
 
@@ -113,7 +210,8 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _to_text(output: Any) -> str:
+def to_text(output: Any) -> str:
+    """A tool's output as the text the model reads: strings as they are, the rest as JSON."""
     if isinstance(output, str):
         return output
     if isinstance(output, BaseModel):

@@ -1,0 +1,157 @@
+"""Long-running operations: what the workflow keeps, what the gateway and activities exchange."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+OperationStatus = Literal["running", "input_required", "succeeded", "failed", "expired", "cancelled"]
+# Terminal statuses are absorbing: once reached, an operation never changes again.
+TERMINAL_OPERATION_STATUSES: frozenset[str] = frozenset(
+    {"succeeded", "failed", "expired", "cancelled"}
+)
+CompletionMode = Literal["callback", "poll"]
+ResultMode = Literal["await", "handle"]
+
+# Built-in tools, answered by the workflow from its own state.
+GET_OPERATION_STATUS = "get_operation_status"
+WAIT_FOR_OPERATIONS = "wait_for_operations"
+BUILTIN_TOOLS = (GET_OPERATION_STATUS, WAIT_FOR_OPERATIONS)
+
+
+class OperationError(BaseModel):
+    """Why an operation failed, in terms the model can act on."""
+
+    code: str = Field(min_length=1, max_length=200)
+    message: str = Field(max_length=10_000)
+    retryable: bool = False
+
+
+class Completion(BaseModel):
+    """An external system's report on a job: the webhook body, and what a poll returns.
+
+    `running` and `input_required` are progress reports; the others end the operation.
+    """
+
+    status: Literal["running", "input_required", "succeeded", "failed"]
+    result: Any = None
+    result_ref: str | None = Field(default=None, max_length=2000)
+    error: OperationError | None = None
+    progress: str | None = Field(default=None, max_length=500, description="e.g. '40%'")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Completion:
+        if self.status == "failed" and self.error is None:
+            raise ValueError("a failed completion needs an error {code, message, retryable}")
+        if self.status != "failed" and self.error is not None:
+            raise ValueError("only a failed completion carries an error")
+        if self.result is not None and self.result_ref is not None:
+            raise ValueError("send result or result_ref, not both")
+        return self
+
+
+class CompleteOperation(BaseModel):
+    """The Update (or Signal) a gateway sends to the run that owns the operation."""
+
+    operation_id: str
+    nonce: str = Field(description="From the verified resume token; the workflow has its hash.")
+    delivery_id: str = Field(description="Unique per HTTP request, to tell duplicates apart.")
+    completion: Completion
+
+
+class CompletionOutcome(BaseModel):
+    """What the run did with a completion."""
+
+    applied: bool
+    status: OperationStatus
+    delivery_id: str
+    reason: str = ""
+
+
+class Operation(BaseModel):
+    """A long tool's job, as the run tracks it."""
+
+    operation_id: str
+    tool: str
+    tool_call_id: str
+    turn: int
+    completion: CompletionMode
+    mode: ResultMode
+    job_id: str
+    status: OperationStatus = "running"
+    started_at: datetime
+    expires_at: datetime
+    eta_seconds: int | None = None
+    poll_interval_seconds: float = 5.0
+    nonce_hash: str | None = None
+    progress: str | None = None
+    result: Any = None
+    result_ref: str | None = None
+    error: OperationError | None = None
+    resolved_at: datetime | None = None
+    reported: bool = Field(default=False, description="The model has been told the outcome.")
+    late_completions: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        """The operation has ended and never changes again."""
+        return self.status in TERMINAL_OPERATION_STATUSES
+
+    def handle(self) -> dict[str, Any]:
+        """What the model sees while the operation runs."""
+        return {
+            "operation_id": self.operation_id,
+            "tool": self.tool,
+            "status": self.status,
+            "eta_seconds": self.eta_seconds,
+            "check_with": GET_OPERATION_STATUS,
+        }
+
+    def outcome(self) -> dict[str, Any]:
+        """What the model sees once the operation changed state."""
+        body: dict[str, Any] = {
+            "operation_id": self.operation_id,
+            "tool": self.tool,
+            "status": self.status,
+        }
+        if self.progress:
+            body["progress"] = self.progress
+        if self.result is not None:
+            body["result"] = self.result
+        if self.result_ref is not None:
+            body["result_ref"] = self.result_ref
+        if self.error is not None:
+            body["error"] = self.error.model_dump()
+        return body
+
+
+class OperationStarted(BaseModel):
+    """A long tool's start activity accepted the job: how the run should wait for it."""
+
+    job_id: str
+    completion: CompletionMode
+    mode: ResultMode
+    expires_at: datetime
+    eta_seconds: int | None = None
+    poll_interval_seconds: float = 5.0
+    nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
+
+
+class PollOperationInput(BaseModel):
+    """Input of the `poll_operation` activity."""
+
+    operation_id: str
+    tool: str
+    job_id: str
+    poll_interval_seconds: float
+
+
+class CancelOperationInput(BaseModel):
+    """Input of the `cancel_operation` activity."""
+
+    operation_id: str
+    tool: str
+    job_id: str
+    reason: Literal["expired", "cancelled"]
