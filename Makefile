@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install the project with its dev tools
 
-up: $(STAMP)  ## start the Temporal dev server (Web UI on :8233) and a worker, in the background
+up: $(STAMP)  ## start Temporal (Web UI :8233), demo systems, worker and gateway, in the background
 	$(PY) scripts/services.py up
 
 down:  ## stop what `make up` started
@@ -23,7 +23,7 @@ status:
 	$(PY) scripts/services.py status
 
 demo: up  ## run the demo agent to completion and print its answer and Web UI link
-	$(PY) starter.py run "What is 1234 * 5678, what time is it, and how many words are in this task?" --wait
+	$(PY) starter.py run "Export Q3 transactions and file them in the compliance folder" --wait
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest

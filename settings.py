@@ -5,10 +5,13 @@ Run behaviour (model, tools, max turns, timeouts) travels in each run's input, n
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -116,3 +119,16 @@ async def connect(settings: Settings | None = None) -> Client:
     config.setdefault("target_host", settings.temporal_address)
     config.setdefault("namespace", settings.namespace)
     return await Client.connect(**config, data_converter=pydantic_data_converter)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a process that used a Temporal client, skipping interpreter teardown.
+
+    The SDK's Rust threads can outlive the event loop and abort the interpreter during
+    finalization (temporalio/sdk-python#300), turning a clean exit into 134 or a SIGSEGV.
+    Logs and standard streams are flushed first, so nothing written is lost.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

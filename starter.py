@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -41,8 +40,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from providers.base import parse_model_spec
 from providers.scripted import SCRIPTS
 from schemas import RunInput, RunResult, RunState, Step
-from settings import Settings, connect
-from tools import demo_tools
+from settings import Settings, connect, exit_process
+from tools.catalog import TOOL_NAMES
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS
 
@@ -70,12 +69,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = err.code
     except KeyboardInterrupt:
         code = 130
-    # Skip interpreter teardown: the SDK's Rust threads can outlive the event loop and abort
-    # a short-lived client process during finalization (temporalio/sdk-python#300), turning a
-    # successful command into exit 134. Everything worth keeping is flushed first.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_process(code)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -213,7 +207,7 @@ def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         )
     if provider == "scripted" and name not in SCRIPTS:
         raise CliError(f"no script named {name!r}; scripts: {', '.join(sorted(SCRIPTS))}", 2)
-    known = [spec.name for spec in demo_tools()]
+    known = list(TOOL_NAMES)
     tools = args.tools or known
     if unknown := [tool for tool in tools if tool not in known]:
         raise CliError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}", 2)

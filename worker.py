@@ -12,17 +12,20 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 import anthropic
+import httpx
 import openai
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import ModelActivities, ToolActivities
+from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
 from providers.anthropic import AnthropicProvider
 from providers.openai import OpenAIProvider
 from providers.scripted import ScriptedProvider
-from settings import Settings, connect
-from tools import ToolRegistry, ToolSpec, demo_tools
+from settings import Settings, connect, exit_process
+from tools import ToolRegistry, ToolSpec, builtin_tools
+from tools.catalog import all_tools
 from workflows.agent_run import AgentRunWorkflow
 
 log = logging.getLogger("waitstate.worker")
@@ -63,23 +66,37 @@ def build_providers(settings: Settings) -> Providers:
     )
 
 
+def build_tokens(settings: Settings) -> ResumeTokens | None:
+    """Resume-token keys, if configured (callback tools need them)."""
+    if not settings.token_keys or settings.token_signing_key is None:
+        log.warning("WAITSTATE_TOKEN_KEYS is not set: tools completed by callback cannot start")
+        return None
+    return ResumeTokens(settings.token_keys, settings.token_signing_key)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     providers: Providers,
+    tools: Sequence[ToolSpec],
     *,
-    tools: Sequence[ToolSpec] | None = None,
+    tokens: ResumeTokens | None = None,
     task_queue: str | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts)."""
-    registry = ToolRegistry(demo_tools() if tools is None else tools)
+    registry = ToolRegistry([*tools, *builtin_tools()])
     model = ModelActivities(providers, registry)
-    tool = ToolActivities(registry)
+    tool = ToolActivities(registry, tokens, settings.gateway_url)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[AgentRunWorkflow],
-        activities=[model.call_model, tool.call_tool],
+        activities=[
+            model.call_model,
+            tool.call_tool,
+            tool.poll_operation,
+            tool.cancel_operation,
+        ],
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
@@ -95,7 +112,11 @@ async def main() -> None:
     settings = Settings.from_env()
     client = await connect(settings)
     providers = build_providers(settings)
-    worker = build_worker(client, settings, providers)
+    # One connection pool for every tool that calls an external system.
+    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
+    worker = build_worker(
+        client, settings, providers, all_tools(http, settings), tokens=build_tokens(settings)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -110,8 +131,10 @@ async def main() -> None:
         await stop.wait()
         log.info("shutting down")
     await providers.aclose()
+    await http.aclose()
     log.info("stopped")
 
 
 if __name__ == "__main__":
     asyncio.run(main())
+    exit_process(0)

@@ -1,25 +1,173 @@
-"""The tool-call activity: runs a registered tool."""
+"""Tool activities: run a sync tool, start a long tool's job, poll it, cancel it."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from schemas import ToolCallInput, ToolResult
-from schemas.run import CALL_TOOL
-from tools import ToolRegistry
+from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from schemas.operations import (
+    CancelOperationInput,
+    Completion,
+    OperationError,
+    OperationStarted,
+    PollOperationInput,
+)
+from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
+from tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
+from tools.spec import error_result
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gateway.tokens import ResumeTokens
+
+_TERMINAL = ("succeeded", "failed")
 
 
 class ToolActivities:
-    """Tool calls, given the worker's tool registry."""
+    """Tool calls, given the worker's tools, resume-token keys and gateway address."""
 
-    def __init__(self, tools: ToolRegistry) -> None:
+    def __init__(
+        self, tools: ToolRegistry, tokens: ResumeTokens | None = None, gateway_url: str = ""
+    ) -> None:
         self._tools = tools
+        self._tokens = tokens
+        self._gateway_url = gateway_url.rstrip("/")
 
     @activity.defn(name=CALL_TOOL)
     async def call_tool(self, input: ToolCallInput) -> ToolResult:
-        """Run one tool call.
+        """Run one tool call, or start a long tool's job and say how to wait for it.
 
         Bad arguments come back as an error result for the model to correct; an unexpected
         exception propagates so the workflow's retry policy applies.
         """
-        return await self._tools.run(input.call)
+        parsed = self._tools.parse(input.call)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        spec, args = parsed
+        if spec.long is None:
+            return await self._tools.run(input.call)
+        return await self._start(spec, spec.long, args, input)
+
+    async def _start(
+        self, spec: ToolSpec, long: LongSpec, args: BaseModel, input: ToolCallInput
+    ) -> ToolResult:
+        call = input.call
+        if long.max_in_flight is not None and input.in_flight >= long.max_in_flight:
+            return error_result(
+                call,
+                f"{spec.name} already has {input.in_flight} operations running (limit "
+                f"{long.max_in_flight}); wait for one to finish (wait_for_operations) and retry",
+            )
+        if input.run_in_flight >= input.run_max_in_flight:
+            return error_result(
+                call,
+                f"this run already has {input.run_in_flight} operations running (limit "
+                f"{input.run_max_in_flight}); wait for one to finish (wait_for_operations)",
+            )
+        # Deterministic from the call, so a retried attempt asks for the same expiry and
+        # mints the same token the external system may already hold.
+        expires_at = input.started_at + long.timeout
+        context = StartContext(
+            idempotency_key=f"{input.workflow_id}/{call.id}", operation_id=input.operation_id
+        )
+        nonce_hash = None
+        if long.completion == "callback":
+            if self._tokens is None or not self._gateway_url:
+                raise ApplicationError(
+                    "callback tools need WAITSTATE_TOKEN_KEYS and GATEWAY_URL on the worker",
+                    type=RUN_INPUT_INVALID,
+                    non_retryable=True,
+                )
+            minted = self._tokens.mint(input.workflow_id, input.operation_id, expires_at)
+            nonce_hash = minted.nonce_hash
+            context = StartContext(
+                idempotency_key=context.idempotency_key,
+                operation_id=input.operation_id,
+                callback_url=f"{self._gateway_url}/v1/operations/{input.operation_id}/complete",
+                callback_token=minted.token,
+            )
+        try:
+            job = await long.backend.start(args, context)
+        except ToolError as err:
+            return error_result(call, str(err))
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content="",
+            operation=OperationStarted(
+                job_id=job.job_id,
+                completion=long.completion,
+                mode=long.mode,
+                expires_at=expires_at,
+                eta_seconds=job.eta_seconds if job.eta_seconds is not None else _seconds(long.eta),
+                poll_interval_seconds=long.poll_interval.total_seconds(),
+                nonce_hash=nonce_hash,
+            ),
+        )
+
+    @activity.defn(name=POLL_OPERATION)
+    async def poll_operation(self, input: PollOperationInput) -> Completion:
+        """Check a job's status until it ends, heartbeating each check.
+
+        With an interval of a minute or more this makes one check per attempt and raises a
+        retryable error while the job runs: the retry policy is the poller, and no worker
+        slot is held between checks. A worker that takes over after a crash resumes counting
+        from the last heartbeat; the job itself is never restarted.
+        """
+        long = self._long(input.tool)
+        details = activity.info().heartbeat_details
+        polls = int(details[0]) if details else 0
+        interval = input.poll_interval_seconds
+        while True:
+            polls += 1
+            try:
+                status = await long.backend.status(input.job_id)
+            except ToolError as err:
+                # The system says the job does not exist (any more): that is its outcome.
+                return Completion(
+                    status="failed",
+                    error=OperationError(code="job_unknown", message=str(err), retryable=False),
+                )
+            except Exception as err:
+                # Transient (unreachable, 5xx): keep checking and heartbeating; the
+                # operation's expiry, not an outage, decides when to give up.
+                activity.logger.warning("status check of %s failed: %s", input.job_id, err)
+                status = None
+            if status is not None and status.status in _TERMINAL:
+                return status
+            progress = status.progress if status else None
+            activity.heartbeat(polls, status.status if status else "unknown", progress)
+            if interval >= 60:
+                raise ApplicationError(
+                    f"{input.job_id} still running ({progress or 'no progress reported'})",
+                    type=OPERATION_STILL_RUNNING,
+                    next_retry_delay=timedelta(seconds=interval),
+                )
+            await asyncio.sleep(interval)
+
+    @activity.defn(name=CANCEL_OPERATION)
+    async def cancel_operation(self, input: CancelOperationInput) -> None:
+        """Ask the external system to stop a job that expired or whose run was cancelled."""
+        activity.logger.info("cancelling %s (%s): %s", input.job_id, input.tool, input.reason)
+        await self._long(input.tool).backend.cancel(input.job_id)
+
+    def _long(self, name: str) -> LongSpec:
+        spec = self._tools.get(name)
+        if spec is None or spec.long is None:
+            raise ApplicationError(
+                f"{name} is not a long tool on this worker",
+                type=RUN_INPUT_INVALID,
+                non_retryable=True,
+            )
+        return spec.long
+
+
+def _seconds(value: timedelta | None) -> int | None:
+    return int(value.total_seconds()) if value is not None else None

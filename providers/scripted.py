@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from providers.base import UnknownModelError
 from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
@@ -81,7 +82,7 @@ def _task(messages: Sequence[Message]) -> str:
     return next((m.content for m in messages if m.role == "user"), "")
 
 
-def _calls(turn: int, *calls: tuple[str, dict[str, str]]) -> Message:
+def _calls(turn: int, *calls: tuple[str, dict[str, Any]]) -> Message:
     return Message(
         role="assistant",
         tool_calls=[
@@ -100,11 +101,62 @@ def _results(messages: Sequence[Message]) -> dict[str, Message]:
     return {m.name or "": m for m in messages if m.role == "tool"}
 
 
+_EXPORT_TASK = re.compile(r"\b(export|extract|dump)\b", re.IGNORECASE)
+_DATASET = re.compile(r"\b(transactions|orders|invoices|payments|customers|refunds)\b", re.I)
+_QUARTER = re.compile(r"\bQ([1-4])\b(?:\s*(?:of\s+)?(\d{4}))?", re.IGNORECASE)
+_FOLDER = re.compile(r"\b([\w-]+)\s+folder\b", re.IGNORECASE)
+
+
+def _outcome(messages: Sequence[Message], tool: str) -> dict[str, Any] | None:
+    """The latest result of `tool` as JSON, if it was called and answered with JSON."""
+    found = _results(messages).get(tool)
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.content)
+    except json.JSONDecodeError:
+        return {"error": found.content}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
+    """Export a dataset (a long tool: the run waits for its webhook), verify the row count,
+    file it in a folder, notify the team, answer."""
+    dataset = m.group(1).lower() if (m := _DATASET.search(task)) else "transactions"
+    quarter = _QUARTER.search(task)
+    period = f"{quarter.group(2) or '2025'}-Q{quarter.group(1)}" if quarter else "2025-Q3"
+    folder = m.group(1).lower() if (m := _FOLDER.search(task)) else "compliance"
+    export = _outcome(messages, "start_export")
+    if export is None:
+        return _calls(turn, ("start_export", {"dataset": dataset, "period": period}))
+    if export.get("status") != "succeeded":
+        reason = export.get("error") or export
+        return _answer(f"The {dataset} export for {period} did not finish: {json.dumps(reason)}.")
+    result = export.get("result") or {}
+    file, rows = str(result.get("file", "")), int(result.get("rows", 0))
+    if _outcome(messages, "verify_row_count") is None:
+        return _calls(turn, ("verify_row_count", {"file": file, "expected_rows": rows}))
+    upload = _outcome(messages, "upload_file")
+    if upload is None:
+        return _calls(turn, ("upload_file", {"file": file, "folder": folder}))
+    path = str(upload.get("path", f"{folder}/{file}"))
+    if _outcome(messages, "notify_team") is None:
+        message = f"{dataset.capitalize()} export for {period} ({rows} rows) is filed at {path}."
+        return _calls(turn, ("notify_team", {"team": folder, "message": message}))
+    return _answer(
+        f"Exported {rows} {dataset} rows for {period}, verified the row count, filed them at "
+        f"{path} and notified the {folder} team."
+    )
+
+
 def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-    """The demo: two tools at once, then a third, then an answer built from their results."""
+    """The demo. An export task (any wording with export/extract/dump) runs the export
+    scenario; anything else calls two tools at once, then a third, then answers."""
     offered = {t.name for t in tools}
     task = _task(messages)
     turn = _turn(messages)
+    if _EXPORT_TASK.search(task) and "start_export" in offered:
+        return _export(messages, task, turn)
     if turn == 0:
         match = _ARITHMETIC.search(task)
         expression = match.group(0).strip() if match else "6 * 7"
@@ -159,6 +211,27 @@ def fan_out(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mes
     return _answer(f"squares {', '.join(results)}")
 
 
+def two_exports(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Starts two exports in one turn, then reports what became of them."""
+    turn = _turn(messages)
+    if turn == 0:
+        return _calls(
+            turn,
+            ("start_export", {"dataset": "transactions", "period": "2025-Q2"}),
+            ("start_export", {"dataset": "transactions", "period": "2025-Q3"}),
+        )
+    outcomes = [m.content for m in messages if m.role == "tool"]
+    return _answer(f"exports: {'; '.join(outcomes)}")
+
+
+def enrich(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Runs the enrichment pipeline (a polled long tool), then reports its outcome."""
+    turn = _turn(messages)
+    if turn == 0:
+        return _calls(turn, ("enrich_dataset", {"dataset": "transactions"}))
+    return _answer(f"enrichment: {messages[-1].content}")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -166,4 +239,6 @@ SCRIPTS: dict[str, Script] = {
     "fix-args": fix_args,
     "unknown-tool": unknown_tool,
     "fan-out": fan_out,
+    "two-exports": two_exports,
+    "enrich": enrich,
 }

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-OperationStatus = Literal["running", "input_required", "succeeded", "failed", "expired", "cancelled"]
+OperationStatus = Literal[
+    "running", "input_required", "succeeded", "failed", "expired", "cancelled"
+]
 # Terminal statuses are absorbing: once reached, an operation never changes again.
 TERMINAL_OPERATION_STATUSES: frozenset[str] = frozenset(
     {"succeeded", "failed", "expired", "cancelled"}
@@ -91,8 +93,10 @@ class Operation(BaseModel):
     result_ref: str | None = None
     error: OperationError | None = None
     resolved_at: datetime | None = None
-    reported: bool = Field(default=False, description="The model has been told the outcome.")
-    late_completions: int = 0
+    reported_status: OperationStatus | None = Field(
+        default=None, description="The status the model was last told of."
+    )
+    late_completions: int = Field(default=0, description="Completions refused after it ended.")
 
     @property
     def terminal(self) -> bool:
@@ -137,6 +141,24 @@ class OperationStarted(BaseModel):
     eta_seconds: int | None = None
     poll_interval_seconds: float = 5.0
     nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
+
+
+class WaitForOperationsArgs(BaseModel):
+    """Arguments of the built-in `wait_for_operations` tool."""
+
+    operation_ids: list[str] = Field(
+        default_factory=list,
+        description="Operations to wait for; empty means every pending operation.",
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, description="Stop waiting after this long, even if some still run."
+    )
+
+
+class GetOperationStatusArgs(BaseModel):
+    """Arguments of the built-in `get_operation_status` tool."""
+
+    operation_id: str = Field(description="The operation_id a long tool returned.")
 
 
 class PollOperationInput(BaseModel):

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from schemas.messages import Message, ToolCall, Usage
-from schemas.operations import OperationStarted
+from schemas.operations import Operation, OperationStarted
 
 RunStatus = Literal["running", "waiting", "completed", "failed", "cancelled", "max_turns"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "max_turns"})
@@ -32,13 +32,14 @@ class RunInput(BaseModel):
     max_turns: int = Field(default=12, ge=1, description="Model calls before the run stops.")
     model_timeout: timedelta = timedelta(seconds=120)
     tool_timeout: timedelta = timedelta(seconds=120)
+    max_in_flight: int = Field(default=8, ge=1, description="Pending operations a run may have.")
 
 
 class Step(BaseModel):
     """One line of a run's progress: a model turn or a tool call, as it happened."""
 
     turn: int
-    kind: Literal["model", "tool"]
+    kind: Literal["model", "tool", "event"]
     name: str = Field(description="The model spec, or the tool's name.")
     detail: str = Field(
         default="", description="A one-line preview: the answer, arguments, result."
@@ -56,6 +57,7 @@ class RunState(BaseModel):
     tool_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     steps: list[Step] = Field(default_factory=list)
+    operations: dict[str, Operation] = Field(default_factory=dict)
     final_output: str | None = None
     error: str | None = None
 
@@ -88,6 +90,8 @@ class ToolCallInput(BaseModel):
     operation_id: str = Field(description="The operation's id, should the tool be a long one.")
     started_at: datetime = Field(description="workflow.now() at the call: expiries count from it.")
     in_flight: int = Field(default=0, description="This run's pending operations of this tool.")
+    run_in_flight: int = Field(default=0, description="This run's pending operations, all tools.")
+    run_max_in_flight: int = Field(default=8, description="The run's limit of pending operations.")
 
 
 class ToolResult(BaseModel):
@@ -106,3 +110,5 @@ class ToolResult(BaseModel):
 # (which bring in provider SDKs the workflow sandbox would re-import on every run).
 CALL_MODEL = "call_model"
 CALL_TOOL = "call_tool"
+POLL_OPERATION = "poll_operation"
+CANCEL_OPERATION = "cancel_operation"

@@ -1,18 +1,21 @@
-"""Start and stop the embedded services: the Temporal dev server (with its Web UI) and a worker.
+"""Start and stop the embedded services: the Temporal dev server (with its Web UI), the demo
+external systems, a worker and the webhook gateway.
 
     python scripts/services.py up      # idempotent: starts only what is not running
     python scripts/services.py down    # stops what `up` started, by PID
     python scripts/services.py status
 
 Everything lives under WAITSTATE_STATE_DIR (default .temporal/): the SQLite database, the PID
-files and the logs. TEMPORAL_ADDRESS (default 127.0.0.1:7233) and TEMPORAL_UI_PORT (8233) choose
-the ports, so tests can run a second copy beside the user's.
+files, the logs and, unless WAITSTATE_TOKEN_KEYS is set, a generated resume-token key. Ports come
+from TEMPORAL_ADDRESS (127.0.0.1:7233), TEMPORAL_UI_PORT (8233), GATEWAY_PORT (8787) and
+DEMO_SYSTEMS_URL (http://127.0.0.1:8790), so tests can run a second copy beside the user's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -21,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCH_ATTRIBUTES = {
@@ -37,6 +41,7 @@ SERVER_TUNING = [
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=2000",
 ]  # fmt: skip
 START_TIMEOUT = 60.0
+SERVICES = ("server", "systems", "worker", "gateway")  # in start order
 
 
 def main() -> int:
@@ -49,14 +54,27 @@ def main() -> int:
     ui_port = int(os.environ.get("TEMPORAL_UI_PORT", "8233"))
     if args.action == "up":
         state.mkdir(parents=True, exist_ok=True)
+        env = _service_env(state, host, port)
         _server_up(state, host, port, ui_port)
-        _worker_up(state, host, port)
-        print(f"Temporal {host}:{port}, Web UI http://{host}:{ui_port}, state in {state}")
+        systems = urlparse(env["DEMO_SYSTEMS_URL"])
+        _python_up(
+            state,
+            "systems",
+            ["-m", "examples.systems", "--port", str(systems.port or 80)],
+            env,
+            "demo systems listening on",
+        )
+        _python_up(state, "worker", [str(ROOT / "worker.py")], env, "worker polling")
+        _python_up(state, "gateway", ["-m", "gateway"], env, "gateway listening on")
+        print(
+            f"Temporal {host}:{port}, Web UI http://{host}:{ui_port}, "
+            f"gateway {env['GATEWAY_URL']}, demo systems {env['DEMO_SYSTEMS_URL']}, state in {state}"
+        )
     elif args.action == "down":
-        for name in ("worker", "server"):
+        for name in SERVICES[::-1]:
             _stop(state, name)
     else:
-        for name in ("server", "worker"):
+        for name in SERVICES:
             pid = _running_pid(state, name)
             print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
     return 0
@@ -95,14 +113,33 @@ def _server_up(state: Path, host: str, port: int, ui_port: int) -> None:
     _wait(lambda: _port_open(host, port) and _port_open(host, ui_port), state, "server")
 
 
-def _worker_up(state: Path, host: str, port: int) -> None:
-    if _running_pid(state, "worker"):
-        print(f"worker already running (pid {_running_pid(state, 'worker')})")
-        return
+def _service_env(state: Path, host: str, port: int) -> dict[str, str]:
     env = {**os.environ, "TEMPORAL_ADDRESS": f"{host}:{port}", "PYTHONUNBUFFERED": "1"}
-    start = len(_log(state, "worker"))
-    _spawn(state, "worker", [sys.executable, str(ROOT / "worker.py")], env=env)
-    _wait(lambda: "worker polling" in _log(state, "worker")[start:], state, "worker")
+    gateway_port = env.setdefault("GATEWAY_PORT", "8787")
+    env.setdefault("GATEWAY_URL", f"http://127.0.0.1:{gateway_port}")
+    env.setdefault("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790")
+    if not env.get("WAITSTATE_TOKEN_KEYS"):
+        env["WAITSTATE_TOKEN_KEYS"] = _dev_token_key(state)
+    return env
+
+
+def _dev_token_key(state: Path) -> str:
+    """A random resume-token key for this machine, made once and kept (owner-only) with the
+    rest of the state, so tokens stay valid across restarts. Production sets its own."""
+    path = state / "resume-token.keys"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(f"dev:{secrets.token_urlsafe(32)}")
+    return path.read_text().strip()
+
+
+def _python_up(state: Path, name: str, args: list[str], env: dict[str, str], ready: str) -> None:
+    if pid := _running_pid(state, name):
+        print(f"{name} already running (pid {pid})")
+        return
+    start = len(_log(state, name))
+    _spawn(state, name, [sys.executable, *args], env=env)
+    _wait(lambda: ready in _log(state, name)[start:], state, name)
 
 
 def _spawn(state: Path, name: str, command: list[str], env: dict[str, str] | None = None) -> None:

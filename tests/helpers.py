@@ -10,8 +10,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from gateway.tokens import ResumeTokens
 from settings import Settings
-from tools import ToolSpec
+from tools import ToolSpec, demo_tools
 from worker import build_providers, build_worker
 
 
@@ -23,11 +24,19 @@ async def make_worker(
     tools: Sequence[ToolSpec] | None = None,
     max_cached_workflows: int = 100,
     settings: Settings | None = None,
+    tokens: ResumeTokens | None = None,
 ) -> AsyncIterator[Worker]:
     """The production worker wiring, running on a test's own task queue."""
     settings = settings or Settings(max_cached_workflows=max_cached_workflows)
     providers = build_providers(settings)
-    worker = build_worker(client, settings, providers, tools=tools, task_queue=task_queue)
+    worker = build_worker(
+        client,
+        settings,
+        providers,
+        demo_tools() if tools is None else tools,
+        tokens=tokens,
+        task_queue=task_queue,
+    )
     try:
         async with worker:
             yield worker

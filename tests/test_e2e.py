@@ -31,15 +31,25 @@ class Services:
     def __init__(self, state: Path) -> None:
         self.state = state
         self.port, self.ui_port = _free_port(), _free_port()
+        self.gateway_port, self.systems_port = _free_port(), _free_port()
         self.env = {
             k: v
             for k, v in os.environ.items()
-            if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "WAITSTATE_MODEL")
+            if k
+            not in (
+                "OPENAI_API_KEY",
+                "ANTHROPIC_API_KEY",
+                "WAITSTATE_MODEL",
+                "WAITSTATE_TOKEN_KEYS",
+                "GATEWAY_URL",
+            )
         }
         self.env.update(
             TEMPORAL_ADDRESS=f"127.0.0.1:{self.port}",
             TEMPORAL_UI_PORT=str(self.ui_port),
             WAITSTATE_STATE_DIR=str(state),
+            GATEWAY_PORT=str(self.gateway_port),
+            DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
             WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
         )
 
@@ -133,6 +143,20 @@ def test_wait_streams_each_step_then_the_answer_and_link(services: Services) -> 
     assert f"http://127.0.0.1:{services.ui_port}/namespaces/default/workflows/run-" in done.stdout
 
 
+def test_export_scenario_through_the_gateway(services: Services) -> None:
+    done = services.starter(
+        "run", "Export Q3 transactions and file them in the compliance folder", "--wait", "--json"
+    )
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert "filed them at compliance/" in result["final_output"]
+    assert result["turns"] == 5
+    health = urllib.request.urlopen(f"http://127.0.0.1:{services.gateway_port}/healthz", timeout=5)
+    assert json.load(health) == {"status": "ok"}
+
+
 def test_same_id_twice_is_one_run(services: Services) -> None:
     first = services.starter(
         "run", "echo me", "--id", "e2e-once", "--model", "scripted:echo", "--json"
@@ -184,7 +208,8 @@ def test_up_is_idempotent_and_a_restart_loses_nothing(services: Services) -> Non
 
     again = services.services("up")
     assert again.returncode == 0
-    assert "server already running" in again.stdout and "worker already running" in again.stdout
+    for name in ("server", "systems", "worker", "gateway"):
+        assert f"{name} already running" in again.stdout
 
     assert services.services("down").returncode == 0
     worker_log = (services.state / "worker.log").read_text()

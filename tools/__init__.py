@@ -1,5 +1,6 @@
 """Tool declarations and implementations."""
 
+from tools.builtin import builtin_tools
 from tools.demo import demo_tools
 from tools.spec import (
     Job,
@@ -21,5 +22,6 @@ __all__ = [
     "ToolKind",
     "ToolRegistry",
     "ToolSpec",
+    "builtin_tools",
     "demo_tools",
 ]

@@ -152,14 +152,19 @@ class ToolRegistry:
         return [name for name in names if name not in self._specs]
 
     def definitions(self, names: Sequence[str]) -> list[ToolDefinition]:
-        """Definitions of the named tools, in order.
+        """Definitions of the named tools, in order, followed by the built-in tools when any
+        of them is a long tool (a run with operations can check and wait for them).
 
         Raises:
             KeyError: a name is not registered.
         """
         if missing := self.unknown(names):
             raise KeyError(f"unknown tools: {', '.join(missing)}; known: {', '.join(self.names())}")
-        return [self._specs[name].definition() for name in names]
+        specs = [self._specs[name] for name in names]
+        if any(spec.long is not None for spec in specs):
+            listed = set(names)
+            specs += [s for s in self._specs.values() if s.builtin and s.name not in listed]
+        return [spec.definition() for spec in specs]
 
     def parse(self, call: ToolCall) -> tuple[ToolSpec, BaseModel] | ToolResult:
         """The tool and its validated arguments, or an error result the model can act on."""
@@ -171,7 +176,9 @@ class ToolRegistry:
         try:
             raw = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as err:
-            return error_result(call, f"arguments are not valid JSON ({err.msg}); send a JSON object")
+            return error_result(
+                call, f"arguments are not valid JSON ({err.msg}); send a JSON object"
+            )
         try:
             return spec, spec.args.model_validate(raw)
         except ValidationError as err:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import json
 from datetime import timedelta
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    is_cancelled_exception,
+)
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from schemas import (
@@ -26,10 +35,27 @@ with workflow.unsafe.imports_passed_through():
     from schemas.errors import (
         MODEL_REQUEST_REJECTED,
         MODEL_SPEC_INVALID,
+        OPERATION_NONCE_MISMATCH,
+        OPERATION_RESOLVED,
+        OPERATION_UNKNOWN,
         RUN_FAILED,
         RUN_INPUT_INVALID,
     )
-    from schemas.run import CALL_MODEL, CALL_TOOL
+    from schemas.operations import (
+        GET_OPERATION_STATUS,
+        WAIT_FOR_OPERATIONS,
+        CancelOperationInput,
+        CompleteOperation,
+        Completion,
+        CompletionOutcome,
+        GetOperationStatusArgs,
+        Operation,
+        OperationError,
+        OperationStarted,
+        PollOperationInput,
+        WaitForOperationsArgs,
+    )
+    from schemas.run import CALL_MODEL, CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
     from workflows.search_attributes import AGENT_STATUS
 
 # Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
@@ -42,24 +68,43 @@ MODEL_RETRY = RetryPolicy(
     non_retryable_error_types=[MODEL_REQUEST_REJECTED, MODEL_SPEC_INVALID, RUN_INPUT_INVALID],
 )
 # A sync tool that keeps failing is reported to the model, which can try something else.
+# A long tool's start is safe to retry: it carries an idempotency key.
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=3,
 )
+# Asking an external system to stop a job: worth insisting, but not forever.
+CANCEL_TIMEOUT = timedelta(seconds=30)
+CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+# Polls of a minute or more are one check per attempt, the retry policy being the poller, so
+# no worker slot is held in between; shorter ones loop inside one heartbeating activity.
+LONG_POLL_INTERVAL = timedelta(seconds=60)
+POLL_CHECK_TIMEOUT = timedelta(seconds=30)
 PREVIEW_CHARS = 160
 
 
 @workflow.defn
 class AgentRunWorkflow:
-    """Calls the model, runs the tools it asks for, and repeats until an answer or max_turns."""
+    """Calls the model, runs the tools it asks for, and repeats until an answer or max_turns.
+
+    Long tools start a job and return at once; the run then waits (holding no worker) for a
+    webhook through the gateway, or for a polling activity, and never for the model.
+    """
 
     @workflow.init
     def __init__(self, input: RunInput) -> None:
         self._input = input
         self._state = RunState(task=input.task, model=input.model)
         self._messages: list[Message] = [Message(role="user", content=input.task)]
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._ignored_signals = 0
+        # A webhook can beat the start activity's answer (the job finished fast, or the worker
+        # died after the external system accepted it): such completions wait here, recorded,
+        # until the start is confirmed and the nonce can be checked.
+        self._starting: set[str] = set()
+        self._early: dict[str, CompleteOperation] = {}
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -67,19 +112,81 @@ class AgentRunWorkflow:
         try:
             while self._state.turns < input.max_turns:
                 reply = await self._call_model()
-                if not reply.tool_calls:
+                if reply.tool_calls:
+                    await self._run_tools(reply.tool_calls)
+                elif not await self._report_operations():
                     return await self._finish("completed", reply.content)
-                await self._run_tools(reply.tool_calls)
             return await self._finish("max_turns", None)
         except (asyncio.CancelledError, ActivityError) as err:
             if is_cancelled_exception(err):
+                await self._end_pending("cancelled")
                 self._set_status("cancelled")
             raise
 
     @workflow.query
     def status(self) -> RunState:
-        """Where the run is: status, turns, tool calls, usage and every step so far."""
+        """Where the run is: status, turns, tool calls, usage, steps and operations."""
         return self._state
+
+    @workflow.update
+    def complete_operation(self, update: CompleteOperation) -> CompletionOutcome:
+        """A verified completion from the gateway: applied once, or recorded when too late."""
+        return self._accept_completion(update)
+
+    def _accept_completion(self, update: CompleteOperation) -> CompletionOutcome:
+        if update.operation_id not in self._state.operations:
+            self._early[update.operation_id] = update
+            return CompletionOutcome(
+                applied=True,
+                status="running",
+                delivery_id=update.delivery_id,
+                reason="recorded; applied once the start of the job is confirmed",
+            )
+        op = self._state.operations[update.operation_id]
+        if op.terminal:
+            # Expired or cancelled: the job was told to stop. Record, never apply.
+            op.late_completions += 1
+            return CompletionOutcome(
+                applied=False,
+                status=op.status,
+                delivery_id=update.delivery_id,
+                reason=f"operation {op.operation_id} is {op.status}; completion recorded, not applied",
+            )
+        self._apply(op, update.completion)
+        return CompletionOutcome(applied=True, status=op.status, delivery_id=update.delivery_id)
+
+    @complete_operation.validator
+    def _validate_completion(self, update: CompleteOperation) -> None:
+        # Rejections here add nothing to the run's history.
+        op = self._state.operations.get(update.operation_id)
+        if op is None and update.operation_id in self._starting:
+            if update.operation_id in self._early:
+                raise ApplicationError("a completion was already received", type=OPERATION_RESOLVED)
+            return
+        if op is None or op.completion != "callback":
+            raise ApplicationError(
+                f"no operation {update.operation_id} awaits a callback in this run",
+                type=OPERATION_UNKNOWN,
+            )
+        if op.nonce_hash != hashlib.sha256(update.nonce.encode()).hexdigest():
+            raise ApplicationError(
+                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+            )
+        if op.status in ("succeeded", "failed"):
+            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+
+    @workflow.signal
+    def operation_completed(self, update: CompleteOperation) -> None:
+        """Fallback for senders that cannot use Updates: same checks, invalid ones ignored."""
+        try:
+            self._validate_completion(update)
+        except ApplicationError as err:
+            self._ignored_signals += 1
+            workflow.logger.info("ignored completion signal: %s", err.message)
+            return
+        self._accept_completion(update)
+
+    # --- the model ---------------------------------------------------------------------
 
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1
@@ -103,6 +210,7 @@ class AgentRunWorkflow:
                 raise
             reason = str(err.cause) if err.cause else str(err)
             self._state.error = reason
+            await self._end_pending("cancelled")
             self._set_status("failed")
             raise ApplicationError(
                 f"model call failed on turn {turn}: {reason}", type=RUN_FAILED, non_retryable=True
@@ -113,10 +221,10 @@ class AgentRunWorkflow:
         self._messages.append(reply)
         names = ", ".join(call.name for call in reply.tool_calls)
         detail = f"calls {names}" if reply.tool_calls else _preview(reply.content)
-        self._state.steps.append(
-            Step(turn=turn, kind="model", name=self._input.model, detail=detail)
-        )
+        self._step("model", self._input.model, detail)
         return reply
+
+    # --- tools -------------------------------------------------------------------------
 
     async def _run_tools(self, calls: list[ToolCall]) -> None:
         # Calls of one turn are independent by construction: the model issued them together.
@@ -131,31 +239,33 @@ class AgentRunWorkflow:
                     is_error=result.is_error,
                 )
             )
-            self._state.steps.append(
-                Step(
-                    turn=self._state.turns,
-                    kind="tool",
-                    name=result.name,
-                    detail=_preview(result.content),
-                    is_error=result.is_error,
-                )
-            )
+            self._step("tool", result.name, _preview(result.content), is_error=result.is_error)
         self._state.tool_calls += len(calls)
 
     async def _run_tool(self, call: ToolCall) -> ToolResult:
+        if call.name == GET_OPERATION_STATUS:
+            return self._get_operation_status(call)
+        if call.name == WAIT_FOR_OPERATIONS:
+            return await self._wait_for_operations(call)
         if call.name not in self._input.tools:
             # The run decides which tools exist for it, not the model.
             allowed = ", ".join(self._input.tools) or "none"
-            return ToolResult(
-                tool_call_id=call.id,
-                name=call.name,
-                content=f"unknown tool {call.name!r}; available: {allowed}",
-                is_error=True,
-            )
+            return _error(call, f"unknown tool {call.name!r}; available: {allowed}")
+        pending = self._pending()
+        operation_id = f"op_{workflow.uuid4().hex[:16]}"
+        self._starting.add(operation_id)
         try:
             result: ToolResult = await workflow.execute_activity(
                 CALL_TOOL,
-                ToolCallInput(call=call, workflow_id=workflow.info().workflow_id),
+                ToolCallInput(
+                    call=call,
+                    workflow_id=workflow.info().workflow_id,
+                    operation_id=operation_id,
+                    started_at=workflow.now(),
+                    in_flight=sum(1 for op in pending if op.tool == call.name),
+                    run_in_flight=len(pending),
+                    run_max_in_flight=self._input.max_in_flight,
+                ),
                 result_type=ToolResult,
                 start_to_close_timeout=self._input.tool_timeout,
                 retry_policy=TOOL_RETRY,
@@ -165,15 +275,233 @@ class AgentRunWorkflow:
             if is_cancelled_exception(err):
                 raise
             reason = str(err.cause) if err.cause else str(err)
-            return ToolResult(
-                tool_call_id=call.id,
-                name=call.name,
-                content=f"tool {call.name} failed: {reason}",
-                is_error=True,
+            return _error(call, f"tool {call.name} failed: {reason}")
+        finally:
+            self._starting.discard(operation_id)
+        if result.operation is None:
+            self._early.pop(operation_id, None)
+            return result
+        return await self._track(call, operation_id, result.operation)
+
+    # --- operations --------------------------------------------------------------------
+
+    async def _track(
+        self, call: ToolCall, operation_id: str, started: OperationStarted
+    ) -> ToolResult:
+        """Register a started job, watch it, and answer the call per the tool's mode."""
+        op = Operation(
+            operation_id=operation_id,
+            tool=call.name,
+            tool_call_id=call.id,
+            turn=self._state.turns,
+            completion=started.completion,
+            mode=started.mode,
+            job_id=started.job_id,
+            started_at=workflow.now(),
+            expires_at=started.expires_at,
+            eta_seconds=started.eta_seconds,
+            poll_interval_seconds=started.poll_interval_seconds,
+            nonce_hash=started.nonce_hash,
+        )
+        self._state.operations[op.operation_id] = op
+        early = self._early.pop(op.operation_id, None)
+        if early is not None:
+            if op.nonce_hash == hashlib.sha256(early.nonce.encode()).hexdigest():
+                self._apply(op, early.completion)
+            else:
+                workflow.logger.warning("dropped an early completion with the wrong nonce")
+        self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        if op.mode == "handle":
+            op.reported_status = op.status
+            return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.handle()))
+        self._set_status("waiting")
+        await workflow.wait_condition(lambda: op.terminal)
+        self._set_status("running")
+        op.reported_status = op.status
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=_json(op.outcome()),
+            is_error=op.status != "succeeded",
+        )
+
+    async def _watch(self, op: Operation) -> None:
+        """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
+        remaining = max(op.expires_at - workflow.now(), timedelta(seconds=1))
+        if op.completion == "callback":
+            try:
+                await workflow.wait_condition(lambda: op.terminal, timeout=remaining)
+            except TimeoutError:
+                await self._end(op, "expired")
+            return
+        try:
+            completion = await self._poll(op, remaining)
+        except ActivityError as err:
+            if is_cancelled_exception(err) or op.terminal:
+                return
+            if isinstance(err.cause, ActivityTimeoutError):
+                await self._end(op, "expired")
+                return
+            completion = Completion(
+                status="failed",
+                error=OperationError(
+                    code="poll_failed", message=str(err.cause or err), retryable=True
+                ),
             )
-        return result
+        if not op.terminal:
+            self._apply(op, completion)
+
+    async def _poll(self, op: Operation, remaining: timedelta) -> Completion:
+        interval = timedelta(seconds=op.poll_interval_seconds)
+        poll = PollOperationInput(
+            operation_id=op.operation_id,
+            tool=op.tool,
+            job_id=op.job_id,
+            poll_interval_seconds=op.poll_interval_seconds,
+        )
+        completion: Completion
+        if interval >= LONG_POLL_INTERVAL:
+            completion = await workflow.execute_activity(
+                POLL_OPERATION,
+                poll,
+                result_type=Completion,
+                schedule_to_close_timeout=remaining,
+                start_to_close_timeout=POLL_CHECK_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=interval, backoff_coefficient=1.0, maximum_interval=interval
+                ),
+                summary=f"poll {op.tool} {op.job_id}",
+            )
+            return completion
+        # A crashed worker's poll is taken over once a heartbeat is missed: two intervals
+        # plus slack, so a slow status call does not trigger a needless takeover.
+        completion = await workflow.execute_activity(
+            POLL_OPERATION,
+            poll,
+            result_type=Completion,
+            schedule_to_close_timeout=remaining,
+            heartbeat_timeout=interval * 2 + timedelta(seconds=5),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1), maximum_interval=interval
+            ),
+            summary=f"poll {op.tool} {op.job_id}",
+        )
+        return completion
+
+    def _apply(self, op: Operation, completion: Completion) -> None:
+        op.status = completion.status
+        op.progress = completion.progress or op.progress
+        if completion.status in ("succeeded", "failed"):
+            op.result = completion.result
+            op.result_ref = completion.result_ref
+            op.error = completion.error
+            op.resolved_at = workflow.now()
+        self._step(
+            "event", op.tool, f"{op.operation_id} {op.status}", is_error=op.status == "failed"
+        )
+
+    async def _end(self, op: Operation, status: str) -> None:
+        """Mark an operation expired or cancelled, then ask the external system to stop it."""
+        if op.terminal:
+            return
+        op.status = "expired" if status == "expired" else "cancelled"
+        op.resolved_at = workflow.now()
+        op.error = OperationError(
+            code=op.status,
+            message=(
+                f"no completion by {op.expires_at.isoformat()}; the job was cancelled"
+                if op.status == "expired"
+                else "the run was cancelled; the job was cancelled"
+            ),
+            retryable=op.status == "expired",
+        )
+        self._step("event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
+        watcher = self._watchers.get(op.operation_id)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+        try:
+            await workflow.execute_activity(
+                CANCEL_OPERATION,
+                CancelOperationInput(
+                    operation_id=op.operation_id,
+                    tool=op.tool,
+                    job_id=op.job_id,
+                    reason="expired" if op.status == "expired" else "cancelled",
+                ),
+                start_to_close_timeout=CANCEL_TIMEOUT,
+                retry_policy=CANCEL_RETRY,
+                summary=f"cancel {op.tool} {op.job_id}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("could not cancel job %s: %s", op.job_id, err.cause or err)
+
+    async def _end_pending(self, status: str) -> None:
+        await asyncio.gather(*(self._end(op, status) for op in self._pending()))
+
+    async def _report_operations(self) -> bool:
+        """When the model has nothing left to do but operations run, wait for one to change
+        and tell the model. Returns False when there is nothing to wait for."""
+        if not self._unreported() and not any(op.mode == "handle" for op in self._pending()):
+            return False
+        self._set_status("waiting")
+        await workflow.wait_condition(lambda: bool(self._unreported()))
+        self._set_status("running")
+        changed = self._unreported()
+        for op in changed:
+            op.reported_status = op.status
+        self._messages.append(
+            Message(
+                role="user",
+                content="Operation update: " + _json([op.outcome() for op in changed]),
+            )
+        )
+        return True
+
+    def _get_operation_status(self, call: ToolCall) -> ToolResult:
+        try:
+            args = GetOperationStatusArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return _error(call, f"invalid arguments for {call.name}: {err}")
+        op = self._state.operations.get(args.operation_id)
+        if op is None:
+            return _error(call, f"no operation {args.operation_id!r} in this run")
+        op.reported_status = op.status
+        return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.outcome()))
+
+    async def _wait_for_operations(self, call: ToolCall) -> ToolResult:
+        try:
+            args = WaitForOperationsArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return _error(call, f"invalid arguments for {call.name}: {err}")
+        ids = args.operation_ids or [op.operation_id for op in self._pending()]
+        if unknown := [i for i in ids if i not in self._state.operations]:
+            return _error(call, f"no such operations in this run: {', '.join(unknown)}")
+        ops = [self._state.operations[i] for i in ids]
+        timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
+        self._set_status("waiting")
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: all(op.terminal for op in ops), timeout=timeout)
+        self._set_status("running")
+        for op in ops:
+            op.reported_status = op.status
+        return ToolResult(
+            tool_call_id=call.id, name=call.name, content=_json([op.outcome() for op in ops])
+        )
+
+    def _pending(self) -> list[Operation]:
+        return [op for op in self._state.operations.values() if not op.terminal]
+
+    def _unreported(self) -> list[Operation]:
+        return [
+            op
+            for op in self._state.operations.values()
+            if op.mode == "handle" and op.reported_status != op.status and op.status != "running"
+        ]
+
+    # --- bookkeeping -------------------------------------------------------------------
 
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
+        await self._end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._state.final_output = output
         self._set_status(status)
@@ -185,13 +513,33 @@ class AgentRunWorkflow:
             usage=self._state.usage,
         )
 
+    def _step(
+        self,
+        kind: Literal["model", "tool", "event"],
+        name: str,
+        detail: str,
+        *,
+        is_error: bool = False,
+    ) -> None:
+        self._state.steps.append(
+            Step(turn=self._state.turns, kind=kind, name=name, detail=detail, is_error=is_error)
+        )
+
     def _set_status(self, status: RunStatus) -> None:
         self._state.status = status
         # AgentStatus filters the Web UI's list; skip the upsert (a history event) when the
-        # starter already set the same value.
+        # value is already set.
         current = workflow.info().typed_search_attributes.get(AGENT_STATUS)
         if current != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+
+
+def _error(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, default=str, separators=(",", ":"))
 
 
 def _preview(text: str) -> str:

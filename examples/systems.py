@@ -1,0 +1,791 @@
+"""The demo's external systems, in one FastAPI app: what the long and sync demo tools call.
+
+Export service (completes by webhook)::
+
+    POST /exports                   Idempotency-Key header; {dataset, period, callback_url?,
+                                    callback_token?} -> 201 {job_id, status, eta_seconds}
+                                    (200 and the same job for a key seen before)
+    GET  /exports/{job_id}          {job_id, status, result?, error?, progress?}
+    POST /exports/{job_id}/cancel   idempotent; a finished job stays as it is
+    GET  /exports/files/{file}      {file, rows} for a file a finished export produced
+
+Enrichment pipeline (polled, no webhook)::
+
+    POST /pipelines/enrich          Idempotency-Key header; {dataset} -> as POST /exports
+    GET  /pipelines/jobs/{job_id}   progress "NN%" while running, then {dataset, enriched_rows}
+    POST /pipelines/jobs/{job_id}/cancel
+
+Compliance folder and notifications (answer at once)::
+
+    PUT  /folders/{folder}/files    {file} -> {path: "<folder>/<basename>"}
+    GET  /folders/{folder}/files    what the folder holds
+    POST /notifications             {team, message} -> {id}
+    GET  /notifications             every notification sent, oldest first
+
+Test hooks, so tests can prove exactly what happened and inject failures::
+
+    GET  /_test/stats               per idempotency key: starts, jobs_created, cancels; per job:
+                                    status and every webhook attempt with its HTTP answer
+    POST /_test/faults              set some of: fail_next_starts, accept_then_fail_next_starts,
+                                    hold_start_answers_seconds, never_complete, fail_jobs,
+                                    duplicate_webhooks, export_seconds, pipeline_seconds
+                                    (see `Faults`)
+    POST /_test/reset               forget every job, file, notification and fault
+
+Everything is kept in memory on the app (`app.state.systems`). A job's statuses are those of a
+`Completion` plus `cancelled`.
+
+Usage::
+
+    python -m examples.systems --port 8790 [--export-seconds 2] [--pipeline-seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import math
+import posixpath
+import re
+import signal
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import FrameType, TracebackType
+from typing import Annotated, Any, Literal, Self
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Header, HTTPException, Response
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from schemas.operations import Completion, OperationError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8790
+# Webhook delivery: a few quick attempts on connection errors and 5xx answers; a 4xx answer is
+# the receiver's final word and is recorded, not retried.
+WEBHOOK_ATTEMPTS = 4
+WEBHOOK_FIRST_BACKOFF = 0.1  # seconds, doubled after each failed attempt
+WEBHOOK_TIMEOUT = httpx.Timeout(5.0)
+
+JobKind = Literal["export", "enrich"]
+JobStatus = Literal["running", "succeeded", "failed", "cancelled"]
+
+_SERVICE_NAMES: dict[JobKind, str] = {"export": "export service", "enrich": "enrichment pipeline"}
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
+_PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{what} must be 1-100 lowercase letters, digits, '_' or '-', e.g. 'transactions'"
+        )
+    return value
+
+
+# --- HTTP bodies ---------------------------------------------------------------------------
+
+
+class ExportRequest(BaseModel):
+    """`POST /exports`."""
+
+    dataset: str
+    period: str
+    callback_url: str | None = Field(default=None, max_length=2000)
+    callback_token: str | None = Field(default=None, max_length=4000, repr=False)
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return _check_name(value, "dataset")
+
+    @field_validator("period")
+    @classmethod
+    def _period(cls, value: str) -> str:
+        if not _PERIOD.fullmatch(value):
+            raise ValueError("period must be a quarter like '2025-Q3' or a month like '2025-07'")
+        return value
+
+    @model_validator(mode="after")
+    def _callback(self) -> ExportRequest:
+        if (self.callback_url is None) != (self.callback_token is None):
+            raise ValueError("send callback_url and callback_token together, or neither")
+        if self.callback_url is not None and not self.callback_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("callback_url must be an http:// or https:// URL")
+        return self
+
+
+class EnrichRequest(BaseModel):
+    """`POST /pipelines/enrich`."""
+
+    dataset: str
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return _check_name(value, "dataset")
+
+
+class JobAccepted(BaseModel):
+    """The answer to a start: the job, new or found by its idempotency key."""
+
+    job_id: str
+    status: JobStatus
+    eta_seconds: int
+
+
+class JobView(BaseModel):
+    """A job's state: a `Completion` plus the job id (and the extra status `cancelled`)."""
+
+    job_id: str
+    status: JobStatus
+    result: dict[str, Any] | None = None
+    error: OperationError | None = None
+    progress: str | None = None
+
+
+class ExportFile(BaseModel):
+    """A file a finished export produced."""
+
+    file: str
+    rows: int
+
+
+class FileUpload(BaseModel):
+    """`PUT /folders/{folder}/files`."""
+
+    file: str = Field(min_length=1, max_length=500)
+
+
+class StoredFile(BaseModel):
+    """A file in a folder."""
+
+    path: str
+    file: str
+    rows: int
+
+
+class NotificationRequest(BaseModel):
+    """`POST /notifications`."""
+
+    team: str = Field(min_length=1, max_length=100)
+    message: str = Field(min_length=1, max_length=10_000)
+
+
+class Notification(BaseModel):
+    """A notification that was sent."""
+
+    id: str
+    team: str
+    message: str
+
+
+class NotificationSent(BaseModel):
+    """The answer to `POST /notifications`."""
+
+    id: str
+
+
+class Faults(BaseModel):
+    """Failures to inject. `POST /_test/faults` changes only the fields it sends.
+
+    Job faults (`never_complete`, `fail_jobs`, `duplicate_webhooks` and the durations) apply
+    to the jobs started after they are set, so a job behaves the same from start to end.
+    """
+
+    fail_next_starts: int = Field(
+        default=0, ge=0, description="Answer 503 to the next n starts, before creating a job."
+    )
+    accept_then_fail_next_starts: int = Field(
+        default=0,
+        ge=0,
+        description="Create (or find) the job, then answer 503: the caller never sees it.",
+    )
+    never_complete: bool = Field(default=False, description="Jobs stay running forever.")
+    fail_jobs: OperationError | None = Field(
+        default=None, description="Jobs end failed with this error."
+    )
+    duplicate_webhooks: int = Field(
+        default=1, ge=1, description="Send each webhook this many times."
+    )
+    hold_start_answers_seconds: float = Field(
+        default=0,
+        ge=0,
+        description="Create the job, then wait this long before answering the start: a "
+        "window in which a test can kill the caller after the job was accepted.",
+    )
+    export_seconds: float | None = Field(default=None, ge=0, description="Export duration.")
+    pipeline_seconds: float | None = Field(default=None, ge=0, description="Pipeline duration.")
+
+
+class WebhookAttempt(BaseModel):
+    """One POST of a webhook, and what the receiver answered."""
+
+    delivery: int = Field(description="1, then 2... when `duplicate_webhooks` repeats it.")
+    attempt: int = Field(description="1, then 2... when a failed attempt is retried.")
+    status_code: int | None = None
+    answer: str | None = Field(default=None, description="The answer's body (truncated).")
+    error: str | None = Field(default=None, description="Why no answer came (connection...).")
+
+
+class KeyStats(BaseModel):
+    """What happened under one idempotency key."""
+
+    kind: JobKind
+    starts: int = 0
+    jobs_created: int = 0
+    cancels: int = 0
+    job_id: str | None = None
+
+
+class JobStats(BaseModel):
+    """What happened to one job."""
+
+    kind: JobKind
+    idempotency_key: str
+    arguments: dict[str, str]
+    status: JobStatus
+    callback_url: str | None
+    webhooks: list[WebhookAttempt]
+
+
+class Stats(BaseModel):
+    """`GET /_test/stats`."""
+
+    keys: dict[str, KeyStats]
+    jobs: dict[str, JobStats]
+    faults: Faults
+
+
+# --- State ---------------------------------------------------------------------------------
+
+
+@dataclass
+class JobRecord:
+    """A job as the systems keep it (the caller sees a `JobView`)."""
+
+    job_id: str
+    kind: JobKind
+    key: str
+    arguments: dict[str, str]
+    seconds: float
+    started_at: float  # event loop time
+    completes: bool
+    planned_error: OperationError | None
+    deliveries: int
+    callback_url: str | None = None
+    callback_token: str | None = field(default=None, repr=False)
+    status: JobStatus = "running"
+    result: dict[str, Any] | None = None
+    error: OperationError | None = None
+    webhooks: list[WebhookAttempt] = field(default_factory=list)
+    timer: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def progress(self, now: float) -> str:
+        if self.status == "succeeded":
+            return "100%"
+        done = 1.0 if self.seconds <= 0 else (now - self.started_at) / self.seconds
+        # Never 100% before it has succeeded (a never-completing job sits at 99%).
+        return f"{min(99, int(done * 100))}%"
+
+    def eta_seconds(self, now: float) -> int:
+        if self.status != "running":
+            return 0
+        return math.ceil(max(0.0, self.seconds - (now - self.started_at)))
+
+    def view(self, now: float) -> JobView:
+        return JobView(
+            job_id=self.job_id,
+            status=self.status,
+            result=self.result,
+            error=self.error,
+            progress=self.progress(now) if self.status in ("running", "succeeded") else None,
+        )
+
+
+class DemoSystems:
+    """The systems' state and behaviour; the app's routes are thin wrappers around it.
+
+    Use it as an async context manager (the app's lifespan does): on exit every job timer and
+    webhook delivery is cancelled and the webhook client closed.
+    """
+
+    def __init__(self, *, export_seconds: float, pipeline_seconds: float) -> None:
+        self.export_seconds = export_seconds
+        self.pipeline_seconds = pipeline_seconds
+        self.faults = Faults()
+        self.keys: dict[str, KeyStats] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self.files: dict[str, int] = {}
+        self.folders: dict[str, dict[str, str]] = {}
+        self.notifications: list[Notification] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._http: httpx.AsyncClient | None = None
+        self._notification_ids = itertools.count(1)
+
+    async def __aenter__(self) -> Self:
+        self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._cancel_tasks()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- long jobs --
+
+    def start(
+        self,
+        kind: JobKind,
+        key: str | None,
+        arguments: dict[str, str],
+        callback_url: str | None = None,
+        callback_token: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Start a job, or find the one already started under `key`.
+
+        Returns:
+            The job, and whether this request created it.
+
+        Raises:
+            HTTPException: 400 without a key, 422 for a key used for another request, 503 for
+                an injected fault.
+        """
+        service = _SERVICE_NAMES[kind]
+        if not key:
+            raise HTTPException(400, "the Idempotency-Key header is required")
+        stats = self.keys.setdefault(key, KeyStats(kind=kind))
+        stats.starts += 1
+        if self.faults.fail_next_starts:
+            self.faults.fail_next_starts -= 1
+            raise HTTPException(503, f"the {service} is temporarily unavailable; try again")
+        # Nothing awaits between the lookup and the creation, so concurrent requests with one
+        # key cannot both create a job.
+        job = self.jobs.get(stats.job_id) if stats.job_id else None
+        created = job is None
+        if job is None:
+            job = self._create(kind, key, arguments, callback_url, callback_token)
+            stats.job_id = job.job_id
+            stats.jobs_created += 1
+        elif (job.kind, job.arguments) != (kind, arguments):
+            raise HTTPException(
+                422,
+                f"Idempotency-Key {key!r} was already used for a different request; "
+                "use a new key for a new job",
+            )
+        if self.faults.accept_then_fail_next_starts:
+            self.faults.accept_then_fail_next_starts -= 1
+            raise HTTPException(503, f"the {service} is temporarily unavailable; try again")
+        return job, created
+
+    async def hold_start_answer(self) -> None:
+        """Wait before answering a start, if the `hold_start_answers_seconds` fault says so."""
+        if self.faults.hold_start_answers_seconds:
+            await asyncio.sleep(self.faults.hold_start_answers_seconds)
+
+    def job(self, kind: JobKind, job_id: str) -> JobRecord:
+        """The job, or a 404."""
+        job = self.jobs.get(job_id)
+        if job is None or job.kind != kind:
+            raise HTTPException(404, f"the {_SERVICE_NAMES[kind]} has no job {job_id!r}")
+        return job
+
+    def cancel(self, kind: JobKind, job_id: str) -> JobRecord:
+        """Cancel a running job; a finished one stays as it is (no error either way)."""
+        job = self.job(kind, job_id)
+        self.keys[job.key].cancels += 1
+        if job.status == "running":
+            job.status = "cancelled"
+            logger.info("%s job %s cancelled", kind, job_id)
+            # A running job's task is still asleep, so this never cuts a webhook short.
+            if job.timer is not None:
+                job.timer.cancel()
+        return job
+
+    def now(self) -> float:
+        """Event-loop time, what job progress is measured in."""
+        return asyncio.get_running_loop().time()
+
+    def _create(
+        self,
+        kind: JobKind,
+        key: str,
+        arguments: dict[str, str],
+        callback_url: str | None,
+        callback_token: str | None,
+    ) -> JobRecord:
+        faults = self.faults
+        if kind == "export":
+            seconds = (
+                self.export_seconds if faults.export_seconds is None else faults.export_seconds
+            )
+        else:
+            seconds = (
+                self.pipeline_seconds
+                if faults.pipeline_seconds is None
+                else faults.pipeline_seconds
+            )
+        job = JobRecord(
+            job_id=f"{'exp' if kind == 'export' else 'enr'}_{uuid.uuid4().hex[:12]}",
+            kind=kind,
+            key=key,
+            arguments=arguments,
+            seconds=seconds,
+            started_at=self.now(),
+            completes=not faults.never_complete,
+            planned_error=faults.fail_jobs,
+            deliveries=faults.duplicate_webhooks,
+            callback_url=callback_url,
+            callback_token=callback_token,
+        )
+        self.jobs[job.job_id] = job
+        if job.completes:
+            job.timer = asyncio.create_task(self._run(job), name=f"job {job.job_id}")
+            self._tasks.add(job.timer)
+            job.timer.add_done_callback(self._tasks.discard)
+        logger.info("%s job %s started: %s", kind, job.job_id, arguments)
+        return job
+
+    async def _run(self, job: JobRecord) -> None:
+        await asyncio.sleep(job.seconds)
+        if job.status != "running":
+            return
+        if job.planned_error is not None:
+            job.status, job.error = "failed", job.planned_error
+        elif job.kind == "export":
+            file = f"exports/{job.arguments['dataset']}-{job.arguments['period']}.csv"
+            rows = _stable_number(f"export/{job.arguments['dataset']}/{job.arguments['period']}")
+            self.files[file] = rows
+            job.status, job.result = "succeeded", {"file": file, "rows": rows}
+        else:
+            dataset = job.arguments["dataset"]
+            rows = _stable_number(f"enrich/{dataset}")
+            job.status, job.result = "succeeded", {"dataset": dataset, "enriched_rows": rows}
+        logger.info("%s job %s %s", job.kind, job.job_id, job.status)
+        if job.callback_url is not None:
+            await self._deliver(job, job.callback_url)
+
+    async def _deliver(self, job: JobRecord, url: str) -> None:
+        assert self._http is not None, "DemoSystems is used outside its `async with`"
+        # The job has finished (succeeded or failed), so its state is a valid Completion.
+        completion = Completion.model_validate(
+            {"status": job.status, "result": job.result, "error": job.error}
+        )
+        body = completion.model_dump(mode="json", exclude_none=True)
+        headers = {"Authorization": f"Bearer {job.callback_token}"}
+        for delivery in range(1, job.deliveries + 1):
+            backoff = WEBHOOK_FIRST_BACKOFF
+            for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
+                record = WebhookAttempt(delivery=delivery, attempt=attempt)
+                job.webhooks.append(record)
+                try:
+                    response = await self._http.post(url, json=body, headers=headers)
+                except httpx.TransportError as err:
+                    record.error = f"{type(err).__name__}: {err}"
+                else:
+                    record.status_code = response.status_code
+                    record.answer = response.text[:1000]
+                    if response.status_code < 500:
+                        break
+                if attempt < WEBHOOK_ATTEMPTS:
+                    await asyncio.sleep(backoff)
+                    backoff *= 2
+            logger.info(
+                "%s job %s webhook %d: %s",
+                job.kind,
+                job.job_id,
+                delivery,
+                record.status_code or record.error,
+            )
+
+    async def _cancel_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- compliance folder and notifications --
+
+    def export_file(self, file: str) -> ExportFile:
+        """The file a finished export produced, or a 404."""
+        if file not in self.files:
+            raise HTTPException(404, f"no export produced {file!r}")
+        return ExportFile(file=file, rows=self.files[file])
+
+    def upload(self, folder: str, file: str) -> StoredFile:
+        """Put an exported file in a folder (again: no change)."""
+        try:
+            _check_name(folder, "folder")
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from err
+        rows = self.export_file(file).rows
+        name = posixpath.basename(file)
+        self.folders.setdefault(folder, {})[name] = file
+        return StoredFile(path=f"{folder}/{name}", file=file, rows=rows)
+
+    def folder(self, folder: str) -> list[StoredFile]:
+        """What a folder holds (nothing for a folder never written to)."""
+        return [
+            StoredFile(path=f"{folder}/{name}", file=file, rows=self.files[file])
+            for name, file in sorted(self.folders.get(folder, {}).items())
+        ]
+
+    def notify(self, request: NotificationRequest) -> Notification:
+        """Record a notification."""
+        notification = Notification(
+            id=f"ntf_{next(self._notification_ids)}", team=request.team, message=request.message
+        )
+        self.notifications.append(notification)
+        return notification
+
+    # -- test hooks --
+
+    def stats(self) -> Stats:
+        """What happened, for tests to assert on."""
+        return Stats(
+            keys={key: stats.model_copy() for key, stats in self.keys.items()},
+            jobs={
+                job.job_id: JobStats(
+                    kind=job.kind,
+                    idempotency_key=job.key,
+                    arguments=job.arguments,
+                    status=job.status,
+                    callback_url=job.callback_url,
+                    webhooks=[attempt.model_copy() for attempt in job.webhooks],
+                )
+                for job in self.jobs.values()
+            },
+            faults=self.faults.model_copy(),
+        )
+
+    def set_faults(self, update: Faults) -> Faults:
+        """Change the faults named in `update` (the fields it was given), keep the others."""
+        changed = update.model_dump(include=update.model_fields_set)
+        self.faults = Faults.model_validate({**self.faults.model_dump(), **changed})
+        logger.info("faults: %s", self.faults.model_dump(exclude_defaults=True))
+        return self.faults
+
+    async def reset(self) -> None:
+        """Forget every job, file, folder, notification and fault."""
+        await self._cancel_tasks()
+        self.faults = Faults()
+        self.keys.clear()
+        self.jobs.clear()
+        self.files.clear()
+        self.folders.clear()
+        self.notifications.clear()
+        self._notification_ids = itertools.count(1)
+
+
+def _stable_number(text: str) -> int:
+    # A row count that looks real and is the same for the same request, in every process.
+    digest = hashlib.sha256(text.encode()).digest()
+    return 100_000 + int.from_bytes(digest[:8], "big") % 900_000
+
+
+# --- The app -------------------------------------------------------------------------------
+
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=1000)]
+
+
+def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) -> FastAPI:
+    """The demo systems as one ASGI app; its state is `app.state.systems` (a `DemoSystems`).
+
+    Args:
+        export_seconds: How long an export runs before it succeeds and calls back.
+        pipeline_seconds: How long an enrichment job runs.
+    """
+    systems = DemoSystems(export_seconds=export_seconds, pipeline_seconds=pipeline_seconds)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with systems:
+            yield
+
+    app = FastAPI(title="waitstate demo systems", lifespan=lifespan)
+    app.state.systems = systems
+
+    @app.post("/exports", status_code=201)
+    async def start_export(
+        request: ExportRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> JobAccepted:
+        arguments = {"dataset": request.dataset, "period": request.period}
+        job, created = systems.start(
+            "export", idempotency_key, arguments, request.callback_url, request.callback_token
+        )
+        await systems.hold_start_answer()
+        if not created:
+            response.status_code = 200
+        return JobAccepted(
+            job_id=job.job_id, status=job.status, eta_seconds=job.eta_seconds(systems.now())
+        )
+
+    # Before `/exports/{job_id}`-shaped routes, though a file path has more segments anyway.
+    @app.get("/exports/files/{file:path}")
+    async def get_export_file(file: str) -> ExportFile:
+        return systems.export_file(file)
+
+    @app.get("/exports/{job_id}", response_model_exclude_none=True)
+    async def get_export(job_id: str) -> JobView:
+        return systems.job("export", job_id).view(systems.now())
+
+    @app.post("/exports/{job_id}/cancel", response_model_exclude_none=True)
+    async def cancel_export(job_id: str) -> JobView:
+        return systems.cancel("export", job_id).view(systems.now())
+
+    @app.post("/pipelines/enrich", status_code=201)
+    async def start_enrichment(
+        request: EnrichRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> JobAccepted:
+        job, created = systems.start("enrich", idempotency_key, {"dataset": request.dataset})
+        await systems.hold_start_answer()
+        if not created:
+            response.status_code = 200
+        return JobAccepted(
+            job_id=job.job_id, status=job.status, eta_seconds=job.eta_seconds(systems.now())
+        )
+
+    @app.get("/pipelines/jobs/{job_id}", response_model_exclude_none=True)
+    async def get_enrichment(job_id: str) -> JobView:
+        return systems.job("enrich", job_id).view(systems.now())
+
+    @app.post("/pipelines/jobs/{job_id}/cancel", response_model_exclude_none=True)
+    async def cancel_enrichment(job_id: str) -> JobView:
+        return systems.cancel("enrich", job_id).view(systems.now())
+
+    @app.put("/folders/{folder}/files")
+    async def upload_file(folder: str, upload: FileUpload) -> StoredFile:
+        return systems.upload(folder, upload.file)
+
+    @app.get("/folders/{folder}/files")
+    async def list_folder(folder: str) -> list[StoredFile]:
+        return systems.folder(folder)
+
+    @app.post("/notifications", status_code=201)
+    async def send_notification(request: NotificationRequest) -> NotificationSent:
+        return NotificationSent(id=systems.notify(request).id)
+
+    @app.get("/notifications")
+    async def list_notifications() -> list[Notification]:
+        return list(systems.notifications)
+
+    @app.get("/_test/stats")
+    async def get_stats() -> Stats:
+        return systems.stats()
+
+    @app.post("/_test/faults")
+    async def set_faults(update: Faults) -> Faults:
+        return systems.set_faults(update)
+
+    @app.post("/_test/reset", status_code=204)
+    async def reset() -> None:
+        await systems.reset()
+
+    return app
+
+
+# --- Serving -------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn in the running event loop, for tests and embedding.
+
+    Args:
+        app: The ASGI app; its lifespan runs on entry and exit.
+        host: The address to listen on.
+        port: The port; 0 picks a free one.
+
+    Yields:
+        The server's root URL, e.g. `http://127.0.0.1:41234`.
+    """
+    server, task, url = await _start(app, host, port, log_level="warning")
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _start(
+    app: Any, host: str, port: int, *, log_level: str
+) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    sock = _listen(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, log_level=log_level))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            sock.close()
+            await task
+            raise RuntimeError("the server stopped while starting")
+        await asyncio.sleep(0.01)
+    return server, task, f"http://{host}:{sock.getsockname()[1]}"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    # Bound here rather than by uvicorn: a busy port is an OSError to the caller (uvicorn would
+    # call sys.exit inside the task), and port 0 tells us which port it got. The protocol comes
+    # from getaddrinfo, as when asyncio binds: asyncio sets TCP_NODELAY only on sockets whose
+    # `proto` says TCP, and without it every answer waits ~40 ms for a delayed ACK.
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _already_stopping(signum: int, frame: FrameType | None) -> None:
+    """Ignore a signal: uvicorn re-raises the one that stopped it once shutdown is done."""
+
+
+async def _serve(app: FastAPI, host: str, port: int) -> None:
+    # uvicorn handles SIGINT/SIGTERM with a graceful shutdown (the lifespan cancels every job),
+    # then raises the signal again under the previous handler so the default action still
+    # happens. The shutdown is complete by then, so the process exits 0 instead of dying.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _already_stopping)
+    _, task, url = await _start(app, host, port, log_level="warning")
+    logger.info("demo systems listening on %s", url)
+    await task
+    logger.info("demo systems stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `python -m examples.systems`."""
+    parser = argparse.ArgumentParser(description="The demo's external systems (one HTTP app).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    parser.add_argument("--export-seconds", type=float, default=2.0)
+    parser.add_argument("--pipeline-seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(export_seconds=args.export_seconds, pipeline_seconds=args.pipeline_seconds)
+    asyncio.run(_serve(app, args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

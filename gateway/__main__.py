@@ -1,0 +1,91 @@
+"""Serve the webhook gateway until SIGINT or SIGTERM.
+
+    python -m gateway
+
+Reads the process settings (GATEWAY_HOST, GATEWAY_PORT, WAITSTATE_TOKEN_KEYS,
+WAITSTATE_TOKEN_SIGNING_KEY and the TEMPORAL_* connection variables).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.delivery import TemporalDeliverer
+from gateway.tokens import ResumeTokens
+from settings import Settings, connect, exit_process
+
+log = logging.getLogger("waitstate.gateway")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, announcing itself once its socket is bound (scripts wait for it)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host = self.config.host
+            port = self.servers[0].sockets[0].getsockname()[1]
+            log.info("gateway listening on http://%s:%d", host, port)
+
+
+async def serve(settings: Settings, tokens: ResumeTokens) -> int:
+    """Connect to Temporal, then serve the gateway until SIGINT or SIGTERM.
+
+    Returns:
+        The process exit status: 0 after a clean stop, 1 if Temporal cannot be reached.
+    """
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # uvicorn takes these signals over while it serves, shuts down gracefully, then raises
+        # the signal again for the handler it found: this one, so the process exits 0.
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        client = await connect(settings)
+    except RuntimeError as err:
+        # temporalio's "Failed client connect: ..." when the server cannot be reached.
+        log.error("gateway: cannot connect to Temporal: %s", err)
+        return 1
+    if stopping.is_set():
+        return 0
+    app = create_app(TemporalDeliverer(client), tokens)
+    config = uvicorn.Config(
+        app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
+    )
+    await _Server(config).serve()
+    log.info("stopped")
+    return 0
+
+
+def main() -> None:
+    """The `python -m gateway` entry point: exits 1 with one line on stderr if misconfigured."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        sys.exit(f"gateway: {err}")
+    if not settings.token_keys:
+        sys.exit(
+            "gateway: WAITSTATE_TOKEN_KEYS is not set: give it kid:secret (32+ characters), "
+            "the key the workers sign resume tokens with"
+        )
+    try:
+        tokens = ResumeTokens.from_settings(settings)
+    except ValueError as err:
+        sys.exit(f"gateway: {err}")  # e.g. a signing key that is not among the keys
+    exit_process(asyncio.run(serve(settings, tokens)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Resume tokens: what an external system presents to the gateway to complete one operation.
+
+A token is `base64url(canonical JSON claims) + "." + base64url(HMAC-SHA256(secret, payload))`.
+The claims are the run, the operation, a nonce, the expiry and the id of the key that signed
+it, so keys can rotate: the gateway accepts every configured key and signs with one.
+
+Stdlib only: activities mint tokens, the gateway verifies them, and neither needs more.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from settings import Settings
+
+# A token travels in an Authorization header; anything longer is not one of ours, and is
+# refused before it is decoded.
+MAX_TOKEN_CHARS = 4096
+NONCE_CHARS = 22  # 132 bits of the HMAC, base64url
+
+_MAC_BYTES = hashlib.sha256().digest_size
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+_CLAIM_NAMES = frozenset({"wf", "op", "nonce", "exp", "kid"})
+
+
+@dataclass(frozen=True)
+class ResumeClaims:
+    """What a verified token says: which operation of which run it may complete, until when."""
+
+    workflow_id: str
+    operation_id: str
+    nonce: str
+    expires_at: datetime
+    key_id: str
+
+
+@dataclass(frozen=True)
+class MintedToken:
+    """A fresh token and its nonce's hash: the token goes to the external system, the hash to
+    the workflow (the token itself is never written to history)."""
+
+    token: str
+    nonce_hash: str
+
+
+class InvalidToken(Exception):
+    """The token is malformed, signed with an unknown key, or its signature does not match."""
+
+
+class ExpiredToken(Exception):
+    """The token's signature is valid but its `expires_at` has passed."""
+
+
+def nonce_hash(nonce: str) -> str:
+    """The SHA-256 hex digest of a nonce: what the workflow keeps to check an Update's nonce."""
+    return hashlib.sha256(nonce.encode()).hexdigest()
+
+
+class ResumeTokens:
+    """Mints and verifies resume tokens with a set of keys (key id -> secret)."""
+
+    def __init__(self, keys: Mapping[str, str], signing_key_id: str) -> None:
+        """Accept tokens signed by any of `keys`; sign new ones with `signing_key_id`.
+
+        Raises:
+            ValueError: `keys` is empty or does not contain `signing_key_id`.
+        """
+        if not keys:
+            raise ValueError("no resume-token keys configured (WAITSTATE_TOKEN_KEYS)")
+        if signing_key_id not in keys:
+            raise ValueError(f"signing key {signing_key_id!r} is not among the token keys")
+        self._keys = {key_id: secret.encode() for key_id, secret in keys.items()}
+        self._signing_key_id = signing_key_id
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ResumeTokens:
+        """The keys of `WAITSTATE_TOKEN_KEYS`, signing with `WAITSTATE_TOKEN_SIGNING_KEY`.
+
+        Raises:
+            ValueError: no keys are configured, or the signing key is not among them.
+        """
+        if not settings.token_keys or settings.token_signing_key is None:
+            raise ValueError("no resume-token keys configured (WAITSTATE_TOKEN_KEYS)")
+        return cls(settings.token_keys, settings.token_signing_key)
+
+    def mint(self, workflow_id: str, operation_id: str, expires_at: datetime) -> MintedToken:
+        """A token for one operation of one run, valid until `expires_at` (timezone-aware).
+
+        Minting twice with the same arguments and signing key gives the same token.
+
+        Raises:
+            ValueError: `expires_at` is naive.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        key_id = self._signing_key_id
+        secret = self._keys[key_id]
+        # Deterministic, not random: a start activity retried after the external system
+        # accepted the job mints again, and the system keeps the first token it was given.
+        # Both mints must carry the same nonce, or the hash the retry reports to the workflow
+        # would not match the token that the system will eventually present.
+        nonce_input = f"nonce\x00{workflow_id}\x00{operation_id}".encode()
+        nonce = _b64encode(_mac(secret, nonce_input))[:NONCE_CHARS]
+        claims = {
+            "wf": workflow_id,
+            "op": operation_id,
+            "nonce": nonce,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": key_id,
+        }
+        payload = _b64encode(json.dumps(claims, sort_keys=True, separators=(",", ":")).encode())
+        signature = _b64encode(_mac(secret, payload.encode()))
+        return MintedToken(token=f"{payload}.{signature}", nonce_hash=nonce_hash(nonce))
+
+    def verify(self, token: str, now: datetime | None = None) -> ResumeClaims:
+        """The claims of a token this gateway's keys signed and that has not expired.
+
+        Raises:
+            InvalidToken: malformed, unknown key id, or bad signature.
+            ExpiredToken: the signature is valid but `now` (timezone-aware; default: the
+                current time) is at or past `expires_at`.
+        """
+        if not token or len(token) > MAX_TOKEN_CHARS:
+            raise InvalidToken("not a resume token")
+        payload, dot, signature = token.partition(".")
+        if not dot or not _BASE64URL.fullmatch(payload) or not _BASE64URL.fullmatch(signature):
+            raise InvalidToken("not a resume token")
+        try:
+            claims = json.loads(_b64decode(payload))
+            mac = _b64decode(signature)
+        except (ValueError, binascii.Error, RecursionError) as err:
+            # The payload is parsed before its signature is checked (it names the key), so
+            # this is attacker-controlled text: anything odd is simply not a token.
+            raise InvalidToken("not a resume token") from err
+        if (
+            not isinstance(claims, dict)
+            or claims.keys() != _CLAIM_NAMES
+            or not all(isinstance(value, str) for value in claims.values())
+            or len(mac) != _MAC_BYTES
+        ):
+            raise InvalidToken("not a resume token")
+        secret = self._keys.get(claims["kid"])
+        if secret is None:
+            raise InvalidToken("the token was signed with an unknown key")
+        if not hmac.compare_digest(mac, _mac(secret, payload.encode())):
+            raise InvalidToken("bad token signature")
+        try:
+            expires_at = datetime.fromisoformat(claims["exp"])
+        except ValueError as err:
+            raise InvalidToken("not a resume token") from err
+        if expires_at.tzinfo is None:
+            raise InvalidToken("not a resume token")
+        if now is None:
+            now = datetime.now(UTC)
+        if now >= expires_at:
+            raise ExpiredToken(f"the token expired at {expires_at.isoformat()}")
+        return ResumeClaims(
+            workflow_id=claims["wf"],
+            operation_id=claims["op"],
+            nonce=claims["nonce"],
+            expires_at=expires_at.astimezone(UTC),
+            key_id=claims["kid"],
+        )
+
+
+def _mac(secret: bytes, message: bytes) -> bytes:
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

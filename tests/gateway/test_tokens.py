@@ -1,0 +1,228 @@
+"""Resume tokens: minted by activities, verified by the gateway, with rotatable keys."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gateway.tokens import (
+    MAX_TOKEN_CHARS,
+    ExpiredToken,
+    InvalidToken,
+    ResumeClaims,
+    ResumeTokens,
+    nonce_hash,
+)
+from settings import Settings
+
+OLD = "old-key-0123456789abcdef0123456789abcdef"
+NEW = "new-key-0123456789abcdef0123456789abcdef"
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+EXPIRES = NOW + timedelta(hours=1)
+
+
+def tokens(keys: dict[str, str] | None = None, signing: str = "k1") -> ResumeTokens:
+    return ResumeTokens(keys or {"k1": OLD}, signing)
+
+
+def test_round_trip_returns_the_claims() -> None:
+    minted = tokens().mint("run-1", "op_1", EXPIRES)
+
+    claims = tokens().verify(minted.token, now=NOW)
+
+    assert claims == ResumeClaims(
+        workflow_id="run-1",
+        operation_id="op_1",
+        nonce=claims.nonce,
+        expires_at=EXPIRES,
+        key_id="k1",
+    )
+    assert minted.nonce_hash == nonce_hash(claims.nonce)
+    assert claims.expires_at.tzinfo is not None
+
+
+def test_expiry_in_another_timezone_round_trips_to_the_same_instant() -> None:
+    paris = EXPIRES.astimezone(datetime.fromisoformat("2030-01-01T00:00+01:00").tzinfo)
+    claims = tokens().verify(tokens().mint("run-1", "op_1", paris).token, now=NOW)
+    assert claims.expires_at == EXPIRES
+
+
+def test_minting_is_deterministic() -> None:
+    # A retried start activity must hand out the token the external system already has.
+    first = tokens().mint("run-1", "op_1", EXPIRES)
+    second = tokens().mint("run-1", "op_1", EXPIRES)
+
+    assert first == second
+    assert (
+        tokens().verify(first.token, now=NOW).nonce == tokens().verify(second.token, now=NOW).nonce
+    )
+
+
+def test_nonce_differs_per_operation_run_and_key() -> None:
+    def nonce(workflow_id: str, operation_id: str, key: str = OLD) -> str:
+        verifier = tokens({"k1": key})
+        return verifier.verify(
+            verifier.mint(workflow_id, operation_id, EXPIRES).token, now=NOW
+        ).nonce
+
+    nonces = {
+        nonce("run-1", "op_1"),
+        nonce("run-1", "op_2"),
+        nonce("run-2", "op_1"),
+        nonce("run-1", "op_1", NEW),
+    }
+    assert len(nonces) == 4
+    assert all(len(n) == 22 for n in nonces)
+
+
+def test_tampered_payload_is_invalid() -> None:
+    token = tokens().mint("run-1", "op_1", EXPIRES).token
+    payload, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["op"] = "op_2"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    with pytest.raises(InvalidToken):
+        tokens().verify(f"{forged}.{signature}", now=NOW)
+
+
+def test_tampered_signature_is_invalid() -> None:
+    token = tokens().mint("run-1", "op_1", EXPIRES).token
+    flipped = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
+
+    with pytest.raises(InvalidToken):
+        tokens().verify(flipped, now=NOW)
+
+
+def test_token_of_an_unknown_key_is_invalid() -> None:
+    token = ResumeTokens({"other": NEW}, "other").mint("run-1", "op_1", EXPIRES).token
+
+    with pytest.raises(InvalidToken, match="unknown key"):
+        tokens().verify(token, now=NOW)
+
+
+def test_same_key_id_with_another_secret_is_invalid() -> None:
+    token = ResumeTokens({"k1": NEW}, "k1").mint("run-1", "op_1", EXPIRES).token
+
+    with pytest.raises(InvalidToken, match="signature"):
+        tokens().verify(token, now=NOW)
+
+
+def test_rotation_keeps_tokens_of_the_old_key_valid() -> None:
+    old_token = ResumeTokens({"old": OLD}, "old").mint("run-1", "op_1", EXPIRES).token
+    rotated = ResumeTokens({"old": OLD, "new": NEW}, "new")
+    new_token = rotated.mint("run-1", "op_2", EXPIRES).token
+
+    assert rotated.verify(old_token, now=NOW).key_id == "old"
+    assert rotated.verify(new_token, now=NOW).key_id == "new"
+
+
+def test_expired_token_raises_expired() -> None:
+    token = tokens().mint("run-1", "op_1", EXPIRES).token
+
+    with pytest.raises(ExpiredToken):
+        tokens().verify(token, now=EXPIRES)
+    with pytest.raises(ExpiredToken):
+        tokens().verify(token, now=EXPIRES + timedelta(days=1))
+    assert tokens().verify(token, now=EXPIRES - timedelta(microseconds=1)).operation_id == "op_1"
+
+
+def test_expired_token_with_a_bad_signature_is_invalid_not_expired() -> None:
+    token = tokens().mint("run-1", "op_1", NOW - timedelta(hours=1)).token
+    with pytest.raises(InvalidToken):
+        tokens().verify(token[:-1] + ("A" if token[-1] != "A" else "B"), now=NOW)
+
+
+def test_verify_defaults_to_the_current_time() -> None:
+    valid = tokens().mint("run-1", "op_1", datetime.now(UTC) + timedelta(minutes=5)).token
+    stale = tokens().mint("run-1", "op_1", datetime.now(UTC) - timedelta(minutes=5)).token
+
+    assert tokens().verify(valid).operation_id == "op_1"
+    with pytest.raises(ExpiredToken):
+        tokens().verify(stale)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        ".",
+        "abc",
+        "abc.",
+        ".abc",
+        "a.b.c",
+        "not base64!.abc",
+        "e30.AAAA",  # {} with a short MAC
+        "bnVsbA." + "A" * 43,  # null
+        "W10." + "A" * 43,  # []
+        "Zm9v." + "A" * 43,  # foo: not JSON
+        "/w." + "A" * 43,  # 0xff: not UTF-8
+        "W1tbW1tbW1tbW1tbW1tb" * 200,
+        "A" * (MAX_TOKEN_CHARS + 1),
+        "é.é",
+    ],
+)
+def test_garbage_is_invalid(text: str) -> None:
+    with pytest.raises(InvalidToken):
+        tokens().verify(text, now=NOW)
+
+
+def test_deeply_nested_payload_is_invalid_not_a_crash() -> None:
+    payload = base64.urlsafe_b64encode(b"[" * 3000).rstrip(b"=").decode()
+    with pytest.raises(InvalidToken):
+        tokens().verify(f"{payload}.{'A' * 43}", now=NOW)
+
+
+def test_oversized_token_is_refused_before_decoding() -> None:
+    token = tokens().mint("run-1", "o" * MAX_TOKEN_CHARS, EXPIRES).token
+    with pytest.raises(InvalidToken):
+        tokens().verify(token, now=NOW)
+
+
+def test_claims_with_wrong_shape_are_invalid_even_when_signed() -> None:
+    # A payload signed with the right key but missing a claim is still not a token.
+    payload = base64.urlsafe_b64encode(json.dumps({"kid": "k1", "wf": "run-1"}).encode())
+    payload_text = payload.rstrip(b"=").decode()
+    mac = hmac.new(OLD.encode(), payload_text.encode(), hashlib.sha256).digest()
+    signature = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    with pytest.raises(InvalidToken):
+        tokens().verify(f"{payload_text}.{signature}", now=NOW)
+
+
+def test_nonce_hash_is_sha256_hex_and_never_the_nonce() -> None:
+    nonce = tokens().verify(tokens().mint("run-1", "op_1", EXPIRES).token, now=NOW).nonce
+
+    assert nonce_hash(nonce) == hashlib.sha256(nonce.encode()).hexdigest()
+    assert nonce_hash(nonce) != nonce
+    assert len(nonce_hash(nonce)) == 64
+
+
+def test_keys_must_include_the_signing_key() -> None:
+    with pytest.raises(ValueError):
+        ResumeTokens({}, "k1")
+    with pytest.raises(ValueError):
+        ResumeTokens({"k1": OLD}, "k2")
+
+
+def test_naive_expiry_is_refused() -> None:
+    with pytest.raises(ValueError):
+        tokens().mint("run-1", "op_1", datetime(2030, 1, 1))
+
+
+def test_from_settings_uses_the_configured_keys() -> None:
+    settings = Settings.from_env(
+        {"WAITSTATE_TOKEN_KEYS": f"old:{OLD},new:{NEW}", "WAITSTATE_TOKEN_SIGNING_KEY": "new"}
+    )
+    from_settings = ResumeTokens.from_settings(settings)
+    token = from_settings.mint("run-1", "op_1", EXPIRES).token
+
+    assert from_settings.verify(token, now=NOW).key_id == "new"
+    assert ResumeTokens({"new": NEW}, "new").verify(token, now=NOW).key_id == "new"
+    with pytest.raises(ValueError):
+        ResumeTokens.from_settings(Settings.from_env({}))

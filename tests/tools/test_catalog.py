@@ -1,0 +1,15 @@
+"""The catalog's static names match the tools it builds."""
+
+from __future__ import annotations
+
+import httpx
+
+from settings import Settings
+from tools.catalog import TOOL_NAMES, all_tools
+
+
+async def test_tool_names_match_the_tools_built() -> None:
+    async with httpx.AsyncClient() as http:
+        built = [spec.name for spec in all_tools(http, Settings())]
+
+    assert tuple(built) == TOOL_NAMES

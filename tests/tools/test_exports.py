@@ -1,0 +1,310 @@
+"""ExportService against the real demo systems over HTTP, and the `start_export` spec."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from examples.systems import create_app, serving
+from schemas.operations import Completion, OperationError
+from tools.exports import ExportArgs, ExportService, ServiceError, export_tool
+from tools.spec import StartContext, ToolError
+
+EXPORT_SECONDS = 0.25
+ARGS = ExportArgs(dataset="transactions", period="2025-Q3")
+
+
+@dataclass
+class Receiver:
+    """Records the webhooks POSTed to it: (authorization header, body)."""
+
+    url: str = ""
+    hooks: list[tuple[str | None, Any]] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def first(self) -> tuple[str | None, Any]:
+        """The first webhook, once it has arrived."""
+        async with asyncio.timeout(5):
+            await self.arrived.wait()
+        return self.hooks[0]
+
+
+@pytest.fixture(scope="module")
+async def systems_url() -> AsyncIterator[str]:
+    async with serving(create_app(export_seconds=EXPORT_SECONDS)) as url:
+        yield url
+
+
+@pytest.fixture
+async def control(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client for the test hooks; the systems start each test empty."""
+    async with httpx.AsyncClient(base_url=systems_url) as client:
+        assert (await client.post("/_test/reset")).status_code == 204
+        yield client
+
+
+@pytest.fixture
+async def service(systems_url: str, control: httpx.AsyncClient) -> AsyncIterator[ExportService]:
+    async with httpx.AsyncClient() as http:
+        yield ExportService(http, systems_url)
+
+
+@pytest.fixture(scope="module")
+async def module_receiver() -> AsyncIterator[Receiver]:
+    app = FastAPI()
+    receiver = Receiver()
+
+    @app.post("/hook")
+    async def hook(request: Request) -> JSONResponse:
+        receiver.hooks.append((request.headers.get("authorization"), await request.json()))
+        receiver.arrived.set()
+        return JSONResponse({"ok": True})
+
+    async with serving(app) as url:
+        receiver.url = f"{url}/hook"
+        yield receiver
+
+
+@pytest.fixture
+def receiver(module_receiver: Receiver) -> Receiver:
+    module_receiver.hooks.clear()
+    module_receiver.arrived.clear()
+    return module_receiver
+
+
+def context(key: str, callback_url: str | None = None) -> StartContext:
+    return StartContext(
+        idempotency_key=key,
+        operation_id="op_1",
+        callback_url=callback_url,
+        callback_token="token-abc" if callback_url else None,
+    )
+
+
+async def stats(control: httpx.AsyncClient) -> dict[str, Any]:
+    body: dict[str, Any] = (await control.get("/_test/stats")).json()
+    return body
+
+
+async def set_faults(control: httpx.AsyncClient, **values: Any) -> None:
+    assert (await control.post("/_test/faults", json=values)).status_code == 200
+
+
+async def until_finished(
+    service: ExportService, job_id: str
+) -> tuple[list[Completion], Completion]:
+    """Poll until the job ends: the running reports seen, and the final one."""
+    seen = []
+    async with asyncio.timeout(5):
+        while (completion := await service.status(job_id)).status == "running":
+            seen.append(completion)
+            await asyncio.sleep(0.05)
+    return seen, completion
+
+
+async def test_start_sends_the_key_and_the_callback(
+    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    job = await service.start(ARGS, context("wf-1/call-1", receiver.url))
+
+    running, done = await until_finished(service, job.job_id)
+    hook = await receiver.first()
+
+    assert job.job_id.startswith("exp_")
+    assert job.eta_seconds == 1
+    assert running and all(c.status == "running" and c.progress for c in running)
+    assert done.status == "succeeded"
+    assert done.result["file"] == "exports/transactions-2025-Q3.csv"
+    assert done.progress == "100%"
+    assert hook == ("Bearer token-abc", {"status": "succeeded", "result": done.result})
+    # What the webhook carries is a valid Completion, as the gateway will read it.
+    assert Completion.model_validate(hook[1]) == Completion(status="succeeded", result=done.result)
+    seen = await stats(control)
+    assert seen["keys"]["wf-1/call-1"]["job_id"] == job.job_id
+    assert seen["jobs"][job.job_id]["callback_url"] == receiver.url
+
+
+async def test_starting_twice_with_one_key_is_one_job(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    first = await service.start(ARGS, context("wf-1/call-2"))
+    again = await service.start(ARGS, context("wf-1/call-2"))
+    concurrent = await asyncio.gather(
+        *(service.start(ARGS, context("wf-1/call-3")) for _ in range(3))
+    )
+
+    assert again.job_id == first.job_id
+    assert len({job.job_id for job in concurrent}) == 1
+    keys = (await stats(control))["keys"]
+    assert (keys["wf-1/call-2"]["starts"], keys["wf-1/call-2"]["jobs_created"]) == (2, 1)
+    assert (keys["wf-1/call-3"]["starts"], keys["wf-1/call-3"]["jobs_created"]) == (3, 1)
+
+
+async def test_a_refused_start_is_a_tool_error_with_the_service_reason(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    with pytest.raises(ToolError) as bad_period:
+        await service.start(ExportArgs(dataset="transactions", period="Q3"), context("k-1"))
+    await service.start(ARGS, context("k-2"))
+    with pytest.raises(ToolError) as reused_key:
+        await service.start(ExportArgs(dataset="refunds", period="2025-Q3"), context("k-2"))
+
+    assert str(bad_period.value) == (
+        "export service: period: Value error, period must be a quarter like '2025-Q3' "
+        "or a month like '2025-07'"
+    )
+    assert "'k-2' was already used for a different request" in str(reused_key.value)
+    assert (await stats(control))["keys"]["k-2"]["jobs_created"] == 1
+
+
+async def test_a_503_before_the_job_is_retryable_and_the_retry_creates_one_job(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    await set_faults(control, fail_next_starts=1)
+
+    with pytest.raises(ServiceError) as refused:
+        await service.start(ARGS, context("wf-2/call-1"))
+    before = (await stats(control))["keys"]["wf-2/call-1"]
+    job = await service.start(ARGS, context("wf-2/call-1"))
+
+    assert not isinstance(refused.value, ToolError)
+    assert refused.value.status_code == 503
+    assert before["jobs_created"] == 0
+    after = (await stats(control))["keys"]["wf-2/call-1"]
+    assert (after["starts"], after["jobs_created"], after["job_id"]) == (2, 1, job.job_id)
+
+
+async def test_a_retry_after_an_unseen_acceptance_finds_the_job(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    await set_faults(control, accept_then_fail_next_starts=1)
+
+    with pytest.raises(ServiceError):
+        await service.start(ARGS, context("wf-3/call-1"))
+    created = (await stats(control))["keys"]["wf-3/call-1"]
+    job = await service.start(ARGS, context("wf-3/call-1"))
+
+    assert created["jobs_created"] == 1
+    assert job.job_id == created["job_id"]
+    assert (await stats(control))["keys"]["wf-3/call-1"]["jobs_created"] == 1
+
+
+async def test_an_unreachable_service_raises_a_retryable_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with httpx.AsyncClient() as http:
+        service = ExportService(http, f"http://127.0.0.1:{port}")
+        with pytest.raises(httpx.ConnectError):
+            await service.start(ARGS, context("k"))
+        with pytest.raises(httpx.ConnectError):
+            await service.status("exp_1")
+
+
+async def test_cancel_stops_the_job_and_its_webhook(
+    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    job = await service.start(ARGS, context("wf-4/call-1", receiver.url))
+
+    await service.cancel(job.job_id)
+    await service.cancel(job.job_id)
+    await asyncio.sleep(EXPORT_SECONDS + 0.15)
+
+    assert await service.status(job.job_id) == Completion(
+        status="failed",
+        error=OperationError(
+            code="cancelled", message="the export service job was cancelled", retryable=False
+        ),
+    )
+    assert receiver.hooks == []
+    seen = await stats(control)
+    assert seen["keys"]["wf-4/call-1"]["cancels"] == 2
+    assert seen["jobs"][job.job_id]["webhooks"] == []
+
+
+async def test_cancelling_an_unknown_or_finished_job_is_not_an_error(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    job = await service.start(ARGS, context("wf-5/call-1"))
+    _, done = await until_finished(service, job.job_id)
+
+    await service.cancel(job.job_id)
+    await service.cancel("exp_unknown")
+
+    assert done.status == "succeeded"
+    assert (await service.status(job.job_id)).status == "succeeded"
+
+
+async def test_the_status_of_an_unknown_job_is_a_failure_with_a_reason(
+    service: ExportService,
+) -> None:
+    completion = await service.status("exp_gone")
+
+    assert completion.status == "failed"
+    assert completion.error is not None
+    assert completion.error.code == "job_unknown"
+    assert completion.error.retryable
+    assert "export service no longer knows job exp_gone" in completion.error.message
+
+
+async def test_never_complete_keeps_reporting_running(
+    service: ExportService, control: httpx.AsyncClient
+) -> None:
+    await set_faults(control, never_complete=True)
+    job = await service.start(ARGS, context("wf-6/call-1"))
+
+    await asyncio.sleep(EXPORT_SECONDS + 0.15)
+
+    assert await service.status(job.job_id) == Completion(status="running", progress="99%")
+
+
+async def test_a_failed_job_reports_the_systems_error(
+    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    error = OperationError(
+        code="dataset_locked", message="dataset is being rebuilt", retryable=True
+    )
+    await set_faults(control, fail_jobs=error.model_dump())
+    job = await service.start(ARGS, context("wf-7/call-1", receiver.url))
+
+    _, done = await until_finished(service, job.job_id)
+    authorization, body = await receiver.first()
+
+    assert done == Completion(status="failed", error=error)
+    assert authorization == "Bearer token-abc"
+    assert Completion.model_validate(body) == done
+
+
+async def test_export_tool_declares_a_callback_long_tool() -> None:
+    async with httpx.AsyncClient() as http:
+        backend = ExportService(http, "http://x")
+    default = export_tool(backend)
+    custom = export_tool(backend, mode="handle", timeout=timedelta(minutes=30), max_in_flight=2)
+
+    assert default.name == "start_export"
+    assert default.kind == "long"
+    assert default.long is not None
+    assert default.long.backend is backend
+    assert (default.long.completion, default.long.mode) == ("callback", "await")
+    assert default.long.timeout == timedelta(hours=1)
+    assert default.long.eta == timedelta(minutes=15)
+    assert default.long.max_in_flight is None
+    assert custom.long is not None
+    assert (custom.long.mode, custom.long.timeout, custom.long.max_in_flight) == (
+        "handle",
+        timedelta(minutes=30),
+        2,
+    )
+    schema = default.definition().parameters
+    assert schema["required"] == ["dataset", "period"]
+    assert "2025-Q3" in schema["properties"]["period"]["description"]
+    assert schema["properties"]["dataset"]["description"]

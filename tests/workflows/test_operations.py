@@ -1,0 +1,307 @@
+"""Long tools end to end: real dev server, real gateway and demo systems over HTTP, and the
+real worker wiring. Each test proves an outcome from what the external system saw and from
+the run's history."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from gateway.app import create_app as gateway_app
+from gateway.delivery import TemporalDeliverer
+from gateway.tokens import ResumeTokens
+from schemas import RunInput, RunResult
+from settings import Settings
+from tests.helpers import make_worker
+from tools import ToolSpec, demo_tools
+from tools.compliance import compliance_tools
+from tools.exports import ExportService, export_tool
+from tools.pipeline import EnrichmentPipeline, enrich_tool
+from workflows.agent_run import AgentRunWorkflow
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"test": "t" * 40}
+EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
+# Every wait in these tests is bounded, so a regression fails instead of hanging CI.
+RESULT_TIMEOUT = 60
+SCENARIO_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
+
+
+@dataclass
+class Stack:
+    client: Client
+    http: httpx.AsyncClient
+    systems_url: str
+    gateway_url: str
+    tokens: ResumeTokens
+    settings: Settings
+    task_queue: str
+
+    def tools(
+        self, *, export_timeout: timedelta = timedelta(hours=1), mode: str = "await"
+    ) -> list[ToolSpec]:
+        return [
+            *demo_tools(),
+            export_tool(
+                ExportService(self.http, self.systems_url), timeout=export_timeout, mode=mode
+            ),  # type: ignore[arg-type]
+            enrich_tool(
+                EnrichmentPipeline(self.http, self.systems_url),
+                poll_interval=timedelta(seconds=0.5),
+            ),
+            *compliance_tools(self.http, self.systems_url),
+        ]
+
+    def worker(self, **kwargs: Any) -> Any:
+        tools = kwargs.pop("tools", None) or self.tools()
+        return make_worker(
+            self.client,
+            self.task_queue,
+            tools=tools,
+            tokens=self.tokens,
+            settings=self.settings,
+            **kwargs,
+        )
+
+    async def start(
+        self, task: str, tools: Sequence[str], **fields: Any
+    ) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=list(tools), **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def stats(self) -> dict[str, Any]:
+        return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
+
+    async def faults(self, **faults: Any) -> None:
+        (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
+
+
+@pytest.fixture
+async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    tokens = ResumeTokens(KEYS, "test")
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        serving(systems_app(export_seconds=0.5, pipeline_seconds=2.0)) as systems_url,
+        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
+    ):
+        settings = Settings(
+            gateway_url=gateway_url,
+            demo_systems_url=systems_url,
+            token_keys=KEYS,
+            token_signing_key="test",
+        )
+        yield Stack(dev_env.client, http, systems_url, gateway_url, tokens, settings, task_queue)
+
+
+async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+def _scheduled(event: Any) -> str | None:
+    if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        return str(event.activity_task_scheduled_event_attributes.activity_type.name)
+    return None
+
+
+async def _until(check: Any, within: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        value = await check()
+        if value or asyncio.get_running_loop().time() > deadline:
+            return value
+        await asyncio.sleep(0.1)
+
+
+async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: Stack) -> None:
+    async with stack.worker():
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    events = await _events(handle)
+    stats = await stack.stats()
+    notifications = (await stack.http.get(f"{stack.systems_url}/notifications")).json()
+
+    assert result.status == "completed"
+    assert result.final_output is not None and "filed them at compliance/" in result.final_output
+    assert result.turns == 5 and result.usage.model_calls == 5
+    # Between the export's start and the webhook's Update: no model call at all.
+    start = next(i for i, e in enumerate(events) if _scheduled(e) == "call_tool")
+    update = next(
+        i
+        for i, e in enumerate(events)
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    )
+    assert start < update
+    assert [_scheduled(e) for e in events[start:update] if _scheduled(e)] == ["call_tool"]
+    [key] = [k for k, v in stats["keys"].items() if v["kind"] == "export"]
+    assert key.startswith(f"{handle.id}/")
+    assert (stats["keys"][key]["starts"], stats["keys"][key]["jobs_created"]) == (1, 1)
+    assert len(notifications) == 1 and "compliance/" in notifications[0]["message"]
+
+
+async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> Any:
+    async def one() -> Any:
+        state = await handle.query(AgentRunWorkflow.status)
+        return next(iter(state.operations.values()), None)
+
+    return await _until(one)
+
+
+async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) -> None:
+    await stack.faults(never_complete=True)  # the test delivers the webhook itself
+    async with stack.worker():
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        op = await _pending_operation(stack, handle)
+        # Deterministic token: the same one the export service was given.
+        token = stack.tokens.mint(handle.id, op.operation_id, op.expires_at).token
+        body = {
+            "status": "succeeded",
+            "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
+        }
+        url = f"{stack.gateway_url}/v1/operations/{op.operation_id}/complete"
+        answers = await asyncio.gather(
+            *(
+                stack.http.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
+                for _ in range(20)
+            )
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    events = await _events(handle)
+
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes == [200] + [409] * 19
+    accepted = [
+        e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    assert len(accepted) == 1
+    assert result.status == "completed" and result.turns == 5, "resumed once, not twenty times"
+
+
+async def test_bad_tokens_are_refused_and_add_nothing_to_history(stack: Stack) -> None:
+    await stack.faults(never_complete=True)
+    async with stack.worker():
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        op = await _pending_operation(stack, handle)
+        before = (await handle.describe()).history_length
+        good = stack.tokens.mint(handle.id, op.operation_id, op.expires_at).token
+        forged = (
+            ResumeTokens({"test": "f" * 40}, "test")
+            .mint(handle.id, op.operation_id, op.expires_at)
+            .token
+        )
+        other_op = stack.tokens.mint(handle.id, "op_someone_else", op.expires_at).token
+        from datetime import UTC, datetime
+
+        expired = stack.tokens.mint(
+            handle.id, op.operation_id, datetime(2020, 1, 1, tzinfo=UTC)
+        ).token
+        url = f"{stack.gateway_url}/v1/operations/{op.operation_id}/complete"
+        body = {"status": "succeeded", "result": {"rows": 1}}
+        codes = [
+            (
+                await stack.http.post(url, json=body, headers={"Authorization": f"Bearer {t}"})
+            ).status_code
+            for t in (forged, other_op, expired)
+        ]
+        malformed = await stack.http.post(
+            url, content=b"{not json", headers={"Authorization": f"Bearer {good}"}
+        )
+        after = (await handle.describe()).history_length
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    assert codes == [401, 401, 410]
+    assert malformed.status_code == 422
+    assert after == before, "refused completions must not touch the run"
+
+
+async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelled(
+    stack: Stack,
+) -> None:
+    await stack.faults(never_complete=True)
+    async with stack.worker(tools=stack.tools(export_timeout=timedelta(seconds=2))):
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+    stats = await stack.stats()
+
+    [op] = state.operations.values()
+    assert op.status == "expired" and op.error is not None and op.error.code == "expired"
+    assert result.status == "completed"
+    assert result.final_output is not None and "expired" in result.final_output
+    [job] = stats["jobs"].values()
+    assert job["status"] == "cancelled"
+    assert sum(k["cancels"] for k in stats["keys"].values()) == 1
+
+
+async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
+    stack: Stack, dev_env: WorkflowEnvironment
+) -> None:
+    await stack.faults(never_complete=True)
+    async with stack.worker():
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS, model="scripted:two-exports")
+
+        async def two_pending() -> bool:
+            state = await handle.query(AgentRunWorkflow.status)
+            return len(state.operations) == 2
+
+        assert await _until(two_pending)
+        cancel = await asyncio.create_subprocess_exec(
+            sys.executable, "starter.py", "cancel", handle.id,
+            cwd=ROOT,
+            env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await cancel.communicate()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+    stats = await stack.stats()
+
+    assert cancel.returncode == 0, err.decode()
+    assert isinstance(failure.value.cause, CancelledError)
+    assert state.status == "cancelled"
+    assert sorted(op.status for op in state.operations.values()) == ["cancelled", "cancelled"]
+    assert sorted(job["status"] for job in stats["jobs"].values()) == ["cancelled", "cancelled"]
+    assert all(k["cancels"] == 1 for k in stats["keys"].values())
+
+
+async def test_handle_mode_returns_at_once_and_the_loop_waits_not_the_model(stack: Stack) -> None:
+    async with stack.worker(tools=stack.tools(mode="handle")):
+        handle = await stack.start(EXPORT_TASK, ["start_export"], model="scripted:two-exports")
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    assert (
+        result.final_output is not None
+        and '"check_with":"get_operation_status"' in result.final_output
+    )
+    # Turn 1 started both; turn 2 answered with the handles; then the loop (not the model)
+    # waited, and called the model once per report: one for both, or one for each.
+    assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
+    events = [i for i, step in enumerate(state.steps) if step.kind == "event"]
+    later_turns = [step for step in state.steps[events[0] :] if step.kind == "model"]
+    assert len(events) == 2
+    assert result.turns == 2 + len(later_turns) and len(later_turns) in (1, 2)

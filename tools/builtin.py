@@ -1,0 +1,36 @@
+"""Built-in tools: declared here so models see them; answered by the workflow from its state."""
+
+from __future__ import annotations
+
+from schemas.operations import (
+    GET_OPERATION_STATUS,
+    WAIT_FOR_OPERATIONS,
+    GetOperationStatusArgs,
+    WaitForOperationsArgs,
+)
+from tools.spec import ToolSpec
+
+
+def builtin_tools() -> list[ToolSpec]:
+    """The operation tools every run with a long tool gets."""
+    return [
+        ToolSpec(
+            name=GET_OPERATION_STATUS,
+            description=(
+                "Current status of an operation a long tool started: running, "
+                "input_required, succeeded (with its result), failed (with the reason), "
+                "expired or cancelled. Answers at once; does not wait."
+            ),
+            args=GetOperationStatusArgs,
+            builtin=True,
+        ),
+        ToolSpec(
+            name=WAIT_FOR_OPERATIONS,
+            description=(
+                "Wait until the given operations (or every pending one) have ended, then "
+                "return their outcomes. Use it when you have nothing else to do."
+            ),
+            args=WaitForOperationsArgs,
+            builtin=True,
+        ),
+    ]

@@ -1,0 +1,42 @@
+"""Every tool a worker offers, wired to the systems they call."""
+
+from __future__ import annotations
+
+import httpx
+
+from settings import Settings
+from tools.compliance import compliance_tools
+from tools.demo import demo_tools
+from tools.exports import ExportService, export_tool
+from tools.pipeline import EnrichmentPipeline, enrich_tool
+from tools.spec import ToolSpec
+
+
+def all_tools(http: httpx.AsyncClient, settings: Settings) -> list[ToolSpec]:
+    """The demo tools plus the long and sync tools over the demo systems.
+
+    Args:
+        http: The client every tool calls its system with; the caller owns and closes it.
+        settings: Where the demo systems are (`demo_systems_url`).
+    """
+    url = settings.demo_systems_url
+    return [
+        *demo_tools(),
+        export_tool(ExportService(http, url)),
+        enrich_tool(EnrichmentPipeline(http, url)),
+        *compliance_tools(http, url),
+    ]
+
+
+# The names of `all_tools`, for callers that validate names without building clients (the CLI).
+# tests/tools/test_catalog.py keeps the two in step.
+TOOL_NAMES = (
+    "calculate",
+    "count_words",
+    "utc_now",
+    "start_export",
+    "enrich_dataset",
+    "verify_row_count",
+    "upload_file",
+    "notify_team",
+)
