@@ -232,6 +232,21 @@ def enrich(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mess
     return _answer(f"enrichment: {messages[-1].content}")
 
 
+def check_and_wait(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Starts an export (handle mode), checks on it, waits for it, reports."""
+    turn = _turn(messages)
+    if turn == 0:
+        return _calls(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
+    handle = _outcome(messages, "start_export") or {}
+    operation_id = str(handle.get("operation_id", "unknown"))
+    if turn == 1:
+        return _calls(turn, ("get_operation_status", {"operation_id": operation_id}))
+    if turn == 2:
+        return _calls(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
+    status = _results(messages)["get_operation_status"].content
+    return _answer(f"checked: {status}; waited: {messages[-1].content}")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -241,4 +256,5 @@ SCRIPTS: dict[str, Script] = {
     "fan-out": fan_out,
     "two-exports": two_exports,
     "enrich": enrich,
+    "check-and-wait": check_and_wait,
 }

@@ -103,7 +103,7 @@ class AgentRunWorkflow:
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): such completions wait here, recorded,
         # until the start is confirmed and the nonce can be checked.
-        self._starting: set[str] = set()
+        self._starting: dict[str, str] = {}  # operation id -> tool, while its start runs
         self._early: dict[str, CompleteOperation] = {}
 
     @workflow.run
@@ -251,9 +251,11 @@ class AgentRunWorkflow:
             # The run decides which tools exist for it, not the model.
             allowed = ", ".join(self._input.tools) or "none"
             return _error(call, f"unknown tool {call.name!r}; available: {allowed}")
-        pending = self._pending()
+        # Starts still in flight count too, since the calls of one turn start concurrently (sync
+        # tools among them, conservatively: the workflow does not know a tool's kind).
+        in_flight = [op.tool for op in self._pending()] + list(self._starting.values())
         operation_id = f"op_{workflow.uuid4().hex[:16]}"
-        self._starting.add(operation_id)
+        self._starting[operation_id] = call.name
         try:
             result: ToolResult = await workflow.execute_activity(
                 CALL_TOOL,
@@ -262,8 +264,8 @@ class AgentRunWorkflow:
                     workflow_id=workflow.info().workflow_id,
                     operation_id=operation_id,
                     started_at=workflow.now(),
-                    in_flight=sum(1 for op in pending if op.tool == call.name),
-                    run_in_flight=len(pending),
+                    in_flight=in_flight.count(call.name),
+                    run_in_flight=len(in_flight),
                     run_max_in_flight=self._input.max_in_flight,
                 ),
                 result_type=ToolResult,
@@ -277,7 +279,7 @@ class AgentRunWorkflow:
             reason = str(err.cause) if err.cause else str(err)
             return _error(call, f"tool {call.name} failed: {reason}")
         finally:
-            self._starting.discard(operation_id)
+            self._starting.pop(operation_id, None)
         if result.operation is None:
             self._early.pop(operation_id, None)
             return result
@@ -339,7 +341,8 @@ class AgentRunWorkflow:
         except ActivityError as err:
             if is_cancelled_exception(err) or op.terminal:
                 return
-            if isinstance(err.cause, ActivityTimeoutError):
+            # Out of time: a timeout, or a retry policy that stopped at schedule-to-close.
+            if isinstance(err.cause, ActivityTimeoutError) or workflow.now() >= op.expires_at:
                 await self._end(op, "expired")
                 return
             completion = Completion(

@@ -19,8 +19,10 @@ import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
@@ -37,6 +39,7 @@ from tools.pipeline import EnrichmentPipeline, enrich_tool
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
+HISTORIES = ROOT / "tests" / "histories"
 KEYS = {"test": "t" * 40}
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 # Every wait in these tests is bounded, so a regression fails instead of hanging CI.
@@ -114,6 +117,17 @@ async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[
         yield Stack(dev_env.client, http, systems_url, gateway_url, tokens, settings, task_queue)
 
 
+async def _replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """The run's history replays on today's code; with WAITSTATE_RECORD_HISTORIES=1 it is also
+    kept under tests/histories/, where test_replay checks it against every later change."""
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
 async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
     return [event async for event in handle.fetch_history_events()]
 
@@ -157,6 +171,7 @@ async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: 
     assert key.startswith(f"{handle.id}/")
     assert (stats["keys"][key]["starts"], stats["keys"][key]["jobs_created"]) == (1, 1)
     assert len(notifications) == 1 and "compliance/" in notifications[0]["message"]
+    await _replays(handle, "operation_callback_export")
 
 
 async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> Any:
@@ -190,6 +205,7 @@ async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) 
 
     codes = sorted(answer.status_code for answer in answers)
     assert codes == [200] + [409] * 19
+    await _replays(handle, "operation_duplicate_completions")
     accepted = [
         e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     ]
@@ -253,6 +269,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
     [job] = stats["jobs"].values()
     assert job["status"] == "cancelled"
     assert sum(k["cancels"] for k in stats["keys"].values()) == 1
+    await _replays(handle, "operation_expired")
 
 
 async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
@@ -285,6 +302,7 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
     assert sorted(op.status for op in state.operations.values()) == ["cancelled", "cancelled"]
     assert sorted(job["status"] for job in stats["jobs"].values()) == ["cancelled", "cancelled"]
     assert all(k["cancels"] == 1 for k in stats["keys"].values())
+    await _replays(handle, "operation_run_cancelled")
 
 
 async def test_handle_mode_returns_at_once_and_the_loop_waits_not_the_model(stack: Stack) -> None:
@@ -305,3 +323,67 @@ async def test_handle_mode_returns_at_once_and_the_loop_waits_not_the_model(stac
     later_turns = [step for step in state.steps[events[0] :] if step.kind == "model"]
     assert len(events) == 2
     assert result.turns == 2 + len(later_turns) and len(later_turns) in (1, 2)
+    await _replays(handle, "operation_handle_mode")
+
+
+async def test_builtin_tools_check_and_wait_from_workflow_state(stack: Stack) -> None:
+    async with stack.worker(tools=stack.tools(mode="handle")):
+        handle = await stack.start(EXPORT_TASK, ["start_export"], model="scripted:check-and-wait")
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        activities = [_scheduled(e) for e in await _events(handle) if _scheduled(e)]
+
+    assert result.status == "completed" and result.final_output is not None
+    assert 'checked: {"operation_id":"op_' in result.final_output
+    assert '"status":"running"' in result.final_output.split("waited:")[0]
+    assert '"status":"succeeded"' in result.final_output.split("waited:")[1]
+    # Both built-ins are answered by the workflow: no activity besides the models and the start.
+    assert activities == ["call_model", "call_tool", "call_model", "call_model", "call_model"]
+
+
+async def test_a_start_beyond_max_in_flight_is_a_tool_error(stack: Stack) -> None:
+    await stack.faults(never_complete=True)
+    async with stack.worker(tools=stack.tools(mode="handle", export_timeout=timedelta(seconds=2))):
+        handle = await stack.start(
+            EXPORT_TASK, ["start_export"], model="scripted:two-exports", max_in_flight=1
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+    stats = await stack.stats()
+
+    refused = [s for s in state.steps if s.kind == "tool" and s.is_error]
+    assert len(refused) == 1 and "limit 1" in refused[0].detail
+    assert len(state.operations) == 1 and len(stats["jobs"]) == 1
+    assert result.status == "completed"
+
+
+async def test_a_poll_interval_of_a_minute_uses_the_retry_policy_as_the_poller(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        serving(systems_app(pipeline_seconds=0.5)) as systems_url,
+    ):
+        pipeline = EnrichmentPipeline(http, systems_url)
+        tools = [
+            enrich_tool(pipeline, poll_interval=timedelta(minutes=10), timeout=timedelta(days=30))
+        ]
+        async with make_worker(time_skipping_env.client, task_queue, tools=tools):
+            handle = await time_skipping_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        events = await _events(handle)
+
+    assert result.status == "completed"
+    assert result.final_output is not None and '"status":"succeeded"' in result.final_output
+    polls = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    # Each attempt is one status check; the ten-minute gaps between them were time-skipped.
+    assert max(polls) > 1
+    await _replays(handle, "operation_long_poll")
