@@ -21,3 +21,10 @@ OPERATION_RESOLVED = "OperationResolved"  # it already succeeded or failed -> HT
 OPERATION_STILL_RUNNING = "OperationStillRunning"
 # A long tool's backend could not be reached or answered 5xx: retried.
 OPERATION_BACKEND_UNAVAILABLE = "OperationBackendUnavailable"
+
+# Decisions refused by the `decide` Update's validator.
+APPROVAL_UNKNOWN = "ApprovalUnknown"  # no such request in this run -> HTTP 404
+APPROVAL_NONCE_MISMATCH = "ApprovalNonceMismatch"  # link token not issued for it -> HTTP 401
+APPROVAL_DECIDED = "ApprovalDecided"  # already decided or expired -> HTTP 409
+# The run ended because an approval expired with on_timeout `fail`.
+APPROVAL_EXPIRED = "ApprovalExpired"

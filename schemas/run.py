@@ -8,10 +8,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from schemas.messages import Message, ToolCall, Usage
+from schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
 from schemas.operations import Operation, OperationStarted
 
-RunStatus = Literal["running", "waiting", "completed", "failed", "cancelled", "max_turns"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "max_turns"})
+RunStatus = Literal[
+    "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"
+]
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"completed", "failed", "cancelled", "max_turns", "approval_expired"}
+)
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant. Use the tools you are given when they help; "
@@ -33,6 +38,9 @@ class RunInput(BaseModel):
     model_timeout: timedelta = timedelta(seconds=120)
     tool_timeout: timedelta = timedelta(seconds=120)
     max_in_flight: int = Field(default=8, ge=1, description="Pending operations a run may have.")
+    approval: ApprovalPolicy = Field(
+        default_factory=ApprovalPolicy, description="For the model's own request_approval calls."
+    )
 
 
 class Step(BaseModel):
@@ -58,6 +66,7 @@ class RunState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     steps: list[Step] = Field(default_factory=list)
     operations: dict[str, Operation] = Field(default_factory=dict)
+    approvals: dict[str, ApprovalRequest] = Field(default_factory=dict)
     final_output: str | None = None
     error: str | None = None
 
@@ -92,6 +101,9 @@ class ToolCallInput(BaseModel):
     in_flight: int = Field(default=0, description="This run's pending operations of this tool.")
     run_in_flight: int = Field(default=0, description="This run's pending operations, all tools.")
     run_max_in_flight: int = Field(default=8, description="The run's limit of pending operations.")
+    approved_by: str | None = Field(
+        default=None, description="The approval request that cleared this call, if any."
+    )
 
 
 class ToolResult(BaseModel):
@@ -104,6 +116,9 @@ class ToolResult(BaseModel):
     operation: OperationStarted | None = Field(
         default=None, description="Set when a long tool started a job instead of answering."
     )
+    approval_needed: ApprovalNeeded | None = Field(
+        default=None, description="Set when the call did not run: a person must approve it."
+    )
 
 
 # Activity names, shared so workflows can call activities without importing their modules
@@ -112,3 +127,4 @@ CALL_MODEL = "call_model"
 CALL_TOOL = "call_tool"
 POLL_OPERATION = "poll_operation"
 CANCEL_OPERATION = "cancel_operation"
+NOTIFY_APPROVAL = "notify_approval"

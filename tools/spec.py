@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from schemas import ToolCall, ToolDefinition, ToolResult
+from schemas.approvals import ApprovalPolicy
 from schemas.operations import Completion, CompletionMode, ResultMode
 
 ToolKind = Literal["sync", "long", "builtin"]
@@ -104,6 +105,10 @@ class ToolSpec:
         handler: Async function taking a validated `args` instance (sync tools).
         long: Set for a long tool: its job completes later, by callback or poll.
         builtin: Answered by the workflow from its own state (no activity).
+        requires_approval: True, or a predicate over the validated arguments (e.g. a refund
+            over a threshold): the call runs only once a person approved it. Enforced by the
+            workflow, whatever the model says.
+        approval: Timeout and on-timeout behaviour of those approvals.
     """
 
     name: str
@@ -112,6 +117,14 @@ class ToolSpec:
     handler: Handler | None = None
     long: LongSpec | None = None
     builtin: bool = False
+    requires_approval: bool | Callable[[Any], bool] = False
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+
+    def needs_approval(self, args: BaseModel) -> bool:
+        """Whether this call, with these arguments, must be approved first."""
+        if callable(self.requires_approval):
+            return bool(self.requires_approval(args))
+        return self.requires_approval
 
     @property
     def kind(self) -> ToolKind:

@@ -1,0 +1,127 @@
+"""Human approval: requests a run sends to people, and the decisions they send back."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+OnTimeout = Literal["escalate", "default", "fail"]
+DecisionKind = Literal["approve", "reject"]
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired"]
+
+# The built-in tool a model calls to ask a person.
+REQUEST_APPROVAL = "request_approval"
+
+
+class ApprovalPolicy(BaseModel):
+    """How long a request waits for a person, and what happens when nobody answers."""
+
+    timeout: timedelta = timedelta(hours=24)
+    on_timeout: OnTimeout = "fail"
+    default_decision: DecisionKind = Field(
+        default="reject", description="Applied when on_timeout is `default`."
+    )
+    approvers: str = Field(default="approvers", description="Who the request is sent to.")
+    escalate_to: str = Field(default="managers", description="Who is told when it escalates.")
+
+
+class RequestApprovalArgs(BaseModel):
+    """Arguments of the built-in `request_approval` tool."""
+
+    action: str = Field(description="What you want to do, e.g. 'refund $420 for claim C-118'.")
+    reason: str = Field(description="Why it is needed; the approver reads this.")
+
+
+class ApprovalNeeded(BaseModel):
+    """A gated tool's arguments were valid, but the call needs a person's approval first."""
+
+    reason: str
+    policy: ApprovalPolicy
+
+
+class Decision(BaseModel):
+    """A person's decision (or the timeout policy's), as the run records it."""
+
+    decision: DecisionKind
+    reviewer: str = Field(default="unknown", max_length=200)
+    comment: str = Field(default="", max_length=5000, description="Comment, or reason to reject.")
+    decided_at: datetime | None = None
+    by_policy: bool = Field(default=False, description="Applied by on_timeout `default`.")
+
+
+class DecisionSignal(BaseModel):
+    """Payload of the `approve` and `reject` signals."""
+
+    request_id: str
+    reviewer: str = Field(default="unknown", max_length=200)
+    comment: str = Field(default="", max_length=5000)
+
+
+class DecideInput(BaseModel):
+    """Payload of the `decide` Update (CLI and gateway): answered synchronously."""
+
+    request_id: str
+    decision: DecisionKind
+    reviewer: str = Field(default="unknown", max_length=200)
+    comment: str = Field(default="", max_length=5000)
+    nonce: str | None = Field(default=None, description="Set by the gateway from a link token.")
+
+
+class DecideOutcome(BaseModel):
+    """What the run did with a decision."""
+
+    accepted: bool
+    status: ApprovalStatus
+    reason: str = ""
+
+
+class ApprovalRequest(BaseModel):
+    """One request for a person's decision, as the run tracks it."""
+
+    request_id: str
+    tool: str
+    tool_call_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    reason: str
+    requested_at: datetime
+    expires_at: datetime
+    policy: ApprovalPolicy
+    sent_to: list[str] = Field(default_factory=list)
+    escalated: bool = False
+    status: ApprovalStatus = "pending"
+    decision: Decision | None = None
+    nonce_hash: str | None = Field(default=None, description="Of the approval links' token.")
+    ignored: list[str] = Field(
+        default_factory=list, description="Decisions that arrived and were not applied, and why."
+    )
+
+    @property
+    def open(self) -> bool:
+        """Still waiting for a decision."""
+        return self.status == "pending"
+
+
+class ApprovalNotice(BaseModel):
+    """Input of the `notify_approval` activity: who to tell, about what."""
+
+    workflow_id: str
+    request: ApprovalRequest
+    recipient: str
+    escalation: bool = False
+
+
+class ApprovalNoticeSent(BaseModel):
+    """What `notify_approval` returns: the nonce hash of the links' token (never the token)."""
+
+    nonce_hash: str
+    decision_url: str
+
+
+class DecisionBody(BaseModel):
+    """Body of `POST /v1/approvals/{request_id}/decision` (an approval link)."""
+
+    decision: DecisionKind
+    reviewer: str = Field(default="unknown", max_length=200)
+    comment: str = Field(default="", max_length=5000)
