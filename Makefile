@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+APPROVE_AFTER ?= 5
 
 .PHONY: install up down status demo test lint typecheck clean
 
@@ -22,8 +23,11 @@ down:  ## stop what `make up` started
 status:
 	$(PY) scripts/services.py status
 
-demo: up  ## run the demo agent to completion and print its answer and Web UI link
+demo: up  ## run the demo agents to completion and print their answers and Web UI links
 	$(PY) starter.py run "Export Q3 transactions and file them in the compliance folder" --wait
+	@echo
+	@echo "A refund over \$$100 needs a person's sign-off; this demo approves it after $(APPROVE_AFTER) s."
+	$(PY) starter.py run "Issue a refund of \$$420 for claim C-118 if the claim is valid" --wait --auto-approve-after $(APPROVE_AFTER)
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest

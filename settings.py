@@ -46,6 +46,7 @@ class Settings:
     token_keys: dict[str, str] = field(default_factory=dict, repr=False)
     token_signing_key: str | None = None
     demo_systems_url: str = "http://127.0.0.1:8790"
+    approvals_outbox_url: str | None = None  # default: the demo systems' outbox
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -82,7 +83,13 @@ class Settings:
             token_keys=keys,
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
+            approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
         )
+
+    @property
+    def outbox_url(self) -> str:
+        """Where approval requests are posted."""
+        return self.approvals_outbox_url or f"{self.demo_systems_url}/approvals/outbox"
 
     def run_url(self, workflow_id: str, run_id: str | None = None) -> str:
         """The Web UI page of a run."""

@@ -1,8 +1,11 @@
-"""The waitstate CLI: start runs, follow them, inspect them, cancel them.
+"""The waitstate CLI: start runs, follow them, approve or reject what they ask, inspect them.
 
 python starter.py run "What is 17 * 23?" --wait
 python starter.py status RUN_ID --json
 python starter.py list
+python starter.py pending
+python starter.py approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TEXT]
+python starter.py reject RUN_ID --reason TEXT
 python starter.py cancel RUN_ID
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -40,10 +44,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from providers.base import parse_model_spec
 from providers.scripted import SCRIPTS
 from schemas import RunInput, RunResult, RunState, Step
+from schemas.approvals import REQUEST_APPROVAL, DecisionSignal
 from settings import Settings, connect, exit_process
 from tools.catalog import TOOL_NAMES
 from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS
+from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
 PROVIDERS = ("openai", "anthropic", "scripted")
 FOLLOW_INTERVAL = 0.25
@@ -87,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--system-prompt", help="replace the default system prompt")
     run.add_argument("--wait", action="store_true", help="follow the run until it ends")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument(
+        "--auto-approve-after",
+        type=float,
+        metavar="SECONDS",
+        help="with --wait: approve each request after this long (demos, unattended)",
+    )
     run.set_defaults(command=cmd_run)
 
     status = sub.add_parser("status", help="where a run is")
@@ -98,6 +109,21 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(command=cmd_list)
+
+    pending = sub.add_parser("pending", help="runs waiting for a person's decision")
+    pending.add_argument("--json", action="store_true")
+    pending.set_defaults(command=cmd_pending)
+
+    for name in ("approve", "reject"):
+        decide = sub.add_parser(name, help=f"{name} a run's approval request")
+        decide.add_argument("run_id")
+        decide.add_argument("--request", help="request id (default: the run's one open request)")
+        decide.add_argument("--reviewer", default=os.environ.get("USER") or "cli")
+        if name == "approve":
+            decide.add_argument("--comment", default="")
+        else:
+            decide.add_argument("--reason", required=True, help="why; the agent reads it")
+        decide.set_defaults(command=cmd_decide, decision=name)
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
@@ -123,7 +149,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if not args.json:
         print(f"run {handle.id} (model {run_input.model}; tools {', '.join(run_input.tools)})")
         print(f"web ui: {url}")
-    state = await _follow(handle, quiet=args.json)
+    state = await _follow(handle, quiet=args.json, auto_approve_after=args.auto_approve_after)
     if args.json:
         _print_json({"run_id": handle.id, **state.model_dump(mode="json", exclude={"steps"})})
     else:
@@ -181,6 +207,81 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
+    """Print runs waiting for a person, with their open requests."""
+    client = await _connect(settings)
+    query = f'{WAITING_FOR.name} = "approval" AND ExecutionStatus = "Running"'
+    rows: list[dict[str, Any]] = []
+    async for execution in client.list_workflows(query):
+        handle = client.get_workflow_handle(execution.id)
+        try:
+            state = await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError:
+            continue
+        for request in state.approvals.values():
+            if request.open:
+                rows.append(
+                    {
+                        "run_id": execution.id,
+                        "request_id": request.request_id,
+                        "tool": request.tool,
+                        "reason": request.reason,
+                        "expires_at": request.expires_at.isoformat(),
+                        "escalated": request.escalated,
+                    }
+                )
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print("no run is waiting for a decision")
+    for row in rows:
+        print(f"{row['run_id']}  request {row['request_id']}  expires {row['expires_at']}")
+        print(f"    {row['reason']}")
+        print(f"    python starter.py approve {row['run_id']} --request {row['request_id']}")
+    return 0
+
+
+async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+    """Approve or reject a run's request (the run's one open request unless --request)."""
+    client = await _connect(settings)
+    handle = client.get_workflow_handle(args.run_id)
+    description = await _describe(handle)
+    state = await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+    ended = description.status != WorkflowExecutionStatus.RUNNING
+    open_ids = [r.request_id for r in state.approvals.values() if r.open]
+    request_id = args.request
+    if request_id is None:
+        if not open_ids:
+            raise CliError(f"run {args.run_id} has no open approval request")
+        if len(open_ids) > 1:
+            listing = "; ".join(f"{i} ({state.approvals[i].reason})" for i in open_ids)
+            raise CliError(
+                f"run {args.run_id} has several open requests; pick one with --request: {listing}"
+            )
+        request_id = open_ids[0]
+    elif request_id not in state.approvals:
+        raise CliError(f"run {args.run_id} has no approval request {request_id}")
+    decision = DecisionSignal(
+        request_id=request_id,
+        reviewer=args.reviewer,
+        comment=args.comment if args.decision == "approve" else args.reason,
+    )
+    signal = AgentRunWorkflow.approve if args.decision == "approve" else AgentRunWorkflow.reject
+    if not ended:
+        # Sent even for a decided request: the run records it, and never applies it twice.
+        await handle.signal(signal, decision)
+    if request_id not in open_ids:
+        status = state.approvals[request_id].status
+        if ended:
+            raise CliError(f"request {request_id} is already {status}, and the run has ended")
+        raise CliError(
+            f"request {request_id} is already {status}: the run records and ignores this"
+        )
+    print(f"{args.decision} sent for request {request_id} of run {args.run_id}")
+    return 0
+
+
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Ask a run to cancel; the workflow cancels its in-flight work and ends `cancelled`."""
     client = await _connect(settings)
@@ -207,8 +308,8 @@ def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         )
     if provider == "scripted" and name not in SCRIPTS:
         raise CliError(f"no script named {name!r}; scripts: {', '.join(sorted(SCRIPTS))}", 2)
-    known = list(TOOL_NAMES)
-    tools = args.tools or known
+    known = [*TOOL_NAMES, REQUEST_APPROVAL]
+    tools = args.tools or list(TOOL_NAMES)
     if unknown := [tool for tool in tools if tool not in known]:
         raise CliError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}", 2)
     if args.max_turns < 1:
@@ -257,9 +358,12 @@ async def _start(
     return client.get_workflow_handle(workflow_id, result_type=RunResult), True
 
 
-async def _follow(handle: WorkflowHandle[Any, RunResult], *, quiet: bool) -> RunState:
+async def _follow(
+    handle: WorkflowHandle[Any, RunResult], *, quiet: bool, auto_approve_after: float | None = None
+) -> RunState:
     """Print each step as it happens until the run ends; return its final state."""
     shown = 0
+    seen: dict[str, float] = {}  # approval request id -> when it was first seen
     result = asyncio.create_task(_outcome(handle))
     while True:
         done, _ = await asyncio.wait({result}, timeout=FOLLOW_INTERVAL)
@@ -271,6 +375,8 @@ async def _follow(handle: WorkflowHandle[Any, RunResult], *, quiet: bool) -> Run
             for step in state.steps[shown:]:
                 print(_step_line(step), flush=True)
             shown = len(state.steps)
+        if state is not None:
+            await _attend_approvals(handle, state, seen, quiet, auto_approve_after)
         if done:
             final = result.result()
             if state is not None:
@@ -279,6 +385,40 @@ async def _follow(handle: WorkflowHandle[Any, RunResult], *, quiet: bool) -> Run
                 state.final_output = final.final_output
                 return state
             return final
+
+
+async def _attend_approvals(
+    handle: WorkflowHandle[Any, RunResult],
+    state: RunState,
+    seen: dict[str, float],
+    quiet: bool,
+    auto_approve_after: float | None,
+) -> None:
+    """Show how to answer each new request; with --auto-approve-after, answer it."""
+    now = asyncio.get_running_loop().time()
+    for request in state.approvals.values():
+        if not request.open:
+            continue
+        if request.request_id not in seen:
+            seen[request.request_id] = now
+            if not quiet:
+                print(f"  waiting for approval: {request.reason}", flush=True)
+                print(f"    python starter.py approve {handle.id} --request {request.request_id}")
+                print(
+                    f"    python starter.py reject {handle.id} --request {request.request_id} "
+                    "--reason '...'",
+                    flush=True,
+                )
+        elif (
+            auto_approve_after is not None and now - seen[request.request_id] >= auto_approve_after
+        ):
+            seen[request.request_id] = float("inf")  # approve once
+            await handle.signal(
+                AgentRunWorkflow.approve,
+                DecisionSignal(request_id=request.request_id, reviewer="auto-approve (demo)"),
+            )
+            if not quiet:
+                print(f"  auto-approved request {request.request_id}", flush=True)
 
 
 async def _outcome(handle: WorkflowHandle[Any, RunResult]) -> RunState:
@@ -296,6 +436,7 @@ async def _outcome(handle: WorkflowHandle[Any, RunResult]) -> RunState:
         return RunState(status="failed", error=str(cause) if cause else str(err))
     return RunState(
         status=result.status,
+        error=result.error,
         turns=result.turns,
         tool_calls=result.tool_calls,
         usage=result.usage,

@@ -17,7 +17,7 @@ import openai
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import ModelActivities, ToolActivities
+from activities import ApprovalActivities, ModelActivities, ToolActivities
 from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
 from providers.anthropic import AnthropicProvider
@@ -79,6 +79,7 @@ def build_worker(
     settings: Settings,
     providers: Providers,
     tools: Sequence[ToolSpec],
+    http: httpx.AsyncClient,
     *,
     tokens: ResumeTokens | None = None,
     task_queue: str | None = None,
@@ -87,6 +88,7 @@ def build_worker(
     registry = ToolRegistry([*tools, *builtin_tools()])
     model = ModelActivities(providers, registry)
     tool = ToolActivities(registry, tokens, settings.gateway_url)
+    approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -96,6 +98,7 @@ def build_worker(
             tool.call_tool,
             tool.poll_operation,
             tool.cancel_operation,
+            approvals.notify_approval,
         ],
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.
@@ -115,7 +118,7 @@ async def main() -> None:
     # One connection pool for every tool that calls an external system.
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
     worker = build_worker(
-        client, settings, providers, all_tools(http, settings), tokens=build_tokens(settings)
+        client, settings, providers, all_tools(http, settings), http, tokens=build_tokens(settings)
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,6 +1,7 @@
 """Activities: thin adapters from providers and tools to Temporal."""
 
+from activities.approvals import ApprovalActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
 
-__all__ = ["ModelActivities", "ToolActivities"]
+__all__ = ["ApprovalActivities", "ModelActivities", "ToolActivities"]

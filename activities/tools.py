@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from schemas import ToolCallInput, ToolResult
+from schemas.approvals import ApprovalNeeded
 from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from schemas.operations import (
     CancelOperationInput,
@@ -51,6 +52,16 @@ class ToolActivities:
         if isinstance(parsed, ToolResult):
             return parsed
         spec, args = parsed
+        if input.approved_by is None and spec.needs_approval(args):
+            # Not run: the workflow asks a person and calls again with `approved_by` set.
+            return ToolResult(
+                tool_call_id=input.call.id,
+                name=input.call.name,
+                content="",
+                approval_needed=ApprovalNeeded(
+                    reason=f"{spec.name} {args.model_dump_json()}", policy=spec.approval
+                ),
+            )
         if spec.long is None:
             return await self._tools.run(input.call)
         return await self._start(spec, spec.long, args, input)

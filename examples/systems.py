@@ -22,15 +22,32 @@ Compliance folder and notifications (answer at once)::
     POST /notifications             {team, message} -> {id}
     GET  /notifications             every notification sent, oldest first
 
+Claims and refunds (answer at once; the claims are seeded, see `CLAIMS`)::
+
+    GET  /claims/{claim_id}         {claim_id, valid, amount, customer, reason?} (reason when
+                                    invalid); 404 for an unknown claim
+    POST /refunds                   Idempotency-Key header; {claim_id, amount} -> 201 {refund_id,
+                                    claim_id, amount} (200 and the same refund for a key seen
+                                    before); 422 for an unknown or invalid claim, or more than
+                                    is left to refund on the claim
+    GET  /refunds                   every refund issued, oldest first
+
+Approvals outbox (where runs post approval requests for people to read)::
+
+    POST /approvals/outbox          any JSON object -> 201 {id}
+    GET  /approvals/outbox          [{id, index, received_at, body}], oldest first
+
 Test hooks, so tests can prove exactly what happened and inject failures::
 
     GET  /_test/stats               per idempotency key: starts, jobs_created, cancels; per job:
-                                    status and every webhook attempt with its HTTP answer
+                                    status and every webhook attempt with its HTTP answer; per
+                                    refund key: requests and the refund; the outbox's size
     POST /_test/faults              set some of: fail_next_starts, accept_then_fail_next_starts,
                                     hold_start_answers_seconds, never_complete, fail_jobs,
-                                    duplicate_webhooks, export_seconds, pipeline_seconds
-                                    (see `Faults`)
-    POST /_test/reset               forget every job, file, notification and fault
+                                    duplicate_webhooks, export_seconds, pipeline_seconds,
+                                    accept_then_fail_next_refunds (see `Faults`)
+    POST /_test/reset               forget every job, file, notification, refund, outbox entry
+                                    and fault (the seeded claims stay)
 
 Everything is kept in memory on the app (`app.state.systems`). A job's statuses are those of a
 `Completion` plus `cancelled`.
@@ -54,8 +71,9 @@ import re
 import signal
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import FrameType, TracebackType
 from typing import Annotated, Any, Literal, Self
 
@@ -196,6 +214,46 @@ class NotificationSent(BaseModel):
     id: str
 
 
+class Claim(BaseModel):
+    """An insurance claim: whether it is valid, and what it is for."""
+
+    claim_id: str
+    valid: bool
+    amount: float
+    customer: str
+    reason: str | None = Field(default=None, description="Why the claim is invalid.")
+
+
+class RefundRequest(BaseModel):
+    """`POST /refunds`."""
+
+    claim_id: str = Field(min_length=1, max_length=100)
+    amount: float = Field(gt=0, allow_inf_nan=False)
+
+
+class Refund(BaseModel):
+    """A refund that was issued."""
+
+    refund_id: str
+    claim_id: str
+    amount: float
+
+
+class OutboxPosted(BaseModel):
+    """The answer to `POST /approvals/outbox`."""
+
+    id: str
+
+
+class OutboxEntry(BaseModel):
+    """An approval request a run posted, as the outbox received it."""
+
+    id: str
+    index: int = Field(description="1 for the first entry received, then 2...")
+    received_at: datetime
+    body: dict[str, Any]
+
+
 class Faults(BaseModel):
     """Failures to inject. `POST /_test/faults` changes only the fields it sends.
 
@@ -226,6 +284,11 @@ class Faults(BaseModel):
     )
     export_seconds: float | None = Field(default=None, ge=0, description="Export duration.")
     pipeline_seconds: float | None = Field(default=None, ge=0, description="Pipeline duration.")
+    accept_then_fail_next_refunds: int = Field(
+        default=0,
+        ge=0,
+        description="Issue (or find) the refund, then answer 503: the caller never sees it.",
+    )
 
 
 class WebhookAttempt(BaseModel):
@@ -259,12 +322,39 @@ class JobStats(BaseModel):
     webhooks: list[WebhookAttempt]
 
 
+class RefundKeyStats(BaseModel):
+    """What happened under one refund idempotency key."""
+
+    requests: int
+    refund_id: str
+
+
 class Stats(BaseModel):
     """`GET /_test/stats`."""
 
     keys: dict[str, KeyStats]
     jobs: dict[str, JobStats]
+    refund_keys: dict[str, RefundKeyStats] = Field(default_factory=dict)
+    outbox: int = Field(default=0, description="Entries in the approvals outbox.")
     faults: Faults
+
+
+# Seeded and never changed: what `GET /claims/{claim_id}` answers and refunds are checked against.
+CLAIMS: Mapping[str, Claim] = {
+    claim.claim_id: claim
+    for claim in (
+        Claim(claim_id="C-118", valid=True, amount=420.0, customer="Dana Whitfield"),
+        Claim(claim_id="C-200", valid=True, amount=80.0, customer="Omar Haddad"),
+        Claim(claim_id="C-305", valid=True, amount=1250.0, customer="Mei Tanaka"),
+        Claim(
+            claim_id="C-999",
+            valid=False,
+            amount=300.0,
+            customer="Lena Vogt",
+            reason="policy lapsed",
+        ),
+    )
+}
 
 
 # --- State ---------------------------------------------------------------------------------
@@ -329,9 +419,13 @@ class DemoSystems:
         self.files: dict[str, int] = {}
         self.folders: dict[str, dict[str, str]] = {}
         self.notifications: list[Notification] = []
+        self.refunds: list[Refund] = []
+        self.refund_keys: dict[str, RefundKeyStats] = {}
+        self.outbox: list[OutboxEntry] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
         self._notification_ids = itertools.count(1)
+        self._refund_ids = itertools.count(1)
 
     async def __aenter__(self) -> Self:
         self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT)
@@ -554,6 +648,90 @@ class DemoSystems:
         self.notifications.append(notification)
         return notification
 
+    # -- claims and refunds --
+
+    def claim(self, claim_id: str) -> Claim:
+        """The claim, or a 404."""
+        claim = CLAIMS.get(claim_id)
+        if claim is None:
+            raise HTTPException(404, f"no claim {claim_id}")
+        return claim
+
+    def refund(self, key: str | None, request: RefundRequest) -> tuple[Refund, bool]:
+        """Issue a refund, or find the one already issued under `key`.
+
+        Returns:
+            The refund, and whether this request issued it.
+
+        Raises:
+            HTTPException: 400 without a key; 422 for a key used for another request, an
+                unknown or invalid claim, or more than is left to refund; 503 for an injected
+                fault.
+        """
+        if not key:
+            raise HTTPException(400, "the Idempotency-Key header is required")
+        stats = self.refund_keys.get(key)
+        if stats is not None:
+            stats.requests += 1
+            refund = self._refund_by_id(stats.refund_id)
+            if (refund.claim_id, refund.amount) != (request.claim_id, request.amount):
+                raise HTTPException(
+                    422,
+                    f"Idempotency-Key {key!r} was already used for a different refund; "
+                    "use a new key for a new refund",
+                )
+            created = False
+        else:
+            # Nothing awaits between the checks and the record, so concurrent requests can
+            # neither both use one key nor together refund more than the claim.
+            self._check_refundable(request)
+            refund = Refund(
+                refund_id=f"rfd_{next(self._refund_ids)}",
+                claim_id=request.claim_id,
+                amount=request.amount,
+            )
+            self.refunds.append(refund)
+            self.refund_keys[key] = RefundKeyStats(requests=1, refund_id=refund.refund_id)
+            logger.info("refund %s issued: %s", refund.refund_id, request)
+            created = True
+        if self.faults.accept_then_fail_next_refunds:
+            self.faults.accept_then_fail_next_refunds -= 1
+            raise HTTPException(503, "the refund service is temporarily unavailable; try again")
+        return refund, created
+
+    def _check_refundable(self, request: RefundRequest) -> None:
+        claim = CLAIMS.get(request.claim_id)
+        if claim is None:
+            raise HTTPException(422, f"no claim {request.claim_id}; nothing to refund")
+        if not claim.valid:
+            raise HTTPException(
+                422, f"claim {claim.claim_id} is not valid ({claim.reason}); no refund allowed"
+            )
+        refunded = sum(r.amount for r in self.refunds if r.claim_id == claim.claim_id)
+        left = round(claim.amount - refunded, 2)
+        # Compared in cents, so float noise (0.1 + 0.2) never refuses an exact refund.
+        if round(request.amount, 2) > left:
+            already = f" ({refunded:.2f} already refunded)" if refunded else ""
+            raise HTTPException(
+                422,
+                f"refund of {request.amount:.2f} exceeds what is left on claim "
+                f"{claim.claim_id}: {left:.2f} of {claim.amount:.2f}{already}",
+            )
+
+    def _refund_by_id(self, refund_id: str) -> Refund:
+        return next(r for r in self.refunds if r.refund_id == refund_id)
+
+    # -- approvals outbox --
+
+    def post_to_outbox(self, body: dict[str, Any]) -> OutboxEntry:
+        """Record an approval request a run posted for people to read."""
+        index = len(self.outbox) + 1
+        entry = OutboxEntry(
+            id=f"out_{index}", index=index, received_at=datetime.now(UTC), body=body
+        )
+        self.outbox.append(entry)
+        return entry
+
     # -- test hooks --
 
     def stats(self) -> Stats:
@@ -571,6 +749,8 @@ class DemoSystems:
                 )
                 for job in self.jobs.values()
             },
+            refund_keys={key: stats.model_copy() for key, stats in self.refund_keys.items()},
+            outbox=len(self.outbox),
             faults=self.faults.model_copy(),
         )
 
@@ -582,7 +762,7 @@ class DemoSystems:
         return self.faults
 
     async def reset(self) -> None:
-        """Forget every job, file, folder, notification and fault."""
+        """Forget every job, file, folder, notification, refund, outbox entry and fault."""
         await self._cancel_tasks()
         self.faults = Faults()
         self.keys.clear()
@@ -591,6 +771,10 @@ class DemoSystems:
         self.folders.clear()
         self.notifications.clear()
         self._notification_ids = itertools.count(1)
+        self.refunds.clear()
+        self.refund_keys.clear()
+        self._refund_ids = itertools.count(1)
+        self.outbox.clear()
 
 
 def _stable_number(text: str) -> int:
@@ -684,6 +868,31 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
     @app.get("/notifications")
     async def list_notifications() -> list[Notification]:
         return list(systems.notifications)
+
+    @app.get("/claims/{claim_id}", response_model_exclude_none=True)
+    async def get_claim(claim_id: str) -> Claim:
+        return systems.claim(claim_id)
+
+    @app.post("/refunds", status_code=201)
+    async def issue_refund(
+        request: RefundRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> Refund:
+        refund, created = systems.refund(idempotency_key, request)
+        if not created:
+            response.status_code = 200
+        return refund
+
+    @app.get("/refunds")
+    async def list_refunds() -> list[Refund]:
+        return list(systems.refunds)
+
+    @app.post("/approvals/outbox", status_code=201)
+    async def post_to_outbox(body: dict[str, Any]) -> OutboxPosted:
+        return OutboxPosted(id=systems.post_to_outbox(body).id)
+
+    @app.get("/approvals/outbox")
+    async def list_outbox() -> list[OutboxEntry]:
+        return list(systems.outbox)
 
     @app.get("/_test/stats")
     async def get_stats() -> Stats:

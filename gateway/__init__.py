@@ -1,4 +1,4 @@
-"""The webhook gateway: verifies resume tokens and delivers completions to runs.
+"""The webhook gateway: verifies resume tokens and delivers completions and decisions to runs.
 
 python -m gateway       # serves on GATEWAY_HOST:GATEWAY_PORT, keys from WAITSTATE_TOKEN_KEYS
 """
@@ -19,7 +19,12 @@ from gateway.tokens import (
 
 if TYPE_CHECKING:
     from gateway.app import create_app
-    from gateway.delivery import Deliverer, DeliveryRefused, TemporalDeliverer
+    from gateway.delivery import (
+        Deliverer,
+        DeliveryRefused,
+        TemporalDeliverer,
+        approval_subject,
+    )
 
 __all__ = [
     "Deliverer",
@@ -30,6 +35,7 @@ __all__ = [
     "ResumeClaims",
     "ResumeTokens",
     "TemporalDeliverer",
+    "approval_subject",
     "create_app",
     "nonce_hash",
 ]
@@ -42,6 +48,7 @@ _LAZY = {
     "Deliverer": "gateway.delivery",
     "DeliveryRefused": "gateway.delivery",
     "TemporalDeliverer": "gateway.delivery",
+    "approval_subject": "gateway.delivery",
 }
 
 

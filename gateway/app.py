@@ -1,19 +1,26 @@
-"""The webhook gateway: external systems report on long operations here.
+"""The webhook gateway: external systems report on long operations, and people decide on
+approval requests, here.
 
     POST /v1/operations/{operation_id}/complete
     Authorization: Bearer <resume token>
     {"status": "succeeded", "result": {...}}
 
+    POST /v1/approvals/{request_id}/decision
+    Authorization: Bearer <the approval link's token>
+    {"decision": "approve", "reviewer": "ana", "comment": "ok"}
+
 Checks run cheapest first and bad input never reaches a run: body size (413), token (401,
-410), body (422); only then is the completion delivered to the run (see `delivery`).
+410), body (422); only then is the completion or decision delivered to the run (see
+`delivery`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import uuid4
 
 from fastapi import FastAPI, Request, Security
@@ -24,15 +31,20 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from gateway.delivery import Deliverer, DeliveryRefused
-from gateway.tokens import ExpiredToken, InvalidToken, ResumeTokens
+from gateway.delivery import Deliverer, DeliveryRefused, approval_subject
+from gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
+from schemas.approvals import ApprovalStatus, DecisionBody
 from schemas.operations import Completion, OperationStatus
 
 log = logging.getLogger(__name__)
 
 COMPLETE_PATH = "/v1/operations/{operation_id}/complete"
+DECISION_PATH = "/v1/approvals/{request_id}/decision"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 _SCHEMA_REF = "#/components/schemas/{model}"
+
+_Body = TypeVar("_Body", bound=BaseModel)
+_Outcome = TypeVar("_Outcome")
 
 
 class ErrorDetail(BaseModel):
@@ -58,43 +70,147 @@ class Accepted(BaseModel):
     )
 
 
+class DecisionAccepted(BaseModel):
+    """The run took the decision."""
+
+    status: Literal["accepted"] = "accepted"
+    request_id: str
+    approval_status: ApprovalStatus = Field(
+        description="The request's status after the run applied the decision."
+    )
+
+
 # Module-level, not inside create_app: FastAPI resolves the endpoint's (string) annotations in
 # this module's globals. auto_error=False: a missing token is answered by the endpoint, after
 # the size check.
 _BEARER = HTTPBearer(
     auto_error=False,
     bearerFormat="resume token",
-    description="The resume token the operation's callback was issued with.",
+    description="The resume token the operation's callback, or the approval request's links, "
+    "were issued with.",
 )
 
-_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in {
-        401: "Missing, malformed or forged token, a token for another operation, or a nonce "
-        "the run does not know.",
-        404: "No such run, or the run has no such operation.",
-        409: "Not applied: the operation is already resolved, expired or cancelled, this is a "
-        "duplicate of a completion already applied, or the run has ended. Do not retry.",
-        410: "The token has expired.",
-        413: "The body is larger than the gateway accepts.",
-        422: "The body is not JSON, or not a valid completion.",
-        503: "Temporal or the run could not be reached in time. Retry later.",
-    }.items()
+# The endpoints read their bodies themselves (to cap their size before parsing), so FastAPI
+# does not know these models: the routes' `openapi_extra` refers to them, and `_GatewayAPI`
+# adds their schemas to the components.
+_HAND_READ_BODIES: tuple[type[BaseModel], ...] = (Completion, DecisionBody)
+
+_COMMON_ERRORS = {
+    410: "The token has expired.",
+    413: "The body is larger than the gateway accepts.",
+    503: "Temporal or the run could not be reached in time. Retry later.",
 }
+
+
+def _error_responses(descriptions: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """An endpoint's error answers for OpenAPI: its own descriptions and the common ones."""
+    merged = {**descriptions, **_COMMON_ERRORS}
+    return {
+        status: {"model": ErrorBody, "description": merged[status]} for status in sorted(merged)
+    }
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` for a route whose JSON body is `model`, read by the endpoint itself."""
+    schema = {"$ref": _SCHEMA_REF.format(model=model.__name__)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 class _GatewayAPI(FastAPI):
     def openapi(self) -> dict[str, Any]:
-        # The complete endpoint reads its body itself (to cap its size before parsing), so
-        # FastAPI does not know its model: the route's `openapi_extra` refers to it, and its
-        # schema is added to the components here.
         schema = super().openapi()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        if "Completion" not in components:
-            completion = Completion.model_json_schema(ref_template=_SCHEMA_REF)
-            components.update(completion.pop("$defs", {}))
-            components["Completion"] = completion
+        for model in _HAND_READ_BODIES:
+            if model.__name__ not in components:
+                body = model.model_json_schema(ref_template=_SCHEMA_REF)
+                components.update(body.pop("$defs", {}))
+                components[model.__name__] = body
         return schema
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """What every endpoint does around its delivery: the checks before, the refusals after."""
+
+    tokens: ResumeTokens
+    max_body_bytes: int
+
+    async def admit(
+        self,
+        request: Request,
+        credentials: HTTPAuthorizationCredentials | None,
+        *,
+        subject: str,
+        subject_kind: str,
+        model: type[_Body],
+        invalid_code: str,
+    ) -> tuple[ResumeClaims, _Body] | JSONResponse:
+        """The token's claims and the parsed body, or the refusal to answer with.
+
+        Args:
+            request: The request, its body not read yet.
+            credentials: The bearer token, if the request had one.
+            subject: The `operation_id` claim the token must carry for this URL.
+            subject_kind: What a subject is, for the refusal of a token for another one
+                (code `wrong_<kind>`).
+            model: The body's model.
+            invalid_code: The code of a refusal of a JSON body that is not a valid `model`.
+        """
+        try:
+            body = await _read_body(request, self.max_body_bytes)
+        except ClientDisconnect:
+            return _refuse(request, 400, "client_disconnected", "the body was cut short")
+        if body is None:
+            return _refuse(
+                request, 413, "body_too_large", f"the body is over {self.max_body_bytes} bytes"
+            )
+
+        if credentials is None:
+            return _refuse(
+                request, 401, "missing_token", "send Authorization: Bearer <resume token>"
+            )
+        try:
+            claims = self.tokens.verify(credentials.credentials)
+        except ExpiredToken as err:
+            return _refuse(request, 410, "token_expired", str(err))
+        except InvalidToken as err:
+            return _refuse(request, 401, "invalid_token", str(err))
+        if claims.operation_id != subject:
+            return _refuse(
+                request,
+                401,
+                f"wrong_{subject_kind}",
+                f"token was issued for another {subject_kind}",
+            )
+
+        try:
+            parsed = model.model_validate_json(body)
+        except ValidationError as err:
+            not_json = any(error["type"] == "json_invalid" for error in err.errors())
+            code = "invalid_json" if not_json else invalid_code
+            return _refuse(request, 422, code, _describe(err.errors()))
+        return claims, parsed
+
+    async def deliver(
+        self, request: Request, delivery: Awaitable[_Outcome], what: str
+    ) -> _Outcome | JSONResponse:
+        """The run's outcome of `delivery`, or the refusal to answer with.
+
+        Args:
+            request: The request being answered.
+            delivery: The deliverer's call, not awaited yet.
+            what: What is delivered, for the log.
+        """
+        try:
+            return await delivery
+        except DeliveryRefused as err:
+            code = err.code or _code_for(err.status_code)
+            return _refuse(request, err.status_code, code, err.message)
+        except Exception:
+            # A bug, not a refusal. Answered here rather than by the app-wide handler, which
+            # Starlette follows by re-raising into the server (a second traceback in the log).
+            log.exception("delivering %s failed", what)
+            return _error(500, "internal_error", "the gateway failed; retry later")
 
 
 def create_app(
@@ -103,79 +219,62 @@ def create_app(
     """The gateway's ASGI app.
 
     Args:
-        deliverer: Hands verified completions to runs (`TemporalDeliverer` in production).
+        deliverer: Hands verified completions and decisions to runs (`TemporalDeliverer` in
+            production).
         tokens: Verifies resume tokens.
         max_body_bytes: Larger bodies are refused with 413 before they are parsed.
     """
     app = _GatewayAPI(
         title="waitstate gateway",
         version="1",
-        description="External systems report on the long operations of agent runs here.",
+        description="External systems report on the long operations of agent runs, and people "
+        "decide on their approval requests, here.",
     )
+    gate = _Gate(tokens, max_body_bytes)
 
     @app.post(
         COMPLETE_PATH,
         response_model=Accepted,
         response_description="Accepted: the run applied the completion.",
-        responses=_ERROR_RESPONSES,
+        responses=_error_responses(
+            {
+                401: "Missing, malformed or forged token, a token for another operation, or a "
+                "nonce the run does not know.",
+                404: "No such run, or the run has no such operation.",
+                409: "Not applied: the operation is already resolved, expired or cancelled, "
+                "this is a duplicate of a completion already applied, or the run has ended. "
+                "Do not retry.",
+                422: "The body is not JSON, or not a valid completion.",
+            }
+        ),
         operation_id="complete_operation",
         summary="Report on a long operation",
         description="An external system reports progress on a job, or its result or failure.",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/Completion"}}
-                },
-            }
-        },
+        openapi_extra=_json_body(Completion),
     )
     async def complete(
         operation_id: str,
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
     ) -> Accepted | JSONResponse:
-        try:
-            body = await _read_body(request, max_body_bytes)
-        except ClientDisconnect:
-            return _refuse(request, 400, "client_disconnected", "the body was cut short")
-        if body is None:
-            return _refuse(
-                request, 413, "body_too_large", f"the body is over {max_body_bytes} bytes"
-            )
-
-        if credentials is None:
-            return _refuse(
-                request, 401, "missing_token", "send Authorization: Bearer <resume token>"
-            )
-        try:
-            claims = tokens.verify(credentials.credentials)
-        except ExpiredToken as err:
-            return _refuse(request, 410, "token_expired", str(err))
-        except InvalidToken as err:
-            return _refuse(request, 401, "invalid_token", str(err))
-        if claims.operation_id != operation_id:
-            return _refuse(
-                request, 401, "wrong_operation", "token was issued for another operation"
-            )
-
-        try:
-            completion = Completion.model_validate_json(body)
-        except ValidationError as err:
-            not_json = any(error["type"] == "json_invalid" for error in err.errors())
-            code = "invalid_json" if not_json else "invalid_completion"
-            return _refuse(request, 422, code, _describe(err.errors()))
-
-        try:
-            outcome = await deliverer.complete(claims, completion, delivery_id=uuid4().hex)
-        except DeliveryRefused as err:
-            code = err.code or _code_for(err.status_code)
-            return _refuse(request, err.status_code, code, err.message)
-        except Exception:
-            # A bug, not a refusal. Answered here rather than by the app-wide handler, which
-            # Starlette follows by re-raising into the server (a second traceback in the log).
-            log.exception("delivering a completion of operation %r failed", operation_id)
-            return _error(500, "internal_error", "the gateway failed; retry later")
+        admitted = await gate.admit(
+            request,
+            credentials,
+            subject=operation_id,
+            subject_kind="operation",
+            model=Completion,
+            invalid_code="invalid_completion",
+        )
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        claims, completion = admitted
+        outcome = await gate.deliver(
+            request,
+            deliverer.complete(claims, completion, delivery_id=uuid4().hex),
+            f"a completion of operation {operation_id!r}",
+        )
+        if isinstance(outcome, JSONResponse):
+            return outcome
         log.info(
             "delivered %s completion of operation %s to run %s: now %s",
             completion.status,
@@ -184,6 +283,63 @@ def create_app(
             outcome.status,
         )
         return Accepted(operation_id=operation_id, operation_status=outcome.status)
+
+    @app.post(
+        DECISION_PATH,
+        response_model=DecisionAccepted,
+        response_description="Accepted: the run applied the decision.",
+        responses=_error_responses(
+            {
+                401: "Missing, malformed or forged token, a token for another request, or a "
+                "nonce the run does not know.",
+                404: "No such run, or the run has no such approval request.",
+                409: "Not applied: the request is already decided or has expired, or the run "
+                "has ended. Do not retry.",
+                422: "The body is not JSON, or not a valid decision.",
+            }
+        ),
+        operation_id="decide_approval",
+        summary="Decide on an approval request",
+        description="A person approves or rejects what a run asked to do, through the token "
+        "of the request's links.",
+        openapi_extra=_json_body(DecisionBody),
+    )
+    async def decide(
+        request_id: str,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+    ) -> DecisionAccepted | JSONResponse:
+        admitted = await gate.admit(
+            request,
+            credentials,
+            subject=approval_subject(request_id),
+            subject_kind="request",
+            model=DecisionBody,
+            invalid_code="invalid_decision",
+        )
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        claims, decision = admitted
+        outcome = await gate.deliver(
+            request,
+            deliverer.decide(claims, request_id, decision),
+            f"a decision on request {request_id!r}",
+        )
+        if isinstance(outcome, JSONResponse):
+            return outcome
+        if not outcome.accepted:
+            # The run recorded the decision without applying it: retrying cannot help.
+            reason = outcome.reason or f"the request is {outcome.status}"
+            return _refuse(request, 409, "not_accepted", reason)
+        log.info(
+            "delivered %s by %r on request %s to run %s: now %s",
+            decision.decision,
+            decision.reviewer,
+            request_id,
+            claims.workflow_id,
+            outcome.status,
+        )
+        return DecisionAccepted(request_id=request_id, approval_status=outcome.status)
 
     @app.get("/healthz", summary="Liveness")
     async def healthz() -> dict[str, str]:

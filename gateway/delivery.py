@@ -1,12 +1,15 @@
-"""Delivering a verified completion to the run that owns the operation, as a Temporal Update."""
+"""Delivering verified completions and decisions to the runs they are for, as Temporal Updates."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Protocol
+from uuid import uuid4
 
 from temporalio.client import (
     Client,
@@ -17,25 +20,48 @@ from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gateway.tokens import ResumeClaims
-from schemas.errors import OPERATION_NONCE_MISMATCH, OPERATION_RESOLVED, OPERATION_UNKNOWN
+from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
+from schemas.errors import (
+    APPROVAL_DECIDED,
+    APPROVAL_NONCE_MISMATCH,
+    APPROVAL_UNKNOWN,
+    OPERATION_NONCE_MISMATCH,
+    OPERATION_RESOLVED,
+    OPERATION_UNKNOWN,
+)
 from schemas.operations import CompleteOperation, Completion, CompletionOutcome
 from workflows.agent_run import AgentRunWorkflow
 
-# How long one webhook call may wait for the run to take its completion. A run whose worker is
-# down never answers; past this the caller gets a 503 and retries later (a retry of the same
-# body is the same Update, so it cannot be applied twice).
+# How long one webhook call may wait for the run to take its completion or decision. A run
+# whose worker is down never answers; past this the caller gets a 503 and retries later (a
+# retried completion is the same Update, so it cannot be applied twice; a retried decision
+# that did get through is refused by the run as already decided).
 DELIVERY_TIMEOUT = timedelta(seconds=20)
 
-# ApplicationError types of the Update validator -> (HTTP status, error code).
+# ApplicationError types of the Update validators -> (HTTP status, error code). The type names
+# of the two Updates are distinct, so one table serves both.
 _REJECTIONS = {
     OPERATION_UNKNOWN: (404, "operation_unknown"),
     OPERATION_NONCE_MISMATCH: (401, "nonce_mismatch"),
     OPERATION_RESOLVED: (409, "operation_resolved"),
+    APPROVAL_UNKNOWN: (404, "approval_unknown"),
+    APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
+    APPROVAL_DECIDED: (409, "approval_decided"),
 }
 
 
+def approval_subject(request_id: str) -> str:
+    """The `operation_id` claim of the token in an approval request's links.
+
+    The slash keeps the two kinds of token apart: an operation id is one path segment of
+    `/v1/operations/{operation_id}/complete`, so it never equals an approval subject, and a
+    token issued for either endpoint is refused by the other.
+    """
+    return f"approval/{request_id}"
+
+
 class DeliveryRefused(Exception):
-    """The completion was not applied; `status_code` is the HTTP answer to the caller."""
+    """The run did not take the completion or decision; `status_code` is the HTTP answer."""
 
     def __init__(self, status_code: int, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -45,12 +71,26 @@ class DeliveryRefused(Exception):
 
 
 class Deliverer(Protocol):
-    """Hands a completion to the run that owns the operation."""
+    """Hands completions and decisions to the runs they are for."""
 
     async def complete(
         self, claims: ResumeClaims, completion: Completion, delivery_id: str
     ) -> CompletionOutcome:
         """Deliver `completion` for the operation `claims` names and report what the run did.
+
+        Raises:
+            DeliveryRefused: the run refused it, or could not be reached.
+        """
+        ...
+
+    async def decide(
+        self, claims: ResumeClaims, request_id: str, body: DecisionBody
+    ) -> DecideOutcome:
+        """Deliver a decision on approval request `request_id` of the run `claims` names.
+
+        Returns:
+            What the run did; `accepted` is False if it recorded the decision without
+            applying it.
 
         Raises:
             DeliveryRefused: the run refused it, or could not be reached.
@@ -72,7 +112,8 @@ def update_id(operation_id: str, completion: Completion) -> str:
 
 
 class TemporalDeliverer:
-    """Delivers completions with the run's `complete_operation` Update."""
+    """Delivers completions with the run's `complete_operation` Update and decisions with its
+    `decide` Update."""
 
     def __init__(self, client: Client, *, timeout: timedelta = DELIVERY_TIMEOUT) -> None:
         self._client = client
@@ -95,13 +136,55 @@ class TemporalDeliverer:
             delivery_id=delivery_id,
             completion=completion,
         )
+        async with self._refusals():
+            outcome = await handle.execute_update(
+                AgentRunWorkflow.complete_operation,
+                update,
+                id=update_id(claims.operation_id, completion),
+            )
+        if not outcome.applied:
+            # The run recorded it without applying it (e.g. the operation expired or was
+            # cancelled first): it will never apply, so retrying cannot help.
+            raise DeliveryRefused(409, outcome.reason or "not applied", code="not_applied")
+        if outcome.delivery_id != delivery_id:
+            # Another request with the same body got there first; this one shares its Update.
+            raise DeliveryRefused(
+                409, "duplicate completion: already applied", code="duplicate_completion"
+            )
+        return outcome
+
+    async def decide(
+        self, claims: ResumeClaims, request_id: str, body: DecisionBody
+    ) -> DecideOutcome:
+        """Send the decision as the run's `decide` Update and wait for the run's outcome.
+
+        Raises:
+            DeliveryRefused: 404 unknown run or request, 401 nonce mismatch, 409 already
+                decided or expired, or the run has ended, 503 Temporal could not be reached
+                or the run did not answer in time.
+        """
+        handle = self._client.get_workflow_handle(claims.workflow_id)
+        update = DecideInput(
+            request_id=request_id,
+            decision=body.decision,
+            reviewer=body.reviewer,
+            comment=body.comment,
+            nonce=claims.nonce,
+        )
+        async with self._refusals():
+            # A fresh Update id per request, unlike completions: Temporal answers an Update
+            # that reuses an id with the first one's outcome, so a link used twice would get
+            # the first use's 200 instead of the validator's 409, already decided.
+            return await handle.execute_update(
+                AgentRunWorkflow.decide, update, id=f"decide/{request_id}/{uuid4().hex}"
+            )
+
+    @contextlib.asynccontextmanager
+    async def _refusals(self) -> AsyncIterator[None]:
+        """Bound an Update call by the timeout, and turn its failures into `DeliveryRefused`."""
         try:
             async with asyncio.timeout(self._timeout.total_seconds()):
-                outcome = await handle.execute_update(
-                    AgentRunWorkflow.complete_operation,
-                    update,
-                    id=update_id(claims.operation_id, completion),
-                )
+                yield
         except WorkflowUpdateFailedError as err:
             raise _rejected(err.cause) from err
         except RPCError as err:
@@ -114,16 +197,6 @@ class TemporalDeliverer:
             raise DeliveryRefused(
                 503, f"could not deliver: {err}", code="temporal_unavailable"
             ) from err
-        if not outcome.applied:
-            # The run recorded it without applying it (e.g. the operation expired or was
-            # cancelled first): it will never apply, so retrying cannot help.
-            raise DeliveryRefused(409, outcome.reason or "not applied", code="not_applied")
-        if outcome.delivery_id != delivery_id:
-            # Another request with the same body got there first; this one shares its Update.
-            raise DeliveryRefused(
-                409, "duplicate completion: already applied", code="duplicate_completion"
-            )
-        return outcome
 
 
 def _rejected(cause: BaseException) -> DeliveryRefused:
@@ -132,7 +205,7 @@ def _rejected(cause: BaseException) -> DeliveryRefused:
         return DeliveryRefused(status, cause.message, code=code)
     # E.g. the run completed while the Update was in flight.
     message = cause.message if isinstance(cause, ApplicationError) else str(cause)
-    return DeliveryRefused(409, message or "the run refused the completion", code="refused")
+    return DeliveryRefused(409, message or "the run refused the update", code="refused")
 
 
 def _rpc_refusal(err: RPCError) -> DeliveryRefused:

@@ -149,14 +149,43 @@ def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
     )
 
 
+_REFUND_TASK = re.compile(r"\brefund", re.IGNORECASE)
+_CLAIM = re.compile(r"\b(C-\d+)\b", re.IGNORECASE)
+_AMOUNT = re.compile(r"\$\s?(\d+(?:\.\d{1,2})?)")
+
+
+def _refund(messages: Sequence[Message], task: str, turn: int) -> Message:
+    """Check the claim, then issue the refund (which may wait for a person's sign-off)."""
+    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
+    claim = _outcome(messages, "check_claim")
+    if claim is None:
+        return _calls(turn, ("check_claim", {"claim_id": claim_id}))
+    if not claim.get("valid"):
+        reason = claim.get("reason") or claim.get("error") or "it is not valid"
+        return _answer(f"No refund for claim {claim_id}: {reason}.")
+    requested = float(m.group(1)) if (m := _AMOUNT.search(task)) else None
+    amount = requested if requested is not None else float(claim.get("amount", 0))
+    refund = _outcome(messages, "issue_refund")
+    if refund is None:
+        return _calls(turn, ("issue_refund", {"claim_id": claim_id, "amount": amount}))
+    if "refund_id" not in refund:
+        return _answer(
+            f"The refund of ${amount:g} for claim {claim_id} was not issued: {json.dumps(refund)}."
+        )
+    return _answer(f"Refunded ${amount:g} for claim {claim_id} (refund {refund['refund_id']}).")
+
+
 def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """The demo. An export task (any wording with export/extract/dump) runs the export
-    scenario; anything else calls two tools at once, then a third, then answers."""
+    scenario, a refund task the refund scenario; anything else calls two tools at once, then
+    a third, then answers."""
     offered = {t.name for t in tools}
     task = _task(messages)
     turn = _turn(messages)
     if _EXPORT_TASK.search(task) and "start_export" in offered:
         return _export(messages, task, turn)
+    if _REFUND_TASK.search(task) and "issue_refund" in offered:
+        return _refund(messages, task, turn)
     if turn == 0:
         match = _ARITHMETIC.search(task)
         expression = match.group(0).strip() if match else "6 * 7"
@@ -247,6 +276,15 @@ def check_and_wait(messages: Sequence[Message], tools: Sequence[ToolDefinition])
     return _answer(f"checked: {status}; waited: {messages[-1].content}")
 
 
+def ask_first(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Asks a person (request_approval), then reports the decision it was told."""
+    turn = _turn(messages)
+    if turn == 0:
+        action = {"action": _task(messages), "reason": "the task says to ask first"}
+        return _calls(turn, ("request_approval", action))
+    return _answer(f"decision: {messages[-1].content}")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -257,4 +295,5 @@ SCRIPTS: dict[str, Script] = {
     "two-exports": two_exports,
     "enrich": enrich,
     "check-and-wait": check_and_wait,
+    "ask-first": ask_first,
 }

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from schemas.messages import Message, ToolCall, Usage
 from schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
+from schemas.messages import Message, ToolCall, Usage
 from schemas.operations import Operation, OperationStarted
 
 RunStatus = Literal[
@@ -67,6 +67,9 @@ class RunState(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     operations: dict[str, Operation] = Field(default_factory=dict)
     approvals: dict[str, ApprovalRequest] = Field(default_factory=dict)
+    ignored_decisions: list[str] = Field(
+        default_factory=list, description="Decisions for requests this run does not have."
+    )
     final_output: str | None = None
     error: str | None = None
 
@@ -79,6 +82,7 @@ class RunResult(BaseModel):
     turns: int
     tool_calls: int
     usage: Usage
+    error: str | None = Field(default=None, description="Why the run ended, if not by answering.")
 
 
 class ModelCallInput(BaseModel):

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
@@ -29,19 +30,21 @@ async def make_worker(
     """The production worker wiring, running on a test's own task queue."""
     settings = settings or Settings(max_cached_workflows=max_cached_workflows)
     providers = build_providers(settings)
-    worker = build_worker(
-        client,
-        settings,
-        providers,
-        demo_tools() if tools is None else tools,
-        tokens=tokens,
-        task_queue=task_queue,
-    )
-    try:
-        async with worker:
-            yield worker
-    finally:
-        await providers.aclose()
+    async with httpx.AsyncClient(timeout=10) as http:
+        worker = build_worker(
+            client,
+            settings,
+            providers,
+            demo_tools() if tools is None else tools,
+            http,
+            tokens=tokens,
+            task_queue=task_queue,
+        )
+        try:
+            async with worker:
+                yield worker
+        finally:
+            await providers.aclose()
 
 
 async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:

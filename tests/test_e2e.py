@@ -157,6 +157,33 @@ def test_export_scenario_through_the_gateway(services: Services) -> None:
     assert json.load(health) == {"status": "ok"}
 
 
+def test_refund_waits_for_a_person_then_the_cli_approves_it(services: Services) -> None:
+    started = services.starter(
+        "run", "Issue a refund of $420 for claim C-118", "--id", "e2e-refund", "--json"
+    )
+    assert started.returncode == 0, started.stderr
+
+    def pending() -> list[dict[str, Any]]:
+        listed = services.starter("pending", "--json")
+        return [row for row in json.loads(listed.stdout) if row["run_id"] == "e2e-refund"]
+
+    [row] = _eventually(pending)
+    approve = services.starter("approve", "e2e-refund", "--reviewer", "dana", "--comment", "ok")
+    assert approve.returncode == 0, approve.stderr
+
+    def finished() -> dict[str, Any] | None:
+        state = json.loads(services.starter("status", "e2e-refund", "--json").stdout)
+        return state if state["status"] == "completed" else None
+
+    state = _eventually(finished)
+    again = services.starter("approve", "e2e-refund", "--request", row["request_id"])
+
+    assert row["tool"] == "issue_refund"
+    assert state["approvals"][row["request_id"]]["decision"]["reviewer"] == "dana"
+    assert "Refunded $420 for claim C-118" in state["final_output"]
+    assert again.returncode == 1 and "already" in again.stderr
+
+
 def test_same_id_twice_is_one_run(services: Services) -> None:
     first = services.starter(
         "run", "echo me", "--id", "e2e-once", "--model", "scripted:echo", "--json"

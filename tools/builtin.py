@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schemas.approvals import REQUEST_APPROVAL, RequestApprovalArgs
 from schemas.operations import (
     GET_OPERATION_STATUS,
     WAIT_FOR_OPERATIONS,
@@ -12,8 +13,18 @@ from tools.spec import ToolSpec
 
 
 def builtin_tools() -> list[ToolSpec]:
-    """The operation tools every run with a long tool gets."""
+    """The operation tools every run with a long tool gets, and `request_approval`, which a
+    run gets when its tools list it."""
     return [
+        ToolSpec(
+            name=REQUEST_APPROVAL,
+            description=(
+                "Ask a person to approve an action before you take it. Waits for their "
+                "decision: approved, rejected (with their reason), or expired."
+            ),
+            args=RequestApprovalArgs,
+            builtin=True,
+        ),
         ToolSpec(
             name=GET_OPERATION_STATUS,
             description=(

@@ -9,6 +9,7 @@ from tools.compliance import compliance_tools
 from tools.demo import demo_tools
 from tools.exports import ExportService, export_tool
 from tools.pipeline import EnrichmentPipeline, enrich_tool
+from tools.refunds import refund_tools
 from tools.spec import ToolSpec
 
 
@@ -25,6 +26,7 @@ def all_tools(http: httpx.AsyncClient, settings: Settings) -> list[ToolSpec]:
         export_tool(ExportService(http, url)),
         enrich_tool(EnrichmentPipeline(http, url)),
         *compliance_tools(http, url),
+        *refund_tools(http, url),
     ]
 
 
@@ -39,4 +41,6 @@ TOOL_NAMES = (
     "verify_row_count",
     "upload_file",
     "notify_team",
+    "check_claim",
+    "issue_refund",
 )

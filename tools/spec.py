@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import ToolCall, ToolDefinition, ToolResult
 from schemas.approvals import ApprovalPolicy
-from schemas.operations import Completion, CompletionMode, ResultMode
+from schemas.operations import BUILTIN_TOOLS, Completion, CompletionMode, ResultMode
 
 ToolKind = Literal["sync", "long", "builtin"]
 Handler = Callable[[Any], Awaitable[Any]]
@@ -175,8 +175,11 @@ class ToolRegistry:
             raise KeyError(f"unknown tools: {', '.join(missing)}; known: {', '.join(self.names())}")
         specs = [self._specs[name] for name in names]
         if any(spec.long is not None for spec in specs):
-            listed = set(names)
-            specs += [s for s in self._specs.values() if s.builtin and s.name not in listed]
+            specs += [
+                self._specs[name]
+                for name in BUILTIN_TOOLS
+                if name in self._specs and name not in names
+            ]
         return [spec.definition() for spec in specs]
 
     def parse(self, call: ToolCall) -> tuple[ToolSpec, BaseModel] | ToolResult:

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
@@ -32,7 +33,23 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolResult,
     )
+    from schemas.approvals import (
+        REQUEST_APPROVAL,
+        ApprovalNotice,
+        ApprovalNoticeSent,
+        ApprovalPolicy,
+        ApprovalRequest,
+        DecideInput,
+        DecideOutcome,
+        Decision,
+        DecisionKind,
+        DecisionSignal,
+        RequestApprovalArgs,
+    )
     from schemas.errors import (
+        APPROVAL_DECIDED,
+        APPROVAL_NONCE_MISMATCH,
+        APPROVAL_UNKNOWN,
         MODEL_REQUEST_REJECTED,
         MODEL_SPEC_INVALID,
         OPERATION_NONCE_MISMATCH,
@@ -55,8 +72,14 @@ with workflow.unsafe.imports_passed_through():
         PollOperationInput,
         WaitForOperationsArgs,
     )
-    from schemas.run import CALL_MODEL, CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
-    from workflows.search_attributes import AGENT_STATUS
+    from schemas.run import (
+        CALL_MODEL,
+        CALL_TOOL,
+        CANCEL_OPERATION,
+        NOTIFY_APPROVAL,
+        POLL_OPERATION,
+    )
+    from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
 # Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
 # A provider's retry-after reaches it as the ApplicationError's next_retry_delay.
@@ -82,7 +105,15 @@ CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attemp
 # no worker slot is held in between; shorter ones loop inside one heartbeating activity.
 LONG_POLL_INTERVAL = timedelta(seconds=60)
 POLL_CHECK_TIMEOUT = timedelta(seconds=30)
+# Telling people about an approval request: retried a while; if it still fails, the request
+# stands (the CLI can answer it) and the failure is logged.
+NOTIFY_TIMEOUT = timedelta(seconds=30)
+NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 PREVIEW_CHARS = 160
+
+
+class _ApprovalExpired(Exception):
+    """An approval expired under on_timeout `fail`: the run ends, cleanly, with the reason."""
 
 
 @workflow.defn
@@ -105,6 +136,7 @@ class AgentRunWorkflow:
         # until the start is confirmed and the nonce can be checked.
         self._starting: dict[str, str] = {}  # operation id -> tool, while its start runs
         self._early: dict[str, CompleteOperation] = {}
+        self._waits: list[tuple[str, str]] = []
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -117,6 +149,9 @@ class AgentRunWorkflow:
                 elif not await self._report_operations():
                     return await self._finish("completed", reply.content)
             return await self._finish("max_turns", None)
+        except _ApprovalExpired as expired:
+            self._state.error = str(expired)
+            return await self._finish("approval_expired", None)
         except (asyncio.CancelledError, ActivityError) as err:
             if is_cancelled_exception(err):
                 await self._end_pending("cancelled")
@@ -186,6 +221,60 @@ class AgentRunWorkflow:
             return
         self._accept_completion(update)
 
+    @workflow.signal
+    def approve(self, decision: DecisionSignal) -> None:
+        """A person approves a request; unknown or already decided ones are recorded, ignored."""
+        self._decide_by_signal("approve", decision)
+
+    @workflow.signal
+    def reject(self, decision: DecisionSignal) -> None:
+        """A person rejects a request, with a reason in `comment`."""
+        self._decide_by_signal("reject", decision)
+
+    @workflow.update
+    def decide(self, input: DecideInput) -> DecideOutcome:
+        """Approve or reject, with a synchronous answer (the CLI, approval links)."""
+        request = self._state.approvals[input.request_id]
+        self._apply_decision(request, input.decision, input.reviewer, input.comment)
+        return DecideOutcome(accepted=True, status=request.status)
+
+    @decide.validator
+    def _validate_decision(self, input: DecideInput) -> None:
+        request = self._state.approvals.get(input.request_id)
+        if request is None:
+            raise ApplicationError(f"no approval request {input.request_id}", type=APPROVAL_UNKNOWN)
+        if input.nonce is not None and request.nonce_hash != _hash(input.nonce):
+            raise ApplicationError(
+                "link was not issued for this request", type=APPROVAL_NONCE_MISMATCH
+            )
+        if not request.open:
+            raise ApplicationError(f"request already {request.status}", type=APPROVAL_DECIDED)
+
+    def _decide_by_signal(self, decision: DecisionKind, signal: DecisionSignal) -> None:
+        request = self._state.approvals.get(signal.request_id)
+        if request is None:
+            note = f"{decision} by {signal.reviewer} for unknown request {signal.request_id}"
+            self._state.ignored_decisions.append(note)
+            workflow.logger.info("ignored decision: %s", note)
+            return
+        if not request.open:
+            request.ignored.append(
+                f"{decision} by {signal.reviewer}: request already {request.status}"
+            )
+            return
+        self._apply_decision(request, decision, signal.reviewer, signal.comment)
+
+    def _apply_decision(
+        self, request: ApprovalRequest, decision: DecisionKind, reviewer: str, comment: str
+    ) -> None:
+        request.decision = Decision(
+            decision=decision, reviewer=reviewer, comment=comment, decided_at=workflow.now()
+        )
+        request.status = "approved" if decision == "approve" else "rejected"
+        self._step(
+            "event", request.tool, f"approval {request.request_id} {request.status} by {reviewer}"
+        )
+
     # --- the model ---------------------------------------------------------------------
 
     async def _call_model(self) -> Message:
@@ -251,6 +340,27 @@ class AgentRunWorkflow:
             # The run decides which tools exist for it, not the model.
             allowed = ", ".join(self._input.tools) or "none"
             return _error(call, f"unknown tool {call.name!r}; available: {allowed}")
+        if call.name == REQUEST_APPROVAL:
+            return await self._request_approval(call)
+        result, operation_id = await self._call_tool(call, approved_by=None)
+        if result.approval_needed is not None:
+            # The tool declared that this call needs a person's approval: it has not run.
+            needed = result.approval_needed
+            request = await self._ask(call, needed.reason, needed.policy)
+            if request.status != "approved":
+                return ToolResult(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=_json({"ran": False, **_approval_outcome(request)}),
+                    is_error=True,
+                )
+            result, operation_id = await self._call_tool(call, approved_by=request.request_id)
+        if result.operation is None:
+            self._early.pop(operation_id, None)
+            return result
+        return await self._track(call, operation_id, result.operation)
+
+    async def _call_tool(self, call: ToolCall, approved_by: str | None) -> tuple[ToolResult, str]:
         # Starts still in flight count too, since the calls of one turn start concurrently (sync
         # tools among them, conservatively: the workflow does not know a tool's kind).
         in_flight = [op.tool for op in self._pending()] + list(self._starting.values())
@@ -267,6 +377,7 @@ class AgentRunWorkflow:
                     in_flight=in_flight.count(call.name),
                     run_in_flight=len(in_flight),
                     run_max_in_flight=self._input.max_in_flight,
+                    approved_by=approved_by,
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=self._input.tool_timeout,
@@ -277,13 +388,121 @@ class AgentRunWorkflow:
             if is_cancelled_exception(err):
                 raise
             reason = str(err.cause) if err.cause else str(err)
-            return _error(call, f"tool {call.name} failed: {reason}")
+            return _error(call, f"tool {call.name} failed: {reason}"), operation_id
         finally:
             self._starting.pop(operation_id, None)
-        if result.operation is None:
-            self._early.pop(operation_id, None)
-            return result
-        return await self._track(call, operation_id, result.operation)
+        return result, operation_id
+
+    # --- approvals ---------------------------------------------------------------------
+
+    async def _request_approval(self, call: ToolCall) -> ToolResult:
+        try:
+            args = RequestApprovalArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return _error(call, f"invalid arguments for {call.name}: {err}")
+        request = await self._ask(call, f"{args.action}: {args.reason}", self._input.approval)
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=_json(_approval_outcome(request)),
+            is_error=request.status != "approved",
+        )
+
+    async def _ask(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
+        """Ask a person, wait (holding no worker) for the decision or the timeout policy."""
+        now = workflow.now()
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            arguments = {"raw": call.arguments}
+        request = ApprovalRequest(
+            request_id=str(workflow.uuid4()),
+            tool=call.name,
+            tool_call_id=call.id,
+            arguments=arguments if isinstance(arguments, dict) else {"value": arguments},
+            reason=reason,
+            requested_at=now,
+            expires_at=now + policy.timeout,
+            policy=policy,
+            sent_to=[policy.approvers],
+        )
+        self._state.approvals[request.request_id] = request
+        self._step(
+            "event", call.name, f"approval {request.request_id} requested from {policy.approvers}"
+        )
+        with self._waiting("approval", f"waiting for approval: {reason}", request.expires_at):
+            await self._notify(request, policy.approvers, escalation=False)
+            if not await self._decided(request):
+                await self._on_timeout(request)
+        return request
+
+    async def _decided(self, request: ApprovalRequest) -> bool:
+        try:
+            await workflow.wait_condition(
+                lambda: not request.open, timeout=request.expires_at - workflow.now()
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def _on_timeout(self, request: ApprovalRequest) -> None:
+        policy = request.policy
+        if policy.on_timeout == "escalate" and not request.escalated:
+            # A second window; the first request (and its links) stays valid meanwhile.
+            request.escalated = True
+            request.expires_at = workflow.now() + policy.timeout
+            request.sent_to.append(policy.escalate_to)
+            self._step(
+                "event",
+                request.tool,
+                f"approval {request.request_id} escalated to {policy.escalate_to}",
+            )
+            await self._notify(request, policy.escalate_to, escalation=True)
+            self._show_wait()
+            if await self._decided(request):
+                return
+        if policy.on_timeout == "default":
+            request.decision = Decision(
+                decision=policy.default_decision,
+                reviewer="policy",
+                comment=f"no decision by {request.expires_at.isoformat()}: default applied",
+                decided_at=workflow.now(),
+                by_policy=True,
+            )
+            request.status = "approved" if policy.default_decision == "approve" else "rejected"
+            self._step(
+                "event", request.tool, f"approval {request.request_id} {request.status} by default"
+            )
+            return
+        request.status = "expired"
+        self._step("event", request.tool, f"approval {request.request_id} expired", is_error=True)
+        if policy.on_timeout == "fail":
+            raise _ApprovalExpired(
+                f"approval {request.request_id} for {request.tool} expired at "
+                f"{request.expires_at.isoformat()} with no decision: {request.reason}"
+            )
+
+    async def _notify(self, request: ApprovalRequest, recipient: str, *, escalation: bool) -> None:
+        try:
+            sent: ApprovalNoticeSent = await workflow.execute_activity(
+                NOTIFY_APPROVAL,
+                ApprovalNotice(
+                    workflow_id=workflow.info().workflow_id,
+                    request=request,
+                    recipient=recipient,
+                    escalation=escalation,
+                ),
+                result_type=ApprovalNoticeSent,
+                start_to_close_timeout=NOTIFY_TIMEOUT,
+                retry_policy=NOTIFY_RETRY,
+                summary=f"notify {recipient}: approval for {request.tool}",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            workflow.logger.warning("could not notify %s: %s", recipient, err.cause or err)
+            return
+        request.nonce_hash = sent.nonce_hash or request.nonce_hash
 
     # --- operations --------------------------------------------------------------------
 
@@ -316,9 +535,9 @@ class AgentRunWorkflow:
         if op.mode == "handle":
             op.reported_status = op.status
             return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.handle()))
-        self._set_status("waiting")
-        await workflow.wait_condition(lambda: op.terminal)
-        self._set_status("running")
+        kind = "webhook" if op.completion == "callback" else "poll"
+        with self._waiting(kind, f"waiting for {op.tool} ({op.job_id})", op.expires_at):
+            await workflow.wait_condition(lambda: op.terminal)
         op.reported_status = op.status
         return ToolResult(
             tool_call_id=call.id,
@@ -446,9 +665,8 @@ class AgentRunWorkflow:
         and tell the model. Returns False when there is nothing to wait for."""
         if not self._unreported() and not any(op.mode == "handle" for op in self._pending()):
             return False
-        self._set_status("waiting")
-        await workflow.wait_condition(lambda: bool(self._unreported()))
-        self._set_status("running")
+        with self._waiting(_wait_kind(self._pending()), "waiting for operations"):
+            await workflow.wait_condition(lambda: bool(self._unreported()))
         changed = self._unreported()
         for op in changed:
             op.reported_status = op.status
@@ -481,10 +699,11 @@ class AgentRunWorkflow:
             return _error(call, f"no such operations in this run: {', '.join(unknown)}")
         ops = [self._state.operations[i] for i in ids]
         timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
-        self._set_status("waiting")
-        with contextlib.suppress(TimeoutError):
+        with (
+            self._waiting(_wait_kind(ops), "waiting for operations"),
+            contextlib.suppress(TimeoutError),
+        ):
             await workflow.wait_condition(lambda: all(op.terminal for op in ops), timeout=timeout)
-        self._set_status("running")
         for op in ops:
             op.reported_status = op.status
         return ToolResult(
@@ -514,6 +733,7 @@ class AgentRunWorkflow:
             turns=self._state.turns,
             tool_calls=self._state.tool_calls,
             usage=self._state.usage,
+            error=self._state.error,
         )
 
     def _step(
@@ -528,6 +748,28 @@ class AgentRunWorkflow:
             Step(turn=self._state.turns, kind=kind, name=name, detail=detail, is_error=is_error)
         )
 
+    @contextlib.contextmanager
+    def _waiting(self, kind: str, details: str, until: datetime | None = None) -> Iterator[None]:
+        """While the block runs, the run is `waiting` for `kind` (approval, webhook, poll); the
+        Web UI shows `details`. Nested and concurrent waits show the latest."""
+        if until is not None:
+            details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
+        wait = (kind, details)
+        self._waits.append(wait)
+        self._show_wait()
+        try:
+            yield
+        finally:
+            self._waits.remove(wait)
+            self._show_wait()
+
+    def _show_wait(self) -> None:
+        kind, details = self._waits[-1] if self._waits else ("none", "")
+        self._set_status("waiting" if self._waits else "running")
+        if workflow.info().typed_search_attributes.get(WAITING_FOR) != kind:
+            workflow.upsert_search_attributes([WAITING_FOR.value_set(kind)])
+        workflow.set_current_details(details)
+
     def _set_status(self, status: RunStatus) -> None:
         self._state.status = status
         # AgentStatus filters the Web UI's list; skip the upsert (a history event) when the
@@ -535,6 +777,26 @@ class AgentRunWorkflow:
         current = workflow.info().typed_search_attributes.get(AGENT_STATUS)
         if current != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+
+
+def _approval_outcome(request: ApprovalRequest) -> dict[str, object]:
+    """What the model is told of a request: approved, rejected with the reason, or expired."""
+    outcome: dict[str, object] = {"request_id": request.request_id, "approval": request.status}
+    if request.decision is not None:
+        outcome["reviewer"] = request.decision.reviewer
+        outcome["comment"] = request.decision.comment
+        outcome["by_policy"] = request.decision.by_policy
+    if request.status == "expired":
+        outcome["reason"] = f"nobody decided by {request.expires_at.isoformat()}"
+    return outcome
+
+
+def _wait_kind(ops: list[Operation]) -> str:
+    return "webhook" if any(op.completion == "callback" for op in ops) else "poll"
+
+
+def _hash(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

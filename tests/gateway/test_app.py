@@ -8,8 +8,10 @@ import random
 import socket
 import string
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -19,6 +21,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.delivery import DeliveryRefused
 from gateway.tokens import ResumeClaims, ResumeTokens
+from schemas.approvals import DecideOutcome, DecisionBody
 from schemas.operations import Completion, CompletionOutcome
 
 SECRET = "test-secret-0123456789abcdef0123456789"
@@ -28,24 +31,48 @@ OP = "op_1"
 URL = f"/v1/operations/{OP}/complete"
 SUCCEEDED = {"status": "succeeded", "result": {"rows": 42}}
 
+Answer = TypeVar("Answer", CompletionOutcome, DecideOutcome)
+
 
 @dataclass
 class RecordingDeliverer:
-    """Records every delivery; answers from `script` (an outcome or a refusal), else applies."""
+    """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
+
+    Completions are recorded in `calls`, decisions in `decisions`; one script serves both.
+    """
 
     calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
-    script: list[CompletionOutcome | Exception] = field(default_factory=list)
+    decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
+    script: list[CompletionOutcome | DecideOutcome | Exception] = field(default_factory=list)
 
     async def complete(
         self, claims: ResumeClaims, completion: Completion, delivery_id: str
     ) -> CompletionOutcome:
         self.calls.append((claims, completion, delivery_id))
         if self.script:
-            answer = self.script.pop(0)
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
+            return self._answer(CompletionOutcome)
         return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
+
+    async def decide(
+        self, claims: ResumeClaims, request_id: str, body: DecisionBody
+    ) -> DecideOutcome:
+        self.decisions.append((claims, request_id, body))
+        if self.script:
+            return self._answer(DecideOutcome)
+        status = "approved" if body.decision == "approve" else "rejected"
+        return DecideOutcome(accepted=True, status=status)
+
+    def _answer(self, kind: type[Answer]) -> Answer:
+        answer = self.script.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, kind), answer
+        return answer
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.decisions.clear()
+        self.script.clear()
 
 
 @dataclass
@@ -53,16 +80,20 @@ class Gateway:
     client: httpx.AsyncClient
     deliverer: RecordingDeliverer
     tokens: ResumeTokens
+    subject: str = OP  # what tokens are minted for unless a test says otherwise
 
-    def token(self, operation_id: str = OP, *, expires_in: timedelta = timedelta(hours=1)) -> str:
-        return self.tokens.mint(RUN, operation_id, datetime.now(UTC) + expires_in).token
+    def token(
+        self, subject: str | None = None, *, expires_in: timedelta = timedelta(hours=1)
+    ) -> str:
+        expires_at = datetime.now(UTC) + expires_in
+        return self.tokens.mint(RUN, subject or self.subject, expires_at).token
 
-    def auth(self, operation_id: str = OP) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token(operation_id)}"}
+    def auth(self, subject: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(subject)}"}
 
 
-@pytest.fixture(scope="module")
-async def served() -> AsyncIterator[Gateway]:
+@asynccontextmanager
+async def running_gateway(subject: str = OP) -> AsyncIterator[Gateway]:
     """The app on a free port of 127.0.0.1, served by uvicorn in the test's event loop."""
     deliverer = RecordingDeliverer()
     tokens = ResumeTokens({"k1": SECRET}, "k1")
@@ -78,17 +109,22 @@ async def served() -> AsyncIterator[Gateway]:
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            yield Gateway(client, deliverer, tokens)
+            yield Gateway(client, deliverer, tokens, subject)
     finally:
         server.should_exit = True
         await serving
         sock.close()
 
 
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[Gateway]:
+    async with running_gateway() as gateway:
+        yield gateway
+
+
 @pytest.fixture
 def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.calls.clear()
-    served.deliverer.script.clear()
+    served.deliverer.clear()
     yield served
 
 

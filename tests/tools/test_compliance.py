@@ -150,8 +150,10 @@ async def test_the_catalog_points_every_system_tool_at_the_settings_url(
 
     assert registry.names() == [
         "calculate",
+        "check_claim",
         "count_words",
         "enrich_dataset",
+        "issue_refund",
         "notify_team",
         "start_export",
         "upload_file",

@@ -1,0 +1,79 @@
+"""The approval notification activity: tells people a run needs their decision."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+from temporalio import activity
+
+from gateway.delivery import approval_subject
+from schemas.approvals import ApprovalNotice, ApprovalNoticeSent
+from schemas.run import NOTIFY_APPROVAL
+
+if TYPE_CHECKING:
+    from gateway.tokens import ResumeTokens
+
+
+class ApprovalActivities:
+    """Posts approval requests, with signed decision links, to an outbox (an HTTP endpoint)."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        outbox_url: str,
+        tokens: ResumeTokens | None = None,
+        gateway_url: str = "",
+    ) -> None:
+        self._http = http
+        self._outbox_url = outbox_url
+        self._tokens = tokens
+        self._gateway_url = gateway_url.rstrip("/")
+
+    @activity.defn(name=NOTIFY_APPROVAL)
+    async def notify_approval(self, notice: ApprovalNotice) -> ApprovalNoticeSent:
+        """Post the request and its approve/reject links; return the links' nonce hash.
+
+        The token is deterministic for the request, so the escalation notice carries the same
+        link as the first one, and a retried post sends the same token again.
+        """
+        request = notice.request
+        body: dict[str, object] = {
+            "workflow_id": notice.workflow_id,
+            "request_id": request.request_id,
+            "recipient": notice.recipient,
+            "escalation": notice.escalation,
+            "tool": request.tool,
+            "arguments": request.arguments,
+            "reason": request.reason,
+            "expires_at": request.expires_at.isoformat(),
+        }
+        sent = ApprovalNoticeSent(nonce_hash="", decision_url="")
+        if self._tokens is not None and self._gateway_url:
+            # Valid through an escalation's second window: a late decision still counts.
+            windows = 2 if request.policy.on_timeout == "escalate" else 1
+            link_expiry = request.requested_at + request.policy.timeout * windows
+            minted = self._tokens.mint(
+                notice.workflow_id, approval_subject(request.request_id), link_expiry
+            )
+            url = f"{self._gateway_url}/v1/approvals/{request.request_id}/decision"
+            sent = ApprovalNoticeSent(nonce_hash=minted.nonce_hash, decision_url=url)
+            body["decision"] = {
+                "method": "POST",
+                "url": url,
+                "authorization": f"Bearer {minted.token}",
+                "approve": {"decision": "approve"},
+                "reject": {"decision": "reject", "comment": "<reason>"},
+            }
+        response = await self._http.post(
+            self._outbox_url, json=body, timeout=timedelta(seconds=10).total_seconds()
+        )
+        response.raise_for_status()
+        activity.logger.info(
+            "approval %s sent to %s%s",
+            request.request_id,
+            notice.recipient,
+            " (escalation)" if notice.escalation else "",
+        )
+        return sent

@@ -1,0 +1,334 @@
+"""Human approval: signals, timers and on-timeout policies on the time-skipping server (a day
+passes in milliseconds), with the real demo systems over HTTP as the tools' and the outbox's
+far end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from gateway.tokens import ResumeTokens
+from schemas import RunInput, RunResult, RunState
+from schemas.approvals import ApprovalPolicy, DecisionSignal
+from settings import Settings
+from tests.helpers import make_worker
+from tools import demo_tools
+from tools.refunds import refund_tools
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+
+ROOT = Path(__file__).resolve().parents[2]
+HISTORIES = ROOT / "tests" / "histories"
+REFUND_TASK = "Refund $420 for claim C-118 if the claim is valid"
+REFUND_TOOLS = ["check_claim", "issue_refund"]
+DAY = timedelta(hours=24)
+RESULT_TIMEOUT = 60
+
+
+@dataclass
+class Desk:
+    env: WorkflowEnvironment
+    http: httpx.AsyncClient
+    systems_url: str
+    task_queue: str
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    def worker(self) -> Any:
+        # Links point at a gateway nobody calls here; tests/test_e2e.py uses the real one.
+        settings = Settings(demo_systems_url=self.systems_url, gateway_url="http://127.0.0.1:9")
+        tools = [*demo_tools(), *refund_tools(self.http, self.systems_url)]
+        tokens = ResumeTokens({"desk": "d" * 40}, "desk")
+        return make_worker(
+            self.client, self.task_queue, tools=tools, settings=settings, tokens=tokens
+        )
+
+    async def start(
+        self, task: str, tools: list[str], **fields: Any
+    ) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=tools, **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def get(self, path: str) -> Any:
+        return (await self.http.get(f"{self.systems_url}{path}")).json()
+
+
+@pytest.fixture
+async def desk(time_skipping_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Desk]:
+    async with httpx.AsyncClient(timeout=10) as http, serving(systems_app()) as url:
+        yield Desk(time_skipping_env, http, url, task_queue)
+
+
+async def _open_request(handle: WorkflowHandle[Any, Any]) -> Any:
+    for _ in range(200):
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+        if open_requests := [r for r in state.approvals.values() if r.open]:
+            return open_requests[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no approval was requested")
+
+
+async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+    return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+
+async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
+    async with desk.worker():
+        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+        request = await _open_request(handle)
+        refunds_while_waiting = await desk.get("/refunds")
+        for _ in range(100):  # visibility is updated just after the workflow task
+            described = await handle.describe()
+            if described.typed_search_attributes.get(WAITING_FOR) == "approval":
+                break
+            await asyncio.sleep(0.05)
+        await handle.signal(
+            AgentRunWorkflow.approve,
+            DecisionSignal(request_id=request.request_id, reviewer="dana", comment="ok"),
+        )
+        result = await _result(handle)
+    outbox = await desk.get("/approvals/outbox")
+
+    assert refunds_while_waiting == [], "the gated tool must not run before the approval"
+    assert described.typed_search_attributes.get(WAITING_FOR) == "approval"
+    assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting"
+    assert request.tool == "issue_refund" and request.arguments == {
+        "claim_id": "C-118",
+        "amount": 420.0,
+    }
+    assert request.sent_to == ["claims-team"]
+    assert result.status == "completed"
+    assert (
+        result.final_output is not None and "Refunded $420 for claim C-118" in result.final_output
+    )
+    assert len(await desk.get("/refunds")) == 1
+    assert [entry["body"]["request_id"] for entry in outbox] == [request.request_id]
+
+
+async def test_rejected_refund_never_runs_and_the_model_reads_the_reason(desk: Desk) -> None:
+    async with desk.worker():
+        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+        request = await _open_request(handle)
+        await handle.signal(
+            AgentRunWorkflow.reject,
+            DecisionSignal(
+                request_id=request.request_id, reviewer="dana", comment="duplicate claim"
+            ),
+        )
+        result = await _result(handle)
+
+    assert result.status == "completed"
+    assert result.final_output is not None and "was not issued" in result.final_output
+    assert (
+        '"approval": "rejected"' in result.final_output and "duplicate claim" in result.final_output
+    )
+    assert await desk.get("/refunds") == []
+
+
+async def test_a_refund_under_the_threshold_needs_no_approval(desk: Desk) -> None:
+    async with desk.worker():
+        handle = await desk.start("Refund $80 for claim C-200", REFUND_TOOLS)
+        result = await _result(handle)
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed" and state.approvals == {}
+    assert len(await desk.get("/refunds")) == 1
+
+
+async def test_escalation_after_a_day_then_a_late_decision_on_the_first_request_counts(
+    desk: Desk,
+) -> None:
+    async with desk.worker():
+        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+        request = await _open_request(handle)
+        began = time.monotonic()
+        await desk.env.sleep(DAY + timedelta(minutes=1))
+        escalated = await _open_request(handle)
+        skipped = time.monotonic() - began
+        await handle.signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id, reviewer="lee")
+        )
+        result = await _result(handle)
+    outbox = await desk.get("/approvals/outbox")
+    print(f"24-hour approval timeout passed in {skipped:.3f} s of wall time")
+
+    assert escalated.request_id == request.request_id and escalated.escalated
+    assert escalated.sent_to == ["claims-team", "claims-managers"]
+    assert [(e["body"]["recipient"], e["body"]["escalation"]) for e in outbox] == [
+        ("claims-team", False),
+        ("claims-managers", True),
+    ]
+    # The same link (token) reaches both: the first request stays valid.
+    assert outbox[0]["body"]["decision"] == outbox[1]["body"]["decision"]
+    assert skipped < 2.0
+    assert result.status == "completed" and len(await desk.get("/refunds")) == 1
+    await _replays(handle, "approval_escalated_then_approved")
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "told"),
+    [
+        (
+            ApprovalPolicy(timeout=DAY, on_timeout="default", default_decision="approve"),
+            "completed",
+            '"approval": "approved"',
+        ),
+        (
+            ApprovalPolicy(timeout=DAY, on_timeout="default", default_decision="reject"),
+            "completed",
+            '"approval": "rejected"',
+        ),
+        (ApprovalPolicy(timeout=DAY, on_timeout="escalate"), "completed", '"approval": "expired"'),
+        (ApprovalPolicy(timeout=DAY, on_timeout="fail"), "approval_expired", None),
+    ],
+    ids=["default-approve", "default-reject", "escalate-then-expire", "fail"],
+)
+async def test_on_timeout_policies(
+    desk: Desk, policy: ApprovalPolicy, status: str, told: str | None
+) -> None:
+    async with desk.worker():
+        handle = await desk.start(
+            "publish the report", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+        began = time.monotonic()
+        result = await _result(handle)  # nobody answers: the time-skipping server jumps ahead
+        elapsed = time.monotonic() - began
+        state = await handle.query(AgentRunWorkflow.status)
+        described = await handle.describe()
+
+    [request] = state.approvals.values()
+    assert result.status == status
+    assert elapsed < 5.0, "timers of a day or two must be skipped, not waited"
+    if told is None:
+        assert request.status == "expired"
+        assert (
+            result.error is not None and "expired" in result.error and result.final_output is None
+        )
+        assert described.typed_search_attributes.get(AGENT_STATUS) == "approval_expired"
+    else:
+        assert result.final_output is not None and told.replace(
+            " ", ""
+        ) in result.final_output.replace(" ", "")
+    if policy.on_timeout == "default":
+        assert request.decision is not None and request.decision.by_policy
+        assert request.decision.reviewer == "policy"
+
+
+async def test_two_approvals_apply_once_and_the_second_is_recorded(desk: Desk) -> None:
+    async with desk.worker():
+        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+        request = await _open_request(handle)
+        for reviewer in ("dana", "lee"):
+            await handle.signal(
+                AgentRunWorkflow.approve,
+                DecisionSignal(request_id=request.request_id, reviewer=reviewer),
+            )
+        await handle.signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id="nope", reviewer="eve")
+        )
+        result = await _result(handle)
+        state = await handle.query(AgentRunWorkflow.status)
+
+    decided = state.approvals[request.request_id]
+    assert decided.decision is not None and decided.decision.reviewer == "dana"
+    assert decided.ignored == ["approve by lee: request already approved"]
+    assert state.ignored_decisions == ["approve by eve for unknown request nope"]
+    assert result.status == "completed" and len(await desk.get("/refunds")) == 1
+
+
+def test_cli_decision_for_a_run_that_does_not_exist(dev_env: WorkflowEnvironment) -> None:
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host}
+    done = subprocess.run(
+        [sys.executable, "starter.py", "approve", "no-such-run"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 1
+    assert done.stderr.strip() == "error: no run with id no-such-run"
+
+
+async def _replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+async def test_approval_link_is_single_use_and_cannot_be_forged(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    from gateway.app import create_app as gateway_app
+    from gateway.delivery import TemporalDeliverer
+
+    tokens = ResumeTokens({"desk": "d" * 40}, "desk")
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        serving(systems_app()) as systems_url,
+        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
+    ):
+        settings = Settings(demo_systems_url=systems_url, gateway_url=gateway_url)
+        tools = refund_tools(http, systems_url)
+        async with make_worker(
+            dev_env.client, task_queue, tools=tools, settings=settings, tokens=tokens
+        ):
+            handle = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task=REFUND_TASK, tools=REFUND_TOOLS),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            request = await _open_request(handle)
+            [notice] = (await http.get(f"{systems_url}/approvals/outbox")).json()
+            link = notice["body"]["decision"]
+            forged = ResumeTokens({"desk": "f" * 40}, "desk").mint(
+                handle.id, f"approval/{request.request_id}", request.expires_at
+            )
+            before = (await handle.describe()).history_length
+            forged_answer = await http.post(
+                link["url"],
+                json=link["approve"],
+                headers={"Authorization": f"Bearer {forged.token}"},
+            )
+            after_forged = (await handle.describe()).history_length
+            first = await http.post(
+                link["url"],
+                json={**link["approve"], "reviewer": "dana"},
+                headers={"Authorization": link["authorization"]},
+            )
+            second = await http.post(
+                link["url"], json=link["reject"], headers={"Authorization": link["authorization"]}
+            )
+            result = await _result(handle)
+            state = await handle.query(AgentRunWorkflow.status)
+
+    assert forged_answer.status_code == 401 and after_forged == before
+    assert first.status_code == 200 and first.json()["approval_status"] == "approved"
+    assert second.status_code == 409
+    assert state.approvals[request.request_id].decision.reviewer == "dana"  # type: ignore[union-attr]
+    assert result.status == "completed" and "Refunded $420" in (result.final_output or "")
