@@ -285,6 +285,18 @@ def ask_first(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> M
     return _answer(f"decision: {messages[-1].content}")
 
 
+def two_refunds(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Issues two refunds over the threshold in one turn: two approvals open at once."""
+    turn = _turn(messages)
+    if turn == 0:
+        return _calls(
+            turn,
+            ("issue_refund", {"claim_id": "C-118", "amount": 420.0}),
+            ("issue_refund", {"claim_id": "C-305", "amount": 1250.0}),
+        )
+    return _answer(f"refunds: {'; '.join(m.content for m in messages if m.role == 'tool')}")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -296,4 +308,5 @@ SCRIPTS: dict[str, Script] = {
     "enrich": enrich,
     "check-and-wait": check_and_wait,
     "ask-first": ask_first,
+    "two-refunds": two_refunds,
 }

@@ -184,6 +184,33 @@ def test_refund_waits_for_a_person_then_the_cli_approves_it(services: Services) 
     assert again.returncode == 1 and "already" in again.stderr
 
 
+def test_with_several_open_requests_the_cli_asks_which(services: Services) -> None:
+    services.starter(
+        "run", "two refunds", "--id", "e2e-two", "--model", "scripted:two-refunds", "--json"
+    )
+
+    def both_open() -> list[dict[str, Any]]:
+        rows = json.loads(services.starter("pending", "--json").stdout)
+        mine = [row for row in rows if row["run_id"] == "e2e-two"]
+        return mine if len(mine) == 2 else []
+
+    rows = _eventually(both_open)
+    ambiguous = services.starter("approve", "e2e-two")
+    picked = [
+        services.starter("reject", "e2e-two", "--request", row["request_id"], "--reason", "no")
+        for row in rows
+    ]
+
+    def finished() -> bool:
+        state = json.loads(services.starter("status", "e2e-two", "--json").stdout)
+        return bool(state["status"] == "completed")
+
+    assert ambiguous.returncode == 1 and "several open requests" in ambiguous.stderr
+    assert all(row["request_id"] in ambiguous.stderr for row in rows)
+    assert [p.returncode for p in picked] == [0, 0]
+    assert _eventually(finished)
+
+
 def test_same_id_twice_is_one_run(services: Services) -> None:
     first = services.starter(
         "run", "echo me", "--id", "e2e-once", "--model", "scripted:echo", "--json"
