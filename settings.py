@@ -47,6 +47,9 @@ class Settings:
     token_signing_key: str | None = None
     demo_systems_url: str = "http://127.0.0.1:8790"
     approvals_outbox_url: str | None = None  # default: the demo systems' outbox
+    # Conversations and large results, by content hash. Workers of one fleet must share it
+    # (a local directory on one machine; the BlobStore interface allows an object store).
+    blob_dir: Path = Path(".temporal/blobs")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -84,6 +87,10 @@ class Settings:
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
+            blob_dir=Path(
+                env.get("WAITSTATE_BLOB_DIR")
+                or Path(env.get("WAITSTATE_STATE_DIR", ".temporal")) / "blobs"
+            ),
         )
 
     @property

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import ApprovalActivities, ModelActivities, ToolActivities
+from blobs import LocalBlobStore
 from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
 from providers.anthropic import AnthropicProvider
@@ -26,6 +27,7 @@ from providers.scripted import ScriptedProvider
 from settings import Settings, connect, exit_process
 from tools import ToolRegistry, ToolSpec, builtin_tools
 from tools.catalog import all_tools
+from tools.read_ref import read_ref_tool
 from workflows.agent_run import AgentRunWorkflow
 
 log = logging.getLogger("waitstate.worker")
@@ -85,9 +87,10 @@ def build_worker(
     task_queue: str | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts)."""
-    registry = ToolRegistry([*tools, *builtin_tools()])
-    model = ModelActivities(providers, registry)
-    tool = ToolActivities(registry, tokens, settings.gateway_url)
+    blobs = LocalBlobStore(settings.blob_dir)
+    registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
+    model = ModelActivities(providers, registry, blobs)
+    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     return Worker(
         client,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from blobs import BlobNotFound, BlobStore
 from providers import ProviderError, Providers, UnknownModelError
-from schemas import ModelCallInput, ModelResponse
+from schemas import Message, ModelCallInput, ModelResponse
 from schemas.errors import (
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
@@ -18,17 +20,25 @@ from schemas.errors import (
 from schemas.run import CALL_MODEL
 from tools import ToolRegistry
 
+_TRANSCRIPT = TypeAdapter(list[Message])
+
 
 class ModelActivities:
-    """Model calls, given the providers and the tool registry the worker was built with."""
+    """Model calls, given the providers, the tool registry, and the blob store that holds
+    conversations (shared by every worker, so any worker can take any turn)."""
 
-    def __init__(self, providers: Providers, tools: ToolRegistry) -> None:
+    def __init__(self, providers: Providers, tools: ToolRegistry, blobs: BlobStore) -> None:
         self._providers = providers
         self._tools = tools
+        self._blobs = blobs
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, input: ModelCallInput) -> ModelResponse:
         """Ask the run's model for its next message.
+
+        The conversation is the stored transcript `input.transcript_ref` followed by
+        `input.new_messages`; the reply comes back with a reference to the conversation
+        including it, so the run's history never carries the whole transcript.
 
         Raises:
             ApplicationError: non-retryable when the request itself is wrong (bad spec, unknown
@@ -43,8 +53,9 @@ class ModelActivities:
             tools = self._tools.definitions(input.tools)
         except KeyError as err:
             raise ApplicationError(err.args[0], type=RUN_INPUT_INVALID, non_retryable=True) from err
+        conversation = await self._conversation(input)
         try:
-            return await provider.complete(model, input.system_prompt, input.messages, tools)
+            response = await provider.complete(model, input.system_prompt, conversation, tools)
         except UnknownModelError as err:
             raise ApplicationError(str(err), type=MODEL_SPEC_INVALID, non_retryable=True) from err
         except ProviderError as err:
@@ -56,3 +67,20 @@ class ModelActivities:
             raise ApplicationError(
                 str(err), type=MODEL_UNAVAILABLE, next_retry_delay=delay
             ) from err
+        # Content-addressed: a retried or replayed turn names the very same conversation.
+        stored = _TRANSCRIPT.dump_json([*conversation, response.message])
+        response.transcript_ref = await self._blobs.put(stored)
+        return response
+
+    async def _conversation(self, input: ModelCallInput) -> list[Message]:
+        if input.transcript_ref is None:
+            return list(input.new_messages)
+        try:
+            earlier = _TRANSCRIPT.validate_json(await self._blobs.get(input.transcript_ref))
+        except BlobNotFound as err:
+            raise ApplicationError(
+                f"transcript {input.transcript_ref} is not in this worker's blob store",
+                type=RUN_INPUT_INVALID,
+                non_retryable=True,
+            ) from err
+        return [*earlier, *input.new_messages]

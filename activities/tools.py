@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from blobs import BlobStore
+from blobs.results import shrink
 from schemas import ToolCallInput, ToolResult
 from schemas.approvals import ApprovalNeeded
 from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
@@ -35,9 +37,14 @@ class ToolActivities:
     """Tool calls, given the worker's tools, resume-token keys and gateway address."""
 
     def __init__(
-        self, tools: ToolRegistry, tokens: ResumeTokens | None = None, gateway_url: str = ""
+        self,
+        tools: ToolRegistry,
+        blobs: BlobStore,
+        tokens: ResumeTokens | None = None,
+        gateway_url: str = "",
     ) -> None:
         self._tools = tools
+        self._blobs = blobs
         self._tokens = tokens
         self._gateway_url = gateway_url.rstrip("/")
 
@@ -63,7 +70,10 @@ class ToolActivities:
                 ),
             )
         if spec.long is None:
-            return await self._tools.run(input.call)
+            result = await self._tools.run(input.call)
+            # Large results go by reference: the run's history keeps a preview and the ref.
+            result.content = await shrink(self._blobs, result.content)
+            return result
         return await self._start(spec, spec.long, args, input)
 
     async def _start(

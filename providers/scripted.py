@@ -108,15 +108,30 @@ _FOLDER = re.compile(r"\b([\w-]+)\s+folder\b", re.IGNORECASE)
 
 
 def _outcome(messages: Sequence[Message], tool: str) -> dict[str, Any] | None:
-    """The latest result of `tool` as JSON, if it was called and answered with JSON."""
+    """The latest result of `tool` as JSON, if it was called and answered with JSON: from a
+    tool message, or from the Completed/Event lines of a context rebuilt after a long wait."""
     found = _results(messages).get(tool)
-    if found is None:
+    text = found.content if found is not None else _from_rebuilt(messages, tool)
+    if text is None:
         return None
     try:
-        value = json.loads(found.content)
+        value = json.loads(text)
     except json.JSONDecodeError:
-        return {"error": found.content}
+        return {"error": text}
     return value if isinstance(value, dict) else {"value": value}
+
+
+def _from_rebuilt(messages: Sequence[Message], tool: str) -> str | None:
+    found = None
+    for message in messages:
+        if message.role != "user" or not message.content.startswith("Task: "):
+            continue
+        for line in message.content.splitlines():
+            for part in line.split("; "):
+                head, sep, rest = part.partition(f"{tool}: ")
+                if sep and head.strip() in ("-", "Event:", ""):
+                    found = rest
+    return found
 
 
 def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
@@ -279,6 +294,9 @@ def check_and_wait(messages: Sequence[Message], tools: Sequence[ToolDefinition])
 def ask_first(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Asks a person (request_approval), then reports the decision it was told."""
     turn = _turn(messages)
+    decided = _from_rebuilt(messages, "request_approval")  # woken after a long wait
+    if decided is not None:
+        return _answer(f"decision: {decided}")
     if turn == 0:
         action = {"action": _task(messages), "reason": "the task says to ask first"}
         return _calls(turn, ("request_approval", action))

@@ -61,3 +61,6 @@ class ModelResponse(BaseModel):
     usage: Usage
     stop_reason: str = ""
     model: str = Field(default="", description="The model that answered, as the provider names it.")
+    transcript_ref: str | None = Field(
+        default=None, description="The conversation including this reply, stored by reference."
+    )

@@ -41,6 +41,32 @@ class RunInput(BaseModel):
     approval: ApprovalPolicy = Field(
         default_factory=ApprovalPolicy, description="For the model's own request_approval calls."
     )
+    constraints: list[str] = Field(
+        default_factory=list, description="Rules the run must keep; repeated in rebuilt context."
+    )
+    rebuild_after: timedelta = Field(
+        default=timedelta(minutes=5),
+        description="After a wait longer than this, the model gets a context rebuilt from the "
+        "ledger instead of the old transcript.",
+    )
+    continue_as_new_after_events: int | None = Field(
+        default=None,
+        ge=50,
+        description="Continue as new past this many history events (besides when Temporal "
+        "suggests it); for tests and tuning.",
+    )
+    carry: RunCarry | None = Field(
+        default=None, description="Set by continue-as-new: where the previous run left off."
+    )
+
+
+class Checkpoint(BaseModel):
+    """What was done and what remains, committed before the run suspends."""
+
+    at: datetime
+    waiting_for: str
+    done: str
+    remaining: str
 
 
 class Step(BaseModel):
@@ -65,6 +91,14 @@ class RunState(BaseModel):
     tool_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     steps: list[Step] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list)
+    completed: list[str] = Field(
+        default_factory=list, description="One line per finished tool call, oldest first."
+    )
+    checkpoint: Checkpoint | None = None
+    context_rebuilds: int = 0
+    references: int = Field(default=0, description="Tool results passed by reference.")
+    continued_as_new: int = 0
     operations: dict[str, Operation] = Field(default_factory=dict)
     approvals: dict[str, ApprovalRequest] = Field(default_factory=dict)
     ignored_decisions: list[str] = Field(
@@ -86,13 +120,27 @@ class RunResult(BaseModel):
 
 
 class ModelCallInput(BaseModel):
-    """Input of the `call_model` activity."""
+    """Input of the `call_model` activity: what is new since the last call, and a reference to
+    the conversation before it, so a run's history grows with each turn's news, not with the
+    transcript's length."""
 
     model: str
     system_prompt: str
-    messages: list[Message]
+    transcript_ref: str | None = Field(
+        default=None, description="The conversation so far (None: a new conversation)."
+    )
+    new_messages: list[Message]
     tools: list[str] = Field(description="Tool names; the activity resolves their definitions.")
     turn: int
+
+
+class RunCarry(BaseModel):
+    """What a run hands to its continuation: the ledger, the conversation by reference, what
+    is not sent yet, and every operation still pending."""
+
+    state: RunState
+    transcript_ref: str | None
+    unsent: list[Message]
 
 
 class ToolCallInput(BaseModel):
@@ -132,3 +180,10 @@ CALL_TOOL = "call_tool"
 POLL_OPERATION = "poll_operation"
 CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
+# The tool that reads slices of results passed by reference, and the prefix of references
+# (blobs/ defines them; repeated here so workflows need not import it).
+READ_REF = "read_ref"
+REF_PREFIX = "ref://blobs/"
+
+
+RunInput.model_rebuild()

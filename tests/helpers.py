@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +18,9 @@ from gateway.tokens import ResumeTokens
 from settings import Settings
 from tools import ToolSpec, demo_tools
 from worker import build_providers, build_worker
+
+# One store for the session: conversations are content-addressed, so tests cannot collide.
+TEST_BLOBS = Path(tempfile.mkdtemp(prefix="waitstate-test-blobs-"))
 
 
 @asynccontextmanager
@@ -29,6 +35,8 @@ async def make_worker(
 ) -> AsyncIterator[Worker]:
     """The production worker wiring, running on a test's own task queue."""
     settings = settings or Settings(max_cached_workflows=max_cached_workflows)
+    if settings.blob_dir == Settings().blob_dir:  # never the checkout's own store
+        settings = dataclasses.replace(settings, blob_dir=TEST_BLOBS)
     providers = build_providers(settings)
     async with httpx.AsyncClient(timeout=10) as http:
         worker = build_worker(

@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -78,6 +78,10 @@ with workflow.unsafe.imports_passed_through():
         CANCEL_OPERATION,
         NOTIFY_APPROVAL,
         POLL_OPERATION,
+        READ_REF,
+        REF_PREFIX,
+        Checkpoint,
+        RunCarry,
     )
     from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
@@ -110,6 +114,14 @@ POLL_CHECK_TIMEOUT = timedelta(seconds=30)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 PREVIEW_CHARS = 160
+# The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
+# costs the same after ten turns or ten thousand.
+LEDGER_CHARS = 300
+REBUILD_COMPLETED_LINES = 20
+REBUILD_EVENT_CHARS = 4000
+# What continue-as-new carries beyond the open items.
+KEEP_STEPS = 100
+KEEP_CLOSED = 20
 
 
 class _ApprovalExpired(Exception):
@@ -127,8 +139,20 @@ class AgentRunWorkflow:
     @workflow.init
     def __init__(self, input: RunInput) -> None:
         self._input = input
-        self._state = RunState(task=input.task, model=input.model)
-        self._messages: list[Message] = [Message(role="user", content=input.task)]
+        if input.carry is not None:
+            # Continued as new: the ledger, the conversation and pending operations go on.
+            self._state = input.carry.state
+            self._transcript_ref = input.carry.transcript_ref
+            self._unsent = list(input.carry.unsent)
+        else:
+            self._state = RunState(
+                task=input.task, model=input.model, constraints=list(input.constraints)
+            )
+            self._transcript_ref = None
+            self._unsent = [Message(role="user", content=input.task)]
+        # Set when a wait outlasted `rebuild_after`: the next model call gets a context rebuilt
+        # from the ledger instead of the stale transcript.
+        self._long_wait: timedelta | None = None
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._ignored_signals = 0
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
@@ -136,13 +160,17 @@ class AgentRunWorkflow:
         # until the start is confirmed and the nonce can be checked.
         self._starting: dict[str, str] = {}  # operation id -> tool, while its start runs
         self._early: dict[str, CompleteOperation] = {}
-        self._waits: list[tuple[str, str]] = []
+        self._waits: list[tuple[str, str, datetime]] = []
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
         self._set_status("running")
+        for op in self._pending():  # carried over by continue-as-new
+            self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
         try:
             while self._state.turns < input.max_turns:
+                if self._should_continue_as_new():
+                    await self._continue_as_new()
                 reply = await self._call_model()
                 if reply.tool_calls:
                     await self._run_tools(reply.tool_calls)
@@ -285,8 +313,9 @@ class AgentRunWorkflow:
                 ModelCallInput(
                     model=self._input.model,
                     system_prompt=self._input.system_prompt,
-                    messages=self._messages,
-                    tools=self._input.tools,
+                    transcript_ref=self._transcript_ref,
+                    new_messages=self._unsent,
+                    tools=self._model_tools(),
                     turn=turn,
                 ),
                 result_type=ModelResponse,
@@ -307,7 +336,8 @@ class AgentRunWorkflow:
         self._state.turns = turn
         self._state.usage += response.usage
         reply = response.message
-        self._messages.append(reply)
+        self._transcript_ref = response.transcript_ref
+        self._unsent = []
         names = ", ".join(call.name for call in reply.tool_calls)
         detail = f"calls {names}" if reply.tool_calls else _preview(reply.content)
         self._step("model", self._input.model, detail)
@@ -318,25 +348,36 @@ class AgentRunWorkflow:
     async def _run_tools(self, calls: list[ToolCall]) -> None:
         # Calls of one turn are independent by construction: the model issued them together.
         results = await asyncio.gather(*(self._run_tool(call) for call in calls))
+        lines = []
         for result in results:
-            self._messages.append(
-                Message(
-                    role="tool",
-                    content=result.content,
-                    tool_call_id=result.tool_call_id,
-                    name=result.name,
-                    is_error=result.is_error,
-                )
-            )
             self._step("tool", result.name, _preview(result.content), is_error=result.is_error)
+            lines.append(f"{result.name}: {_preview(result.content, LEDGER_CHARS)}")
+            if REF_PREFIX in result.content:
+                self._state.references += 1
+        self._state.completed.extend(lines)
         self._state.tool_calls += len(calls)
+        if self._long_wait is not None:
+            # The turn waited long: its results become the Event of a rebuilt context, since
+            # the tool calls they answer are in the transcript being left behind.
+            self._rebuild("; ".join(lines))
+            return
+        self._unsent.extend(
+            Message(
+                role="tool",
+                content=result.content,
+                tool_call_id=result.tool_call_id,
+                name=result.name,
+                is_error=result.is_error,
+            )
+            for result in results
+        )
 
     async def _run_tool(self, call: ToolCall) -> ToolResult:
         if call.name == GET_OPERATION_STATUS:
             return self._get_operation_status(call)
         if call.name == WAIT_FOR_OPERATIONS:
             return await self._wait_for_operations(call)
-        if call.name not in self._input.tools:
+        if call.name not in self._model_tools():
             # The run decides which tools exist for it, not the model.
             allowed = ", ".join(self._input.tools) or "none"
             return _error(call, f"unknown tool {call.name!r}; available: {allowed}")
@@ -670,12 +711,15 @@ class AgentRunWorkflow:
         changed = self._unreported()
         for op in changed:
             op.reported_status = op.status
-        self._messages.append(
-            Message(
-                role="user",
-                content="Operation update: " + _json([op.outcome() for op in changed]),
-            )
+        update = "Operation update: " + _json([op.outcome() for op in changed])
+        self._state.completed.extend(
+            f"{op.tool} ({op.operation_id}): {_preview(_json(op.outcome()), LEDGER_CHARS)}"
+            for op in changed
         )
+        if self._long_wait is not None:
+            self._rebuild(update)
+        else:
+            self._unsent.append(Message(role="user", content=update))
         return True
 
     def _get_operation_status(self, call: ToolCall) -> ToolResult:
@@ -754,7 +798,9 @@ class AgentRunWorkflow:
         Web UI shows `details`. Nested and concurrent waits show the latest."""
         if until is not None:
             details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
-        wait = (kind, details)
+        began = workflow.now()
+        wait = (kind, details, began)
+        self._checkpoint(details)
         self._waits.append(wait)
         self._show_wait()
         try:
@@ -762,13 +808,95 @@ class AgentRunWorkflow:
         finally:
             self._waits.remove(wait)
             self._show_wait()
+            waited = workflow.now() - began
+            if waited > self._input.rebuild_after:
+                self._long_wait = max(self._long_wait or waited, waited)
 
     def _show_wait(self) -> None:
-        kind, details = self._waits[-1] if self._waits else ("none", "")
+        kind, details, _ = self._waits[-1] if self._waits else ("none", "", None)
         self._set_status("waiting" if self._waits else "running")
         if workflow.info().typed_search_attributes.get(WAITING_FOR) != kind:
             workflow.upsert_search_attributes([WAITING_FOR.value_set(kind)])
         workflow.set_current_details(details)
+
+    # --- durable state: checkpoint, rebuild, continue-as-new ------------------------------
+
+    def _checkpoint(self, waiting_for: str) -> None:
+        """Commit what is done and what remains before the run suspends, from the ledger."""
+        recent = "; ".join(self._state.completed[-3:]) or "nothing yet"
+        pending = [f"{op.tool} ({op.operation_id})" for op in self._pending()]
+        pending += [f"approval for {r.tool}" for r in self._state.approvals.values() if r.open]
+        self._state.checkpoint = Checkpoint(
+            at=workflow.now(),
+            waiting_for=waiting_for,
+            done=(
+                f"{self._state.turns} model turns and {self._state.tool_calls} tool calls; "
+                f"latest: {_preview(recent, LEDGER_CHARS)}"
+            ),
+            remaining=(
+                f"once {', '.join(pending) if pending else waiting_for} is resolved, "
+                "continue the task from what is completed"
+            ),
+        )
+
+    def _rebuild(self, event: str) -> None:
+        """Start the model afresh from the ledger: Task, Constraints, Completed, Event,
+        Remaining. Its size depends on the ledger's bounded lines, not the transcript."""
+        waited, self._long_wait = self._long_wait, None
+        checkpoint = self._state.checkpoint
+        completed = self._state.completed[-REBUILD_COMPLETED_LINES:]
+        skipped = len(self._state.completed) - len(completed)
+        lines = [
+            f"Task: {self._state.task}",
+            f"Constraints: {'; '.join(self._state.constraints) or 'none'}",
+            "Completed:",
+            *([f"- ({skipped} earlier steps not shown)"] if skipped else []),
+            *(f"- {line}" for line in completed),
+            f"Event: {_preview(event, REBUILD_EVENT_CHARS)}",
+            f"Remaining: {checkpoint.remaining if checkpoint else 'continue the task'}",
+        ]
+        self._transcript_ref = None
+        self._unsent = [Message(role="user", content="\n".join(lines))]
+        self._state.context_rebuilds += 1
+        self._step("event", "context", f"rebuilt from the ledger after waiting {waited}")
+
+    def _model_tools(self) -> list[str]:
+        """The run's tools, plus `read_ref` once a result was passed by reference."""
+        if self._state.references and READ_REF not in self._input.tools:
+            return [*self._input.tools, READ_REF]
+        return list(self._input.tools)
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        limit = self._input.continue_as_new_after_events
+        return info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() >= limit
+        )
+
+    async def _continue_as_new(self) -> NoReturn:
+        """Hand the ledger, the conversation reference and pending operations to a new run
+        (same workflow id: completions and decisions sent later reach it)."""
+        for watcher in self._watchers.values():
+            watcher.cancel()  # the next run watches its pending operations itself
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._trim()
+        self._state.continued_as_new += 1
+        carry = RunCarry(
+            state=self._state, transcript_ref=self._transcript_ref, unsent=self._unsent
+        )
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
+
+    def _trim(self) -> None:
+        """Bound what is carried: recent steps and lines, every open item, a few closed ones."""
+        state = self._state
+        state.steps = state.steps[-KEEP_STEPS:]
+        state.completed = state.completed[-KEEP_STEPS:]
+        closed = [k for k, op in state.operations.items() if op.terminal][:-KEEP_CLOSED]
+        decided = [k for k, r in state.approvals.items() if not r.open][:-KEEP_CLOSED]
+        for key in closed:
+            del state.operations[key]
+        for key in decided:
+            del state.approvals[key]
 
     def _set_status(self, status: RunStatus) -> None:
         self._state.status = status
@@ -807,6 +935,6 @@ def _json(value: object) -> str:
     return json.dumps(value, default=str, separators=(",", ":"))
 
 
-def _preview(text: str) -> str:
+def _preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,21 @@
+"""Content-addressed blob storage, and large results kept by reference instead of in history."""
+
+from blobs.results import shrink
+from blobs.store import (
+    REF_PREFIX,
+    BlobNotFound,
+    BlobStore,
+    LocalBlobStore,
+    parse_ref,
+    ref_for,
+)
+
+__all__ = [
+    "REF_PREFIX",
+    "BlobNotFound",
+    "BlobStore",
+    "LocalBlobStore",
+    "parse_ref",
+    "ref_for",
+    "shrink",
+]

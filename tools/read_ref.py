@@ -1,0 +1,74 @@
+"""The `read_ref` tool: read a slice of a large result kept in the blob store by reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from blobs import REF_PREFIX, BlobNotFound, BlobStore
+from tools.spec import ToolError, ToolSpec
+
+DEFAULT_SLICE = 4_000
+MAX_SLICE = 65_536
+
+
+class ReadRefArgs(BaseModel):
+    ref: str = Field(
+        description=f"The reference a truncated result gave, copied exactly: "
+        f"'{REF_PREFIX}' followed by 64 hex characters.",
+    )
+    offset: int = Field(
+        default=0,
+        ge=0,
+        description="Where to start, in bytes from the start of the result; 0 is the start. "
+        "To read on, use the previous offset plus the previous length.",
+    )
+    length: int = Field(
+        default=DEFAULT_SLICE,
+        ge=1,
+        le=MAX_SLICE,
+        description=f"How many bytes to read, 1 to {MAX_SLICE}.",
+    )
+
+
+def read_ref_tool(store: BlobStore) -> ToolSpec:
+    """The `read_ref` tool over `store`: the store the run's large results were written to."""
+
+    async def read_ref(args: ReadRefArgs) -> dict[str, Any]:
+        try:
+            total = await store.size(args.ref)
+            # An empty blob has one slice, the empty one at 0; otherwise a start at or past
+            # the end is an error, so the model learns the size instead of reading nothing.
+            if args.offset > 0 and args.offset >= total:
+                raise ToolError(
+                    f"offset {args.offset} is past the end: {args.ref} has {total} bytes, "
+                    f"so use an offset from 0 to {max(total - 1, 0)}"
+                )
+            data = await store.get(args.ref, args.offset, args.length)
+        except ValueError as err:
+            raise ToolError(f"{err}; copy the ref exactly as the truncated result gave it") from err
+        except BlobNotFound as err:
+            raise ToolError(
+                f"{err}; copy the ref exactly as the truncated result gave it, from this run"
+            ) from err
+        return {
+            "ref": args.ref,
+            "offset": args.offset,
+            "length": len(data),
+            "total_bytes": total,
+            # A slice may cut a multi-byte character at either edge; it shows as U+FFFD.
+            "text": data.decode("utf-8", errors="replace"),
+        }
+
+    return ToolSpec(
+        name="read_ref",
+        description=(
+            "Read part of a large result that was cut to a preview and stored, "
+            f"named by a '{REF_PREFIX}...' reference in a line '[truncated: ...]'. "
+            "Returns {ref, offset, length, total_bytes, text}: `length` bytes of the result "
+            "from `offset`, as text. Read on from offset + length until total_bytes."
+        ),
+        args=ReadRefArgs,
+        handler=read_ref,
+    )
