@@ -172,6 +172,35 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         f"usage: {state.usage.model_calls} model calls, "
         f"{state.usage.input_tokens} input + {state.usage.output_tokens} output tokens"
     )
+    if state.constraints:
+        print(f"constraints: {'; '.join(state.constraints)}")
+    if state.completed:
+        print("completed:")
+        for line in state.completed[-20:]:
+            print(f"  - {line}")
+    pending = [op for op in state.operations.values() if not op.terminal]
+    for op in pending:
+        print(
+            f"pending operation: {op.operation_id} {op.tool} job {op.job_id} ({op.status}, "
+            f"{op.completion}), expires {op.expires_at.isoformat()}"
+        )
+    for request in state.approvals.values():
+        if request.open:
+            print(
+                f"open approval: {request.request_id} for {request.tool} ({request.reason}), "
+                f"expires {request.expires_at.isoformat()}"
+            )
+    if state.checkpoint is not None:
+        checkpoint = state.checkpoint
+        print(f"checkpoint ({checkpoint.at.isoformat()}, before {checkpoint.waiting_for}):")
+        print(f"  done: {checkpoint.done}")
+        print(f"  remaining: {checkpoint.remaining}")
+    if state.context_rebuilds or state.continued_as_new:
+        print(
+            f"context rebuilt {state.context_rebuilds} times; "
+            f"continued as new {state.continued_as_new} times"
+        )
+    print("steps:")
     for step in state.steps:
         print(_step_line(step))
     if state.final_output is not None:

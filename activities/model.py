@@ -73,14 +73,28 @@ class ModelActivities:
         return response
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
-        if input.transcript_ref is None:
-            return list(input.new_messages)
+        earlier = []
+        if input.transcript_ref is not None:
+            earlier = _TRANSCRIPT.validate_json(await self._blob(input.transcript_ref))
+        new = [
+            message.model_copy(
+                update={
+                    "content": (await self._blob(message.content_ref)).decode(),
+                    "content_ref": None,
+                }
+            )
+            if message.content_ref
+            else message
+            for message in input.new_messages
+        ]
+        return [*earlier, *new]
+
+    async def _blob(self, ref: str) -> bytes:
         try:
-            earlier = _TRANSCRIPT.validate_json(await self._blobs.get(input.transcript_ref))
+            return await self._blobs.get(ref)
         except BlobNotFound as err:
             raise ApplicationError(
-                f"transcript {input.transcript_ref} is not in this worker's blob store",
+                f"{ref} is not in this worker's blob store (workers must share one)",
                 type=RUN_INPUT_INVALID,
                 non_retryable=True,
             ) from err
-        return [*earlier, *input.new_messages]

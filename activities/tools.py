@@ -21,7 +21,7 @@ from schemas.operations import (
     OperationStarted,
     PollOperationInput,
 )
-from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
+from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, REF_PREFIX
 from tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from tools.spec import error_result
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from gateway.tokens import ResumeTokens
 
 _TERMINAL = ("succeeded", "failed")
+INLINE_RESULT_BYTES = 1024
+INLINE_PREVIEW_CHARS = 600
 
 
 class ToolActivities:
@@ -70,10 +72,7 @@ class ToolActivities:
                 ),
             )
         if spec.long is None:
-            result = await self._tools.run(input.call)
-            # Large results go by reference: the run's history keeps a preview and the ref.
-            result.content = await shrink(self._blobs, result.content)
-            return result
+            return await self._by_reference(await self._tools.run(input.call))
         return await self._start(spec, spec.long, args, input)
 
     async def _start(
@@ -132,6 +131,22 @@ class ToolActivities:
                 nonce_hash=nonce_hash,
             ),
         )
+
+    async def _by_reference(self, result: ToolResult) -> ToolResult:
+        """Keep the run's history small: a result over 16 KB reaches the model as a preview
+        and a `ref://blobs/...` it can read with read_ref; anything over 1 KB travels to the
+        model-call activity by reference, so the history holds a preview, not the text twice.
+        """
+        text = await shrink(self._blobs, result.content)
+        if len(text.encode()) <= INLINE_RESULT_BYTES:
+            result.content = text
+            return result
+        result.content_ref = await self._blobs.put(text.encode())
+        head = text[:INLINE_PREVIEW_CHARS]
+        tail = text.rsplit("\n", 1)[-1]
+        # The reference line, if any, stays visible: the run offers read_ref when it sees one.
+        result.content = f"{head}…\n{tail}" if REF_PREFIX in tail else f"{head}…"
+        return result
 
     @activity.defn(name=POLL_OPERATION)
     async def poll_operation(self, input: PollOperationInput) -> Completion:

@@ -315,6 +315,29 @@ def two_refunds(messages: Sequence[Message], tools: Sequence[ToolDefinition]) ->
     return _answer(f"refunds: {'; '.join(m.content for m in messages if m.role == 'tool')}")
 
 
+_REF = re.compile(r"ref://blobs/[0-9a-f]{64}")
+
+
+def read_big(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Calls `big_report` (a huge result, passed by reference), reads a slice of it with
+    read_ref, and answers with that slice."""
+    turn = _turn(messages)
+    if turn == 0:
+        return _calls(turn, ("big_report", {}))
+    if turn == 1:
+        ref = m.group(0) if (m := _REF.search(messages[-1].content)) else "none"
+        return _calls(turn, ("read_ref", {"ref": ref, "offset": 1_000_000, "length": 36}))
+    return _answer(f"slice: {messages[-1].content}")
+
+
+def long_haul(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Calls `chunk` once a turn for 200 turns, then answers."""
+    turn = _turn(messages)
+    if turn < 200:
+        return _calls(turn, ("chunk", {"n": turn}))
+    return _answer("200 chunks read")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -327,4 +350,6 @@ SCRIPTS: dict[str, Script] = {
     "check-and-wait": check_and_wait,
     "ask-first": ask_first,
     "two-refunds": two_refunds,
+    "read-big": read_big,
+    "long-haul": long_haul,
 }

@@ -29,6 +29,11 @@ class Message(BaseModel):
     )
     name: str | None = Field(default=None, description="For role 'tool': the tool's name.")
     is_error: bool = Field(default=False, description="For role 'tool': the result is an error.")
+    content_ref: str | None = Field(
+        default=None,
+        description="The full content, stored by reference; `content` is then a preview. The "
+        "model-call activity reads it back, so a result is in the run's history only once.",
+    )
 
 
 class ToolDefinition(BaseModel):

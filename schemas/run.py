@@ -51,7 +51,7 @@ class RunInput(BaseModel):
     )
     continue_as_new_after_events: int | None = Field(
         default=None,
-        ge=50,
+        ge=10,
         description="Continue as new past this many history events (besides when Temporal "
         "suggests it); for tests and tuning.",
     )
@@ -141,6 +141,9 @@ class RunCarry(BaseModel):
     state: RunState
     transcript_ref: str | None
     unsent: list[Message]
+    answer: str | None = Field(
+        default=None, description="Set when the run was waiting for operations after answering."
+    )
 
 
 class ToolCallInput(BaseModel):
@@ -170,6 +173,9 @@ class ToolResult(BaseModel):
     )
     approval_needed: ApprovalNeeded | None = Field(
         default=None, description="Set when the call did not run: a person must approve it."
+    )
+    content_ref: str | None = Field(
+        default=None, description="The full result, stored by reference; `content` previews it."
     )
 
 

@@ -167,15 +167,24 @@ class AgentRunWorkflow:
         self._set_status("running")
         for op in self._pending():  # carried over by continue-as-new
             self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        # A run continued while it waited for operations goes back to waiting, not to the model.
+        answer = input.carry.answer if input.carry else None
         try:
             while self._state.turns < input.max_turns:
+                if answer is None:
+                    if self._should_continue_as_new():
+                        await self._continue_as_new()
+                    reply = await self._call_model()
+                    if reply.tool_calls:
+                        await self._run_tools(reply.tool_calls)
+                        continue
+                    answer = reply.content
+                if not self._operations_to_report():
+                    return await self._finish("completed", answer)
                 if self._should_continue_as_new():
-                    await self._continue_as_new()
-                reply = await self._call_model()
-                if reply.tool_calls:
-                    await self._run_tools(reply.tool_calls)
-                elif not await self._report_operations():
-                    return await self._finish("completed", reply.content)
+                    await self._continue_as_new(answer)
+                await self._report_operations()
+                answer = None
             return await self._finish("max_turns", None)
         except _ApprovalExpired as expired:
             self._state.error = str(expired)
@@ -354,17 +363,19 @@ class AgentRunWorkflow:
             lines.append(f"{result.name}: {_preview(result.content, LEDGER_CHARS)}")
             if REF_PREFIX in result.content:
                 self._state.references += 1
-        self._state.completed.extend(lines)
         self._state.tool_calls += len(calls)
         if self._long_wait is not None:
             # The turn waited long: its results become the Event of a rebuilt context, since
             # the tool calls they answer are in the transcript being left behind.
             self._rebuild("; ".join(lines))
+            self._state.completed.extend(lines)
             return
+        self._state.completed.extend(lines)
         self._unsent.extend(
             Message(
                 role="tool",
                 content=result.content,
+                content_ref=result.content_ref,
                 tool_call_id=result.tool_call_id,
                 name=result.name,
                 is_error=result.is_error,
@@ -701,26 +712,27 @@ class AgentRunWorkflow:
     async def _end_pending(self, status: str) -> None:
         await asyncio.gather(*(self._end(op, status) for op in self._pending()))
 
-    async def _report_operations(self) -> bool:
-        """When the model has nothing left to do but operations run, wait for one to change
-        and tell the model. Returns False when there is nothing to wait for."""
-        if not self._unreported() and not any(op.mode == "handle" for op in self._pending()):
-            return False
+    def _operations_to_report(self) -> bool:
+        """Whether an operation changed unreported, or a handle-mode one may still change."""
+        return bool(self._unreported()) or any(op.mode == "handle" for op in self._pending())
+
+    async def _report_operations(self) -> None:
+        """The model has nothing left to do but operations run: wait for one to change (the
+        loop waits, not the model), then tell the model."""
         with self._waiting(_wait_kind(self._pending()), "waiting for operations"):
             await workflow.wait_condition(lambda: bool(self._unreported()))
         changed = self._unreported()
         for op in changed:
             op.reported_status = op.status
         update = "Operation update: " + _json([op.outcome() for op in changed])
-        self._state.completed.extend(
-            f"{op.tool} ({op.operation_id}): {_preview(_json(op.outcome()), LEDGER_CHARS)}"
-            for op in changed
-        )
         if self._long_wait is not None:
             self._rebuild(update)
         else:
             self._unsent.append(Message(role="user", content=update))
-        return True
+        self._state.completed.extend(
+            f"{op.tool} ({op.operation_id}): {_preview(_json(op.outcome()), LEDGER_CHARS)}"
+            for op in changed
+        )
 
     def _get_operation_status(self, call: ToolCall) -> ToolResult:
         try:
@@ -805,12 +817,22 @@ class AgentRunWorkflow:
         self._show_wait()
         try:
             yield
-        finally:
-            self._waits.remove(wait)
-            self._show_wait()
-            waited = workflow.now() - began
-            if waited > self._input.rebuild_after:
-                self._long_wait = max(self._long_wait or waited, waited)
+        except GeneratorExit:
+            # Evicted from the worker's cache: the coroutine is closed, not resumed, and the
+            # workflow APIs are gone. The next worker rebuilds this state from history.
+            raise
+        except BaseException:
+            self._end_wait(wait)
+            raise
+        else:
+            self._end_wait(wait)
+
+    def _end_wait(self, wait: tuple[str, str, datetime]) -> None:
+        self._waits.remove(wait)
+        self._show_wait()
+        waited = workflow.now() - wait[2]
+        if waited > self._input.rebuild_after:
+            self._long_wait = max(self._long_wait or waited, waited)
 
     def _show_wait(self) -> None:
         kind, details, _ = self._waits[-1] if self._waits else ("none", "", None)
@@ -873,7 +895,7 @@ class AgentRunWorkflow:
             limit is not None and info.get_current_history_length() >= limit
         )
 
-    async def _continue_as_new(self) -> NoReturn:
+    async def _continue_as_new(self, answer: str | None = None) -> NoReturn:
         """Hand the ledger, the conversation reference and pending operations to a new run
         (same workflow id: completions and decisions sent later reach it)."""
         for watcher in self._watchers.values():
@@ -882,7 +904,10 @@ class AgentRunWorkflow:
         self._trim()
         self._state.continued_as_new += 1
         carry = RunCarry(
-            state=self._state, transcript_ref=self._transcript_ref, unsent=self._unsent
+            state=self._state,
+            transcript_ref=self._transcript_ref,
+            unsent=self._unsent,
+            answer=answer,
         )
         workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
 

@@ -67,7 +67,9 @@ async def test_every_script_is_deterministic(script: str) -> None:
             assert first.message == message
 
 
-@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - {"forever"}))
+@pytest.mark.parametrize(
+    "script", sorted(set(SCRIPTS) - {"forever", "long-haul"})
+)  # never end in 6 turns
 async def test_every_final_answer_starts_with_the_banner(script: str) -> None:
     final = (await converse(script))[-1]
 
