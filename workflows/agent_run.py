@@ -113,6 +113,14 @@ POLL_CHECK_TIMEOUT = timedelta(seconds=30)
 # stands (the CLI can answer it) and the failure is logged.
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+# Before a wait, the model is asked (once, on its own) what is done and what remains.
+CHECKPOINT_PROMPT = (
+    "You keep the notes of an agent that is about to wait. From the task and what is "
+    "completed, reply with exactly two lines:\n"
+    "Done: <what has been done, one sentence>\n"
+    "Remaining: <the steps left once the wait is over, one sentence>"
+)
+CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 PREVIEW_CHARS = 160
 # The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
 # costs the same after ten turns or ten thousand.
@@ -482,6 +490,7 @@ class AgentRunWorkflow:
         self._step(
             "event", call.name, f"approval {request.request_id} requested from {policy.approvers}"
         )
+        await self._checkpoint(f"approval of {call.name} from {policy.approvers}")
         with self._waiting("approval", f"waiting for approval: {reason}", request.expires_at):
             await self._notify(request, policy.approvers, escalation=False)
             if not await self._decided(request):
@@ -588,6 +597,7 @@ class AgentRunWorkflow:
             op.reported_status = op.status
             return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.handle()))
         kind = "webhook" if op.completion == "callback" else "poll"
+        await self._checkpoint(f"{op.tool} ({op.operation_id})")
         with self._waiting(kind, f"waiting for {op.tool} ({op.job_id})", op.expires_at):
             await workflow.wait_condition(lambda: op.terminal)
         op.reported_status = op.status
@@ -719,6 +729,7 @@ class AgentRunWorkflow:
     async def _report_operations(self) -> None:
         """The model has nothing left to do but operations run: wait for one to change (the
         loop waits, not the model), then tell the model."""
+        await self._checkpoint("operations to change state")
         with self._waiting(_wait_kind(self._pending()), "waiting for operations"):
             await workflow.wait_condition(lambda: bool(self._unreported()))
         changed = self._unreported()
@@ -755,6 +766,7 @@ class AgentRunWorkflow:
             return _error(call, f"no such operations in this run: {', '.join(unknown)}")
         ops = [self._state.operations[i] for i in ids]
         timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
+        await self._checkpoint(f"operations {', '.join(ids)}")
         with (
             self._waiting(_wait_kind(ops), "waiting for operations"),
             contextlib.suppress(TimeoutError),
@@ -812,7 +824,6 @@ class AgentRunWorkflow:
             details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
         began = workflow.now()
         wait = (kind, details, began)
-        self._checkpoint(details)
         self._waits.append(wait)
         self._show_wait()
         try:
@@ -833,6 +844,8 @@ class AgentRunWorkflow:
         waited = workflow.now() - wait[2]
         if waited > self._input.rebuild_after:
             self._long_wait = max(self._long_wait or waited, waited)
+        else:
+            self._step("event", "context", f"transcript kept after waiting {waited}")
 
     def _show_wait(self) -> None:
         kind, details, _ = self._waits[-1] if self._waits else ("none", "", None)
@@ -843,12 +856,64 @@ class AgentRunWorkflow:
 
     # --- durable state: checkpoint, rebuild, continue-as-new ------------------------------
 
-    def _checkpoint(self, waiting_for: str) -> None:
-        """Commit what is done and what remains before the run suspends, from the ledger."""
+    async def _checkpoint(self, waiting_for: str) -> None:
+        """Commit what is done and what remains before the run suspends: written by the model
+        in one call, or built from the ledger (scripted model, or the call failed)."""
+        checkpoint = self._ledger_checkpoint(waiting_for)
+        if not self._input.model.startswith("scripted:"):
+            checkpoint = await self._model_checkpoint(waiting_for) or checkpoint
+        self._state.checkpoint = checkpoint
+
+    async def _model_checkpoint(self, waiting_for: str) -> Checkpoint | None:
+        # A conversation of its own, from the ledger: the transcript may end in tool calls
+        # still waiting for their results, which no provider accepts a question after.
+        prompt = "\n".join(
+            [
+                f"Task: {self._state.task}",
+                f"Constraints: {'; '.join(self._state.constraints) or 'none'}",
+                "Completed:",
+                *(f"- {line}" for line in self._state.completed[-REBUILD_COMPLETED_LINES:]),
+                f"Now waiting for: {waiting_for}",
+            ]
+        )
+        try:
+            response: ModelResponse = await workflow.execute_activity(
+                CALL_MODEL,
+                ModelCallInput(
+                    model=self._input.model,
+                    system_prompt=CHECKPOINT_PROMPT,
+                    new_messages=[Message(role="user", content=prompt)],
+                    tools=[],
+                    turn=self._state.turns,
+                ),
+                result_type=ModelResponse,
+                start_to_close_timeout=self._input.model_timeout,
+                retry_policy=CHECKPOINT_RETRY,
+                summary=f"checkpoint {self._input.model}",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            return None
+        self._state.usage += response.usage
+        parts = dict(
+            line.split(":", 1) for line in response.message.content.splitlines() if ":" in line
+        )
+        done, remaining = parts.get("Done", "").strip(), parts.get("Remaining", "").strip()
+        if not done or not remaining:
+            return None
+        return Checkpoint(
+            at=workflow.now(),
+            waiting_for=waiting_for,
+            done=_preview(done, LEDGER_CHARS),
+            remaining=_preview(remaining, LEDGER_CHARS),
+        )
+
+    def _ledger_checkpoint(self, waiting_for: str) -> Checkpoint:
         recent = "; ".join(self._state.completed[-3:]) or "nothing yet"
         pending = [f"{op.tool} ({op.operation_id})" for op in self._pending()]
         pending += [f"approval for {r.tool}" for r in self._state.approvals.values() if r.open]
-        self._state.checkpoint = Checkpoint(
+        return Checkpoint(
             at=workflow.now(),
             waiting_for=waiting_for,
             done=(

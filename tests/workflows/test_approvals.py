@@ -92,6 +92,18 @@ async def _open_request(handle: WorkflowHandle[Any, Any]) -> Any:
     raise AssertionError("no approval was requested")
 
 
+async def _settled_history_length(handle: WorkflowHandle[Any, Any]) -> int:
+    """The history's length once the run has stopped moving (it is waiting for a person)."""
+    length = -1
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        now = (await handle.describe()).history_length
+        if now == length:
+            return now
+        length = now
+    raise AssertionError("the run never settled")
+
+
 async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
     return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
@@ -309,7 +321,7 @@ async def test_approval_link_is_single_use_and_cannot_be_forged(
             forged = ResumeTokens({"desk": "f" * 40}, "desk").mint(
                 handle.id, f"approval/{request.request_id}", request.expires_at
             )
-            before = (await handle.describe()).history_length
+            before = await _settled_history_length(handle)
             forged_answer = await http.post(
                 link["url"],
                 json=link["approve"],

@@ -111,6 +111,10 @@ async def _rebuilt_after_a_day(
         openai_tool_calls(
             [("e1", "start_export", '{"dataset": "transactions", "period": "2025-Q3"}')]
         ),
+        # Before the run suspends, the model writes the checkpoint.
+        openai_text(
+            "Done: export requested\nRemaining: verify the row count, upload, notify the team"
+        ),
         openai_text("filed"),
     )
     async with (
@@ -167,7 +171,13 @@ async def _rebuilt_after_a_day(
             )
             result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
             state = await handle.query(AgentRunWorkflow.status)
-    before = len(json.dumps(wire.requests[-2].body))
+    checkpoint_request = wire.requests[-2].body
+    assert "tools" not in checkpoint_request
+    assert [m["role"] for m in checkpoint_request["messages"]] == ["system", "user"]
+    assert checkpoint_request["messages"][1]["content"].endswith(
+        f"Now waiting for: start_export ({op.operation_id})"
+    )
+    before = len(json.dumps(wire.requests[-3].body))
     return wire.requests[-1].body["messages"], before, op.operation_id, result, handle, state
 
 
@@ -196,14 +206,14 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
         "status": "succeeded",
         "result": {"file": "exports/q3.csv", "rows": 412882},
     }
-    assert lines[-1] == (
-        f"Remaining: once start_export ({op_id}) is resolved, continue the task from what is completed"
-    )
+    assert lines[-1] == "Remaining: verify the row count, upload, notify the team"
     # Bounded by the ledger's lines, not by the transcript left behind.
     assert len(messages[1]["content"]) < 600 + earlier_turns * (LEDGER_CHARS + 10)
     if earlier_turns:
         assert transcript > 36_000
     assert state.context_rebuilds == 1
+    assert state.checkpoint is not None and state.checkpoint.done == "export requested"
+    assert state.usage.model_calls == earlier_turns + 3, "the checkpoint is a model call"
     assert any(s.kind == "event" and s.name == "context" for s in state.steps)
     await _replays(handle, f"state_rebuilt_after_a_day_{earlier_turns}")
 
@@ -263,6 +273,10 @@ async def test_two_hundred_turns_stay_small_and_continue_as_new(
     assert (result.turns, result.tool_calls) == (201, 200)
     assert runs >= 2, "it continued as new"
     assert size < 2 * 1024 * 1024
+    first = time_skipping_env.client.get_workflow_handle(
+        handle.id, run_id=handle.first_execution_run_id
+    )
+    await _replays(first, "state_continued_as_new")
 
 
 async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> None:
@@ -281,6 +295,7 @@ async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> 
     assert state.continued_as_new >= 1
     assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
     assert result.final_output is not None and result.final_output.count('"check_with"') == 2
+    await _replays(handle, "state_webhook_after_continue_as_new")
 
 
 async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> None:
