@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,15 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     async with env:
         yield env
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port where nothing listens, held (bound, not listening) for the test, so
+    no other socket can take it, as a listener or as an outgoing connection's own port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture

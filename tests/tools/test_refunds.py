@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -146,7 +145,7 @@ async def test_refusals_are_errors_the_model_reads(
 
 
 async def test_server_errors_and_lost_connections_propagate_for_a_retry(
-    http: httpx.AsyncClient,
+    http: httpx.AsyncClient, closed_port: int
 ) -> None:
     async with serving(_failing_app()) as url:
         broken = ToolRegistry(refund_tools(http, url))
@@ -155,7 +154,7 @@ async def test_server_errors_and_lost_connections_propagate_for_a_retry(
         with pytest.raises(ServiceError, match="refund service answered 502"):
             await call(broken, "issue_refund", claim_id="C-118", amount=1.0)
 
-    unreachable = ToolRegistry(refund_tools(http, f"http://127.0.0.1:{_closed_port()}"))
+    unreachable = ToolRegistry(refund_tools(http, f"http://127.0.0.1:{closed_port}"))
     with pytest.raises(httpx.ConnectError):
         await call(unreachable, "issue_refund", claim_id="C-118", amount=1.0)
 
@@ -248,11 +247,3 @@ def _failing_app() -> FastAPI:
         return JSONResponse({"detail": "bad gateway"}, status_code=502)
 
     return app
-
-
-def _closed_port() -> int:
-    # A port that was free a moment ago: nothing listens on it.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
