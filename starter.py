@@ -18,7 +18,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio.client import (
@@ -48,12 +48,19 @@ from schemas.approvals import REQUEST_APPROVAL, DecisionSignal
 from settings import Settings, connect, exit_process
 from tools.catalog import TOOL_NAMES
 from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+from workflows.search_attributes import (
+    AGENT_STATUS,
+    PENDING_OPERATIONS,
+    WAIT_EXPIRES_AT,
+    WAITING_FOR,
+)
 
 PROVIDERS = ("openai", "anthropic", "scripted")
 FOLLOW_INTERVAL = 0.25
 QUERY_TIMEOUT = timedelta(seconds=5)
 SUMMARY_CHARS = 200
+# `ops` aggregates client-side over at most this many runs per query.
+OPS_LIMIT = 1000
 
 
 class CliError(Exception):
@@ -104,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("run_id")
     status.add_argument("--json", action="store_true")
     status.set_defaults(command=cmd_status)
+
+    ops = sub.add_parser("ops", help="the fleet at a glance: waits, overdue waits, failures")
+    ops.add_argument("--json", action="store_true")
+    ops.set_defaults(command=cmd_ops)
+
+    watch = sub.add_parser("watch", help="follow one run live until it ends")
+    watch.add_argument("run_id")
+    watch.set_defaults(command=cmd_watch)
 
     listing = sub.add_parser("list", help="recent runs")
     listing.add_argument("--limit", type=int, default=20)
@@ -309,6 +324,86 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
         )
     print(f"{args.decision} sent for request {request_id} of run {args.run_id}")
     return 0
+
+
+async def cmd_ops(args: argparse.Namespace, settings: Settings) -> int:
+    """The fleet from visibility queries: runs by status and by what they wait for, the
+    oldest wait, waits past their expiry (stuck: is a worker down?), recent failures."""
+    client = await _connect(settings)
+    now = datetime.now(UTC)
+    kind = f'WorkflowType = "{AgentRunWorkflow.__name__}"'
+    by_status: dict[str, int] = {}
+    by_wait: dict[str, int] = {}
+    waits: list[dict[str, Any]] = []
+    async for run in client.list_workflows(
+        f'{kind} AND ExecutionStatus = "Running"', limit=OPS_LIMIT
+    ):
+        attributes = run.typed_search_attributes
+        status = attributes.get(AGENT_STATUS) or "running"
+        waiting_for = attributes.get(WAITING_FOR) or "none"
+        by_status[status] = by_status.get(status, 0) + 1
+        if waiting_for == "none":
+            continue
+        by_wait[waiting_for] = by_wait.get(waiting_for, 0) + 1
+        expires = attributes.get(WAIT_EXPIRES_AT)
+        waits.append(
+            {
+                "run_id": run.id,
+                "waiting_for": waiting_for,
+                "pending_operations": attributes.get(PENDING_OPERATIONS) or 0,
+                "started": run.start_time.isoformat(),
+                "expires_at": expires.isoformat() if expires else None,
+                "overdue": bool(expires and expires < now),
+            }
+        )
+    failures = []
+    since = (now - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    failed = f'{kind} AND CloseTime > "{since}" AND ExecutionStatus != "Running"'
+    async for run in client.list_workflows(failed, limit=OPS_LIMIT):
+        status = run.typed_search_attributes.get(AGENT_STATUS) or _closed_status(run.status)
+        if status in ("failed", "approval_expired") or run.status in (
+            WorkflowExecutionStatus.FAILED,
+            WorkflowExecutionStatus.TIMED_OUT,
+            WorkflowExecutionStatus.TERMINATED,
+        ):
+            failures.append({"run_id": run.id, "status": status, "closed": str(run.close_time)})
+    waits.sort(key=lambda w: str(w["started"]))
+    overdue = [w for w in waits if w["overdue"]]
+    report = {
+        "running_by_status": by_status,
+        "waiting_for": by_wait,
+        "oldest_wait": waits[0] if waits else None,
+        "overdue": overdue,
+        "recent_failures": failures,
+    }
+    if args.json:
+        _print_json(report)
+        return 0
+    print("running:", ", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
+    print("waiting for:", ", ".join(f"{n} {k}" for k, n in sorted(by_wait.items())) or "nothing")
+    if waits:
+        oldest = waits[0]
+        print(
+            f"oldest waiting run: {oldest['run_id']} ({oldest['waiting_for']}), started {oldest['started']}"
+        )
+    for wait in overdue:
+        print(
+            f"OVERDUE: {wait['run_id']} waiting for {wait['waiting_for']}, expired "
+            f"{wait['expires_at']} and still open: is a worker running?"
+        )
+    for failure in failures[:10]:
+        print(f"failed: {failure['run_id']} ({failure['status']}) at {failure['closed']}")
+    return 0
+
+
+async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    """Follow one run live (turns, tool calls, operations, approvals) until it ends."""
+    client = await _connect(settings)
+    handle = client.get_workflow_handle(args.run_id, result_type=RunResult)
+    await _describe(handle)
+    state = await _follow(handle, quiet=False)
+    _print_outcome(state)
+    return 0 if state.status in ("completed", "max_turns") else 1
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:

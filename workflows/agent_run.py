@@ -8,10 +8,10 @@ import hashlib
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -83,7 +83,12 @@ with workflow.unsafe.imports_passed_through():
         Checkpoint,
         RunCarry,
     )
-    from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+    from workflows.search_attributes import (
+        AGENT_STATUS,
+        PENDING_OPERATIONS,
+        WAIT_EXPIRES_AT,
+        WAITING_FOR,
+    )
 
 # Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
 # A provider's retry-after reaches it as the ApplicationError's next_retry_delay.
@@ -109,6 +114,7 @@ CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attemp
 # no worker slot is held in between; shorter ones loop inside one heartbeating activity.
 LONG_POLL_INTERVAL = timedelta(seconds=60)
 POLL_CHECK_TIMEOUT = timedelta(seconds=30)
+POLL_RETRY_FIRST = timedelta(seconds=1)
 # Telling people about an approval request: retried a while; if it still fails, the request
 # stands (the CLI can answer it) and the failure is logged.
 NOTIFY_TIMEOUT = timedelta(seconds=30)
@@ -593,6 +599,7 @@ class AgentRunWorkflow:
             else:
                 workflow.logger.warning("dropped an early completion with the wrong nonce")
         self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        self._show_wait()
         if op.mode == "handle":
             op.reported_status = op.status
             return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.handle()))
@@ -665,8 +672,11 @@ class AgentRunWorkflow:
             result_type=Completion,
             schedule_to_close_timeout=remaining,
             heartbeat_timeout=interval * 2 + timedelta(seconds=5),
+            # Retries of a crashed poll start after a second; the interval caps the backoff (never
+            # below the first delay: the server rejects such a policy).
             retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1), maximum_interval=interval
+                initial_interval=POLL_RETRY_FIRST,
+                maximum_interval=max(interval, POLL_RETRY_FIRST),
             ),
             summary=f"poll {op.tool} {op.job_id}",
         )
@@ -683,6 +693,7 @@ class AgentRunWorkflow:
         self._step(
             "event", op.tool, f"{op.operation_id} {op.status}", is_error=op.status == "failed"
         )
+        self._show_wait()
 
     async def _end(self, op: Operation, status: str) -> None:
         """Mark an operation expired or cancelled, then ask the external system to stop it."""
@@ -700,6 +711,7 @@ class AgentRunWorkflow:
             retryable=op.status == "expired",
         )
         self._step("event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
+        self._show_wait()
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
@@ -848,10 +860,26 @@ class AgentRunWorkflow:
             self._step("event", "context", f"transcript kept after waiting {waited}")
 
     def _show_wait(self) -> None:
+        """Keep status, search attributes and the Web UI's details in step with the run."""
         kind, details, _ = self._waits[-1] if self._waits else ("none", "", None)
         self._set_status("waiting" if self._waits else "running")
-        if workflow.info().typed_search_attributes.get(WAITING_FOR) != kind:
-            workflow.upsert_search_attributes([WAITING_FOR.value_set(kind)])
+        pending = self._pending()
+        # The earliest deadline of anything the run waits on: past it, the wait is overdue.
+        deadlines = [op.expires_at for op in pending]
+        deadlines += [r.expires_at for r in self._state.approvals.values() if r.open]
+        expires = min(deadlines) if self._waits and deadlines else None
+        current = workflow.info().typed_search_attributes
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if current.get(WAITING_FOR) != kind:
+            updates.append(WAITING_FOR.value_set(kind))
+        if current.get(PENDING_OPERATIONS) != len(pending):
+            updates.append(PENDING_OPERATIONS.value_set(len(pending)))
+        # Left as it was when no wait is on: it means something only while WaitingFor is not
+        # "none" (and unsetting a Datetime confuses the time-skipping test server's decoder).
+        if expires is not None and current.get(WAIT_EXPIRES_AT) != expires:
+            updates.append(WAIT_EXPIRES_AT.value_set(expires))
+        if updates:
+            workflow.upsert_search_attributes(updates)
         workflow.set_current_details(details)
 
     # --- durable state: checkpoint, rebuild, continue-as-new ------------------------------

@@ -1,0 +1,91 @@
+"""Operating a fleet: runs are findable by what they wait for, and `starter.py ops` shows a
+wait that is overdue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from schemas.approvals import ApprovalPolicy, DecisionSignal
+from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _listed(client: Client, query: str) -> list[Any]:
+    for _ in range(100):  # visibility follows the run by a moment
+        found = [run async for run in client.list_workflows(query)]
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"nothing matched {query}")
+
+
+async def test_waiting_runs_are_found_by_what_they_wait_for(stack: Stack) -> None:
+    await stack.faults(export_seconds=8, pipeline_seconds=8)
+    async with stack.worker():
+        runs: dict[str, WorkflowHandle[Any, Any]] = {
+            "approval": await stack.start(
+                "publish", ["request_approval"], model="scripted:ask-first"
+            ),
+            "webhook": await stack.start(EXPORT_TASK, SCENARIO_TOOLS),
+            "poll": await stack.start("enrich", ["enrich_dataset"], model="scripted:enrich"),
+        }
+        found = {
+            kind: await _listed(
+                stack.client, f'WorkflowId = "{handle.id}" AND WaitingFor = "{kind}"'
+            )
+            for kind, handle in runs.items()
+        }
+        state = await runs["approval"].query(AgentRunWorkflow.status)
+        [request] = state.approvals.values()
+        await runs["approval"].signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id)
+        )
+        results = {kind: await asyncio.wait_for(h.result(), 60) for kind, h in runs.items()}
+        finished = {kind: await h.describe() for kind, h in runs.items()}
+
+    for kind in runs:
+        [run] = found[kind]
+        assert run.typed_search_attributes.get(WAIT_EXPIRES_AT) is not None, kind
+        assert results[kind].status == "completed", kind
+        attributes = finished[kind].typed_search_attributes
+        assert attributes.get(AGENT_STATUS) == "completed", kind
+        assert attributes.get(WAITING_FOR) == "none", kind
+
+
+async def test_ops_shows_an_overdue_wait(stack: Stack, dev_env: WorkflowEnvironment) -> None:
+    async with stack.worker():
+        handle = await stack.start(
+            "publish",
+            ["request_approval"],
+            model="scripted:ask-first",
+            approval=ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="fail"),
+        )
+        await _listed(stack.client, f'WorkflowId = "{handle.id}" AND WaitingFor = "approval"')
+    # No worker is left to act on the timer: the wait stays open past its expiry.
+    await asyncio.sleep(3)
+    ops = await asyncio.create_subprocess_exec(
+        sys.executable, "starter.py", "ops", "--json",
+        cwd=ROOT,
+        env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await ops.communicate()
+    await handle.terminate("test over")
+
+    assert ops.returncode == 0, err.decode()
+    report = json.loads(out)
+    overdue = [w for w in report["overdue"] if w["run_id"] == handle.id]
+    assert len(overdue) == 1 and overdue[0]["waiting_for"] == "approval"
