@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -12,12 +13,16 @@ from typing import Any
 import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Worker
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, Worker
 
 from gateway.tokens import ResumeTokens
 from settings import Settings
 from tools import ToolSpec, demo_tools
 from worker import build_providers, build_worker
+from workflows.agent_run import AgentRunWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
 
 # One store for the session: conversations are content-addressed, so tests cannot collide.
 TEST_BLOBS = Path(tempfile.mkdtemp(prefix="waitstate-test-blobs-"))
@@ -71,3 +76,15 @@ async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attempts.append(event.activity_task_started_event_attributes.attempt)
     return attempts
+
+
+async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """The run's history replays on today's code. With WAITSTATE_RECORD_HISTORIES=1 it is
+    also kept as tests/histories/<name>.json, which test_replay checks every later change
+    against."""
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
+        (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -19,9 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
@@ -29,14 +27,13 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecisionSignal
 from settings import Settings
-from tests.helpers import make_worker
+from tests.helpers import make_worker, replays
 from tools import demo_tools
 from tools.refunds import refund_tools
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
 ROOT = Path(__file__).resolve().parents[2]
-HISTORIES = ROOT / "tests" / "histories"
 REFUND_TASK = "Refund $420 for claim C-118 if the claim is valid"
 REFUND_TOOLS = ["check_claim", "issue_refund"]
 DAY = timedelta(hours=24)
@@ -198,7 +195,7 @@ async def test_escalation_after_a_day_then_a_late_decision_on_the_first_request_
     assert outbox[0]["body"]["decision"] == outbox[1]["body"]["decision"]
     assert skipped < 2.0
     assert result.status == "completed" and len(await desk.get("/refunds")) == 1
-    await _replays(handle, "approval_escalated_then_approved")
+    await replays(handle, "approval_escalated_then_approved")
 
 
 @pytest.mark.parametrize(
@@ -281,15 +278,6 @@ def test_cli_decision_for_a_run_that_does_not_exist(dev_env: WorkflowEnvironment
 
     assert done.returncode == 1
     assert done.stderr.strip() == "error: no run with id no-such-run"
-
-
-async def _replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    history = await handle.fetch_history()
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 async def test_approval_link_is_single_use_and_cannot_be_forged(

@@ -19,9 +19,7 @@ import pytest
 from pydantic import BaseModel, Field
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
@@ -30,7 +28,7 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from schemas.operations import CompleteOperation, Completion
 from settings import Settings
-from tests.helpers import make_worker
+from tests.helpers import make_worker, replays
 from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
@@ -38,7 +36,6 @@ from tools.exports import ExportService, export_tool
 from workflows.agent_run import LEDGER_CHARS, AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
-HISTORIES = ROOT / "tests" / "histories"
 KEYS = {"state": "s" * 40}
 RESULT_TIMEOUT = 120
 
@@ -82,15 +79,6 @@ async def _history_bytes(client: Client, workflow_id: str, run_id: str) -> tuple
                     event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
                 )
     return total, runs
-
-
-async def _replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    history = await handle.fetch_history()
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 @pytest.fixture
@@ -215,7 +203,7 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
     assert state.checkpoint is not None and state.checkpoint.done == "export requested"
     assert state.usage.model_calls == earlier_turns + 3, "the checkpoint is a model call"
     assert any(s.kind == "event" and s.name == "context" for s in state.steps)
-    await _replays(handle, f"state_rebuilt_after_a_day_{earlier_turns}")
+    await replays(handle, f"state_rebuilt_after_a_day_{earlier_turns}")
 
 
 async def test_a_five_megabyte_result_goes_by_reference(
@@ -242,7 +230,7 @@ async def test_a_five_megabyte_result_goes_by_reference(
     assert read["text"] == whole[1_000_000:1_000_036]
     assert size < 64 * 1024, f"history is {size} bytes"
     print(f"history of a run with a 5 MB tool result: {size} bytes")
-    await _replays(handle, "state_result_by_reference")
+    await replays(handle, "state_result_by_reference")
 
 
 async def test_two_hundred_turns_stay_small_and_continue_as_new(
@@ -276,7 +264,7 @@ async def test_two_hundred_turns_stay_small_and_continue_as_new(
     first = time_skipping_env.client.get_workflow_handle(
         handle.id, run_id=handle.first_execution_run_id
     )
-    await _replays(first, "state_continued_as_new")
+    await replays(first, "state_continued_as_new")
 
 
 async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> None:
@@ -295,7 +283,7 @@ async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> 
     assert state.continued_as_new >= 1
     assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
     assert result.final_output is not None and result.final_output.count('"check_with"') == 2
-    await _replays(handle, "state_webhook_after_continue_as_new")
+    await replays(handle, "state_webhook_after_continue_as_new")
 
 
 async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> None:

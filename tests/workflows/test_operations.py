@@ -19,10 +19,8 @@ import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
@@ -31,7 +29,7 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
-from tests.helpers import make_worker
+from tests.helpers import make_worker, replays
 from tools import ToolSpec, demo_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportService, export_tool
@@ -39,7 +37,6 @@ from tools.pipeline import EnrichmentPipeline, enrich_tool
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
-HISTORIES = ROOT / "tests" / "histories"
 KEYS = {"test": "t" * 40}
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 # Every wait in these tests is bounded, so a regression fails instead of hanging CI.
@@ -117,17 +114,6 @@ async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[
         yield Stack(dev_env.client, http, systems_url, gateway_url, tokens, settings, task_queue)
 
 
-async def _replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """The run's history replays on today's code; with WAITSTATE_RECORD_HISTORIES=1 it is also
-    kept under tests/histories/, where test_replay checks it against every later change."""
-    history = await handle.fetch_history()
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
-
-
 async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
     return [event async for event in handle.fetch_history_events()]
 
@@ -171,7 +157,7 @@ async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: 
     assert key.startswith(f"{handle.id}/")
     assert (stats["keys"][key]["starts"], stats["keys"][key]["jobs_created"]) == (1, 1)
     assert len(notifications) == 1 and "compliance/" in notifications[0]["message"]
-    await _replays(handle, "operation_callback_export")
+    await replays(handle, "operation_callback_export")
 
 
 async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> Any:
@@ -205,7 +191,7 @@ async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) 
 
     codes = sorted(answer.status_code for answer in answers)
     assert codes == [200] + [409] * 19
-    await _replays(handle, "operation_duplicate_completions")
+    await replays(handle, "operation_duplicate_completions")
     accepted = [
         e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     ]
@@ -269,7 +255,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
     [job] = stats["jobs"].values()
     assert job["status"] == "cancelled"
     assert sum(k["cancels"] for k in stats["keys"].values()) == 1
-    await _replays(handle, "operation_expired")
+    await replays(handle, "operation_expired")
 
 
 async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
@@ -302,7 +288,7 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
     assert sorted(op.status for op in state.operations.values()) == ["cancelled", "cancelled"]
     assert sorted(job["status"] for job in stats["jobs"].values()) == ["cancelled", "cancelled"]
     assert all(k["cancels"] == 1 for k in stats["keys"].values())
-    await _replays(handle, "operation_run_cancelled")
+    await replays(handle, "operation_run_cancelled")
 
 
 async def test_handle_mode_returns_at_once_and_the_loop_waits_not_the_model(stack: Stack) -> None:
@@ -325,7 +311,7 @@ async def test_handle_mode_returns_at_once_and_the_loop_waits_not_the_model(stac
     later_turns = [step for step in state.steps[events[0] :] if step.kind == "model"]
     assert len(events) == 2
     assert result.turns == 2 + len(later_turns) and len(later_turns) in (1, 2)
-    await _replays(handle, "operation_handle_mode")
+    await replays(handle, "operation_handle_mode")
 
 
 async def test_builtin_tools_check_and_wait_from_workflow_state(stack: Stack) -> None:
@@ -388,4 +374,4 @@ async def test_a_poll_interval_of_a_minute_uses_the_retry_policy_as_the_poller(
     ]
     # Each attempt is one status check; the ten-minute gaps between them were time-skipped.
     assert max(polls) > 1
-    await _replays(handle, "operation_long_poll")
+    await replays(handle, "operation_long_poll")
