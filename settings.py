@@ -16,6 +16,7 @@ from typing import NoReturn
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
@@ -50,6 +51,8 @@ class Settings:
     # Conversations and large results, by content hash. Workers of one fleet must share it
     # (a local directory on one machine; the BlobStore interface allows an object store).
     blob_dir: Path = Path(".temporal/blobs")
+    # host:port of the worker's Prometheus endpoint (SDK metrics and ours); None: off.
+    worker_metrics_address: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -87,6 +90,7 @@ class Settings:
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
+            worker_metrics_address=env.get("WAITSTATE_WORKER_METRICS") or None,
             blob_dir=Path(
                 env.get("WAITSTATE_BLOB_DIR")
                 or Path(env.get("WAITSTATE_STATE_DIR", ".temporal")) / "blobs"
@@ -121,7 +125,7 @@ def parse_token_keys(value: str) -> dict[str, str]:
     return keys
 
 
-async def connect(settings: Settings | None = None) -> Client:
+async def connect(settings: Settings | None = None, runtime: Runtime | None = None) -> Client:
     """Connect to Temporal with the pydantic data converter.
 
     Address, namespace, API key and TLS come from `temporalio.envconfig` (environment
@@ -132,7 +136,7 @@ async def connect(settings: Settings | None = None) -> Client:
     config = ClientConfig.load_client_connect_config()
     config.setdefault("target_host", settings.temporal_address)
     config.setdefault("namespace", settings.namespace)
-    return await Client.connect(**config, data_converter=pydantic_data_converter)
+    return await Client.connect(**config, data_converter=pydantic_data_converter, runtime=runtime)
 
 
 def exit_process(code: int) -> NoReturn:

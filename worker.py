@@ -15,6 +15,7 @@ import anthropic
 import httpx
 import openai
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities import ApprovalActivities, ModelActivities, ToolActivities
@@ -116,7 +117,13 @@ async def main() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = Settings.from_env()
-    client = await connect(settings)
+    runtime = None
+    if settings.worker_metrics_address:
+        # The SDK's metrics (task latencies, slots, polls) and ours, on one /metrics.
+        metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+        log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
+    client = await connect(settings, runtime)
     providers = build_providers(settings)
     # One connection pool for every tool that calls an external system.
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))

@@ -67,6 +67,12 @@ class ModelActivities:
             raise ApplicationError(
                 str(err), type=MODEL_UNAVAILABLE, next_retry_delay=delay
             ) from err
+        meter = activity.metric_meter()
+        labels = {"provider": provider.name}
+        meter.create_counter("waitstate_model_calls", "Model calls").add(1, labels)
+        tokens = meter.create_counter("waitstate_model_tokens", "Model tokens")
+        tokens.add(response.usage.input_tokens, {**labels, "direction": "input"})
+        tokens.add(response.usage.output_tokens, {**labels, "direction": "output"})
         # Content-addressed: a retried or replayed turn names the very same conversation.
         stored = _TRANSCRIPT.dump_json([*conversation, response.message])
         response.transcript_ref = await self._blobs.put(stored)

@@ -117,6 +117,9 @@ class ToolActivities:
             job = await long.backend.start(args, context)
         except ToolError as err:
             return error_result(call, str(err))
+        activity.metric_meter().create_counter(
+            "waitstate_operations_started", "Long-tool jobs started"
+        ).add(1, {"tool": spec.name})
         return ToolResult(
             tool_call_id=call.id,
             name=call.name,

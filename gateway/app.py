@@ -25,8 +25,9 @@ from uuid import uuid4
 
 from fastapi import FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -231,6 +232,24 @@ def create_app(
         "decide on their approval requests, here.",
     )
     gate = _Gate(tokens, max_body_bytes)
+    # A registry per app: two gateways in one process (tests) keep their own counts.
+    registry = CollectorRegistry()
+    app.state.refusals = Counter(
+        "waitstate_gateway_refusals",
+        "Requests refused, by reason: bad tokens, malformed bodies, refused deliveries",
+        ["code", "status"],
+        registry=registry,
+    )
+    app.state.accepted = Counter(
+        "waitstate_gateway_accepted",
+        "Completions and decisions delivered",
+        ["endpoint"],
+        registry=registry,
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post(
         COMPLETE_PATH,
@@ -282,6 +301,7 @@ def create_app(
             claims.workflow_id,
             outcome.status,
         )
+        app.state.accepted.labels(endpoint="complete").inc()
         return Accepted(operation_id=operation_id, operation_status=outcome.status)
 
     @app.post(
@@ -339,6 +359,7 @@ def create_app(
             claims.workflow_id,
             outcome.status,
         )
+        app.state.accepted.labels(endpoint="decision").inc()
         return DecisionAccepted(request_id=request_id, approval_status=outcome.status)
 
     @app.get("/healthz", summary="Liveness")
@@ -381,6 +402,7 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 def _refuse(request: Request, status: int, code: str, message: str) -> JSONResponse:
     # %r: the path is the caller's text, and a decoded %0A must not forge a log line.
     log.info("refused %s %r: %d %s: %s", request.method, request.url.path, status, code, message)
+    request.app.state.refusals.labels(code=code, status=str(status)).inc()
     response = _error(status, code, message)
     if status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"

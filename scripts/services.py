@@ -118,6 +118,7 @@ def _service_env(state: Path, host: str, port: int) -> dict[str, str]:
     gateway_port = env.setdefault("GATEWAY_PORT", "8787")
     env.setdefault("GATEWAY_URL", f"http://127.0.0.1:{gateway_port}")
     env.setdefault("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790")
+    env.setdefault("WAITSTATE_WORKER_METRICS", "127.0.0.1:9464")
     if not env.get("WAITSTATE_TOKEN_KEYS"):
         env["WAITSTATE_TOKEN_KEYS"] = _dev_token_key(state)
     return env

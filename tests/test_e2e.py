@@ -50,6 +50,7 @@ class Services:
             WAITSTATE_STATE_DIR=str(state),
             GATEWAY_PORT=str(self.gateway_port),
             DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
+            WAITSTATE_WORKER_METRICS=f"127.0.0.1:{_free_port()}",
             WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
         )
 

@@ -325,6 +325,7 @@ class AgentRunWorkflow:
         self._step(
             "event", request.tool, f"approval {request.request_id} {request.status} by {reviewer}"
         )
+        _approval_decided(request)
 
     # --- the model ---------------------------------------------------------------------
 
@@ -537,11 +538,13 @@ class AgentRunWorkflow:
                 by_policy=True,
             )
             request.status = "approved" if policy.default_decision == "approve" else "rejected"
+            _approval_decided(request)
             self._step(
                 "event", request.tool, f"approval {request.request_id} {request.status} by default"
             )
             return
         request.status = "expired"
+        _approval_decided(request)
         self._step("event", request.tool, f"approval {request.request_id} expired", is_error=True)
         if policy.on_timeout == "fail":
             raise _ApprovalExpired(
@@ -693,6 +696,8 @@ class AgentRunWorkflow:
         self._step(
             "event", op.tool, f"{op.operation_id} {op.status}", is_error=op.status == "failed"
         )
+        if op.terminal:
+            _operation_finished(op)
         self._show_wait()
 
     async def _end(self, op: Operation, status: str) -> None:
@@ -711,6 +716,7 @@ class AgentRunWorkflow:
             retryable=op.status == "expired",
         )
         self._step("event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
+        _operation_finished(op)
         self._show_wait()
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():
@@ -729,7 +735,11 @@ class AgentRunWorkflow:
                 summary=f"cancel {op.tool} {op.job_id}",
             )
         except ActivityError as err:
+            # The job may run on with nobody waiting for it: an orphan risk, worth an alert.
             workflow.logger.warning("could not cancel job %s: %s", op.job_id, err.cause or err)
+            workflow.metric_meter().create_counter(
+                "waitstate_cancel_failures", "Jobs that could not be cancelled"
+            ).add(1, {"tool": op.tool})
 
     async def _end_pending(self, status: str) -> None:
         await asyncio.gather(*(self._end(op, status) for op in self._pending()))
@@ -1023,6 +1033,24 @@ class AgentRunWorkflow:
         current = workflow.info().typed_search_attributes.get(AGENT_STATUS)
         if current != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+
+
+def _operation_finished(op: Operation) -> None:
+    meter = workflow.metric_meter()  # silent during replay
+    labels = {"tool": op.tool, "outcome": op.status}
+    meter.create_counter("waitstate_operations_finished", "Operations ended").add(1, labels)
+    meter.create_histogram_timedelta(
+        "waitstate_operation_duration", "Start to end of an operation", unit="ms"
+    ).record(workflow.now() - op.started_at, labels)
+
+
+def _approval_decided(request: ApprovalRequest) -> None:
+    meter = workflow.metric_meter()
+    labels = {"tool": request.tool, "outcome": request.status}
+    meter.create_counter("waitstate_approvals", "Approval requests decided").add(1, labels)
+    meter.create_histogram_timedelta(
+        "waitstate_approval_wait", "Request to decision", unit="ms"
+    ).record(workflow.now() - request.requested_at, labels)
 
 
 def _approval_outcome(request: ApprovalRequest) -> dict[str, object]:

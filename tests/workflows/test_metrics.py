@@ -1,0 +1,115 @@
+"""Both metrics endpoints, scraped: the worker's (SDK metrics plus ours) and the gateway's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+from pathlib import Path
+
+import httpx
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from gateway.app import create_app as gateway_app
+from gateway.delivery import TemporalDeliverer
+from gateway.tokens import ResumeTokens
+from schemas import RunInput
+from schemas.approvals import DecisionSignal
+from tests.workflows.test_worker_crash import WorkerProcess
+from workflows.agent_run import AgentRunWorkflow
+
+KEYS = {"metrics": "m" * 40}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _value(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(f"{name}{{"):
+            continue
+        if all(f'{key}="{value}"' in line for key, value in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_counters_move_for_an_operation_a_rejected_webhook_and_an_approval(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    tokens = ResumeTokens(KEYS, "metrics")
+    metrics_address = f"127.0.0.1:{_free_port()}"
+    client = dev_env.client
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        serving(systems_app(export_seconds=0.3)) as systems_url,
+        serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
+    ):
+        worker = WorkerProcess(
+            {
+                **os.environ,
+                "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+                "WAITSTATE_TASK_QUEUE": task_queue,
+                "DEMO_SYSTEMS_URL": systems_url,
+                "GATEWAY_URL": gateway_url,
+                "WAITSTATE_TOKEN_KEYS": "metrics:" + KEYS["metrics"],
+                "WAITSTATE_WORKER_METRICS": metrics_address,
+                "WAITSTATE_BLOB_DIR": str(tmp_path / "blobs"),
+            },
+            tmp_path / "worker.log",
+        )
+        await worker.start()
+        try:
+            export = await client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(
+                    task="Export Q3 transactions and file them in the compliance folder",
+                    tools=["start_export", "verify_row_count", "upload_file", "notify_team"],
+                ),
+                id=f"metrics-export-{task_queue}",
+                task_queue=task_queue,
+            )
+            await asyncio.wait_for(export.result(), 60)
+            forged = await http.post(
+                f"{gateway_url}/v1/operations/op_x/complete",
+                json={"status": "succeeded"},
+                headers={"Authorization": "Bearer not-a-token"},
+            )
+            approval = await client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="publish", model="scripted:ask-first", tools=["request_approval"]),
+                id=f"metrics-approval-{task_queue}",
+                task_queue=task_queue,
+            )
+            for _ in range(100):
+                state = await approval.query(AgentRunWorkflow.status)
+                if state.approvals:
+                    break
+                await asyncio.sleep(0.1)
+            [request] = state.approvals.values()
+            await approval.signal(
+                AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id)
+            )
+            await asyncio.wait_for(approval.result(), 60)
+            await asyncio.sleep(1.5)  # the SDK exports on an interval
+            worker_metrics = (await http.get(f"http://{metrics_address}/metrics")).text
+            gateway_metrics = (await http.get(f"{gateway_url}/metrics")).text
+        finally:
+            await worker.stop()
+
+    assert forged.status_code == 401
+    assert _value(worker_metrics, "waitstate_operations_started", tool="start_export") == 1
+    finished = {"tool": "start_export", "outcome": "succeeded"}
+    assert _value(worker_metrics, "waitstate_operations_finished", **finished) == 1
+    assert _value(worker_metrics, "waitstate_approvals", outcome="approved") == 1
+    assert _value(worker_metrics, "waitstate_model_calls", provider="scripted") >= 7
+    assert re.search(r"^temporal_workflow_completed", worker_metrics, re.M), "the SDK's own"
+    assert _value(gateway_metrics, "waitstate_gateway_accepted_total", endpoint="complete") == 1
+    assert _value(gateway_metrics, "waitstate_gateway_refusals_total", code="invalid_token") == 1
