@@ -212,6 +212,28 @@ def test_with_several_open_requests_the_cli_asks_which(services: Services) -> No
     assert _eventually(finished)
 
 
+def test_the_web_ui_lists_runs_waiting_for_approval(services: Services) -> None:
+    services.starter(
+        "run", "publish", "--id", "e2e-ui", "--model", "scripted:ask-first",
+        "--tools", "request_approval",
+    )  # fmt: skip
+
+    def waiting() -> list[dict[str, Any]]:
+        query = urllib.parse.quote('WaitingFor="approval"')
+        url = (
+            f"http://127.0.0.1:{services.ui_port}/api/v1/namespaces/default/workflows?query={query}"
+        )
+        with urllib.request.urlopen(url, timeout=10) as response:
+            executions = json.load(response).get("executions", [])
+        return [e for e in executions if e["execution"]["workflowId"] == "e2e-ui"]
+
+    [run] = _eventually(waiting)
+    fields = run["searchAttributes"]["indexedFields"]
+
+    assert {"AgentStatus", "WaitingFor", "WaitExpiresAt", "PendingOperations"} <= set(fields)
+    assert services.starter("approve", "e2e-ui").returncode == 0
+
+
 def test_same_id_twice_is_one_run(services: Services) -> None:
     first = services.starter(
         "run", "echo me", "--id", "e2e-once", "--model", "scripted:echo", "--json"
