@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -17,8 +18,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from gateway.tokens import ResumeTokens
+from schemas import ToolCall
 from settings import Settings
-from tools import ToolSpec, demo_tools
+from tools import ToolRegistry, ToolSpec, demo_tools
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
 
@@ -88,3 +90,13 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
         (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
+    """Run a tool as the worker would: the model's JSON in; the text it reads out, as JSON
+    when it is JSON, and whether it is an error."""
+    result = await registry.run(ToolCall(id="call_1", name=name, arguments=json.dumps(arguments)))
+    try:
+        return json.loads(result.content), result.is_error
+    except json.JSONDecodeError:
+        return result.content, result.is_error

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,40 +10,18 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from examples.systems import create_app, serving
-from schemas import ToolCall
+from examples.systems import serving
 from settings import Settings
+from tests.helpers import call_tool as call
 from tools.catalog import all_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportArgs, ExportService, ServiceError
 from tools.spec import StartContext, ToolRegistry
 
 
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app(export_seconds=0.05)) as url:
-        yield url
-
-
-@pytest.fixture
-async def http(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        assert (await client.post(f"{systems_url}/_test/reset")).status_code == 204
-        yield client
-
-
 @pytest.fixture
 def registry(http: httpx.AsyncClient, systems_url: str) -> ToolRegistry:
     return ToolRegistry(compliance_tools(http, systems_url))
-
-
-async def call(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
-    """Run a tool as the worker would: the model's JSON in, the text it reads out."""
-    result = await registry.run(ToolCall(id="call_1", name=name, arguments=json.dumps(arguments)))
-    try:
-        return json.loads(result.content), result.is_error
-    except json.JSONDecodeError:
-        return result.content, result.is_error
 
 
 async def exported(http: httpx.AsyncClient, systems_url: str) -> dict[str, Any]:
