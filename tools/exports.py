@@ -106,19 +106,54 @@ class ExportArgs(BaseModel):
     period: str = Field(description="A quarter like '2025-Q3' or a month like '2025-07'.")
 
 
-class ExportService(LongTool):
-    """Starts, checks and cancels exports on the export service.
+class JobService:
+    """What the demo's job services share: start by idempotency key, check, cancel.
+
+    Subclasses name the service and the path of its jobs, and say how a job starts.
 
     Args:
         http: The client to call the service with (its owner closes it).
         base_url: The service's root, e.g. `http://127.0.0.1:8790`.
     """
 
-    service = "export service"
+    service = "job service"
+    jobs_path = "/jobs"
 
     def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
         self._http = http
         self._base_url = base_url.rstrip("/")
+
+    async def _start(self, path: str, body: dict[str, Any], context: StartContext) -> Job:
+        response = await self._http.post(
+            f"{self._base_url}{path}",
+            json=body,
+            headers={"Idempotency-Key": context.idempotency_key},
+        )
+        accepted = check_answer(response, self.service)
+        return Job(job_id=accepted["job_id"], eta_seconds=accepted.get("eta_seconds"))
+
+    async def status(self, job_id: str) -> Completion:
+        """The job's state (with progress while it runs); one the service does not know is a
+        failure with a reason."""
+        response = await self._http.get(job_url(self._base_url, self.jobs_path, job_id))
+        if response.status_code == 404:
+            return unknown_job(self.service, job_id, error_message(response))
+        return job_completion(check_answer(response, self.service), self.service)
+
+    async def cancel(self, job_id: str) -> None:
+        """Cancel the job; one the service does not know has nothing left to cancel."""
+        response = await self._http.post(
+            f"{job_url(self._base_url, self.jobs_path, job_id)}/cancel"
+        )
+        if response.status_code != 404:
+            check_answer(response, self.service)
+
+
+class ExportService(JobService, LongTool):
+    """Starts, checks and cancels exports on the export service."""
+
+    service = "export service"
+    jobs_path = "/exports"
 
     async def start(self, args: ExportArgs, context: StartContext) -> Job:
         """Start an export, or find the one already started under the idempotency key.
@@ -131,26 +166,7 @@ class ExportService(LongTool):
         if context.callback_url is not None:
             body["callback_url"] = context.callback_url
             body["callback_token"] = context.callback_token
-        response = await self._http.post(
-            f"{self._base_url}/exports",
-            json=body,
-            headers={"Idempotency-Key": context.idempotency_key},
-        )
-        accepted = check_answer(response, self.service)
-        return Job(job_id=accepted["job_id"], eta_seconds=accepted.get("eta_seconds"))
-
-    async def status(self, job_id: str) -> Completion:
-        """The export's state; a job the service does not know is a failure with a reason."""
-        response = await self._http.get(job_url(self._base_url, "/exports", job_id))
-        if response.status_code == 404:
-            return unknown_job(self.service, job_id, error_message(response))
-        return job_completion(check_answer(response, self.service), self.service)
-
-    async def cancel(self, job_id: str) -> None:
-        """Cancel the export; one the service does not know has nothing left to cancel."""
-        response = await self._http.post(f"{job_url(self._base_url, '/exports', job_id)}/cancel")
-        if response.status_code != 404:
-            check_answer(response, self.service)
+        return await self._start("/exports", body, context)
 
 
 def export_tool(

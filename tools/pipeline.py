@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import httpx
 from pydantic import BaseModel, Field
 
-from schemas.operations import Completion, ResultMode
-from tools.exports import check_answer, error_message, job_completion, job_url, unknown_job
+from schemas.operations import ResultMode
+from tools.exports import JobService
 from tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
 
 ENRICH_ETA = timedelta(minutes=10)
@@ -20,19 +19,11 @@ class EnrichArgs(BaseModel):
     )
 
 
-class EnrichmentPipeline(LongTool):
-    """Starts, checks and cancels jobs on the enrichment pipeline.
-
-    Args:
-        http: The client to call the pipeline with (its owner closes it).
-        base_url: The pipeline's root, e.g. `http://127.0.0.1:8790`.
-    """
+class EnrichmentPipeline(JobService, LongTool):
+    """Starts, checks and cancels jobs on the enrichment pipeline."""
 
     service = "enrichment pipeline"
-
-    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
-        self._http = http
-        self._base_url = base_url.rstrip("/")
+    jobs_path = "/pipelines/jobs"
 
     async def start(self, args: EnrichArgs, context: StartContext) -> Job:
         """Start an enrichment job, or find the one already started under the idempotency key.
@@ -43,27 +34,7 @@ class EnrichmentPipeline(LongTool):
             ToolError: the pipeline refused the job (bad dataset name...).
             ServiceError, httpx.TransportError: the pipeline is unavailable; retry.
         """
-        response = await self._http.post(
-            f"{self._base_url}/pipelines/enrich",
-            json={"dataset": args.dataset},
-            headers={"Idempotency-Key": context.idempotency_key},
-        )
-        accepted = check_answer(response, self.service)
-        return Job(job_id=accepted["job_id"], eta_seconds=accepted.get("eta_seconds"))
-
-    async def status(self, job_id: str) -> Completion:
-        """The job's state, with progress ("40%") while it runs."""
-        response = await self._http.get(job_url(self._base_url, "/pipelines/jobs", job_id))
-        if response.status_code == 404:
-            return unknown_job(self.service, job_id, error_message(response))
-        return job_completion(check_answer(response, self.service), self.service)
-
-    async def cancel(self, job_id: str) -> None:
-        """Cancel the job; one the pipeline does not know has nothing left to cancel."""
-        url = f"{job_url(self._base_url, '/pipelines/jobs', job_id)}/cancel"
-        response = await self._http.post(url)
-        if response.status_code != 404:
-            check_answer(response, self.service)
+        return await self._start("/pipelines/enrich", {"dataset": args.dataset}, context)
 
 
 def enrich_tool(
