@@ -313,8 +313,8 @@ def create_app(
                 401: "Missing, malformed or forged token, a token for another request, or a "
                 "nonce the run does not know.",
                 404: "No such run, or the run has no such approval request.",
-                409: "Not applied: the request is already decided or has expired, or the run "
-                "has ended. Do not retry.",
+                409: "Not applied: the request is already decided or has expired, this is a "
+                "duplicate of a decision already applied, or the run has ended. Do not retry.",
                 422: "The body is not JSON, or not a valid decision.",
             }
         ),

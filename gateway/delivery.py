@@ -98,6 +98,18 @@ class Deliverer(Protocol):
         ...
 
 
+def decision_update_id(request_id: str, body: DecisionBody) -> str:
+    """The Update id for one decision on an approval request: identical decisions share it.
+
+    So a burst of them (a double click, a link opened twice, a retry) is one Update, not one
+    each: Temporal caps a run's in-flight Updates (10 by default) and refuses the excess with
+    RESOURCE_EXHAUSTED, which would reach the sender as a 503. The copies get the first one's
+    outcome, which carries its delivery id (see `TemporalDeliverer.decide`).
+    """
+    text = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return f"decide/{request_id}/{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
 def update_id(operation_id: str, completion: Completion) -> str:
     """The Update id for one report on an operation: the same report always gets the same id.
 
@@ -160,24 +172,30 @@ class TemporalDeliverer:
 
         Raises:
             DeliveryRefused: 404 unknown run or request, 401 nonce mismatch, 409 already
-                decided or expired, or the run has ended, 503 Temporal could not be reached
-                or the run did not answer in time.
+                decided or expired, a duplicate of a decision already applied, or the run has
+                ended, 503 Temporal could not be reached or the run did not answer in time.
         """
         handle = self._client.get_workflow_handle(claims.workflow_id)
+        delivery_id = uuid4().hex
         update = DecideInput(
             request_id=request_id,
             decision=body.decision,
             reviewer=body.reviewer,
             comment=body.comment,
             nonce=claims.nonce,
+            delivery_id=delivery_id,
         )
         async with self._refusals():
-            # A fresh Update id per request, unlike completions: Temporal answers an Update
-            # that reuses an id with the first one's outcome, so a link used twice would get
-            # the first use's 200 instead of the validator's 409, already decided.
-            return await handle.execute_update(
-                AgentRunWorkflow.decide, update, id=f"decide/{request_id}/{uuid4().hex}"
+            outcome = await handle.execute_update(
+                AgentRunWorkflow.decide, update, id=decision_update_id(request_id, body)
             )
+        if outcome.delivery_id and outcome.delivery_id != delivery_id:
+            # The same decision got there first (Temporal answered this request, which reused
+            # its Update id, with its outcome): a copy, not applied.
+            raise DeliveryRefused(
+                409, "duplicate decision: already applied", code="duplicate_decision"
+            )
+        return outcome
 
     @contextlib.asynccontextmanager
     async def _refusals(self) -> AsyncIterator[None]:
@@ -210,7 +228,11 @@ def _rejected(cause: BaseException) -> DeliveryRefused:
 
 def _rpc_refusal(err: RPCError) -> DeliveryRefused:
     ended = err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
-    if ended and "already completed" in err.message.lower():
+    # "already completed": the run had ended when the Update arrived. "aborted by closing
+    # workflow": it ended while the Update was in flight (e.g. a second decision racing the
+    # first, which let the run finish). Both NOT_FOUND, and neither means an unknown run.
+    message = err.message.lower()
+    if ended and ("already completed" in message or "aborted by closing workflow" in message):
         return DeliveryRefused(409, "the run has ended", code="run_ended")
     if err.status == RPCStatusCode.NOT_FOUND:
         return DeliveryRefused(404, "unknown run", code="unknown_run")

@@ -67,6 +67,9 @@ class DecideInput(BaseModel):
     reviewer: str = Field(default="unknown", max_length=200)
     comment: str = Field(default="", max_length=5000)
     nonce: str | None = Field(default=None, description="Set by the gateway from a link token.")
+    delivery_id: str = Field(
+        default="", description="Unique per gateway request, to tell duplicates apart."
+    )
 
 
 class DecideOutcome(BaseModel):
@@ -75,6 +78,7 @@ class DecideOutcome(BaseModel):
     accepted: bool
     status: ApprovalStatus
     reason: str = ""
+    delivery_id: str = Field(default="", description="Of the decision the run applied.")
 
 
 class ApprovalRequest(BaseModel):

@@ -287,7 +287,7 @@ class AgentRunWorkflow:
         """Approve or reject, with a synchronous answer (the CLI, approval links)."""
         request = self._state.approvals[input.request_id]
         self._apply_decision(request, input.decision, input.reviewer, input.comment)
-        return DecideOutcome(accepted=True, status=request.status)
+        return DecideOutcome(accepted=True, status=request.status, delivery_id=input.delivery_id)
 
     @decide.validator
     def _validate_decision(self, input: DecideInput) -> None:

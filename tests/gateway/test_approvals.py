@@ -391,20 +391,30 @@ async def test_decide_sends_the_decide_update_with_the_links_nonce() -> None:
         reviewer="ana",
         comment="too much",
         nonce="nonce-of-the-link",
+        delivery_id=arg.delivery_id,
     )
+    assert arg.delivery_id, "each request has its own delivery id"
 
 
-async def test_decide_uses_a_fresh_update_id_per_request() -> None:
-    # Temporal would answer a reused id with the first call's outcome, not the validator's 409.
-    answer = DecideOutcome(accepted=True, status="rejected")
-    deliverer, client = deliverer_for(answer, answer)
+async def test_identical_decisions_share_one_update_and_copies_are_refused() -> None:
+    # A burst of identical decisions is one Update (Temporal caps a run's in-flight Updates);
+    # Temporal answers the copies with the first one's outcome, whose delivery id is not theirs.
+    deliverer, client = deliverer_for()
+    sent: list[DecideInput] = []
 
-    await deliverer.decide(CLAIMS, REQUEST, BODY)
-    await deliverer.decide(CLAIMS, REQUEST, BODY)
+    async def first_outcome(update: Any, arg: DecideInput, *, id: str) -> DecideOutcome:
+        client.handle.updates.append((update, arg, id))
+        sent.append(arg)
+        return DecideOutcome(accepted=True, status="rejected", delivery_id=sent[0].delivery_id)
+
+    client.handle.execute_update = first_outcome  # type: ignore[method-assign]
+    assert (await deliverer.decide(CLAIMS, REQUEST, BODY)).accepted
+    with pytest.raises(DeliveryRefused) as copy:
+        await deliverer.decide(CLAIMS, REQUEST, BODY)
 
     ids = [update_id for _, _, update_id in client.handle.updates]
-    assert len(set(ids)) == 2
-    assert all(update_id.startswith(f"decide/{REQUEST}/") for update_id in ids)
+    assert len(set(ids)) == 1 and ids[0].startswith(f"decide/{REQUEST}/")
+    assert (copy.value.status_code, copy.value.code) == (409, "duplicate_decision")
 
 
 async def test_decide_returns_an_outcome_the_run_did_not_accept() -> None:
@@ -432,6 +442,14 @@ def _update_failed(error_type: str | None, message: str) -> WorkflowUpdateFailed
         (_update_failed(None, "the run was cancelled"), 409, "refused"),
         (
             RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b""),
+            409,
+            "run_ended",
+        ),
+        (
+            # The run ended while the Update was in flight (found by the chaos suite).
+            RPCError(
+                "workflow update was aborted by closing workflow", RPCStatusCode.NOT_FOUND, b""
+            ),
             409,
             "run_ended",
         ),
