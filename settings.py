@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
+
+from schemas.converter import DATA_CONVERTER
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
@@ -136,7 +137,7 @@ async def connect(settings: Settings | None = None, runtime: Runtime | None = No
     config = ClientConfig.load_client_connect_config()
     config.setdefault("target_host", settings.temporal_address)
     config.setdefault("namespace", settings.namespace)
-    return await Client.connect(**config, data_converter=pydantic_data_converter, runtime=runtime)
+    return await Client.connect(**config, data_converter=DATA_CONVERTER, runtime=runtime)
 
 
 def exit_process(code: int) -> NoReturn:

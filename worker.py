@@ -11,9 +11,7 @@ import signal
 from collections.abc import Sequence
 from datetime import timedelta
 
-import anthropic
 import httpx
-import openai
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
@@ -22,8 +20,6 @@ from activities import ApprovalActivities, ModelActivities, ToolActivities
 from blobs import LocalBlobStore
 from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
-from providers.anthropic import AnthropicProvider
-from providers.openai import OpenAIProvider
 from providers.scripted import ScriptedProvider
 from settings import Settings, connect, exit_process
 from tools import ToolRegistry, ToolSpec, builtin_tools
@@ -47,6 +43,12 @@ def build_providers(settings: Settings) -> Providers:
     def make_openai() -> Provider:
         if not (settings.openai_api_key or settings.openai_base_url):
             raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+        # Each SDK is imported on first use: Anthropic's alone holds ~45 MB of a worker's
+        # memory and takes seconds to load, for workers that may never call it.
+        import openai
+
+        from providers.openai import OpenAIProvider
+
         client = openai.AsyncOpenAI(
             api_key=settings.openai_api_key or _PLACEHOLDER_KEY,
             base_url=settings.openai_base_url,
@@ -57,6 +59,10 @@ def build_providers(settings: Settings) -> Providers:
     def make_anthropic() -> Provider:
         if not (settings.anthropic_api_key or settings.anthropic_base_url):
             raise UnknownModelError("anthropic: ANTHROPIC_API_KEY is not set on the worker")
+        import anthropic
+
+        from providers.anthropic import AnthropicProvider
+
         client = anthropic.AsyncAnthropic(
             api_key=settings.anthropic_api_key or _PLACEHOLDER_KEY,
             base_url=settings.anthropic_base_url,
@@ -125,6 +131,13 @@ async def main() -> None:
         log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
     client = await connect(settings, runtime)
     providers = build_providers(settings)
+    # Load the SDK of each provider this worker is configured for now, not in its first call.
+    for name, configured in (
+        ("openai", settings.openai_api_key or settings.openai_base_url),
+        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
+    ):
+        if configured:
+            providers.resolve(f"{name}:warm-up")
     # One connection pool for every tool that calls an external system.
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
     worker = build_worker(

@@ -125,7 +125,8 @@ class ModelCallInput(BaseModel):
     transcript's length."""
 
     model: str
-    system_prompt: str
+    # At its default it is left out of the recorded input (see schemas.converter).
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     transcript_ref: str | None = Field(
         default=None, description="The conversation so far (None: a new conversation)."
     )

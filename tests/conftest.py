@@ -13,9 +13,9 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from schemas.converter import DATA_CONVERTER
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 BIN = Path(sys.executable).parent
@@ -27,7 +27,7 @@ TEST_SERVER = BIN / "temporal-test-server"
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server: a 24-hour timer takes milliseconds."""
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+        data_converter=DATA_CONVERTER, test_server_existing_path=str(TEST_SERVER)
     )
     async with env:
         await _register_search_attributes(env.client)
@@ -38,7 +38,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real dev server (`temporal server start-dev`), in memory, on free ports."""
     env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_extra_args=[

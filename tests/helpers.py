@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from gateway.tokens import ResumeTokens
 from schemas import ToolCall
+from schemas.converter import DATA_CONVERTER
 from settings import Settings
 from tools import ToolRegistry, ToolSpec, demo_tools
 from worker import build_providers, build_worker
@@ -85,7 +85,7 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     also kept as tests/histories/<name>.json, which test_replay checks every later change
     against."""
     history = await handle.fetch_history()
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":

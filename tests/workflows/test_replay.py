@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from schemas import RunInput
+from schemas.converter import DATA_CONVERTER
 from tests.conftest import TEST_SERVER, _register_search_attributes
 from tests.helpers import make_worker
 from workflows.agent_run import AgentRunWorkflow
@@ -38,7 +38,7 @@ SCENARIOS: dict[str, tuple[RunInput, bool]] = {
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
 
 
 async def _record(client: Client, task_queue: str, name: str) -> WorkflowHistory:
@@ -85,7 +85,7 @@ def test_every_scenario_has_a_committed_history() -> None:
 
 async def _record_all() -> None:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(TEST_SERVER),
     )
     async with env:

@@ -1,0 +1,61 @@
+"""The data converter every client and worker uses: pydantic JSON, with fields left at their
+defaults omitted, except in a run's input.
+
+History is a run's durable state and the largest thing it costs, so what an activity is asked
+and answers is recorded without `"tool_call_id": null, "is_error": false, ...`: a field equal to
+its default decodes to that same default. A run's input (`RunInput`, with whatever it carries
+across continue-as-new) is recorded whole: its defaults are policy (timeouts, turns, approval),
+and a run keeps the policy it was started with even if a later release changes a default.
+Omitted defaults are therefore part of the replay contract of activity inputs and results:
+changing one of those defaults is a workflow change, like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_core import SchemaSerializer
+from pydantic_core.core_schema import any_schema
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
+
+from schemas.run import RunInput
+
+# Recorded with every field, defaults included.
+RECORDED_WHOLE: tuple[type[Any], ...] = (RunInput,)
+
+
+class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
+    """Pydantic JSON without the fields that equal their defaults (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._serializer = SchemaSerializer(any_schema())
+
+    def to_payload(self, value: Any) -> Payload | None:
+        """Serialize `value`; a `RECORDED_WHOLE` value keeps its defaults."""
+        whole = isinstance(value, RECORDED_WHOLE)
+        data = self._serializer.to_json(value, exclude_defaults=not whole)
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
+
+
+class CompactPayloadConverter(CompositePayloadConverter):
+    """The SDK's default converters, with compact pydantic JSON in place of plain JSON."""
+
+    def __init__(self) -> None:
+        compact = CompactJSONPayloadConverter()
+        super().__init__(
+            *(
+                compact if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+DATA_CONVERTER = DataConverter(payload_converter_class=CompactPayloadConverter)

@@ -1,0 +1,62 @@
+"""The data converter: activity inputs and results are recorded without their defaults and
+decode to the same values; a run's input is recorded whole."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
+from schemas.converter import DATA_CONVERTER
+
+
+def _recorded(value: Any) -> dict[str, Any]:
+    [payload] = DATA_CONVERTER.payload_converter.to_payloads([value])
+    return dict(json.loads(payload.data))
+
+
+def _round_trip(value: Any) -> Any:
+    payloads = DATA_CONVERTER.payload_converter.to_payloads([value])
+    [decoded] = DATA_CONVERTER.payload_converter.from_payloads(payloads, [type(value)])
+    return decoded
+
+
+def test_activity_input_leaves_out_defaults_and_decodes_to_the_same_value() -> None:
+    call = ModelCallInput(
+        model="openai:gpt-4.1",
+        system_prompt=DEFAULT_SYSTEM_PROMPT,
+        new_messages=[Message(role="user", content="What is 17 * 23?")],
+        tools=["calculate"],
+        turn=1,
+    )
+
+    assert _recorded(call) == {
+        "model": "openai:gpt-4.1",
+        "new_messages": [{"role": "user", "content": "What is 17 * 23?"}],
+        "tools": ["calculate"],
+        "turn": 1,
+    }
+    assert _round_trip(call) == call
+
+
+def test_a_value_changed_after_construction_is_recorded() -> None:
+    # Fields mutated in place are not "set" in pydantic's sense; they differ from the default.
+    message = Message(role="assistant")
+    message.tool_calls.append(ToolCall(id="call_1", name="calculate", arguments='{"x": 1}'))
+
+    assert _recorded(message)["tool_calls"] == [
+        {"id": "call_1", "name": "calculate", "arguments": '{"x": 1}'}
+    ]
+    assert _round_trip(message) == message
+
+
+def test_a_run_input_is_recorded_whole() -> None:
+    run = RunInput(task="Export Q3", tool_timeout=timedelta(minutes=5))
+
+    recorded = _recorded(run)
+
+    assert recorded["system_prompt"] == DEFAULT_SYSTEM_PROMPT
+    assert recorded["max_turns"] == RunInput.model_fields["max_turns"].default
+    assert recorded["approval"]["on_timeout"] == run.approval.on_timeout
+    assert _round_trip(run) == run
