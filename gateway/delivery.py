@@ -24,6 +24,7 @@ from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
+    APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
@@ -37,6 +38,10 @@ from workflows.agent_run import AgentRunWorkflow
 # retried completion is the same Update, so it cannot be applied twice; a retried decision
 # that did get through is refused by the run as already decided).
 DELIVERY_TIMEOUT = timedelta(seconds=20)
+# How long a decision through a link not yet confirmed by its run is retried before a 503
+# (with the run's worker up, confirmation takes milliseconds).
+NOT_READY_PATIENCE = timedelta(seconds=5)
+NOT_READY_RETRY = timedelta(milliseconds=200)
 
 # ApplicationError types of the Update validators -> (HTTP status, error code). The type names
 # of the two Updates are distinct, so one table serves both.
@@ -47,6 +52,7 @@ _REJECTIONS = {
     APPROVAL_UNKNOWN: (404, "approval_unknown"),
     APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
     APPROVAL_DECIDED: (409, "approval_decided"),
+    APPROVAL_NOT_READY: (503, "approval_not_ready"),
 }
 
 
@@ -185,10 +191,22 @@ class TemporalDeliverer:
             nonce=claims.nonce,
             delivery_id=delivery_id,
         )
-        async with self._refusals():
-            outcome = await handle.execute_update(
-                AgentRunWorkflow.decide, update, id=decision_update_id(request_id, body)
-            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
+        while True:
+            try:
+                async with self._refusals():
+                    outcome = await handle.execute_update(
+                        AgentRunWorkflow.decide, update, id=decision_update_id(request_id, body)
+                    )
+                break
+            except DeliveryRefused as refused:
+                # A link used the moment it was posted: the run confirms it within moments,
+                # or after a worker restart. Rejected Updates leave no trace, so asking again
+                # (same Update id) is safe.
+                if refused.code != "approval_not_ready" or loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(NOT_READY_RETRY.total_seconds())
         if outcome.delivery_id and outcome.delivery_id != delivery_id:
             # The same decision got there first (Temporal answered this request, which reused
             # its Update id, with its outcome): a copy, not applied.

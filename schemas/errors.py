@@ -26,5 +26,7 @@ OPERATION_BACKEND_UNAVAILABLE = "OperationBackendUnavailable"
 APPROVAL_UNKNOWN = "ApprovalUnknown"  # no such request in this run -> HTTP 404
 APPROVAL_NONCE_MISMATCH = "ApprovalNonceMismatch"  # link token not issued for it -> HTTP 401
 APPROVAL_DECIDED = "ApprovalDecided"  # already decided or expired -> HTTP 409
+# A link used before the run recorded that its request was sent: the gateway retries, then 503.
+APPROVAL_NOT_READY = "ApprovalNotReady"
 # The run ended because an approval expired with on_timeout `fail`.
 APPROVAL_EXPIRED = "ApprovalExpired"

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.errors import (
         APPROVAL_DECIDED,
         APPROVAL_NONCE_MISMATCH,
+        APPROVAL_NOT_READY,
         APPROVAL_UNKNOWN,
         MODEL_REQUEST_REJECTED,
         MODEL_SPEC_INVALID,
@@ -294,6 +295,12 @@ class AgentRunWorkflow:
         request = self._state.approvals.get(input.request_id)
         if request is None:
             raise ApplicationError(f"no approval request {input.request_id}", type=APPROVAL_UNKNOWN)
+        if input.nonce is not None and request.nonce_hash is None and request.open:
+            # The links were posted, but the run has not yet recorded the notify activity's
+            # answer (a fast click, or a worker that died in between): not a forgery.
+            raise ApplicationError(
+                "the request's links are not confirmed yet; retry shortly", type=APPROVAL_NOT_READY
+            )
         if input.nonce is not None and request.nonce_hash != _hash(input.nonce):
             raise ApplicationError(
                 "link was not issued for this request", type=APPROVAL_NONCE_MISMATCH

@@ -17,10 +17,16 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from gateway import delivery
 from gateway.delivery import DeliveryRefused, TemporalDeliverer, approval_subject
 from gateway.tokens import ResumeClaims
 from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
-from schemas.errors import APPROVAL_DECIDED, APPROVAL_NONCE_MISMATCH, APPROVAL_UNKNOWN
+from schemas.errors import (
+    APPROVAL_DECIDED,
+    APPROVAL_NONCE_MISMATCH,
+    APPROVAL_NOT_READY,
+    APPROVAL_UNKNOWN,
+)
 from tests.gateway.test_app import MAX_BODY, RUN, Gateway, assert_error, running_gateway
 from workflows.agent_run import AgentRunWorkflow
 
@@ -415,6 +421,33 @@ async def test_identical_decisions_share_one_update_and_copies_are_refused() -> 
     ids = [update_id for _, _, update_id in client.handle.updates]
     assert len(set(ids)) == 1 and ids[0].startswith(f"decide/{REQUEST}/")
     assert (copy.value.status_code, copy.value.code) == (409, "duplicate_decision")
+
+
+def _not_ready() -> WorkflowUpdateFailedError:
+    return _update_failed(APPROVAL_NOT_READY, "the request's links are not confirmed yet")
+
+
+async def test_a_link_used_before_its_run_confirmed_it_is_retried_until_it_is() -> None:
+    # Found by the chaos suite: a link used the moment it reached the outbox, or while the
+    # run's worker restarted, must not be refused as a forgery.
+    outcome = DecideOutcome(accepted=True, status="approved")
+    deliverer, client = deliverer_for(_not_ready(), _not_ready(), outcome)
+
+    assert await deliverer.decide(CLAIMS, REQUEST, BODY) == outcome
+
+    ids = {update_id for _, _, update_id in client.handle.updates}
+    assert len(client.handle.updates) == 3 and len(ids) == 1
+
+
+async def test_a_link_its_run_never_confirms_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(delivery, "NOT_READY_PATIENCE", timedelta(milliseconds=300))
+    deliverer, client = deliverer_for(*[_not_ready() for _ in range(10)])
+
+    with pytest.raises(DeliveryRefused) as refused:
+        await deliverer.decide(CLAIMS, REQUEST, BODY)
+
+    assert (refused.value.status_code, refused.value.code) == (503, "approval_not_ready")
+    assert 2 <= len(client.handle.updates) < 10
 
 
 async def test_decide_returns_an_outcome_the_run_did_not_accept() -> None:

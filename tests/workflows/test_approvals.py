@@ -332,3 +332,78 @@ async def test_approval_link_is_single_use_and_cannot_be_forged(
     assert second.status_code == 409
     assert state.approvals[request.request_id].decision.reviewer == "dana"  # type: ignore[union-attr]
     assert result.status == "completed" and "Refunded $420" in (result.final_output or "")
+
+
+def _held_outbox() -> tuple[Any, list[dict[str, Any]], asyncio.Event]:
+    """An approvals outbox that keeps each request it receives and answers only on release,
+    so a test can use a link while the run has not yet heard that it was sent."""
+    from fastapi import FastAPI
+
+    app, received, release = FastAPI(), list[dict[str, Any]](), asyncio.Event()
+
+    @app.post("/approvals/outbox", status_code=201)
+    async def post(body: dict[str, Any]) -> dict[str, str]:
+        received.append(body)
+        await release.wait()
+        return {"id": f"ntf_{len(received)}"}
+
+    return app, received, release
+
+
+async def test_a_link_used_before_the_run_confirmed_it_is_applied_once_confirmed(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # Found by the chaos suite: this used to be refused as a forgery (401 nonce mismatch).
+    from gateway.app import create_app as gateway_app
+    from gateway.delivery import TemporalDeliverer
+
+    tokens = ResumeTokens({"desk": "d" * 40}, "desk")
+    outbox, received, release = _held_outbox()
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        serving(systems_app()) as systems_url,
+        serving(outbox) as outbox_url,
+        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
+    ):
+        settings = Settings(
+            demo_systems_url=systems_url,
+            gateway_url=gateway_url,
+            approvals_outbox_url=f"{outbox_url}/approvals/outbox",
+        )
+        async with make_worker(
+            dev_env.client,
+            task_queue,
+            tools=refund_tools(http, systems_url),
+            settings=settings,
+            tokens=tokens,
+        ):
+            handle = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task=REFUND_TASK, tools=REFUND_TOOLS),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            for _ in range(200):
+                if received:
+                    break
+                await asyncio.sleep(0.05)
+            link = received[0]["decision"]
+            state: RunState = await handle.query(AgentRunWorkflow.status)
+            [request] = state.approvals.values()
+            click = asyncio.create_task(
+                http.post(
+                    link["url"],
+                    json=link["approve"],
+                    headers={"Authorization": link["authorization"]},
+                )
+            )
+            await asyncio.sleep(1.0)  # the gateway is asking, and the run is not ready yet
+            clicked_early = not click.done()
+            release.set()
+            answer = await click
+            result = await _result(handle)
+
+    assert request.nonce_hash is None, "the link was used before the run confirmed it"
+    assert clicked_early
+    assert answer.status_code == 200 and answer.json()["approval_status"] == "approved"
+    assert result.status == "completed" and "Refunded $420" in (result.final_output or "")
