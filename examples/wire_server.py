@@ -5,8 +5,12 @@ It speaks just enough of two wire protocols for the real SDK clients to talk to 
 - `POST /v1/chat/completions`: OpenAI Chat Completions (non-streaming).
 - `POST /v1/messages`: Anthropic Messages (non-streaming).
 
-Each request is answered with the next scripted reply, first in first out
-(`server.enqueue(...)`). When nothing is queued, a default rule answers instead:
+Each request is answered with the next scripted reply, first in first out: first from the
+queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
+concurrent conversations each get their own script), then from the shared queue
+(`server.enqueue(...)`). A reply may be `delayed(seconds, ...)`: the answer comes that much
+later, e.g. to hang past a client's timeout. When nothing is queued, a default rule answers
+instead:
 
 1. if the request's last message carries tool results, a text reply saying how
    many results came back and from which tools;
@@ -33,12 +37,13 @@ import argparse
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
@@ -74,8 +79,16 @@ class ErrorReply:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-Reply: TypeAlias = dict[str, Any] | ErrorReply
-"""A scripted reply: a response body answered with 200, or an `ErrorReply`."""
+@dataclass(frozen=True)
+class DelayedReply:
+    """A reply sent `seconds` late: `reply`, or the default rule's answer when None."""
+
+    seconds: float
+    reply: dict[str, Any] | ErrorReply | None = None
+
+
+Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply
+"""A scripted reply: a response body answered with 200, an `ErrorReply`, or a `DelayedReply`."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,10 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    # time.monotonic() when the request was read, and just before its answer was written (so a
+    # client cannot have seen the answer earlier): e.g. to check a retry-after was honoured.
+    received_at: float = field(default_factory=time.monotonic)
+    answered_at: float | None = None
 
 
 def openai_text(
@@ -175,6 +192,11 @@ def error(status: int, message: str, headers: Mapping[str, str] | None = None) -
     return ErrorReply(status, message, dict(headers or {}))
 
 
+def delayed(seconds: float, reply: dict[str, Any] | ErrorReply | None = None) -> DelayedReply:
+    """Build a reply that answers `seconds` late (None: with the default rule's answer)."""
+    return DelayedReply(seconds, reply)
+
+
 class WireServer:
     """An HTTP server on 127.0.0.1, serving scripted replies from a daemon thread.
 
@@ -185,6 +207,7 @@ class WireServer:
         """Bind 127.0.0.1 on `port` (0 picks a free one) and start serving."""
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
+        self._by_model: dict[str, deque[Reply]] = {}
         self._requests: list[RecordedRequest] = []
         self._http = _HTTPServer(("127.0.0.1", port), _Handler)
         self._http.wire = self
@@ -228,6 +251,12 @@ class WireServer:
         with self._lock:
             self._replies.extend(replies)
 
+    def enqueue_for(self, model: str, *replies: Reply) -> None:
+        """Queue replies for the next requests naming `model`, in order, ahead of the shared
+        queue: concurrent conversations on distinct model names keep their own scripts."""
+        with self._lock:
+            self._by_model.setdefault(model, deque()).extend(replies)
+
     def close(self) -> None:
         """Stop serving and release the port."""
         self._http.shutdown()
@@ -245,15 +274,35 @@ class WireServer:
     ) -> None:
         self.close()
 
+    def _answered(self, request: RecordedRequest) -> None:
+        """Stamp the request's entry as answered now (entries are immutable: replaced)."""
+        with self._lock:
+            for index in range(len(self._requests) - 1, -1, -1):
+                if self._requests[index] is request:
+                    self._requests[index] = replace(request, answered_at=time.monotonic())
+                    return
+
     def _record_and_pop(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
             self._requests.append(request)
+            model = request.body.get("model") if isinstance(request.body, dict) else None
+            own = self._by_model.get(model) if isinstance(model, str) else None
+            if own:
+                return own.popleft()
             return self._replies.popleft() if self._replies else None
 
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     wire: WireServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (a killed worker's keep-alive connection) is no error of
+        # ours; anything else is printed as the base class does.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            logger.debug("client %s went away", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -283,9 +332,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(protocol, ErrorReply(400, "request body is not a JSON object"))
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
-        reply = self.server.wire._record_and_pop(RecordedRequest(self.path, headers, body))
+        request = RecordedRequest(self.path, headers, body)
+        queued = self.server.wire._record_and_pop(request)
+        reply: dict[str, Any] | ErrorReply | None
+        if isinstance(queued, DelayedReply):
+            time.sleep(queued.seconds)  # this request's own thread: the others go on
+            reply = queued.reply
+        else:
+            reply = queued
         if reply is None:
             reply = _default_reply(protocol, body)
+        self.server.wire._answered(request)
         if isinstance(reply, ErrorReply):
             self._send_error(protocol, reply)
         else:
@@ -307,20 +364,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up first (a delayed reply past its timeout): nobody to answer.
+            logger.debug("client hung up before the answer to %s", self.path)
 
     def log_message(self, format: str, *args: Any) -> None:
         # The base class writes every request to stderr; keep that out of test output.
         logger.debug("%s " + format, self.address_string(), *args)
 
 
-def _default_reply(protocol: WireProtocol, body: dict[str, Any]) -> Reply:
+def _default_reply(protocol: WireProtocol, body: dict[str, Any]) -> dict[str, Any]:
     """Answer with the rule in the module docstring."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]

@@ -1,0 +1,74 @@
+"""The wire server's fault helpers: per-model scripts and replies that answer late."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from examples.wire_server import WireServer, delayed, error, openai_text
+
+
+def _client(server: WireServer, timeout: float = 30.0) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        api_key="test", base_url=server.openai_base_url, max_retries=0, timeout=timeout
+    )
+
+
+async def _ask(client: openai.AsyncOpenAI, model: str) -> str | None:
+    response = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}]
+    )
+    return response.choices[0].message.content
+
+
+async def test_each_model_plays_its_own_script_before_the_shared_queue() -> None:
+    with WireServer() as server:
+        server.enqueue(openai_text("shared"))
+        server.enqueue_for("a", openai_text("a-1"), openai_text("a-2"))
+        server.enqueue_for("b", error(429, "slow down", {"retry-after": "1"}))
+        client = _client(server)
+        with pytest.raises(openai.RateLimitError) as raised:
+            await _ask(client, "b")
+        answers = [await _ask(client, "a"), await _ask(client, "a"), await _ask(client, "a")]
+        await client.close()
+
+    assert raised.value.response.headers["retry-after"] == "1"
+    # a's own two replies, then the shared one.
+    assert answers == ["a-1", "a-2", "shared"]
+
+
+async def test_a_delayed_reply_outlasts_a_client_timeout_then_the_next_answers() -> None:
+    with WireServer() as server:
+        server.enqueue_for("slow", delayed(1.0), openai_text("on time"))
+        client = _client(server, timeout=0.2)
+        with pytest.raises(openai.APITimeoutError):
+            await _ask(client, "slow")
+        answer = await _ask(client, "slow")
+        await client.close()
+
+    assert answer == "on time"
+
+
+def test_a_delayed_reply_sends_its_reply_or_the_default_rule() -> None:
+    with WireServer() as server:
+        server.enqueue(delayed(0.05, error(500, "boom")), delayed(0.05))
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        first = httpx.post(f"{server.openai_base_url}/chat/completions", json=body)
+        second = httpx.post(f"{server.openai_base_url}/chat/completions", json=body)
+
+    assert first.status_code == 500
+    assert first.json()["error"]["message"] == "boom"
+    assert second.status_code == 200
+    assert second.json()["choices"][0]["message"]["content"] == "ok"
+
+
+def test_requests_are_stamped_when_read_and_before_their_answer() -> None:
+    with WireServer() as server:
+        server.enqueue(delayed(0.2))
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        httpx.post(f"{server.openai_base_url}/chat/completions", json=body)
+        [request] = server.requests
+
+    assert request.answered_at is not None
+    assert request.answered_at - request.received_at >= 0.2
