@@ -1,0 +1,64 @@
+"""The reliability suite: `python -m chaos --size ci|full|load [--seed N]`.
+
+Starts a real stack (dev server on SQLite, gateway, demo systems, workers), runs agent runs
+while injecting faults, prints a table of fault classes and invariants, and exits 1 on any
+violation (2 if the stack could not be started). See chaos/driver.py for the phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+
+from chaos.driver import SIZES, Suite
+from chaos.model import Check
+from chaos.report import table
+from chaos.stack import Stack
+from settings import exit_process
+
+DEFAULT_SEED = 20261129
+
+
+async def _main(size: str, seed: int, keep: bool) -> int:
+    began = time.monotonic()
+    # Waiting runs are evicted from the workers' cache under load, as in production.
+    cache = 200 if size == "load" else 100
+    async with Stack(keep=keep, max_cached_workflows=cache) as stack:
+        up = time.monotonic() - began
+        print(f"stack up in {up:.1f}s (state in {stack.dir})", flush=True)
+        suite = Suite(stack, SIZES[size], seed)
+        checks: list[Check] = await suite.run(load=size == "load")
+    wall = time.monotonic() - began
+    print()
+    print(table(checks))
+    print()
+    for name, value in suite.figures.items():
+        print(f"{name}: {value:.1f}")
+    runs = len(suite.outcomes)
+    failed = [c for c in checks if not c.ok]
+    verdict = "FAILED" if failed else "passed"
+    print(f"chaos --size {size} --seed {seed}: {runs} runs, {verdict}, wall {wall:.0f}s")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    """Parse arguments, run the suite, return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="ci")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--keep", action="store_true", help="keep the logs and SQLite file")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    print(f"chaos --size {args.size} --seed {args.seed}", flush=True)
+    try:
+        return asyncio.run(_main(args.size, args.seed, args.keep))
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    exit_process(main())

@@ -1,0 +1,319 @@
+"""The stack the suite attacks, as real processes: the Temporal dev server (SQLite, WAL), the
+gateway, two demo-systems instances and the workers, plus a wire server for model faults.
+
+Every process gets a free port and a log under one temp dir, and can be killed and restarted
+by the driver (the server on the same SQLite file and port, so clients reconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from temporalio.client import Client
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+from chaos.model import GatewayTarget
+from examples.wire_server import WireServer
+from schemas.converter import DATA_CONVERTER
+from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 20.0
+TOKEN_KEYS = {"chaos": "chaos-resume-token-secret-" + "k" * 24}
+MAIN_QUEUE = "chaos-main"
+GATEWAY_QUEUE = "chaos-gateway"
+
+
+def free_port() -> int:
+    """A port nobody listens on now (the dev server needs one it can keep across restarts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Service:
+    """One process of the stack: started, waited for (a line in its log), killed, restarted."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    ready: re.Pattern[str]
+    process: asyncio.subprocess.Process | None = None
+    starts: int = 0
+
+    async def start(self) -> str:
+        """Spawn it and wait for its ready line; returns the line's first group (a URL)."""
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        self.starts += 1
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")[offset:]
+            if found := self.ready.search(text):
+                return found.group(1) if found.groups() else found.group(0)
+            if self.process.returncode is not None:
+                raise RuntimeError(f"{self.name} exited at start:\n{text[-3000:]}")
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT:.0f}s; see {self.log}")
+
+    @property
+    def running(self) -> bool:
+        """Started and not exited."""
+        return self.process is not None and self.process.returncode is None
+
+    async def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send `sig` and wait for the exit (SIGKILL after STOP_TIMEOUT if it lingers)."""
+        if not self.running:
+            return
+        assert self.process is not None
+        self.process.send_signal(sig)
+        try:
+            await asyncio.wait_for(self.process.wait(), STOP_TIMEOUT)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+
+    async def stop(self) -> None:
+        """A graceful stop: SIGTERM."""
+        await self.kill(signal.SIGTERM)
+
+
+class DevServer(Service):
+    """`temporal server start-dev` on a SQLite file; ready once its port answers."""
+
+    port: int = 0
+
+    async def start(self) -> str:
+        """Spawn it and wait until its gRPC port accepts connections; returns host:port."""
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.argv, cwd=ROOT, env=self.env, stdout=log, stderr=log
+            )
+        self.starts += 1
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if _port_open(self.port):
+                return f"127.0.0.1:{self.port}"
+            if self.process.returncode is not None:
+                text = self.log.read_text(errors="replace")[offset:]
+                raise RuntimeError(f"dev server exited at start:\n{text[-3000:]}")
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"dev server not ready after {START_TIMEOUT:.0f}s; see {self.log}")
+
+
+def _binary(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    if not beside.exists():
+        raise RuntimeError(f"{name} not found beside {sys.executable}; run `make install`")
+    return str(beside)
+
+
+@dataclass
+class Stack:
+    """Everything the driver runs against; `async with Stack(...)` starts and stops it all."""
+
+    workers_per_queue: int = 2
+    max_cached_workflows: int = 100
+    export_seconds: float = 2.0
+    pipeline_seconds: float = 3.0
+    keep: bool = False
+    dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="waitstate-chaos-")))
+    server: DevServer | None = None
+    systems: list[Service] = field(default_factory=list)
+    systems_urls: list[str] = field(default_factory=list)
+    gateway: Service | None = None
+    gateway_url: str = ""
+    workers: list[Service] = field(default_factory=list)
+    gateway_worker: Service | None = None
+    wire: WireServer | None = None
+    client: Client | None = None
+    runtime: Runtime | None = None
+
+    @property
+    def address(self) -> str:
+        """The dev server's host:port."""
+        assert self.server is not None
+        return f"127.0.0.1:{self.server.port}"
+
+    @property
+    def systems_url(self) -> str:
+        """The demo systems the driver's own runs use."""
+        return self.systems_urls[0]
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _start(self) -> None:
+        base = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "WAITSTATE_TOKEN_KEYS": ",".join(f"{k}:{v}" for k, v in TOKEN_KEYS.items()),
+        }
+        base.pop("WAITSTATE_WORKER_METRICS", None)
+        await self._start_server(base)
+        base["TEMPORAL_ADDRESS"] = self.address
+        self.client = await self.connect()
+        for index in range(2):
+            service = Service(
+                f"systems{index}",
+                [
+                    sys.executable, "-m", "examples.systems", "--port", "0",
+                    "--export-seconds", str(self.export_seconds),
+                    "--pipeline-seconds", str(self.pipeline_seconds),
+                ],
+                base,
+                self.dir / f"systems{index}.log",
+                re.compile(r"demo systems listening on (http://\S+)"),
+            )  # fmt: skip
+            self.systems_urls.append(await service.start())
+            self.systems.append(service)
+        self.gateway = Service(
+            "gateway",
+            [sys.executable, "-m", "gateway"],
+            {**base, "GATEWAY_PORT": "0"},
+            self.dir / "gateway.log",
+            re.compile(r"gateway listening on (http://\S+)"),
+        )
+        self.gateway_url = await self.gateway.start()
+        self.wire = WireServer()
+        worker_env = {
+            **base,
+            "GATEWAY_URL": self.gateway_url,
+            "WAITSTATE_BLOB_DIR": str(self.dir / "blobs"),
+            "WAITSTATE_MAX_CACHED_WORKFLOWS": str(self.max_cached_workflows),
+            "OPENAI_BASE_URL": self.wire.openai_base_url,
+            "OPENAI_API_KEY": "chaos",
+        }
+        main_env = {
+            **worker_env,
+            "WAITSTATE_TASK_QUEUE": MAIN_QUEUE,
+            "DEMO_SYSTEMS_URL": self.systems_urls[0],
+        }
+        self.workers = [
+            self._worker(f"worker{index}", main_env) for index in range(self.workers_per_queue)
+        ]
+        gateway_env = {
+            **worker_env,
+            "WAITSTATE_TASK_QUEUE": GATEWAY_QUEUE,
+            "DEMO_SYSTEMS_URL": self.systems_urls[1],
+        }
+        self.gateway_worker = self._worker("gateway-worker", gateway_env)
+        await asyncio.gather(*(w.start() for w in [*self.workers, self.gateway_worker]))
+
+    def _worker(self, name: str, env: dict[str, str]) -> Service:
+        return Service(
+            name,
+            [sys.executable, "worker.py"],
+            env,
+            self.dir / f"{name}.log",
+            re.compile(r"worker polling"),
+        )
+
+    async def _start_server(self, env: dict[str, str]) -> None:
+        port = free_port()
+        argv = [
+            _binary("temporal"), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(port), "--headless",
+            "--db-filename", str(self.dir / "temporal.db"),
+            "--log-level", "error",
+            *SERVER_TUNING,
+        ]  # fmt: skip
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        self.server = DevServer("server", argv, env, self.dir / "server.log", re.compile(""))
+        self.server.port = port
+        await self.server.start()
+
+    async def connect(self) -> Client:
+        """A client of the dev server (retried while it starts)."""
+        if self.runtime is None:
+            # The SDK warns on every retried call while the server is down on purpose.
+            quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+            self.runtime = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                return await Client.connect(
+                    self.address, data_converter=DATA_CONVERTER, runtime=self.runtime
+                )
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def restart_server(self, sig: signal.Signals, pause: float) -> float:
+        """Stop the dev server with `sig`, wait `pause` s, start it again on the same file and
+        port; returns how long it was down (s)."""
+        assert self.server is not None
+        began = time.monotonic()
+        await self.server.kill(sig)
+        await asyncio.sleep(pause)
+        await self.server.start()
+        return time.monotonic() - began
+
+    def target(self) -> GatewayTarget:
+        """What the gateway faults attack: the gateway, the second systems and its worker."""
+        assert self.client is not None
+        return GatewayTarget(
+            client=self.client,
+            gateway_url=self.gateway_url,
+            systems_url=self.systems_urls[1],
+            task_queue=GATEWAY_QUEUE,
+            token_keys=dict(TOKEN_KEYS),
+            signing_key_id=next(iter(TOKEN_KEYS)),
+        )
+
+    async def close(self) -> None:
+        """Stop every process (workers first, the server last) and the wire server."""
+        others = [*self.workers, self.gateway_worker, self.gateway, *self.systems]
+        await asyncio.gather(*(s.stop() for s in others if s is not None))
+        if self.server is not None:
+            await self.server.stop()
+        if self.wire is not None:
+            self.wire.close()
+            self.wire = None
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,30 @@
+"""The reliability suite in its CI size, as `make chaos` runs it: a real stack, every fault
+class, and the invariants after every run. Slow (about three minutes on two cores)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Generous: the suite's own budget is five minutes; a hung stack must still fail the test.
+SUITE_TIMEOUT = 600
+FAULT_CLASSES = ("1 ", "2 ", "3 ", "4 ", "5 ", "6 ")
+
+
+def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos", "--size", "ci"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SUITE_TIMEOUT,
+    )
+    output = done.stdout + done.stderr
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if " | " in line]
+
+    assert done.returncode == 0, output
+    missing = [c for c in FAULT_CLASSES if not any(row.startswith(c) for row in rows)]
+    assert not missing, f"no row for fault classes {missing}:\n{output}"
+    assert "passed" in done.stdout.splitlines()[-1], output
