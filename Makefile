@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APPROVE_AFTER ?= 5
 
-.PHONY: install up down status demo test lint typecheck ui-check clean
+.PHONY: install up down status demo test chaos bench lint typecheck ui-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ demo: up  ## run the demo agents to completion and print their answers and Web U
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
+
+chaos: $(STAMP)  ## the reliability suite: 100 runs under injected faults, then 1,000 concurrent runs
+	$(PY) -m chaos --size full
+	$(PY) -m chaos --size load
+
+bench: $(STAMP)  ## benchmarks against a raw-Temporal floor; prints a table, writes docs/benchmarks.md
+	$(PY) -m bench
 
 ui-check: up  ## screenshot the Web UI's list of runs waiting for approval (headless chromium)
 	$(PY) scripts/ui_check.py

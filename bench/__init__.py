@@ -1,0 +1,1 @@
+"""Benchmarks of waitstate against a raw-Temporal floor: `python -m bench --help`."""

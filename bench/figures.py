@@ -1,0 +1,466 @@
+"""The five figures of issue 7, each measured on both sides (where a floor applies) in one run.
+
+Every figure returns `Row`s: one metric, its samples per repetition for each side, the target
+and whether it was met. Workers are fresh processes per figure and side (one per side in quick
+mode), so CPU and memory read from /proc belong to that side and that window only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.procs import Proc
+from bench.stack import (
+    CALL_MODEL,
+    SIDES,
+    Side,
+    Stack,
+    activity_times,
+    history_bytes,
+    model_activity,
+    new_id,
+)
+
+POLL_INTERVAL_SECONDS = 1.0  # enrich_dataset's poll interval (tools/pipeline.py)
+IDLE_CPU_TARGET = 0.01  # "no CPU while idle": under 1% of one core
+FLOOR_MAX_TURNS = 50  # figure 5: the floor's history is quadratic in the turns
+# Runs in flight at a time (figures 1-3): under the 100 a worker caches, so none is evicted
+# and replayed mid-way.
+ARRIVING = 50
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each figure does."""
+
+    warmup: int = 5
+    sequential: int = 50
+    concurrent: int = 200
+    resume: int = 200
+    # 10,000 runs take ~25-50 min per side to start and drain on 2 cores: run them on their own
+    # (`--only 3 --reps 1 --scale 10000`); the default bench stays around half an hour.
+    scale: int = 1_000
+    scale_reps: int = 300  # N for the repetitions after the first, at `scale`
+    idle_seconds: float = 30.0
+    pipeline_seconds: float = 10.0
+    turns: tuple[int, ...] = (10, 50, 200)
+    sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
+
+
+QUICK = Sizes(
+    warmup=1,
+    sequential=2,
+    concurrent=4,
+    resume=2,
+    scale=6,
+    scale_reps=6,
+    idle_seconds=0.5,
+    pipeline_seconds=2.0,
+    turns=(2, 3, 5),
+)
+
+
+@dataclass(eq=False)  # rows are dict keys, by identity
+class Row:
+    """One metric of one figure: samples per repetition, ours and the floor's."""
+
+    figure: str
+    metric: str
+    unit: str
+    ours: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+    target: str = ""
+    # How to judge: on the ratio ours/floor, or on ours alone; None: reported, not judged.
+    check: Callable[[float, float | None], bool] | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """Median of ours over median of the floor's."""
+        if not self.ours or not self.floor or statistics.median(self.floor) == 0:
+            return None
+        return statistics.median(self.ours) / statistics.median(self.floor)
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the target is met (None when there is no target)."""
+        if self.check is None or not self.ours:
+            return None
+        return self.check(statistics.median(self.ours), self.ratio)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+async def _bounded(limit: int, jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(job: Callable[[], Awaitable[Any]]) -> Any:
+        async with semaphore:
+            return await job()
+
+    return await asyncio.gather(*(one(job) for job in jobs))
+
+
+async def _idle(proc: Proc, within: float = 120.0) -> None:
+    """Wait until `proc` has used under 1% CPU over two consecutive half-seconds."""
+    quiet, deadline = 0, time.monotonic() + within
+    while quiet < 2 and time.monotonic() < deadline:
+        before = proc.cpu_seconds()
+        await asyncio.sleep(0.5)
+        quiet = quiet + 1 if proc.cpu_seconds() - before <= 0.005 else 0
+
+
+# --- 1. two model calls and one tool ---------------------------------------------------------
+
+
+async def figure1(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """Worker CPU and history per run, sequential latency, concurrent throughput."""
+    cpu = Row(
+        "1", "worker CPU per run", "ms", target="≤ 1.15× floor",
+        check=lambda _, ratio: ratio is not None and ratio <= 1.15,
+    )  # fmt: skip
+    server_cpu = Row("1", "server CPU per run", "ms")
+    size = Row(
+        "1", "history per run", "bytes", target="≤ 1.1× floor",
+        check=lambda _, ratio: ratio is not None and ratio <= 1.1,
+    )  # fmt: skip
+    events = Row("1", "history events per run", "events")
+    p50 = Row("1", "sequential latency p50", "ms")
+    p99 = Row("1", "sequential latency p99", "ms")
+    rate = Row("1", "concurrent throughput", "runs/s")
+    for rep in range(reps):
+        for side in sizes.sides:
+            queue, worker = await stack.lease(side, f"f1-{side}-{rep}")
+            try:
+
+                async def run(side: Side = side, queue: str = queue) -> Any:
+                    handle = await stack.start_run(
+                        side, queue, new_id(f"f1-{side}"), "What time is it?", "utc_now", 12
+                    )
+                    await stack.result(side, handle)
+                    return handle
+
+                for _ in range(sizes.warmup):
+                    await run()
+                latencies = []
+                for _ in range(sizes.sequential):
+                    began = time.perf_counter()
+                    await run()
+                    latencies.append((time.perf_counter() - began) * 1000)
+                worker_before, server_before = worker.cpu_seconds(), stack.server.cpu_seconds()
+                began = time.perf_counter()
+                # At most ARRIVING in flight: under the cache size, so no run is evicted and
+                # replayed mid-way (with more in flight than cached, both sides thrash).
+                handles = await _bounded(ARRIVING, [run] * sizes.concurrent)
+                elapsed = time.perf_counter() - began
+                worker_used = worker.cpu_seconds() - worker_before
+                server_used = stack.server.cpu_seconds() - server_before
+            finally:
+                await stack.release(worker)
+            histories = [await stack.history(h.id) for h in handles[:5]]
+            samples: dict[Row, float] = {
+                cpu: worker_used * 1000 / sizes.concurrent,
+                server_cpu: server_used * 1000 / sizes.concurrent,
+                size: statistics.median(history_bytes(h) for h in histories),
+                events: statistics.median(sum(map(len, h)) for h in histories),
+                p50: percentile(latencies, 50),
+                p99: percentile(latencies, 99),
+                rate: sizes.concurrent / elapsed,
+            }
+            for row, value in samples.items():
+                (row.ours if side == "ours" else row.floor).append(value)
+            log(
+                f"  fig 1 rep {rep + 1} {side}: cpu {samples[cpu]:.1f} ms/run, "
+                f"history {samples[size]:.0f} B, p50 {samples[p50]:.0f} ms, "
+                f"{samples[rate]:.1f} runs/s"
+            )
+    return [cpu, server_cpu, size, events, p50, p99, rate]
+
+
+# --- 2. resume latency -----------------------------------------------------------------------
+
+
+async def figure2(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """Webhook at the gateway (ours) or signal (floor) → the next model call starts."""
+    p50 = Row(
+        "2", "resume latency p50", "ms", target="≤ 1.5× floor",
+        check=lambda _, ratio: ratio is not None and ratio <= 1.5,
+    )  # fmt: skip
+    p99 = Row("2", "resume latency p99", "ms")
+    for rep in range(reps):
+        for side in sizes.sides:
+            queue, worker = await stack.lease(side, f"f2-{side}-{rep}")
+            latencies = []
+            try:
+                for batch in range(0, sizes.resume, ARRIVING):
+                    count = min(ARRIVING, sizes.resume - batch)
+                    latencies += await _resumes(stack, side, queue, count)
+            finally:
+                await stack.release(worker)
+            row_p50, row_p99 = percentile(latencies, 50), percentile(latencies, 99)
+            (p50.ours if side == "ours" else p50.floor).append(row_p50)
+            (p99.ours if side == "ours" else p99.floor).append(row_p99)
+            log(f"  fig 2 rep {rep + 1} {side}: p50 {row_p50:.1f} ms, p99 {row_p99:.1f} ms")
+    return [p50, p99]
+
+
+async def _resumes(stack: Stack, side: Side, queue: str, count: int) -> list[float]:
+    """Start `count` runs (at once: they fit the worker's cache), then resume them one at a
+    time, each alone, and read when its next model call started."""
+
+    async def start() -> Any:
+        handle = await stack.start_run(
+            side, queue, new_id(f"f2-{side}"), "Export Q3 transactions.", "start_export", 12
+        )
+        await stack.waiting(side, handle, every=0.05)
+        return handle
+
+    handles = await asyncio.gather(*(start() for _ in range(count)))
+    latencies = []
+    for handle in handles:
+        sent = time.time()
+        await stack.complete(side, handle)
+        await stack.result(side, handle)
+        (events,) = await stack.history(handle.id)
+        calls = [a for a in activity_times(events) if a.kind == model_activity(side)]
+        latencies.append((calls[-1].started - sent) * 1000)
+    return latencies
+
+
+# --- 3. suspended at scale -------------------------------------------------------------------
+
+
+@dataclass
+class ScaleSample:
+    """One side at one N."""
+
+    n: int
+    start_seconds: float
+    worker_rss_mb: float
+    worker_peak_rss_mb: float  # sampled every 0.5 s while runs start and drain
+    server_rss_mb: float
+    worker_idle_cpu: float  # cores (CPU seconds per second)
+    server_idle_cpu: float
+    drain_seconds: float
+    completed: int
+
+
+async def scale_once(stack: Stack, side: Side, n: int, idle_seconds: float) -> ScaleSample:
+    """Start `n` runs that wait for a webhook (ours) or a signal (floor), measure them idle,
+    then complete them all and time the drain until every result is in."""
+    queue, worker = await stack.lease(side, f"f3-{side}")
+    prefix = new_id(f"f3-{side}-{n}")
+    peak = [worker.rss_mb()]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], worker.rss_mb())
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        began = time.perf_counter()
+
+        async def start(i: int) -> Any:
+            handle = await stack.start_run(
+                side, queue, f"{prefix}-{i}", "Export Q3 transactions.", "start_export", 12
+            )
+            while stack.systems.export_for(handle.id) is None:  # noqa: ASYNC110 (another thread)
+                await asyncio.sleep(0.05)
+            await stack.waiting(side, handle, every=0.05)
+            return handle
+
+        # Runs arrive a few at a time, fewer than the worker caches, as they would in life: all
+        # at once, every workflow task would miss the cache and replay the run's history.
+        handles = await _bounded(ARRIVING, [functools.partial(start, i) for i in range(n)])
+        await _idle(worker)
+        started = time.perf_counter() - began
+        worker_cpu, server_cpu = worker.cpu_seconds(), stack.server.cpu_seconds()
+        await asyncio.sleep(idle_seconds)
+        worker_idle = (worker.cpu_seconds() - worker_cpu) / idle_seconds
+        server_idle = (stack.server.cpu_seconds() - server_cpu) / idle_seconds
+        worker_rss, server_rss = worker.rss_mb(), stack.server.rss_mb()
+        began = time.perf_counter()
+
+        async def finish(handle: Any) -> bool:
+            await stack.complete(side, handle)
+            try:
+                await stack.result(side, handle)
+            except RuntimeError:
+                return False
+            return True
+
+        completed = sum(await _bounded(ARRIVING, [functools.partial(finish, h) for h in handles]))
+        drained = time.perf_counter() - began
+    finally:
+        sampler.cancel()
+        await stack.release(worker)
+    return ScaleSample(
+        n, started, worker_rss, peak[0], server_rss, worker_idle, server_idle, drained, completed
+    )
+
+
+def _all_of(n: int) -> Callable[[float, float | None], bool]:
+    """A check that every one of `n` runs completed."""
+    return lambda ours, _: ours == n
+
+
+async def figure3(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """N suspended runs: memory and idle CPU while they wait; every run completes; drain time.
+    The first repetition runs at `sizes.scale`, the others at `sizes.scale_reps`."""
+    rows: list[Row] = []
+    plan = [sizes.scale] + [sizes.scale_reps] * (reps - 1)
+    for n in dict.fromkeys(plan):
+        count = plan.count(n)
+        label = f"3 (N={n:,}, {count} rep{'s' if count > 1 else ''})"
+        rss = Row(
+            label, "worker RSS while waiting", "MB", target="≤ 150 MB",
+            check=lambda ours, _: ours <= 150,
+        )  # fmt: skip
+        idle = Row(
+            label, "worker CPU while waiting", "% of a core", target="~0 (< 1%)",
+            check=lambda ours, _: ours < IDLE_CPU_TARGET * 100,
+        )  # fmt: skip
+        peak = Row(label, "worker peak RSS (starting, waiting, draining)", "MB")
+        server_rss = Row(label, "server RSS while waiting", "MB")
+        server_idle = Row(label, "server CPU while waiting", "% of a core")
+        start = Row(label, "time to start N runs and reach waiting", "s")
+        drain = Row(label, "drain: complete all N", "s")
+        complete = Row(
+            label, "runs completed", "runs", target=f"all {n:,}",
+            check=_all_of(n),
+        )  # fmt: skip
+        for _ in range(count):
+            for side in sizes.sides:
+                sample = await scale_once(stack, side, n, sizes.idle_seconds)
+                values = {
+                    rss: sample.worker_rss_mb,
+                    peak: sample.worker_peak_rss_mb,
+                    idle: sample.worker_idle_cpu * 100,
+                    server_rss: sample.server_rss_mb,
+                    server_idle: sample.server_idle_cpu * 100,
+                    start: sample.start_seconds,
+                    drain: sample.drain_seconds,
+                    complete: float(sample.completed),
+                }
+                for row, value in values.items():
+                    (row.ours if side == "ours" else row.floor).append(value)
+                log(f"  fig 3 N={n} {side}: {sample}")
+        rows += [rss, peak, idle, server_rss, server_idle, start, drain, complete]
+    return rows
+
+
+# --- 4. waiting cost -------------------------------------------------------------------------
+
+
+async def figure4(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """Model calls while a polled operation (enrich_dataset) runs, and in the whole run."""
+    during = Row(
+        "4", "model turns during the polled wait", "calls", target="0",
+        check=lambda ours, _: ours == 0,
+    )  # fmt: skip
+    checkpoints = Row("4", "checkpoint calls (one per wait, whatever its length)", "calls")
+    naive = Row("4", "naive polling: model asked every poll interval", "calls")
+    total = Row("4", "model calls in the run", "calls")
+    waited = Row("4", "wait (poll activity scheduled → completed)", "s")
+    polls = Row("4", "status checks made by the poll activity", "checks")
+    queue, worker = await stack.lease("ours", "f4-ours")
+    try:
+        for rep in range(reps):
+            checks_before = stack.systems.pipeline_polls
+            handle = await stack.start_run(
+                "ours", queue, new_id("f4"), "Enrich the transactions.", "enrich_dataset", 12
+            )
+            await stack.result("ours", handle)
+            (events,) = await stack.history(handle.id)
+            activities = activity_times(events)
+            poll = next(a for a in activities if a.kind == "poll_operation")
+            ends = poll.closed if poll.closed is not None else poll.scheduled
+            models = [a for a in activities if a.kind == CALL_MODEL]
+            inside = [a for a in models if poll.scheduled < a.started < ends]
+            during.ours.append(sum(1 for a in inside if not a.summary.startswith("checkpoint")))
+            checkpoints.ours.append(sum(1 for a in models if a.summary.startswith("checkpoint")))
+            wait = ends - poll.scheduled
+            waited.ours.append(wait)
+            naive.ours.append(math.floor(wait / POLL_INTERVAL_SECONDS))
+            total.ours.append(len(models))
+            polls.ours.append(stack.systems.pipeline_polls - checks_before)
+            log(
+                f"  fig 4 rep {rep + 1}: waited {wait:.1f} s, {during.ours[-1]:.0f} model turns "
+                f"during it (naive {naive.ours[-1]:.0f}), {len(models)} calls in the run"
+            )
+    finally:
+        await stack.release(worker)
+    return [during, naive, checkpoints, total, waited, polls]
+
+
+# --- 5. history growth -----------------------------------------------------------------------
+
+
+async def figure5(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """History bytes (summed over the continue-as-new chain) for runs of 10, 50, 200 turns with
+    a 4 KB tool result each turn. The floor resends the whole conversation every turn, so its
+    history grows with the square of the turns: it runs up to FLOOR_MAX_TURNS only (beyond, it
+    would pass Temporal's history size limits)."""
+    size_rows = {t: Row("5", f"history at {t} turns", "bytes") for t in sizes.turns}
+    runs_rows = {t: Row("5", f"runs in the chain at {t} turns", "runs") for t in sizes.turns}
+    for side in sizes.sides:
+        queue, worker = await stack.lease(side, f"f5-{side}")
+        try:
+            for rep in range(reps):
+                for turns in sizes.turns:
+                    if side == "floor" and turns > FLOOR_MAX_TURNS:
+                        continue
+                    handle = await stack.start_run(
+                        side, queue, new_id(f"f5-{side}-{turns}"), f"Please read {turns} chunks.",
+                        "chunk", turns + 1,
+                    )  # fmt: skip
+                    await stack.result(side, handle)
+                    runs = await stack.history(handle.id, handle.first_execution_run_id)
+                    for row, value in ((size_rows, history_bytes(runs)), (runs_rows, len(runs))):
+                        (row[turns].ours if side == "ours" else row[turns].floor).append(value)
+                    log(
+                        f"  fig 5 rep {rep + 1} {side}: {turns} turns, {history_bytes(runs)} B, "
+                        f"{len(runs)} runs"
+                    )
+        finally:
+            await stack.release(worker)
+    longest = max(sizes.turns)
+    size_rows[longest].target = "< 2 MB" if longest >= 200 else ""
+    if longest >= 200:
+        size_rows[longest].check = lambda ours, _: ours < 2 * 1024 * 1024
+    rows = [row for t in sizes.turns for row in (size_rows[t], runs_rows[t])]
+    rows.append(_linearity(size_rows, sizes.turns))
+    return rows
+
+
+def _linearity(rows: dict[int, Row], turns: tuple[int, ...]) -> Row:
+    """Bytes per added turn in the last segment over the first: 1.0 is perfectly linear."""
+    low, mid, high = turns
+    row = Row(
+        "5", f"bytes/turn {mid}→{high} over {low}→{mid} (1 = linear)", "×",
+        target="≤ 1.25 (linear)", check=lambda ours, _: ours <= 1.25,
+    )  # fmt: skip
+    for a, b, c in zip(rows[low].ours, rows[mid].ours, rows[high].ours, strict=True):
+        row.ours.append(((c - b) / (high - mid)) / ((b - a) / (mid - low)))
+    return row
+
+
+FIGURES: dict[int, Callable[[Stack, Sizes, int, Callable[[str], None]], Awaitable[list[Row]]]] = {
+    1: figure1,
+    2: figure2,
+    3: figure3,
+    4: figure4,
+    5: figure5,
+}

@@ -1,0 +1,64 @@
+"""A worker process for one side of the bench, so its CPU and memory are its own.
+
+    python -m bench.worker ours    # worker.py's wiring (build_worker, AgentRunWorkflow) plus
+                                   # the bench's `chunk` tool (bench/tools.py)
+    python -m bench.worker floor   # the raw-Temporal floor (bench/floor.py)
+
+Both read TEMPORAL_ADDRESS, WAITSTATE_TASK_QUEUE, OPENAI_BASE_URL, DEMO_SYSTEMS_URL and
+WAITSTATE_MAX_CACHED_WORKFLOWS (ours reads the rest of worker.py's settings too), print
+"bench worker ready" once polling, and stop on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from bench.tools import chunk_tool
+from settings import Settings, connect, exit_process
+
+READY = "bench worker ready"
+
+
+async def _serve(worker: Worker) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        print(READY, flush=True)
+        await stop.wait()
+
+
+async def main(side: str) -> None:
+    """Run one side's worker until SIGTERM."""
+    settings = Settings.from_env()
+    client: Client = await connect(settings)
+    # Each side imports only its own code, so neither's memory holds the other's modules.
+    if side == "floor":
+        from bench.floor import build_floor_worker
+
+        await _serve(build_floor_worker(client, settings.task_queue, settings.max_cached_workflows))
+        return
+    from tools.catalog import all_tools
+    from worker import build_providers, build_tokens, build_worker
+
+    providers = build_providers(settings)
+    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
+    tools = [*all_tools(http, settings), chunk_tool()]
+    worker = build_worker(client, settings, providers, tools, http, tokens=build_tokens(settings))
+    await _serve(worker)
+    await providers.aclose()
+    await http.aclose()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("ours", "floor"):
+        sys.exit("usage: python -m bench.worker ours|floor")
+    asyncio.run(main(sys.argv[1]))
+    exit_process(0)

@@ -1,0 +1,71 @@
+"""The benchmark runs end to end at a tiny size and reports every figure's rows.
+
+Timings are not asserted (they depend on the machine); structure and sanity are.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.__main__ import MARKER
+from bench.figures import QUICK
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTED_METRICS = [
+    "worker CPU per run",
+    "history per run",
+    "sequential latency p50",
+    "sequential latency p99",
+    "concurrent throughput",
+    "resume latency p50",
+    "resume latency p99",
+    "worker RSS while waiting",
+    "worker CPU while waiting",
+    "drain: complete all N",
+    "runs completed",
+    "model turns during the polled wait",
+    "naive polling: model asked every poll interval",
+    f"history at {QUICK.turns[-1]} turns",
+    f"runs in the chain at {QUICK.turns[-1]} turns",
+]
+
+
+def _rows(markdown: str) -> dict[str, list[str]]:
+    """Metric name (without its unit) -> the table row's cells."""
+    rows = {}
+    for line in markdown.split(MARKER, 1)[1].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if len(cells) == 7 and "[" in cells[1]:
+            rows[cells[1].rsplit(" [", 1)[0]] = cells
+    return rows
+
+
+def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--reps", "1", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = out.read_text()
+    assert "cores" in text and "GB memory" in text  # the machine is reported
+    rows = _rows(text)
+    assert [m for m in EXPECTED_METRICS if m not in rows] == []
+    for metric in ("worker CPU per run", "history per run", "resume latency p50"):
+        ours, floor, ratio = rows[metric][2], rows[metric][3], rows[metric][4]
+        assert ours != "–" and floor != "–" and ratio.endswith("×"), rows[metric]
+        assert float(ratio.rstrip("×")) > 0
+    # Every suspended run completed, on both sides; no model turn while the poll waited.
+    runs = rows["runs completed"]
+    assert runs[2] == runs[3] == str(QUICK.scale) and runs[6] == "met", runs
+    assert rows["model turns during the polled wait"][2] == "0"
+    assert float(rows["naive polling: model asked every poll interval"][2]) >= 2
+    # History grows with the turns, and stays far from the 2 MB mark at this size.
+    sizes = [float(rows[f"history at {t} turns"][2].replace(",", "")) for t in QUICK.turns]
+    assert sizes[0] < sizes[1] < sizes[2] < 2 * 1024 * 1024
+    assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
