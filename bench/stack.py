@@ -21,15 +21,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-import settings
 from bench.floor import FLOOR_MODEL, FLOOR_WORKFLOW, FloorInput
 from bench.procs import Proc, free_port, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
 from schemas import RunInput, RunResult, RunState
+from schemas.converter import DATA_CONVERTER
 from starter import SUMMARY_CHARS
 from workflows.search_attributes import AGENT_STATUS
 
@@ -96,8 +95,7 @@ class Stack:
             "gateway listening on",
         )
         # The converter production clients use (settings.connect), with a fixed address.
-        converter = getattr(settings, "DATA_CONVERTER", pydantic_data_converter)
-        client = await Client.connect(address, data_converter=converter)
+        client = await Client.connect(address, data_converter=DATA_CONVERTER)
         stack = cls(
             state, server, address, wire, f"http://127.0.0.1:{wire_port}/v1", systems,
             None, f"http://127.0.0.1:{gateway_port}", token_keys, client,
