@@ -291,13 +291,27 @@ async def scale_once(stack: Stack, side: Side, n: int, idle_seconds: float) -> S
         worker_idle = (worker.cpu_seconds() - worker_cpu) / idle_seconds
         server_idle = (stack.server.cpu_seconds() - server_cpu) / idle_seconds
         worker_rss, server_rss = worker.rss_mb(), stack.server.rss_mb()
+        # Printed now, so a failed drain does not lose them.
+        print(
+            f"  fig 3 N={n} {side} waiting: worker RSS {worker_rss:.0f} MB, "
+            f"idle CPU {worker_idle:.2%} (server {server_rss:.0f} MB, {server_idle:.2%}), "
+            f"reached in {started:.0f} s",
+            flush=True,
+        )
         began = time.perf_counter()
 
         async def finish(handle: Any) -> bool:
             await stack.complete(side, handle)
             try:
                 await stack.result(side, handle)
-            except RuntimeError:
+            except (RuntimeError, TimeoutError) as err:
+                # Counted, not raised: "every run completes" is what this figure checks.
+                description = await handle.describe()
+                print(
+                    f"  fig 3: run {handle.id} did not complete ({err!r}): "
+                    f"{description.status}, {description.history_length} events",
+                    flush=True,
+                )
                 return False
             return True
 
