@@ -356,51 +356,60 @@ async def _expiring_worker(rig: _Rig) -> AsyncIterator[str]:
 async def _duplicate_completions(rig: _Rig, runs: int) -> list[Check]:
     """20 identical completions at once per operation: one 200, the rest 409, one Update
     accepted, and the run resumed once."""
-    check = Check(name=f"3 duplicate completions ({DUPLICATES} concurrent)")
-    tally = _Burst()
 
-    async def one() -> None:
-        handle = await rig.start_export()
+    async def target(handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str]:
         op, token = await rig.operation(handle)
-        path = f"/v1/operations/{op.operation_id}/complete"
-        answers = await asyncio.gather(
-            *(rig.post(path, token, SUCCEEDED, refusal=False) for _ in range(DUPLICATES))
-        )
-        result = await _result(handle)
-        applied = await _accepted_updates(handle, f"complete/{op.operation_id}/")
-        tally.judge(rig, check, handle.id, path, answers, applied)
-        if result.status != "completed" or result.turns != EXPORT_TURNS:
-            check.violations.append(
-                f"{handle.id}: {result.status} after {result.turns} turns "
-                f"(expected completed after {EXPORT_TURNS}: resumed once)"
-            )
+        return f"/v1/operations/{op.operation_id}/complete", token, f"complete/{op.operation_id}/"
 
-    await asyncio.gather(*(_guarded(check, one()) for _ in range(runs)))
-    check.outcome = f"{runs} ops: {tally}"
-    return [check]
+    check = Check(name=f"3 duplicate completions ({DUPLICATES} concurrent)")
+    return await _bursts(rig, check, runs, "ops", rig.start_export, target, SUCCEEDED, EXPORT_TURNS)
 
 
 async def _duplicate_decisions(rig: _Rig, runs: int) -> list[Check]:
     """20 identical decisions at once through one approval link: one 200, the rest 409, one
     Update accepted, and the run resumed once."""
+
+    async def target(handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str]:
+        request, token = await rig.approval(handle)
+        path = f"/v1/approvals/{request.request_id}/decision"
+        return path, token, f"decide/{request.request_id}/"
+
     check = Check(name=f"3 duplicate decisions ({DUPLICATES} concurrent)")
+    return await _bursts(rig, check, runs, "approvals", rig.start_ask, target, APPROVE, ASK_TURNS)
+
+
+async def _bursts(
+    rig: _Rig,
+    check: Check,
+    runs: int,
+    noun: str,
+    start: Callable[[], Awaitable[WorkflowHandle[Any, Any]]],
+    target: Callable[[WorkflowHandle[Any, Any]], Awaitable[tuple[str, str, str]]],
+    body: dict[str, Any],
+    turns: int,
+) -> list[Check]:
+    """For each of `runs` runs: `DUPLICATES` identical requests at once to the path `target`
+    names (with its token and the Update id prefix of what it delivers); judge the answers,
+    the Updates accepted, and that the run was resumed once (`turns` model turns)."""
     tally = _Burst()
 
     async def one() -> None:
-        handle = await rig.start_ask()
-        request, token = await rig.approval(handle)
-        path = f"/v1/approvals/{request.request_id}/decision"
+        handle = await start()
+        path, token, update_prefix = await target(handle)
         answers = await asyncio.gather(
-            *(rig.post(path, token, APPROVE, refusal=False) for _ in range(DUPLICATES))
+            *(rig.post(path, token, body, refusal=False) for _ in range(DUPLICATES))
         )
         result = await _result(handle)
-        applied = await _accepted_updates(handle, f"decide/{request.request_id}/")
+        applied = await _accepted_updates(handle, update_prefix)
         tally.judge(rig, check, handle.id, path, answers, applied)
-        if result.status != "completed" or result.turns != ASK_TURNS:
-            check.violations.append(f"{handle.id}: {result.status} after {result.turns} turns")
+        if result.status != "completed" or result.turns != turns:
+            check.violations.append(
+                f"{handle.id}: {result.status} after {result.turns} turns "
+                f"(expected completed after {turns}: resumed once)"
+            )
 
     await asyncio.gather(*(_guarded(check, one()) for _ in range(runs)))
-    check.outcome = f"{runs} approvals: {tally}"
+    check.outcome = f"{runs} {noun}: {tally}"
     return [check]
 
 
