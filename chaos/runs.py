@@ -413,7 +413,11 @@ async def _update_decision(
             )
         except WorkflowUpdateFailedError as err:  # the validator's refusal: an answer
             return f"refused: {err.cause}"
-        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
+            message = str(err).lower()
+            if "already completed" in message or "aborted by closing workflow" in message:
+                # The run ended (e.g. the first decision let it finish): an answer, not a fault.
+                return f"refused: the run has ended ({err})"
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(LINK_RETRY_SECONDS)
