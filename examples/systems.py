@@ -44,7 +44,8 @@ Test hooks, so tests can prove exactly what happened and inject failures::
                                     refund key: requests and the refund; the outbox's size
     POST /_test/faults              set some of: fail_next_starts, accept_then_fail_next_starts,
                                     hold_start_answers_seconds, never_complete, fail_jobs,
-                                    duplicate_webhooks, export_seconds, pipeline_seconds,
+                                    progress_reports, duplicate_webhooks, export_seconds,
+                                    pipeline_seconds,
                                     accept_then_fail_next_refunds (see `Faults`)
     POST /_test/reset               forget every job, file, notification, refund, outbox entry
                                     and fault (the seeded claims stay)
@@ -276,6 +277,14 @@ class Faults(BaseModel):
     duplicate_webhooks: int = Field(
         default=1, ge=1, description="Send each webhook this many times."
     )
+    progress_reports: int = Field(
+        default=0,
+        ge=0,
+        le=20,
+        description="Callback jobs post this many `running` reports (progress 'NN%'), evenly "
+        "spread over the job, before the final one. With `hold_start_answers_seconds` longer "
+        "than the job, every report reaches the gateway before the start is answered.",
+    )
     hold_start_answers_seconds: float = Field(
         default=0,
         ge=0,
@@ -294,6 +303,10 @@ class Faults(BaseModel):
 class WebhookAttempt(BaseModel):
     """One POST of a webhook, and what the receiver answered."""
 
+    report: str = Field(default="", description="What was reported: 'running 50%', 'succeeded'.")
+    webhook_id: str = Field(
+        default="", description="The Webhook-Id header: one per report, kept by its copies."
+    )
     delivery: int = Field(description="1, then 2... when `duplicate_webhooks` repeats it.")
     attempt: int = Field(description="1, then 2... when a failed attempt is retried.")
     status_code: int | None = None
@@ -373,6 +386,7 @@ class JobRecord:
     completes: bool
     planned_error: OperationError | None
     deliveries: int
+    progress_reports: int = 0
     callback_url: str | None = None
     callback_token: str | None = field(default=None, repr=False)
     status: JobStatus = "running"
@@ -545,6 +559,7 @@ class DemoSystems:
             completes=not faults.never_complete,
             planned_error=faults.fail_jobs,
             deliveries=faults.duplicate_webhooks,
+            progress_reports=faults.progress_reports if callback_url else 0,
             callback_url=callback_url,
             callback_token=callback_token,
         )
@@ -557,7 +572,15 @@ class DemoSystems:
         return job
 
     async def _run(self, job: JobRecord) -> None:
-        await asyncio.sleep(job.seconds)
+        steps = job.progress_reports + 1
+        for step in range(1, steps):
+            await asyncio.sleep(job.seconds / steps)
+            if job.status != "running":
+                return
+            report = Completion(status="running", progress=f"{step * 100 // steps}%")
+            if job.callback_url is not None:
+                await self._deliver(job, job.callback_url, report)
+        await asyncio.sleep(job.seconds / steps)
         if job.status != "running":
             return
         if job.planned_error is not None:
@@ -573,20 +596,26 @@ class DemoSystems:
             job.status, job.result = "succeeded", {"dataset": dataset, "enriched_rows": rows}
         logger.info("%s job %s %s", job.kind, job.job_id, job.status)
         if job.callback_url is not None:
-            await self._deliver(job, job.callback_url)
+            # The job has finished (succeeded or failed), so its state is a valid Completion.
+            final = Completion.model_validate(
+                {"status": job.status, "result": job.result, "error": job.error}
+            )
+            await self._deliver(job, job.callback_url, final)
 
-    async def _deliver(self, job: JobRecord, url: str) -> None:
+    async def _deliver(self, job: JobRecord, url: str, completion: Completion) -> None:
         assert self._http is not None, "DemoSystems is used outside its `async with`"
-        # The job has finished (succeeded or failed), so its state is a valid Completion.
-        completion = Completion.model_validate(
-            {"status": job.status, "result": job.result, "error": job.error}
-        )
         body = completion.model_dump(mode="json", exclude_none=True)
-        headers = {"Authorization": f"Bearer {job.callback_token}"}
+        report = " ".join(filter(None, [completion.status, completion.progress]))
+        # One id per report, kept by its retries and copies (as Standard Webhooks' webhook-id):
+        # the receiver tells a copy of this report from another report with the same body.
+        webhook_id = f"whk_{uuid.uuid4().hex[:16]}"
+        headers = {"Authorization": f"Bearer {job.callback_token}", "Webhook-Id": webhook_id}
         for delivery in range(1, job.deliveries + 1):
             backoff = WEBHOOK_FIRST_BACKOFF
             for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
-                record = WebhookAttempt(delivery=delivery, attempt=attempt)
+                record = WebhookAttempt(
+                    report=report, webhook_id=webhook_id, delivery=delivery, attempt=attempt
+                )
                 job.webhooks.append(record)
                 try:
                     response = await self._http.post(url, json=body, headers=headers)

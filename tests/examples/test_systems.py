@@ -32,6 +32,7 @@ class Hook:
     name: str
     authorization: str | None
     body: Any
+    webhook_id: str | None = None
 
 
 @dataclass
@@ -65,7 +66,12 @@ async def module_receiver() -> AsyncIterator[Receiver]:
     @app.post("/hooks/{name}")
     async def hook(name: str, request: Request) -> JSONResponse:
         receiver.hooks.append(
-            Hook(name, request.headers.get("authorization"), await request.json())
+            Hook(
+                name,
+                request.headers.get("authorization"),
+                await request.json(),
+                request.headers.get("webhook-id"),
+            )
         )
         status = receiver.answers.popleft() if receiver.answers else 200
         return JSONResponse({"answered": status}, status_code=status)
@@ -214,14 +220,22 @@ async def test_export_succeeds_and_calls_back_with_the_token(
     result = body["result"]
     assert result["file"] == "exports/transactions-2025-Q3.csv"
     assert 100_000 <= result["rows"] < 1_000_000
-    assert hook == Hook("a", "Bearer secret-token", {"status": "succeeded", "result": result})
+    assert (hook.name, hook.authorization, hook.body) == (
+        "a",
+        "Bearer secret-token",
+        {"status": "succeeded", "result": result},
+    )
+    assert hook.webhook_id is not None and hook.webhook_id.startswith("whk_")
     # The same request always yields the same row count.
     assert (await client.get("/exports/files/exports/transactions-2025-Q3.csv")).json() == result
     job = (await stats(client))["jobs"][job_id]
     assert job["status"] == "succeeded"
     assert job["callback_url"] == f"{receiver.url}/hooks/a"
+    [webhook] = job["webhooks"]
+    assert webhook.pop("webhook_id").startswith("whk_")
     assert job["webhooks"] == [
         {
+            "report": "succeeded",
             "delivery": 1,
             "attempt": 1,
             "status_code": 200,
@@ -427,6 +441,36 @@ async def test_webhooks_are_retried_on_5xx_until_answered(
     assert [(w["attempt"], w["status_code"]) for w in webhooks] == [(1, 503), (2, 502), (3, 200)]
 
 
+async def test_progress_reports_come_in_order_before_the_final_one_each_with_its_own_id(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await faults(client, progress_reports=2, duplicate_webhooks=2)
+    started = await start_export(
+        client, "key-progress", callback_url=f"{receiver.url}/hooks/p", callback_token="t"
+    )
+    job_id = started.json()["job_id"]
+
+    await eventually(lambda: _first(receiver.hooks[5:]))
+
+    reports = [(hook.body["status"], hook.body.get("progress")) for hook in receiver.hooks]
+    assert reports == [
+        ("running", "33%"),
+        ("running", "33%"),
+        ("running", "66%"),
+        ("running", "66%"),
+        ("succeeded", None),
+        ("succeeded", None),
+    ]
+    ids = [hook.webhook_id for hook in receiver.hooks]
+    # A copy keeps its report's id; two reports never share one.
+    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[4] == ids[5]
+    assert len({ids[0], ids[2], ids[4]}) == 3
+    webhooks = (await stats(client))["jobs"][job_id]["webhooks"]
+    assert [w["report"] for w in webhooks] == [
+        "running 33%", "running 33%", "running 66%", "running 66%", "succeeded", "succeeded"
+    ]  # fmt: skip
+
+
 async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
@@ -441,8 +485,11 @@ async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
 
     assert len(receiver.hooks) == 1
     webhooks = (await stats(client))["jobs"][job_id]["webhooks"]
+    for webhook in webhooks:
+        webhook.pop("webhook_id")
     assert webhooks == [
         {
+            "report": "succeeded",
             "delivery": 1,
             "attempt": 1,
             "status_code": 409,
