@@ -51,11 +51,17 @@ class ApprovalActivities:
         }
         sent = ApprovalNoticeSent(nonce_hash="", decision_url="")
         if self._tokens is not None and self._gateway_url:
-            # Valid through an escalation's second window: a late decision still counts.
-            windows = 2 if request.policy.on_timeout == "escalate" else 1
-            link_expiry = request.requested_at + request.policy.timeout * windows
+            link_expiry = notice.links_expire_at
+            if link_expiry is None:
+                # A request of a run started before runs set it: valid through an escalation's
+                # second window.
+                windows = 2 if request.policy.on_timeout == "escalate" else 1
+                link_expiry = request.requested_at + request.policy.timeout * windows
             minted = self._tokens.mint(
-                notice.workflow_id, approval_subject(request.request_id), link_expiry
+                notice.workflow_id,
+                approval_subject(request.request_id),
+                link_expiry,
+                nonce=notice.nonce,
             )
             url = f"{self._gateway_url}/v1/approvals/{request.request_id}/decision"
             sent = ApprovalNoticeSent(nonce_hash=minted.nonce_hash, decision_url=url)

@@ -93,7 +93,10 @@ class ToolActivities:
             )
         # Deterministic from the call, so a retried attempt asks for the same expiry and
         # mints the same token the external system may already hold.
-        expires_at = input.started_at + long.timeout
+        timeout = long.timeout
+        if input.operation_timeout is not None:
+            timeout = min(timeout, input.operation_timeout)
+        expires_at = input.started_at + timeout
         context = StartContext(
             idempotency_key=f"{input.workflow_id}/{call.id}", operation_id=input.operation_id
         )
@@ -105,7 +108,9 @@ class ToolActivities:
                     type=RUN_INPUT_INVALID,
                     non_retryable=True,
                 )
-            minted = self._tokens.mint(input.workflow_id, input.operation_id, expires_at)
+            minted = self._tokens.mint(
+                input.workflow_id, input.operation_id, expires_at, nonce=input.nonce
+            )
             nonce_hash = minted.nonce_hash
             context = StartContext(
                 idempotency_key=context.idempotency_key,
@@ -127,7 +132,7 @@ class ToolActivities:
             operation=OperationStarted(
                 job_id=job.job_id,
                 completion=long.completion,
-                mode=long.mode,
+                mode=input.operation_mode or long.mode,
                 expires_at=expires_at,
                 eta_seconds=job.eta_seconds if job.eta_seconds is not None else _seconds(long.eta),
                 poll_interval_seconds=long.poll_interval.total_seconds(),

@@ -93,24 +93,41 @@ class ResumeTokens:
             raise ValueError("no resume-token keys configured (WAITSTATE_TOKEN_KEYS)")
         return cls(settings.token_keys, settings.token_signing_key)
 
-    def mint(self, workflow_id: str, operation_id: str, expires_at: datetime) -> MintedToken:
+    def mint(
+        self,
+        workflow_id: str,
+        operation_id: str,
+        expires_at: datetime,
+        *,
+        nonce: str | None = None,
+    ) -> MintedToken:
         """A token for one operation of one run, valid until `expires_at` (timezone-aware).
 
         Minting twice with the same arguments and signing key gives the same token.
 
+        Args:
+            workflow_id: The run the token may resume.
+            operation_id: The operation (or approval subject) it may complete.
+            expires_at: When it stops being valid.
+            nonce: The nonce the run chose for this operation, so every token minted for it
+                carries the same one whichever key signs it (keys rotate; the run keeps its
+                hash). Without it (runs started before runs chose their nonces), the nonce is
+                derived from the signing key.
+
         Raises:
-            ValueError: `expires_at` is naive.
+            ValueError: `expires_at` is naive, or `nonce` is not 16-64 base64url characters.
         """
         if expires_at.tzinfo is None:
             raise ValueError("expires_at must be timezone-aware")
         key_id = self._signing_key_id
         secret = self._keys[key_id]
-        # Deterministic, not random: a start activity retried after the external system
-        # accepted the job mints again, and the system keeps the first token it was given.
-        # Both mints must carry the same nonce, or the hash the retry reports to the workflow
-        # would not match the token that the system will eventually present.
-        nonce_input = f"nonce\x00{workflow_id}\x00{operation_id}".encode()
-        nonce = _b64encode(_mac(secret, nonce_input))[:NONCE_CHARS]
+        if nonce is None:
+            # Deterministic, not random: a start activity retried after the external system
+            # accepted the job mints again, and the system keeps the first token it was given.
+            nonce_input = f"nonce\x00{workflow_id}\x00{operation_id}".encode()
+            nonce = _b64encode(_mac(secret, nonce_input))[:NONCE_CHARS]
+        elif not (16 <= len(nonce) <= 64 and _BASE64URL.fullmatch(nonce)):
+            raise ValueError("a nonce is 16-64 base64url characters")
         claims = {
             "wf": workflow_id,
             "op": operation_id,

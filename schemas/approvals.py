@@ -114,6 +114,14 @@ class ApprovalNotice(BaseModel):
     request: ApprovalRequest
     recipient: str
     escalation: bool = False
+    nonce: str | None = Field(
+        default=None,
+        description="Chosen by the run for the request: every link token carries it, whichever "
+        "key signs it. Not a secret (a token needs the key).",
+    )
+    links_expire_at: datetime | None = Field(
+        default=None, description="The request's last deadline: its links are valid until then."
+    )
 
 
 class ApprovalNoticeSent(BaseModel):

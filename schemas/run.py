@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
 from schemas.messages import Message, ToolCall, Usage
-from schemas.operations import Operation, OperationStarted
+from schemas.operations import Operation, OperationStarted, ResultMode
 
 RunStatus = Literal[
     "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"
@@ -38,6 +38,16 @@ class RunInput(BaseModel):
     model_timeout: timedelta = timedelta(seconds=120)
     tool_timeout: timedelta = timedelta(seconds=120)
     max_in_flight: int = Field(default=8, ge=1, description="Pending operations a run may have.")
+    operation_timeout: timedelta | None = Field(
+        default=None,
+        description="No operation of this run waits longer than this, whatever its tool "
+        "declares; past it the job is cancelled and the operation expires.",
+    )
+    operation_mode: ResultMode | None = Field(
+        default=None,
+        description="`await` or `handle` for every long tool of this run, instead of what each "
+        "tool declares.",
+    )
     approval: ApprovalPolicy = Field(
         default_factory=ApprovalPolicy, description="For the model's own request_approval calls."
     )
@@ -159,6 +169,17 @@ class ToolCallInput(BaseModel):
     run_max_in_flight: int = Field(default=8, description="The run's limit of pending operations.")
     approved_by: str | None = Field(
         default=None, description="The approval request that cleared this call, if any."
+    )
+    operation_timeout: timedelta | None = Field(
+        default=None, description="The run's cap on how long an operation may wait."
+    )
+    operation_mode: ResultMode | None = Field(
+        default=None, description="The run's choice of result mode for long tools."
+    )
+    nonce: str | None = Field(
+        default=None,
+        description="Chosen by the run for a callback operation: every token minted for it "
+        "carries this nonce, whichever key signs it. Not a secret (a token needs the key).",
     )
 
 
