@@ -452,6 +452,8 @@ class AgentRunWorkflow:
                     run_in_flight=len(in_flight),
                     run_max_in_flight=self._input.max_in_flight,
                     approved_by=approved_by,
+                    operation_timeout=self._input.operation_timeout,
+                    operation_mode=self._input.operation_mode,
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=self._input.tool_timeout,
