@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pydantic import TypeAdapter
@@ -9,8 +10,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from blobs import BlobNotFound, BlobStore
-from providers import ProviderError, Providers, UnknownModelError
-from schemas import Message, ModelCallInput, ModelResponse
+from providers import Provider, ProviderError, Providers, UnknownModelError
+from providers.base import shorten
+from schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
 from schemas.errors import (
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
@@ -21,6 +23,16 @@ from schemas.run import CALL_MODEL
 from tools import ToolRegistry
 
 _TRANSCRIPT = TypeAdapter(list[Message])
+
+# Temporal keeps a retrying activity's last failure, stack traces and causes included, in 4 KB
+# (`limit.mutableStateActivityFailureSize.error`); past that, the Web UI and `describe` show
+# "Failure exceeds size limit." instead. An SDK's chain of causes alone is over 4 KB, so these
+# failures carry a bounded one-line message and no cause; the worker's log keeps the chain.
+FAILURE_CHARS = 600
+# The provider call gets the attempt's start-to-close timeout (the run's `model_timeout`) less
+# this margin, so a model that hangs fails with an error naming the provider and the limit
+# rather than Temporal's bare "activity StartToClose timeout".
+DEADLINE_MARGIN = timedelta(seconds=5)
 
 
 class ModelActivities:
@@ -42,31 +54,20 @@ class ModelActivities:
 
         Raises:
             ApplicationError: non-retryable when the request itself is wrong (bad spec, unknown
-                tool, a 4xx the provider will repeat); retryable otherwise, with the provider's
-                `retry-after` as the next delay.
+                tool, a 4xx the provider will repeat); retryable otherwise (no answer in time,
+                lost connection, 408/409/429/5xx), with the provider's `retry-after` as the next
+                delay. Its message is one line, and names the provider when the call failed.
         """
         try:
             provider, model = self._providers.resolve(input.model)
         except UnknownModelError as err:
-            raise ApplicationError(str(err), type=MODEL_SPEC_INVALID, non_retryable=True) from err
+            raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
         try:
             tools = self._tools.definitions(input.tools)
         except KeyError as err:
-            raise ApplicationError(err.args[0], type=RUN_INPUT_INVALID, non_retryable=True) from err
+            raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
         conversation = await self._conversation(input)
-        try:
-            response = await provider.complete(model, input.system_prompt, conversation, tools)
-        except UnknownModelError as err:
-            raise ApplicationError(str(err), type=MODEL_SPEC_INVALID, non_retryable=True) from err
-        except ProviderError as err:
-            if not err.retryable:
-                raise ApplicationError(
-                    str(err), type=MODEL_REQUEST_REJECTED, non_retryable=True
-                ) from err
-            delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
-            raise ApplicationError(
-                str(err), type=MODEL_UNAVAILABLE, next_retry_delay=delay
-            ) from err
+        response = await _complete(provider, model, input.system_prompt, conversation, tools)
         meter = activity.metric_meter()
         labels = {"provider": provider.name}
         meter.create_counter("waitstate_model_calls", "Model calls").add(1, labels)
@@ -98,9 +99,68 @@ class ModelActivities:
     async def _blob(self, ref: str) -> bytes:
         try:
             return await self._blobs.get(ref)
-        except BlobNotFound as err:
-            raise ApplicationError(
+        except BlobNotFound:
+            raise _failure(
                 f"{ref} is not in this worker's blob store (workers must share one)",
-                type=RUN_INPUT_INVALID,
+                RUN_INPUT_INVALID,
                 non_retryable=True,
-            ) from err
+            ) from None
+
+
+async def _complete(
+    provider: Provider,
+    model: str,
+    system_prompt: str,
+    conversation: list[Message],
+    tools: list[ToolDefinition],
+) -> ModelResponse:
+    """One provider call within the attempt's deadline, its failures turned into Temporal's."""
+    limit = activity.info().start_to_close_timeout
+    budget = limit - min(DEADLINE_MARGIN, limit / 10) if limit else None
+    deadline = asyncio.timeout(budget.total_seconds() if budget else None)
+    try:
+        async with deadline:
+            return await provider.complete(model, system_prompt, conversation, tools)
+    except UnknownModelError as err:
+        raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+    except ProviderError as err:
+        if not err.retryable:
+            raise _failure(str(err), MODEL_REQUEST_REJECTED, non_retryable=True) from None
+        delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
+        raise _failure(str(err), MODEL_UNAVAILABLE, next_retry_delay=delay) from None
+    except TimeoutError as err:
+        if not deadline.expired() or limit is None:
+            raise _unexpected(provider, err) from None
+        raise _failure(
+            f"{provider.name}: no answer within the run's model_timeout of "
+            f"{limit.total_seconds():g} s",
+            MODEL_UNAVAILABLE,
+        ) from None
+    except Exception as err:
+        raise _unexpected(provider, err) from None
+
+
+def _unexpected(provider: Provider, err: Exception) -> ApplicationError:
+    # A bug, or an SDK error the adapter does not translate: retried as any exception is,
+    # and typed by its class as Temporal would, but in a form Temporal keeps whole. The
+    # traceback goes to the worker's log.
+    activity.logger.warning("model call failed unexpectedly", exc_info=err)
+    return ApplicationError(
+        shorten(f"{provider.name}: {type(err).__name__}: {err}", FAILURE_CHARS),
+        type=type(err).__name__,
+    )
+
+
+def _failure(
+    message: str,
+    type: str,
+    *,
+    non_retryable: bool = False,
+    next_retry_delay: timedelta | None = None,
+) -> ApplicationError:
+    return ApplicationError(
+        shorten(message, FAILURE_CHARS),
+        type=type,
+        non_retryable=non_retryable,
+        next_retry_delay=next_retry_delay,
+    )

@@ -10,7 +10,7 @@ import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
 from anthropic.types import Message as AnthropicMessage
 
-from providers.base import ProviderError, retry_after_seconds
+from providers.base import ProviderError, no_response_message, retry_after_seconds
 from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
@@ -60,7 +60,8 @@ class AnthropicProvider:
                 retry_after=retry_after_seconds(err.response.headers),
             ) from err
         except anthropic.APIConnectionError as err:  # APITimeoutError included
-            raise ProviderError(self.name, err.message) from err
+            message = no_response_message(err.message, err.__cause__, err.request.url)
+            raise ProviderError(self.name, message) from err
         return _from_anthropic(response)
 
 

@@ -11,6 +11,9 @@ from schemas import Message, ModelResponse, ToolDefinition
 
 # HTTP statuses worth another attempt; every other 4xx means the request itself is wrong.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+# A provider's explanation is kept to this many characters, on one line: it ends up in a
+# Temporal failure (which must stay small), in `status` and on the CLI's stderr.
+MESSAGE_CHARS = 500
 
 
 class Provider(Protocol):
@@ -56,12 +59,30 @@ class ProviderError(Exception):
         self.status = status
         self.retry_after = retry_after
         where = f"HTTP {status}" if status is not None else "no response"
-        super().__init__(f"{provider}: {where}: {message}")
+        super().__init__(f"{provider}: {where}: {shorten(message, MESSAGE_CHARS)}")
 
     @property
     def retryable(self) -> bool:
         """True for timeouts, conflicts, rate limits, server errors and lost connections."""
         return self.status is None or self.status in RETRYABLE_STATUSES or self.status >= 500
+
+
+def no_response_message(message: str, cause: BaseException | None, url: object) -> str:
+    """Why a call got no answer, and where it went.
+
+    The SDKs say only "Connection error." or "Request timed out."; the transport's own
+    exception (their `__cause__`) says why, and the URL says which server was tried (an
+    OpenAI-compatible `base_url` is often the culprit). The query string is left out.
+    """
+    reason = str(cause).strip() if cause is not None else ""
+    where = str(url).partition("?")[0]
+    return f"{message} {reason} ({where})" if reason else f"{message} ({where})"
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters (an ellipsis marks the cut)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
@@ -92,12 +113,15 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     """Split `provider:model` into its parts.
 
     Raises:
-        ValueError: the spec is not of that form.
+        ValueError: the spec is not of that form, or a part is blank or has spaces around it
+            (`anthropic: ` would otherwise reach the provider as a model named " ").
     """
     provider, sep, model = spec.partition(":")
-    if not sep or not provider or not model:
+    if not sep or not provider.strip() or not model.strip():
         raise ValueError(
             f"model spec {spec!r} is not provider:model "
             "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
         )
+    if provider != provider.strip() or model != model.strip():
+        raise ValueError(f"model spec {spec!r} has spaces around the provider or model name")
     return provider, model

@@ -13,7 +13,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from providers.base import ProviderError, retry_after_seconds
+from providers.base import ProviderError, no_response_message, retry_after_seconds
 from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
@@ -59,7 +59,8 @@ class OpenAIProvider:
                 retry_after=retry_after_seconds(err.response.headers),
             ) from err
         except openai.APIConnectionError as err:  # APITimeoutError included
-            raise ProviderError(self.name, err.message) from err
+            message = no_response_message(err.message, err.__cause__, err.request.url)
+            raise ProviderError(self.name, message) from err
         return _from_openai(response)
 
 

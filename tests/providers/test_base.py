@@ -7,7 +7,13 @@ from email.utils import format_datetime
 
 import pytest
 
-from providers.base import ProviderError, parse_model_spec, retry_after_seconds
+from providers.base import (
+    MESSAGE_CHARS,
+    ProviderError,
+    no_response_message,
+    parse_model_spec,
+    retry_after_seconds,
+)
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -47,9 +53,17 @@ def test_parse_model_spec(spec: str, expected: tuple[str, str]) -> None:
     assert parse_model_spec(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["gpt-4.1", ":gpt-4.1", "openai:", ":", ""])
+@pytest.mark.parametrize(
+    "spec", ["gpt-4.1", ":gpt-4.1", "openai:", ":", "", "anthropic: ", "anthropic:\t", " :x"]
+)
 def test_parse_model_spec_rejects_malformed(spec: str) -> None:
     with pytest.raises(ValueError, match="is not provider:model"):
+        parse_model_spec(spec)
+
+
+@pytest.mark.parametrize("spec", ["anthropic: claude-sonnet-4-5", "openai:gpt-4.1 ", " openai:x"])
+def test_parse_model_spec_rejects_spaces_around_names(spec: str) -> None:
+    with pytest.raises(ValueError, match="has spaces around"):
         parse_model_spec(spec)
 
 
@@ -69,4 +83,31 @@ def test_provider_error_message_names_provider_and_status() -> None:
     )
     assert str(ProviderError("openai", "Connection error.")) == (
         "openai: no response: Connection error."
+    )
+
+
+def test_provider_message_is_one_bounded_line() -> None:
+    body = "Traceback (most recent call last):\n" + "  frame\n" * 5000
+
+    err = ProviderError("openai", body, status=502)
+
+    text = str(err)
+    assert text.startswith("openai: HTTP 502: Traceback (most recent call last): frame frame")
+    assert "\n" not in text
+    assert len(text) == len("openai: HTTP 502: ") + MESSAGE_CHARS
+    assert text.endswith("…")
+
+
+def test_no_response_message_says_why_and_where_without_the_query() -> None:
+    cause = ConnectionRefusedError("All connection attempts failed")
+
+    message = no_response_message(
+        "Connection error.", cause, "http://10.0.0.7:8000/v1/chat/completions?api-version=1"
+    )
+
+    assert message == (
+        "Connection error. All connection attempts failed (http://10.0.0.7:8000/v1/chat/completions)"
+    )
+    assert no_response_message("Request timed out.", None, "http://h/v1") == (
+        "Request timed out. (http://h/v1)"
     )

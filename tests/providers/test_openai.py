@@ -186,4 +186,7 @@ async def test_unreachable_server_is_retryable_without_status() -> None:
 
     assert caught.value.status is None
     assert caught.value.retryable is True
-    assert str(caught.value).startswith("openai: no response: ")
+    assert str(caught.value).startswith("openai: no response: Connection error. ")
+    # The transport's reason and the address tried, which the SDK's message leaves out.
+    assert "All connection attempts failed" in str(caught.value)
+    assert f"({closed.url}/v1/" in str(caught.value)

@@ -1,0 +1,210 @@
+"""The model-call activity: provider failures reach Temporal as one short line with no chained
+causes (so Temporal keeps them whole), and a model that hangs is cut off before the model
+timeout with an error that names the provider and the limit. Real SDK clients over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.api.failure.v1 import Failure
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from activities import ModelActivities
+from activities.model import FAILURE_CHARS
+from blobs import LocalBlobStore
+from examples.wire_server import WireServer, delayed, error, openai_text
+from providers import Providers
+from schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
+from schemas.converter import DATA_CONVERTER
+from schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
+from settings import Settings
+from tests.helpers import make_worker
+from tools import ToolRegistry
+from worker import build_providers
+from workflows.agent_run import AgentRunWorkflow
+
+# Temporal keeps a retrying activity's last failure whole up to 4 KB and warns past 2 KB
+# (limit.mutableStateActivityFailureSize.error / .warn); these failures stay under the warning.
+FAILURE_BYTES = 2048
+HELLO = ModelCallInput(
+    model="openai:test-model",
+    system_prompt="",
+    new_messages=[Message(role="user", content="hello")],
+    tools=[],
+    turn=1,
+)
+
+
+@pytest.fixture
+def wire() -> Iterator[WireServer]:
+    with WireServer() as server:
+        yield server
+
+
+def _openai(base_url: str) -> Providers:
+    return build_providers(Settings(openai_base_url=base_url, openai_api_key="test-key"))
+
+
+async def _failure(
+    providers: Providers,
+    blob_dir: Path,
+    call: ModelCallInput = HELLO,
+    *,
+    start_to_close: timedelta = timedelta(seconds=30),
+) -> tuple[ApplicationError, Failure]:
+    """Run one attempt of call_model as a worker would; return its error and that error as
+    Temporal receives it."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, start_to_close_timeout=start_to_close)
+    activities = ModelActivities(providers, ToolRegistry([]), LocalBlobStore(blob_dir))
+    try:
+        with pytest.raises(ApplicationError) as caught:
+            await env.run(activities.call_model, call)
+    finally:
+        await providers.aclose()
+    failure = Failure()
+    DATA_CONVERTER.failure_converter.to_failure(
+        caught.value, DATA_CONVERTER.payload_converter, failure
+    )
+    return caught.value, failure
+
+
+async def test_unreachable_provider_fails_with_one_short_line(
+    closed_port: int, tmp_path: Path
+) -> None:
+    base_url = f"http://127.0.0.1:{closed_port}/v1"
+
+    err, failure = await _failure(_openai(base_url), tmp_path)
+
+    assert err.type == MODEL_UNAVAILABLE and not err.non_retryable
+    assert err.message == (
+        "openai: no response: Connection error. All connection attempts failed "
+        f"({base_url}/chat/completions)"
+    )
+    # No chain of the SDK's and transport's exceptions, each with its traceback: that chain
+    # is what pushed the failure past 4 KB, where the Web UI shows only its size.
+    assert err.__cause__ is None and not failure.HasField("cause")
+    assert failure.ByteSize() < FAILURE_BYTES
+
+
+async def test_a_huge_error_body_is_cut_to_one_line(wire: WireServer, tmp_path: Path) -> None:
+    wire.enqueue(error(502, "<html>\n" + "<p>Bad gateway</p>\n" * 2000 + "</html>"))
+
+    err, failure = await _failure(_openai(wire.openai_base_url), tmp_path)
+
+    assert err.type == MODEL_UNAVAILABLE
+    assert err.message.startswith("openai: HTTP 502: <html> <p>Bad gateway</p> <p>Bad")
+    assert "\n" not in err.message and len(err.message) <= FAILURE_CHARS
+    assert failure.ByteSize() < FAILURE_BYTES
+
+
+async def test_rate_limit_keeps_the_providers_delay(wire: WireServer, tmp_path: Path) -> None:
+    wire.enqueue(error(429, "slow down", {"retry-after": "7"}))
+
+    err, _ = await _failure(_openai(wire.openai_base_url), tmp_path)
+
+    assert (err.type, err.non_retryable) == (MODEL_UNAVAILABLE, False)
+    assert err.next_retry_delay == timedelta(seconds=7)
+    assert err.message == "openai: HTTP 429: slow down"
+
+
+async def test_a_hang_is_cut_before_the_timeout_naming_provider_and_limit(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    wire.enqueue(delayed(10, openai_text("too late")))
+
+    err, _ = await _failure(
+        _openai(wire.openai_base_url), tmp_path, start_to_close=timedelta(seconds=2)
+    )
+
+    assert (err.type, err.non_retryable) == (MODEL_UNAVAILABLE, False)
+    assert err.message == "openai: no answer within the run's model_timeout of 2 s"
+    assert len(wire.requests) == 1
+
+
+@pytest.mark.parametrize("spec", ["anthropic: ", "openai:", "scripted: demo"])
+async def test_a_blank_or_padded_model_name_is_refused_for_good(spec: str, tmp_path: Path) -> None:
+    err, _ = await _failure(
+        build_providers(Settings()), tmp_path, HELLO.model_copy(update={"model": spec})
+    )
+
+    assert (err.type, err.non_retryable) == (MODEL_SPEC_INVALID, True)
+    assert repr(spec) in err.message
+
+
+class _Crashing:
+    """A provider with a bug deep in its stack (a stand-in: no SDK fails on demand)."""
+
+    name = "crashing"
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+    ) -> ModelResponse:
+        try:
+            try:
+                raise OSError("socket closed\n" + "detail " * 500)
+            except OSError as err:
+                raise ValueError("could not parse the reply") from err
+        except ValueError as err:
+            raise KeyError("choices") from err
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+async def test_an_unexpected_error_keeps_its_type_and_loses_its_chain(tmp_path: Path) -> None:
+    providers = Providers({"crashing": lambda: _Crashing()})
+
+    err, failure = await _failure(
+        providers, tmp_path, HELLO.model_copy(update={"model": "crashing:m"})
+    )
+
+    assert (err.type, err.non_retryable) == ("KeyError", False)
+    assert err.message == "crashing: KeyError: 'choices'"
+    assert not failure.HasField("cause") and failure.ByteSize() < FAILURE_BYTES
+
+
+async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer
+) -> None:
+    wire.enqueue(*[delayed(10) for _ in range(8)])
+    settings = Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
+    async with make_worker(dev_env.client, task_queue, settings=settings):
+        handle = await dev_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="hang", model="openai:slow", model_timeout=timedelta(seconds=2)),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        try:
+            pending = None
+            async with asyncio.timeout(60):
+                while pending is None:
+                    description = await handle.describe()
+                    pending = next(
+                        (
+                            p
+                            for p in description.raw_description.pending_activities
+                            if p.attempt >= 2 and p.HasField("last_failure")
+                        ),
+                        None,
+                    )
+                    await asyncio.sleep(0.2)
+        finally:
+            await handle.terminate("test over")
+
+    # The activity's own deadline fired first, not Temporal's StartToClose timeout.
+    assert pending.last_failure.message == "openai: no answer within the run's model_timeout of 2 s"
+    assert not pending.last_failure.HasField("timeout_failure_info")
+    assert pending.maximum_attempts == 8
