@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -21,11 +22,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -35,16 +41,20 @@ from temporalio.common import (
 )
 from temporalio.exceptions import (
     CancelledError,
+    FailureError,
     TerminatedError,
     TimeoutError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+# How the gateway tells a run that has ended from an unknown one when an Update is refused.
+from gateway.delivery import _rpc_refusal
 from providers.base import parse_model_spec
 from providers.scripted import SCRIPTS
 from schemas import RunInput, RunResult, RunState, Step
-from schemas.approvals import REQUEST_APPROVAL, DecisionSignal
+from schemas.approvals import REQUEST_APPROVAL, DecideInput, DecideOutcome
+from schemas.run import CALL_MODEL, CALL_TOOL
 from settings import Settings, connect, exit_process
 from tools.catalog import TOOL_NAMES
 from workflows.agent_run import AgentRunWorkflow
@@ -61,6 +71,31 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 SUMMARY_CHARS = 200
 # `ops` aggregates client-side over at most this many runs per query.
 OPS_LIMIT = 1000
+# How long `approve`/`reject` wait for the run to answer its `decide` Update. A run whose
+# worker is down never answers; the decision may still be applied once one runs.
+DECIDE_TIMEOUT = timedelta(seconds=20)
+# Activities whose retries a reader of `status` and `watch` should see as they happen (a poll's
+# retries are its schedule, not a failure).
+RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
+# Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start of
+# the original as its cause.
+FAILURE_TOO_LARGE = "Failure exceeds size limit."
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """A model or tool call that failed and is being tried again."""
+
+    call: str
+    activity_id: str
+    attempt: int
+    maximum_attempts: int | None
+    last_error: str
+
+    def line(self) -> str:
+        """E.g. `model call retrying: attempt 3 of 8, last error: openai: HTTP 500: ...`."""
+        of = f" of {self.maximum_attempts}" if self.maximum_attempts else ""
+        return f"{self.call} retrying: attempt {self.attempt}{of}, last error: {self.last_error}"
 
 
 class CliError(Exception):
@@ -176,11 +211,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """Print a run's state."""
     client = await _connect(settings)
-    state = await _state(client.get_workflow_handle(args.run_id))
+    handle = client.get_workflow_handle(args.run_id)
+    description = await _describe(handle)
+    state = await _state(handle, description)
+    retries = _retries(description)
     if args.json:
-        _print_json({"run_id": args.run_id, **state.model_dump(mode="json")})
+        retrying = [dataclasses.asdict(retry) for retry in retries]
+        _print_json({"run_id": args.run_id, **state.model_dump(mode="json"), "retrying": retrying})
         return 0
     print(f"run {args.run_id}: {state.status}")
+    for retry in retries:
+        print(retry.line())
     print(f"task: {state.task}")
     print(f"model: {state.model}; turns {state.turns}; tool calls {state.tool_calls}")
     print(
@@ -287,42 +328,19 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
-    """Approve or reject a run's request (the run's one open request unless --request)."""
+    """Approve or reject a run's request (the run's one open request unless --request), and
+    say what the run did with it: applied, or refused and why."""
     client = await _connect(settings)
     handle = client.get_workflow_handle(args.run_id)
-    description = await _describe(handle)
-    state = await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
-    ended = description.status != WorkflowExecutionStatus.RUNNING
-    open_ids = [r.request_id for r in state.approvals.values() if r.open]
-    request_id = args.request
-    if request_id is None:
-        if not open_ids:
-            raise CliError(f"run {args.run_id} has no open approval request")
-        if len(open_ids) > 1:
-            listing = "; ".join(f"{i} ({state.approvals[i].reason})" for i in open_ids)
-            raise CliError(
-                f"run {args.run_id} has several open requests; pick one with --request: {listing}"
-            )
-        request_id = open_ids[0]
-    elif request_id not in state.approvals:
-        raise CliError(f"run {args.run_id} has no approval request {request_id}")
-    decision = DecisionSignal(
+    request_id = args.request or await _one_open_request(handle)
+    decision = DecideInput(
         request_id=request_id,
+        decision=args.decision,
         reviewer=args.reviewer,
         comment=args.comment if args.decision == "approve" else args.reason,
     )
-    signal = AgentRunWorkflow.approve if args.decision == "approve" else AgentRunWorkflow.reject
-    if not ended:
-        # Sent even for a decided request: the run records it, and never applies it twice.
-        await handle.signal(signal, decision)
-    if request_id not in open_ids:
-        status = state.approvals[request_id].status
-        if ended:
-            raise CliError(f"request {request_id} is already {status}, and the run has ended")
-        raise CliError(
-            f"request {request_id} is already {status}: the run records and ignores this"
-        )
-    print(f"{args.decision} sent for request {request_id} of run {args.run_id}")
+    outcome = await _send_decision(handle, decision)
+    print(f"request {request_id} of run {args.run_id}: {outcome.status} by {args.reviewer}")
     return 0
 
 
@@ -482,12 +500,74 @@ async def _start(
     return client.get_workflow_handle(workflow_id, result_type=RunResult), True
 
 
+async def _one_open_request(handle: WorkflowHandle[Any, Any]) -> str:
+    """The id of the run's one open approval request.
+
+    Raises:
+        CliError: unknown or ended run, no open request or several, or no worker to ask.
+    """
+    description = await _describe(handle)
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        raise CliError(f"run {handle.id} has already ended ({_closed_status(description.status)})")
+    try:
+        state = await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+    except (RPCError, WorkflowQueryFailedError) as err:
+        raise CliError(
+            f"could not ask run {handle.id} for its open requests ({_first_line(err)}): "
+            "is a worker running? Name the request with --request"
+        ) from err
+    open_ids = [r.request_id for r in state.approvals.values() if r.open]
+    if not open_ids:
+        raise CliError(f"run {handle.id} has no open approval request")
+    if len(open_ids) > 1:
+        listing = "; ".join(f"{i} ({state.approvals[i].reason})" for i in open_ids)
+        raise CliError(
+            f"run {handle.id} has several open requests; pick one with --request: {listing}"
+        )
+    return open_ids[0]
+
+
+async def _send_decision(handle: WorkflowHandle[Any, Any], decision: DecideInput) -> DecideOutcome:
+    """Send a decision as the run's `decide` Update and return what the run did with it.
+
+    Raises:
+        CliError: the run refused it (unknown request, already decided or expired, run ended
+            or unknown) or did not answer in time: code 1; Temporal unreachable: code 2.
+    """
+    verb = decision.decision
+    try:
+        async with asyncio.timeout(DECIDE_TIMEOUT.total_seconds()):
+            outcome = await handle.execute_update(AgentRunWorkflow.decide, decision)
+    except WorkflowUpdateFailedError as err:
+        # The run's validator refused it: nothing was recorded.
+        raise CliError(f"{verb} refused by run {handle.id}: {_first_line(err.cause)}") from err
+    except RPCError as err:
+        if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise CliError(f"cannot reach Temporal: {_first_line(err)}", 2) from err
+        if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+            # E.g. PERMISSION_DENIED: CLI decisions are authorised by namespace access.
+            raise CliError(f"{verb} refused by Temporal: {_first_line(err)}") from err
+        if _rpc_refusal(err).code == "run_ended":
+            raise CliError(f"run {handle.id} has already ended: {verb} not applied") from err
+        raise CliError(f"no run with id {handle.id}") from err
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+        raise CliError(
+            f"run {handle.id} did not answer within {DECIDE_TIMEOUT.total_seconds():g} s "
+            f"(is a worker running?); the {verb} may still be applied when one runs: "
+            f"check with `status {handle.id}`"
+        ) from err
+    if not outcome.accepted:
+        raise CliError(f"{verb} not applied by run {handle.id}: {outcome.reason or outcome.status}")
+    return outcome
+
+
 async def _follow(
     handle: WorkflowHandle[Any, RunResult], *, quiet: bool, auto_approve_after: float | None = None
 ) -> RunState:
     """Print each step as it happens until the run ends; return its final state."""
     shown = 0
     seen: dict[str, float] = {}  # approval request id -> when it was first seen
+    retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
     result = asyncio.create_task(_outcome(handle))
     while True:
         done, _ = await asyncio.wait({result}, timeout=FOLLOW_INTERVAL)
@@ -499,6 +579,8 @@ async def _follow(
             for step in state.steps[shown:]:
                 print(_step_line(step), flush=True)
             shown = len(state.steps)
+        if not quiet and not done:
+            await _show_retries(handle, retries_shown)
         if state is not None:
             await _attend_approvals(handle, state, seen, quiet, auto_approve_after)
         if done:
@@ -509,6 +591,18 @@ async def _follow(
                 state.final_output = final.final_output
                 return state
             return final
+
+
+async def _show_retries(handle: WorkflowHandle[Any, Any], shown: set[tuple[str, int]]) -> None:
+    """Print each new attempt of a failing model or tool call, once."""
+    try:
+        description = await handle.describe()
+    except RPCError:
+        return
+    for retry in _retries(description):
+        if (retry.activity_id, retry.attempt) not in shown:
+            shown.add((retry.activity_id, retry.attempt))
+            print(f"  {retry.line()}", flush=True)
 
 
 async def _attend_approvals(
@@ -537,12 +631,16 @@ async def _attend_approvals(
             auto_approve_after is not None and now - seen[request.request_id] >= auto_approve_after
         ):
             seen[request.request_id] = float("inf")  # approve once
-            await handle.signal(
-                AgentRunWorkflow.approve,
-                DecisionSignal(request_id=request.request_id, reviewer="auto-approve (demo)"),
+            decision = DecideInput(
+                request_id=request.request_id, decision="approve", reviewer="auto-approve (demo)"
             )
-            if not quiet:
-                print(f"  auto-approved request {request.request_id}", flush=True)
+            try:
+                await _send_decision(handle, decision)
+            except CliError as err:  # e.g. someone decided it first: the run goes on
+                print(f"  auto-approve: {err}", file=sys.stderr, flush=True)
+            else:
+                if not quiet:
+                    print(f"  auto-approved request {request.request_id}", flush=True)
 
 
 async def _outcome(handle: WorkflowHandle[Any, RunResult]) -> RunState:
@@ -568,9 +666,10 @@ async def _outcome(handle: WorkflowHandle[Any, RunResult]) -> RunState:
     )
 
 
-async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
+async def _state(
+    handle: WorkflowHandle[Any, Any], description: WorkflowExecutionDescription
+) -> RunState:
     """A run's state: the workflow's own answer, or, with no worker to ask, its history's."""
-    description = await _describe(handle)
     try:
         return await handle.query(AgentRunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
     except RPCError:
@@ -580,13 +679,36 @@ async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
     return await _outcome(handle)
 
 
-async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
+async def _describe(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionDescription:
     try:
         return await handle.describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise CliError(f"no run with id {handle.id}") from err
         raise CliError(f"could not look up run {handle.id}: {err.message}") from err
+
+
+def _retries(description: WorkflowExecutionDescription) -> list[Retry]:
+    """Model and tool calls of the run that failed and are being retried, from the server's
+    record of its pending activities (no worker needed)."""
+    return [
+        Retry(
+            call=RETRIED_CALLS[pending.activity_type.name],
+            activity_id=pending.activity_id,
+            attempt=pending.attempt,
+            maximum_attempts=pending.maximum_attempts or None,  # 0: unlimited
+            last_error=_failure_message(pending.last_failure),
+        )
+        for pending in description.raw_description.pending_activities
+        if pending.activity_type.name in RETRIED_CALLS
+        and (pending.attempt > 1 or pending.HasField("last_failure"))
+    ]
+
+
+def _failure_message(failure: Failure) -> str:
+    if failure.message == FAILURE_TOO_LARGE and failure.HasField("cause"):
+        return f"{failure.cause.message} (truncated by Temporal: over its failure size limit)"
+    return failure.message
 
 
 def _closed_status(status: WorkflowExecutionStatus | None) -> str:
@@ -599,6 +721,12 @@ def _closed_status(status: WorkflowExecutionStatus | None) -> str:
         if status
         else "unknown"
     )
+
+
+def _first_line(err: BaseException) -> str:
+    # Every CLI error is one line; server and SDK messages may span several.
+    text = err.message if isinstance(err, RPCError | FailureError) else str(err)
+    return (text.strip() or type(err).__name__).splitlines()[0]
 
 
 def _step_line(step: Step) -> str:

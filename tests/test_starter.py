@@ -1,0 +1,251 @@
+"""The CLI as people run it: `starter.py` in a subprocess against the real dev server, with a
+real worker, demo systems and model provider addresses over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from gateway.tokens import ResumeTokens
+from schemas import RunInput, RunResult
+from settings import Settings
+from tests.helpers import make_worker
+from tools import demo_tools
+from tools.refunds import refund_tools
+from workflows.agent_run import AgentRunWorkflow
+
+ROOT = Path(__file__).resolve().parents[1]
+PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere
+
+
+@dataclass
+class Done:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Cli:
+    """Runs `python starter.py ...` with the test server's address and task queue."""
+
+    env: dict[str, str]
+
+    async def __call__(self, *args: str) -> Done:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "starter.py", *args, cwd=ROOT, env=self.env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(PATIENCE):
+                stdout, stderr = await process.communicate()
+        finally:
+            if process.returncode is None:  # timed out: leave no process behind
+                process.kill()
+                await process.wait()
+        assert process.returncode is not None
+        return Done(process.returncode, stdout.decode(), stderr.decode())
+
+    async def watch(self, run_id: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "starter.py", "watch", run_id, cwd=ROOT, env=self.env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
+    address = dev_env.client.service_client.config.target_host
+    return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+
+
+@pytest.fixture
+async def systems() -> AsyncIterator[str]:
+    async with serving(systems_app()) as url:
+        yield url
+
+
+async def _open_requests(handle: WorkflowHandle[Any, Any], count: int) -> list[str]:
+    async with asyncio.timeout(PATIENCE):
+        while True:
+            state = await handle.query(AgentRunWorkflow.status)
+            if len(ids := [r.request_id for r in state.approvals.values() if r.open]) == count:
+                return ids
+            await asyncio.sleep(0.1)
+
+
+def _one_error_line(done: Done) -> str:
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    return done.stderr.strip()
+
+
+async def test_decisions_are_applied_or_refused_and_the_cli_says_which(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str
+) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        worker = make_worker(
+            dev_env.client,
+            task_queue,
+            tools=[*demo_tools(), *refund_tools(http, systems)],
+            # Links point at a gateway nobody calls here: the CLI decides by Update.
+            settings=Settings(demo_systems_url=systems, gateway_url="http://127.0.0.1:9"),
+            tokens=ResumeTokens({"cli": "c" * 40}, "cli"),
+        )
+        async with worker:
+            handle: WorkflowHandle[Any, RunResult] = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="two refunds", model="scripted:two-refunds", tools=["issue_refund"]),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            first, second = await _open_requests(handle, 2)
+            approved = await cli(
+                "approve", handle.id, "--request", first, "--reviewer", "dana", "--comment", "ok"
+            )
+            again = await cli("reject", handle.id, "--request", first, "--reason", "too late")
+            unknown = await cli("approve", handle.id, "--request", "apr-nope")
+            rejected = await cli(
+                "reject", handle.id, "--request", second, "--reason", "over budget",
+                "--reviewer", "lee",
+            )  # fmt: skip
+            async with asyncio.timeout(PATIENCE):
+                result = await handle.result()
+            state = await handle.query(AgentRunWorkflow.status)
+        refunds = (await http.get(f"{systems}/refunds")).json()
+    ended = await cli("approve", handle.id, "--request", second)
+
+    assert (approved.code, approved.stderr) == (0, "")
+    assert approved.stdout == f"request {first} of run {handle.id}: approved by dana\n"
+    assert again.code == 1
+    assert _one_error_line(again) == (
+        f"error: reject refused by run {handle.id}: request already approved"
+    )
+    assert unknown.code == 1
+    assert _one_error_line(unknown).startswith(f"error: approve refused by run {handle.id}: ")
+    assert "apr-nope" in unknown.stderr
+    assert (rejected.code, rejected.stdout) == (
+        0,
+        f"request {second} of run {handle.id}: rejected by lee\n",
+    )
+    assert ended.code == 1
+    assert (
+        _one_error_line(ended) == f"error: run {handle.id} has already ended: approve not applied"
+    )
+    # What the run did: each decision applied once; the refused ones left nothing behind.
+    assert state.approvals[first].decision is not None
+    assert state.approvals[first].decision.reviewer == "dana"
+    assert state.approvals[second].decision is not None
+    assert state.approvals[second].decision.comment == "over budget"
+    assert state.approvals[first].ignored == [] and state.ignored_decisions == []
+    assert result.status == "completed"
+    assert len(refunds) == 1
+
+
+async def test_run_wait_auto_approves_through_the_update(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str
+) -> None:
+    settings = Settings(demo_systems_url=systems, gateway_url="http://127.0.0.1:9")
+    tokens = ResumeTokens({"cli": "c" * 40}, "cli")
+    async with make_worker(dev_env.client, task_queue, settings=settings, tokens=tokens):
+        done = await cli(
+            "run", "publish the report", "--model", "scripted:ask-first",
+            "--tools", "request_approval", "--wait", "--json", "--auto-approve-after", "0",
+        )  # fmt: skip
+
+    result = json.loads(done.stdout)
+    [request] = result["approvals"].values()
+    assert (done.code, done.stderr) == (0, "")
+    assert result["status"] == "completed" and "approved" in result["final_output"]
+    assert request["decision"]["reviewer"] == "auto-approve (demo)"
+
+
+async def test_a_decision_for_an_unknown_run_or_an_unreachable_server(
+    cli: Cli, closed_port: int
+) -> None:
+    unknown = await cli("approve", "no-such-run", "--request", "apr-1")
+    unreachable = await Cli({**cli.env, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})(
+        "reject", "no-such-run", "--request", "apr-1", "--reason", "no"
+    )
+
+    assert unknown.code == 1
+    assert _one_error_line(unknown) == "error: no run with id no-such-run"
+    assert unreachable.code == 2
+    assert _one_error_line(unreachable).startswith(
+        f"error: cannot reach Temporal at 127.0.0.1:{closed_port}: "
+    )
+
+
+@pytest.mark.parametrize("spec", ["anthropic: ", "openai:", "scripted: demo"])
+async def test_a_blank_or_padded_model_name_is_refused(cli: Cli, spec: str) -> None:
+    run_id = f"run-{uuid.uuid4()}"
+
+    done = await cli("run", "hello", "--model", spec, "--id", run_id)
+    status = await cli("status", run_id)
+
+    assert done.code == 2 and done.stdout == ""
+    assert repr(spec) in _one_error_line(done)
+    assert status.code == 1, "no run was started"
+
+
+async def test_status_and_watch_show_a_model_call_being_retried(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, closed_port: int
+) -> None:
+    base_url = f"http://127.0.0.1:{closed_port}/v1"
+    last_error = (
+        "openai: no response: Connection error. All connection attempts failed "
+        f"({base_url}/chat/completions)"
+    )
+    run_id = f"run-{uuid.uuid4()}"
+    settings = Settings(openai_base_url=base_url, openai_api_key="test-key")
+    async with make_worker(dev_env.client, task_queue, settings=settings):
+        started = await cli(
+            "run", "hello", "--model", "openai:any-name", "--tools", "calculate", "--id", run_id
+        )
+        assert started.code == 0, started.stderr
+        watch = await cli.watch(run_id)
+        try:
+            assert watch.stdout is not None
+            async with asyncio.timeout(PATIENCE):
+                while "model call retrying" not in (
+                    line := (await watch.stdout.readline()).decode()
+                ):
+                    assert line, "watch ended without showing a retry"
+                while "retrying: attempt" not in (status := await cli("status", run_id)).stdout:
+                    pass  # each `status` is a process of its own: no need to pause between
+                as_json = json.loads((await cli("status", run_id, "--json")).stdout)
+            cancelled = await cli("cancel", run_id)
+            async with asyncio.timeout(PATIENCE):
+                await watch.communicate()
+        finally:
+            if watch.returncode is None:
+                watch.kill()
+                await watch.wait()
+
+    assert re.fullmatch(
+        rf"  model call retrying: attempt \d of 8, last error: {re.escape(last_error)}\n", line
+    )
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"run {run_id}: running"
+    assert re.fullmatch(
+        rf"model call retrying: attempt \d of 8, last error: {re.escape(last_error)}", lines[1]
+    )
+    [retry] = as_json["retrying"]
+    assert retry["call"] == "model call" and retry["attempt"] >= 2
+    assert (retry["maximum_attempts"], retry["last_error"]) == (8, last_error)
+    assert as_json["status"] == "running"
+    assert cancelled.code == 0 and watch.returncode == 1  # watch ends with the run
