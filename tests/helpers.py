@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from temporalio.api.enums.v1 import EventType
@@ -19,12 +20,18 @@ from temporalio.worker import Replayer, Worker
 from gateway.tokens import ResumeTokens
 from schemas import ToolCall
 from schemas.converter import DATA_CONVERTER
+from schemas.operations import Operation
+from schemas.run import CALL_TOOL, ToolCallInput
 from settings import Settings
 from tools import ToolRegistry, ToolSpec, demo_tools
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+# How long `eventually` waits by default: far longer than anything takes on a loaded 2-core
+# machine, so it only turns a hang into a failure; no test depends on it.
+EVENTUALLY_WITHIN = 30.0
+T = TypeVar("T")
 
 # One store for the session: conversations are content-addressed, so tests cannot collide.
 TEST_BLOBS = Path(tempfile.mkdtemp(prefix="waitstate-test-blobs-"))
@@ -60,6 +67,74 @@ async def make_worker(
                 yield worker
         finally:
             await providers.aclose()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]], what: str, within: float = EVENTUALLY_WITHIN
+) -> T:
+    """Poll `check` until it returns a truthy value, and return that value.
+
+    Tests wait for the event they need (a request opened, a job created, a counter exported),
+    never for a fixed time: `within` only bounds a wait that would otherwise hang.
+
+    Args:
+        check: Asks once; a falsy answer means "not yet".
+        what: What is awaited, for the failure message ("the approval request").
+        within: Seconds before giving up, counting the checks themselves.
+
+    Raises:
+        AssertionError: `within` passed first; names `what` and the last answer.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    value: T | None = None
+    try:
+        async with asyncio.timeout_at(deadline):
+            while True:
+                value = await check()
+                if value:
+                    return value
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(
+            f"waited {within:g} s for {what}; the last check answered {value!r}"
+        ) from None
+
+
+async def quiet_history_length(handle: WorkflowHandle[Any, Any]) -> int:
+    """The run's history length once it has nothing to do but wait (for a person, a webhook
+    or a timer): no workflow task and no activity pending, so only a request that reaches it
+    can add an event."""
+
+    async def quiet() -> int:
+        described = await handle.describe()
+        raw = described.raw_description
+        busy = raw.HasField("pending_workflow_task") or len(raw.pending_activities) > 0
+        return 0 if busy else described.history_length
+
+    return await eventually(quiet, f"run {handle.id} to wait with nothing pending")
+
+
+async def callback_token(
+    tokens: ResumeTokens, handle: WorkflowHandle[Any, Any], operation: Operation
+) -> str:
+    """The resume token the run's start activity handed the external system for `operation`,
+    minted again from the same claims: the run, the operation, its expiry, and the nonce the
+    run chose, which its history holds (no secret: a token needs the key). For a test that
+    plays the external system when it cannot read what the system was given."""
+    nonce = None
+    async for event in handle.fetch_history_events():
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            continue
+        scheduled = event.activity_task_scheduled_event_attributes
+        if scheduled.activity_type.name != CALL_TOOL:
+            continue
+        [call] = DATA_CONVERTER.payload_converter.from_payloads(
+            scheduled.input.payloads, [ToolCallInput]
+        )
+        if call.operation_id == operation.operation_id:
+            nonce = call.nonce
+    return tokens.mint(handle.id, operation.operation_id, operation.expires_at, nonce=nonce).token
 
 
 async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
 import httpx
 from temporalio.testing import WorkflowEnvironment
@@ -18,6 +19,7 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput
 from schemas.approvals import DecisionSignal
+from tests.helpers import eventually
 from tests.workflows.test_worker_crash import WorkerProcess
 from workflows.agent_run import AgentRunWorkflow
 
@@ -88,18 +90,29 @@ async def test_counters_move_for_an_operation_a_rejected_webhook_and_an_approval
                 id=f"metrics-approval-{task_queue}",
                 task_queue=task_queue,
             )
-            for _ in range(100):
-                state = await approval.query(AgentRunWorkflow.status)
-                if state.approvals:
-                    break
-                await asyncio.sleep(0.1)
-            [request] = state.approvals.values()
+
+            async def approvals() -> dict[str, Any]:
+                return dict((await approval.query(AgentRunWorkflow.status)).approvals)
+
+            [request] = (await eventually(approvals, "the approval request")).values()
             await approval.signal(
                 AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id)
             )
             await asyncio.wait_for(approval.result(), 60)
-            await asyncio.sleep(1.5)  # the SDK exports on an interval
-            worker_metrics = (await http.get(f"http://{metrics_address}/metrics")).text
+
+            async def exported() -> str:
+                # The SDK exports on an interval: wait until every counter below has moved.
+                text = (await http.get(f"http://{metrics_address}/metrics")).text
+                moved = [
+                    _value(text, "waitstate_operations_started", tool="start_export"),
+                    _value(text, "waitstate_operations_finished", tool="start_export"),
+                    _value(text, "waitstate_approvals", outcome="approved"),
+                    _value(text, "waitstate_model_calls", provider="scripted") >= 7,
+                    re.search(r"^temporal_workflow_completed", text, re.M),
+                ]
+                return text if all(moved) else ""
+
+            worker_metrics = await eventually(exported, "the worker's counters to be exported")
             gateway_metrics = (await http.get(f"{gateway_url}/metrics")).text
         finally:
             await worker.stop()

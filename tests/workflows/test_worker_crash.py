@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
@@ -22,6 +23,8 @@ from gateway.app import create_app as gateway_app
 from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput
+from schemas.run import POLL_OPERATION
+from tests.helpers import eventually
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +42,16 @@ class WorkerProcess:
     async def start(self) -> None:
         offset = self._log.stat().st_size if self._log.exists() else 0
         with self._log.open("ab") as log:
-            self._process = await asyncio.create_subprocess_exec(
+            process = await asyncio.create_subprocess_exec(
                 sys.executable, "worker.py", cwd=ROOT, env=self._env, stdout=log, stderr=log
             )
-        for _ in range(300):
-            if "worker polling" in self._log.read_text(errors="replace")[offset:]:
-                return
-            assert self._process.returncode is None, self._log.read_text()
-            await asyncio.sleep(0.1)
-        raise AssertionError("worker did not start")
+        self._process = process
+
+        async def polling() -> bool:
+            assert process.returncode is None, self._log.read_text()
+            return "worker polling" in self._log.read_text(errors="replace")[offset:]
+
+        await eventually(polling, "the worker to poll", within=60)
 
     async def kill(self) -> None:
         assert self._process is not None
@@ -89,11 +93,23 @@ async def _stats(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 
 async def _until_job_created(http: httpx.AsyncClient, url: str) -> None:
-    for _ in range(300):
-        if any(k["jobs_created"] for k in (await _stats(http, url))["keys"].values()):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("no job was created")
+    async def created() -> bool:
+        return any(k["jobs_created"] for k in (await _stats(http, url))["keys"].values())
+
+    await eventually(created, "the external system to create the job")
+
+
+async def _until_the_poll_has_heartbeated(handle: WorkflowHandle[Any, Any]) -> None:
+    """The poll activity is running and the server holds a heartbeat of it, which is what a
+    worker that takes over resumes from."""
+
+    async def heartbeated() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        return any(
+            a.activity_type.name == POLL_OPERATION and a.heartbeat_details.payloads for a in pending
+        )
+
+    await eventually(heartbeated, "a heartbeat of the poll activity")
 
 
 async def test_worker_killed_while_polling(
@@ -109,7 +125,7 @@ async def test_worker_killed_while_polling(
             task_queue=task_queue,
         )
         await _until_job_created(http, systems_url)
-        await asyncio.sleep(1.5)  # the poll activity is running and has heartbeated
+        await _until_the_poll_has_heartbeated(handle)
         await worker.kill()
         await worker.start()
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
