@@ -1,4 +1,9 @@
-"""The gateway app over real HTTP, with a recording deliverer in place of Temporal."""
+"""The gateway's own logic over real HTTP, fast: a recording deliverer stands in for Temporal.
+
+Every behaviour proved here that involves a run is proved again end to end (real
+`TemporalDeliverer`, dev server and worker) in `test_real_server.py`. Only the gateway's answer
+to a deliverer that crashes is proved here alone: the real one cannot be made to.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import random
 import socket
 import string
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -289,24 +294,26 @@ async def test_lying_content_length_is_413() -> None:
     assert deliverer.calls == []
 
 
-@pytest.mark.parametrize(
-    ("body", "code", "says"),
-    [
-        (b"not json", "invalid_json", "JSON"),
-        (b"", "invalid_json", "JSON"),
-        (b'{"status": "succeeded",', "invalid_json", "JSON"),
-        (b"\xff\xfe", "invalid_json", "JSON"),
-        (b"[]", "invalid_completion", "body"),
-        (b'{"status": "failed"}', "invalid_completion", "needs an error"),
-        (b'{"status": "exploded"}', "invalid_completion", "status"),
-        (b'{"result": 1}', "invalid_completion", "status: Field required"),
-        (
-            b'{"status": "succeeded", "result": 1, "result_ref": "r"}',
-            "invalid_completion",
-            "not both",
-        ),
-    ],
-)
+# Bodies refused with 422 (body, error code, what the message says), here and against a real
+# run in test_real_server.py.
+MALFORMED_COMPLETIONS = [
+    (b"not json", "invalid_json", "JSON"),
+    (b"", "invalid_json", "JSON"),
+    (b'{"status": "succeeded",', "invalid_json", "JSON"),
+    (b"\xff\xfe", "invalid_json", "JSON"),
+    (b"[]", "invalid_completion", "body"),
+    (b'{"status": "failed"}', "invalid_completion", "needs an error"),
+    (b'{"status": "exploded"}', "invalid_completion", "status"),
+    (b'{"result": 1}', "invalid_completion", "status: Field required"),
+    (
+        b'{"status": "succeeded", "result": 1, "result_ref": "r"}',
+        "invalid_completion",
+        "not both",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "code", "says"), MALFORMED_COMPLETIONS)
 async def test_malformed_body_is_422(gw: Gateway, body: bytes, code: str, says: str) -> None:
     response = await gw.client.post(
         URL, content=body, headers={**gw.auth(), "Content-Type": "application/json"}
@@ -406,8 +413,15 @@ async def test_openapi_documents_the_complete_endpoint(gw: Gateway) -> None:
     assert doc["components"]["securitySchemes"][scheme_name]["scheme"] == "bearer"
 
 
-async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
-    rng = random.Random(20240611)
+def random_request(
+    rng: random.Random,
+    genuine: str,
+    token: Callable[[timedelta], str],
+    operation_ids: Sequence[str],
+) -> tuple[str, bytes, dict[str, str]]:
+    """A random completion request: (path, body, headers). Bodies are random bytes, text,
+    valid completions and corrupted ones; tokens are missing, `genuine`, garbage, corrupted
+    or expired (`token(expires_in)` mints one); paths name `operation_ids` or garbage."""
     printable = string.ascii_letters + string.digits + string.punctuation + " "
 
     def text(limit: int) -> str:
@@ -436,29 +450,36 @@ async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
         if choice == 0:
             return {}
         if choice == 1:
-            return gw.auth()
+            return {"Authorization": f"Bearer {genuine}"}
         if choice == 2:
             return {"Authorization": f"Bearer {text(300)}"}
         if choice == 3:
-            token = gw.token()
-            cut = rng.randrange(len(token))
-            return {
-                "Authorization": f"Bearer {token[:cut]}{rng.choice(printable)}{token[cut + 1 :]}"
-            }
+            cut = rng.randrange(len(genuine))
+            corrupted = f"{genuine[:cut]}{rng.choice(printable)}{genuine[cut + 1 :]}"
+            return {"Authorization": f"Bearer {corrupted}"}
         if choice == 4:
             return {"Authorization": text(100)}
-        return {"Authorization": f"Bearer {gw.token(expires_in=-timedelta(seconds=1))}"}
+        return {"Authorization": f"Bearer {token(-timedelta(seconds=1))}"}
+
+    operation_id = rng.choice([*operation_ids, quote(text(20), safe="") or "x"])
+    headers = {**authorization(), "Content-Type": rng.choice(["application/json", text(30)])}
+    if rng.random() < 0.2:
+        headers["X-" + "".join(rng.choices(string.ascii_letters, k=8))] = text(50)
+    # Header values cannot start or end with spaces (httpx refuses to send them).
+    headers = {name: value.strip() for name, value in headers.items()}
+    return f"/v1/operations/{operation_id}/complete", body(), headers
+
+
+async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
+    rng = random.Random(20240611)
+
+    def token(expires_in: timedelta) -> str:
+        return gw.token(expires_in=expires_in)
 
     statuses = set()
     for _ in range(200):
-        operation_id = rng.choice([OP, "op_2", quote(text(20), safe="") or "x"])
-        headers = {**authorization(), "Content-Type": rng.choice(["application/json", text(30)])}
-        if rng.random() < 0.2:
-            headers["X-" + "".join(rng.choices(string.ascii_letters, k=8))] = text(50)
-        url = f"/v1/operations/{operation_id}/complete"
-        # Header values cannot start or end with spaces (httpx refuses to send them).
-        headers = {name: value.strip() for name, value in headers.items()}
-        response = await gw.client.post(url, content=body(), headers=headers)
+        url, content, headers = random_request(rng, gw.token(), token, [OP, "op_2"])
+        response = await gw.client.post(url, content=content, headers=headers)
 
         assert response.status_code < 500, (response.status_code, response.text)
         if response.status_code != 200:

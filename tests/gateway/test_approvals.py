@@ -1,4 +1,11 @@
-"""Approval links: the decision endpoint over real HTTP, and `TemporalDeliverer.decide`."""
+"""Approval links, fast and against stand-ins: the decision endpoint over real HTTP with a
+recording deliverer, and `TemporalDeliverer.decide` with a fake workflow handle.
+
+What these prove about runs is proved again against real runs, through the real deliverer, in
+`test_real_server.py`. Proved here alone: the answers to outcomes no run gives today (a
+decision recorded but not applied, a refusal of no known type, a run ending mid-Update) and
+the retries of a decision through a link its run has not confirmed yet.
+"""
 
 from __future__ import annotations
 
@@ -339,7 +346,8 @@ async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
     assert "operation" in complete["responses"]["401"]["description"]
 
 
-# TemporalDeliverer.decide, with a stand-in for the workflow handle.
+# TemporalDeliverer.decide, with a stand-in for the workflow handle: each refusal Temporal or the
+# run can give, mapped to its HTTP answer.
 
 
 @dataclass
