@@ -23,7 +23,7 @@ from http import HTTPStatus
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import uuid4
 
-from fastapi import FastAPI, Request, Security
+from fastapi import FastAPI, Header, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 COMPLETE_PATH = "/v1/operations/{operation_id}/complete"
 DECISION_PATH = "/v1/approvals/{request_id}/decision"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+MAX_REPORT_ID_CHARS = 200
 _SCHEMA_REF = "#/components/schemas/{model}"
 
 _Body = TypeVar("_Body", bound=BaseModel)
@@ -84,6 +85,15 @@ class DecisionAccepted(BaseModel):
 # Module-level, not inside create_app: FastAPI resolves the endpoint's (string) annotations in
 # this module's globals. auto_error=False: a missing token is answered by the endpoint, after
 # the size check.
+_ReportId = Annotated[
+    str | None,
+    Header(
+        alias="Webhook-Id",
+        min_length=1,
+        max_length=MAX_REPORT_ID_CHARS,
+        description="The sender's id for this report, the same for its retries and copies.",
+    ),
+]
 _BEARER = HTTPBearer(
     auto_error=False,
     bearerFormat="resume token",
@@ -261,20 +271,34 @@ def create_app(
                 "nonce the run does not know.",
                 404: "No such run, or the run has no such operation.",
                 409: "Not applied: the operation is already resolved, expired or cancelled, "
-                "this is a duplicate of a completion already applied, or the run has ended. "
+                "this is a duplicate of a completion already applied, a progress report the "
+                "operation already shows (`duplicate_report`), or the run has ended. "
                 "Do not retry.",
                 422: "The body is not JSON, or not a valid completion.",
             }
         ),
         operation_id="complete_operation",
         summary="Report on a long operation",
-        description="An external system reports progress on a job, or its result or failure.",
+        description="An external system reports progress on a job, or its result or failure. "
+        "Copies of one report (retries, at-least-once delivery) are applied once; give each "
+        "report a `Webhook-Id` (or `Idempotency-Key`) header that its copies keep, so that two "
+        "progress reports with the same body are told apart from a copy.",
         openapi_extra=_json_body(Completion),
     )
     async def complete(
         operation_id: str,
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+        webhook_id: _ReportId = None,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                min_length=1,
+                max_length=MAX_REPORT_ID_CHARS,
+                description="Read when there is no Webhook-Id.",
+            ),
+        ] = None,
     ) -> Accepted | JSONResponse:
         admitted = await gate.admit(
             request,
@@ -287,9 +311,10 @@ def create_app(
         if isinstance(admitted, JSONResponse):
             return admitted
         claims, completion = admitted
+        report_id = webhook_id or idempotency_key
         outcome = await gate.deliver(
             request,
-            deliverer.complete(claims, completion, delivery_id=uuid4().hex),
+            deliverer.complete(claims, completion, delivery_id=uuid4().hex, report_id=report_id),
             f"a completion of operation {operation_id!r}",
         )
         if isinstance(outcome, JSONResponse):

@@ -28,6 +28,7 @@ from schemas.errors import (
     APPROVAL_UNKNOWN,
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
+    OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
 from schemas.operations import CompleteOperation, Completion, CompletionOutcome
@@ -49,6 +50,7 @@ _REJECTIONS = {
     OPERATION_UNKNOWN: (404, "operation_unknown"),
     OPERATION_NONCE_MISMATCH: (401, "nonce_mismatch"),
     OPERATION_RESOLVED: (409, "operation_resolved"),
+    OPERATION_UNCHANGED: (409, "duplicate_report"),
     APPROVAL_UNKNOWN: (404, "approval_unknown"),
     APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
     APPROVAL_DECIDED: (409, "approval_decided"),
@@ -80,9 +82,20 @@ class Deliverer(Protocol):
     """Hands completions and decisions to the runs they are for."""
 
     async def complete(
-        self, claims: ResumeClaims, completion: Completion, delivery_id: str
+        self,
+        claims: ResumeClaims,
+        completion: Completion,
+        delivery_id: str,
+        report_id: str | None = None,
     ) -> CompletionOutcome:
         """Deliver `completion` for the operation `claims` names and report what the run did.
+
+        Args:
+            claims: The verified token's claims.
+            completion: The report.
+            delivery_id: Unique to this HTTP request.
+            report_id: The sender's id for the report (its `Webhook-Id` or `Idempotency-Key`),
+                kept by the report's retries and copies.
 
         Raises:
             DeliveryRefused: the run refused it, or could not be reached.
@@ -116,17 +129,31 @@ def decision_update_id(request_id: str, body: DecisionBody) -> str:
     return f"decide/{request_id}/{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
-def update_id(operation_id: str, completion: Completion) -> str:
-    """The Update id for one report on an operation: the same report always gets the same id.
+def update_id(
+    operation_id: str, completion: Completion, delivery_id: str, report_id: str | None = None
+) -> str:
+    """The Update id for one report on an operation.
 
-    Temporal answers every Update that reuses an id with the first one's outcome, so identical
-    webhooks sent concurrently or retried collapse into one Update. The body is part of the id
-    because an operation may receive several different reports (`running` 40%, `running` 80%,
-    then `succeeded`): an id per operation alone would answer each later report with the first
-    one's outcome and never apply it.
+    Temporal answers every Update that reuses an id with the first one's outcome, so copies of
+    one report sent concurrently or retried collapse into one Update (and stay under the run's
+    cap on Updates in flight).
+
+    - A final report (`succeeded`, `failed`) is known by its body: an operation ends once, so
+      two identical final reports are one, whatever the sender calls them.
+    - A progress report (`running`, `input_required`) is known by the sender's id for it
+      (`report_id`), else by this request alone: two reports with the same body (`running`
+      50%, `input_required`, `running` 50% again) are two reports, and neither may be
+      answered with the other's outcome. A copy that would change nothing the operation
+      shows is refused by the run (`duplicate_report`) before it reaches its history.
     """
-    body = json.dumps(completion.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return f"complete/{operation_id}/{hashlib.sha256(body.encode()).hexdigest()[:16]}"
+    if completion.status in ("succeeded", "failed"):
+        text = json.dumps(completion.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        key = f"final\x00{text}"
+    elif report_id is not None:
+        key = f"report\x00{report_id}"
+    else:
+        key = f"delivery\x00{delivery_id}"
+    return f"complete/{operation_id}/{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 class TemporalDeliverer:
@@ -138,14 +165,19 @@ class TemporalDeliverer:
         self._timeout = timeout
 
     async def complete(
-        self, claims: ResumeClaims, completion: Completion, delivery_id: str
+        self,
+        claims: ResumeClaims,
+        completion: Completion,
+        delivery_id: str,
+        report_id: str | None = None,
     ) -> CompletionOutcome:
         """Send the completion as an Update and wait for the run's outcome.
 
         Raises:
             DeliveryRefused: 404 unknown run or operation, 401 nonce mismatch, 409 already
-                resolved, not applied, a duplicate or the run has ended, 503 Temporal could
-                not be reached or the run did not answer in time.
+                resolved (expired and cancelled included), not applied, a duplicate or the
+                run has ended, 503 Temporal could not be reached or the run did not answer in
+                time.
         """
         handle = self._client.get_workflow_handle(claims.workflow_id)
         update = CompleteOperation(
@@ -158,7 +190,7 @@ class TemporalDeliverer:
             outcome = await handle.execute_update(
                 AgentRunWorkflow.complete_operation,
                 update,
-                id=update_id(claims.operation_id, completion),
+                id=update_id(claims.operation_id, completion, delivery_id, report_id),
             )
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was

@@ -16,7 +16,9 @@ RUN_FAILED = "RunFailed"
 # Completions refused by the run's Update validator (nothing is written to history).
 OPERATION_UNKNOWN = "OperationUnknown"  # no such operation in this run -> HTTP 404
 OPERATION_NONCE_MISMATCH = "OperationNonceMismatch"  # token not issued for it -> HTTP 401
-OPERATION_RESOLVED = "OperationResolved"  # it already succeeded or failed -> HTTP 409
+OPERATION_RESOLVED = "OperationResolved"  # it already ended (any terminal status) -> HTTP 409
+# A progress report the operation already shows (a copy of one delivery): nothing to change.
+OPERATION_UNCHANGED = "OperationUnchanged"  # -> HTTP 409 duplicate_report
 # A poll found the job still running: the retry policy is the poller for long intervals.
 OPERATION_STILL_RUNNING = "OperationStillRunning"
 # A long tool's backend could not be reached or answered 5xx: retried.

@@ -97,6 +97,11 @@ class Operation(BaseModel):
         default=None, description="The status the model was last told of."
     )
     late_completions: int = Field(default=0, description="Completions refused after it ended.")
+    cancel: Literal["owed", "sent", "failed"] | None = Field(
+        default=None,
+        description="The cancel an expired or cancelled operation's job is owed: `owed` until "
+        "the external system confirms it (a continued run sends it if it is still owed).",
+    )
 
     @property
     def terminal(self) -> bool:

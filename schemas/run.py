@@ -145,6 +145,28 @@ class ModelCallInput(BaseModel):
     turn: int
 
 
+class ParkedCall(BaseModel):
+    """A tool call of an unfinished turn that was waiting when the run continued as new."""
+
+    kind: Literal["operation", "operations"] = Field(
+        description="`operation`: an await-mode long tool; `operations`: wait_for_operations."
+    )
+    operation_ids: list[str]
+    deadline: datetime | None = Field(
+        default=None, description="wait_for_operations' own timeout, if it had one."
+    )
+    since: datetime = Field(description="When the wait began.")
+
+
+class CarriedTurn(BaseModel):
+    """A turn whose tool calls were waiting when the run continued as new: the next run waits
+    on, then gives the model every result of the turn at once."""
+
+    calls: list[ToolCall]
+    results: list[ToolResult | None] = Field(description="Per call; None while it waits.")
+    parked: dict[str, ParkedCall] = Field(description="By tool call id.")
+
+
 class RunCarry(BaseModel):
     """What a run hands to its continuation: the ledger, the conversation by reference, what
     is not sent yet, and every operation still pending."""
@@ -154,6 +176,9 @@ class RunCarry(BaseModel):
     unsent: list[Message]
     answer: str | None = Field(
         default=None, description="Set when the run was waiting for operations after answering."
+    )
+    turn: CarriedTurn | None = Field(
+        default=None, description="Set when the run continued as new in the middle of a turn."
     )
 
 
@@ -214,4 +239,6 @@ READ_REF = "read_ref"
 REF_PREFIX = "ref://blobs/"
 
 
+CarriedTurn.model_rebuild()
+RunCarry.model_rebuild()
 RunInput.model_rebuild()

@@ -6,15 +6,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NamedTuple, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    FailureError,
+    RetryState,
     is_cancelled_exception,
 )
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
@@ -55,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         MODEL_SPEC_INVALID,
         OPERATION_NONCE_MISMATCH,
         OPERATION_RESOLVED,
+        OPERATION_UNCHANGED,
         OPERATION_UNKNOWN,
         RUN_FAILED,
         RUN_INPUT_INVALID,
@@ -81,7 +85,9 @@ with workflow.unsafe.imports_passed_through():
         POLL_OPERATION,
         READ_REF,
         REF_PREFIX,
+        CarriedTurn,
         Checkpoint,
+        ParkedCall,
         RunCarry,
     )
     from workflows.search_attributes import (
@@ -137,10 +143,34 @@ REBUILD_EVENT_CHARS = 4000
 # What continue-as-new carries beyond the open items.
 KEEP_STEPS = 100
 KEEP_CLOSED = 20
+# Runs started from here on choose the nonces of their tokens and links, hold every early report,
+# never drop a cancel they owe, continue as new while they wait, let a person's decision stand
+# against the timeout policy, and notify while the approval window runs (issue 11). Runs
+# recorded before keep the earlier behaviour, so their histories replay.
+EXACTLY_ONCE = "exactly-once-v2"
+# A model failure's message, as the run records it: Temporal refuses failures past its size.
+FAILURE_CHARS = 2000
 
 
 class _ApprovalExpired(Exception):
     """An approval expired under on_timeout `fail`: the run ends, cleanly, with the reason."""
+
+
+class _Starting(NamedTuple):
+    """A long tool's start in flight: the tool, and the hash of the nonce its token carries."""
+
+    tool: str
+    nonce_hash: str | None
+
+
+@dataclass
+class _Wait:
+    """Something the run waits for, shown in the Web UI while it lasts."""
+
+    kind: str
+    details: str
+    began: datetime
+    parked: bool = False  # handed to the next run by continue-as-new: the wait goes on there
 
 
 @workflow.defn
@@ -170,21 +200,35 @@ class AgentRunWorkflow:
         self._long_wait: timedelta | None = None
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._ignored_signals = 0
+        self._v2 = workflow.patched(EXACTLY_ONCE)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
-        # died after the external system accepted it): such completions wait here, recorded,
-        # until the start is confirmed and the nonce can be checked.
-        self._starting: dict[str, str] = {}  # operation id -> tool, while its start runs
-        self._early: dict[str, CompleteOperation] = {}
-        self._waits: list[tuple[str, str, datetime]] = []
+        # died after the external system accepted it): its reports wait here, in order, until
+        # the start is confirmed; then each is applied.
+        self._starting: dict[str, _Starting] = {}  # by operation id, while its start runs
+        self._early: dict[str, list[CompleteOperation]] = {}
+        self._waits: list[_Wait] = []
+        # Cancels sent to jobs (by operation id): a run ends or continues only once they are.
+        self._cancels: dict[str, asyncio.Task[None]] = {}
+        # The nonces of open approval requests' links; only their hashes go into the state.
+        self._link_nonces: dict[str, str] = {}
+        # The tool calls of the turn in progress still running, and those of them parked in a
+        # wait the next run can take over (see `_park`).
+        self._turn_open: set[str] = set()
+        self._parked: set[str] = set()
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
         self._set_status("running")
         for op in self._pending():  # carried over by continue-as-new
             self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        for op in self._state.operations.values():
+            if op.cancel == "owed":  # the previous run could not send it
+                self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
         # A run continued while it waited for operations goes back to waiting, not to the model.
         answer = input.carry.answer if input.carry else None
         try:
+            if input.carry and input.carry.turn:  # continued in the middle of a turn
+                await self._run_tools(input.carry.turn.calls, input.carry.turn)
             while self._state.turns < input.max_turns:
                 if answer is None:
                     if self._should_continue_as_new():
@@ -196,9 +240,8 @@ class AgentRunWorkflow:
                     answer = reply.content
                 if not self._operations_to_report():
                     return await self._finish("completed", answer)
-                if self._should_continue_as_new():
+                if self._should_continue_as_new() or not await self._report_operations():
                     await self._continue_as_new(answer)
-                await self._report_operations()
                 answer = None
             return await self._finish("max_turns", None)
         except _ApprovalExpired as expired:
@@ -222,12 +265,12 @@ class AgentRunWorkflow:
 
     def _accept_completion(self, update: CompleteOperation) -> CompletionOutcome:
         if update.operation_id not in self._state.operations:
-            self._early[update.operation_id] = update
+            self._early.setdefault(update.operation_id, []).append(update)
             return CompletionOutcome(
                 applied=True,
                 status="running",
                 delivery_id=update.delivery_id,
-                reason="recorded; applied once the start of the job is confirmed",
+                reason="held; applied once the start of the job is confirmed",
             )
         op = self._state.operations[update.operation_id]
         if op.terminal:
@@ -244,23 +287,39 @@ class AgentRunWorkflow:
 
     @complete_operation.validator
     def _validate_completion(self, update: CompleteOperation) -> None:
-        # Rejections here add nothing to the run's history.
+        # Rejections here add nothing to the run's history (and validators do not run on
+        # replay, so they may refuse more than they used to).
         op = self._state.operations.get(update.operation_id)
-        if op is None and update.operation_id in self._starting:
-            if update.operation_id in self._early:
-                raise ApplicationError("a completion was already received", type=OPERATION_RESOLVED)
+        starting = self._starting.get(update.operation_id)
+        if op is None and starting is not None:
+            # The job reports before its start is confirmed: held, unless it cannot apply.
+            if starting.nonce_hash is not None and starting.nonce_hash != _hash(update.nonce):
+                raise ApplicationError(
+                    "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+                )
+            held = [early.completion for early in self._early.get(update.operation_id, [])]
+            if any(completion.status in ("succeeded", "failed") for completion in held):
+                raise ApplicationError("a final report is already held", type=OPERATION_RESOLVED)
+            if held and _same_report(held[-1].status, held[-1].progress, update.completion):
+                raise ApplicationError("the same report is already held", type=OPERATION_UNCHANGED)
             return
         if op is None or op.completion != "callback":
             raise ApplicationError(
                 f"no operation {update.operation_id} awaits a callback in this run",
                 type=OPERATION_UNKNOWN,
             )
-        if op.nonce_hash != hashlib.sha256(update.nonce.encode()).hexdigest():
+        if op.nonce_hash != _hash(update.nonce):
             raise ApplicationError(
                 "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
             )
-        if op.status in ("succeeded", "failed"):
+        if op.terminal:
+            # Expired or cancelled ones too: their jobs were told to stop.
             raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+        if _same_report(op.status, op.progress, update.completion):
+            raise ApplicationError(
+                f"operation already shows {op.status} {op.progress or ''}".rstrip(),
+                type=OPERATION_UNCHANGED,
+            )
 
     @workflow.signal
     def operation_completed(self, update: CompleteOperation) -> None:
@@ -357,13 +416,16 @@ class AgentRunWorkflow:
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise
-            reason = str(err.cause) if err.cause else str(err)
+            reason = self._model_failure(err) if self._v2 else str(err.cause or err)
             self._state.error = reason
             await self._end_pending("cancelled")
             self._set_status("failed")
-            raise ApplicationError(
-                f"model call failed on turn {turn}: {reason}", type=RUN_FAILED, non_retryable=True
-            ) from err
+            message = f"model call failed on turn {turn}: {reason}"
+            if self._v2:
+                # The reason says it all; the chained causes would carry their tracebacks
+                # into a failure Temporal could refuse as too large.
+                raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None
+            raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from err
         self._state.turns = turn
         self._state.usage += response.usage
         reply = response.message
@@ -374,11 +436,56 @@ class AgentRunWorkflow:
         self._step("model", self._input.model, detail)
         return reply
 
+    def _model_failure(self, err: ActivityError) -> str:
+        """Why the model could not be called, naming the provider, the limit and the attempts,
+        in one bounded line."""
+        spec = self._input.model
+        cause = err.cause
+        if isinstance(cause, ActivityTimeoutError):
+            limit = self._input.model_timeout.total_seconds()
+            what = f"{spec} did not answer within {limit:g} s (model_timeout)"
+        elif isinstance(cause, FailureError):
+            what = f"{spec}: {cause.message}"
+        else:
+            what = f"{spec}: {cause or err}"
+        if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+            what += f"; gave up after {MODEL_RETRY.maximum_attempts} attempts"
+        elif err.retry_state == RetryState.NON_RETRYABLE_FAILURE:
+            what += "; not retried: the request itself was refused"
+        return _preview(what, FAILURE_CHARS)
+
     # --- tools -------------------------------------------------------------------------
 
-    async def _run_tools(self, calls: list[ToolCall]) -> None:
-        # Calls of one turn are independent by construction: the model issued them together.
-        results = await asyncio.gather(*(self._run_tool(call) for call in calls))
+    async def _run_tools(self, calls: list[ToolCall], carried: CarriedTurn | None = None) -> None:
+        """Run one turn's tool calls concurrently (the model issued them together, so they are
+        independent), then hand every result to the model at once. A turn `carried` over by
+        continue-as-new keeps its results and waits on for the rest."""
+
+        async def one(index: int, call: ToolCall) -> ToolResult | ParkedCall:
+            self._turn_open.add(call.id)
+            try:
+                if carried is None:
+                    return await self._run_tool(call)
+                done = carried.results[index]
+                return done if done is not None else await self._resume(call, carried)
+            finally:
+                self._turn_open.discard(call.id)
+
+        outcomes = await asyncio.gather(*(one(index, call) for index, call in enumerate(calls)))
+        if any(isinstance(outcome, ParkedCall) for outcome in outcomes):
+            # The history grew past its limit while every unfinished call waited.
+            await self._continue_as_new(
+                turn=CarriedTurn(
+                    calls=calls,
+                    results=[o if isinstance(o, ToolResult) else None for o in outcomes],
+                    parked={
+                        call.id: o
+                        for call, o in zip(calls, outcomes, strict=True)
+                        if isinstance(o, ParkedCall)
+                    },
+                )
+            )
+        results = [o for o in outcomes if isinstance(o, ToolResult)]
         lines = []
         for result in results:
             self._step("tool", result.name, _preview(result.content), is_error=result.is_error)
@@ -405,7 +512,7 @@ class AgentRunWorkflow:
             for result in results
         )
 
-    async def _run_tool(self, call: ToolCall) -> ToolResult:
+    async def _run_tool(self, call: ToolCall) -> ToolResult | ParkedCall:
         if call.name == GET_OPERATION_STATUS:
             return self._get_operation_status(call)
         if call.name == WAIT_FOR_OPERATIONS:
@@ -430,16 +537,35 @@ class AgentRunWorkflow:
                 )
             result, operation_id = await self._call_tool(call, approved_by=request.request_id)
         if result.operation is None:
-            self._early.pop(operation_id, None)
+            if held := self._early.pop(operation_id, None):
+                # Reports for a job the start says it did not start: nothing to apply them to.
+                self._step(
+                    "event",
+                    call.name,
+                    f"{operation_id}: {len(held)} early reports dropped, the start failed",
+                    is_error=True,
+                )
             return result
         return await self._track(call, operation_id, result.operation)
+
+    async def _resume(self, call: ToolCall, turn: CarriedTurn) -> ToolResult | ParkedCall:
+        """Take over a call the previous run was waiting on when it continued as new."""
+        parked = turn.parked[call.id]
+        ops = [self._state.operations[i] for i in parked.operation_ids]
+        if parked.kind == "operation":
+            return await self._await_operation(call, ops[0], since=parked.since)
+        return await self._await_operations(call, ops, parked.deadline, since=parked.since)
 
     async def _call_tool(self, call: ToolCall, approved_by: str | None) -> tuple[ToolResult, str]:
         # Starts still in flight count too, since the calls of one turn start concurrently (sync
         # tools among them, conservatively: the workflow does not know a tool's kind).
-        in_flight = [op.tool for op in self._pending()] + list(self._starting.values())
+        in_flight = [op.tool for op in self._pending()]
+        in_flight += [start.tool for start in self._starting.values()]
         operation_id = f"op_{workflow.uuid4().hex[:16]}"
-        self._starting[operation_id] = call.name
+        # Chosen here, not derived from a signing key, so that every token minted for the
+        # operation carries it whichever key signs it, and an early report can be checked.
+        nonce = workflow.uuid4().hex if self._v2 else None
+        self._starting[operation_id] = _Starting(call.name, _hash(nonce) if nonce else None)
         try:
             result: ToolResult = await workflow.execute_activity(
                 CALL_TOOL,
@@ -454,6 +580,7 @@ class AgentRunWorkflow:
                     approved_by=approved_by,
                     operation_timeout=self._input.operation_timeout,
                     operation_mode=self._input.operation_mode,
+                    nonce=nonce,
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=self._input.tool_timeout,
@@ -486,6 +613,25 @@ class AgentRunWorkflow:
 
     async def _ask(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
         """Ask a person, wait (holding no worker) for the decision or the timeout policy."""
+        if not self._v2:
+            return await self._ask_v1(call, reason, policy)
+        # Before the request exists, so that a slow checkpoint does not eat into its window.
+        await self._checkpoint(f"approval of {call.name} from {policy.approvers}")
+        request = self._request(call, reason, policy)
+        with self._waiting("approval", f"waiting for approval: {reason}", request.expires_at):
+            # The people are told while the window runs: a notice that is slow or retried
+            # (a worker crashed) never delays it, nor keeps a decision from being final.
+            notices = [self._notice(request, policy.approvers, escalation=False)]
+            try:
+                if not await self._decided(request):
+                    await self._escalate_or_time_out(request, notices)
+            finally:
+                for notice in notices:
+                    notice.cancel()  # the request is closed: no one needs telling any more
+                self._link_nonces.pop(request.request_id, None)
+        return request
+
+    def _request(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
         now = workflow.now()
         try:
             arguments = json.loads(call.arguments or "{}")
@@ -502,42 +648,60 @@ class AgentRunWorkflow:
             policy=policy,
             sent_to=[policy.approvers],
         )
+        if self._v2:
+            # The run chooses the links' nonce, so a link works the moment it is posted, and
+            # keeps working whichever key signs the escalation's links.
+            nonce = workflow.uuid4().hex
+            self._link_nonces[request.request_id] = nonce
+            request.nonce_hash = _hash(nonce)
         self._state.approvals[request.request_id] = request
         self._step(
             "event", call.name, f"approval {request.request_id} requested from {policy.approvers}"
         )
-        await self._checkpoint(f"approval of {call.name} from {policy.approvers}")
-        with self._waiting("approval", f"waiting for approval: {reason}", request.expires_at):
-            await self._notify(request, policy.approvers, escalation=False)
-            if not await self._decided(request):
-                await self._on_timeout(request)
         return request
 
     async def _decided(self, request: ApprovalRequest) -> bool:
-        try:
-            await workflow.wait_condition(
-                lambda: not request.open, timeout=request.expires_at - workflow.now()
-            )
-        except TimeoutError:
-            return False
-        return True
+        """Whether a person decided by the request's deadline (at once if it has passed)."""
+        if not self._v2:
+            return await self._decided_v1(request)
+        remaining = request.expires_at - workflow.now()
+        if request.open and remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: not request.open, timeout=remaining)
+        return not request.open
 
-    async def _on_timeout(self, request: ApprovalRequest) -> None:
+    async def _escalate_or_time_out(
+        self, request: ApprovalRequest, notices: list[asyncio.Task[None]]
+    ) -> None:
+        """The window passed with the request open: escalate once, then apply `on_timeout`."""
         policy = request.policy
         if policy.on_timeout == "escalate" and not request.escalated:
-            # A second window; the first request (and its links) stays valid meanwhile.
+            # A second window, to the deadline the links were minted with; the first request
+            # (and its links) stays valid meanwhile.
             request.escalated = True
-            request.expires_at = workflow.now() + policy.timeout
+            request.expires_at = request.expires_at + policy.timeout
             request.sent_to.append(policy.escalate_to)
             self._step(
                 "event",
                 request.tool,
                 f"approval {request.request_id} escalated to {policy.escalate_to}",
             )
-            await self._notify(request, policy.escalate_to, escalation=True)
             self._show_wait()
+            if request.expires_at > workflow.now():
+                notices.append(self._notice(request, policy.escalate_to, escalation=True))
             if await self._decided(request):
                 return
+        # Nothing was awaited since `_decided` found the request open: it still is.
+        self._time_out(request)
+
+    def _notice(
+        self, request: ApprovalRequest, recipient: str, *, escalation: bool
+    ) -> asyncio.Task[None]:
+        return asyncio.create_task(self._notify(request, recipient, escalation=escalation))
+
+    def _time_out(self, request: ApprovalRequest) -> None:
+        """Apply the request's `on_timeout` (`default` or expire; `fail` ends the run)."""
+        policy = request.policy
         if policy.on_timeout == "default":
             request.decision = Decision(
                 decision=policy.default_decision,
@@ -562,6 +726,7 @@ class AgentRunWorkflow:
             )
 
     async def _notify(self, request: ApprovalRequest, recipient: str, *, escalation: bool) -> None:
+        windows = 2 if request.policy.on_timeout == "escalate" else 1
         try:
             sent: ApprovalNoticeSent = await workflow.execute_activity(
                 NOTIFY_APPROVAL,
@@ -570,6 +735,12 @@ class AgentRunWorkflow:
                     request=request,
                     recipient=recipient,
                     escalation=escalation,
+                    nonce=self._link_nonces.get(request.request_id),
+                    links_expire_at=(
+                        request.requested_at + request.policy.timeout * windows
+                        if self._v2
+                        else None
+                    ),
                 ),
                 result_type=ApprovalNoticeSent,
                 start_to_close_timeout=NOTIFY_TIMEOUT,
@@ -581,13 +752,51 @@ class AgentRunWorkflow:
                 raise
             workflow.logger.warning("could not notify %s: %s", recipient, err.cause or err)
             return
-        request.nonce_hash = sent.nonce_hash or request.nonce_hash
+        if not self._v2:
+            request.nonce_hash = sent.nonce_hash or request.nonce_hash
+
+    # Runs recorded before EXACTLY_ONCE: their approvals as they were, so they replay.
+
+    async def _ask_v1(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
+        request = self._request(call, reason, policy)
+        await self._checkpoint(f"approval of {call.name} from {policy.approvers}")
+        with self._waiting("approval", f"waiting for approval: {reason}", request.expires_at):
+            await self._notify(request, policy.approvers, escalation=False)
+            if not await self._decided_v1(request):
+                await self._on_timeout_v1(request)
+        return request
+
+    async def _decided_v1(self, request: ApprovalRequest) -> bool:
+        try:
+            await workflow.wait_condition(
+                lambda: not request.open, timeout=request.expires_at - workflow.now()
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def _on_timeout_v1(self, request: ApprovalRequest) -> None:
+        policy = request.policy
+        if policy.on_timeout == "escalate" and not request.escalated:
+            request.escalated = True
+            request.expires_at = workflow.now() + policy.timeout
+            request.sent_to.append(policy.escalate_to)
+            self._step(
+                "event",
+                request.tool,
+                f"approval {request.request_id} escalated to {policy.escalate_to}",
+            )
+            await self._notify(request, policy.escalate_to, escalation=True)
+            self._show_wait()
+            if await self._decided_v1(request):
+                return
+        self._time_out(request)
 
     # --- operations --------------------------------------------------------------------
 
     async def _track(
         self, call: ToolCall, operation_id: str, started: OperationStarted
-    ) -> ToolResult:
+    ) -> ToolResult | ParkedCall:
         """Register a started job, watch it, and answer the call per the tool's mode."""
         op = Operation(
             operation_id=operation_id,
@@ -604,21 +813,31 @@ class AgentRunWorkflow:
             nonce_hash=started.nonce_hash,
         )
         self._state.operations[op.operation_id] = op
-        early = self._early.pop(op.operation_id, None)
-        if early is not None:
-            if op.nonce_hash == hashlib.sha256(early.nonce.encode()).hexdigest():
-                self._apply(op, early.completion)
-            else:
+        # Reports that beat the start's answer, in the order they came.
+        for early in self._early.pop(op.operation_id, []):
+            if op.nonce_hash != _hash(early.nonce):
                 workflow.logger.warning("dropped an early completion with the wrong nonce")
+            elif not op.terminal:
+                self._apply(op, early.completion)
         self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
         self._show_wait()
         if op.mode == "handle":
             op.reported_status = op.status
             return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.handle()))
-        kind = "webhook" if op.completion == "callback" else "poll"
         await self._checkpoint(f"{op.tool} ({op.operation_id})")
-        with self._waiting(kind, f"waiting for {op.tool} ({op.job_id})", op.expires_at):
-            await workflow.wait_condition(lambda: op.terminal)
+        return await self._await_operation(call, op)
+
+    async def _await_operation(
+        self, call: ToolCall, op: Operation, since: datetime | None = None
+    ) -> ToolResult | ParkedCall:
+        """The outcome of an await-mode operation, as its call's result, once it has ended."""
+        kind = "webhook" if op.completion == "callback" else "poll"
+        with self._waiting(
+            kind, f"waiting for {op.tool} ({op.job_id})", op.expires_at, since
+        ) as wait:
+            parked = ParkedCall(kind="operation", operation_ids=[op.operation_id], since=wait.began)
+            if not await self._park(call, lambda: op.terminal, wait):
+                return parked
         op.reported_status = op.status
         return ToolResult(
             tool_call_id=call.id,
@@ -626,6 +845,38 @@ class AgentRunWorkflow:
             content=_json(op.outcome()),
             is_error=op.status != "succeeded",
         )
+
+    async def _park(
+        self,
+        call: ToolCall,
+        done: Callable[[], bool],
+        wait: _Wait,
+        timeout: timedelta | None = None,  # noqa: ASYNC109 (a workflow timer, not asyncio's)
+    ) -> bool:
+        """Wait until `done()`; False if the run must continue as new first.
+
+        A chatty job's progress reports grow the history while the run waits in a turn. When
+        every unfinished call of the turn is parked here and the history is past its limit,
+        they all return False together, and the turn continues in a new run (`_run_tools`).
+
+        Raises:
+            TimeoutError: `timeout` passed first.
+        """
+        self._parked.add(call.id)
+        try:
+            await workflow.wait_condition(
+                lambda: done() or self._turn_must_continue(), timeout=timeout
+            )
+        finally:
+            self._parked.discard(call.id)
+        if done():
+            return True
+        wait.parked = True
+        return False
+
+    def _turn_must_continue(self) -> bool:
+        """Every unfinished call of the turn waits in `_park`, and the history is full."""
+        return self._v2 and self._turn_open == self._parked and self._should_continue_as_new()
 
     async def _watch(self, op: Operation) -> None:
         """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
@@ -730,6 +981,15 @@ class AgentRunWorkflow:
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
+        if self._v2:
+            # A task of its own, not the watcher's: a watcher is cancelled when the run
+            # continues as new, and the cancel must outlive it (`_cancels_sent`).
+            op.cancel = "owed"
+            self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
+            return
+        await self._send_cancel(op)
+
+    async def _send_cancel(self, op: Operation) -> None:
         try:
             await workflow.execute_activity(
                 CANCEL_OPERATION,
@@ -744,25 +1004,42 @@ class AgentRunWorkflow:
                 summary=f"cancel {op.tool} {op.job_id}",
             )
         except ActivityError as err:
+            if self._v2:
+                op.cancel = "failed"
             # The job may run on with nobody waiting for it: an orphan risk, worth an alert.
             workflow.logger.warning("could not cancel job %s: %s", op.job_id, err.cause or err)
             workflow.metric_meter().create_counter(
                 "waitstate_cancel_failures", "Jobs that could not be cancelled"
             ).add(1, {"tool": op.tool})
+            return
+        if self._v2:
+            op.cancel = "sent"
 
     async def _end_pending(self, status: str) -> None:
         await asyncio.gather(*(self._end(op, status) for op in self._pending()))
+        if self._v2:
+            await self._cancels_sent()
+
+    async def _cancels_sent(self) -> None:
+        """Wait until every cancel the run owes a job has been answered (or given up on)."""
+        await workflow.wait_condition(lambda: all(task.done() for task in self._cancels.values()))
 
     def _operations_to_report(self) -> bool:
         """Whether an operation changed unreported, or a handle-mode one may still change."""
         return bool(self._unreported()) or any(op.mode == "handle" for op in self._pending())
 
-    async def _report_operations(self) -> None:
+    async def _report_operations(self) -> bool:
         """The model has nothing left to do but operations run: wait for one to change (the
-        loop waits, not the model), then tell the model."""
+        loop waits, not the model), then tell the model. False if the history grew past its
+        limit first (a chatty job's progress reports): the run must continue as new."""
         await self._checkpoint("operations to change state")
-        with self._waiting(_wait_kind(self._pending()), "waiting for operations"):
-            await workflow.wait_condition(lambda: bool(self._unreported()))
+        with self._waiting(_wait_kind(self._pending()), "waiting for operations") as wait:
+            await workflow.wait_condition(
+                lambda: bool(self._unreported()) or (self._v2 and self._should_continue_as_new())
+            )
+            wait.parked = not self._unreported()
+        if wait.parked:
+            return False
         changed = self._unreported()
         for op in changed:
             op.reported_status = op.status
@@ -775,6 +1052,7 @@ class AgentRunWorkflow:
             f"{op.tool} ({op.operation_id}): {_preview(_json(op.outcome()), LEDGER_CHARS)}"
             for op in changed
         )
+        return True
 
     def _get_operation_status(self, call: ToolCall) -> ToolResult:
         try:
@@ -787,7 +1065,7 @@ class AgentRunWorkflow:
         op.reported_status = op.status
         return ToolResult(tool_call_id=call.id, name=call.name, content=_json(op.outcome()))
 
-    async def _wait_for_operations(self, call: ToolCall) -> ToolResult:
+    async def _wait_for_operations(self, call: ToolCall) -> ToolResult | ParkedCall:
         try:
             args = WaitForOperationsArgs.model_validate_json(call.arguments or "{}")
         except ValueError as err:
@@ -798,11 +1076,29 @@ class AgentRunWorkflow:
         ops = [self._state.operations[i] for i in ids]
         timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
         await self._checkpoint(f"operations {', '.join(ids)}")
-        with (
-            self._waiting(_wait_kind(ops), "waiting for operations"),
-            contextlib.suppress(TimeoutError),
-        ):
-            await workflow.wait_condition(lambda: all(op.terminal for op in ops), timeout=timeout)
+        deadline = workflow.now() + timeout if timeout is not None else None
+        return await self._await_operations(call, ops, deadline)
+
+    async def _await_operations(
+        self,
+        call: ToolCall,
+        ops: list[Operation],
+        deadline: datetime | None,
+        since: datetime | None = None,
+    ) -> ToolResult | ParkedCall:
+        """`wait_for_operations`' answer: every op's outcome once all ended, or at `deadline`."""
+        with self._waiting(_wait_kind(ops), "waiting for operations", began=since) as wait:
+            timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
+            try:
+                if timeout != timedelta(0) and not await self._park(
+                    call, lambda: all(op.terminal for op in ops), wait, timeout
+                ):
+                    ids = [op.operation_id for op in ops]
+                    return ParkedCall(
+                        kind="operations", operation_ids=ids, deadline=deadline, since=wait.began
+                    )
+            except TimeoutError:
+                pass
         for op in ops:
             op.reported_status = op.status
         return ToolResult(
@@ -848,17 +1144,23 @@ class AgentRunWorkflow:
         )
 
     @contextlib.contextmanager
-    def _waiting(self, kind: str, details: str, until: datetime | None = None) -> Iterator[None]:
+    def _waiting(
+        self,
+        kind: str,
+        details: str,
+        until: datetime | None = None,
+        began: datetime | None = None,
+    ) -> Iterator[_Wait]:
         """While the block runs, the run is `waiting` for `kind` (approval, webhook, poll); the
-        Web UI shows `details`. Nested and concurrent waits show the latest."""
+        Web UI shows `details`. Nested and concurrent waits show the latest. `began` is when a
+        wait taken over from the previous run (continue-as-new) began."""
         if until is not None:
             details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
-        began = workflow.now()
-        wait = (kind, details, began)
+        wait = _Wait(kind, details, began or workflow.now())
         self._waits.append(wait)
         self._show_wait()
         try:
-            yield
+            yield wait
         except GeneratorExit:
             # Evicted from the worker's cache: the coroutine is closed, not resumed, and the
             # workflow APIs are gone. The next worker rebuilds this state from history.
@@ -869,10 +1171,12 @@ class AgentRunWorkflow:
         else:
             self._end_wait(wait)
 
-    def _end_wait(self, wait: tuple[str, str, datetime]) -> None:
+    def _end_wait(self, wait: _Wait) -> None:
         self._waits.remove(wait)
         self._show_wait()
-        waited = workflow.now() - wait[2]
+        if wait.parked:
+            return  # it goes on in the next run, which measures it from `began`
+        waited = workflow.now() - wait.began
         if waited > self._input.rebuild_after:
             self._long_wait = max(self._long_wait or waited, waited)
         else:
@@ -880,7 +1184,9 @@ class AgentRunWorkflow:
 
     def _show_wait(self) -> None:
         """Keep status, search attributes and the Web UI's details in step with the run."""
-        kind, details, _ = self._waits[-1] if self._waits else ("none", "", None)
+        kind, details = (
+            (self._waits[-1].kind, self._waits[-1].details) if self._waits else ("none", "")
+        )
         self._set_status("waiting" if self._waits else "running")
         pending = self._pending()
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
@@ -1007,28 +1313,40 @@ class AgentRunWorkflow:
             limit is not None and info.get_current_history_length() >= limit
         )
 
-    async def _continue_as_new(self, answer: str | None = None) -> NoReturn:
-        """Hand the ledger, the conversation reference and pending operations to a new run
-        (same workflow id: completions and decisions sent later reach it)."""
+    async def _continue_as_new(
+        self, answer: str | None = None, turn: CarriedTurn | None = None
+    ) -> NoReturn:
+        """Hand the ledger, the conversation reference, pending operations and an unfinished
+        turn to a new run (same workflow id: completions and decisions sent later reach it)."""
         for watcher in self._watchers.values():
             watcher.cancel()  # the next run watches its pending operations itself
+        if self._v2:
+            # A cancel in flight is this run's to finish: the operation it is for has ended,
+            # so the next run would not watch it (it sends one still `owed`, to be sure).
+            await self._cancels_sent()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._trim()
+        keep = {
+            i for parked in (turn.parked.values() if turn else []) for i in parked.operation_ids
+        }
+        self._trim(keep)
         self._state.continued_as_new += 1
         carry = RunCarry(
             state=self._state,
             transcript_ref=self._transcript_ref,
             unsent=self._unsent,
             answer=answer,
+            turn=turn,
         )
         workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
 
-    def _trim(self) -> None:
-        """Bound what is carried: recent steps and lines, every open item, a few closed ones."""
+    def _trim(self, keep: set[str]) -> None:
+        """Bound what is carried: recent steps and lines, every open item, a few closed ones,
+        and the operations an unfinished turn waits on (`keep`)."""
         state = self._state
         state.steps = state.steps[-KEEP_STEPS:]
         state.completed = state.completed[-KEEP_STEPS:]
-        closed = [k for k, op in state.operations.items() if op.terminal][:-KEEP_CLOSED]
+        closed = [k for k, op in state.operations.items() if op.terminal and k not in keep]
+        closed = closed[:-KEEP_CLOSED]
         decided = [k for k, r in state.approvals.items() if not r.open][:-KEEP_CLOSED]
         for key in closed:
             del state.operations[key]
@@ -1080,6 +1398,15 @@ def _wait_kind(ops: list[Operation]) -> str:
 
 def _hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _same_report(status: str, progress: str | None, completion: Completion) -> bool:
+    """A progress report that would change nothing an operation (or held report) shows."""
+    return (
+        completion.status in ("running", "input_required")
+        and completion.status == status
+        and (completion.progress or progress) == progress
+    )
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

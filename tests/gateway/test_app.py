@@ -51,7 +51,11 @@ class RecordingDeliverer:
     script: list[CompletionOutcome | DecideOutcome | Exception] = field(default_factory=list)
 
     async def complete(
-        self, claims: ResumeClaims, completion: Completion, delivery_id: str
+        self,
+        claims: ResumeClaims,
+        completion: Completion,
+        delivery_id: str,
+        report_id: str | None = None,
     ) -> CompletionOutcome:
         self.calls.append((claims, completion, delivery_id))
         if self.script:

@@ -28,7 +28,7 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from schemas.operations import CompleteOperation, Completion
 from settings import Settings
-from tests.helpers import make_worker, replays
+from tests.helpers import callback_token, make_worker, replays
 from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
@@ -143,9 +143,7 @@ async def _rebuilt_after_a_day(
                 await asyncio.sleep(0.05)
             assert op is not None
             await env.sleep(timedelta(days=1))
-            nonce = tokens.verify(
-                tokens.mint(handle.id, op.operation_id, op.expires_at).token
-            ).nonce
+            nonce = tokens.verify(await callback_token(tokens, handle, op)).nonce
             await handle.execute_update(
                 AgentRunWorkflow.complete_operation,
                 CompleteOperation(

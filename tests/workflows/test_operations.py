@@ -29,7 +29,7 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
-from tests.helpers import make_worker, replays
+from tests.helpers import callback_token, make_worker, replays
 from tools import ToolSpec, demo_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportService, export_tool
@@ -173,8 +173,8 @@ async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) 
     async with stack.worker():
         handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
         op = await _pending_operation(stack, handle)
-        # Deterministic token: the same one the export service was given.
-        token = stack.tokens.mint(handle.id, op.operation_id, op.expires_at).token
+        # The token the export service was given (with the nonce the run chose).
+        token = await callback_token(stack.tokens, handle, op)
         body = {
             "status": "succeeded",
             "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
@@ -205,7 +205,7 @@ async def test_bad_tokens_are_refused_and_add_nothing_to_history(stack: Stack) -
         handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
         op = await _pending_operation(stack, handle)
         before = (await handle.describe()).history_length
-        good = stack.tokens.mint(handle.id, op.operation_id, op.expires_at).token
+        good = await callback_token(stack.tokens, handle, op)
         forged = (
             ResumeTokens({"test": "f" * 40}, "test")
             .mint(handle.id, op.operation_id, op.expires_at)

@@ -1,0 +1,431 @@
+"""Exactly once, on the real dev server and gateway: the four paths where a completion, a cancel
+or a person's decision used to be lost (issue 11), each as it was reproduced."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from gateway.app import create_app as gateway_app
+from gateway.delivery import TemporalDeliverer
+from gateway.tokens import ResumeTokens
+from schemas import RunInput, RunResult, RunState
+from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
+from schemas.converter import DATA_CONVERTER
+from settings import Settings
+from tests.helpers import eventually, make_worker, replays
+from tools import ToolSpec, demo_tools
+from tools.compliance import compliance_tools
+from tools.exports import ExportService, export_tool
+from workflows.agent_run import AgentRunWorkflow
+
+KEYS = {"old": "o" * 40, "new": "n" * 40}
+EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
+EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
+RESULT_TIMEOUT = 90
+
+
+@dataclass
+class Outbox:
+    """An approvals outbox over HTTP that holds its answers until the test releases them."""
+
+    url: str = ""
+    posts: list[dict[str, Any]] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Rig:
+    """Real dev server, gateway (accepting both keys) and demo systems; workers sign with the
+    key a test chooses, as a fleet does while it rotates keys."""
+
+    client: Client
+    http: httpx.AsyncClient
+    systems_url: str
+    gateway_url: str
+    task_queue: str
+
+    def tools(self) -> list[ToolSpec]:
+        return [
+            *demo_tools(),
+            export_tool(ExportService(self.http, self.systems_url)),
+            *compliance_tools(self.http, self.systems_url),
+        ]
+
+    def worker(self, signing: str = "old", outbox_url: str | None = None) -> Any:
+        settings = Settings(
+            gateway_url=self.gateway_url,
+            demo_systems_url=self.systems_url,
+            token_keys=KEYS,
+            token_signing_key=signing,
+            approvals_outbox_url=outbox_url,
+        )
+        return make_worker(
+            self.client,
+            self.task_queue,
+            tools=self.tools(),
+            settings=settings,
+            tokens=ResumeTokens(KEYS, signing),
+        )
+
+    async def start(self, task: str, tools: list[str], **fields: Any) -> WorkflowHandle[Any, Any]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=tools, **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def faults(self, **faults: Any) -> None:
+        (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
+
+    async def stats(self) -> dict[str, Any]:
+        return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
+
+    async def outbox(self, workflow_id: str) -> list[dict[str, Any]]:
+        entries = (await self.http.get(f"{self.systems_url}/approvals/outbox")).json()
+        return [e["body"] for e in entries if e["body"]["workflow_id"] == workflow_id]
+
+
+@pytest.fixture
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
+    gateway_tokens = ResumeTokens(KEYS, "old")
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        serving(systems_app(export_seconds=0.3)) as systems_url,
+        serving(gateway_app(TemporalDeliverer(dev_env.client), gateway_tokens)) as gateway_url,
+    ):
+        yield Rig(dev_env.client, http, systems_url, gateway_url, task_queue)
+
+
+@pytest.fixture
+async def held_outbox() -> AsyncIterator[Outbox]:
+    outbox = Outbox()
+    app = FastAPI()
+
+    @app.post("/outbox", status_code=201)
+    async def post(request: Request) -> dict[str, str]:
+        outbox.posts.append(await request.json())
+        await outbox.release.wait()
+        return {"id": f"out_{len(outbox.posts)}"}
+
+    async with serving(app) as url:
+        outbox.url = f"{url}/outbox"
+        yield outbox
+        outbox.release.set()
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
+    state: RunState = await handle.query(AgentRunWorkflow.status)
+    return state
+
+
+async def _result(handle: WorkflowHandle[Any, Any]) -> RunResult:
+    result: RunResult = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    return result
+
+
+# --- 1. reports that beat the start's answer ------------------------------------------------
+
+
+async def test_reports_that_beat_the_start_are_held_in_order_and_the_final_one_applies(
+    rig: Rig,
+) -> None:
+    # The job reports 50%, then succeeds, both while the export service holds the start's
+    # answer: the run hears of the operation only after both webhooks.
+    await rig.faults(progress_reports=1, hold_start_answers_seconds=2)
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_timeout=timedelta(seconds=8))
+        result = await _result(handle)
+        state = await _state(handle)
+    stats = await rig.stats()
+
+    [op] = state.operations.values()
+    [job] = stats["jobs"].values()
+    assert [(w["report"], w["status_code"]) for w in job["webhooks"]] == [
+        ("running 50%", 200),
+        ("succeeded", 200),
+    ]
+    assert op.status == "succeeded" and op.progress == "50%"
+    events = [s.detail for s in state.steps if s.kind == "event" and s.name == "start_export"]
+    assert events == [f"{op.operation_id} running", f"{op.operation_id} succeeded"]
+    assert result.status == "completed"
+    assert result.final_output is not None and "filed them at compliance/" in result.final_output
+    assert [k["cancels"] for k in stats["keys"].values()] == [0], "a job that succeeded"
+    await replays(handle, "exactly_once_early_reports")
+
+
+async def test_an_early_report_with_a_wrong_nonce_is_refused_to_its_sender(rig: Rig) -> None:
+    await rig.faults(hold_start_answers_seconds=3, never_complete=True)
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+
+        async def callback_url() -> str | None:
+            jobs = (await rig.stats())["jobs"].values()
+            return next((j["callback_url"] for j in jobs if j["callback_url"]), None)
+
+        url = await eventually(callback_url, "the export was started")
+        operation_id = url.rsplit("/", 2)[-2]
+        # Signed with a key the gateway accepts, for this run and operation: only the nonce
+        # is not the one the run chose.
+        forged = ResumeTokens(KEYS, "old").mint(
+            handle.id, operation_id, datetime.now(UTC) + timedelta(hours=1), nonce="x" * 22
+        )
+        answer = await rig.http.post(
+            url,
+            json={"status": "succeeded", "result": {"rows": 1}},
+            headers={"Authorization": f"Bearer {forged.token}"},
+        )
+        await handle.cancel()
+
+    assert answer.status_code == 401, answer.text
+    assert answer.json()["error"]["code"] == "nonce_mismatch"
+
+
+# --- 2. continue-as-new right after an expiry ----------------------------------------------
+
+
+# The history's length is under this while the run waits for its two exports, and over it once
+# their expiries have been reported: the run continues as new then, with both cancels in flight.
+CAN_AFTER_EXPIRY = 33
+
+
+async def test_continue_as_new_right_after_an_expiry_still_cancels_both_jobs(rig: Rig) -> None:
+    await rig.faults(never_complete=True)
+    async with rig.worker():
+        handle = await rig.start(
+            EXPORT_TASK,
+            ["start_export"],
+            model="scripted:two-exports",
+            operation_mode="handle",
+            operation_timeout=timedelta(seconds=3),
+            # Past this many events the run continues as new: after the expiry's report.
+            continue_as_new_after_events=CAN_AFTER_EXPIRY,
+        )
+        result = await _result(handle)
+        state = await _state(handle)
+    stats = await rig.stats()
+
+    assert result.status == "completed"
+    assert state.continued_as_new >= 1
+    assert sorted(op.status for op in state.operations.values()) == ["expired", "expired"]
+    assert sorted(k["cancels"] for k in stats["keys"].values()) == [1, 1]
+    assert sorted(j["status"] for j in stats["jobs"].values()) == ["cancelled", "cancelled"]
+    await replays(handle, "exactly_once_cancel_across_continue_as_new")
+
+
+# --- 3. key rotation -------------------------------------------------------------------------
+
+
+async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalation(
+    rig: Rig,
+) -> None:
+    policy = ApprovalPolicy(timeout=timedelta(seconds=3), on_timeout="escalate")
+    async with rig.worker(signing="old"):
+        handle = await rig.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+        [first] = await eventually(lambda: rig.outbox(handle.id), "the first notice")
+    async with rig.worker(signing="new"):
+        notices = await eventually(
+            lambda: _at_least(rig.outbox(handle.id), 2), "the escalation notice"
+        )
+        link = first["decision"]
+        answer = await rig.http.post(
+            link["url"],
+            json={"decision": "approve", "reviewer": "ana"},
+            headers={"Authorization": link["authorization"]},
+        )
+        result = await _result(handle)
+        state = await _state(handle)
+
+    assert notices[1]["escalation"] is True
+    assert notices[1]["decision"]["authorization"] != link["authorization"], "signed by `new`"
+    assert answer.status_code == 200, answer.text
+    [request] = state.approvals.values()
+    assert request.status == "approved" and request.decision is not None
+    assert request.decision.reviewer == "ana"
+    assert result.status == "completed"
+    await replays(handle, "exactly_once_link_after_rotation_and_escalation")
+
+
+async def test_a_start_retried_under_the_new_key_accepts_the_token_the_job_kept(
+    rig: Rig,
+) -> None:
+    # The first attempt creates the job (which keeps that attempt's token, signed by `old`)
+    # and its answer is lost; the retry runs on a worker that signs with `new`.
+    await rig.faults(accept_then_fail_next_starts=1)
+    async with rig.worker(signing="old"):
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_timeout=timedelta(seconds=15))
+
+        async def started_once() -> bool:
+            return any(k["starts"] >= 1 for k in (await rig.stats())["keys"].values())
+
+        await eventually(started_once, "the first start")
+    async with rig.worker(signing="new"):
+        result = await _result(handle)
+        state = await _state(handle)
+    stats = await rig.stats()
+
+    [key] = stats["keys"].values()
+    assert (key["starts"], key["jobs_created"], key["cancels"]) == (2, 1, 0)
+    [op] = state.operations.values()
+    assert op.status == "succeeded"
+    [job] = stats["jobs"].values()
+    assert job["webhooks"][-1]["status_code"] == 200
+    assert result.status == "completed"
+
+
+async def _at_least(entries: Any, n: int) -> Any:
+    found = await entries
+    return found if len(found) >= n else None
+
+
+# --- 4. a person's decision against the timeout policy --------------------------------------
+
+
+@pytest.mark.parametrize("on_timeout", ["fail", "default"])
+async def test_a_decision_made_while_the_notice_outlasts_the_window_is_final(
+    rig: Rig, held_outbox: Outbox, on_timeout: OnTimeout
+) -> None:
+    policy = ApprovalPolicy(
+        timeout=timedelta(seconds=2), on_timeout=on_timeout, default_decision="reject"
+    )
+    async with rig.worker(outbox_url=held_outbox.url):
+        handle = await rig.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+
+        async def notice_posted() -> bool:
+            return bool(held_outbox.posts)
+
+        await eventually(notice_posted, "the notice reached the outbox")
+        [request] = (await _state(handle)).approvals.values()
+        # Ana decides (as the CLI does) while the notice is still being posted.
+        outcome = await handle.execute_update(
+            AgentRunWorkflow.decide,
+            DecideInput(request_id=request.request_id, decision="approve", reviewer="ana"),
+        )
+
+        async def window_passed() -> bool:
+            return datetime.now(UTC) > request.expires_at + timedelta(milliseconds=300)
+
+        await eventually(window_passed, "the approval window passed")
+        held_outbox.release.set()
+        result = await _result(handle)
+        state = await _state(handle)
+
+    assert outcome.accepted and outcome.status == "approved"
+    decided = state.approvals[request.request_id]
+    assert decided.status == "approved"
+    assert decided.decision is not None and decided.decision.reviewer == "ana"
+    assert not decided.decision.by_policy
+    assert result.status == "completed", result.error
+    assert result.final_output is not None and '"approval":"approved"' in result.final_output
+    await replays(handle, f"exactly_once_decision_during_notice_{on_timeout}")
+
+
+# --- a chatty job while the run waits ----------------------------------------------------------
+
+
+async def _continuations(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, RunInput]]:
+    """Each run the chain continued as new into, with its input, oldest first."""
+    inputs: list[tuple[str, RunInput]] = []
+    run_id: str | None = handle.first_execution_run_id or handle.result_run_id
+    while run_id:
+        run = handle._client.get_workflow_handle(handle.id, run_id=run_id)
+        run_id = None
+        async for event in run.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                attributes = event.workflow_execution_continued_as_new_event_attributes
+                [carried] = DATA_CONVERTER.payload_converter.from_payloads(
+                    attributes.input.payloads, [RunInput]
+                )
+                run_id = attributes.new_execution_run_id
+                inputs.append((run_id, carried))
+    return inputs
+
+
+async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Rig) -> None:
+    await rig.faults(progress_reports=8, export_seconds=4)
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, continue_as_new_after_events=30)
+        result = await _result(handle)
+        state = await _state(handle)
+    stats = await rig.stats()
+    continued = await _continuations(handle)
+
+    [job] = stats["jobs"].values()
+    assert [w["status_code"] for w in job["webhooks"]] == [200] * 9, job["webhooks"]
+    [op] = state.operations.values()
+    assert op.status == "succeeded"
+    # At least one continuation happened while the export's call waited in its turn.
+    turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
+    assert turns and all(turn.calls[0].name == "start_export" for _, turn in turns)
+    assert result.status == "completed", result.error
+    assert result.final_output is not None and "filed them at compliance/" in result.final_output
+    assert result.turns == 5, "the model was not asked again for the carried turn"
+    assert [k["cancels"] for k in stats["keys"].values()] == [0]
+    await replays(handle, "exactly_once_continued_mid_turn")
+    resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
+    await replays(resumed, "exactly_once_resumed_mid_turn")
+
+
+async def test_progress_while_handles_run_continues_the_run_as_new_between_turns(
+    rig: Rig,
+) -> None:
+    await rig.faults(progress_reports=8, export_seconds=4)
+    async with rig.worker():
+        handle = await rig.start(
+            EXPORT_TASK,
+            ["start_export"],
+            model="scripted:two-exports",
+            operation_mode="handle",
+            continue_as_new_after_events=40,
+        )
+        result = await _result(handle)
+        state = await _state(handle)
+    stats = await rig.stats()
+    continued = await _continuations(handle)
+
+    assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
+    assert all(w["status_code"] == 200 for j in stats["jobs"].values() for w in j["webhooks"])
+    assert any(c.carry and c.carry.answer for _, c in continued), "continued while waiting"
+    assert result.status == "completed", result.error
+    await replays(handle, "exactly_once_continued_between_turns")
+
+
+async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
+    await rig.faults(progress_reports=8, export_seconds=4)
+    async with rig.worker():
+        handle = await rig.start(
+            EXPORT_TASK,
+            ["start_export"],
+            model="scripted:check-and-wait",
+            operation_mode="handle",
+            continue_as_new_after_events=30,
+        )
+        result = await _result(handle)
+    continued = await _continuations(handle)
+
+    turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
+    assert turns and all(turn.calls[0].name == "wait_for_operations" for _, turn in turns)
+    assert result.status == "completed", result.error
+    assert result.final_output is not None
+    assert '"status":"succeeded"' in result.final_output.split("waited:")[1]
+    await replays(handle, "exactly_once_wait_for_operations_continued")
+    resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
+    await replays(resumed, "exactly_once_wait_for_operations_resumed")
