@@ -49,7 +49,7 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 # How the gateway tells a run that has ended from an unknown one when an Update is refused.
-from gateway.delivery import _rpc_refusal
+from gateway.delivery import rpc_refusal
 from providers.base import parse_model_spec
 from providers.scripted import SCRIPTS
 from schemas import RunInput, RunResult, RunState, Step
@@ -547,7 +547,7 @@ async def _send_decision(handle: WorkflowHandle[Any, Any], decision: DecideInput
         if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
             # E.g. PERMISSION_DENIED: CLI decisions are authorised by namespace access.
             raise CliError(f"{verb} refused by Temporal: {_first_line(err)}") from err
-        if _rpc_refusal(err).code == "run_ended":
+        if rpc_refusal(err).code == "run_ended":
             raise CliError(f"run {handle.id} has already ended: {verb} not applied") from err
         raise CliError(f"no run with id {handle.id}") from err
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:

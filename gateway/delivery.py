@@ -256,7 +256,7 @@ class TemporalDeliverer:
         except WorkflowUpdateFailedError as err:
             raise _rejected(err.cause) from err
         except RPCError as err:
-            raise _rpc_refusal(err) from err
+            raise rpc_refusal(err) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
             raise DeliveryRefused(
                 503, "the run did not answer in time; retry later", code="run_unavailable"
@@ -264,6 +264,13 @@ class TemporalDeliverer:
         except TemporalError as err:
             raise DeliveryRefused(
                 503, f"could not deliver: {err}", code="temporal_unavailable"
+            ) from err
+        except RuntimeError as err:
+            # A lazy client that has not reached Temporal yet fails its first call this way.
+            if "client connect" not in str(err).lower():
+                raise
+            raise DeliveryRefused(
+                503, "Temporal is unavailable; retry later", code="temporal_unavailable"
             ) from err
 
 
@@ -276,7 +283,9 @@ def _rejected(cause: BaseException) -> DeliveryRefused:
     return DeliveryRefused(409, message or "the run refused the update", code="refused")
 
 
-def _rpc_refusal(err: RPCError) -> DeliveryRefused:
+def rpc_refusal(err: RPCError) -> DeliveryRefused:
+    """What an RPC failure of an Update means to its sender: the run ended (409), no such run
+    (404), or Temporal is unavailable (503)."""
     ended = err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
     # "already completed": the run had ended when the Update arrived. "aborted by closing
     # workflow": it ended while the Update was in flight (e.g. a second decision racing the

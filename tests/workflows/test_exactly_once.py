@@ -26,7 +26,7 @@ from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
 from schemas.converter import DATA_CONVERTER
 from settings import Settings
-from tests.helpers import eventually, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, replays
 from tools import ToolSpec, demo_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportService, export_tool
@@ -429,3 +429,45 @@ async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
     await replays(handle, "exactly_once_wait_for_operations_continued")
     resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
     await replays(resumed, "exactly_once_wait_for_operations_resumed")
+
+
+# --- copies and repeats of progress reports -----------------------------------------------------
+
+
+async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: Rig) -> None:
+    await rig.faults(never_complete=True)
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_mode="handle")
+
+        async def operation() -> Any:
+            return next(iter((await _state(handle)).operations.values()), None)
+
+        op = await eventually(operation, "the export's operation")
+        token = await callback_token(ResumeTokens(KEYS, "old"), handle, op)
+        url = f"{rig.gateway_url}/v1/operations/{op.operation_id}/complete"
+
+        async def post(body: dict[str, Any], webhook_id: str | None = None) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {token}"}
+            if webhook_id:
+                headers["Webhook-Id"] = webhook_id
+            return await rig.http.post(url, json=body, headers=headers)
+
+        half = {"status": "running", "progress": "50%"}
+        asking = {"status": "input_required", "progress": "50%"}
+        first = await asyncio.gather(*(post(half, "whk_a") for _ in range(5)))
+        unnamed_copy = await post(half)
+        second = await post(asking, "whk_b")
+        # The same body as the first report, but another report: the job is back at work.
+        third = await post(half, "whk_c")
+        shown = (await _state(handle)).operations[op.operation_id]
+        await handle.cancel()
+
+    assert sorted(r.status_code for r in first) == [200, 409, 409, 409, 409]
+    assert {r.json()["error"]["code"] for r in first if r.status_code == 409} == {
+        "duplicate_completion"
+    }
+    assert unnamed_copy.status_code == 409
+    assert unnamed_copy.json()["error"]["code"] == "duplicate_report"
+    assert second.status_code == 200 and second.json()["operation_status"] == "input_required"
+    assert third.status_code == 200 and third.json()["operation_status"] == "running"
+    assert shown.status == "running" and shown.progress == "50%"
