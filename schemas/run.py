@@ -180,6 +180,11 @@ class RunCarry(BaseModel):
     turn: CarriedTurn | None = Field(
         default=None, description="Set when the run continued as new in the middle of a turn."
     )
+    waiting_since: datetime | None = Field(
+        default=None,
+        description="Set when the run continued as new while it waited between turns: when "
+        "that wait began (it goes on, and is not checkpointed again).",
+    )
 
 
 class ToolCallInput(BaseModel):

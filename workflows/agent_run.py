@@ -215,6 +215,8 @@ class AgentRunWorkflow:
         # wait the next run can take over (see `_park`).
         self._turn_open: set[str] = set()
         self._parked: set[str] = set()
+        # Set when the run continues as new while it waits between turns: the wait's start.
+        self._waiting_since = input.carry.waiting_since if input.carry else None
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -697,7 +699,17 @@ class AgentRunWorkflow:
     def _notice(
         self, request: ApprovalRequest, recipient: str, *, escalation: bool
     ) -> asyncio.Task[None]:
-        return asyncio.create_task(self._notify(request, recipient, escalation=escalation))
+        """Notify in a task of its own, cancelled once the request closes."""
+
+        async def notify() -> None:
+            try:
+                await self._notify(request, recipient, escalation=escalation)
+            except ActivityError as err:
+                if not is_cancelled_exception(err):
+                    raise
+                # Cancelled because the request closed: nothing is lost, nothing to report.
+
+        return asyncio.create_task(notify())
 
     def _time_out(self, request: ApprovalRequest) -> None:
         """Apply the request's `on_timeout` (`default` or expire; `fail` ends the run)."""
@@ -1032,13 +1044,18 @@ class AgentRunWorkflow:
         """The model has nothing left to do but operations run: wait for one to change (the
         loop waits, not the model), then tell the model. False if the history grew past its
         limit first (a chatty job's progress reports): the run must continue as new."""
-        await self._checkpoint("operations to change state")
-        with self._waiting(_wait_kind(self._pending()), "waiting for operations") as wait:
+        # A wait the previous run began (and checkpointed) goes on, measured from its start.
+        began, self._waiting_since = self._waiting_since, None
+        if began is None:
+            await self._checkpoint("operations to change state")
+        kind = _wait_kind(self._pending())
+        with self._waiting(kind, "waiting for operations", began=began) as wait:
             await workflow.wait_condition(
                 lambda: bool(self._unreported()) or (self._v2 and self._should_continue_as_new())
             )
             wait.parked = not self._unreported()
         if wait.parked:
+            self._waiting_since = wait.began
             return False
         changed = self._unreported()
         for op in changed:
@@ -1336,6 +1353,7 @@ class AgentRunWorkflow:
             unsent=self._unsent,
             answer=answer,
             turn=turn,
+            waiting_since=self._waiting_since,
         )
         workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
 
