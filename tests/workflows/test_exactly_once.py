@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -109,6 +110,22 @@ async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Ri
         serving(gateway_app(TemporalDeliverer(dev_env.client), gateway_tokens)) as gateway_url,
     ):
         yield Rig(dev_env.client, http, systems_url, gateway_url, task_queue)
+
+
+@pytest.fixture
+async def failing_outbox() -> AsyncIterator[Outbox]:
+    """Takes every notice, and answers each with a 503: the run never learns it was sent."""
+    outbox = Outbox()
+    app = FastAPI()
+
+    @app.post("/outbox")
+    async def post(request: Request) -> JSONResponse:
+        outbox.posts.append(await request.json())
+        return JSONResponse({"error": "lost answer"}, status_code=503)
+
+    async with serving(app) as url:
+        outbox.url = f"{url}/outbox"
+        yield outbox
 
 
 @pytest.fixture
@@ -471,3 +488,33 @@ async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: R
     assert second.status_code == 200 and second.json()["operation_status"] == "input_required"
     assert third.status_code == 200 and third.json()["operation_status"] == "running"
     assert shown.status == "running" and shown.progress == "50%"
+
+
+# --- a notice whose every answer is lost ----------------------------------------------------
+
+
+async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
+    rig: Rig, failing_outbox: Outbox
+) -> None:
+    policy = ApprovalPolicy(timeout=timedelta(minutes=10), on_timeout="fail")
+    async with rig.worker(outbox_url=failing_outbox.url):
+        handle = await rig.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+
+        async def posted() -> list[dict[str, Any]]:
+            return failing_outbox.posts
+
+        [notice, *_] = await eventually(posted, "the notice reached the outbox")
+        link = notice["decision"]
+        answer = await rig.http.post(
+            link["url"],
+            json={"decision": "approve", "reviewer": "ana"},
+            headers={"Authorization": link["authorization"]},
+        )
+        result = await _result(handle)
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["approval_status"] == "approved"
+    assert result.status == "completed"
+    assert result.final_output is not None and '"approval":"approved"' in result.final_output
