@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from schemas.approvals import ApprovalPolicy, DecisionSignal
+from tests.helpers import eventually
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
@@ -24,12 +25,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _listed(client: Client, query: str) -> list[Any]:
-    for _ in range(100):  # visibility follows the run by a moment
-        found = [run async for run in client.list_workflows(query)]
-        if found:
-            return found
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"nothing matched {query}")
+    async def found() -> list[Any]:  # visibility follows the run by a moment
+        return [run async for run in client.list_workflows(query)]
+
+    return await eventually(found, f"a run matching {query}")
+
+
+async def _overdue(address: str, run_id: str) -> list[dict[str, Any]]:
+    """The overdue waits `starter.py ops --json` lists for the run."""
+    ops = await asyncio.create_subprocess_exec(
+        sys.executable, "starter.py", "ops", "--json",
+        cwd=ROOT,
+        env={**os.environ, "TEMPORAL_ADDRESS": address},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await ops.communicate()
+    assert ops.returncode == 0, err.decode()
+    return [w for w in json.loads(out)["overdue"] if w["run_id"] == run_id]
 
 
 async def test_waiting_runs_are_found_by_what_they_wait_for(stack: Stack) -> None:
@@ -74,18 +86,14 @@ async def test_ops_shows_an_overdue_wait(stack: Stack, dev_env: WorkflowEnvironm
             approval=ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="fail"),
         )
         await _listed(stack.client, f'WorkflowId = "{handle.id}" AND WaitingFor = "approval"')
-    # No worker is left to act on the timer: the wait stays open past its expiry.
-    await asyncio.sleep(3)
-    ops = await asyncio.create_subprocess_exec(
-        sys.executable, "starter.py", "ops", "--json",
-        cwd=ROOT,
-        env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await ops.communicate()
-    await handle.terminate("test over")
+    # No worker is left to act on the timer: the wait stays open past its expiry, and ops
+    # lists it as overdue once the expiry has passed.
+    address = dev_env.client.service_client.config.target_host
+    try:
+        overdue = await eventually(
+            lambda: _overdue(address, handle.id), "starter.py ops to list the wait as overdue"
+        )
+    finally:
+        await handle.terminate("test over")
 
-    assert ops.returncode == 0, err.decode()
-    report = json.loads(out)
-    overdue = [w for w in report["overdue"] if w["run_id"] == handle.id]
     assert len(overdue) == 1 and overdue[0]["waiting_for"] == "approval"

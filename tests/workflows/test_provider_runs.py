@@ -3,13 +3,15 @@ against a local server that speaks their wire protocols."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import ApplicationFailureInfo
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -22,7 +24,7 @@ from examples.wire_server import (
     openai_tool_calls,
 )
 from schemas import RunInput
-from schemas.errors import RUN_FAILED
+from schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
 from settings import Settings
 from tests.helpers import activity_attempts, make_worker
 from workflows.agent_run import AgentRunWorkflow
@@ -94,16 +96,31 @@ async def test_rate_limit_is_retried_after_the_delay_the_provider_asked_for(
 ) -> None:
     wire.enqueue(error(429, "slow down", {"retry-after": "3"}), TEXT[provider]("done"))
     async with make_worker(dev_env.client, task_queue, settings=_settings(wire)):
-        began = time.monotonic()
         handle = await _start(dev_env, task_queue, f"{provider}:test-model")
         result = await handle.result()
-        elapsed = time.monotonic() - began
+    failure = await _failure_before_the_last_attempt(handle)
 
     assert result.status == "completed" and result.final_output == "done"
     assert len(wire.requests) == 2
     assert await activity_attempts(handle) == [2]
-    # Temporal's own first backoff is 1 s; the provider asked for 3.
-    assert elapsed >= 2.9
+    # The server schedules the retry by this delay, not by the retry policy's first backoff
+    # (1 s): the provider asked for 3.
+    assert failure.type == MODEL_UNAVAILABLE
+    assert failure.next_retry_delay.ToTimedelta() == timedelta(seconds=3)
+
+
+async def _failure_before_the_last_attempt(
+    handle: WorkflowHandle[Any, Any],
+) -> ApplicationFailureInfo:
+    """The failure of the model call's attempt before its last, as the run's history keeps it:
+    the last attempt's ActivityTaskStarted event carries it, with the retry delay the activity
+    asked for."""
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes
+            if started.HasField("last_failure"):
+                return started.last_failure.application_failure_info
+    raise AssertionError("no attempt of the model call followed a failure")
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
