@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from examples.systems import DemoSystems, create_app, serving
+from tests.helpers import eventually
 
 EXPORT_SECONDS = 0.2
 PIPELINE_SECONDS = 0.3
@@ -88,15 +89,6 @@ def receiver(module_receiver: Receiver) -> Receiver:
     return module_receiver
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]]) -> T:
-    """The first truthy value `check` returns, within a few seconds."""
-    async with asyncio.timeout(5):
-        while True:
-            if value := await check():
-                return value
-            await asyncio.sleep(0.02)
-
-
 async def start_export(
     client: httpx.AsyncClient,
     key: str,
@@ -130,7 +122,19 @@ async def finished(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
         body: dict[str, Any] = (await client.get(path)).json()
         return body if body["status"] != "running" else None
 
-    return await eventually(check)
+    return await eventually(check, f"{path} to end")
+
+
+async def idle(app: FastAPI) -> None:
+    """Wait until the systems have no job left running. A job's task is what ends it and
+    sends its webhooks, retries and copies included, each awaited until answered or given up:
+    once none is left, every webhook has reached its receiver and no other can come."""
+    systems: DemoSystems = app.state.systems
+
+    async def no_task() -> bool:
+        return not systems._tasks
+
+    await eventually(no_task, "the systems to finish every job and its webhooks")
 
 
 # --- Idempotent start ----------------------------------------------------------------------
@@ -212,7 +216,7 @@ async def test_export_succeeds_and_calls_back_with_the_token(
     job_id = started.json()["job_id"]
 
     body = await finished(client, f"/exports/{job_id}")
-    hook = await eventually(lambda: _first(receiver.hooks))
+    hook = await eventually(lambda: _first(receiver.hooks), "the webhook")
 
     assert body["status"] == "succeeded"
     assert body["job_id"] == job_id
@@ -246,7 +250,7 @@ async def test_export_succeeds_and_calls_back_with_the_token(
 
 
 async def test_a_repeated_start_keeps_the_first_callback(
-    client: httpx.AsyncClient, receiver: Receiver
+    client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
     await start_export(
         client, "key-f", callback_url=f"{receiver.url}/hooks/first", callback_token="t1"
@@ -255,15 +259,15 @@ async def test_a_repeated_start_keeps_the_first_callback(
         client, "key-f", callback_url=f"{receiver.url}/hooks/second", callback_token="t2"
     )
 
-    hook = await eventually(lambda: _first(receiver.hooks))
-    await asyncio.sleep(0.1)
+    hook = await eventually(lambda: _first(receiver.hooks), "the webhook")
+    await idle(systems_app[0])
 
     assert [(h.name, h.authorization) for h in receiver.hooks] == [("first", "Bearer t1")]
     assert hook.body["status"] == "succeeded"
 
 
 async def test_cancel_stops_the_job_and_its_webhook(
-    client: httpx.AsyncClient, receiver: Receiver
+    client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
     started = await start_export(
         client, "key-x", callback_url=f"{receiver.url}/hooks/x", callback_token="t"
@@ -272,7 +276,7 @@ async def test_cancel_stops_the_job_and_its_webhook(
 
     first = await client.post(f"/exports/{job_id}/cancel")
     again = await client.post(f"/exports/{job_id}/cancel")
-    await asyncio.sleep(EXPORT_SECONDS + 0.1)
+    await idle(systems_app[0])
 
     assert first.status_code == again.status_code == 200
     assert first.json() == again.json() == {"job_id": job_id, "status": "cancelled"}
@@ -338,7 +342,11 @@ async def test_never_complete_keeps_jobs_running(
     )
     job_id = started.json()["job_id"]
 
-    await asyncio.sleep(EXPORT_SECONDS + 0.1)
+    # A never-completing job has no task to wait for: wait instead for a job started after it,
+    # of the same duration, to end (jobs of one duration end in the order they started).
+    await faults(client, never_complete=False)
+    later = (await start_export(client, "key-later", dataset="later")).json()["job_id"]
+    assert (await finished(client, f"/exports/{later}"))["status"] == "succeeded"
 
     assert (await client.get(f"/exports/{job_id}")).json() == {
         "job_id": job_id,
@@ -361,7 +369,7 @@ async def test_fail_jobs_ends_jobs_failed_and_reports_why(
     job_id = started.json()["job_id"]
 
     body = await finished(client, f"/exports/{job_id}")
-    hook = await eventually(lambda: _first(receiver.hooks))
+    hook = await eventually(lambda: _first(receiver.hooks), "the webhook")
 
     assert body == {"job_id": job_id, "status": "failed", "error": error}
     assert hook.body == {"status": "failed", "error": error}
@@ -405,7 +413,7 @@ async def test_accept_then_fail_creates_the_job_the_caller_never_sees(
 
 
 async def test_duplicate_webhooks_sends_each_webhook_n_times(
-    client: httpx.AsyncClient, receiver: Receiver
+    client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
     await faults(client, duplicate_webhooks=3)
     started = await start_export(
@@ -413,8 +421,8 @@ async def test_duplicate_webhooks_sends_each_webhook_n_times(
     )
     job_id = started.json()["job_id"]
 
-    await eventually(lambda: _at_least(receiver.hooks, 3))
-    await asyncio.sleep(0.1)
+    await eventually(lambda: _at_least(receiver.hooks, 3), "three webhooks")
+    await idle(systems_app[0])  # a fourth copy would have come first
 
     assert len(receiver.hooks) == 3
     assert len({str(h.body) for h in receiver.hooks}) == 1
@@ -435,7 +443,7 @@ async def test_webhooks_are_retried_on_5xx_until_answered(
     )
     job_id = started.json()["job_id"]
 
-    await eventually(lambda: _at_least(receiver.hooks, 3))
+    await eventually(lambda: _at_least(receiver.hooks, 3), "three webhooks")
 
     webhooks = (await stats(client))["jobs"][job_id]["webhooks"]
     assert [(w["attempt"], w["status_code"]) for w in webhooks] == [(1, 503), (2, 502), (3, 200)]
@@ -450,7 +458,7 @@ async def test_progress_reports_come_in_order_before_the_final_one_each_with_its
     )
     job_id = started.json()["job_id"]
 
-    await eventually(lambda: _first(receiver.hooks[5:]))
+    await eventually(lambda: _first(receiver.hooks[5:]), "six webhooks")
 
     reports = [(hook.body["status"], hook.body.get("progress")) for hook in receiver.hooks]
     assert reports == [
@@ -472,7 +480,7 @@ async def test_progress_reports_come_in_order_before_the_final_one_each_with_its
 
 
 async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
-    client: httpx.AsyncClient, receiver: Receiver
+    client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
     receiver.answers.append(409)
     started = await start_export(
@@ -480,8 +488,8 @@ async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
     )
     job_id = started.json()["job_id"]
 
-    await eventually(lambda: _first(receiver.hooks))
-    await asyncio.sleep(0.15)  # a retry would come after 0.1 s
+    await eventually(lambda: _first(receiver.hooks), "the webhook")
+    await idle(systems_app[0])  # a retry would have come first
 
     assert len(receiver.hooks) == 1
     webhooks = (await stats(client))["jobs"][job_id]["webhooks"]
@@ -500,7 +508,7 @@ async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
 
 
 async def test_an_unreachable_receiver_is_retried_then_given_up(
-    client: httpx.AsyncClient, closed_port: int
+    client: httpx.AsyncClient, closed_port: int, systems_app: tuple[FastAPI, str]
 ) -> None:
     await faults(client, export_seconds=0)
     started = await start_export(
@@ -516,8 +524,8 @@ async def test_an_unreachable_receiver_is_retried_then_given_up(
         webhooks: list[dict[str, Any]] = (await stats(client))["jobs"][job_id]["webhooks"]
         return webhooks if len(webhooks) == 4 and webhooks[-1]["error"] else None
 
-    webhooks = await eventually(all_attempts)
-    await asyncio.sleep(0.2)
+    webhooks = await eventually(all_attempts, "four attempts, each with its outcome")
+    await idle(systems_app[0])  # the job's task is over: no fifth attempt can come
 
     assert [w["attempt"] for w in (await stats(client))["jobs"][job_id]["webhooks"]] == [1, 2, 3, 4]
     assert all(w["status_code"] is None and "ConnectError" in w["error"] for w in webhooks)
@@ -552,9 +560,15 @@ async def test_pipeline_reports_growing_progress_then_succeeds(client: httpx.Asy
     )
     job_id = started.json()["job_id"]
     progress = []
-    while (body := (await client.get(f"/pipelines/jobs/{job_id}")).json())["status"] == "running":
-        progress.append(int(body["progress"].rstrip("%")))
-        await asyncio.sleep(0.05)
+
+    async def ended() -> dict[str, Any] | None:
+        body: dict[str, Any] = (await client.get(f"/pipelines/jobs/{job_id}")).json()
+        if body["status"] == "running":
+            progress.append(int(body["progress"].rstrip("%")))
+            return None
+        return body
+
+    body = await eventually(ended, f"enrichment {job_id} to end")
 
     assert started.status_code == 201
     assert again.status_code == 200
@@ -569,14 +583,14 @@ async def test_pipeline_reports_growing_progress_then_succeeds(client: httpx.Asy
     assert (await stats(client))["jobs"][job_id]["webhooks"] == []
 
 
-async def test_pipeline_cancel(client: httpx.AsyncClient) -> None:
+async def test_pipeline_cancel(client: httpx.AsyncClient, systems_app: tuple[FastAPI, str]) -> None:
     started = await client.post(
         "/pipelines/enrich", json={"dataset": "transactions"}, headers={"Idempotency-Key": "p2"}
     )
     job_id = started.json()["job_id"]
 
     cancelled = await client.post(f"/pipelines/jobs/{job_id}/cancel")
-    await asyncio.sleep(PIPELINE_SECONDS + 0.1)
+    await idle(systems_app[0])
 
     assert cancelled.json() == {"job_id": job_id, "status": "cancelled"}
     assert (await client.get(f"/pipelines/jobs/{job_id}")).json()["status"] == "cancelled"
@@ -639,15 +653,25 @@ async def test_reset_forgets_everything_and_stops_pending_webhooks(
     await client.post("/notifications", json={"team": "t", "message": "m"})
 
     assert (await client.post("/_test/reset")).status_code == 204
-    await asyncio.sleep(0.3)
-
     seen = await stats(client)
+    systems: DemoSystems = systems_app[0].state.systems
+    tasks = set(systems._tasks)
+    # A job of the same duration started now calls back after the forgotten one would have.
+    await faults(client, export_seconds=0.2)
+    await start_export(
+        client,
+        "key-later",
+        dataset="later",
+        callback_url=f"{receiver.url}/hooks/later",
+        callback_token="t",
+    )
+    await idle(systems_app[0])
+
     assert seen["keys"] == seen["jobs"] == {}
     assert seen["faults"]["export_seconds"] is None
     assert (await client.get("/notifications")).json() == []
-    assert receiver.hooks == []
-    systems: DemoSystems = systems_app[0].state.systems
-    assert systems._tasks == set()
+    assert tasks == set()
+    assert [hook.name for hook in receiver.hooks] == ["later"]
 
 
 async def test_shutdown_cancels_running_jobs() -> None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from examples.systems import create_app, serving
 from schemas.operations import Completion, OperationError
+from tests.helpers import EVENTUALLY_WITHIN, eventually
 from tools.exports import ExportArgs, ExportService, ServiceError, export_tool
 from tools.spec import StartContext, ToolError
 
@@ -33,7 +34,7 @@ class Receiver:
 
     async def first(self) -> tuple[str | None, Any]:
         """The first webhook, once it has arrived."""
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(EVENTUALLY_WITHIN):
             await self.arrived.wait()
         return self.hooks[0]
 
@@ -104,11 +105,24 @@ async def until_finished(
 ) -> tuple[list[Completion], Completion]:
     """Poll until the job ends: the running reports seen, and the final one."""
     seen = []
-    async with asyncio.timeout(5):
-        while (completion := await service.status(job_id)).status == "running":
+
+    async def ended() -> Completion | None:
+        completion = await service.status(job_id)
+        if completion.status == "running":
             seen.append(completion)
-            await asyncio.sleep(0.05)
-    return seen, completion
+            return None
+        return completion
+
+    return seen, await eventually(ended, f"export {job_id} to end")
+
+
+async def later_job_ended(service: ExportService) -> Completion:
+    """Start another job and wait for its end. Any job started before it has reached the end
+    of its own duration by then: jobs of one duration end in the order they started (their
+    timers share the systems' event loop)."""
+    job = await service.start(ExportArgs(dataset="later", period="2025-Q4"), context("later"))
+    _, done = await until_finished(service, job.job_id)
+    return done
 
 
 async def test_start_sends_the_key_and_the_callback(
@@ -217,8 +231,9 @@ async def test_cancel_stops_the_job_and_its_webhook(
 
     await service.cancel(job.job_id)
     await service.cancel(job.job_id)
-    await asyncio.sleep(EXPORT_SECONDS + 0.15)
+    later = await later_job_ended(service)  # our job would have ended, and called back, first
 
+    assert later.status == "succeeded"
     assert await service.status(job.job_id) == Completion(
         status="failed",
         error=OperationError(
@@ -262,8 +277,10 @@ async def test_never_complete_keeps_reporting_running(
     await set_faults(control, never_complete=True)
     job = await service.start(ARGS, context("wf-6/call-1"))
 
-    await asyncio.sleep(EXPORT_SECONDS + 0.15)
+    await set_faults(control, never_complete=False)  # for the jobs started from now on
+    later = await later_job_ended(service)  # ours has outlasted its duration
 
+    assert later.status == "succeeded"
     assert await service.status(job.job_id) == Completion(status="running", progress="99%")
 
 

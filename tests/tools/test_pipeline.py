@@ -12,6 +12,7 @@ import pytest
 
 from examples.systems import create_app, serving
 from schemas.operations import Completion, OperationError
+from tests.helpers import eventually
 from tools.exports import ServiceError
 from tools.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tools.spec import StartContext, ToolError
@@ -55,15 +56,36 @@ async def set_faults(control: httpx.AsyncClient, **values: Any) -> None:
     assert (await control.post("/_test/faults", json=values)).status_code == 200
 
 
+async def until_finished(
+    pipeline: EnrichmentPipeline, job_id: str
+) -> tuple[list[Completion], Completion]:
+    """Poll until the job ends: the running reports seen, and the final one."""
+    seen = []
+
+    async def ended() -> Completion | None:
+        completion = await pipeline.status(job_id)
+        if completion.status == "running":
+            seen.append(completion)
+            return None
+        return completion
+
+    return seen, await eventually(ended, f"enrichment {job_id} to end")
+
+
+async def later_job_ended(pipeline: EnrichmentPipeline) -> Completion:
+    """Start another job and wait for its end. Any job started before it has reached the end
+    of its own duration by then: jobs of one duration end in the order they started (their
+    timers share the systems' event loop)."""
+    job = await pipeline.start(EnrichArgs(dataset="later"), context("later"))
+    _, done = await until_finished(pipeline, job.job_id)
+    return done
+
+
 async def test_status_reports_growing_progress_then_the_result(
     pipeline: EnrichmentPipeline, control: httpx.AsyncClient
 ) -> None:
     job = await pipeline.start(ARGS, context("wf-1/call-1"))
-    reports = []
-    async with asyncio.timeout(5):
-        while (completion := await pipeline.status(job.job_id)).status == "running":
-            reports.append(completion)
-            await asyncio.sleep(0.04)
+    reports, completion = await until_finished(pipeline, job.job_id)
 
     assert job.job_id.startswith("enr_")
     assert job.eta_seconds == 1
@@ -81,8 +103,8 @@ async def test_status_reports_growing_progress_then_the_result(
     # The same dataset always gives the same count.
     await set_faults(control, pipeline_seconds=0)
     again = await pipeline.start(ARGS, context("wf-1/call-2"))
-    await asyncio.sleep(0.05)
-    assert (await pipeline.status(again.job_id)).result == completion.result
+    _, done = await until_finished(pipeline, again.job_id)
+    assert done.result == completion.result
 
 
 async def test_starting_twice_with_one_key_is_one_job(
@@ -140,8 +162,9 @@ async def test_cancel_ends_the_job(
     await pipeline.cancel(job.job_id)
     await pipeline.cancel(job.job_id)
     await pipeline.cancel("enr_unknown")
-    await asyncio.sleep(PIPELINE_SECONDS + 0.1)
+    later = await later_job_ended(pipeline)  # ours would have ended first
 
+    assert later.status == "succeeded"
     completion = await pipeline.status(job.job_id)
     assert completion.status == "failed"
     assert completion.error is not None
@@ -157,9 +180,9 @@ async def test_a_failed_job_and_an_unknown_job_report_why(
     error = OperationError(code="reference_data_stale", message="try tomorrow", retryable=True)
     await set_faults(control, fail_jobs=error.model_dump(), pipeline_seconds=0)
     job = await pipeline.start(ARGS, context("wf-6/call-1"))
-    await asyncio.sleep(0.05)
+    _, done = await until_finished(pipeline, job.job_id)
 
-    assert await pipeline.status(job.job_id) == Completion(status="failed", error=error)
+    assert done == Completion(status="failed", error=error)
     unknown = await pipeline.status("enr_unknown")
     assert unknown.error is not None
     assert unknown.error.code == "job_unknown"
