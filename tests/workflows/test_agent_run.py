@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import pytest
@@ -16,7 +17,7 @@ from temporalio.worker import Worker
 from providers.scripted import SCRIPTED_BANNER
 from schemas import ModelCallInput, ModelResponse, RunInput, RunResult
 from schemas.errors import RUN_FAILED
-from tests.helpers import make_worker, scheduled_activities
+from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities
 from tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS
@@ -74,11 +75,19 @@ async def test_tool_calls_of_one_turn_run_concurrently(
     class Args(BaseModel):
         expression: str
 
+    all_in_flight = asyncio.Event()
+
     async def slow_calculate(args: Args) -> str:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
-        await asyncio.sleep(0.3)
+        if in_flight == 3:
+            all_in_flight.set()
+        # Held until the turn's three calls are all in flight. Calls run one after another
+        # never get there: each gives up in the end, and `most` below says what went wrong.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(EVENTUALLY_WITHIN):
+                await all_in_flight.wait()
         in_flight -= 1
         return args.expression
 

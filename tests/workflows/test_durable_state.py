@@ -28,7 +28,7 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from schemas.operations import CompleteOperation, Completion
 from settings import Settings
-from tests.helpers import callback_token, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, replays
 from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
@@ -134,14 +134,12 @@ async def _rebuilt_after_a_day(
                 id=f"run-{uuid.uuid4()}",
                 task_queue=task_queue,
             )
-            op = None
-            for _ in range(200):
+
+            async def pending() -> Any:
                 state = await handle.query(AgentRunWorkflow.status)
-                if state.operations:
-                    [op] = state.operations.values()
-                    break
-                await asyncio.sleep(0.05)
-            assert op is not None
+                return state if state.operations else None
+
+            [op] = (await eventually(pending, "the export to be pending")).operations.values()
             await env.sleep(timedelta(days=1))
             nonce = tokens.verify(await callback_token(tokens, handle, op)).nonce
             await handle.execute_update(
@@ -291,14 +289,14 @@ async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> 
             ["check_claim", "issue_refund"],
             continue_as_new_after_events=10,
         )
-        request = None
-        for _ in range(200):
+
+        async def request_open() -> Any:
             state = await handle.query(AgentRunWorkflow.status)
-            if open_requests := [r for r in state.approvals.values() if r.open]:
-                request = open_requests[0]
-                break
-            await asyncio.sleep(0.05)
-        assert request is not None and state.continued_as_new >= 1
+            return state if any(r.open for r in state.approvals.values()) else None
+
+        state = await eventually(request_open, "the approval request to open")
+        request = next(r for r in state.approvals.values() if r.open)
+        assert state.continued_as_new >= 1
         from schemas.approvals import DecisionSignal
 
         await handle.signal(AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id))
@@ -314,10 +312,11 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
     await stack.faults(never_complete=True)
     async with stack.worker():
         handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
-        for _ in range(200):
-            if (await handle.query(AgentRunWorkflow.status)).checkpoint is not None:
-                break
-            await asyncio.sleep(0.05)
+
+        async def checkpointed() -> bool:
+            return (await handle.query(AgentRunWorkflow.status)).checkpoint is not None
+
+        await eventually(checkpointed, "the run to write its checkpoint")
         shown = await asyncio.create_subprocess_exec(
             sys.executable, "starter.py", "status", handle.id,
             cwd=ROOT,

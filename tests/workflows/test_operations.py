@@ -29,7 +29,7 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
-from tests.helpers import callback_token, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, replays
 from tools import ToolSpec, demo_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportService, export_tool
@@ -124,15 +124,6 @@ def _scheduled(event: Any) -> str | None:
     return None
 
 
-async def _until(check: Any, within: float = 15.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        value = await check()
-        if value or asyncio.get_running_loop().time() > deadline:
-            return value
-        await asyncio.sleep(0.1)
-
-
 async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: Stack) -> None:
     async with stack.worker():
         handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
@@ -165,7 +156,7 @@ async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> 
         state = await handle.query(AgentRunWorkflow.status)
         return next(iter(state.operations.values()), None)
 
-    return await _until(one)
+    return await eventually(one, f"run {handle.id} to have an operation pending")
 
 
 async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) -> None:
@@ -269,7 +260,7 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
             state = await handle.query(AgentRunWorkflow.status)
             return len(state.operations) == 2
 
-        assert await _until(two_pending)
+        await eventually(two_pending, "both exports to be pending")
         cancel = await asyncio.create_subprocess_exec(
             sys.executable, "starter.py", "cancel", handle.id,
             cwd=ROOT,
