@@ -24,7 +24,7 @@ from examples.systems import serving
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
-from tests.helpers import make_worker
+from tests.helpers import eventually, make_worker
 from tools import demo_tools
 from tools.refunds import refund_tools
 from workflows.agent_run import AgentRunWorkflow
@@ -81,12 +81,12 @@ async def systems() -> AsyncIterator[str]:
 
 
 async def _open_requests(handle: WorkflowHandle[Any, Any], count: int) -> list[str]:
-    async with asyncio.timeout(PATIENCE):
-        while True:
-            state = await handle.query(AgentRunWorkflow.status)
-            if len(ids := [r.request_id for r in state.approvals.values() if r.open]) == count:
-                return ids
-            await asyncio.sleep(0.1)
+    async def open_ids() -> list[str] | None:
+        state = await handle.query(AgentRunWorkflow.status)
+        ids = [r.request_id for r in state.approvals.values() if r.open]
+        return ids if len(ids) == count else None
+
+    return await eventually(open_ids, f"{count} open approval requests", PATIENCE)
 
 
 def _one_error_line(done: Done) -> str:

@@ -4,12 +4,12 @@ timeout with an error that names the provider and the limit. Real SDK clients ov
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.failure.v1 import Failure
@@ -25,7 +25,7 @@ from schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefini
 from schemas.converter import DATA_CONVERTER
 from schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
 from settings import Settings
-from tests.helpers import make_worker
+from tests.helpers import eventually, make_worker
 from tools import ToolRegistry
 from worker import build_providers
 from workflows.agent_run import AgentRunWorkflow
@@ -188,19 +188,19 @@ async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
             task_queue=task_queue,
         )
         try:
-            pending = None
-            async with asyncio.timeout(60):
-                while pending is None:
-                    description = await handle.describe()
-                    pending = next(
-                        (
-                            p
-                            for p in description.raw_description.pending_activities
-                            if p.attempt >= 2 and p.HasField("last_failure")
-                        ),
-                        None,
-                    )
-                    await asyncio.sleep(0.2)
+
+            async def retried() -> Any:
+                description = await handle.describe()
+                return next(
+                    (
+                        p
+                        for p in description.raw_description.pending_activities
+                        if p.attempt >= 2 and p.HasField("last_failure")
+                    ),
+                    None,
+                )
+
+            pending = await eventually(retried, "the model call's second attempt", 60)
         finally:
             await handle.terminate("test over")
 

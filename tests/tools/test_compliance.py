@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -11,8 +10,10 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from examples.systems import serving
+from schemas.operations import Completion
 from settings import Settings
 from tests.helpers import call_tool as call
+from tests.helpers import eventually
 from tools.catalog import all_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportArgs, ExportService, ServiceError
@@ -31,12 +32,12 @@ async def exported(http: httpx.AsyncClient, systems_url: str) -> dict[str, Any]:
         ExportArgs(dataset="transactions", period="2025-Q3"),
         StartContext(idempotency_key="wf/call-export", operation_id="op_1"),
     )
-    async with asyncio.timeout(5):
-        while True:
-            completion = await service.status(job.job_id)
-            if completion.status != "running":
-                break
-            await asyncio.sleep(0.02)
+
+    async def ended() -> Completion | None:
+        completion = await service.status(job.job_id)
+        return completion if completion.status != "running" else None
+
+    completion = await eventually(ended, "the export to end")
     assert completion.status == "succeeded"
     result: dict[str, Any] = completion.result
     return result
