@@ -9,11 +9,11 @@ import httpx
 from temporalio import activity
 
 from gateway.delivery import approval_subject
-from schemas.approvals import ApprovalNotice, ApprovalNoticeSent
+from schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from schemas.run import NOTIFY_APPROVAL
 
 if TYPE_CHECKING:
-    from gateway.tokens import ResumeTokens
+    from gateway.tokens import MintedToken, ResumeTokens
 
 
 class ApprovalActivities:
@@ -57,20 +57,34 @@ class ApprovalActivities:
                 # second window.
                 windows = 2 if request.policy.on_timeout == "escalate" else 1
                 link_expiry = request.requested_at + request.policy.timeout * windows
-            minted = self._tokens.mint(
-                notice.workflow_id,
-                approval_subject(request.request_id),
-                link_expiry,
-                nonce=notice.nonce,
-            )
             url = f"{self._gateway_url}/v1/approvals/{request.request_id}/decision"
+
+            def token(decision: DecisionKind | None) -> MintedToken:
+                assert self._tokens is not None
+                subject = approval_subject(request.request_id, decision)
+                return self._tokens.mint(
+                    notice.workflow_id, subject, link_expiry, nonce=notice.nonce
+                )
+
+            minted = token(None)
             sent = ApprovalNoticeSent(nonce_hash=minted.nonce_hash, decision_url=url)
+            # One link for a form that lets the person choose (and give a reason), and one
+            # per decision for one-click buttons: each of those allows its own decision only.
             body["decision"] = {
                 "method": "POST",
                 "url": url,
                 "authorization": f"Bearer {minted.token}",
                 "approve": {"decision": "approve"},
                 "reject": {"decision": "reject", "comment": "<reason>"},
+            }
+            body["links"] = {
+                kind: {
+                    "method": "POST",
+                    "url": url,
+                    "authorization": f"Bearer {token(kind).token}",
+                    "body": {"decision": kind},
+                }
+                for kind in ("approve", "reject")
             }
         response = await self._http.post(
             self._outbox_url, json=body, timeout=timedelta(seconds=10).total_seconds()

@@ -151,7 +151,7 @@ class _Gate:
         request: Request,
         credentials: HTTPAuthorizationCredentials | None,
         *,
-        subject: str,
+        subject: str | frozenset[str],
         subject_kind: str,
         model: type[_Body],
         invalid_code: str,
@@ -161,7 +161,8 @@ class _Gate:
         Args:
             request: The request, its body not read yet.
             credentials: The bearer token, if the request had one.
-            subject: The `operation_id` claim the token must carry for this URL.
+            subject: The `operation_id` claim the token must carry for this URL (or one of
+                them).
             subject_kind: What a subject is, for the refusal of a token for another one
                 (code `wrong_<kind>`).
             model: The body's model.
@@ -186,7 +187,8 @@ class _Gate:
             return _refuse(request, 410, "token_expired", str(err))
         except InvalidToken as err:
             return _refuse(request, 401, "invalid_token", str(err))
-        if claims.operation_id != subject:
+        subjects = {subject} if isinstance(subject, str) else subject
+        if claims.operation_id not in subjects:
             return _refuse(
                 request,
                 401,
@@ -337,6 +339,7 @@ def create_app(
             {
                 401: "Missing, malformed or forged token, a token for another request, or a "
                 "nonce the run does not know.",
+                403: "The token is a one-click link's, for the other decision.",
                 404: "No such run, or the run has no such approval request.",
                 409: "Not applied: the request is already decided or has expired, this is a "
                 "duplicate of a decision already applied, or the run has ended. Do not retry.",
@@ -357,7 +360,9 @@ def create_app(
         admitted = await gate.admit(
             request,
             credentials,
-            subject=approval_subject(request_id),
+            subject=frozenset(
+                approval_subject(request_id, kind) for kind in (None, "approve", "reject")
+            ),
             subject_kind="request",
             model=DecisionBody,
             invalid_code="invalid_decision",
@@ -365,6 +370,17 @@ def create_app(
         if isinstance(admitted, JSONResponse):
             return admitted
         claims, decision = admitted
+        if claims.operation_id not in (
+            approval_subject(request_id),
+            approval_subject(request_id, decision.decision),
+        ):
+            # A one-click link (approve, say) allows its own decision only.
+            return _refuse(
+                request,
+                403,
+                "decision_not_allowed",
+                f"this link's token does not allow the decision {decision.decision!r}",
+            )
         outcome = await gate.deliver(
             request,
             deliverer.decide(claims, request_id, decision),

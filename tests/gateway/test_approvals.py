@@ -321,7 +321,7 @@ async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
         "$ref": "#/components/schemas/DecisionBody"
     }
     responses = post["responses"]
-    assert set(responses) == {"200", "401", "404", "409", "410", "413", "422", "503"}
+    assert set(responses) == {"200", "401", "403", "404", "409", "410", "413", "422", "503"}
     for status in set(responses) - {"200"}:
         schema = responses[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}, status

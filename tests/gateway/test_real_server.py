@@ -430,6 +430,35 @@ async def test_a_decision_through_a_link_is_applied_once(rig: Rig) -> None:
     assert await _accepted_updates(handle) == ["decide", "decide"]
 
 
+async def test_a_one_click_link_allows_its_own_decision_only(rig: Rig) -> None:
+    async with rig.worker():
+        handle = await rig.start("two refunds", REFUND_TOOLS, model="scripted:two-refunds")
+        notices = await rig.notices(handle, 2)
+        first, second = sorted(notices, key=lambda n: n["arguments"]["claim_id"])
+        approve, reject = first["links"]["approve"], first["links"]["reject"]
+        before = await _accepted_updates(handle)
+        crossed = await rig.post(reject["url"], APPROVE, reject["authorization"])
+        also_crossed = await rig.post(
+            approve["url"], {"decision": "reject"}, approve["authorization"]
+        )
+        refused_added = await _accepted_updates(handle)
+        approved = await rig.post(approve["url"], approve["body"], approve["authorization"])
+        other = second["links"]["reject"]
+        rejected = await rig.post(other["url"], other["body"], other["authorization"])
+        result = await _result(handle)
+        state = await _state(handle)
+
+    assert_error(crossed, 403, "decision_not_allowed")
+    assert_error(also_crossed, 403, "decision_not_allowed")
+    assert refused_added == before == [], "a refused link reaches no run"
+    assert approved.json()["approval_status"] == "approved"
+    assert rejected.json()["approval_status"] == "rejected"
+    assert state.approvals[first["request_id"]].status == "approved"
+    assert state.approvals[second["request_id"]].status == "rejected"
+    assert result.status == "completed"
+    assert [r.claim_id for r in rig.systems.refunds] == ["C-118"]
+
+
 async def test_refused_decisions_never_reach_the_run(rig: Rig) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
