@@ -6,12 +6,16 @@ Phases (a seeded RNG picks the runs' order, the kill moments and the decision ti
 A. The mixed runs (callback, polled, approval, plain tools), the model-fault runs (class 5)
    and, in `ci`, the gateway faults (classes 3, 4, 6, on their own systems and task queue),
    all at once.
+   With them, the classes of issue 11 (chaos.exactly_once): progress reports before and after
+   the start returns (7), expiry in every mode (8), continue-as-new while waiting (9), a key
+   rotation mid-run (10) and decisions racing the timeout policy (11).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
 Throughout A and B, one of the two workers of the main queue is SIGKILLed at random moments
 and restarted after a pause (class 1). `full` runs the gateway faults after B, alone; `load`
-replaces A and B with 1,000 concurrent runs (and the kills).
+replaces A and B with 1,000 concurrent runs (the classes of issue 11 among them, and the
+kills).
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ from typing import Any
 
 import httpx
 
+from chaos import exactly_once
+from chaos.exactly_once import (
+    EARLY_COPIES,
+    HOLD_START_ANSWERS,
+    PROGRESS_AFTER,
+    PROGRESS_REPORTS,
+    Rotation,
+)
 from chaos.gateway_faults import run_gateway_faults
 from chaos.invariants import (
     INVARIANTS,
@@ -50,7 +62,7 @@ from chaos.runs import (
     model_plan,
     until,
 )
-from chaos.stack import MAIN_QUEUE, Stack
+from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
 
 log = logging.getLogger("chaos")
 MODEL_FAULTS: tuple[ModelFault, ...] = ("429", "500", "hang", "malformed")
@@ -77,16 +89,31 @@ class Size:
     # Run the gateway faults after the other phases rather than beside phase A: slower, but
     # their own timeouts then do not meet a saturated machine.
     gateway_alone: bool = False
+    # Issue 11 (chaos.exactly_once): runs whose reports beat the start's answer, expiring runs
+    # per mode, runs continuing as new while waiting / right after an expiry, decisions
+    # racing the policy, rounds of the key rotation's runs, and the timeout of its escalating
+    # requests (past the rotation).
+    early: int = 3
+    expiry: int = 1
+    can: int = 4
+    can_expiry: int = 1
+    races: int = 6
+    rotations: int = 1
+    rotation_window: timedelta = timedelta(seconds=12)
 
 
 SIZES = {
     "ci": Size(mixed=16, model_rounds=1, parked=3, cancels=1, kill_every=(2, 4),
                gateway_runs=3, fuzz_examples=40),
     "full": Size(mixed=74, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
-                 gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True),
-    "load": Size(mixed=1000, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
+                 gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
+                 early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
+                 rotation_window=timedelta(seconds=15)),
+    # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
+    "load": Size(mixed=862, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
                  gateway_runs=0, fuzz_examples=0, query_every=1.0, result_timeout=1200,
-                 links=0.05, refunds=False),
+                 links=0.05, refunds=False, early=30, expiry=10, can=32, can_expiry=10,
+                 races=12, rotations=2, rotation_window=timedelta(seconds=120)),
 }  # fmt: skip
 
 
@@ -104,24 +131,44 @@ class Suite:
     # no worker starting against a server that is down.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phase: str = ""
+    rotation: Rotation | None = None
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
         rng = random.Random(self.seed)
-        assert self.stack.client is not None and self.stack.wire is not None
+        stack = self.stack
+        assert stack.client is not None and stack.wire is not None
         async with httpx.AsyncClient(timeout=30) as http:
-            outbox = Outbox(self.stack.systems_url, http, every=self.size.query_every)
+            # Every callback job of the mix reports progress; the early systems hold the
+            # answers to starts past their jobs (and send each report twice).
+            await _faults(http, stack.systems_url, progress_reports=PROGRESS_REPORTS)
+            await _faults(
+                http,
+                stack.early_url,
+                hold_start_answers_seconds=HOLD_START_ANSWERS,
+                progress_reports=PROGRESS_REPORTS,
+                duplicate_webhooks=EARLY_COPIES,
+            )
+            outbox = Outbox(stack.systems_url, http, every=self.size.query_every)
             watcher = asyncio.create_task(outbox.watch())
             ctx = Context(
-                self.stack.client,
+                stack.client,
                 MAIN_QUEUE,
-                self.stack.systems_url,
+                stack.systems_url,
                 http,
-                self.stack.wire,
+                stack.wire,
                 rng,
                 outbox,
                 query_every=self.size.query_every,
                 result_timeout=self.size.result_timeout,
+                queues={"main": MAIN_QUEUE, "early": EARLY_QUEUE, "slow": SLOW_QUEUE},
+                systems={
+                    "main": stack.systems_url,
+                    "early": stack.early_url,
+                    "slow": stack.slow_url,
+                },
+                gateway_url=stack.gateway_url,
+                token_keys=dict(TOKEN_KEYS),
             )
             stop = asyncio.Event()
             kills = asyncio.create_task(self._kill_workers(rng, stop))
@@ -148,8 +195,8 @@ class Suite:
                     f"{_ended(runs)}",
                 ),
             )
-            stats = (await http.get(f"{self.stack.systems_url}/_test/stats")).json()
-            refunds = (await http.get(f"{self.stack.systems_url}/refunds")).json()
+            stats = await _stats(http, [stack.systems_url, stack.early_url, stack.slow_url])
+            refunds = (await http.get(f"{stack.systems_url}/refunds")).json()
         self._invariants(stats, refunds)
         return self.checks
 
@@ -157,7 +204,11 @@ class Suite:
 
     async def _phase_a(self, ctx: Context, rng: random.Random) -> None:
         plans = make_plans("chaos-a", self.size, rng, phase="A")
-        for plan in plans:
+        plans += exactly_once.plans("chaos-a", self.size, rng, phase="A")
+        rotating = exactly_once.rotation_plans(
+            "chaos-a-rotation", self.size.rotations, self.size.rotation_window, phase="A"
+        )
+        for plan in [*plans, *rotating]:
             _short_timeouts(plan)
         models = [
             model_plan(f"chaos-m-{fault}-{i}", fault)
@@ -169,7 +220,9 @@ class Suite:
         self.phase = "A"
         gateway = None if self.size.gateway_alone else asyncio.create_task(self._gateway())
         began = time.monotonic()
+        rotated = asyncio.create_task(self._rotation(ctx, rotating))
         outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
+        outcomes += await rotated
         self.figures["phase A seconds"] = time.monotonic() - began
         self.outcomes += outcomes
         model = [o for o in outcomes if o.plan.phase == "M"]
@@ -230,11 +283,16 @@ class Suite:
         systems = self.stack.systems_url
         seconds = self.size.parked_seconds
         # Jobs started now outlast both restarts, so no webhook falls in a server outage.
-        await ctx.http.post(
-            f"{systems}/_test/faults", json={"export_seconds": seconds, "pipeline_seconds": seconds}
+        # Without progress reports too: each would fall in an outage.
+        await _faults(
+            ctx.http, systems, export_seconds=seconds, pipeline_seconds=seconds, progress_reports=0
         )
         plans = make_plans("chaos-b", replace(self.size, mixed=self.size.parked), rng, phase="B")
-        plans += [cancel_plan(f"chaos-b-cancel-{i}") for i in range(self.size.cancels)]
+        # On the slow systems: their jobs are still running when the run is cancelled however
+        # long the restarts took (a parked job of the main systems may have finished by then).
+        plans += [
+            cancel_plan(f"chaos-b-cancel-{i}", queue="slow") for i in range(self.size.cancels)
+        ]
         for plan in plans:
             plan.phase = "B"
             _short_timeouts(plan)
@@ -249,12 +307,12 @@ class Suite:
                 await self.stack.restart_server(signal.SIGTERM, pause=1.0),
             ]
         self.figures["server downtime seconds (max)"] = max(downtime)
-        await ctx.http.post(
-            f"{systems}/_test/faults",
-            json={
-                "export_seconds": self.stack.export_seconds,
-                "pipeline_seconds": self.stack.pipeline_seconds,
-            },
+        await _faults(
+            ctx.http,
+            systems,
+            export_seconds=self.stack.export_seconds,
+            pipeline_seconds=self.stack.pipeline_seconds,
+            progress_reports=PROGRESS_REPORTS,
         )
         hold.set()
         outcomes = await asyncio.gather(*tasks)
@@ -265,7 +323,8 @@ class Suite:
                 "2 dev server SIGKILL+SIGTERM restart",
                 attempts=len(downtime),
                 outcome=f"down {max(downtime):.1f}s max, {len(plans)} parked runs; "
-                f"{_ended(outcomes)}",
+                f"{_ended(outcomes)}; late completions for cancelled runs refused: "
+                f"{_refusals(outcomes)}",
             )
         )
 
@@ -284,10 +343,17 @@ class Suite:
         """All the runs at once; approvals decided and webhooks arriving at random moments."""
         self.phase = "L"
         plans = make_plans("chaos-load", self.size, rng, phase="L")
-        for plan in plans:
+        plans += exactly_once.plans("chaos-load", self.size, rng, phase="L")
+        rotating = exactly_once.rotation_plans(
+            "chaos-load-rotation", self.size.rotations, self.size.rotation_window, phase="L"
+        )
+        for plan in [*plans, *rotating]:
             _short_timeouts(plan)
         began = time.monotonic()
+        rotated = asyncio.create_task(self._rotation(ctx, rotating))
         outcomes = await asyncio.gather(*(drive(ctx, p) for p in plans))
+        outcomes += await rotated
+        plans += rotating
         elapsed = time.monotonic() - began
         started = max(o.started_at for o in outcomes)
         drain = max(o.ended_at for o in outcomes) - started
@@ -308,6 +374,36 @@ class Suite:
             )
         )
 
+    # --- class 10: the signing key rotated mid-run ------------------------------------------
+
+    async def _rotation(self, ctx: Context, plans: list[RunPlan]) -> list[RunOutcome]:
+        """Drive the rotation's runs around one rotation: once the runs planned before it have
+        handed out their links and callback tokens, start the held-start runs and, while the
+        early systems hold their starts' answers, SIGKILL every signing worker and restart it
+        signing with the new key; then the runs planned after it start."""
+        rotation = self.rotation = Rotation()
+        if not plans:
+            return []
+        before = [p for p in plans if p.rotation == "before"]
+        held = [p for p in before if p.queue == "early"]
+        tasks = [asyncio.create_task(drive(ctx, p)) for p in plans if p not in held]
+        try:
+            # No random kill until the rotation is done: the escalations must come after it,
+            # and the held answers must still be held when the workers die.
+            async with self.lock, asyncio.timeout(ctx.result_timeout):
+                await asyncio.gather(*(_minted(ctx, p) for p in before if p not in held))
+                tasks += [asyncio.create_task(drive(ctx, p)) for p in held]
+                await asyncio.gather(*(_minted(ctx, p) for p in held))
+                rotation.seconds = await self.stack.rotate(NEW_KEY)
+            rotation.happened = True
+            rotation.workers = len(self.stack.signing_workers)
+        except Exception as err:  # noqa: BLE001 - a rotation that failed is the row's violation
+            log.exception("the key rotation failed")
+            rotation.note = f"{type(err).__name__}: {err}"
+        finally:
+            ctx.rotated.set()
+        return list(await asyncio.gather(*tasks))
+
     # --- invariants ------------------------------------------------------------------------
 
     def _invariants(self, stats: dict[str, Any], refunds: list[dict[str, Any]]) -> None:
@@ -321,6 +417,7 @@ class Suite:
                 rows[name].violations += problems
                 by_run.setdefault(outcome.plan.id, []).extend(problems)
         rows[REFUNDS].violations += refunds_once(stats, refunds)
+        self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)
@@ -332,14 +429,58 @@ class Suite:
 
 
 def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
-    phases = {"1": "ABL", "5": "M", "2": "B", "l": "L"}.get(name[:1], "")
+    if name == PROGRESS_AFTER:  # every callback run of the main systems
+        return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
+    if name in exactly_once.ROWS:
+        return [o for o in outcomes if o.plan.klass == name]
+    phases = {"1": "ABL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
     return [o for o in outcomes if o.plan.phase and o.plan.phase in phases]
+
+
+async def _faults(http: httpx.AsyncClient, systems_url: str, **faults: Any) -> None:
+    answer = await http.post(f"{systems_url}/_test/faults", json=faults)
+    answer.raise_for_status()
+
+
+async def _stats(http: httpx.AsyncClient, urls: list[str]) -> dict[str, Any]:
+    """The demo systems' records, merged (keys are prefixed by run ids, job ids are unique)."""
+    merged: dict[str, Any] = {"keys": {}, "jobs": {}, "refund_keys": {}}
+    for url in urls:
+        stats = (await http.get(f"{url}/_test/stats")).json()
+        for part in merged:
+            merged[part].update(stats.get(part, {}))
+    return merged
+
+
+async def _minted(ctx: Context, plan: RunPlan) -> None:
+    """Until the run has handed out its token: its approval notice (with the link) is in the
+    outbox, or its job was accepted by the systems (the start's answer may be held)."""
+    if plan.category == "approval":
+        await ctx.outbox.request(plan.id)
+        return
+    url = ctx.systems.get(plan.queue, ctx.systems_url)
+    while True:
+        stats = (await ctx.http.get(f"{url}/_test/stats")).json()
+        if any(k.startswith(f"{plan.id}/") and v["job_id"] for k, v in stats["keys"].items()):
+            return
+        await asyncio.sleep(0.2)
 
 
 def _short_timeouts(plan: RunPlan) -> None:
     plan.input = plan.input.model_copy(
         update={"model_timeout": ACTIVITY_TIMEOUT, "tool_timeout": ACTIVITY_TIMEOUT}
     )
+
+
+def _refusals(outcomes: list[RunOutcome]) -> str:
+    """`2×409 run_ended`: the answers to the late completions the driver sent."""
+    answers = Counter(
+        f"{a.status} {a.code}"
+        for outcome in outcomes
+        for a in outcome.answers
+        if a.via.startswith("late") and not a.accepted
+    )
+    return " ".join(f"{n}×{answer}" for answer, n in sorted(answers.items())) or "none"
 
 
 def _ended(outcomes: list[RunOutcome]) -> str:

@@ -1,36 +1,50 @@
-"""The invariants checked after every run, from the run's own state and history and from what
-the external systems saw (`/_test/stats`), plus the checks particular to model faults."""
+"""The invariants checked after every run, from the run's own state, the histories of every run
+of its continue-as-new chain and what the external systems saw (`/_test/stats`), plus the
+checks particular to model faults.
+
+A run whose state or histories could not be read fails `READ`: whatever could not be checked
+has not held.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any
 
-from chaos.runs import (
-    HANG_SECONDS,
-    MODEL_TIMEOUT,
-    RETRY_AFTER,
-    RunOutcome,
-    signal_inputs,
-    update_inputs,
-)
+from chaos.history import accepted_updates, signal_inputs, update_inputs
+from chaos.runs import MODEL_TIMEOUT, RETRY_AFTER, RunOutcome
+from chaos.wire import HANG_LIMIT
 from examples.wire_server import RecordedRequest
 from schemas.run import TERMINAL_STATUSES
 
 # Invariant names: the rows of the table's second half.
+READ = "every run's state and history chain read"
 TERMINAL = "every run reaches a terminal status"
 EXPECTED = "every run ends as expected"
 JOBS = "each external job started once; cancelled ones sent a cancel"
+FINISHED = "a job that finished: every report taken, no cancel, its operation ends so"
 COMPLETIONS = "each completion applied at most once"
 APPROVALS = "each approval applied at most once"
+FINAL = "a decision applied is final"
+GENUINE = "no genuine webhook or link refused (401/404)"
+REFUSED = "no refused request added a history event"
 REFUNDS = "an approved refund issued once, a rejected one never"
-INVARIANTS = (TERMINAL, EXPECTED, JOBS, COMPLETIONS, APPROVALS, REFUNDS)
+INVARIANTS = (
+    READ, TERMINAL, EXPECTED, JOBS, FINISHED, COMPLETIONS, APPROVALS, FINAL, GENUINE, REFUSED,
+    REFUNDS,
+)  # fmt: skip
 
-_APPROVAL_STEP = re.compile(r"approval (\S+) (approved|rejected) by")
+# A request's outcome as the ledger records it: a person's or the policy's decision, or expiry.
+_DECIDED_STEP = re.compile(r"approval (\S+) (approved|rejected) by (\S+)")
+_EXPIRED_STEP = re.compile(r"approval (\S+) expired$")
+_APPROVAL_STEP = _DECIDED_STEP
 _OPERATION_STEP = re.compile(r"^(\S+) (succeeded|failed)$")
 # Temporal's closed statuses, as `drive` reports a run that did not return a RunResult.
 _CLOSED = {"cancelled", "canceled", "terminated", "timed_out", "failed"}
+# A refusal that says an identical report was already taken: the report is not lost.
+_TAKEN_CODES = {"duplicate_completion", "duplicate_report"}
 
 
 def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]]:
@@ -38,30 +52,73 @@ def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]
     found: dict[str, list[str]] = {name: [] for name in INVARIANTS}
     plan = outcome.plan
     tag = f"{plan.id} ({plan.kind})"
+    found[READ] += [f"{tag}: {problem}" for problem in outcome.unread]
+    if outcome.state is None and not outcome.unread:
+        found[READ].append(f"{tag}: no state")
     if outcome.status not in TERMINAL_STATUSES | _CLOSED:
         found[TERMINAL].append(f"{tag}: still {outcome.status} after {outcome.seconds:.0f}s")
-    expected = {"cancelled", "canceled"} if plan.expect == "cancelled" else {plan.expect}
+    expected = set(plan.expect.split("|"))
+    if "cancelled" in expected:
+        expected.add("canceled")
     if outcome.status not in expected and outcome.status not in ("stuck", "unknown"):
         error = outcome.state.error if outcome.state else None
         found[EXPECTED].append(f"{tag}: ended {outcome.status}, expected {plan.expect}: {error}")
     found[EXPECTED] += [f"{tag}: {problem}" for problem in outcome.problems]
-    found[JOBS] += _jobs(tag, outcome, stats)
+    found[EXPECTED] += _operations_expected(tag, outcome)
+    keys = run_keys(outcome, stats)
+    found[JOBS] += _jobs(tag, outcome, keys, stats)
+    found[FINISHED] += _finished(tag, outcome, keys, stats)
     found[COMPLETIONS] += _completions(tag, outcome)
     found[APPROVALS] += _approvals(tag, outcome)
+    found[FINAL] += _final(tag, outcome)
+    found[GENUINE] += _genuine(tag, outcome, keys, stats)
+    found[REFUSED] += _refused(tag, outcome, keys, stats)
     found[REFUNDS] += _refunds(tag, outcome, stats)
     return found
 
 
-def _jobs(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
-    """Every job this run's keys created is one the run knows, created once; a job the run
-    cancelled (or that expired) was sent a cancel."""
-    problems = []
+def run_keys(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The systems' records of this run's jobs, by idempotency key (`{run}/{tool_call_id}`)."""
+    prefix = f"{outcome.plan.id}/"
+    return {k: v for k, v in stats["keys"].items() if k.startswith(prefix)}
+
+
+def operations_by_key(outcome: RunOutcome) -> dict[str, Any]:
+    """The run's operations by the idempotency key their job was started under."""
     state = outcome.state
-    keys = {k: v for k, v in stats["keys"].items() if k.startswith(f"{outcome.plan.id}/")}
-    known = {
+    return {
         f"{outcome.plan.id}/{op.tool_call_id}": op
         for op in (state.operations.values() if state else [])
     }
+
+
+def _operations_expected(tag: str, outcome: RunOutcome) -> list[str]:
+    wanted = outcome.plan.operations
+    if wanted is None or outcome.state is None:
+        return []
+    ops = list(outcome.state.operations.values())
+    if not ops:
+        return [f"{tag}: no operation was started (expected them {wanted})"]
+    return [
+        f"{tag}: operation {op.operation_id} ({op.completion}, {op.mode}) ended {op.status}, "
+        f"expected {wanted}{_why(op)}"
+        for op in ops
+        if op.status != wanted
+    ]
+
+
+def _why(op: Any) -> str:
+    return f": {op.error.code}: {op.error.message}" if op.error is not None else ""
+
+
+def _jobs(
+    tag: str, outcome: RunOutcome, keys: dict[str, dict[str, Any]], stats: dict[str, Any]
+) -> list[str]:
+    """Every job this run's keys created is one the run knows, created once; a job the run
+    cancelled (or that expired) was sent a cancel, and is not running."""
+    problems = []
+    state = outcome.state
+    known = operations_by_key(outcome)
     for key, key_stats in keys.items():
         if key_stats["jobs_created"] != 1:
             problems.append(f"{tag}: key {key} created {key_stats['jobs_created']} jobs")
@@ -80,8 +137,70 @@ def _jobs(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
     return problems
 
 
+def report_answers(job: dict[str, Any]) -> dict[str, list[tuple[int | None, str]]]:
+    """Every answer to each report of a job (by its Webhook-Id, copies and retries included):
+    (status, gateway error code), in the order sent."""
+    reports: dict[str, list[tuple[int | None, str]]] = {}
+    for attempt in job.get("webhooks", []):
+        report_id = attempt.get("webhook_id") or attempt.get("report", "")
+        reports.setdefault(report_id, []).append((attempt.get("status_code"), answer_code(attempt)))
+    return reports
+
+
+def report_names(job: dict[str, Any]) -> dict[str, str]:
+    """What each report of a job said ('running 33%', 'succeeded'), by its Webhook-Id."""
+    return {
+        attempt.get("webhook_id") or attempt.get("report", ""): attempt.get("report", "")
+        for attempt in job.get("webhooks", [])
+    }
+
+
+def answer_code(attempt: dict[str, Any]) -> str:
+    """The gateway's error code in a webhook attempt's recorded answer ('' for none)."""
+    try:
+        return str(json.loads(attempt.get("answer") or "")["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def taken(answers: list[tuple[int | None, str]]) -> bool | None:
+    """Whether a report was taken: True if some delivery was answered 2xx, or told an
+    identical one already was; None if some delivery got no final answer (5xx, no answer: it
+    may have been applied, and a later 409 may be its echo); False if it was refused."""
+    if any(s is not None and s < 300 or code in _TAKEN_CODES for s, code in answers):
+        return True
+    if any(s is None or s >= 500 for s, _ in answers):
+        return None
+    return False if answers else None
+
+
+def _finished(
+    tag: str, outcome: RunOutcome, keys: dict[str, dict[str, Any]], stats: dict[str, Any]
+) -> list[str]:
+    """A job that succeeded or failed on its own was never told to stop, every report it sent
+    was taken, and the run's operation ended with the job's own status."""
+    problems = []
+    known = operations_by_key(outcome)
+    for key, key_stats in keys.items():
+        job = stats["jobs"].get(key_stats.get("job_id") or "", {})
+        if job.get("status") not in ("succeeded", "failed"):
+            continue
+        op = known.get(key)
+        where = f"job {key_stats['job_id']} ({job['status']})"
+        if key_stats["cancels"]:
+            problems.append(f"{tag}: {where} was sent {key_stats['cancels']} cancel(s)")
+        if op is not None and op.status != job["status"]:
+            problems.append(f"{tag}: {where}: its operation {op.operation_id} ended {op.status}")
+        names = report_names(job)
+        for report_id, answers in report_answers(job).items():
+            if taken(answers) is False:
+                said = ", ".join(f"{s} {c}".strip() for s, c in answers)
+                problems.append(f"{tag}: {where}: report '{names[report_id]}' refused: {said}")
+    return problems
+
+
 def _completions(tag: str, outcome: RunOutcome) -> list[str]:
-    """At most one final completion accepted per operation (history), applied once (ledger)."""
+    """At most one final completion accepted per operation (histories), applied once (ledger)."""
     problems = []
     final = Counter(
         u["operation_id"]
@@ -105,7 +224,7 @@ def _completions(tag: str, outcome: RunOutcome) -> list[str]:
 
 
 def _approvals(tag: str, outcome: RunOutcome) -> list[str]:
-    """At most one decision accepted (history) and applied (ledger) per request; a decided
+    """At most one decision accepted (histories) and applied (ledger) per request; a decided
     request's decision is the first one sent."""
     problems = []
     accepted = Counter(u["request_id"] for u in update_inputs(outcome.events, "decide"))
@@ -153,6 +272,134 @@ def _timed_out(tag: str, outcome: RunOutcome) -> list[str]:
     return problems
 
 
+def request_outcomes(outcome: RunOutcome) -> dict[str, list[str]]:
+    """Every outcome the ledger records per request, in order: `approved by <reviewer>`,
+    `rejected by default`, `expired`."""
+    found: dict[str, list[str]] = {}
+    for step in outcome.state.steps if outcome.state else []:
+        if step.kind != "event":
+            continue
+        if m := _DECIDED_STEP.search(step.detail):
+            found.setdefault(m.group(1), []).append(f"{m.group(2)} by {m.group(3)}")
+        elif m := _EXPIRED_STEP.search(step.detail):
+            found.setdefault(m.group(1), []).append("expired")
+    return found
+
+
+def _final(tag: str, outcome: RunOutcome) -> list[str]:
+    """One outcome per request, and it stays: a person's decision is never followed by the
+    policy's (or another), a decision the sender was told was accepted is the request's
+    outcome, and a run whose request a person decided does not end for want of a decision."""
+    state = outcome.state
+    if state is None:
+        return []
+    problems = []
+    outcomes = request_outcomes(outcome)
+    for request_id, seen in outcomes.items():
+        if len(seen) > 1:
+            problems.append(
+                f"{tag}: request {request_id} decided, then changed: {' -> '.join(seen)}"
+            )
+    for answer in outcome.answers:
+        if answer.kind != "decision" or not answer.accepted:
+            continue
+        request = state.approvals.get(answer.subject)
+        decision = request.decision if request is not None else None
+        told = answer.decision
+        wanted = "approved" if told == "approve" else "rejected"
+        if request is None or request.status != wanted or decision is None or decision.by_policy:
+            if request is None:
+                now = "unknown to the run"
+            elif request.status == "expired" or decision is None:
+                now = request.status
+            else:
+                now = f"{request.status} by {decision.reviewer}"
+            problems.append(
+                f"{tag}: {answer.via} told its {told} of {answer.subject} was accepted; the "
+                f"request is {now}"
+            )
+    persons = {
+        r
+        for r, seen in outcomes.items()
+        if any(not s.endswith(("by default", "expired")) for s in seen)
+    }
+    if outcome.status == "approval_expired" and persons:
+        problems.append(f"{tag}: ended approval_expired, though a person decided {sorted(persons)}")
+    return problems
+
+
+def _genuine(
+    tag: str, outcome: RunOutcome, keys: dict[str, dict[str, Any]], stats: dict[str, Any]
+) -> list[str]:
+    """The tokens the run handed out work: no webhook of its jobs and no link of its notices
+    is refused as forged (401) or as unknown to the run (404), whichever key signed it."""
+    problems = []
+    for key_stats in keys.values():
+        job = stats["jobs"].get(key_stats.get("job_id") or "", {})
+        names = report_names(job)
+        for report_id, answers in report_answers(job).items():
+            bad = [f"{s} {c}" for s, c in answers if s in (401, 404)]
+            if bad:
+                problems.append(
+                    f"{tag}: job {key_stats['job_id']} report '{names[report_id]}' answered "
+                    f"{', '.join(bad)}"
+                )
+    for answer in outcome.answers:
+        if answer.status in (401, 404) and answer.via not in ("late", "late (clock behind)"):
+            problems.append(
+                f"{tag}: {answer.via} for {answer.subject} answered {answer.status} {answer.code}"
+            )
+    return problems
+
+
+def _refused(
+    tag: str, outcome: RunOutcome, keys: dict[str, dict[str, Any]], stats: dict[str, Any]
+) -> list[str]:
+    """A refused request leaves no trace: per operation, the completions the run accepted (its
+    histories' Updates) are no more than the reports and late completions answered 2xx, plus
+    those never answered (5xx: their fate unknown to the sender); per request, the decide
+    Updates accepted are no more than the decisions answered as accepted."""
+    if outcome.state is None or not outcome.chain:
+        return []
+    problems = []
+    events = accepted_updates(outcome.events)
+    known = operations_by_key(outcome)
+    for key, key_stats in keys.items():
+        op = known.get(key)
+        if op is None or op.completion != "callback":
+            continue
+        job = stats["jobs"].get(key_stats.get("job_id") or "", {})
+        fates = [taken(a) for a in report_answers(job).values()]
+        fates += [a.accepted for a in outcome.answers if a.subject == op.operation_id]
+        accepted, unknown = fates.count(True), fates.count(None)
+        recorded = sum(
+            1
+            for u in events
+            if u.name == "complete_operation" and u.argument.get("operation_id") == op.operation_id
+        )
+        if recorded > accepted + unknown:
+            refused = fates.count(False)
+            problems.append(
+                f"{tag}: operation {op.operation_id}: {recorded} completions in history, "
+                f"{accepted} accepted, {refused} refused (a refused request added events)"
+            )
+    for request_id in outcome.state.approvals:
+        fates = [
+            a.accepted
+            for a in outcome.answers
+            if a.kind == "decision" and a.subject == request_id and a.via != "signal"
+        ]
+        recorded = sum(
+            1 for u in events if u.name == "decide" and u.argument.get("request_id") == request_id
+        )
+        if recorded > fates.count(True) + fates.count(None):
+            problems.append(
+                f"{tag}: request {request_id}: {recorded} decide Updates in history, "
+                f"{fates.count(True)} answered as accepted, {fates.count(False)} refused"
+            )
+    return problems
+
+
 def _refunds(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
     plan = outcome.plan
     if plan.refund_key is None or outcome.state is None:
@@ -176,8 +423,9 @@ def refunds_once(stats: dict[str, Any], refunds: list[dict[str, Any]]) -> list[s
 
 
 def check_model_fault(outcome: RunOutcome, requests: list[RecordedRequest]) -> list[str]:
-    """The fault was met and handled: a 429's retry-after honoured, a hang cut at the model
-    timeout and retried, a 500 retried, malformed arguments reported to the model."""
+    """The fault was met and handled: a 429's retry-after honoured, a hung call cut by the model
+    timeout and retried while it still hung, a 500 retried, malformed arguments reported to the
+    model."""
     plan = outcome.plan
     tag = f"{plan.id} ({plan.kind})"
     mine = sorted(
@@ -189,11 +437,18 @@ def check_model_fault(outcome: RunOutcome, requests: list[RecordedRequest]) -> l
     gap = mine[1].received_at - (mine[0].answered_at or mine[0].received_at)
     if plan.fault == "429" and gap < RETRY_AFTER:
         return [f"{tag}: retried {gap:.2f}s after a 429 with retry-after {RETRY_AFTER}"]
-    # The hung attempt was cut by the model timeout: the retry came before the hang ended
-    # (the gap is not the timeout itself: the timeout counts from the activity's start).
-    if plan.fault == "hang" and gap >= HANG_SECONDS:
+    # The hung call is answered only once its retry arrives (chaos.wire), or after HANG_LIMIT:
+    # then the timeout did not cut it.
+    hung = mine[0]
+    if plan.fault == "hang" and (hung.answered_at or 0) - hung.received_at >= HANG_LIMIT:
         timeout = MODEL_TIMEOUT.total_seconds()
-        return [f"{tag}: retried {gap:.2f}s after a {HANG_SECONDS}s hang (timeout {timeout}s)"]
+        return [f"{tag}: no retry within {HANG_LIMIT:.0f}s of a hung call (timeout {timeout}s)"]
+    if (
+        plan.fault == "hang"
+        and hung.answered_at is not None
+        and hung.answered_at < mine[1].received_at
+    ):
+        return [f"{tag}: the hung call was answered before its retry arrived"]
     if plan.fault == "500" and len(mine) < 3:
         return [f"{tag}: {len(mine)} requests after two 500s"]
     steps = outcome.state.steps if outcome.state is not None else []

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from chaos.model import Check
 
 _MAX_LISTED = 20
+_OUTCOME_WIDTH = 90  # longer outcomes go on continuation lines
 
 
 def table(checks: Sequence[Check]) -> str:
     """The rows, aligned, then every violation (the first few per row) so failures reproduce."""
     headers = ("check", "attempts", "outcome", "violations")
-    rows = [(c.name, str(c.attempts), c.outcome, str(len(c.violations))) for c in checks]
+    rows: list[tuple[str, str, str, str]] = []
+    for c in checks:
+        first, *more = textwrap.wrap(c.outcome, _OUTCOME_WIDTH) or [""]
+        rows.append((c.name, str(c.attempts), first, str(len(c.violations))))
+        rows += [("", "", f"  {line}", "") for line in more]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    widths[2] = min(widths[2], 90)
 
     def line(cells: Sequence[str]) -> str:
         return " | ".join(

@@ -1,19 +1,22 @@
 """The runs the suite starts: what each is, how the driver plays its part (approvals decided at
-random moments, cancels, scripted model faults), and what it must end as."""
+random moments or racing the timeout policy, cancels, late completions, scripted model faults,
+links used across a key rotation), and what it must end as.
+
+After a run ends the driver reads its state and the history of every run of its
+continue-as-new chain; a read that fails is reported, never skipped: an invariant that could
+not be checked has not held."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -24,21 +27,32 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from examples.wire_server import WireServer, delayed, error, openai_tool_calls
+from chaos.history import completed_activities, fetch_chain
+from chaos.tokens import job_token
+from chaos.wire import HangingWire
+from examples.wire_server import error, openai_tool_calls
 from schemas import RunInput, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
+from schemas.operations import Operation
+from schemas.run import NOTIFY_APPROVAL
 from workflows.agent_run import AgentRunWorkflow
 
 _T = TypeVar("_T")
 Category = Literal["callback", "polled", "approval", "plain", "model"]
-Decider = Literal["signal", "update", "link", "timeout"]
+# `race`: sent at a moment that races the request's timeout policy (either may win, not both).
+Decider = Literal["signal", "update", "link", "timeout", "race"]
 ModelFault = Literal["429", "500", "hang", "malformed"]
+# Which demo systems (and task queue) a run's tools use: see chaos.stack.
+Queue = Literal["main", "early", "slow"]
 
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 REFUND_TOOLS = ["check_claim", "issue_refund"]
 # How long a run may take to end once the driver is done with it, before it counts as stuck.
 RESULT_TIMEOUT = 150.0
 LINK_RETRY_SECONDS = 2.0
+# How often a racing decision's run is asked whether its request is there yet (each query is a
+# workflow task on a worker: kept to a few runs).
+RACE_QUERY_EVERY = 0.05
 
 
 @dataclass
@@ -49,7 +63,7 @@ class RunPlan:
     kind: str
     category: Category
     input: RunInput
-    expect: str = "completed"
+    expect: str = "completed"  # a status, or several as `a|b`
     decider: Decider | None = None
     decision: DecisionKind = "approve"
     duplicate_decision: bool = False
@@ -57,6 +71,28 @@ class RunPlan:
     fault: ModelFault | None = None
     refund_key: str | None = None
     phase: str = ""
+    # The fault classes of issue 11 (chaos.exactly_once): the row that counts this run, the
+    # systems it runs against, and what it must show.
+    klass: str = ""
+    queue: Queue = "main"
+    operations: Literal["succeeded", "expired", "cancelled"] | None = None  # each must end so
+    late_completions: bool = False  # once its operations ended, complete them again
+    rotation: Literal["before", "after"] | None = None  # its tokens minted before/after it
+    link: Literal["first", "escalation"] = "first"  # which notice's link decides
+    race: Literal["at-once", "at-deadline", "late"] = "at-once"  # when a `race` decision is sent
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the sender of a decision or a completion was told."""
+
+    kind: Literal["decision", "completion"]
+    subject: str  # the request id or operation id
+    via: str  # signal, update, link, late (a completion after the operation ended)
+    status: int | None  # the HTTP status (links, completions)
+    code: str  # the gateway's error code, or the Update's answer
+    accepted: bool | None  # None: unknown (a signal, a 503, no answer)
+    decision: str = ""  # approve or reject (decisions)
 
 
 @dataclass
@@ -66,23 +102,28 @@ class RunOutcome:
     plan: RunPlan
     status: str = "unknown"
     state: RunState | None = None
-    events: list[Any] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)  # every run of the chain, in order
+    chain: list[list[Any]] = field(default_factory=list)  # the same, one list per run
     seconds: float = 0.0
     started_at: float = 0.0  # time.monotonic(), once the start was acknowledged
     ended_at: float = 0.0  # once its end was seen
+    answers: list[Answer] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)  # state or history that could not be read
 
 
 @dataclass
 class Outbox:
     """The approvals outbox, read by one poller for every run: which runs asked for approval,
-    and the decision link each was sent (cheaper than querying every run)."""
+    and the decision links each was sent (cheaper than querying every run)."""
 
     url: str
     http: httpx.AsyncClient
     every: float = 0.3
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Every notice per `workflow_id/request_id`, oldest first (the first, then an escalation).
+    notices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _seen: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -95,8 +136,10 @@ class Outbox:
                 entries = []
             for entry in entries[self._seen :]:
                 body = entry["body"]
-                self.links.setdefault(f"{body['workflow_id']}/{body['request_id']}", body)
+                key = f"{body['workflow_id']}/{body['request_id']}"
+                self.links.setdefault(key, body)
                 self.links.setdefault(body["workflow_id"], body)
+                self.notices.setdefault(key, []).append(body)
             if len(entries) > self._seen:
                 self._seen = len(entries)
                 self._changed.set()
@@ -109,6 +152,13 @@ class Outbox:
             await self._changed.wait()
         return self.links[workflow_id]
 
+    async def notice(self, workflow_id: str, request_id: str, index: int) -> dict[str, Any]:
+        """The request's notice number `index` (0: the first, 1: the escalation)."""
+        key = f"{workflow_id}/{request_id}"
+        while len(self.notices.get(key, [])) <= index:
+            await self._changed.wait()
+        return self.notices[key][index]
+
 
 @dataclass
 class Context:
@@ -118,11 +168,18 @@ class Context:
     task_queue: str
     systems_url: str
     http: httpx.AsyncClient
-    wire: WireServer
+    wire: HangingWire
     rng: random.Random
     outbox: Outbox
     query_every: float = 0.3
     result_timeout: float = RESULT_TIMEOUT
+    # Per queue of chaos.stack: its task queue and its demo systems (default: the main ones).
+    queues: Mapping[str, str] = field(default_factory=dict)
+    systems: Mapping[str, str] = field(default_factory=dict)
+    gateway_url: str = ""
+    token_keys: Mapping[str, str] = field(default_factory=dict)
+    # Set once the signing key was rotated: runs planned `after` it start then.
+    rotated: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Mix(Protocol):
@@ -216,15 +273,18 @@ def _plain(wid: str, i: int) -> RunPlan:
     return RunPlan(wid, model, "plain", run)
 
 
-def cancel_plan(wid: str) -> RunPlan:
-    """Two exports, then the run is cancelled while they run: both jobs must get a cancel."""
+def cancel_plan(wid: str, queue: Queue = "main") -> RunPlan:
+    """Two exports, then the run is cancelled while they run: both jobs must get a cancel;
+    then their completions come late (each a refusal that changes nothing)."""
     run = RunInput(task="two exports", model="scripted:two-exports", tools=["start_export"])
-    return RunPlan(wid, "cancelled-exports", "callback", run, "cancelled", cancel=True)
+    return RunPlan(
+        wid, "cancelled-exports", "callback", run, "cancelled", cancel=True, queue=queue,
+        operations="cancelled", late_completions=True,
+    )  # fmt: skip
 
 
 MODEL_TIMEOUT = timedelta(seconds=2)
 RETRY_AFTER = 2
-HANG_SECONDS = 8.0
 
 
 def model_plan(wid: str, fault: ModelFault) -> RunPlan:
@@ -239,7 +299,7 @@ def model_plan(wid: str, fault: ModelFault) -> RunPlan:
     return RunPlan(wid, f"model-{fault}", "model", run, fault=fault)
 
 
-def script_model_fault(wire: WireServer, plan: RunPlan) -> None:
+def script_model_fault(wire: HangingWire, plan: RunPlan) -> None:
     """Queue the fault for this run's model name (the run's conversation only)."""
     name = plan.id
     if plan.fault == "429":
@@ -247,7 +307,8 @@ def script_model_fault(wire: WireServer, plan: RunPlan) -> None:
     elif plan.fault == "500":
         wire.enqueue_for(name, error(500, "internal error"), error(500, "internal error"))
     elif plan.fault == "hang":
-        wire.enqueue_for(name, delayed(HANG_SECONDS))
+        # Unanswered until the retry arrives: the fault is the timeout cutting the call.
+        wire.hang_until_retry(name)
     elif plan.fault == "malformed":
         bad = openai_tool_calls([("call_bad", "calculate", '{"expression": "2 +')])
         wire.enqueue_for(name, bad)
@@ -257,16 +318,20 @@ def script_model_fault(wire: WireServer, plan: RunPlan) -> None:
 
 
 async def drive(ctx: Context, plan: RunPlan, *, hold: asyncio.Event | None = None) -> RunOutcome:
-    """Start the run, play the driver's part, wait for its end; never raises for the run's
-    own failure (that is the outcome's status). `hold`: decide/cancel only once it is set."""
+    """Start the run, play the driver's part, wait for its end, read what it recorded; never
+    raises for the run's own failure (that is the outcome's status). `hold`: decide/cancel
+    only once it is set."""
     outcome = RunOutcome(plan)
+    if plan.rotation == "after":
+        # Its tokens and links are minted under the new signing key.
+        await _bounded(ctx, ctx.rotated.wait())
     began = time.monotonic()
     if plan.fault is not None:
         script_model_fault(ctx.wire, plan)
-    handle = await _start(ctx, plan)
+    handle, first_run_id = await _start(ctx, plan)
     outcome.started_at = time.monotonic()
     try:
-        await _play(ctx, plan, handle, outcome, hold)
+        await _play(ctx, plan, handle, first_run_id, outcome, hold)
     except Exception as err:  # noqa: BLE001 - the driver's failure is reported, not raised
         outcome.problems.append(f"driver: {type(err).__name__}: {err}")
     try:
@@ -275,23 +340,53 @@ async def drive(ctx: Context, plan: RunPlan, *, hold: asyncio.Event | None = Non
         outcome.status = "stuck"
     outcome.ended_at = time.monotonic()
     outcome.seconds = outcome.ended_at - began
+    if plan.late_completions:
+        # After the end too: the run has ended, so nothing may reach it.
+        try:
+            await _late_completions(ctx, plan, first_run_id, outcome)
+        except Exception as err:  # noqa: BLE001 - reported, not raised
+            outcome.problems.append(f"driver: late completions: {type(err).__name__}: {err}")
+    await _read(ctx, handle, first_run_id, outcome)
+    return outcome
+
+
+async def _read(
+    ctx: Context, handle: WorkflowHandle[Any, Any], first_run_id: str, outcome: RunOutcome
+) -> None:
+    """The run's state (from its last run) and the history of every run of its chain."""
     try:
         outcome.state = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
-        outcome.events = [e async for e in handle.fetch_history_events()]
     except (RPCError, TimeoutError) as err:
-        outcome.notes.append(f"could not read the run's state: {err}")
-    return outcome
+        outcome.unread.append(f"state query failed: {type(err).__name__}: {err}")
+    try:
+        outcome.chain = await _retrying(lambda: fetch_chain(ctx.client, handle.id, first_run_id))
+    except (RPCError, TimeoutError, RuntimeError) as err:
+        outcome.unread.append(f"history fetch failed: {type(err).__name__}: {err}")
+    outcome.events = [event for events in outcome.chain for event in events]
+
+
+async def _bounded(ctx: Context, awaitable: Awaitable[_T]) -> _T:
+    async with asyncio.timeout(ctx.result_timeout):
+        return await awaitable
 
 
 async def _play(
     ctx: Context,
     plan: RunPlan,
     handle: WorkflowHandle[Any, Any],
+    first_run_id: str,
     outcome: RunOutcome,
     hold: asyncio.Event | None,
 ) -> None:
-    """The driver's part: decide approvals, cancel."""
-    if plan.decider is not None and plan.decider != "timeout":
+    """The driver's part: complete expired operations late, decide approvals, cancel."""
+    if plan.late_completions and not plan.cancel:
+        # Once every callback operation has ended (expired), while the run is still open (it
+        # waits for a decision, sent next): the run's own validator must refuse them.
+        await until(ctx, handle, _callbacks_ended)
+        await _late_completions(ctx, plan, first_run_id, outcome)
+    if plan.decider == "race":
+        await _race_decision(ctx, plan, handle, outcome)
+    elif plan.decider is not None and plan.decider != "timeout":
         await _decide(ctx, plan, handle, outcome, hold)
     if plan.cancel:
         await until(ctx, handle, lambda s: any(not o.terminal for o in s.operations.values()))
@@ -300,16 +395,75 @@ async def _play(
         await _retrying(handle.cancel)
 
 
-async def _start(ctx: Context, plan: RunPlan) -> WorkflowHandle[Any, Any]:
-    """Start the run; a start whose answer was lost to a restart is found, not repeated."""
+def _callbacks_ended(state: RunState) -> bool:
+    ops = [op for op in state.operations.values() if op.completion == "callback"]
+    return bool(ops) and all(op.terminal for op in ops)
+
+
+# A completion as the job would have sent it, had it ignored its cancel.
+LATE_COMPLETION = {"status": "succeeded", "result": {"file": "exports/late.csv", "rows": 1}}
+
+
+async def _late_completions(
+    ctx: Context, plan: RunPlan, first_run_id: str, outcome: RunOutcome
+) -> None:
+    """For every callback operation of the run that expired or was cancelled: a completion
+    with the job's own token (expired with the operation: 410) and with the same token minted
+    by a gateway whose clock is behind (still valid: the run must refuse it, 409). Both are
+    refusals, and neither may add a history event."""
+    handle = ctx.client.get_workflow_handle(plan.id)
+    state: RunState = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
+    chain = await _retrying(lambda: fetch_chain(ctx.client, plan.id, first_run_id))
+    ended = [
+        op
+        for op in state.operations.values()
+        if op.completion == "callback" and op.status in ("expired", "cancelled")
+    ]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    for op in ended:
+        own = job_token(ctx.token_keys, plan.id, op, chain)
+        skewed_op = op.model_copy(update={"expires_at": later})
+        skewed = job_token(ctx.token_keys, plan.id, skewed_op, chain)
+        for via, token in (("late", own), ("late (clock behind)", skewed)):
+            if token is None:
+                outcome.problems.append(f"no key gives {op.operation_id}'s nonce hash")
+                continue
+            outcome.answers.append(await _complete(ctx, op, token, via))
+
+
+async def _complete(ctx: Context, op: Operation, token: str, via: str) -> Answer:
+    response = await ctx.http.post(
+        f"{ctx.gateway_url}/v1/operations/{op.operation_id}/complete",
+        json=LATE_COMPLETION,
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    status = response.status_code
+    accepted = True if status < 300 else (None if status >= 500 else False)
+    return Answer("completion", op.operation_id, via, status, error_code(response), accepted)
+
+
+def error_code(response: httpx.Response) -> str:
+    """The gateway's error code (`operation_resolved`...), or the status for a success."""
     try:
-        return await _retrying(
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return str(response.status_code)
+
+
+async def _start(ctx: Context, plan: RunPlan) -> tuple[WorkflowHandle[Any, Any], str]:
+    """Start the run; a start whose answer was lost to a restart is found, not repeated.
+    Returns its handle and the id of its first run (where its chain of runs begins)."""
+    queue = ctx.queues.get(plan.queue, ctx.task_queue)
+    try:
+        handle = await _retrying(
             lambda: ctx.client.start_workflow(
-                AgentRunWorkflow.run, plan.input, id=plan.id, task_queue=ctx.task_queue
+                AgentRunWorkflow.run, plan.input, id=plan.id, task_queue=queue
             )
         )
-    except WorkflowAlreadyStartedError:
-        return ctx.client.get_workflow_handle_for(AgentRunWorkflow.run, plan.id)
+    except WorkflowAlreadyStartedError as err:
+        handle = ctx.client.get_workflow_handle_for(AgentRunWorkflow.run, plan.id)
+        return handle, str(err.first_run_id or err.run_id)
+    return handle, str(handle.first_execution_run_id)
 
 
 async def _result(ctx: Context, handle: WorkflowHandle[Any, Any]) -> str:
@@ -336,24 +490,96 @@ async def _decide(
     hold: asyncio.Event | None,
 ) -> None:
     """Wait for the approval request, then decide it at a random moment by the plan's means;
-    maybe decide again by another means (a duplicate that must not be applied)."""
-    async with asyncio.timeout(ctx.result_timeout):
-        notice = await ctx.outbox.request(plan.id)
+    maybe decide again by another means (a duplicate that must not be applied). A run planned
+    across the key rotation decides after it, by the link of its first notice or of its
+    escalation."""
+    if plan.queue == "main":
+        async with asyncio.timeout(ctx.result_timeout):
+            notice = await ctx.outbox.request(plan.id)
+    else:  # its notices go to other systems' outbox: signals and Updates only
+        state = await until(ctx, handle, lambda s: bool(s.approvals))
+        notice = {"request_id": next(iter(state.approvals))}
     request_id = str(notice["request_id"])
+    link = notice
+    if plan.rotation == "before":
+        await _bounded(ctx, ctx.rotated.wait())
+    if plan.link == "escalation" or (plan.rotation == "before" and _escalates(plan)):
+        link = await _bounded(ctx, _after_escalation(ctx, plan, handle, request_id, outcome))
     # A link may be used the moment it reaches the outbox, before the run has recorded that
     # it was sent (the gateway waits for the run to confirm it).
     if hold is not None:
         await hold.wait()
-    await asyncio.sleep(ctx.rng.uniform(0.0, 1.5))
-    assert plan.decider is not None and plan.decider != "timeout"
-    first = await _send_decision(ctx, plan, handle, request_id, plan.decider)
-    outcome.notes.append(f"decision by {plan.decider}: {first}")
+    if plan.rotation is None:
+        await asyncio.sleep(ctx.rng.uniform(0.0, 1.5))
+    assert plan.decider is not None and plan.decider not in ("timeout", "race")
+    first = await _send_decision(ctx, plan, handle, request_id, plan.decider, link=link)
+    outcome.answers.append(first)
+    outcome.notes.append(f"decision by {plan.decider}: {first.code}")
     if plan.duplicate_decision:
         means: list[Decider] = ["signal", "update", "link"]
         other = ctx.rng.choice([d for d in means if d != plan.decider])
         flipped: DecisionKind = "reject" if plan.decision == "approve" else "approve"
-        second = await _send_decision(ctx, plan, handle, request_id, other, decision=flipped)
-        outcome.notes.append(f"duplicate by {other}: {second}")
+        second = await _send_decision(
+            ctx, plan, handle, request_id, other, decision=flipped, link=link
+        )
+        outcome.answers.append(second)
+        outcome.notes.append(f"duplicate by {other}: {second.code}")
+
+
+def _escalates(plan: RunPlan) -> bool:
+    return plan.input.approval.on_timeout == "escalate"
+
+
+async def _after_escalation(
+    ctx: Context,
+    plan: RunPlan,
+    handle: WorkflowHandle[Any, Any],
+    request_id: str,
+    outcome: RunOutcome,
+) -> dict[str, Any]:
+    """The link to decide with once the request has escalated: wait for the event itself, the
+    run having recorded its escalation notice (minted under the new key), so the request's
+    links are as they will stay; the escalation's link once it is in the outbox. A notice
+    lost with its worker is retried only after its activity timeout, while the second window
+    runs on: by the middle of that window a person decides with the link they have."""
+    first = ctx.outbox.links[f"{plan.id}/{request_id}"]
+    key = f"{plan.id}/{request_id}"
+    while True:
+        state: RunState = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
+        request = state.approvals[request_id]
+        events = [event async for event in handle.fetch_history_events()]
+        recorded = completed_activities(events, NOTIFY_APPROVAL) >= 2
+        posted = len(ctx.outbox.notices.get(key, [])) >= 2
+        if recorded and (plan.link == "first" or posted):
+            break
+        window = request.policy.timeout.total_seconds()
+        late = request.escalated and time.time() > request.expires_at.timestamp() - window / 2
+        if not request.open or late:
+            outcome.notes.append(f"escalation notice recorded: {recorded}, posted: {posted}")
+            break
+        await asyncio.sleep(ctx.query_every)
+    if plan.link == "escalation" and posted:
+        return ctx.outbox.notices[key][1]
+    return first
+
+
+async def _race_decision(
+    ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
+) -> None:
+    """A person's decision racing the request's timeout policy: sent the moment the request
+    appears (while the run is still sending its notice), around its deadline, or late (when
+    the policy has most likely acted: the server fires timers up to about a second late).
+    Either may win; the other must then change nothing."""
+    state = await until(ctx, handle, lambda s: bool(s.approvals), every=RACE_QUERY_EVERY)
+    request = next(iter(state.approvals.values()))
+    after = {"at-once": None, "at-deadline": (-0.25, 0.25), "late": (1.5, 3.0)}[plan.race]
+    if after is not None:
+        moment = request.expires_at.timestamp() + ctx.rng.uniform(*after)
+        await asyncio.sleep(max(0.0, moment - time.time()))
+    means: Decider = ctx.rng.choice(["signal", "update"])
+    answer = await _send_decision(ctx, plan, handle, request.request_id, means)
+    outcome.answers.append(answer)
+    outcome.notes.append(f"race ({plan.race}) by {means}: {answer.code}")
 
 
 async def _send_decision(
@@ -363,34 +589,51 @@ async def _send_decision(
     request_id: str,
     decider: Decider,
     decision: DecisionKind | None = None,
-) -> str:
+    link: dict[str, Any] | None = None,
+) -> Answer:
     """One decision; returns what the sender was told (the decision may be refused)."""
     decision = decision or plan.decision
     reviewer = f"chaos-{decider}"
     if decider == "signal":
         signal = AgentRunWorkflow.approve if decision == "approve" else AgentRunWorkflow.reject
-        await _retrying(
-            lambda: handle.signal(signal, DecisionSignal(request_id=request_id, reviewer=reviewer))
-        )
-        return "signalled"
+        try:
+            await _retrying(
+                lambda: handle.signal(
+                    signal, DecisionSignal(request_id=request_id, reviewer=reviewer)
+                ),
+                answered=_run_ended,
+            )
+        except RPCError as err:
+            if not _run_ended(err):
+                raise
+            code = f"refused: the run has ended ({err})"
+            return Answer("decision", request_id, "signal", None, code, False, decision)
+        return Answer("decision", request_id, "signal", None, "signalled", None, decision)
     if decider == "update":
         return await _update_decision(ctx, handle, request_id, decision, reviewer)
-    link = ctx.outbox.links[f"{plan.id}/{request_id}"]["decision"]
+    notice = link or ctx.outbox.links[f"{plan.id}/{request_id}"]
+    target = notice["decision"]
     deadline = time.monotonic() + ctx.result_timeout
     while True:
         response = await ctx.http.post(
-            link["url"],
+            target["url"],
             json={"decision": decision, "reviewer": reviewer},
-            headers={"Authorization": link["authorization"]},
+            headers={"Authorization": target["authorization"]},
         )
         # 503: the run or Temporal is busy; the gateway says to retry later, so we do.
         if response.status_code != 503 or time.monotonic() > deadline:
             break
         await asyncio.sleep(LINK_RETRY_SECONDS)
-    if response.status_code >= 500:
-        said = f"{response.status_code} {response.text[:200]}"
+    status = response.status_code
+    if status >= 500:
+        said = f"{status} {response.text[:200]}"
         raise RuntimeError(f"the gateway answered {said} to a decision link")
-    return str(response.status_code)
+    which = "escalation link" if notice.get("escalation") else "link"
+    code = error_code(response)
+    # After a 503, the same decision again is the same Update: "duplicate_decision" then says
+    # the first attempt's was applied (the driver never sends one decision twice on purpose).
+    taken = status < 300 or code == "duplicate_decision"
+    return Answer("decision", request_id, which, status, code, taken, decision)
 
 
 async def _update_decision(
@@ -399,7 +642,7 @@ async def _update_decision(
     request_id: str,
     decision: DecisionKind,
     reviewer: str,
-) -> str:
+) -> Answer:
     """The `decide` Update, asked again under the same id until it is answered: Temporal
     dedupes by id, so an answer lost to a timeout is found, never applied twice."""
     update_id = f"chaos-decide/{request_id}/{reviewer}/{decision}"
@@ -412,23 +655,30 @@ async def _update_decision(
                 id=update_id,
             )
         except WorkflowUpdateFailedError as err:  # the validator's refusal: an answer
-            return f"refused: {err.cause}"
+            code = f"refused: {err.cause}"
+            return Answer("decision", request_id, "update", None, code, False, decision)
         except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
-            message = str(err).lower()
-            if "already completed" in message or "aborted by closing workflow" in message:
+            if _run_ended(err):
                 # The run ended (e.g. the first decision let it finish): an answer, not a fault.
-                return f"refused: the run has ended ({err})"
+                code = f"refused: the run has ended ({err})"
+                return Answer("decision", request_id, "update", None, code, False, decision)
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(LINK_RETRY_SECONDS)
             continue
-        return f"accepted: {answer.status}"
+        code = f"accepted: {answer.status}"
+        return Answer("decision", request_id, "update", None, code, True, decision)
 
 
 async def until(
-    ctx: Context, handle: WorkflowHandle[Any, Any], ready: Callable[[RunState], bool]
+    ctx: Context,
+    handle: WorkflowHandle[Any, Any],
+    ready: Callable[[RunState], bool],
+    *,
+    every: float | None = None,
 ) -> RunState:
-    """Query the run until `ready` holds (queries fail while workers or the server restart)."""
+    """Query the run until `ready` holds (queries fail while workers or the server restart),
+    every `every` seconds (default: the context's)."""
     deadline = time.monotonic() + ctx.result_timeout
     while time.monotonic() < deadline:
         try:
@@ -439,44 +689,30 @@ async def until(
                 return state
         except (RPCError, TimeoutError):
             pass
-        await asyncio.sleep(ctx.query_every)
+        await asyncio.sleep(ctx.query_every if every is None else every)
     raise TimeoutError("the run never got there")
 
 
-async def _retrying(call: Callable[[], Awaitable[_T]]) -> _T:
-    """Call, retrying through a server restart (RPC errors of an unavailable server)."""
+def _run_ended(err: BaseException) -> bool:
+    """The server's answer that the run has ended (before, or while, the call was handled)."""
+    message = str(err).lower()
+    return "already completed" in message or "aborted by closing workflow" in message
+
+
+async def _retrying(
+    call: Callable[[], Awaitable[_T]], *, answered: Callable[[RPCError], bool] | None = None
+) -> _T:
+    """Call, retrying through a server restart (RPC errors of an unavailable server); an RPC
+    error `answered` accepts is the server's answer, raised at once."""
     deadline = time.monotonic() + RESULT_TIMEOUT
     while True:
         try:
             return await asyncio.wait_for(call(), timeout=15)
-        except (RPCError, TimeoutError):
+        except RPCError as err:
+            if (answered is not None and answered(err)) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+        except TimeoutError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
-
-
-def update_inputs(events: list[Any], name: str) -> list[dict[str, Any]]:
-    """The arguments of every accepted Update named `name` in a history, decoded."""
-    found: list[dict[str, Any]] = []
-    for event in events:
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            continue
-        request = event.workflow_execution_update_accepted_event_attributes.accepted_request
-        if request.input.name != name:
-            continue
-        for payload in request.input.args.payloads:
-            found.append(json.loads(payload.data))
-    return found
-
-
-def signal_inputs(events: list[Any], name: str) -> list[dict[str, Any]]:
-    """The arguments of every signal named `name` in a history, decoded."""
-    found: list[dict[str, Any]] = []
-    for event in events:
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            continue
-        attributes = event.workflow_execution_signaled_event_attributes
-        if attributes.signal_name != name:
-            continue
-        found.extend(json.loads(p.data) for p in attributes.input.payloads)
-    return found

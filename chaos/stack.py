@@ -1,8 +1,18 @@
 """The stack the suite attacks, as real processes: the Temporal dev server (SQLite, WAL), the
-gateway, two demo-systems instances and the workers, plus a wire server for model faults.
+gateway, four demo-systems instances and the workers, plus a wire server for model faults.
+
+The demo systems' faults (durations, held start answers, progress reports) hold for a whole
+instance, so each behaviour the suite needs at once has an instance and a worker of its own:
+
+- main: the mixed runs (two workers on one task queue, SIGKILLed at random);
+- gateway: the gateway attacks' own runs (chaos.gateway_faults);
+- early: jobs whose webhooks beat the start's answer (answers held past the job);
+- slow: jobs that outlast any short operation timeout (expiry, continue-as-new after it).
 
 Every process gets a free port and a log under one temp dir, and can be killed and restarted
-by the driver (the server on the same SQLite file and port, so clients reconnect).
+by the driver (the server on the same SQLite file and port, so clients reconnect). Workers
+start signing tokens with key `old`; `rotate()` restarts them signing with `new`, while the
+gateway keeps accepting both.
 """
 
 from __future__ import annotations
@@ -25,16 +35,28 @@ from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from chaos.model import GatewayTarget
-from examples.wire_server import WireServer
+from chaos.wire import HangingWire
 from schemas.converter import DATA_CONVERTER
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 20.0
-TOKEN_KEYS = {"chaos": "chaos-resume-token-secret-" + "k" * 24}
+# Two keys from the start, as a fleet mid-rotation has: the gateway accepts both; workers sign
+# with OLD_KEY until `Stack.rotate` restarts them signing with NEW_KEY.
+OLD_KEY = "old"
+NEW_KEY = "new"
+TOKEN_KEYS = {
+    OLD_KEY: "chaos-old-resume-token-secret-" + "o" * 24,
+    NEW_KEY: "chaos-new-resume-token-secret-" + "n" * 24,
+}
 MAIN_QUEUE = "chaos-main"
 GATEWAY_QUEUE = "chaos-gateway"
+EARLY_QUEUE = "chaos-early"
+SLOW_QUEUE = "chaos-slow"
+# Job durations of the early and slow systems (the main ones are the Stack's fields).
+EARLY_EXPORT_SECONDS = 1.5
+SLOW_JOB_SECONDS = 60.0
 
 
 def free_port() -> int:
@@ -155,7 +177,10 @@ class Stack:
     gateway_url: str = ""
     workers: list[Service] = field(default_factory=list)
     gateway_worker: Service | None = None
-    wire: WireServer | None = None
+    early_worker: Service | None = None
+    slow_worker: Service | None = None
+    signing_key: str = OLD_KEY
+    wire: HangingWire | None = None
     client: Client | None = None
     runtime: Runtime | None = None
 
@@ -169,6 +194,22 @@ class Stack:
     def systems_url(self) -> str:
         """The demo systems the driver's own runs use."""
         return self.systems_urls[0]
+
+    @property
+    def early_url(self) -> str:
+        """The demo systems whose start answers are held past their jobs' webhooks."""
+        return self.systems_urls[2]
+
+    @property
+    def slow_url(self) -> str:
+        """The demo systems whose jobs outlast every short operation timeout."""
+        return self.systems_urls[3]
+
+    @property
+    def signing_workers(self) -> list[Service]:
+        """The workers a key rotation restarts: all but the gateway attacks' own, whose runs
+        the attacks mint tokens for with the key they were given (see `target`)."""
+        return [w for w in [*self.workers, self.early_worker, self.slow_worker] if w is not None]
 
     async def __aenter__(self) -> Self:
         try:
@@ -191,25 +232,39 @@ class Stack:
             **os.environ,
             "PYTHONUNBUFFERED": "1",
             "WAITSTATE_TOKEN_KEYS": ",".join(f"{k}:{v}" for k, v in TOKEN_KEYS.items()),
+            "WAITSTATE_TOKEN_SIGNING_KEY": self.signing_key,
         }
         base.pop("WAITSTATE_WORKER_METRICS", None)
         await self._start_server(base)
         base["TEMPORAL_ADDRESS"] = self.address
         self.client = await self.connect()
-        for index in range(2):
-            service = Service(
+        durations = [
+            (self.export_seconds, self.pipeline_seconds),  # main
+            (self.export_seconds, self.pipeline_seconds),  # gateway attacks
+            (EARLY_EXPORT_SECONDS, self.pipeline_seconds),  # early
+            (SLOW_JOB_SECONDS, SLOW_JOB_SECONDS),  # slow
+        ]
+        self.systems = [
+            Service(
                 f"systems{index}",
                 [
-                    sys.executable, "-m", "examples.systems", "--port", "0",
-                    "--export-seconds", str(self.export_seconds),
-                    "--pipeline-seconds", str(self.pipeline_seconds),
+                    sys.executable,
+                    "-m",
+                    "examples.systems",
+                    "--port",
+                    "0",
+                    "--export-seconds",
+                    str(export),
+                    "--pipeline-seconds",
+                    str(pipeline),
                 ],
                 base,
                 self.dir / f"systems{index}.log",
                 re.compile(r"demo systems listening on (http://\S+)"),
             )  # fmt: skip
-            self.systems_urls.append(await service.start())
-            self.systems.append(service)
+            for index, (export, pipeline) in enumerate(durations)
+        ]
+        self.systems_urls = list(await asyncio.gather(*(s.start() for s in self.systems)))
         self.gateway = Service(
             "gateway",
             [sys.executable, "-m", "gateway"],
@@ -218,7 +273,7 @@ class Stack:
             re.compile(r"gateway listening on (http://\S+)"),
         )
         self.gateway_url = await self.gateway.start()
-        self.wire = WireServer()
+        self.wire = HangingWire()
         worker_env = {
             **base,
             "GATEWAY_URL": self.gateway_url,
@@ -227,21 +282,20 @@ class Stack:
             "OPENAI_BASE_URL": self.wire.openai_base_url,
             "OPENAI_API_KEY": "chaos",
         }
-        main_env = {
-            **worker_env,
-            "WAITSTATE_TASK_QUEUE": MAIN_QUEUE,
-            "DEMO_SYSTEMS_URL": self.systems_urls[0],
-        }
+
+        def env(queue: str, systems_url: str) -> dict[str, str]:
+            return {**worker_env, "WAITSTATE_TASK_QUEUE": queue, "DEMO_SYSTEMS_URL": systems_url}
+
+        main_env = env(MAIN_QUEUE, self.systems_urls[0])
         self.workers = [
             self._worker(f"worker{index}", main_env) for index in range(self.workers_per_queue)
         ]
-        gateway_env = {
-            **worker_env,
-            "WAITSTATE_TASK_QUEUE": GATEWAY_QUEUE,
-            "DEMO_SYSTEMS_URL": self.systems_urls[1],
-        }
-        self.gateway_worker = self._worker("gateway-worker", gateway_env)
-        await asyncio.gather(*(w.start() for w in [*self.workers, self.gateway_worker]))
+        self.gateway_worker = self._worker(
+            "gateway-worker", env(GATEWAY_QUEUE, self.systems_urls[1])
+        )
+        self.early_worker = self._worker("early-worker", env(EARLY_QUEUE, self.early_url))
+        self.slow_worker = self._worker("slow-worker", env(SLOW_QUEUE, self.slow_url))
+        await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
 
     def _worker(self, name: str, env: dict[str, str]) -> Service:
         return Service(
@@ -251,6 +305,19 @@ class Stack:
             self.dir / f"{name}.log",
             re.compile(r"worker polling"),
         )
+
+    async def rotate(self, key_id: str) -> float:
+        """Rotate the signing key: SIGKILL every signing worker (what they hold in flight is
+        retried by their successors), restart them signing with `key_id`; the gateway keeps
+        accepting every key. Returns how long it took (s)."""
+        began = time.monotonic()
+        workers = self.signing_workers
+        await asyncio.gather(*(w.kill(signal.SIGKILL) for w in workers))
+        self.signing_key = key_id
+        for worker in workers:
+            worker.env = {**worker.env, "WAITSTATE_TOKEN_SIGNING_KEY": key_id}
+        await asyncio.gather(*(w.start() for w in workers))
+        return time.monotonic() - began
 
     async def _start_server(self, env: dict[str, str]) -> None:
         port = free_port()
@@ -303,12 +370,13 @@ class Stack:
             systems_url=self.systems_urls[1],
             task_queue=GATEWAY_QUEUE,
             token_keys=dict(TOKEN_KEYS),
-            signing_key_id=next(iter(TOKEN_KEYS)),
+            # Its worker is never rotated: the attacks mint tokens as its runs' jobs hold them.
+            signing_key_id=OLD_KEY,
         )
 
     async def close(self) -> None:
         """Stop every process (workers first, the server last) and the wire server."""
-        others = [*self.workers, self.gateway_worker, self.gateway, *self.systems]
+        others = [*self.signing_workers, self.gateway_worker, self.gateway, *self.systems]
         await asyncio.gather(*(s.stop() for s in others if s is not None))
         if self.server is not None:
             await self.server.stop()

@@ -338,6 +338,24 @@ def long_haul(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> M
     return _answer("200 chunks read")
 
 
+def expire_then_ask(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Starts an export; in handle mode waits for it; then, whatever became of it, asks a person
+    whether to go on (so the run is still open after the export ended), and answers."""
+    turn = _turn(messages)
+    export = _outcome(messages, "start_export")
+    if export is None:
+        return _calls(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
+    waited = _outcome(messages, "wait_for_operations")
+    if export.get("status") == "running" and waited is None:
+        operation_id = str(export.get("operation_id", "unknown"))
+        return _calls(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
+    if _outcome(messages, "request_approval") is None:
+        ended = json.dumps(waited if waited is not None else export)
+        action = {"action": "carry on without the export", "reason": f"the export: {ended}"}
+        return _calls(turn, ("request_approval", action))
+    return _answer(f"decision: {messages[-1].content}")
+
+
 SCRIPTS: dict[str, Script] = {
     "demo": demo,
     "echo": echo,
@@ -352,4 +370,5 @@ SCRIPTS: dict[str, Script] = {
     "two-refunds": two_refunds,
     "read-big": read_big,
     "long-haul": long_haul,
+    "expire-then-ask": expire_then_ask,
 }
