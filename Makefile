@@ -32,7 +32,7 @@ demo: up  ## run the demo agents to completion and print their answers and Web U
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
 
-chaos: $(STAMP)  ## the reliability suite: 100 runs under injected faults, then 1,000 concurrent runs
+chaos: $(STAMP)  ## the reliability suite: 147 runs under injected faults, then 1,000 concurrent runs
 	$(PY) -m chaos --size full
 	$(PY) -m chaos --size load
 

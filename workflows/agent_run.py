@@ -125,6 +125,9 @@ POLL_RETRY_FIRST = timedelta(seconds=1)
 # Telling people about an approval request: retried a while; if it still fails, the request
 # stands (the CLI can answer it) and the failure is logged.
 NOTIFY_TIMEOUT = timedelta(seconds=30)
+# The notice is one HTTP post with a 10 s timeout: past 12 s, its worker is gone, and the notice
+# is posted again at once, not after the half minute a short approval window cannot spare.
+NOTIFY_TIMEOUT_V2 = timedelta(seconds=12)
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 # Before a wait, the model is asked (once, on its own) what is done and what remains.
 CHECKPOINT_PROMPT = (
@@ -755,7 +758,7 @@ class AgentRunWorkflow:
                     ),
                 ),
                 result_type=ApprovalNoticeSent,
-                start_to_close_timeout=NOTIFY_TIMEOUT,
+                start_to_close_timeout=NOTIFY_TIMEOUT_V2 if self._v2 else NOTIFY_TIMEOUT,
                 retry_policy=NOTIFY_RETRY,
                 summary=f"notify {recipient}: approval for {request.tool}",
             )
