@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from activities import ApprovalActivities, ModelActivities, ToolActivities
+from activities import ApprovalActivities, ModelActivities, OperationActivities, ToolActivities
 from blobs import LocalBlobStore
 from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
@@ -98,6 +98,7 @@ def build_worker(
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
     model = ModelActivities(providers, registry, blobs)
     tool = ToolActivities(registry, blobs, tokens, settings.gateway_url)
+    operations = OperationActivities(registry)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     return Worker(
         client,
@@ -106,8 +107,8 @@ def build_worker(
         activities=[
             model.call_model,
             tool.call_tool,
-            tool.poll_operation,
-            tool.cancel_operation,
+            operations.poll_operation,
+            operations.cancel_operation,
             approvals.notify_approval,
         ],
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps

@@ -2,6 +2,7 @@
 
 from activities.approvals import ApprovalActivities
 from activities.model import ModelActivities
+from activities.operations import OperationActivities
 from activities.tools import ToolActivities
 
-__all__ = ["ApprovalActivities", "ModelActivities", "ToolActivities"]
+__all__ = ["ApprovalActivities", "ModelActivities", "OperationActivities", "ToolActivities"]

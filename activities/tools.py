@@ -1,8 +1,7 @@
-"""Tool activities: run a sync tool, start a long tool's job, poll it, cancel it."""
+"""Tool activities: run a sync tool, or start a long tool's job."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -13,15 +12,9 @@ from blobs import BlobStore
 from blobs.results import shrink
 from schemas import ToolCallInput, ToolResult
 from schemas.approvals import ApprovalNeeded
-from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
-from schemas.operations import (
-    CancelOperationInput,
-    Completion,
-    OperationError,
-    OperationStarted,
-    PollOperationInput,
-)
-from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, REF_PREFIX
+from schemas.errors import RUN_INPUT_INVALID
+from schemas.operations import OperationStarted
+from schemas.run import CALL_TOOL, REF_PREFIX
 from tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from tools.spec import error_result
 
@@ -30,7 +23,6 @@ if TYPE_CHECKING:
 
     from gateway.tokens import ResumeTokens
 
-_TERMINAL = ("succeeded", "failed")
 INLINE_RESULT_BYTES = 1024
 INLINE_PREVIEW_CHARS = 600
 
@@ -155,62 +147,6 @@ class ToolActivities:
         # The reference line, if any, stays visible: the run offers read_ref when it sees one.
         result.content = f"{head}…\n{tail}" if REF_PREFIX in tail else f"{head}…"
         return result
-
-    @activity.defn(name=POLL_OPERATION)
-    async def poll_operation(self, input: PollOperationInput) -> Completion:
-        """Check a job's status until it ends, heartbeating each check.
-
-        With an interval of a minute or more this makes one check per attempt and raises a
-        retryable error while the job runs: the retry policy is the poller, and no worker
-        slot is held between checks. A worker that takes over after a crash resumes counting
-        from the last heartbeat; the job itself is never restarted.
-        """
-        long = self._long(input.tool)
-        details = activity.info().heartbeat_details
-        polls = int(details[0]) if details else 0
-        interval = input.poll_interval_seconds
-        while True:
-            polls += 1
-            try:
-                status = await long.backend.status(input.job_id)
-            except ToolError as err:
-                # The system says the job does not exist (any more): that is its outcome.
-                return Completion(
-                    status="failed",
-                    error=OperationError(code="job_unknown", message=str(err), retryable=False),
-                )
-            except Exception as err:
-                # Transient (unreachable, 5xx): keep checking and heartbeating; the
-                # operation's expiry, not an outage, decides when to give up.
-                activity.logger.warning("status check of %s failed: %s", input.job_id, err)
-                status = None
-            if status is not None and status.status in _TERMINAL:
-                return status
-            progress = status.progress if status else None
-            activity.heartbeat(polls, status.status if status else "unknown", progress)
-            if interval >= 60:
-                raise ApplicationError(
-                    f"{input.job_id} still running ({progress or 'no progress reported'})",
-                    type=OPERATION_STILL_RUNNING,
-                    next_retry_delay=timedelta(seconds=interval),
-                )
-            await asyncio.sleep(interval)
-
-    @activity.defn(name=CANCEL_OPERATION)
-    async def cancel_operation(self, input: CancelOperationInput) -> None:
-        """Ask the external system to stop a job that expired or whose run was cancelled."""
-        activity.logger.info("cancelling %s (%s): %s", input.job_id, input.tool, input.reason)
-        await self._long(input.tool).backend.cancel(input.job_id)
-
-    def _long(self, name: str) -> LongSpec:
-        spec = self._tools.get(name)
-        if spec is None or spec.long is None:
-            raise ApplicationError(
-                f"{name} is not a long tool on this worker",
-                type=RUN_INPUT_INVALID,
-                non_retryable=True,
-            )
-        return spec.long
 
 
 def _seconds(value: timedelta | None) -> int | None:

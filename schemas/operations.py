@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -16,6 +16,9 @@ TERMINAL_OPERATION_STATUSES: frozenset[str] = frozenset(
 )
 CompletionMode = Literal["callback", "poll"]
 ResultMode = Literal["await", "handle"]
+# Polls of a minute or more are one check per attempt, the retry policy being the poller, so
+# no worker slot is held in between; shorter ones loop inside one heartbeating activity.
+LONG_POLL_INTERVAL = timedelta(seconds=60)
 
 # Built-in tools, answered by the workflow from its own state.
 GET_OPERATION_STATUS = "get_operation_status"

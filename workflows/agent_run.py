@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.operations import (
         GET_OPERATION_STATUS,
+        LONG_POLL_INTERVAL,
         WAIT_FOR_OPERATIONS,
         CancelOperationInput,
         CompleteOperation,
@@ -117,9 +118,6 @@ TOOL_RETRY = RetryPolicy(
 # Asking an external system to stop a job: worth insisting, but not forever.
 CANCEL_TIMEOUT = timedelta(seconds=30)
 CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
-# Polls of a minute or more are one check per attempt, the retry policy being the poller, so
-# no worker slot is held in between; shorter ones loop inside one heartbeating activity.
-LONG_POLL_INTERVAL = timedelta(seconds=60)
 POLL_CHECK_TIMEOUT = timedelta(seconds=30)
 POLL_RETRY_FIRST = timedelta(seconds=1)
 # Telling people about an approval request: retried a while; if it still fails, the request

@@ -1,0 +1,85 @@
+"""Operation activities: check a long tool's job until it ends, and cancel it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from schemas.operations import (
+    LONG_POLL_INTERVAL,
+    CancelOperationInput,
+    Completion,
+    OperationError,
+    PollOperationInput,
+)
+from schemas.run import CANCEL_OPERATION, POLL_OPERATION
+from tools import LongSpec, ToolError, ToolRegistry
+
+_TERMINAL = ("succeeded", "failed")
+
+
+class OperationActivities:
+    """Polls and cancels the jobs that the worker's long tools started."""
+
+    def __init__(self, tools: ToolRegistry) -> None:
+        self._tools = tools
+
+    @activity.defn(name=POLL_OPERATION)
+    async def poll_operation(self, input: PollOperationInput) -> Completion:
+        """Check a job's status until it ends, heartbeating each check.
+
+        With an interval of a minute or more this makes one check per attempt and raises a
+        retryable error while the job runs: the retry policy is the poller, and no worker
+        slot is held between checks. A worker that takes over after a crash resumes counting
+        from the last heartbeat; the job itself is never restarted.
+        """
+        long = self._long(input.tool)
+        details = activity.info().heartbeat_details
+        polls = int(details[0]) if details else 0
+        interval = input.poll_interval_seconds
+        while True:
+            polls += 1
+            try:
+                status = await long.backend.status(input.job_id)
+            except ToolError as err:
+                # The system says the job does not exist (any more): that is its outcome.
+                return Completion(
+                    status="failed",
+                    error=OperationError(code="job_unknown", message=str(err), retryable=False),
+                )
+            except Exception as err:
+                # Transient (unreachable, 5xx): keep checking and heartbeating; the
+                # operation's expiry, not an outage, decides when to give up.
+                activity.logger.warning("status check of %s failed: %s", input.job_id, err)
+                status = None
+            if status is not None and status.status in _TERMINAL:
+                return status
+            progress = status.progress if status else None
+            activity.heartbeat(polls, status.status if status else "unknown", progress)
+            if timedelta(seconds=interval) >= LONG_POLL_INTERVAL:
+                raise ApplicationError(
+                    f"{input.job_id} still running ({progress or 'no progress reported'})",
+                    type=OPERATION_STILL_RUNNING,
+                    next_retry_delay=timedelta(seconds=interval),
+                )
+            await asyncio.sleep(interval)
+
+    @activity.defn(name=CANCEL_OPERATION)
+    async def cancel_operation(self, input: CancelOperationInput) -> None:
+        """Ask the external system to stop a job that expired or whose run was cancelled."""
+        activity.logger.info("cancelling %s (%s): %s", input.job_id, input.tool, input.reason)
+        await self._long(input.tool).backend.cancel(input.job_id)
+
+    def _long(self, name: str) -> LongSpec:
+        spec = self._tools.get(name)
+        if spec is None or spec.long is None:
+            raise ApplicationError(
+                f"{name} is not a long tool on this worker",
+                type=RUN_INPUT_INVALID,
+                non_retryable=True,
+            )
+        return spec.long
