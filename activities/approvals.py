@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import httpx
 from temporalio import activity
 
-from gateway.delivery import approval_subject
+from gateway.tokens import approval_subject
 from schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from schemas.run import NOTIFY_APPROVAL
 

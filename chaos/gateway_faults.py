@@ -39,8 +39,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from chaos.fuzz import FuzzTarget, fuzz_gateway
 from chaos.history import completed_activities, operation_nonce
 from chaos.model import Check, GatewayTarget
-from gateway.delivery import approval_subject
-from gateway.tokens import MintedToken, ResumeTokens, nonce_hash
+from gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
 from providers import Providers
 from providers.scripted import ScriptedProvider
 from schemas import Message, ModelResponse, RunInput, RunResult, RunState, ToolDefinition

@@ -32,8 +32,14 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from gateway.delivery import Deliverer, DeliveryRefused, approval_subject
-from gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
+from gateway.delivery import Deliverer, DeliveryRefused
+from gateway.tokens import (
+    ExpiredToken,
+    InvalidToken,
+    ResumeClaims,
+    ResumeTokens,
+    approval_subject,
+)
 from schemas.approvals import ApprovalStatus, DecisionBody
 from schemas.operations import Completion, OperationStatus
 

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gateway.tokens import ResumeClaims
-from schemas.approvals import DecideInput, DecideOutcome, DecisionBody, DecisionKind
+from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
@@ -56,17 +56,6 @@ _REJECTIONS = {
     APPROVAL_DECIDED: (409, "approval_decided"),
     APPROVAL_NOT_READY: (503, "approval_not_ready"),
 }
-
-
-def approval_subject(request_id: str, decision: DecisionKind | None = None) -> str:
-    """The `operation_id` claim of the token in an approval request's links.
-
-    The slash keeps the two kinds of token apart: an operation id is one path segment of
-    `/v1/operations/{operation_id}/complete`, so it never equals an approval subject, and a
-    token issued for either endpoint is refused by the other. A token for one `decision`
-    (a one-click approve link) allows that decision only.
-    """
-    return f"approval/{request_id}" if decision is None else f"approval/{request_id}/{decision}"
 
 
 class DeliveryRefused(Exception):

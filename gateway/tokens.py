@@ -1,4 +1,5 @@
-"""Resume tokens: what an external system presents to the gateway to complete one operation.
+"""Resume tokens: what an external system presents to the gateway to complete one operation,
+and what an approval link carries to decide one request (its subject: `approval_subject`).
 
 A token is `base64url(canonical JSON claims) + "." + base64url(HMAC-SHA256(secret, payload))`.
 The claims are the run, the operation, a nonce, the expiry and the id of the key that signed
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from schemas.approvals import DecisionKind
     from settings import Settings
 
 # A token travels in an Authorization header; anything longer is not one of ours, and is
@@ -64,6 +66,17 @@ class ExpiredToken(Exception):
 def nonce_hash(nonce: str) -> str:
     """The SHA-256 hex digest of a nonce: what the workflow keeps to check an Update's nonce."""
     return hashlib.sha256(nonce.encode()).hexdigest()
+
+
+def approval_subject(request_id: str, decision: DecisionKind | None = None) -> str:
+    """The `operation_id` claim of the token in an approval request's links.
+
+    The slash keeps the two kinds of token apart: an operation id is one path segment of
+    `/v1/operations/{operation_id}/complete`, so it never equals an approval subject, and a
+    token issued for either endpoint is refused by the other. A token for one `decision`
+    (a one-click approve link) allows that decision only.
+    """
+    return f"approval/{request_id}" if decision is None else f"approval/{request_id}/{decision}"
 
 
 class ResumeTokens:

@@ -25,8 +25,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gateway import delivery
-from gateway.delivery import DeliveryRefused, TemporalDeliverer, approval_subject
-from gateway.tokens import ResumeClaims
+from gateway.delivery import DeliveryRefused, TemporalDeliverer
+from gateway.tokens import ResumeClaims, approval_subject
 from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from schemas.errors import (
     APPROVAL_DECIDED,

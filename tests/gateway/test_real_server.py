@@ -29,8 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
 from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer, approval_subject
-from gateway.tokens import ResumeTokens
+from gateway.delivery import TemporalDeliverer
+from gateway.tokens import ResumeTokens, approval_subject
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalRequest
 from settings import Settings
