@@ -53,7 +53,8 @@ from gateway.delivery import rpc_refusal
 from providers.base import parse_model_spec
 from providers.scripted import SCRIPTS
 from schemas import RunInput, RunResult, RunState, Step
-from schemas.approvals import REQUEST_APPROVAL, DecideInput, DecideOutcome
+from schemas.approvals import DecideInput, DecideOutcome
+from schemas.builtin import REQUEST_APPROVAL
 from schemas.run import CALL_MODEL, CALL_TOOL
 from settings import Settings, connect, exit_process
 from tools.catalog import TOOL_NAMES

@@ -12,9 +12,10 @@ from blobs import BlobStore
 from blobs.results import shrink
 from schemas import ToolCallInput, ToolResult
 from schemas.approvals import ApprovalNeeded
+from schemas.builtin import REF_PREFIX
 from schemas.errors import RUN_INPUT_INVALID
 from schemas.operations import OperationStarted
-from schemas.run import CALL_TOOL, REF_PREFIX
+from schemas.run import CALL_TOOL
 from tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from tools.spec import error_result
 

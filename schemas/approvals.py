@@ -11,9 +11,6 @@ OnTimeout = Literal["escalate", "default", "fail"]
 DecisionKind = Literal["approve", "reject"]
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired"]
 
-# The built-in tool a model calls to ask a person.
-REQUEST_APPROVAL = "request_approval"
-
 
 class ApprovalPolicy(BaseModel):
     """How long a request waits for a person, and what happens when nobody answers."""
@@ -25,13 +22,6 @@ class ApprovalPolicy(BaseModel):
     )
     approvers: str = Field(default="approvers", description="Who the request is sent to.")
     escalate_to: str = Field(default="managers", description="Who is told when it escalates.")
-
-
-class RequestApprovalArgs(BaseModel):
-    """Arguments of the built-in `request_approval` tool."""
-
-    action: str = Field(description="What you want to do, e.g. 'refund $420 for claim C-118'.")
-    reason: str = Field(description="Why it is needed; the approver reads this.")
 
 
 class ApprovalNeeded(BaseModel):

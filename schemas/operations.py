@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from schemas.builtin import GET_OPERATION_STATUS
+
 OperationStatus = Literal[
     "running", "input_required", "succeeded", "failed", "expired", "cancelled"
 ]
@@ -19,11 +21,6 @@ ResultMode = Literal["await", "handle"]
 # Polls of a minute or more are one check per attempt, the retry policy being the poller, so
 # no worker slot is held in between; shorter ones loop inside one heartbeating activity.
 LONG_POLL_INTERVAL = timedelta(seconds=60)
-
-# Built-in tools, answered by the workflow from its own state.
-GET_OPERATION_STATUS = "get_operation_status"
-WAIT_FOR_OPERATIONS = "wait_for_operations"
-BUILTIN_TOOLS = (GET_OPERATION_STATUS, WAIT_FOR_OPERATIONS)
 
 
 class OperationError(BaseModel):
@@ -149,24 +146,6 @@ class OperationStarted(BaseModel):
     eta_seconds: int | None = None
     poll_interval_seconds: float = 5.0
     nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
-
-
-class WaitForOperationsArgs(BaseModel):
-    """Arguments of the built-in `wait_for_operations` tool."""
-
-    operation_ids: list[str] = Field(
-        default_factory=list,
-        description="Operations to wait for; empty means every pending operation.",
-    )
-    timeout_seconds: int | None = Field(
-        default=None, ge=1, description="Stop waiting after this long, even if some still run."
-    )
-
-
-class GetOperationStatusArgs(BaseModel):
-    """Arguments of the built-in `get_operation_status` tool."""
-
-    operation_id: str = Field(description="The operation_id a long tool returned.")
 
 
 class PollOperationInput(BaseModel):

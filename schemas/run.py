@@ -238,10 +238,6 @@ CALL_TOOL = "call_tool"
 POLL_OPERATION = "poll_operation"
 CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
-# The tool that reads slices of results passed by reference, and the prefix of references
-# (blobs/ defines them; repeated here so workflows need not import it).
-READ_REF = "read_ref"
-REF_PREFIX = "ref://blobs/"
 
 
 CarriedTurn.model_rebuild()

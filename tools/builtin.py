@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from schemas.approvals import REQUEST_APPROVAL, RequestApprovalArgs
-from schemas.operations import (
+from schemas.builtin import (
     GET_OPERATION_STATUS,
+    REQUEST_APPROVAL,
     WAIT_FOR_OPERATIONS,
     GetOperationStatusArgs,
+    RequestApprovalArgs,
     WaitForOperationsArgs,
 )
 from tools.spec import ToolSpec

@@ -4,32 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from blobs import REF_PREFIX, BlobNotFound, BlobStore
+from schemas.builtin import READ_REF, ReadRefArgs
 from tools.spec import ToolError, ToolSpec
-
-DEFAULT_SLICE = 4_000
-MAX_SLICE = 65_536
-
-
-class ReadRefArgs(BaseModel):
-    ref: str = Field(
-        description=f"The reference a truncated result gave, copied exactly: "
-        f"'{REF_PREFIX}' followed by 64 hex characters.",
-    )
-    offset: int = Field(
-        default=0,
-        ge=0,
-        description="Where to start, in bytes from the start of the result; 0 is the start. "
-        "To read on, use the previous offset plus the previous length.",
-    )
-    length: int = Field(
-        default=DEFAULT_SLICE,
-        ge=1,
-        le=MAX_SLICE,
-        description=f"How many bytes to read, 1 to {MAX_SLICE}.",
-    )
 
 
 def read_ref_tool(store: BlobStore) -> ToolSpec:
@@ -62,7 +39,7 @@ def read_ref_tool(store: BlobStore) -> ToolSpec:
         }
 
     return ToolSpec(
-        name="read_ref",
+        name=READ_REF,
         description=(
             "Read part of a large result that was cut to a preview and stored, "
             f"named by a '{REF_PREFIX}...' reference in a line '[truncated: ...]'. "

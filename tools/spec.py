@@ -12,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import ToolCall, ToolDefinition, ToolResult
 from schemas.approvals import ApprovalPolicy
-from schemas.operations import BUILTIN_TOOLS, Completion, CompletionMode, ResultMode
+from schemas.builtin import BUILTIN_TOOLS
+from schemas.operations import Completion, CompletionMode, ResultMode
 
 ToolKind = Literal["sync", "long", "builtin"]
 Handler = Callable[[Any], Awaitable[Any]]

@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
     )
     from schemas.approvals import (
-        REQUEST_APPROVAL,
         ApprovalNotice,
         ApprovalNoticeSent,
         ApprovalPolicy,
@@ -47,7 +46,16 @@ with workflow.unsafe.imports_passed_through():
         Decision,
         DecisionKind,
         DecisionSignal,
+    )
+    from schemas.builtin import (
+        GET_OPERATION_STATUS,
+        READ_REF,
+        REF_PREFIX,
+        REQUEST_APPROVAL,
+        WAIT_FOR_OPERATIONS,
+        GetOperationStatusArgs,
         RequestApprovalArgs,
+        WaitForOperationsArgs,
     )
     from schemas.errors import (
         APPROVAL_DECIDED,
@@ -64,19 +72,15 @@ with workflow.unsafe.imports_passed_through():
         RUN_INPUT_INVALID,
     )
     from schemas.operations import (
-        GET_OPERATION_STATUS,
         LONG_POLL_INTERVAL,
-        WAIT_FOR_OPERATIONS,
         CancelOperationInput,
         CompleteOperation,
         Completion,
         CompletionOutcome,
-        GetOperationStatusArgs,
         Operation,
         OperationError,
         OperationStarted,
         PollOperationInput,
-        WaitForOperationsArgs,
     )
     from schemas.run import (
         CALL_MODEL,
@@ -84,8 +88,6 @@ with workflow.unsafe.imports_passed_through():
         CANCEL_OPERATION,
         NOTIFY_APPROVAL,
         POLL_OPERATION,
-        READ_REF,
-        REF_PREFIX,
         CarriedTurn,
         Checkpoint,
         ParkedCall,
