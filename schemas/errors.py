@@ -6,8 +6,6 @@ MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 MODEL_UNAVAILABLE = "ModelUnavailable"
 # The model spec names no known provider, or the provider is not configured.
 MODEL_SPEC_INVALID = "ModelSpecInvalid"
-# A tool's implementation raised: retried, then reported to the model.
-TOOL_FAILED = "ToolFailed"
 # The run's input is inconsistent (e.g. a tool name that is not registered).
 RUN_INPUT_INVALID = "RunInputInvalid"
 # The run ended in failure (its model could not be called); the message says why.
@@ -21,8 +19,6 @@ OPERATION_RESOLVED = "OperationResolved"  # it already ended (any terminal statu
 OPERATION_UNCHANGED = "OperationUnchanged"  # -> HTTP 409 duplicate_report
 # A poll found the job still running: the retry policy is the poller for long intervals.
 OPERATION_STILL_RUNNING = "OperationStillRunning"
-# A long tool's backend could not be reached or answered 5xx: retried.
-OPERATION_BACKEND_UNAVAILABLE = "OperationBackendUnavailable"
 
 # Decisions refused by the `decide` Update's validator.
 APPROVAL_UNKNOWN = "ApprovalUnknown"  # no such request in this run -> HTTP 404
@@ -30,5 +26,3 @@ APPROVAL_NONCE_MISMATCH = "ApprovalNonceMismatch"  # link token not issued for i
 APPROVAL_DECIDED = "ApprovalDecided"  # already decided or expired -> HTTP 409
 # A link used before the run recorded that its request was sent: the gateway retries, then 503.
 APPROVAL_NOT_READY = "ApprovalNotReady"
-# The run ended because an approval expired with on_timeout `fail`.
-APPROVAL_EXPIRED = "ApprovalExpired"
