@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
-from schemas.converter import DATA_CONVERTER
+from waitstate.converter import DATA_CONVERTER
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"

@@ -28,8 +28,8 @@ from bench.procs import Proc, free_port, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
 from schemas import RunInput, RunResult, RunState
-from schemas.converter import DATA_CONVERTER
 from starter import SUMMARY_CHARS
+from waitstate.converter import DATA_CONVERTER
 from workflows.search_attributes import AGENT_STATUS
 
 Side = Literal["ours", "floor"]

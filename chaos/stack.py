@@ -36,8 +36,8 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 
 from chaos.model import GatewayTarget
 from chaos.wire import HangingWire
-from schemas.converter import DATA_CONVERTER
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
+from waitstate.converter import DATA_CONVERTER
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90.0

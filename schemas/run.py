@@ -135,7 +135,7 @@ class ModelCallInput(BaseModel):
     transcript's length."""
 
     model: str
-    # At its default it is left out of the recorded input (see schemas.converter).
+    # At its default it is left out of the recorded input (see waitstate.converter).
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     transcript_ref: str | None = Field(
         default=None, description="The conversation so far (None: a new conversation)."

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.testing import WorkflowEnvironment
 
-from schemas.converter import DATA_CONVERTER
+from waitstate.converter import DATA_CONVERTER
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 BIN = Path(sys.executable).parent

@@ -19,11 +19,11 @@ from temporalio.worker import Replayer, Worker
 
 from gateway.tokens import ResumeTokens
 from schemas import ToolCall
-from schemas.converter import DATA_CONVERTER
 from schemas.operations import Operation
 from schemas.run import CALL_TOOL, ToolCallInput
 from settings import Settings
 from tools import ToolRegistry, ToolSpec, demo_tools
+from waitstate.converter import DATA_CONVERTER
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
 

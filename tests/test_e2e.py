@@ -23,9 +23,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from gateway.tokens import ResumeTokens
 from schemas import RunResult, RunState
-from schemas.converter import DATA_CONVERTER
 from tests.helpers import callback_token, eventually, quiet_history_length
 from tools.refunds import IssueRefundArgs, refund_idempotency_key
+from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,11 +22,11 @@ from blobs import LocalBlobStore
 from examples.wire_server import WireServer, delayed, error, openai_text
 from providers import Providers
 from schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
-from schemas.converter import DATA_CONVERTER
 from schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
 from settings import Settings
 from tests.helpers import eventually, make_worker
 from tools import ToolRegistry
+from waitstate.converter import DATA_CONVERTER
 from worker import build_providers
 from workflows.agent_run import AgentRunWorkflow
 

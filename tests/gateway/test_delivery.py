@@ -10,8 +10,8 @@ from temporalio.client import Client
 
 from gateway.delivery import DeliveryRefused, TemporalDeliverer, update_id
 from gateway.tokens import ResumeClaims
-from schemas.converter import DATA_CONVERTER
 from schemas.operations import Completion, OperationError
+from waitstate.converter import DATA_CONVERTER
 
 DONE = Completion(status="succeeded", result={"rows": 7})
 HALF = Completion(status="running", progress="50%")

@@ -33,11 +33,11 @@ from examples.systems import serving
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecisionSignal
-from schemas.converter import DATA_CONVERTER
 from settings import Settings
 from tests.helpers import eventually, make_worker, quiet_history_length, replays
 from tools import demo_tools
 from tools.refunds import refund_tools
+from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 

@@ -25,12 +25,12 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
-from schemas.converter import DATA_CONVERTER
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
 from tools import ToolSpec, demo_tools
 from tools.compliance import compliance_tools
 from tools.exports import ExportService, export_tool
+from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}

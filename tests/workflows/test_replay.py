@@ -18,9 +18,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from schemas import RunInput
-from schemas.converter import DATA_CONVERTER
 from tests.conftest import TEST_SERVER, _register_search_attributes
 from tests.helpers import make_worker
+from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parent.parent / "histories"

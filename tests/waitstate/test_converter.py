@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
-from schemas.converter import DATA_CONVERTER
+from waitstate.converter import DATA_CONVERTER
 
 
 def _recorded(value: Any) -> dict[str, Any]:

@@ -1,0 +1,6 @@
+"""waitstate: a durable runtime for AI agents whose tools run for minutes, hours or days.
+
+`waitstate.converter` is the data converter every client and worker uses;
+`waitstate.testing` holds stand-ins for tests (a model server speaking the providers' wire
+protocols).
+"""
