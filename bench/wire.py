@@ -1,5 +1,5 @@
-"""The bench's model server: `examples.wire_server.WireServer` in a process of its own, with a
-default rule that knows the arguments of the tools the bench uses.
+"""The bench's model server: `waitstate.testing.wire_server.WireServer` in a process of its own,
+with a default rule that knows the arguments of the tools the bench uses.
 
     python -m bench.wire      # prints "wire server on <port>", serves until SIGTERM
 
@@ -17,8 +17,14 @@ import threading
 import uuid
 from typing import Any
 
-from examples import wire_server
-from examples.wire_server import RecordedRequest, Reply, WireServer, openai_text, openai_tool_calls
+from waitstate.testing import wire_server
+from waitstate.testing.wire_server import (
+    RecordedRequest,
+    Reply,
+    WireServer,
+    openai_text,
+    openai_tool_calls,
+)
 
 # Arguments the bench's model passes to each tool (anything else gets `{}`).
 TOOL_ARGUMENTS = {

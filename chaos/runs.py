@@ -30,11 +30,11 @@ from temporalio.service import RPCError
 from chaos.history import completed_activities, fetch_chain
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
-from examples.wire_server import error, openai_tool_calls
 from schemas import RunInput, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
 from schemas.operations import Operation
 from schemas.run import NOTIFY_APPROVAL
+from waitstate.testing.wire_server import error, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 
 _T = TypeVar("_T")

@@ -19,7 +19,6 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities import ModelActivities
 from activities.model import FAILURE_CHARS
 from blobs import LocalBlobStore
-from examples.wire_server import WireServer, delayed, error, openai_text
 from providers import Providers
 from schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
 from schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
@@ -27,6 +26,7 @@ from settings import Settings
 from tests.helpers import eventually, make_worker
 from tools import ToolRegistry
 from waitstate.converter import DATA_CONVERTER
+from waitstate.testing.wire_server import WireServer, delayed, error, openai_text
 from worker import build_providers
 from workflows.agent_run import AgentRunWorkflow
 

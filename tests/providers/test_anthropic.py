@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 import anthropic
 import pytest
 
-from examples.wire_server import WireServer, anthropic_text, anthropic_tool_use, error
 from providers.anthropic import AnthropicProvider
 from providers.base import ProviderError
 from schemas import Message, ToolCall, ToolDefinition
+from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use, error
 
 LOOKUP = ToolDefinition(
     name="lookup",

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 import openai
 import pytest
 
-from examples.wire_server import WireServer, error, openai_text, openai_tool_calls
 from providers.base import ProviderError
 from providers.openai import OpenAIProvider
 from schemas import Message, ToolCall, ToolDefinition
+from waitstate.testing.wire_server import WireServer, error, openai_text, openai_tool_calls
 
 LOOKUP = ToolDefinition(
     name="lookup",

@@ -23,7 +23,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from examples.wire_server import WireServer, openai_text, openai_tool_calls
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from schemas.operations import CompleteOperation, Completion
@@ -33,6 +32,7 @@ from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
 from tools.exports import ExportService, export_tool
+from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from workflows.agent_run import LEDGER_CHARS, AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]

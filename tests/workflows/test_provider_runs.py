@@ -15,7 +15,11 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from examples.wire_server import (
+from schemas import RunInput
+from schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
+from settings import Settings
+from tests.helpers import activity_attempts, make_worker
+from waitstate.testing.wire_server import (
     WireServer,
     anthropic_text,
     anthropic_tool_use,
@@ -23,10 +27,6 @@ from examples.wire_server import (
     openai_text,
     openai_tool_calls,
 )
-from schemas import RunInput
-from schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
-from settings import Settings
-from tests.helpers import activity_attempts, make_worker
 from workflows.agent_run import AgentRunWorkflow
 
 

@@ -9,8 +9,9 @@ Each request is answered with the next scripted reply, first in first out: first
 queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
 concurrent conversations each get their own script), then from the shared queue
 (`server.enqueue(...)`). A reply may be `delayed(seconds, ...)`: the answer comes that much
-later, e.g. to hang past a client's timeout. When nothing is queued, a default rule answers
-instead:
+later, e.g. to hang past a client's timeout; or `held(limit, ...)`: the answer comes once the
+next request naming the same model arrives (the client's retry), an event rather than a
+clock. When nothing is queued, a default rule answers instead:
 
 1. if the request's last message carries tool results, a text reply saying how
    many results came back and from which tools;
@@ -26,7 +27,7 @@ Usage::
         server.enqueue(openai_text("hello"), error(429, "slow down", {"retry-after": "3"}))
         client = openai.AsyncOpenAI(api_key="test", base_url=server.openai_base_url)
 
-Or by hand: `python -m examples.wire_server --port 8765`, then point
+Or by hand: `python -m waitstate.testing.wire_server --port 8765`, then point
 `OPENAI_BASE_URL=http://127.0.0.1:8765/v1` or `ANTHROPIC_BASE_URL=http://127.0.0.1:8765`
 at it.
 """
@@ -87,8 +88,20 @@ class DelayedReply:
     reply: dict[str, Any] | ErrorReply | None = None
 
 
-Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply
-"""A scripted reply: a response body answered with 200, an `ErrorReply`, or a `DelayedReply`."""
+@dataclass(frozen=True)
+class HeldReply:
+    """A reply held until the next request naming the same model arrives, or `limit` seconds
+    have passed: then `reply`, or the default rule's answer when None."""
+
+    limit: float
+    reply: dict[str, Any] | ErrorReply | None = None
+    # Set by the server when that next request arrives; one per reply, which is answered once.
+    release: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+
+Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply
+"""A scripted reply: a response body answered with 200, an `ErrorReply`, a `DelayedReply` or a
+`HeldReply`."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,13 @@ def delayed(seconds: float, reply: dict[str, Any] | ErrorReply | None = None) ->
     return DelayedReply(seconds, reply)
 
 
+def held(limit: float, reply: dict[str, Any] | ErrorReply | None = None) -> HeldReply:
+    """Build a reply that answers once the next request naming the same model arrives (e.g.
+    the client's retry after its timeout), or after `limit` seconds if none does (None: with
+    the default rule's answer)."""
+    return HeldReply(limit, reply)
+
+
 class WireServer:
     """An HTTP server on 127.0.0.1, serving scripted replies from a daemon thread.
 
@@ -208,6 +228,7 @@ class WireServer:
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
+        self._held: dict[str | None, list[HeldReply]] = {}
         self._requests: list[RecordedRequest] = []
         self._http = _HTTPServer(("127.0.0.1", port), _Handler)
         self._http.wire = self
@@ -286,10 +307,17 @@ class WireServer:
         with self._lock:
             self._requests.append(request)
             model = request.body.get("model") if isinstance(request.body, dict) else None
-            own = self._by_model.get(model) if isinstance(model, str) else None
-            if own:
-                return own.popleft()
-            return self._replies.popleft() if self._replies else None
+            model = model if isinstance(model, str) else None
+            # A later request naming the model: the replies held for it answer now.
+            for waiting in self._held.pop(model, []):
+                waiting.release.set()
+            queue = self._by_model.get(model) if model is not None else None
+            if not queue:
+                queue = self._replies
+            reply = queue.popleft() if queue else None
+            if isinstance(reply, HeldReply):
+                self._held.setdefault(model, []).append(reply)
+            return reply
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -337,6 +365,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply: dict[str, Any] | ErrorReply | None
         if isinstance(queued, DelayedReply):
             time.sleep(queued.seconds)  # this request's own thread: the others go on
+            reply = queued.reply
+        elif isinstance(queued, HeldReply):
+            queued.release.wait(queued.limit)  # likewise
             reply = queued.reply
         else:
             reply = queued

@@ -1,4 +1,5 @@
-"""The wire server's fault helpers: per-model scripts and replies that answer late."""
+"""The wire server's fault helpers: per-model scripts, and replies that answer late or once
+the client retries."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import httpx
 import openai
 import pytest
 
-from examples.wire_server import WireServer, delayed, error, openai_text
+from tests.helpers import eventually
+from waitstate.testing.wire_server import WireServer, delayed, error, held, openai_text
 
 
 def _client(server: WireServer, timeout: float = 30.0) -> openai.AsyncOpenAI:
@@ -72,3 +74,37 @@ def test_requests_are_stamped_when_read_and_before_their_answer() -> None:
 
     assert request.answered_at is not None
     assert request.answered_at - request.received_at >= 0.2
+
+
+async def test_a_held_reply_answers_once_the_models_next_request_arrives() -> None:
+    with WireServer() as server:
+        server.enqueue_for("slow", held(60.0, openai_text("late")), openai_text("retried"))
+        server.enqueue_for("other", openai_text("other"))
+        client = _client(server, timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            await _ask(client, "slow")
+        # Another model's request does not release it; the same model's next one does.
+        other = await _ask(client, "other")
+        held_after_other = server.requests[0].answered_at
+        retried = await _ask(client, "slow")
+        await client.close()
+
+        async def held_answer() -> float | None:
+            return server.requests[0].answered_at
+
+        answered_at = await eventually(held_answer, "the held request's answer")
+        retry = server.requests[2]
+
+    assert (other, retried) == ("other", "retried")
+    assert held_after_other is None
+    assert retry.body["model"] == "slow"
+    assert answered_at >= retry.received_at
+
+
+def test_a_held_reply_with_no_next_request_answers_after_its_limit() -> None:
+    with WireServer() as server:
+        server.enqueue(held(0.05))
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(f"{server.openai_base_url}/chat/completions", json=body)
+
+    assert answer.json()["choices"][0]["message"]["content"] == "ok"
