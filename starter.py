@@ -48,6 +48,8 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from examples.demo.catalog import TOOL_NAMES
+
 # How the gateway tells a run that has ended from an unknown one when an Update is refused.
 from gateway.delivery import rpc_refusal
 from providers.base import parse_model_spec
@@ -57,7 +59,6 @@ from schemas.approvals import DecideInput, DecideOutcome
 from schemas.builtin import REQUEST_APPROVAL
 from schemas.run import CALL_MODEL, CALL_TOOL
 from settings import Settings, connect, exit_process
-from tools.catalog import TOOL_NAMES
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import (
     AGENT_STATUS,

@@ -18,12 +18,12 @@ from temporalio.worker import Worker
 
 from activities import ApprovalActivities, ModelActivities, OperationActivities, ToolActivities
 from blobs import LocalBlobStore
+from examples.demo.catalog import all_tools
 from gateway.tokens import ResumeTokens
 from providers import Provider, Providers, UnknownModelError
 from providers.scripted import ScriptedProvider
 from settings import Settings, connect, exit_process
 from tools import ToolRegistry, ToolSpec, builtin_tools
-from tools.catalog import all_tools
 from tools.read_ref import read_ref_tool
 from workflows.agent_run import AgentRunWorkflow
 

@@ -28,7 +28,7 @@ from bench.stack import (
     new_id,
 )
 
-POLL_INTERVAL_SECONDS = 1.0  # enrich_dataset's poll interval (tools/pipeline.py)
+POLL_INTERVAL_SECONDS = 1.0  # enrich_dataset's poll interval (examples/demo/pipeline.py)
 IDLE_CPU_TARGET = 0.01  # "no CPU while idle": under 1% of one core
 FLOOR_MAX_TURNS = 50  # figure 5: the floor's history is quadratic in the turns
 # Runs in flight at a time (figures 1-3): under the 100 a worker caches, so none is evicted

@@ -25,10 +25,10 @@ with workflow.unsafe.imports_passed_through():
     import openai
 
     from bench.tools import ChunkArgs, chunk, chunk_tool
+    from examples.demo.basic import UtcNowArgs, demo_tools, utc_now
+    from examples.demo.exports import ExportArgs, ExportService, export_tool
     from schemas.run import DEFAULT_SYSTEM_PROMPT
     from tools import ToolRegistry
-    from tools.demo import UtcNowArgs, demo_tools, utc_now
-    from tools.exports import ExportArgs, ExportService, export_tool
 
 FLOOR_WORKFLOW = "FloorWorkflow"
 FLOOR_MODEL = "floor_model"

@@ -45,7 +45,7 @@ async def main(side: str) -> None:
 
         await _serve(build_floor_worker(client, settings.task_queue, settings.max_cached_workflows))
         return
-    from tools.catalog import all_tools
+    from examples.demo.catalog import all_tools
     from worker import build_providers, build_tokens, build_worker
 
     providers = build_providers(settings)

@@ -39,6 +39,9 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from chaos.fuzz import FuzzTarget, fuzz_gateway
 from chaos.history import completed_activities, operation_nonce
 from chaos.model import Check, GatewayTarget
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
 from gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
 from providers import Providers
 from providers.scripted import ScriptedProvider
@@ -47,9 +50,6 @@ from schemas.approvals import ApprovalPolicy, ApprovalRequest
 from schemas.operations import Operation
 from schemas.run import NOTIFY_APPROVAL
 from settings import Settings
-from tools.compliance import compliance_tools
-from tools.demo import demo_tools
-from tools.exports import ExportService, export_tool
 from workflows.agent_run import AgentRunWorkflow
 
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"

@@ -17,12 +17,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, Worker
 
+from examples.demo.basic import demo_tools
 from gateway.tokens import ResumeTokens
 from schemas import ToolCall
 from schemas.operations import Operation
 from schemas.run import CALL_TOOL, ToolCallInput
 from settings import Settings
-from tools import ToolRegistry, ToolSpec, demo_tools
+from tools import ToolRegistry, ToolSpec
 from waitstate.converter import DATA_CONVERTER
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow

@@ -21,10 +21,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key
 from gateway.tokens import ResumeTokens
 from schemas import RunResult, RunState
 from tests.helpers import callback_token, eventually, quiet_history_length
-from tools.refunds import IssueRefundArgs, refund_idempotency_key
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 

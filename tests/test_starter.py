@@ -19,14 +19,14 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.basic import demo_tools
+from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
 from tests.helpers import eventually, make_worker
-from tools import demo_tools
-from tools.refunds import refund_tools
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]

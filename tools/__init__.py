@@ -1,7 +1,6 @@
-"""Tool declarations and implementations."""
+"""Tool declarations (ToolSpec, LongSpec, ToolRegistry), the built-in tools and read_ref."""
 
 from tools.builtin import builtin_tools
-from tools.demo import demo_tools
 from tools.spec import (
     Job,
     LongSpec,
@@ -23,5 +22,4 @@ __all__ = [
     "ToolRegistry",
     "ToolSpec",
     "builtin_tools",
-    "demo_tools",
 ]

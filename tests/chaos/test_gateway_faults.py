@@ -9,6 +9,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from chaos.gateway_faults import run_gateway_faults
 from chaos.model import GatewayTarget
+from examples.demo.catalog import all_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.app import create_app as gateway_app
@@ -16,7 +17,6 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from settings import Settings
 from tests.helpers import make_worker
-from tools.catalog import all_tools
 
 # Two keys: tokens are signed with the first, and the second makes the nonce-mismatch attack
 # possible (a token that verifies but was not the one the run was given).

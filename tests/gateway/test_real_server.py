@@ -26,6 +26,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
 from gateway.app import create_app as gateway_app
@@ -36,10 +40,6 @@ from schemas.approvals import ApprovalRequest
 from settings import Settings
 from tests.gateway.test_app import MALFORMED_COMPLETIONS, MAX_BODY, assert_error, random_request
 from tests.helpers import eventually, make_worker, quiet_history_length
-from tools import demo_tools
-from tools.compliance import compliance_tools
-from tools.exports import ExportService, export_tool
-from tools.refunds import refund_tools
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}

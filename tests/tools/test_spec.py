@@ -7,8 +7,9 @@ import json
 import pytest
 from pydantic import BaseModel, Field
 
+from examples.demo.basic import demo_tools
 from schemas import ToolCall
-from tools import ToolError, ToolRegistry, ToolSpec, demo_tools
+from tools import ToolError, ToolRegistry, ToolSpec
 from tools.spec import Handler
 
 

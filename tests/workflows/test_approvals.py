@@ -28,6 +28,8 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.basic import demo_tools
+from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.tokens import ResumeTokens
@@ -35,8 +37,6 @@ from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecisionSignal
 from settings import Settings
 from tests.helpers import eventually, make_worker, quiet_history_length, replays
-from tools import demo_tools
-from tools.refunds import refund_tools
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAITING_FOR

@@ -21,6 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.tokens import ResumeTokens
@@ -31,7 +32,6 @@ from tests.helpers import callback_token, eventually, make_worker, replays
 from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
-from tools.exports import ExportService, export_tool
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from workflows.agent_run import LEDGER_CHARS, AgentRunWorkflow
 

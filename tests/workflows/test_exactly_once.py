@@ -18,6 +18,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.app import create_app as gateway_app
@@ -27,9 +30,7 @@ from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
-from tools import ToolSpec, demo_tools
-from tools.compliance import compliance_tools
-from tools.exports import ExportService, export_tool
+from tools import ToolSpec
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 

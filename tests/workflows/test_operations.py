@@ -22,6 +22,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.app import create_app as gateway_app
@@ -30,10 +34,7 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
-from tools import ToolSpec, demo_tools
-from tools.compliance import compliance_tools
-from tools.exports import ExportService, export_tool
-from tools.pipeline import EnrichmentPipeline, enrich_tool
+from tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from examples.demo.exports import ExportArgs, ExportService, export_tool
+from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
 from schemas.operations import Completion, OperationError
 from tests.helpers import EVENTUALLY_WITHIN, eventually
-from tools.exports import ExportArgs, ExportService, ServiceError, export_tool
 from tools.spec import StartContext, ToolError
 
 EXPORT_SECONDS = 0.25

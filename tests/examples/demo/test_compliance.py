@@ -9,14 +9,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from examples.demo.catalog import all_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportArgs, ExportService
+from examples.demo.services import ServiceError
 from examples.systems import serving
 from schemas.operations import Completion
 from settings import Settings
 from tests.helpers import call_tool as call
 from tests.helpers import eventually
-from tools.catalog import all_tools
-from tools.compliance import compliance_tools
-from tools.exports import ExportArgs, ExportService, ServiceError
 from tools.spec import StartContext, ToolRegistry
 
 

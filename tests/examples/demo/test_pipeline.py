@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
+from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
 from schemas.operations import Completion, OperationError
 from tests.helpers import eventually
-from tools.exports import ServiceError
-from tools.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tools.spec import StartContext, ToolError
 
 PIPELINE_SECONDS = 0.4

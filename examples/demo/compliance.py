@@ -8,7 +8,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, Field
 
-from tools.exports import check_answer
+from examples.demo.services import check_answer
 from tools.spec import ToolSpec
 
 

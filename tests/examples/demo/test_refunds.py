@@ -10,13 +10,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from examples.demo.catalog import all_tools
+from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key, refund_tools
+from examples.demo.services import ServiceError
 from examples.systems import serving
 from schemas.approvals import ApprovalPolicy
 from settings import Settings
 from tests.helpers import call_tool as call
-from tools.catalog import all_tools
-from tools.exports import ServiceError
-from tools.refunds import IssueRefundArgs, refund_idempotency_key, refund_tools
 from tools.spec import ToolRegistry, ToolSpec
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tools import demo
-from tools.demo import (
+from examples.demo import basic
+from examples.demo.basic import (
     CalculateArgs,
     CountWordsArgs,
     UtcNowArgs,
@@ -86,7 +86,7 @@ def powers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int | float, int | flo
         computed.append((base, exponent))
         return operator.pow(base, exponent)  # type: ignore[no-any-return]
 
-    monkeypatch.setitem(demo._OPERATORS, ast.Pow, power)
+    monkeypatch.setitem(basic._OPERATORS, ast.Pow, power)
     return computed
 
 

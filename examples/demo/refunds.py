@@ -9,8 +9,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, Field
 
+from examples.demo.services import check_answer
 from schemas.approvals import ApprovalPolicy
-from tools.exports import check_answer
 from tools.spec import ToolError, ToolSpec
 
 # Refunds above this amount wait for a person's sign-off.

@@ -1,15 +1,16 @@
-"""Every tool a worker offers, wired to the systems they call."""
+"""The demo's catalog: every demo tool, wired to the demo systems it calls (the worker offers
+these for now)."""
 
 from __future__ import annotations
 
 import httpx
 
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
+from examples.demo.refunds import refund_tools
 from settings import Settings
-from tools.compliance import compliance_tools
-from tools.demo import demo_tools
-from tools.exports import ExportService, export_tool
-from tools.pipeline import EnrichmentPipeline, enrich_tool
-from tools.refunds import refund_tools
 from tools.spec import ToolSpec
 
 
@@ -31,7 +32,7 @@ def all_tools(http: httpx.AsyncClient, settings: Settings) -> list[ToolSpec]:
 
 
 # The names of `all_tools`, for callers that validate names without building clients (the CLI).
-# tests/tools/test_catalog.py keeps the two in step.
+# tests/examples/demo/test_catalog.py keeps the two in step.
 TOOL_NAMES = (
     "calculate",
     "count_words",

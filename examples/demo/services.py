@@ -1,22 +1,17 @@
-"""The export service: a long tool that completes by callback (the service POSTs the result).
-
-Also home to what every adapter of the demo systems shares: how an HTTP answer becomes a
-result, a `ToolError` the model reads, or an exception Temporal retries.
-"""
+"""What every adapter of the demo systems shares: how an HTTP answer becomes a result, a
+`ToolError` the model reads, or an exception Temporal retries; and the job services' start,
+status and cancel by idempotency key."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, Field
 
-from schemas.operations import Completion, OperationError, ResultMode
-from tools.spec import Job, LongSpec, LongTool, StartContext, ToolError, ToolSpec
+from schemas.operations import Completion, OperationError
+from tools.spec import Job, StartContext, ToolError
 
-EXPORT_ETA = timedelta(minutes=15)
 # Answers a retry may fix, though they are 4xx: timeout, conflict (a request with the same key
 # still in flight), rate limit.
 RETRYABLE_CLIENT_ERRORS = frozenset({408, 409, 429})
@@ -99,13 +94,6 @@ def job_url(base_url: str, path: str, job_id: str) -> str:
     return f"{base_url}{path}/{quote(job_id, safe='')}"
 
 
-class ExportArgs(BaseModel):
-    dataset: str = Field(
-        description="The dataset to export, lowercase, e.g. 'transactions' or 'customers'."
-    )
-    period: str = Field(description="A quarter like '2025-Q3' or a month like '2025-07'.")
-
-
 class JobService:
     """What the demo's job services share: start by idempotency key, check, cancel.
 
@@ -147,56 +135,3 @@ class JobService:
         )
         if response.status_code != 404:
             check_answer(response, self.service)
-
-
-class ExportService(JobService, LongTool):
-    """Starts, checks and cancels exports on the export service."""
-
-    service = "export service"
-    jobs_path = "/exports"
-
-    async def start(self, args: ExportArgs, context: StartContext) -> Job:
-        """Start an export, or find the one already started under the idempotency key.
-
-        Raises:
-            ToolError: the service refused the export (bad dataset or period...).
-            ServiceError, httpx.TransportError: the service is unavailable; retry.
-        """
-        body: dict[str, Any] = {"dataset": args.dataset, "period": args.period}
-        if context.callback_url is not None:
-            body["callback_url"] = context.callback_url
-            body["callback_token"] = context.callback_token
-        return await self._start("/exports", body, context)
-
-
-def export_tool(
-    backend: LongTool,
-    *,
-    mode: ResultMode = "await",
-    timeout: timedelta = timedelta(hours=1),
-    max_in_flight: int | None = None,
-) -> ToolSpec:
-    """`start_export`: export a dataset for a period to a CSV file; completes by callback.
-
-    Args:
-        backend: Usually an `ExportService`.
-        mode: `await` (the result is the tool's return value) or `handle`.
-        timeout: After this the export is cancelled and the operation expires.
-        max_in_flight: Pending exports one run may have at once.
-    """
-    return ToolSpec(
-        name="start_export",
-        description=(
-            "Export a dataset for one period to a CSV file. Exports take minutes; the result "
-            "is {file, rows}: the file's path and how many rows it holds."
-        ),
-        args=ExportArgs,
-        long=LongSpec(
-            backend=backend,
-            completion="callback",
-            mode=mode,
-            timeout=timeout,
-            max_in_flight=max_in_flight,
-            eta=EXPORT_ETA,
-        ),
-    )

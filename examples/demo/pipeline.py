@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
+from examples.demo.services import JobService
 from schemas.operations import ResultMode
-from tools.exports import JobService
 from tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
 
 ENRICH_ETA = timedelta(minutes=10)
