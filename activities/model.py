@@ -13,6 +13,7 @@ from blobs import BlobNotFound, BlobStore
 from providers import Provider, ProviderError, Providers, UnknownModelError
 from providers.base import shorten
 from schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
+from schemas.builtin import REF_PREFIX
 from schemas.errors import (
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
@@ -74,15 +75,21 @@ class ModelActivities:
         tokens = meter.create_counter("waitstate_model_tokens", "Model tokens")
         tokens.add(response.usage.input_tokens, {**labels, "direction": "input"})
         tokens.add(response.usage.output_tokens, {**labels, "direction": "output"})
-        # Content-addressed: a retried or replayed turn names the very same conversation.
+        # Content-addressed: a retried or replayed turn names the very same conversation. The
+        # reference travels only between the run and this activity, so it goes bare (the
+        # digest), and the run counts its own model calls: each reply's record in the run's
+        # history is the shorter for both.
         stored = _TRANSCRIPT.dump_json([*conversation, response.message])
-        response.transcript_ref = await self._blobs.put(stored)
+        response.transcript_ref = (await self._blobs.put(stored)).removeprefix(REF_PREFIX)
+        response.usage = response.usage.model_copy(update={"model_calls": 0})
         return response
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         earlier = []
         if input.transcript_ref is not None:
-            earlier = _TRANSCRIPT.validate_json(await self._blob(input.transcript_ref))
+            ref = input.transcript_ref
+            ref = ref if ref.startswith(REF_PREFIX) else REF_PREFIX + ref
+            earlier = _TRANSCRIPT.validate_json(await self._blob(ref))
         new = [
             message.model_copy(
                 update={

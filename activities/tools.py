@@ -89,9 +89,12 @@ class ToolActivities:
         timeout = long.timeout
         if input.operation_timeout is not None:
             timeout = min(timeout, input.operation_timeout)
-        expires_at = input.started_at + timeout
+        info = activity.info()
+        workflow_id = input.workflow_id or info.workflow_id or ""
+        operation_id = input.operation_id or info.activity_id
+        expires_at = (input.started_at or info.scheduled_time) + timeout
         context = StartContext(
-            idempotency_key=f"{input.workflow_id}/{call.id}", operation_id=input.operation_id
+            idempotency_key=f"{workflow_id}/{call.id}", operation_id=operation_id
         )
         nonce_hash = None
         if long.completion == "callback":
@@ -101,14 +104,12 @@ class ToolActivities:
                     type=RUN_INPUT_INVALID,
                     non_retryable=True,
                 )
-            minted = self._tokens.mint(
-                input.workflow_id, input.operation_id, expires_at, nonce=input.nonce
-            )
+            minted = self._tokens.mint(workflow_id, operation_id, expires_at, nonce=input.nonce)
             nonce_hash = minted.nonce_hash
             context = StartContext(
                 idempotency_key=context.idempotency_key,
-                operation_id=input.operation_id,
-                callback_url=f"{self._gateway_url}/v1/operations/{input.operation_id}/complete",
+                operation_id=operation_id,
+                callback_url=f"{self._gateway_url}/v1/operations/{operation_id}/complete",
                 callback_token=minted.token,
             )
         try:

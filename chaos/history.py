@@ -124,7 +124,12 @@ def tool_starts(events: list[Any]) -> dict[str, ToolStart]:
             if attributes.activity_type.name == CALL_TOOL:
                 args = _decoded(attributes.input.payloads)
                 if args and isinstance(args[0], dict):
-                    scheduled[event.event_id] = args[0]
+                    # Runs from the checkpoint policy on give the operation's id as the
+                    # activity's, not in its input.
+                    scheduled[event.event_id] = {
+                        "operation_id": attributes.activity_id,
+                        **args[0],
+                    }
         elif event.event_type == ACTIVITY_COMPLETED:
             attributes = event.activity_task_completed_event_attributes
             completed[attributes.scheduled_event_id] = event.event_id

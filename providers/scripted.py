@@ -14,6 +14,7 @@ from typing import Any
 
 from providers.base import UnknownModelError
 from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from schemas.run import CHECKPOINT_PROMPT
 
 SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
 
@@ -56,7 +57,11 @@ class ScriptedProvider:
             raise UnknownModelError(
                 f"no script named {model!r}; scripts: {', '.join(self.names())}"
             )
-        reply = script(messages, tools)
+        # The run's checkpoint question (what is done, what remains) is answered from the
+        # question itself, whatever the script: any model must answer it.
+        reply = (
+            _checkpoint(messages) if system_prompt == CHECKPOINT_PROMPT else script(messages, tools)
+        )
         # Token counts are a deterministic stand-in (4 characters a token), so usage
         # accounting is exercised end to end without a real tokenizer.
         prompt = len(system_prompt) + sum(len(m.content) + _call_chars(m) for m in messages)
@@ -67,6 +72,29 @@ class ScriptedProvider:
         return ModelResponse(
             message=reply, usage=usage, stop_reason=stop, model=f"scripted:{model}"
         )
+
+
+def _checkpoint(messages: Sequence[Message]) -> Message:
+    """`Done:` and `Remaining:` from the checkpoint question's Task, Completed and waiting-for
+    lines."""
+    lines = messages[-1].content.splitlines() if messages else []
+    task = next((line.removeprefix("Task: ") for line in lines if line.startswith("Task: ")), "")
+    completed = [line.removeprefix("- ") for line in lines if line.startswith("- ")]
+    waiting_for = next(
+        (
+            line.removeprefix("Now waiting for: ")
+            for line in lines
+            if line.startswith("Now waiting for: ")
+        ),
+        "the wait",
+    )
+    done = (
+        f"{len(completed)} steps completed; latest: {completed[-1]}" if completed else "nothing yet"
+    )
+    return Message(
+        role="assistant",
+        content=f"Done: {done}\nRemaining: once {waiting_for} is resolved, finish the task: {task}",
+    )
 
 
 def _call_chars(message: Message) -> int:

@@ -142,7 +142,10 @@ class ModelCallInput(BaseModel):
     )
     new_messages: list[Message]
     tools: list[str] = Field(description="Tool names; the activity resolves their definitions.")
-    turn: int
+    turn: int | None = Field(
+        default=None,
+        description="The run's turn (runs from CHECKPOINT_POLICY on leave it to the summary).",
+    )
 
 
 class ParkedCall(BaseModel):
@@ -191,9 +194,18 @@ class ToolCallInput(BaseModel):
     """Input of the `call_tool` activity."""
 
     call: ToolCall
-    workflow_id: str = Field(description="Identifies the run, e.g. for idempotency keys.")
-    operation_id: str = Field(description="The operation's id, should the tool be a long one.")
-    started_at: datetime = Field(description="workflow.now() at the call: expiries count from it.")
+    # Runs from CHECKPOINT_POLICY on leave these three out (their history is the smaller for
+    # it): the activity reads the run's id, its own id (the operation's) and the time it was
+    # first scheduled from its own info.
+    operation_id: str | None = Field(
+        default=None, description="The operation's id, should the tool be a long one."
+    )
+    workflow_id: str | None = Field(
+        default=None, description="Identifies the run, e.g. for idempotency keys."
+    )
+    started_at: datetime | None = Field(
+        default=None, description="workflow.now() at the call: expiries count from it."
+    )
     in_flight: int = Field(default=0, description="This run's pending operations of this tool.")
     run_in_flight: int = Field(default=0, description="This run's pending operations, all tools.")
     run_max_in_flight: int = Field(default=8, description="The run's limit of pending operations.")
@@ -230,6 +242,15 @@ class ToolResult(BaseModel):
         default=None, description="The full result, stored by reference; `content` previews it."
     )
 
+
+# A checkpoint's question: a conversation of its own, answered in two lines (any model, the
+# scripted one too, must answer it).
+CHECKPOINT_PROMPT = (
+    "You keep the notes of an agent that is about to wait. From the task and what is "
+    "completed, reply with exactly two lines:\n"
+    "Done: <what has been done, one sentence>\n"
+    "Remaining: <the steps left once the wait is over, one sentence>"
+)
 
 # Activity names, shared so workflows can call activities without importing their modules
 # (which bring in provider SDKs the workflow sandbox would re-import on every run).

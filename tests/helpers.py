@@ -133,7 +133,8 @@ async def callback_token(
         [call] = DATA_CONVERTER.payload_converter.from_payloads(
             scheduled.input.payloads, [ToolCallInput]
         )
-        if call.operation_id == operation.operation_id:
+        # Runs from the checkpoint policy on give the operation's id as the activity's.
+        if (call.operation_id or scheduled.activity_id) == operation.operation_id:
             nonce = call.nonce
     return tokens.mint(handle.id, operation.operation_id, operation.expires_at, nonce=nonce).token
 

@@ -300,7 +300,13 @@ async def test_approval_link_is_single_use_and_cannot_be_forged(
                 task_queue=task_queue,
             )
             request = await _open_request(handle)
-            [notice] = (await http.get(f"{systems_url}/approvals/outbox")).json()
+
+            async def posted() -> list[dict[str, Any]]:
+                # The people are told while the request's window runs: the notice may come
+                # a moment after the request opened.
+                return list((await http.get(f"{systems_url}/approvals/outbox")).json())
+
+            [notice] = await eventually(posted, "the approval notice")
             link = notice["body"]["decision"]
             forged = ResumeTokens({"desk": "f" * 40}, "desk").mint(
                 handle.id, f"approval/{request.request_id}", request.expires_at

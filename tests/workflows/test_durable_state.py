@@ -33,7 +33,8 @@ from tests.workflows.test_approvals import Desk
 from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
 from tools import ToolSpec
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
-from workflows.agent_run import LEDGER_CHARS, AgentRunWorkflow
+from workflows.agent_run import AgentRunWorkflow
+from workflows.ledger import LEDGER_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"state": "s" * 40}
@@ -197,6 +198,10 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
         assert transcript > 36_000
     assert state.context_rebuilds == 1
     assert state.checkpoint is not None and state.checkpoint.done == "export requested"
+    # The export said it would take a second: no checkpoint before the wait, but one once the
+    # wait had outlasted rebuild_after, before the rebuilt context needed it.
+    [op] = state.operations.values()
+    assert state.checkpoint.at >= op.started_at + timedelta(days=1)
     assert state.usage.model_calls == earlier_turns + 3, "the checkpoint is a model call"
     assert any(s.kind == "event" and s.name == "context" for s in state.steps)
     await replays(handle, f"state_rebuilt_after_a_day_{earlier_turns}")
@@ -311,7 +316,8 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
 ) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        # Any wait counts as long: the run writes its checkpoint before it.
+        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS, rebuild_after=timedelta(0))
 
         async def checkpointed() -> bool:
             return (await handle.query(AgentRunWorkflow.status)).checkpoint is not None

@@ -1,0 +1,65 @@
+"""Calling an activity from the run: its result, or a failure the run decides what to do with.
+
+Cancellation is not a failure: it means the run itself is being cancelled (or a wait it no
+longer needs was), so it propagates to whoever can act on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An activity that failed for good: its retries are spent, or its error is final."""
+
+    error: ActivityError
+
+    @property
+    def reason(self) -> str:
+        """The activity's own error, without Temporal's wrapping."""
+        return str(self.error.cause or self.error)
+
+
+async def call(
+    activity: str,
+    arg: Any,
+    *,
+    result_type: type[T],
+    summary: str,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    activity_id: str | None = None,
+) -> T | Failed:
+    """Run `activity` with `arg`: its result, or `Failed`.
+
+    Raises:
+        ActivityError: the activity was cancelled (the run is being cancelled).
+    """
+    try:
+        result: T = await workflow.execute_activity(
+            activity,
+            arg,
+            result_type=result_type,
+            summary=summary,
+            start_to_close_timeout=start_to_close_timeout,
+            schedule_to_close_timeout=schedule_to_close_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            retry_policy=retry_policy,
+            activity_id=activity_id,
+        )
+    except ActivityError as err:
+        if is_cancelled_exception(err):
+            raise
+        return Failed(err)
+    return result

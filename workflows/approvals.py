@@ -1,0 +1,352 @@
+"""The approval desk: requests for a person's decision, their timers and `on_timeout` policies,
+and the decisions that arrive for them (signal, Update, or a link through the gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+from schemas import RunInput, RunState, ToolCall, ToolResult
+from schemas.approvals import (
+    ApprovalNotice,
+    ApprovalNoticeSent,
+    ApprovalPolicy,
+    ApprovalRequest,
+    DecideInput,
+    DecideOutcome,
+    Decision,
+    DecisionKind,
+    DecisionSignal,
+)
+from schemas.builtin import RequestApprovalArgs
+from schemas.errors import (
+    APPROVAL_DECIDED,
+    APPROVAL_NONCE_MISMATCH,
+    APPROVAL_NOT_READY,
+    APPROVAL_UNKNOWN,
+)
+from schemas.run import NOTIFY_APPROVAL
+from workflows import ledger
+from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard, approval_decided
+from workflows.memory import Memory
+from workflows.versions import Versions
+
+# Telling people about an approval request: retried a while; if it still fails, the request
+# stands (the CLI can answer it) and the failure is logged.
+NOTIFY_TIMEOUT = timedelta(seconds=30)
+# The notice is one HTTP post with a 10 s timeout: past 12 s, its worker is gone, and the notice
+# is posted again at once, not after the half minute a short approval window cannot spare.
+NOTIFY_TIMEOUT_V2 = timedelta(seconds=12)
+NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+
+
+class ApprovalExpired(Exception):
+    """An approval expired under on_timeout `fail`: the run ends, cleanly, with the reason."""
+
+
+class ApprovalDesk:
+    """Every approval request of one run, from the question to the decision."""
+
+    def __init__(
+        self,
+        input: RunInput,
+        state: RunState,
+        versions: Versions,
+        board: StatusBoard,
+        memory: Memory,
+    ) -> None:
+        self._input = input
+        self._state = state
+        self._versions = versions
+        self._board = board
+        self._memory = memory
+        # The nonces of open requests' links; only their hashes go into the state.
+        self._link_nonces: dict[str, str] = {}
+
+    # --- asking --------------------------------------------------------------------------
+
+    async def request_approval(self, call: ToolCall) -> ToolResult:
+        """The built-in `request_approval` tool: the model asks a person, under the run's
+        approval policy, and is told the outcome."""
+        try:
+            args = RequestApprovalArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        request = await self.ask(call, f"{args.action}: {args.reason}", self._input.approval)
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=ledger.to_json(ledger.approval_outcome(request)),
+            is_error=request.status != "approved",
+        )
+
+    async def ask(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
+        """Ask a person, wait (holding no worker) for the decision or the timeout policy."""
+        if not self._versions.exactly_once:
+            return await self._ask_v1(call, reason, policy)
+        # Before the request exists, so that a slow checkpoint does not eat into its window
+        # (how long a person takes is never known: always worth one).
+        await self._memory.checkpoint(f"approval of {call.name} from {policy.approvers}")
+        request = self._request(call, reason, policy)
+        label = f"approval of {call.name} from {policy.approvers}"
+        details = f"waiting for approval: {reason}"
+        with self._board.waiting("approval", details, label, until=request.expires_at):
+            # The people are told while the window runs: a notice that is slow or retried
+            # (a worker crashed) never delays it, nor keeps a decision from being final.
+            notices = [self._notice(request, policy.approvers, escalation=False)]
+            try:
+                if not await self._decided(request):
+                    await self._escalate_or_time_out(request, notices)
+            finally:
+                for notice in notices:
+                    notice.cancel()  # the request is closed: no one needs telling any more
+                self._link_nonces.pop(request.request_id, None)
+        return request
+
+    def _request(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
+        now = workflow.now()
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            arguments = {"raw": call.arguments}
+        request = ApprovalRequest(
+            request_id=str(workflow.uuid4()),
+            tool=call.name,
+            tool_call_id=call.id,
+            arguments=arguments if isinstance(arguments, dict) else {"value": arguments},
+            reason=reason,
+            requested_at=now,
+            expires_at=now + policy.timeout,
+            policy=policy,
+            sent_to=[policy.approvers],
+        )
+        if self._versions.exactly_once:
+            # The run chooses the links' nonce, so a link works the moment it is posted, and
+            # keeps working whichever key signs the escalation's links.
+            nonce = self._versions.nonce()
+            self._link_nonces[request.request_id] = nonce
+            request.nonce_hash = ledger.nonce_hash(nonce)
+        self._state.approvals[request.request_id] = request
+        ledger.step(
+            self._state,
+            "event",
+            call.name,
+            f"approval {request.request_id} requested from {policy.approvers}",
+        )
+        return request
+
+    async def _decided(self, request: ApprovalRequest) -> bool:
+        """Whether a person decided by the request's deadline (at once if it has passed)."""
+        remaining = request.expires_at - workflow.now()
+        if request.open and remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: not request.open, timeout=remaining)
+        return not request.open
+
+    async def _escalate_or_time_out(
+        self, request: ApprovalRequest, notices: list[asyncio.Task[None]]
+    ) -> None:
+        """The window passed with the request open: escalate once, then apply `on_timeout`."""
+        policy = request.policy
+        if policy.on_timeout == "escalate" and not request.escalated:
+            # A second window, to the deadline the links were minted with; the first request
+            # (and its links) stays valid meanwhile.
+            request.escalated = True
+            request.expires_at = request.expires_at + policy.timeout
+            request.sent_to.append(policy.escalate_to)
+            ledger.step(
+                self._state,
+                "event",
+                request.tool,
+                f"approval {request.request_id} escalated to {policy.escalate_to}",
+            )
+            self._board.show()
+            if request.expires_at > workflow.now():
+                notices.append(self._notice(request, policy.escalate_to, escalation=True))
+            if await self._decided(request):
+                return
+        # Nothing was awaited since `_decided` found the request open: it still is.
+        self._time_out(request)
+
+    def _time_out(self, request: ApprovalRequest) -> None:
+        """Apply the request's `on_timeout` (`default` or expire; `fail` ends the run)."""
+        policy = request.policy
+        if policy.on_timeout == "default":
+            request.decision = Decision(
+                decision=policy.default_decision,
+                reviewer="policy",
+                comment=f"no decision by {request.expires_at.isoformat()}: default applied",
+                decided_at=workflow.now(),
+                by_policy=True,
+            )
+            request.status = "approved" if policy.default_decision == "approve" else "rejected"
+            approval_decided(request)
+            ledger.step(
+                self._state,
+                "event",
+                request.tool,
+                f"approval {request.request_id} {request.status} by default",
+            )
+            return
+        request.status = "expired"
+        approval_decided(request)
+        ledger.step(
+            self._state,
+            "event",
+            request.tool,
+            f"approval {request.request_id} expired",
+            is_error=True,
+        )
+        if policy.on_timeout == "fail":
+            raise ApprovalExpired(
+                f"approval {request.request_id} for {request.tool} expired at "
+                f"{request.expires_at.isoformat()} with no decision: {request.reason}"
+            )
+
+    # --- telling people ------------------------------------------------------------------
+
+    def _notice(
+        self, request: ApprovalRequest, recipient: str, *, escalation: bool
+    ) -> asyncio.Task[None]:
+        """Notify in a task of its own, cancelled once the request closes."""
+
+        async def notify() -> None:
+            try:
+                await self._notify(request, recipient, escalation=escalation)
+            except ActivityError as err:
+                if not is_cancelled_exception(err):
+                    raise
+                # Cancelled because the request closed: nothing is lost, nothing to report.
+
+        return asyncio.create_task(notify())
+
+    async def _notify(self, request: ApprovalRequest, recipient: str, *, escalation: bool) -> None:
+        windows = 2 if request.policy.on_timeout == "escalate" else 1
+        v2 = self._versions.exactly_once
+        sent = await call(
+            NOTIFY_APPROVAL,
+            ApprovalNotice(
+                workflow_id=workflow.info().workflow_id,
+                request=request,
+                recipient=recipient,
+                escalation=escalation,
+                nonce=self._link_nonces.get(request.request_id),
+                links_expire_at=(
+                    request.requested_at + request.policy.timeout * windows if v2 else None
+                ),
+            ),
+            result_type=ApprovalNoticeSent,
+            summary=f"notify {recipient}: approval for {request.tool}",
+            start_to_close_timeout=NOTIFY_TIMEOUT_V2 if v2 else NOTIFY_TIMEOUT,
+            retry_policy=NOTIFY_RETRY,
+        )
+        if isinstance(sent, Failed):
+            workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
+            return
+        if not v2:
+            request.nonce_hash = sent.nonce_hash or request.nonce_hash
+
+    # --- decisions -----------------------------------------------------------------------
+
+    def validate(self, input: DecideInput) -> None:
+        """Refuse a decision that cannot apply (nothing is written to the run's history)."""
+        request = self._state.approvals.get(input.request_id)
+        if request is None:
+            raise ApplicationError(f"no approval request {input.request_id}", type=APPROVAL_UNKNOWN)
+        if input.nonce is not None and request.nonce_hash is None and request.open:
+            # Runs from before EXACTLY_ONCE: the links were posted, but the run has not yet
+            # recorded the notify activity's answer (a fast click, or a worker that died in
+            # between): not a forgery.
+            raise ApplicationError(
+                "the request's links are not confirmed yet; retry shortly", type=APPROVAL_NOT_READY
+            )
+        if input.nonce is not None and request.nonce_hash != ledger.nonce_hash(input.nonce):
+            raise ApplicationError(
+                "link was not issued for this request", type=APPROVAL_NONCE_MISMATCH
+            )
+        if not request.open:
+            raise ApplicationError(f"request already {request.status}", type=APPROVAL_DECIDED)
+
+    def decide(self, input: DecideInput) -> DecideOutcome:
+        """Apply a validated decision."""
+        request = self._state.approvals[input.request_id]
+        self._apply(request, input.decision, input.reviewer, input.comment)
+        return DecideOutcome(accepted=True, status=request.status, delivery_id=input.delivery_id)
+
+    def decide_by_signal(self, decision: DecisionKind, signal: DecisionSignal) -> None:
+        """Apply a signalled decision; one for an unknown or closed request is recorded."""
+        request = self._state.approvals.get(signal.request_id)
+        if request is None:
+            note = f"{decision} by {signal.reviewer} for unknown request {signal.request_id}"
+            self._state.ignored_decisions.append(note)
+            workflow.logger.info("ignored decision: %s", note)
+            return
+        if not request.open:
+            request.ignored.append(
+                f"{decision} by {signal.reviewer}: request already {request.status}"
+            )
+            return
+        self._apply(request, decision, signal.reviewer, signal.comment)
+
+    def _apply(
+        self, request: ApprovalRequest, decision: DecisionKind, reviewer: str, comment: str
+    ) -> None:
+        request.decision = Decision(
+            decision=decision, reviewer=reviewer, comment=comment, decided_at=workflow.now()
+        )
+        request.status = "approved" if decision == "approve" else "rejected"
+        ledger.step(
+            self._state,
+            "event",
+            request.tool,
+            f"approval {request.request_id} {request.status} by {reviewer}",
+        )
+        approval_decided(request)
+
+    # --- runs recorded before EXACTLY_ONCE: their approvals as they were, so they replay ---
+
+    async def _ask_v1(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
+        request = self._request(call, reason, policy)
+        label = f"approval of {call.name} from {policy.approvers}"
+        await self._memory.checkpoint(label)
+        with self._board.waiting(
+            "approval", f"waiting for approval: {reason}", label, until=request.expires_at
+        ):
+            await self._notify(request, policy.approvers, escalation=False)
+            if not await self._decided_v1(request):
+                await self._on_timeout_v1(request)
+        return request
+
+    async def _decided_v1(self, request: ApprovalRequest) -> bool:
+        try:
+            await workflow.wait_condition(
+                lambda: not request.open, timeout=request.expires_at - workflow.now()
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def _on_timeout_v1(self, request: ApprovalRequest) -> None:
+        policy = request.policy
+        if policy.on_timeout == "escalate" and not request.escalated:
+            request.escalated = True
+            request.expires_at = workflow.now() + policy.timeout
+            request.sent_to.append(policy.escalate_to)
+            ledger.step(
+                self._state,
+                "event",
+                request.tool,
+                f"approval {request.request_id} escalated to {policy.escalate_to}",
+            )
+            await self._notify(request, policy.escalate_to, escalation=True)
+            self._board.show()
+            if await self._decided_v1(request):
+                return
+        self._time_out(request)

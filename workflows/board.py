@@ -1,0 +1,147 @@
+"""What a run shows of itself while it runs: its status, what it waits for (the Web UI's current
+details and the search attributes the list view filters on), and its metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
+
+from schemas import RunState, RunStatus
+from schemas.approvals import ApprovalRequest
+from schemas.operations import Operation
+from workflows.memory import Memory, Wait
+from workflows.search_attributes import (
+    AGENT_STATUS,
+    PENDING_OPERATIONS,
+    WAIT_EXPIRES_AT,
+    WAITING_FOR,
+)
+
+
+class StatusBoard:
+    """Keeps `RunState.status`, the search attributes and the Web UI's details in step with
+    what the run does, and suspends it (checkpoint, then the wait) when it waits."""
+
+    def __init__(self, state: RunState, memory: Memory) -> None:
+        self._state = state
+        self._memory = memory
+        self._waits: list[Wait] = []
+
+    def set_status(self, status: RunStatus) -> None:
+        self._state.status = status
+        # AgentStatus filters the Web UI's list; skip the upsert (a history event) when the
+        # value is already set.
+        if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:
+            workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+
+    async def suspend(
+        self,
+        kind: str | Callable[[], str],
+        details: str,
+        label: str,
+        *,
+        until: datetime | None = None,
+        expected: timedelta | None = None,
+    ) -> contextlib.AbstractContextManager[Wait]:
+        """Get ready to wait for `label`: the checkpoint first, if the wait may be long
+        (`expected` None: nobody knows how long), then the wait itself (`waiting`). `kind` may
+        be read once the checkpoint is written (what the run waits for may change meanwhile)."""
+        checkpointed = self._memory.worth_checkpoint(expected)
+        if checkpointed:
+            await self._memory.checkpoint(label)
+        kind = kind if isinstance(kind, str) else kind()
+        return self.waiting(kind, details, label, until=until, checkpointed=checkpointed)
+
+    @contextlib.contextmanager
+    def waiting(
+        self,
+        kind: str,
+        details: str,
+        label: str,
+        *,
+        until: datetime | None = None,
+        began: datetime | None = None,
+        checkpointed: bool = True,
+    ) -> Iterator[Wait]:
+        """While the block runs, the run is `waiting` for `kind` (approval, webhook, poll); the
+        Web UI shows `details`. Nested and concurrent waits show the latest. `began` is when a
+        wait taken over from the previous run (continue-as-new) began."""
+        if until is not None:
+            details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
+        wait = Wait(kind, details, began or workflow.now(), label, checkpointed)
+        self._waits.append(wait)
+        self.show()
+        try:
+            yield wait
+        except GeneratorExit:
+            # Evicted from the worker's cache: the coroutine is closed, not resumed, and the
+            # workflow APIs are gone. The next worker rebuilds this state from history.
+            raise
+        except BaseException:
+            self._end(wait)
+            raise
+        else:
+            self._end(wait)
+
+    def show(self) -> None:
+        """Bring status, search attributes and the Web UI's details up to date."""
+        kind, details = (
+            (self._waits[-1].kind, self._waits[-1].details) if self._waits else ("none", "")
+        )
+        self.set_status("waiting" if self._waits else "running")
+        pending = [op for op in self._state.operations.values() if not op.terminal]
+        # The earliest deadline of anything the run waits on: past it, the wait is overdue.
+        deadlines = [op.expires_at for op in pending]
+        deadlines += [r.expires_at for r in self._state.approvals.values() if r.open]
+        expires = min(deadlines) if self._waits and deadlines else None
+        current = workflow.info().typed_search_attributes
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if current.get(WAITING_FOR) != kind:
+            updates.append(WAITING_FOR.value_set(kind))
+        if current.get(PENDING_OPERATIONS) != len(pending):
+            updates.append(PENDING_OPERATIONS.value_set(len(pending)))
+        # Left as it was when no wait is on: it means something only while WaitingFor is not
+        # "none" (and unsetting a Datetime confuses the time-skipping test server's decoder).
+        if expires is not None and current.get(WAIT_EXPIRES_AT) != expires:
+            updates.append(WAIT_EXPIRES_AT.value_set(expires))
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        workflow.set_current_details(details)
+
+    def _end(self, wait: Wait) -> None:
+        self._waits.remove(wait)
+        self.show()
+        if not wait.parked:  # else it goes on in the next run, measured from `began`
+            self._memory.waited(wait, workflow.now() - wait.began)
+
+
+def operation_finished(op: Operation) -> None:
+    """Count an operation that ended, by tool and outcome, and how long it took."""
+    meter = workflow.metric_meter()  # silent during replay
+    labels = {"tool": op.tool, "outcome": op.status}
+    meter.create_counter("waitstate_operations_finished", "Operations ended").add(1, labels)
+    meter.create_histogram_timedelta(
+        "waitstate_operation_duration", "Start to end of an operation", unit="ms"
+    ).record(workflow.now() - op.started_at, labels)
+
+
+def approval_decided(request: ApprovalRequest) -> None:
+    """Count a request that was decided (or expired), and how long it waited."""
+    meter = workflow.metric_meter()
+    labels = {"tool": request.tool, "outcome": request.status}
+    meter.create_counter("waitstate_approvals", "Approval requests decided").add(1, labels)
+    meter.create_histogram_timedelta(
+        "waitstate_approval_wait", "Request to decision", unit="ms"
+    ).record(workflow.now() - request.requested_at, labels)
+
+
+def cancel_failed(op: Operation) -> None:
+    """Count a job that could not be cancelled: it may run on with nobody waiting for it."""
+    workflow.metric_meter().create_counter(
+        "waitstate_cancel_failures", "Jobs that could not be cancelled"
+    ).add(1, {"tool": op.tool})

@@ -1,0 +1,119 @@
+"""Continue-as-new: when a run hands over to a new run, what it carries, and how a turn whose
+calls all wait is handed over mid-way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import NoReturn
+
+from temporalio import workflow
+
+from schemas import RunInput, RunState
+from schemas.run import CarriedTurn, RunCarry
+from workflows.memory import Memory, Wait
+from workflows.versions import Versions
+
+# What continue-as-new carries beyond the open items.
+KEEP_STEPS = 100
+KEEP_CLOSED = 20
+
+
+class Continuation:
+    """Decides when the run continues as new, and carries it over."""
+
+    def __init__(self, input: RunInput, state: RunState, memory: Memory, versions: Versions):
+        self._input = input
+        self._state = state
+        self._memory = memory
+        self._versions = versions
+        # Set when the run continues as new while it waits between turns: the wait's start.
+        self.waiting_since: datetime | None = input.carry.waiting_since if input.carry else None
+        # The tool calls of the turn in progress still running, and those of them parked in a
+        # wait the next run can take over (see `park`).
+        self._turn_open: set[str] = set()
+        self._parked: set[str] = set()
+
+    def due(self) -> bool:
+        """Temporal suggests it, or the history passed `continue_as_new_after_events`."""
+        info = workflow.info()
+        limit = self._input.continue_as_new_after_events
+        return info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() >= limit
+        )
+
+    def due_while_waiting(self) -> bool:
+        """Whether a wait should end to continue as new (runs from EXACTLY_ONCE on: a chatty
+        job's progress reports grow the history while the run waits)."""
+        return self._versions.exactly_once and self.due()
+
+    def call_began(self, call_id: str) -> None:
+        self._turn_open.add(call_id)
+
+    def call_ended(self, call_id: str) -> None:
+        self._turn_open.discard(call_id)
+
+    async def park(
+        self,
+        call_id: str,
+        done: Callable[[], bool],
+        wait: Wait,
+        timeout: timedelta | None = None,  # noqa: ASYNC109 (a workflow timer, not asyncio's)
+    ) -> bool:
+        """Wait in a turn until `done()`; False if the run must continue as new first.
+
+        When every unfinished call of the turn is parked here and the history is due to be
+        handed over, they all return False together, and the turn continues in a new run.
+
+        Raises:
+            TimeoutError: `timeout` passed first.
+        """
+        self._parked.add(call_id)
+        try:
+            await workflow.wait_condition(
+                lambda: done() or self._turn_must_continue(), timeout=timeout
+            )
+        finally:
+            self._parked.discard(call_id)
+        if done():
+            return True
+        wait.parked = True
+        return False
+
+    def _turn_must_continue(self) -> bool:
+        return self._turn_open == self._parked and self.due_while_waiting()
+
+    def continue_as_new(
+        self, answer: str | None = None, turn: CarriedTurn | None = None
+    ) -> NoReturn:
+        """Hand the ledger, the conversation reference, pending operations and an unfinished
+        turn to a new run (same workflow id: completions and decisions sent later reach it).
+        The caller has waited for its handlers and cancels."""
+        keep = {
+            i for parked in (turn.parked.values() if turn else []) for i in parked.operation_ids
+        }
+        self._trim(keep)
+        self._state.continued_as_new += 1
+        carry = RunCarry(
+            state=self._state,
+            transcript_ref=self._memory.transcript_ref,
+            unsent=self._memory.unsent,
+            answer=answer,
+            turn=turn,
+            waiting_since=self.waiting_since,
+        )
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
+
+    def _trim(self, keep: set[str]) -> None:
+        """Bound what is carried: recent steps and lines, every open item, a few closed ones,
+        and the operations an unfinished turn waits on (`keep`)."""
+        state = self._state
+        state.steps = state.steps[-KEEP_STEPS:]
+        state.completed = state.completed[-KEEP_STEPS:]
+        closed = [k for k, op in state.operations.items() if op.terminal and k not in keep]
+        closed = closed[:-KEEP_CLOSED]
+        decided = [k for k, r in state.approvals.items() if not r.open][:-KEEP_CLOSED]
+        for key in closed:
+            del state.operations[key]
+        for key in decided:
+            del state.approvals[key]

@@ -1,0 +1,174 @@
+"""Pure, deterministic helpers of an agent run: the lines of its ledger, the context rebuilt from
+it, what the model is told of operations and approvals, and the few encodings the run uses.
+
+Plain functions over the schemas, calling no Temporal API: the workflow imports this module
+passed through its sandbox (loaded once per worker), and tests call it directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from temporalio.exceptions import FailureError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+from schemas import RunState, Step, ToolCall, ToolResult, Usage
+from schemas.approvals import ApprovalRequest
+from schemas.operations import Completion, Operation
+from schemas.run import Checkpoint
+
+PREVIEW_CHARS = 160
+# The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
+# costs the same after ten turns or ten thousand.
+LEDGER_CHARS = 300
+REBUILD_COMPLETED_LINES = 20
+REBUILD_EVENT_CHARS = 4000
+# A model failure's message, as the run records it: Temporal refuses failures past its size.
+FAILURE_CHARS = 2000
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def to_json(value: object) -> str:
+    """Compact JSON, as the model reads tool results and operation outcomes."""
+    return json.dumps(value, default=str, separators=(",", ":"))
+
+
+def nonce_hash(value: str) -> str:
+    """What the run keeps of a nonce (its tokens carry the nonce itself)."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def error_result(call: ToolCall, message: str) -> ToolResult:
+    """A tool call's result that tells the model what went wrong."""
+    return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
+
+
+def same_report(status: str, progress: str | None, completion: Completion) -> bool:
+    """A progress report that would change nothing an operation (or held report) shows."""
+    return (
+        completion.status in ("running", "input_required")
+        and completion.status == status
+        and (completion.progress or progress) == progress
+    )
+
+
+def wait_kind(ops: Iterable[Operation]) -> str:
+    """What the run waits for while `ops` run: a webhook if any completes by callback."""
+    return "webhook" if any(op.completion == "callback" for op in ops) else "poll"
+
+
+def approval_outcome(request: ApprovalRequest) -> dict[str, object]:
+    """What the model is told of a request: approved, rejected with the reason, or expired."""
+    outcome: dict[str, object] = {"request_id": request.request_id, "approval": request.status}
+    if request.decision is not None:
+        outcome["reviewer"] = request.decision.reviewer
+        outcome["comment"] = request.decision.comment
+        outcome["by_policy"] = request.decision.by_policy
+    if request.status == "expired":
+        outcome["reason"] = f"nobody decided by {request.expires_at.isoformat()}"
+    return outcome
+
+
+def completed_line(name: str, content: str) -> str:
+    """The ledger's line for a finished tool call or a changed operation."""
+    return f"{name}: {preview(content, LEDGER_CHARS)}"
+
+
+def checkpoint_prompt(state: RunState, waiting_for: str) -> str:
+    """The question a checkpoint asks the model: the task, constraints and what is done, in a
+    conversation of its own (the transcript may end in tool calls still waiting for their
+    results, which no provider accepts a question after)."""
+    return "\n".join(
+        [
+            f"Task: {state.task}",
+            f"Constraints: {'; '.join(state.constraints) or 'none'}",
+            "Completed:",
+            *(f"- {line}" for line in state.completed[-REBUILD_COMPLETED_LINES:]),
+            f"Now waiting for: {waiting_for}",
+        ]
+    )
+
+
+def parse_checkpoint(text: str) -> tuple[str, str] | None:
+    """The model's `Done:` and `Remaining:` lines, bounded; None if either is missing."""
+    parts = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    done, remaining = parts.get("Done", "").strip(), parts.get("Remaining", "").strip()
+    if not done or not remaining:
+        return None
+    return preview(done, LEDGER_CHARS), preview(remaining, LEDGER_CHARS)
+
+
+def ledger_checkpoint(state: RunState, waiting_for: str, pending: Sequence[str]) -> tuple[str, str]:
+    """`Done` and `Remaining` built from the ledger, when the model writes none."""
+    recent = "; ".join(state.completed[-3:]) or "nothing yet"
+    done = (
+        f"{state.turns} model turns and {state.tool_calls} tool calls; "
+        f"latest: {preview(recent, LEDGER_CHARS)}"
+    )
+    remaining = (
+        f"once {', '.join(pending) if pending else waiting_for} is resolved, "
+        "continue the task from what is completed"
+    )
+    return done, remaining
+
+
+def rebuilt_context(state: RunState, event: str, checkpoint: Checkpoint | None) -> str:
+    """The one message a model starts afresh from after a long wait: Task, Constraints,
+    Completed, Event, Remaining. Its size depends on the ledger's bounded lines, not on the
+    transcript left behind."""
+    completed = state.completed[-REBUILD_COMPLETED_LINES:]
+    skipped = len(state.completed) - len(completed)
+    return "\n".join(
+        [
+            f"Task: {state.task}",
+            f"Constraints: {'; '.join(state.constraints) or 'none'}",
+            "Completed:",
+            *([f"- ({skipped} earlier steps not shown)"] if skipped else []),
+            *(f"- {line}" for line in completed),
+            f"Event: {preview(event, REBUILD_EVENT_CHARS)}",
+            f"Remaining: {checkpoint.remaining if checkpoint else 'continue the task'}",
+        ]
+    )
+
+
+def step(
+    state: RunState,
+    kind: Literal["model", "tool", "event"],
+    name: str,
+    detail: str,
+    *,
+    is_error: bool = False,
+) -> None:
+    """Add a line to the run's progress (`RunState.steps`), in the current turn."""
+    state.steps.append(
+        Step(turn=state.turns, kind=kind, name=name, detail=detail, is_error=is_error)
+    )
+
+
+def model_failure(
+    spec: str, cause: BaseException | None, limit_seconds: float, attempts: str
+) -> str:
+    """Why the model could not be called, naming the provider, the limit and the attempts, in
+    one bounded line. `cause` is the activity's failure (a timeout, or its error); `attempts`
+    says how many were made (e.g. "gave up after 8 attempts"), or is empty."""
+    if isinstance(cause, ActivityTimeoutError):
+        what = f"{spec} did not answer within {limit_seconds:g} s (model_timeout)"
+    elif isinstance(cause, FailureError):
+        what = f"{spec}: {cause.message}"
+    else:
+        what = f"{spec}: {cause}"
+    return preview(f"{what}; {attempts}" if attempts else what, FAILURE_CHARS)
+
+
+def add_usage(state: RunState, usage: Usage) -> None:
+    """Count one model call and its tokens. The activity reports the tokens; the call itself is
+    counted here (activities before the run counted their own call report it as one)."""
+    state.usage += usage if usage.model_calls else usage + Usage(model_calls=1)

@@ -1,0 +1,617 @@
+"""The operations book: long tools' jobs from their start to their end, as one run keeps them.
+
+A start activity returns an operation; a watcher waits for its end by webhook (the gateway's
+`complete_operation` Update) or by a polling activity, and past `expires_at` marks it expired
+and has the external system cancel the job. Reports that beat the start's answer are held,
+in order, until the start is confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+from schemas import Message, RunInput, RunState, ToolCall, ToolCallInput, ToolResult
+from schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
+from schemas.errors import (
+    OPERATION_NONCE_MISMATCH,
+    OPERATION_RESOLVED,
+    OPERATION_UNCHANGED,
+    OPERATION_UNKNOWN,
+)
+from schemas.operations import (
+    LONG_POLL_INTERVAL,
+    CancelOperationInput,
+    CompleteOperation,
+    Completion,
+    CompletionOutcome,
+    Operation,
+    OperationError,
+    OperationStarted,
+    PollOperationInput,
+)
+from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, ParkedCall
+from workflows import ledger
+from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard, cancel_failed, operation_finished
+from workflows.continuation import Continuation
+from workflows.memory import Memory, Wait
+from workflows.versions import Versions
+
+# A sync tool that keeps failing is reported to the model, which can try something else.
+# A long tool's start is safe to retry: it carries an idempotency key.
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+)
+# Asking an external system to stop a job: worth insisting, but not forever.
+CANCEL_TIMEOUT = timedelta(seconds=30)
+CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+# Polls of a minute or more are one check per attempt, the retry policy being the poller, so
+# no worker slot is held in between; shorter ones loop inside one heartbeating activity.
+POLL_CHECK_TIMEOUT = timedelta(seconds=30)
+POLL_RETRY_FIRST = timedelta(seconds=1)
+
+
+class _Starting(NamedTuple):
+    """A long tool's start in flight: the tool, and the hash of the nonce its token carries."""
+
+    tool: str
+    nonce_hash: str | None
+
+
+class OperationsBook:
+    """Every operation of one run: started, watched, reported, expired and cancelled."""
+
+    def __init__(
+        self,
+        input: RunInput,
+        state: RunState,
+        versions: Versions,
+        board: StatusBoard,
+        memory: Memory,
+        continuation: Continuation,
+    ) -> None:
+        self._input = input
+        self._state = state
+        self._versions = versions
+        self._board = board
+        self._memory = memory
+        self._continuation = continuation
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        # A webhook can beat the start activity's answer (the job finished fast, or the worker
+        # died after the external system accepted it): its reports wait here, in order, until
+        # the start is confirmed; then each is applied.
+        self._starting: dict[str, _Starting] = {}  # by operation id, while its start runs
+        self._early: dict[str, list[CompleteOperation]] = {}
+        # Cancels sent to jobs (by operation id): a run ends or continues only once they are.
+        self._cancels: dict[str, asyncio.Task[None]] = {}
+
+    # --- the run's life ------------------------------------------------------------------
+
+    def take_over(self) -> None:
+        """Watch the operations a previous run handed over, and send the cancels it owed."""
+        for op in self.pending():
+            self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        for op in self._state.operations.values():
+            if op.cancel == "owed":  # the previous run could not send it
+                self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
+
+    async def hand_over(self) -> None:
+        """Before continue-as-new: the next run watches the pending operations itself, and
+        the cancels in flight are this run's to finish (their operations have ended, so the
+        next run would not watch them; it sends one still `owed`, to be sure)."""
+        for watcher in self._watchers.values():
+            watcher.cancel()
+        if self._versions.exactly_once:
+            await self.cancels_sent()
+
+    async def end_pending(self, status: str) -> None:
+        """The run ends: every pending operation is cancelled, and its job sent a cancel."""
+        await asyncio.gather(*(self._end(op, status) for op in self.pending()))
+        if self._versions.exactly_once:
+            await self.cancels_sent()
+
+    async def cancels_sent(self) -> None:
+        """Wait until every cancel the run owes a job has been answered (or given up on)."""
+        await workflow.wait_condition(lambda: all(task.done() for task in self._cancels.values()))
+
+    def pending(self) -> list[Operation]:
+        return [op for op in self._state.operations.values() if not op.terminal]
+
+    # --- completions (the gateway's Update, or the signal fallback) ------------------------
+
+    def validate(self, update: CompleteOperation) -> None:
+        """Refuse a completion that cannot apply. Rejections add nothing to the run's history
+        (and validators do not run on replay, so they may refuse more than they used to)."""
+        op = self._state.operations.get(update.operation_id)
+        starting = self._starting.get(update.operation_id)
+        if op is None and starting is not None:
+            # The job reports before its start is confirmed: held, unless it cannot apply.
+            if starting.nonce_hash is not None and starting.nonce_hash != ledger.nonce_hash(
+                update.nonce
+            ):
+                raise ApplicationError(
+                    "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+                )
+            held = [early.completion for early in self._early.get(update.operation_id, [])]
+            if any(completion.status in ("succeeded", "failed") for completion in held):
+                raise ApplicationError("a final report is already held", type=OPERATION_RESOLVED)
+            if held and ledger.same_report(held[-1].status, held[-1].progress, update.completion):
+                raise ApplicationError("the same report is already held", type=OPERATION_UNCHANGED)
+            return
+        if op is None or op.completion != "callback":
+            raise ApplicationError(
+                f"no operation {update.operation_id} awaits a callback in this run",
+                type=OPERATION_UNKNOWN,
+            )
+        if op.nonce_hash != ledger.nonce_hash(update.nonce):
+            raise ApplicationError(
+                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+            )
+        if op.terminal:
+            # Expired or cancelled ones too: their jobs were told to stop.
+            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+        if ledger.same_report(op.status, op.progress, update.completion):
+            raise ApplicationError(
+                f"operation already shows {op.status} {op.progress or ''}".rstrip(),
+                type=OPERATION_UNCHANGED,
+            )
+
+    def accept(self, update: CompleteOperation) -> CompletionOutcome:
+        """A verified completion: applied once, held until its start is confirmed, or (when
+        replaying a history of runs that accepted them) recorded when too late."""
+        if update.operation_id not in self._state.operations:
+            self._early.setdefault(update.operation_id, []).append(update)
+            return CompletionOutcome(
+                applied=True,
+                status="running",
+                delivery_id=update.delivery_id,
+                reason="held; applied once the start of the job is confirmed",
+            )
+        op = self._state.operations[update.operation_id]
+        if op.terminal:
+            # Expired or cancelled: the job was told to stop. Record, never apply.
+            op.late_completions += 1
+            return CompletionOutcome(
+                applied=False,
+                status=op.status,
+                delivery_id=update.delivery_id,
+                reason=f"operation {op.operation_id} is {op.status}; completion recorded, not applied",
+            )
+        self._apply(op, update.completion)
+        return CompletionOutcome(applied=True, status=op.status, delivery_id=update.delivery_id)
+
+    # --- long tools ----------------------------------------------------------------------
+
+    async def start(self, call: ToolCall, approved_by: str | None) -> tuple[ToolResult, str]:
+        """Run the tool activity for `call`: a sync tool's result, or a long tool's start.
+
+        Returns:
+            The result, and the operation id the call had (should it start a job).
+        """
+        # Starts still in flight count too, since the calls of one turn start concurrently (sync
+        # tools among them, conservatively: the workflow does not know a tool's kind).
+        in_flight = [op.tool for op in self.pending()]
+        in_flight += [start.tool for start in self._starting.values()]
+        operation_id = f"op_{workflow.uuid4().hex[:16]}"
+        # Chosen here, not derived from a signing key, so that every token minted for the
+        # operation carries it whichever key signs it, and an early report can be checked.
+        nonce = self._versions.nonce() if self._versions.exactly_once else None
+        self._starting[operation_id] = _Starting(
+            call.name, ledger.nonce_hash(nonce) if nonce else None
+        )
+        try:
+            result = await call_activity_tool(
+                self._input, self._versions, call, operation_id, in_flight, nonce, approved_by
+            )
+        finally:
+            self._starting.pop(operation_id, None)
+        if isinstance(result, Failed):
+            return ledger.error_result(
+                call, f"tool {call.name} failed: {result.reason}"
+            ), operation_id
+        if result.operation is None and (held := self._early.pop(operation_id, None)):
+            # Reports for a job the start says it did not start: nothing to apply them to.
+            ledger.step(
+                self._state,
+                "event",
+                call.name,
+                f"{operation_id}: {len(held)} early reports dropped, the start failed",
+                is_error=True,
+            )
+        return result, operation_id
+
+    async def track(
+        self, call: ToolCall, operation_id: str, started: OperationStarted
+    ) -> ToolResult | ParkedCall:
+        """Register a started job, watch it, and answer the call per the tool's mode."""
+        op = Operation(
+            operation_id=operation_id,
+            tool=call.name,
+            tool_call_id=call.id,
+            turn=self._state.turns,
+            completion=started.completion,
+            mode=started.mode,
+            job_id=started.job_id,
+            started_at=workflow.now(),
+            expires_at=started.expires_at,
+            eta_seconds=started.eta_seconds,
+            poll_interval_seconds=started.poll_interval_seconds,
+            nonce_hash=started.nonce_hash,
+        )
+        self._state.operations[op.operation_id] = op
+        # Reports that beat the start's answer, in the order they came.
+        for early in self._early.pop(op.operation_id, []):
+            if op.nonce_hash != ledger.nonce_hash(early.nonce):
+                workflow.logger.warning("dropped an early completion with the wrong nonce")
+            elif not op.terminal:
+                self._apply(op, early.completion)
+        self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
+        self._board.show()
+        if op.mode == "handle":
+            op.reported_status = op.status
+            return ToolResult(
+                tool_call_id=call.id, name=call.name, content=ledger.to_json(op.handle())
+            )
+        kind = "webhook" if op.completion == "callback" else "poll"
+        wait = await self._board.suspend(
+            kind,
+            f"waiting for {op.tool} ({op.job_id})",
+            f"{op.tool} ({op.operation_id})",
+            until=op.expires_at,
+            expected=_expected(op),
+        )
+        return await self._await_operation(call, op, wait)
+
+    async def resume(self, call: ToolCall, parked: ParkedCall) -> ToolResult | ParkedCall:
+        """Take over a call the previous run was waiting on when it continued as new."""
+        ops = [self._state.operations[i] for i in parked.operation_ids]
+        if parked.kind == "operation":
+            op = ops[0]
+            kind = "webhook" if op.completion == "callback" else "poll"
+            label = f"{op.tool} ({op.operation_id})"
+            wait = self._board.waiting(
+                kind,
+                f"waiting for {op.tool} ({op.job_id})",
+                label,
+                until=op.expires_at,
+                began=parked.since,
+            )
+            return await self._await_operation(call, op, wait)
+        wait = self._board.waiting(
+            ledger.wait_kind(ops),
+            "waiting for operations",
+            f"operations {', '.join(parked.operation_ids)}",
+            began=parked.since,
+        )
+        return await self._await_operations(call, ops, parked.deadline, wait)
+
+    async def _await_operation(
+        self, call: ToolCall, op: Operation, waiting: contextlib.AbstractContextManager[Wait]
+    ) -> ToolResult | ParkedCall:
+        """The outcome of an await-mode operation, as its call's result, once it has ended."""
+        with waiting as wait:
+            parked = ParkedCall(kind="operation", operation_ids=[op.operation_id], since=wait.began)
+            if not await self._continuation.park(call.id, lambda: op.terminal, wait):
+                return parked
+        op.reported_status = op.status
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=ledger.to_json(op.outcome()),
+            is_error=op.status != "succeeded",
+        )
+
+    # --- the built-in tools -------------------------------------------------------------
+
+    def get_status(self, call: ToolCall) -> ToolResult:
+        """`get_operation_status`: answered from the run's own state."""
+        try:
+            args = GetOperationStatusArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        op = self._state.operations.get(args.operation_id)
+        if op is None:
+            return ledger.error_result(call, f"no operation {args.operation_id!r} in this run")
+        op.reported_status = op.status
+        return ToolResult(
+            tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())
+        )
+
+    async def wait_for(self, call: ToolCall) -> ToolResult | ParkedCall:
+        """`wait_for_operations`: every op's outcome once all ended, or at the call's timeout."""
+        try:
+            args = WaitForOperationsArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        ids = args.operation_ids or [op.operation_id for op in self.pending()]
+        if unknown := [i for i in ids if i not in self._state.operations]:
+            return ledger.error_result(
+                call, f"no such operations in this run: {', '.join(unknown)}"
+            )
+        ops = [self._state.operations[i] for i in ids]
+        timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
+        expected = max((_expected(op) for op in ops if not op.terminal), default=timedelta(0))
+        wait = await self._board.suspend(
+            ledger.wait_kind(ops),
+            "waiting for operations",
+            f"operations {', '.join(ids)}",
+            expected=min(expected, timeout) if timeout is not None else expected,
+        )
+        deadline = workflow.now() + timeout if timeout is not None else None
+        return await self._await_operations(call, ops, deadline, wait)
+
+    async def _await_operations(
+        self,
+        call: ToolCall,
+        ops: list[Operation],
+        deadline: datetime | None,
+        waiting: contextlib.AbstractContextManager[Wait],
+    ) -> ToolResult | ParkedCall:
+        with waiting as wait:
+            timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
+            try:
+                if timeout != timedelta(0) and not await self._continuation.park(
+                    call.id, lambda: all(op.terminal for op in ops), wait, timeout
+                ):
+                    ids = [op.operation_id for op in ops]
+                    return ParkedCall(
+                        kind="operations", operation_ids=ids, deadline=deadline, since=wait.began
+                    )
+            except TimeoutError:
+                pass
+        for op in ops:
+            op.reported_status = op.status
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=ledger.to_json([op.outcome() for op in ops]),
+        )
+
+    # --- between turns: the loop waits, not the model ------------------------------------
+
+    def to_report(self) -> bool:
+        """Whether an operation changed unreported, or a handle-mode one may still change."""
+        return bool(self._unreported()) or any(op.mode == "handle" for op in self.pending())
+
+    async def report(self) -> bool:
+        """The model has nothing left to do but operations run: wait for one to change, then
+        tell the model. False if the history grew past its limit first (a chatty job's
+        progress reports): the run must continue as new, and goes on waiting in the next."""
+        label = "operations to change state"
+        # A wait the previous run began (and checkpointed) goes on, measured from its start.
+        began, self._continuation.waiting_since = self._continuation.waiting_since, None
+        if began is None:
+            expected = max((_expected(op) for op in self.pending()), default=timedelta(0))
+            waiting = await self._board.suspend(
+                lambda: ledger.wait_kind(self.pending()),
+                "waiting for operations",
+                label,
+                expected=expected,
+            )
+        else:
+            kind = ledger.wait_kind(self.pending())
+            waiting = self._board.waiting(kind, "waiting for operations", label, began=began)
+        with waiting as wait:
+            await workflow.wait_condition(
+                lambda: bool(self._unreported()) or self._continuation.due_while_waiting()
+            )
+            wait.parked = not self._unreported()
+        if wait.parked:
+            self._continuation.waiting_since = wait.began
+            return False
+        changed = self._unreported()
+        for op in changed:
+            op.reported_status = op.status
+        update = "Operation update: " + ledger.to_json([op.outcome() for op in changed])
+        if self._memory.long_wait is not None:
+            await self._memory.rebuild(update)
+        else:
+            self._memory.unsent.append(Message(role="user", content=update))
+        self._state.completed.extend(
+            ledger.completed_line(f"{op.tool} ({op.operation_id})", ledger.to_json(op.outcome()))
+            for op in changed
+        )
+        return True
+
+    def _unreported(self) -> list[Operation]:
+        return [
+            op
+            for op in self._state.operations.values()
+            if op.mode == "handle" and op.reported_status != op.status and op.status != "running"
+        ]
+
+    # --- watching, expiry and cancel ---------------------------------------------------------
+
+    async def _watch(self, op: Operation) -> None:
+        """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
+        remaining = max(op.expires_at - workflow.now(), timedelta(seconds=1))
+        if op.completion == "callback":
+            try:
+                await workflow.wait_condition(lambda: op.terminal, timeout=remaining)
+            except TimeoutError:
+                await self._end(op, "expired")
+            return
+        try:
+            polled = await self._poll(op, remaining)
+        except ActivityError:
+            return  # cancelled: the run continues as new, or ends
+        if isinstance(polled, Failed):
+            if op.terminal:
+                return
+            err = polled.error
+            # Out of time: a timeout, or a retry policy that stopped at schedule-to-close.
+            if isinstance(err.cause, ActivityTimeoutError) or workflow.now() >= op.expires_at:
+                await self._end(op, "expired")
+                return
+            polled = Completion(
+                status="failed",
+                error=OperationError(code="poll_failed", message=polled.reason, retryable=True),
+            )
+        if not op.terminal:
+            self._apply(op, polled)
+
+    async def _poll(self, op: Operation, remaining: timedelta) -> Completion | Failed:
+        interval = timedelta(seconds=op.poll_interval_seconds)
+        poll = PollOperationInput(
+            operation_id=op.operation_id,
+            tool=op.tool,
+            job_id=op.job_id,
+            poll_interval_seconds=op.poll_interval_seconds,
+        )
+        summary = f"poll {op.tool} {op.job_id}"
+        if interval >= LONG_POLL_INTERVAL:
+            return await call(
+                POLL_OPERATION,
+                poll,
+                result_type=Completion,
+                summary=summary,
+                schedule_to_close_timeout=remaining,
+                start_to_close_timeout=POLL_CHECK_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=interval, backoff_coefficient=1.0, maximum_interval=interval
+                ),
+            )
+        # A crashed worker's poll is taken over once a heartbeat is missed: two intervals
+        # plus slack, so a slow status call does not trigger a needless takeover.
+        return await call(
+            POLL_OPERATION,
+            poll,
+            result_type=Completion,
+            summary=summary,
+            schedule_to_close_timeout=remaining,
+            heartbeat_timeout=interval * 2 + timedelta(seconds=5),
+            # Retries of a crashed poll start after a second; the interval caps the backoff (never
+            # below the first delay: the server rejects such a policy).
+            retry_policy=RetryPolicy(
+                initial_interval=POLL_RETRY_FIRST,
+                maximum_interval=max(interval, POLL_RETRY_FIRST),
+            ),
+        )
+
+    def _apply(self, op: Operation, completion: Completion) -> None:
+        op.status = completion.status
+        op.progress = completion.progress or op.progress
+        if completion.status in ("succeeded", "failed"):
+            op.result = completion.result
+            op.result_ref = completion.result_ref
+            op.error = completion.error
+            op.resolved_at = workflow.now()
+        ledger.step(
+            self._state,
+            "event",
+            op.tool,
+            f"{op.operation_id} {op.status}",
+            is_error=op.status == "failed",
+        )
+        if op.terminal:
+            operation_finished(op)
+        self._board.show()
+
+    async def _end(self, op: Operation, status: str) -> None:
+        """Mark an operation expired or cancelled, then ask the external system to stop it."""
+        if op.terminal:
+            return
+        op.status = "expired" if status == "expired" else "cancelled"
+        op.resolved_at = workflow.now()
+        op.error = OperationError(
+            code=op.status,
+            message=(
+                f"no completion by {op.expires_at.isoformat()}; the job was cancelled"
+                if op.status == "expired"
+                else "the run was cancelled; the job was cancelled"
+            ),
+            retryable=op.status == "expired",
+        )
+        ledger.step(self._state, "event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
+        operation_finished(op)
+        self._board.show()
+        watcher = self._watchers.get(op.operation_id)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+        if self._versions.exactly_once:
+            # A task of its own, not the watcher's: a watcher is cancelled when the run
+            # continues as new, and the cancel must outlive it (`cancels_sent`).
+            op.cancel = "owed"
+            self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
+            return
+        await self._send_cancel(op)
+
+    async def _send_cancel(self, op: Operation) -> None:
+        try:
+            sent = await call(
+                CANCEL_OPERATION,
+                CancelOperationInput(
+                    operation_id=op.operation_id,
+                    tool=op.tool,
+                    job_id=op.job_id,
+                    reason="expired" if op.status == "expired" else "cancelled",
+                ),
+                result_type=type(None),
+                summary=f"cancel {op.tool} {op.job_id}",
+                start_to_close_timeout=CANCEL_TIMEOUT,
+                retry_policy=CANCEL_RETRY,
+            )
+        except ActivityError as err:
+            # Cancelled with its watcher: only runs from before EXACTLY_ONCE, whose cancels
+            # their watchers sent, lose one this way (issue 11's second defect).
+            sent = Failed(err)
+        if isinstance(sent, Failed):
+            # The job may run on with nobody waiting for it: an orphan risk, worth an alert.
+            workflow.logger.warning("could not cancel job %s: %s", op.job_id, sent.reason)
+            cancel_failed(op)
+        if self._versions.exactly_once:
+            op.cancel = "failed" if isinstance(sent, Failed) else "sent"
+
+
+async def call_activity_tool(
+    input: RunInput,
+    versions: Versions,
+    tool_call: ToolCall,
+    operation_id: str,
+    in_flight: list[str],
+    nonce: str | None,
+    approved_by: str | None,
+) -> ToolResult | Failed:
+    """The `call_tool` activity: a sync tool's result, or a long tool's start."""
+    # Runs from CHECKPOINT_POLICY on let the activity read these from its own info (the
+    # operation's id is the activity's, which the Web UI shows).
+    recorded = not versions.checkpoint_policy
+    return await call(
+        CALL_TOOL,
+        ToolCallInput(
+            call=tool_call,
+            workflow_id=workflow.info().workflow_id if recorded else None,
+            operation_id=operation_id if recorded else None,
+            started_at=workflow.now() if recorded else None,
+            in_flight=in_flight.count(tool_call.name),
+            run_in_flight=len(in_flight),
+            run_max_in_flight=input.max_in_flight,
+            approved_by=approved_by,
+            operation_timeout=input.operation_timeout,
+            operation_mode=input.operation_mode,
+            nonce=nonce,
+        ),
+        result_type=ToolResult,
+        summary=f"tool {tool_call.name}",
+        start_to_close_timeout=input.tool_timeout,
+        retry_policy=TOOL_RETRY,
+        activity_id=None if recorded else operation_id,
+    )
+
+
+def _expected(op: Operation) -> timedelta:
+    """How long an operation is expected to take: its eta, or else all the time it has."""
+    if op.eta_seconds is not None:
+        return timedelta(seconds=op.eta_seconds)
+    return op.expires_at - op.started_at

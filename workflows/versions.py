@@ -1,0 +1,45 @@
+"""Which behaviours a run has, by the version of the workflow it was started on.
+
+A change of behaviour that live runs may replay goes behind `workflow.patched`: runs recorded
+before it keep the earlier behaviour, so their histories replay; runs started after it get the
+new one. Each flag is read once, when the run's workflow object is built.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from temporalio import workflow
+
+# Issue 11: runs choose their tokens' nonces, hold early reports, never drop a cancel they owe,
+# continue as new while they wait, and let a person's decision stand against the timeout policy.
+EXACTLY_ONCE = "exactly-once-v2"
+# Issue 12: a checkpoint only before a wait known to be long (or before the context is rebuilt
+# after one), asked of every model alike (the scripted one too).
+# (Short: a patch id is recorded in every new run's history, twice.)
+CHECKPOINT_POLICY = "agent-run-3"
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The behaviours of one run."""
+
+    exactly_once: bool
+    checkpoint_policy: bool
+
+    @classmethod
+    def of_this_run(cls) -> Versions:
+        """Read the run's patch markers; a new run records only the newest (each marker costs
+        its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(CHECKPOINT_POLICY):
+            return cls(exactly_once=True, checkpoint_policy=True)
+        return cls(exactly_once=workflow.patched(EXACTLY_ONCE), checkpoint_policy=False)
+
+    def nonce(self) -> str:
+        """A fresh nonce for a token or a link (runs from EXACTLY_ONCE on choose their own):
+        96 random bits, as 16 base64url characters (32 hex ones before CHECKPOINT_POLICY)."""
+        value = workflow.uuid4()
+        if not self.checkpoint_policy:
+            return value.hex
+        return base64.urlsafe_b64encode(value.bytes[:12]).decode("ascii")
