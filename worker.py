@@ -15,6 +15,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import ApprovalActivities, ModelActivities, OperationActivities, ToolActivities
 from blobs import LocalBlobStore
@@ -115,6 +116,13 @@ def build_worker(
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        # The sandbox would import the workflow's modules afresh for every run it builds
+        # (compiling them from source where no bytecode is kept): they are loaded once per
+        # worker instead. They hold no state of their own and call only `workflow.*` for time,
+        # randomness and waiting, which tests/workflows/test_determinism.py keeps true.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+        ),
     )
 
 
