@@ -31,17 +31,18 @@ from schemas.run import RunInput
 RECORDED_WHOLE: tuple[type[Any], ...] = (RunInput,)
 
 
+# Stateless, and costly to build: the SDK makes a payload converter for every serialization
+# context (each workflow activation), so the serializer is built once, here.
+_SERIALIZER = SchemaSerializer(any_schema())
+
+
 class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
     """Pydantic JSON without the fields that equal their defaults (see the module docstring)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._serializer = SchemaSerializer(any_schema())
 
     def to_payload(self, value: Any) -> Payload | None:
         """Serialize `value`; a `RECORDED_WHOLE` value keeps its defaults."""
         whole = isinstance(value, RECORDED_WHOLE)
-        data = self._serializer.to_json(value, exclude_defaults=not whole)
+        data = _SERIALIZER.to_json(value, exclude_defaults=not whole)
         return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
 
 
