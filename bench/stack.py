@@ -4,6 +4,7 @@ external systems, one gateway; and a worker process per side and figure."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
@@ -20,17 +21,15 @@ import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
 from bench.floor import FLOOR_MODEL, FLOOR_WORKFLOW, FloorInput
 from bench.procs import Proc, free_port, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
-from schemas import RunInput, RunResult, RunState
-from starter import SUMMARY_CHARS
+from schemas import RunInput
+from waitstate.client import ClientError, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
-from workflows.search_attributes import AGENT_STATUS
 
 Side = Literal["ours", "floor"]
 SIDES: tuple[Side, ...] = ("ours", "floor")
@@ -106,6 +105,11 @@ class Stack:
         stack.gateway, _ = await asyncio.gather(starting_gateway, leasing)
         return stack
 
+    @functools.cached_property
+    def runs(self) -> WaitstateClient:
+        """Our side's runs, started and read as every caller does."""
+        return WaitstateClient(self.client)
+
     async def close(self) -> None:
         """Stop every process this stack started and remove its state."""
         await self.http.aclose()
@@ -165,22 +169,9 @@ class Stack:
             run = RunInput(
                 task=task, model=f"openai:{MODEL_NAME}", tools=[tool], max_turns=max_turns
             )
-            # As `starter.py run` starts a run: status set at start, a summary for the Web UI.
-            return await self.client.start_workflow(
-                "AgentRunWorkflow",
-                run,
-                id=workflow_id,
-                task_queue=task_queue,
-                result_type=RunResult,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(AGENT_STATUS, "running")]
-                ),
-                static_summary=run.task[:SUMMARY_CHARS],
-                static_details=(
-                    f"model: {run.model}\n\ntools: {', '.join(run.tools) or 'none'}"
-                    f"\n\nmax turns: {run.max_turns}"
-                ),
-            )
+            # As `starter.py run` starts a run: the one client's start.
+            await self.runs.start(run, run_id=workflow_id, task_queue=task_queue)
+            return self.runs.handle(workflow_id)
         return await self.client.start_workflow(
             FLOOR_WORKFLOW,
             FloorInput(task=task, model=MODEL_NAME, tool=tool, max_turns=max_turns),
@@ -195,10 +186,13 @@ class Stack:
         Raises:
             RuntimeError: the run ended otherwise.
         """
+        if side == "ours":
+            outcome = await asyncio.wait_for(self.runs.outcome(handle.id), RESULT_TIMEOUT)
+            if outcome.status != "completed":
+                raise RuntimeError(f"run {handle.id} ended {outcome.status}: {outcome.error}")
+            return
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        if side == "ours" and (not isinstance(result, RunResult) or result.status != "completed"):
-            raise RuntimeError(f"run {handle.id} ended as {result!r}")
-        if side == "floor" and not result:
+        if not result:
             raise RuntimeError(f"floor run {handle.id} gave no answer")
 
     async def waiting(
@@ -209,12 +203,11 @@ class Stack:
         while time.monotonic() < deadline:
             try:
                 if side == "ours":
-                    state = await handle.query("status", result_type=RunState)
-                    if state.status == "waiting":
+                    if (await self.runs.query(handle.id)).status == "waiting":
                         return
                 elif await handle.query("waiting", result_type=bool):
                     return
-            except RPCError:
+            except (ClientError, RPCError):
                 pass  # a query times out when the worker is saturated: ask again later
             await asyncio.sleep(every)
             every = min(every * 2, 0.5)  # a query is a task for the worker: ask less and less

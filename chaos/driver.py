@@ -332,8 +332,9 @@ class Suite:
         """Until every parked run is waiting (or done), so the outage falls mid-wait."""
 
         async def one(plan: RunPlan) -> None:
-            handle = ctx.client.get_workflow_handle(plan.id)
-            await until(ctx, handle, lambda s: s.status in ("waiting", "completed"))
+            await until(
+                ctx, ctx.runs.handle(plan.id), lambda s: s.status in ("waiting", "completed")
+            )
 
         await asyncio.gather(*(one(p) for p in plans), return_exceptions=True)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import shutil
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 import httpx
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from chaos.fuzz import FuzzTarget, fuzz_gateway
 from chaos.history import completed_activities, operation_nonce
@@ -50,7 +51,7 @@ from schemas.approvals import ApprovalPolicy, ApprovalRequest
 from schemas.operations import Operation
 from schemas.run import NOTIFY_APPROVAL
 from settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.client import WaitstateClient
 
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
@@ -131,15 +132,18 @@ class _Rig:
     def tokens(self) -> ResumeTokens:
         return ResumeTokens(self.target.token_keys, self.target.signing_key_id)
 
+    @functools.cached_property
+    def runs(self) -> WaitstateClient:
+        """Runs started, read and cancelled as every caller does."""
+        return WaitstateClient(self.target.client, task_queue=self.target.task_queue)
+
     async def start(
         self, task: str, tools: list[str], *, task_queue: str | None = None, **fields: Any
     ) -> WorkflowHandle[Any, RunResult]:
-        return await self.target.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=tools, **fields),
-            id=f"chaos-gateway-{uuid.uuid4().hex[:12]}",
-            task_queue=task_queue or self.target.task_queue,
-        )
+        run_input = RunInput(task=task, tools=tools, **fields)
+        run_id = f"chaos-gateway-{uuid.uuid4().hex[:12]}"
+        await self.runs.start(run_input, run_id=run_id, task_queue=task_queue)
+        return self.runs.handle(run_id)
 
     async def start_export(self, task_queue: str | None = None) -> WorkflowHandle[Any, RunResult]:
         return await self.start(EXPORT_TASK, EXPORT_TOOLS, task_queue=task_queue)
@@ -150,7 +154,11 @@ class _Rig:
         )
 
     async def state(self, handle: WorkflowHandle[Any, Any]) -> RunState:
-        return await handle.query(AgentRunWorkflow.status)
+        return await self.runs.query(handle.id, rpc_timeout=timedelta(seconds=WAIT_SECONDS))
+
+    async def outcome(self, handle: WorkflowHandle[Any, Any]) -> RunState:
+        """How the run ended, once it has (within WAIT_SECONDS)."""
+        return await asyncio.wait_for(self.runs.outcome(handle.id), WAIT_SECONDS)
 
     async def operation(self, handle: WorkflowHandle[Any, Any]) -> tuple[Operation, str]:
         """The run's first operation once it is pending, and the token its job was given.
@@ -276,10 +284,6 @@ async def _until(probe: Callable[[], Awaitable[_T | None]], failure: str) -> _T:
             return value
         await asyncio.sleep(0.05)
     raise AssertionError(failure)
-
-
-async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
-    return await asyncio.wait_for(handle.result(), WAIT_SECONDS)
 
 
 async def _accepted_updates(handle: WorkflowHandle[Any, Any], prefix: str) -> int:
@@ -416,7 +420,7 @@ async def _bursts(
         answers = await asyncio.gather(
             *(rig.post(path, token, body, refusal=False) for _ in range(DUPLICATES))
         )
-        result = await _result(handle)
+        result = await rig.outcome(handle)
         applied = await _accepted_updates(handle, update_prefix)
         tally.judge(rig, check, handle.id, path, answers, applied)
         if result.status != "completed" or result.turns != turns:
@@ -484,7 +488,7 @@ async def _late_completions(rig: _Rig, runs: int, queue: str) -> list[Check]:
         # At once, while the run is still open (its model pauses): the run must refuse it.
         skewed = await rig.mint(handle, op.operation_id, datetime.now(UTC) + timedelta(hours=1))
         early = await rig.complete(op.operation_id, skewed.token)
-        result = await _result(handle)
+        result = await rig.outcome(handle)
         before = await rig.history_length(handle)
         late = await rig.complete(op.operation_id, token)
         replayed = await rig.complete(op.operation_id, skewed.token, FAILED)
@@ -546,7 +550,7 @@ async def _late_decisions(rig: _Rig, runs: int, queue: str) -> list[Check]:
         later = datetime.now(UTC) + timedelta(hours=1)
         skewed = rig.tokens.mint(handle.id, subject, later, nonce=nonce)
         early = await rig.decide(request.request_id, skewed.token)
-        result = await _result(handle)
+        result = await rig.outcome(handle)
         before = await rig.history_length(handle)
         late = await rig.decide(request.request_id, token)
         after = await rig.history_length(handle)
@@ -584,12 +588,9 @@ async def _cancelled_runs(rig: _Rig, runs: int) -> list[Check]:
     async def export() -> None:
         handle = await rig.start_export()
         op, token = await rig.operation(handle)
-        await handle.cancel()
-        try:
-            await _result(handle)
+        await rig.runs.cancel(handle.id)
+        if (await rig.outcome(handle)).status != "cancelled":
             check.violations.append(f"{handle.id}: not cancelled")
-        except WorkflowFailureError:
-            pass
         before = await rig.history_length(handle)
         answer = await rig.complete(op.operation_id, token)
         after = await rig.history_length(handle)
@@ -610,12 +611,9 @@ async def _cancelled_runs(rig: _Rig, runs: int) -> list[Check]:
     async def ask() -> None:
         handle = await rig.start_ask()
         request, token = await rig.approval(handle)
-        await handle.cancel()
-        try:
-            await _result(handle)
+        await rig.runs.cancel(handle.id)
+        if (await rig.outcome(handle)).status != "cancelled":
             check.violations.append(f"{handle.id}: not cancelled")
-        except WorkflowFailureError:
-            pass
         before = await rig.history_length(handle)
         answer = await rig.decide(request.request_id, token)
         after = await rig.history_length(handle)
@@ -834,7 +832,7 @@ async def _use_and_replay(
             await rig.complete(op.operation_id, token),  # the same report again
             await rig.complete(op.operation_id, token, FAILED),  # a different one
         ]
-        result = await _result(handle)
+        result = await rig.outcome(handle)
         replays.append(await rig.complete(op.operation_id, token))  # after the run ended
         accepted = await _accepted_updates(handle, f"complete/{op.operation_id}/")
         check.attempts += 1 + len(replays)
@@ -860,7 +858,7 @@ async def _decide_and_replay(
     for handle, (request, token) in zip(handles, requests, strict=True):
         first = await rig.decide(request.request_id, token, refusal=False)
         replays = [await rig.decide(request.request_id, token, {"decision": "reject"})]
-        result = await _result(handle)
+        result = await rig.outcome(handle)
         replays.append(await rig.decide(request.request_id, token))  # after the run ended
         accepted = await _accepted_updates(handle, f"decide/{request.request_id}/")
         check.attempts += 1 + len(replays)
@@ -922,7 +920,7 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
         # Both still resume normally with their real tokens.
         done = await rig.complete(op.operation_id, op_token, refusal=False)
         decided = await rig.decide(request.request_id, link, refusal=False)
-        results = await asyncio.gather(_result(export), _result(ask))
+        results = await asyncio.gather(rig.outcome(export), rig.outcome(ask))
         if (done.status_code, decided.status_code) != (200, 200):
             check.violations.append(
                 f"after fuzzing, the real tokens answered {done.status_code}, {decided.status_code}"

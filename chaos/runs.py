@@ -9,6 +9,8 @@ not be checked has not held."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -17,14 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
-from temporalio.client import (
-    Client,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from chaos.history import completed_activities, fetch_chain
@@ -34,6 +29,7 @@ from schemas import RunInput, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
 from schemas.operations import Operation
 from schemas.run import NOTIFY_APPROVAL
+from waitstate.client import ClientError, DecisionRefused, RunEnded, WaitstateClient
 from waitstate.testing.wire_server import error, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 
@@ -53,6 +49,10 @@ LINK_RETRY_SECONDS = 2.0
 # How often a racing decision's run is asked whether its request is there yet (each query is a
 # workflow task on a worker: kept to a few runs).
 RACE_QUERY_EVERY = 0.05
+# One call of the driver's, before it is asked again (the server may be restarting).
+CALL_TIMEOUT = 15.0
+# How long `until` lets one query of its run take.
+UNTIL_QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 @dataclass
@@ -180,6 +180,11 @@ class Context:
     token_keys: Mapping[str, str] = field(default_factory=dict)
     # Set once the signing key was rotated: runs planned `after` it start then.
     rotated: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @functools.cached_property
+    def runs(self) -> WaitstateClient:
+        """Runs started, read, decided and cancelled as every caller does."""
+        return WaitstateClient(self.client, task_queue=self.task_queue)
 
 
 class Mix(Protocol):
@@ -355,8 +360,8 @@ async def _read(
 ) -> None:
     """The run's state (from its last run) and the history of every run of its chain."""
     try:
-        outcome.state = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
-    except (RPCError, TimeoutError) as err:
+        outcome.state = await _retrying(lambda: _query(ctx, handle.id))
+    except (ClientError, RPCError, TimeoutError) as err:
         outcome.unread.append(f"state query failed: {type(err).__name__}: {err}")
     try:
         outcome.chain = await _retrying(lambda: fetch_chain(ctx.client, handle.id, first_run_id))
@@ -392,7 +397,10 @@ async def _play(
         await until(ctx, handle, lambda s: any(not o.terminal for o in s.operations.values()))
         if hold is not None:
             await hold.wait()
-        await _retrying(handle.cancel)
+        # Asked again, its first answer lost, a cancel finds the run ended: it took the first
+        # (the run's status says whether it ended cancelled).
+        with contextlib.suppress(RunEnded):
+            await _retrying(lambda: ctx.runs.cancel(plan.id), answered=_is(RunEnded))
 
 
 def _callbacks_ended(state: RunState) -> bool:
@@ -411,8 +419,7 @@ async def _late_completions(
     with the job's own token (expired with the operation: 410) and with the same token minted
     by a gateway whose clock is behind (still valid: the run must refuse it, 409). Both are
     refusals, and neither may add a history event."""
-    handle = ctx.client.get_workflow_handle(plan.id)
-    state: RunState = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
+    state = await _retrying(lambda: _query(ctx, plan.id))
     chain = await _retrying(lambda: fetch_chain(ctx.client, plan.id, first_run_id))
     ended = [
         op
@@ -454,28 +461,19 @@ async def _start(ctx: Context, plan: RunPlan) -> tuple[WorkflowHandle[Any, Any],
     """Start the run; a start whose answer was lost to a restart is found, not repeated.
     Returns its handle and the id of its first run (where its chain of runs begins)."""
     queue = ctx.queues.get(plan.queue, ctx.task_queue)
-    try:
-        handle = await _retrying(
-            lambda: ctx.client.start_workflow(
-                AgentRunWorkflow.run, plan.input, id=plan.id, task_queue=queue
-            )
-        )
-    except WorkflowAlreadyStartedError as err:
-        handle = ctx.client.get_workflow_handle_for(AgentRunWorkflow.run, plan.id)
-        return handle, str(err.first_run_id or err.run_id)
-    return handle, str(handle.first_execution_run_id)
+    started = await _retrying(lambda: ctx.runs.start(plan.input, run_id=plan.id, task_queue=queue))
+    return ctx.runs.handle(plan.id), started.first_run_id
 
 
 async def _result(ctx: Context, handle: WorkflowHandle[Any, Any]) -> str:
     deadline = time.monotonic() + ctx.result_timeout
     while True:
         try:
-            result = await asyncio.wait_for(handle.result(), deadline - time.monotonic())
-            return str(result.status)
-        except WorkflowFailureError:
-            description = await _retrying(handle.describe)
-            return str(description.status.name).lower() if description.status else "failed"
-        except RPCError:
+            outcome = await asyncio.wait_for(
+                ctx.runs.outcome(handle.id), deadline - time.monotonic()
+            )
+            return outcome.status
+        except ClientError:
             # The server went away mid-wait: ask again once it is back.
             if time.monotonic() > deadline:
                 raise TimeoutError from None
@@ -545,7 +543,7 @@ async def _after_escalation(
     first = ctx.outbox.links[f"{plan.id}/{request_id}"]
     key = f"{plan.id}/{request_id}"
     while True:
-        state: RunState = await _retrying(lambda: handle.query(AgentRunWorkflow.status))
+        state = await _retrying(lambda: _query(ctx, handle.id))
         request = state.approvals[request_id]
         events = [event async for event in handle.fetch_history_events()]
         recorded = completed_activities(events, NOTIFY_APPROVAL) >= 2
@@ -647,21 +645,18 @@ async def _update_decision(
     dedupes by id, so an answer lost to a timeout is found, never applied twice."""
     update_id = f"chaos-decide/{request_id}/{reviewer}/{decision}"
     deadline = time.monotonic() + ctx.result_timeout
+    decide = DecideInput(request_id=request_id, decision=decision, reviewer=reviewer)
     while True:
         try:
-            answer = await handle.execute_update(
-                AgentRunWorkflow.decide,
-                DecideInput(request_id=request_id, decision=decision, reviewer=reviewer),
-                id=update_id,
-            )
-        except WorkflowUpdateFailedError as err:  # the validator's refusal: an answer
-            code = f"refused: {err.cause}"
+            answer = await ctx.runs.decide(handle.id, decide, update_id=update_id)
+        except DecisionRefused as err:  # the validator's refusal: an answer
+            code = f"refused: {err.reason}"
             return Answer("decision", request_id, "update", None, code, False, decision)
-        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
-            if _run_ended(err):
-                # The run ended (e.g. the first decision let it finish): an answer, not a fault.
-                code = f"refused: the run has ended ({err})"
-                return Answer("decision", request_id, "update", None, code, False, decision)
+        except RunEnded as err:
+            # The run ended (e.g. the first decision let it finish): an answer, not a fault.
+            code = f"refused: the run has ended ({err})"
+            return Answer("decision", request_id, "update", None, code, False, decision)
+        except ClientError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(LINK_RETRY_SECONDS)
@@ -682,12 +677,10 @@ async def until(
     deadline = time.monotonic() + ctx.result_timeout
     while time.monotonic() < deadline:
         try:
-            state: RunState = await asyncio.wait_for(
-                handle.query(AgentRunWorkflow.status), timeout=10
-            )
+            state = await ctx.runs.query(handle.id, rpc_timeout=UNTIL_QUERY_TIMEOUT)
             if ready(state):
                 return state
-        except (RPCError, TimeoutError):
+        except ClientError:
             pass
         await asyncio.sleep(ctx.query_every if every is None else every)
     raise TimeoutError("the run never got there")
@@ -699,16 +692,25 @@ def _run_ended(err: BaseException) -> bool:
     return "already completed" in message or "aborted by closing workflow" in message
 
 
+async def _query(ctx: Context, run_id: str) -> RunState:
+    """The run's state, as one call of `_retrying`'s."""
+    return await ctx.runs.query(run_id, rpc_timeout=timedelta(seconds=CALL_TIMEOUT))
+
+
+def _is(kind: type[Exception]) -> Callable[[Exception], bool]:
+    return lambda err: isinstance(err, kind)
+
+
 async def _retrying(
-    call: Callable[[], Awaitable[_T]], *, answered: Callable[[RPCError], bool] | None = None
+    call: Callable[[], Awaitable[_T]], *, answered: Callable[[Exception], bool] | None = None
 ) -> _T:
-    """Call, retrying through a server restart (RPC errors of an unavailable server); an RPC
+    """Call, retrying through a server restart (RPC and client errors while it is away); an
     error `answered` accepts is the server's answer, raised at once."""
     deadline = time.monotonic() + RESULT_TIMEOUT
     while True:
         try:
-            return await asyncio.wait_for(call(), timeout=15)
-        except RPCError as err:
+            return await asyncio.wait_for(call(), timeout=CALL_TIMEOUT)
+        except (RPCError, ClientError) as err:
             if (answered is not None and answered(err)) or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)

@@ -1,0 +1,713 @@
+"""The waitstate client: start agent runs, read them, wait for them, decide what they ask,
+cancel them, and take in the fleet at a glance.
+
+The CLI (`starter.py`), the benchmarks and the chaos suite all start and read runs through
+`WaitstateClient`, so a run is started one way everywhere: idempotent by id, `AgentStatus`
+set from the start, a summary and details for the Web UI. Nothing here prints; failures are
+`ClientError`s with one-line messages, which the CLI maps to its exit codes.
+
+    client = await WaitstateClient.connect(Settings.from_env())
+    started = await client.start(RunInput(task="What is 17 * 23?", model="scripted:demo"))
+    outcome = await client.outcome(started.run_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import NoReturn
+
+from temporalio.api.failure.v1 import Failure
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import (
+    CancelledError,
+    FailureError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
+from temporalio.service import RPCError, RPCStatusCode
+
+# How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
+from gateway.delivery import rpc_refusal
+from schemas import RunInput, RunResult, RunState, Step
+from schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
+from schemas.run import CALL_MODEL, CALL_TOOL
+from settings import DEFAULT_TASK_QUEUE, Settings, connect
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import (
+    AGENT_STATUS,
+    PENDING_OPERATIONS,
+    WAIT_EXPIRES_AT,
+    WAITING_FOR,
+)
+
+# The Web UI shows a run's task as its summary, cut to this length.
+SUMMARY_CHARS = 200
+QUERY_TIMEOUT = timedelta(seconds=5)
+# How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
+# never answers; the decision may still be applied once one runs.
+DECIDE_TIMEOUT = timedelta(seconds=20)
+FOLLOW_INTERVAL = timedelta(seconds=0.25)
+# `fleet` reads at most this many runs per visibility query.
+FLEET_LIMIT = 1000
+# `fleet` reports runs that failed within this window.
+FAILURE_WINDOW = timedelta(hours=24)
+# Activities whose retries a reader should see as they happen (a poll's retries are its
+# schedule, not a failure).
+RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
+# Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
+# of the original as its cause.
+FAILURE_TOO_LARGE = "Failure exceeds size limit."
+AGENT_RUNS = f'WorkflowType = "{AgentRunWorkflow.__name__}"'
+FAILED_STATUSES = ("failed", "approval_expired")
+FAILED_EXECUTIONS = (
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.TIMED_OUT,
+    WorkflowExecutionStatus.TERMINATED,
+)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class ClientError(Exception):
+    """A call the client could not complete; its message is one line."""
+
+
+class Unreachable(ClientError):
+    """Temporal could not be reached."""
+
+
+class TemporalFailed(ClientError):
+    """Temporal answered with an error of no kind below (permission denied, overload...)."""
+
+    def __init__(self, doing: str, reason: str) -> None:
+        super().__init__(f"{doing}: {reason}")
+        self.reason = reason
+
+
+class RunNotFound(ClientError):
+    """No run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id}")
+        self.run_id = run_id
+
+
+class RunEnded(ClientError):
+    """The run has ended, so it can no longer take what was sent."""
+
+    def __init__(self, run_id: str, status: str | None = None) -> None:
+        how = f" ({status})" if status else ""
+        super().__init__(f"run {run_id} has already ended{how}")
+        self.run_id = run_id
+        self.status = status
+
+
+class StartFailed(ClientError):
+    """Temporal refused to start the run."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"could not start run {run_id}: {reason}")
+        self.run_id = run_id
+        self.reason = reason
+
+
+class NotAnswered(ClientError):
+    """The run did not answer a query or an Update in time: is a worker running?"""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} did not answer ({reason}): is a worker running?")
+        self.run_id = run_id
+        self.reason = reason
+
+
+class DecisionRefused(ClientError):
+    """The run's validator refused a decision (no such request, already decided or expired);
+    nothing was recorded."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} refused the decision: {reason}")
+        self.run_id = run_id
+        self.reason = reason
+
+
+# --- what the client returns -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run `start` started, or found already started under its id."""
+
+    run_id: str
+    first_run_id: str  # where its chain of continue-as-new runs begins
+    existing: bool
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A model or tool call that failed and is being tried again."""
+
+    call: str
+    activity_id: str
+    attempt: int
+    maximum_attempts: int | None
+    last_error: str
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's state, and its calls being retried."""
+
+    state: RunState
+    retrying: list[Retry]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run of a listing."""
+
+    run_id: str
+    status: str
+    started: datetime
+    closed: datetime | None
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    """An open approval request of a run that waits for a person."""
+
+    run_id: str
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One look at a run being followed: what is new since the last look."""
+
+    steps: list[Step]
+    retries: list[Retry]
+    state: RunState | None  # the run's answer to its status query; None if nobody answered
+    outcome: RunState | None  # set on the last look, once the run has ended
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """A running run, as its search attributes show it."""
+
+    run_id: str
+    started: datetime
+    agent_status: str | None
+    waiting_for: str | None
+    pending_operations: int | None
+    wait_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ClosedRun:
+    """A run that closed within the failure window."""
+
+    run_id: str
+    closed: datetime | None
+    agent_status: str | None
+    execution_status: WorkflowExecutionStatus | None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What visibility knew of the runs at `read_at`."""
+
+    read_at: datetime
+    running: list[FleetRun]
+    closed: list[ClosedRun]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A running run that waits for something."""
+
+    run_id: str
+    waiting_for: str
+    pending_operations: int
+    started: datetime
+    expires_at: datetime | None
+    overdue: bool  # past its expiry and still open: is a worker down?
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A run that failed within the failure window."""
+
+    run_id: str
+    status: str
+    closed: datetime | None
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    """The fleet at a glance."""
+
+    running_by_status: dict[str, int]
+    waiting_for: dict[str, int]
+    oldest_wait: Wait | None
+    overdue: list[Wait]
+    recent_failures: list[FailedRun]
+
+
+def fleet_report(fleet: Fleet) -> FleetReport:
+    """Aggregate what `WaitstateClient.fleet` read: running runs by status and by what they
+    wait for, the oldest wait, waits past their expiry, and failures."""
+    by_status: dict[str, int] = {}
+    by_wait: dict[str, int] = {}
+    waits: list[Wait] = []
+    for run in fleet.running:
+        status = run.agent_status or "running"
+        by_status[status] = by_status.get(status, 0) + 1
+        waiting_for = run.waiting_for or "none"
+        if waiting_for == "none":
+            continue
+        by_wait[waiting_for] = by_wait.get(waiting_for, 0) + 1
+        expires = run.wait_expires_at
+        overdue = expires is not None and expires < fleet.read_at
+        waits.append(
+            Wait(
+                run.run_id, waiting_for, run.pending_operations or 0, run.started, expires, overdue
+            )
+        )
+    waits.sort(key=lambda wait: wait.started)
+    failures = [
+        FailedRun(run.run_id, status, run.closed)
+        for run in fleet.closed
+        if (status := run.agent_status or closed_status(run.execution_status)) in FAILED_STATUSES
+        or run.execution_status in FAILED_EXECUTIONS
+    ]
+    return FleetReport(
+        running_by_status=by_status,
+        waiting_for=by_wait,
+        oldest_wait=waits[0] if waits else None,
+        overdue=[wait for wait in waits if wait.overdue],
+        recent_failures=failures,
+    )
+
+
+def closed_status(status: WorkflowExecutionStatus | None) -> str:
+    """A run's status as Temporal alone knows it, in the words of `RunState.status`."""
+    if status is None:
+        return "unknown"
+    return {
+        WorkflowExecutionStatus.RUNNING: "running",
+        WorkflowExecutionStatus.COMPLETED: "completed",
+        WorkflowExecutionStatus.CANCELED: "cancelled",
+    }.get(status, "failed")
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+# --- the client ------------------------------------------------------------------------------
+
+
+class WaitstateClient:
+    """Starts, reads, decides and cancels agent runs over a Temporal client.
+
+    Args:
+        client: Connected with the waitstate data converter (`settings.connect`).
+        task_queue: Where `start` puts runs unless told otherwise.
+    """
+
+    def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self._client = client
+        self._task_queue = task_queue
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> WaitstateClient:
+        """Connect as `settings` say (default: the environment's).
+
+        Raises:
+            Unreachable: Temporal could not be reached.
+        """
+        settings = settings or Settings.from_env()
+        try:
+            client = await connect(settings)
+        except Exception as err:  # the SDK raises RuntimeError wrapping transport errors
+            raise Unreachable(
+                f"cannot reach Temporal at {settings.temporal_address}: {_first_line(err)}"
+            ) from err
+        return cls(client, task_queue=settings.task_queue)
+
+    @property
+    def temporal(self) -> Client:
+        """The Temporal client underneath."""
+        return self._client
+
+    def handle(self, run_id: str) -> WorkflowHandle[AgentRunWorkflow, RunResult]:
+        """The run's workflow handle (its latest run), for what this client does not wrap."""
+        return self._client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+
+    async def start(
+        self, run_input: RunInput, *, run_id: str | None = None, task_queue: str | None = None
+    ) -> StartedRun:
+        """Start a run, or find the run already started with that id: one id, one run, ever.
+
+        Raises:
+            StartFailed: Temporal refused the start.
+        """
+        run_id = run_id or new_run_id()
+        try:
+            handle = await self._client.start_workflow(
+                AgentRunWorkflow.run,
+                run_input,
+                id=run_id,
+                task_queue=task_queue or self._task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(AGENT_STATUS, "running")]
+                ),
+                static_summary=run_input.task[:SUMMARY_CHARS],
+                static_details=(
+                    f"model: {run_input.model}\n\ntools: {', '.join(run_input.tools) or 'none'}"
+                    f"\n\nmax turns: {run_input.max_turns}"
+                ),
+            )
+        except WorkflowAlreadyStartedError as err:
+            return StartedRun(run_id, err.first_run_id or err.run_id or "", existing=True)
+        except RPCError as err:
+            raise StartFailed(run_id, err.message) from err
+        return StartedRun(run_id, handle.first_execution_run_id or "", existing=False)
+
+    async def query(self, run_id: str, *, rpc_timeout: timedelta = QUERY_TIMEOUT) -> RunState:
+        """The run's own answer to its `status` query (a worker must answer).
+
+        Raises:
+            RunNotFound: no such run.
+            NotAnswered: no worker answered within `rpc_timeout`, or the query failed.
+        """
+        try:
+            return await self.handle(run_id).query(AgentRunWorkflow.status, rpc_timeout=rpc_timeout)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFound(run_id) from err
+            raise NotAnswered(run_id, _first_line(err)) from err
+        except WorkflowQueryFailedError as err:
+            raise NotAnswered(run_id, _first_line(err)) from err
+
+    async def status(self, run_id: str, *, rpc_timeout: timedelta = QUERY_TIMEOUT) -> RunStatus:
+        """The run's state and its calls being retried. With no worker to answer, the state
+        is what Temporal alone knows: a running run's `AgentStatus`, or a closed run's outcome.
+
+        Raises:
+            RunNotFound: no such run.
+            TemporalFailed: Temporal could not describe it.
+        """
+        description = await self._describe(run_id)
+        try:
+            state = await self.query(run_id, rpc_timeout=rpc_timeout)
+        except NotAnswered:
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                status = description.typed_search_attributes.get(AGENT_STATUS) or "running"
+                state = RunState(status=status, error="no worker answered; details unavailable")
+            else:
+                state = await self.outcome(run_id)
+        return RunStatus(state, _retries(description))
+
+    async def outcome(self, run_id: str) -> RunState:
+        """Wait for the run to end and return how it ended, from its history alone (no worker
+        needed): status, error, turns, tool calls, usage and answer, no steps.
+
+        Raises:
+            RunNotFound: no such run.
+            TemporalFailed: the outcome could not be read.
+        """
+        try:
+            result = await self.handle(run_id).result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            if isinstance(cause, CancelledError):
+                return RunState(status="cancelled", error="cancelled")
+            if isinstance(cause, TerminatedError):
+                return RunState(status="failed", error=f"terminated: {cause.message}")
+            if isinstance(cause, WorkflowTimeoutError):
+                return RunState(status="failed", error="timed out")
+            return RunState(status="failed", error=str(cause) if cause else str(err))
+        except RPCError as err:
+            self._raise(err, run_id, f"could not read the outcome of run {run_id}")
+        return RunState(
+            status=result.status,
+            error=result.error,
+            turns=result.turns,
+            tool_calls=result.tool_calls,
+            usage=result.usage,
+            final_output=result.final_output,
+        )
+
+    async def follow(
+        self, run_id: str, *, retries: bool = True, interval: timedelta = FOLLOW_INTERVAL
+    ) -> AsyncIterator[Progress]:
+        """Look at the run every `interval` until it ends: its new steps, and (with `retries`)
+        each new attempt of a failing model or tool call. The last look carries the outcome,
+        with the steps the run recorded.
+
+        Raises:
+            RunNotFound: no such run.
+            TemporalFailed: the outcome could not be read.
+        """
+        await self._describe(run_id)
+        shown = 0
+        retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
+        result = asyncio.create_task(self.outcome(run_id))
+        try:
+            while True:
+                done, _ = await asyncio.wait({result}, timeout=interval.total_seconds())
+                try:
+                    state: RunState | None = await self.query(run_id)
+                except ClientError:
+                    state = None
+                steps: list[Step] = []
+                if state is not None:
+                    steps, shown = state.steps[shown:], len(state.steps)
+                new_retries = []
+                if retries and not done:
+                    new_retries = await self._new_retries(run_id, retries_shown)
+                if not done:
+                    yield Progress(steps, new_retries, state, None)
+                    continue
+                yield Progress(steps, new_retries, state, _ended(state, result.result()))
+                return
+        finally:
+            result.cancel()
+
+    async def list_runs(self, *, limit: int = 20) -> list[RunSummary]:
+        """Recent runs, newest first.
+
+        Raises:
+            TemporalFailed: the listing failed.
+        """
+        runs = []
+        try:
+            async for execution in self._client.list_workflows(AGENT_RUNS, limit=limit):
+                agent_status = execution.typed_search_attributes.get(AGENT_STATUS)
+                status = agent_status or closed_status(execution.status)
+                runs.append(
+                    RunSummary(execution.id, status, execution.start_time, execution.close_time)
+                )
+        except RPCError as err:
+            self._raise(err, None, "could not list runs")
+        return runs
+
+    async def pending(self) -> list[PendingRequest]:
+        """The open requests of runs waiting for a person (`WaitingFor = "approval"`); runs
+        whose worker does not answer are left out.
+
+        Raises:
+            TemporalFailed: the listing failed.
+        """
+        query = f'{WAITING_FOR.name} = "approval" AND ExecutionStatus = "Running"'
+        pending: list[PendingRequest] = []
+        try:
+            async for execution in self._client.list_workflows(query):
+                try:
+                    state = await self.query(execution.id)
+                except ClientError:
+                    continue
+                pending += [
+                    PendingRequest(execution.id, request)
+                    for request in state.approvals.values()
+                    if request.open
+                ]
+        except RPCError as err:
+            self._raise(err, None, "could not list the runs waiting for approval")
+        return pending
+
+    async def open_requests(self, run_id: str) -> list[ApprovalRequest]:
+        """The run's open approval requests.
+
+        Raises:
+            RunNotFound: no such run.
+            RunEnded: the run has ended.
+            NotAnswered: no worker answered.
+        """
+        description = await self._describe(run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RunEnded(run_id, closed_status(description.status))
+        state = await self.query(run_id)
+        return [request for request in state.approvals.values() if request.open]
+
+    async def decide(
+        self,
+        run_id: str,
+        decision: DecideInput,
+        *,
+        update_id: str | None = None,
+        answer_within: timedelta = DECIDE_TIMEOUT,
+    ) -> DecideOutcome:
+        """Send a decision as the run's `decide` Update and return what the run did with it
+        (`accepted` is False if it recorded the decision without applying it).
+
+        Args:
+            update_id: Asking again under the same id gets the first answer, never a second
+                application.
+
+        Raises:
+            DecisionRefused: the run refused it (unknown request, already decided or expired).
+            RunEnded: the run has ended.
+            RunNotFound: no such run.
+            NotAnswered: the run did not answer within `answer_within`; the decision may still be
+                applied once its worker runs.
+            Unreachable: Temporal could not be reached.
+            TemporalFailed: Temporal refused the call (e.g. permission denied).
+        """
+        handle = self.handle(run_id)
+        try:
+            async with asyncio.timeout(answer_within.total_seconds()):
+                return await handle.execute_update(AgentRunWorkflow.decide, decision, id=update_id)
+        except WorkflowUpdateFailedError as err:
+            # The run's validator refused it: nothing was recorded.
+            raise DecisionRefused(run_id, _first_line(err.cause)) from err
+        except RPCError as err:
+            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise Unreachable(f"cannot reach Temporal: {_first_line(err)}") from err
+            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise TemporalFailed("Temporal refused the decision", _first_line(err)) from err
+            if rpc_refusal(err).code == "run_ended":
+                raise RunEnded(run_id) from err
+            raise RunNotFound(run_id) from err
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            seconds = f"no answer within {answer_within.total_seconds():g} s"
+            raise NotAnswered(run_id, seconds) from err
+
+    async def cancel(self, run_id: str) -> None:
+        """Ask a running run to cancel: it cancels its in-flight work and pending jobs, and
+        ends `cancelled`.
+
+        Raises:
+            RunNotFound: no such run.
+            RunEnded: the run has ended.
+        """
+        description = await self._describe(run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RunEnded(run_id, closed_status(description.status))
+        try:
+            await self.handle(run_id).cancel()
+        except RPCError as err:
+            self._raise(err, run_id, f"could not cancel run {run_id}")
+
+    async def fleet(self, *, now: datetime | None = None) -> Fleet:
+        """What visibility knows of the running runs, and of the runs closed within the
+        failure window (at most `FLEET_LIMIT` of each); `fleet_report` aggregates it.
+
+        Raises:
+            TemporalFailed: a listing failed.
+        """
+        now = now or datetime.now(UTC)
+        running: list[FleetRun] = []
+        closed: list[ClosedRun] = []
+        since = (now - FAILURE_WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            async for run in self._client.list_workflows(
+                f'{AGENT_RUNS} AND ExecutionStatus = "Running"', limit=FLEET_LIMIT
+            ):
+                attributes = run.typed_search_attributes
+                running.append(
+                    FleetRun(
+                        run.id,
+                        run.start_time,
+                        attributes.get(AGENT_STATUS),
+                        attributes.get(WAITING_FOR),
+                        attributes.get(PENDING_OPERATIONS),
+                        attributes.get(WAIT_EXPIRES_AT),
+                    )
+                )
+            async for run in self._client.list_workflows(
+                f'{AGENT_RUNS} AND CloseTime > "{since}" AND ExecutionStatus != "Running"',
+                limit=FLEET_LIMIT,
+            ):
+                agent_status = run.typed_search_attributes.get(AGENT_STATUS)
+                closed.append(ClosedRun(run.id, run.close_time, agent_status, run.status))
+        except RPCError as err:
+            self._raise(err, None, "could not list the fleet")
+        return Fleet(now, running, closed)
+
+    async def _new_retries(self, run_id: str, shown: set[tuple[str, int]]) -> list[Retry]:
+        """Attempts of failing calls not in `shown` yet, then added to it (none if the run
+        cannot be described just now)."""
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError:
+            return []
+        new = [r for r in _retries(description) if (r.activity_id, r.attempt) not in shown]
+        shown.update((retry.activity_id, retry.attempt) for retry in new)
+        return new
+
+    async def _describe(self, run_id: str) -> WorkflowExecutionDescription:
+        try:
+            return await self.handle(run_id).describe()
+        except RPCError as err:
+            self._raise(err, run_id, f"could not look up run {run_id}")
+
+    @staticmethod
+    def _raise(err: RPCError, run_id: str | None, doing: str) -> NoReturn:
+        if run_id is not None and err.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(run_id) from err
+        raise TemporalFailed(doing, _first_line(err)) from err
+
+
+def _ended(state: RunState | None, outcome: RunState) -> RunState:
+    """A followed run's final state: the query's has the steps; the outcome knows how it
+    ended."""
+    if state is None:
+        return outcome
+    update = {"status": outcome.status, "error": outcome.error}
+    return state.model_copy(update={**update, "final_output": outcome.final_output})
+
+
+def _retries(description: WorkflowExecutionDescription) -> list[Retry]:
+    """Model and tool calls of the run that failed and are being retried, from the server's
+    record of its pending activities (no worker needed)."""
+    return [
+        Retry(
+            call=RETRIED_CALLS[pending.activity_type.name],
+            activity_id=pending.activity_id,
+            attempt=pending.attempt,
+            maximum_attempts=pending.maximum_attempts or None,  # 0: unlimited
+            last_error=_failure_message(pending.last_failure),
+        )
+        for pending in description.raw_description.pending_activities
+        if pending.activity_type.name in RETRIED_CALLS
+        and (pending.attempt > 1 or pending.HasField("last_failure"))
+    ]
+
+
+def _failure_message(failure: Failure) -> str:
+    if failure.message == FAILURE_TOO_LARGE and failure.HasField("cause"):
+        return f"{failure.cause.message} (truncated by Temporal: over its failure size limit)"
+    return failure.message
+
+
+def _first_line(err: BaseException | None) -> str:
+    # Every error is one line; server and SDK messages may span several.
+    if err is None:
+        return "unknown error"
+    text = err.message if isinstance(err, RPCError | FailureError) else str(err)
+    return (text.strip() or type(err).__name__).splitlines()[0]
