@@ -249,3 +249,24 @@ async def test_status_and_watch_show_a_model_call_being_retried(
     assert (retry["maximum_attempts"], retry["last_error"]) == (8, last_error)
     assert as_json["status"] == "running"
     assert cancelled.code == 0 and watch.returncode == 1  # watch ends with the run
+
+
+async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    run_id = f"run-{uuid.uuid4()}"
+    async with make_worker(dev_env.client, task_queue):
+        ran = await cli(
+            "run", "hello", "--model", "scripted:echo", "--tools", "calculate", "--id", run_id,
+            "--wait",
+        )  # fmt: skip
+
+    # Nobody answers the status query (it waits out its 5 s): the outcome comes from history.
+    status = await cli("status", run_id)
+
+    assert ran.code == 0, ran.stderr
+    assert (status.code, status.stderr) == (0, "")
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"run {run_id}: completed"
+    assert "usage: 1 model calls, " in status.stdout
+    assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
