@@ -6,11 +6,15 @@ import asyncio
 import dataclasses
 import json
 import os
+import random
+import string
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from temporalio.api.enums.v1 import EventType
@@ -71,9 +75,10 @@ async def make_worker(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T]], what: str, within: float = EVENTUALLY_WITHIN
+    check: Callable[[], Awaitable[T | None]], what: str, within: float = EVENTUALLY_WITHIN
 ) -> T:
-    """Poll `check` until it returns a truthy value, and return that value.
+    """Poll `check` until it returns a truthy value, and return that value (never None: a
+    check that answers `X | None` gives an `X`).
 
     Tests wait for the event they need (a request opened, a job created, a counter exported),
     never for a fixed time: `within` only bounds a wait that would otherwise hang.
@@ -177,3 +182,96 @@ async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tupl
         return json.loads(result.content), result.is_error
     except json.JSONDecodeError:
         return result.content, result.is_error
+
+
+# --- the gateway's answers ------------------------------------------------------------------
+
+# Bodies the gateway's complete endpoint refuses with 422 (body, error code, what the message
+# says), against a recording deliverer (tests/gateway/test_app.py) and a real run
+# (tests/gateway/test_real_server.py).
+MALFORMED_COMPLETIONS = [
+    (b"not json", "invalid_json", "JSON"),
+    (b"", "invalid_json", "JSON"),
+    (b'{"status": "succeeded",', "invalid_json", "JSON"),
+    (b"\xff\xfe", "invalid_json", "JSON"),
+    (b"[]", "invalid_completion", "body"),
+    (b'{"status": "failed"}', "invalid_completion", "needs an error"),
+    (b'{"status": "exploded"}', "invalid_completion", "status"),
+    (b'{"result": 1}', "invalid_completion", "status: Field required"),
+    (
+        b'{"status": "succeeded", "result": 1, "result_ref": "r"}',
+        "invalid_completion",
+        "not both",
+    ),
+]
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> str:
+    """The response is `status` with the gateway's error shape; returns its message."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message"}
+    assert body["error"]["code"] and body["error"]["message"]
+    if code is not None:
+        assert body["error"]["code"] == code
+    return str(body["error"]["message"])
+
+
+def random_request(
+    rng: random.Random,
+    genuine: str,
+    token: Callable[[timedelta], str],
+    operation_ids: Sequence[str],
+    max_body: int,
+) -> tuple[str, bytes, dict[str, str]]:
+    """A random completion request: (path, body, headers). Bodies are random bytes (up to
+    twice `max_body`), text, valid completions and corrupted ones; tokens are missing,
+    `genuine`, garbage, corrupted or expired (`token(expires_in)` mints one); paths name
+    `operation_ids` or garbage."""
+    printable = string.ascii_letters + string.digits + string.punctuation + " "
+
+    def text(limit: int) -> str:
+        return "".join(rng.choice(printable) for _ in range(rng.randint(0, limit)))
+
+    def body() -> bytes:
+        kind = rng.randrange(4)
+        if kind == 0:
+            return rng.randbytes(rng.randint(0, max_body * 2))
+        if kind == 1:
+            return text(200).encode()
+        valid = rng.choice(
+            [
+                b'{"status": "succeeded", "result": {"a": [1, 2]}}',
+                b'{"status": "failed", "error": {"code": "x", "message": "y"}}',
+                b'{"status": "running", "progress": "10%"}',
+            ]
+        )
+        if kind == 2:
+            return valid
+        cut = rng.randrange(len(valid))
+        return valid[:cut] + bytes([rng.randrange(256)]) + valid[cut + 1 :]
+
+    def authorization() -> dict[str, str]:
+        choice = rng.randrange(6)
+        if choice == 0:
+            return {}
+        if choice == 1:
+            return {"Authorization": f"Bearer {genuine}"}
+        if choice == 2:
+            return {"Authorization": f"Bearer {text(300)}"}
+        if choice == 3:
+            cut = rng.randrange(len(genuine))
+            corrupted = f"{genuine[:cut]}{rng.choice(printable)}{genuine[cut + 1 :]}"
+            return {"Authorization": f"Bearer {corrupted}"}
+        if choice == 4:
+            return {"Authorization": text(100)}
+        return {"Authorization": f"Bearer {token(-timedelta(seconds=1))}"}
+
+    operation_id = rng.choice([*operation_ids, quote(text(20), safe="") or "x"])
+    headers = {**authorization(), "Content-Type": rng.choice(["application/json", text(30)])}
+    if rng.random() < 0.2:
+        headers["X-" + "".join(rng.choices(string.ascii_letters, k=8))] = text(50)
+    # Header values cannot start or end with spaces (httpx refuses to send them).
+    headers = {name: value.strip() for name, value in headers.items()}
+    return f"/v1/operations/{operation_id}/complete", body(), headers

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,6 @@ HELLO = ModelCallInput(
     tools=[],
     turn=1,
 )
-
-
-@pytest.fixture
-def wire() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
 
 
 def _openai(base_url: str) -> Providers:

@@ -7,122 +7,31 @@ to a deliverer that crashes is proved here alone: the real one cannot be made to
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-import socket
-import string
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
-from urllib.parse import quote
 
 import httpx
 import pytest
-import uvicorn
 
 from gateway.app import create_app
 from gateway.delivery import DeliveryRefused
-from gateway.tokens import ResumeClaims, ResumeTokens
-from schemas.approvals import DecideOutcome, DecisionBody
+from gateway.tokens import ResumeTokens
 from schemas.operations import Completion, CompletionOutcome
+from tests.helpers import MALFORMED_COMPLETIONS, assert_error, random_request
+from tests.rigs import (
+    GATEWAY_SECRET,
+    MAX_BODY,
+    OP,
+    RUN,
+    Gateway,
+    RecordingDeliverer,
+    running_gateway,
+)
 
-SECRET = "test-secret-0123456789abcdef0123456789"
-MAX_BODY = 4096
-RUN = "run-1"
-OP = "op_1"
 URL = f"/v1/operations/{OP}/complete"
 SUCCEEDED = {"status": "succeeded", "result": {"rows": 42}}
-
-Answer = TypeVar("Answer", CompletionOutcome, DecideOutcome)
-
-
-@dataclass
-class RecordingDeliverer:
-    """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
-
-    Completions are recorded in `calls`, decisions in `decisions`; one script serves both.
-    """
-
-    calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
-    decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
-    script: list[CompletionOutcome | DecideOutcome | Exception] = field(default_factory=list)
-
-    async def complete(
-        self,
-        claims: ResumeClaims,
-        completion: Completion,
-        delivery_id: str,
-        report_id: str | None = None,
-    ) -> CompletionOutcome:
-        self.calls.append((claims, completion, delivery_id))
-        if self.script:
-            return self._answer(CompletionOutcome)
-        return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
-
-    async def decide(
-        self, claims: ResumeClaims, request_id: str, body: DecisionBody
-    ) -> DecideOutcome:
-        self.decisions.append((claims, request_id, body))
-        if self.script:
-            return self._answer(DecideOutcome)
-        status = "approved" if body.decision == "approve" else "rejected"
-        return DecideOutcome(accepted=True, status=status)
-
-    def _answer(self, kind: type[Answer]) -> Answer:
-        answer = self.script.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        assert isinstance(answer, kind), answer
-        return answer
-
-    def clear(self) -> None:
-        self.calls.clear()
-        self.decisions.clear()
-        self.script.clear()
-
-
-@dataclass
-class Gateway:
-    client: httpx.AsyncClient
-    deliverer: RecordingDeliverer
-    tokens: ResumeTokens
-    subject: str = OP  # what tokens are minted for unless a test says otherwise
-
-    def token(
-        self, subject: str | None = None, *, expires_in: timedelta = timedelta(hours=1)
-    ) -> str:
-        expires_at = datetime.now(UTC) + expires_in
-        return self.tokens.mint(RUN, subject or self.subject, expires_at).token
-
-    def auth(self, subject: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token(subject)}"}
-
-
-@asynccontextmanager
-async def running_gateway(subject: str = OP) -> AsyncIterator[Gateway]:
-    """The app on a free port of 127.0.0.1, served by uvicorn in the test's event loop."""
-    deliverer = RecordingDeliverer()
-    tokens = ResumeTokens({"k1": SECRET}, "k1")
-    app = create_app(deliverer, tokens, max_body_bytes=MAX_BODY)
-    # Bound and listening before uvicorn starts, so the first request never races startup.
-    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on sockets that say TCP,
-    # and without it every keep-alive response waits 40 ms for a delayed ACK.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            yield Gateway(client, deliverer, tokens, subject)
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -135,18 +44,6 @@ async def served() -> AsyncIterator[Gateway]:
 def gw(served: Gateway) -> Iterator[Gateway]:
     served.deliverer.clear()
     yield served
-
-
-def assert_error(response: httpx.Response, status: int, code: str | None = None) -> str:
-    """The response is `status` with the gateway's error shape; returns its message."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"code", "message"}
-    assert body["error"]["code"] and body["error"]["message"]
-    if code is not None:
-        assert body["error"]["code"] == code
-    return str(body["error"]["message"])
 
 
 async def test_completion_is_delivered_once_with_its_claims(gw: Gateway) -> None:
@@ -213,7 +110,9 @@ async def test_bad_signature_is_401(gw: Gateway) -> None:
 
 
 async def test_token_of_another_key_is_401(gw: Gateway) -> None:
-    other = ResumeTokens({"k2": SECRET}, "k2").mint(RUN, OP, datetime.now(UTC) + timedelta(hours=1))
+    other = ResumeTokens({"k2": GATEWAY_SECRET}, "k2").mint(
+        RUN, OP, datetime.now(UTC) + timedelta(hours=1)
+    )
 
     response = await gw.client.post(
         URL, json=SUCCEEDED, headers={"Authorization": f"Bearer {other.token}"}
@@ -282,7 +181,7 @@ async def test_lying_content_length_is_413() -> None:
     # An HTTP server holds a client to its Content-Length, so the lie is sent straight to the
     # ASGI app: the header says 10 bytes, the body is over the limit.
     deliverer = RecordingDeliverer()
-    tokens = ResumeTokens({"k1": SECRET}, "k1")
+    tokens = ResumeTokens({"k1": GATEWAY_SECRET}, "k1")
     app = create_app(deliverer, tokens, max_body_bytes=MAX_BODY)
     token = tokens.mint(RUN, OP, datetime.now(UTC) + timedelta(hours=1)).token
     transport = httpx.ASGITransport(app=app)
@@ -296,25 +195,6 @@ async def test_lying_content_length_is_413() -> None:
     assert response.request.headers["content-length"] == "10"
     assert_error(response, 413, "body_too_large")
     assert deliverer.calls == []
-
-
-# Bodies refused with 422 (body, error code, what the message says), here and against a real
-# run in test_real_server.py.
-MALFORMED_COMPLETIONS = [
-    (b"not json", "invalid_json", "JSON"),
-    (b"", "invalid_json", "JSON"),
-    (b'{"status": "succeeded",', "invalid_json", "JSON"),
-    (b"\xff\xfe", "invalid_json", "JSON"),
-    (b"[]", "invalid_completion", "body"),
-    (b'{"status": "failed"}', "invalid_completion", "needs an error"),
-    (b'{"status": "exploded"}', "invalid_completion", "status"),
-    (b'{"result": 1}', "invalid_completion", "status: Field required"),
-    (
-        b'{"status": "succeeded", "result": 1, "result_ref": "r"}',
-        "invalid_completion",
-        "not both",
-    ),
-]
 
 
 @pytest.mark.parametrize(("body", "code", "says"), MALFORMED_COMPLETIONS)
@@ -417,63 +297,6 @@ async def test_openapi_documents_the_complete_endpoint(gw: Gateway) -> None:
     assert doc["components"]["securitySchemes"][scheme_name]["scheme"] == "bearer"
 
 
-def random_request(
-    rng: random.Random,
-    genuine: str,
-    token: Callable[[timedelta], str],
-    operation_ids: Sequence[str],
-) -> tuple[str, bytes, dict[str, str]]:
-    """A random completion request: (path, body, headers). Bodies are random bytes, text,
-    valid completions and corrupted ones; tokens are missing, `genuine`, garbage, corrupted
-    or expired (`token(expires_in)` mints one); paths name `operation_ids` or garbage."""
-    printable = string.ascii_letters + string.digits + string.punctuation + " "
-
-    def text(limit: int) -> str:
-        return "".join(rng.choice(printable) for _ in range(rng.randint(0, limit)))
-
-    def body() -> bytes:
-        kind = rng.randrange(4)
-        if kind == 0:
-            return rng.randbytes(rng.randint(0, MAX_BODY * 2))
-        if kind == 1:
-            return text(200).encode()
-        valid = rng.choice(
-            [
-                b'{"status": "succeeded", "result": {"a": [1, 2]}}',
-                b'{"status": "failed", "error": {"code": "x", "message": "y"}}',
-                b'{"status": "running", "progress": "10%"}',
-            ]
-        )
-        if kind == 2:
-            return valid
-        cut = rng.randrange(len(valid))
-        return valid[:cut] + bytes([rng.randrange(256)]) + valid[cut + 1 :]
-
-    def authorization() -> dict[str, str]:
-        choice = rng.randrange(6)
-        if choice == 0:
-            return {}
-        if choice == 1:
-            return {"Authorization": f"Bearer {genuine}"}
-        if choice == 2:
-            return {"Authorization": f"Bearer {text(300)}"}
-        if choice == 3:
-            cut = rng.randrange(len(genuine))
-            corrupted = f"{genuine[:cut]}{rng.choice(printable)}{genuine[cut + 1 :]}"
-            return {"Authorization": f"Bearer {corrupted}"}
-        if choice == 4:
-            return {"Authorization": text(100)}
-        return {"Authorization": f"Bearer {token(-timedelta(seconds=1))}"}
-
-    operation_id = rng.choice([*operation_ids, quote(text(20), safe="") or "x"])
-    headers = {**authorization(), "Content-Type": rng.choice(["application/json", text(30)])}
-    if rng.random() < 0.2:
-        headers["X-" + "".join(rng.choices(string.ascii_letters, k=8))] = text(50)
-    # Header values cannot start or end with spaces (httpx refuses to send them).
-    headers = {name: value.strip() for name, value in headers.items()}
-    return f"/v1/operations/{operation_id}/complete", body(), headers
-
-
 async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
     rng = random.Random(20240611)
 
@@ -482,7 +305,7 @@ async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
 
     statuses = set()
     for _ in range(200):
-        url, content, headers = random_request(rng, gw.token(), token, [OP, "op_2"])
+        url, content, headers = random_request(rng, gw.token(), token, [OP, "op_2"], MAX_BODY)
         response = await gw.client.post(url, content=content, headers=headers)
 
         assert response.status_code < 500, (response.status_code, response.text)

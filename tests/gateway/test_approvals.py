@@ -34,7 +34,8 @@ from schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from tests.gateway.test_app import MAX_BODY, RUN, Gateway, assert_error, running_gateway
+from tests.helpers import assert_error
+from tests.rigs import MAX_BODY, RUN, Gateway, running_gateway
 from workflows.agent_run import AgentRunWorkflow
 
 REQUEST = "apr_1"
@@ -349,12 +350,15 @@ async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
 # TemporalDeliverer.decide, with a stand-in for the workflow handle: each refusal Temporal or the
 # run can give, mapped to its HTTP answer.
 
+Scripted = DecideOutcome | BaseException | Callable[[DecideInput], DecideOutcome]
+
 
 @dataclass
 class FakeHandle:
-    """Records `execute_update` calls; answers from `script` (an outcome or an error)."""
+    """Records `execute_update` calls; answers from `script` (an outcome, an error, or how to
+    answer the Update's input)."""
 
-    script: list[DecideOutcome | BaseException] = field(default_factory=list)
+    script: list[Scripted] = field(default_factory=list)
     updates: list[tuple[Any, DecideInput, str]] = field(default_factory=list)
 
     async def execute_update(self, update: Any, arg: DecideInput, *, id: str) -> DecideOutcome:
@@ -362,7 +366,7 @@ class FakeHandle:
         answer = self.script.pop(0)
         if isinstance(answer, BaseException):
             raise answer
-        return answer
+        return answer if isinstance(answer, DecideOutcome) else answer(arg)
 
 
 @dataclass
@@ -385,7 +389,7 @@ CLAIMS = ResumeClaims(
 BODY = DecisionBody(decision="reject", reviewer="ana", comment="too much")
 
 
-def deliverer_for(*script: DecideOutcome | BaseException) -> tuple[TemporalDeliverer, FakeClient]:
+def deliverer_for(*script: Scripted) -> tuple[TemporalDeliverer, FakeClient]:
     client = FakeClient(FakeHandle(list(script)))
     return TemporalDeliverer(cast(Client, client)), client
 
@@ -413,15 +417,13 @@ async def test_decide_sends_the_decide_update_with_the_links_nonce() -> None:
 async def test_identical_decisions_share_one_update_and_copies_are_refused() -> None:
     # A burst of identical decisions is one Update (Temporal caps a run's in-flight Updates);
     # Temporal answers the copies with the first one's outcome, whose delivery id is not theirs.
-    deliverer, client = deliverer_for()
     sent: list[DecideInput] = []
 
-    async def first_outcome(update: Any, arg: DecideInput, *, id: str) -> DecideOutcome:
-        client.handle.updates.append((update, arg, id))
+    def first_outcome(arg: DecideInput) -> DecideOutcome:
         sent.append(arg)
         return DecideOutcome(accepted=True, status="rejected", delivery_id=sent[0].delivery_id)
 
-    client.handle.execute_update = first_outcome  # type: ignore[method-assign]
+    deliverer, client = deliverer_for(first_outcome, first_outcome)
     assert (await deliverer.decide(CLAIMS, REQUEST, BODY)).accepted
     with pytest.raises(DeliveryRefused) as copy:
         await deliverer.decide(CLAIMS, REQUEST, BODY)

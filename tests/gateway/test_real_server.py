@@ -15,6 +15,7 @@ import logging
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from fastapi import FastAPI
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
@@ -38,15 +40,18 @@ from gateway.tokens import ResumeTokens, approval_subject
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalRequest
 from settings import Settings
-from tests.gateway.test_app import MALFORMED_COMPLETIONS, MAX_BODY, assert_error, random_request
-from tests.helpers import eventually, make_worker, quiet_history_length
+from tests.helpers import (
+    MALFORMED_COMPLETIONS,
+    assert_error,
+    eventually,
+    make_worker,
+    quiet_history_length,
+    random_request,
+)
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, MAX_BODY, REFUND_TASK, REFUND_TOOLS
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}
-EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
-EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
-REFUND_TASK = "Refund $420 for claim C-118 if the claim is valid"
-REFUND_TOOLS = ["check_claim", "issue_refund"]
 RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
 # A valid body for each endpoint, to send with tokens that must be refused.
 SUCCEEDED = {"status": "succeeded", "result": {"file": "exports/transactions-2025-Q3.csv"}}
@@ -65,7 +70,7 @@ class Rig:
     tokens: ResumeTokens
     task_queue: str
 
-    def worker(self) -> Any:
+    def worker(self) -> AbstractAsyncContextManager[Worker]:
         settings = Settings(
             gateway_url=self.gateway_url,
             demo_systems_url=self.systems_url,
@@ -229,21 +234,18 @@ async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Rig)
         # reported on again and again.
         handle = await rig.start(EXPORT_TASK, ["start_export"], model="scripted:two-exports")
         first, second = await rig.jobs(handle, 2)
-        assert first.callback_url and first.callback_token and second.callback_url
+        url, token = first.callback_url, first.callback_token
+        assert url and token and second.callback_url and second.callback_token
         succeeded = {"status": "succeeded", "result": {"rows": 1}}
-        burst = await _concurrently(
-            lambda: rig.post(first.callback_url, succeeded, _bearer(first.callback_token)), 5
-        )
+        burst = await _concurrently(lambda: rig.post(url, succeeded, _bearer(token)), 5)
         different = await rig.post(
-            first.callback_url,
+            url,
             {"status": "failed", "error": {"code": "late", "message": "changed its mind"}},
-            _bearer(first.callback_token),
+            _bearer(token),
         )
         last = await rig.post(second.callback_url, succeeded, _bearer(second.callback_token))
         result = await _result(handle)
-        after_the_end = await rig.post(
-            first.callback_url, {"status": "running"}, _bearer(first.callback_token)
-        )
+        after_the_end = await rig.post(url, {"status": "running"}, _bearer(token))
 
     assert _answers(burst) == [(200, None)] + [(409, "duplicate_completion")] * 4
     assert_error(different, 409, "operation_resolved")
@@ -375,7 +377,7 @@ async def test_random_requests_never_get_a_5xx_from_a_real_run(rig: Rig) -> None
         statuses = set()
         for _ in range(150):
             url, content, headers = random_request(
-                rng, genuine, token, operation_ids=[operation.operation_id, "op_2"]
+                rng, genuine, token, [operation.operation_id, "op_2"], MAX_BODY
             )
             response = await rig.http.post(
                 f"{rig.gateway_url}{url}", content=content, headers=headers

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 from temporalio import activity
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -26,11 +27,12 @@ ALL_TOOLS = ["calculate", "count_words", "utc_now"]
 
 
 async def run(
-    env: WorkflowEnvironment, task_queue: str, **fields: object
-) -> tuple[RunResult, object]:
+    env: WorkflowEnvironment, task_queue: str, **fields: Any
+) -> tuple[RunResult, WorkflowHandle[Any, RunResult]]:
+    """Start a run with `fields` (the demo's tools unless given); its result and handle."""
     handle = await env.client.start_workflow(
         AgentRunWorkflow.run,
-        RunInput(**{"tools": ALL_TOOLS, **fields}),  # type: ignore[arg-type]
+        RunInput(**{"tools": ALL_TOOLS, **fields}),
         id=f"run-{uuid.uuid4()}",
         task_queue=task_queue,
     )
@@ -44,8 +46,8 @@ async def test_demo_run_calls_tools_and_answers(
         result, handle = await run(
             time_skipping_env, task_queue, task="What is 1234 * 5678?", model="scripted:demo"
         )
-        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
-        description = await handle.describe()  # type: ignore[attr-defined]
+        state = await handle.query(AgentRunWorkflow.status)
+        description = await handle.describe()
 
     assert result.status == "completed"
     assert result.final_output is not None
@@ -113,7 +115,7 @@ async def test_max_turns_is_its_own_status(
         result, handle = await run(
             time_skipping_env, task_queue, task="loop", model="scripted:forever", max_turns=3
         )
-        description = await handle.describe()  # type: ignore[attr-defined]
+        description = await handle.describe()
 
     assert result.status == "max_turns"
     assert (result.turns, result.tool_calls, result.final_output) == (3, 3, None)
@@ -127,7 +129,7 @@ async def test_wrong_arguments_go_back_to_the_model(
         result, handle = await run(
             time_skipping_env, task_queue, task="add", model="scripted:fix-args"
         )
-        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
+        state = await handle.query(AgentRunWorkflow.status)
 
     assert result.status == "completed"
     assert result.final_output is not None and result.final_output.endswith("2 + 2 = 4")
@@ -149,8 +151,8 @@ async def test_tool_outside_the_run_is_refused_without_running(
             tools=["count_words"],
             max_turns=2,
         )
-        state = await handle.query(AgentRunWorkflow.status)  # type: ignore[attr-defined]
-        activities = await scheduled_activities(handle)  # type: ignore[arg-type]
+        state = await handle.query(AgentRunWorkflow.status)
+        activities = await scheduled_activities(handle)
 
     assert result.status == "max_turns"
     tool_steps = [s for s in state.steps if s.kind == "tool"]

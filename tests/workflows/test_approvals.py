@@ -10,86 +10,44 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import (
     Client,
     Interceptor,
     OutboundInterceptor,
     StartWorkflowUpdateInput,
+    WorkflowExecutionDescription,
     WorkflowHandle,
     WorkflowUpdateHandle,
 )
 from temporalio.testing import WorkflowEnvironment
 
-from examples.demo.basic import demo_tools
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
+from gateway.app import create_app as gateway_app
+from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult, RunState
-from schemas.approvals import ApprovalPolicy, DecisionSignal
+from schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
 from settings import Settings
 from tests.helpers import eventually, make_worker, quiet_history_length, replays
+from tests.rigs import REFUND_TASK, REFUND_TOOLS, ROOT, Desk
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
-ROOT = Path(__file__).resolve().parents[2]
-REFUND_TASK = "Refund $420 for claim C-118 if the claim is valid"
-REFUND_TOOLS = ["check_claim", "issue_refund"]
 DAY = timedelta(hours=24)
 RESULT_TIMEOUT = 60
 
 
-@dataclass
-class Desk:
-    env: WorkflowEnvironment
-    http: httpx.AsyncClient
-    systems_url: str
-    task_queue: str
-
-    @property
-    def client(self) -> Client:
-        return self.env.client
-
-    def worker(self) -> Any:
-        # Links point at a gateway nobody calls here; tests/test_e2e.py uses the real one.
-        settings = Settings(demo_systems_url=self.systems_url, gateway_url="http://127.0.0.1:9")
-        tools = [*demo_tools(), *refund_tools(self.http, self.systems_url)]
-        tokens = ResumeTokens({"desk": "d" * 40}, "desk")
-        return make_worker(
-            self.client, self.task_queue, tools=tools, settings=settings, tokens=tokens
-        )
-
-    async def start(
-        self, task: str, tools: list[str], **fields: Any
-    ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=tools, **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def get(self, path: str) -> Any:
-        return (await self.http.get(f"{self.systems_url}{path}")).json()
-
-
-@pytest.fixture
-async def desk(time_skipping_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Desk]:
-    async with httpx.AsyncClient(timeout=10) as http, serving(systems_app()) as url:
-        yield Desk(time_skipping_env, http, url, task_queue)
-
-
-async def _open_request(handle: WorkflowHandle[Any, Any]) -> Any:
-    async def open_requests() -> list[Any]:
+async def _open_request(handle: WorkflowHandle[Any, Any]) -> ApprovalRequest:
+    async def open_requests() -> list[ApprovalRequest]:
         state: RunState = await handle.query(AgentRunWorkflow.status)
         return [r for r in state.approvals.values() if r.open]
 
@@ -106,7 +64,7 @@ async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
         request = await _open_request(handle)
         refunds_while_waiting = await desk.get("/refunds")
 
-        async def waiting_for_approval() -> Any:
+        async def waiting_for_approval() -> WorkflowExecutionDescription | None:
             # Visibility is updated just after the workflow task.
             described = await handle.describe()
             waiting = described.typed_search_attributes.get(WAITING_FOR) == "approval"
@@ -279,9 +237,6 @@ def test_cli_decision_for_a_run_that_does_not_exist(dev_env: WorkflowEnvironment
 async def test_approval_link_is_single_use_and_cannot_be_forged(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    from gateway.app import create_app as gateway_app
-    from gateway.delivery import TemporalDeliverer
-
     tokens = ResumeTokens({"desk": "d" * 40}, "desk")
     async with (
         httpx.AsyncClient(timeout=10) as http,
@@ -332,15 +287,14 @@ async def test_approval_link_is_single_use_and_cannot_be_forged(
     assert forged_answer.status_code == 401 and after_forged == before
     assert first.status_code == 200 and first.json()["approval_status"] == "approved"
     assert second.status_code == 409
-    assert state.approvals[request.request_id].decision.reviewer == "dana"  # type: ignore[union-attr]
+    decision = state.approvals[request.request_id].decision
+    assert decision is not None and decision.reviewer == "dana"
     assert result.status == "completed" and "Refunded $420" in (result.final_output or "")
 
 
-def _held_outbox() -> tuple[Any, list[dict[str, Any]], asyncio.Event]:
+def _held_outbox() -> tuple[FastAPI, list[dict[str, Any]], asyncio.Event]:
     """An approvals outbox that keeps each request it receives and answers only on release,
     so a test can use a link while the run has not yet heard that it was sent."""
-    from fastapi import FastAPI
-
     app, received, release = FastAPI(), list[dict[str, Any]](), asyncio.Event()
 
     @app.post("/approvals/outbox", status_code=201)
@@ -379,9 +333,6 @@ async def test_a_link_used_before_the_outbox_answered_is_applied_once(
 ) -> None:
     # Found by the chaos suite: a link used the moment it was posted, before the notify
     # activity had answered, used to be refused as a forgery (401 nonce mismatch).
-    from gateway.app import create_app as gateway_app
-    from gateway.delivery import TemporalDeliverer
-
     tokens = ResumeTokens({"desk": "d" * 40}, "desk")
     outbox, received, release = _held_outbox()
     sent = _DecisionsSent(release)

@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 
 from schemas.approvals import ApprovalPolicy, DecideInput
 from tests.helpers import eventually, make_worker, scheduled_activities
-from tests.workflows.test_operations import Stack
+from tests.rigs import Stack
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 

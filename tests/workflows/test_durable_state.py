@@ -9,9 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,17 +24,16 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult
+from schemas.approvals import DecisionSignal
 from schemas.operations import CompleteOperation, Completion
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
-from tests.workflows.test_approvals import Desk
-from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Desk, Stack
 from tools import ToolSpec
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 from workflows.ledger import LEDGER_CHARS
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"state": "s" * 40}
 RESULT_TIMEOUT = 120
 
@@ -80,12 +77,6 @@ async def _history_bytes(client: Client, workflow_id: str, run_id: str) -> tuple
                     event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
                 )
     return total, runs
-
-
-@pytest.fixture
-def wire() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
 
 
 async def _rebuilt_after_a_day(
@@ -302,8 +293,6 @@ async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> 
         state = await eventually(request_open, "the approval request to open")
         request = next(r for r in state.approvals.values() if r.open)
         assert state.continued_as_new >= 1
-        from schemas.approvals import DecisionSignal
-
         await handle.signal(AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id))
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
@@ -317,7 +306,7 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
     await stack.faults(never_complete=True)
     async with stack.worker():
         # Any wait counts as long: the run writes its checkpoint before it.
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS, rebuild_after=timedelta(0))
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS, rebuild_after=timedelta(0))
 
         async def checkpointed() -> bool:
             return (await handle.query(AgentRunWorkflow.status)).checkpoint is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
@@ -30,13 +32,12 @@ from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
 from tools import ToolSpec
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}
-EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
-EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 RESULT_TIMEOUT = 90
 
 
@@ -67,7 +68,9 @@ class Rig:
             *compliance_tools(self.http, self.systems_url),
         ]
 
-    def worker(self, signing: str = "old", outbox_url: str | None = None) -> Any:
+    def worker(
+        self, signing: str = "old", outbox_url: str | None = None
+    ) -> AbstractAsyncContextManager[Worker]:
         settings = Settings(
             gateway_url=self.gateway_url,
             demo_systems_url=self.systems_url,

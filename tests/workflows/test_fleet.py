@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -17,11 +16,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from schemas.approvals import ApprovalPolicy, DecisionSignal
 from tests.helpers import eventually
-from tests.workflows.test_operations import EXPORT_TASK, SCENARIO_TOOLS, Stack
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _listed(client: Client, query: str) -> list[Any]:
@@ -51,7 +48,7 @@ async def test_waiting_runs_are_found_by_what_they_wait_for(stack: Stack) -> Non
             "approval": await stack.start(
                 "publish", ["request_approval"], model="scripted:ask-first"
             ),
-            "webhook": await stack.start(EXPORT_TASK, SCENARIO_TOOLS),
+            "webhook": await stack.start(EXPORT_TASK, EXPORT_TOOLS),
             "poll": await stack.start("enrich", ["enrich_dataset"], model="scripted:enrich"),
         }
         found = {

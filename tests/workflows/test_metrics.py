@@ -20,7 +20,7 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput
 from schemas.approvals import DecisionSignal
 from tests.helpers import eventually
-from tests.workflows.test_worker_crash import WorkerProcess
+from tests.rigs import WorkerProcess
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"metrics": "m" * 40}

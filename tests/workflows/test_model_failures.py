@@ -5,7 +5,6 @@ takes no time)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -19,12 +18,6 @@ from settings import Settings
 from tests.helpers import activity_attempts, make_worker
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
 from workflows.agent_run import MODEL_RETRY, AgentRunWorkflow
-
-
-@pytest.fixture
-def wire() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
 
 
 async def _failure(

@@ -9,117 +9,36 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
-from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult
-from settings import Settings
+from schemas import RunInput
+from schemas.operations import Operation
 from tests.helpers import callback_token, eventually, make_worker, replays
-from tools import ToolSpec
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from workflows.agent_run import AgentRunWorkflow
 
-ROOT = Path(__file__).resolve().parents[2]
-KEYS = {"test": "t" * 40}
-EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 # Every wait in these tests is bounded, so a regression fails instead of hanging CI.
 RESULT_TIMEOUT = 60
-SCENARIO_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 
 
-@dataclass
-class Stack:
-    client: Client
-    http: httpx.AsyncClient
-    systems_url: str
-    gateway_url: str
-    tokens: ResumeTokens
-    settings: Settings
-    task_queue: str
-
-    def tools(
-        self, *, export_timeout: timedelta = timedelta(hours=1), mode: str = "await"
-    ) -> list[ToolSpec]:
-        return [
-            *demo_tools(),
-            export_tool(
-                ExportService(self.http, self.systems_url), timeout=export_timeout, mode=mode
-            ),  # type: ignore[arg-type]
-            enrich_tool(
-                EnrichmentPipeline(self.http, self.systems_url),
-                poll_interval=timedelta(seconds=0.5),
-            ),
-            *compliance_tools(self.http, self.systems_url),
-        ]
-
-    def worker(self, **kwargs: Any) -> Any:
-        tools = kwargs.pop("tools", None) or self.tools()
-        return make_worker(
-            self.client,
-            self.task_queue,
-            tools=tools,
-            tokens=self.tokens,
-            settings=self.settings,
-            **kwargs,
-        )
-
-    async def start(
-        self, task: str, tools: Sequence[str], **fields: Any
-    ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=list(tools), **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def stats(self) -> dict[str, Any]:
-        return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
-
-    async def faults(self, **faults: Any) -> None:
-        (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
-
-
-@pytest.fixture
-async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
-    tokens = ResumeTokens(KEYS, "test")
-    async with (
-        httpx.AsyncClient(timeout=10) as http,
-        serving(systems_app(export_seconds=0.5, pipeline_seconds=2.0)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
-    ):
-        settings = Settings(
-            gateway_url=gateway_url,
-            demo_systems_url=systems_url,
-            token_keys=KEYS,
-            token_signing_key="test",
-        )
-        yield Stack(dev_env.client, http, systems_url, gateway_url, tokens, settings, task_queue)
-
-
-async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
+async def _events(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
     return [event async for event in handle.fetch_history_events()]
 
 
-def _scheduled(event: Any) -> str | None:
+def _scheduled(event: HistoryEvent) -> str | None:
     if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
         return str(event.activity_task_scheduled_event_attributes.activity_type.name)
     return None
@@ -127,7 +46,7 @@ def _scheduled(event: Any) -> str | None:
 
 async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: Stack) -> None:
     async with stack.worker():
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS)
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
     events = await _events(handle)
     stats = await stack.stats()
@@ -152,8 +71,8 @@ async def test_export_scenario_waits_for_the_webhook_without_model_turns(stack: 
     await replays(handle, "operation_callback_export")
 
 
-async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> Any:
-    async def one() -> Any:
+async def _pending_operation(handle: WorkflowHandle[Any, Any]) -> Operation:
+    async def one() -> Operation | None:
         state = await handle.query(AgentRunWorkflow.status)
         return next(iter(state.operations.values()), None)
 
@@ -163,8 +82,8 @@ async def _pending_operation(stack: Stack, handle: WorkflowHandle[Any, Any]) -> 
 async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) -> None:
     await stack.faults(never_complete=True)  # the test delivers the webhook itself
     async with stack.worker():
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
-        op = await _pending_operation(stack, handle)
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS)
+        op = await _pending_operation(handle)
         # The token the export service was given (with the nonce the run chose).
         token = await callback_token(stack.tokens, handle, op)
         body = {
@@ -194,8 +113,8 @@ async def test_twenty_concurrent_duplicate_completions_apply_once(stack: Stack) 
 async def test_bad_tokens_are_refused_and_add_nothing_to_history(stack: Stack) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
-        op = await _pending_operation(stack, handle)
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS)
+        op = await _pending_operation(handle)
         before = (await handle.describe()).history_length
         good = await callback_token(stack.tokens, handle, op)
         forged = (
@@ -204,8 +123,6 @@ async def test_bad_tokens_are_refused_and_add_nothing_to_history(stack: Stack) -
             .token
         )
         other_op = stack.tokens.mint(handle.id, "op_someone_else", op.expires_at).token
-        from datetime import UTC, datetime
-
         expired = stack.tokens.mint(
             handle.id, op.operation_id, datetime(2020, 1, 1, tzinfo=UTC)
         ).token
@@ -235,7 +152,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
 ) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker(tools=stack.tools(export_timeout=timedelta(seconds=2))):
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS)
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS)
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
     stats = await stack.stats()
@@ -255,7 +172,7 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
 ) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
-        handle = await stack.start(EXPORT_TASK, SCENARIO_TOOLS, model="scripted:two-exports")
+        handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS, model="scripted:two-exports")
 
         async def two_pending() -> bool:
             state = await handle.query(AgentRunWorkflow.status)

@@ -4,7 +4,7 @@ against a local server that speaks their wire protocols."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +15,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from schemas import RunInput
+from schemas import RunInput, RunResult
 from schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
 from settings import Settings
 from tests.helpers import activity_attempts, make_worker
@@ -28,12 +28,6 @@ from waitstate.testing.wire_server import (
     openai_tool_calls,
 )
 from workflows.agent_run import AgentRunWorkflow
-
-
-@pytest.fixture
-def wire() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
 
 
 def _settings(server: WireServer) -> Settings:
@@ -57,7 +51,9 @@ TEXT: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-async def _start(env: WorkflowEnvironment, task_queue: str, model: str):  # type: ignore[no-untyped-def]
+async def _start(
+    env: WorkflowEnvironment, task_queue: str, model: str
+) -> WorkflowHandle[Any, RunResult]:
     return await env.client.start_workflow(
         AgentRunWorkflow.run,
         RunInput(task="What is 17 * 23?", model=model, tools=["calculate"]),

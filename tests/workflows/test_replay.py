@@ -18,8 +18,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from schemas import RunInput
-from tests.conftest import TEST_SERVER, _register_search_attributes
 from tests.helpers import make_worker
+from tests.rigs import time_skipping_server
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
@@ -84,12 +84,7 @@ def test_every_scenario_has_a_committed_history() -> None:
 
 
 async def _record_all() -> None:
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=DATA_CONVERTER,
-        test_server_existing_path=str(TEST_SERVER),
-    )
-    async with env:
-        await _register_search_attributes(env.client)
+    async with time_skipping_server() as env:
         for name in SCENARIOS:
             history = await _record(env.client, f"record-{uuid.uuid4()}", name)
             (HISTORIES / f"{name}.json").write_text(history.to_json())

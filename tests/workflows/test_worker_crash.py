@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -25,43 +23,11 @@ from gateway.tokens import ResumeTokens
 from schemas import RunInput
 from schemas.run import POLL_OPERATION
 from tests.helpers import eventually
+from tests.rigs import WorkerProcess
 from workflows.agent_run import AgentRunWorkflow
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"crash": "c" * 40}
 RESULT_TIMEOUT = 90
-
-
-class WorkerProcess:
-    """`python worker.py`, as `make up` runs it, that a test can kill and start again."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self._env, self._log = env, log
-        self._process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        offset = self._log.stat().st_size if self._log.exists() else 0
-        with self._log.open("ab") as log:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "worker.py", cwd=ROOT, env=self._env, stdout=log, stderr=log
-            )
-        self._process = process
-
-        async def polling() -> bool:
-            assert process.returncode is None, self._log.read_text()
-            return "worker polling" in self._log.read_text(errors="replace")[offset:]
-
-        await eventually(polling, "the worker to poll", within=60)
-
-    async def kill(self) -> None:
-        assert self._process is not None
-        self._process.send_signal(signal.SIGKILL)
-        await self._process.wait()
-
-    async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.terminate()
-            await asyncio.wait_for(self._process.wait(), 30)
 
 
 @pytest.fixture

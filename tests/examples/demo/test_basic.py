@@ -84,7 +84,8 @@ def powers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int | float, int | flo
 
     def power(base: int | float, exponent: int | float) -> int | float:
         computed.append((base, exponent))
-        return operator.pow(base, exponent)  # type: ignore[no-any-return]
+        result: int | float = operator.pow(base, exponent)
+        return result
 
     monkeypatch.setitem(basic._OPERATORS, ast.Pow, power)
     return computed

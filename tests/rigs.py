@@ -1,0 +1,361 @@
+"""What tests stand up: the Temporal servers, the stacks of real systems a run works against, a
+worker process, and the gateway with a recording deliverer. The fixtures that yield them live in
+the `conftest.py` beside the tests that use them; test modules import the types from here."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import uvicorn
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeIndexedValueType
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
+from examples.demo.refunds import refund_tools
+from examples.systems import DemoSystems, serving
+from examples.systems import create_app as systems_app
+from gateway.app import create_app as gateway_app
+from gateway.tokens import ResumeClaims, ResumeTokens
+from schemas import RunInput, RunResult
+from schemas.approvals import DecideOutcome, DecisionBody
+from schemas.operations import Completion, CompletionOutcome, ResultMode
+from settings import Settings
+from tests.helpers import eventually, make_worker
+from tools import ToolSpec
+from waitstate.converter import DATA_CONVERTER
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TEMPORAL_CLI = BIN / "temporal"
+TEST_SERVER = BIN / "temporal-test-server"
+
+EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
+EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
+REFUND_TASK = "Refund $420 for claim C-118 if the claim is valid"
+REFUND_TOOLS = ["check_claim", "issue_refund"]
+
+
+# --- Temporal servers ------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server, with the run's search attributes: a 24-hour timer takes
+    milliseconds."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=DATA_CONVERTER, test_server_existing_path=str(TEST_SERVER)
+    )
+    async with env:
+        await _register_search_attributes(env.client)
+        yield env
+
+
+@asynccontextmanager
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The real dev server (`temporal server start-dev`), in memory, on free ports."""
+    env = await WorkflowEnvironment.start_local(
+        data_converter=DATA_CONVERTER,
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "history.transferProcessorMaxPollRPS=2000",
+        ],
+    )
+    async with env:
+        yield env
+
+
+async def _register_search_attributes(client: Client) -> None:
+    # The time-skipping server has no flag for them; its operator service accepts them.
+    kinds = {
+        SearchAttributeIndexedValueType.KEYWORD: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        SearchAttributeIndexedValueType.INT: IndexedValueType.INDEXED_VALUE_TYPE_INT,
+        SearchAttributeIndexedValueType.DATETIME: IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
+    }
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={
+                key.name: kinds[key.indexed_value_type] for key in SEARCH_ATTRIBUTES
+            },
+        )
+    )
+
+
+# --- Stacks a run works against ----------------------------------------------------------------
+
+
+@dataclass
+class Systems:
+    """The demo systems served over real HTTP: their address, a client for them, and their state
+    (each job's idempotency key, callback URL and token, as the system received them)."""
+
+    url: str
+    http: httpx.AsyncClient
+    state: DemoSystems
+
+    async def faults(self, **faults: Any) -> None:
+        """Set the systems' faults (`POST /_test/faults`)."""
+        (await self.http.post(f"{self.url}/_test/faults", json=faults)).raise_for_status()
+
+
+@asynccontextmanager
+async def demo_systems(
+    *, export_seconds: float = 0.2, pipeline_seconds: float = 0.2
+) -> AsyncIterator[Systems]:
+    """The demo systems on a free port, and a client for them."""
+    app = systems_app(export_seconds=export_seconds, pipeline_seconds=pipeline_seconds)
+    async with httpx.AsyncClient(timeout=10) as http, serving(app) as url:
+        yield Systems(url, http, app.state.systems)
+
+
+@dataclass
+class Stack:
+    """The real dev server, gateway and demo systems over HTTP, and the worker's settings to
+    reach them: what a long tool's run needs end to end."""
+
+    client: Client
+    http: httpx.AsyncClient
+    systems_url: str
+    gateway_url: str
+    tokens: ResumeTokens
+    settings: Settings
+    task_queue: str
+
+    def tools(
+        self, *, export_timeout: timedelta = timedelta(hours=1), mode: ResultMode = "await"
+    ) -> list[ToolSpec]:
+        """The demo's tools, the export and the pipeline (polled every half second) included."""
+        return [
+            *demo_tools(),
+            export_tool(
+                ExportService(self.http, self.systems_url), timeout=export_timeout, mode=mode
+            ),
+            enrich_tool(
+                EnrichmentPipeline(self.http, self.systems_url),
+                poll_interval=timedelta(seconds=0.5),
+            ),
+            *compliance_tools(self.http, self.systems_url),
+        ]
+
+    def worker(
+        self, *, tools: Sequence[ToolSpec] | None = None
+    ) -> AbstractAsyncContextManager[Worker]:
+        """The production worker wiring on the test's task queue (`tools()` unless given)."""
+        return make_worker(
+            self.client,
+            self.task_queue,
+            tools=self.tools() if tools is None else tools,
+            tokens=self.tokens,
+            settings=self.settings,
+        )
+
+    async def start(
+        self, task: str, tools: Sequence[str], **fields: Any
+    ) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=list(tools), **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def stats(self) -> dict[str, Any]:
+        """What the demo systems saw (`GET /_test/stats`)."""
+        return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
+
+    async def faults(self, **faults: Any) -> None:
+        """Set the demo systems' faults (`POST /_test/faults`)."""
+        (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
+
+
+@dataclass
+class Desk:
+    """The time-skipping server and the demo systems (claims, refunds and the approvals outbox):
+    what a run that asks a person needs, a day passing in milliseconds."""
+
+    env: WorkflowEnvironment
+    http: httpx.AsyncClient
+    systems_url: str
+    task_queue: str
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    def worker(self) -> AbstractAsyncContextManager[Worker]:
+        """The production worker wiring with the demo's and the refund tools."""
+        # Links point at a gateway nobody calls here; tests/test_e2e.py uses the real one.
+        settings = Settings(demo_systems_url=self.systems_url, gateway_url="http://127.0.0.1:9")
+        tools = [*demo_tools(), *refund_tools(self.http, self.systems_url)]
+        tokens = ResumeTokens({"desk": "d" * 40}, "desk")
+        return make_worker(
+            self.client, self.task_queue, tools=tools, settings=settings, tokens=tokens
+        )
+
+    async def start(
+        self, task: str, tools: Sequence[str], **fields: Any
+    ) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=list(tools), **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def get(self, path: str) -> Any:
+        """The demo systems' JSON answer to `GET path`."""
+        return (await self.http.get(f"{self.systems_url}{path}")).json()
+
+
+class WorkerProcess:
+    """`python worker.py`, as `make up` runs it, that a test can kill and start again."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self._env, self._log = env, log
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        """Start the worker; return once it polls its task queue."""
+        offset = self._log.stat().st_size if self._log.exists() else 0
+        with self._log.open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "worker.py", cwd=ROOT, env=self._env, stdout=log, stderr=log
+            )
+        self._process = process
+
+        async def polling() -> bool:
+            assert process.returncode is None, self._log.read_text()
+            return "worker polling" in self._log.read_text(errors="replace")[offset:]
+
+        await eventually(polling, "the worker to poll", within=60)
+
+    async def kill(self) -> None:
+        """SIGKILL: the worker gets no chance to finish anything."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        await self._process.wait()
+
+    async def stop(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.terminate()
+            await asyncio.wait_for(self._process.wait(), 30)
+
+
+# --- The gateway with a recording deliverer -----------------------------------------------------
+
+GATEWAY_SECRET = "test-secret-0123456789abcdef0123456789"
+MAX_BODY = 4096
+RUN = "run-1"
+OP = "op_1"
+
+Answer = TypeVar("Answer", CompletionOutcome, DecideOutcome)
+
+
+@dataclass
+class RecordingDeliverer:
+    """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
+
+    Completions are recorded in `calls`, decisions in `decisions`; one script serves both.
+    """
+
+    calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
+    decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
+    script: list[CompletionOutcome | DecideOutcome | Exception] = field(default_factory=list)
+
+    async def complete(
+        self,
+        claims: ResumeClaims,
+        completion: Completion,
+        delivery_id: str,
+        report_id: str | None = None,
+    ) -> CompletionOutcome:
+        self.calls.append((claims, completion, delivery_id))
+        if self.script:
+            return self._answer(CompletionOutcome)
+        return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
+
+    async def decide(
+        self, claims: ResumeClaims, request_id: str, body: DecisionBody
+    ) -> DecideOutcome:
+        self.decisions.append((claims, request_id, body))
+        if self.script:
+            return self._answer(DecideOutcome)
+        status = "approved" if body.decision == "approve" else "rejected"
+        return DecideOutcome(accepted=True, status=status)
+
+    def _answer(self, kind: type[Answer]) -> Answer:
+        answer = self.script.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, kind), answer
+        return answer
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.decisions.clear()
+        self.script.clear()
+
+
+@dataclass
+class Gateway:
+    """The gateway app served over HTTP, its client, deliverer and keys."""
+
+    client: httpx.AsyncClient
+    deliverer: RecordingDeliverer
+    tokens: ResumeTokens
+    subject: str = OP  # what tokens are minted for unless a test says otherwise
+
+    def token(
+        self, subject: str | None = None, *, expires_in: timedelta = timedelta(hours=1)
+    ) -> str:
+        expires_at = datetime.now(UTC) + expires_in
+        return self.tokens.mint(RUN, subject or self.subject, expires_at).token
+
+    def auth(self, subject: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(subject)}"}
+
+
+@asynccontextmanager
+async def running_gateway(subject: str = OP) -> AsyncIterator[Gateway]:
+    """The app on a free port of 127.0.0.1, served by uvicorn in the test's event loop."""
+    deliverer = RecordingDeliverer()
+    tokens = ResumeTokens({"k1": GATEWAY_SECRET}, "k1")
+    app = gateway_app(deliverer, tokens, max_body_bytes=MAX_BODY)
+    # Bound and listening before uvicorn starts, so the first request never races startup.
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on sockets that say TCP,
+    # and without it every keep-alive response waits 40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            yield Gateway(client, deliverer, tokens, subject)
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
