@@ -1,16 +1,16 @@
-"""AnthropicProvider through the real SDK client, against the local wire server."""
+"""AnthropicProvider through the real SDK client, against the local wire server: what a Messages
+request and answer become (its failures: test_errors.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anthropic
 import pytest
 
 from providers.anthropic import AnthropicProvider
-from providers.base import ProviderError
 from schemas import Message, ToolCall, ToolDefinition
-from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use, error
+from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use
 
 LOOKUP = ToolDefinition(
     name="lookup",
@@ -21,21 +21,15 @@ HELLO = [Message(role="user", content="hello")]
 
 
 @pytest.fixture
-def server() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def provider(server: WireServer) -> AsyncIterator[AnthropicProvider]:
+async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
     async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=server.anthropic_base_url, max_retries=0
+        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
     ) as client:
         yield AnthropicProvider(client, max_tokens=512)
 
 
-async def test_text_answer_with_usage(server: WireServer, provider: AnthropicProvider) -> None:
-    server.enqueue(
+async def test_text_answer_with_usage(wire: WireServer, provider: AnthropicProvider) -> None:
+    wire.enqueue(
         anthropic_text("Paris.", input_tokens=12, output_tokens=3, model="claude-test-0001")
     )
 
@@ -46,12 +40,12 @@ async def test_text_answer_with_usage(server: WireServer, provider: AnthropicPro
     assert response.usage.output_tokens == 3
     assert response.stop_reason == "end_turn"
     assert response.model == "claude-test-0001"
-    assert server.requests[-1].body["max_tokens"] == 512
-    assert len(server.requests) == 1
+    assert wire.requests[-1].body["max_tokens"] == 512
+    assert len(wire.requests) == 1
 
 
-async def test_tool_use_survives(server: WireServer, provider: AnthropicProvider) -> None:
-    server.enqueue(
+async def test_tool_use_survives(wire: WireServer, provider: AnthropicProvider) -> None:
+    wire.enqueue(
         anthropic_tool_use(
             [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})],
             text="Looking both up.",
@@ -70,7 +64,7 @@ async def test_tool_use_survives(server: WireServer, provider: AnthropicProvider
 
 
 async def test_conversation_converts_to_messages_request(
-    server: WireServer, provider: AnthropicProvider
+    wire: WireServer, provider: AnthropicProvider
 ) -> None:
     conversation = [
         Message(role="user", content="Weather in Paris and Oslo?"),
@@ -92,8 +86,8 @@ async def test_conversation_converts_to_messages_request(
 
     await provider.complete("claude-test", "You are terse.", conversation, [LOOKUP])
 
-    body = server.requests[-1].body
-    assert server.requests[-1].path == "/v1/messages"
+    body = wire.requests[-1].body
+    assert wire.requests[-1].path == "/v1/messages"
     assert body["model"] == "claude-test"
     assert body["system"] == "You are terse."
     assert body["messages"] == [
@@ -135,11 +129,11 @@ async def test_conversation_converts_to_messages_request(
 
 
 async def test_no_tools_and_no_system_prompt_are_left_out(
-    server: WireServer, provider: AnthropicProvider
+    wire: WireServer, provider: AnthropicProvider
 ) -> None:
     await provider.complete("claude-test", "", HELLO, [])
 
-    body = server.requests[-1].body
+    body = wire.requests[-1].body
     assert "tools" not in body
     assert "system" not in body
     assert body["messages"] == [{"role": "user", "content": "hello"}]
@@ -156,53 +150,3 @@ async def test_empty_queue_plays_one_tool_round_trip(provider: AnthropicProvider
     assert (call.name, call.arguments) == ("lookup", "{}")
     assert second.message.content == "Received 1 tool result (lookup)."
     assert third.message.content == "ok"
-
-
-async def test_rate_limit_carries_retry_after(
-    server: WireServer, provider: AnthropicProvider
-) -> None:
-    server.enqueue(
-        error(429, "Number of requests has exceeded your rate limit", {"retry-after": "3"})
-    )
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.complete("claude-test", "", HELLO, [])
-
-    assert caught.value.status == 429
-    assert caught.value.retryable is True
-    assert caught.value.retry_after == 3.0
-    assert len(server.requests) == 1
-
-
-@pytest.mark.parametrize(("status", "retryable"), [(400, False), (503, True)])
-async def test_error_status_becomes_provider_error(
-    server: WireServer, provider: AnthropicProvider, status: int, retryable: bool
-) -> None:
-    server.enqueue(error(status, "model: nope"))
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.complete("nope", "", HELLO, [])
-
-    assert caught.value.status == status
-    assert caught.value.retryable is retryable
-    assert caught.value.retry_after is None
-    assert str(caught.value) == f"anthropic: HTTP {status}: model: nope"
-    # max_retries=0: the SDK made no attempt of its own after the failure.
-    assert len(server.requests) == 1
-
-
-async def test_unreachable_server_is_retryable_without_status() -> None:
-    with WireServer() as closed:
-        pass
-    async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=closed.anthropic_base_url, max_retries=0
-    ) as client:
-        with pytest.raises(ProviderError) as caught:
-            await AnthropicProvider(client).complete("claude-test", "", HELLO, [])
-
-    assert caught.value.status is None
-    assert caught.value.retryable is True
-    assert str(caught.value).startswith("anthropic: no response: Connection error. ")
-    # The transport's reason and the address tried, which the SDK's message leaves out.
-    assert "All connection attempts failed" in str(caught.value)
-    assert f"({closed.url}/v1/" in str(caught.value)

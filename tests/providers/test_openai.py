@@ -1,16 +1,16 @@
-"""OpenAIProvider through the real SDK client, against the local wire server."""
+"""OpenAIProvider through the real SDK client, against the local wire server: what a Chat
+Completions request and answer become (its failures: test_errors.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import openai
 import pytest
 
-from providers.base import ProviderError
 from providers.openai import OpenAIProvider
 from schemas import Message, ToolCall, ToolDefinition
-from waitstate.testing.wire_server import WireServer, error, openai_text, openai_tool_calls
+from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 
 LOOKUP = ToolDefinition(
     name="lookup",
@@ -21,21 +21,15 @@ HELLO = [Message(role="user", content="hello")]
 
 
 @pytest.fixture
-def server() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def provider(server: WireServer) -> AsyncIterator[OpenAIProvider]:
+async def provider(wire: WireServer) -> AsyncIterator[OpenAIProvider]:
     async with openai.AsyncOpenAI(
-        api_key="test", base_url=server.openai_base_url, max_retries=0
+        api_key="test", base_url=wire.openai_base_url, max_retries=0
     ) as client:
         yield OpenAIProvider(client)
 
 
-async def test_text_answer_with_usage(server: WireServer, provider: OpenAIProvider) -> None:
-    server.enqueue(openai_text("Paris.", input_tokens=12, output_tokens=3, model="gpt-test-0001"))
+async def test_text_answer_with_usage(wire: WireServer, provider: OpenAIProvider) -> None:
+    wire.enqueue(openai_text("Paris.", input_tokens=12, output_tokens=3, model="gpt-test-0001"))
 
     response = await provider.complete("gpt-test", "Be brief.", HELLO, [])
 
@@ -44,11 +38,11 @@ async def test_text_answer_with_usage(server: WireServer, provider: OpenAIProvid
     assert response.usage.output_tokens == 3
     assert response.stop_reason == "stop"
     assert response.model == "gpt-test-0001"
-    assert len(server.requests) == 1
+    assert len(wire.requests) == 1
 
 
-async def test_tool_calls_survive_as_written(server: WireServer, provider: OpenAIProvider) -> None:
-    server.enqueue(
+async def test_tool_calls_survive_as_written(wire: WireServer, provider: OpenAIProvider) -> None:
+    wire.enqueue(
         openai_tool_calls(
             [("call_1", "lookup", '{"city": "Paris"}'), ("call_2", "lookup", '{"city": ')]
         )
@@ -67,7 +61,7 @@ async def test_tool_calls_survive_as_written(server: WireServer, provider: OpenA
 
 
 async def test_conversation_converts_to_chat_completions_request(
-    server: WireServer, provider: OpenAIProvider
+    wire: WireServer, provider: OpenAIProvider
 ) -> None:
     conversation = [
         Message(role="user", content="Weather in Paris and Oslo?"),
@@ -86,8 +80,8 @@ async def test_conversation_converts_to_chat_completions_request(
 
     await provider.complete("gpt-test", "You are terse.", conversation, [LOOKUP])
 
-    body = server.requests[-1].body
-    assert server.requests[-1].path == "/v1/chat/completions"
+    body = wire.requests[-1].body
+    assert wire.requests[-1].path == "/v1/chat/completions"
     assert body["model"] == "gpt-test"
     assert body["messages"] == [
         {"role": "system", "content": "You are terse."},
@@ -124,11 +118,11 @@ async def test_conversation_converts_to_chat_completions_request(
 
 
 async def test_no_tools_and_no_system_prompt_are_left_out(
-    server: WireServer, provider: OpenAIProvider
+    wire: WireServer, provider: OpenAIProvider
 ) -> None:
     await provider.complete("gpt-test", "", HELLO, [])
 
-    body = server.requests[-1].body
+    body = wire.requests[-1].body
     assert "tools" not in body
     assert body["messages"] == [{"role": "user", "content": "hello"}]
 
@@ -144,49 +138,3 @@ async def test_empty_queue_plays_one_tool_round_trip(provider: OpenAIProvider) -
     assert (call.name, call.arguments) == ("lookup", "{}")
     assert second.message.content == "Received 1 tool result (lookup)."
     assert third.message.content == "ok"
-
-
-async def test_rate_limit_carries_retry_after(server: WireServer, provider: OpenAIProvider) -> None:
-    server.enqueue(error(429, "Rate limit reached", {"retry-after": "3"}))
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.complete("gpt-test", "", HELLO, [])
-
-    assert caught.value.status == 429
-    assert caught.value.retryable is True
-    assert caught.value.retry_after == 3.0
-    assert len(server.requests) == 1
-
-
-@pytest.mark.parametrize(("status", "retryable"), [(400, False), (503, True)])
-async def test_error_status_becomes_provider_error(
-    server: WireServer, provider: OpenAIProvider, status: int, retryable: bool
-) -> None:
-    server.enqueue(error(status, "The model `nope` does not exist"))
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.complete("nope", "", HELLO, [])
-
-    assert caught.value.status == status
-    assert caught.value.retryable is retryable
-    assert caught.value.retry_after is None
-    assert str(caught.value) == f"openai: HTTP {status}: The model `nope` does not exist"
-    # max_retries=0: the SDK made no attempt of its own after the failure.
-    assert len(server.requests) == 1
-
-
-async def test_unreachable_server_is_retryable_without_status() -> None:
-    with WireServer() as closed:
-        pass
-    async with openai.AsyncOpenAI(
-        api_key="test", base_url=closed.openai_base_url, max_retries=0
-    ) as client:
-        with pytest.raises(ProviderError) as caught:
-            await OpenAIProvider(client).complete("gpt-test", "", HELLO, [])
-
-    assert caught.value.status is None
-    assert caught.value.retryable is True
-    assert str(caught.value).startswith("openai: no response: Connection error. ")
-    # The transport's reason and the address tried, which the SDK's message leaves out.
-    assert "All connection attempts failed" in str(caught.value)
-    assert f"({closed.url}/v1/" in str(caught.value)

@@ -1,0 +1,139 @@
+"""How a provider call fails, alike for OpenAI and Anthropic: through each real SDK client (no
+retries of its own), against the local wire server or a port where nothing listens. Each
+failure is one `ProviderError` that names the provider, says whether another attempt could
+succeed, and keeps the provider's retry hint."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anthropic
+import openai
+import pytest
+
+from providers.anthropic import AnthropicProvider
+from providers.base import MESSAGE_CHARS, Provider, ProviderError
+from providers.openai import OpenAIProvider
+from schemas import Message
+from waitstate.testing.wire_server import WireServer, delayed, error
+
+HELLO = [Message(role="user", content="hello")]
+PROVIDERS = ["openai", "anthropic"]
+
+
+@asynccontextmanager
+async def _connected(name: str, root: str, read_within: float = 30) -> AsyncIterator[Provider]:
+    """The named adapter on its SDK client, for the server at `root` (e.g. the wire server's
+    URL), configured as the worker configures it: the SDK never retries. `read_within` is the
+    SDK's own request timeout, in seconds."""
+    if name == "openai":
+        async with openai.AsyncOpenAI(
+            api_key="test", base_url=f"{root}/v1", max_retries=0, timeout=read_within
+        ) as client:
+            yield OpenAIProvider(client)
+    else:
+        async with anthropic.AsyncAnthropic(
+            api_key="test", base_url=root, max_retries=0, timeout=read_within
+        ) as client:
+            yield AnthropicProvider(client)
+
+
+async def _failure(provider: Provider) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete("test-model", "", HELLO, [])
+    return caught.value
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize(
+    ("status", "retryable"),
+    [
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+        (408, True),
+        (409, True),
+        (429, True),
+        (500, True),
+        (503, True),
+        (529, True),  # Anthropic's "overloaded"
+    ],
+)
+async def test_an_error_status_is_retryable_only_if_another_attempt_could_succeed(
+    wire: WireServer, name: str, status: int, retryable: bool
+) -> None:
+    wire.enqueue(error(status, "The model `test-model` does not exist"))
+
+    async with _connected(name, wire.url) as provider:
+        failure = await _failure(provider)
+
+    assert (failure.provider, failure.status, failure.retryable) == (name, status, retryable)
+    assert failure.retry_after is None
+    assert str(failure) == f"{name}: HTTP {status}: The model `test-model` does not exist"
+    # max_retries=0: the SDK made no attempt of its own after the failure.
+    assert len(wire.requests) == 1
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize(
+    ("headers", "retry_after"),
+    [({"retry-after": "3"}, 3.0), ({"retry-after-ms": "1500"}, 1.5), ({}, None)],
+    ids=["seconds", "milliseconds", "none"],
+)
+async def test_a_rate_limit_keeps_the_providers_retry_hint(
+    wire: WireServer, name: str, headers: dict[str, str], retry_after: float | None
+) -> None:
+    wire.enqueue(error(429, "Rate limit reached", headers))
+
+    async with _connected(name, wire.url) as provider:
+        failure = await _failure(provider)
+
+    assert (failure.status, failure.retryable, failure.retry_after) == (429, True, retry_after)
+    assert str(failure) == f"{name}: HTTP 429: Rate limit reached"
+    assert len(wire.requests) == 1
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+async def test_a_long_explanation_is_kept_to_one_short_line(wire: WireServer, name: str) -> None:
+    wire.enqueue(error(502, "<html>\n" + "<p>Bad gateway</p>\n" * 2000 + "</html>"))
+
+    async with _connected(name, wire.url) as provider:
+        failure = await _failure(provider)
+
+    prefix = f"{name}: HTTP 502: "
+    assert str(failure).startswith(f"{prefix}<html> <p>Bad gateway</p> <p>Bad")
+    assert "\n" not in str(failure) and str(failure).endswith("…")
+    assert len(str(failure)) == len(prefix) + MESSAGE_CHARS
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+async def test_an_unreachable_server_is_retryable_and_named(closed_port: int, name: str) -> None:
+    root = f"http://127.0.0.1:{closed_port}"
+
+    async with _connected(name, root) as provider:
+        failure = await _failure(provider)
+
+    assert (failure.status, failure.retryable, failure.retry_after) == (None, True, None)
+    assert str(failure).startswith(f"{name}: no response: Connection error. ")
+    # The transport's reason and the address tried, which the SDK's message leaves out.
+    assert "All connection attempts failed" in str(failure)
+    assert f"({root}/v1/" in str(failure)
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+async def test_a_server_that_does_not_answer_in_time_is_retryable(
+    wire: WireServer, name: str
+) -> None:
+    wire.enqueue(delayed(5))
+
+    async with _connected(name, wire.url, read_within=0.5) as provider:
+        failure = await _failure(provider)
+
+    assert (failure.status, failure.retryable) == (None, True)
+    # Each SDK words it its own way ("Request timed out." / "Request timed out or interrupted.").
+    assert str(failure).startswith(f"{name}: no response: Request timed out")
+    assert f"({wire.url}/v1/" in str(failure)
+    assert len(wire.requests) == 1
