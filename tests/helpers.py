@@ -144,6 +144,24 @@ async def callback_token(
     return tokens.mint(handle.id, operation.operation_id, operation.expires_at, nonce=nonce).token
 
 
+async def history_bytes(client: Client, workflow_id: str, run_id: str) -> tuple[int, int]:
+    """Bytes of history of every run in a continue-as-new chain from `run_id`, and how many
+    runs it has."""
+    total, runs = 0, 0
+    next_run: str | None = run_id
+    while next_run:  # a walk along the chain, not a wait: each run's history is complete
+        runs += 1
+        handle = client.get_workflow_handle(workflow_id, run_id=next_run)
+        next_run = None
+        async for event in handle.fetch_history_events():
+            total += event.ByteSize()
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                next_run = (
+                    event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                )
+    return total, runs
+
+
 async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
     """Activity type names, in the order the run scheduled them."""
     names = []

@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.api.failure.v1 import Failure
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
@@ -183,7 +183,7 @@ async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
         )
         try:
 
-            async def retried() -> Any:
+            async def retried() -> PendingActivityInfo | None:
                 description = await handle.describe()
                 return next(
                     (

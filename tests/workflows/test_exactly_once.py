@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -30,6 +30,7 @@ from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput, RunResult, RunState
 from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
+from schemas.operations import Operation
 from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
@@ -39,6 +40,7 @@ from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}
 RESULT_TIMEOUT = 90
+T = TypeVar("T")
 
 
 @dataclass
@@ -310,7 +312,7 @@ async def test_a_start_retried_under_the_new_key_accepts_the_token_the_job_kept(
     assert result.status == "completed"
 
 
-async def _at_least(entries: Any, n: int) -> Any:
+async def _at_least(entries: Awaitable[list[T]], n: int) -> list[T] | None:
     found = await entries
     return found if len(found) >= n else None
 
@@ -460,7 +462,7 @@ async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: R
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_mode="handle")
 
-        async def operation() -> Any:
+        async def operation() -> Operation | None:
             return next(iter((await _state(handle)).operations.values()), None)
 
         op = await eventually(operation, "the export's operation")

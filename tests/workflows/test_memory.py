@@ -1,5 +1,7 @@
-"""Durable state: a context rebuilt from the ledger after a long wait, results and transcripts
-by reference, continue-as-new carrying pending work, and the ledger in `starter.py status`."""
+"""What the model is given across long waits (workflows/memory.py): the checkpoint, written
+before a wait known to be long or once a wait turned out long (never on the path of a short
+poll), by any model alike; the context rebuilt from the ledger after a day; a result of
+megabytes by reference; and the ledger in `starter.py status`."""
 
 from __future__ import annotations
 
@@ -9,27 +11,35 @@ import os
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel, Field
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from pydantic import BaseModel
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult
-from schemas.approvals import DecisionSignal
+from schemas import RunInput, RunResult, RunState
+from schemas.approvals import ApprovalPolicy, DecideInput
 from schemas.operations import CompleteOperation, Completion
 from settings import Settings
-from tests.helpers import callback_token, eventually, make_worker, replays
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Desk, Stack
+from tests.helpers import (
+    callback_token,
+    eventually,
+    history_bytes,
+    make_worker,
+    replays,
+    scheduled_activities,
+)
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from tools import ToolSpec
+from tools.spec import Handler
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 from workflows.ledger import LEDGER_CHARS
@@ -42,10 +52,6 @@ class NoArgs(BaseModel):
     pass
 
 
-class ChunkArgs(BaseModel):
-    n: int = Field(description="Which chunk")
-
-
 async def _big(args: NoArgs) -> str:
     return "x" * 12_000
 
@@ -54,34 +60,85 @@ async def _five_megabytes(args: NoArgs) -> str:
     return "".join(f"{i:08d}\n" for i in range(5 * 1024 * 1024 // 9 + 1))
 
 
-async def _chunk(args: ChunkArgs) -> str:
-    return f"chunk {args.n:04d} " + "y" * 4086
+def _tool(name: str, handler: Handler) -> ToolSpec:
+    return ToolSpec(name=name, description=name, args=NoArgs, handler=handler)
 
 
-def _tool(name: str, args: type[BaseModel], handler: Any) -> ToolSpec:
-    return ToolSpec(name=name, description=name, args=args, handler=handler)
+# --- the checkpoint -----------------------------------------------------------------------------
 
 
-async def _history_bytes(client: Client, workflow_id: str, run_id: str) -> tuple[int, int]:
-    """Bytes of every run in a continue-as-new chain, and how many runs it has."""
-    total, runs = 0, 0
-    next_run: str | None = run_id
-    while next_run:
-        runs += 1
-        handle = client.get_workflow_handle(workflow_id, run_id=next_run)
-        next_run = None
-        async for event in handle.fetch_history_events():
-            total += event.ByteSize()
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                next_run = (
-                    event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-                )
-    return total, runs
+async def test_a_short_poll_costs_no_model_call_for_a_checkpoint(
+    stack: Stack, wire: WireServer
+) -> None:
+    wire.enqueue(
+        openai_tool_calls([("call_1", "enrich_dataset", '{"dataset": "transactions"}')]),
+        openai_text("enriched"),
+    )
+    settings = replace(stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test")
+    async with make_worker(
+        stack.client, stack.task_queue, tools=stack.tools(), settings=settings, tokens=stack.tokens
+    ):
+        handle = await stack.start("enrich", ["enrich_dataset"], model="openai:test-model")
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed" and result.final_output == "enriched"
+    # The pipeline said it would take seconds: nobody asks the model to sum up before it.
+    assert await scheduled_activities(handle) == [
+        "call_model",
+        "call_tool",
+        "poll_operation",
+        "call_model",
+    ]
+    assert len(wire.requests) == 2 and state.checkpoint is None
+
+
+async def test_before_an_approval_any_model_writes_the_checkpoint(stack: Stack) -> None:
+    policy = ApprovalPolicy(timeout=timedelta(hours=1))
+    async with stack.worker():
+        handle = await stack.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+
+        async def open_request() -> str | None:
+            state = await handle.query(AgentRunWorkflow.status)
+            return next((r.request_id for r in state.approvals.values() if r.open), None)
+
+        request_id = await eventually(open_request, "the approval request")
+        waiting = await handle.query(AgentRunWorkflow.status)
+        await handle.execute_update(
+            AgentRunWorkflow.decide,
+            DecideInput(request_id=request_id, decision="approve", reviewer="ana"),
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    checkpoint = waiting.checkpoint
+    assert checkpoint is not None
+    assert checkpoint.remaining.startswith("once approval of request_approval from approvers is")
+    assert waiting.usage.model_calls == 2, "the turn, and the checkpoint before the wait"
+    scheduled = await scheduled_activities(handle)
+    assert scheduled[:3] == ["call_model", "call_model", "notify_approval"]
+    assert result.status == "completed"
+
+
+# --- the context rebuilt after a long wait ------------------------------------------------------
+
+
+@dataclass
+class Rebuilt:
+    """A run that waited a day for its export, and what its model was sent next."""
+
+    messages: list[dict[str, Any]]
+    transcript_chars: int  # of the request before the wait, the transcript left behind
+    operation_id: str
+    result: RunResult
+    state: RunState
+    handle: WorkflowHandle[Any, RunResult]
 
 
 async def _rebuilt_after_a_day(
     env: WorkflowEnvironment, task_queue: str, wire: WireServer, earlier_turns: int
-) -> tuple[list[dict[str, Any]], int, str, RunResult, WorkflowHandle[Any, Any], Any]:
+) -> Rebuilt:
     """Run `earlier_turns` turns of 12 KB results, start an export, let a day pass, complete it
     by webhook; return what the model was sent next."""
     tokens = ResumeTokens(KEYS, "state")
@@ -109,7 +166,7 @@ async def _rebuilt_after_a_day(
             gateway_url="http://127.0.0.1:9",
         )
         tools = [
-            _tool("big", NoArgs, _big),
+            _tool("big", _big),
             export_tool(ExportService(http, systems_url), timeout=timedelta(days=3)),
         ]
         async with make_worker(
@@ -127,7 +184,7 @@ async def _rebuilt_after_a_day(
                 task_queue=task_queue,
             )
 
-            async def pending() -> Any:
+            async def pending() -> RunState | None:
                 state = await handle.query(AgentRunWorkflow.status)
                 return state if state.operations else None
 
@@ -153,17 +210,22 @@ async def _rebuilt_after_a_day(
     assert checkpoint_request["messages"][1]["content"].endswith(
         f"Now waiting for: start_export ({op.operation_id})"
     )
-    before = len(json.dumps(wire.requests[-3].body))
-    return wire.requests[-1].body["messages"], before, op.operation_id, result, handle, state
+    return Rebuilt(
+        messages=wire.requests[-1].body["messages"],
+        transcript_chars=len(json.dumps(wire.requests[-3].body)),
+        operation_id=op.operation_id,
+        result=result,
+        state=state,
+        handle=handle,
+    )
 
 
 @pytest.mark.parametrize("earlier_turns", [0, 3])
 async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
     time_skipping_env: WorkflowEnvironment, task_queue: str, wire: WireServer, earlier_turns: int
 ) -> None:
-    messages, transcript, op_id, result, handle, state = await _rebuilt_after_a_day(
-        time_skipping_env, task_queue, wire, earlier_turns
-    )
+    rebuilt = await _rebuilt_after_a_day(time_skipping_env, task_queue, wire, earlier_turns)
+    messages, result, state = rebuilt.messages, rebuilt.result, rebuilt.state
 
     assert result.status == "completed" and result.final_output == "filed"
     assert [m["role"] for m in messages] == ["system", "user"], "not the old transcript"
@@ -177,7 +239,7 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
     assert all(line.startswith("- big: xxxx") for line in lines[3:-2])
     event = json.loads(lines[-2].removeprefix("Event: start_export: "))
     assert event == {
-        "operation_id": op_id,
+        "operation_id": rebuilt.operation_id,
         "tool": "start_export",
         "status": "succeeded",
         "result": {"file": "exports/q3.csv", "rows": 412882},
@@ -186,7 +248,7 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
     # Bounded by the ledger's lines, not by the transcript left behind.
     assert len(messages[1]["content"]) < 600 + earlier_turns * (LEDGER_CHARS + 10)
     if earlier_turns:
-        assert transcript > 36_000
+        assert rebuilt.transcript_chars > 36_000
     assert state.context_rebuilds == 1
     assert state.checkpoint is not None and state.checkpoint.done == "export requested"
     # The export said it would take a second: no checkpoint before the wait, but one once the
@@ -195,13 +257,16 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
     assert state.checkpoint.at >= op.started_at + timedelta(days=1)
     assert state.usage.model_calls == earlier_turns + 3, "the checkpoint is a model call"
     assert any(s.kind == "event" and s.name == "context" for s in state.steps)
-    await replays(handle, f"state_rebuilt_after_a_day_{earlier_turns}")
+    await replays(rebuilt.handle, f"state_rebuilt_after_a_day_{earlier_turns}")
+
+
+# --- results by reference, and the ledger as the CLI shows it ----------------------------------
 
 
 async def test_a_five_megabyte_result_goes_by_reference(
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    tools = [_tool("big_report", NoArgs, _five_megabytes)]
+    tools = [_tool("big_report", _five_megabytes)]
     async with make_worker(time_skipping_env.client, task_queue, tools=tools):
         handle = await time_skipping_env.client.start_workflow(
             AgentRunWorkflow.run,
@@ -211,7 +276,7 @@ async def test_a_five_megabyte_result_goes_by_reference(
         )
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
-    size, _ = await _history_bytes(time_skipping_env.client, handle.id, handle.result_run_id or "")
+    size, _ = await history_bytes(time_skipping_env.client, handle.id, handle.result_run_id or "")
 
     first = next(s for s in state.steps if s.kind == "tool")
     assert first.detail.startswith("00000000 00000001")
@@ -223,81 +288,6 @@ async def test_a_five_megabyte_result_goes_by_reference(
     assert size < 64 * 1024, f"history is {size} bytes"
     print(f"history of a run with a 5 MB tool result: {size} bytes")
     await replays(handle, "state_result_by_reference")
-
-
-async def test_two_hundred_turns_stay_small_and_continue_as_new(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    tools = [_tool("chunk", ChunkArgs, _chunk)]
-    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(
-                task="read 200 chunks",
-                model="scripted:long-haul",
-                tools=["chunk"],
-                max_turns=201,
-                continue_as_new_after_events=1000,
-            ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
-        result = await asyncio.wait_for(handle.result(), 300)
-    size, runs = await _history_bytes(
-        time_skipping_env.client, handle.id, handle.first_execution_run_id or handle.run_id or ""
-    )
-    print(f"200 turns x 4 KB: {size} bytes of history over {runs} runs")
-
-    assert result.status == "completed" and result.final_output is not None
-    assert result.final_output.endswith("200 chunks read")
-    assert (result.turns, result.tool_calls) == (201, 200)
-    assert runs >= 2, "it continued as new"
-    assert size < 2 * 1024 * 1024
-    first = time_skipping_env.client.get_workflow_handle(
-        handle.id, run_id=handle.first_execution_run_id
-    )
-    await replays(first, "state_continued_as_new")
-
-
-async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> None:
-    await stack.faults(export_seconds=3)
-    async with stack.worker(tools=stack.tools(mode="handle")):
-        handle = await stack.start(
-            EXPORT_TASK,
-            ["start_export"],
-            model="scripted:two-exports",
-            continue_as_new_after_events=10,
-        )
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await handle.query(AgentRunWorkflow.status)
-
-    assert result.status == "completed"
-    assert state.continued_as_new >= 1
-    assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
-    assert result.final_output is not None and result.final_output.count('"check_with"') == 2
-    await replays(handle, "state_webhook_after_continue_as_new")
-
-
-async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> None:
-    async with desk.worker():
-        handle = await desk.start(
-            "Refund $420 for claim C-118",
-            ["check_claim", "issue_refund"],
-            continue_as_new_after_events=10,
-        )
-
-        async def request_open() -> Any:
-            state = await handle.query(AgentRunWorkflow.status)
-            return state if any(r.open for r in state.approvals.values()) else None
-
-        state = await eventually(request_open, "the approval request to open")
-        request = next(r for r in state.approvals.values() if r.open)
-        assert state.continued_as_new >= 1
-        await handle.signal(AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id))
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-
-    assert result.status == "completed" and "Refunded $420" in (result.final_output or "")
-    assert len(await desk.get("/refunds")) == 1
 
 
 async def test_status_of_a_waiting_run_shows_the_ledger(

@@ -1,4 +1,5 @@
-"""Operating a fleet: runs are findable by what they wait for, and `starter.py ops` shows a
+"""What a run shows of itself (workflows/board.py), read as a fleet is operated: runs are found
+by what they wait for (WaitingFor, WaitExpiresAt, AgentStatus), and `starter.py ops` shows a
 wait that is overdue."""
 
 from __future__ import annotations
