@@ -1,4 +1,5 @@
-"""Fixtures for the tools that call the demo systems over HTTP."""
+"""Fixtures for the tools that call the demo systems over HTTP. A module that needs the systems
+with other timings defines its own `systems_url`; `http` and `control` follow it."""
 
 from __future__ import annotations
 
@@ -22,4 +23,12 @@ async def http(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client for the tools; the systems start each test empty."""
     async with httpx.AsyncClient() as client:
         assert (await client.post(f"{systems_url}/_test/reset")).status_code == 204
+        yield client
+
+
+@pytest.fixture
+async def control(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client for the systems' test hooks (base URL set); the systems start each test empty."""
+    async with httpx.AsyncClient(base_url=systems_url) as client:
+        assert (await client.post("/_test/reset")).status_code == 204
         yield client

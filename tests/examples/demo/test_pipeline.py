@@ -28,14 +28,6 @@ async def systems_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def control(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """A client for the test hooks; the systems start each test empty."""
-    async with httpx.AsyncClient(base_url=systems_url) as client:
-        assert (await client.post("/_test/reset")).status_code == 204
-        yield client
-
-
-@pytest.fixture
 async def pipeline(
     systems_url: str, control: httpx.AsyncClient
 ) -> AsyncIterator[EnrichmentPipeline]:
