@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
 
 from schemas.run import CALL_TOOL, CANCEL_OPERATION
+from waitstate.converter import DATA_CONVERTER
+from workflows.agent_run import AgentRunWorkflow
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
@@ -201,4 +205,26 @@ def carried(chain: list[list[Any]]) -> list[dict[str, Any]]:
         args = _decoded(last.workflow_execution_continued_as_new_event_attributes.input.payloads)
         carry = args[0].get("carry") if args and isinstance(args[0], dict) else None
         found.append(carry if isinstance(carry, dict) else {})
+    return found
+
+
+async def replay_failures(workflow_id: str, chain: list[list[Any]], keep: Path | None) -> list[str]:
+    """Replay every run of the chain on today's workflow code: what does not replay (a
+    nondeterminism a worker would hit when it rebuilds the run from history), each such
+    history kept under `keep`, to be read again."""
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    found = []
+    for index, events in enumerate(chain):
+        history = WorkflowHistory(workflow_id, events)
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        if result.replay_failure is None:
+            continue
+        where = ""
+        if keep is not None:
+            path = keep / f"nondeterministic-{workflow_id}-{index}.json"
+            path.write_text(history.to_json())
+            where = f" (history kept in {path})"
+        found.append(
+            f"run {index + 1} of the chain does not replay: {result.replay_failure}{where}"
+        )
     return found

@@ -21,6 +21,7 @@ from waitstate.testing.wire_server import RecordedRequest
 
 # Invariant names: the rows of the table's second half.
 READ = "every run's state and history chain read"
+REPLAYS = "every run's histories replay on today's code"
 TERMINAL = "every run reaches a terminal status"
 EXPECTED = "every run ends as expected"
 JOBS = "each external job started once; cancelled ones sent a cancel"
@@ -32,7 +33,7 @@ GENUINE = "no genuine webhook or link refused (401/404)"
 REFUSED = "no refused request added a history event"
 REFUNDS = "an approved refund issued once, a rejected one never"
 INVARIANTS = (
-    READ, TERMINAL, EXPECTED, JOBS, FINISHED, COMPLETIONS, APPROVALS, FINAL, GENUINE, REFUSED,
+    READ, REPLAYS, TERMINAL, EXPECTED, JOBS, FINISHED, COMPLETIONS, APPROVALS, FINAL, GENUINE, REFUSED,
     REFUNDS,
 )  # fmt: skip
 
@@ -55,6 +56,7 @@ def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]
     found[READ] += [f"{tag}: {problem}" for problem in outcome.unread]
     if outcome.state is None and not outcome.unread:
         found[READ].append(f"{tag}: no state")
+    found[REPLAYS] += [f"{tag}: {problem}" for problem in outcome.unreplayable]
     if outcome.status not in TERMINAL_STATUSES | _CLOSED:
         found[TERMINAL].append(f"{tag}: still {outcome.status} after {outcome.seconds:.0f}s")
     expected = set(plan.expect.split("|"))

@@ -12,17 +12,19 @@ import asyncio
 import contextlib
 import functools
 import random
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from chaos.history import completed_activities, fetch_chain
+from chaos.history import completed_activities, fetch_chain, replay_failures
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
 from schemas import RunInput, RunState
@@ -111,6 +113,7 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # state or history that could not be read
+    unreplayable: list[str] = field(default_factory=list)  # histories today's code cannot replay
 
 
 @dataclass
@@ -180,6 +183,10 @@ class Context:
     token_keys: Mapping[str, str] = field(default_factory=dict)
     # Set once the signing key was rotated: runs planned `after` it start then.
     rotated: asyncio.Event = field(default_factory=asyncio.Event)
+    # Where a history that does not replay is kept (it outlives the stack's directory).
+    nondeterministic: Path = field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "waitstate-chaos-nondeterministic"
+    )
 
     @functools.cached_property
     def runs(self) -> WaitstateClient:
@@ -368,6 +375,8 @@ async def _read(
     except (RPCError, TimeoutError, RuntimeError) as err:
         outcome.unread.append(f"history fetch failed: {type(err).__name__}: {err}")
     outcome.events = [event for events in outcome.chain for event in events]
+    ctx.nondeterministic.mkdir(parents=True, exist_ok=True)
+    outcome.unreplayable = await replay_failures(handle.id, outcome.chain, ctx.nondeterministic)
 
 
 async def _bounded(ctx: Context, awaitable: Awaitable[_T]) -> _T:
