@@ -5,11 +5,14 @@ The workflow keeps the conversation as a list of OpenAI message dicts and hands 
 every model activity (the plain way to write this on Temporal). The model activity calls the
 same SDK (`openai.AsyncOpenAI(max_retries=0)`) with the same system prompt and tool schemas;
 the tool activity calls the very same tool functions (`utc_now`, and a POST to the export
-service for `start_export`). A long tool's completion arrives as a signal.
+service for `start_export`). A long tool's completion arrives as a signal; a polled one
+(`enrich_dataset`) is polled by the tool activity itself, heartbeating, until it ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from bench.tools import ChunkArgs, chunk, chunk_tool
     from examples.demo.basic import UtcNowArgs, demo_tools, utc_now
     from examples.demo.exports import ExportArgs, ExportService, export_tool
+    from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
     from schemas.run import DEFAULT_SYSTEM_PROMPT
     from tools import ToolRegistry
 
@@ -35,6 +39,7 @@ FLOOR_MODEL = "floor_model"
 FLOOR_TOOL = "floor_tool"
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=8)
 TIMEOUT = timedelta(seconds=120)
+POLL_EVERY = 1.0  # seconds: enrich_dataset's poll interval on our side too
 
 
 @dataclass
@@ -111,6 +116,11 @@ class FloorWorkflow:
                     ),
                     result_type=ToolOutput,
                     start_to_close_timeout=TIMEOUT,
+                    heartbeat_timeout=(
+                        timedelta(seconds=POLL_EVERY * 2 + 5)
+                        if call["function"]["name"] == "enrich_dataset"
+                        else None
+                    ),
                     retry_policy=RETRY,
                 )
                 content = output.content
@@ -162,6 +172,8 @@ class FloorActivities:
             )
         if input.name == "chunk":
             return ToolOutput(content=await chunk(ChunkArgs.model_validate_json(input.arguments)))
+        if input.name == "enrich_dataset":
+            return ToolOutput(content=await self._enrich(input))
         args = ExportArgs.model_validate_json(input.arguments)
         response = await self.http.post(
             f"{self.systems_url}/exports",
@@ -171,16 +183,38 @@ class FloorActivities:
         response.raise_for_status()
         return ToolOutput(job_id=response.json()["job_id"])
 
+    async def _enrich(self, input: ToolInput) -> str:
+        """Start the pipeline job, then check it every POLL_EVERY until it ends."""
+        args = EnrichArgs.model_validate_json(input.arguments)
+        response = await self.http.post(
+            f"{self.systems_url}/pipelines/enrich",
+            json=args.model_dump(),
+            headers={"Idempotency-Key": f"{input.workflow_id}/{input.call_id}"},
+        )
+        response.raise_for_status()
+        job_id = response.json()["job_id"]
+        while True:
+            status = (await self.http.get(f"{self.systems_url}/pipelines/jobs/{job_id}")).json()
+            if status.get("status") != "running":
+                return json.dumps(status)
+            activity.heartbeat()
+            await asyncio.sleep(POLL_EVERY)
+
     def _tool(self, name: str) -> dict[str, Any]:
         return self.schemas[name]
 
 
 def tool_schemas(http: httpx.AsyncClient, systems_url: str) -> dict[str, dict[str, Any]]:
     """The OpenAI tool entries of the floor's tools, from the same declarations ours sends."""
-    specs = [*demo_tools(), export_tool(ExportService(http, systems_url)), chunk_tool()]
+    specs = [
+        *demo_tools(),
+        export_tool(ExportService(http, systems_url)),
+        enrich_tool(EnrichmentPipeline(http, systems_url)),
+        chunk_tool(),
+    ]
     registry = ToolRegistry(specs)
     entries = {}
-    for name in ("utc_now", "start_export", "chunk"):
+    for name in ("utc_now", "start_export", "enrich_dataset", "chunk"):
         tool = registry.definitions([name])[0]
         entries[name] = {
             "type": "function",

@@ -121,12 +121,14 @@ class Stack:
         self.systems.close()
         shutil.rmtree(self.state, ignore_errors=True)
 
-    async def lease(self, side: Side, label: str) -> tuple[str, Proc]:
+    async def lease(self, side: Side, label: str, *, bytecode: bool = True) -> tuple[str, Proc]:
         """A worker process of `side` and the task queue it polls: a fresh one, or in shared
-        mode the side's one worker."""
-        if not self.shared:
+        mode the side's one worker. `bytecode` False: a worker that compiles every module it
+        imports from source (no bytecode cache read or written), as in many container
+        images."""
+        if not self.shared or not bytecode:
             queue = new_id(label)
-            return queue, await self.worker(side, queue)
+            return queue, await self.worker(side, queue, bytecode=bytecode)
         if side not in self._leased:
             queue = new_id(f"shared-{side}")
             self._leased[side] = (queue, await self.worker(side, queue))
@@ -134,12 +136,16 @@ class Stack:
 
     async def release(self, worker: Proc) -> None:
         """Stop a leased worker, unless shared."""
-        if not self.shared:
+        if all(worker is not leased for _, leased in self._leased.values()):
             await asyncio.to_thread(worker.stop)
 
-    async def worker(self, side: Side, task_queue: str) -> Proc:
+    async def worker(self, side: Side, task_queue: str, *, bytecode: bool = True) -> Proc:
         """A fresh worker process for `side`, polling `task_queue`."""
         env = self.worker_env(task_queue)
+        if not bytecode:
+            # Neither written nor read: an empty cache prefix hides the checkout's .pyc files.
+            cache = Path(tempfile.mkdtemp(prefix="no-bytecode-", dir=self.state))
+            env |= {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(cache)}
         name = f"worker-{side}-{task_queue}"
         return await asyncio.to_thread(
             start_python, name, ["-m", "bench.worker", side], env, self.state, READY

@@ -175,7 +175,7 @@ class RunCarry(BaseModel):
     is not sent yet, and every operation still pending."""
 
     state: RunState
-    transcript_ref: str | None
+    transcript_ref: str | None = None
     unsent: list[Message]
     answer: str | None = Field(
         default=None, description="Set when the run was waiting for operations after answering."

@@ -6,6 +6,7 @@ and answers is recorded without `"tool_call_id": null, "is_error": false, ...`: 
 its default decodes to that same default. A run's input (`RunInput`, with whatever it carries
 across continue-as-new) is recorded whole: its defaults are policy (timeouts, turns, approval),
 and a run keeps the policy it was started with even if a later release changes a default.
+Only its unset fields (None) are left out: a field whose default is None keeps that default.
 Omitted defaults are therefore part of the replay contract of activity inputs and results:
 changing one of those defaults is a workflow change, like any other.
 """
@@ -42,7 +43,8 @@ class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
     def to_payload(self, value: Any) -> Payload | None:
         """Serialize `value`; a `RECORDED_WHOLE` value keeps its defaults."""
         whole = isinstance(value, RECORDED_WHOLE)
-        data = _SERIALIZER.to_json(value, exclude_defaults=not whole)
+        # Whole, but for what is unset (None): nothing to keep of it.
+        data = _SERIALIZER.to_json(value, exclude_defaults=not whole, exclude_none=whole)
         return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
 
 
