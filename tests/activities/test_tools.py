@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import ToolActivities
+from activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
 from blobs import LocalBlobStore
 from blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
 from examples.demo.basic import demo_tools
@@ -121,20 +122,22 @@ async def test_an_unexpected_failure_propagates_for_the_retry_policy(
 
 
 async def test_a_result_of_a_kilobyte_travels_inline(systems: Systems, tmp_path: Path) -> None:
-    result = await _run(_activities(_tools(systems), tmp_path), _call("text", {"size": 1024}))
+    size = INLINE_RESULT_BYTES
+    result = await _run(_activities(_tools(systems), tmp_path), _call("text", {"size": size}))
 
-    assert result.content == await _text(_Text(size=1024))
+    assert result.content == await _text(_Text(size=size))
     assert result.content_ref is None
 
 
 async def test_a_larger_result_travels_by_reference_and_the_history_keeps_a_preview(
     systems: Systems, tmp_path: Path
 ) -> None:
-    whole = await _text(_Text(size=1025))
+    size = INLINE_RESULT_BYTES + 1
+    whole = await _text(_Text(size=size))
 
-    result = await _run(_activities(_tools(systems), tmp_path), _call("text", {"size": 1025}))
+    result = await _run(_activities(_tools(systems), tmp_path), _call("text", {"size": size}))
 
-    assert result.content == whole[:600] + "…"
+    assert result.content == whole[:INLINE_PREVIEW_CHARS] + "…"
     assert result.content_ref is not None
     assert await LocalBlobStore(tmp_path).get(result.content_ref) == whole.encode()
 
@@ -158,7 +161,7 @@ async def test_a_result_past_the_threshold_reaches_the_model_as_a_preview_and_a_
     ref = trailer.split("the full result is ", 1)[1].split(";", 1)[0]
     assert await store.get(ref) == whole.encode()
     # The history's preview keeps that line in sight: the run offers read_ref when it sees it.
-    assert result.content == f"{shrunk[:600]}…\n{trailer}"
+    assert result.content == f"{shrunk[:INLINE_PREVIEW_CHARS]}…\n{trailer}"
 
 
 # --- approvals ------------------------------------------------------------------------------
