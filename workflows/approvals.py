@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -167,9 +168,24 @@ class ApprovalDesk:
                 request.tool,
                 f"approval {request.request_id} escalated to {policy.escalate_to}",
             )
-            self._board.show()
+            if not self._versions.checkpoint_policy:
+                self._board.show()
             if request.expires_at > workflow.now():
-                notices.append(self._notice(request, policy.escalate_to, escalation=True))
+                # From CHECKPOINT_POLICY on, the run shows its new deadline once the escalation
+                # is sent, not at once: a decision that reaches a worker in the same task as the
+                # window's timer may be seen before or after it (the SDK orders the two one way
+                # for a worker that rebuilds the run, and the other way on replay), and the
+                # escalation must leave nothing in history unless it outlived that task.
+                notices.append(
+                    self._notice(
+                        request,
+                        policy.escalate_to,
+                        escalation=True,
+                        then=self._board.show if self._versions.checkpoint_policy else None,
+                    )
+                )
+            elif self._versions.checkpoint_policy:
+                self._board.show()
             if await self._decided(request):
                 return
         # Nothing was awaited since `_decided` found the request open: it still is.
@@ -213,9 +229,15 @@ class ApprovalDesk:
     # --- telling people ------------------------------------------------------------------
 
     def _notice(
-        self, request: ApprovalRequest, recipient: str, *, escalation: bool
+        self,
+        request: ApprovalRequest,
+        recipient: str,
+        *,
+        escalation: bool,
+        then: Callable[[], None] | None = None,
     ) -> asyncio.Task[None]:
-        """Notify in a task of its own, cancelled once the request closes."""
+        """Notify in a task of its own, cancelled once the request closes; `then` runs once
+        the notice was sent (or given up on)."""
 
         async def notify() -> None:
             try:
@@ -223,7 +245,9 @@ class ApprovalDesk:
             except ActivityError as err:
                 if not is_cancelled_exception(err):
                     raise
-                # Cancelled because the request closed: nothing is lost, nothing to report.
+                return  # cancelled because the request closed: nothing is lost
+            if then is not None:
+                then()
 
         return asyncio.create_task(notify())
 

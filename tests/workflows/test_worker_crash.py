@@ -12,8 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
@@ -21,9 +23,11 @@ from gateway.app import create_app as gateway_app
 from gateway.delivery import TemporalDeliverer
 from gateway.tokens import ResumeTokens
 from schemas import RunInput
+from schemas.approvals import ApprovalPolicy, DecideInput
 from schemas.run import POLL_OPERATION
-from tests.helpers import eventually
+from tests.helpers import eventually, quiet_history_length
 from tests.rigs import WorkerProcess
+from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"crash": "c" * 40}
@@ -137,3 +141,59 @@ async def test_worker_killed_right_after_the_start_was_accepted(
     [key] = [k for k in stats["keys"].values() if k["kind"] == "export"]
     assert key["jobs_created"] == 1, "the retried start found the job, it did not make another"
     assert key["starts"] == 2
+
+
+async def test_a_decision_waiting_for_a_worker_when_the_window_passed_replays(
+    dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
+) -> None:
+    """The worker dies with the run waiting for a person; the approval window passes (its timer
+    fires into a workflow task nobody takes) and a person decides before a worker is back.
+    The new worker gets the timer and the decision in one task it has to rebuild the run for:
+    whatever order it sees them in, the history it writes must replay."""
+    worker, _ = crash_stack
+    await worker.start()
+    policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
+    handle = await dev_env.client.start_workflow(
+        AgentRunWorkflow.run,
+        RunInput(
+            task="ask first",
+            model="scripted:ask-first",
+            tools=["request_approval"],
+            approval=policy,
+        ),
+        id=f"crash-decision-{task_queue}",
+        task_queue=task_queue,
+    )
+
+    async def open_request() -> str | None:
+        state = await handle.query(AgentRunWorkflow.status)
+        return next((r.request_id for r in state.approvals.values() if r.open), None)
+
+    request_id = await eventually(open_request, "the approval request")
+    await quiet_history_length(handle)
+    await worker.kill()
+
+    async def fired() -> bool:
+        # The window's timer fired into a task for the dead worker's sticky queue.
+        events = [event async for event in handle.fetch_history_events()]
+        return any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for e in events)
+
+    await eventually(fired, "the approval window to pass")
+    # The person decides while that task waits for the dead worker (it times out, then goes to
+    # the worker started below, cold).
+    deciding = asyncio.create_task(
+        handle.execute_update(
+            AgentRunWorkflow.decide,
+            DecideInput(request_id=request_id, decision="approve", reviewer="ana"),
+        )
+    )
+    await worker.start()
+    outcome = await asyncio.wait_for(deciding, RESULT_TIMEOUT)
+    result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    history = await handle.fetch_history()
+    replay = await Replayer(
+        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+    ).replay_workflow(history, raise_on_replay_failure=False)
+
+    assert outcome.status == "approved" and result.status == "completed"
+    assert replay.replay_failure is None, replay.replay_failure
