@@ -31,6 +31,7 @@ from tools import ToolRegistry, ToolSpec
 from waitstate.converter import DATA_CONVERTER
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
+from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # How long `eventually` waits by default: far longer than anything takes on a loaded 2-core
@@ -182,14 +183,32 @@ async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:
 
 async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     """The run's history replays on today's code. With WAITSTATE_RECORD_HISTORIES=1 it is
-    also kept as tests/histories/<name>.json, which test_replay checks every later change
-    against."""
+    also kept under tests/histories/, which test_replay checks every later change against:
+    as `<name>.json`, or `<name>.<patch>.json` for a run of a newer workflow version (the
+    newest patch it records). A history already kept is never written again."""
     history = await handle.fetch_history()
     replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
-    if os.environ.get("WAITSTATE_RECORD_HISTORIES") == "1":
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
+    if os.environ.get("WAITSTATE_RECORD_HISTORIES") != "1":
+        return
+    patches = _patches(history.events)
+    patch = next((p for p in (CHECKPOINT_POLICY, EXACTLY_ONCE) if p in patches), None)
+    path = HISTORIES / (f"{name}.json" if patch is None else f"{name}.{patch}.json")
+    if not path.exists():
+        path.write_text(history.to_json())
+
+
+def _patches(events: Sequence[Any]) -> set[str]:
+    """The patch ids a history's markers record."""
+    found = set()
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        details = event.marker_recorded_event_attributes.details
+        for payload in details["patch-data"].payloads if "patch-data" in details else []:
+            found.add(str(json.loads(payload.data).get("id", "")))
+    return found
 
 
 async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
