@@ -146,6 +146,9 @@ class ToolRegistry:
 
     def __init__(self, specs: Iterable[ToolSpec]) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        # Built once per tool: generating a JSON schema costs more than the rest of a model
+        # call's preparation, and every call sends the definitions.
+        self._definitions: dict[str, ToolDefinition] = {}
         for spec in specs:
             if spec.name in self._specs:
                 raise ValueError(f"tool {spec.name!r} is declared twice")
@@ -181,7 +184,12 @@ class ToolRegistry:
                 for name in BUILTIN_TOOLS
                 if name in self._specs and name not in names
             ]
-        return [spec.definition() for spec in specs]
+        return [self._definition(spec) for spec in specs]
+
+    def _definition(self, spec: ToolSpec) -> ToolDefinition:
+        if (known := self._definitions.get(spec.name)) is None:
+            known = self._definitions[spec.name] = spec.definition()
+        return known
 
     def parse(self, call: ToolCall) -> tuple[ToolSpec, BaseModel] | ToolResult:
         """The tool and its validated arguments, or an error result the model can act on."""

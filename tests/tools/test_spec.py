@@ -148,6 +148,14 @@ def test_definitions_carry_field_descriptions(registry: ToolRegistry) -> None:
     assert utc_now.parameters["properties"] == {}
 
 
+def test_definitions_are_built_once_per_tool(registry: ToolRegistry) -> None:
+    # Every model call sends them: the JSON schema is generated on first use only.
+    (first,) = registry.definitions(["calculate"])
+    again, _ = registry.definitions(["calculate", "utc_now"])
+
+    assert again is first
+
+
 def test_definitions_reject_unknown_names(registry: ToolRegistry) -> None:
     with pytest.raises(KeyError, match="unknown tools: nope; known: calculate, count_words"):
         registry.definitions(["calculate", "nope"])
