@@ -23,12 +23,6 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from examples.demo.catalog import TOOL_NAMES
-from providers.base import parse_model_spec
-from providers.scripted import SCRIPTS
-from schemas import RunInput, RunState, Step
-from schemas.approvals import DecideInput, DecideOutcome
-from schemas.builtin import REQUEST_APPROVAL
-from settings import Settings, exit_process
 from waitstate.client import (
     DECIDE_TIMEOUT,
     ClientError,
@@ -43,6 +37,12 @@ from waitstate.client import (
     fleet_report,
     new_run_id,
 )
+from waitstate.providers.base import parse_model_spec
+from waitstate.providers.scripted import SCRIPTS
+from waitstate.schemas import RunInput, RunState, Step
+from waitstate.schemas.approvals import DecideInput, DecideOutcome
+from waitstate.schemas.builtin import REQUEST_APPROVAL
+from waitstate.settings import Settings, exit_process
 
 PROVIDERS = ("openai", "anthropic", "scripted")
 

@@ -18,14 +18,14 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import ApprovalActivities, ModelActivities, OperationActivities, ToolActivities
-from blobs import LocalBlobStore
 from examples.demo.catalog import all_tools
-from gateway.tokens import ResumeTokens
-from providers import Provider, Providers, UnknownModelError
-from providers.scripted import ScriptedProvider
-from settings import Settings, connect, exit_process
-from tools import ToolRegistry, ToolSpec, builtin_tools
-from tools.read_ref import read_ref_tool
+from waitstate.blobs import LocalBlobStore
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.providers import Provider, Providers, UnknownModelError
+from waitstate.providers.scripted import ScriptedProvider
+from waitstate.settings import Settings, connect, exit_process
+from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
+from waitstate.tools.read_ref import read_ref_tool
 from workflows.agent_run import AgentRunWorkflow
 
 log = logging.getLogger("waitstate.worker")
@@ -48,7 +48,7 @@ def build_providers(settings: Settings) -> Providers:
         # memory and takes seconds to load, for workers that may never call it.
         import openai
 
-        from providers.openai import OpenAIProvider
+        from waitstate.providers.openai import OpenAIProvider
 
         client = openai.AsyncOpenAI(
             api_key=settings.openai_api_key or _PLACEHOLDER_KEY,
@@ -62,7 +62,7 @@ def build_providers(settings: Settings) -> Providers:
             raise UnknownModelError("anthropic: ANTHROPIC_API_KEY is not set on the worker")
         import anthropic
 
-        from providers.anthropic import AnthropicProvider
+        from waitstate.providers.anthropic import AnthropicProvider
 
         client = anthropic.AsyncAnthropic(
             api_key=settings.anthropic_api_key or _PLACEHOLDER_KEY,

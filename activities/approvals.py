@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import httpx
 from temporalio import activity
 
-from gateway.tokens import approval_subject
-from schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
-from schemas.run import NOTIFY_APPROVAL
+from waitstate.gateway.tokens import approval_subject
+from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
+from waitstate.schemas.run import NOTIFY_APPROVAL
 
 if TYPE_CHECKING:
-    from gateway.tokens import MintedToken, ResumeTokens
+    from waitstate.gateway.tokens import MintedToken, ResumeTokens
 
 
 class ApprovalActivities:

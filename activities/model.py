@@ -9,19 +9,19 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from blobs import BlobNotFound, BlobStore
-from providers import Provider, ProviderError, Providers, UnknownModelError
-from providers.base import shorten
-from schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
-from schemas.builtin import REF_PREFIX
-from schemas.errors import (
+from waitstate.blobs import BlobNotFound, BlobStore
+from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
+from waitstate.providers.base import shorten
+from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
+from waitstate.schemas.builtin import REF_PREFIX
+from waitstate.schemas.errors import (
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
     MODEL_UNAVAILABLE,
     RUN_INPUT_INVALID,
 )
-from schemas.run import CALL_MODEL
-from tools import ToolRegistry
+from waitstate.schemas.run import CALL_MODEL
+from waitstate.tools import ToolRegistry
 
 _TRANSCRIPT = TypeAdapter(list[Message])
 

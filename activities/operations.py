@@ -8,16 +8,16 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
-from schemas.operations import (
+from waitstate.schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
     Completion,
     OperationError,
     PollOperationInput,
 )
-from schemas.run import CANCEL_OPERATION, POLL_OPERATION
-from tools import LongSpec, ToolError, ToolRegistry
+from waitstate.schemas.run import CANCEL_OPERATION, POLL_OPERATION
+from waitstate.tools import LongSpec, ToolError, ToolRegistry
 
 _TERMINAL = ("succeeded", "failed")
 

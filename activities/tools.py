@@ -8,21 +8,21 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from blobs import BlobStore
-from blobs.results import shrink
-from schemas import ToolCallInput, ToolResult
-from schemas.approvals import ApprovalNeeded
-from schemas.builtin import REF_PREFIX
-from schemas.errors import RUN_INPUT_INVALID
-from schemas.operations import OperationStarted
-from schemas.run import CALL_TOOL
-from tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
-from tools.spec import error_result
+from waitstate.blobs import BlobStore
+from waitstate.blobs.results import shrink
+from waitstate.schemas import ToolCallInput, ToolResult
+from waitstate.schemas.approvals import ApprovalNeeded
+from waitstate.schemas.builtin import REF_PREFIX
+from waitstate.schemas.errors import RUN_INPUT_INVALID
+from waitstate.schemas.operations import OperationStarted
+from waitstate.schemas.run import CALL_TOOL
+from waitstate.tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
+from waitstate.tools.spec import error_result
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from gateway.tokens import ResumeTokens
+    from waitstate.gateway.tokens import ResumeTokens
 
 INLINE_RESULT_BYTES = 1024
 INLINE_PREVIEW_CHARS = 600

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.figures import FIGURES, QUICK, Row, Sizes
 from bench.procs import ROOT, machine
 from bench.stack import Stack
-from settings import exit_process
+from waitstate.settings import exit_process
 
 MARKER = "<!-- Everything below is written by `python -m bench`. -->"
 DEFAULT_OUT = ROOT / "docs" / "benchmarks.md"

@@ -31,8 +31,8 @@ with workflow.unsafe.imports_passed_through():
     from examples.demo.basic import UtcNowArgs, demo_tools, utc_now
     from examples.demo.exports import ExportArgs, ExportService, export_tool
     from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
-    from schemas.run import DEFAULT_SYSTEM_PROMPT
-    from tools import ToolRegistry
+    from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
+    from waitstate.tools import ToolRegistry
 
 FLOOR_WORKFLOW = "FloorWorkflow"
 FLOOR_MODEL = "floor_model"

@@ -27,18 +27,18 @@ from bench.floor import FLOOR_MODEL, FLOOR_WORKFLOW, FloorInput
 from bench.procs import Proc, free_port, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from schemas import RunInput
-from schemas.operations import Completion
 from waitstate.client import ClientError, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput
+from waitstate.schemas.operations import Completion
 
 Side = Literal["ours", "floor"]
 SIDES: tuple[Side, ...] = ("ours", "floor")
 MODEL_NAME = "bench"
 CALL_MODEL = "call_model"
-MAX_CACHED_WORKFLOWS = 100  # the production default (settings.py), for both sides
+MAX_CACHED_WORKFLOWS = 100  # the production default (waitstate/settings.py), for both sides
 RESULT_TIMEOUT = 300.0
 
 
@@ -86,7 +86,7 @@ class Stack:
         starting_gateway = asyncio.to_thread(
             start_python,
             "gateway",
-            ["-m", "gateway"],
+            ["-m", "waitstate.gateway"],
             {
                 **_base_env(),
                 "TEMPORAL_ADDRESS": address,

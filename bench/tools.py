@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tools import ToolSpec
+from waitstate.tools import ToolSpec
 
 CHUNK_BYTES = 4096
 

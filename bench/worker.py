@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.tools import chunk_tool
-from settings import Settings, connect, exit_process
+from waitstate.settings import Settings, connect, exit_process
 
 READY = "bench worker ready"
 

@@ -17,7 +17,7 @@ from chaos.driver import SIZES, Suite
 from chaos.model import Check
 from chaos.report import table
 from chaos.stack import Stack
-from settings import exit_process
+from waitstate.settings import exit_process
 
 DEFAULT_SEED = 20261129
 

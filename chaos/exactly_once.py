@@ -39,9 +39,9 @@ from chaos.history import accepted_updates, cancel_attempts, carried, tool_start
 from chaos.invariants import operations_by_key, report_answers, report_names, run_keys, taken
 from chaos.model import Check
 from chaos.runs import EXPORT_TOOLS, Answer, Category, RunOutcome, RunPlan
-from schemas import RunInput
-from schemas.approvals import ApprovalPolicy, DecisionKind
-from schemas.operations import TERMINAL_OPERATION_STATUSES
+from waitstate.schemas import RunInput
+from waitstate.schemas.approvals import ApprovalPolicy, DecisionKind
+from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
 
 PROGRESS_BEFORE = "7 progress before the start returns"
 PROGRESS_AFTER = "7 progress after the start returns"

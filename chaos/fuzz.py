@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 from pydantic import BaseModel, ValidationError
 
-from gateway.app import DEFAULT_MAX_BODY_BYTES
-from schemas.approvals import DecisionBody
-from schemas.operations import Completion
+from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
+from waitstate.schemas.approvals import DecisionBody
+from waitstate.schemas.operations import Completion
 
 # The hand-read bodies, by their component name in the document: what "valid" means.
 MODELS: Mapping[str, type[BaseModel]] = {"Completion": Completion, "DecisionBody": DecisionBody}

@@ -43,15 +43,15 @@ from chaos.model import Check, GatewayTarget
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
-from gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
-from providers import Providers
-from providers.scripted import ScriptedProvider
-from schemas import Message, ModelResponse, RunInput, RunResult, RunState, ToolDefinition
-from schemas.approvals import ApprovalPolicy, ApprovalRequest
-from schemas.operations import Operation
-from schemas.run import NOTIFY_APPROVAL
-from settings import Settings
 from waitstate.client import WaitstateClient
+from waitstate.gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
+from waitstate.providers import Providers
+from waitstate.providers.scripted import ScriptedProvider
+from waitstate.schemas import Message, ModelResponse, RunInput, RunResult, RunState, ToolDefinition
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.operations import Operation
+from waitstate.schemas.run import NOTIFY_APPROVAL
+from waitstate.settings import Settings
 
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]

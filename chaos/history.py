@@ -18,8 +18,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from schemas.run import CALL_TOOL, CANCEL_OPERATION
 from waitstate.converter import DATA_CONVERTER
+from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW

@@ -16,7 +16,7 @@ from typing import Any
 from chaos.history import accepted_updates, signal_inputs, update_inputs
 from chaos.runs import MODEL_TIMEOUT, RETRY_AFTER, RunOutcome
 from chaos.wire import HANG_LIMIT
-from schemas.run import TERMINAL_STATUSES
+from waitstate.schemas.run import TERMINAL_STATUSES
 from waitstate.testing.wire_server import RecordedRequest
 
 # Invariant names: the rows of the table's second half.

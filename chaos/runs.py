@@ -27,11 +27,11 @@ from temporalio.service import RPCError
 from chaos.history import completed_activities, fetch_chain, replay_failures
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
-from schemas import RunInput, RunState
-from schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
-from schemas.operations import Operation
-from schemas.run import NOTIFY_APPROVAL
 from waitstate.client import ClientError, DecisionRefused, RunEnded, WaitstateClient
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
+from waitstate.schemas.operations import Operation
+from waitstate.schemas.run import NOTIFY_APPROVAL
 from waitstate.testing.wire_server import error, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 

@@ -267,7 +267,7 @@ class Stack:
         self.systems_urls = list(await asyncio.gather(*(s.start() for s in self.systems)))
         self.gateway = Service(
             "gateway",
-            [sys.executable, "-m", "gateway"],
+            [sys.executable, "-m", "waitstate.gateway"],
             {**base, "GATEWAY_PORT": "0"},
             self.dir / "gateway.log",
             re.compile(r"gateway listening on (http://\S+)"),

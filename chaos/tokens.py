@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from chaos.history import operation_nonce
-from gateway.tokens import ResumeTokens
-from schemas.operations import Operation
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas.operations import Operation
 
 
 def job_token(

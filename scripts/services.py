@@ -65,7 +65,7 @@ def main() -> int:
             "demo systems listening on",
         )
         _python_up(state, "worker", [str(ROOT / "worker.py")], env, "worker polling")
-        _python_up(state, "gateway", ["-m", "gateway"], env, "gateway listening on")
+        _python_up(state, "gateway", ["-m", "waitstate.gateway"], env, "gateway listening on")
         print(
             f"Temporal {host}:{port}, Web UI http://{host}:{ui_port}, "
             f"gateway {env['GATEWAY_URL']}, demo systems {env['DEMO_SYSTEMS_URL']}, state in {state}"

@@ -22,13 +22,13 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, Worker
 
 from examples.demo.basic import demo_tools
-from gateway.tokens import ResumeTokens
-from schemas import ToolCall
-from schemas.operations import Operation
-from schemas.run import CALL_TOOL, ToolCallInput
-from settings import Settings
-from tools import ToolRegistry, ToolSpec
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import ToolCall
+from waitstate.schemas.operations import Operation
+from waitstate.schemas.run import CALL_TOOL, ToolCallInput
+from waitstate.settings import Settings
+from waitstate.tools import ToolRegistry, ToolSpec
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
 from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE

@@ -32,15 +32,15 @@ from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
-from gateway.app import create_app as gateway_app
-from gateway.tokens import ResumeClaims, ResumeTokens
-from schemas import RunInput, RunResult
-from schemas.approvals import DecideOutcome, DecisionBody
-from schemas.operations import Completion, CompletionOutcome, ResultMode
-from settings import Settings
 from tests.helpers import eventually, make_worker
-from tools import ToolSpec
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
+from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.approvals import DecideOutcome, DecisionBody
+from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMode
+from waitstate.settings import Settings
+from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 

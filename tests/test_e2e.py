@@ -22,10 +22,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key
-from gateway.tokens import ResumeTokens
-from schemas import RunResult, RunState
 from tests.helpers import callback_token, eventually, quiet_history_length
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunResult, RunState
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from providers import Provider, Providers, UnknownModelError
-from providers.scripted import ScriptedProvider
-from settings import Settings
+from waitstate.providers import Provider, Providers, UnknownModelError
+from waitstate.providers.scripted import ScriptedProvider
+from waitstate.settings import Settings
 
 
 def test_defaults() -> None:

@@ -23,10 +23,10 @@ from examples.demo.basic import demo_tools
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult
-from settings import Settings
 from tests.helpers import eventually, make_worker
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult
+from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from providers import UnknownModelError
-from providers.anthropic import AnthropicProvider
-from providers.openai import OpenAIProvider
-from providers.scripted import ScriptedProvider
-from settings import Settings
+from waitstate.providers import UnknownModelError
+from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.providers.openai import OpenAIProvider
+from waitstate.providers.scripted import ScriptedProvider
+from waitstate.settings import Settings
 from worker import build_providers
 
 

@@ -47,11 +47,11 @@ from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
 # How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
-from gateway.delivery import rpc_refusal
-from schemas import RunInput, RunResult, RunState, Step
-from schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
-from schemas.run import CALL_MODEL, CALL_TOOL
-from settings import DEFAULT_TASK_QUEUE, Settings, connect
+from waitstate.gateway.delivery import rpc_refusal
+from waitstate.schemas import RunInput, RunResult, RunState, Step
+from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
+from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
+from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import (
     AGENT_STATUS,

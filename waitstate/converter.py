@@ -26,7 +26,7 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 
-from schemas.run import RunInput
+from waitstate.schemas.run import RunInput
 
 # Recorded with every field, defaults included.
 RECORDED_WHOLE: tuple[type[Any], ...] = (RunInput,)

@@ -17,7 +17,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     # Everything but this story is passed through: loaded once per worker, not once per run.
-    from schemas import (
+    from waitstate.schemas import (
         Message,
         ModelCallInput,
         ModelResponse,
@@ -28,17 +28,17 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
     )
-    from schemas.approvals import DecideInput, DecideOutcome, DecisionSignal
-    from schemas.builtin import (
+    from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionSignal
+    from waitstate.schemas.builtin import (
         GET_OPERATION_STATUS,
         READ_REF,
         REF_PREFIX,
         REQUEST_APPROVAL,
         WAIT_FOR_OPERATIONS,
     )
-    from schemas.errors import RUN_FAILED
-    from schemas.operations import CompleteOperation, CompletionOutcome
-    from schemas.run import CALL_MODEL, CarriedTurn, ParkedCall
+    from waitstate.schemas.errors import RUN_FAILED
+    from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+    from waitstate.schemas.run import CALL_MODEL, CarriedTurn, ParkedCall
     from workflows import ledger
     from workflows.activity_calls import Failed, call
     from workflows.approvals import ApprovalDesk, ApprovalExpired

@@ -13,8 +13,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from schemas import RunInput, RunState, ToolCall, ToolResult
-from schemas.approvals import (
+from waitstate.schemas import RunInput, RunState, ToolCall, ToolResult
+from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,
     ApprovalPolicy,
@@ -25,14 +25,14 @@ from schemas.approvals import (
     DecisionKind,
     DecisionSignal,
 )
-from schemas.builtin import RequestApprovalArgs
-from schemas.errors import (
+from waitstate.schemas.builtin import RequestApprovalArgs
+from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from schemas.run import NOTIFY_APPROVAL
+from waitstate.schemas.run import NOTIFY_APPROVAL
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard, approval_decided

@@ -11,9 +11,9 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
-from schemas import RunState, RunStatus
-from schemas.approvals import ApprovalRequest
-from schemas.operations import Operation
+from waitstate.schemas import RunState, RunStatus
+from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.operations import Operation
 from workflows.memory import Memory, Wait
 from workflows.search_attributes import (
     AGENT_STATUS,

@@ -9,8 +9,8 @@ from typing import NoReturn
 
 from temporalio import workflow
 
-from schemas import RunInput, RunState
-from schemas.run import CarriedTurn, RunCarry
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.run import CarriedTurn, RunCarry
 from workflows.memory import Memory, Wait
 from workflows.versions import Versions
 

@@ -15,10 +15,10 @@ from typing import Literal
 from temporalio.exceptions import FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from schemas import RunState, Step, ToolCall, ToolResult, Usage
-from schemas.approvals import ApprovalRequest
-from schemas.operations import Completion, Operation
-from schemas.run import Checkpoint
+from waitstate.schemas import RunState, Step, ToolCall, ToolResult, Usage
+from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.operations import Completion, Operation
+from waitstate.schemas.run import Checkpoint
 
 PREVIEW_CHARS = 160
 # The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
-from schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
+from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
+from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.versions import Versions

@@ -18,15 +18,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from schemas import Message, RunInput, RunState, ToolCall, ToolCallInput, ToolResult
-from schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
-from schemas.errors import (
+from waitstate.schemas import Message, RunInput, RunState, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
+from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
-from schemas.operations import (
+from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
     CompleteOperation,
@@ -37,7 +37,7 @@ from schemas.operations import (
     OperationStarted,
     PollOperationInput,
 )
-from schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, ParkedCall
+from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, ParkedCall
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard, cancel_failed, operation_finished

@@ -10,8 +10,8 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
-from settings import Settings
-from tools.spec import ToolSpec
+from waitstate.settings import Settings
+from waitstate.tools.spec import ToolSpec
 
 
 def all_tools(http: httpx.AsyncClient, settings: Settings) -> list[ToolSpec]:

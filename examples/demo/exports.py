@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from examples.demo.services import JobService
-from schemas.operations import ResultMode
-from tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
+from waitstate.schemas.operations import ResultMode
+from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
 
 EXPORT_ETA = timedelta(minutes=15)
 

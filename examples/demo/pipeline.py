@@ -7,8 +7,8 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 
 from examples.demo.services import JobService
-from schemas.operations import ResultMode
-from tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
+from waitstate.schemas.operations import ResultMode
+from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
 
 ENRICH_ETA = timedelta(minutes=10)
 

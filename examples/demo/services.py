@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 import httpx
 
-from schemas.operations import Completion, OperationError
-from tools.spec import Job, StartContext, ToolError
+from waitstate.schemas.operations import Completion, OperationError
+from waitstate.tools.spec import Job, StartContext, ToolError
 
 # Answers a retry may fix, though they are 4xx: timeout, conflict (a request with the same key
 # still in flight), rate limit.

@@ -12,15 +12,15 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities import ApprovalActivities
-from gateway.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
-from schemas.approvals import (
+from tests.rigs import Systems
+from waitstate.gateway.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
+from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,
     ApprovalPolicy,
     ApprovalRequest,
     OnTimeout,
 )
-from tests.rigs import Systems
 
 TOKENS = ResumeTokens({"k1": "k" * 40}, "k1")
 GATEWAY = "http://gateway.test/"

@@ -18,15 +18,15 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import ModelActivities
 from activities.model import FAILURE_CHARS
-from blobs import LocalBlobStore
-from providers import Providers
-from schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
-from schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
-from settings import Settings
 from tests.helpers import eventually, make_worker
-from tools import ToolRegistry
+from waitstate.blobs import LocalBlobStore
 from waitstate.converter import DATA_CONVERTER
+from waitstate.providers import Providers
+from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
+from waitstate.schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
+from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, error, openai_text
+from waitstate.tools import ToolRegistry
 from worker import build_providers
 from workflows.agent_run import AgentRunWorkflow
 

@@ -17,18 +17,18 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import OperationActivities
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
-from schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
-from schemas.operations import (
+from tests.helpers import EVENTUALLY_WITHIN, eventually
+from tests.rigs import Systems
+from waitstate.schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
     Completion,
     OperationError,
     PollOperationInput,
 )
-from tests.helpers import EVENTUALLY_WITHIN, eventually
-from tests.rigs import Systems
-from tools import Job, LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
-from tools.builtin import builtin_tools
+from waitstate.tools import Job, LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
+from waitstate.tools.builtin import builtin_tools
 
 FAILED = OperationError(code="bad_rows", message="row 12 is malformed", retryable=False)
 

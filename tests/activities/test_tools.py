@@ -19,18 +19,18 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import ToolActivities
 from activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
-from blobs import LocalBlobStore
-from blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
 from examples.demo.basic import demo_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import ENRICH_ETA, EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_approval_policy, refund_tools
-from gateway.tokens import ResumeTokens
-from schemas import ToolCall, ToolCallInput, ToolResult
-from schemas.builtin import REF_PREFIX
-from schemas.errors import RUN_INPUT_INVALID
 from tests.rigs import Systems
-from tools import ToolRegistry, ToolSpec
+from waitstate.blobs import LocalBlobStore
+from waitstate.blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.builtin import REF_PREFIX
+from waitstate.schemas.errors import RUN_INPUT_INVALID
+from waitstate.tools import ToolRegistry, ToolSpec
 
 TOKENS = ResumeTokens({"k1": "k" * 40}, "k1")
 GATEWAY = "http://gateway.test/"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from blobs import LocalBlobStore, ref_for, shrink
+from waitstate.blobs import LocalBlobStore, ref_for, shrink
 
 
 @pytest.fixture

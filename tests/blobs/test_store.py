@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import pytest
 
-from blobs import REF_PREFIX, BlobNotFound, LocalBlobStore, parse_ref, ref_for
+from waitstate.blobs import REF_PREFIX, BlobNotFound, LocalBlobStore, parse_ref, ref_for
 
 DIGEST = hashlib.sha256(b"hello").hexdigest()
 
@@ -231,7 +231,7 @@ async def test_a_5_mb_blob(store: LocalBlobStore, monkeypatch: pytest.MonkeyPatc
     def spy_open(path: Path, mode: str) -> Spy:
         return Spy(path.open(mode))
 
-    monkeypatch.setattr("blobs.store.open", spy_open, raising=False)
+    monkeypatch.setattr("waitstate.blobs.store.open", spy_open, raising=False)
     offset = 3 * 1024 * 1024 + 17
     assert await store.get(ref, offset, 4000) == data[offset : offset + 4000]
     assert reads == [4000]

@@ -12,11 +12,11 @@ from chaos.model import GatewayTarget
 from examples.demo.catalog import all_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from settings import Settings
 from tests.helpers import make_worker
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.settings import Settings
 
 # Two keys: tokens are signed with the first, and the second makes the nonce-mismatch attack
 # possible (a token that verifies but was not the one the run was given).

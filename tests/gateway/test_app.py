@@ -15,10 +15,6 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.delivery import DeliveryRefused
-from gateway.tokens import ResumeTokens
-from schemas.operations import Completion, CompletionOutcome
 from tests.helpers import MALFORMED_COMPLETIONS, assert_error, random_request
 from tests.rigs import (
     GATEWAY_SECRET,
@@ -29,6 +25,10 @@ from tests.rigs import (
     RecordingDeliverer,
     running_gateway,
 )
+from waitstate.gateway.app import create_app
+from waitstate.gateway.delivery import DeliveryRefused
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas.operations import Completion, CompletionOutcome
 
 URL = f"/v1/operations/{OP}/complete"
 SUCCEEDED = {"status": "succeeded", "result": {"rows": 42}}
@@ -246,10 +246,10 @@ async def test_refusals_are_logged_without_the_token(
     gw: Gateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     token = gw.token(expires_in=-timedelta(seconds=1))
-    with caplog.at_level(logging.INFO, logger="gateway.app"):
+    with caplog.at_level(logging.INFO, logger="waitstate.gateway.app"):
         await gw.client.post(URL, json=SUCCEEDED, headers={"Authorization": f"Bearer {token}"})
 
-    [record] = [r for r in caplog.records if r.name == "gateway.app"]
+    [record] = [r for r in caplog.records if r.name == "waitstate.gateway.app"]
     assert record.levelno == logging.INFO
     assert "410" in record.getMessage() and "token_expired" in record.getMessage()
     assert token not in caplog.text

@@ -24,18 +24,18 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from gateway import delivery
-from gateway.delivery import DeliveryRefused, TemporalDeliverer
-from gateway.tokens import ResumeClaims, approval_subject
-from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
-from schemas.errors import (
+from tests.helpers import assert_error
+from tests.rigs import MAX_BODY, RUN, Gateway, running_gateway
+from waitstate.gateway import delivery
+from waitstate.gateway.delivery import DeliveryRefused, TemporalDeliverer
+from waitstate.gateway.tokens import ResumeClaims, approval_subject
+from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
+from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from tests.helpers import assert_error
-from tests.rigs import MAX_BODY, RUN, Gateway, running_gateway
 from workflows.agent_run import AgentRunWorkflow
 
 REQUEST = "apr_1"

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.client import Client
 
-from gateway.delivery import DeliveryRefused, TemporalDeliverer, update_id
-from gateway.tokens import ResumeClaims
-from schemas.operations import Completion, OperationError
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.delivery import DeliveryRefused, TemporalDeliverer, update_id
+from waitstate.gateway.tokens import ResumeClaims
+from waitstate.schemas.operations import Completion, OperationError
 
 DONE = Completion(status="succeeded", result={"rows": 7})
 HALF = Completion(status="running", progress="50%")

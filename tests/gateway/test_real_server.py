@@ -34,12 +34,6 @@ from examples.demo.exports import ExportService, export_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens, approval_subject
-from schemas import RunInput, RunResult, RunState
-from schemas.approvals import ApprovalRequest
-from settings import Settings
 from tests.helpers import (
     MALFORMED_COMPLETIONS,
     assert_error,
@@ -49,6 +43,12 @@ from tests.helpers import (
     random_request,
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, MAX_BODY, REFUND_TASK, REFUND_TOOLS
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens, approval_subject
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}
@@ -319,7 +319,7 @@ async def test_refused_completions_never_reach_the_run(
             ),
         ]
         before = await quiet_history_length(handle)
-        with caplog.at_level(logging.INFO, logger="gateway.app"):
+        with caplog.at_level(logging.INFO, logger="waitstate.gateway.app"):
             answers = [
                 (what, await _send(rig.http, url, body, authorization))
                 for what, body, authorization, _, _ in cases

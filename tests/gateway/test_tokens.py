@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.tokens import (
+from waitstate.gateway.tokens import (
     MAX_TOKEN_CHARS,
     ExpiredToken,
     InvalidToken,
@@ -18,7 +18,7 @@ from gateway.tokens import (
     ResumeTokens,
     nonce_hash,
 )
-from settings import Settings
+from waitstate.settings import Settings
 
 OLD = "old-key-0123456789abcdef0123456789abcdef"
 NEW = "new-key-0123456789abcdef0123456789abcdef"

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import anthropic
 import pytest
 
-from providers.anthropic import AnthropicProvider
-from schemas import Message, ToolCall, ToolDefinition
+from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.schemas import Message, ToolCall, ToolDefinition
 from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use
 
 LOOKUP = ToolDefinition(

@@ -7,7 +7,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from providers.base import (
+from waitstate.providers.base import (
     MESSAGE_CHARS,
     ProviderError,
     no_response_message,

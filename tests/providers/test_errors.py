@@ -12,10 +12,10 @@ import anthropic
 import openai
 import pytest
 
-from providers.anthropic import AnthropicProvider
-from providers.base import MESSAGE_CHARS, Provider, ProviderError
-from providers.openai import OpenAIProvider
-from schemas import Message
+from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.providers.base import MESSAGE_CHARS, Provider, ProviderError
+from waitstate.providers.openai import OpenAIProvider
+from waitstate.schemas import Message
 from waitstate.testing.wire_server import WireServer, delayed, error
 
 HELLO = [Message(role="user", content="hello")]

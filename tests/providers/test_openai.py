@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import openai
 import pytest
 
-from providers.openai import OpenAIProvider
-from schemas import Message, ToolCall, ToolDefinition
+from waitstate.providers.openai import OpenAIProvider
+from waitstate.schemas import Message, ToolCall, ToolDefinition
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 
 LOOKUP = ToolDefinition(

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from examples.demo.basic import demo_tools
-from providers import UnknownModelError
-from providers.scripted import SCRIPTED_BANNER, SCRIPTS, ScriptedProvider
-from schemas import Message, ModelResponse, ToolDefinition
-from tools import ToolRegistry
+from waitstate.providers import UnknownModelError
+from waitstate.providers.scripted import SCRIPTED_BANNER, SCRIPTS, ScriptedProvider
+from waitstate.schemas import Message, ModelResponse, ToolDefinition
+from waitstate.tools import ToolRegistry
 
 TOOLS = [spec.definition() for spec in demo_tools()]
 TASK = "What is 12 * 12? Then count the words of this task."

@@ -1,4 +1,4 @@
-"""schemas/ is pydantic types only: importing every module of it loads no Temporal code."""
+"""waitstate/schemas/ is pydantic types only: importing every module of it loads no Temporal code."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import schemas
+import waitstate.schemas as schemas
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_schemas_import_no_temporal_module() -> None:
-    modules = [f"schemas.{info.name}" for info in pkgutil.iter_modules(schemas.__path__)]
+    modules = [f"waitstate.schemas.{info.name}" for info in pkgutil.iter_modules(schemas.__path__)]
     code = (
         f"import sys, json, importlib; [importlib.import_module(m) for m in {modules!r}]; "
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
@@ -25,6 +25,6 @@ def test_schemas_import_no_temporal_module() -> None:
         ).stdout
     )
 
-    assert "schemas.builtin" in modules
+    assert "waitstate.schemas.builtin" in modules
     assert "pydantic" in loaded
     assert "temporalio" not in loaded

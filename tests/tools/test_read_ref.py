@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from blobs import REF_PREFIX, LocalBlobStore, shrink
-from schemas import ToolCall, ToolResult
-from tools.read_ref import read_ref_tool
-from tools.spec import ToolRegistry
+from waitstate.blobs import REF_PREFIX, LocalBlobStore, shrink
+from waitstate.schemas import ToolCall, ToolResult
+from waitstate.tools.read_ref import read_ref_tool
+from waitstate.tools.spec import ToolRegistry
 
 UNKNOWN = REF_PREFIX + "0" * 64
 

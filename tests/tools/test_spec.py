@@ -8,9 +8,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from examples.demo.basic import demo_tools
-from schemas import ToolCall
-from tools import ToolError, ToolRegistry, ToolSpec
-from tools.spec import Handler
+from waitstate.schemas import ToolCall
+from waitstate.tools import ToolError, ToolRegistry, ToolSpec
+from waitstate.tools.spec import Handler
 
 
 class EchoArgs(BaseModel):

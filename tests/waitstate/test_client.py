@@ -18,9 +18,6 @@ from examples.demo.basic import demo_tools
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from schemas import RunInput, RunState
-from schemas.approvals import ApprovalPolicy, DecideInput
-from settings import Settings
 from tests.helpers import eventually, make_worker
 from waitstate.client import (
     ClosedRun,
@@ -36,6 +33,9 @@ from waitstate.client import (
     WaitstateClient,
     fleet_report,
 )
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
+from waitstate.settings import Settings
 
 ASK = RunInput(task="publish the report", model="scripted:ask-first", tools=["request_approval"])
 # Short, so a test of a run nobody serves does not wait long for its answer.

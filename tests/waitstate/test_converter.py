@@ -7,8 +7,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
 from waitstate.converter import DATA_CONVERTER
+from waitstate.schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
 
 
 def _recorded(value: Any) -> dict[str, Any]:

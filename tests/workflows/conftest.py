@@ -11,11 +11,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from settings import Settings
 from tests.rigs import Desk, Stack
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.settings import Settings
 
 KEYS = {"test": "t" * 40}
 

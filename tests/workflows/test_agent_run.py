@@ -15,11 +15,11 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from providers.scripted import SCRIPTED_BANNER
-from schemas import ModelCallInput, ModelResponse, RunInput, RunResult
-from schemas.errors import RUN_FAILED
 from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities
-from tools import ToolSpec
+from waitstate.providers.scripted import SCRIPTED_BANNER
+from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult
+from waitstate.schemas.errors import RUN_FAILED
+from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS
 

@@ -30,15 +30,15 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult, RunState
-from schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
-from settings import Settings
 from tests.helpers import eventually, make_worker, quiet_history_length, replays
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, ROOT, Desk
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
+from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 

@@ -15,9 +15,9 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from schemas.approvals import ApprovalPolicy, DecisionSignal
 from tests.helpers import eventually
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from waitstate.schemas.approvals import ApprovalPolicy, DecisionSignal
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
 

@@ -10,11 +10,11 @@ import uuid
 from pydantic import BaseModel, Field
 from temporalio.testing import WorkflowEnvironment
 
-from schemas import RunInput, RunState
-from schemas.approvals import DecisionSignal
 from tests.helpers import eventually, history_bytes, make_worker, replays
 from tests.rigs import EXPORT_TASK, REFUND_TOOLS, Desk, Stack
-from tools import ToolSpec
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.approvals import DecisionSignal
+from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 120

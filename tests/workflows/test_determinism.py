@@ -19,7 +19,8 @@ MODULES = sorted(WORKFLOWS.glob("*.py"))
 FORBIDDEN_IMPORTS = {
     "random", "secrets", "time", "uuid", "threading", "multiprocessing", "subprocess",
     "os", "socket", "signal", "tempfile", "shutil", "pathlib", "urllib", "http",
-    "httpx", "requests", "openai", "anthropic", "activities", "providers", "blobs", "gateway",
+    "httpx", "requests", "openai", "anthropic", "activities", "waitstate.providers",
+    "waitstate.blobs", "waitstate.gateway", "waitstate.client", "waitstate.settings",
 }  # fmt: skip
 # Attribute calls that read the clock or the environment, whatever module they come from.
 FORBIDDEN_CALLS = {"now", "utcnow", "today", "time", "monotonic", "getenv", "urandom", "uuid4"}
@@ -31,10 +32,17 @@ def _imports(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {_package(alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(_package(node.module))
     return names
+
+
+def _package(module: str) -> str:
+    # `os.path` -> `os`; within the project's package, its subpackage: `waitstate.blobs.store`
+    # -> `waitstate.blobs`.
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "waitstate" else parts[0]
 
 
 def _forbidden_calls(tree: ast.Module) -> list[str]:

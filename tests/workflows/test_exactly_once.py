@@ -25,17 +25,17 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult, RunState
-from schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
-from schemas.operations import Operation
-from settings import Settings
 from tests.helpers import callback_token, eventually, make_worker, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
-from tools import ToolSpec
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
+from waitstate.schemas.operations import Operation
+from waitstate.settings import Settings
+from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}

@@ -11,11 +11,11 @@ import pytest
 from temporalio.exceptions import ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from gateway.tokens import ResumeTokens
-from schemas import RunState, ToolCall, ToolResult, Usage
-from schemas.approvals import ApprovalPolicy, ApprovalRequest, Decision
-from schemas.operations import Completion, Operation
-from schemas.run import Checkpoint
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunState, ToolCall, ToolResult, Usage
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, Decision
+from waitstate.schemas.operations import Completion, Operation
+from waitstate.schemas.run import Checkpoint
 from workflows import ledger
 from workflows.ledger import (
     FAILURE_CHARS,

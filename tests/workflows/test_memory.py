@@ -24,11 +24,6 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.tokens import ResumeTokens
-from schemas import RunInput, RunResult, RunState
-from schemas.approvals import ApprovalPolicy, DecideInput
-from schemas.operations import CompleteOperation, Completion
-from settings import Settings
 from tests.helpers import (
     callback_token,
     eventually,
@@ -38,9 +33,14 @@ from tests.helpers import (
     scheduled_activities,
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
-from tools import ToolSpec
-from tools.spec import Handler
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
+from waitstate.schemas.operations import CompleteOperation, Completion
+from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
+from waitstate.tools import ToolSpec
+from waitstate.tools.spec import Handler
 from workflows.agent_run import AgentRunWorkflow
 from workflows.ledger import LEDGER_CHARS
 

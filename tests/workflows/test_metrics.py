@@ -14,13 +14,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from schemas import RunInput
-from schemas.approvals import DecisionSignal
 from tests.helpers import eventually
 from tests.rigs import WorkerProcess
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput
+from waitstate.schemas.approvals import DecisionSignal
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"metrics": "m" * 40}

@@ -12,10 +12,10 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from schemas import RunInput
-from schemas.errors import RUN_FAILED
-from settings import Settings
 from tests.helpers import activity_attempts, make_worker
+from waitstate.schemas import RunInput
+from waitstate.schemas.errors import RUN_FAILED
+from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
 from workflows.agent_run import MODEL_RETRY, AgentRunWorkflow
 

@@ -23,11 +23,11 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.tokens import ResumeTokens
-from schemas import RunInput
-from schemas.operations import Operation
 from tests.helpers import callback_token, eventually, make_worker, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput
+from waitstate.schemas.operations import Operation
 from workflows.agent_run import AgentRunWorkflow
 
 # Every wait in these tests is bounded, so a regression fails instead of hanging CI.

@@ -15,10 +15,10 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from schemas import RunInput, RunResult
-from schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
-from settings import Settings
 from tests.helpers import activity_attempts, make_worker
+from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
+from waitstate.settings import Settings
 from waitstate.testing.wire_server import (
     WireServer,
     anthropic_text,

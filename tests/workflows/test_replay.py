@@ -17,10 +17,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from schemas import RunInput
 from tests.helpers import make_worker
 from tests.rigs import time_skipping_server
 from waitstate.converter import DATA_CONVERTER
+from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parent.parent / "histories"

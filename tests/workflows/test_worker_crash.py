@@ -19,15 +19,15 @@ from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from gateway.app import create_app as gateway_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from schemas import RunInput
-from schemas.approvals import ApprovalPolicy, DecideInput
-from schemas.run import POLL_OPERATION
 from tests.helpers import eventually, quiet_history_length
 from tests.rigs import WorkerProcess
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput
+from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
+from waitstate.schemas.run import POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"crash": "c" * 40}

@@ -17,7 +17,7 @@ from examples.demo.basic import (
     count_words,
     utc_now,
 )
-from tools.spec import ToolError
+from waitstate.tools.spec import ToolError
 
 
 async def calc(expression: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from examples.demo.catalog import TOOL_NAMES, all_tools
-from settings import Settings
+from waitstate.settings import Settings
 
 
 async def test_tool_names_match_the_tools_built() -> None:

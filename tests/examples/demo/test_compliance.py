@@ -14,11 +14,11 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportArgs, ExportService
 from examples.demo.services import ServiceError
 from examples.systems import serving
-from schemas.operations import Completion
-from settings import Settings
 from tests.helpers import call_tool as call
 from tests.helpers import eventually
-from tools.spec import StartContext, ToolRegistry
+from waitstate.schemas.operations import Completion
+from waitstate.settings import Settings
+from waitstate.tools.spec import StartContext, ToolRegistry
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
-from schemas.operations import Completion, OperationError
 from tests.helpers import EVENTUALLY_WITHIN, eventually
-from tools.spec import StartContext, ToolError
+from waitstate.schemas.operations import Completion, OperationError
+from waitstate.tools.spec import StartContext, ToolError
 
 EXPORT_SECONDS = 0.25
 ARGS = ExportArgs(dataset="transactions", period="2025-Q3")

@@ -13,9 +13,9 @@ import pytest
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
-from schemas.operations import Completion, OperationError
 from tests.helpers import eventually
-from tools.spec import StartContext, ToolError
+from waitstate.schemas.operations import Completion, OperationError
+from waitstate.tools.spec import StartContext, ToolError
 
 PIPELINE_SECONDS = 0.4
 ARGS = EnrichArgs(dataset="transactions")

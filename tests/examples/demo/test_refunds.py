@@ -14,10 +14,10 @@ from examples.demo.catalog import all_tools
 from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key, refund_tools
 from examples.demo.services import ServiceError
 from examples.systems import serving
-from schemas.approvals import ApprovalPolicy
-from settings import Settings
 from tests.helpers import call_tool as call
-from tools.spec import ToolRegistry, ToolSpec
+from waitstate.schemas.approvals import ApprovalPolicy
+from waitstate.settings import Settings
+from waitstate.tools.spec import ToolRegistry, ToolSpec
 
 
 @pytest.fixture

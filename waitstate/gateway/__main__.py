@@ -1,6 +1,6 @@
 """Serve the webhook gateway until SIGINT or SIGTERM.
 
-    python -m gateway
+    python -m waitstate.gateway
 
 Reads the process settings (GATEWAY_HOST, GATEWAY_PORT, WAITSTATE_TOKEN_KEYS,
 WAITSTATE_TOKEN_SIGNING_KEY and the TEMPORAL_* connection variables).
@@ -16,10 +16,10 @@ import sys
 
 import uvicorn
 
-from gateway.app import create_app
-from gateway.delivery import TemporalDeliverer
-from gateway.tokens import ResumeTokens
-from settings import Settings, connect, exit_process
+from waitstate.gateway.app import create_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.settings import Settings, connect, exit_process
 
 log = logging.getLogger("waitstate.gateway")
 
@@ -65,7 +65,7 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
 
 
 def main() -> None:
-    """The `python -m gateway` entry point: exits 1 with one line on stderr if misconfigured."""
+    """The `python -m waitstate.gateway` entry point: exits 1 with one line on stderr if misconfigured."""
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -19,9 +19,9 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
-from gateway.tokens import ResumeClaims
-from schemas.approvals import DecideInput, DecideOutcome, DecisionBody
-from schemas.errors import (
+from waitstate.gateway.tokens import ResumeClaims
+from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
+from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
     APPROVAL_NOT_READY,
@@ -31,7 +31,7 @@ from schemas.errors import (
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
-from schemas.operations import CompleteOperation, Completion, CompletionOutcome
+from waitstate.schemas.operations import CompleteOperation, Completion, CompletionOutcome
 from workflows.agent_run import AgentRunWorkflow
 
 # How long one webhook call may wait for the run to take its completion or decision. A run

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-from schemas import Message, ModelResponse, ToolDefinition
+from waitstate.schemas import Message, ModelResponse, ToolDefinition
 
 # HTTP statuses worth another attempt; every other 4xx means the request itself is wrong.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})

@@ -32,16 +32,16 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from gateway.delivery import Deliverer, DeliveryRefused
-from gateway.tokens import (
+from waitstate.gateway.delivery import Deliverer, DeliveryRefused
+from waitstate.gateway.tokens import (
     ExpiredToken,
     InvalidToken,
     ResumeClaims,
     ResumeTokens,
     approval_subject,
 )
-from schemas.approvals import ApprovalStatus, DecisionBody
-from schemas.operations import Completion, OperationStatus
+from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
+from waitstate.schemas.operations import Completion, OperationStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The webhook gateway: verifies resume tokens and delivers completions and decisions to runs.
 
-python -m gateway       # serves on GATEWAY_HOST:GATEWAY_PORT, keys from WAITSTATE_TOKEN_KEYS
+python -m waitstate.gateway       # serves on GATEWAY_HOST:GATEWAY_PORT, keys from WAITSTATE_TOKEN_KEYS
 
 The package exports the tokens only (stdlib, what workers import to mint them); the HTTP app
-and the deliverer are imported from `gateway.app` and `gateway.delivery`.
+and the deliverer are imported from `waitstate.gateway.app` and `waitstate.gateway.delivery`.
 """
 
-from gateway.tokens import (
+from waitstate.gateway.tokens import (
     ExpiredToken,
     InvalidToken,
     MintedToken,

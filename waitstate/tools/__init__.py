@@ -1,7 +1,7 @@
 """Tool declarations (ToolSpec, LongSpec, ToolRegistry), the built-in tools and read_ref."""
 
-from tools.builtin import builtin_tools
-from tools.spec import (
+from waitstate.tools.builtin import builtin_tools
+from waitstate.tools.spec import (
     Job,
     LongSpec,
     LongTool,

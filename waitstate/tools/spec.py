@@ -10,10 +10,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from schemas import ToolCall, ToolDefinition, ToolResult
-from schemas.approvals import ApprovalPolicy
-from schemas.builtin import BUILTIN_TOOLS
-from schemas.operations import Completion, CompletionMode, ResultMode
+from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
+from waitstate.schemas.approvals import ApprovalPolicy
+from waitstate.schemas.builtin import BUILTIN_TOOLS
+from waitstate.schemas.operations import Completion, CompletionMode, ResultMode
 
 ToolKind = Literal["sync", "long", "builtin"]
 Handler = Callable[[Any], Awaitable[Any]]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blobs import REF_PREFIX, BlobNotFound, BlobStore
-from schemas.builtin import READ_REF, ReadRefArgs
-from tools.spec import ToolError, ToolSpec
+from waitstate.blobs import REF_PREFIX, BlobNotFound, BlobStore
+from waitstate.schemas.builtin import READ_REF, ReadRefArgs
+from waitstate.tools.spec import ToolError, ToolSpec
 
 
 def read_ref_tool(store: BlobStore) -> ToolSpec:

@@ -1,7 +1,7 @@
 """Content-addressed blob storage, and large results kept by reference instead of in history."""
 
-from blobs.results import shrink
-from blobs.store import (
+from waitstate.blobs.results import shrink
+from waitstate.blobs.store import (
     REF_PREFIX,
     BlobNotFound,
     BlobStore,

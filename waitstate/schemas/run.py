@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
-from schemas.messages import Message, ToolCall, Usage
-from schemas.operations import Operation, OperationStarted, ResultMode
+from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.messages import Message, ToolCall, Usage
+from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 
 RunStatus = Literal[
     "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from schemas.builtin import GET_OPERATION_STATUS
+from waitstate.schemas.builtin import GET_OPERATION_STATUS
 
 OperationStatus = Literal[
     "running", "input_required", "succeeded", "failed", "expired", "cancelled"

@@ -13,8 +13,8 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from providers.base import ProviderError, no_response_message, retry_after_seconds
-from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.providers.base import ProviderError, no_response_message, retry_after_seconds
+from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
 class OpenAIProvider:

@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from providers.base import UnknownModelError
-from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
-from schemas.run import CHECKPOINT_PROMPT
+from waitstate.providers.base import UnknownModelError
+from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.run import CHECKPOINT_PROMPT
 
 SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
 

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from schemas.approvals import DecisionKind
-    from settings import Settings
+    from waitstate.schemas.approvals import DecisionKind
+    from waitstate.settings import Settings
 
 # A token travels in an Authorization header; anything longer is not one of ours, and is
 # refused before it is decoded.

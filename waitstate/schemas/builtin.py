@@ -2,7 +2,7 @@
 
 `get_operation_status`, `wait_for_operations` and `request_approval` are answered by the
 workflow from its own state; `read_ref` reads slices of a result kept by reference (its
-handler is `tools/read_ref.py`). Workflows import these, so they stay pydantic-only.
+handler is `waitstate/tools/read_ref.py`). Workflows import these, so they stay pydantic-only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ GET_OPERATION_STATUS = "get_operation_status"
 WAIT_FOR_OPERATIONS = "wait_for_operations"
 REQUEST_APPROVAL = "request_approval"
 # The tool that reads slices of results passed by reference, and the prefix of references
-# (blobs/ defines them; repeated here so workflows need not import it).
+# (waitstate/blobs/ defines them; repeated here so workflows need not import it).
 READ_REF = "read_ref"
 REF_PREFIX = "ref://blobs/"
 # The built-ins every run with a long tool is offered, to check and wait for its operations.

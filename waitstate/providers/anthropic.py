@@ -10,8 +10,8 @@ import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
 from anthropic.types import Message as AnthropicMessage
 
-from providers.base import ProviderError, no_response_message, retry_after_seconds
-from schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.providers.base import ProviderError, no_response_message, retry_after_seconds
+from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
 class AnthropicProvider:

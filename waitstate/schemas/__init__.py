@@ -1,7 +1,7 @@
 """Pydantic types shared by workflows, activities, the CLI and tests (no Temporal imports)."""
 
-from schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
-from schemas.run import (
+from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.run import (
     DEFAULT_SYSTEM_PROMPT,
     TERMINAL_STATUSES,
     ModelCallInput,

@@ -7,7 +7,7 @@ and the history keeps a preview and the reference, which the `read_ref` tool rea
 
 from __future__ import annotations
 
-from blobs.store import BlobStore
+from waitstate.blobs.store import BlobStore
 
 DEFAULT_THRESHOLD = 16_384
 DEFAULT_PREVIEW_CHARS = 1_000

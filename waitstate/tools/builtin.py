@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.builtin import (
+from waitstate.schemas.builtin import (
     GET_OPERATION_STATUS,
     REQUEST_APPROVAL,
     WAIT_FOR_OPERATIONS,
@@ -10,7 +10,7 @@ from schemas.builtin import (
     RequestApprovalArgs,
     WaitForOperationsArgs,
 )
-from tools.spec import ToolSpec
+from waitstate.tools.spec import ToolSpec
 
 
 def builtin_tools() -> list[ToolSpec]:

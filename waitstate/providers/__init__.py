@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from providers.base import Provider, ProviderError, UnknownModelError, parse_model_spec
+from waitstate.providers.base import Provider, ProviderError, UnknownModelError, parse_model_spec
 
 __all__ = ["Provider", "ProviderError", "Providers", "UnknownModelError", "parse_model_spec"]
 
