@@ -1,6 +1,7 @@
 """The waitstate CLI: start runs, follow them, approve or reject what they ask, inspect them.
 
 python starter.py run "What is 17 * 23?" --wait
+python starter.py run --agent report-builder "Build the Q3 report" --wait --json
 python starter.py status RUN_ID --json
 python starter.py list
 python starter.py pending
@@ -8,7 +9,9 @@ python starter.py approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TE
 python starter.py reject RUN_ID --reason TEXT
 python starter.py cancel RUN_ID
 
-Each command is rendering over `waitstate.client.WaitstateClient`, which does the work.
+Each command is rendering over `waitstate.client.WaitstateClient`, which does the work. Agent,
+tool and model names are checked against the apps of `--app` and WAITSTATE_APPS (the demo app
+when neither names one), or, where those are not importable here, by the worker.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from examples.demo.catalog import TOOL_NAMES
+from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.client import (
     DECIDE_TIMEOUT,
     ClientError,
@@ -38,13 +41,12 @@ from waitstate.client import (
     new_run_id,
 )
 from waitstate.providers.base import parse_model_spec
-from waitstate.providers.scripted import SCRIPTS
 from waitstate.schemas import RunInput, RunState, Step
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
-from waitstate.schemas.builtin import REQUEST_APPROVAL
 from waitstate.settings import Settings, exit_process
 
-PROVIDERS = ("openai", "anthropic", "scripted")
+# The apps the CLI checks names against when none is named: the demo's, from a checkout.
+DEMO_APP = "examples.demo.app:app"
 
 
 class CliError(Exception):
@@ -77,13 +79,29 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start an agent run")
     run.add_argument("task", help="what the agent should do")
+    run.add_argument("--agent", help="the agent to run (its definition sets what is not given)")
     run.add_argument("--id", help="run id; starting an id that exists returns that run")
-    run.add_argument("--model", help="provider:model (default: $WAITSTATE_MODEL or scripted:demo)")
     run.add_argument(
-        "--tools", nargs="+", metavar="TOOL", help="tools the run may use (default: all)"
+        "--model",
+        help="provider:model (default: the agent's, else $WAITSTATE_MODEL or scripted:demo)",
     )
-    run.add_argument("--max-turns", type=int, default=12, help="model calls before stopping")
-    run.add_argument("--system-prompt", help="replace the default system prompt")
+    run.add_argument(
+        "--tools",
+        nargs="+",
+        metavar="TOOL",
+        help="tools the run may use (default: the agent's, else every tool of the apps)",
+    )
+    run.add_argument(
+        "--max-turns", type=int, help="model calls before stopping (default: the agent's, or 12)"
+    )
+    run.add_argument("--system-prompt", help="replace the agent's (or the default) system prompt")
+    run.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="an app whose names to check against (repeatable; with WAITSTATE_APPS)",
+    )
     run.add_argument("--wait", action="store_true", help="follow the run until it ends")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument(
@@ -135,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """Start a run (or find the one with that id), then optionally follow it to the end."""
-    run_input = _run_input(args, settings)
+    run_input = await _run_input(args, settings)
     client = await WaitstateClient.connect(settings)
     started = await client.start(run_input, run_id=args.id or new_run_id())
     run_id = started.run_id
@@ -149,13 +167,19 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"run {run_id}\nweb ui: {url}")
         return 0
     if not args.json:
-        print(f"run {run_id} (model {run_input.model}; tools {', '.join(run_input.tools)})")
+        print(f"run {run_id} ({_started_with(run_input)})")
         print(f"web ui: {url}")
     state = await _follow(
         client, run_id, quiet=args.json, auto_approve_after=args.auto_approve_after
     )
     if args.json:
-        _print_json({"run_id": run_id, **state.model_dump(mode="json", exclude={"steps"})})
+        _print_json(
+            {
+                "run_id": run_id,
+                **state.model_dump(mode="json", exclude={"steps"}),
+                "output": _structured(state),
+            }
+        )
     else:
         _print_outcome(state)
         print(f"web ui: {url}")
@@ -174,6 +198,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print(f"run {args.run_id}: {state.status}")
     for retry in status.retrying:
         print(_retry_line(retry))
+    if state.agent is not None:
+        print(f"agent: {state.agent}")
     print(f"task: {state.task}")
     print(f"model: {state.model}; turns {state.turns}; tool calls {state.tool_calls}")
     print(
@@ -345,29 +371,81 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
-    model = args.model or settings.default_model
-    try:
-        provider, name = parse_model_spec(model)
-    except ValueError as err:
-        raise CliError(str(err), code=2) from err
-    if provider not in PROVIDERS:
-        raise CliError(
-            f"unknown provider {provider!r} in {model!r}; known: {', '.join(PROVIDERS)}", 2
-        )
-    if provider == "scripted" and name not in SCRIPTS:
-        raise CliError(f"no script named {name!r}; scripts: {', '.join(sorted(SCRIPTS))}", 2)
-    known = [*TOOL_NAMES, REQUEST_APPROVAL]
-    tools = args.tools or list(TOOL_NAMES)
-    if unknown := [tool for tool in tools if tool not in known]:
-        raise CliError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}", 2)
-    if args.max_turns < 1:
+async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
+    """The run's input from the arguments, its names checked against the apps when the CLI can
+    load them (else the worker checks them, and fails the run at once if one is unknown)."""
+    if args.max_turns is not None and args.max_turns < 1:
         raise CliError("--max-turns must be at least 1", 2)
-    fields: dict[str, Any] = {"task": args.task, "model": model, "tools": tools}
-    fields["max_turns"] = args.max_turns
+    apps = _apps(args, settings)
+    try:
+        fields: dict[str, Any] = {"task": args.task}
+        if args.agent:
+            fields["agent"] = args.agent
+            if apps is not None:
+                apps.agent(args.agent)
+        else:
+            fields["model"] = settings.default_model
+            fields["tools"] = [spec.name for spec in apps.tools] if apps is not None else []
+        if args.model:
+            fields["model"] = args.model
+        if args.tools:
+            fields["tools"] = args.tools
+        if "model" in fields:
+            _check_model(fields["model"], apps)
+        if apps is not None and "tools" in fields:
+            apps.check_tools(fields["tools"])
+    except AppError as err:
+        raise CliError(str(err), 2) from None
+    finally:
+        if apps is not None:
+            await apps.aclose()
+    if args.max_turns is not None:
+        fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
     return RunInput(**fields)
+
+
+def _apps(args: argparse.Namespace, settings: Settings) -> Apps | None:
+    """The apps named by --app and WAITSTATE_APPS (one that does not load is an error), or the
+    demo app if none is named and it is importable here, or None."""
+    refs = app_refs(args.app, settings.apps)
+    try:
+        return load_apps(refs or [DEMO_APP])
+    except AppError as err:
+        if refs:
+            raise CliError(str(err), 2) from None
+        return None
+
+
+def _check_model(spec: str, apps: Apps | None) -> None:
+    if apps is not None:
+        apps.check_model(spec)
+        return
+    try:
+        parse_model_spec(spec)
+    except ValueError as err:
+        raise AppError(str(err)) from None
+
+
+def _started_with(run_input: RunInput) -> str:
+    fields = set(run_input.agent_overrides or ())
+    parts = [f"agent {run_input.agent}"] if run_input.agent is not None else []
+    if run_input.agent is None or "model" in fields:
+        parts.append(f"model {run_input.model}")
+    if run_input.agent is None or "tools" in fields:
+        parts.append(f"tools {', '.join(run_input.tools) or 'none'}")
+    return "; ".join(parts)
+
+
+def _structured(state: RunState) -> Any:
+    """A run's answer as JSON when it is JSON (an agent's structured output), else None."""
+    if state.final_output is None:
+        return None
+    try:
+        return json.loads(state.final_output)
+    except ValueError:
+        return None
 
 
 async def _one_open_request(client: WaitstateClient, run_id: str) -> str:

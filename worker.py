@@ -1,15 +1,22 @@
-"""The worker: wires providers and tools into activities, registers the workflow, runs.
+"""The worker: loads apps, wires their agents, tools and providers into activities, runs.
 
-python worker.py            # connects per TEMPORAL_* variables, polls WAITSTATE_TASK_QUEUE
+python worker.py --app reports.app:app   # or WAITSTATE_APPS=reports.app:app (comma-separated)
+python worker.py                         # the demo app (examples/demo/app.py)
+
+It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE. An app that cannot be
+served (it does not import, a name is taken twice...) stops it at start, with one line.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from temporalio.client import Client
@@ -17,12 +24,19 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import ApprovalActivities, ModelActivities, OperationActivities, ToolActivities
-from examples.demo.catalog import all_tools
+from activities import (
+    AgentActivities,
+    ApprovalActivities,
+    ModelActivities,
+    OperationActivities,
+    ToolActivities,
+)
+from waitstate.agents import Agent
+from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.providers import Provider, Providers, UnknownModelError
-from waitstate.providers.scripted import ScriptedProvider
+from waitstate.providers.scripted import Script, ScriptedProvider
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
@@ -36,10 +50,17 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 
 # OpenAI-compatible servers (vLLM, Ollama) usually ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "not-needed"
+# What a worker serves when no app is named: the demo, run from a checkout.
+DEMO_APP = "examples.demo.app:app"
 
 
-def build_providers(settings: Settings) -> Providers:
-    """Providers per the settings; SDK clients never retry (Temporal's retry policy does)."""
+def build_providers(
+    settings: Settings,
+    extra: Mapping[str, Callable[[], Provider]] | None = None,
+    scripts: Mapping[str, Script] | None = None,
+) -> Providers:
+    """Providers per the settings, and the apps' own (`extra`, and `scripts` for the scripted
+    model); SDK clients never retry (Temporal's retry policy does)."""
 
     def make_openai() -> Provider:
         if not (settings.openai_api_key or settings.openai_base_url):
@@ -72,7 +93,12 @@ def build_providers(settings: Settings) -> Providers:
         return AnthropicProvider(client)
 
     return Providers(
-        {"openai": make_openai, "anthropic": make_anthropic, "scripted": ScriptedProvider}
+        {
+            "openai": make_openai,
+            "anthropic": make_anthropic,
+            "scripted": lambda: ScriptedProvider(scripts),
+            **(extra or {}),
+        }
     )
 
 
@@ -93,12 +119,20 @@ def build_worker(
     *,
     tokens: ResumeTokens | None = None,
     task_queue: str | None = None,
+    agents: Mapping[str, Agent] | None = None,
+    tool_deps: Mapping[str, Any] | None = None,
 ) -> Worker:
-    """A worker with every workflow and activity registered (tests pass their own parts)."""
+    """A worker with every workflow and activity registered (tests pass their own parts).
+
+    Args:
+        agents: The agents runs may name, by name.
+        tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
+    """
     blobs = LocalBlobStore(settings.blob_dir)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
-    model = ModelActivities(providers, registry, blobs)
-    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url)
+    model = ModelActivities(providers, registry, blobs, agents)
+    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url, tool_deps)
+    agent = AgentActivities(agents or {}, settings.default_model)
     operations = OperationActivities(registry)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     return Worker(
@@ -106,6 +140,7 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[AgentRunWorkflow],
         activities=[
+            agent.resolve_agent,
             model.call_model,
             tool.call_tool,
             operations.poll_operation,
@@ -126,12 +161,41 @@ def build_worker(
     )
 
 
-async def main() -> None:
+def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -> Apps:
+    """The apps `refs` name (the demo app when none), checked for this worker.
+
+    Raises:
+        AppError: one line saying what to fix.
+    """
+    if not refs:
+        log.info("no app named (--app, WAITSTATE_APPS): serving the demo, %s", DEMO_APP)
+    return load_apps(
+        refs or [DEMO_APP],
+        callbacks_configured=tokens is not None and bool(settings.gateway_url),
+    )
+
+
+async def main(argv: Sequence[str] | None = None) -> None:
     """Run a worker until SIGINT or SIGTERM, then finish in-flight tasks and exit."""
+    parser = argparse.ArgumentParser(description="Serve the agents of one or more apps.")
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="an app to serve (repeatable; added to those of WAITSTATE_APPS)",
+    )
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = Settings.from_env()
+    tokens = build_tokens(settings)
+    try:
+        apps = load(app_refs(args.app, settings.apps), settings, tokens)
+    except AppError as err:
+        sys.exit(f"worker: {err}")
+    log.info("serving %s: agents %s", ", ".join(apps.refs), ", ".join(sorted(apps.agents)) or "-")
     runtime = None
     if settings.worker_metrics_address:
         # The SDK's metrics (task latencies, slots, polls) and ours, on one /metrics.
@@ -139,7 +203,7 @@ async def main() -> None:
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
         log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
     client = await connect(settings, runtime)
-    providers = build_providers(settings)
+    providers = build_providers(settings, apps.providers, apps.scripts)
     # Load the SDK of each provider this worker is configured for now, not in its first call.
     for name, configured in (
         ("openai", settings.openai_api_key or settings.openai_base_url),
@@ -147,10 +211,17 @@ async def main() -> None:
     ):
         if configured:
             providers.resolve(f"{name}:warm-up")
-    # One connection pool for every tool that calls an external system.
+    # The approval notices' connection pool (the apps' tools bring their own, in their deps).
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
     worker = build_worker(
-        client, settings, providers, all_tools(http, settings), http, tokens=build_tokens(settings)
+        client,
+        settings,
+        providers,
+        apps.tools,
+        http,
+        tokens=tokens,
+        agents=apps.agents,
+        tool_deps=apps.tool_deps,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -166,6 +237,7 @@ async def main() -> None:
         await stop.wait()
         log.info("shutting down")
     await providers.aclose()
+    await apps.aclose()
     await http.aclose()
     log.info("stopped")
 

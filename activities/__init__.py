@@ -1,8 +1,15 @@
 """Activities: thin adapters from providers and tools to Temporal."""
 
+from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
 from activities.model import ModelActivities
 from activities.operations import OperationActivities
 from activities.tools import ToolActivities
 
-__all__ = ["ApprovalActivities", "ModelActivities", "OperationActivities", "ToolActivities"]
+__all__ = [
+    "AgentActivities",
+    "ApprovalActivities",
+    "ModelActivities",
+    "OperationActivities",
+    "ToolActivities",
+]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import timedelta
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
 from waitstate.providers.base import shorten
@@ -22,6 +24,7 @@ from waitstate.schemas.errors import (
 )
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.tools import ToolRegistry
+from waitstate.tools.spec import describe_errors
 
 _TRANSCRIPT = TypeAdapter(list[Message])
 
@@ -40,10 +43,17 @@ class ModelActivities:
     """Model calls, given the providers, the tool registry, and the blob store that holds
     conversations (shared by every worker, so any worker can take any turn)."""
 
-    def __init__(self, providers: Providers, tools: ToolRegistry, blobs: BlobStore) -> None:
+    def __init__(
+        self,
+        providers: Providers,
+        tools: ToolRegistry,
+        blobs: BlobStore,
+        agents: Mapping[str, Agent] | None = None,
+    ) -> None:
         self._providers = providers
         self._tools = tools
         self._blobs = blobs
+        self._agents = dict(agents or {})
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, input: ModelCallInput) -> ModelResponse:
@@ -69,6 +79,8 @@ class ModelActivities:
             raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
         conversation = await self._conversation(input)
         response = await _complete(provider, model, input.system_prompt, conversation, tools)
+        if input.agent is not None and not response.message.tool_calls:
+            self._check_output(input.agent, response)
         meter = activity.metric_meter()
         labels = {"provider": provider.name}
         meter.create_counter("waitstate_model_calls", "Model calls").add(1, labels)
@@ -83,6 +95,20 @@ class ModelActivities:
         response.transcript_ref = (await self._blobs.put(stored)).removeprefix(REF_PREFIX)
         response.usage = response.usage.model_copy(update={"model_calls": 0})
         return response
+
+    def _check_output(self, agent_name: str, response: ModelResponse) -> None:
+        """A final answer of an agent with an output type: normalized to its JSON if it
+        validates, else `output_error` says why (the run sends it back to the model)."""
+        agent = self._agents.get(agent_name)
+        if agent is None or agent.output_type is None:
+            return
+        text = _unfenced(response.message.content)
+        try:
+            value = agent.output_type.model_validate_json(text)
+        except ValidationError as err:
+            response.output_error = describe_errors(err, "(answer)")
+            return
+        response.message.content = value.model_dump_json()
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         earlier = []
@@ -145,6 +171,14 @@ async def _complete(
         ) from None
     except Exception as err:
         raise _unexpected(provider, err) from None
+
+
+def _unfenced(text: str) -> str:
+    """The JSON of an answer, without the Markdown code fence models often wrap it in."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.removeprefix("```json").removeprefix("```").removesuffix("```")
+    return stripped.strip()
 
 
 def _unexpected(provider: Provider, err: Exception) -> ApplicationError:

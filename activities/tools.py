@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -17,6 +18,7 @@ from waitstate.schemas.errors import RUN_INPUT_INVALID
 from waitstate.schemas.operations import OperationStarted
 from waitstate.schemas.run import CALL_TOOL
 from waitstate.tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
+from waitstate.tools.function import RunContext
 from waitstate.tools.spec import error_result
 
 if TYPE_CHECKING:
@@ -29,7 +31,8 @@ INLINE_PREVIEW_CHARS = 600
 
 
 class ToolActivities:
-    """Tool calls, given the worker's tools, resume-token keys and gateway address."""
+    """Tool calls, given the worker's tools, resume-token keys and gateway address, and what
+    each tool's app provides its handlers (`deps`, by tool name)."""
 
     def __init__(
         self,
@@ -37,11 +40,13 @@ class ToolActivities:
         blobs: BlobStore,
         tokens: ResumeTokens | None = None,
         gateway_url: str = "",
+        deps: Mapping[str, Any] | None = None,
     ) -> None:
         self._tools = tools
         self._blobs = blobs
         self._tokens = tokens
         self._gateway_url = gateway_url.rstrip("/")
+        self._deps = dict(deps or {})
 
     @activity.defn(name=CALL_TOOL)
     async def call_tool(self, input: ToolCallInput) -> ToolResult:
@@ -65,7 +70,14 @@ class ToolActivities:
                 ),
             )
         if spec.long is None:
-            return await self._by_reference(await self._tools.run(input.call))
+            workflow_id = input.workflow_id or activity.info().workflow_id or ""
+            context = RunContext(
+                run_id=workflow_id,
+                tool_call_id=input.call.id,
+                idempotency_key=f"{workflow_id}/{input.call.id}",
+                deps=self._deps.get(spec.name),
+            )
+            return await self._by_reference(await self._tools.run(input.call, context))
         return await self._start(spec, spec.long, args, input)
 
     async def _start(

@@ -50,7 +50,7 @@ async def main(side: str) -> None:
 
     providers = build_providers(settings)
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    tools = [*all_tools(http, settings), chunk_tool()]
+    tools = [*all_tools(http, settings.demo_systems_url), chunk_tool()]
     worker = build_worker(client, settings, providers, tools, http, tokens=build_tokens(settings))
     await _serve(worker)
     await providers.aclose()

@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, Worker
 
 from examples.demo.basic import demo_tools
+from waitstate.apps import Apps
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
@@ -52,21 +53,28 @@ async def make_worker(
     max_cached_workflows: int = 100,
     settings: Settings | None = None,
     tokens: ResumeTokens | None = None,
+    apps: Apps | None = None,
 ) -> AsyncIterator[Worker]:
-    """The production worker wiring, running on a test's own task queue."""
+    """The production worker wiring, running on a test's own task queue (serving `apps`, with
+    `tools` besides theirs, when given)."""
     settings = settings or Settings(max_cached_workflows=max_cached_workflows)
     if settings.blob_dir == Settings().blob_dir:  # never the checkout's own store
         settings = dataclasses.replace(settings, blob_dir=TEST_BLOBS)
-    providers = build_providers(settings)
+    apps = apps or Apps()
+    providers = build_providers(settings, apps.providers, apps.scripts)
+    if tools is None:
+        tools = [] if apps.refs else demo_tools()
     async with httpx.AsyncClient(timeout=10) as http:
         worker = build_worker(
             client,
             settings,
             providers,
-            demo_tools() if tools is None else tools,
+            [*tools, *apps.tools],
             http,
             tokens=tokens,
             task_queue=task_queue,
+            agents=apps.agents,
+            tool_deps=apps.tool_deps,
         )
         try:
             async with worker:

@@ -1,7 +1,99 @@
 """waitstate: a durable runtime for AI agents whose tools run for minutes, hours or days.
 
-`waitstate.client` starts, reads, decides and cancels runs (`WaitstateClient`), for the CLI and
-for any program; `waitstate.converter` is the data converter every client and worker uses;
-`waitstate.testing` holds stand-ins for tests (a model server speaking the providers' wire
-protocols).
+What an app may rely on is listed here; anything else (`waitstate.schemas`, `waitstate.gateway`,
+`waitstate.blobs`...) is the runtime's own and may change.
+
+    from waitstate import Agent, App, RunContext, tool
+
+Names load on first use, so a workflow importing `waitstate.schemas` pulls in no client,
+provider or HTTP code.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from waitstate.agents import Agent, App
+    from waitstate.apps import AppError
+    from waitstate.client import WaitstateClient
+    from waitstate.providers.base import Provider, ProviderError
+    from waitstate.providers.scripted import SCRIPTED_BANNER, Script
+    from waitstate.schemas.approvals import ApprovalPolicy
+    from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+    from waitstate.schemas.operations import Completion
+    from waitstate.schemas.run import RunInput, RunResult, RunState
+    from waitstate.tools.function import RunContext, tool
+    from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolError, ToolSpec
+
+_EXPORTS = {
+    "Agent": "waitstate.agents",
+    "App": "waitstate.agents",
+    "AppError": "waitstate.apps",
+    "WaitstateClient": "waitstate.client",
+    "Provider": "waitstate.providers.base",
+    "ProviderError": "waitstate.providers.base",
+    "SCRIPTED_BANNER": "waitstate.providers.scripted",
+    "Script": "waitstate.providers.scripted",
+    "ApprovalPolicy": "waitstate.schemas.approvals",
+    "Message": "waitstate.schemas.messages",
+    "ModelResponse": "waitstate.schemas.messages",
+    "ToolCall": "waitstate.schemas.messages",
+    "ToolDefinition": "waitstate.schemas.messages",
+    "Usage": "waitstate.schemas.messages",
+    "Completion": "waitstate.schemas.operations",
+    "RunInput": "waitstate.schemas.run",
+    "RunResult": "waitstate.schemas.run",
+    "RunState": "waitstate.schemas.run",
+    "RunContext": "waitstate.tools.function",
+    "tool": "waitstate.tools.function",
+    "Job": "waitstate.tools.spec",
+    "LongSpec": "waitstate.tools.spec",
+    "LongTool": "waitstate.tools.spec",
+    "StartContext": "waitstate.tools.spec",
+    "ToolError": "waitstate.tools.spec",
+    "ToolSpec": "waitstate.tools.spec",
+}
+
+__all__ = [
+    "Agent",
+    "App",
+    "AppError",
+    "ApprovalPolicy",
+    "Completion",
+    "Job",
+    "LongSpec",
+    "LongTool",
+    "Message",
+    "ModelResponse",
+    "Provider",
+    "ProviderError",
+    "RunContext",
+    "RunInput",
+    "RunResult",
+    "RunState",
+    "SCRIPTED_BANNER",
+    "Script",
+    "StartContext",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolError",
+    "ToolSpec",
+    "Usage",
+    "WaitstateClient",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'waitstate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -54,6 +54,7 @@ from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import (
+    AGENT_NAME,
     AGENT_STATUS,
     PENDING_OPERATIONS,
     WAIT_EXPIRES_AT,
@@ -190,6 +191,7 @@ class RunSummary:
     status: str
     started: datetime
     closed: datetime | None
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +376,9 @@ class WaitstateClient:
             StartFailed: Temporal refused the start.
         """
         run_id = run_id or new_run_id()
+        attributes = [SearchAttributePair(AGENT_STATUS, "running")]
+        if run_input.agent is not None:
+            attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
         try:
             handle = await self._client.start_workflow(
                 AgentRunWorkflow.run,
@@ -382,14 +387,9 @@ class WaitstateClient:
                 task_queue=task_queue or self._task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(AGENT_STATUS, "running")]
-                ),
+                search_attributes=TypedSearchAttributes(attributes),
                 static_summary=run_input.task[:SUMMARY_CHARS],
-                static_details=(
-                    f"model: {run_input.model}\n\ntools: {', '.join(run_input.tools) or 'none'}"
-                    f"\n\nmax turns: {run_input.max_turns}"
-                ),
+                static_details=_details(run_input),
             )
         except WorkflowAlreadyStartedError as err:
             return StartedRun(run_id, err.first_run_id or err.run_id or "", existing=True)
@@ -507,10 +507,16 @@ class WaitstateClient:
         runs = []
         try:
             async for execution in self._client.list_workflows(AGENT_RUNS, limit=limit):
-                agent_status = execution.typed_search_attributes.get(AGENT_STATUS)
-                status = agent_status or closed_status(execution.status)
+                attributes = execution.typed_search_attributes
+                status = attributes.get(AGENT_STATUS) or closed_status(execution.status)
                 runs.append(
-                    RunSummary(execution.id, status, execution.start_time, execution.close_time)
+                    RunSummary(
+                        execution.id,
+                        status,
+                        execution.start_time,
+                        execution.close_time,
+                        attributes.get(AGENT_NAME),
+                    )
                 )
         except RPCError as err:
             self._raise(err, None, "could not list runs")
@@ -711,3 +717,17 @@ def _first_line(err: BaseException | None) -> str:
         return "unknown error"
     text = err.message if isinstance(err, RPCError | FailureError) else str(err)
     return (text.strip() or type(err).__name__).splitlines()[0]
+
+
+def _details(run_input: RunInput) -> str:
+    """The Web UI's static details of a run: what it was started with (an agent's own defaults
+    are the worker's to fill in)."""
+    lines = [f"agent: {run_input.agent}"] if run_input.agent is not None else []
+    fields = set(run_input.agent_overrides or ())
+    if run_input.agent is None or "model" in fields:
+        lines.append(f"model: {run_input.model}")
+    if run_input.agent is None or "tools" in fields:
+        lines.append(f"tools: {', '.join(run_input.tools) or 'none'}")
+    if run_input.agent is None or "max_turns" in fields:
+        lines.append(f"max turns: {run_input.max_turns}")
+    return "\n\n".join(lines)

@@ -33,6 +33,8 @@ class Settings:
     temporal_address: str = DEFAULT_ADDRESS
     namespace: str = DEFAULT_NAMESPACE
     task_queue: str = DEFAULT_TASK_QUEUE
+    # WAITSTATE_APPS: `module:attribute` references of the apps to load, comma-separated.
+    apps: str = ""
     ui_url: str = "http://127.0.0.1:8233"
     default_model: str = "scripted:demo"
     openai_api_key: str | None = field(default=None, repr=False)
@@ -76,6 +78,7 @@ class Settings:
             temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS),
             namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
             task_queue=env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            apps=env.get("WAITSTATE_APPS", ""),
             ui_url=env.get("TEMPORAL_UI_URL", f"http://127.0.0.1:{ui_port}").rstrip("/"),
             default_model=default_model,
             openai_api_key=openai_key,

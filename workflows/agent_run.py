@@ -38,7 +38,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from waitstate.schemas.errors import RUN_FAILED
     from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
-    from waitstate.schemas.run import CALL_MODEL, CarriedTurn, ParkedCall
+    from waitstate.schemas.run import (
+        CALL_MODEL,
+        OUTPUT_INVALID,
+        RESOLVE_AGENT,
+        AgentConfig,
+        CarriedTurn,
+        ParkedCall,
+    )
     from workflows import ledger
     from workflows.activity_calls import Failed, call
     from workflows.approvals import ApprovalDesk, ApprovalExpired
@@ -92,6 +99,8 @@ class AgentRunWorkflow:
         # A run continued while it waited for operations goes back to waiting, not to the model.
         answer = input.carry.answer if input.carry else None
         try:
+            if input.agent is not None and input.carry is None:
+                await self._take_agent(input.agent)
             if input.carry and input.carry.turn:  # continued in the middle of a turn
                 await self._run_tools(input.carry.turn.calls, input.carry.turn)
             while self._state.turns < input.max_turns:
@@ -101,6 +110,8 @@ class AgentRunWorkflow:
                     reply = await self._call_model()
                     if reply.tool_calls:
                         await self._run_tools(reply.tool_calls)
+                        continue
+                    if self._memory.unsent:  # the answer went back to the model to be corrected
                         continue
                     answer = reply.content
                 if not self._ops.to_report():
@@ -165,6 +176,31 @@ class AgentRunWorkflow:
 
     # --- the model --------------------------------------------------------------------------
 
+    async def _take_agent(self, name: str) -> None:
+        """Record the agent's definition (as the worker has it now) and let it set every field
+        the run's input left unset; an agent the worker does not have fails the run at once."""
+        config = await call(
+            RESOLVE_AGENT,
+            name,
+            result_type=AgentConfig,
+            summary=f"agent {name}",
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        if isinstance(config, Failed):
+            cause = config.error.cause
+            reason = cause.message if isinstance(cause, ApplicationError) else config.reason
+            self._state.error = reason
+            self._board.set_status("failed")
+            raise ApplicationError(reason, type=RUN_FAILED, non_retryable=True) from None
+        # In place: the run's parts hold this very input.
+        for field, value in config.defaults().items():
+            if field not in (self._input.agent_overrides or ()):
+                setattr(self._input, field, value)
+        self._state.agent = name
+        self._state.model = self._input.model
+        self._state.constraints = list(self._input.constraints)
+
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1
         response = await call(
@@ -176,6 +212,7 @@ class AgentRunWorkflow:
                 new_messages=self._memory.unsent,
                 tools=self._model_tools(),
                 turn=None if self._versions.checkpoint_policy else turn,
+                agent=self._input.agent,
             ),
             result_type=ModelResponse,
             summary=f"model {self._input.model} turn {turn}",
@@ -190,6 +227,11 @@ class AgentRunWorkflow:
         self._memory.new_turn(response.transcript_ref)
         names = ", ".join(call.name for call in reply.tool_calls)
         detail = f"calls {names}" if reply.tool_calls else ledger.preview(reply.content)
+        if response.output_error is not None:
+            detail = f"answer sent back: {ledger.preview(response.output_error)}"
+            self._memory.unsent.append(
+                Message(role="user", content=OUTPUT_INVALID.format(errors=response.output_error))
+            )
         ledger.step(self._state, "model", self._input.model, detail)
         return reply
 

@@ -6,5 +6,7 @@ AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 WAITING_FOR = SearchAttributeKey.for_keyword("WaitingFor")
 PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
 WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
+# Set when a run of a named agent starts (by the client, never upserted by the run).
+AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 
-ALL = (AGENT_STATUS, WAITING_FOR, PENDING_OPERATIONS, WAIT_EXPIRES_AT)
+ALL = (AGENT_STATUS, WAITING_FOR, PENDING_OPERATIONS, WAIT_EXPIRES_AT, AGENT_NAME)

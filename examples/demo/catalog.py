@@ -1,5 +1,5 @@
-"""The demo's catalog: every demo tool, wired to the demo systems it calls (the worker offers
-these for now)."""
+"""The demo's catalog: every demo tool, wired to the demo systems it calls (`app.py` serves
+them)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,17 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
-from waitstate.settings import Settings
 from waitstate.tools.spec import ToolSpec
 
 
-def all_tools(http: httpx.AsyncClient, settings: Settings) -> list[ToolSpec]:
+def all_tools(http: httpx.AsyncClient, systems_url: str) -> list[ToolSpec]:
     """The demo tools plus the long and sync tools over the demo systems.
 
     Args:
         http: The client every tool calls its system with; the caller owns and closes it.
-        settings: Where the demo systems are (`demo_systems_url`).
+        systems_url: Where the demo systems are (`DEMO_SYSTEMS_URL`).
     """
-    url = settings.demo_systems_url
+    url = systems_url.rstrip("/")
     return [
         *demo_tools(),
         export_tool(ExportService(http, url)),

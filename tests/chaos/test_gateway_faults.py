@@ -52,7 +52,7 @@ async def test_gateway_attacks_break_no_invariant(
         async with make_worker(
             dev_env.client,
             task_queue,
-            tools=all_tools(http, settings),
+            tools=all_tools(http, settings.demo_systems_url),
             settings=settings,
             tokens=tokens,
         ):

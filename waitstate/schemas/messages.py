@@ -69,3 +69,8 @@ class ModelResponse(BaseModel):
     transcript_ref: str | None = Field(
         default=None, description="The conversation including this reply, stored by reference."
     )
+    output_error: str | None = Field(
+        default=None,
+        description="The final answer does not validate against the agent's output type: why, "
+        "for the model to correct.",
+    )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.messages import Message, ToolCall, Usage
@@ -25,10 +25,21 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+# What an agent's definition sets in a run of it, unless the run's starter set it.
+AGENT_FIELDS = frozenset(
+    {"system_prompt", "model", "tools", "approval", "max_turns", "operation_timeout", "constraints"}
+)
+
+
 class RunInput(BaseModel):
     """Everything a run needs to know; it travels in the workflow's start event."""
 
     task: str = Field(min_length=1)
+    agent: str | None = Field(
+        default=None,
+        description="The agent this run is of: its definition, as the worker has it, sets "
+        "every field this input leaves unset.",
+    )
     model: str = Field(default="scripted:demo", description="provider:model, e.g. openai:gpt-4.1")
     tools: list[str] = Field(
         default_factory=list, description="Names of the tools the run may use."
@@ -68,6 +79,17 @@ class RunInput(BaseModel):
     carry: RunCarry | None = Field(
         default=None, description="Set by continue-as-new: where the previous run left off."
     )
+    agent_overrides: list[str] | None = Field(
+        default=None,
+        description="For a run of an agent: the fields its starter set, which the agent's "
+        "definition does not replace (filled in when the input is made).",
+    )
+
+    @model_validator(mode="after")
+    def _note_overrides(self) -> Self:
+        if self.agent is not None and self.agent_overrides is None:
+            self.agent_overrides = sorted(self.model_fields_set & AGENT_FIELDS)
+        return self
 
 
 class Checkpoint(BaseModel):
@@ -95,6 +117,7 @@ class RunState(BaseModel):
     """Where a run is: returned by the `status` query and, once closed, by the CLI."""
 
     status: RunStatus = "running"
+    agent: str | None = None
     task: str = ""
     model: str = ""
     turns: int = 0
@@ -145,6 +168,11 @@ class ModelCallInput(BaseModel):
     turn: int | None = Field(
         default=None,
         description="The run's turn (runs from CHECKPOINT_POLICY on leave it to the summary).",
+    )
+    agent: str | None = Field(
+        default=None,
+        description="The run's agent: its model settings apply, and a final answer must "
+        "validate against its output type.",
     )
 
 
@@ -259,8 +287,48 @@ CALL_TOOL = "call_tool"
 POLL_OPERATION = "poll_operation"
 CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
+RESOLVE_AGENT = "resolve_agent"
+
+# What the model is told when its final answer does not validate against the agent's output
+# type.
+OUTPUT_INVALID = (
+    "Your answer does not match the required output: {errors}. Answer again with only a JSON "
+    "object that matches the schema."
+)
 
 
 CarriedTurn.model_rebuild()
 RunCarry.model_rebuild()
 RunInput.model_rebuild()
+
+
+class AgentConfig(BaseModel):
+    """An agent's definition as a run of it records it (the `resolve_agent` activity's result):
+    the run's defaults, whatever the worker's apps say later."""
+
+    name: str
+    system_prompt: str
+    model: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    max_turns: int = Field(default=12, ge=1)
+    operation_timeout: timedelta | None = None
+    constraints: list[str] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="The JSON schema the final answer must validate against."
+    )
+
+    def defaults(self) -> dict[str, Any]:
+        """The `RunInput` fields it sets, by name."""
+        fields: dict[str, Any] = {
+            "system_prompt": self.system_prompt,
+            "tools": list(self.tools),
+            "approval": self.approval,
+            "max_turns": self.max_turns,
+            "constraints": list(self.constraints),
+        }
+        if self.model is not None:
+            fields["model"] = self.model
+        if self.operation_timeout is not None:
+            fields["operation_timeout"] = self.operation_timeout
+        return fields

@@ -16,7 +16,8 @@ from waitstate.schemas.builtin import BUILTIN_TOOLS
 from waitstate.schemas.operations import Completion, CompletionMode, ResultMode
 
 ToolKind = Literal["sync", "long", "builtin"]
-Handler = Callable[[Any], Awaitable[Any]]
+# A handler takes the validated arguments, and the call's `RunContext` when its spec says so.
+Handler = Callable[..., Awaitable[Any]]
 
 
 class ToolError(Exception):
@@ -103,13 +104,15 @@ class ToolSpec:
         name: The name the model calls it by.
         description: What the model reads to decide when to call it.
         args: Pydantic model of the arguments; its JSON schema is what the model sees.
-        handler: Async function taking a validated `args` instance (sync tools).
+        handler: Async function taking a validated `args` instance (sync tools), and the
+            call's `RunContext` after it when `takes_context` is set (`@tool` sets it).
         long: Set for a long tool: its job completes later, by callback or poll.
         builtin: Answered by the workflow from its own state (no activity).
         requires_approval: True, or a predicate over the validated arguments (e.g. a refund
             over a threshold): the call runs only once a person approved it. Enforced by the
             workflow, whatever the model says.
         approval: Timeout and on-timeout behaviour of those approvals.
+        takes_context: The handler takes `(args, context)`, not `(args)`.
     """
 
     name: str
@@ -120,6 +123,7 @@ class ToolSpec:
     builtin: bool = False
     requires_approval: bool | Callable[[Any], bool] = False
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    takes_context: bool = False
 
     def needs_approval(self, args: BaseModel) -> bool:
         """Whether this call, with these arguments, must be approved first."""
@@ -207,10 +211,11 @@ class ToolRegistry:
         try:
             return spec, spec.args.model_validate(raw)
         except ValidationError as err:
-            return error_result(call, f"invalid arguments for {call.name}: {_describe(err)}")
+            return error_result(call, f"invalid arguments for {call.name}: {describe_errors(err)}")
 
-    async def run(self, call: ToolCall) -> ToolResult:
-        """Validate a sync tool call's arguments and run it.
+    async def run(self, call: ToolCall, context: Any = None) -> ToolResult:
+        """Validate a sync tool call's arguments and run it (with `context`, a `RunContext`,
+        when the tool takes one).
 
         Wrong arguments, unknown names and `ToolError`s come back as an error result the model
         can act on; any other exception propagates, so the caller's retry policy applies.
@@ -222,7 +227,9 @@ class ToolRegistry:
         if spec.handler is None:
             return error_result(call, f"{call.name} is not a tool that answers at once")
         try:
-            output = await spec.handler(args)
+            output = await (
+                spec.handler(args, context) if spec.takes_context else spec.handler(args)
+            )
         except ToolError as err:
             return error_result(call, str(err))
         return ToolResult(tool_call_id=call.id, name=call.name, content=to_text(output))
@@ -233,11 +240,12 @@ def error_result(call: ToolCall, message: str) -> ToolResult:
     return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
 
 
-def _describe(err: ValidationError) -> str:
-    # One line per problem, naming the field, so the model knows exactly what to change.
+def describe_errors(err: ValidationError, whole: str = "(arguments)") -> str:
+    """One line per problem, naming the field (or `whole`), so the model knows exactly what
+    to change."""
     problems = []
     for item in err.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+        where = ".".join(str(part) for part in item["loc"]) or whole
         problems.append(f"{where}: {item['msg']}")
     return "; ".join(problems)
 

@@ -10,6 +10,6 @@ from waitstate.settings import Settings
 
 async def test_tool_names_match_the_tools_built() -> None:
     async with httpx.AsyncClient() as http:
-        built = [spec.name for spec in all_tools(http, Settings())]
+        built = [spec.name for spec in all_tools(http, Settings().demo_systems_url)]
 
     assert tuple(built) == TOOL_NAMES

@@ -17,7 +17,6 @@ from examples.systems import serving
 from tests.helpers import call_tool as call
 from tests.helpers import eventually
 from waitstate.schemas.operations import Completion
-from waitstate.settings import Settings
 from waitstate.tools.spec import StartContext, ToolRegistry
 
 
@@ -119,7 +118,7 @@ def test_compliance_tools_are_sync_tools_with_described_arguments(
 async def test_the_catalog_points_every_system_tool_at_the_settings_url(
     http: httpx.AsyncClient, systems_url: str
 ) -> None:
-    registry = ToolRegistry(all_tools(http, Settings(demo_systems_url=systems_url)))
+    registry = ToolRegistry(all_tools(http, systems_url))
     export = await exported(http, systems_url)
 
     verified = await call(

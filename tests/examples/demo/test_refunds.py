@@ -16,7 +16,6 @@ from examples.demo.services import ServiceError
 from examples.systems import serving
 from tests.helpers import call_tool as call
 from waitstate.schemas.approvals import ApprovalPolicy
-from waitstate.settings import Settings
 from waitstate.tools.spec import ToolRegistry, ToolSpec
 
 
@@ -201,7 +200,7 @@ def test_refund_tools_are_sync_tools_with_described_arguments(registry: ToolRegi
 async def test_the_catalog_offers_the_refund_tools_at_the_settings_url(
     http: httpx.AsyncClient, systems_url: str
 ) -> None:
-    registry = ToolRegistry(all_tools(http, Settings(demo_systems_url=systems_url)))
+    registry = ToolRegistry(all_tools(http, systems_url))
 
     claim = await call(registry, "check_claim", claim_id="C-200")
 

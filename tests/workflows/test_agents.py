@@ -1,0 +1,118 @@
+"""Runs of named agents from an app: the agent's definition recorded at the start, overrides,
+an unknown agent, the app's deps in a tool's RunContext, and structured output."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import make_worker, scheduled_activities
+from waitstate.apps import load_apps
+from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.run import CALL_MODEL, RESOLVE_AGENT
+from workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.workflows.agent_app:app"
+
+
+async def _run(
+    env: WorkflowEnvironment, task_queue: str, **fields: Any
+) -> tuple[WorkflowHandle[Any, RunResult], RunResult]:
+    handle = await env.client.start_workflow(
+        AgentRunWorkflow.run, RunInput(**fields), id=f"run-{uuid.uuid4()}", task_queue=task_queue
+    )
+    return handle, await handle.result()
+
+
+async def test_a_run_of_an_agent_takes_its_definition_and_its_apps_deps(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
+        handle, result = await _run(
+            time_skipping_env, task_queue, task="one two three", agent="counter"
+        )
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    counted = json.loads((result.final_output or "").removeprefix("counted: "))
+    assert counted == {
+        "words": 3,
+        "greeting": "hello from the app",
+        "run_id": handle.id,
+        "idempotency_key": f"{handle.id}/call_0",
+    }
+    assert state.agent == "counter"
+    assert state.model == "scripted:count-then-answer"
+    assert (await scheduled_activities(handle))[:2] == [RESOLVE_AGENT, CALL_MODEL]
+
+
+async def test_what_the_run_sets_overrides_the_agent(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
+        handle, result = await _run(
+            time_skipping_env, task_queue, task="say this", agent="counter", model="scripted:echo"
+        )
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    assert (result.final_output or "").endswith("say this")
+    assert state.model == "scripted:echo"
+
+
+async def test_an_unknown_agent_fails_the_run_at_once_naming_the_known_ones(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
+        handle = await time_skipping_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="anything", agent="nobody"),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.message == "unknown agent 'nobody'; known: counter, reporter, stubborn"
+    assert await scheduled_activities(handle) == [RESOLVE_AGENT]  # no model call
+    assert state.status == "failed"
+
+
+async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_one_is_json(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
+        handle, result = await _run(time_skipping_env, task_queue, task="report", agent="reporter")
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    assert json.loads(result.final_output or "") == {"title": "Q3", "words": 3}
+    assert result.turns == 2
+    assert state.steps[0].detail.startswith("answer sent back: words: Field required")
+
+
+async def test_an_answer_that_never_validates_ends_the_run_at_max_turns(
+    time_skipping_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
+        handle, result = await _run(time_skipping_env, task_queue, task="report", agent="stubborn")
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "max_turns"
+    assert result.final_output is None
+    assert [step.detail.split(":")[0] for step in state.steps] == ["answer sent back"] * 2
+    assert state.steps[0].detail.startswith("answer sent back: (answer): Invalid JSON")

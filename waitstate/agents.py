@@ -1,0 +1,95 @@
+"""Agents and apps: what a user's module declares, and a worker and the CLI load by reference.
+
+# reports/app.py
+from waitstate import Agent, App, tool
+
+@tool
+async def word_count(text: str) -> int:
+    '''Count the words of a text.'''
+    return len(text.split())
+
+app = App(agents=[Agent("report-builder", instructions="...", tools=[word_count])])
+
+# python worker.py --app reports.app:app      (or WAITSTATE_APPS=reports.app:app)
+# python starter.py run --agent report-builder "Count the words of 'a b c'" --wait
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from waitstate.providers.base import Provider
+from waitstate.providers.scripted import Script
+from waitstate.schemas.approvals import ApprovalPolicy
+from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
+from waitstate.tools.spec import ToolSpec
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A named agent: how a run of it starts, unless the run says otherwise.
+
+    Attributes:
+        name: What runs are started by (`starter.py run --agent NAME`); shown in `list`,
+            `status` and the Web UI (search attribute `AgentName`).
+        instructions: The system prompt.
+        model: `provider:model` (None: the starter's default, `WAITSTATE_MODEL`).
+        tools: The tools a run may use: tools of this app (a `ToolSpec`, e.g. from `@tool`,
+            is registered with the app) or names of tools any loaded app declares, including
+            the built-in `request_approval`.
+        approval: Timeout and on-timeout behaviour of the model's own `request_approval`
+            calls (a tool's own approvals follow the tool's policy).
+        max_turns: Model calls before the run stops.
+        operation_timeout: No operation of a run waits longer than this, whatever its tool
+            declares.
+        constraints: Rules every run keeps; repeated in a context rebuilt after a long wait.
+        output_type: A pydantic model the final answer must validate against (returned as
+            JSON); an answer that does not goes back to the model with the errors.
+        temperature, max_tokens: Model settings, for the providers that take them.
+    """
+
+    name: str
+    instructions: str = DEFAULT_SYSTEM_PROMPT
+    model: str | None = None
+    tools: Sequence[ToolSpec | str] = ()
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    max_turns: int = 12
+    operation_timeout: timedelta | None = None
+    constraints: Sequence[str] = ()
+    output_type: type[BaseModel] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def tool_names(self) -> list[str]:
+        """The names of its tools, in order."""
+        return [t if isinstance(t, str) else t.name for t in self.tools]
+
+
+@dataclass(frozen=True)
+class App:
+    """What a user's module exports for a worker to serve.
+
+    Attributes:
+        agents: The agents runs can be started by.
+        tools: Tools besides those the agents list (runs may name them in `--tools`); or a
+            function of the app's `deps` returning them, for tools built over a client the
+            app provides.
+        deps: Called once when a worker starts; what it returns reaches every handler of the
+            app's tools as `RunContext.deps`, and is closed (`aclose()`, if it has one) when
+            the worker stops.
+        providers: Model providers by name (`name:model` specs resolve to them), as factories
+            called on first use.
+        scripts: Scripts for the deterministic `scripted:` model, by name: for tests of the
+            app's agents without a language model.
+    """
+
+    agents: Sequence[Agent] = ()
+    tools: Sequence[ToolSpec] | Callable[[Any], Sequence[ToolSpec]] = ()
+    deps: Callable[[], Any] | None = None
+    providers: Mapping[str, Callable[[], Provider]] = field(default_factory=dict)
+    scripts: Mapping[str, Script] = field(default_factory=dict)

@@ -1,0 +1,202 @@
+"""Loading apps by reference (`module:attribute`, as uvicorn loads `module:app`), and checking
+them together before a worker serves a single run."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from waitstate.agents import Agent, App
+from waitstate.providers.base import Provider, parse_model_spec
+from waitstate.providers.scripted import SCRIPTS, Script
+from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
+from waitstate.tools.spec import ToolSpec
+
+# The providers every worker has (worker.build_providers); apps may add more.
+BUILT_IN_PROVIDERS = ("openai", "anthropic", "scripted")
+# The tools every worker has, whatever apps it loads.
+WORKER_TOOLS = (*BUILTIN_TOOLS, REQUEST_APPROVAL, READ_REF)
+
+
+class AppError(Exception):
+    """An app that cannot be served as it is; the message is one line naming what to fix."""
+
+
+def app_refs(cli: Sequence[str] = (), env: str | None = None) -> list[str]:
+    """The references to load: `--app` values, then those of `WAITSTATE_APPS`
+    (comma-separated), each once."""
+    refs = [*cli, *(part.strip() for part in (env or "").split(","))]
+    return list(dict.fromkeys(ref for ref in refs if ref))
+
+
+def load_app(ref: str) -> App:
+    """Import `module:attribute` and return the `App` it names.
+
+    Raises:
+        AppError: the reference is malformed, the module does not import, the attribute is
+            missing, or it is not an `App`.
+    """
+    module_name, sep, attribute = ref.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AppError(f"app {ref!r} is not module:attribute (e.g. reports.app:app)")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # an app's own import error, whatever it is, fails the load
+        raise AppError(f"app {ref!r} does not import: {type(err).__name__}: {err}") from err
+    value: Any = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise AppError(f"app {ref!r}: module {module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if not isinstance(value, App):
+        raise AppError(f"app {ref!r} is a {type(value).__name__}, not a waitstate.App")
+    return value
+
+
+@dataclass
+class Apps:
+    """Loaded apps, merged: what a worker serves and the CLI checks names against."""
+
+    refs: list[str] = field(default_factory=list)
+    agents: dict[str, Agent] = field(default_factory=dict)
+    tools: list[ToolSpec] = field(default_factory=list)
+    # What each tool's handlers get as `RunContext.deps`, by tool name.
+    tool_deps: dict[str, Any] = field(default_factory=dict)
+    providers: dict[str, Callable[[], Provider]] = field(default_factory=dict)
+    scripts: dict[str, Script] = field(default_factory=dict)
+    _deps: list[Any] = field(default_factory=list)
+
+    def tool_names(self) -> list[str]:
+        """Every tool the apps declare, and the built-ins, sorted."""
+        return sorted({*(spec.name for spec in self.tools), *WORKER_TOOLS})
+
+    def provider_names(self) -> list[str]:
+        """Every provider a model spec may name."""
+        return sorted({*BUILT_IN_PROVIDERS, *self.providers})
+
+    def script_names(self) -> list[str]:
+        """Every script the `scripted` provider can play."""
+        return sorted({*SCRIPTS, *self.scripts})
+
+    def check_model(self, spec: str) -> None:
+        """Raises AppError if `spec` names no provider (or no script) these apps know."""
+        try:
+            provider, model = parse_model_spec(spec)
+        except ValueError as err:
+            raise AppError(str(err)) from None
+        if provider not in self.provider_names():
+            raise AppError(
+                f"model {spec!r}: unknown provider {provider!r}; known: "
+                f"{', '.join(self.provider_names())}"
+            )
+        if provider == "scripted" and model not in self.script_names():
+            raise AppError(
+                f"model {spec!r}: no script named {model!r}; scripts: "
+                f"{', '.join(self.script_names())}"
+            )
+
+    def check_tools(self, names: Iterable[str]) -> None:
+        """Raises AppError naming the tools no app declares."""
+        known = self.tool_names()
+        if unknown := [name for name in names if name not in known]:
+            raise AppError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}")
+
+    def agent(self, name: str) -> Agent:
+        """The agent of that name. Raises AppError naming the known ones."""
+        found = self.agents.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.agents)) or "none (no app is loaded)"
+            raise AppError(f"unknown agent {name!r}; known: {known}")
+        return found
+
+    async def aclose(self) -> None:
+        """Close what the apps' `deps` opened."""
+        deps, self._deps = self._deps, []
+        for value in deps:
+            close = getattr(value, "aclose", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+
+
+def load_apps(
+    refs: Sequence[str],
+    *,
+    callbacks_configured: bool = True,
+) -> Apps:
+    """Load and check the apps `refs` name, in order.
+
+    Args:
+        callbacks_configured: The worker has resume-token keys and a gateway URL; without
+            them a long tool completed by `callback` could never start.
+
+    Raises:
+        AppError: one line, for the first problem: an app that does not load, a tool or agent
+            name used twice, an agent whose tools, model or output type no app provides, a
+            callback tool on a worker without token keys or gateway URL.
+    """
+    apps = Apps(refs=list(refs))
+    owner = {name: "the worker's built-ins" for name in WORKER_TOOLS}
+    for ref in refs:
+        _add(apps, ref, load_app(ref), owner)
+    for agent in apps.agents.values():
+        _check_agent(apps, agent)
+    if not callbacks_configured:
+        for spec in apps.tools:
+            if spec.long is not None and spec.long.completion == "callback":
+                raise AppError(
+                    f"tool {spec.name!r} ({owner[spec.name]}) completes by callback: the "
+                    "worker needs WAITSTATE_TOKEN_KEYS and GATEWAY_URL"
+                )
+    return apps
+
+
+def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
+    deps = app.deps() if app.deps is not None else None
+    if deps is not None:
+        apps._deps.append(deps)
+    declared = app.tools(deps) if callable(app.tools) else app.tools
+    specs: dict[str, ToolSpec] = {}
+    for spec in [*declared, *(t for a in app.agents for t in a.tools if isinstance(t, ToolSpec))]:
+        if not isinstance(spec, ToolSpec):
+            raise AppError(f"app {ref!r}: {spec!r} is not a tool (use @tool or ToolSpec)")
+        if specs.get(spec.name) is spec:
+            continue  # listed by the app and by one of its agents: the same tool
+        if spec.name in specs or spec.name in owner:
+            where = "this app" if spec.name in specs else owner[spec.name]
+            raise AppError(f"app {ref!r}: tool {spec.name!r} is already declared by {where}")
+        specs[spec.name] = spec
+    for spec in specs.values():
+        owner[spec.name] = f"app {ref}"
+        apps.tools.append(spec)
+        apps.tool_deps[spec.name] = deps
+    for agent in app.agents:
+        if agent.name in apps.agents:
+            raise AppError(f"app {ref!r}: agent {agent.name!r} is declared twice")
+        apps.agents[agent.name] = agent
+    for name, factory in app.providers.items():
+        if name in apps.providers or name in BUILT_IN_PROVIDERS:
+            raise AppError(f"app {ref!r}: provider {name!r} is already declared")
+        apps.providers[name] = factory
+    for name, script in app.scripts.items():
+        if name in apps.scripts or name in SCRIPTS:
+            raise AppError(f"app {ref!r}: script {name!r} is already declared")
+        apps.scripts[name] = script
+
+
+def _check_agent(apps: Apps, agent: Agent) -> None:
+    try:
+        apps.check_tools(agent.tool_names())
+        if agent.model is not None:
+            apps.check_model(agent.model)
+    except AppError as err:
+        raise AppError(f"agent {agent.name!r}: {err}") from None
+    output = agent.output_type
+    if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+        raise AppError(f"agent {agent.name!r}: output_type must be a pydantic model class")
