@@ -255,6 +255,7 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
                 {
                     "run_id": run.run_id,
                     "status": run.status,
+                    "agent": run.agent,
                     "started": run.started.isoformat(),
                     "closed": run.closed.isoformat() if run.closed else None,
                 }
@@ -265,7 +266,8 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if not runs:
         print("no runs")
     for run in runs:
-        print(f"{run.run_id:<36} {run.status:<10} started {run.started.isoformat()}")
+        agent = f" agent {run.agent}" if run.agent else ""
+        print(f"{run.run_id:<36} {run.status:<10} started {run.started.isoformat()}{agent}")
     return 0
 
 
@@ -372,17 +374,24 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
-    """The run's input from the arguments, its names checked against the apps when the CLI can
-    load them (else the worker checks them, and fails the run at once if one is unknown)."""
+    """The run's input from the arguments, its names checked against the apps the CLI loads.
+
+    A run of a named agent is checked here only against apps named by --app or WAITSTATE_APPS
+    (the worker may serve others): without them the worker checks, and fails the run at once
+    if a name is unknown. A run without an agent gets every tool of the apps (the demo's when
+    none is named) unless --tools says otherwise.
+    """
     if args.max_turns is not None and args.max_turns < 1:
         raise CliError("--max-turns must be at least 1", 2)
-    apps = _apps(args, settings)
+    refs = app_refs(args.app, settings.apps)
+    apps = _apps(refs)
+    checked = apps if refs or not args.agent else None
     try:
         fields: dict[str, Any] = {"task": args.task}
         if args.agent:
             fields["agent"] = args.agent
-            if apps is not None:
-                apps.agent(args.agent)
+            if checked is not None:
+                checked.agent(args.agent)
         else:
             fields["model"] = settings.default_model
             fields["tools"] = [spec.name for spec in apps.tools] if apps is not None else []
@@ -391,9 +400,9 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         if args.tools:
             fields["tools"] = args.tools
         if "model" in fields:
-            _check_model(fields["model"], apps)
-        if apps is not None and "tools" in fields:
-            apps.check_tools(fields["tools"])
+            _check_model(fields["model"], checked)
+        if checked is not None and "tools" in fields:
+            checked.check_tools(fields["tools"])
     except AppError as err:
         raise CliError(str(err), 2) from None
     finally:
@@ -406,10 +415,9 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     return RunInput(**fields)
 
 
-def _apps(args: argparse.Namespace, settings: Settings) -> Apps | None:
-    """The apps named by --app and WAITSTATE_APPS (one that does not load is an error), or the
-    demo app if none is named and it is importable here, or None."""
-    refs = app_refs(args.app, settings.apps)
+def _apps(refs: Sequence[str]) -> Apps | None:
+    """The apps `refs` name (one that does not load is an error), or, when none is named, the
+    demo app if it is importable here (a checkout), or None."""
     try:
         return load_apps(refs or [DEMO_APP])
     except AppError as err:

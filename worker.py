@@ -167,12 +167,14 @@ def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -
     Raises:
         AppError: one line saying what to fix.
     """
-    if not refs:
-        log.info("no app named (--app, WAITSTATE_APPS): serving the demo, %s", DEMO_APP)
-    return load_apps(
-        refs or [DEMO_APP],
-        callbacks_configured=tokens is not None and bool(settings.gateway_url),
-    )
+    callbacks = tokens is not None and bool(settings.gateway_url)
+    if refs:
+        return load_apps(refs, callbacks_configured=callbacks)
+    log.info("no app named (--app, WAITSTATE_APPS): serving the demo, %s", DEMO_APP)
+    try:
+        return load_apps([DEMO_APP], callbacks_configured=callbacks)
+    except AppError as err:
+        raise AppError(f"no app named (--app MODULE:ATTR or WAITSTATE_APPS), and {err}") from err
 
 
 async def main(argv: Sequence[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
-from waitstate.providers.base import shorten
+from waitstate.providers.base import ModelSettings, shorten
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import (
@@ -78,7 +78,13 @@ class ModelActivities:
         except KeyError as err:
             raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
         conversation = await self._conversation(input)
-        response = await _complete(provider, model, input.system_prompt, conversation, tools)
+        agent = self._agents.get(input.agent) if input.agent is not None else None
+        settings = None
+        if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
+            settings = ModelSettings(temperature=agent.temperature, max_tokens=agent.max_tokens)
+        response = await _complete(
+            provider, model, input.system_prompt, conversation, tools, settings
+        )
         if input.agent is not None and not response.message.tool_calls:
             self._check_output(input.agent, response)
         meter = activity.metric_meter()
@@ -146,6 +152,7 @@ async def _complete(
     system_prompt: str,
     conversation: list[Message],
     tools: list[ToolDefinition],
+    settings: ModelSettings | None = None,
 ) -> ModelResponse:
     """One provider call within the attempt's deadline, its failures turned into Temporal's."""
     limit = activity.info().start_to_close_timeout
@@ -153,7 +160,9 @@ async def _complete(
     deadline = asyncio.timeout(budget.total_seconds() if budget else None)
     try:
         async with deadline:
-            return await provider.complete(model, system_prompt, conversation, tools)
+            if settings is None:  # a provider written before settings existed works on
+                return await provider.complete(model, system_prompt, conversation, tools)
+            return await provider.complete(model, system_prompt, conversation, tools, settings)
     except UnknownModelError as err:
         raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
     except ProviderError as err:

@@ -46,6 +46,7 @@ from examples.demo.exports import ExportService, export_tool
 from waitstate.client import WaitstateClient
 from waitstate.gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
 from waitstate.providers import Providers
+from waitstate.providers.base import ModelSettings
 from waitstate.providers.scripted import ScriptedProvider
 from waitstate.schemas import Message, ModelResponse, RunInput, RunResult, RunState, ToolDefinition
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
@@ -332,10 +333,11 @@ class _Unhurried(ScriptedProvider):
         system_prompt: str,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
         if any(message.role == "tool" for message in messages):
             await asyncio.sleep(MODEL_PAUSE.total_seconds())
-        return await super().complete(model, system_prompt, messages, tools)
+        return await super().complete(model, system_prompt, messages, tools, settings)
 
 
 @asynccontextmanager

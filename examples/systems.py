@@ -83,7 +83,7 @@ import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Response
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from waitstate.schemas.operations import Completion, OperationError
+from waitstate import Completion, OperationError
 
 logger = logging.getLogger(__name__)
 

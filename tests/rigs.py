@@ -5,8 +5,11 @@ the `conftest.py` beside the tests that use them; test modules import the types 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -359,3 +362,107 @@ async def running_gateway(subject: str = OP) -> AsyncIterator[Gateway]:
         server.should_exit = True
         await serving
         sock.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    """Whether something listens on the local `port`."""
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Services:
+    """`scripts/services.py` (dev server, demo systems, worker, gateway) on free ports, in a state
+    directory of its own, with `starter.py` run as a user runs it; `env` adds to (or, as None,
+    removes from) the environment they all get."""
+
+    def __init__(self, state: Path, env: dict[str, str | None] | None = None) -> None:
+        self.state = state
+        self.port, self.ui_port = free_port(), free_port()
+        self.gateway_port, self.systems_port = free_port(), free_port()
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "OPENAI_API_KEY",
+                "ANTHROPIC_API_KEY",
+                "WAITSTATE_MODEL",
+                "WAITSTATE_TOKEN_KEYS",
+                "GATEWAY_URL",
+            )
+        }
+        self.env.update(
+            TEMPORAL_ADDRESS=f"127.0.0.1:{self.port}",
+            TEMPORAL_UI_PORT=str(self.ui_port),
+            WAITSTATE_STATE_DIR=str(state),
+            GATEWAY_PORT=str(self.gateway_port),
+            DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
+            WAITSTATE_WORKER_METRICS=f"127.0.0.1:{free_port()}",
+            WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
+        )
+        for key, value in (env or {}).items():
+            if value is None:
+                self.env.pop(key, None)
+            else:
+                self.env[key] = value
+        self.systems_url = self.env["DEMO_SYSTEMS_URL"]
+        self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
+        self.ui_url = f"http://127.0.0.1:{self.ui_port}"
+
+    def services_now(self, action: str) -> subprocess.CompletedProcess[str]:
+        """`scripts/services.py ACTION`, for the module's fixture (not a test's event loop)."""
+        return subprocess.run(
+            [sys.executable, "scripts/services.py", action],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    async def services(self, action: str) -> subprocess.CompletedProcess[str]:
+        return await self._run([sys.executable, "scripts/services.py", action])
+
+    async def starter(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return await self._run([sys.executable, "starter.py", *args], env=env)
+
+    async def _run(
+        self, command: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=ROOT, env=env or self.env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(120):
+            out, err = await process.communicate()
+        assert process.returncode is not None
+        return subprocess.CompletedProcess(command, process.returncode, out.decode(), err.decode())
+
+    async def status(self, run_id: str) -> dict[str, Any]:
+        done = await self.starter("status", run_id, "--json")
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    async def ui_executions(self, query: str) -> list[dict[str, Any]]:
+        """The runs the Web UI's HTTP API lists for a visibility query."""
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.get(
+                f"{self.ui_url}/api/v1/namespaces/default/workflows", params={"query": query}
+            )
+        response.raise_for_status()
+        return list(response.json().get("executions", []))
+
+    async def client(self) -> Client:
+        return await Client.connect(self.env["TEMPORAL_ADDRESS"], data_converter=DATA_CONVERTER)
+
+    def tokens(self) -> ResumeTokens:
+        """The resume-token key `up` generated for this state dir (what the worker signs with
+        and the gateway checks)."""
+        key_id, _, secret = (self.state / "resume-token.keys").read_text().strip().partition(":")
+        return ResumeTokens({key_id: secret}, key_id)

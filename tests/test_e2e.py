@@ -8,9 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +16,11 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key
 from tests.helpers import callback_token, eventually, quiet_history_length
-from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.tokens import ResumeTokens
+from tests.rigs import Services, free_port, port_open
 from waitstate.schemas import RunResult, RunState
 from workflows.agent_run import AgentRunWorkflow
 
@@ -33,99 +29,6 @@ EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 EXPORT_FILE = "exports/transactions-2025-Q3.csv"
 # Runs take seconds; these bounds only turn a hang into a failure.
 RUN_WITHIN = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-class Services:
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        self.port, self.ui_port = _free_port(), _free_port()
-        self.gateway_port, self.systems_port = _free_port(), _free_port()
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if k
-            not in (
-                "OPENAI_API_KEY",
-                "ANTHROPIC_API_KEY",
-                "WAITSTATE_MODEL",
-                "WAITSTATE_TOKEN_KEYS",
-                "GATEWAY_URL",
-            )
-        }
-        self.env.update(
-            TEMPORAL_ADDRESS=f"127.0.0.1:{self.port}",
-            TEMPORAL_UI_PORT=str(self.ui_port),
-            WAITSTATE_STATE_DIR=str(state),
-            GATEWAY_PORT=str(self.gateway_port),
-            DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
-            WAITSTATE_WORKER_METRICS=f"127.0.0.1:{_free_port()}",
-            WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
-        )
-        self.systems_url = self.env["DEMO_SYSTEMS_URL"]
-        self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
-        self.ui_url = f"http://127.0.0.1:{self.ui_port}"
-
-    def services_now(self, action: str) -> subprocess.CompletedProcess[str]:
-        """`scripts/services.py ACTION`, for the module's fixture (not a test's event loop)."""
-        return subprocess.run(
-            [sys.executable, "scripts/services.py", action],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-
-    async def services(self, action: str) -> subprocess.CompletedProcess[str]:
-        return await self._run([sys.executable, "scripts/services.py", action])
-
-    async def starter(
-        self, *args: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return await self._run([sys.executable, "starter.py", *args], env=env)
-
-    async def _run(
-        self, command: list[str], env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        process = await asyncio.create_subprocess_exec(
-            *command, cwd=ROOT, env=env or self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        async with asyncio.timeout(120):
-            out, err = await process.communicate()
-        assert process.returncode is not None
-        return subprocess.CompletedProcess(command, process.returncode, out.decode(), err.decode())
-
-    async def status(self, run_id: str) -> dict[str, Any]:
-        done = await self.starter("status", run_id, "--json")
-        assert done.returncode == 0, done.stderr
-        return dict(json.loads(done.stdout))
-
-    async def ui_executions(self, query: str) -> list[dict[str, Any]]:
-        """The runs the Web UI's HTTP API lists for a visibility query."""
-        async with httpx.AsyncClient(timeout=10) as http:
-            response = await http.get(
-                f"{self.ui_url}/api/v1/namespaces/default/workflows", params={"query": query}
-            )
-        response.raise_for_status()
-        return list(response.json().get("executions", []))
-
-    async def client(self) -> Client:
-        return await Client.connect(self.env["TEMPORAL_ADDRESS"], data_converter=DATA_CONVERTER)
-
-    def tokens(self) -> ResumeTokens:
-        """The resume-token key `up` generated for this state dir (what the worker signs with
-        and the gateway checks)."""
-        key_id, _, secret = (self.state / "resume-token.keys").read_text().strip().partition(":")
-        return ResumeTokens({key_id: secret}, key_id)
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +214,7 @@ async def test_clear_errors_and_exit_codes(services: Services) -> None:
     bad_spec = await services.starter("run", "x", "--model", "gpt-4")
     bad_script = await services.starter("run", "x", "--model", "scripted:nope")
     unreachable = await services.starter(
-        "list", env={**services.env, "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}"}
+        "list", env={**services.env, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
     )
 
     assert (unknown.returncode, unknown.stderr.strip()) == (1, "error: no run with id no-such-run")
@@ -366,7 +269,7 @@ async def _kill_the_server(services: Services) -> None:
     os.kill(int((services.state / "server.pid").read_text()), signal.SIGKILL)
 
     async def gone() -> bool:
-        return not _port_open(services.port)
+        return not port_open(services.port)
 
     await eventually(gone, "the killed server's port to close")
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from waitstate.providers.scripted import SCRIPTED_BANNER, Script
     from waitstate.schemas.approvals import ApprovalPolicy
     from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
-    from waitstate.schemas.operations import Completion
+    from waitstate.schemas.operations import Completion, CompletionMode, OperationError, ResultMode
     from waitstate.schemas.run import RunInput, RunResult, RunState
     from waitstate.tools.function import RunContext, tool
     from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolError, ToolSpec
@@ -43,6 +43,9 @@ _EXPORTS = {
     "ToolDefinition": "waitstate.schemas.messages",
     "Usage": "waitstate.schemas.messages",
     "Completion": "waitstate.schemas.operations",
+    "CompletionMode": "waitstate.schemas.operations",
+    "OperationError": "waitstate.schemas.operations",
+    "ResultMode": "waitstate.schemas.operations",
     "RunInput": "waitstate.schemas.run",
     "RunResult": "waitstate.schemas.run",
     "RunState": "waitstate.schemas.run",
@@ -62,13 +65,16 @@ __all__ = [
     "AppError",
     "ApprovalPolicy",
     "Completion",
+    "CompletionMode",
     "Job",
     "LongSpec",
     "LongTool",
     "Message",
     "ModelResponse",
+    "OperationError",
     "Provider",
     "ProviderError",
+    "ResultMode",
     "RunContext",
     "RunInput",
     "RunResult",

@@ -47,7 +47,7 @@ def load_app(ref: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # an app's own import error, whatever it is, fails the load
-        raise AppError(f"app {ref!r} does not import: {type(err).__name__}: {err}") from err
+        raise AppError(f"app {ref!r} does not import: {_one_line(err)}") from err
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
@@ -158,10 +158,22 @@ def load_apps(
 
 
 def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
-    deps = app.deps() if app.deps is not None else None
-    if deps is not None:
-        apps._deps.append(deps)
-    declared = app.tools(deps) if callable(app.tools) else app.tools
+    try:
+        deps = app.deps() if app.deps is not None else None
+        if deps is not None:
+            apps._deps.append(deps)
+        declared = app.tools(deps) if callable(app.tools) else app.tools
+    except Exception as err:  # the app's own code: whatever it raises fails the load
+        raise AppError(
+            f"app {ref!r}: its deps or tools could not be made: {_one_line(err)}"
+        ) from err
+    for agent in app.agents:
+        for item in agent.tools:
+            if not isinstance(item, ToolSpec | str):
+                raise AppError(
+                    f"app {ref!r}: agent {agent.name!r} lists {item!r}, which is neither a tool "
+                    "(use @tool or ToolSpec) nor a tool's name"
+                )
     specs: dict[str, ToolSpec] = {}
     for spec in [*declared, *(t for a in app.agents for t in a.tools if isinstance(t, ToolSpec))]:
         if not isinstance(spec, ToolSpec):
@@ -200,3 +212,9 @@ def _check_agent(apps: Apps, agent: Agent) -> None:
     output = agent.output_type
     if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
         raise AppError(f"agent {agent.name!r}: output_type must be a pydantic model class")
+
+
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    """`Type: message` on one line, cut to `limit` characters."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

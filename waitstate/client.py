@@ -38,6 +38,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import (
+    ApplicationError,
     CancelledError,
     FailureError,
     TerminatedError,
@@ -450,6 +451,8 @@ class WaitstateClient:
                 return RunState(status="failed", error=f"terminated: {cause.message}")
             if isinstance(cause, WorkflowTimeoutError):
                 return RunState(status="failed", error="timed out")
+            if isinstance(cause, ApplicationError):  # the run's own reason, without its type
+                return RunState(status="failed", error=cause.message)
             return RunState(status="failed", error=str(cause) if cause else str(err))
         except RPCError as err:
             self._raise(err, run_id, f"could not read the outcome of run {run_id}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from waitstate.tools.spec import ToolError, ToolSpec
+from waitstate import ToolError, ToolSpec
 
 _OPERATORS: dict[type[ast.AST], Callable[..., Any]] = {
     ast.Add: operator.add,

@@ -10,7 +10,7 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
-from waitstate.tools.spec import ToolSpec
+from waitstate import ToolSpec
 
 
 def all_tools(http: httpx.AsyncClient, systems_url: str) -> list[ToolSpec]:

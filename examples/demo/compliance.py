@@ -9,7 +9,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from examples.demo.services import check_answer
-from waitstate.tools.spec import ToolSpec
+from waitstate import ToolSpec
 
 
 class VerifyRowCountArgs(BaseModel):

@@ -8,8 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from examples.demo.services import JobService
-from waitstate.schemas.operations import ResultMode
-from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
+from waitstate import Job, LongSpec, LongTool, ResultMode, StartContext, ToolSpec
 
 EXPORT_ETA = timedelta(minutes=15)
 

@@ -7,8 +7,7 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 
 from examples.demo.services import JobService
-from waitstate.schemas.operations import ResultMode
-from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolSpec
+from waitstate import Job, LongSpec, LongTool, ResultMode, StartContext, ToolSpec
 
 ENRICH_ETA = timedelta(minutes=10)
 

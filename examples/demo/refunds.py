@@ -10,8 +10,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from examples.demo.services import check_answer
-from waitstate.schemas.approvals import ApprovalPolicy
-from waitstate.tools.spec import ToolError, ToolSpec
+from waitstate import ApprovalPolicy, ToolError, ToolSpec
 
 # Refunds above this amount wait for a person's sign-off.
 REFUND_APPROVAL_THRESHOLD = 100.0

@@ -9,8 +9,7 @@ from urllib.parse import quote
 
 import httpx
 
-from waitstate.schemas.operations import Completion, OperationError
-from waitstate.tools.spec import Job, StartContext, ToolError
+from waitstate import Completion, Job, OperationError, StartContext, ToolError
 
 # Answers a retry may fix, though they are 4xx: timeout, conflict (a request with the same key
 # still in flight), rate limit.

@@ -9,6 +9,7 @@ import anthropic
 import pytest
 
 from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message, ToolCall, ToolDefinition
 from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use
 
@@ -150,3 +151,15 @@ async def test_empty_queue_plays_one_tool_round_trip(provider: AnthropicProvider
     assert (call.name, call.arguments) == ("lookup", "{}")
     assert second.message.content == "Received 1 tool result (lookup)."
     assert third.message.content == "ok"
+
+
+async def test_max_tokens_of_the_settings_replace_the_providers(
+    wire: WireServer, provider: AnthropicProvider
+) -> None:
+    wire.enqueue(anthropic_text("ok"), anthropic_text("ok"))
+    await provider.complete(
+        "m", "sys", [Message(role="user", content="hi")], [], ModelSettings(max_tokens=300)
+    )
+    await provider.complete("m", "sys", [Message(role="user", content="hi")], [])
+
+    assert [request.body["max_tokens"] for request in wire.requests[-2:]] == [300, 512]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import openai
 import pytest
 
+from waitstate.providers.base import ModelSettings
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.schemas import Message, ToolCall, ToolDefinition
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
@@ -138,3 +139,15 @@ async def test_empty_queue_plays_one_tool_round_trip(provider: OpenAIProvider) -
     assert (call.name, call.arguments) == ("lookup", "{}")
     assert second.message.content == "Received 1 tool result (lookup)."
     assert third.message.content == "ok"
+
+
+async def test_model_settings_reach_the_request(wire: WireServer, provider: OpenAIProvider) -> None:
+    wire.enqueue(openai_text("ok"))
+    await provider.complete(
+        "m", "sys", [Message(role="user", content="hi")], [], ModelSettings(0.2, 300)
+    )
+    await provider.complete("m", "sys", [Message(role="user", content="hi")], [])
+
+    with_settings, without = (request.body for request in wire.requests[-2:])
+    assert (with_settings["temperature"], with_settings["max_completion_tokens"]) == (0.2, 300)
+    assert "temperature" not in without and "max_completion_tokens" not in without

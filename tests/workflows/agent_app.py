@@ -73,6 +73,7 @@ app = App(
         ),
         Agent("reporter", model="scripted:bad-then-good", output_type=Report, max_turns=3),
         Agent("stubborn", model="scripted:never-good", output_type=Report, max_turns=2),
+        Agent("tempered", model="openai:test-model", temperature=0.3, max_tokens=200),
     ],
     deps=lambda: Deps(greeting="hello from the app"),
     scripts={

@@ -12,10 +12,12 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, scheduled_activities
+from tests.helpers import make_worker, replays, scheduled_activities
 from waitstate.apps import load_apps
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, RESOLVE_AGENT
+from waitstate.settings import Settings
+from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text
 from workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.agent_app:app"
@@ -39,6 +41,7 @@ async def test_a_run_of_an_agent_takes_its_definition_and_its_apps_deps(
             time_skipping_env, task_queue, task="one two three", agent="counter"
         )
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "agent_of_an_app")
 
     assert result.status == "completed"
     counted = json.loads((result.final_output or "").removeprefix("counted: "))
@@ -82,10 +85,11 @@ async def test_an_unknown_agent_fails_the_run_at_once_naming_the_known_ones(
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "agent_unknown")
 
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError)
-    assert cause.message == "unknown agent 'nobody'; known: counter, reporter, stubborn"
+    assert cause.message == "unknown agent 'nobody'; known: counter, reporter, stubborn, tempered"
     assert await scheduled_activities(handle) == [RESOLVE_AGENT]  # no model call
     assert state.status == "failed"
 
@@ -97,6 +101,7 @@ async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_
     async with make_worker(time_skipping_env.client, task_queue, apps=apps):
         handle, result = await _run(time_skipping_env, task_queue, task="report", agent="reporter")
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "agent_structured_output_corrected")
 
     assert result.status == "completed"
     assert json.loads(result.final_output or "") == {"title": "Q3", "words": 3}
@@ -116,3 +121,44 @@ async def test_an_answer_that_never_validates_ends_the_run_at_max_turns(
     assert result.final_output is None
     assert [step.detail.split(":")[0] for step in state.steps] == ["answer sent back"] * 2
     assert state.steps[0].detail.startswith("answer sent back: (answer): Invalid JSON")
+
+
+async def test_the_agents_model_settings_reach_the_provider(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer
+) -> None:
+    wire.enqueue(openai_text("cool and short"))
+    settings = Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps, settings=settings):
+        _, result = await _run(dev_env, task_queue, task="say something", agent="tempered")
+
+    assert result.final_output == "cool and short"
+    body = wire.requests[-1].body
+    assert (body["temperature"], body["max_completion_tokens"]) == (0.3, 200)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_structured_output_through_each_providers_sdk(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
+) -> None:
+    text = openai_text if provider == "openai" else anthropic_text
+    wire.enqueue(text('{"title": "Q3", "words": "three"}'), text('{"title": "Q3", "words": 3}'))
+    settings = Settings(
+        openai_base_url=wire.openai_base_url,
+        anthropic_base_url=wire.anthropic_base_url,
+        openai_api_key="test-key",
+        anthropic_api_key="test-key",
+    )
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps, settings=settings):
+        handle, result = await _run(
+            dev_env, task_queue, task="report", agent="reporter", model=f"{provider}:test-model"
+        )
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    assert json.loads(result.final_output or "") == {"title": "Q3", "words": 3}
+    assert state.steps[0].detail.startswith("answer sent back: words: Input should be")
+    second = wire.requests[-1].body
+    corrections = [m for m in second["messages"] if "does not match" in json.dumps(m)]
+    assert len(corrections) == 1

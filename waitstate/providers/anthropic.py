@@ -10,7 +10,12 @@ import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
 from anthropic.types import Message as AnthropicMessage
 
-from waitstate.providers.base import ProviderError, no_response_message, retry_after_seconds
+from waitstate.providers.base import (
+    ModelSettings,
+    ProviderError,
+    no_response_message,
+    retry_after_seconds,
+)
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
@@ -37,8 +42,10 @@ class AnthropicProvider:
         system_prompt: str,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
-        """Ask the model for its next message.
+        """Ask the model for its next message (`settings.max_tokens` caps the answer; this
+        SDK's Messages API takes no temperature).
 
         Raises:
             ProviderError: the API answered with an error status, or could not be reached.
@@ -46,7 +53,7 @@ class AnthropicProvider:
         try:
             response = await self._client.messages.create(
                 model=model,
-                max_tokens=self._max_tokens,
+                max_tokens=(settings and settings.max_tokens) or self._max_tokens,
                 system=system_prompt or anthropic.omit,
                 messages=_to_anthropic_messages(messages),
                 tools=[_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,

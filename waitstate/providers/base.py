@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
@@ -16,6 +17,14 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 MESSAGE_CHARS = 500
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """An agent's settings for its model calls (None: the provider's own default)."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
 class Provider(Protocol):
     """A model behind one provider: Chat Completions, Messages, or a script."""
 
@@ -27,8 +36,9 @@ class Provider(Protocol):
         system_prompt: str,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
-        """Ask the model for its next message.
+        """Ask the model for its next message (with `settings`, where the provider takes them).
 
         Raises:
             ProviderError: the provider refused or failed the call.

@@ -13,7 +13,12 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from waitstate.providers.base import ProviderError, no_response_message, retry_after_seconds
+from waitstate.providers.base import (
+    ModelSettings,
+    ProviderError,
+    no_response_message,
+    retry_after_seconds,
+)
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
@@ -39,6 +44,7 @@ class OpenAIProvider:
         system_prompt: str,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
         """Ask the model for its next message.
 
@@ -50,6 +56,16 @@ class OpenAIProvider:
                 model=model,
                 messages=_to_openai_messages(system_prompt, messages),
                 tools=[_to_openai_tool(tool) for tool in tools] if tools else openai.omit,
+                temperature=(
+                    settings.temperature
+                    if settings is not None and settings.temperature is not None
+                    else openai.omit
+                ),
+                max_completion_tokens=(
+                    settings.max_tokens
+                    if settings is not None and settings.max_tokens is not None
+                    else openai.omit
+                ),
             )
         except openai.APIStatusError as err:
             raise ProviderError(

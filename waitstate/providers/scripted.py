@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from waitstate.providers.base import UnknownModelError
+from waitstate.providers.base import ModelSettings, UnknownModelError
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.run import CHECKPOINT_PROMPT
 
@@ -46,8 +46,9 @@ class ScriptedProvider:
         system_prompt: str,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
-        """Answer with the script's next message.
+        """Answer with the script's next message (`settings` do not change a script).
 
         Raises:
             UnknownModelError: no script of that name.

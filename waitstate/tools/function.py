@@ -62,17 +62,20 @@ def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     args: dict[str, str] = {}
     section = None
     current = None
+    indent = None  # of the argument lines; deeper lines continue the argument above
     for line in lines:
         if match := _SECTION.match(line):
-            section, current = match[1], None
+            section, current, indent = match[1], None, None
             continue
         if section is None:
             description.append(line)
-        elif section in ("Args", "Arguments", "Parameters"):
-            if match := _ARG.match(line):
-                current = match[1]
+        elif section in ("Args", "Arguments", "Parameters") and line.strip():
+            depth = len(line) - len(line.lstrip())
+            match = _ARG.match(line)
+            if match and (indent is None or depth <= indent):
+                indent, current = depth, match[1]
                 args[current] = match[2].strip()
-            elif current is not None and line.strip():
+            elif current is not None:
                 args[current] = f"{args[current]} {line.strip()}".strip()
     return " ".join(" ".join(description).split()), args
 
@@ -141,7 +144,8 @@ def _declare(
     context_name = None
     for parameter in inspect.signature(fn).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise TypeError(f"tool {where} takes *{parameter.name}: declare each argument")
+            stars = "*" if parameter.kind is parameter.VAR_POSITIONAL else "**"
+            raise TypeError(f"tool {where} takes {stars}{parameter.name}: declare each argument")
         annotation = hints.get(parameter.name, inspect.Parameter.empty)
         if _is_context(annotation):
             context_name = parameter.name

@@ -1,0 +1,46 @@
+"""The demo is an app like a user's: declared through the public `waitstate` API only, and
+what a worker serves when no app is named."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import waitstate
+from waitstate.apps import load_apps
+from worker import DEMO_APP
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
+
+
+def test_the_demo_imports_nothing_of_waitstate_but_its_public_api() -> None:
+    private = []
+    for path in sorted(DEMO.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("waitstate."):
+                private.append(f"{path.name}: from {node.module} import ...")
+            if isinstance(node, ast.Import):
+                private += [
+                    f"{path.name}: import {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("waitstate.")
+                ]
+
+    assert private == []
+
+
+def test_every_public_name_resolves() -> None:
+    missing = [name for name in waitstate.__all__ if getattr(waitstate, name, None) is None]
+
+    assert missing == []
+    assert sorted(waitstate.__all__) == waitstate.__all__
+
+
+async def test_the_demo_app_loads_with_its_agent_and_every_demo_tool() -> None:
+    apps = load_apps([DEMO_APP])
+    try:
+        assert list(apps.agents) == ["demo"]
+        assert set(apps.agents["demo"].tool_names()) == {spec.name for spec in apps.tools}
+        assert len(apps.tools) == 10
+    finally:
+        await apps.aclose()

@@ -1,0 +1,144 @@
+"""README's "Your own agent", run as written: its package, outside the repository, served by
+`WAITSTATE_APPS=reports.app:app scripts/services.py up`, its agent run with `starter.py run
+--agent report-builder ... --wait --json` through a webhook, a poll and an approval given from
+the CLI; once with the package's own script for the model, once with the OpenAI wire protocol
+through the real SDK against the local stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import eventually
+from tests.rigs import Services
+from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "Build the EMEA sales report for 2026-Q3"
+RUN_WITHIN = 90.0
+
+
+def readme_files() -> dict[str, str]:
+    """The files README's "Your own agent" section shows, by path (`<!-- file: PATH -->`)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Your own agent", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"<!-- file: (\S+) -->\n```python\n(.*?)```", section, re.DOTALL)
+    return dict(found)
+
+
+@pytest.fixture(scope="module")
+def wire() -> Iterator[WireServer]:
+    with WireServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Iterator[Services]:
+    package = tmp_path_factory.mktemp("reports-app")
+    files = readme_files()
+    assert list(files) == ["reports/app.py"]
+    (package / "reports").mkdir()
+    (package / "reports" / "__init__.py").write_text("")
+    for path, text in files.items():
+        (package / path).write_text(text)
+    running = Services(
+        tmp_path_factory.mktemp("state"),
+        env={
+            "PYTHONPATH": str(package),
+            "WAITSTATE_APPS": "reports.app:app",
+            "OPENAI_BASE_URL": wire.openai_base_url,
+            "OPENAI_API_KEY": "test-key",
+        },
+    )
+    up = running.services_now("up")
+    assert up.returncode == 0, up.stderr + up.stdout
+    try:
+        yield running
+    finally:
+        down = running.services_now("down")
+        assert down.returncode == 0, down.stderr
+
+
+async def _run_approving_from_the_cli(services: Services, *options: str) -> dict[str, Any]:
+    """`run --agent report-builder TASK --wait --json`, approved with `pending` and `approve`
+    as README says; the run's JSON."""
+    run = asyncio.create_task(
+        services.starter("run", "--agent", "report-builder", TASK, "--wait", "--json", *options)
+    )
+
+    async def open_request() -> list[dict[str, Any]]:
+        listed = await services.starter("pending", "--json")
+        assert listed.returncode == 0, listed.stderr
+        return [p for p in json.loads(listed.stdout) if p["tool"] == "publish_report"]
+
+    [pending] = await eventually(open_request, "the publish_report approval", RUN_WITHIN)
+    approved = await services.starter("approve", pending["run_id"], "--reviewer", "dana")
+    assert approved.returncode == 0, approved.stderr
+    done = await run
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def _check_the_story(run: dict[str, Any], status: dict[str, Any]) -> None:
+    ops = {op["tool"]: op for op in status["operations"].values()}
+    assert ops["export_sales"]["completion"] == "callback"
+    assert ops["export_sales"]["status"] == "succeeded"
+    assert ops["render_report"]["completion"] == "poll"
+    assert ops["render_report"]["status"] == "succeeded"
+    [request] = status["approvals"].values()
+    assert (request["tool"], request["status"]) == ("publish_report", "approved")
+    assert request["decision"]["reviewer"] == "dana"
+    assert status["agent"] == "report-builder"
+    assert run["status"] == "completed"
+
+
+async def test_the_readme_app_runs_with_its_own_script(own_app: Services) -> None:
+    run = await _run_approving_from_the_cli(own_app)
+    status = await own_app.status(run["run_id"])
+
+    _check_the_story(run, status)
+    assert run["output"]["region"] == "emea"
+    assert run["output"]["rows"] == 1200
+    assert run["output"]["published"] is True
+    assert run["output"]["url"].startswith("https://reports.example/render-")
+    assert status["model"] == "scripted:report-builder"
+    listed = await own_app.starter("list", "--json")
+    assert {"run_id": run["run_id"], "agent": "report-builder"}.items() <= next(
+        r for r in json.loads(listed.stdout) if r["run_id"] == run["run_id"]
+    ).items()
+
+
+async def test_the_readme_app_runs_with_a_model_over_the_openai_protocol(
+    own_app: Services, wire: WireServer
+) -> None:
+    outcome = {"region": "emea", "rows": 1200, "url": "https://r.example/1", "published": True}
+    wire.enqueue_for(
+        "test-model",
+        openai_tool_calls([("c1", "lookup_region", '{"region": "emea"}')]),
+        openai_tool_calls([("c2", "export_sales", '{"region": "emea", "quarter": "2026-Q3"}')]),
+        openai_text("Done: region and export started. Remaining: render, publish."),  # checkpoint
+        openai_tool_calls([("c3", "render_report", '{"file": "sales-emea-2026-Q3.csv"}')]),
+        openai_tool_calls(
+            [("c4", "publish_report", '{"url": "https://r.example/1", "audience": "sales-leads"}')]
+        ),
+        openai_text("Done: rendered. Remaining: publish once approved."),  # checkpoint
+        openai_text('{"region": "emea", "rows": "many"}'),  # fails the output type
+        openai_text(json.dumps(outcome)),
+    )
+    run = await _run_approving_from_the_cli(own_app, "--model", "openai:test-model")
+    status = await own_app.status(run["run_id"])
+
+    _check_the_story(run, status)
+    assert run["output"] == outcome
+    assert status["model"] == "openai:test-model"
+    sent_back = [s for s in status["steps"] if s["detail"].startswith("answer sent back")]
+    assert len(sent_back) == 1 and "rows" in sent_back[0]["detail"]
+    requests = [r for r in wire.requests if r.body.get("model") == "test-model"]
+    assert len(requests) == 8
+    assert "ReportOutcome" in json.dumps(requests[0].body["messages"][0])  # the schema, told

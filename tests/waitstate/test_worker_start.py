@@ -1,0 +1,56 @@
+"""worker.py at start: an app that cannot be served stops the worker before it connects, with
+exit status 1 and one line on stderr saying what to fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# The worker must stop before it connects; were it to get that far, port 1 refuses.
+UNREACHABLE = "127.0.0.1:1"
+CALLBACK_EXPORT = "tests.waitstate.apps_for_tests.callback_export:app"
+
+
+def start_worker(*args: str, without: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run `python worker.py ARGS` from the checkout, and wait at most 60 s for it to end."""
+    env = dict(os.environ, TEMPORAL_ADDRESS=UNREACHABLE)
+    for name in ("WAITSTATE_APPS", *without):  # only the apps the test names
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "worker.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def last_line(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
+def test_app_that_does_not_import_stops_the_worker_with_one_line() -> None:
+    done = start_worker("--app", "no.such.module:app")
+
+    assert done.returncode == 1, done.stderr
+    assert last_line(done.stderr).startswith("worker: app 'no.such.module:app' does not import"), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_callback_tool_without_token_keys_stops_the_worker_naming_them() -> None:
+    done = start_worker(
+        "--app", CALLBACK_EXPORT, without=("WAITSTATE_TOKEN_KEYS", "WAITSTATE_TOKEN_SIGNING_KEY")
+    )
+
+    assert done.returncode == 1, done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith(f"worker: tool 'start_export' (app {CALLBACK_EXPORT})"), done.stderr
+    assert "WAITSTATE_TOKEN_KEYS" in line
+    assert "Traceback" not in done.stderr
