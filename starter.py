@@ -40,6 +40,7 @@ from waitstate.client import (
     fleet_report,
     new_run_id,
 )
+from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState, Step
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
@@ -384,7 +385,7 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     if args.max_turns is not None and args.max_turns < 1:
         raise CliError("--max-turns must be at least 1", 2)
     refs = app_refs(args.app, settings.apps)
-    apps = _apps(refs)
+    apps = _apps(refs, settings)
     checked = apps if refs or not args.agent else None
     try:
         fields: dict[str, Any] = {"task": args.task}
@@ -415,11 +416,16 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     return RunInput(**fields)
 
 
-def _apps(refs: Sequence[str]) -> Apps | None:
+def _apps(refs: Sequence[str], settings: Settings) -> Apps | None:
     """The apps `refs` name (one that does not load is an error), or, when none is named, the
-    demo app if it is importable here (a checkout), or None."""
+    demo app if it is importable here (a checkout), or None; with the MCP servers of
+    WAITSTATE_MCP_SERVERS."""
     try:
-        return load_apps(refs or [DEMO_APP])
+        servers = parse_servers(settings.mcp_servers)
+    except McpConfigError as err:
+        raise CliError(str(err), 2) from None
+    try:
+        return load_apps(refs or [DEMO_APP], mcp_servers=servers)
     except AppError as err:
         if refs:
             raise CliError(str(err), 2) from None

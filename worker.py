@@ -27,6 +27,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import (
     AgentActivities,
     ApprovalActivities,
+    McpActivities,
     ModelActivities,
     OperationActivities,
     ToolActivities,
@@ -35,6 +36,7 @@ from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.gateway.tokens import ResumeTokens
+from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import Script, ScriptedProvider
 from waitstate.settings import Settings, connect, exit_process
@@ -121,17 +123,20 @@ def build_worker(
     task_queue: str | None = None,
     agents: Mapping[str, Agent] | None = None,
     tool_deps: Mapping[str, Any] | None = None,
+    mcp: McpServers | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts).
 
     Args:
         agents: The agents runs may name, by name.
         tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
+        mcp: The MCP servers runs may be granted tools of.
     """
     blobs = LocalBlobStore(settings.blob_dir)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
     model = ModelActivities(providers, registry, blobs, agents)
-    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url, tool_deps)
+    servers = McpActivities(mcp or McpServers(), blobs)
+    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url, tool_deps, servers)
     agent = AgentActivities(agents or {}, settings.default_model)
     operations = OperationActivities(registry)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
@@ -141,6 +146,7 @@ def build_worker(
         workflows=[AgentRunWorkflow],
         activities=[
             agent.resolve_agent,
+            servers.list_mcp_tools,
             model.call_model,
             tool.call_tool,
             operations.poll_operation,
@@ -168,11 +174,15 @@ def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -
         AppError: one line saying what to fix.
     """
     callbacks = tokens is not None and bool(settings.gateway_url)
+    try:
+        servers = parse_servers(settings.mcp_servers)
+    except McpConfigError as err:
+        raise AppError(str(err)) from None
     if refs:
-        return load_apps(refs, callbacks_configured=callbacks)
+        return load_apps(refs, callbacks_configured=callbacks, mcp_servers=servers)
     log.info("no app named (--app, WAITSTATE_APPS): serving the demo, %s", DEMO_APP)
     try:
-        return load_apps([DEMO_APP], callbacks_configured=callbacks)
+        return load_apps([DEMO_APP], callbacks_configured=callbacks, mcp_servers=servers)
     except AppError as err:
         raise AppError(f"no app named (--app MODULE:ATTR or WAITSTATE_APPS), and {err}") from err
 
@@ -224,6 +234,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         tokens=tokens,
         agents=apps.agents,
         tool_deps=apps.tool_deps,
+        mcp=apps.mcp,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,6 +2,7 @@
 
 from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
+from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.operations import OperationActivities
 from activities.tools import ToolActivities
@@ -9,6 +10,7 @@ from activities.tools import ToolActivities
 __all__ = [
     "AgentActivities",
     "ApprovalActivities",
+    "McpActivities",
     "ModelActivities",
     "OperationActivities",
     "ToolActivities",

@@ -10,8 +10,10 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.mcp import read_listing
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore
+from waitstate.mcp import is_mcp_name
 from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
 from waitstate.providers.base import ModelSettings, shorten
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
@@ -74,9 +76,12 @@ class ModelActivities:
         except UnknownModelError as err:
             raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
         try:
-            tools = self._tools.definitions(input.tools)
+            tools = self._tools.definitions([n for n in input.tools if not is_mcp_name(n)])
         except KeyError as err:
             raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
+        if input.mcp_listing is not None:
+            listing = await read_listing(self._blobs, input.mcp_listing)
+            tools += [listing[n].definition for n in input.tools if n in listing]
         conversation = await self._conversation(input)
         agent = self._agents.get(input.agent) if input.agent is not None else None
         settings = None

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.mcp import McpActivities, read_listing
 from waitstate.blobs import BlobStore
 from waitstate.blobs.results import shrink
+from waitstate.mcp import is_mcp_name
 from waitstate.schemas import ToolCallInput, ToolResult
-from waitstate.schemas.approvals import ApprovalNeeded
+from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import RUN_INPUT_INVALID
 from waitstate.schemas.operations import OperationStarted
@@ -31,8 +33,8 @@ INLINE_PREVIEW_CHARS = 600
 
 
 class ToolActivities:
-    """Tool calls, given the worker's tools, resume-token keys and gateway address, and what
-    each tool's app provides its handlers (`deps`, by tool name)."""
+    """Tool calls, given the worker's tools, resume-token keys and gateway address, what each
+    tool's app provides its handlers (`deps`, by tool name), and its MCP servers."""
 
     def __init__(
         self,
@@ -41,12 +43,14 @@ class ToolActivities:
         tokens: ResumeTokens | None = None,
         gateway_url: str = "",
         deps: Mapping[str, Any] | None = None,
+        mcp: McpActivities | None = None,
     ) -> None:
         self._tools = tools
         self._blobs = blobs
         self._tokens = tokens
         self._gateway_url = gateway_url.rstrip("/")
         self._deps = dict(deps or {})
+        self._mcp = mcp
 
     @activity.defn(name=CALL_TOOL)
     async def call_tool(self, input: ToolCallInput) -> ToolResult:
@@ -55,6 +59,8 @@ class ToolActivities:
         Bad arguments come back as an error result for the model to correct; an unexpected
         exception propagates so the workflow's retry policy applies.
         """
+        if is_mcp_name(input.call.name):
+            return await self._call_mcp(input)
         parsed = self._tools.parse(input.call)
         if isinstance(parsed, ToolResult):
             return parsed
@@ -79,6 +85,32 @@ class ToolActivities:
             )
             return await self._by_reference(await self._tools.run(input.call, context))
         return await self._start(spec, spec.long, args, input)
+
+    async def _call_mcp(self, input: ToolCallInput) -> ToolResult:
+        """A call of an MCP server's tool the run was granted (it is in the run's listing)."""
+        call = input.call
+        listing = (
+            await read_listing(self._blobs, input.mcp_listing)
+            if input.mcp_listing is not None and self._mcp is not None
+            else {}
+        )
+        tool = listing.get(call.name)
+        if tool is None:
+            granted = ", ".join(sorted(listing)) or "none"
+            return error_result(
+                call, f"{call.name} is not an MCP tool of this run; its MCP tools: {granted}"
+            )
+        assert self._mcp is not None
+        if input.approved_by is None and tool.requires_approval:
+            return ToolResult(
+                tool_call_id=call.id,
+                name=call.name,
+                content="",
+                approval_needed=ApprovalNeeded(
+                    reason=f"{call.name} (destructive) {call.arguments}", policy=ApprovalPolicy()
+                ),
+            )
+        return await self._by_reference(await self._mcp.call(call, tool))
 
     async def _start(
         self, spec: ToolSpec, long: LongSpec, args: BaseModel, input: ToolCallInput

@@ -75,6 +75,7 @@ async def make_worker(
             task_queue=task_queue,
             agents=apps.agents,
             tool_deps=apps.tool_deps,
+            mcp=apps.mcp,
         )
         try:
             async with worker:

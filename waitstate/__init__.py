@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from waitstate.agents import Agent, App
     from waitstate.apps import AppError
     from waitstate.client import WaitstateClient
+    from waitstate.mcp import McpServer
     from waitstate.providers.base import Provider, ProviderError
     from waitstate.providers.scripted import SCRIPTED_BANNER, Script
     from waitstate.schemas.approvals import ApprovalPolicy
@@ -32,6 +33,7 @@ _EXPORTS = {
     "App": "waitstate.agents",
     "AppError": "waitstate.apps",
     "WaitstateClient": "waitstate.client",
+    "McpServer": "waitstate.mcp",
     "Provider": "waitstate.providers.base",
     "ProviderError": "waitstate.providers.base",
     "SCRIPTED_BANNER": "waitstate.providers.scripted",
@@ -69,6 +71,7 @@ __all__ = [
     "Job",
     "LongSpec",
     "LongTool",
+    "McpServer",
     "Message",
     "ModelResponse",
     "OperationError",

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from waitstate.mcp import McpServer
 from waitstate.providers.base import Provider
 from waitstate.providers.scripted import Script
 from waitstate.schemas.approvals import ApprovalPolicy
@@ -40,8 +41,8 @@ class Agent:
         instructions: The system prompt.
         model: `provider:model` (None: the starter's default, `WAITSTATE_MODEL`).
         tools: The tools a run may use: tools of this app (a `ToolSpec`, e.g. from `@tool`,
-            is registered with the app) or names of tools any loaded app declares, including
-            the built-in `request_approval`.
+            is registered with the app), names of tools any loaded app declares (including
+            the built-in `request_approval`), or MCP grants: `server__tool`, `server__*`.
         approval: Timeout and on-timeout behaviour of the model's own `request_approval`
             calls (a tool's own approvals follow the tool's policy).
         max_turns: Model calls before the run stops.
@@ -86,6 +87,7 @@ class App:
             called on first use.
         scripts: Scripts for the deterministic `scripted:` model, by name: for tests of the
             app's agents without a language model.
+        mcp_servers: MCP servers whose tools runs may be granted (`name__tool`, `name__*`).
     """
 
     agents: Sequence[Agent] = ()
@@ -93,3 +95,4 @@ class App:
     deps: Callable[[], Any] | None = None
     providers: Mapping[str, Callable[[], Provider]] = field(default_factory=dict)
     scripts: Mapping[str, Script] = field(default_factory=dict)
+    mcp_servers: Sequence[McpServer] = ()

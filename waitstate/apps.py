@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from waitstate.agents import Agent, App
+from waitstate.mcp import McpConfigError, McpServer, McpServers, is_mcp_name, split_name
 from waitstate.providers.base import Provider, parse_model_spec
 from waitstate.providers.scripted import SCRIPTS, Script
 from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
@@ -69,6 +70,7 @@ class Apps:
     tool_deps: dict[str, Any] = field(default_factory=dict)
     providers: dict[str, Callable[[], Provider]] = field(default_factory=dict)
     scripts: dict[str, Script] = field(default_factory=dict)
+    mcp: McpServers = field(default_factory=McpServers)
     _deps: list[Any] = field(default_factory=list)
 
     def tool_names(self) -> list[str]:
@@ -101,9 +103,19 @@ class Apps:
             )
 
     def check_tools(self, names: Iterable[str]) -> None:
-        """Raises AppError naming the tools no app declares."""
+        """Raises AppError naming the tools no app declares, or the MCP grants whose server
+        is not declared (which tools a server has, the run's listing finds out)."""
+        names = list(names)
+        for name in names:
+            if is_mcp_name(name) and split_name(name)[0] not in self.mcp:
+                declared = ", ".join(self.mcp.names()) or "none"
+                raise AppError(
+                    f"{name}: no MCP server {split_name(name)[0]!r} is declared "
+                    f"(WAITSTATE_MCP_SERVERS or an app's mcp_servers); declared: {declared}"
+                )
         known = self.tool_names()
-        if unknown := [name for name in names if name not in known]:
+        unknown = [name for name in names if name not in known and not is_mcp_name(name)]
+        if unknown:
             raise AppError(f"unknown tools: {', '.join(unknown)}; known: {', '.join(known)}")
 
     def agent(self, name: str) -> Agent:
@@ -129,12 +141,14 @@ def load_apps(
     refs: Sequence[str],
     *,
     callbacks_configured: bool = True,
+    mcp_servers: Sequence[McpServer] = (),
 ) -> Apps:
     """Load and check the apps `refs` name, in order.
 
     Args:
         callbacks_configured: The worker has resume-token keys and a gateway URL; without
             them a long tool completed by `callback` could never start.
+        mcp_servers: MCP servers declared besides the apps' (WAITSTATE_MCP_SERVERS).
 
     Raises:
         AppError: one line, for the first problem: an app that does not load, a tool or agent
@@ -142,6 +156,11 @@ def load_apps(
             callback tool on a worker without token keys or gateway URL.
     """
     apps = Apps(refs=list(refs))
+    try:
+        for server in mcp_servers:
+            apps.mcp.add(server)
+    except McpConfigError as err:
+        raise AppError(str(err)) from None
     owner = {name: "the worker's built-ins" for name in WORKER_TOOLS}
     for ref in refs:
         _add(apps, ref, load_app(ref), owner)
@@ -180,6 +199,10 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
             raise AppError(f"app {ref!r}: {spec!r} is not a tool (use @tool or ToolSpec)")
         if specs.get(spec.name) is spec:
             continue  # listed by the app and by one of its agents: the same tool
+        if is_mcp_name(spec.name):
+            raise AppError(
+                f"app {ref!r}: tool {spec.name!r}: '__' is kept for MCP tools (server__tool)"
+            )
         if spec.name in specs or spec.name in owner:
             where = "this app" if spec.name in specs else owner[spec.name]
             raise AppError(f"app {ref!r}: tool {spec.name!r} is already declared by {where}")
@@ -196,6 +219,11 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
         if name in apps.providers or name in BUILT_IN_PROVIDERS:
             raise AppError(f"app {ref!r}: provider {name!r} is already declared")
         apps.providers[name] = factory
+    for server in app.mcp_servers:
+        try:
+            apps.mcp.add(server)
+        except McpConfigError as err:
+            raise AppError(f"app {ref!r}: {err}") from None
     for name, script in app.scripts.items():
         if name in apps.scripts or name in SCRIPTS:
             raise AppError(f"app {ref!r}: script {name!r} is already declared")

@@ -35,6 +35,8 @@ class Settings:
     task_queue: str = DEFAULT_TASK_QUEUE
     # WAITSTATE_APPS: `module:attribute` references of the apps to load, comma-separated.
     apps: str = ""
+    # WAITSTATE_MCP_SERVERS: `name=URL` or `name=stdio:COMMAND`, comma-separated.
+    mcp_servers: str = ""
     ui_url: str = "http://127.0.0.1:8233"
     default_model: str = "scripted:demo"
     openai_api_key: str | None = field(default=None, repr=False)
@@ -79,6 +81,7 @@ class Settings:
             namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
             task_queue=env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             apps=env.get("WAITSTATE_APPS", ""),
+            mcp_servers=env.get("WAITSTATE_MCP_SERVERS", ""),
             ui_url=env.get("TEMPORAL_UI_URL", f"http://127.0.0.1:{ui_port}").rstrip("/"),
             default_model=default_model,
             openai_api_key=openai_key,

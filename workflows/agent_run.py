@@ -36,14 +36,18 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_APPROVAL,
         WAIT_FOR_OPERATIONS,
     )
+    from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
     from waitstate.schemas.errors import RUN_FAILED
     from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
     from waitstate.schemas.run import (
         CALL_MODEL,
+        LIST_MCP_TOOLS,
         OUTPUT_INVALID,
         RESOLVE_AGENT,
         AgentConfig,
         CarriedTurn,
+        McpListing,
+        McpListInput,
         ParkedCall,
     )
     from workflows import ledger
@@ -101,6 +105,8 @@ class AgentRunWorkflow:
         try:
             if input.agent is not None and input.carry is None:
                 await self._take_agent(input.agent)
+            if input.mcp_listing is None and any(SEPARATOR in name for name in input.tools):
+                await self._list_mcp_tools()
             if input.carry and input.carry.turn:  # continued in the middle of a turn
                 await self._run_tools(input.carry.turn.calls, input.carry.turn)
             while self._state.turns < input.max_turns:
@@ -201,6 +207,26 @@ class AgentRunWorkflow:
         self._state.model = self._input.model
         self._state.constraints = list(self._input.constraints)
 
+    async def _list_mcp_tools(self) -> None:
+        """List the MCP tools the run was granted, once: every turn, worker and continued run
+        then sees the same definitions (kept by reference)."""
+        grants = [name for name in self._input.tools if SEPARATOR in name]
+        listing = await call(
+            LIST_MCP_TOOLS,
+            McpListInput(grants=grants),
+            result_type=McpListing,
+            summary=f"MCP tools {', '.join(grants)}",
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+        )
+        if isinstance(listing, Failed):
+            cause = listing.error.cause
+            reason = cause.message if isinstance(cause, ApplicationError) else listing.reason
+            self._state.error = reason
+            self._board.set_status("failed")
+            raise ApplicationError(reason, type=RUN_FAILED, non_retryable=True) from None
+        self._input.mcp_listing = listing  # in place: carried on by continue-as-new
+
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1
         response = await call(
@@ -213,6 +239,7 @@ class AgentRunWorkflow:
                 tools=self._model_tools(),
                 turn=None if self._versions.checkpoint_policy else turn,
                 agent=self._input.agent,
+                mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
             ),
             result_type=ModelResponse,
             summary=f"model {self._input.model} turn {turn}",
@@ -258,10 +285,14 @@ class AgentRunWorkflow:
         raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from err
 
     def _model_tools(self) -> list[str]:
-        """The run's tools, plus `read_ref` once a result was passed by reference."""
-        if self._state.references and READ_REF not in self._input.tools:
-            return [*self._input.tools, READ_REF]
-        return list(self._input.tools)
+        """The run's tools (its MCP grants as the tools listed for them), plus `read_ref` once
+        a result was passed by reference."""
+        tools = list(self._input.tools)
+        if self._input.mcp_listing is not None:
+            tools = [n for n in tools if SEPARATOR not in n] + self._input.mcp_listing.names
+        if self._state.references and READ_REF not in tools:
+            tools.append(READ_REF)
+        return tools
 
     # --- tools ----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from waitstate.schemas import Message, RunInput, RunState, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
@@ -601,6 +602,11 @@ async def call_activity_tool(
             operation_timeout=input.operation_timeout,
             operation_mode=input.operation_mode,
             nonce=nonce,
+            mcp_listing=(
+                input.mcp_listing.ref
+                if input.mcp_listing is not None and SEPARATOR in tool_call.name
+                else None
+            ),
         ),
         result_type=ToolResult,
         summary=f"tool {tool_call.name}",

@@ -8,7 +8,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
-from waitstate.schemas.messages import Message, ToolCall, Usage
+from waitstate.schemas.messages import Message, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 
 RunStatus = Literal[
@@ -78,6 +78,11 @@ class RunInput(BaseModel):
     )
     carry: RunCarry | None = Field(
         default=None, description="Set by continue-as-new: where the previous run left off."
+    )
+    mcp_listing: McpListing | None = Field(
+        default=None,
+        description="Set by the run once it listed the MCP tools it was granted: every turn, "
+        "worker and continued run sees the same definitions.",
     )
     agent_overrides: list[str] | None = Field(
         default=None,
@@ -174,6 +179,9 @@ class ModelCallInput(BaseModel):
         description="The run's agent: its model settings apply, and a final answer must "
         "validate against its output type.",
     )
+    mcp_listing: str | None = Field(
+        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
+    )
 
 
 class ParkedCall(BaseModel):
@@ -251,6 +259,9 @@ class ToolCallInput(BaseModel):
         description="Chosen by the run for a callback operation: every token minted for it "
         "carries this nonce, whichever key signs it. Not a secret (a token needs the key).",
     )
+    mcp_listing: str | None = Field(
+        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
+    )
 
 
 class ToolResult(BaseModel):
@@ -288,6 +299,7 @@ POLL_OPERATION = "poll_operation"
 CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
 RESOLVE_AGENT = "resolve_agent"
+LIST_MCP_TOOLS = "list_mcp_tools"
 
 # What the model is told when its final answer does not validate against the agent's output
 # type.
@@ -295,11 +307,6 @@ OUTPUT_INVALID = (
     "Your answer does not match the required output: {errors}. Answer again with only a JSON "
     "object that matches the schema."
 )
-
-
-CarriedTurn.model_rebuild()
-RunCarry.model_rebuild()
-RunInput.model_rebuild()
 
 
 class AgentConfig(BaseModel):
@@ -332,3 +339,34 @@ class AgentConfig(BaseModel):
         if self.operation_timeout is not None:
             fields["operation_timeout"] = self.operation_timeout
         return fields
+
+
+class McpListing(BaseModel):
+    """The MCP tools a run was granted, listed once: their definitions and hints are stored by
+    reference (a list of `McpTool`), their names (`server__tool`) kept here."""
+
+    ref: str
+    names: list[str]
+
+
+class McpTool(BaseModel):
+    """One MCP tool as a run's listing keeps it."""
+
+    definition: ToolDefinition
+    destructive: bool = False
+    idempotent: bool = False
+    read_only: bool = False
+    requires_approval: bool = Field(
+        default=False, description="Destructive, on a server whose operator wants approval."
+    )
+
+
+class McpListInput(BaseModel):
+    """Input of the `list_mcp_tools` activity: the run's MCP grants."""
+
+    grants: list[str]
+
+
+CarriedTurn.model_rebuild()
+RunCarry.model_rebuild()
+RunInput.model_rebuild()

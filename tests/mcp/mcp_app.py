@@ -1,0 +1,53 @@
+"""Scripts that call the MCP test server's tools, as an app registers them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from waitstate import App, Message, ToolCall, ToolDefinition
+
+
+def _call(turn: int, name: str, arguments: dict[str, object]) -> Message:
+    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
+    return Message(role="assistant", tool_calls=[call])
+
+
+def _results(messages: Sequence[Message]) -> list[Message]:
+    return [m for m in messages if m.role == "tool"]
+
+
+def add_numbers(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Adds 2 and 3 on the reports server, then answers with what it saw."""
+    results = _results(messages)
+    if not results:
+        return _call(0, "reports__add", {"a": 2, "b": 3})
+    offered = ",".join(sorted(t.name for t in tools))
+    return Message(role="assistant", content=f"sum={results[0].content} offered={offered}")
+
+
+def tour(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Calls a failing tool, one with structured output and a read-only one with a large
+    result, one a turn, then answers with each result (and whether it was an error)."""
+    plan = [
+        ("reports__explode", {"reason": "disk full"}),
+        ("reports__summarize", {"region": "emea"}),
+        ("reports__big_table", {"rows": 600}),
+    ]
+    results = _results(messages)
+    if len(results) < len(plan):
+        name, arguments = plan[len(results)]
+        return _call(len(results), name, arguments)
+    lines = [f"{m.name} error={m.is_error}: {' '.join(m.content.split())[:80]}" for m in results]
+    return Message(role="assistant", content="\n".join(lines))
+
+
+def delete(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Deletes a dataset (a destructive tool), then answers with the result."""
+    results = _results(messages)
+    if not results:
+        return _call(0, "reports__delete_dataset", {"name": "q3-drafts"})
+    return Message(role="assistant", content=f"result: {results[0].content}")
+
+
+app = App(scripts={"mcp-add": add_numbers, "mcp-tour": tour, "mcp-delete": delete})
