@@ -138,7 +138,7 @@ def build_worker(
     servers = McpActivities(mcp or McpServers(), blobs)
     tool = ToolActivities(registry, blobs, tokens, settings.gateway_url, tool_deps, servers)
     agent = AgentActivities(agents or {}, settings.default_model)
-    operations = OperationActivities(registry)
+    operations = OperationActivities(registry, mcp)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     return Worker(
         client,

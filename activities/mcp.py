@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -14,13 +15,21 @@ from waitstate.mcp import McpConfigError, McpServers, granted, grants_by_server,
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.errors import RUN_INPUT_INVALID
-from waitstate.schemas.run import LIST_MCP_TOOLS, McpListing, McpListInput, McpTool
+from waitstate.schemas.operations import OperationStarted
+from waitstate.schemas.run import (
+    LIST_MCP_TOOLS,
+    McpListing,
+    McpListInput,
+    McpTool,
+    ToolCallInput,
+)
 from waitstate.tools.spec import error_result
 
-if TYPE_CHECKING:
-    from mcp.types import CallToolResult
-
 MCP_UNAVAILABLE = "McpServerUnavailable"
+# A task is polled at the server's pollIntervalMs, kept within these bounds.
+MIN_POLL = timedelta(seconds=1)
+MAX_POLL = timedelta(seconds=60)
+DEFAULT_POLL = timedelta(seconds=5)
 MCP_REFUSED = "McpRequestRefused"
 _LISTING = TypeAdapter(list[McpTool])
 # A server's message is kept to this many characters, on one line, in a failure.
@@ -87,17 +96,22 @@ class McpActivities:
         except Exception as err:  # the server could not be reached or answered nonsense
             raise _unavailable(name, "listing its tools", err) from None
 
-    async def call(self, call: ToolCall, tool: McpTool) -> ToolResult:
-        """Call the tool; its result, or its error, as the model reads it.
+    async def call(self, input: ToolCallInput, tool: McpTool) -> ToolResult:
+        """Call the tool: its result, its error, or, when the server runs the call as a task,
+        an operation the run waits for (polled with `tasks/get`, cancelled with
+        `tasks/cancel`).
 
-        A call whose outcome is unknown (the connection was lost once the request may have
-        reached the server) is not retried for a tool that is not read-only or idempotent:
-        the model is told, rather than risk the action twice.
+        A start is attempted at most once unless the tool is read-only or idempotent: the
+        activity heartbeats before it sends the call and again with the task's id the moment
+        it exists, so a retried attempt (a worker that crashed, a lost answer) finds the task
+        already created, or tells the model the outcome is unknown, and never starts a
+        second one.
 
         Raises:
             ApplicationError: non-retryable when the server refused the request itself;
                 retryable when it could not be reached and a retry is safe.
         """
+        call = input.call
         server_name, tool_name = split_name(call.name)
         try:
             arguments = json.loads(call.arguments or "{}")
@@ -106,10 +120,27 @@ class McpActivities:
         if not isinstance(arguments, dict):
             return error_result(call, "arguments must be a JSON object")
         from mcp.shared.exceptions import MCPError
+        from mcp_types import CallToolResult
 
+        from waitstate.mcp_tasks import CreatedTask, Tasks, tool_result_text
+
+        repeatable = tool.read_only or tool.idempotent
+        details = activity.info().heartbeat_details
+        if details and details[0] == "task":
+            return self._operation(input, str(details[1]), float(details[2]), tool_name)
+        if details and details[0] == "sending" and not repeatable:
+            return _unknown_outcome(call, "an earlier attempt was interrupted")
         try:
-            async with self._servers.get(server_name).connect() as client:
-                result = await client.call_tool(tool_name, arguments)
+            server = self._servers.get(server_name)
+            async with server.connect(extensions=[Tasks()]) as client:
+                activity.heartbeat("sending")
+                result = await client.session.call_tool(tool_name, arguments, allow_claimed=True)
+                if isinstance(result, CreatedTask):
+                    interval = _poll_interval(result.poll_interval_ms)
+                    activity.heartbeat("task", result.task_id, interval)
+                    return self._operation(
+                        input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms
+                    )
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
         except MCPError as err:
@@ -119,15 +150,66 @@ class McpActivities:
                 non_retryable=True,
             ) from None
         except Exception as err:
-            if tool.read_only or tool.idempotent:
+            if repeatable:
                 raise _unavailable(server_name, f"calling {tool_name}", err) from None
-            return error_result(
-                call,
-                f"the call to {call.name} may or may not have taken effect: the connection to "
-                f"its server failed ({shorten(str(err) or type(err).__name__, 200)}). Check "
-                "before calling it again.",
-            )
-        return _to_result(call, result)
+            return _unknown_outcome(call, shorten(str(err) or type(err).__name__, 200))
+        if not isinstance(result, CallToolResult):
+            return error_result(call, f"{call.name} answered with a {type(result).__name__}")
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=tool_result_text(result),
+            is_error=bool(result.is_error),
+        )
+
+    def _operation(
+        self,
+        input: ToolCallInput,
+        task_id: str,
+        interval: float,
+        tool_name: str,
+        ttl_ms: int | None = None,
+    ) -> ToolResult:
+        """The task, as an operation the run waits for (its expiry deterministic from the
+        call: a retried attempt computes the same one)."""
+        server = self._servers.get(split_name(input.call.name)[0])
+        timeout = server.task_timeout
+        if ttl_ms is not None:
+            timeout = min(timeout, timedelta(milliseconds=ttl_ms))
+        if input.operation_timeout is not None:
+            timeout = min(timeout, input.operation_timeout)
+        expires_at = (input.started_at or activity.info().scheduled_time) + timeout
+        activity.metric_meter().create_counter(
+            "waitstate_operations_started", "Long-tool jobs started"
+        ).add(1, {"tool": input.call.name})
+        return ToolResult(
+            tool_call_id=input.call.id,
+            name=input.call.name,
+            content="",
+            operation=OperationStarted(
+                job_id=task_id,
+                completion="poll",
+                mode=input.operation_mode or "await",
+                expires_at=expires_at,
+                poll_interval_seconds=interval,
+            ),
+        )
+
+
+def _poll_interval(milliseconds: int | None) -> float:
+    """The server's poll interval, within [MIN_POLL, MAX_POLL] seconds."""
+    if milliseconds is None:
+        return DEFAULT_POLL.total_seconds()
+    seconds = milliseconds / 1000
+    return min(max(seconds, MIN_POLL.total_seconds()), MAX_POLL.total_seconds())
+
+
+def _unknown_outcome(call: ToolCall, why: str) -> ToolResult:
+    return error_result(
+        call,
+        f"the call to {call.name} may or may not have taken effect ({why}); it is not "
+        "repeated on its own. Check before calling it again.",
+    )
 
 
 async def read_listing(blobs: BlobStore, ref: str) -> dict[str, McpTool]:
@@ -145,27 +227,6 @@ async def read_listing(blobs: BlobStore, ref: str) -> dict[str, McpTool]:
             non_retryable=True,
         ) from None
     return {tool.definition.name: tool for tool in _LISTING.validate_json(stored)}
-
-
-def _to_result(call: ToolCall, result: CallToolResult) -> ToolResult:
-    """The text of its content (which carries structured content too, serialized, as the
-    protocol asks of servers); the structured content as JSON when there is no text."""
-    parts = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        if text is not None:
-            parts.append(str(text))
-        else:
-            kind = getattr(block, "type", "content")
-            mime = getattr(block, "mime_type", None)
-            parts.append(f"[{kind}{f' {mime}' if mime else ''} not shown]")
-    content = "\n".join(parts)
-    texts = [block for block in result.content if getattr(block, "text", None) is not None]
-    if not texts and result.structured_content is not None:
-        content = json.dumps(result.structured_content)
-    return ToolResult(
-        tool_call_id=call.id, name=call.name, content=content, is_error=bool(result.is_error)
-    )
 
 
 def _unavailable(server: str, doing: str, err: BaseException) -> ApplicationError:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
 from waitstate.schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
@@ -23,10 +24,12 @@ _TERMINAL = ("succeeded", "failed")
 
 
 class OperationActivities:
-    """Polls and cancels the jobs that the worker's long tools started."""
+    """Polls and cancels the jobs that the worker's long tools started, and the tasks of its
+    MCP servers."""
 
-    def __init__(self, tools: ToolRegistry) -> None:
+    def __init__(self, tools: ToolRegistry, mcp: McpServers | None = None) -> None:
         self._tools = tools
+        self._mcp = mcp or McpServers()
 
     @activity.defn(name=POLL_OPERATION)
     async def poll_operation(self, input: PollOperationInput) -> Completion:
@@ -75,6 +78,16 @@ class OperationActivities:
         await self._long(input.tool).backend.cancel(input.job_id)
 
     def _long(self, name: str) -> LongSpec:
+        if is_mcp_name(name):  # a task of an MCP server: polled and cancelled on that server
+            from waitstate.mcp_tasks import McpTaskBackend
+
+            try:
+                server = self._mcp.get(split_name(name)[0])
+            except McpConfigError as err:
+                raise ApplicationError(
+                    str(err), type=RUN_INPUT_INVALID, non_retryable=True
+                ) from None
+            return LongSpec(backend=McpTaskBackend(server), completion="poll")
         spec = self._tools.get(name)
         if spec is None or spec.long is None:
             raise ApplicationError(

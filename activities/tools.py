@@ -110,7 +110,8 @@ class ToolActivities:
                     reason=f"{call.name} (destructive) {call.arguments}", policy=ApprovalPolicy()
                 ),
             )
-        return await self._by_reference(await self._mcp.call(call, tool))
+        result = await self._mcp.call(input, tool)
+        return result if result.operation is not None else await self._by_reference(result)
 
     async def _start(
         self, spec: ToolSpec, long: LongSpec, args: BaseModel, input: ToolCallInput

@@ -12,10 +12,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import shlex
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -39,6 +40,9 @@ class McpServer:
             when a call is made, e.g. `{"Authorization": "REPORTS_MCP_AUTH"}`.
         requires_approval_if_destructive: Tools annotated `destructiveHint` run only once a
             person approved the call (the default; False trusts the server).
+        task_timeout: How long a run waits for a task of this server (the server's own TTL
+            and the run's `operation_timeout` may make it shorter); past it the task is
+            cancelled and the operation expires.
     """
 
     name: str
@@ -46,6 +50,7 @@ class McpServer:
     command: str | None = None
     headers_from_env: Mapping[str, str] = field(default_factory=dict)
     requires_approval_if_destructive: bool = True
+    task_timeout: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
         if not self.name or SEPARATOR in self.name or not _is_name(self.name):
@@ -72,8 +77,11 @@ class McpServer:
         return values
 
     @asynccontextmanager
-    async def connect(self, read_timeout: float | None = None) -> AsyncIterator[Client]:
-        """A session with the server (streamable HTTP or stdio), closed on exit."""
+    async def connect(
+        self, read_timeout: float | None = None, extensions: Sequence[Any] = ()
+    ) -> AsyncIterator[Client]:
+        """A session with the server (streamable HTTP or stdio), closed on exit, offering the
+        client `extensions` (the tasks extension)."""
         import httpx2
         from mcp import Client, StdioServerParameters
         from mcp.client.streamable_http import streamable_http_client
@@ -81,7 +89,9 @@ class McpServer:
         if self.command is not None:
             command, *args = shlex.split(self.command)
             parameters = StdioServerParameters(command=command, args=args)
-            async with Client(parameters, read_timeout_seconds=read_timeout, cache=None) as client:
+            async with Client(
+                parameters, read_timeout_seconds=read_timeout, cache=None, extensions=extensions
+            ) as client:
                 yield client
             return
         assert self.url is not None
@@ -89,7 +99,9 @@ class McpServer:
         timeout = httpx2.Timeout(30.0, read=300.0)
         async with httpx2.AsyncClient(headers=self.headers(), timeout=timeout) as http:
             transport = streamable_http_client(self.url, http_client=http)
-            async with Client(transport, read_timeout_seconds=read_timeout, cache=None) as client:
+            async with Client(
+                transport, read_timeout_seconds=read_timeout, cache=None, extensions=extensions
+            ) as client:
                 yield client
 
 

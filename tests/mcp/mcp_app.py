@@ -1,11 +1,13 @@
-"""Scripts that call the MCP test server's tools, as an app registers them."""
+"""Scripts that call the MCP test server's tools, as an app registers them, and a look at
+what the server's tasks did."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 
-from waitstate import App, Message, ToolCall, ToolDefinition
+from waitstate import App, McpServer, Message, Script, ToolCall, ToolDefinition
+from waitstate.mcp_tasks import tool_result_text
 
 
 def _call(turn: int, name: str, arguments: dict[str, object]) -> Message:
@@ -50,4 +52,34 @@ def delete(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mess
     return Message(role="assistant", content=f"result: {results[0].content}")
 
 
-app = App(scripts={"mcp-add": add_numbers, "mcp-tour": tour, "mcp-delete": delete})
+def one_call(name: str, arguments: dict[str, object]) -> Script:
+    """A script that calls `name` once, then answers with the result it got."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        results = _results(messages)
+        if not results:
+            return _call(0, name, arguments)
+        return Message(role="assistant", content=f"got: {results[-1].content}")
+
+    return script
+
+
+async def task_events(url: str) -> dict[str, int]:
+    """What the server's tasks did (its `events` tool)."""
+    server = McpServer("reports", url=url)
+    async with server.connect() as client:
+        result = await client.call_tool("events", {})
+    return dict(json.loads(tool_result_text(result)))
+
+
+app = App(
+    scripts={
+        "mcp-add": add_numbers,
+        "mcp-tour": tour,
+        "mcp-delete": delete,
+        "mcp-render": one_call("reports__render_report", {"region": "emea", "seconds": 2}),
+        "mcp-render-slow": one_call("reports__render_report", {"region": "emea", "seconds": 8}),
+        "mcp-export": one_call("reports__slow_export", {"region": "amer"}),
+        "mcp-broken": one_call("reports__broken_job", {"region": "apac"}),
+    }
+)

@@ -7,13 +7,56 @@ It answers with `serving on PORT` on stdout once it listens.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections import Counter
+from datetime import timedelta
 
 import uvicorn
 from fastmcp import FastMCP
+from fastmcp.utilities.tasks import TaskConfig
+from fastmcp_tasks import TasksExtension
 
 server = FastMCP("reports")
-CALLS: dict[str, int] = {}
+server.add_extension(TasksExtension())  # tasks live in this process's memory
+# Polled every second: the tests wait for tasks in real time.
+TASK = TaskConfig(mode="required", poll_interval=timedelta(seconds=1))
+# What the tasks did, by event: `render_report started`, `slow_export cancelled`...
+EVENTS: Counter[str] = Counter()
+
+
+@server.tool
+def events() -> dict[str, int]:
+    """What the server's tasks did so far (for the tests' assertions)."""
+    return dict(EVENTS)
+
+
+@server.tool(task=TASK)
+async def render_report(region: str, seconds: float = 2.0) -> dict[str, str]:
+    """Render a region's report; takes a few seconds."""
+    EVENTS["render_report started"] += 1
+    await asyncio.sleep(seconds)
+    EVENTS["render_report finished"] += 1
+    return {"url": f"https://reports.example/{region}.pdf"}
+
+
+@server.tool(task=TASK)
+async def slow_export(region: str) -> str:
+    """Export a region's data; takes ten minutes."""
+    EVENTS["slow_export started"] += 1
+    try:
+        await asyncio.sleep(600)
+    except asyncio.CancelledError:
+        EVENTS["slow_export cancelled"] += 1
+        raise
+    return "exported"
+
+
+@server.tool(task=TASK)
+async def broken_job(region: str) -> str:
+    """A job that fails."""
+    EVENTS["broken_job started"] += 1
+    raise ValueError(f"no data for {region}")
 
 
 @server.tool

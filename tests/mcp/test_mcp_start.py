@@ -1,0 +1,100 @@
+"""The start of an MCP call, attempt by attempt (the `call_tool` activity in an
+ActivityEnvironment, against the real MCP test server): a task is created at most once, and a
+retried attempt that cannot know whether the first one acted says so instead of acting again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from temporalio.testing import ActivityEnvironment
+
+from activities.mcp import McpActivities
+from activities.tools import ToolActivities
+from tests.mcp.mcp_app import task_events
+from waitstate.blobs import LocalBlobStore
+from waitstate.mcp import McpServer, McpServers
+from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.run import McpListInput
+from waitstate.tools import ToolRegistry
+
+
+async def _activities(url: str, tmp_path: Path) -> tuple[ToolActivities, str]:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    mcp = McpActivities(McpServers([McpServer("reports", url=url)]), blobs)
+    listing = await ActivityEnvironment().run(
+        mcp.list_mcp_tools, McpListInput(grants=["reports__*"])
+    )
+    return ToolActivities(ToolRegistry([]), blobs, mcp=mcp), listing.ref
+
+
+def _call(name: str, arguments: dict[str, Any], listing: str) -> ToolCallInput:
+    return ToolCallInput(
+        call=ToolCall(id="call_1", name=name, arguments=json.dumps(arguments)),
+        workflow_id="run-1",
+        operation_id="op_1",
+        mcp_listing=listing,
+    )
+
+
+async def _attempt(
+    tools: ToolActivities, call: ToolCallInput, details: list[Any] | None = None
+) -> tuple[ToolResult, list[tuple[Any, ...]]]:
+    env = ActivityEnvironment()
+    if details is not None:
+        env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=details)
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *args: beats.append(args)
+    return await env.run(tools.call_tool, call), beats
+
+
+async def test_a_task_is_recorded_the_moment_it_exists(reports_url: str, tmp_path: Path) -> None:
+    tools, listing = await _activities(reports_url, tmp_path)
+    call = _call("reports__render_report", {"region": "emea", "seconds": 0.5}, listing)
+
+    result, beats = await _attempt(tools, call)
+
+    assert result.operation is not None
+    assert result.operation.completion == "poll"
+    assert result.operation.poll_interval_seconds == 1.0  # the server's pollIntervalMs
+    assert beats == [("sending",), ("task", result.operation.job_id, 1.0)]
+
+
+async def test_a_retried_attempt_takes_the_task_already_created(
+    reports_url: str, tmp_path: Path
+) -> None:
+    tools, listing = await _activities(reports_url, tmp_path)
+    call = _call("reports__render_report", {"region": "emea", "seconds": 0.5}, listing)
+    before = await task_events(reports_url)
+
+    result, beats = await _attempt(tools, call, ["task", "task-from-attempt-1", 1.0])
+
+    assert result.operation is not None and result.operation.job_id == "task-from-attempt-1"
+    assert beats == []
+    assert await task_events(reports_url) == before  # nothing sent to the server
+
+
+async def test_a_retried_attempt_that_may_have_acted_tells_the_model(
+    reports_url: str, tmp_path: Path
+) -> None:
+    tools, listing = await _activities(reports_url, tmp_path)
+    call = _call("reports__render_report", {"region": "emea"}, listing)
+    before = await task_events(reports_url)
+
+    result, _ = await _attempt(tools, call, ["sending"])
+
+    assert result.is_error
+    assert "may or may not have taken effect" in result.content
+    assert await task_events(reports_url) == before
+
+
+async def test_a_read_only_tool_is_simply_called_again(reports_url: str, tmp_path: Path) -> None:
+    tools, listing = await _activities(reports_url, tmp_path)
+    call = _call("reports__big_table", {"rows": 2}, listing)
+
+    result, _ = await _attempt(tools, call, ["sending"])
+
+    assert not result.is_error
+    assert result.content.startswith("row 0: ")

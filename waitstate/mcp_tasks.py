@@ -1,0 +1,180 @@
+"""MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663), client side: a server may
+answer a `tools/call` with a task; the task is then polled with `tasks/get` and cancelled with
+`tasks/cancel`, from any process (over streamable HTTP a task is reachable by id, without the
+session that created it).
+
+Imported only by workers that call MCP servers (it needs the `mcp` SDK).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import mcp_types
+from mcp.client import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, RequestParams, Result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict, Field
+
+from waitstate.mcp import McpServer
+from waitstate.schemas.operations import Completion, OperationError
+from waitstate.tools.spec import Job, StartContext, ToolError
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+
+
+class _TaskFields(Result):
+    model_config = ConfigDict(populate_by_name=True)
+
+    task_id: str = Field(alias="taskId")
+    status: TaskStatus
+    ttl_ms: int | None = Field(default=None, alias="ttlMs")
+    status_message: str | None = Field(default=None, alias="statusMessage")
+    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
+
+
+class CreatedTask(_TaskFields):
+    """A `tools/call` the server runs as a task."""
+
+    result_type: Literal["task"] = Field(alias="resultType")
+
+
+class TaskState(_TaskFields):
+    """A `tasks/get` answer: the task, and its result, error or input requests."""
+
+    result_type: Literal["complete"] = Field(alias="resultType")
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    input_requests: dict[str, Any] | None = Field(default=None, alias="inputRequests")
+
+
+class _TaskParams(RequestParams):
+    model_config = ConfigDict(populate_by_name=True)
+
+    task_id: str = Field(serialization_alias="taskId")
+
+
+class _GetTask(mcp_types.Request[_TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: _TaskParams
+
+
+class _CancelTask(mcp_types.Request[_TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: _TaskParams
+
+
+async def _not_here(task: CreatedTask, context: ClaimContext) -> CallToolResult:
+    # Calls are made with allow_claimed=True: the run, not the SDK, waits for the task.
+    raise RuntimeError(f"task {task.task_id} is the run's to wait for")
+
+
+class Tasks(ClientExtension):
+    """Tells the server this client drives tasks itself (it may then answer with one)."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return (
+            ResultClaim(
+                result_type="task",
+                model=CreatedTask,
+                resolve=_not_here,
+                protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS),
+            ),
+        )
+
+
+def tool_result_text(result: CallToolResult) -> str:
+    """The text of a tool result's content, or its structured content as JSON if it has no
+    text (non-text blocks are named, not shown)."""
+    parts = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if text is not None:
+            parts.append(str(text))
+        else:
+            kind = getattr(block, "type", "content")
+            mime = getattr(block, "mime_type", None)
+            parts.append(f"[{kind}{f' {mime}' if mime else ''} not shown]")
+    has_text = any(getattr(block, "text", None) is not None for block in result.content)
+    if not has_text and result.structured_content is not None:
+        return json.dumps(result.structured_content)
+    return "\n".join(parts)
+
+
+def completion_of(state: TaskState) -> Completion:
+    """A task's state as an operation's: `working` is `running` (its status message the
+    progress), `completed` is `succeeded`, or `failed` when the tool's result is an error."""
+    if state.status == "working":
+        return Completion(status="running", progress=_short(state.status_message))
+    if state.status == "input_required":
+        return Completion(status="input_required", progress=_short(state.status_message))
+    if state.status == "completed":
+        result = CallToolResult.model_validate(state.result or {})
+        text = tool_result_text(result)
+        if result.is_error:
+            return Completion(
+                status="failed",
+                error=OperationError(code="tool_error", message=text[:2000], retryable=False),
+            )
+        value: Any = result.structured_content if result.structured_content is not None else text
+        return Completion(status="succeeded", result=value)
+    if state.status == "cancelled":
+        return Completion(
+            status="failed",
+            error=OperationError(
+                code="task_cancelled",
+                message=f"task {state.task_id} was cancelled",
+                retryable=False,
+            ),
+        )
+    message = (state.error or {}).get("message") or state.status_message or "the task failed"
+    return Completion(
+        status="failed",
+        error=OperationError(code="task_failed", message=str(message)[:2000], retryable=False),
+    )
+
+
+def _short(text: str | None) -> str | None:
+    return text[:500] if text else None
+
+
+class McpTaskBackend:
+    """A server's tasks, as a long tool's backend: the poll and cancel activities use it."""
+
+    def __init__(self, server: McpServer) -> None:
+        self._server = server
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        """Tasks are started by the `call_tool` activity, never here."""
+        raise ToolError("an MCP task is started by its tools/call")
+
+    async def status(self, job_id: str) -> Completion:
+        """`tasks/get`.
+
+        Raises:
+            ToolError: the server does not know the task (any more).
+        """
+        try:
+            async with self._server.connect(extensions=[Tasks()]) as client:
+                state = await client.session.send_request(
+                    _GetTask(params=_TaskParams(task_id=job_id)), TaskState
+                )
+        except MCPError as err:
+            raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
+        return completion_of(state)
+
+    async def cancel(self, job_id: str) -> None:
+        """`tasks/cancel`; a task the server no longer knows needs none."""
+        try:
+            async with self._server.connect(extensions=[Tasks()]) as client:
+                await client.session.send_request(
+                    _CancelTask(params=_TaskParams(task_id=job_id)), mcp_types.Result
+                )
+        except MCPError:
+            return
