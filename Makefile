@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APPROVE_AFTER ?= 5
 
-.PHONY: install up down status demo test chaos bench lint typecheck ui-check clean
+.PHONY: install up down status demo mcp-demo test chaos bench lint typecheck ui-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ demo: up  ## run the demo agents to completion and print their answers and Web U
 	@echo
 	@echo "A refund over \$$100 needs a person's sign-off; this demo approves it after $(APPROVE_AFTER) s."
 	$(PY) starter.py run "Issue a refund of \$$420 for claim C-118 if the claim is valid" --wait --auto-approve-after $(APPROVE_AFTER)
+
+mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool and its destructive one
+	WAITSTATE_DEMO_MCP=1 $(PY) scripts/services.py up
+	$(PY) starter.py run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest

@@ -42,7 +42,8 @@ SERVER_TUNING = [
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=2000",
 ]  # fmt: skip
 START_TIMEOUT = 60.0
-SERVICES = ("server", "systems", "worker", "gateway")  # in start order
+# In start order; `mcp` (the demo's MCP server) only with WAITSTATE_DEMO_MCP=1 (`make mcp-demo`).
+SERVICES = ("server", "systems", "mcp", "worker", "gateway")
 
 
 def main() -> int:
@@ -65,6 +66,15 @@ def main() -> int:
             env,
             "demo systems listening on",
         )
+        if env.get("WAITSTATE_DEMO_MCP") == "1":
+            mcp = urlparse(env["DEMO_MCP_URL"])
+            _python_up(
+                state,
+                "mcp",
+                ["-m", "examples.mcp_server", "--port", str(mcp.port or 80)],
+                env,
+                "mcp server listening on",
+            )
         _python_up(state, "worker", [str(ROOT / "worker.py")], env, "worker polling")
         _python_up(state, "gateway", ["-m", "waitstate.gateway"], env, "gateway listening on")
         print(
@@ -77,7 +87,8 @@ def main() -> int:
     else:
         for name in SERVICES:
             pid = _running_pid(state, name)
-            print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
+            if pid or name != "mcp":
+                print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
     return 0
 
 
@@ -119,6 +130,7 @@ def _service_env(state: Path, host: str, port: int) -> dict[str, str]:
     gateway_port = env.setdefault("GATEWAY_PORT", "8787")
     env.setdefault("GATEWAY_URL", f"http://127.0.0.1:{gateway_port}")
     env.setdefault("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790")
+    env.setdefault("DEMO_MCP_URL", "http://127.0.0.1:8791/mcp")
     env.setdefault("WAITSTATE_WORKER_METRICS", "127.0.0.1:9464")
     if not env.get("WAITSTATE_TOKEN_KEYS"):
         env["WAITSTATE_TOKEN_KEYS"] = _dev_token_key(state)

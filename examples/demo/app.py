@@ -3,13 +3,15 @@ no app is named (`python worker.py --app examples.demo.app:app` says so explicit
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 
 from examples.demo.catalog import TOOL_NAMES, all_tools
-from waitstate import Agent, App
+from waitstate import SCRIPTED_BANNER, Agent, App, McpServer, Message, ToolCall, ToolDefinition
 
 
 @dataclass
@@ -28,6 +30,24 @@ def _deps() -> DemoDeps:
     return DemoDeps(httpx.AsyncClient(timeout=httpx.Timeout(30.0)), url.rstrip("/"))
 
 
+def report_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """The reporter, scripted: builds the report (an MCP task), deletes the draft dataset (a
+    destructive MCP tool: a person approves it first), then answers."""
+    done = {m.name: m.content for m in messages if m.role == "tool"}
+    task = next((m.content for m in messages if m.role == "user"), "")
+    region = "amer" if "amer" in task.lower() else "emea"
+    steps = [
+        ("reports__build_report", {"region": region}),
+        ("reports__delete_dataset", {"name": f"{region}-draft"}),
+    ]
+    for name, arguments in steps:
+        if name not in done:
+            call = ToolCall(id=f"call_{name}", name=name, arguments=json.dumps(arguments))
+            return Message(role="assistant", tool_calls=[call])
+    summary = "; ".join(f"{name}: {content}" for name, content in done.items())
+    return Message(role="assistant", content=f"{SCRIPTED_BANNER} {summary}")
+
+
 app = App(
     agents=[
         Agent(
@@ -38,8 +58,19 @@ app = App(
                 "task plainly when you are done."
             ),
             tools=list(TOOL_NAMES),
-        )
+        ),
+        Agent(
+            "reporter",
+            instructions="You build sales reports with the reports server's tools.",
+            model="scripted:mcp-report",
+            tools=["reports__build_report", "reports__delete_dataset"],
+        ),
     ],
+    # The demo's MCP server (examples/mcp_server.py), which `make mcp-demo` starts.
+    mcp_servers=[
+        McpServer("reports", url=os.environ.get("DEMO_MCP_URL", "http://127.0.0.1:8791/mcp"))
+    ],
+    scripts={"mcp-report": report_script},
     tools=lambda deps: all_tools(deps.http, deps.systems_url),
     deps=_deps,
 )

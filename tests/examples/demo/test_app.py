@@ -36,11 +36,16 @@ def test_every_public_name_resolves() -> None:
     assert sorted(waitstate.__all__) == waitstate.__all__
 
 
-async def test_the_demo_app_loads_with_its_agent_and_every_demo_tool() -> None:
+async def test_the_demo_app_loads_with_its_agents_and_every_demo_tool() -> None:
     apps = load_apps([DEMO_APP])
     try:
-        assert list(apps.agents) == ["demo"]
+        assert list(apps.agents) == ["demo", "reporter"]
         assert set(apps.agents["demo"].tool_names()) == {spec.name for spec in apps.tools}
         assert len(apps.tools) == 10
+        assert apps.agents["reporter"].tool_names() == [
+            "reports__build_report",
+            "reports__delete_dataset",
+        ]
+        assert apps.mcp.names() == ["reports"]
     finally:
         await apps.aclose()

@@ -1,0 +1,52 @@
+"""The demo's MCP server (fastmcp with its tasks extension, over streamable HTTP): a report
+that takes a while and runs as an MCP task reporting its progress, and a destructive tool.
+
+    python -m examples.mcp_server --port 8791     # `make mcp-demo` starts it
+
+Tasks live in this process's memory by default, so a restart of the server loses them (a
+run polling one then finds it unknown, and its operation fails with `job_unknown`). With
+`DEMO_MCP_TASKS_URL=redis://...` they are kept in Redis and survive a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from datetime import timedelta
+
+import uvicorn
+from fastmcp import Context, FastMCP
+from fastmcp.utilities.tasks import TaskConfig
+from fastmcp_tasks import TasksExtension
+
+server = FastMCP("reports")
+server.add_extension(TasksExtension(url=os.environ.get("DEMO_MCP_TASKS_URL")))
+PAGES = 5
+
+
+@server.tool(task=TaskConfig(mode="required", poll_interval=timedelta(seconds=1)))
+async def build_report(region: str, ctx: Context) -> dict[str, object]:
+    """Build a region's sales report, page by page; takes several seconds."""
+    for page in range(PAGES):
+        await ctx.report_progress(page, PAGES, f"page {page + 1} of {PAGES}")
+        await asyncio.sleep(1.5)
+    return {"region": region, "pages": PAGES, "url": f"https://reports.example/{region}.pdf"}
+
+
+@server.tool(annotations={"destructiveHint": True})
+def delete_dataset(name: str) -> str:
+    """Delete a dataset for good."""
+    return f"deleted dataset {name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=8791)
+    args = parser.parse_args()
+    print(f"mcp server listening on http://127.0.0.1:{args.port}/mcp", flush=True)
+    uvicorn.run(server.http_app(), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

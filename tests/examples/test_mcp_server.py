@@ -1,0 +1,82 @@
+"""The demo's MCP server (`examples/mcp_server.py`, what `make mcp-demo` starts) and the demo
+app's `reporter` agent over it: the report runs as an MCP task, polled without a model turn,
+and the destructive deletion waits for a person."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker
+from tests.rigs import free_port, port_open
+from waitstate.apps import load_apps
+from waitstate.mcp import McpServer, McpServers
+from waitstate.schemas import RunInput
+from waitstate.schemas.approvals import DecideInput
+from worker import DEMO_APP
+from workflows.agent_run import AgentRunWorkflow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo_mcp_url() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "examples.mcp_server", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_open(port):
+            assert process.poll() is None, "the demo's MCP server exited at start"
+            assert time.monotonic() < deadline, "the demo's MCP server did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_the_reporter_builds_the_report_as_a_task_and_deletes_once_approved(
+    dev_env: WorkflowEnvironment, task_queue: str, demo_mcp_url: str
+) -> None:
+    apps = load_apps([DEMO_APP])
+    apps.mcp = McpServers([McpServer("reports", url=demo_mcp_url)])  # on this test's port
+    try:
+        async with make_worker(dev_env.client, task_queue, apps=apps):
+            handle = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="Build the EMEA report and delete its draft", agent="reporter"),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+
+            async def open_request() -> str | None:
+                state = await handle.query(AgentRunWorkflow.status)
+                return next((r.request_id for r in state.approvals.values() if r.open), None)
+
+            request_id = await eventually(open_request, "the deletion's approval request", 60)
+            await handle.execute_update(
+                AgentRunWorkflow.decide,
+                DecideInput(request_id=request_id, decision="approve", reviewer="dana"),
+            )
+            result = await handle.result()
+            state = await handle.query(AgentRunWorkflow.status)
+    finally:
+        await apps.aclose()
+
+    assert result.status == "completed"
+    [operation] = state.operations.values()
+    assert (operation.tool, operation.status) == ("reports__build_report", "succeeded")
+    assert "https://reports.example/emea.pdf" in (result.final_output or "")
+    assert "deleted dataset emea-draft" in (result.final_output or "")
