@@ -41,6 +41,16 @@ class OperationActivities:
         from the last heartbeat; the job itself is never restarted.
         """
         long = self._long(input.tool)
+        try:
+            return await self._poll(input, long)
+        finally:
+            if is_mcp_name(input.tool):  # made for this poll: its session ends with it
+                from waitstate.mcp_tasks import McpTaskBackend
+
+                if isinstance(long.backend, McpTaskBackend):
+                    await long.backend.aclose()
+
+    async def _poll(self, input: PollOperationInput, long: LongSpec) -> Completion:
         details = activity.info().heartbeat_details
         polls = int(details[0]) if details else 0
         interval = input.poll_interval_seconds

@@ -8,8 +8,10 @@ Imported only by workers that call MCP servers (it needs the `mcp` SDK).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import mcp_types
@@ -145,10 +147,16 @@ def _short(text: str | None) -> str | None:
 
 
 class McpTaskBackend:
-    """A server's tasks, as a long tool's backend: the poll and cancel activities use it."""
+    """A server's tasks, as a long tool's backend: the poll and cancel activities use it.
+
+    It keeps one session with the server from its first check until `aclose()` (a poll checks
+    a task every few seconds, for as long as it runs), and opens a new one after a failure.
+    """
 
     def __init__(self, server: McpServer) -> None:
         self._server = server
+        self._session: AsyncExitStack | None = None
+        self._client: Any = None
 
     async def start(self, args: Any, context: StartContext) -> Job:
         """Tasks are started by the `call_tool` activity, never here."""
@@ -161,20 +169,39 @@ class McpTaskBackend:
             ToolError: the server does not know the task (any more).
         """
         try:
-            async with self._server.connect(extensions=[Tasks()]) as client:
-                state = await client.session.send_request(
-                    _GetTask(params=_TaskParams(task_id=job_id)), TaskState
-                )
+            state = await (await self._connected()).session.send_request(
+                _GetTask(params=_TaskParams(task_id=job_id)), TaskState
+            )
         except MCPError as err:
             raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
+        except BaseException:
+            await self.aclose()  # the session may be broken: the next check opens another
+            raise
         return completion_of(state)
 
     async def cancel(self, job_id: str) -> None:
         """`tasks/cancel`; a task the server no longer knows needs none."""
         try:
-            async with self._server.connect(extensions=[Tasks()]) as client:
-                await client.session.send_request(
-                    _CancelTask(params=_TaskParams(task_id=job_id)), mcp_types.Result
-                )
+            await (await self._connected()).session.send_request(
+                _CancelTask(params=_TaskParams(task_id=job_id)), mcp_types.Result
+            )
         except MCPError:
             return
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the session, if one is open."""
+        session, self._session, self._client = self._session, None, None
+        if session is not None:
+            with contextlib.suppress(Exception):
+                await session.aclose()
+
+    async def _connected(self) -> Any:
+        if self._client is None:
+            session = AsyncExitStack()
+            self._client = await session.enter_async_context(
+                self._server.connect(extensions=[Tasks()])
+            )
+            self._session = session
+        return self._client

@@ -81,5 +81,6 @@ app = App(
         "mcp-render-slow": one_call("reports__render_report", {"region": "emea", "seconds": 8}),
         "mcp-export": one_call("reports__slow_export", {"region": "amer"}),
         "mcp-broken": one_call("reports__broken_job", {"region": "apac"}),
+        "mcp-shout": one_call("local__shout", {"text": "quiet please"}),
     }
 )

@@ -5,6 +5,7 @@ reference), destructive tools behind approval, and grants no declared server ans
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from typing import Any
 
@@ -152,3 +153,20 @@ async def test_runs_continued_as_new_keep_the_listing_of_the_first(
     assert result.tool_calls == 3
     assert runs > 1
     assert activities.count(LIST_MCP_TOOLS) == 1
+
+
+async def test_a_server_over_stdio_is_listed_and_called(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    local = McpServer("local", command=f"{sys.executable} -m tests.mcp.stdio_server")
+    apps = load_apps([APP], mcp_servers=[local])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        handle = await dev_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="quiet please", model="scripted:mcp-shout", tools=["local__shout"]),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        result = await handle.result()
+
+    assert result.final_output == "got: QUIET PLEASE"
