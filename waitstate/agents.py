@@ -82,7 +82,8 @@ class App:
             app provides.
         deps: Called once when a worker starts; what it returns reaches every handler of the
             app's tools as `RunContext.deps`, and is closed (`aclose()`, if it has one) when
-            the worker stops.
+            the worker stops. The CLI calls it too, to read the app's tool names, and closes
+            it at once: keep it cheap (clients that connect on first use, like httpx's).
         providers: Model providers by name (`name:model` specs resolve to them), as factories
             called on first use.
         scripts: Scripts for the deterministic `scripted:` model, by name: for tests of the
