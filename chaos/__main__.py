@@ -26,7 +26,7 @@ async def _main(size: str, seed: int, keep: bool) -> int:
     began = time.monotonic()
     # Waiting runs are evicted from the workers' cache under load, as in production.
     cache = 200 if size == "load" else 100
-    async with Stack(keep=keep, max_cached_workflows=cache) as stack:
+    async with Stack(keep=keep, max_cached_workflows=cache, mcp=SIZES[size].mcp) as stack:
         up = time.monotonic() - began
         print(f"stack up in {up:.1f}s (state in {stack.dir})", flush=True)
         suite = Suite(stack, SIZES[size], seed)

@@ -86,6 +86,8 @@ class Size:
     result_timeout: float = RESULT_TIMEOUT
     links: float = 1 / 3
     refunds: bool = True
+    # Runs whose tool is an MCP task of the demo's MCP server (the stack starts it).
+    mcp: bool = False
     # Run the gateway faults after the other phases rather than beside phase A: slower, but
     # their own timeouts then do not meet a saturated machine.
     gateway_alone: bool = False
@@ -105,8 +107,9 @@ class Size:
 SIZES = {
     "ci": Size(mixed=16, model_rounds=1, parked=3, cancels=1, kill_every=(2, 4),
                gateway_runs=3, fuzz_examples=40),
-    "full": Size(mixed=74, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
+    "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
+                 mcp=True,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
                  rotation_window=timedelta(seconds=15)),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
@@ -196,6 +199,10 @@ class Suite:
                 ),
             )
             stats = await _stats(http, [stack.systems_url, stack.early_url, stack.slow_url])
+            if stack.mcp_url:
+                base = stack.mcp_url.removesuffix("/mcp")
+                stats["mcp"] = (await http.get(f"{base}/_test/stats")).json()
+                self.checks.insert(1, _mcp_row(runs, stats["mcp"]))
             refunds = (await http.get(f"{stack.systems_url}/refunds")).json()
         self._invariants(stats, refunds)
         return self.checks
@@ -287,7 +294,13 @@ class Suite:
         await _faults(
             ctx.http, systems, export_seconds=seconds, pipeline_seconds=seconds, progress_reports=0
         )
-        plans = make_plans("chaos-b", replace(self.size, mixed=self.size.parked), rng, phase="B")
+        plans = make_plans(
+            "chaos-b",
+            replace(self.size, mixed=self.size.parked),
+            rng,
+            phase="B",
+            first=self.size.mixed,
+        )
         # On the slow systems: their jobs are still running when the run is cancelled however
         # long the restarts took (a parked job of the main systems may have finished by then).
         plans += [
@@ -429,7 +442,30 @@ class Suite:
         self.checks += rows.values()
 
 
+MCP_TASKS = "MCP tasks on the demo's MCP server, under the same kills"
+
+
+def _mcp_row(runs: list[RunOutcome], stats: dict[str, Any]) -> Check:
+    """What the runs whose tool is an MCP task did (their invariants are in the jobs row)."""
+    mine = [o for o in runs if o.plan.kind.startswith("mcp-task")]
+    ops = Counter(
+        op.status for o in mine if o.state is not None for op in o.state.operations.values()
+    )
+    tasks = [stats.get(o.plan.id, {}) for o in mine]
+    started = sum(t.get("started", 0) for t in tasks)
+    cancelled = sum(t.get("cancelled", 0) for t in tasks)
+    said = ", ".join(f"{n}×{status}" for status, n in sorted(ops.items())) or "none"
+    return Check(
+        MCP_TASKS,
+        attempts=len(mine),
+        outcome=f"{len(mine)} runs: operations {said}; tasks made {started}, cancelled "
+        f"{cancelled}; {_ended(mine)}",
+    )
+
+
 def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
+    if name == MCP_TASKS:
+        return [o for o in outcomes if o.plan.kind.startswith("mcp-task")]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
     if name in exactly_once.ROWS:

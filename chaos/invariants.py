@@ -69,6 +69,7 @@ def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]
     found[EXPECTED] += _operations_expected(tag, outcome)
     keys = run_keys(outcome, stats)
     found[JOBS] += _jobs(tag, outcome, keys, stats)
+    found[JOBS] += _mcp_tasks(tag, outcome, stats)
     found[FINISHED] += _finished(tag, outcome, keys, stats)
     found[COMPLETIONS] += _completions(tag, outcome)
     found[APPROVALS] += _approvals(tag, outcome)
@@ -86,11 +87,13 @@ def run_keys(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, dict[str, 
 
 
 def operations_by_key(outcome: RunOutcome) -> dict[str, Any]:
-    """The run's operations by the idempotency key their job was started under."""
+    """The run's operations by the idempotency key their job was started under (the demo
+    systems' jobs; an MCP task has no key: `_mcp_tasks` checks those)."""
     state = outcome.state
     return {
         f"{outcome.plan.id}/{op.tool_call_id}": op
         for op in (state.operations.values() if state else [])
+        if "__" not in op.tool
     }
 
 
@@ -136,6 +139,36 @@ def _jobs(
             job = stats["jobs"].get(op.job_id, {})
             if job.get("status") == "running":
                 problems.append(f"{tag}: {op.status} operation's job {op.job_id} still running")
+    return problems
+
+
+def _mcp_tasks(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
+    """A run's MCP task (the demo server's report for the run's id): made at most once, and
+    once if the run has its operation; a succeeded operation's task finished; an expired or
+    cancelled one's was stopped (or had finished), never left running."""
+    if not outcome.plan.kind.startswith("mcp-task"):
+        return []
+    if "mcp" not in stats:
+        return [f"{tag}: the MCP server's records were not read"]
+    task = stats["mcp"].get(outcome.plan.id, {})
+    started = task.get("started", 0)
+    ops = [op for op in (outcome.state.operations.values() if outcome.state else [])]
+    problems = []
+    if started > 1:
+        problems.append(f"{tag}: {started} tasks made for one call")
+    if ops and started != 1:
+        problems.append(f"{tag}: an operation, but {started} tasks on the server")
+    for op in ops:
+        ended = task.get("finished", 0) + task.get("cancelled", 0)
+        if op.status == "succeeded" and not task.get("finished"):
+            problems.append(
+                f"{tag}: operation {op.operation_id} succeeded, its task never finished"
+            )
+        if op.status in ("expired", "cancelled"):
+            if op.cancel != "sent":
+                problems.append(f"{tag}: {op.status} operation {op.operation_id} never cancelled")
+            if ended < 1:
+                problems.append(f"{tag}: {op.status} operation's task still running")
     return problems
 
 

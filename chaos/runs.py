@@ -203,18 +203,26 @@ class Mix(Protocol):
     def links(self) -> float: ...
     @property
     def refunds(self) -> bool: ...
+    @property
+    def mcp(self) -> bool: ...
 
 
-def make_plans(prefix: str, mix: Mix, rng: random.Random, *, phase: str) -> list[RunPlan]:
+def make_plans(
+    prefix: str, mix: Mix, rng: random.Random, *, phase: str, first: int = 0
+) -> list[RunPlan]:
     """`mix.mixed` runs of the mix, in a seeded random order (each kind once if it fits).
-    Without `mix.refunds`, refunds become ask-first runs (a claim's refunds are bounded)."""
+    Without `mix.refunds`, refunds become ask-first runs (a claim's refunds are bounded).
+    Each run's number (which makes its refund's amount, and so its key) counts from `first`,
+    so the phases' runs never share a refund."""
     makers: list[Callable[[str, int], RunPlan]] = [
         _export, _two_exports, _check_and_wait, _enrich, _ask_first,
         _refund if mix.refunds else _ask_first, _ask_timeout, _plain,
     ]  # fmt: skip
+    if mix.mcp:
+        makers.append(_mcp_task)
     order = [makers[i % len(makers)] for i in range(mix.mixed)]
     rng.shuffle(order)
-    plans = [make(f"{prefix}-{i:04d}", i) for i, make in enumerate(order)]
+    plans = [make(f"{prefix}-{i:04d}", first + i) for i, make in enumerate(order)]
     for plan in plans:
         plan.phase = phase
         if plan.decider is not None and plan.decider != "timeout":
@@ -243,6 +251,19 @@ def _check_and_wait(wid: str, i: int) -> RunPlan:
 def _enrich(wid: str, i: int) -> RunPlan:
     run = RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"])
     return RunPlan(wid, "enrich", "polled", run)
+
+
+def _mcp_task(wid: str, i: int) -> RunPlan:
+    """A report built by an MCP task (the demo's MCP server), named by the run's id; one run
+    in three gives it less time than it takes, so it expires and is sent `tasks/cancel`."""
+    expires = i % 3 == 0
+    run = RunInput(
+        task=f"build the report for {wid}",
+        model="scripted:mcp-build",
+        tools=["reports__build_report"],
+        operation_timeout=timedelta(seconds=1) if expires else None,
+    )
+    return RunPlan(wid, "mcp-task-expiring" if expires else "mcp-task", "polled", run)
 
 
 def _ask_first(wid: str, i: int) -> RunPlan:

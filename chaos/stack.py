@@ -72,6 +72,18 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+# A report of the demo's MCP server takes five pages of this long.
+MCP_PAGE_SECONDS = 1.5
+
+
+async def _until_listening(port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not _port_open(port):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on {port} after {START_TIMEOUT:.0f}s")
+        await asyncio.sleep(0.1)
+
+
 @dataclass
 class Service:
     """One process of the stack: started, waited for (a line in its log), killed, restarted."""
@@ -169,12 +181,16 @@ class Stack:
     export_seconds: float = 2.0
     pipeline_seconds: float = 3.0
     keep: bool = False
+    # The demo's MCP server (examples/mcp_server.py), for runs whose tool is an MCP task.
+    mcp: bool = False
     dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="waitstate-chaos-")))
     server: DevServer | None = None
     systems: list[Service] = field(default_factory=list)
     systems_urls: list[str] = field(default_factory=list)
     gateway: Service | None = None
     gateway_url: str = ""
+    mcp_server: Service | None = None
+    mcp_url: str = ""
     workers: list[Service] = field(default_factory=list)
     gateway_worker: Service | None = None
     early_worker: Service | None = None
@@ -273,6 +289,17 @@ class Stack:
             re.compile(r"gateway listening on (http://\S+)"),
         )
         self.gateway_url = await self.gateway.start()
+        if self.mcp:
+            port = free_port()
+            self.mcp_server = Service(
+                "mcp",
+                [sys.executable, "-m", "examples.mcp_server", "--port", str(port)],
+                {**base, "DEMO_MCP_PAGE_SECONDS": str(MCP_PAGE_SECONDS)},
+                self.dir / "mcp.log",
+                re.compile(r"mcp server listening on (http://\S+)"),
+            )
+            self.mcp_url = await self.mcp_server.start()
+            await _until_listening(port)
         self.wire = HangingWire()
         worker_env = {
             **base,
@@ -282,6 +309,8 @@ class Stack:
             "OPENAI_BASE_URL": self.wire.openai_base_url,
             "OPENAI_API_KEY": "chaos",
         }
+        if self.mcp_url:
+            worker_env["DEMO_MCP_URL"] = self.mcp_url
 
         def env(queue: str, systems_url: str) -> dict[str, str]:
             return {**worker_env, "WAITSTATE_TASK_QUEUE": queue, "DEMO_SYSTEMS_URL": systems_url}
@@ -376,7 +405,10 @@ class Stack:
 
     async def close(self) -> None:
         """Stop every process (workers first, the server last) and the wire server."""
-        others = [*self.signing_workers, self.gateway_worker, self.gateway, *self.systems]
+        others = [
+            *self.signing_workers, self.gateway_worker, self.gateway, self.mcp_server,
+            *self.systems,
+        ]  # fmt: skip
         await asyncio.gather(*(s.stop() for s in others if s is not None))
         if self.server is not None:
             await self.server.stop()

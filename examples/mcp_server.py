@@ -13,24 +13,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections import Counter, defaultdict
 from datetime import timedelta
 
 import uvicorn
 from fastmcp import Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 server = FastMCP("reports")
 server.add_extension(TasksExtension(url=os.environ.get("DEMO_MCP_TASKS_URL")))
 PAGES = 5
+PAGE_SECONDS = float(os.environ.get("DEMO_MCP_PAGE_SECONDS", "1.5"))
+# What each region's reports did: started, finished, cancelled (the chaos suite's invariants
+# read it at /_test/stats; a task is known to the suite by the region it was asked for).
+STATS: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
 
 @server.tool(task=TaskConfig(mode="required", poll_interval=timedelta(seconds=1)))
 async def build_report(region: str, ctx: Context) -> dict[str, object]:
     """Build a region's sales report, page by page; takes several seconds."""
-    for page in range(PAGES):
-        await ctx.report_progress(page, PAGES, f"page {page + 1} of {PAGES}")
-        await asyncio.sleep(1.5)
+    STATS[region]["started"] += 1
+    try:
+        for page in range(PAGES):
+            await ctx.report_progress(page, PAGES, f"page {page + 1} of {PAGES}")
+            await asyncio.sleep(PAGE_SECONDS)
+    except asyncio.CancelledError:
+        STATS[region]["cancelled"] += 1
+        raise
+    STATS[region]["finished"] += 1
     return {"region": region, "pages": PAGES, "url": f"https://reports.example/{region}.pdf"}
 
 
@@ -38,6 +51,12 @@ async def build_report(region: str, ctx: Context) -> dict[str, object]:
 def delete_dataset(name: str) -> str:
     """Delete a dataset for good."""
     return f"deleted dataset {name}"
+
+
+@server.custom_route("/_test/stats", methods=["GET"])
+async def stats(request: Request) -> JSONResponse:
+    """What each region's reports did (for the chaos suite)."""
+    return JSONResponse({region: dict(counts) for region, counts in STATS.items()})
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ Imported only by workers that call MCP servers (it needs the `mcp` SDK).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Sequence
@@ -194,7 +195,9 @@ class McpTaskBackend:
         """End the session, if one is open."""
         session, self._session, self._client = self._session, None, None
         if session is not None:
-            with contextlib.suppress(Exception):
+            # Also when the poll itself is being cancelled (its operation expired): the
+            # cancellation is the poll's to report, not the closing's.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await session.aclose()
 
     async def _connected(self) -> Any:

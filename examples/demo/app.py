@@ -48,6 +48,19 @@ def report_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) 
     return Message(role="assistant", content=f"{SCRIPTED_BANNER} {summary}")
 
 
+def build_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Builds the report for the region the task ends with (an MCP task), then answers with
+    what became of it."""
+    done = [m for m in messages if m.role == "tool"]
+    if done:
+        return Message(role="assistant", content=f"{SCRIPTED_BANNER} {done[-1].content}")
+    task = next((m.content for m in messages if m.role == "user"), "")
+    region = task.split()[-1] if task.split() else "emea"
+    arguments = json.dumps({"region": region})
+    call = ToolCall(id="call_build", name="reports__build_report", arguments=arguments)
+    return Message(role="assistant", tool_calls=[call])
+
+
 app = App(
     agents=[
         Agent(
@@ -70,7 +83,7 @@ app = App(
     mcp_servers=[
         McpServer("reports", url=os.environ.get("DEMO_MCP_URL", "http://127.0.0.1:8791/mcp"))
     ],
-    scripts={"mcp-report": report_script},
+    scripts={"mcp-report": report_script, "mcp-build": build_script},
     tools=lambda deps: all_tools(deps.http, deps.systems_url),
     deps=_deps,
 )
