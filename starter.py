@@ -39,6 +39,7 @@ from waitstate.client import (
     WaitstateClient,
     fleet_report,
     new_run_id,
+    started_with,
 )
 from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.providers.base import parse_model_spec
@@ -168,7 +169,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"run {run_id}\nweb ui: {url}")
         return 0
     if not args.json:
-        print(f"run {run_id} ({_started_with(run_input)})")
+        given = "; ".join(f"{label} {value}" for label, value in started_with(run_input))
+        print(f"run {run_id} ({given})")
         print(f"web ui: {url}")
     state = await _follow(
         client, run_id, quiet=args.json, auto_approve_after=args.auto_approve_after
@@ -440,16 +442,6 @@ def _check_model(spec: str, apps: Apps | None) -> None:
         parse_model_spec(spec)
     except ValueError as err:
         raise AppError(str(err)) from None
-
-
-def _started_with(run_input: RunInput) -> str:
-    fields = set(run_input.agent_overrides or ())
-    parts = [f"agent {run_input.agent}"] if run_input.agent is not None else []
-    if run_input.agent is None or "model" in fields:
-        parts.append(f"model {run_input.model}")
-    if run_input.agent is None or "tools" in fields:
-        parts.append(f"tools {', '.join(run_input.tools) or 'none'}")
-    return "; ".join(parts)
 
 
 def _structured(state: RunState) -> Any:

@@ -27,7 +27,7 @@ from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.run import CALL_TOOL, ToolCallInput
+from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from worker import build_providers, build_worker
@@ -321,3 +321,16 @@ def random_request(
     # Header values cannot start or end with spaces (httpx refuses to send them).
     headers = {name: value.strip() for name, value in headers.items()}
     return f"/v1/operations/{operation_id}/complete", body(), headers
+
+
+async def until_the_poll_has_heartbeated(handle: WorkflowHandle[Any, Any]) -> None:
+    """The run's poll activity is running and the server holds a heartbeat of it, which is
+    what a worker that takes over resumes from."""
+
+    async def heartbeated() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        return any(
+            a.activity_type.name == POLL_OPERATION and a.heartbeat_details.payloads for a in pending
+        )
+
+    await eventually(heartbeated, "a heartbeat of the poll activity")

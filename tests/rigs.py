@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -424,6 +425,17 @@ class Services:
             cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
 
+    @contextmanager
+    def up(self) -> Iterator[Services]:
+        """`up` for the block (a module's fixture), then `down`; both must succeed."""
+        up = self.services_now("up")
+        assert up.returncode == 0, up.stderr + up.stdout
+        try:
+            yield self
+        finally:
+            down = self.services_now("down")
+            assert down.returncode == 0, down.stderr
+
     async def services(self, action: str) -> subprocess.CompletedProcess[str]:
         return await self._run([sys.executable, "scripts/services.py", action])
 
@@ -466,3 +478,24 @@ class Services:
         and the gateway checks)."""
         key_id, _, secret = (self.state / "resume-token.keys").read_text().strip().partition(":")
         return ResumeTokens({key_id: secret}, key_id)
+
+
+@contextmanager
+def python_server(args: list[str], port: int) -> Iterator[None]:
+    """`python ARGS` from the checkout, a server that listens on `port`: running, from the
+    moment it listens until the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_open(port):
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, f"{' '.join(args)} did not listen on {port}"
+            time.sleep(0.1)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()

@@ -33,14 +33,8 @@ RUN_WITHIN = 90.0
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    running = Services(tmp_path_factory.mktemp("state"))
-    up = running.services_now("up")
-    assert up.returncode == 0, up.stderr + up.stdout
-    try:
+    with Services(tmp_path_factory.mktemp("state")).up() as running:
         yield running
-    finally:
-        down = running.services_now("down")
-        assert down.returncode == 0, down.stderr
 
 
 async def test_run_wait_json_prints_one_object_with_the_outcome(services: Services) -> None:

@@ -47,22 +47,14 @@ def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Itera
     (package / "reports" / "__init__.py").write_text("")
     for path, text in files.items():
         (package / path).write_text(text)
-    running = Services(
-        tmp_path_factory.mktemp("state"),
-        env={
-            "PYTHONPATH": str(package),
-            "WAITSTATE_APPS": "reports.app:app",
-            "OPENAI_BASE_URL": wire.openai_base_url,
-            "OPENAI_API_KEY": "test-key",
-        },
-    )
-    up = running.services_now("up")
-    assert up.returncode == 0, up.stderr + up.stdout
-    try:
+    env: dict[str, str | None] = {
+        "PYTHONPATH": str(package),
+        "WAITSTATE_APPS": "reports.app:app",
+        "OPENAI_BASE_URL": wire.openai_base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    with Services(tmp_path_factory.mktemp("state"), env=env).up() as running:
         yield running
-    finally:
-        down = running.services_now("down")
-        assert down.returncode == 0, down.stderr
 
 
 async def _run_approving_from_the_cli(services: Services, *options: str) -> dict[str, Any]:

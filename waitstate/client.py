@@ -722,15 +722,21 @@ def _first_line(err: BaseException | None) -> str:
     return (text.strip() or type(err).__name__).splitlines()[0]
 
 
+def started_with(run_input: RunInput) -> list[tuple[str, str]]:
+    """What a run was started with, as (label, value): its agent, and the model, tools and
+    turns it set (an agent's own defaults are the worker's to fill in)."""
+    given = set(run_input.agent_overrides or ())
+    agent = run_input.agent
+    parts = [("agent", agent)] if agent is not None else []
+    if agent is None or "model" in given:
+        parts.append(("model", run_input.model))
+    if agent is None or "tools" in given:
+        parts.append(("tools", ", ".join(run_input.tools) or "none"))
+    if agent is None or "max_turns" in given:
+        parts.append(("max turns", str(run_input.max_turns)))
+    return parts
+
+
 def _details(run_input: RunInput) -> str:
-    """The Web UI's static details of a run: what it was started with (an agent's own defaults
-    are the worker's to fill in)."""
-    lines = [f"agent: {run_input.agent}"] if run_input.agent is not None else []
-    fields = set(run_input.agent_overrides or ())
-    if run_input.agent is None or "model" in fields:
-        lines.append(f"model: {run_input.model}")
-    if run_input.agent is None or "tools" in fields:
-        lines.append(f"tools: {', '.join(run_input.tools) or 'none'}")
-    if run_input.agent is None or "max_turns" in fields:
-        lines.append(f"max turns: {run_input.max_turns}")
-    return "\n\n".join(lines)
+    """The Web UI's static details of a run: what it was started with."""
+    return "\n\n".join(f"{label}: {value}" for label, value in started_with(run_input))

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 T = TypeVar("T")
 
@@ -27,6 +27,12 @@ class Failed:
     def reason(self) -> str:
         """The activity's own error, without Temporal's wrapping."""
         return str(self.error.cause or self.error)
+
+    @property
+    def message(self) -> str:
+        """The activity's own message: its `ApplicationError`'s, without the error's type."""
+        cause = self.error.cause
+        return cause.message if isinstance(cause, ApplicationError) else self.reason
 
 
 async def call(

@@ -194,11 +194,7 @@ class AgentRunWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         if isinstance(config, Failed):
-            cause = config.error.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else config.reason
-            self._state.error = reason
-            self._board.set_status("failed")
-            raise ApplicationError(reason, type=RUN_FAILED, non_retryable=True) from None
+            self._fail_at_start(config)
         # In place: the run's parts hold this very input.
         for field, value in config.defaults().items():
             if field not in (self._input.agent_overrides or ()):
@@ -220,12 +216,15 @@ class AgentRunWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=5),
         )
         if isinstance(listing, Failed):
-            cause = listing.error.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else listing.reason
-            self._state.error = reason
-            self._board.set_status("failed")
-            raise ApplicationError(reason, type=RUN_FAILED, non_retryable=True) from None
+            self._fail_at_start(listing)
         self._input.mcp_listing = listing  # in place: carried on by continue-as-new
+
+    def _fail_at_start(self, failed: Failed) -> NoReturn:
+        """What the run was started with cannot be served (an unknown agent, an MCP grant no
+        server answers): it ends failed at once, saying why in one line."""
+        self._state.error = failed.message
+        self._board.set_status("failed")
+        raise ApplicationError(failed.message, type=RUN_FAILED, non_retryable=True) from None
 
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1

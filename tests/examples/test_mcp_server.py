@@ -4,18 +4,14 @@ and the destructive deletion waits for a person."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker
-from tests.rigs import free_port, port_open
+from tests.rigs import free_port, python_server
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer, McpServers
 from waitstate.schemas import RunInput
@@ -23,28 +19,12 @@ from waitstate.schemas.approvals import DecideInput
 from worker import DEMO_APP
 from workflows.agent_run import AgentRunWorkflow
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def demo_mcp_url() -> Iterator[str]:
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "examples.mcp_server", "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not port_open(port):
-            assert process.poll() is None, "the demo's MCP server exited at start"
-            assert time.monotonic() < deadline, "the demo's MCP server did not start"
-            time.sleep(0.1)
+    with python_server(["-m", "examples.mcp_server", "--port", str(port)], port):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 async def test_the_reporter_builds_the_report_as_a_task_and_deletes_once_approved(

@@ -7,29 +7,16 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually
+from tests.helpers import until_the_poll_has_heartbeated
 from tests.mcp.mcp_app import task_events
 from tests.rigs import WorkerProcess
 from waitstate.schemas import RunInput
-from waitstate.schemas.run import POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
-
-
-async def _until_the_poll_has_heartbeated(handle: WorkflowHandle[Any, Any]) -> None:
-    async def heartbeated() -> bool:
-        pending = (await handle.describe()).raw_description.pending_activities
-        return any(
-            a.activity_type.name == POLL_OPERATION and a.heartbeat_details.payloads for a in pending
-        )
-
-    await eventually(heartbeated, "a heartbeat of the task's poll")
 
 
 async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
@@ -53,7 +40,7 @@ async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
             id=f"mcp-crash-{uuid.uuid4()}",
             task_queue=task_queue,
         )
-        await _until_the_poll_has_heartbeated(handle)
+        await until_the_poll_has_heartbeated(handle)
         await worker.kill()
         await worker.start()
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)

@@ -13,13 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually, quiet_history_length
+from tests.helpers import eventually, quiet_history_length, until_the_poll_has_heartbeated
 from tests.rigs import WorkerProcess
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -27,7 +26,6 @@ from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
-from waitstate.schemas.run import POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"crash": "c" * 40}
@@ -69,19 +67,6 @@ async def _until_job_created(http: httpx.AsyncClient, url: str) -> None:
     await eventually(created, "the external system to create the job")
 
 
-async def _until_the_poll_has_heartbeated(handle: WorkflowHandle[Any, Any]) -> None:
-    """The poll activity is running and the server holds a heartbeat of it, which is what a
-    worker that takes over resumes from."""
-
-    async def heartbeated() -> bool:
-        pending = (await handle.describe()).raw_description.pending_activities
-        return any(
-            a.activity_type.name == POLL_OPERATION and a.heartbeat_details.payloads for a in pending
-        )
-
-    await eventually(heartbeated, "a heartbeat of the poll activity")
-
-
 async def test_worker_killed_while_polling(
     dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
 ) -> None:
@@ -95,7 +80,7 @@ async def test_worker_killed_while_polling(
             task_queue=task_queue,
         )
         await _until_job_created(http, systems_url)
-        await _until_the_poll_has_heartbeated(handle)
+        await until_the_poll_has_heartbeated(handle)
         await worker.kill()
         await worker.start()
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
