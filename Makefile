@@ -31,6 +31,7 @@ demo: up  ## run the demo agents to completion and print their answers and Web U
 
 mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool and its destructive one
 	WAITSTATE_DEMO_MCP=1 $(PY) scripts/services.py up
+	@echo "The deletion is approved after $(APPROVE_AFTER) s; then the task asks to confirm it: answer with the printed command within 60 s, or it keeps the dataset."
 	$(PY) starter.py run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)

@@ -1,4 +1,5 @@
-"""The waitstate CLI: start runs, follow them, approve or reject what they ask, inspect them.
+"""The waitstate CLI: start runs, follow them, approve or reject what they ask, answer their
+operations' questions, inspect them.
 
 python starter.py run "What is 17 * 23?" --wait
 python starter.py run --agent report-builder "Build the Q3 report" --wait --json
@@ -7,6 +8,8 @@ python starter.py list
 python starter.py pending
 python starter.py approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TEXT]
 python starter.py reject RUN_ID --reason TEXT
+python starter.py answer RUN_ID [--operation OP] [--question Q] --accept '{"region": "EMEA"}'
+python starter.py answer RUN_ID [--question Q] --decline [--responder NAME]
 python starter.py cancel RUN_ID
 
 Each command is rendering over `waitstate.client.WaitstateClient`, which does the work. Agent,
@@ -27,10 +30,14 @@ from typing import Any, NoReturn
 
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.client import (
+    ANSWER_TIMEOUT,
     DECIDE_TIMEOUT,
+    AnswerRefused,
     ClientError,
     DecisionRefused,
     NotAnswered,
+    PendingQuestion,
+    PendingRequest,
     Retry,
     RunEnded,
     TemporalFailed,
@@ -45,6 +52,7 @@ from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState, Step
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.settings import Settings, exit_process
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
@@ -132,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(command=cmd_list)
 
-    pending = sub.add_parser("pending", help="runs waiting for a person's decision")
+    pending = sub.add_parser("pending", help="runs waiting for a person's decision or answer")
     pending.add_argument("--json", action="store_true")
     pending.set_defaults(command=cmd_pending)
 
@@ -146,6 +154,25 @@ def _parser() -> argparse.ArgumentParser:
         else:
             decide.add_argument("--reason", required=True, help="why; the agent reads it")
         decide.set_defaults(command=cmd_decide, decision=name)
+
+    answer = sub.add_parser("answer", help="answer a question a run's operation asks")
+    answer.add_argument("run_id")
+    answer.add_argument(
+        "--operation", help="the operation whose open question to answer (default: any)"
+    )
+    answer.add_argument(
+        "--question", help="question id (default: the run's, or the operation's, one open question)"
+    )
+    action = answer.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--accept",
+        type=_json_object,
+        metavar="JSON",
+        help="the answer: a JSON object matching the question's requested_schema",
+    )
+    action.add_argument("--decline", action="store_true", help="refuse to answer")
+    answer.add_argument("--responder", default=os.environ.get("USER") or "cli")
+    answer.set_defaults(command=cmd_answer)
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
@@ -227,6 +254,14 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 f"open approval: {request.request_id} for {request.tool} ({request.reason}), "
                 f"expires {request.expires_at.isoformat()}"
             )
+    for question in state.questions.values():
+        if question.open:
+            who = "the model" if question.policy.answered_by == "model" else "a person"
+            print(
+                f"open question: {question.question_id} of {question.operation_id} "
+                f"({question.tool}), for {who}: {question.message}; "
+                f"expires {question.expires_at.isoformat()}"
+            )
     if state.checkpoint is not None:
         checkpoint = state.checkpoint
         print(f"checkpoint ({checkpoint.at.isoformat()}, before {checkpoint.waiting_for}):")
@@ -275,33 +310,32 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
-    """Print runs waiting for a person, with their open requests."""
+    """Print runs waiting for a person, with their open requests and questions."""
     client = await WaitstateClient.connect(settings)
-    pending = await client.pending()
+    pending = await client.waiting_for_people()
     if args.json:
         _print_json(
-            [
-                {
-                    "run_id": row.run_id,
-                    "request_id": row.request.request_id,
-                    "tool": row.request.tool,
-                    "reason": row.request.reason,
-                    "expires_at": row.request.expires_at.isoformat(),
-                    "escalated": row.request.escalated,
-                }
-                for row in pending
-            ]
+            [_approval_json(row) for row in pending.approvals]
+            + [_question_json(row) for row in pending.questions]
         )
         return 0
-    if not pending:
-        print("no run is waiting for a decision")
-    for row in pending:
+    if not pending.approvals and not pending.questions:
+        print("no run is waiting for a decision or an answer")
+    for row in pending.approvals:
         request = row.request
         print(
             f"{row.run_id}  request {request.request_id}  expires {request.expires_at.isoformat()}"
         )
         print(f"    {request.reason}")
         print(f"    python starter.py approve {row.run_id} --request {request.request_id}")
+    for asked in pending.questions:
+        question = asked.question
+        print(
+            f"{asked.run_id}  question {question.question_id}  operation {question.operation_id} "
+            f"({question.tool})  expires {question.expires_at.isoformat()}"
+        )
+        for line in _how_to_answer(asked.run_id, question):
+            print(f"    {line}")
     return 0
 
 
@@ -318,6 +352,29 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     )
     outcome = await _decide(client, args.run_id, decision)
     print(f"request {request_id} of run {args.run_id}: {outcome.status} by {args.reviewer}")
+    return 0
+
+
+async def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
+    """Answer an operation's question (the run's one open question, of --operation if given,
+    unless --question), and say what became of it: the job has it, it did not take it, or the
+    run refused it and why."""
+    client = await WaitstateClient.connect(settings)
+    question = await _open_question(client, args.run_id, args.question, args.operation)
+    question_id = question.question_id if question else args.question
+    answer = AnswerInput(
+        question_id=question_id,
+        action="decline" if args.decline else "accept",
+        content=args.accept,
+        responder=args.responder,
+    )
+    outcome = await _answer(client, args.run_id, answer)
+    of = f" (operation {question.operation_id})" if question else ""
+    said = f"question {question_id} of run {args.run_id}{of}: {outcome.status} by {args.responder}"
+    if not outcome.delivered:
+        print(f"{said}; the job did not take it: {outcome.reason or 'no reason given'}")
+        return 1
+    print(f"{said}; the job has it")
     return 0
 
 
@@ -478,6 +535,84 @@ async def _one_open_request(client: WaitstateClient, run_id: str) -> str:
     return requests[0].request_id
 
 
+async def _open_question(
+    client: WaitstateClient, run_id: str, question_id: str | None, operation_id: str | None
+) -> InputRequest | None:
+    """The open question to answer: `question_id`'s, else the run's one open question for a
+    person (of `operation_id` if given).
+
+    Returns None when `question_id` is named but is not among the open questions, or the run
+    could not be asked: the answer is sent anyway, and the run says why it refuses it.
+
+    Raises:
+        CliError: no open question or several, no worker to ask, the run has ended, or
+            `question_id` is of another operation than `operation_id`.
+        ClientError: unknown run.
+    """
+    try:
+        questions = await client.open_questions(run_id)
+    except RunEnded as err:
+        how = f" ({err.status})" if err.status else ""
+        raise CliError(f"run {run_id} has already ended{how}: answer not applied") from err
+    except NotAnswered as err:
+        if question_id is not None:
+            return None
+        raise CliError(
+            f"could not ask run {run_id} for its open questions ({err.reason}): "
+            "is a worker running? Name the question with --question"
+        ) from err
+    if question_id is not None:
+        question = next((q for q in questions if q.question_id == question_id), None)
+        if question is not None and operation_id not in (None, question.operation_id):
+            raise CliError(
+                f"question {question_id} of run {run_id} is of operation "
+                f"{question.operation_id}, not {operation_id}"
+            )
+        return question
+    of = ""
+    if operation_id is not None:
+        questions = [q for q in questions if q.operation_id == operation_id]
+        of = f" of operation {operation_id}"
+    if not questions:
+        raise CliError(f"run {run_id} has no open question{of} for a person to answer")
+    if len(questions) > 1:
+        listing = "; ".join(
+            f"{q.question_id} ({q.operation_id} {q.tool}: {_preview(q.message)})" for q in questions
+        )
+        raise CliError(
+            f"run {run_id} has several open questions{of}; pick one with --question: {listing}"
+        )
+    return questions[0]
+
+
+async def _answer(client: WaitstateClient, run_id: str, answer: AnswerInput) -> AnswerOutcome:
+    """Send an answer and return what became of it (the job took it or not).
+
+    Raises:
+        CliError: the run refused it (unknown question, already closed, the model's to answer,
+            content that does not match the question's schema, run ended) or did not answer in
+            time, or did not apply it.
+        ClientError: unknown run (code 1), Temporal unreachable (code 2).
+    """
+    try:
+        outcome = await client.answer(run_id, answer)
+    except AnswerRefused as err:
+        raise CliError(f"answer refused by run {run_id}: {err.reason}") from err
+    except TemporalFailed as err:
+        raise CliError(f"answer refused by Temporal: {err.reason}") from err
+    except RunEnded as err:
+        raise CliError(f"run {run_id} has already ended: answer not applied") from err
+    except NotAnswered as err:
+        raise CliError(
+            f"run {run_id} did not answer within {ANSWER_TIMEOUT.total_seconds():g} s (is a "
+            "worker running, or the job's system slow to take the answer?); the answer may "
+            f"still be applied: check with `status {run_id}`"
+        ) from err
+    if not outcome.accepted:
+        raise CliError(f"answer not applied by run {run_id}: {outcome.reason or outcome.status}")
+    return outcome
+
+
 async def _decide(client: WaitstateClient, run_id: str, decision: DecideInput) -> DecideOutcome:
     """Send a decision and return what the run did with it.
 
@@ -516,6 +651,7 @@ async def _follow(
 ) -> RunState:
     """Print each step as it happens until the run ends; return its final state."""
     seen: dict[str, float] = {}  # approval request id -> when it was first seen
+    asked: set[str] = set()  # question ids shown
     async for progress in client.follow(run_id, retries=not quiet):
         if not quiet:
             for step in progress.steps:
@@ -524,6 +660,8 @@ async def _follow(
                 print(f"  {_retry_line(retry)}", flush=True)
         if progress.state is not None:
             await _attend_approvals(client, run_id, progress.state, seen, quiet, auto_approve_after)
+            if not quiet:
+                _show_questions(run_id, progress.state, asked)
         if progress.outcome is not None:
             return progress.outcome
     raise AssertionError("follow ended without the run's outcome")
@@ -566,6 +704,77 @@ async def _attend_approvals(
             else:
                 if not quiet:
                     print(f"  auto-approved request {request.request_id}", flush=True)
+
+
+def _show_questions(run_id: str, state: RunState, shown: set[str]) -> None:
+    """Show each new open question for a person, and how to answer it (--auto-approve-after
+    does not answer questions: what to answer is a person's to say)."""
+    for question in state.questions.values():
+        if not question.open or question.policy.answered_by != "person":
+            continue
+        if question.question_id not in shown:
+            shown.add(question.question_id)
+            print(f"  waiting for an answer ({question.operation_id} {question.tool}):")
+            for line in _how_to_answer(run_id, question):
+                print(f"    {line}", flush=True)
+
+
+def _how_to_answer(run_id: str, question: InputRequest) -> list[str]:
+    """A question's text and schema, and the commands that answer it."""
+    command = f"python starter.py answer {run_id} --question {question.question_id}"
+    schema = json.dumps(question.requested_schema, separators=(",", ":"))
+    return [
+        *question.message.splitlines(),
+        f"answer schema: {schema}",
+        f"{command} --accept '{{...}}'",
+        f"{command} --decline",
+    ]
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """`--accept`'s value: a JSON object (argparse reports what else it is as a usage error)."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f'a JSON object is needed ({{"field": ...}}), not {type(value).__name__}'
+        )
+    return value
+
+
+def _approval_json(row: PendingRequest) -> dict[str, Any]:
+    return {
+        "kind": "approval",
+        "run_id": row.run_id,
+        "request_id": row.request.request_id,
+        "tool": row.request.tool,
+        "reason": row.request.reason,
+        "expires_at": row.request.expires_at.isoformat(),
+        "escalated": row.request.escalated,
+    }
+
+
+def _question_json(row: PendingQuestion) -> dict[str, Any]:
+    question = row.question
+    return {
+        "kind": "question",
+        "run_id": row.run_id,
+        "question_id": question.question_id,
+        "operation_id": question.operation_id,
+        "tool": question.tool,
+        "message": question.message,
+        "requested_schema": question.requested_schema,
+        "expires_at": question.expires_at.isoformat(),
+        "escalated": question.escalated,
+    }
+
+
+def _preview(text: str, limit: int = 60) -> str:
+    """The start of a text, on one line."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else f"{line[: limit - 3]}..."
 
 
 def _retry_line(retry: Retry) -> str:

@@ -151,7 +151,9 @@ def build_worker(
             tool.call_tool,
             operations.poll_operation,
             operations.cancel_operation,
+            operations.answer_operation,
             approvals.notify_approval,
+            approvals.notify_input,
         ],
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.

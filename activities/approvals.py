@@ -1,4 +1,5 @@
-"""The approval notification activity: tells people a run needs their decision."""
+"""The notification activities: tell people a run needs their decision, or that an operation's
+job asks them a question."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ from typing import TYPE_CHECKING
 import httpx
 from temporalio import activity
 
-from waitstate.gateway.tokens import approval_subject
+from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
-from waitstate.schemas.run import NOTIFY_APPROVAL
+from waitstate.schemas.questions import InputNotice
+from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 
 if TYPE_CHECKING:
     from waitstate.gateway.tokens import MintedToken, ResumeTokens
 
 
 class ApprovalActivities:
-    """Posts approval requests, with signed decision links, to an outbox (an HTTP endpoint)."""
+    """Posts approval requests and operations' questions, with signed links to answer them,
+    to an outbox (an HTTP endpoint)."""
 
     def __init__(
         self,
@@ -97,3 +100,47 @@ class ApprovalActivities:
             " (escalation)" if notice.escalation else "",
         )
         return sent
+
+    @activity.defn(name=NOTIFY_INPUT)
+    async def notify_input(self, notice: InputNotice) -> None:
+        """Post an operation's question and the link to answer it (one token for the question,
+        with the nonce the run chose: the escalation's notice carries the same link)."""
+        request = notice.request
+        body: dict[str, object] = {
+            "kind": "question",
+            "workflow_id": notice.workflow_id,
+            "question_id": request.question_id,
+            "operation_id": request.operation_id,
+            "recipient": notice.recipient,
+            "escalation": notice.escalation,
+            "tool": request.tool,
+            "message": request.message,
+            "requested_schema": request.requested_schema,
+            "expires_at": request.expires_at.isoformat(),
+            "cli": f"python starter.py answer {notice.workflow_id} --question "
+            f"{request.question_id} --accept '{{...}}'",
+        }
+        if self._tokens is not None and self._gateway_url:
+            minted = self._tokens.mint(
+                notice.workflow_id,
+                question_subject(request.question_id),
+                notice.links_expire_at,
+                nonce=notice.nonce,
+            )
+            body["answer"] = {
+                "method": "POST",
+                "url": f"{self._gateway_url}/v1/questions/{request.question_id}/answer",
+                "authorization": f"Bearer {minted.token}",
+                "accept": {"action": "accept", "content": "<matching requested_schema>"},
+                "decline": {"action": "decline"},
+            }
+        response = await self._http.post(
+            self._outbox_url, json=body, timeout=timedelta(seconds=10).total_seconds()
+        )
+        response.raise_for_status()
+        activity.logger.info(
+            "question %s sent to %s%s",
+            request.question_id,
+            notice.recipient,
+            " (escalation)" if notice.escalation else "",
+        )

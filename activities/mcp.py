@@ -192,6 +192,7 @@ class McpActivities:
                 mode=input.operation_mode or "await",
                 expires_at=expires_at,
                 poll_interval_seconds=interval,
+                input=server.input,
             ),
         )
 

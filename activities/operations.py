@@ -9,7 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
-from waitstate.schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from waitstate.schemas.errors import ANSWER_REFUSED, OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
@@ -17,8 +17,10 @@ from waitstate.schemas.operations import (
     OperationError,
     PollOperationInput,
 )
-from waitstate.schemas.run import CANCEL_OPERATION, POLL_OPERATION
+from waitstate.schemas.questions import DeliverAnswer
+from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION, POLL_OPERATION
 from waitstate.tools import LongSpec, ToolError, ToolRegistry
+from waitstate.tools.spec import JobAnswer
 
 _TERMINAL = ("succeeded", "failed")
 
@@ -71,6 +73,8 @@ class OperationActivities:
                 status = None
             if status is not None and status.status in _TERMINAL:
                 return status
+            if status is not None and _asks_anew(status, input.known_questions):
+                return status  # the run records the question, routes it, and polls again
             progress = status.progress if status else None
             activity.heartbeat(polls, status.status if status else "unknown", progress)
             if timedelta(seconds=interval) >= LONG_POLL_INTERVAL:
@@ -80,6 +84,45 @@ class OperationActivities:
                     next_retry_delay=timedelta(seconds=interval),
                 )
             await asyncio.sleep(interval)
+
+    @activity.defn(name=ANSWER_OPERATION)
+    async def answer_operation(self, input: DeliverAnswer) -> None:
+        """Give a job the answer to one of its questions (`tasks/update` for an MCP task; the
+        tool's `answer` for our own long tools).
+
+        Raises:
+            ApplicationError: non-retryable when the job's system refused the answer, or the
+                tool takes no answers; a transport failure is retried.
+        """
+        long = self._long(input.tool)
+        answer = getattr(long.backend, "answer", None)
+        if answer is None:
+            raise ApplicationError(
+                f"{input.tool} takes no answers (its backend has no answer method)",
+                type=ANSWER_REFUSED,
+                non_retryable=True,
+            )
+        activity.logger.info(
+            "answering %s (%s) %s: %s", input.job_id, input.tool, input.key, input.action
+        )
+        try:
+            await answer(
+                input.job_id,
+                JobAnswer(
+                    key=input.key,
+                    action=input.action,
+                    content=input.content,
+                    responder=input.responder,
+                ),
+            )
+        except ToolError as err:
+            raise ApplicationError(str(err), type=ANSWER_REFUSED, non_retryable=True) from None
+        finally:
+            if is_mcp_name(input.tool):
+                from waitstate.mcp_tasks import McpTaskBackend
+
+                if isinstance(long.backend, McpTaskBackend):
+                    await long.backend.aclose()
 
     @activity.defn(name=CANCEL_OPERATION)
     async def cancel_operation(self, input: CancelOperationInput) -> None:
@@ -106,3 +149,13 @@ class OperationActivities:
                 non_retryable=True,
             )
         return spec.long
+
+
+def _asks_anew(status: Completion, known: list[str] | None) -> bool:
+    """Whether the job asks a question its run has not recorded (only runs that take
+    questions send `known`)."""
+    return (
+        known is not None
+        and status.status == "input_required"
+        and any(question.key not in known for question in status.questions or ())
+    )

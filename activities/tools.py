@@ -176,6 +176,7 @@ class ToolActivities:
                 eta_seconds=job.eta_seconds if job.eta_seconds is not None else _seconds(long.eta),
                 poll_interval_seconds=long.poll_interval.total_seconds(),
                 nonce_hash=nonce_hash,
+                input=long.input,
             ),
         )
 

@@ -15,6 +15,33 @@ Enrichment pipeline (polled, no webhook)::
     GET  /pipelines/jobs/{job_id}   progress "NN%" while running, then {dataset, enriched_rows}
     POST /pipelines/jobs/{job_id}/cancel
 
+Purge service (asks by webhook for a person's confirmation, then completes by webhook)::
+
+    POST /purges                    Idempotency-Key header; {dataset, callback_url,
+                                    callback_token} -> as POST /exports
+    GET  /purges/{job_id}           as GET /exports/{job_id}; while it waits for an answer,
+                                    status input_required with its questions
+    POST /purges/{job_id}/answers   {key, action: accept|decline, content?, responder?} ->
+                                    {applied: true}; {applied: false, reason: "already
+                                    answered"} for a key answered before (even once the job
+                                    has ended); 404 unknown job, 409 the job has ended or was
+                                    cancelled, 422 a key it has not asked or an accept without
+                                    content {confirm: true|false}
+    POST /purges/{job_id}/cancel    as POST /exports/{job_id}/cancel
+
+A purge counts the dataset's rows (`export_seconds`), then POSTs to its callback::
+
+    {"status": "input_required", "progress": "waiting for confirmation", "questions": [{"key":
+     "confirm", "message": "Purge dataset <dataset> (<rows> rows)? This cannot be undone.",
+     "requested_schema": {"type": "object", "properties": {"confirm": {"type": "boolean"}},
+     "required": ["confirm"]}}]}
+
+and waits for the first answer. Confirmed (accept with `confirm: true`), it purges
+(`export_seconds` again) and POSTs `{"status": "succeeded", "result": {"dataset", "purged_rows",
+"confirmed_by": <responder>}}`; otherwise it POSTs `{"status": "failed", "error": {"code":
+"not_confirmed", "message": "purge of <dataset> not confirmed (declined by <responder>)",
+"retryable": false}}`.
+
 Compliance folder and notifications (answer at once)::
 
     PUT  /folders/{folder}/files    {file} -> {path: "<folder>/<basename>"}
@@ -40,8 +67,10 @@ Approvals outbox (where runs post approval requests for people to read)::
 Test hooks, so tests can prove exactly what happened and inject failures::
 
     GET  /_test/stats               per idempotency key: starts, jobs_created, cancels; per job:
-                                    status and every webhook attempt with its HTTP answer; per
-                                    refund key: requests and the refund; the outbox's size
+                                    status, every webhook attempt with its HTTP answer, the
+                                    questions asked and every answer received; per refund key:
+                                    requests and the refund; the outbox's size; purges: started,
+                                    questions_asked, answers_received, answers_applied, cancels
     POST /_test/faults              set some of: fail_next_starts, accept_then_fail_next_starts,
                                     hold_start_answers_seconds, never_complete, fail_jobs,
                                     progress_reports, duplicate_webhooks, export_seconds,
@@ -94,10 +123,26 @@ WEBHOOK_ATTEMPTS = 4
 WEBHOOK_FIRST_BACKOFF = 0.1  # seconds, doubled after each failed attempt
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0)
 
-JobKind = Literal["export", "enrich"]
-JobStatus = Literal["running", "succeeded", "failed", "cancelled"]
+# A purge's question, and what is answered to a repeat of an answer already applied.
+PURGE_QUESTION_KEY = "confirm"
+PURGE_ANSWER_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean"}},
+    "required": ["confirm"],
+}
+ALREADY_ANSWERED = "already answered"
 
-_SERVICE_NAMES: dict[JobKind, str] = {"export": "export service", "enrich": "enrichment pipeline"}
+JobKind = Literal["export", "enrich", "purge"]
+JobStatus = Literal["running", "input_required", "succeeded", "failed", "cancelled"]
+AnswerAction = Literal["accept", "decline"]
+
+_SERVICE_NAMES: dict[JobKind, str] = {
+    "export": "export service",
+    "enrich": "enrichment pipeline",
+    "purge": "purge service",
+}
+_JOB_ID_PREFIXES: dict[JobKind, str] = {"export": "exp", "enrich": "enr", "purge": "prg"}
+_ENDED: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
 _PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
 
@@ -155,6 +200,42 @@ class EnrichRequest(BaseModel):
         return _check_name(value, "dataset")
 
 
+class PurgeRequest(BaseModel):
+    """`POST /purges`: a purge always calls back, since that is how its question comes."""
+
+    dataset: str
+    callback_url: str = Field(max_length=2000)
+    callback_token: str = Field(max_length=4000, repr=False)
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return _check_name(value, "dataset")
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("callback_url must be an http:// or https:// URL")
+        return value
+
+
+class AnswerRequest(BaseModel):
+    """`POST /purges/{job_id}/answers`: an answer to one question the job asked."""
+
+    key: str = Field(min_length=1, max_length=200)
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = Field(default="unknown", max_length=200)
+
+
+class AnswerApplied(BaseModel):
+    """The answer to `POST /purges/{job_id}/answers`."""
+
+    applied: bool
+    reason: str | None = Field(default=None, description="Why the answer was not applied.")
+
+
 class JobAccepted(BaseModel):
     """The answer to a start: the job, new or found by its idempotency key."""
 
@@ -171,6 +252,9 @@ class JobView(BaseModel):
     result: dict[str, Any] | None = None
     error: OperationError | None = None
     progress: str | None = None
+    questions: list[dict[str, Any]] | None = Field(
+        default=None, description="With `input_required`: what the job asks."
+    )
 
 
 class ExportFile(BaseModel):
@@ -291,7 +375,9 @@ class Faults(BaseModel):
         description="Create the job, then wait this long before answering the start: a "
         "window in which a test can kill the caller after the job was accepted.",
     )
-    export_seconds: float | None = Field(default=None, ge=0, description="Export duration.")
+    export_seconds: float | None = Field(
+        default=None, ge=0, description="Export duration; also each step of a purge."
+    )
     pipeline_seconds: float | None = Field(default=None, ge=0, description="Pipeline duration.")
     accept_then_fail_next_refunds: int = Field(
         default=0,
@@ -314,6 +400,18 @@ class WebhookAttempt(BaseModel):
     error: str | None = Field(default=None, description="Why no answer came (connection...).")
 
 
+class ReceivedAnswer(BaseModel):
+    """One answer a job received, and whether it was applied."""
+
+    key: str
+    action: AnswerAction
+    responder: str
+    applied: bool = False
+    reason: str | None = Field(
+        default=None, description="Why it was not: 'already answered', or the refusal."
+    )
+
+
 class KeyStats(BaseModel):
     """What happened under one idempotency key."""
 
@@ -333,6 +431,12 @@ class JobStats(BaseModel):
     status: JobStatus
     callback_url: str | None
     webhooks: list[WebhookAttempt]
+    questions: list[str] = Field(
+        default_factory=list, description="The keys of the questions the job asked."
+    )
+    answers: list[ReceivedAnswer] = Field(
+        default_factory=list, description="Every answer the job received, oldest first."
+    )
 
 
 class RefundKeyStats(BaseModel):
@@ -342,6 +446,18 @@ class RefundKeyStats(BaseModel):
     refund_id: str
 
 
+class PurgeStats(BaseModel):
+    """What the purge service did, over all its jobs."""
+
+    started: int = Field(default=0, description="Purge jobs created.")
+    questions_asked: int = 0
+    answers_received: int = Field(
+        default=0, description="Answers to a purge job it knows, applied or not."
+    )
+    answers_applied: int = 0
+    cancels: int = Field(default=0, description="Cancel requests for purge jobs.")
+
+
 class Stats(BaseModel):
     """`GET /_test/stats`."""
 
@@ -349,6 +465,7 @@ class Stats(BaseModel):
     jobs: dict[str, JobStats]
     refund_keys: dict[str, RefundKeyStats] = Field(default_factory=dict)
     outbox: int = Field(default=0, description="Entries in the approvals outbox.")
+    purges: PurgeStats = Field(default_factory=PurgeStats)
     faults: Faults
 
 
@@ -394,13 +511,26 @@ class JobRecord:
     error: OperationError | None = None
     webhooks: list[WebhookAttempt] = field(default_factory=list)
     timer: asyncio.Task[None] | None = field(default=None, repr=False)
+    # What a job whose progress is no percentage is doing (a purge: "waiting for confirmation").
+    stage: str | None = None
+    asking: Completion | None = None  # the `input_required` report, once the job has asked
+    answers: dict[str, AnswerRequest] = field(default_factory=dict)  # applied, by key
+    received: list[ReceivedAnswer] = field(default_factory=list)
+    answered: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def progress(self, now: float) -> str:
         if self.status == "succeeded":
             return "100%"
+        if self.stage is not None:
+            return self.stage
         done = 1.0 if self.seconds <= 0 else (now - self.started_at) / self.seconds
         # Never 100% before it has succeeded (a never-completing job sits at 99%).
         return f"{min(99, int(done * 100))}%"
+
+    def asked(self, key: str) -> bool:
+        """Whether the job has asked a question under `key`."""
+        questions = self.asking.questions if self.asking is not None else None
+        return any(question.key == key for question in questions or [])
 
     def eta_seconds(self, now: float) -> int:
         if self.status != "running":
@@ -408,12 +538,18 @@ class JobRecord:
         return math.ceil(max(0.0, self.seconds - (now - self.started_at)))
 
     def view(self, now: float) -> JobView:
+        asking = self.asking if self.status == "input_required" else None
         return JobView(
             job_id=self.job_id,
             status=self.status,
             result=self.result,
             error=self.error,
-            progress=self.progress(now) if self.status in ("running", "succeeded") else None,
+            progress=self.progress(now)
+            if self.status in ("running", "input_required", "succeeded")
+            else None,
+            questions=[q.model_dump(mode="json") for q in asking.questions or []]
+            if asking is not None
+            else None,
         )
 
 
@@ -518,13 +654,44 @@ class DemoSystems:
         """Cancel a running job; a finished one stays as it is (no error either way)."""
         job = self.job(kind, job_id)
         self.keys[job.key].cancels += 1
-        if job.status == "running":
+        if job.status not in _ENDED:
             job.status = "cancelled"
             logger.info("%s job %s cancelled", kind, job_id)
-            # A running job's task is still asleep, so this never cuts a webhook short.
+            # The task is asleep or waiting for an answer, or sending a progress report or a
+            # question: cut short, that report was about a job that no longer runs. A final
+            # report is never cut short (the job has ended by then).
             if job.timer is not None:
                 job.timer.cancel()
         return job
+
+    def answer(self, job_id: str, answer: AnswerRequest) -> AnswerApplied:
+        """Apply the first answer to a question a purge asked; keep later ones out.
+
+        A repeat of an applied answer is answered as such even once the job has ended: a
+        caller that retries a delivery whose outcome it did not hear learns the first counted.
+
+        Raises:
+            HTTPException: 404 for an unknown job, 409 for one that has ended, 422 for a key
+                the job has not asked or an accept without content `{confirm: true|false}`.
+        """
+        job = self.job("purge", job_id)
+        received = ReceivedAnswer(key=answer.key, action=answer.action, responder=answer.responder)
+        job.received.append(received)
+        # Nothing awaits between the checks and the record, so of concurrent answers to one
+        # question only one is applied.
+        if answer.key in job.answers:
+            received.reason = ALREADY_ANSWERED
+            return AnswerApplied(applied=False, reason=ALREADY_ANSWERED)
+        refusal = _refuse_answer(job, answer)
+        if refusal is not None:
+            received.reason = str(refusal.detail)
+            raise refusal
+        received.applied = True
+        job.answers[answer.key] = answer
+        job.status, job.stage = "running", "purging" if _confirms(answer) else "not confirmed"
+        job.answered.set()
+        logger.info("purge job %s answered %s by %s", job_id, answer.action, answer.responder)
+        return AnswerApplied(applied=True)
 
     def now(self) -> float:
         """Event-loop time, what job progress is measured in."""
@@ -539,7 +706,7 @@ class DemoSystems:
         callback_token: str | None,
     ) -> JobRecord:
         faults = self.faults
-        if kind == "export":
+        if kind in ("export", "purge"):
             seconds = (
                 self.export_seconds if faults.export_seconds is None else faults.export_seconds
             )
@@ -550,7 +717,7 @@ class DemoSystems:
                 else faults.pipeline_seconds
             )
         job = JobRecord(
-            job_id=f"{'exp' if kind == 'export' else 'enr'}_{uuid.uuid4().hex[:12]}",
+            job_id=f"{_JOB_ID_PREFIXES[kind]}_{uuid.uuid4().hex[:12]}",
             kind=kind,
             key=key,
             arguments=arguments,
@@ -559,13 +726,15 @@ class DemoSystems:
             completes=not faults.never_complete,
             planned_error=faults.fail_jobs,
             deliveries=faults.duplicate_webhooks,
-            progress_reports=faults.progress_reports if callback_url else 0,
+            progress_reports=faults.progress_reports if callback_url and kind == "export" else 0,
             callback_url=callback_url,
             callback_token=callback_token,
+            stage="counting rows" if kind == "purge" else None,
         )
         self.jobs[job.job_id] = job
         if job.completes:
-            job.timer = asyncio.create_task(self._run(job), name=f"job {job.job_id}")
+            run = self._run_purge(job) if kind == "purge" else self._run(job)
+            job.timer = asyncio.create_task(run, name=f"job {job.job_id}")
             self._tasks.add(job.timer)
             job.timer.add_done_callback(self._tasks.discard)
         logger.info("%s job %s started: %s", kind, job.job_id, arguments)
@@ -601,6 +770,51 @@ class DemoSystems:
                 {"status": job.status, "result": job.result, "error": job.error}
             )
             await self._deliver(job, job.callback_url, final)
+
+    async def _run_purge(self, job: JobRecord) -> None:
+        # Count the rows, ask for confirmation, wait for the first answer, then purge or not.
+        assert job.callback_url is not None, "a purge always calls back (PurgeRequest)"
+        dataset = job.arguments["dataset"]
+        rows = _stable_number(f"purge/{dataset}")
+        await asyncio.sleep(job.seconds)
+        if job.status != "running":
+            return
+        await self._ask(job, f"Purge dataset {dataset} ({rows} rows)? This cannot be undone.")
+        await job.answered.wait()
+        answer = job.answers[PURGE_QUESTION_KEY]
+        if not _confirms(answer):
+            job.status, job.error = "failed", _not_confirmed(dataset, answer.responder)
+        else:
+            await asyncio.sleep(job.seconds)
+            if job.status != "running":
+                return
+            if job.planned_error is not None:
+                job.status, job.error = "failed", job.planned_error
+            else:
+                job.status, job.result = (
+                    "succeeded",
+                    {"dataset": dataset, "purged_rows": rows, "confirmed_by": answer.responder},
+                )
+        logger.info("purge job %s %s", job.job_id, job.status)
+        final = Completion.model_validate(
+            {"status": job.status, "result": job.result, "error": job.error}
+        )
+        await self._deliver(job, job.callback_url, final)
+
+    async def _ask(self, job: JobRecord, message: str) -> None:
+        assert job.callback_url is not None, "a purge always calls back (PurgeRequest)"
+        question = {
+            "key": PURGE_QUESTION_KEY,
+            "message": message,
+            "requested_schema": PURGE_ANSWER_SCHEMA,
+        }
+        # Recorded before it is sent: the receiver may answer before its POST returns.
+        job.status, job.stage = "input_required", "waiting for confirmation"
+        job.asking = Completion.model_validate(
+            {"status": job.status, "progress": job.stage, "questions": [question]}
+        )
+        logger.info("purge job %s asks: %s", job.job_id, message)
+        await self._deliver(job, job.callback_url, job.asking)
 
     async def _deliver(self, job: JobRecord, url: str, completion: Completion) -> None:
         assert self._http is not None, "DemoSystems is used outside its `async with`"
@@ -775,12 +989,26 @@ class DemoSystems:
                     status=job.status,
                     callback_url=job.callback_url,
                     webhooks=[attempt.model_copy() for attempt in job.webhooks],
+                    questions=[q.key for q in job.asking.questions or []] if job.asking else [],
+                    answers=[answer.model_copy() for answer in job.received],
                 )
                 for job in self.jobs.values()
             },
             refund_keys={key: stats.model_copy() for key, stats in self.refund_keys.items()},
             outbox=len(self.outbox),
+            purges=self._purge_stats(),
             faults=self.faults.model_copy(),
+        )
+
+    def _purge_stats(self) -> PurgeStats:
+        purges = [job for job in self.jobs.values() if job.kind == "purge"]
+        received = [answer for job in purges for answer in job.received]
+        return PurgeStats(
+            started=len(purges),
+            questions_asked=sum(job.asking is not None for job in purges),
+            answers_received=len(received),
+            answers_applied=sum(answer.applied for answer in received),
+            cancels=sum(stats.cancels for stats in self.keys.values() if stats.kind == "purge"),
         )
 
     def set_faults(self, update: Faults) -> Faults:
@@ -806,6 +1034,31 @@ class DemoSystems:
         self.outbox.clear()
 
 
+def _confirms(answer: AnswerRequest) -> bool:
+    return answer.action == "accept" and (answer.content or {}).get("confirm") is True
+
+
+def _not_confirmed(dataset: str, responder: str) -> OperationError:
+    return OperationError(
+        code="not_confirmed",
+        message=f"purge of {dataset} not confirmed (declined by {responder})",
+        retryable=False,
+    )
+
+
+def _refuse_answer(job: JobRecord, answer: AnswerRequest) -> HTTPException | None:
+    """The refusal of an answer to a key not answered before (None: the job takes it)."""
+    if job.status in _ENDED:
+        return HTTPException(
+            409, f"purge job {job.job_id} has ended ({job.status}); it takes no answers"
+        )
+    if not job.asked(answer.key):
+        return HTTPException(422, f"purge job {job.job_id} has asked no question {answer.key!r}")
+    if answer.action == "accept" and not isinstance((answer.content or {}).get("confirm"), bool):
+        return HTTPException(422, 'an accept carries content {"confirm": true or false}')
+    return None
+
+
 def _stable_number(text: str) -> int:
     # A row count that looks real and is the same for the same request, in every process.
     digest = hashlib.sha256(text.encode()).digest()
@@ -821,7 +1074,8 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
     """The demo systems as one ASGI app; its state is `app.state.systems` (a `DemoSystems`).
 
     Args:
-        export_seconds: How long an export runs before it succeeds and calls back.
+        export_seconds: How long an export runs before it succeeds and calls back; also how
+            long a purge takes to ask for confirmation, and to purge once confirmed.
         pipeline_seconds: How long an enrichment job runs.
     """
     systems = DemoSystems(export_seconds=export_seconds, pipeline_seconds=pipeline_seconds)
@@ -834,6 +1088,14 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
     app = FastAPI(title="waitstate demo systems", lifespan=lifespan)
     app.state.systems = systems
 
+    async def accepted(job: JobRecord, created: bool, response: Response) -> JobAccepted:
+        await systems.hold_start_answer()
+        if not created:
+            response.status_code = 200
+        return JobAccepted(
+            job_id=job.job_id, status=job.status, eta_seconds=job.eta_seconds(systems.now())
+        )
+
     @app.post("/exports", status_code=201)
     async def start_export(
         request: ExportRequest, response: Response, idempotency_key: IdempotencyKey = None
@@ -842,12 +1104,7 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
         job, created = systems.start(
             "export", idempotency_key, arguments, request.callback_url, request.callback_token
         )
-        await systems.hold_start_answer()
-        if not created:
-            response.status_code = 200
-        return JobAccepted(
-            job_id=job.job_id, status=job.status, eta_seconds=job.eta_seconds(systems.now())
-        )
+        return await accepted(job, created, response)
 
     # Before `/exports/{job_id}`-shaped routes, though a file path has more segments anyway.
     @app.get("/exports/files/{file:path}")
@@ -867,12 +1124,7 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
         request: EnrichRequest, response: Response, idempotency_key: IdempotencyKey = None
     ) -> JobAccepted:
         job, created = systems.start("enrich", idempotency_key, {"dataset": request.dataset})
-        await systems.hold_start_answer()
-        if not created:
-            response.status_code = 200
-        return JobAccepted(
-            job_id=job.job_id, status=job.status, eta_seconds=job.eta_seconds(systems.now())
-        )
+        return await accepted(job, created, response)
 
     @app.get("/pipelines/jobs/{job_id}", response_model_exclude_none=True)
     async def get_enrichment(job_id: str) -> JobView:
@@ -881,6 +1133,31 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
     @app.post("/pipelines/jobs/{job_id}/cancel", response_model_exclude_none=True)
     async def cancel_enrichment(job_id: str) -> JobView:
         return systems.cancel("enrich", job_id).view(systems.now())
+
+    @app.post("/purges", status_code=201)
+    async def start_purge(
+        request: PurgeRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> JobAccepted:
+        job, created = systems.start(
+            "purge",
+            idempotency_key,
+            {"dataset": request.dataset},
+            request.callback_url,
+            request.callback_token,
+        )
+        return await accepted(job, created, response)
+
+    @app.get("/purges/{job_id}", response_model_exclude_none=True)
+    async def get_purge(job_id: str) -> JobView:
+        return systems.job("purge", job_id).view(systems.now())
+
+    @app.post("/purges/{job_id}/answers", response_model_exclude_none=True)
+    async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
+        return systems.answer(job_id, answer)
+
+    @app.post("/purges/{job_id}/cancel", response_model_exclude_none=True)
+    async def cancel_purge(job_id: str) -> JobView:
+        return systems.cancel("purge", job_id).view(systems.now())
 
     @app.put("/folders/{folder}/files")
     async def upload_file(folder: str, upload: FileUpload) -> StoredFile:

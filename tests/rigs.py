@@ -43,6 +43,7 @@ from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
 from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMode
+from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
@@ -274,19 +275,23 @@ MAX_BODY = 4096
 RUN = "run-1"
 OP = "op_1"
 
-Answer = TypeVar("Answer", CompletionOutcome, DecideOutcome)
+Outcome = TypeVar("Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 
 
 @dataclass
 class RecordingDeliverer:
     """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
 
-    Completions are recorded in `calls`, decisions in `decisions`; one script serves both.
+    Completions are recorded in `calls`, decisions in `decisions`, answers to questions in
+    `answers`; one script serves them all.
     """
 
     calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
     decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
-    script: list[CompletionOutcome | DecideOutcome | Exception] = field(default_factory=list)
+    answers: list[tuple[ResumeClaims, str, AnswerBody]] = field(default_factory=list)
+    script: list[CompletionOutcome | DecideOutcome | AnswerOutcome | Exception] = field(
+        default_factory=list
+    )
 
     async def complete(
         self,
@@ -297,7 +302,7 @@ class RecordingDeliverer:
     ) -> CompletionOutcome:
         self.calls.append((claims, completion, delivery_id))
         if self.script:
-            return self._answer(CompletionOutcome)
+            return self._scripted(CompletionOutcome)
         return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
 
     async def decide(
@@ -305,11 +310,20 @@ class RecordingDeliverer:
     ) -> DecideOutcome:
         self.decisions.append((claims, request_id, body))
         if self.script:
-            return self._answer(DecideOutcome)
+            return self._scripted(DecideOutcome)
         status = "approved" if body.decision == "approve" else "rejected"
         return DecideOutcome(accepted=True, status=status)
 
-    def _answer(self, kind: type[Answer]) -> Answer:
+    async def answer(
+        self, claims: ResumeClaims, question_id: str, body: AnswerBody
+    ) -> AnswerOutcome:
+        self.answers.append((claims, question_id, body))
+        if self.script:
+            return self._scripted(AnswerOutcome)
+        status = "answered" if body.action == "accept" else "declined"
+        return AnswerOutcome(accepted=True, status=status, delivered=True)
+
+    def _scripted(self, kind: type[Outcome]) -> Outcome:
         answer = self.script.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -319,6 +333,7 @@ class RecordingDeliverer:
     def clear(self) -> None:
         self.calls.clear()
         self.decisions.clear()
+        self.answers.clear()
         self.script.clear()
 
 

@@ -270,3 +270,65 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert lines[0] == f"run {run_id}: completed"
     assert "usage: 1 model calls, " in status.stdout
     assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("accept", "says"),
+    [
+        ("not json", "argument --accept: not JSON: "),
+        ("", "argument --accept: not JSON: "),
+        ("{'region': 'EMEA'}", "argument --accept: not JSON: "),
+        ('["EMEA"]', "argument --accept: a JSON object is needed"),
+        ('"EMEA"', "argument --accept: a JSON object is needed"),
+        ("null", "argument --accept: a JSON object is needed"),
+    ],
+)
+async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
+    closed_port: int, accept: str, says: str
+) -> None:
+    # Nothing listens at the address: an answer that got as far as Temporal would say so.
+    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})
+
+    done = await cli("answer", "run-1", "--question", "q_1", "--accept", accept)
+
+    assert (done.code, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: waitstate answer ")
+    assert says in done.stderr.splitlines()[-1]
+    assert "cannot reach Temporal" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--accept", "{}", "--decline"], "argument --decline: not allowed with argument --accept"),
+        (["--decline", "--accept", "{}"], "argument --accept: not allowed with argument --decline"),
+        ([], "one of the arguments --accept --decline is required"),
+    ],
+)
+async def test_an_answer_accepts_or_declines_never_both(
+    closed_port: int, args: list[str], says: str
+) -> None:
+    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})
+
+    done = await cli("answer", "run-1", *args)
+
+    assert (done.code, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1] == f"waitstate answer: error: {says}"
+
+
+async def test_an_answer_for_an_unknown_run_or_an_unreachable_server(
+    cli: Cli, closed_port: int
+) -> None:
+    unknown = await cli("answer", "no-such-run", "--accept", '{"region": "EMEA"}')
+    named = await cli("answer", "no-such-run", "--question", "q_1", "--decline")
+    unreachable = await Cli({**cli.env, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})(
+        "answer", "no-such-run", "--question", "q_1", "--decline"
+    )
+
+    assert (unknown.code, named.code) == (1, 1)
+    assert _one_error_line(unknown) == "error: no run with id no-such-run"
+    assert _one_error_line(named) == "error: no run with id no-such-run"
+    assert unreachable.code == 2
+    assert _one_error_line(unreachable).startswith(
+        f"error: cannot reach Temporal at 127.0.0.1:{closed_port}: "
+    )

@@ -24,9 +24,19 @@ if TYPE_CHECKING:
     from waitstate.schemas.approvals import ApprovalPolicy
     from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
     from waitstate.schemas.operations import Completion, CompletionMode, OperationError, ResultMode
+    from waitstate.schemas.questions import InputPolicy, Question
     from waitstate.schemas.run import RunInput, RunResult, RunState
     from waitstate.tools.function import RunContext, tool
-    from waitstate.tools.spec import Job, LongSpec, LongTool, StartContext, ToolError, ToolSpec
+    from waitstate.tools.spec import (
+        AnswersQuestions,
+        Job,
+        JobAnswer,
+        LongSpec,
+        LongTool,
+        StartContext,
+        ToolError,
+        ToolSpec,
+    )
 
 _EXPORTS = {
     "Agent": "waitstate.agents",
@@ -48,12 +58,16 @@ _EXPORTS = {
     "CompletionMode": "waitstate.schemas.operations",
     "OperationError": "waitstate.schemas.operations",
     "ResultMode": "waitstate.schemas.operations",
+    "InputPolicy": "waitstate.schemas.questions",
+    "Question": "waitstate.schemas.questions",
     "RunInput": "waitstate.schemas.run",
     "RunResult": "waitstate.schemas.run",
     "RunState": "waitstate.schemas.run",
     "RunContext": "waitstate.tools.function",
     "tool": "waitstate.tools.function",
+    "AnswersQuestions": "waitstate.tools.spec",
     "Job": "waitstate.tools.spec",
+    "JobAnswer": "waitstate.tools.spec",
     "LongSpec": "waitstate.tools.spec",
     "LongTool": "waitstate.tools.spec",
     "StartContext": "waitstate.tools.spec",
@@ -63,12 +77,15 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "AnswersQuestions",
     "App",
     "AppError",
     "ApprovalPolicy",
     "Completion",
     "CompletionMode",
+    "InputPolicy",
     "Job",
+    "JobAnswer",
     "LongSpec",
     "LongTool",
     "McpServer",
@@ -77,6 +94,7 @@ __all__ = [
     "OperationError",
     "Provider",
     "ProviderError",
+    "Question",
     "ResultMode",
     "RunContext",
     "RunInput",

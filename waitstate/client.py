@@ -1,5 +1,6 @@
-"""The waitstate client: start agent runs, read them, wait for them, decide what they ask,
-cancel them, and take in the fleet at a glance.
+"""The waitstate client: start agent runs, read them, wait for them, decide what they ask for
+approval, answer the questions their operations ask, cancel them, and take in the fleet at a
+glance.
 
 The CLI (`starter.py`), the benchmarks and the chaos suite all start and read runs through
 `WaitstateClient`, so a run is started one way everywhere: idempotent by id, `AgentStatus`
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
@@ -51,6 +52,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from waitstate.gateway.delivery import rpc_refusal
 from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from workflows.agent_run import AgentRunWorkflow
@@ -68,6 +70,11 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
 # never answers; the decision may still be applied once one runs.
 DECIDE_TIMEOUT = timedelta(seconds=20)
+# How long `answer` waits for the run's `answer` Update, which returns once the job that asked
+# has the answer: the run's delivery to the job (retried) comes on top of a decision's round trip.
+ANSWER_TIMEOUT = timedelta(seconds=60)
+# What a run's `WaitingFor` says while a person's decision or answer is open.
+WAITING_FOR_PEOPLE = ("approval", "input")
 FOLLOW_INTERVAL = timedelta(seconds=0.25)
 # `fleet` reads at most this many runs per visibility query.
 FLEET_LIMIT = 1000
@@ -86,6 +93,8 @@ FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.TIMED_OUT,
     WorkflowExecutionStatus.TERMINATED,
 )
+
+_Result = TypeVar("_Result")
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -153,6 +162,21 @@ class DecisionRefused(ClientError):
         self.reason = reason
 
 
+class AnswerRefused(ClientError):
+    """The run's validator refused an answer (no such question, already closed, the model's to
+    answer, content that does not match its schema); nothing was recorded.
+
+    `error_type` is the refusal's `ApplicationError` type (`waitstate.schemas.errors`, e.g.
+    `QUESTION_INVALID_ANSWER`), for callers that act on it.
+    """
+
+    def __init__(self, run_id: str, reason: str, error_type: str | None = None) -> None:
+        super().__init__(f"run {run_id} refused the answer: {reason}")
+        self.run_id = run_id
+        self.reason = reason
+        self.error_type = error_type
+
+
 # --- what the client returns -----------------------------------------------------------------
 
 
@@ -201,6 +225,22 @@ class PendingRequest:
 
     run_id: str
     request: ApprovalRequest
+
+
+@dataclass(frozen=True)
+class PendingQuestion:
+    """An open question of a run's operation that waits for a person's answer."""
+
+    run_id: str
+    question: InputRequest
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What runs wait for people to do: decide on approval requests, answer questions."""
+
+    approvals: list[PendingRequest]
+    questions: list[PendingQuestion]
 
 
 @dataclass(frozen=True)
@@ -526,27 +566,41 @@ class WaitstateClient:
         return runs
 
     async def pending(self) -> list[PendingRequest]:
-        """The open requests of runs waiting for a person (`WaitingFor = "approval"`); runs
-        whose worker does not answer are left out.
+        """The open approval requests of runs waiting for a person (`waiting_for_people` lists
+        their open questions too); runs whose worker does not answer are left out.
 
         Raises:
             TemporalFailed: the listing failed.
         """
-        query = f'{WAITING_FOR.name} = "approval" AND ExecutionStatus = "Running"'
-        pending: list[PendingRequest] = []
+        return (await self.waiting_for_people()).approvals
+
+    async def waiting_for_people(self) -> Pending:
+        """The open approval requests, and the open questions for a person, of runs waiting
+        for one (`WaitingFor` is `approval` or `input`: a run waiting on both shows the later
+        wait); runs whose worker does not answer are left out.
+
+        Raises:
+            TemporalFailed: the listing failed.
+        """
+        kinds = ", ".join(f'"{kind}"' for kind in WAITING_FOR_PEOPLE)
+        query = f'{WAITING_FOR.name} IN ({kinds}) AND ExecutionStatus = "Running"'
+        pending = Pending(approvals=[], questions=[])
         try:
             async for execution in self._client.list_workflows(query):
                 try:
                     state = await self.query(execution.id)
                 except ClientError:
                     continue
-                pending += [
+                pending.approvals.extend(
                     PendingRequest(execution.id, request)
                     for request in state.approvals.values()
                     if request.open
-                ]
+                )
+                pending.questions.extend(
+                    PendingQuestion(execution.id, question) for question in _for_people(state)
+                )
         except RPCError as err:
-            self._raise(err, None, "could not list the runs waiting for approval")
+            self._raise(err, None, "could not list the runs waiting for people")
         return pending
 
     async def open_requests(self, run_id: str) -> list[ApprovalRequest]:
@@ -562,6 +616,19 @@ class WaitstateClient:
             raise RunEnded(run_id, closed_status(description.status))
         state = await self.query(run_id)
         return [request for request in state.approvals.values() if request.open]
+
+    async def open_questions(self, run_id: str) -> list[InputRequest]:
+        """The run's open questions that its tools' policies give to a person.
+
+        Raises:
+            RunNotFound: no such run.
+            RunEnded: the run has ended.
+            NotAnswered: no worker answered.
+        """
+        description = await self._describe(run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RunEnded(run_id, closed_status(description.status))
+        return _for_people(await self.query(run_id))
 
     async def decide(
         self,
@@ -587,24 +654,53 @@ class WaitstateClient:
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
-        handle = self.handle(run_id)
-        try:
-            async with asyncio.timeout(answer_within.total_seconds()):
-                return await handle.execute_update(AgentRunWorkflow.decide, decision, id=update_id)
-        except WorkflowUpdateFailedError as err:
-            # The run's validator refused it: nothing was recorded.
-            raise DecisionRefused(run_id, _first_line(err.cause)) from err
-        except RPCError as err:
-            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                raise Unreachable(f"cannot reach Temporal: {_first_line(err)}") from err
-            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
-                raise TemporalFailed("Temporal refused the decision", _first_line(err)) from err
-            if rpc_refusal(err).code == "run_ended":
-                raise RunEnded(run_id) from err
-            raise RunNotFound(run_id) from err
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            seconds = f"no answer within {answer_within.total_seconds():g} s"
-            raise NotAnswered(run_id, seconds) from err
+        return await self._update(
+            run_id,
+            self.handle(run_id).execute_update(AgentRunWorkflow.decide, decision, id=update_id),
+            what="decision",
+            answer_within=answer_within,
+            refused=lambda cause: DecisionRefused(run_id, _first_line(cause)),
+        )
+
+    async def answer(
+        self,
+        run_id: str,
+        answer: AnswerInput,
+        *,
+        update_id: str | None = None,
+        answer_within: timedelta = ANSWER_TIMEOUT,
+    ) -> AnswerOutcome:
+        """Send an answer to one of the run's questions as its `answer` Update, and return what
+        the run did with it once the job that asked has it (`delivered` is False, and `reason`
+        says why, if the job did not take it).
+
+        Args:
+            update_id: Sending again under the same id gets the first one's outcome, never a
+                second application.
+
+        Raises:
+            AnswerRefused: the run refused it (unknown question, already answered, declined,
+                expired or cancelled, the model's to answer, or content that does not match
+                the question's schema).
+            RunEnded: the run has ended.
+            RunNotFound: no such run.
+            NotAnswered: the run did not answer within `answer_within`; the answer may still
+                be applied (and delivered) once its worker runs.
+            Unreachable: Temporal could not be reached.
+            TemporalFailed: Temporal refused the call (e.g. permission denied).
+        """
+
+        def refused(cause: BaseException | None) -> ClientError:
+            error_type = cause.type if isinstance(cause, ApplicationError) else None
+            return AnswerRefused(run_id, _first_line(cause), error_type)
+
+        return await self._update(
+            run_id,
+            self.handle(run_id).execute_update(AgentRunWorkflow.answer, answer, id=update_id),
+            what="answer",
+            answer_within=answer_within,
+            refused=refused,
+        )
 
     async def cancel(self, run_id: str) -> None:
         """Ask a running run to cancel: it cancels its in-flight work and pending jobs, and
@@ -658,6 +754,37 @@ class WaitstateClient:
             self._raise(err, None, "could not list the fleet")
         return Fleet(now, running, closed)
 
+    @staticmethod
+    async def _update(
+        run_id: str,
+        update: Awaitable[_Result],
+        *,
+        what: str,
+        answer_within: timedelta,
+        refused: Callable[[BaseException | None], ClientError],
+    ) -> _Result:
+        """The run's result of `update` (an Update call, not awaited yet) within
+        `answer_within`, its failures turned into `ClientError`s: the run's validator refusing
+        it (`refused(cause)`), the run ended or unknown, Temporal unreachable or refusing, or
+        no answer in time."""
+        try:
+            async with asyncio.timeout(answer_within.total_seconds()):
+                return await update
+        except WorkflowUpdateFailedError as err:
+            # The run's validator refused it: nothing was recorded.
+            raise refused(err.cause) from err
+        except RPCError as err:
+            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise Unreachable(f"cannot reach Temporal: {_first_line(err)}") from err
+            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise TemporalFailed(f"Temporal refused the {what}", _first_line(err)) from err
+            if rpc_refusal(err).code == "run_ended":
+                raise RunEnded(run_id) from err
+            raise RunNotFound(run_id) from err
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            seconds = f"no answer within {answer_within.total_seconds():g} s"
+            raise NotAnswered(run_id, seconds) from err
+
     async def _new_retries(self, run_id: str, shown: set[tuple[str, int]]) -> list[Retry]:
         """Attempts of failing calls not in `shown` yet, then added to it (none if the run
         cannot be described just now)."""
@@ -680,6 +807,15 @@ class WaitstateClient:
         if run_id is not None and err.status == RPCStatusCode.NOT_FOUND:
             raise RunNotFound(run_id) from err
         raise TemporalFailed(doing, _first_line(err)) from err
+
+
+def _for_people(state: RunState) -> list[InputRequest]:
+    """The run's open questions that its tools' policies give to a person."""
+    return [
+        question
+        for question in state.questions.values()
+        if question.open and question.policy.answered_by == "person"
+    ]
 
 
 def _ended(state: RunState | None, outcome: RunState) -> RunState:

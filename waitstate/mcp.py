@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mcp import Client
 
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
+from waitstate.schemas.questions import InputPolicy
 
 
 class McpConfigError(ValueError):
@@ -43,6 +44,8 @@ class McpServer:
         task_timeout: How long a run waits for a task of this server (the server's own TTL
             and the run's `operation_timeout` may make it shorter); past it the task is
             cancelled and the operation expires.
+        input: Who answers the questions its tasks ask (`input_required`), and what happens
+            when nobody does; by default a person, within an hour, else the task is told no.
     """
 
     name: str
@@ -51,6 +54,7 @@ class McpServer:
     headers_from_env: Mapping[str, str] = field(default_factory=dict)
     requires_approval_if_destructive: bool = True
     task_timeout: timedelta = timedelta(hours=1)
+    input: InputPolicy = field(default_factory=InputPolicy)
 
     def __post_init__(self) -> None:
         if not self.name or SEPARATOR in self.name or not _is_name(self.name):

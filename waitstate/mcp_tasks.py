@@ -24,7 +24,8 @@ from pydantic import ConfigDict, Field
 
 from waitstate.mcp import McpServer
 from waitstate.schemas.operations import Completion, OperationError
-from waitstate.tools.spec import Job, StartContext, ToolError
+from waitstate.schemas.questions import Question
+from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
@@ -69,6 +70,15 @@ class _GetTask(mcp_types.Request[_TaskParams, Literal["tasks/get"]]):
 class _CancelTask(mcp_types.Request[_TaskParams, Literal["tasks/cancel"]]):
     method: Literal["tasks/cancel"] = "tasks/cancel"
     params: _TaskParams
+
+
+class _UpdateParams(_TaskParams):
+    input_responses: dict[str, dict[str, Any]] = Field(serialization_alias="inputResponses")
+
+
+class _UpdateTask(mcp_types.Request[_UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: _UpdateParams
 
 
 async def _not_here(task: CreatedTask, context: ClaimContext) -> CallToolResult:
@@ -116,7 +126,11 @@ def completion_of(state: TaskState) -> Completion:
     if state.status == "working":
         return Completion(status="running", progress=_short(state.status_message))
     if state.status == "input_required":
-        return Completion(status="input_required", progress=_short(state.status_message))
+        return Completion(
+            status="input_required",
+            progress=_short(state.status_message),
+            questions=questions_of(state.input_requests or {}) or None,
+        )
     if state.status == "completed":
         result = CallToolResult.model_validate(state.result or {})
         text = tool_result_text(result)
@@ -141,6 +155,28 @@ def completion_of(state: TaskState) -> Completion:
         status="failed",
         error=OperationError(code="task_failed", message=str(message)[:2000], retryable=False),
     )
+
+
+def questions_of(input_requests: dict[str, Any]) -> list[Question]:
+    """A task's input requests as questions. Only elicitations (a form: a message and the
+    schema of the answer) can be answered; a request of another kind (sampling, roots) is
+    left for the task's expiry."""
+    questions = []
+    for key, payload in input_requests.items():
+        try:
+            request = mcp_types.ElicitRequest.model_validate(payload)
+        except ValueError:
+            continue
+        # A form's message and schema, as the client received them (a URL elicitation has no
+        # schema: its answer is an accept or a decline).
+        params = request.model_dump(by_alias=True, mode="json", exclude_none=True)["params"]
+        schema = params.get("requestedSchema") or {"type": "object", "properties": {}}
+        questions.append(
+            Question(
+                key=key, message=str(params.get("message", ""))[:5000], requested_schema=schema
+            )
+        )
+    return questions
 
 
 def _short(text: str | None) -> str | None:
@@ -179,6 +215,26 @@ class McpTaskBackend:
             await self.aclose()  # the session may be broken: the next check opens another
             raise
         return completion_of(state)
+
+    async def answer(self, job_id: str, answer: JobAnswer) -> None:
+        """`tasks/update` with the answer under the task's key for the question (the server
+        ignores an answer to a key already answered).
+
+        Raises:
+            ToolError: the server refused the update (an unknown task...).
+        """
+        response: dict[str, Any] = {"action": answer.action}
+        if answer.content is not None:
+            response["content"] = answer.content
+        try:
+            await (await self._connected()).session.send_request(
+                _UpdateTask(
+                    params=_UpdateParams(task_id=job_id, input_responses={answer.key: response})
+                ),
+                mcp_types.Result,
+            )
+        except MCPError as err:
+            raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
 
     async def cancel(self, job_id: str) -> None:
         """`tasks/cancel`; a task the server no longer knows needs none."""

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionSignal
     from waitstate.schemas.builtin import (
+        ANSWER_QUESTION,
         GET_OPERATION_STATUS,
         READ_REF,
         REF_PREFIX,
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
     from waitstate.schemas.errors import RUN_FAILED
     from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+    from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import (
         CALL_MODEL,
         LIST_MCP_TOOLS,
@@ -55,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.approvals import ApprovalDesk, ApprovalExpired
     from workflows.board import StatusBoard
     from workflows.continuation import Continuation
+    from workflows.inputs import InputDesk
     from workflows.memory import Memory
     from workflows.operations import OperationsBook
     from workflows.versions import Versions
@@ -91,8 +94,17 @@ class AgentRunWorkflow:
         self._memory = Memory(input, self._state, versions)
         self._board = StatusBoard(self._state, self._memory)
         self._continuation = Continuation(input, self._state, self._memory, versions)
+        self._inputs = InputDesk(
+            self._state, versions, self._board, end=lambda op, why: self._ops.end(op, why)
+        )
         self._ops = OperationsBook(
-            input, self._state, versions, self._board, self._memory, self._continuation
+            input,
+            self._state,
+            versions,
+            self._board,
+            self._memory,
+            self._continuation,
+            self._inputs,
         )
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
 
@@ -179,6 +191,16 @@ class AgentRunWorkflow:
     @decide.validator
     def _validate_decision(self, input: DecideInput) -> None:
         self._desk.validate(input)
+
+    @workflow.update
+    async def answer(self, input: AnswerInput) -> AnswerOutcome:
+        """A person answers an operation's question (the CLI, a question's link): applied
+        once, and answered once the job has it."""
+        return await self._inputs.answer(input)
+
+    @answer.validator
+    def _validate_answer(self, input: AnswerInput) -> None:
+        self._inputs.validate(input)
 
     # --- the model --------------------------------------------------------------------------
 
@@ -291,6 +313,8 @@ class AgentRunWorkflow:
             tools = [n for n in tools if SEPARATOR not in n] + self._input.mcp_listing.names
         if self._state.references and READ_REF not in tools:
             tools.append(READ_REF)
+        if self._inputs.model_answers() and ANSWER_QUESTION not in tools:
+            tools.append(ANSWER_QUESTION)
         return tools
 
     # --- tools ----------------------------------------------------------------------------
@@ -366,6 +390,8 @@ class AgentRunWorkflow:
             return ledger.error_result(call, f"unknown tool {call.name!r}; available: {allowed}")
         if call.name == REQUEST_APPROVAL:
             return await self._desk.request_approval(call)
+        if call.name == ANSWER_QUESTION:
+            return await self._inputs.answer_by_model(call)
         result, operation_id = await self._ops.start(call, approved_by=None)
         if result.approval_needed is not None:
             # The tool declared that this call needs a person's approval: it has not run.

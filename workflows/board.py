@@ -98,6 +98,7 @@ class StatusBoard:
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
         deadlines = [op.expires_at for op in pending]
         deadlines += [r.expires_at for r in self._state.approvals.values() if r.open]
+        deadlines += [q.expires_at for q in self._state.questions.values() if q.open]
         expires = min(deadlines) if self._waits and deadlines else None
         current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []

@@ -43,6 +43,7 @@ from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard, cancel_failed, operation_finished
 from workflows.continuation import Continuation
+from workflows.inputs import InputDesk
 from workflows.memory import Memory, Wait
 from workflows.versions import Versions
 
@@ -81,6 +82,7 @@ class OperationsBook:
         board: StatusBoard,
         memory: Memory,
         continuation: Continuation,
+        inputs: InputDesk,
     ) -> None:
         self._input = input
         self._state = state
@@ -88,6 +90,7 @@ class OperationsBook:
         self._board = board
         self._memory = memory
         self._continuation = continuation
+        self._inputs = inputs
         self._watchers: dict[str, asyncio.Task[None]] = {}
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
@@ -106,11 +109,13 @@ class OperationsBook:
         for op in self._state.operations.values():
             if op.cancel == "owed":  # the previous run could not send it
                 self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
+        self._inputs.take_over()
 
     async def hand_over(self) -> None:
         """Before continue-as-new: the next run watches the pending operations itself, and
         the cancels in flight are this run's to finish (their operations have ended, so the
         next run would not watch them; it sends one still `owed`, to be sure)."""
+        await self._inputs.hand_over()
         for watcher in self._watchers.values():
             watcher.cancel()
         if self._versions.exactly_once:
@@ -162,7 +167,9 @@ class OperationsBook:
         if op.terminal:
             # Expired or cancelled ones too: their jobs were told to stop.
             raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
-        if ledger.same_report(op.status, op.progress, update.completion):
+        if ledger.same_report(op.status, op.progress, update.completion) and not self._asks_anew(
+            op, update.completion
+        ):
             raise ApplicationError(
                 f"operation already shows {op.status} {op.progress or ''}".rstrip(),
                 type=OPERATION_UNCHANGED,
@@ -249,6 +256,7 @@ class OperationsBook:
             eta_seconds=started.eta_seconds,
             poll_interval_seconds=started.poll_interval_seconds,
             nonce_hash=started.nonce_hash,
+            input=started.input,
         )
         self._state.operations[op.operation_id] = op
         # Reports that beat the start's answer, in the order they came.
@@ -303,9 +311,18 @@ class OperationsBook:
         """The outcome of an await-mode operation, as its call's result, once it has ended."""
         with waiting as wait:
             parked = ParkedCall(kind="operation", operation_ids=[op.operation_id], since=wait.began)
-            if not await self._continuation.park(call.id, lambda: op.terminal, wait):
+            if not await self._continuation.park(
+                call.id, lambda: op.terminal or self._inputs.asks_model(op), wait
+            ):
                 return parked
         op.reported_status = op.status
+        if not op.terminal:
+            # Its job asks the model a question: the call answers with it, and the operation
+            # goes on as a handle (the model hears of its changes between turns).
+            op.mode = "handle"
+            return ToolResult(
+                tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())
+            )
         return ToolResult(
             tool_call_id=call.id,
             name=call.name,
@@ -429,7 +446,13 @@ class OperationsBook:
         return [
             op
             for op in self._state.operations.values()
-            if op.mode == "handle" and op.reported_status != op.status and op.status != "running"
+            if op.mode == "handle"
+            and op.reported_status != op.status
+            and op.status != "running"
+            # A question for a person is theirs to answer: no model turn is spent on it.
+            and not (
+                op.status == "input_required" and op.asking and not self._inputs.asks_model(op)
+            )
         ]
 
     # --- watching, expiry and cancel ---------------------------------------------------------
@@ -443,10 +466,19 @@ class OperationsBook:
             except TimeoutError:
                 await self._end(op, "expired")
             return
-        try:
-            polled = await self._poll(op, remaining)
-        except ActivityError:
-            return  # cancelled: the run continues as new, or ends
+        while True:
+            try:
+                polled = await self._poll(op, remaining)
+            except ActivityError:
+                return  # cancelled: the run continues as new, or ends
+            if isinstance(polled, Failed) or polled.status != "input_required":
+                break
+            # The job asks a question (runs from MID_FLIGHT_INPUT on): recorded and routed,
+            # then the poll goes on.
+            if op.terminal:
+                return
+            self._apply(op, polled)
+            remaining = max(op.expires_at - workflow.now(), timedelta(seconds=1))
         if isinstance(polled, Failed):
             if op.terminal:
                 return
@@ -469,6 +501,7 @@ class OperationsBook:
             tool=op.tool,
             job_id=op.job_id,
             poll_interval_seconds=op.poll_interval_seconds,
+            known_questions=self._inputs.keys(op) if self._versions.mid_flight_input else None,
         )
         summary = f"poll {op.tool} {op.job_id}"
         if interval >= LONG_POLL_INTERVAL:
@@ -500,6 +533,13 @@ class OperationsBook:
             ),
         )
 
+    def _asks_anew(self, op: Operation, completion: Completion) -> bool:
+        """Whether a report asks a question the job has not asked before."""
+        asked = set(self._inputs.keys(op))
+        return self._versions.mid_flight_input and any(
+            q.key not in asked for q in completion.questions or ()
+        )
+
     def _apply(self, op: Operation, completion: Completion) -> None:
         op.status = completion.status
         op.progress = completion.progress or op.progress
@@ -517,9 +557,17 @@ class OperationsBook:
         )
         if op.terminal:
             operation_finished(op)
+            if self._versions.mid_flight_input:
+                self._inputs.operation_ended(op)
+        elif self._versions.mid_flight_input and completion.questions:
+            self._inputs.ask(op, completion.questions)
         self._board.show()
 
-    async def _end(self, op: Operation, status: str) -> None:
+    async def end(self, op: Operation, why: str) -> None:
+        """Cancel an operation for a reason of the run's (a question nobody answered)."""
+        await self._end(op, "cancelled", why)
+
+    async def _end(self, op: Operation, status: str, why: str | None = None) -> None:
         """Mark an operation expired or cancelled, then ask the external system to stop it."""
         if op.terminal:
             return
@@ -527,7 +575,8 @@ class OperationsBook:
         op.resolved_at = workflow.now()
         op.error = OperationError(
             code=op.status,
-            message=(
+            message=why
+            or (
                 f"no completion by {op.expires_at.isoformat()}; the job was cancelled"
                 if op.status == "expired"
                 else "the run was cancelled; the job was cancelled"
@@ -536,6 +585,8 @@ class OperationsBook:
         )
         ledger.step(self._state, "event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
         operation_finished(op)
+        if self._versions.mid_flight_input:
+            self._inputs.operation_ended(op)
         self._board.show()
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():

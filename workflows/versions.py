@@ -19,6 +19,9 @@ EXACTLY_ONCE = "exactly-once-v2"
 # after one), asked of every model alike (the scripted one too).
 # (Short: a patch id is recorded in every new run's history, twice.)
 CHECKPOINT_POLICY = "agent-run-3"
+# Issue 14: operations' jobs may ask questions mid-flight (a poll returns when one is asked),
+# answered by a person or the model, with a timer and an on-timeout outcome.
+MID_FLIGHT_INPUT = "agent-run-4"
 
 
 @dataclass(frozen=True)
@@ -27,11 +30,14 @@ class Versions:
 
     exactly_once: bool
     checkpoint_policy: bool
+    mid_flight_input: bool = False
 
     @classmethod
     def of_this_run(cls) -> Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(MID_FLIGHT_INPUT):
+            return cls(exactly_once=True, checkpoint_policy=True, mid_flight_input=True)
         if workflow.patched(CHECKPOINT_POLICY):
             return cls(exactly_once=True, checkpoint_policy=True)
         return cls(exactly_once=workflow.patched(EXACTLY_ONCE), checkpoint_policy=False)

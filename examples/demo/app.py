@@ -7,11 +7,22 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 import httpx
 
 from examples.demo.catalog import TOOL_NAMES, all_tools
-from waitstate import SCRIPTED_BANNER, Agent, App, McpServer, Message, ToolCall, ToolDefinition
+from examples.demo.purges import PurgeService, purge_tool
+from waitstate import (
+    SCRIPTED_BANNER,
+    Agent,
+    App,
+    InputPolicy,
+    McpServer,
+    Message,
+    ToolCall,
+    ToolDefinition,
+)
 
 
 @dataclass
@@ -32,7 +43,8 @@ def _deps() -> DemoDeps:
 
 def report_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """The reporter, scripted: builds the report (an MCP task), deletes the draft dataset (a
-    destructive MCP tool: a person approves it first), then answers."""
+    destructive MCP tool: a person approves the call first, and the task asks them to confirm
+    while it runs), then answers."""
     done = {m.name: m.content for m in messages if m.role == "tool"}
     task = next((m.content for m in messages if m.role == "user"), "")
     region = "amer" if "amer" in task.lower() else "emea"
@@ -79,11 +91,24 @@ app = App(
             tools=["reports__build_report", "reports__delete_dataset"],
         ),
     ],
-    # The demo's MCP server (examples/mcp_server.py), which `make mcp-demo` starts.
+    # The demo's MCP server (examples/mcp_server.py), which `make mcp-demo` starts. Its
+    # questions go to a person; unanswered for a minute (`DEMO_MCP_ANSWER_SECONDS`), the task
+    # is told no (the deletion then keeps the dataset).
     mcp_servers=[
-        McpServer("reports", url=os.environ.get("DEMO_MCP_URL", "http://127.0.0.1:8791/mcp"))
+        McpServer(
+            "reports",
+            url=os.environ.get("DEMO_MCP_URL", "http://127.0.0.1:8791/mcp"),
+            input=InputPolicy(
+                timeout=timedelta(seconds=float(os.environ.get("DEMO_MCP_ANSWER_SECONDS", "60"))),
+                on_timeout="decline",
+            ),
+        )
     ],
     scripts={"mcp-report": report_script, "mcp-build": build_script},
-    tools=lambda deps: all_tools(deps.http, deps.systems_url),
+    tools=lambda deps: [
+        *all_tools(deps.http, deps.systems_url),
+        # In no agent's list: runs of the demo agent never purge; other runs name it.
+        purge_tool(PurgeService(deps.http, deps.systems_url)),
+    ],
     deps=_deps,
 )

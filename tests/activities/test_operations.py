@@ -19,7 +19,7 @@ from activities import OperationActivities
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tests.helpers import EVENTUALLY_WITHIN, eventually
 from tests.rigs import Systems
-from waitstate.schemas.errors import OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from waitstate.schemas.errors import ANSWER_REFUSED, OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
@@ -27,8 +27,10 @@ from waitstate.schemas.operations import (
     OperationError,
     PollOperationInput,
 )
+from waitstate.schemas.questions import DeliverAnswer, Question
 from waitstate.tools import Job, LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from waitstate.tools.builtin import builtin_tools
+from waitstate.tools.spec import JobAnswer, LongTool
 
 FAILED = OperationError(code="bad_rows", message="row 12 is malformed", retryable=False)
 
@@ -286,3 +288,100 @@ async def test_a_tool_that_is_not_long_on_this_worker_fails_the_call_for_good(
     for raised in (cancelling.value, polling.value):
         assert (raised.type, raised.non_retryable) == (RUN_INPUT_INVALID, True)
         assert raised.message == f"{tool} is not a long tool on this worker"
+
+
+# --- questions ----------------------------------------------------------------------------------
+
+
+class _Asking(LongTool):
+    """A job that asks one question (`confirm`) and, once answered, asks nothing more: its
+    status is what it was last told; answers are kept, the first one to a key only."""
+
+    def __init__(self) -> None:
+        self.answers: list[JobAnswer] = []
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        return Job(job_id="job-1")
+
+    async def status(self, job_id: str) -> Completion:
+        if self.answers:
+            return Completion(status="running", progress="purging")
+        return Completion(status="input_required", questions=[CONFIRM])
+
+    async def cancel(self, job_id: str) -> None:
+        return None
+
+    async def answer(self, job_id: str, answer: JobAnswer) -> None:
+        if job_id != "job-1":
+            raise ToolError(f"no job {job_id}")
+        if not any(kept.key == answer.key for kept in self.answers):
+            self.answers.append(answer)
+
+
+CONFIRM = Question(key="confirm", message="Purge it?")
+
+
+def _asking(backend: LongTool) -> OperationActivities:
+    spec = ToolSpec(name="asking", description="d", args=_Args, long=LongSpec(backend))
+    return OperationActivities(ToolRegistry([spec]))
+
+
+def _poll_known(known: list[str] | None) -> PollOperationInput:
+    return _poll("job-1", 0.05, tool="asking").model_copy(update={"known_questions": known})
+
+
+async def test_a_poll_returns_when_the_job_asks_a_question_its_run_has_not_recorded() -> None:
+    result = await _polled(_asking(_Asking()), _poll_known([]))
+
+    assert result == Completion(status="input_required", questions=[CONFIRM])
+
+
+@pytest.mark.parametrize("known", [["confirm"], None])
+async def test_a_poll_goes_on_through_a_question_already_recorded_or_when_the_run_takes_none(
+    known: list[str] | None,
+) -> None:
+    # Runs from before questions send no keys: the poll goes on as it always did.
+    env = ActivityEnvironment()
+    beats: list[Any] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    poll = asyncio.create_task(env.run(_asking(_Asking()).poll_operation, _poll_known(known)))
+
+    await eventually(lambda: asyncio.sleep(0, len(beats) >= 3), "three checks")
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    assert {beat[1] for beat in beats} == {"input_required"}
+
+
+async def test_an_answer_reaches_the_jobs_backend_once_and_a_refusal_is_final() -> None:
+    backend = _Asking()
+    activities = _asking(backend)
+    env = ActivityEnvironment()
+    answer = DeliverAnswer(
+        operation_id="op_1", tool="asking", job_id="job-1", key="confirm",
+        action="accept", content={"confirm": True}, responder="ana",
+    )  # fmt: skip
+
+    await env.run(activities.answer_operation, answer)
+    await env.run(activities.answer_operation, answer)  # a retried delivery
+    with pytest.raises(ApplicationError) as refused:
+        await env.run(activities.answer_operation, answer.model_copy(update={"job_id": "job-9"}))
+
+    assert backend.answers == [
+        JobAnswer(key="confirm", action="accept", content={"confirm": True}, responder="ana")
+    ]
+    assert (refused.value.type, refused.value.non_retryable) == (ANSWER_REFUSED, True)
+    assert refused.value.message == "no job job-9"
+
+
+async def test_a_tool_whose_backend_takes_no_answers_refuses_them_for_good() -> None:
+    activities = _asking(_Forgetful())
+    answer = DeliverAnswer(
+        operation_id="op_1", tool="asking", job_id="job-1", key="k", action="decline"
+    )
+
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(activities.answer_operation, answer)
+
+    assert (refused.value.type, refused.value.non_retryable) == (ANSWER_REFUSED, True)
+    assert "takes no answers" in refused.value.message

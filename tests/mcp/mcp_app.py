@@ -64,6 +64,25 @@ def one_call(name: str, arguments: dict[str, object]) -> Script:
     return script
 
 
+def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Publishes a report; answers the task's question itself (`answer_question`, when the
+    server's policy gives questions to the model) with the channel `email`; then waits for
+    the operation and answers with every result it saw."""
+    results = _results(messages)
+    if not results:
+        return _call(0, "reports__publish_report", {"region": "emea"})
+    last = results[-1]
+    asking = json.loads(last.content).get("questions") if last.content.startswith("{") else None
+    if last.name == "reports__publish_report" and asking:
+        question = {"question_id": asking[0]["question_id"], "content": {"channel": "email"}}
+        return _call(len(results), "answer_question", question)
+    if last.name == "answer_question":
+        return _call(len(results), "wait_for_operations", {})
+    updates = [m.content for m in messages if m.role == "user" and "Operation update" in m.content]
+    lines = [f"{m.name}: {m.content}" for m in results] + updates
+    return Message(role="assistant", content="\n".join(lines))
+
+
 async def task_events(url: str) -> dict[str, int]:
     """What the server's tasks did (its `events` tool)."""
     server = McpServer("reports", url=url)
@@ -82,5 +101,7 @@ app = App(
         "mcp-export": one_call("reports__slow_export", {"region": "amer"}),
         "mcp-broken": one_call("reports__broken_job", {"region": "apac"}),
         "mcp-shout": one_call("local__shout", {"text": "quiet please"}),
+        "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
+        "mcp-publish-answering": publish_answering,
     }
 )

@@ -13,9 +13,11 @@ from collections import Counter
 from datetime import timedelta
 
 import uvicorn
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 
 server = FastMCP("reports")
 server.add_extension(TasksExtension())  # tasks live in this process's memory
@@ -23,6 +25,7 @@ server.add_extension(TasksExtension())  # tasks live in this process's memory
 TASK = TaskConfig(mode="required", poll_interval=timedelta(seconds=1))
 # What the tasks did, by event: `render_report started`, `slow_export cancelled`...
 EVENTS: Counter[str] = Counter()
+CHANNELS = ["email", "slack"]
 
 
 @server.tool
@@ -57,6 +60,34 @@ async def broken_job(region: str) -> str:
     """A job that fails."""
     EVENTS["broken_job started"] += 1
     raise ValueError(f"no data for {region}")
+
+
+@server.tool(task=TASK)
+async def publish_report(region: str, ctx: Context) -> dict[str, str] | InputRequiredResult:
+    """Publish a region's report, asking which channel to while it runs."""
+    # The guard pattern: the first leg returns the question and ends; the task is then
+    # `input_required` until `tasks/update` answers, and the next leg reads the answer.
+    answer = (ctx.input_responses or {}).get("channel")
+    if not isinstance(answer, ElicitResult):
+        EVENTS["publish_report asked"] += 1
+        schema = {
+            "type": "object",
+            "properties": {"channel": {"type": "string", "enum": CHANNELS}},
+            "required": ["channel"],
+        }
+        question = ElicitRequestFormParams(
+            message=f"Publish the {region} report to which channel?", requested_schema=schema
+        )
+        return InputRequiredResult(input_requests={"channel": ElicitRequest(params=question)})
+    EVENTS[f"publish_report answered {answer.action}"] += 1
+    if answer.action != "accept":
+        said = {"decline": "declined", "cancel": "cancelled"}[answer.action]
+        raise ToolError(f"not published: the question was {said}")
+    channel = (answer.content or {}).get("channel")
+    if channel not in CHANNELS:
+        raise ToolError(f"not published: no channel among {', '.join(CHANNELS)}")
+    EVENTS["publish_report published"] += 1
+    return {"published": region, "channel": str(channel)}
 
 
 @server.tool

@@ -1,5 +1,5 @@
 """The webhook gateway: external systems report on long operations, and people decide on
-approval requests, here.
+approval requests and answer the questions operations' jobs ask, here.
 
     POST /v1/operations/{operation_id}/complete
     Authorization: Bearer <resume token>
@@ -9,8 +9,12 @@ approval requests, here.
     Authorization: Bearer <the approval link's token>
     {"decision": "approve", "reviewer": "ana", "comment": "ok"}
 
+    POST /v1/questions/{question_id}/answer
+    Authorization: Bearer <the question link's token>
+    {"action": "accept", "content": {"region": "EMEA"}, "responder": "ana"}
+
 Checks run cheapest first and bad input never reaches a run: body size (413), token (401,
-410), body (422); only then is the completion or decision delivered to the run (see
+410), body (422); only then is the completion, decision or answer delivered to the run (see
 `delivery`).
 """
 
@@ -39,14 +43,17 @@ from waitstate.gateway.tokens import (
     ResumeClaims,
     ResumeTokens,
     approval_subject,
+    question_subject,
 )
 from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
 from waitstate.schemas.operations import Completion, OperationStatus
+from waitstate.schemas.questions import AnswerBody, QuestionStatus
 
 log = logging.getLogger(__name__)
 
 COMPLETE_PATH = "/v1/operations/{operation_id}/complete"
 DECISION_PATH = "/v1/approvals/{request_id}/decision"
+ANSWER_PATH = "/v1/questions/{question_id}/answer"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 MAX_REPORT_ID_CHARS = 200
 _SCHEMA_REF = "#/components/schemas/{model}"
@@ -88,6 +95,19 @@ class DecisionAccepted(BaseModel):
     )
 
 
+class AnswerAccepted(BaseModel):
+    """The run took the answer, and handed it to the job that asked."""
+
+    status: Literal["accepted"] = "accepted"
+    question_id: str
+    question_status: QuestionStatus = Field(
+        description="The question's status after the run applied the answer: `answered` or "
+        "`declined`."
+    )
+    delivered: bool = Field(description="Whether the job that asked took the answer.")
+    reason: str = Field(default="", description="Why the job did not take it, if it did not.")
+
+
 # Module-level, not inside create_app: FastAPI resolves the endpoint's (string) annotations in
 # this module's globals. auto_error=False: a missing token is answered by the endpoint, after
 # the size check.
@@ -103,14 +123,14 @@ _ReportId = Annotated[
 _BEARER = HTTPBearer(
     auto_error=False,
     bearerFormat="resume token",
-    description="The resume token the operation's callback, or the approval request's links, "
-    "were issued with.",
+    description="The resume token the operation's callback, the approval request's links, or "
+    "the question's link, were issued with.",
 )
 
 # The endpoints read their bodies themselves (to cap their size before parsing), so FastAPI
 # does not know these models: the routes' `openapi_extra` refers to them, and `_GatewayAPI`
 # adds their schemas to the components.
-_HAND_READ_BODIES: tuple[type[BaseModel], ...] = (Completion, DecisionBody)
+_HAND_READ_BODIES: tuple[type[BaseModel], ...] = (Completion, DecisionBody, AnswerBody)
 
 _COMMON_ERRORS = {
     410: "The token has expired.",
@@ -238,8 +258,8 @@ def create_app(
     """The gateway's ASGI app.
 
     Args:
-        deliverer: Hands verified completions and decisions to runs (`TemporalDeliverer` in
-            production).
+        deliverer: Hands verified completions, decisions and answers to runs
+            (`TemporalDeliverer` in production).
         tokens: Verifies resume tokens.
         max_body_bytes: Larger bodies are refused with 413 before they are parsed.
     """
@@ -247,7 +267,7 @@ def create_app(
         title="waitstate gateway",
         version="1",
         description="External systems report on the long operations of agent runs, and people "
-        "decide on their approval requests, here.",
+        "decide on their approval requests and answer their operations' questions, here.",
     )
     gate = _Gate(tokens, max_body_bytes)
     # A registry per app: two gateways in one process (tests) keep their own counts.
@@ -260,7 +280,7 @@ def create_app(
     )
     app.state.accepted = Counter(
         "waitstate_gateway_accepted",
-        "Completions and decisions delivered",
+        "Completions, decisions and answers delivered",
         ["endpoint"],
         registry=registry,
     )
@@ -408,6 +428,76 @@ def create_app(
         )
         app.state.accepted.labels(endpoint="decision").inc()
         return DecisionAccepted(request_id=request_id, approval_status=outcome.status)
+
+    @app.post(
+        ANSWER_PATH,
+        response_model=AnswerAccepted,
+        response_description="Accepted: the run applied the answer and handed it to the job; "
+        "`delivered` says whether the job took it.",
+        responses=_error_responses(
+            {
+                401: "Missing, malformed or forged token, a token for another question, or a "
+                "nonce the run does not know.",
+                403: "The tool's policy gives this question to the model, not to a person.",
+                404: "No such run, or the run has no such question.",
+                409: "Not applied: the question is already answered, declined, expired or "
+                "cancelled (by another answer), or the run has ended. Do not retry.",
+                422: "The body is not JSON, or not a valid answer: an `accept` carries content "
+                "matching the question's `requested_schema`, a `decline` none.",
+            }
+        ),
+        operation_id="answer_question",
+        summary="Answer an operation's question",
+        description="A person answers a question a long operation's job asked (or declines "
+        "to), through the token of the question's link. The gateway replies once the run has "
+        "handed the answer to the job: `delivered` says whether the job took it. Copies of an "
+        "answer (a link used twice, a retry with the same body) are applied once and get its "
+        "outcome.",
+        openapi_extra=_json_body(AnswerBody),
+    )
+    async def answer(
+        question_id: str,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+    ) -> AnswerAccepted | JSONResponse:
+        admitted = await gate.admit(
+            request,
+            credentials,
+            subject=question_subject(question_id),
+            subject_kind="question",
+            model=AnswerBody,
+            invalid_code="invalid_answer",
+        )
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        claims, body = admitted
+        outcome = await gate.deliver(
+            request,
+            deliverer.answer(claims, question_id, body),
+            f"an answer to question {question_id!r}",
+        )
+        if isinstance(outcome, JSONResponse):
+            return outcome
+        if not outcome.accepted:
+            # The run recorded the answer without applying it: retrying cannot help.
+            reason = outcome.reason or f"the question is {outcome.status}"
+            return _refuse(request, 409, "not_accepted", reason)
+        log.info(
+            "delivered %s by %r to question %s of run %s: now %s, %s",
+            body.action,
+            body.responder,
+            question_id,
+            claims.workflow_id,
+            outcome.status,
+            "the job has it" if outcome.delivered else f"the job refused it: {outcome.reason}",
+        )
+        app.state.accepted.labels(endpoint="answer").inc()
+        return AnswerAccepted(
+            question_id=question_id,
+            question_status=outcome.status,
+            delivered=outcome.delivered,
+            reason=outcome.reason,
+        )
 
     @app.get("/healthz", summary="Liveness")
     async def healthz() -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Delivering verified completions and decisions to the runs they are for, as Temporal Updates."""
+"""Delivering verified completions, decisions and answers to the runs they are for, as Temporal
+Updates."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import timedelta
 from typing import Protocol
 from uuid import uuid4
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowUpdateFailedError,
@@ -30,14 +32,21 @@ from waitstate.schemas.errors import (
     OPERATION_RESOLVED,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
+    QUESTION_CLOSED,
+    QUESTION_INVALID_ANSWER,
+    QUESTION_NONCE_MISMATCH,
+    QUESTION_NOT_YOURS,
+    QUESTION_UNKNOWN,
 )
 from waitstate.schemas.operations import CompleteOperation, Completion, CompletionOutcome
+from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 from workflows.agent_run import AgentRunWorkflow
 
-# How long one webhook call may wait for the run to take its completion or decision. A run
-# whose worker is down never answers; past this the caller gets a 503 and retries later (a
-# retried completion is the same Update, so it cannot be applied twice; a retried decision
-# that did get through is refused by the run as already decided).
+# How long one webhook call may wait for the run to take its completion, decision or answer
+# (an answer's Update returns once the job has it). A run whose worker is down never answers;
+# past this the caller gets a 503 and retries later (a retried completion or answer is the same
+# Update, so it cannot be applied twice; a retried decision that did get through is refused as
+# a duplicate, or by the run as already decided).
 DELIVERY_TIMEOUT = timedelta(seconds=20)
 # How long a decision through a link not yet confirmed by its run is retried before a 503
 # (with the run's worker up, confirmation takes milliseconds).
@@ -45,7 +54,7 @@ NOT_READY_PATIENCE = timedelta(seconds=5)
 NOT_READY_RETRY = timedelta(milliseconds=200)
 
 # ApplicationError types of the Update validators -> (HTTP status, error code). The type names
-# of the two Updates are distinct, so one table serves both.
+# of the Updates are distinct, so one table serves them all.
 _REJECTIONS = {
     OPERATION_UNKNOWN: (404, "operation_unknown"),
     OPERATION_NONCE_MISMATCH: (401, "nonce_mismatch"),
@@ -55,11 +64,17 @@ _REJECTIONS = {
     APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
     APPROVAL_DECIDED: (409, "approval_decided"),
     APPROVAL_NOT_READY: (503, "approval_not_ready"),
+    QUESTION_UNKNOWN: (404, "question_unknown"),
+    QUESTION_NONCE_MISMATCH: (401, "nonce_mismatch"),
+    QUESTION_CLOSED: (409, "question_closed"),
+    QUESTION_NOT_YOURS: (403, "question_not_yours"),
+    QUESTION_INVALID_ANSWER: (422, "invalid_answer"),
 }
 
 
 class DeliveryRefused(Exception):
-    """The run did not take the completion or decision; `status_code` is the HTTP answer."""
+    """The run did not take the completion, decision or answer; `status_code` is the HTTP
+    answer."""
 
     def __init__(self, status_code: int, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -69,7 +84,7 @@ class DeliveryRefused(Exception):
 
 
 class Deliverer(Protocol):
-    """Hands completions and decisions to the runs they are for."""
+    """Hands completions, decisions and answers to the runs they are for."""
 
     async def complete(
         self,
@@ -106,6 +121,20 @@ class Deliverer(Protocol):
         """
         ...
 
+    async def answer(
+        self, claims: ResumeClaims, question_id: str, body: AnswerBody
+    ) -> AnswerOutcome:
+        """Deliver an answer to question `question_id` of the run `claims` names.
+
+        Returns:
+            What the run did, once the job that asked has the answer; `delivered` is False
+            (and `reason` says why) if the job did not take it.
+
+        Raises:
+            DeliveryRefused: the run refused it, or could not be reached.
+        """
+        ...
+
 
 def decision_update_id(request_id: str, body: DecisionBody) -> str:
     """The Update id for one decision on an approval request: identical decisions share it.
@@ -115,8 +144,20 @@ def decision_update_id(request_id: str, body: DecisionBody) -> str:
     RESOURCE_EXHAUSTED, which would reach the sender as a 503. The copies get the first one's
     outcome, which carries its delivery id (see `TemporalDeliverer.decide`).
     """
+    return f"decide/{request_id}/{_digest(body)}"
+
+
+def answer_update_id(question_id: str, body: AnswerBody) -> str:
+    """The Update id for one answer to a question: identical answers share it, as identical
+    decisions do (see `decision_update_id`), and get its one outcome (see
+    `TemporalDeliverer.answer`)."""
+    return f"answer/{question_id}/{_digest(body)}"
+
+
+def _digest(body: BaseModel) -> str:
+    """A short hash of a body's canonical JSON: equal bodies, equal digests."""
     text = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return f"decide/{request_id}/{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def update_id(
@@ -147,8 +188,8 @@ def update_id(
 
 
 class TemporalDeliverer:
-    """Delivers completions with the run's `complete_operation` Update and decisions with its
-    `decide` Update."""
+    """Delivers completions with the run's `complete_operation` Update, decisions with its
+    `decide` Update and answers with its `answer` Update."""
 
     def __init__(self, client: Client, *, timeout: timedelta = DELIVERY_TIMEOUT) -> None:
         self._client = client
@@ -236,6 +277,39 @@ class TemporalDeliverer:
                 409, "duplicate decision: already applied", code="duplicate_decision"
             )
         return outcome
+
+    async def answer(
+        self, claims: ResumeClaims, question_id: str, body: AnswerBody
+    ) -> AnswerOutcome:
+        """Send the answer as the run's `answer` Update and wait for the run's outcome, which
+        comes once the job that asked has the answer (or refused it).
+
+        Copies of an answer (a link used twice, a retry) share its Update, so it is applied
+        once, and they get its outcome: unlike a decision's copy, an answer's is not refused,
+        because the Update lasts until the job has the answer, long enough for a sender to
+        time out and retry, and the retry must learn what became of its answer.
+
+        Raises:
+            DeliveryRefused: 404 unknown run or question, 401 nonce mismatch, 403 the question
+                is the model's to answer, 409 already answered, declined, expired or
+                cancelled, or the run has ended, 422 content that does not match the
+                question's schema, 503 Temporal could not be reached or the run did not answer
+                in time.
+        """
+        handle = self._client.get_workflow_handle(claims.workflow_id)
+        delivery_id = uuid4().hex
+        update = AnswerInput(
+            question_id=question_id,
+            action=body.action,
+            content=body.content,
+            responder=body.responder,
+            nonce=claims.nonce,
+            delivery_id=delivery_id,
+        )
+        async with self._refusals():
+            return await handle.execute_update(
+                AgentRunWorkflow.answer, update, id=answer_update_id(question_id, body)
+            )
 
     @contextlib.asynccontextmanager
     async def _refusals(self) -> AsyncIterator[None]:

@@ -79,6 +79,12 @@ def approval_subject(request_id: str, decision: DecisionKind | None = None) -> s
     return f"approval/{request_id}" if decision is None else f"approval/{request_id}/{decision}"
 
 
+def question_subject(question_id: str) -> str:
+    """The `operation_id` claim of the token in an operation's question's link (kept apart from
+    operation and approval tokens the same way)."""
+    return f"question/{question_id}"
+
+
 class ResumeTokens:
     """Mints and verifies resume tokens with a set of keys (key id -> secret)."""
 

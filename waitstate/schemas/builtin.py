@@ -12,6 +12,8 @@ from pydantic import BaseModel, Field
 GET_OPERATION_STATUS = "get_operation_status"
 WAIT_FOR_OPERATIONS = "wait_for_operations"
 REQUEST_APPROVAL = "request_approval"
+# Offered to runs whose operations may ask the model a question (waitstate/schemas/questions).
+ANSWER_QUESTION = "answer_question"
 # The tool that reads slices of results passed by reference, and the prefix of references
 # (waitstate/blobs/ defines them; repeated here so workflows need not import it).
 READ_REF = "read_ref"

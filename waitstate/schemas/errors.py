@@ -26,3 +26,12 @@ APPROVAL_NONCE_MISMATCH = "ApprovalNonceMismatch"  # link token not issued for i
 APPROVAL_DECIDED = "ApprovalDecided"  # already decided or expired -> HTTP 409
 # A link used before the run recorded that its request was sent: the gateway retries, then 503.
 APPROVAL_NOT_READY = "ApprovalNotReady"
+
+# Answers refused by the `answer` Update's validator.
+QUESTION_UNKNOWN = "QuestionUnknown"  # no such question in this run -> HTTP 404
+QUESTION_NONCE_MISMATCH = "QuestionNonceMismatch"  # link token not issued for it -> HTTP 401
+QUESTION_CLOSED = "QuestionClosed"  # already answered, declined, expired -> HTTP 409
+QUESTION_NOT_YOURS = "QuestionNotYours"  # the tool's policy names the model -> HTTP 403
+QUESTION_INVALID_ANSWER = "QuestionInvalidAnswer"  # not valid for its schema -> HTTP 422
+# An answer the job's system would not take (the delivery activity's failure).
+ANSWER_REFUSED = "AnswerRefused"

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.builtin import GET_OPERATION_STATUS
+from waitstate.schemas.questions import InputPolicy, Question
 
 OperationStatus = Literal[
     "running", "input_required", "succeeded", "failed", "expired", "cancelled"
@@ -42,9 +43,16 @@ class Completion(BaseModel):
     result_ref: str | None = Field(default=None, max_length=2000)
     error: OperationError | None = None
     progress: str | None = Field(default=None, max_length=500, description="e.g. '40%'")
+    questions: list[Question] | None = Field(
+        default=None,
+        max_length=20,
+        description="With `input_required`: what the job asks, each under a key of its own.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Completion:
+        if self.questions and self.status != "input_required":
+            raise ValueError("only an input_required report carries questions")
         if self.status == "failed" and self.error is None:
             raise ValueError("a failed completion needs an error {code, message, retryable}")
         if self.status != "failed" and self.error is not None:
@@ -97,6 +105,12 @@ class Operation(BaseModel):
         default=None, description="The status the model was last told of."
     )
     late_completions: int = Field(default=0, description="Completions refused after it ended.")
+    input: InputPolicy | None = Field(
+        default=None, description="Who answers the job's questions (the tool's policy)."
+    )
+    asking: list[dict[str, Any]] = Field(
+        default_factory=list, description="The job's open questions, as the model sees them."
+    )
     cancel: Literal["owed", "sent", "failed"] | None = Field(
         default=None,
         description="The cancel an expired or cancelled operation's job is owed: `owed` until "
@@ -133,6 +147,8 @@ class Operation(BaseModel):
             body["result_ref"] = self.result_ref
         if self.error is not None:
             body["error"] = self.error.model_dump()
+        if self.asking and not self.terminal:
+            body["questions"] = self.asking
         return body
 
 
@@ -146,6 +162,9 @@ class OperationStarted(BaseModel):
     eta_seconds: int | None = None
     poll_interval_seconds: float = 5.0
     nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
+    input: InputPolicy | None = Field(
+        default=None, description="Who answers the job's questions, if it asks any."
+    )
 
 
 class PollOperationInput(BaseModel):
@@ -155,6 +174,11 @@ class PollOperationInput(BaseModel):
     tool: str
     job_id: str
     poll_interval_seconds: float
+    known_questions: list[str] | None = Field(
+        default=None,
+        description="Runs that take questions: the poll returns when the job asks one whose "
+        "key is not among these (None: it polls on through `input_required`).",
+    )
 
 
 class CancelOperationInput(BaseModel):

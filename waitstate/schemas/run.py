@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.messages import Message, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
+from waitstate.schemas.questions import InputRequest
 
 RunStatus = Literal[
     "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"
@@ -141,6 +142,9 @@ class RunState(BaseModel):
     approvals: dict[str, ApprovalRequest] = Field(default_factory=dict)
     ignored_decisions: list[str] = Field(
         default_factory=list, description="Decisions for requests this run does not have."
+    )
+    questions: dict[str, InputRequest] = Field(
+        default_factory=dict, description="Questions its operations' jobs asked, by question id."
     )
     final_output: str | None = None
     error: str | None = None
@@ -300,6 +304,8 @@ CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
 RESOLVE_AGENT = "resolve_agent"
 LIST_MCP_TOOLS = "list_mcp_tools"
+NOTIFY_INPUT = "notify_input"
+ANSWER_OPERATION = "answer_operation"
 
 # What the model is told when its final answer does not validate against the agent's output
 # type.

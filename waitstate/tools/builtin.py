@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from waitstate.schemas.builtin import (
+    ANSWER_QUESTION,
     GET_OPERATION_STATUS,
     REQUEST_APPROVAL,
     WAIT_FOR_OPERATIONS,
@@ -10,12 +11,14 @@ from waitstate.schemas.builtin import (
     RequestApprovalArgs,
     WaitForOperationsArgs,
 )
+from waitstate.schemas.questions import AnswerQuestionArgs
 from waitstate.tools.spec import ToolSpec
 
 
 def builtin_tools() -> list[ToolSpec]:
-    """The operation tools every run with a long tool gets, and `request_approval`, which a
-    run gets when its tools list it."""
+    """The operation tools every run with a long tool gets, `request_approval`, which a run
+    gets when its tools list it, and `answer_question`, offered once an operation asks the
+    model a question."""
     return [
         ToolSpec(
             name=REQUEST_APPROVAL,
@@ -43,6 +46,16 @@ def builtin_tools() -> list[ToolSpec]:
                 "return their outcomes. Use it when you have nothing else to do."
             ),
             args=WaitForOperationsArgs,
+            builtin=True,
+        ),
+        ToolSpec(
+            name=ANSWER_QUESTION,
+            description=(
+                "Answer a question an operation's job asked you (its `questions`, each with a "
+                "question_id, a message and the requested_schema of the answer): accept with "
+                "content matching the schema, or decline. The job goes on with your answer."
+            ),
+            args=AnswerQuestionArgs,
             builtin=True,
         ),
     ]

@@ -14,6 +14,7 @@ from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import BUILTIN_TOOLS
 from waitstate.schemas.operations import Completion, CompletionMode, ResultMode
+from waitstate.schemas.questions import AnswerAction, InputPolicy
 
 ToolKind = Literal["sync", "long", "builtin"]
 # A handler takes the validated arguments, and the call's `RunContext` when its spec says so.
@@ -72,6 +73,38 @@ class LongTool(Protocol):
 
 
 @dataclass(frozen=True)
+class JobAnswer:
+    """An answer to one of a job's questions, on its way to the job.
+
+    Attributes:
+        key: The key the job gave the question.
+        action: `accept` (with `content`, valid against the question's schema) or `decline`
+            (nobody will answer: a person declined, or the question expired).
+        content: The answer.
+        responder: Who answered (a person's name, `model`, or `policy`).
+    """
+
+    key: str
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = "unknown"
+
+
+class AnswersQuestions(Protocol):
+    """A long tool whose jobs may ask questions mid-flight (`input_required` with questions)
+    implements this besides `LongTool`."""
+
+    async def answer(self, job_id: str, answer: JobAnswer) -> None:
+        """Give the job an answer. Answering a question twice must not apply it twice (the
+        run may retry a delivery whose outcome it did not hear): keep the first.
+
+        Raises:
+            ToolError: the system refused the answer (the job ended, the key is unknown).
+        """
+        ...
+
+
+@dataclass(frozen=True)
 class LongSpec:
     """How a long tool completes and how long the run waits for it.
 
@@ -85,6 +118,8 @@ class LongSpec:
         poll_interval: Time between status checks (`poll` completion).
         max_in_flight: Pending operations of this tool one run may have at once.
         eta: A hint for the model of how long the job usually takes.
+        input: Who answers the questions its jobs ask mid-flight, and what happens when
+            nobody does (the backend must implement `AnswersQuestions`).
     """
 
     backend: LongTool
@@ -94,6 +129,7 @@ class LongSpec:
     poll_interval: timedelta = timedelta(seconds=5)
     max_in_flight: int | None = None
     eta: timedelta | None = None
+    input: InputPolicy | None = None
 
 
 @dataclass(frozen=True)

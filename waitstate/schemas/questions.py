@@ -1,0 +1,176 @@
+"""Mid-flight input: the questions a running job asks (an MCP task in `input_required`, or a long
+tool's job reporting `input_required` with questions), who answers them, and how the answer
+reaches the job.
+
+A question is known by the key its job minted for it; the run gives it an id of its own
+(`question_id`), which people and the model answer by. Workflows import this module, so it
+stays pydantic-only (answers are checked against their schemas in `workflows/inputs.py`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+QuestionStatus = Literal["open", "answered", "declined", "expired", "cancelled"]
+AnswerAction = Literal["accept", "decline"]
+Responder = Literal["person", "model"]
+InputTimeout = Literal["decline", "cancel", "escalate"]
+# What is kept of a job's question text and schema (the rest is the job's to keep).
+MAX_MESSAGE_CHARS = 5_000
+
+
+class Question(BaseModel):
+    """One question a job asks, as it reports it (`Completion.questions`)."""
+
+    key: str = Field(
+        min_length=1, max_length=200, description="The job's id for the question; echoed back."
+    )
+    message: str = Field(max_length=MAX_MESSAGE_CHARS, description="What the job asks.")
+    requested_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the answer's content (MCP's elicitation schema: an object "
+        "of plain fields).",
+    )
+
+
+class InputPolicy(BaseModel):
+    """Who answers a tool's questions, how long they wait, and what happens when nobody does.
+
+    Declared by the operator per long tool (`LongSpec.input`) or per MCP server
+    (`McpServer.input`), never by the model.
+    """
+
+    answered_by: Responder = Field(
+        default="person", description="`person` (notice, link, CLI) or `model` (a built-in tool)."
+    )
+    timeout: timedelta = timedelta(hours=1)
+    on_timeout: InputTimeout = Field(
+        default="decline",
+        description="`decline`: the job is told no answer is coming; `cancel`: the operation "
+        "is cancelled; `escalate`: `escalate_to` is told and gets a second window, then decline.",
+    )
+    recipients: str = Field(default="operators", description="Who a person's question goes to.")
+    escalate_to: str = Field(default="managers", description="Who is told when it escalates.")
+
+
+class Answer(BaseModel):
+    """An answer to a question, as the run records it."""
+
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = Field(default="unknown", max_length=200)
+    answered_at: datetime | None = None
+    by_policy: bool = Field(default=False, description="Applied by on_timeout, not by anyone.")
+
+
+class InputRequest(BaseModel):
+    """One question of one operation, as the run tracks it."""
+
+    question_id: str
+    operation_id: str
+    tool: str
+    key: str
+    message: str
+    requested_schema: dict[str, Any]
+    asked_at: datetime
+    expires_at: datetime
+    policy: InputPolicy
+    status: QuestionStatus = "open"
+    escalated: bool = False
+    sent_to: list[str] = Field(default_factory=list)
+    told: list[str] = Field(default_factory=list, description="Who was sent its notice.")
+    answer: Answer | None = None
+    delivery: Literal["sending", "sent", "failed"] | None = Field(
+        default=None, description="The answer's way to the job (`answer_operation` activity)."
+    )
+    delivery_error: str | None = None
+    link_nonce: str | None = Field(
+        default=None,
+        description="The nonce the run chose for the link's token, kept so that a continued run "
+        "mints the escalation's link with it. Not a secret (a token needs the key).",
+    )
+    nonce_hash: str | None = Field(default=None, description="Of the answer link's token.")
+
+    @property
+    def open(self) -> bool:
+        """Still waiting for an answer."""
+        return self.status == "open"
+
+    def view(self) -> dict[str, Any]:
+        """What the model sees of an open question."""
+        return {
+            "question_id": self.question_id,
+            "message": self.message,
+            "requested_schema": self.requested_schema,
+            "answered_by": "you (answer_question)"
+            if self.policy.answered_by == "model"
+            else "a person",
+            "expires_at": self.expires_at.isoformat(),
+        }
+
+
+class AnswerInput(BaseModel):
+    """Payload of the run's `answer` Update (CLI and gateway): answered synchronously."""
+
+    question_id: str
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = Field(default="unknown", max_length=200)
+    nonce: str | None = Field(default=None, description="Set by the gateway from a link token.")
+    delivery_id: str = Field(default="", description="Unique per request, to tell copies apart.")
+
+
+class AnswerOutcome(BaseModel):
+    """What the run did with an answer, once it reached the job (or failed to)."""
+
+    accepted: bool
+    status: QuestionStatus
+    delivered: bool = False
+    reason: str = ""
+    delivery_id: str = ""
+
+
+class AnswerBody(BaseModel):
+    """Body of `POST /v1/questions/{question_id}/answer` (a question's link)."""
+
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = Field(default="unknown", max_length=200)
+
+
+class InputNotice(BaseModel):
+    """Input of the `notify_input` activity: who to tell about which question."""
+
+    workflow_id: str
+    request: InputRequest
+    recipient: str
+    escalation: bool = False
+    nonce: str | None = Field(default=None, description="The run's nonce for the link's token.")
+    links_expire_at: datetime
+
+
+class DeliverAnswer(BaseModel):
+    """Input of the `answer_operation` activity: one answer, to the job that asked."""
+
+    operation_id: str
+    tool: str
+    job_id: str
+    key: str
+    action: AnswerAction
+    content: dict[str, Any] | None = None
+    responder: str = "unknown"
+
+
+class AnswerQuestionArgs(BaseModel):
+    """Arguments of the built-in `answer_question` tool."""
+
+    question_id: str = Field(description="The question_id of an operation's open question.")
+    action: AnswerAction = Field(
+        default="accept", description="`accept` with `content`, or `decline` to refuse."
+    )
+    content: dict[str, Any] | None = Field(
+        default=None, description="The answer, matching the question's requested_schema."
+    )

@@ -1,0 +1,453 @@
+"""The input desk: questions that operations' jobs ask mid-flight, routed to whoever the tool's
+policy names (a person: notice with a signed link, and the CLI; or the model: the built-in
+`answer_question`), each with a timer and a declared outcome, and the answers delivered to
+the jobs by an activity.
+
+A question is asked once per key its job minted (a key reported again is the same question),
+closed once (answered, declined, expired or cancelled), and its answer delivered once: a
+duplicate or late answer is refused before it reaches the run's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    # Answers are checked against their questions' schemas (`answer_problems`): loaded with
+    # the workflow, once per worker, not in the middle of a run.
+    import jsonschema
+
+from waitstate.schemas import RunState, ToolCall, ToolResult
+from waitstate.schemas.errors import (
+    QUESTION_CLOSED,
+    QUESTION_INVALID_ANSWER,
+    QUESTION_NONCE_MISMATCH,
+    QUESTION_NOT_YOURS,
+    QUESTION_UNKNOWN,
+)
+from waitstate.schemas.operations import Operation
+from waitstate.schemas.questions import (
+    Answer,
+    AnswerInput,
+    AnswerOutcome,
+    AnswerQuestionArgs,
+    DeliverAnswer,
+    InputNotice,
+    InputPolicy,
+    InputRequest,
+    Question,
+    QuestionStatus,
+)
+from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
+from workflows import ledger
+from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard
+from workflows.versions import Versions
+
+NOTIFY_TIMEOUT = timedelta(seconds=12)
+NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+# An answer goes to the job once: the job keeps the first answer to a key, so a retry after a
+# lost reply is safe; a refusal (the job ended, the key is unknown) is final.
+DELIVER_TIMEOUT = timedelta(seconds=30)
+DELIVER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+
+EndOperation = Callable[[Operation, str], Awaitable[None]]
+
+
+class InputDesk:
+    """Every question of one run's operations, from the job's asking to the answer's delivery."""
+
+    def __init__(
+        self, state: RunState, versions: Versions, board: StatusBoard, end: EndOperation
+    ) -> None:
+        self._state = state
+        self._versions = versions
+        self._board = board
+        self._end = end  # cancels an operation, saying why (on_timeout `cancel`)
+        self._handlers: dict[str, asyncio.Task[None]] = {}  # by question id, while open
+        self._handed_over = False
+
+    # --- the run's life ------------------------------------------------------------------
+
+    def take_over(self) -> None:
+        """Attend to the questions a previous run handed over: the open ones, and answers it
+        recorded but had not delivered."""
+        for request in self._state.questions.values():
+            op = self._state.operations[request.operation_id]
+            if request.open or _undelivered(request):
+                self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+
+    async def hand_over(self) -> None:
+        """Before continue-as-new: answers on their way are delivered first; then the next run
+        attends to the open questions itself."""
+        await workflow.wait_condition(
+            lambda: not any(_undelivered(r) for r in self._state.questions.values())
+        )
+        self._handed_over = True
+        for handler in self._handlers.values():
+            handler.cancel()
+
+    def asks_model(self, op: Operation) -> bool:
+        """Whether the operation waits for the model to answer one of its questions."""
+        return any(
+            r.open and r.policy.answered_by == "model"
+            for r in self._state.questions.values()
+            if r.operation_id == op.operation_id
+        )
+
+    def model_answers(self) -> bool:
+        """Whether the model has been asked anything in this run (it is then offered
+        `answer_question`)."""
+        return any(r.policy.answered_by == "model" for r in self._state.questions.values())
+
+    def keys(self, op: Operation) -> list[str]:
+        """The keys of every question the operation's job asked."""
+        return [r.key for r in self._state.questions.values() if r.operation_id == op.operation_id]
+
+    # --- asking --------------------------------------------------------------------------
+
+    def ask(self, op: Operation, questions: list[Question]) -> None:
+        """The job asks: each question not asked before is recorded and routed per the
+        tool's policy."""
+        asked = set(self.keys(op))
+        policy = op.input or InputPolicy()
+        now = workflow.now()
+        for question in questions:
+            if question.key in asked:
+                continue
+            asked.add(question.key)
+            nonce = self._versions.nonce()
+            request = InputRequest(
+                question_id=f"q_{workflow.uuid4().hex[:12]}",
+                operation_id=op.operation_id,
+                tool=op.tool,
+                key=question.key,
+                message=question.message,
+                requested_schema=question.requested_schema,
+                asked_at=now,
+                expires_at=now + policy.timeout,
+                policy=policy,
+                sent_to=[policy.recipients if policy.answered_by == "person" else "model"],
+                link_nonce=nonce,
+                nonce_hash=ledger.nonce_hash(nonce),
+            )
+            self._state.questions[request.question_id] = request
+            ledger.step(
+                self._state,
+                "event",
+                op.tool,
+                f"{op.operation_id} asks {request.question_id} of {request.sent_to[0]}: "
+                f"{ledger.preview(question.message)}",
+            )
+            question_asked(request)
+            self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+        self._refresh(op)
+
+    def operation_ended(self, op: Operation) -> None:
+        """The operation ended (or was cancelled): its open questions need no answer now."""
+        for request in self._state.questions.values():
+            if request.operation_id == op.operation_id and request.open:
+                self._close(request, "cancelled", f"{op.operation_id} {op.status}")
+        self._refresh(op)
+
+    async def _attend(self, op: Operation, request: InputRequest) -> None:
+        """Wait for the answer (or the timeout policy), then deliver it to the job."""
+        if request.open:
+            await self._wait_for_answer(op, request)
+        if request.answer is not None and request.delivery != "sent":
+            await self._deliver(op, request)
+
+    async def _wait_for_answer(self, op: Operation, request: InputRequest) -> None:
+        policy = request.policy
+        if policy.answered_by == "model":
+            if not await self._answered(op, request):
+                await self._time_out(op, request)
+            return
+        details = f"waiting for an answer: {ledger.preview(request.message)}"
+        label = f"answer to {request.question_id} ({op.tool})"
+        with self._board.waiting("input", details, label, until=request.expires_at):
+            # Whoever was not told yet: everyone, unless a previous run (which continued as new)
+            # told them.
+            notices = [
+                self._notice(request, recipient, escalation=recipient != policy.recipients)
+                for recipient in request.sent_to
+                if recipient not in request.told
+            ]
+            try:
+                if await self._answered(op, request):
+                    return
+                if policy.on_timeout == "escalate" and not request.escalated:
+                    request.escalated = True
+                    request.expires_at += policy.timeout
+                    request.sent_to.append(policy.escalate_to)
+                    ledger.step(
+                        self._state,
+                        "event",
+                        op.tool,
+                        f"{request.question_id} escalated to {policy.escalate_to}",
+                    )
+                    notices.append(self._notice(request, policy.escalate_to, escalation=True))
+                    self._board.show()
+                    if await self._answered(op, request):
+                        return
+                await self._time_out(op, request)
+            finally:
+                for notice in notices:
+                    notice.cancel()
+
+    async def _answered(self, op: Operation, request: InputRequest) -> bool:
+        """Whether the question closed by its deadline (at once if that has passed)."""
+        remaining = request.expires_at - workflow.now()
+        if request.open and remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: not request.open or op.terminal, timeout=remaining
+                )
+        if request.open and op.terminal:
+            self.operation_ended(op)
+        return not request.open
+
+    async def _time_out(self, op: Operation, request: InputRequest) -> None:
+        """Nobody answered in time: the job is told no (`decline`, and after an escalation's
+        second window), or the operation is cancelled (`cancel`)."""
+        until = request.expires_at.isoformat()
+        if request.policy.on_timeout == "cancel":
+            self._close(request, "expired", f"no answer by {until}; operation cancelled")
+            await self._end(op, f"question {request.question_id} had no answer by {until}")
+            return
+        request.answer = Answer(
+            action="decline", responder="policy", answered_at=workflow.now(), by_policy=True
+        )
+        self._close(request, "expired", f"no answer by {until}; the job is told no")
+
+    # --- answers -------------------------------------------------------------------------
+
+    def validate(self, input: AnswerInput) -> None:
+        """Refuse an answer that cannot apply (nothing is written to the run's history)."""
+        request = self._state.questions.get(input.question_id)
+        if request is None:
+            raise ApplicationError(f"no question {input.question_id}", type=QUESTION_UNKNOWN)
+        if input.nonce is not None and request.nonce_hash != ledger.nonce_hash(input.nonce):
+            raise ApplicationError(
+                "link was not issued for this question", type=QUESTION_NONCE_MISMATCH
+            )
+        if request.policy.answered_by != "person":
+            raise ApplicationError(
+                f"question {request.question_id} is the model's to answer (the tool's policy)",
+                type=QUESTION_NOT_YOURS,
+            )
+        if not request.open:
+            raise ApplicationError(f"question already {request.status}", type=QUESTION_CLOSED)
+        if problem := answer_problems(request.requested_schema, input):
+            raise ApplicationError(f"invalid answer: {problem}", type=QUESTION_INVALID_ANSWER)
+
+    async def answer(self, input: AnswerInput) -> AnswerOutcome:
+        """Apply a validated answer; return once the job has it (or refused it)."""
+        request = self._state.questions[input.question_id]
+        answer = Answer(
+            action=input.action,
+            content=input.content,
+            responder=input.responder,
+            answered_at=workflow.now(),
+        )
+        self._apply(request, answer)
+        if self._handed_over:
+            # The question's handler is gone (the run is continuing as new, which waits for
+            # this Update): the answer is delivered here.
+            op = self._state.operations[request.operation_id]
+            self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+        await workflow.wait_condition(lambda: not _undelivered(request))
+        return _outcome(request, input.delivery_id)
+
+    async def answer_by_model(self, call: ToolCall) -> ToolResult:
+        """The built-in `answer_question`: the model answers a question its policy gives it."""
+        try:
+            args = AnswerQuestionArgs.model_validate_json(call.arguments or "{}")
+        except ValueError as err:
+            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        request = self._state.questions.get(args.question_id)
+        if request is None:
+            return ledger.error_result(call, f"no question {args.question_id!r} in this run")
+        if request.policy.answered_by != "model":
+            return ledger.error_result(
+                call, f"question {request.question_id} is for a person to answer, not you"
+            )
+        if not request.open:
+            return ledger.error_result(call, f"question {request.question_id} is {request.status}")
+        if problem := answer_problems(request.requested_schema, args):
+            return ledger.error_result(call, f"invalid answer: {problem}")
+        answer = Answer(
+            action=args.action, content=args.content, responder="model", answered_at=workflow.now()
+        )
+        self._apply(request, answer)
+        await workflow.wait_condition(lambda: not _undelivered(request))
+        outcome = _outcome(request, "")
+        return ToolResult(
+            tool_call_id=call.id,
+            name=call.name,
+            content=ledger.to_json(
+                {"question_id": request.question_id, **outcome.model_dump(exclude={"delivery_id"})}
+            ),
+            is_error=not outcome.delivered,
+        )
+
+    def _apply(self, request: InputRequest, answer: Answer) -> None:
+        request.answer = answer
+        status: QuestionStatus = "answered" if answer.action == "accept" else "declined"
+        self._close(request, status, f"{status} by {answer.responder}")
+
+    def _close(self, request: InputRequest, status: QuestionStatus, why: str) -> None:
+        request.status = status
+        ledger.step(
+            self._state,
+            "event",
+            request.tool,
+            f"{request.question_id} {why}",
+            is_error=status in ("expired", "cancelled"),
+        )
+        question_closed(request)
+        self._refresh(self._state.operations[request.operation_id])
+
+    async def _deliver(self, op: Operation, request: InputRequest) -> None:
+        """The `answer_operation` activity: the answer, to the job that asked."""
+        assert request.answer is not None
+        request.delivery = "sending"
+        sent = await call(
+            ANSWER_OPERATION,
+            DeliverAnswer(
+                operation_id=op.operation_id,
+                tool=op.tool,
+                job_id=op.job_id,
+                key=request.key,
+                action=request.answer.action,
+                content=request.answer.content,
+                responder=request.answer.responder,
+            ),
+            result_type=type(None),
+            summary=f"answer {op.tool} {op.job_id}: {request.answer.action}",
+            start_to_close_timeout=DELIVER_TIMEOUT,
+            retry_policy=DELIVER_RETRY,
+        )
+        if isinstance(sent, Failed):
+            request.delivery, request.delivery_error = "failed", sent.message
+            ledger.step(
+                self._state,
+                "event",
+                op.tool,
+                f"{request.question_id}: the job did not take the answer: {sent.message}",
+                is_error=True,
+            )
+        else:
+            request.delivery = "sent"
+        self._refresh(op)
+
+    def _refresh(self, op: Operation) -> None:
+        """What the operation shows of its questions: the open ones, and `input_required`
+        while there are any."""
+        op.asking = [
+            r.view()
+            for r in self._state.questions.values()
+            if r.operation_id == op.operation_id and r.open
+        ]
+        if not op.terminal:
+            if op.asking:
+                op.status = "input_required"
+            elif op.status == "input_required":
+                op.status = "running"
+        self._board.show()
+
+    # --- telling people ------------------------------------------------------------------
+
+    def _notice(
+        self, request: InputRequest, recipient: str, *, escalation: bool
+    ) -> asyncio.Task[None]:
+        """Tell `recipient` in a task of its own, cancelled once the question closes."""
+
+        async def notify() -> None:
+            windows = 2 if request.policy.on_timeout == "escalate" else 1
+            try:
+                sent = await call(
+                    NOTIFY_INPUT,
+                    InputNotice(
+                        workflow_id=workflow.info().workflow_id,
+                        request=request,
+                        recipient=recipient,
+                        escalation=escalation,
+                        nonce=request.link_nonce,
+                        links_expire_at=request.asked_at + request.policy.timeout * windows,
+                    ),
+                    result_type=type(None),
+                    summary=f"notify {recipient}: question of {request.tool}",
+                    start_to_close_timeout=NOTIFY_TIMEOUT,
+                    retry_policy=NOTIFY_RETRY,
+                )
+            except ActivityError as err:
+                if not is_cancelled_exception(err):
+                    raise
+                return  # the question closed: no one needs telling any more
+            if isinstance(sent, Failed):
+                workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
+                return
+            request.told.append(recipient)
+
+        return asyncio.create_task(notify())
+
+
+def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
+    """Why an answer does not fit its question (None if it does): an accept must carry content
+    valid against the requested schema; a decline carries none."""
+    if answer.action == "decline":
+        return "a decline carries no content" if answer.content else None
+    if answer.content is None:
+        return "an accept needs content matching the question's requested_schema"
+    try:
+        validator = jsonschema.Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(answer.content), key=lambda e: list(e.path))
+    except jsonschema.SchemaError as err:
+        return f"the question's schema is not valid JSON Schema: {err.message}"
+    if not errors:
+        return None
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error.path) or '(content)'}: {error.message}"
+        for error in errors[:5]
+    )
+
+
+def _undelivered(request: InputRequest) -> bool:
+    """An answer (or the policy's decline) the job has not been given yet."""
+    return request.answer is not None and request.delivery not in ("sent", "failed")
+
+
+def _outcome(request: InputRequest, delivery_id: str) -> AnswerOutcome:
+    return AnswerOutcome(
+        accepted=True,
+        status=request.status,
+        delivered=request.delivery == "sent",
+        reason=request.delivery_error or "",
+        delivery_id=delivery_id,
+    )
+
+
+def question_asked(request: InputRequest) -> None:
+    """Count a question a job asked, by tool and by who answers it."""
+    workflow.metric_meter().create_counter(
+        "waitstate_questions_asked", "Questions operations' jobs asked"
+    ).add(1, {"tool": request.tool, "answered_by": request.policy.answered_by})
+
+
+def question_closed(request: InputRequest) -> None:
+    """Count a question that closed, by tool and outcome, and how long it was open."""
+    meter = workflow.metric_meter()
+    labels = {"tool": request.tool, "outcome": request.status}
+    meter.create_counter("waitstate_questions", "Questions of operations closed").add(1, labels)
+    meter.create_histogram_timedelta(
+        "waitstate_question_wait", "Question to answer", unit="ms"
+    ).record(workflow.now() - request.asked_at, labels)
