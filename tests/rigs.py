@@ -514,3 +514,41 @@ def python_server(args: list[str], port: int) -> Iterator[None]:
         process.wait(timeout=10)
         if process.stderr is not None:
             process.stderr.close()
+
+
+class ServerProcess:
+    """`python ARGS` from the checkout, a server on `port` that a test can SIGKILL and start
+    again on the same port (`python_server` is for one that runs for a block); its output goes
+    to `log`."""
+
+    def __init__(
+        self, args: list[str], port: int, log: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = port
+        self._args, self._log, self._env = args, log, env
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        """Start the server; return once it listens."""
+        with self._log.open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, *self._args, cwd=ROOT, env=self._env, stdout=log, stderr=log
+            )
+        self._process = process
+
+        async def listening() -> bool:
+            assert process.returncode is None, self._log.read_text(errors="replace")
+            return port_open(self.port)
+
+        await eventually(listening, f"{' '.join(self._args)} to listen on {self.port}")
+
+    async def kill(self) -> None:
+        """SIGKILL: the server gets no chance to finish anything."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        await self._process.wait()
+
+    async def stop(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.terminate()
+            await asyncio.wait_for(self._process.wait(), 30)

@@ -204,6 +204,7 @@ class McpTaskBackend:
 
         Raises:
             ToolError: the server does not know the task (any more).
+            ConnectionError: the session broke under the check (its server went away).
         """
         try:
             state = await (await self._connected()).session.send_request(
@@ -211,6 +212,14 @@ class McpTaskBackend:
             )
         except MCPError as err:
             raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
+        except asyncio.CancelledError:
+            # The SDK cancels a session whose server went away: a failed check, unless this
+            # check itself is being cancelled (still so once the session's scope is left).
+            await self.aclose()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise ConnectionError(f"MCP server {self._server.name!r} ended the session") from None
         except BaseException:
             await self.aclose()  # the session may be broken: the next check opens another
             raise

@@ -1,12 +1,26 @@
-"""The MCP test server, started once for the package's tests on a free port."""
+"""The MCP test server, started once for the package's tests on a free port; and, for the tests
+that restart it, one of the test's own whose tasks live in a store of their own process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.rigs import free_port, python_server
+from tests.rigs import ServerProcess, free_port, python_server
+
+# A Redis-protocol server (fakeredis's, Lua scripts included, as docket needs) on a port.
+TASKS_STORE = (
+    "import sys, fakeredis; "
+    "fakeredis.TcpFakeServer(('127.0.0.1', int(sys.argv[1]))).serve_forever()"
+)
+# How long a task may go without its worker's lease renewed before another worker runs it
+# (ISO 8601: docket reads no plain number). Leases are renewed 4 times a period: a live
+# server keeps its tasks, and the next life of a killed one runs them again 5 s on.
+REDELIVERY_TIMEOUT = "PT5S"
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +29,37 @@ def reports_url() -> Iterator[str]:
     port = free_port()
     with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
         yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+async def tasks_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """The URL of a Redis-protocol store running in its own process (database 0)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("tasks_store") / "store.log"
+    store = ServerProcess(["-c", TASKS_STORE, str(port)], port, log)
+    await store.start()
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        await store.stop()
+
+
+@pytest.fixture
+async def restartable_reports(tasks_store: str, tmp_path: Path) -> AsyncIterator[ServerProcess]:
+    """`tests/mcp/reports_server.py` on a free port, running, its tasks in `tasks_store` under
+    a queue of the test's own (servers that share a queue take each other's tasks): a test can
+    kill it and start it again, and finds its tasks there."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "REPORTS_MCP_TASKS_URL": tasks_store,
+        "FASTMCP_DOCKET_NAME": f"reports-{uuid.uuid4().hex[:12]}",
+        "FASTMCP_DOCKET_REDELIVERY_TIMEOUT": REDELIVERY_TIMEOUT,
+    }
+    args = ["-m", "tests.mcp.reports_server", str(port)]
+    server = ServerProcess(args, port, tmp_path / "reports_server.log", env)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -2,12 +2,16 @@
 
     python -m tests.mcp.reports_server PORT
 
-It answers with `serving on PORT` on stdout once it listens.
+It answers with `serving on PORT` on stdout once it listens. Its tasks live in its memory, or,
+with `REPORTS_MCP_TASKS_URL=redis://HOST:PORT/DB`, in that store, where they outlive the process
+(`FASTMCP_DOCKET_*` set the rest: the queue's name, how soon a task whose server died is run
+again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections import Counter
 from datetime import timedelta
@@ -20,7 +24,8 @@ from fastmcp_tasks import TasksExtension
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 
 server = FastMCP("reports")
-server.add_extension(TasksExtension())  # tasks live in this process's memory
+# No URL: `memory://`, unless FASTMCP_DOCKET_URL says otherwise.
+server.add_extension(TasksExtension(url=os.environ.get("REPORTS_MCP_TASKS_URL")))
 # Polled every second: the tests wait for tasks in real time.
 TASK = TaskConfig(mode="required", poll_interval=timedelta(seconds=1))
 # What the tasks did, by event: `render_report started`, `slow_export cancelled`...

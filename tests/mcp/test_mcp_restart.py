@@ -1,0 +1,146 @@
+"""An MCP server killed with SIGKILL and started again while a run waits for one of its tasks:
+its tasks live in a store of their own process (`restartable_reports`), so the run's poll
+waits through the outage and finds its task again, running or asking its question."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import (
+    activity_attempts,
+    eventually,
+    make_worker,
+    scheduled_activities,
+    until_the_poll_has_heartbeated,
+)
+from tests.mcp.mcp_app import task_events
+from tests.rigs import ServerProcess
+from waitstate.apps import Apps, load_apps
+from waitstate.mcp import McpServer
+from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.questions import AnswerInput, InputRequest
+from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
+from workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.mcp.mcp_app:app"
+
+
+def _url(server: ServerProcess) -> str:
+    return f"http://127.0.0.1:{server.port}/mcp"
+
+
+def _apps(url: str) -> Apps:
+    return load_apps([APP], mcp_servers=[McpServer("reports", url=url)])
+
+
+async def _start(
+    env: WorkflowEnvironment, task_queue: str, model: str
+) -> WorkflowHandle[Any, RunResult]:
+    return await env.client.start_workflow(
+        AgentRunWorkflow.run,
+        RunInput(task="use the reports server", model=model, tools=["reports__*"]),
+        id=f"run-{uuid.uuid4()}",
+        task_queue=task_queue,
+    )
+
+
+async def _outage(server: ServerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGKILL the server; start it again on its port once the run's poll has found it gone."""
+    await server.kill()
+
+    async def failed_check() -> bool:
+        return any("status check of" in r.getMessage() for r in caplog.records)
+
+    await eventually(failed_check, "the poll to find the server gone")
+    await server.start()
+
+
+def _got(result: RunResult) -> dict[str, Any]:
+    assert result.status == "completed", result.error
+    return dict(json.loads((result.final_output or "").removeprefix("got: ")))
+
+
+async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_the_outage(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    restartable_reports: ServerProcess,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    url = _url(restartable_reports)
+    async with make_worker(dev_env.client, task_queue, apps=_apps(url)):
+        # An 8-second render, killed while the run polls it.
+        handle = await _start(dev_env, task_queue, "scripted:mcp-render-slow")
+        await until_the_poll_has_heartbeated(handle)
+        first_life = await task_events(url)
+        await _outage(restartable_reports, caplog)
+        result = await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+    second_life = await task_events(url)
+
+    # Killed mid-run: the next life ran the task again from its start (the store redelivers
+    # a task whose worker stopped renewing its lease); the run polled its one task id.
+    assert first_life == {"render_report started": 1}
+    assert second_life == {"render_report started": 1, "render_report finished": 1}
+    got = _got(result)
+    assert got["status"] == "succeeded"
+    assert got["result"] == {"url": "https://reports.example/emea.pdf"}
+    [operation] = state.operations.values()
+    assert (operation.tool, operation.status) == ("reports__render_report", "succeeded")
+    # One tools/call (one task), and one poll that waited through the outage in one attempt:
+    # the session it had open when the server died, and the refused connections after, are
+    # failed checks it rides out.
+    scheduled = await scheduled_activities(handle)
+    assert scheduled == [
+        LIST_MCP_TOOLS, CALL_MODEL, CALL_TOOL, CALL_MODEL, POLL_OPERATION, CALL_MODEL,
+    ]  # fmt: skip
+    attempts = list(zip(scheduled, await activity_attempts(handle), strict=True))
+    assert all(n == 1 for name, n in attempts if name != POLL_OPERATION)
+    assert [n for name, n in attempts if name == POLL_OPERATION] == [1]
+
+
+async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    restartable_reports: ServerProcess,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    url = _url(restartable_reports)
+    async with make_worker(dev_env.client, task_queue, apps=_apps(url)):
+        handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
+
+        async def asked() -> InputRequest | None:
+            state = await handle.query(AgentRunWorkflow.status)
+            return next(iter(state.questions.values()), None)
+
+        question = await eventually(asked, "the task's question")
+        first_life = await task_events(url)
+        await _outage(restartable_reports, caplog)
+        outcome = await handle.execute_update(
+            AgentRunWorkflow.answer,
+            AnswerInput(question_id=question.question_id, action="accept",
+                        content={"channel": "slack"}, responder="ana"),
+        )  # fmt: skip
+        result = await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+    second_life = await task_events(url)
+
+    assert first_life == {"publish_report asked": 1}
+    assert (outcome.accepted, outcome.status, outcome.delivered) == (True, "answered", True)
+    got = _got(result)
+    assert got["status"] == "succeeded"
+    assert got["result"] == {"published": "emea", "channel": "slack"}
+    assert state.questions[question.question_id].delivery == "sent"
+    # The next life kept the task waiting for its answer (the store holds the question's
+    # key): it went on with the answer, and asked nothing again.
+    assert second_life == {"publish_report answered accept": 1, "publish_report published": 1}
+    assert Counter(await scheduled_activities(handle))[CALL_TOOL] == 1
