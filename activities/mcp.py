@@ -125,10 +125,14 @@ class McpActivities:
         from waitstate.mcp_tasks import CreatedTask, Tasks, tool_result_text
 
         repeatable = tool.read_only or tool.idempotent
-        details = activity.info().heartbeat_details
+        info = activity.info()
+        details = info.heartbeat_details
         if details and details[0] == "task":
             return self._operation(input, str(details[1]), float(details[2]), tool_name)
-        if details and details[0] == "sending" and not repeatable:
+        # A retried attempt of a start that may have sent its call: the heartbeat that says
+        # so is sent in the background and may be lost with its worker, so the attempt number
+        # decides (every failure this attempt could answer is answered, not raised).
+        if info.attempt > 1 and not repeatable:
             return _unknown_outcome(call, "an earlier attempt was interrupted")
         try:
             server = self._servers.get(server_name)

@@ -9,6 +9,9 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    With them, the classes of issue 11 (chaos.exactly_once): progress reports before and after
    the start returns (7), expiry in every mode (8), continue-as-new while waiting (9), a key
    rotation mid-run (10) and decisions racing the timeout policy (11).
+   In `full`, runs whose MCP task (on the demo's MCP server) asks a question mid-flight: the
+   driver approves the destructive call, then answers the question (twice, through the
+   question's link and by Update at once, or not at all, so that it expires).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -46,11 +49,13 @@ from chaos.invariants import (
     REFUNDS,
     check_model_fault,
     check_run,
+    interrupted_start,
     refunds_once,
 )
 from chaos.model import Check, GatewayTarget
 from chaos.runs import (
     RESULT_TIMEOUT,
+    Answer,
     Context,
     ModelFault,
     Outbox,
@@ -60,6 +65,7 @@ from chaos.runs import (
     drive,
     make_plans,
     model_plan,
+    question_plans,
     until,
 )
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
@@ -86,8 +92,10 @@ class Size:
     result_timeout: float = RESULT_TIMEOUT
     links: float = 1 / 3
     refunds: bool = True
-    # Runs whose tool is an MCP task of the demo's MCP server (the stack starts it).
+    # Runs whose tool is an MCP task of the demo's MCP server (the stack starts it), and runs
+    # whose MCP task asks a question mid-flight (with `mcp` only).
     mcp: bool = False
+    questions: int = 0
     # Run the gateway faults after the other phases rather than beside phase A: slower, but
     # their own timeouts then do not meet a saturated machine.
     gateway_alone: bool = False
@@ -109,7 +117,7 @@ SIZES = {
                gateway_runs=3, fuzz_examples=40),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
-                 mcp=True,
+                 mcp=True, questions=6,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
                  rotation_window=timedelta(seconds=15)),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
@@ -203,6 +211,8 @@ class Suite:
                 base = stack.mcp_url.removesuffix("/mcp")
                 stats["mcp"] = (await http.get(f"{base}/_test/stats")).json()
                 self.checks.insert(1, _mcp_row(runs, stats["mcp"]))
+                if self.size.questions:
+                    self.checks.insert(2, _question_row(runs, stats["mcp"]))
             refunds = (await http.get(f"{stack.systems_url}/refunds")).json()
         self._invariants(stats, refunds)
         return self.checks
@@ -212,6 +222,8 @@ class Suite:
     async def _phase_a(self, ctx: Context, rng: random.Random) -> None:
         plans = make_plans("chaos-a", self.size, rng, phase="A")
         plans += exactly_once.plans("chaos-a", self.size, rng, phase="A")
+        if self.size.mcp:
+            plans += question_plans("chaos-a-question", self.size.questions, rng, phase="A")
         rotating = exactly_once.rotation_plans(
             "chaos-a-rotation", self.size.rotations, self.size.rotation_window, phase="A"
         )
@@ -463,9 +475,53 @@ def _mcp_row(runs: list[RunOutcome], stats: dict[str, Any]) -> Check:
     )
 
 
+MCP_QUESTIONS = "MCP tasks' questions answered, repeated, or left to expire, under the kills"
+
+
+def _question_row(runs: list[RunOutcome], stats: dict[str, Any]) -> Check:
+    """What the runs whose MCP task asked a question did: how their questions closed, what
+    became of the answers sent (applied, refused as duplicates, copies given the first one's
+    outcome), and what the server saw (their invariants are in the questions row)."""
+    mine = [o for o in runs if o.plan.question is not None]
+    closed = Counter(
+        q.status for o in mine if o.state is not None for q in o.state.questions.values()
+    )
+    sent = [a for o in mine for a in o.answers if a.kind == "answer"]
+    applied = sum(1 for a in sent if a.accepted and a.via != "link (copy)")
+    refused = Counter(_refusal(a) for a in sent if a.accepted is False)
+    copies = sum(1 for a in sent if a.accepted and a.via == "link (copy)")
+    interrupted = sum(
+        1 for o in mine if o.state is not None and not o.state.questions and interrupted_start(o)
+    )
+    seen: Counter[str] = Counter()
+    for outcome in mine:
+        seen.update(stats.get(f"delete:{outcome.plan.id}", {}))
+    said = ", ".join(f"{n}×{status}" for status, n in sorted(closed.items())) or "none"
+    server = ", ".join(f"{k} {seen[k]}" for k in ("asked", "answered", "deleted", "kept"))
+    why = ", ".join(f"{n}×{reason}" for reason, n in sorted(refused.items()))
+    return Check(
+        MCP_QUESTIONS,
+        attempts=len(mine),
+        outcome=f"{len(mine)} runs: questions {said}; answers sent {len(sent)}: {applied} "
+        f"applied, {refused.total()} refused ({why or 'none'}), link copies given the first's "
+        f"outcome {copies}; starts interrupted (outcome unknown, no question) {interrupted}; "
+        f"server: {server}; {_ended(mine)}",
+    )
+
+
+def _refusal(answer: Answer) -> str:
+    """Why an answer was refused, in a word: the gateway's status and code, or the Update's
+    error type (`QuestionClosed`), or that the run had ended."""
+    if answer.status is not None:
+        return answer.code
+    return answer.code.removeprefix("refused: ").split(":")[0].split(" (")[0]
+
+
 def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
     if name == MCP_TASKS:
         return [o for o in outcomes if o.plan.kind.startswith("mcp-task")]
+    if name == MCP_QUESTIONS:
+        return [o for o in outcomes if o.plan.question is not None]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
     if name in exactly_once.ROWS:

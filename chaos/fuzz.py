@@ -37,9 +37,14 @@ from pydantic import BaseModel, ValidationError
 from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
 from waitstate.schemas.approvals import DecisionBody
 from waitstate.schemas.operations import Completion
+from waitstate.schemas.questions import AnswerBody
 
 # The hand-read bodies, by their component name in the document: what "valid" means.
-MODELS: Mapping[str, type[BaseModel]] = {"Completion": Completion, "DecisionBody": DecisionBody}
+MODELS: Mapping[str, type[BaseModel]] = {
+    "Completion": Completion,
+    "DecisionBody": DecisionBody,
+    "AnswerBody": AnswerBody,
+}
 # Mostly the documented method: another one only proves the router's 405.
 _METHODS = ["POST"] * 36 + ["GET", "PUT", "PATCH", "DELETE"]
 # Header values as bytes (httpx sends str values as ASCII only): visible ASCII, spaces, and
@@ -62,7 +67,8 @@ class FuzzTarget:
     """The gateway and what of the attacked runs the fuzzer may use.
 
     `ids` and `tokens` are keyed by the path parameter's name in the OpenAPI document
-    (`operation_id`, `request_id`): the real id of a waiting run, and its real token.
+    (`operation_id`, `request_id`, `question_id`): the real id of a waiting run, and its real
+    token.
     """
 
     gateway_url: str

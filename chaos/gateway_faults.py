@@ -44,7 +44,13 @@ from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import MintedToken, ResumeTokens, approval_subject, nonce_hash
+from waitstate.gateway.tokens import (
+    MintedToken,
+    ResumeTokens,
+    approval_subject,
+    nonce_hash,
+    question_subject,
+)
 from waitstate.providers import Providers
 from waitstate.providers.base import ModelSettings
 from waitstate.providers.scripted import ScriptedProvider
@@ -893,10 +899,19 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
         before = [await rig.history_length(h) for h in (export, ask)]
         openapi = (await rig.http.get(f"{rig.target.gateway_url}/openapi.json")).json()
         far = datetime.now(UTC) + timedelta(hours=1)
+        # No run of these asks a question: the answer endpoint is aimed at the waiting approval
+        # run with a question it does not have, under a genuine token for it, so the furthest
+        # a request gets is the run's own refusal (404).
+        question_id = f"q_fuzz{seed}"
+        question_token = rig.tokens.mint(ask.id, question_subject(question_id), far).token
         fuzz_target = FuzzTarget(
             gateway_url=rig.target.gateway_url,
-            ids={"operation_id": op.operation_id, "request_id": request.request_id},
-            tokens={"operation_id": op_token, "request_id": link},
+            ids={
+                "operation_id": op.operation_id,
+                "request_id": request.request_id,
+                "question_id": question_id,
+            },
+            tokens={"operation_id": op_token, "request_id": link, "question_id": question_token},
             other_tokens=(
                 rig.tokens.mint(export.id, "op_0000000000000000", far).token,
                 rig.tokens.mint(f"no-such-run-{seed}", op.operation_id, far).token,

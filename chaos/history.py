@@ -163,6 +163,22 @@ def completed_activities(events: list[Any], name: str) -> int:
     return completed
 
 
+def activity_attempts(events: list[Any], name: str) -> list[int]:
+    """The attempts each activity of type `name` took (one or several histories), in order:
+    an attempt past the first was retried, e.g. after its worker was killed."""
+    scheduled: set[int] = set()
+    attempts = []
+    for event in events:
+        if event.event_type == ACTIVITY_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == name:
+                scheduled.add(event.event_id)
+        elif event.event_type == ACTIVITY_STARTED:
+            attributes = event.activity_task_started_event_attributes
+            if attributes.scheduled_event_id in scheduled:
+                attempts.append(max(1, attributes.attempt))
+    return attempts
+
+
 def cancel_attempts(chain: list[list[Any]]) -> dict[str, int]:
     """Per operation, how many attempts of `cancel_operation` activities the run made, over
     every run of the chain (an attempt cut short by a worker's death is retried, so the job

@@ -13,10 +13,11 @@ import re
 from collections import Counter
 from typing import Any
 
-from chaos.history import accepted_updates, signal_inputs, update_inputs
-from chaos.runs import MODEL_TIMEOUT, RETRY_AFTER, RunOutcome
+from chaos.app import DELETE_TOOL
+from chaos.history import accepted_updates, activity_attempts, signal_inputs, update_inputs
+from chaos.runs import MODEL_TIMEOUT, QUESTION_ENDS, REPLIES, RETRY_AFTER, RunOutcome
 from chaos.wire import HANG_LIMIT
-from waitstate.schemas.run import TERMINAL_STATUSES
+from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import RecordedRequest
 
 # Invariant names: the rows of the table's second half.
@@ -32,9 +33,10 @@ FINAL = "a decision applied is final"
 GENUINE = "no genuine webhook or link refused (401/404)"
 REFUSED = "no refused request added a history event"
 REFUNDS = "an approved refund issued once, a rejected one never"
+QUESTIONS = "each question asked once, answered once, as its job saw it; duplicates refused"
 INVARIANTS = (
     READ, REPLAYS, TERMINAL, EXPECTED, JOBS, FINISHED, COMPLETIONS, APPROVALS, FINAL, GENUINE, REFUSED,
-    REFUNDS,
+    REFUNDS, QUESTIONS,
 )  # fmt: skip
 
 # A request's outcome as the ledger records it: a person's or the policy's decision, or expiry.
@@ -77,6 +79,7 @@ def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]
     found[GENUINE] += _genuine(tag, outcome, keys, stats)
     found[REFUSED] += _refused(tag, outcome, keys, stats)
     found[REFUNDS] += _refunds(tag, outcome, stats)
+    found[QUESTIONS] += _questions(tag, outcome, stats)
     return found
 
 
@@ -169,6 +172,142 @@ def _mcp_tasks(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str
                 problems.append(f"{tag}: {op.status} operation {op.operation_id} never cancelled")
             if ended < 1:
                 problems.append(f"{tag}: {op.status} operation's task still running")
+    return problems
+
+
+def _questions(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
+    """A run whose MCP task asked to confirm a deletion (the demo server's `delete:NAME`): the
+    task asked once per question the run recorded; it was given one answer at most, exactly
+    one once the run says it delivered it, and deleted or kept the dataset (never both) as
+    that answer said; the question closed as the plan's answers should close it, with one
+    `answer` Update in its histories; of the answers sent (copies of a link's request aside)
+    one was accepted and every other refused, and the copies were told the first's outcome."""
+    plan = outcome.plan
+    if plan.question is None or outcome.state is None:
+        return []
+    if "mcp" not in stats:
+        return [f"{tag}: the MCP server's records were not read"]
+    seen = stats["mcp"].get(f"delete:{plan.id}", {})
+    asked, answered, deleted, kept = (
+        seen.get(k, 0) for k in ("asked", "answered", "deleted", "kept")
+    )
+    questions = list(outcome.state.questions.values())
+    ops = [op for op in outcome.state.operations.values() if op.tool == DELETE_TOOL]
+    problems = [
+        f"{tag}: operation {op.operation_id} ended {op.status}{_why(op)}"
+        for op in ops
+        if op.status != "succeeded"
+    ]
+    if not ops and interrupted_start(outcome):
+        # The run told the model the deletion may or may not have started: its task, if it
+        # was made, asks on with no one to answer. Made twice it would have asked twice.
+        if asked > 1:
+            problems.append(f"{tag}: the task asked {asked} times{_attempts(outcome)}")
+        return problems
+    if len(questions) != asked:
+        problems.append(
+            f"{tag}: the task asked {asked} times, the run has {len(questions)} questions"
+            f"{_attempts(outcome)}"
+        )
+    if len(questions) != 1:
+        problems.append(f"{tag}: {len(questions)} questions, expected the deletion's one")
+    if answered > 1:
+        problems.append(f"{tag}: the task was given {answered} answers{_attempts(outcome)}")
+    if deleted and kept:
+        problems.append(f"{tag}: the dataset was deleted ({deleted}) and kept ({kept})")
+    if deleted + kept != answered:
+        problems.append(f"{tag}: {answered} answers, but deleted {deleted}, kept {kept}")
+    status, end = QUESTION_ENDS[plan.question]
+    updates = [u.argument.get("question_id") for u in accepted_updates(outcome.events, "answer")]
+    for q in questions:
+        where = f"question {q.question_id} ({q.status}, delivery {q.delivery})"
+        if q.status != status:
+            problems.append(f"{tag}: {where}, expected {status}: {'; '.join(outcome.notes)}")
+        if q.delivery != "sent":
+            problems.append(
+                f"{tag}: {where}: its answer never reached the task: {q.delivery_error}"
+            )
+            continue
+        if answered != 1:
+            problems.append(f"{tag}: {where}, but the task was given {answered} answers")
+        answer = q.answer
+        confirmed = (
+            answer is not None
+            and answer.action == "accept"
+            and (answer.content or {}).get("confirm") is True
+        )
+        said = "deleted" if confirmed else "kept"
+        if (deleted, kept) != ((1, 0) if confirmed else (0, 1)):
+            problems.append(
+                f"{tag}: {where} says {said}; the server deleted {deleted}, kept {kept}"
+            )
+        if said != end:
+            problems.append(f"{tag}: {where} says {said}, expected {end}")
+        by_policy = answer is not None and answer.by_policy
+        if by_policy != (plan.question == "expire"):
+            problems.append(f"{tag}: {where}: answered by policy: {by_policy}")
+        applied = updates.count(q.question_id)
+        if applied != (0 if by_policy else 1):
+            problems.append(f"{tag}: {where}: {applied} answer Updates accepted in its histories")
+    problems += _answers_told(tag, outcome, questions)
+    return problems
+
+
+def interrupted_start(outcome: RunOutcome) -> bool:
+    """Whether the run's MCP call was retried after an attempt that may have sent it (its
+    worker killed mid-call): the call is not repeated, and the model is told its outcome is
+    unknown (activities/mcp.py)."""
+    steps = outcome.state.steps if outcome.state is not None else []
+    return any(attempt > 1 for attempt in activity_attempts(outcome.events, CALL_TOOL)) and any(
+        s.kind == "tool" and s.is_error and "may or may not have taken effect" in s.detail
+        for s in steps
+    )
+
+
+def _attempts(outcome: RunOutcome) -> str:
+    """The attempts of the activities that make a task and give it answers: a task made twice
+    asks twice, an answer given twice may be taken twice (their workers killed mid-call)."""
+    made = activity_attempts(outcome.events, CALL_TOOL)
+    given = activity_attempts(outcome.events, ANSWER_OPERATION)
+    return f" (attempts of call_tool: {made}, of answer_operation: {given})"
+
+
+def _answers_told(tag: str, outcome: RunOutcome, questions: list[Any]) -> list[str]:
+    """What the senders of answers were told: one accepted (none for a question left to
+    expire), and it is the answer the question holds; every other refused, not lost; a copy
+    of a link's request told what the first was, or, sent once the link had expired (the
+    first one's answer having come late), refused as expired."""
+    sent = [a for a in outcome.answers if a.kind == "answer"]
+    copies = [a for a in sent if a.via == "link (copy)"]
+    others = [a for a in sent if a.via != "link (copy)"]
+    told = [a for a in others if a.accepted]
+    wanted = 0 if outcome.plan.question == "expire" else 1
+    problems = []
+    if len(told) != wanted:
+        said = "; ".join(f"{a.via}: {a.code}" for a in others) or "none sent"
+        problems.append(f"{tag}: {len(told)} answers accepted, expected {wanted}: {said}")
+    problems += [
+        f"{tag}: the answer by {a.via} was neither accepted nor refused: {a.code}"
+        for a in others
+        if a.accepted is None
+    ]
+    recorded = {q.question_id: q.answer for q in questions}
+    for a in told:
+        answer = recorded.get(a.subject)
+        if answer is None or (answer.action, answer.content) != REPLIES[a.decision]:
+            holds = "nothing" if answer is None else f"{answer.action} {answer.content}"
+            problems.append(
+                f"{tag}: {a.via} was told its {a.decision} was accepted; the question holds {holds}"
+            )
+    first = next((a for a in others if a.via == "link"), None)
+    for copy in copies:
+        if copy.late and copy.code == "410 token_expired":
+            continue
+        if first is None or (copy.accepted, copy.code) != (first.accepted, first.code):
+            problems.append(
+                f"{tag}: a copy of the link's answer was told {copy.code}, the first "
+                f"{first.code if first else 'was never sent'} ({'; '.join(outcome.notes)})"
+            )
     return problems
 
 

@@ -1,6 +1,7 @@
 """The runs the suite starts: what each is, how the driver plays its part (approvals decided at
 random moments or racing the timeout policy, cancels, late completions, scripted model faults,
-links used across a key rotation), and what it must end as.
+links used across a key rotation, MCP tasks' questions answered, repeated or left to expire),
+and what it must end as.
 
 After a run ends the driver reads its state and the history of every run of its
 continue-as-new chain; a read that fails is reported, never skipped: an invariant that could
@@ -24,14 +25,16 @@ import httpx
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from chaos.app import DELETE_SCRIPT, DELETE_TOOL
 from chaos.history import completed_activities, fetch_chain, replay_failures
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
-from waitstate.client import ClientError, DecisionRefused, RunEnded, WaitstateClient
+from waitstate.client import AnswerRefused, ClientError, DecisionRefused, RunEnded, WaitstateClient
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput, DecisionKind, DecisionSignal
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.run import NOTIFY_APPROVAL
+from waitstate.schemas.questions import AnswerInput, QuestionStatus
+from waitstate.schemas.run import NOTIFY_APPROVAL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import error, openai_tool_calls
 from workflows.agent_run import AgentRunWorkflow
 
@@ -42,6 +45,11 @@ Decider = Literal["signal", "update", "link", "timeout", "race"]
 ModelFault = Literal["429", "500", "hang", "malformed"]
 # Which demo systems (and task queue) a run's tools use: see chaos.stack.
 Queue = Literal["main", "early", "slow"]
+# What the driver does with the question a run's MCP task asks (`delete_dataset`'s "Delete
+# dataset NAME for good?"): see `_answer_question`.
+QuestionPlay = Literal["repeat", "link-copies", "decline", "race", "refuse", "expire"]
+# The answers it sends: `confirm` deletes, `refuse` (an accept saying no) and `decline` keep.
+Reply = Literal["confirm", "refuse", "decline"]
 
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 REFUND_TOOLS = ["check_claim", "issue_refund"]
@@ -82,19 +90,21 @@ class RunPlan:
     rotation: Literal["before", "after"] | None = None  # its tokens minted before/after it
     link: Literal["first", "escalation"] = "first"  # which notice's link decides
     race: Literal["at-once", "at-deadline", "late"] = "at-once"  # when a `race` decision is sent
+    question: QuestionPlay | None = None  # the answers to its MCP task's question
 
 
 @dataclass(frozen=True)
 class Answer:
-    """What the sender of a decision or a completion was told."""
+    """What the sender of a decision, a completion or an answer was told."""
 
-    kind: Literal["decision", "completion"]
-    subject: str  # the request id or operation id
+    kind: Literal["decision", "completion", "answer"]
+    subject: str  # the request id, operation id or question id
     via: str  # signal, update, link, late (a completion after the operation ended)
     status: int | None  # the HTTP status (links, completions)
     code: str  # the gateway's error code, or the Update's answer
     accepted: bool | None  # None: unknown (a signal, a 503, no answer)
-    decision: str = ""  # approve or reject (decisions)
+    decision: str = ""  # approve or reject (decisions); a Reply (answers)
+    late: bool = False  # sent once its link had expired (answers through a question's link)
 
 
 @dataclass
@@ -127,6 +137,8 @@ class Outbox:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Every notice per `workflow_id/request_id`, oldest first (the first, then an escalation).
     notices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The notices of operations' questions (`kind: question`), per `workflow_id/question_id`.
+    questions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _seen: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -139,6 +151,10 @@ class Outbox:
                 entries = []
             for entry in entries[self._seen :]:
                 body = entry["body"]
+                if body.get("kind") == "question":
+                    key = f"{body['workflow_id']}/{body['question_id']}"
+                    self.questions.setdefault(key, []).append(body)
+                    continue
                 key = f"{body['workflow_id']}/{body['request_id']}"
                 self.links.setdefault(key, body)
                 self.links.setdefault(body["workflow_id"], body)
@@ -154,6 +170,13 @@ class Outbox:
         while workflow_id not in self.links:
             await self._changed.wait()
         return self.links[workflow_id]
+
+    async def question(self, workflow_id: str, question_id: str) -> dict[str, Any]:
+        """The first notice of the run's question (its answer link...)."""
+        key = f"{workflow_id}/{question_id}"
+        while key not in self.questions:
+            await self._changed.wait()
+        return self.questions[key][0]
 
     async def notice(self, workflow_id: str, request_id: str, index: int) -> dict[str, Any]:
         """The request's notice number `index` (0: the first, 1: the escalation)."""
@@ -266,6 +289,43 @@ def _mcp_task(wid: str, i: int) -> RunPlan:
     return RunPlan(wid, "mcp-task-expiring" if expires else "mcp-task", "polled", run)
 
 
+# What each way of answering must leave: the question's status, and what the MCP server did.
+QUESTION_ENDS: dict[QuestionPlay, tuple[QuestionStatus, Literal["deleted", "kept"]]] = {
+    "repeat": ("answered", "deleted"),
+    "link-copies": ("answered", "deleted"),
+    "decline": ("declined", "kept"),
+    "race": ("answered", "deleted"),
+    "refuse": ("answered", "kept"),
+    "expire": ("expired", "kept"),
+}
+QUESTION_PLAYS: tuple[QuestionPlay, ...] = tuple(QUESTION_ENDS)
+# How a question run's approval is decided (an approval, so its task can start at all).
+DECIDERS: tuple[Decider, ...] = ("signal", "update", "link")
+
+
+def question_plans(prefix: str, count: int, rng: random.Random, *, phase: str) -> list[RunPlan]:
+    """`count` runs whose MCP task asks a question: each deletes a dataset named by its id (a
+    destructive tool: the driver approves the call, by the means the mix picks, maybe twice),
+    and its task asks to confirm; the driver answers per `QUESTION_PLAYS`, in turn."""
+    plans = []
+    for i in range(count):
+        wid = f"{prefix}-{i:02d}"
+        play = QUESTION_PLAYS[i % len(QUESTION_PLAYS)]
+        run = RunInput(
+            task=f"delete the dataset {wid}",
+            model=f"scripted:{DELETE_SCRIPT}",
+            tools=[DELETE_TOOL],
+        )
+        # Its operation is checked with its question (chaos.invariants): a start its worker
+        # was killed in may leave the run without one, as the mix's MCP tasks may.
+        plan = RunPlan(
+            wid, f"mcp-question-{play}", "approval", run, decider=rng.choice(DECIDERS),
+            duplicate_decision=rng.random() < 0.5, phase=phase, question=play,
+        )  # fmt: skip
+        plans.append(plan)
+    return plans
+
+
 def _ask_first(wid: str, i: int) -> RunPlan:
     run = RunInput(
         task="publish the quarterly report", model="scripted:ask-first", tools=["request_approval"]
@@ -317,6 +377,7 @@ def cancel_plan(wid: str, queue: Queue = "main") -> RunPlan:
 
 
 MODEL_TIMEOUT = timedelta(seconds=2)
+TOOL_TIMEOUT = timedelta(seconds=10)
 RETRY_AFTER = 2
 
 
@@ -328,6 +389,8 @@ def model_plan(wid: str, fault: ModelFault) -> RunPlan:
         model=f"openai:{wid}",
         tools=["calculate"],
         model_timeout=MODEL_TIMEOUT,
+        # A worker killed holding its `calculate` call must not cost the run two minutes.
+        tool_timeout=TOOL_TIMEOUT,
     )
     return RunPlan(wid, f"model-{fault}", "model", run, fault=fault)
 
@@ -423,6 +486,8 @@ async def _play(
         await _race_decision(ctx, plan, handle, outcome)
     elif plan.decider is not None and plan.decider != "timeout":
         await _decide(ctx, plan, handle, outcome, hold)
+    if plan.question is not None:
+        await _answer_question(ctx, plan, plan.question, handle, outcome)
     if plan.cancel:
         await until(ctx, handle, lambda s: any(not o.terminal for o in s.operations.values()))
         if hold is not None:
@@ -693,6 +758,139 @@ async def _update_decision(
             continue
         code = f"accepted: {answer.status}"
         return Answer("decision", request_id, "update", None, code, True, decision)
+
+
+async def _answer_question(
+    ctx: Context,
+    plan: RunPlan,
+    play: QuestionPlay,
+    handle: WorkflowHandle[Any, Any],
+    outcome: RunOutcome,
+) -> None:
+    """Once the run records its task's question, answer it per the plan:
+
+    - `repeat`: confirm by the `answer` Update, then the same answer again by another Update
+      (a second person): refused, the question being answered;
+    - `link-copies`: confirm through the question's link, then the identical request again
+      (a retry): the same Update, so applied once, and the copy gets its outcome;
+    - `decline`: decline by Update, then confirm through the link: refused;
+    - `race`: confirm by Update and through the link at once: one applied, the other refused;
+    - `refuse`: accept through the link, saying no (`confirm: false`): the dataset is kept;
+    - `expire`: nobody answers; the policy tells the task no, and a late answer is refused.
+    """
+    state = await until(ctx, handle, lambda s: bool(s.questions) or s.status in TERMINAL_STATUSES)
+    if not state.questions:
+        # Its start was interrupted, say (chaos.invariants.interrupted_start): nothing to answer.
+        outcome.notes.append(f"the run ended {state.status} with no question")
+        return
+    question_id = next(iter(state.questions))
+    if play == "expire":
+        await until(ctx, handle, lambda s: not s.questions[question_id].open)
+        late = await _update_answer(ctx, handle, question_id, "confirm", "update (late)")
+        outcome.answers.append(late)
+        outcome.notes.append(f"late answer by update: {late.code}")
+        return
+    link: dict[str, Any] = {}
+    if any(means == "link" for means, _, _ in _ANSWERS[play]):
+        link = await _bounded(ctx, ctx.outbox.question(plan.id, question_id))
+
+    async def send(means: Literal["update", "link"], reply: Reply, via: str) -> Answer:
+        began = time.monotonic()
+        if means == "update":
+            answer = await _update_answer(ctx, handle, question_id, reply, via)
+        else:
+            answer = await _link_answer(ctx, link, question_id, reply, via)
+        outcome.notes.append(f"{reply} by {via}: {answer.code} ({time.monotonic() - began:.1f}s)")
+        return answer
+
+    await asyncio.sleep(ctx.rng.uniform(0.0, 1.5))
+    if play == "race":
+        outcome.answers += await asyncio.gather(*(send(*a) for a in _ANSWERS[play]))
+    else:
+        # One after the other, each recorded once sent (a driver failure keeps those before).
+        for answer in _ANSWERS[play]:
+            outcome.answers.append(await send(*answer))
+
+
+# The answers of each play, in order (`race`: at once): by what means, saying what, and how
+# the sender is known (an Update's id and a link's responder follow from it).
+_ANSWERS: dict[QuestionPlay, list[tuple[Literal["update", "link"], Reply, str]]] = {
+    "repeat": [("update", "confirm", "update"), ("update", "confirm", "update (again)")],
+    "link-copies": [("link", "confirm", "link"), ("link", "confirm", "link (copy)")],
+    "decline": [("update", "decline", "update"), ("link", "confirm", "link")],
+    "race": [("update", "confirm", "update"), ("link", "confirm", "link")],
+    "refuse": [("link", "refuse", "link")],
+    "expire": [],
+}
+
+
+# What each Reply sends (by name, as `Answer.decision` has it): the action and its content
+# (the question's schema is `{confirm: bool}`).
+REPLIES: dict[str, tuple[Literal["accept", "decline"], dict[str, Any] | None]] = {
+    "confirm": ("accept", {"confirm": True}),
+    "refuse": ("accept", {"confirm": False}),
+    "decline": ("decline", None),
+}
+
+
+async def _update_answer(
+    ctx: Context, handle: WorkflowHandle[Any, Any], question_id: str, reply: Reply, via: str
+) -> Answer:
+    """The `answer` Update, asked again under the same id until it is answered (an answer lost
+    to a worker's restart is found, never applied twice); returns what the sender was told."""
+    action, content = REPLIES[reply]
+    answer = AnswerInput(
+        question_id=question_id, action=action, content=content, responder=f"chaos-{via}"
+    )
+    update_id = f"chaos-answer/{question_id}/{via}"
+    deadline = time.monotonic() + ctx.result_timeout
+    while True:
+        try:
+            got = await ctx.runs.answer(handle.id, answer, update_id=update_id)
+        except AnswerRefused as err:  # the validator's refusal: an answer
+            code = f"refused: {err.error_type}: {err.reason}"
+            return Answer("answer", question_id, via, None, code, False, reply)
+        except RunEnded as err:
+            code = f"refused: the run has ended ({err})"
+            return Answer("answer", question_id, via, None, code, False, reply)
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(LINK_RETRY_SECONDS)
+            continue
+        code = f"accepted: {got.status}, delivered {got.delivered}"
+        return Answer("answer", question_id, via, None, code, got.accepted, reply)
+
+
+async def _link_answer(
+    ctx: Context, notice: dict[str, Any], question_id: str, reply: Reply, via: str
+) -> Answer:
+    """An answer through the question's link (the gateway), retried on 503 as the gateway says
+    (the same body is the same Update: a retry learns the first one's outcome)."""
+    action, content = REPLIES[reply]
+    target = notice["answer"]
+    # The link's token lasts as long as the question's window (no escalation here).
+    expires_at = datetime.fromisoformat(notice["expires_at"])
+    body = {"action": action, "content": content, "responder": "chaos-link"}
+    deadline = time.monotonic() + ctx.result_timeout
+    while True:
+        late = datetime.now(UTC) >= expires_at
+        response = await ctx.http.post(
+            target["url"], json=body, headers={"Authorization": target["authorization"]}
+        )
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(LINK_RETRY_SECONDS)
+    status = response.status_code
+    if status >= 500:
+        said = f"{status} {response.text[:200]}"
+        raise RuntimeError(f"the gateway answered {said} to an answer link")
+    if status < 300:
+        taken = response.json()
+        code = f"{status} {taken['question_status']}, delivered {taken['delivered']}"
+    else:
+        code = f"{status} {error_code(response)}"
+    return Answer("answer", question_id, via, status, code, status < 300, reply, late=late)
 
 
 async def until(

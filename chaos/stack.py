@@ -34,10 +34,12 @@ from typing import Self
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
+from chaos.app import APP as CHAOS_APP
 from chaos.model import GatewayTarget
 from chaos.wire import HangingWire
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
 from waitstate.converter import DATA_CONVERTER
+from worker import DEMO_APP
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90.0
@@ -74,6 +76,12 @@ def _port_open(port: int) -> bool:
 
 # A report of the demo's MCP server takes five pages of this long.
 MCP_PAGE_SECONDS = 1.5
+# How long a question of its tasks waits for a person before the run tells the task no (the
+# demo app's policy, set here so that a change of the demo's default cannot leave the runs
+# whose question expires waiting past the suite's patience). Its answer link lasts as long:
+# an answer delivered late (its worker killed mid-delivery) may outlast the link, and a copy
+# sent then is refused as expired; a minute keeps that rare, and the runs within phase A.
+MCP_ANSWER_SECONDS = 60.0
 
 
 async def _until_listening(port: int) -> None:
@@ -311,6 +319,7 @@ class Stack:
         }
         if self.mcp_url:
             worker_env["DEMO_MCP_URL"] = self.mcp_url
+            worker_env["DEMO_MCP_ANSWER_SECONDS"] = str(MCP_ANSWER_SECONDS)
 
         def env(queue: str, systems_url: str) -> dict[str, str]:
             return {**worker_env, "WAITSTATE_TASK_QUEUE": queue, "DEMO_SYSTEMS_URL": systems_url}
@@ -327,9 +336,10 @@ class Stack:
         await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
 
     def _worker(self, name: str, env: dict[str, str]) -> Service:
+        # The demo app, and the suite's own scripts (chaos.app).
         return Service(
             name,
-            [sys.executable, "worker.py"],
+            [sys.executable, "worker.py", "--app", DEMO_APP, "--app", CHAOS_APP],
             env,
             self.dir / f"{name}.log",
             re.compile(r"worker polling"),

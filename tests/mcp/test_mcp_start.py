@@ -90,6 +90,23 @@ async def test_a_retried_attempt_that_may_have_acted_tells_the_model(
     assert await task_events(reports_url) == before
 
 
+async def test_a_retried_attempt_whose_first_left_no_heartbeat_tells_the_model_too(
+    reports_url: str, tmp_path: Path
+) -> None:
+    # The first attempt's "sending" heartbeat went down with its worker (heartbeats are sent
+    # in the background): its call may still have reached the server.
+    tools, listing = await _activities(reports_url, tmp_path)
+    call = _call("reports__render_report", {"region": "emea"}, listing)
+    before = await task_events(reports_url)
+
+    result, beats = await _attempt(tools, call, [])
+
+    assert result.is_error
+    assert "may or may not have taken effect" in result.content
+    assert beats == []
+    assert await task_events(reports_url) == before
+
+
 async def test_a_read_only_tool_is_simply_called_again(reports_url: str, tmp_path: Path) -> None:
     tools, listing = await _activities(reports_url, tmp_path)
     call = _call("reports__big_table", {"rows": 2}, listing)
