@@ -1,13 +1,15 @@
 """Mid-flight input for a long tool of our own: the demo's purge, whose job asks by webhook
 (through the gateway) for a person's confirmation while it runs, and takes the answer through
 the tool's `answer`. Answered through the question's link, through the CLI, by the model, or
-by nobody (each declared outcome); against the real dev server, gateway and demo systems."""
+by nobody (each declared outcome); against the real dev server, gateway and demo systems. And
+an MCP task's question answered through its link and through the CLI (tests/mcp has the
+rest of the MCP side)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -19,9 +21,10 @@ from temporalio.worker import Worker
 
 from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import eventually, make_worker, replays, scheduled_activities
-from tests.rigs import Stack
+from tests.rigs import Stack, free_port, python_server
 from tests.test_starter import Cli
 from waitstate.apps import load_apps
+from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
 from waitstate.schemas.questions import AnswerInput, InputPolicy, InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
@@ -29,6 +32,7 @@ from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import WAITING_FOR
 
 APP = "tests.workflows.questions_app:app"
+MCP_APP = "tests.mcp.mcp_app:app"
 CONFIRM_SCHEMA = {
     "type": "object",
     "properties": {"confirm": {"type": "boolean"}},
@@ -258,3 +262,47 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
         assert question.escalated and question.sent_to == ["operators", "managers"]
         notices = await _notices(stack, question)
         assert sorted(n["recipient"] for n in notices) == ["managers", "operators"]
+
+
+# --- the same for an MCP task's question ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reports_url() -> Iterator[str]:
+    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP."""
+    port = free_port()
+    with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+async def test_a_person_answers_an_mcp_tasks_question_through_its_link_and_the_cli(
+    stack: Stack, cli: Cli, reports_url: str
+) -> None:
+    apps = load_apps([MCP_APP], mcp_servers=[McpServer("reports", url=reports_url)])
+    worker = make_worker(
+        stack.client, stack.task_queue, tokens=stack.tokens, settings=stack.settings, apps=apps
+    )
+    async with worker:
+        by_link = await stack.start(
+            "publish", ["reports__publish_report"], model="scripted:mcp-publish"
+        )
+        by_cli = await stack.start(
+            "publish", ["reports__publish_report"], model="scripted:mcp-publish"
+        )
+        link = (await _notice(stack, await _question(by_link)))["answer"]
+        answered = await stack.http.post(
+            link["url"],
+            headers={"Authorization": link["authorization"]},
+            json={"action": "accept", "content": {"channel": "slack"}, "responder": "ana"},
+        )
+        await _question(by_cli)
+        done = await cli("answer", by_cli.id, "--accept", '{"channel": "email"}')
+        results = [await by_link.result(), await by_cli.result()]
+
+    assert answered.status_code == 200 and answered.json()["delivered"] is True
+    assert done.code == 0 and "the job has it" in done.stdout, done.stderr
+    got = [_got(result) for result in results]
+    assert [g["result"] for g in got] == [
+        {"published": "emea", "channel": "slack"},
+        {"published": "emea", "channel": "email"},
+    ]
