@@ -105,6 +105,8 @@ class ApprovalDesk:
             try:
                 if not await self._decided(request):
                     await self._escalate_or_time_out(request, notices)
+                elif self._mirrors_escalation(request):
+                    await self._escalate_or_time_out(request, notices, mirror=True)
             finally:
                 for notice in notices:
                     notice.cancel()  # the request is closed: no one needs telling any more
@@ -143,18 +145,41 @@ class ApprovalDesk:
         )
         return request
 
-    async def _decided(self, request: ApprovalRequest) -> bool:
-        """Whether a person decided by the request's deadline (at once if it has passed)."""
+    async def _decided(self, request: ApprovalRequest, mirror: bool = False) -> bool:
+        """Whether a person decided by the request's deadline (at once if it has passed).
+        `mirror`: wait as if the request were open (see `_mirrors_escalation`)."""
         remaining = request.expires_at - workflow.now()
-        if request.open and remaining > timedelta(0):
+        if (request.open or mirror) and remaining > timedelta(0):
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: not request.open, timeout=remaining)
         return not request.open
 
+    def _mirrors_escalation(self, request: ApprovalRequest) -> bool:
+        """Whether a decision was applied in the workflow task in which the window ended.
+
+        A worker that rebuilds the run after a crash may see that task's timer before the
+        decision: it escalates (schedules the notice and the second window's timer), then
+        takes the decision, and both are cancelled unsent, which still spends their sequence
+        numbers. A replay sees the decision first. From MID_FLIGHT_INPUT on, a run that sees
+        the decision first escalates all the same, and the same cancellations follow, so both
+        orders leave the same history (nothing) and the same numbers for what comes next.
+        """
+        decision = request.decision
+        return (
+            self._versions.mid_flight_input
+            and request.policy.on_timeout == "escalate"
+            and not request.escalated
+            and decision is not None
+            and not decision.by_policy
+            and decision.decided_at is not None
+            and decision.decided_at >= request.expires_at
+        )
+
     async def _escalate_or_time_out(
-        self, request: ApprovalRequest, notices: list[asyncio.Task[None]]
+        self, request: ApprovalRequest, notices: list[asyncio.Task[None]], mirror: bool = False
     ) -> None:
-        """The window passed with the request open: escalate once, then apply `on_timeout`."""
+        """The window passed with the request open: escalate once, then apply `on_timeout`
+        (`mirror`: the request was decided as the window ended; see `_mirrors_escalation`)."""
         policy = request.policy
         if policy.on_timeout == "escalate" and not request.escalated:
             # A second window, to the deadline the links were minted with; the first request
@@ -186,7 +211,7 @@ class ApprovalDesk:
                 )
             elif self._versions.checkpoint_policy:
                 self._board.show()
-            if await self._decided(request):
+            if await self._decided(request, mirror):
                 return
         # Nothing was awaited since `_decided` found the request open: it still is.
         self._time_out(request)

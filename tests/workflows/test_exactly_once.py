@@ -32,7 +32,7 @@ from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
-from waitstate.schemas.approvals import ApprovalPolicy, DecideInput, OnTimeout
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput, OnTimeout
 from waitstate.schemas.operations import Operation
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
@@ -524,3 +524,49 @@ async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
     assert answer.json()["approval_status"] == "approved"
     assert result.status == "completed"
     assert result.final_output is not None and '"approval":"approved"' in result.final_output
+
+
+# --- a decision and the window's end in one workflow task ---------------------------------------
+
+
+async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_replays(
+    rig: Rig, held_outbox: Outbox
+) -> None:
+    # The window's timer fires while no worker runs, and a decision waits for a worker too:
+    # the worker that comes gets both in one workflow task, and takes the decision first (so
+    # does a replay). The decision wins, and the run escalates only in form (see
+    # ApprovalDesk._mirrors_escalation): nothing of it reaches the history. The other order,
+    # met by the chaos suite after a worker was killed in the middle of that task, is not
+    # reproduced here.
+    policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
+    async with rig.worker(outbox_url=held_outbox.url):
+        handle = await rig.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+
+        async def asked() -> ApprovalRequest | None:
+            return next(iter((await _state(handle)).approvals.values()), None)
+
+        request = await eventually(asked, "the approval request")
+
+    async def window_passed() -> bool:
+        return datetime.now(UTC) > request.expires_at + timedelta(seconds=1)
+
+    await eventually(window_passed, "the approval window passed with no worker")
+    deciding = asyncio.create_task(
+        handle.execute_update(
+            AgentRunWorkflow.decide,
+            DecideInput(request_id=request.request_id, decision="approve", reviewer="ana"),
+        )
+    )
+    await asyncio.sleep(0.5)  # the Update reaches the server before a worker polls
+    held_outbox.release.set()
+    async with rig.worker(outbox_url=held_outbox.url):
+        outcome = await deciding
+        result = await _result(handle)
+        state = await _state(handle)
+
+    assert outcome.accepted and outcome.status == "approved"
+    assert state.approvals[request.request_id].status == "approved"
+    assert result.status == "completed", result.error
+    await replays(handle, "exactly_once_decision_with_the_windows_end")
