@@ -234,12 +234,28 @@ class Desk:
         return (await self.http.get(f"{self.systems_url}{path}")).json()
 
 
-class WorkerProcess:
+class _Killable:
+    """A process of the test's that it can SIGKILL, or stop."""
+
+    _process: asyncio.subprocess.Process | None = None
+
+    async def kill(self) -> None:
+        """SIGKILL: the process gets no chance to finish anything."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        await self._process.wait()
+
+    async def stop(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.terminate()
+            await asyncio.wait_for(self._process.wait(), 30)
+
+
+class WorkerProcess(_Killable):
     """`python worker.py`, as `make up` runs it, that a test can kill and start again."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self._env, self._log = env, log
-        self._process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         """Start the worker; return once it polls its task queue."""
@@ -255,17 +271,6 @@ class WorkerProcess:
             return "worker polling" in self._log.read_text(errors="replace")[offset:]
 
         await eventually(polling, "the worker to poll", within=60)
-
-    async def kill(self) -> None:
-        """SIGKILL: the worker gets no chance to finish anything."""
-        assert self._process is not None
-        self._process.send_signal(signal.SIGKILL)
-        await self._process.wait()
-
-    async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.terminate()
-            await asyncio.wait_for(self._process.wait(), 30)
 
 
 # --- The gateway with a recording deliverer -----------------------------------------------------
@@ -516,7 +521,7 @@ def python_server(args: list[str], port: int) -> Iterator[None]:
             process.stderr.close()
 
 
-class ServerProcess:
+class ServerProcess(_Killable):
     """`python ARGS` from the checkout, a server on `port` that a test can SIGKILL and start
     again on the same port (`python_server` is for one that runs for a block); its output goes
     to `log`."""
@@ -526,7 +531,6 @@ class ServerProcess:
     ) -> None:
         self.port = port
         self._args, self._log, self._env = args, log, env
-        self._process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         """Start the server; return once it listens."""
@@ -541,14 +545,3 @@ class ServerProcess:
             return port_open(self.port)
 
         await eventually(listening, f"{' '.join(self._args)} to listen on {self.port}")
-
-    async def kill(self) -> None:
-        """SIGKILL: the server gets no chance to finish anything."""
-        assert self._process is not None
-        self._process.send_signal(signal.SIGKILL)
-        await self._process.wait()
-
-    async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.terminate()
-            await asyncio.wait_for(self._process.wait(), 30)

@@ -611,10 +611,7 @@ class WaitstateClient:
             RunEnded: the run has ended.
             NotAnswered: no worker answered.
         """
-        description = await self._describe(run_id)
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            raise RunEnded(run_id, closed_status(description.status))
-        state = await self.query(run_id)
+        state = await self._running_state(run_id)
         return [request for request in state.approvals.values() if request.open]
 
     async def open_questions(self, run_id: str) -> list[InputRequest]:
@@ -625,10 +622,14 @@ class WaitstateClient:
             RunEnded: the run has ended.
             NotAnswered: no worker answered.
         """
+        return _for_people(await self._running_state(run_id))
+
+    async def _running_state(self, run_id: str) -> RunState:
+        """The state of a run that is still running (RunEnded otherwise)."""
         description = await self._describe(run_id)
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RunEnded(run_id, closed_status(description.status))
-        return _for_people(await self.query(run_id))
+        return await self.query(run_id)
 
     async def decide(
         self,
