@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +15,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from waitstate.blobs import BlobNotFound, BlobStore
-from waitstate.mcp import McpConfigError, McpServers, granted, grants_by_server, split_name
+from waitstate.mcp import (
+    McpConfigError,
+    McpServer,
+    McpServers,
+    granted,
+    grants_by_server,
+    split_name,
+)
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.errors import RUN_INPUT_INVALID
@@ -122,7 +133,7 @@ class McpActivities:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CallToolResult
 
-        from waitstate.mcp_tasks import CreatedTask, Tasks, tool_result_text
+        from waitstate.mcp_tasks import CreatedTask, tool_result_text
 
         repeatable = tool.read_only or tool.idempotent
         info = activity.info()
@@ -134,17 +145,27 @@ class McpActivities:
         # decides (every failure this attempt could answer is answered, not raised).
         if info.attempt > 1 and not repeatable:
             return _unknown_outcome(call, "an earlier attempt was interrupted")
+        result: Any = None
         try:
             server = self._servers.get(server_name)
-            async with server.connect(extensions=[Tasks()]) as client:
+            async with _reached(server) as client:
                 activity.heartbeat("sending")
                 result = await client.session.call_tool(tool_name, arguments, allow_claimed=True)
                 if isinstance(result, CreatedTask):
-                    interval = _poll_interval(result.poll_interval_ms)
-                    activity.heartbeat("task", result.task_id, interval)
-                    return self._operation(
-                        input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms
+                    activity.heartbeat(
+                        "task", result.task_id, _poll_interval(result.poll_interval_ms)
                     )
+        except _NotReached as err:
+            # Its session never opened: nothing was sent, the model may simply call again.
+            if repeatable:
+                raise _unavailable(server_name, f"calling {tool_name}", err.cause) from None
+            why = shorten(str(err.cause) or type(err.cause).__name__, 200)
+            return error_result(
+                call,
+                f"MCP server {server_name!r} could not be reached within "
+                f"{server.reach_within.total_seconds():.0f}s ({why}); {call.name} was not "
+                "called. Try again later.",
+            )
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
         except MCPError as err:
@@ -154,9 +175,14 @@ class McpActivities:
                 non_retryable=True,
             ) from None
         except Exception as err:
-            if repeatable:
-                raise _unavailable(server_name, f"calling {tool_name}", err) from None
-            return _unknown_outcome(call, shorten(str(err) or type(err).__name__, 200))
+            # The server's answer stands if the session broke only as it closed.
+            if result is None:
+                if repeatable:
+                    raise _unavailable(server_name, f"calling {tool_name}", err) from None
+                return _unknown_outcome(call, shorten(str(err) or type(err).__name__, 200))
+        if isinstance(result, CreatedTask):
+            interval = _poll_interval(result.poll_interval_ms)
+            return self._operation(input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms)
         if not isinstance(result, CallToolResult):
             return error_result(call, f"{call.name} answered with a {type(result).__name__}")
         return ToolResult(
@@ -232,6 +258,46 @@ async def read_listing(blobs: BlobStore, ref: str) -> dict[str, McpTool]:
             non_retryable=True,
         ) from None
     return {tool.definition.name: tool for tool in _LISTING.validate_json(stored)}
+
+
+class _NotReached(Exception):
+    """A session with the server could not be opened (nothing was sent on it)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@contextlib.asynccontextmanager
+async def _reached(server: McpServer) -> AsyncIterator[Any]:
+    """A session with `server` (offering the tasks extension), tried again for as long as the
+    server's `reach_within` allows, heartbeating meanwhile.
+
+    Raises:
+        _NotReached: every try failed to open a session.
+    """
+    from mcp.shared.exceptions import MCPError
+
+    from waitstate.mcp_tasks import Tasks
+
+    deadline = time.monotonic() + server.reach_within.total_seconds()
+    delay = 0.5
+    while True:
+        session = contextlib.AsyncExitStack()
+        try:
+            client = await session.enter_async_context(server.connect(extensions=[Tasks()]))
+        except (McpConfigError, MCPError):
+            raise
+        except Exception as err:
+            if time.monotonic() + delay > deadline:
+                raise _NotReached(err) from err
+            activity.heartbeat("connecting")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 4.0)
+            continue
+        break
+    async with session:
+        yield client
 
 
 def _unavailable(server: str, doing: str, err: BaseException) -> ApplicationError:

@@ -11,7 +11,9 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    rotation mid-run (10) and decisions racing the timeout policy (11).
    In `full`, runs whose MCP task (on the demo's MCP server) asks a question mid-flight: the
    driver approves the destructive call, then answers the question (twice, through the
-   question's link and by Update at once, or not at all, so that it expires).
+   question's link and by Update at once, or not at all, so that it expires). The MCP server
+   is SIGKILLed and restarted twice (its tasks in a store of their own process): once while
+   a report task runs, once while a question is open.
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -24,6 +26,7 @@ kills).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
@@ -69,6 +72,9 @@ from chaos.runs import (
     until,
 )
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
+from waitstate.mcp import McpServer
+from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.tools.spec import ToolError
 
 log = logging.getLogger("chaos")
 MODEL_FAULTS: tuple[ModelFault, ...] = ("429", "500", "hang", "malformed")
@@ -96,6 +102,7 @@ class Size:
     # whose MCP task asks a question mid-flight (with `mcp` only).
     mcp: bool = False
     questions: int = 0
+    mcp_restarts: int = 0
     # Run the gateway faults after the other phases rather than beside phase A: slower, but
     # their own timeouts then do not meet a saturated machine.
     gateway_alone: bool = False
@@ -117,7 +124,7 @@ SIZES = {
                gateway_runs=3, fuzz_examples=40),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
-                 mcp=True, questions=6,
+                 mcp=True, questions=6, mcp_restarts=2,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
                  rotation_window=timedelta(seconds=15)),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
@@ -143,6 +150,7 @@ class Suite:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phase: str = ""
     rotation: Rotation | None = None
+    mcp_downtimes: list[float] = field(default_factory=list)
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
@@ -210,7 +218,8 @@ class Suite:
             if stack.mcp_url:
                 base = stack.mcp_url.removesuffix("/mcp")
                 stats["mcp"] = (await http.get(f"{base}/_test/stats")).json()
-                self.checks.insert(1, _mcp_row(runs, stats["mcp"]))
+                stats["mcp_tasks"] = await _task_states(stack.mcp_url, runs)
+                self.checks.insert(1, _mcp_row(runs, stats["mcp"], self.mcp_downtimes))
                 if self.size.questions:
                     self.checks.insert(2, _question_row(runs, stats["mcp"]))
             refunds = (await http.get(f"{stack.systems_url}/refunds")).json()
@@ -240,8 +249,14 @@ class Suite:
         gateway = None if self.size.gateway_alone else asyncio.create_task(self._gateway())
         began = time.monotonic()
         rotated = asyncio.create_task(self._rotation(ctx, rotating))
-        outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
-        outcomes += await rotated
+        done = asyncio.Event()
+        restarts = asyncio.create_task(self._restart_mcp(ctx.http, done))
+        try:
+            outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
+            outcomes += await rotated
+        finally:
+            done.set()
+            self.mcp_downtimes = await restarts
         self.figures["phase A seconds"] = time.monotonic() - began
         self.outcomes += outcomes
         model = [o for o in outcomes if o.plan.phase == "M"]
@@ -279,6 +294,27 @@ class Suite:
                 await asyncio.sleep(rng.uniform(0.5, 2.0))
                 await victim.start()
             delay = rng.uniform(low, high)
+
+    async def _restart_mcp(self, http: httpx.AsyncClient, done: asyncio.Event) -> list[float]:
+        """SIGKILL the MCP server and start it again, `size.mcp_restarts` times: first while a
+        report task runs, then while a question is open (each after a minute at most,
+        whatever runs then). Its tasks are in a store of their own process: the ones it was
+        running run again from their start. Returns how long it was down each time (s)."""
+        downtimes: list[float] = []
+        rng = random.Random(self.seed + 1)  # the kills' moments stay the seed's
+        busy = [_report_running, _question_open]
+        for i in range(self.size.mcp_restarts):
+            deadline = time.monotonic() + 60.0
+            while not done.is_set() and time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError):
+                    seen = await http.get(f"{self.stack.mcp_url.removesuffix('/mcp')}/_test/stats")
+                    if busy[i % len(busy)](seen.json()):
+                        break
+                await asyncio.sleep(0.3)
+            if done.is_set():
+                break
+            downtimes.append(await self.stack.restart_mcp(pause=rng.uniform(0.5, 2.0)))
+        return downtimes
 
     async def _gateway(self) -> list[Check]:
         target: GatewayTarget = self.stack.target()
@@ -457,8 +493,9 @@ class Suite:
 MCP_TASKS = "MCP tasks on the demo's MCP server, under the same kills"
 
 
-def _mcp_row(runs: list[RunOutcome], stats: dict[str, Any]) -> Check:
-    """What the runs whose tool is an MCP task did (their invariants are in the jobs row)."""
+def _mcp_row(runs: list[RunOutcome], stats: dict[str, Any], downtimes: list[float]) -> Check:
+    """What the runs whose tool is an MCP task did (their invariants are in the jobs row), and
+    how often the server was restarted under them."""
     mine = [o for o in runs if o.plan.kind.startswith("mcp-task")]
     ops = Counter(
         op.status for o in mine if o.state is not None for op in o.state.operations.values()
@@ -466,12 +503,15 @@ def _mcp_row(runs: list[RunOutcome], stats: dict[str, Any]) -> Check:
     tasks = [stats.get(o.plan.id, {}) for o in mine]
     started = sum(t.get("started", 0) for t in tasks)
     cancelled = sum(t.get("cancelled", 0) for t in tasks)
+    reruns = sum(t.get("reruns", 0) for t in stats.values())
     said = ", ".join(f"{n}×{status}" for status, n in sorted(ops.items())) or "none"
+    down = f" (down {max(downtimes):.1f} s at most)" if downtimes else ""
     return Check(
         MCP_TASKS,
         attempts=len(mine),
         outcome=f"{len(mine)} runs: operations {said}; tasks made {started}, cancelled "
-        f"{cancelled}; {_ended(mine)}",
+        f"{cancelled}; server SIGKILLed and restarted {len(downtimes)}×{down}, task legs run "
+        f"again after it {reruns}; {_ended(mine)}",
     )
 
 
@@ -543,6 +583,46 @@ async def _stats(http: httpx.AsyncClient, urls: list[str]) -> dict[str, Any]:
         for part in merged:
             merged[part].update(stats.get(part, {}))
     return merged
+
+
+def _report_running(stats: dict[str, dict[str, int]]) -> bool:
+    """Whether the MCP server runs a report task now (by its records)."""
+    return any(
+        c.get("started", 0) > c.get("finished", 0) + c.get("cancelled", 0)
+        for key, c in stats.items()
+        if not key.startswith("delete:")
+    )
+
+
+def _question_open(stats: dict[str, dict[str, int]]) -> bool:
+    """Whether a deletion task of the MCP server asked a question not yet answered."""
+    return any(
+        c.get("asked", 0) > c.get("answered", 0)
+        for key, c in stats.items()
+        if key.startswith("delete:")
+    )
+
+
+async def _task_states(url: str, runs: list[RunOutcome]) -> dict[str, str]:
+    """What the MCP server says now of each task the runs' operations have (`tasks/get`): its
+    operation status, or the error's code (`task_cancelled`...), or `unknown`."""
+    backend = McpTaskBackend(McpServer(name="reports", url=url))
+    states: dict[str, str] = {}
+    try:
+        for outcome in runs:
+            ops = outcome.state.operations.values() if outcome.state is not None else []
+            for op in ops:
+                if not op.tool.startswith("reports__"):
+                    continue
+                try:
+                    done = await backend.status(op.job_id)
+                except ToolError:
+                    states[op.job_id] = "unknown"
+                    continue
+                states[op.job_id] = done.error.code if done.error is not None else done.status
+    finally:
+        await backend.aclose()
+    return states
 
 
 async def _minted(ctx: Context, plan: RunPlan) -> None:

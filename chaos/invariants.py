@@ -147,8 +147,10 @@ def _jobs(
 
 def _mcp_tasks(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
     """A run's MCP task (the demo server's report for the run's id): made at most once, and
-    once if the run has its operation; a succeeded operation's task finished; an expired or
-    cancelled one's was stopped (or had finished), never left running."""
+    once if the run has its operation (run by the server, or known to it: a task cancelled
+    while its restarted server had not yet run it again never ran there); a succeeded
+    operation's task finished; an expired or cancelled one's was sent a cancel and stopped
+    (or had finished), never left running."""
     if not outcome.plan.kind.startswith("mcp-task"):
         return []
     if "mcp" not in stats:
@@ -156,12 +158,14 @@ def _mcp_tasks(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str
     task = stats["mcp"].get(outcome.plan.id, {})
     started = task.get("started", 0)
     ops = [op for op in (outcome.state.operations.values() if outcome.state else [])]
+    states = stats.get("mcp_tasks", {})
     problems = []
     if started > 1:
         problems.append(f"{tag}: {started} tasks made for one call")
-    if ops and started != 1:
-        problems.append(f"{tag}: an operation, but {started} tasks on the server")
     for op in ops:
+        state = states.get(op.job_id, "unknown")
+        if started == 0 and state == "unknown":
+            problems.append(f"{tag}: operation {op.operation_id}, but no task on the server")
         ended = task.get("finished", 0) + task.get("cancelled", 0)
         if op.status == "succeeded" and not task.get("finished"):
             problems.append(
@@ -170,9 +174,16 @@ def _mcp_tasks(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str
         if op.status in ("expired", "cancelled"):
             if op.cancel != "sent":
                 problems.append(f"{tag}: {op.status} operation {op.operation_id} never cancelled")
-            if ended < 1:
-                problems.append(f"{tag}: {op.status} operation's task still running")
+            if ended < 1 and state not in ENDED_TASKS:
+                problems.append(
+                    f"{tag}: {op.status} operation's task still running (the server says {state})"
+                )
     return problems
+
+
+# What `tasks/get` says of a task that ended (chaos.driver's `_task_states`): finished, failed
+# or cancelled.
+ENDED_TASKS = frozenset({"succeeded", "tool_error", "task_failed", "task_cancelled"})
 
 
 def _questions(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:

@@ -76,6 +76,15 @@ def _port_open(port: int) -> bool:
 
 # A report of the demo's MCP server takes five pages of this long.
 MCP_PAGE_SECONDS = 1.5
+# The store of its tasks: a Redis-protocol server (fakeredis's, with the Lua scripts docket
+# needs) in a process of its own, which outlives the MCP server's restarts.
+TASKS_STORE = (
+    "import sys, fakeredis; print('tasks store listening', flush=True); "
+    "fakeredis.TcpFakeServer(('127.0.0.1', int(sys.argv[1]))).serve_forever()"
+)
+# How long a task its server was killed running waits for the next life of the server to run
+# it again (ISO 8601; the lease is renewed four times a period while the server lives).
+MCP_REDELIVERY_TIMEOUT = "PT5S"
 # How long a question of its tasks waits for a person before the run tells the task no (the
 # demo app's policy, set here so that a change of the demo's default cannot leave the runs
 # whose question expires waiting past the suite's patience). Its answer link lasts as long:
@@ -197,8 +206,10 @@ class Stack:
     systems_urls: list[str] = field(default_factory=list)
     gateway: Service | None = None
     gateway_url: str = ""
+    mcp_store: Service | None = None
     mcp_server: Service | None = None
     mcp_url: str = ""
+    mcp_port: int = 0
     workers: list[Service] = field(default_factory=list)
     gateway_worker: Service | None = None
     early_worker: Service | None = None
@@ -298,16 +309,7 @@ class Stack:
         )
         self.gateway_url = await self.gateway.start()
         if self.mcp:
-            port = free_port()
-            self.mcp_server = Service(
-                "mcp",
-                [sys.executable, "-m", "examples.mcp_server", "--port", str(port)],
-                {**base, "DEMO_MCP_PAGE_SECONDS": str(MCP_PAGE_SECONDS)},
-                self.dir / "mcp.log",
-                re.compile(r"mcp server listening on (http://\S+)"),
-            )
-            self.mcp_url = await self.mcp_server.start()
-            await _until_listening(port)
+            await self._start_mcp(base)
         self.wire = HangingWire()
         worker_env = {
             **base,
@@ -334,6 +336,47 @@ class Stack:
         self.early_worker = self._worker("early-worker", env(EARLY_QUEUE, self.early_url))
         self.slow_worker = self._worker("slow-worker", env(SLOW_QUEUE, self.slow_url))
         await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
+
+    async def _start_mcp(self, base: dict[str, str]) -> None:
+        """The demo's MCP server, its tasks in a Redis-protocol store of their own process
+        (fakeredis's) and what they did in a file, so that `restart_mcp` loses neither."""
+        store_port = free_port()
+        self.mcp_store = Service(
+            "mcp-store",
+            [sys.executable, "-c", TASKS_STORE, str(store_port)],
+            base,
+            self.dir / "mcp-store.log",
+            re.compile(r"tasks store listening"),
+        )
+        await self.mcp_store.start()
+        await _until_listening(store_port)
+        self.mcp_port = free_port()
+        self.mcp_server = Service(
+            "mcp",
+            [sys.executable, "-m", "examples.mcp_server", "--port", str(self.mcp_port)],
+            {
+                **base,
+                "DEMO_MCP_PAGE_SECONDS": str(MCP_PAGE_SECONDS),
+                "DEMO_MCP_TASKS_URL": f"redis://127.0.0.1:{store_port}/0",
+                "DEMO_MCP_STATS_FILE": str(self.dir / "mcp-stats.jsonl"),
+                "FASTMCP_DOCKET_REDELIVERY_TIMEOUT": MCP_REDELIVERY_TIMEOUT,
+            },
+            self.dir / "mcp.log",
+            re.compile(r"mcp server listening on (http://\S+)"),
+        )
+        self.mcp_url = await self.mcp_server.start()
+        await _until_listening(self.mcp_port)
+
+    async def restart_mcp(self, pause: float) -> float:
+        """SIGKILL the MCP server, wait `pause` s, start it again on the same port and store;
+        returns how long it was down (s)."""
+        assert self.mcp_server is not None
+        began = time.monotonic()
+        await self.mcp_server.kill(signal.SIGKILL)
+        await asyncio.sleep(pause)
+        await self.mcp_server.start()
+        await _until_listening(self.mcp_port)
+        return time.monotonic() - began
 
     def _worker(self, name: str, env: dict[str, str]) -> Service:
         # The demo app, and the suite's own scripts (chaos.app).
@@ -420,6 +463,8 @@ class Stack:
             *self.systems,
         ]  # fmt: skip
         await asyncio.gather(*(s.stop() for s in others if s is not None))
+        if self.mcp_store is not None:
+            await self.mcp_store.stop()
         if self.server is not None:
             await self.server.stop()
         if self.wire is not None:

@@ -46,6 +46,9 @@ class McpServer:
             cancelled and the operation expires.
         input: Who answers the questions its tasks ask (`input_required`), and what happens
             when nobody does; by default a person, within an hour, else the task is told no.
+        reach_within: How long a call keeps trying to reach the server (a restart, a deploy)
+            before it tells the model the server could not be reached and the call was not
+            made.
     """
 
     name: str
@@ -55,6 +58,7 @@ class McpServer:
     requires_approval_if_destructive: bool = True
     task_timeout: timedelta = timedelta(hours=1)
     input: InputPolicy = field(default_factory=InputPolicy)
+    reach_within: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
         if not self.name or SEPARATOR in self.name or not _is_name(self.name):

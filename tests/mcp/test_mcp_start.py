@@ -4,8 +4,10 @@ retried attempt that cannot know whether the first one acted says so instead of 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +16,21 @@ from temporalio.testing import ActivityEnvironment
 from activities.mcp import McpActivities
 from activities.tools import ToolActivities
 from tests.mcp.mcp_app import task_events
+from tests.rigs import ServerProcess
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
+from waitstate.mcp_tasks import McpTaskBackend
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput
 from waitstate.tools import ToolRegistry
 
 
-async def _activities(url: str, tmp_path: Path) -> tuple[ToolActivities, str]:
+async def _activities(
+    url: str, tmp_path: Path, reach_within: timedelta = timedelta(seconds=30)
+) -> tuple[ToolActivities, str]:
     blobs = LocalBlobStore(tmp_path / "blobs")
-    mcp = McpActivities(McpServers([McpServer("reports", url=url)]), blobs)
+    server = McpServer("reports", url=url, reach_within=reach_within)
+    mcp = McpActivities(McpServers([server]), blobs)
     listing = await ActivityEnvironment().run(
         mcp.list_mcp_tools, McpListInput(grants=["reports__*"])
     )
@@ -115,3 +122,50 @@ async def test_a_read_only_tool_is_simply_called_again(reports_url: str, tmp_pat
 
     assert not result.is_error
     assert result.content.startswith("row 0: ")
+
+
+async def test_a_call_made_while_its_server_restarts_waits_for_it_and_is_made_once(
+    restartable_reports: ServerProcess, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{restartable_reports.port}/mcp"
+    tools, listing = await _activities(url, tmp_path)
+    call = _call("reports__render_report", {"region": "emea", "seconds": 0.5}, listing)
+    await restartable_reports.kill()
+
+    async def back_in_two_seconds() -> None:
+        await asyncio.sleep(2.0)
+        await restartable_reports.start()
+
+    restarted = asyncio.create_task(back_in_two_seconds())
+    result, beats = await _attempt(tools, call)
+    await restarted
+
+    assert result.operation is not None, result.content
+    assert ("connecting",) in beats
+    assert beats[-2:] == [("sending",), ("task", result.operation.job_id, 1.0)]
+    events = await task_events(url)
+    assert events.get("render_report started", 0) <= 1  # its body may not have run yet
+    # One task: the server knows the one the call made.
+    backend = McpTaskBackend(McpServer("reports", url=url))
+    try:
+        assert (await backend.status(result.operation.job_id)).status in ("running", "succeeded")
+    finally:
+        await backend.aclose()
+
+
+async def test_a_call_whose_server_stays_away_is_not_made_and_the_model_is_told_so(
+    restartable_reports: ServerProcess, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{restartable_reports.port}/mcp"
+    tools, listing = await _activities(url, tmp_path, reach_within=timedelta(seconds=2))
+    call = _call("reports__render_report", {"region": "emea"}, listing)
+    await restartable_reports.kill()
+
+    result, beats = await _attempt(tools, call)
+    await restartable_reports.start()
+
+    assert result.is_error and result.operation is None
+    assert "could not be reached within 2s" in result.content
+    assert "reports__render_report was not called" in result.content
+    assert ("sending",) not in beats and ("connecting",) in beats
+    assert await task_events(url) == {}
