@@ -54,6 +54,7 @@ from waitstate.schemas import RunInput, RunState, Step
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.settings import Settings, exit_process
+from waitstate.tracing import SERVICE_STARTER, Tracing, run_span
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
 DEMO_APP = "examples.demo.app:app"
@@ -70,8 +71,10 @@ class CliError(Exception):
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
     args = _parser().parse_args(argv)
+    settings = Settings.from_env()
+    tracing = Tracing.from_settings(settings, SERVICE_STARTER)
     try:
-        code = asyncio.run(args.command(args, Settings.from_env()))
+        code = asyncio.run(args.command(args, settings, tracing))
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)
         code = err.code
@@ -80,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = 2 if isinstance(err, Unreachable) else 1
     except KeyboardInterrupt:
         code = 130
+    if tracing is not None:
+        tracing.shutdown()
     exit_process(code)
 
 
@@ -180,12 +185,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_run(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Start a run (or find the one with that id), then optionally follow it to the end."""
     run_input = await _run_input(args, settings)
-    client = await WaitstateClient.connect(settings)
-    started = await client.start(run_input, run_id=args.id or new_run_id())
-    run_id = started.run_id
+    client = await WaitstateClient.connect(settings, tracing=tracing)
+    run_id = args.id or new_run_id()
+    # The root of the run's trace: from its start to its answer, when the CLI waits for it.
+    with run_span(tracing, run_id, run_input.agent, run_input.model):
+        return await _start_and_follow(args, settings, client, run_input, run_id)
+
+
+async def _start_and_follow(
+    args: argparse.Namespace,
+    settings: Settings,
+    client: WaitstateClient,
+    run_input: RunInput,
+    run_id: str,
+) -> int:
+    """`cmd_run` from the start of the run on."""
+    started = await client.start(run_input, run_id=run_id)
     url = settings.run_url(run_id)
     if started.existing and not args.json:
         print(f"run {run_id} already exists: not starting another", file=sys.stderr)
@@ -216,9 +236,11 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if state.status in ("completed", "max_turns") else 1
 
 
-async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_status(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Print a run's state."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     status = await client.status(args.run_id)
     state = status.state
     if args.json:
@@ -283,9 +305,11 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_list(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Print recent runs, newest first."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     runs = await client.list_runs(limit=args.limit)
     if args.json:
         _print_json(
@@ -309,9 +333,11 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_pending(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Print runs waiting for a person, with their open requests and questions."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     pending = await client.waiting_for_people()
     if args.json:
         _print_json(
@@ -339,10 +365,12 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_decide(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Approve or reject a run's request (the run's one open request unless --request), and
     say what the run did with it: applied, or refused and why."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     request_id = args.request or await _one_open_request(client, args.run_id)
     decision = DecideInput(
         request_id=request_id,
@@ -355,11 +383,13 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_answer(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Answer an operation's question (the run's one open question, of --operation if given,
     unless --question), and say what became of it: the job has it, it did not take it, or the
     run refused it and why."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     question = await _open_question(client, args.run_id, args.question, args.operation)
     question_id = question.question_id if question else args.question
     answer = AnswerInput(
@@ -378,10 +408,12 @@ async def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_ops(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_ops(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """The fleet from visibility queries: runs by status and by what they wait for, the
     oldest wait, waits past their expiry (stuck: is a worker down?), recent failures."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     report = fleet_report(await client.fleet())
     failures = [
         {"run_id": failed.run_id, "status": failed.status, "closed": str(failed.closed)}
@@ -417,17 +449,21 @@ async def cmd_ops(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_watch(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Follow one run live (turns, tool calls, operations, approvals) until it ends."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     state = await _follow(client, args.run_id, quiet=False)
     _print_outcome(state)
     return 0 if state.status in ("completed", "max_turns") else 1
 
 
-async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_cancel(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
     """Ask a run to cancel; the workflow cancels its in-flight work and ends `cancelled`."""
-    client = await WaitstateClient.connect(settings)
+    client = await WaitstateClient.connect(settings, tracing=tracing)
     await client.cancel(args.run_id)
     print(f"cancellation requested for run {args.run_id}")
     return 0

@@ -34,7 +34,7 @@ from activities import (
 )
 from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
-from waitstate.blobs import LocalBlobStore
+from waitstate.blobs import open_blob_store
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Provider, Providers, UnknownModelError
@@ -42,6 +42,7 @@ from waitstate.providers.scripted import Script, ScriptedProvider
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
+from waitstate.tracing import SERVICE_WORKER, Tracing
 from workflows.agent_run import AgentRunWorkflow
 
 log = logging.getLogger("waitstate.worker")
@@ -124,6 +125,7 @@ def build_worker(
     agents: Mapping[str, Agent] | None = None,
     tool_deps: Mapping[str, Any] | None = None,
     mcp: McpServers | None = None,
+    tracing: Tracing | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts).
 
@@ -131,12 +133,15 @@ def build_worker(
         agents: The agents runs may name, by name.
         tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
         mcp: The MCP servers runs may be granted tools of.
+        tracing: Spans of workflows, activities, model and tool calls (None: none).
     """
-    blobs = LocalBlobStore(settings.blob_dir)
+    blobs = open_blob_store(settings)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
-    model = ModelActivities(providers, registry, blobs, agents)
+    model = ModelActivities(providers, registry, blobs, agents, tracing=tracing)
     servers = McpActivities(mcp or McpServers(), blobs)
-    tool = ToolActivities(registry, blobs, tokens, settings.gateway_url, tool_deps, servers)
+    tool = ToolActivities(
+        registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
+    )
     agent = AgentActivities(agents or {}, settings.default_model)
     operations = OperationActivities(registry, mcp)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
@@ -159,6 +164,8 @@ def build_worker(
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        # The trace a run's start carries goes on through its workflow and activities.
+        interceptors=[tracing.interceptor] if tracing is not None else [],
         # The sandbox would import the workflow's modules afresh for every run it builds
         # (compiling them from source where no bytecode is kept): they are loaded once per
         # worker instead. They hold no state of their own and call only `workflow.*` for time,
@@ -203,7 +210,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:  # a malformed variable: one line, exit 1, as for a bad app
+        sys.exit(f"worker: {err}")
     tokens = build_tokens(settings)
     try:
         apps = load(app_refs(args.app, settings.apps), settings, tokens)
@@ -217,6 +227,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
         log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
     client = await connect(settings, runtime)
+    tracing = Tracing.from_settings(settings, SERVICE_WORKER)
+    if tracing is not None:
+        log.info("traces to %s", settings.otlp_endpoint)
     providers = build_providers(settings, apps.providers, apps.scripts)
     # Load the SDK of each provider this worker is configured for now, not in its first call.
     for name, configured in (
@@ -237,6 +250,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         agents=apps.agents,
         tool_deps=apps.tool_deps,
         mcp=apps.mcp,
+        tracing=tracing,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -254,6 +268,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
     await providers.aclose()
     await apps.aclose()
     await http.aclose()
+    if tracing is not None:
+        tracing.shutdown()
     log.info("stopped")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
@@ -27,6 +28,10 @@ from waitstate.schemas.errors import (
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.tools import ToolRegistry
 from waitstate.tools.spec import describe_errors
+from waitstate.tracing import chat_span
+
+if TYPE_CHECKING:
+    from waitstate.tracing import Tracing
 
 _TRANSCRIPT = TypeAdapter(list[Message])
 
@@ -43,7 +48,8 @@ DEADLINE_MARGIN = timedelta(seconds=5)
 
 class ModelActivities:
     """Model calls, given the providers, the tool registry, and the blob store that holds
-    conversations (shared by every worker, so any worker can take any turn)."""
+    conversations (shared by every worker, so any worker can take any turn); with `tracing`,
+    each provider call is a span (`chat {model}`)."""
 
     def __init__(
         self,
@@ -51,11 +57,14 @@ class ModelActivities:
         tools: ToolRegistry,
         blobs: BlobStore,
         agents: Mapping[str, Agent] | None = None,
+        *,
+        tracing: Tracing | None = None,
     ) -> None:
         self._providers = providers
         self._tools = tools
         self._blobs = blobs
         self._agents = dict(agents or {})
+        self._tracing = tracing
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, input: ModelCallInput) -> ModelResponse:
@@ -87,9 +96,12 @@ class ModelActivities:
         settings = None
         if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
             settings = ModelSettings(temperature=agent.temperature, max_tokens=agent.max_tokens)
-        response = await _complete(
-            provider, model, input.system_prompt, conversation, tools, settings
-        )
+        with chat_span(self._tracing, provider.name, model) as span:
+            span.request(input.system_prompt, conversation)
+            response = await _complete(
+                provider, model, input.system_prompt, conversation, tools, settings
+            )
+            span.response(response)
         if input.agent is not None and not response.message.tool_calls:
             self._check_output(input.agent, response)
         meter = activity.metric_meter()

@@ -22,11 +22,13 @@ from waitstate.schemas.run import CALL_TOOL
 from waitstate.tools import LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from waitstate.tools.function import RunContext
 from waitstate.tools.spec import error_result
+from waitstate.tracing import tool_span
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from waitstate.gateway.tokens import ResumeTokens
+    from waitstate.tracing import Tracing
 
 INLINE_RESULT_BYTES = 1024
 INLINE_PREVIEW_CHARS = 600
@@ -34,7 +36,8 @@ INLINE_PREVIEW_CHARS = 600
 
 class ToolActivities:
     """Tool calls, given the worker's tools, resume-token keys and gateway address, what each
-    tool's app provides its handlers (`deps`, by tool name), and its MCP servers."""
+    tool's app provides its handlers (`deps`, by tool name), and its MCP servers; with `tracing`,
+    each call is a span (`execute_tool {tool}`)."""
 
     def __init__(
         self,
@@ -44,8 +47,11 @@ class ToolActivities:
         gateway_url: str = "",
         deps: Mapping[str, Any] | None = None,
         mcp: McpActivities | None = None,
+        *,
+        tracing: Tracing | None = None,
     ) -> None:
         self._tools = tools
+        self._tracing = tracing
         self._blobs = blobs
         self._tokens = tokens
         self._gateway_url = gateway_url.rstrip("/")
@@ -59,6 +65,18 @@ class ToolActivities:
         Bad arguments come back as an error result for the model to correct; an unexpected
         exception propagates so the workflow's retry policy applies.
         """
+        call = input.call
+        # The id of the operation a long tool's call starts (the activity's, in older runs).
+        operation_id = (
+            (input.operation_id or activity.info().activity_id) if self._tracing else None
+        )
+        with tool_span(self._tracing, call.name, call.id, operation_id) as span:
+            span.arguments(call.arguments)
+            result = await self._call(input)
+            span.result(result)
+        return result
+
+    async def _call(self, input: ToolCallInput) -> ToolResult:
         if is_mcp_name(input.call.name):
             return await self._call_mcp(input)
         parsed = self._tools.parse(input.call)

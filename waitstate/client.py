@@ -55,6 +55,7 @@ from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutc
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
+from waitstate.tracing import Tracing
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import (
     AGENT_NAME,
@@ -384,8 +385,11 @@ class WaitstateClient:
         self._task_queue = task_queue
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None) -> WaitstateClient:
-        """Connect as `settings` say (default: the environment's).
+    async def connect(
+        cls, settings: Settings | None = None, *, tracing: Tracing | None = None
+    ) -> WaitstateClient:
+        """Connect as `settings` say (default: the environment's); with `tracing`, the runs it
+        starts and what it sends them carry the caller's trace.
 
         Raises:
             Unreachable: Temporal could not be reached.
@@ -397,6 +401,8 @@ class WaitstateClient:
             raise Unreachable(
                 f"cannot reach Temporal at {settings.temporal_address}: {_first_line(err)}"
             ) from err
+        if tracing is not None:
+            client = tracing.client(client)
         return cls(client, task_queue=settings.task_queue)
 
     @property

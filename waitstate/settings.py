@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -53,11 +55,27 @@ class Settings:
     token_signing_key: str | None = None
     demo_systems_url: str = "http://127.0.0.1:8790"
     approvals_outbox_url: str | None = None  # default: the demo systems' outbox
-    # Conversations and large results, by content hash. Workers of one fleet must share it
-    # (a local directory on one machine; the BlobStore interface allows an object store).
+    # Conversations and large results, by content hash. Workers of one fleet must share it:
+    # a directory (on one machine, or a shared volume), unless blob_url names object storage.
     blob_dir: Path = Path(".temporal/blobs")
+    # WAITSTATE_BLOB_URL: `s3://bucket/prefix`, S3-compatible object storage instead of
+    # blob_dir (checked by parse_blob_url). Credentials and region come from the usual AWS_*
+    # variables, read by the S3 client itself.
+    blob_url: str | None = None
+    # AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL: an S3-compatible server other than AWS (MinIO,
+    # R2, GCS...); None: AWS S3 for the region.
+    blob_endpoint: str | None = None
     # host:port of the worker's Prometheus endpoint (SDK metrics and ours); None: off.
     worker_metrics_address: str | None = None
+    # Where spans go by OTLP/HTTP: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+    # OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces; None (neither set, or OTEL_SDK_DISABLED=true):
+    # tracing is off. The exporter reads the other OTEL_EXPORTER_OTLP_* variables itself.
+    otlp_endpoint: str | None = None
+    # OTEL_SERVICE_NAME: the service spans are from, instead of the process's own
+    # (waitstate-worker, waitstate-gateway, waitstate-starter).
+    otel_service_name: str | None = None
+    # WAITSTATE_TRACE_CONTENT=1: spans carry prompts, answers, tool arguments and results.
+    trace_content: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,6 +94,8 @@ class Settings:
         ui_port = env.get("TEMPORAL_UI_PORT", "8233")
         gateway_port = int(env.get("GATEWAY_PORT", "8787"))
         keys = parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
+        if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
+            parse_blob_url(blob_url)  # a bad URL stops the process here, not at its first blob
         return cls(
             temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS),
             namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
@@ -102,6 +122,11 @@ class Settings:
                 env.get("WAITSTATE_BLOB_DIR")
                 or Path(env.get("WAITSTATE_STATE_DIR", ".temporal")) / "blobs"
             ),
+            blob_url=blob_url,
+            blob_endpoint=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            otlp_endpoint=otlp_traces_endpoint(env),
+            otel_service_name=env.get("OTEL_SERVICE_NAME") or None,
+            trace_content=env.get("WAITSTATE_TRACE_CONTENT", "").lower() in ("1", "true", "yes"),
         )
 
     @property
@@ -113,6 +138,18 @@ class Settings:
         """The Web UI page of a run."""
         url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
         return f"{url}/{run_id}/history" if run_id else url
+
+
+def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
+    """Where OTLP/HTTP traces go per the standard OTEL_* variables, or None: tracing is off."""
+    disabled = env.get("OTEL_SDK_DISABLED", "").lower() == "true"
+    if disabled or env.get("OTEL_TRACES_EXPORTER", "").lower() == "none":
+        return None
+    if traces := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return traces
+    if base := env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return f"{base.rstrip('/')}/v1/traces"
+    return None
 
 
 def parse_token_keys(value: str) -> dict[str, str]:
@@ -130,6 +167,44 @@ def parse_token_keys(value: str) -> dict[str, str]:
             raise ValueError(f"token key {key_id!r} is too short: use at least 32 characters")
         keys[key_id] = secret
     return keys
+
+
+# S3's rules for bucket names (3-63 lowercase letters, digits, dots, hyphens), with the
+# underscores that GCS also allows.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+
+
+def parse_blob_url(url: str) -> tuple[str, str]:
+    """The bucket and the key prefix (no leading or trailing `/`; may be empty) of `url`.
+
+    `url` is `s3://BUCKET` or `s3://BUCKET/PREFIX`, the form WAITSTATE_BLOB_URL takes.
+
+    Raises:
+        ValueError: `url` is not of that form; the message says what is wrong.
+    """
+    expected = "expected s3://BUCKET or s3://BUCKET/PREFIX"
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "s3":
+        raise ValueError(f"WAITSTATE_BLOB_URL {url!r} is not an s3:// URL; {expected}")
+    if "@" in parts.netloc:  # the URL is not repeated: it holds a secret
+        raise ValueError(
+            "WAITSTATE_BLOB_URL must not hold credentials: set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY instead"
+        )
+    if not _BUCKET.fullmatch(parts.netloc):
+        raise ValueError(
+            f"WAITSTATE_BLOB_URL {url!r} does not name a bucket ({parts.netloc!r}: 3-63 "
+            f"lowercase letters, digits, '.', '-' or '_'); {expected}. An S3-compatible "
+            "server's address goes in AWS_ENDPOINT_URL"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(f"WAITSTATE_BLOB_URL {url!r} has a query or fragment; {expected}")
+    prefix = parts.path.strip("/")
+    if prefix and any(segment in ("", ".", "..") for segment in prefix.split("/")):
+        raise ValueError(
+            f"WAITSTATE_BLOB_URL {url!r} has an empty, '.' or '..' segment in its prefix"
+        )
+    return parts.netloc, prefix
 
 
 async def connect(settings: Settings | None = None, runtime: Runtime | None = None) -> Client:

@@ -21,6 +21,7 @@ from workflows.search_attributes import (
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
+from workflows.traces import wait_span
 
 
 class StatusBoard:
@@ -122,23 +123,48 @@ class StatusBoard:
 
 
 def operation_finished(op: Operation) -> None:
-    """Count an operation that ended, by tool and outcome, and how long it took."""
+    """Count an operation that ended, by tool and outcome, and how long it took; trace its
+    wait (the span goes from the start to the end)."""
     meter = workflow.metric_meter()  # silent during replay
     labels = {"tool": op.tool, "outcome": op.status}
     meter.create_counter("waitstate_operations_finished", "Operations ended").add(1, labels)
     meter.create_histogram_timedelta(
         "waitstate_operation_duration", "Start to end of an operation", unit="ms"
     ).record(workflow.now() - op.started_at, labels)
+    wait_span(
+        f"operation {op.tool}",
+        op.started_at,
+        {
+            "waitstate.wait.kind": "operation",
+            "waitstate.operation.id": op.operation_id,
+            "waitstate.operation.job_id": op.job_id,
+            "waitstate.operation.completion": op.completion,
+            "waitstate.operation.status": op.status,
+            "gen_ai.tool.name": op.tool,
+            "gen_ai.tool.call.id": op.tool_call_id,
+        },
+    )
 
 
 def approval_decided(request: ApprovalRequest) -> None:
-    """Count a request that was decided (or expired), and how long it waited."""
+    """Count a request that was decided (or expired), and how long it waited; trace the wait
+    (the span goes from the request to the decision)."""
     meter = workflow.metric_meter()
     labels = {"tool": request.tool, "outcome": request.status}
     meter.create_counter("waitstate_approvals", "Approval requests decided").add(1, labels)
     meter.create_histogram_timedelta(
         "waitstate_approval_wait", "Request to decision", unit="ms"
     ).record(workflow.now() - request.requested_at, labels)
+    wait_span(
+        f"approval {request.tool}",
+        request.requested_at,
+        {
+            "waitstate.wait.kind": "approval",
+            "waitstate.approval.request_id": request.request_id,
+            "waitstate.approval.outcome": request.status,
+            "gen_ai.tool.name": request.tool,
+        },
+    )
 
 
 def cancel_failed(op: Operation) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -110,6 +111,47 @@ async def test_unknown_ref(store: LocalBlobStore) -> None:
         await store.size(ref)
     assert issubclass(BlobNotFound, KeyError)
     assert str(BlobNotFound("no blob stored under x")) == "no blob stored under x"
+
+
+async def test_unknown_ref_names_the_directory_and_the_fix(store: LocalBlobStore) -> None:
+    with pytest.raises(BlobNotFound) as caught:
+        await store.get(ref_for(DIGEST))
+
+    message = str(caught.value)
+    assert f"in the directory store {store.root};" in message
+    assert "workers of one fleet must share one store" in message
+    assert "WAITSTATE_BLOB_URL" in message and "WAITSTATE_BLOB_DIR" in message
+
+
+async def test_delete(store: LocalBlobStore) -> None:
+    ref = await store.put(b"hello")
+    kept = await store.put(b"kept")
+
+    assert await store.delete(ref) is True
+    assert await store.delete(ref) is False
+    with pytest.raises(BlobNotFound):
+        await store.get(ref)
+    assert await store.get(kept) == b"kept"
+    assert await LocalBlobStore(store.root / "never-written").delete(ref) is False
+    with pytest.raises(ValueError, match="blob reference"):
+        await store.delete("ref://blobs/../etc/passwd")
+
+
+async def test_refs_lists_every_blob_with_its_time(store: LocalBlobStore) -> None:
+    assert [ref async for ref in LocalBlobStore(store.root / "never-written").refs()] == []
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    refs = {await store.put(data) for data in (b"one", b"two", b"three")}
+    # What else is in the directory is not a blob: a write's temp file, a note, a stray dir.
+    digest = parse_ref(next(iter(refs)))
+    (store.root / digest[:2] / ".x.tmp").write_bytes(b"partial")
+    (store.root / "README").write_text("blobs")
+    (store.root / "zz").mkdir()
+    (store.root / "zz" / ("0" * 62)).write_bytes(b"not hex")
+
+    listed = [item async for item in store.refs()]
+
+    assert {ref for ref, _ in listed} == refs and len(listed) == 3
+    assert all(before < written <= datetime.now(UTC) for _, written in listed)
 
 
 MALFORMED = [

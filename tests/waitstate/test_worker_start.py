@@ -14,9 +14,11 @@ UNREACHABLE = "127.0.0.1:1"
 CALLBACK_EXPORT = "tests.waitstate.apps_for_tests.callback_export:app"
 
 
-def start_worker(*args: str, without: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def start_worker(
+    *args: str, without: tuple[str, ...] = (), **extra: str
+) -> subprocess.CompletedProcess[str]:
     """Run `python worker.py ARGS` from the checkout, and wait at most 60 s for it to end."""
-    env = dict(os.environ, TEMPORAL_ADDRESS=UNREACHABLE)
+    env = dict(os.environ, TEMPORAL_ADDRESS=UNREACHABLE, **extra)
     for name in ("WAITSTATE_APPS", *without):  # only the apps the test names
         env.pop(name, None)
     return subprocess.run(
@@ -53,4 +55,13 @@ def test_callback_tool_without_token_keys_stops_the_worker_naming_them() -> None
     line = last_line(done.stderr)
     assert line.startswith(f"worker: tool 'start_export' (app {CALLBACK_EXPORT})"), done.stderr
     assert "WAITSTATE_TOKEN_KEYS" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_malformed_blob_url_stops_the_worker_with_one_line() -> None:
+    done = start_worker(WAITSTATE_BLOB_URL="https://bucket/prefix")
+
+    assert done.returncode == 1, done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith("worker: WAITSTATE_BLOB_URL 'https://bucket/prefix' is not an s3://")
     assert "Traceback" not in done.stderr

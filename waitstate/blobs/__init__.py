@@ -9,12 +9,31 @@ from waitstate.blobs.store import (
     parse_ref,
     ref_for,
 )
+from waitstate.settings import Settings, parse_blob_url
+
+
+def open_blob_store(settings: Settings) -> BlobStore:
+    """The store `settings` name: object storage when `blob_url` is set, else the directory
+    `blob_dir`.
+
+    Raises:
+        ValueError: `blob_url` is not an `s3://BUCKET/PREFIX` URL.
+    """
+    if settings.blob_url:
+        # Imported only by the processes that use it (the object-store client is native code).
+        from waitstate.blobs.s3 import S3BlobStore
+
+        bucket, prefix = parse_blob_url(settings.blob_url)
+        return S3BlobStore(bucket, prefix, endpoint=settings.blob_endpoint)
+    return LocalBlobStore(settings.blob_dir)
+
 
 __all__ = [
     "REF_PREFIX",
     "BlobNotFound",
     "BlobStore",
     "LocalBlobStore",
+    "open_blob_store",
     "parse_ref",
     "ref_for",
     "shrink",

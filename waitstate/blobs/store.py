@@ -4,11 +4,12 @@ A blob's reference is `ref://blobs/<sha256 hex>`. Because the name is derived fr
 writing is idempotent (the same bytes always get the same reference, and writing them twice
 is harmless) and a reference can never point at different bytes later.
 
-`BlobStore` is the whole interface: put, get a slice, size. `LocalBlobStore` keeps blobs in a
-directory; an object store (S3, GCS, Azure Blob) fits the same protocol, with the digest as
-the object key and ranged GETs for slices. What matters is that every worker of a deployment
-reaches the same store: a run's history holds only references, so a shared store is what lets
-any worker resume any run, including one another worker started before it crashed.
+`BlobStore` is the whole interface: put, get a slice, size, and (for a cleanup) delete and list.
+`LocalBlobStore` keeps blobs in a directory; `S3BlobStore` (`waitstate.blobs.s3`) in
+S3-compatible object storage, with the digest as the object key and ranged GETs for slices. Both
+name a blob by the same reference. What matters is that every worker of a deployment reaches the
+same store: a run's history holds only references, so a shared store is what lets any worker
+resume any run, including one another worker started before it crashed.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 REF_PREFIX = "ref://blobs/"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+# What a BlobNotFound adds: the usual cause is a worker configured with a store of its own.
+SHARE_ONE_STORE = "workers of one fleet must share one store"
 
 
 class BlobNotFound(KeyError):
@@ -91,6 +96,23 @@ class BlobStore(Protocol):
         """
         ...
 
+    async def delete(self, ref: str) -> bool:
+        """Remove the blob; True if it was stored, False if there was nothing to remove.
+
+        Raises:
+            ValueError: `ref` is not a blob reference.
+        """
+        ...
+
+    # A plain `def` here: the stores implement it as an async generator (`async def` with
+    # `yield`), which is a function returning an AsyncIterator, not a coroutine.
+    def refs(self) -> AsyncIterator[tuple[str, datetime]]:
+        """Every stored blob's reference with when it was last written (UTC), in no set order.
+
+        What else lives in the store's directory or under its prefix is skipped.
+        """
+        ...
+
 
 class LocalBlobStore(BlobStore):
     """Blobs as files in a directory, at `root/ab/cdef...` (the digest's first two hex chars,
@@ -141,6 +163,30 @@ class LocalBlobStore(BlobStore):
         path = self._path(parse_ref(ref))
         return await asyncio.to_thread(self._size, ref, path)
 
+    async def delete(self, ref: str) -> bool:
+        """Remove the blob; True if it was stored, False if there was nothing to remove.
+
+        Raises:
+            ValueError: `ref` is not a blob reference.
+        """
+        path = self._path(parse_ref(ref))
+        try:
+            await asyncio.to_thread(path.unlink)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def refs(self) -> AsyncIterator[tuple[str, datetime]]:
+        """Every stored blob's reference with when it was last written (UTC), in no set order.
+
+        Other files in the directory (a write's temporary file, anything put there by hand) are
+        skipped. The directory is read one fan-out directory at a time, in a thread.
+        """
+        fanout = await asyncio.to_thread(_subdirectories, self.root)
+        for directory in fanout:
+            for digest, mtime in await asyncio.to_thread(_blob_files, directory):
+                yield ref_for(digest), datetime.fromtimestamp(mtime, UTC)
+
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
 
@@ -177,13 +223,40 @@ class LocalBlobStore(BlobStore):
                 file.seek(offset)
                 return file.read() if length is None else file.read(length)
         except FileNotFoundError:
-            raise BlobNotFound(f"no blob stored under {ref}") from None
+            raise self._not_found(ref) from None
 
     def _size(self, ref: str, path: Path) -> int:
         try:
             return path.stat().st_size
         except FileNotFoundError:
-            raise BlobNotFound(f"no blob stored under {ref}") from None
+            raise self._not_found(ref) from None
+
+    def _not_found(self, ref: str) -> BlobNotFound:
+        return BlobNotFound(
+            f"no blob stored under {ref} in the directory store {self.root}; {SHARE_ONE_STORE} "
+            "(WAITSTATE_BLOB_URL for object storage, or WAITSTATE_BLOB_DIR on a shared volume)"
+        )
+
+
+def _subdirectories(root: Path) -> list[Path]:
+    try:
+        with os.scandir(root) as entries:
+            return [Path(e.path) for e in entries if len(e.name) == 2 and e.is_dir()]
+    except FileNotFoundError:  # nothing written yet
+        return []
+
+
+def _blob_files(directory: Path) -> list[tuple[str, float]]:
+    found: list[tuple[str, float]] = []
+    # A directory or file may be removed while it is read (a concurrent delete): it is skipped.
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+        for entry in entries:
+            digest = directory.name + entry.name
+            if _DIGEST.fullmatch(digest):
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.is_file():
+                        found.append((digest, entry.stat().st_mtime))
+    return found
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -20,6 +20,7 @@ from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process
+from waitstate.tracing import SERVICE_GATEWAY, Tracing
 
 log = logging.getLogger("waitstate.gateway")
 
@@ -55,11 +56,17 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
         return 1
     if stopping.is_set():
         return 0
+    # Deliveries are Updates (or signals) whose spans the run's trace links to.
+    tracing = Tracing.from_settings(settings, SERVICE_GATEWAY)
+    if tracing is not None:
+        client = tracing.client(client)
     app = create_app(TemporalDeliverer(client), tokens)
     config = uvicorn.Config(
         app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
     )
     await _Server(config).serve()
+    if tracing is not None:
+        tracing.shutdown()
     log.info("stopped")
     return 0
 

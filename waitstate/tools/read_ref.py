@@ -26,8 +26,10 @@ def read_ref_tool(store: BlobStore) -> ToolSpec:
         except ValueError as err:
             raise ToolError(f"{err}; copy the ref exactly as the truncated result gave it") from err
         except BlobNotFound as err:
+            # Not str(err): where the store is and how operators share it are for the logs.
             raise ToolError(
-                f"{err}; copy the ref exactly as the truncated result gave it, from this run"
+                f"no blob stored under {args.ref}; copy the ref exactly as the truncated result "
+                "gave it, from this run"
             ) from err
         return {
             "ref": args.ref,
