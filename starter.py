@@ -11,6 +11,8 @@ python starter.py reject RUN_ID --reason TEXT
 python starter.py answer RUN_ID [--operation OP] [--question Q] --accept '{"region": "EMEA"}'
 python starter.py answer RUN_ID [--question Q] --decline [--responder NAME]
 python starter.py cancel RUN_ID
+python starter.py cleanup [--retention 7d]                      # delete ended runs' blobs once
+python starter.py cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
 
 Each command is rendering over `waitstate.client.WaitstateClient`, which does the work. Agent,
 tool and model names are checked against the apps of `--app` and WAITSTATE_APPS (the demo app
@@ -26,9 +28,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from waitstate.apps import AppError, Apps, app_refs, load_apps
+from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID, parse_duration
 from waitstate.client import (
     ANSWER_TIMEOUT,
     DECIDE_TIMEOUT,
@@ -182,6 +186,31 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
     cancel.set_defaults(command=cmd_cancel)
+
+    cleanup = sub.add_parser(
+        "cleanup", help="delete the blobs of runs that ended more than a retention ago"
+    )
+    cleanup.add_argument(
+        "--retention",
+        type=_duration,
+        metavar="DURATION",
+        help="keep a run's blobs this long after it ends, e.g. 7d (default: the namespace's "
+        "workflow retention)",
+    )
+    cleanup.add_argument(
+        "--schedule",
+        action="store_true",
+        help=f"create or update the Temporal Schedule {SCHEDULE_ID!r} instead of running once",
+    )
+    cleanup.add_argument(
+        "--every",
+        type=_duration,
+        default=DEFAULT_EVERY,
+        metavar="DURATION",
+        help="with --schedule: how often it runs, e.g. 24h (default: 24h)",
+    )
+    cleanup.add_argument("--json", action="store_true")
+    cleanup.set_defaults(command=cmd_cleanup)
     return parser
 
 
@@ -467,6 +496,47 @@ async def cmd_cancel(
     await client.cancel(args.run_id)
     print(f"cancellation requested for run {args.run_id}")
     return 0
+
+
+async def cmd_cleanup(
+    args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
+) -> int:
+    """Run the blob cleanup once and print what it did, or (--schedule) create or update the
+    schedule that runs it."""
+    client = await WaitstateClient.connect(settings, tracing=tracing)
+    retention = "the namespace's retention" if args.retention is None else str(args.retention)
+    if args.schedule:
+        done = await client.schedule_blob_cleanup(every=args.every, retention=args.retention)
+        if args.json:
+            _print_json({"schedule": SCHEDULE_ID, "done": done, "every": str(args.every)})
+            return 0
+        print(
+            f"schedule {SCHEDULE_ID} {done}: a blob cleanup every {args.every} on task queue "
+            f"{settings.task_queue}, keeping blobs for {retention} after their runs end"
+        )
+        return 0
+    result = await client.clean_blobs(retention=args.retention)
+    if args.json:
+        _print_json(result.model_dump(mode="json"))
+        return 0
+    print(
+        f"examined {result.examined} blobs, deleted {result.deleted} "
+        f"({result.bytes_deleted} bytes) of runs ended over {result.retention} ago"
+    )
+    print(
+        f"kept: {result.kept_open} of open runs, {result.kept_recent} recent, "
+        f"{result.unowned} unowned"
+    )
+    if result.restored:
+        print(f"put back {result.restored} set aside by a cleanup that did not finish")
+    return 0
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:

@@ -27,6 +27,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import (
     AgentActivities,
     ApprovalActivities,
+    CleanupActivities,
     McpActivities,
     ModelActivities,
     OperationActivities,
@@ -44,6 +45,7 @@ from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
 from waitstate.tracing import SERVICE_WORKER, Tracing
 from workflows.agent_run import AgentRunWorkflow
+from workflows.blob_cleanup import BlobCleanupWorkflow
 
 log = logging.getLogger("waitstate.worker")
 
@@ -145,10 +147,12 @@ def build_worker(
     agent = AgentActivities(agents or {}, settings.default_model)
     operations = OperationActivities(registry, mcp)
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
+    # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
+    cleanup = CleanupActivities(client, blobs)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[AgentRunWorkflow],
+        workflows=[AgentRunWorkflow, BlobCleanupWorkflow],
         activities=[
             agent.resolve_agent,
             servers.list_mcp_tools,
@@ -159,6 +163,8 @@ def build_worker(
             operations.answer_operation,
             approvals.notify_approval,
             approvals.notify_input,
+            cleanup.namespace_retention,
+            cleanup.clean_blobs,
         ],
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.

@@ -2,6 +2,7 @@
 
 from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
+from activities.cleanup import CleanupActivities
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.operations import OperationActivities
@@ -10,6 +11,7 @@ from activities.tools import ToolActivities
 __all__ = [
     "AgentActivities",
     "ApprovalActivities",
+    "CleanupActivities",
     "McpActivities",
     "ModelActivities",
     "OperationActivities",

@@ -95,7 +95,7 @@ class McpActivities:
                         requires_approval=destructive and server.requires_approval_if_destructive,
                     )
                 )
-        ref = await self._blobs.put(_LISTING.dump_json(tools))
+        ref = await self._blobs.put(_LISTING.dump_json(tools), activity.info().workflow_id)
         return McpListing(ref=ref, names=[tool.definition.name for tool in tools])
 
     async def _list(self, name: str) -> list[Any]:

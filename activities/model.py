@@ -115,7 +115,8 @@ class ModelActivities:
         # digest), and the run counts its own model calls: each reply's record in the run's
         # history is the shorter for both.
         stored = _TRANSCRIPT.dump_json([*conversation, response.message])
-        response.transcript_ref = (await self._blobs.put(stored)).removeprefix(REF_PREFIX)
+        ref = await self._blobs.put(stored, activity.info().workflow_id)
+        response.transcript_ref = ref.removeprefix(REF_PREFIX)
         response.usage = response.usage.model_copy(update={"model_calls": 0})
         return response
 

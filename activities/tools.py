@@ -203,11 +203,13 @@ class ToolActivities:
         and a `ref://blobs/...` it can read with read_ref; anything over 1 KB travels to the
         model-call activity by reference, so the history holds a preview, not the text twice.
         """
-        text = await shrink(self._blobs, result.content)
+        # Owned by the run: a cleanup keeps what a run may still read (waitstate/blobs/owners.py).
+        owner = activity.info().workflow_id
+        text = await shrink(self._blobs, result.content, owner=owner)
         if len(text.encode()) <= INLINE_RESULT_BYTES:
             result.content = text
             return result
-        result.content_ref = await self._blobs.put(text.encode())
+        result.content_ref = await self._blobs.put(text.encode(), owner)
         head = text[:INLINE_PREVIEW_CHARS]
         tail = text.rsplit("\n", 1)[-1]
         # The reference line, if any, stays visible: the run offers read_ref when it sees one.

@@ -11,12 +11,13 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import WorkflowHandle
+from temporalio.client import ScheduleActionStartWorkflow, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.basic import demo_tools
@@ -24,6 +25,8 @@ from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, make_worker
+from waitstate.blobs import LocalBlobStore
+from waitstate.cleanup import SCHEDULE_ID
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.settings import Settings
@@ -332,3 +335,37 @@ async def test_an_answer_for_an_unknown_run_or_an_unreachable_server(
     assert _one_error_line(unreachable).startswith(
         f"error: cannot reach Temporal at 127.0.0.1:{closed_port}: "
     )
+
+
+async def test_cleanup_once_prints_its_counts_and_schedule_creates_then_updates(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    gone = await blobs.put(b"of a forgotten run", f"forgotten-{task_queue}")
+    await blobs.put(b"written before blobs had owners")
+    await asyncio.sleep(1.1)  # both older than the retention of 1 s
+    schedule = dev_env.client.get_schedule_handle(SCHEDULE_ID)
+    async with make_worker(dev_env.client, task_queue, settings=Settings(blob_dir=blobs.root)):
+        once = await cli("cleanup", "--retention", "1s")
+    try:
+        created = await cli("cleanup", "--schedule", "--every", "12h", "--retention", "7d")
+        updated = await cli("cleanup", "--schedule")
+        described = await schedule.describe()
+    finally:
+        await schedule.delete()
+    bad = await cli("cleanup", "--every", "soon")
+
+    assert (once.code, once.stderr) == (0, "")
+    assert once.stdout.splitlines() == [
+        "examined 2 blobs, deleted 1 (18 bytes) of runs ended over 0:00:01 ago",
+        "kept: 0 of open runs, 0 recent, 1 unowned",
+    ]
+    assert await blobs.owners(gone) == []
+    assert created.stdout.startswith(f"schedule {SCHEDULE_ID} created: a blob cleanup every 12:00")
+    assert updated.stdout.startswith(f"schedule {SCHEDULE_ID} updated: a blob cleanup every 1 day")
+    assert "for the namespace's retention after their runs end" in updated.stdout
+    action = described.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    assert (action.workflow, action.task_queue) == ("BlobCleanupWorkflow", task_queue)
+    assert described.schedule.spec.intervals[0].every == timedelta(days=1)
+    assert bad.code == 2 and "not a duration: 'soon'" in bad.stderr

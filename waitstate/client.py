@@ -48,10 +48,13 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from waitstate.cleanup import DEFAULT_EVERY, clean_blobs, schedule_blob_cleanup
+
 # How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
 from waitstate.gateway.delivery import rpc_refusal
 from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
+from waitstate.schemas.cleanup import CleanResult
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
@@ -115,6 +118,10 @@ class TemporalFailed(ClientError):
     def __init__(self, doing: str, reason: str) -> None:
         super().__init__(f"{doing}: {reason}")
         self.reason = reason
+
+
+class CleanupFailed(ClientError):
+    """The blob cleanup ran and failed; the message is its reason."""
 
 
 class RunNotFound(ClientError):
@@ -724,6 +731,43 @@ class WaitstateClient:
             await self.handle(run_id).cancel()
         except RPCError as err:
             self._raise(err, run_id, f"could not cancel run {run_id}")
+
+    async def clean_blobs(self, *, retention: timedelta | None = None) -> CleanResult:
+        """Run the blob cleanup once, on the fleet's workers, and return what it did.
+
+        Args:
+            retention: How long after a run ends its blobs are kept (None: the namespace's
+                workflow retention).
+
+        Raises:
+            CleanupFailed: the cleanup failed (its reason is the message).
+            TemporalFailed: Temporal refused to start it.
+        """
+        try:
+            return await clean_blobs(self._client, self._task_queue, retention=retention)
+        except WorkflowFailureError as err:
+            cause: BaseException | None = err.cause
+            while isinstance(cause, FailureError) and cause.cause is not None:
+                cause = cause.cause  # the activity's own error, under Temporal's wrapping
+            raise CleanupFailed(f"the blob cleanup failed: {_first_line(cause)}") from err
+        except RPCError as err:
+            self._raise(err, None, "could not run the blob cleanup")
+
+    async def schedule_blob_cleanup(
+        self, *, every: timedelta = DEFAULT_EVERY, retention: timedelta | None = None
+    ) -> str:
+        """Create or update the Temporal Schedule that runs the blob cleanup every `every`:
+        `"created"` or `"updated"`.
+
+        Raises:
+            TemporalFailed: Temporal refused it.
+        """
+        try:
+            return await schedule_blob_cleanup(
+                self._client, self._task_queue, every=every, retention=retention
+            )
+        except RPCError as err:
+            self._raise(err, None, "could not schedule the blob cleanup")
 
     async def fleet(self, *, now: datetime | None = None) -> Fleet:
         """What visibility knows of the running runs, and of the runs closed within the

@@ -157,6 +157,20 @@ class _Crashing:
         """Nothing to release."""
 
 
+async def test_the_stored_conversation_is_owned_by_the_run(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    activities = ModelActivities(build_providers(Settings()), ToolRegistry([]), store)
+    env = ActivityEnvironment()
+
+    response = await env.run(
+        activities.call_model, HELLO.model_copy(update={"model": "scripted:demo"})
+    )
+
+    assert response.transcript_ref is not None
+    # A blob cleanup keeps it while the run (its workflow id) may still read it.
+    assert await store.owners(f"ref://blobs/{response.transcript_ref}") == [env.info.workflow_id]
+
+
 async def test_an_unexpected_error_keeps_its_type_and_loses_its_chain(tmp_path: Path) -> None:
     providers = Providers({"crashing": lambda: _Crashing()})
 

@@ -160,6 +160,9 @@ async def test_a_result_past_the_threshold_reaches_the_model_as_a_preview_and_a_
     assert trailer.startswith(f"[truncated: {size} bytes in all; the full result is {REF_PREFIX}")
     ref = trailer.split("the full result is ", 1)[1].split(";", 1)[0]
     assert await store.get(ref) == whole.encode()
+    # Both are the run's: a blob cleanup keeps them while it may read them.
+    run = ActivityEnvironment().info.workflow_id
+    assert await store.owners(ref) == await store.owners(result.content_ref) == [run]
     # The history's preview keeps that line in sight: the run offers read_ref when it sees it.
     assert result.content == f"{shrunk[:INLINE_PREVIEW_CHARS]}…\n{trailer}"
 

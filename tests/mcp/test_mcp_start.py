@@ -69,6 +69,14 @@ async def test_a_task_is_recorded_the_moment_it_exists(reports_url: str, tmp_pat
     assert beats == [("sending",), ("task", result.operation.job_id, 1.0)]
 
 
+async def test_the_listing_is_owned_by_the_run(reports_url: str, tmp_path: Path) -> None:
+    _, listing = await _activities(reports_url, tmp_path)
+
+    # A blob cleanup keeps it while the run (its workflow id) may still read it.
+    owners = await LocalBlobStore(tmp_path / "blobs").owners(listing)
+    assert owners == [ActivityEnvironment().info.workflow_id]
+
+
 async def test_a_retried_attempt_takes_the_task_already_created(
     reports_url: str, tmp_path: Path
 ) -> None:

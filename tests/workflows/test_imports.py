@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Anything an activity needs (provider SDKs, HTTP clients, tool implementations) must not be
 # pulled in by a workflow module.
@@ -24,8 +26,9 @@ FORBIDDEN = (
 )
 
 
-def test_workflow_module_imports_only_temporalio_stdlib_and_schemas() -> None:
-    code = "import sys, json; import workflows.agent_run; print(json.dumps(sorted(sys.modules)))"
+@pytest.mark.parametrize("module", ["workflows.agent_run", "workflows.blob_cleanup"])
+def test_workflow_module_imports_only_temporalio_stdlib_and_schemas(module: str) -> None:
+    code = f"import sys, json; import {module}; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(
         subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True

@@ -20,6 +20,7 @@ async def shrink(
     *,
     threshold: int = DEFAULT_THRESHOLD,
     preview_chars: int = DEFAULT_PREVIEW_CHARS,
+    owner: str | None = None,
 ) -> str:
     """`text` itself when it is small, else a preview of it and the reference of all of it.
 
@@ -28,6 +29,8 @@ async def shrink(
         text: A tool's result as the model would read it.
         threshold: The largest size, in UTF-8 bytes, kept as it is.
         preview_chars: How many characters of the start of `text` the preview shows.
+        owner: The run (workflow id) the full text is stored for; a cleanup keeps it while
+            that run may read it.
 
     Returns:
         `text` when its UTF-8 size is at most `threshold`; otherwise its first
@@ -47,5 +50,5 @@ async def shrink(
     data = text.encode("utf-8", errors="surrogatepass")
     if len(data) <= threshold:
         return text
-    ref = await store.put(data)
+    ref = await store.put(data, owner)
     return text[:preview_chars] + TRAILER.format(size=len(data), ref=ref)

@@ -2,15 +2,18 @@
 
 The same content addressing and references as `LocalBlobStore`: a blob is the object
 `<prefix>/<first 2 hex of its sha256>/<the other 62>` in one bucket, so a run reads its
-references the same way whichever store wrote them. The S3 protocol is `obstore`'s (Rust's
+references the same way whichever store wrote them. Owner markers are the small objects
+`<prefix>/owners/<digest>/<marker name>` (holding the owner's id), and a cleanup sets a blob
+aside by copying it to `<prefix>/trash/...` and deleting the original (S3 has no rename). The S3 protocol is `obstore`'s (Rust's
 `object_store`, async, with ranged GETs), never written by hand here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -19,7 +22,18 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 
-from waitstate.blobs.store import SHARE_ONE_STORE, BlobNotFound, BlobStore, parse_ref, ref_for
+from waitstate.blobs.owners import (
+    OWNERS_DIR,
+    TRASH_DIR,
+    OwnedBlobs,
+    aside_name,
+    marker_body,
+    marker_name,
+    owner_from_body,
+    parse_aside,
+)
+from waitstate.blobs.refs import SHARE_ONE_STORE, BlobNotFound, parse_ref, ref_for
+from waitstate.blobs.store import BlobStore
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -35,7 +49,7 @@ _MAX_RETRIES = 3
 _MISSING = (FileNotFoundError, NotFoundError)
 
 
-class S3BlobStore(BlobStore):
+class S3BlobStore(OwnedBlobs, BlobStore):
     """Blobs as objects in an S3 bucket, under a key prefix.
 
     Credentials and region come from the usual AWS environment (`AWS_ACCESS_KEY_ID`,
@@ -44,7 +58,9 @@ class S3BlobStore(BlobStore):
     `endpoint` is not given.
 
     An object is written whole by one PUT, so no reader ever sees part of a blob, and puts of
-    the same blob by concurrent workers write the same bytes under the same key.
+    the same blob by concurrent workers write the same bytes under the same key. The safe
+    delete relies on S3's strong read-after-write consistency for PUTs and LISTs (AWS S3
+    since 2020, MinIO, R2): a marker written before a listing is in the listing.
 
     Args:
         bucket: The bucket; it must exist.
@@ -80,14 +96,22 @@ class S3BlobStore(BlobStore):
     def __repr__(self) -> str:
         return f"S3BlobStore({self.url!r})"
 
-    async def put(self, data: bytes) -> str:
+    async def put(self, data: bytes, owner: str | None = None) -> str:
         """Store `data` and return its reference; the same bytes always get the same one.
 
-        A blob already stored with the same size is not uploaded again.
+        A blob already stored with the same size is not uploaded again. With `owner`, its
+        marker is written first (see `OwnedBlobs.delete_unless_owned`).
+
+        Raises:
+            ValueError: `owner` is empty.
         """
         data = bytes(data)
+        name = marker_name(owner) if owner is not None else None
         # Hashing megabytes takes milliseconds: off the event loop.
         digest = await asyncio.to_thread(_sha256, data)
+        if owner is not None and name is not None:
+            # Written anew even when it exists: a cleanup deleting the blob sees it change.
+            await obstore.put_async(self._store, _marker_key(digest, name), marker_body(owner))
         key = _key(digest)
         if await self._stored_size(key) != len(data):
             await obstore.put_async(self._store, key, data)
@@ -120,6 +144,12 @@ class S3BlobStore(BlobStore):
             result = await obstore.get_async(self._store, key, options=options)
             return bytes(await result.bytes_async())
         except _MISSING:
+            # A blob a cleanup has set aside for a moment is still readable (see
+            # OwnedBlobs.delete_unless_owned); only a miss pays for the look.
+            for aside in await self._aside_keys(parse_ref(ref)):
+                with contextlib.suppress(*_MISSING):
+                    result = await obstore.get_async(self._store, aside, options=options)
+                    return bytes(await result.bytes_async())
             raise self._not_found(ref) from None
         except ObstoreError:
             # A range that starts at or past the end is refused (416), where a file read
@@ -135,7 +165,11 @@ class S3BlobStore(BlobStore):
             BlobNotFound: nothing is stored under `ref` in this bucket and prefix.
             ValueError: `ref` is not a blob reference.
         """
-        size = await self._stored_size(_key(parse_ref(ref)))
+        digest = parse_ref(ref)
+        size = await self._stored_size(_key(digest))
+        for aside in await self._aside_keys(digest) if size is None else []:
+            if (size := await self._stored_size(aside)) is not None:
+                break
         if size is None:
             raise self._not_found(ref)
         return size
@@ -170,6 +204,65 @@ class S3BlobStore(BlobStore):
                     continue
                 yield ref, meta["last_modified"]
 
+    async def _aside_keys(self, digest: str) -> list[str]:
+        # Listing prefixes are whole path segments: the trash is listed, and it is small
+        # (blobs being deleted this moment, and any a dead cleanup left).
+        return [key async for name, key in self._trash() if name.startswith(digest + ".")]
+
+    async def _trash(self) -> AsyncIterator[tuple[str, str]]:
+        async for page in obstore.list(self._store, TRASH_DIR, chunk_size=1000):
+            for meta in page:
+                yield meta["path"].rsplit("/", 1)[-1], meta["path"]
+
+    # --- the primitives of OwnedBlobs --------------------------------------------------------
+
+    async def _markers(self, digest: str) -> dict[str, Hashable]:
+        found: dict[str, Hashable] = {}
+        async for page in obstore.list(self._store, f"{OWNERS_DIR}/{digest}", chunk_size=1000):
+            for meta in page:
+                # Every PUT of a marker changes its ETag (its body is unique to the write).
+                found[meta["path"].rsplit("/", 1)[-1]] = (meta["last_modified"], meta["e_tag"])
+        return found
+
+    async def _read_marker(self, digest: str, name: str) -> str | None:
+        try:
+            result = await obstore.get_async(self._store, _marker_key(digest, name))
+            return owner_from_body(bytes(await result.bytes_async()))
+        except _MISSING:
+            return None
+
+    async def _remove_marker(self, digest: str, name: str) -> None:
+        await obstore.delete_async(self._store, _marker_key(digest, name))
+
+    async def _stored(self, digest: str) -> bool:
+        return await self._stored_size(_key(digest)) is not None
+
+    async def _move_aside(self, digest: str) -> tuple[str, int] | None:
+        key = _key(digest)
+        size = await self._stored_size(key)
+        if size is None:
+            return None
+        name = aside_name(digest)
+        try:
+            await obstore.copy_async(self._store, key, f"{TRASH_DIR}/{name}")
+        except _MISSING:  # another cleanup deleted it first
+            return None
+        await obstore.delete_async(self._store, key)
+        return name, size
+
+    async def _put_back(self, digest: str, name: str) -> None:
+        # Over a copy a racing put wrote meanwhile, if any: the same bytes.
+        await obstore.copy_async(self._store, f"{TRASH_DIR}/{name}", _key(digest))
+        await obstore.delete_async(self._store, f"{TRASH_DIR}/{name}")
+
+    async def _drop(self, name: str) -> None:
+        await obstore.delete_async(self._store, f"{TRASH_DIR}/{name}")
+
+    async def _aside(self) -> AsyncIterator[tuple[str, str, float]]:
+        async for name, _ in self._trash():
+            if (parsed := parse_aside(name)) is not None:
+                yield name, *parsed
+
     async def _stored_size(self, key: str) -> int | None:
         try:
             meta = await obstore.head_async(self._store, key)
@@ -190,3 +283,7 @@ def _sha256(data: bytes) -> str:
 
 def _key(digest: str) -> str:
     return f"{digest[:2]}/{digest[2:]}"
+
+
+def _marker_key(digest: str, name: str) -> str:
+    return f"{OWNERS_DIR}/{digest}/{name}"

@@ -4,7 +4,9 @@ A blob's reference is `ref://blobs/<sha256 hex>`. Because the name is derived fr
 writing is idempotent (the same bytes always get the same reference, and writing them twice
 is harmless) and a reference can never point at different bytes later.
 
-`BlobStore` is the whole interface: put, get a slice, size, and (for a cleanup) delete and list.
+`BlobStore` is the whole interface: put, get a slice, size, and (for a cleanup) delete and list,
+each blob's owners (the runs it was written for) and a delete that no racing put can undo
+(`waitstate.blobs.owners`).
 `LocalBlobStore` keeps blobs in a directory; `S3BlobStore` (`waitstate.blobs.s3`) in
 S3-compatible object storage, with the digest as the object key and ranged GETs for slices. Both
 name a blob by the same reference. What matters is that every worker of a deployment reaches the
@@ -18,62 +20,52 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import re
 import tempfile
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Hashable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-REF_PREFIX = "ref://blobs/"
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-# What a BlobNotFound adds: the usual cause is a worker configured with a store of its own.
-SHARE_ONE_STORE = "workers of one fleet must share one store"
+from waitstate.blobs.owners import (
+    OWNERS_DIR,
+    STALE_ASIDE,
+    TRASH_DIR,
+    Keep,
+    OwnedBlobs,
+    aside_name,
+    marker_body,
+    marker_name,
+    owner_from_body,
+    parse_aside,
+)
+from waitstate.blobs.refs import (
+    DIGEST,
+    REF_PREFIX,
+    SHARE_ONE_STORE,
+    BlobNotFound,
+    parse_ref,
+    ref_for,
+)
 
-
-class BlobNotFound(KeyError):
-    """No blob is stored under that reference."""
-
-    def __str__(self) -> str:
-        # KeyError's own str() is the repr of its argument; a message reads better unquoted.
-        return str(self.args[0]) if self.args else "blob not found"
-
-
-def ref_for(digest: str) -> str:
-    """The reference of the blob whose SHA-256 (lowercase hex) is `digest`.
-
-    Raises:
-        ValueError: `digest` is not 64 lowercase hex characters.
-    """
-    if not _DIGEST.fullmatch(digest):
-        raise ValueError(f"not a sha256 hex digest: {digest!r}; expected 64 lowercase hex chars")
-    return REF_PREFIX + digest
-
-
-def parse_ref(ref: str) -> str:
-    """The SHA-256 hex digest a reference names.
-
-    Only `ref://blobs/` followed by exactly 64 lowercase hex characters is accepted, so a
-    reference can never name a path outside the store (`ref://blobs/../../etc/passwd`).
-
-    Raises:
-        ValueError: `ref` is not a blob reference.
-    """
-    expected = f"expected {REF_PREFIX}<sha256> with 64 lowercase hex chars"
-    if not isinstance(ref, str) or not ref.startswith(REF_PREFIX):
-        raise ValueError(f"not a blob reference: {ref!r}; {expected}")
-    digest = ref[len(REF_PREFIX) :]
-    # fullmatch, not match with `$`: `$` would also accept a trailing newline.
-    if not _DIGEST.fullmatch(digest):
-        raise ValueError(f"malformed blob reference: {ref!r}; {expected}")
-    return digest
+__all__ = [
+    "REF_PREFIX",
+    "BlobNotFound",
+    "BlobStore",
+    "LocalBlobStore",
+    "parse_ref",
+    "ref_for",
+]
 
 
 class BlobStore(Protocol):
     """Where large values live, named by the SHA-256 of their bytes."""
 
-    async def put(self, data: bytes) -> str:
-        """Store `data` and return its reference; the same bytes always get the same one."""
+    async def put(self, data: bytes, owner: str | None = None) -> str:
+        """Store `data` and return its reference; the same bytes always get the same one.
+
+        `owner` (a run's workflow id) is recorded as one of the blob's owners before the blob
+        is written, so a cleanup keeps the blob while that run may still read it.
+        """
         ...
 
     async def get(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -109,14 +101,36 @@ class BlobStore(Protocol):
     def refs(self) -> AsyncIterator[tuple[str, datetime]]:
         """Every stored blob's reference with when it was last written (UTC), in no set order.
 
-        What else lives in the store's directory or under its prefix is skipped.
+        What else lives in the store's directory or under its prefix is skipped, owner
+        markers and blobs set aside by a cleanup included.
         """
         ...
 
+    async def owners(self, ref: str) -> list[str]:
+        """The workflow ids the blob was written for, in no set order ([] when none)."""
+        ...
 
-class LocalBlobStore(BlobStore):
+    async def disown(self, ref: str, owner: str) -> bool:
+        """Forget that `owner` owns the blob; True if it did."""
+        ...
+
+    async def delete_unless_owned(self, ref: str, keep: Keep) -> int | None:
+        """Delete the blob and its owner markers unless `keep(owners)` is true or a put for a
+        new owner races the delete; the bytes freed, or None if the blob stays (see
+        `OwnedBlobs.delete_unless_owned` for why no racing put is lost)."""
+        ...
+
+    async def recover(self, keep: Keep, older_than: timedelta = STALE_ASIDE) -> int:
+        """Settle the blobs a cleanup set aside and never decided on (it died): put back what
+        `keep` keeps, delete the rest; how many were put back."""
+        ...
+
+
+class LocalBlobStore(OwnedBlobs, BlobStore):
     """Blobs as files in a directory, at `root/ab/cdef...` (the digest's first two hex chars,
     then the rest), so no directory grows past a few thousand entries per million blobs.
+    Owner markers are small files at `root/owners/<digest>/<marker name>` holding the owner's
+    id; a cleanup sets a blob aside by renaming it into `root/trash/`.
 
     Writes go to a temporary file in the blob's directory, are flushed to disk, then renamed
     into place with `os.replace`, which is atomic: concurrent writers of the same blob and a
@@ -131,10 +145,17 @@ class LocalBlobStore(BlobStore):
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
 
-    async def put(self, data: bytes) -> str:
-        """Store `data` and return its reference; the same bytes always get the same one."""
+    async def put(self, data: bytes, owner: str | None = None) -> str:
+        """Store `data` and return its reference; the same bytes always get the same one.
+
+        With `owner`, its marker is written first (see `OwnedBlobs.delete_unless_owned`).
+
+        Raises:
+            ValueError: `owner` is empty.
+        """
+        name = marker_name(owner) if owner is not None else None
         # Hashing megabytes takes milliseconds: it goes to the thread with the write.
-        digest = await asyncio.to_thread(self._put, bytes(data))
+        digest = await asyncio.to_thread(self._put, bytes(data), owner, name)
         return ref_for(digest)
 
     async def get(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -146,12 +167,12 @@ class LocalBlobStore(BlobStore):
             BlobNotFound: nothing is stored under `ref`.
             ValueError: `ref` is not a blob reference, or `offset`/`length` is negative.
         """
-        path = self._path(parse_ref(ref))
+        digest = parse_ref(ref)
         if offset < 0:
             raise ValueError(f"offset must be 0 or more, got {offset}")
         if length is not None and length < 0:
             raise ValueError(f"length must be 0 or more, got {length}")
-        return await asyncio.to_thread(self._read, ref, path, offset, length)
+        return await asyncio.to_thread(self._read, ref, digest, offset, length)
 
     async def size(self, ref: str) -> int:
         """The blob's size in bytes.
@@ -160,8 +181,7 @@ class LocalBlobStore(BlobStore):
             BlobNotFound: nothing is stored under `ref`.
             ValueError: `ref` is not a blob reference.
         """
-        path = self._path(parse_ref(ref))
-        return await asyncio.to_thread(self._size, ref, path)
+        return await asyncio.to_thread(self._size, ref, parse_ref(ref))
 
     async def delete(self, ref: str) -> bool:
         """Remove the blob; True if it was stored, False if there was nothing to remove.
@@ -190,8 +210,11 @@ class LocalBlobStore(BlobStore):
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
 
-    def _put(self, data: bytes) -> str:
+    def _put(self, data: bytes, owner: str | None, name: str | None) -> str:
         digest = hashlib.sha256(data).hexdigest()
+        if owner is not None and name is not None:
+            # The marker before the look for the blob: what makes a cleanup's delete safe.
+            self._mark(digest, owner, name)
         path = self._path(digest)
         with contextlib.suppress(FileNotFoundError):
             # Same name, same bytes: already stored. The size check lets a put repair a file
@@ -216,26 +239,152 @@ class LocalBlobStore(BlobStore):
         _fsync_dir(path.parent)
         return digest
 
-    def _read(self, ref: str, path: Path, offset: int, length: int | None) -> bytes:
+    def _mark(self, digest: str, owner: str, name: str) -> None:
+        directory = self._owners_dir(digest)
+        created = False
+        for _ in range(3):
+            if not directory.is_dir():
+                directory.mkdir(parents=True, exist_ok=True)
+                created = True
+            try:
+                # Written anew even when it exists: a cleanup deleting the blob sees it change.
+                fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+                break
+            except FileNotFoundError:  # a cleanup removed the blob's last marker, and its dir
+                continue
+        else:
+            raise FileNotFoundError(f"could not write the owner marker in {directory}")
         try:
-            with open(path, "rb") as file:
-                # Seek, not read-and-slice: a 4 KB slice of a 5 GB blob reads 4 KB.
-                file.seek(offset)
-                return file.read() if length is None else file.read(length)
-        except FileNotFoundError:
-            raise self._not_found(ref) from None
+            with os.fdopen(fd, "wb") as file:
+                file.write(marker_body(owner))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, directory / name)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        # Durable like the blob: a marker forgotten in a crash could leave a blob to be deleted
+        # under a run that still reads it (when another, ended, owner's marker survived).
+        _fsync_dir(directory)
+        if created:
+            _fsync_dir(directory.parent)
 
-    def _size(self, ref: str, path: Path) -> int:
+    def _read(self, ref: str, digest: str, offset: int, length: int | None) -> bytes:
+        for path in (self._path(digest), *self._aside_paths(digest)):
+            try:
+                with open(path, "rb") as file:
+                    # Seek, not read-and-slice: a 4 KB slice of a 5 GB blob reads 4 KB.
+                    file.seek(offset)
+                    return file.read() if length is None else file.read(length)
+            except FileNotFoundError:
+                continue
+        raise self._not_found(ref)
+
+    def _size(self, ref: str, digest: str) -> int:
+        for path in (self._path(digest), *self._aside_paths(digest)):
+            try:
+                return path.stat().st_size
+            except FileNotFoundError:
+                continue
+        raise self._not_found(ref)
+
+    def _aside_paths(self, digest: str) -> list[Path]:
+        # Only on a miss: a blob a cleanup has set aside for a moment is still readable (it
+        # is put back when a run wrote it meanwhile; see OwnedBlobs.delete_unless_owned).
         try:
-            return path.stat().st_size
+            with os.scandir(self.root / TRASH_DIR) as entries:
+                return [Path(e.path) for e in entries if e.name.startswith(digest + ".")]
         except FileNotFoundError:
-            raise self._not_found(ref) from None
+            return []
+
+    # --- the primitives of OwnedBlobs --------------------------------------------------------
+
+    def _owners_dir(self, digest: str) -> Path:
+        return self.root / OWNERS_DIR / digest
+
+    async def _markers(self, digest: str) -> dict[str, Hashable]:
+        return await asyncio.to_thread(_marker_versions, self._owners_dir(digest))
+
+    async def _read_marker(self, digest: str, name: str) -> str | None:
+        try:
+            data = await asyncio.to_thread((self._owners_dir(digest) / name).read_bytes)
+        except FileNotFoundError:
+            return None
+        return owner_from_body(data)
+
+    async def _remove_marker(self, digest: str, name: str) -> None:
+        await asyncio.to_thread(self._unmark, digest, name)
+
+    def _unmark(self, digest: str, name: str) -> None:
+        directory = self._owners_dir(digest)
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+        # The blob's last marker gone: its directory goes too (unless a put just wrote one).
+        with contextlib.suppress(FileNotFoundError, OSError):
+            directory.rmdir()
+
+    async def _stored(self, digest: str) -> bool:
+        return await asyncio.to_thread(self._path(digest).is_file)
+
+    async def _move_aside(self, digest: str) -> tuple[str, int] | None:
+        return await asyncio.to_thread(self._set_aside, digest)
+
+    def _set_aside(self, digest: str) -> tuple[str, int] | None:
+        trash = self.root / TRASH_DIR
+        trash.mkdir(parents=True, exist_ok=True)
+        name = aside_name(digest)
+        try:
+            # Atomic: from here no reader or put finds the blob under its name.
+            os.replace(self._path(digest), trash / name)
+        except FileNotFoundError:
+            return None
+        return name, (trash / name).stat().st_size
+
+    async def _put_back(self, digest: str, name: str) -> None:
+        await asyncio.to_thread(self._restore, digest, name)
+
+    def _restore(self, digest: str, name: str) -> None:
+        path = self._path(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Over a copy a racing put wrote meanwhile, if any: the same bytes.
+        os.replace(self.root / TRASH_DIR / name, path)
+        _fsync_dir(path.parent)
+
+    async def _drop(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread((self.root / TRASH_DIR / name).unlink)
+
+    async def _aside(self) -> AsyncIterator[tuple[str, str, float]]:
+        for name in await asyncio.to_thread(_names, self.root / TRASH_DIR):
+            if (parsed := parse_aside(name)) is not None:
+                yield name, *parsed
 
     def _not_found(self, ref: str) -> BlobNotFound:
         return BlobNotFound(
             f"no blob stored under {ref} in the directory store {self.root}; {SHARE_ONE_STORE} "
             "(WAITSTATE_BLOB_URL for object storage, or WAITSTATE_BLOB_DIR on a shared volume)"
         )
+
+
+def _marker_versions(directory: Path) -> dict[str, Hashable]:
+    # A marker is replaced, never written in place: a new inode and time on every write.
+    found: dict[str, Hashable] = {}
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):  # a marker being written
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                stat = entry.stat()
+                found[entry.name] = (stat.st_ino, stat.st_mtime_ns)
+    return found
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
 
 
 def _subdirectories(root: Path) -> list[Path]:
@@ -252,7 +401,7 @@ def _blob_files(directory: Path) -> list[tuple[str, float]]:
     with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
         for entry in entries:
             digest = directory.name + entry.name
-            if _DIGEST.fullmatch(digest):
+            if DIGEST.fullmatch(digest):
                 with contextlib.suppress(FileNotFoundError):
                     if entry.is_file():
                         found.append((digest, entry.stat().st_mtime))

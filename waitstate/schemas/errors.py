@@ -35,3 +35,6 @@ QUESTION_NOT_YOURS = "QuestionNotYours"  # the tool's policy names the model -> 
 QUESTION_INVALID_ANSWER = "QuestionInvalidAnswer"  # not valid for its schema -> HTTP 422
 # An answer the job's system would not take (the delivery activity's failure).
 ANSWER_REFUSED = "AnswerRefused"
+
+# The blob cleanup was given no retention and the namespace reports none to default to.
+RETENTION_UNKNOWN = "RetentionUnknown"

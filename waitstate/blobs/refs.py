@@ -1,0 +1,48 @@
+"""Blob references: `ref://blobs/<sha256 hex>`, and the error for one that names nothing."""
+
+from __future__ import annotations
+
+import re
+
+REF_PREFIX = "ref://blobs/"
+DIGEST = re.compile(r"[0-9a-f]{64}")
+# What a BlobNotFound adds: the usual cause is a worker configured with a store of its own.
+SHARE_ONE_STORE = "workers of one fleet must share one store"
+
+
+class BlobNotFound(KeyError):
+    """No blob is stored under that reference."""
+
+    def __str__(self) -> str:
+        # KeyError's own str() is the repr of its argument; a message reads better unquoted.
+        return str(self.args[0]) if self.args else "blob not found"
+
+
+def ref_for(digest: str) -> str:
+    """The reference of the blob whose SHA-256 (lowercase hex) is `digest`.
+
+    Raises:
+        ValueError: `digest` is not 64 lowercase hex characters.
+    """
+    if not DIGEST.fullmatch(digest):
+        raise ValueError(f"not a sha256 hex digest: {digest!r}; expected 64 lowercase hex chars")
+    return REF_PREFIX + digest
+
+
+def parse_ref(ref: str) -> str:
+    """The SHA-256 hex digest a reference names.
+
+    Only `ref://blobs/` followed by exactly 64 lowercase hex characters is accepted, so a
+    reference can never name a path outside the store (`ref://blobs/../../etc/passwd`).
+
+    Raises:
+        ValueError: `ref` is not a blob reference.
+    """
+    expected = f"expected {REF_PREFIX}<sha256> with 64 lowercase hex chars"
+    if not isinstance(ref, str) or not ref.startswith(REF_PREFIX):
+        raise ValueError(f"not a blob reference: {ref!r}; {expected}")
+    digest = ref[len(REF_PREFIX) :]
+    # fullmatch, not match with `$`: `$` would also accept a trailing newline.
+    if not DIGEST.fullmatch(digest):
+        raise ValueError(f"malformed blob reference: {ref!r}; {expected}")
+    return digest
