@@ -12,25 +12,31 @@ import asyncio
 import logging
 import sys
 import time
+from typing import Literal
 
 from chaos.driver import SIZES, Suite
 from chaos.model import Check
 from chaos.report import table
-from chaos.stack import Stack
+from chaos.stack import S3_BLOBS, Stack
+from waitstate.blobs import BlobStore
 from waitstate.settings import exit_process
 
 DEFAULT_SEED = 20261129
 
 
-async def _main(size: str, seed: int, keep: bool) -> int:
+async def _main(size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"]) -> int:
     began = time.monotonic()
     # Waiting runs are evicted from the workers' cache under load, as in production.
     cache = 200 if size == "load" else 100
-    async with Stack(keep=keep, max_cached_workflows=cache, mcp=SIZES[size].mcp) as stack:
+    async with Stack(
+        keep=keep, max_cached_workflows=cache, mcp=SIZES[size].mcp, blobs=blobs
+    ) as stack:
         up = time.monotonic() - began
-        print(f"stack up in {up:.1f}s (state in {stack.dir})", flush=True)
+        where = f", blobs in {S3_BLOBS} at {stack.s3_url}" if blobs == "s3" else ""
+        print(f"stack up in {up:.1f}s (state in {stack.dir}{where})", flush=True)
         suite = Suite(stack, SIZES[size], seed)
         checks: list[Check] = await suite.run(load=size == "load")
+        suite.figures["blobs stored"] = await _count(stack.blob_store())
     wall = time.monotonic() - began
     print()
     print(table(checks))
@@ -44,17 +50,28 @@ async def _main(size: str, seed: int, keep: bool) -> int:
     return 1 if failed else 0
 
 
+async def _count(store: BlobStore) -> int:
+    """How many blobs the workers stored (proof that they used the store the suite chose)."""
+    return len([ref async for ref, _ in store.refs()])
+
+
 def main() -> int:
     """Parse arguments, run the suite, return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="ci")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--keep", action="store_true", help="keep the logs and SQLite file")
+    parser.add_argument(
+        "--blobs",
+        choices=["dir", "s3"],
+        default="dir",
+        help="the workers' blob store: a directory, or a bucket of an S3 server (moto's)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    print(f"chaos --size {args.size} --seed {args.seed}", flush=True)
+    print(f"chaos --size {args.size} --seed {args.seed} --blobs {args.blobs}", flush=True)
     try:
-        return asyncio.run(_main(args.size, args.seed, args.keep))
+        return asyncio.run(_main(args.size, args.seed, args.keep, args.blobs))
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

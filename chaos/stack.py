@@ -9,7 +9,8 @@ instance, so each behaviour the suite needs at once has an instance and a worker
 - early: jobs whose webhooks beat the start's answer (answers held past the job);
 - slow: jobs that outlast any short operation timeout (expiry, continue-as-new after it).
 
-Every process gets a free port and a log under one temp dir, and can be killed and restarted
+With `blobs="s3"` the workers keep blobs in a bucket of moto's S3 server, a process of the
+stack too. Every process gets a free port and a log under one temp dir, and can be killed and restarted
 by the driver (the server on the same SQLite file and port, so clients reconnect). Workers
 start signing tokens with key `old`; `rotate()` restarts them signing with `new`, while the
 gateway keeps accepting both.
@@ -29,8 +30,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Literal, Self
 
+import httpx
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
@@ -38,8 +40,14 @@ from chaos.app import APP as CHAOS_APP
 from chaos.model import GatewayTarget
 from chaos.wire import HangingWire
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
+from waitstate.blobs import BlobStore, LocalBlobStore
+from waitstate.blobs.s3 import S3BlobStore
 from waitstate.converter import DATA_CONVERTER
+from waitstate.settings import parse_blob_url
 from worker import DEMO_APP
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90.0
@@ -74,6 +82,15 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+# The workers' bucket and prefix with `--blobs s3` (moto takes any credentials; these keep the
+# client from looking for real ones).
+S3_BUCKET = "chaos"
+S3_BLOBS = f"s3://{S3_BUCKET}/blobs"
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "chaos",
+    "AWS_SECRET_ACCESS_KEY": "chaos",
+    "AWS_REGION": "us-east-1",
+}
 # A report of the demo's MCP server takes five pages of this long.
 MCP_PAGE_SECONDS = 1.5
 # The store of its tasks: a Redis-protocol server (fakeredis's, with the Lua scripts docket
@@ -200,6 +217,9 @@ class Stack:
     keep: bool = False
     # The demo's MCP server (examples/mcp_server.py), for runs whose tool is an MCP task.
     mcp: bool = False
+    # Where the workers keep blobs: a directory of the stack's, or a bucket of an S3-protocol
+    # server (moto's) started with the stack.
+    blobs: Literal["dir", "s3"] = "dir"
     dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="waitstate-chaos-")))
     server: DevServer | None = None
     systems: list[Service] = field(default_factory=list)
@@ -207,6 +227,8 @@ class Stack:
     gateway: Service | None = None
     gateway_url: str = ""
     mcp_store: Service | None = None
+    s3: Service | None = None
+    s3_url: str = ""
     mcp_server: Service | None = None
     mcp_url: str = ""
     mcp_port: int = 0
@@ -313,6 +335,7 @@ class Stack:
         self.wire = HangingWire()
         worker_env = {
             **base,
+            **(await self._start_s3(base) if self.blobs == "s3" else {}),
             "GATEWAY_URL": self.gateway_url,
             "WAITSTATE_BLOB_DIR": str(self.dir / "blobs"),
             "WAITSTATE_MAX_CACHED_WORKFLOWS": str(self.max_cached_workflows),
@@ -336,6 +359,39 @@ class Stack:
         self.early_worker = self._worker("early-worker", env(EARLY_QUEUE, self.early_url))
         self.slow_worker = self._worker("slow-worker", env(SLOW_QUEUE, self.slow_url))
         await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
+
+    async def _start_s3(self, base: dict[str, str]) -> dict[str, str]:
+        """moto's S3 server with the workers' bucket; returns what points a worker at it."""
+        port = free_port()
+        self.s3 = Service(
+            "s3",
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            base,
+            self.dir / "s3.log",
+            re.compile(r"Running on (http://\S+)"),
+        )
+        await self.s3.start()
+        await _until_listening(port)
+        self.s3_url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            (await http.put(f"{self.s3_url}/{S3_BUCKET}")).raise_for_status()
+        return self._s3_env()
+
+    def blob_store(self) -> BlobStore:
+        """The workers' blob store, as they open it."""
+        if self.blobs == "s3":
+            # The credentials as the workers have them in their environment (not this one's).
+            credentials: S3Config = {
+                "access_key_id": S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                "secret_access_key": S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                "region": S3_CREDENTIALS["AWS_REGION"],
+            }
+            bucket, prefix = parse_blob_url(S3_BLOBS)
+            return S3BlobStore(bucket, prefix, endpoint=self.s3_url, config=credentials)
+        return LocalBlobStore(self.dir / "blobs")
+
+    def _s3_env(self) -> dict[str, str]:
+        return {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": self.s3_url, "WAITSTATE_BLOB_URL": S3_BLOBS}
 
     async def _start_mcp(self, base: dict[str, str]) -> None:
         """The demo's MCP server, its tasks in a Redis-protocol store of their own process
@@ -463,8 +519,9 @@ class Stack:
             *self.systems,
         ]  # fmt: skip
         await asyncio.gather(*(s.stop() for s in others if s is not None))
-        if self.mcp_store is not None:
-            await self.mcp_store.stop()
+        for store in (self.mcp_store, self.s3):
+            if store is not None:
+                await store.stop()
         if self.server is not None:
             await self.server.stop()
         if self.wire is not None:

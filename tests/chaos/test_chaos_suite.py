@@ -1,5 +1,7 @@
-"""The reliability suite in its CI size, as `make chaos` runs it: a real stack, every fault
-class, and the invariants after every run. Slow (about two minutes on two cores)."""
+"""The reliability suite in its CI size: a real stack, every fault class, and the invariants
+after every run; its workers keep their blobs in a bucket of an S3-protocol server (moto's, a
+process of the stack), where `make chaos` uses a directory. Slow (about two minutes on two
+cores)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ FAULT_CLASSES = ("1 ", "2 ", "3 ", "4 ", "5 ", "6 ")
 
 def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "chaos", "--size", "ci"],
+        [sys.executable, "-m", "chaos", "--size", "ci", "--blobs", "s3"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -39,3 +41,5 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     uncounted = [name for name in ROWS if rows[name].split(" | ")[1].strip() == "0"]
     assert not uncounted, f"rows that counted nothing: {uncounted}:\n{output}"
     assert "passed" in done.stdout.splitlines()[-1], output
+    stored = [line for line in done.stdout.splitlines() if line.startswith("blobs stored: ")]
+    assert stored and float(stored[0].split(": ")[1]) > 0, output  # the bucket was used
