@@ -48,6 +48,17 @@ from workflows.agent_run import AgentRunWorkflow
 from workflows.blob_cleanup import BlobCleanupWorkflow
 
 log = logging.getLogger("waitstate.worker")
+# Waits last seconds to days: their histograms get buckets from 1 s to a week (ms), where the
+# SDK's default ones stop at 10 s.
+WAIT_HISTOGRAMS = (
+    "waitstate_operation_duration",
+    "waitstate_approval_wait",
+    "waitstate_question_wait",
+)
+WAIT_BUCKETS_MS = [
+    1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000, 10_800_000,
+    21_600_000, 43_200_000, 86_400_000, 172_800_000, 604_800_000,
+]  # fmt: skip
 
 # On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
 # (and retried by another worker); `scripts/services.py down` waits longer than this.
@@ -229,7 +240,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
     runtime = None
     if settings.worker_metrics_address:
         # The SDK's metrics (task latencies, slots, polls) and ours, on one /metrics.
-        metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
+        metrics = PrometheusConfig(
+            bind_address=settings.worker_metrics_address,
+            histogram_bucket_overrides=dict.fromkeys(WAIT_HISTOGRAMS, WAIT_BUCKETS_MS),
+        )
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
         log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
     client = await connect(settings, runtime)

@@ -128,3 +128,10 @@ def test_resolve_creates_providers_lazily() -> None:
     assert (provider.name, model) == ("scripted", "demo")
     with pytest.raises(UnknownModelError, match="OPENAI_API_KEY"):
         providers.resolve("openai:gpt-4.1")
+
+
+def test_the_gateway_counts_runs_every_30_seconds_unless_told_otherwise() -> None:
+    assert Settings.from_env({}).run_counts_seconds == 30.0
+    assert Settings.from_env({"WAITSTATE_RUN_COUNTS_SECONDS": "0"}).run_counts_seconds == 0.0
+    with pytest.raises(ValueError, match="WAITSTATE_RUN_COUNTS_SECONDS must be a number"):
+        Settings.from_env({"WAITSTATE_RUN_COUNTS_SECONDS": "soon"})

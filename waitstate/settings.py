@@ -67,6 +67,9 @@ class Settings:
     blob_endpoint: str | None = None
     # host:port of the worker's Prometheus endpoint (SDK metrics and ours); None: off.
     worker_metrics_address: str | None = None
+    # How often the gateway counts the fleet's runs by status and wait for its /metrics
+    # (WAITSTATE_RUN_COUNTS_SECONDS); 0: never.
+    run_counts_seconds: float = 30.0
     # Where spans go by OTLP/HTTP: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
     # OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces; None (neither set, or OTEL_SDK_DISABLED=true):
     # tracing is off. The exporter reads the other OTEL_EXPORTER_OTLP_* variables itself.
@@ -118,6 +121,7 @@ class Settings:
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
             worker_metrics_address=env.get("WAITSTATE_WORKER_METRICS") or None,
+            run_counts_seconds=_seconds(env, "WAITSTATE_RUN_COUNTS_SECONDS", 30.0),
             blob_dir=Path(
                 env.get("WAITSTATE_BLOB_DIR")
                 or Path(env.get("WAITSTATE_STATE_DIR", ".temporal")) / "blobs"
@@ -138,6 +142,24 @@ class Settings:
         """The Web UI page of a run."""
         url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
         return f"{url}/{run_id}/history" if run_id else url
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of seconds (0 or more) from `env[name]`, or `default` if unset.
+
+    Raises:
+        ValueError: it is not such a number; the message names the variable.
+    """
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise ValueError(f"{name} must be a number of seconds, 0 or more; got {text!r}")
+    return value
 
 
 def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:

@@ -15,9 +15,11 @@ import socket
 import sys
 
 import uvicorn
+from prometheus_client import CollectorRegistry
 
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tracing import SERVICE_GATEWAY, Tracing
@@ -60,11 +62,19 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     tracing = Tracing.from_settings(settings, SERVICE_GATEWAY)
     if tracing is not None:
         client = tracing.client(client)
-    app = create_app(TemporalDeliverer(client), tokens)
+    registry = CollectorRegistry()
+    app = create_app(TemporalDeliverer(client), tokens, registry=registry)
     config = uvicorn.Config(
         app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
     )
-    await _Server(config).serve()
+    counting = None
+    if settings.run_counts_seconds > 0:
+        counting = asyncio.create_task(RunCounts(client, registry).run(settings.run_counts_seconds))
+    try:
+        await _Server(config).serve()
+    finally:
+        if counting is not None:
+            counting.cancel()
     if tracing is not None:
         tracing.shutdown()
     log.info("stopped")

@@ -253,7 +253,11 @@ class _Gate:
 
 
 def create_app(
-    deliverer: Deliverer, tokens: ResumeTokens, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    deliverer: Deliverer,
+    tokens: ResumeTokens,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    registry: CollectorRegistry | None = None,
 ) -> FastAPI:
     """The gateway's ASGI app.
 
@@ -262,6 +266,8 @@ def create_app(
             (`TemporalDeliverer` in production).
         tokens: Verifies resume tokens.
         max_body_bytes: Larger bodies are refused with 413 before they are parsed.
+        registry: Where its metrics go, served at /metrics (others may share it: the fleet's
+            run counts); a registry of its own by default.
     """
     app = _GatewayAPI(
         title="waitstate gateway",
@@ -271,7 +277,7 @@ def create_app(
     )
     gate = _Gate(tokens, max_body_bytes)
     # A registry per app: two gateways in one process (tests) keep their own counts.
-    registry = CollectorRegistry()
+    registry = registry if registry is not None else CollectorRegistry()
     app.state.refusals = Counter(
         "waitstate_gateway_refusals",
         "Requests refused, by reason: bad tokens, malformed bodies, refused deliveries",

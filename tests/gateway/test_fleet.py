@@ -1,0 +1,86 @@
+"""The fleet's gauges on the gateway's /metrics: runs by AgentStatus and open runs by
+WaitingFor, counted by the real dev server's visibility store."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually
+from waitstate.gateway.fleet import RUN_STATUSES, RunCounts
+from waitstate.schemas import RunInput
+from workflows.search_attributes import AGENT_STATUS, WAIT_KINDS, WAITING_FOR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _value(registry: CollectorRegistry, name: str, label: str, value: str) -> float:
+    text = generate_latest(registry).decode()
+    found = re.search(rf'^{name}{{{label}="{value}"}} (\S+)$', text, re.MULTILINE)
+    assert found, f"no {name}{{{label}={value!r}}} in:\n{text}"
+    return float(found.group(1))
+
+
+async def test_every_series_exists_before_the_first_count(dev_env: WorkflowEnvironment) -> None:
+    registry = CollectorRegistry()
+    RunCounts(dev_env.client, registry)
+
+    for status in RUN_STATUSES:
+        assert _value(registry, "waitstate_runs", "status", status) == 0
+    for kind in WAIT_KINDS:
+        assert _value(registry, "waitstate_runs_waiting", "waiting_for", kind) == 0
+
+
+async def test_runs_are_counted_by_status_and_by_what_they_wait_for(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    registry = CollectorRegistry()
+    counts = RunCounts(dev_env.client, registry)
+    await counts.refresh()
+    before = _value(registry, "waitstate_runs_waiting", "waiting_for", "approval")
+    waiting_before = _value(registry, "waitstate_runs", "status", "waiting")
+    # Open runs as visibility sees them (on a queue no worker polls, so they stay as started).
+    handles = [
+        await dev_env.client.start_workflow(
+            "AgentRunWorkflow",
+            RunInput(task="count me"),
+            id=f"fleet-{uuid.uuid4().hex[:8]}",
+            task_queue=f"fleet-{uuid.uuid4().hex[:8]}",
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(AGENT_STATUS, "waiting"),
+                    SearchAttributePair(WAITING_FOR, "approval"),
+                ]
+            ),
+        )
+        for _ in range(2)
+    ]
+    try:
+
+        async def counted() -> bool:
+            await counts.refresh()
+            waiting = _value(registry, "waitstate_runs_waiting", "waiting_for", "approval")
+            status = _value(registry, "waitstate_runs", "status", "waiting")
+            return waiting >= before + 2 and status >= waiting_before + 2
+
+        await eventually(counted, "the two runs counted as waiting for approval")
+    finally:
+        for handle in handles:
+            await handle.terminate("counted")
+
+
+def test_the_kinds_counted_are_every_kind_a_run_waits_for() -> None:
+    # Each literal kind the workflows put in WaitingFor (ledger.wait_kind's two, and those
+    # passed to the board by name) is one the gateway counts.
+    source = "\n".join(p.read_text() for p in (ROOT / "workflows").glob("*.py"))
+    named = set(re.findall(r'waiting\(\s*"([a-z_]+)"', source))
+    named |= set(re.findall(r'return "([a-z_]+)" if any\(op\.completion', source))
+    named |= set(re.findall(r'else "([a-z_]+)"\n', source)) & {"poll"}
+    named |= set(re.findall(r'\("([a-z_]+)", ""\)', source))
+    assert named >= {"approval", "input", "webhook", "poll", "none"}, named
+    assert named <= set(WAIT_KINDS), named - set(WAIT_KINDS)

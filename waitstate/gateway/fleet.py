@@ -1,0 +1,70 @@
+"""What the fleet's runs are doing, for the dashboard: runs by `AgentStatus`, and open runs by
+what they wait for (`WaitingFor`), counted by Temporal's visibility store and exported as
+gauges on the gateway's /metrics.
+
+No worker can export these: a waiting run runs no code, and each worker sees only the runs in
+its cache. The gateway holds a client of the whole namespace, so it counts them, every
+`WAITSTATE_RUN_COUNTS_SECONDS` (30 s by default; 0 turns it off). Every gateway of a fleet
+exports the same counts: a dashboard takes their `max`, not their sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import get_args
+
+from prometheus_client import CollectorRegistry, Gauge
+from temporalio.client import Client
+
+from waitstate.schemas.run import RunStatus
+from workflows.search_attributes import WAIT_KINDS
+
+log = logging.getLogger("waitstate.gateway")
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+_RUNS = "WorkflowType = 'AgentRunWorkflow'"
+
+
+class RunCounts:
+    """Gauges of runs by status and by what open ones wait for, refreshed by `run()`."""
+
+    def __init__(self, client: Client, registry: CollectorRegistry) -> None:
+        self._client = client
+        self.by_status = Gauge(
+            "waitstate_runs",
+            "Runs by AgentStatus (ended ones until the namespace's retention removes them)",
+            ["status"],
+            registry=registry,
+        )
+        self.waiting = Gauge(
+            "waitstate_runs_waiting",
+            "Open runs by what they wait for (WaitingFor)",
+            ["waiting_for"],
+            registry=registry,
+        )
+        # Every label from the start, so the series exist (at 0) before the first count.
+        for status in RUN_STATUSES:
+            self.by_status.labels(status=status)
+        for kind in WAIT_KINDS:
+            self.waiting.labels(waiting_for=kind)
+
+    async def refresh(self) -> None:
+        """Count once (one visibility query per status and per kind of wait)."""
+        for status in RUN_STATUSES:
+            counted = await self._client.count_workflows(f"{_RUNS} AND AgentStatus = '{status}'")
+            self.by_status.labels(status=status).set(counted.count)
+        for kind in WAIT_KINDS:
+            counted = await self._client.count_workflows(
+                f"{_RUNS} AND ExecutionStatus = 'Running' AND WaitingFor = '{kind}'"
+            )
+            self.waiting.labels(waiting_for=kind).set(counted.count)
+
+    async def run(self, every: float) -> None:
+        """Refresh every `every` seconds until cancelled; a failed count is logged and kept
+        (the gauges keep their last values)."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception as err:  # noqa: BLE001 - the server may be restarting
+                log.warning("counting runs failed: %s", err)
+            await asyncio.sleep(every)
