@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -392,6 +393,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Ports `service_port()` chooses from, up to the ephemeral range.
+SERVICE_PORTS_FROM = 20000
+
+
+def service_port() -> int:
+    """A TCP port nothing listens on now, below the kernel's ephemeral range.
+
+    For a stack whose processes start one after another on ports chosen up front: a port from
+    `free_port()` is an ephemeral one, and the dev server started first may take it for one of
+    its own internal services (it binds several on random ephemeral ports) before the process
+    it was chosen for binds it.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(SERVICE_PORTS_FROM, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {SERVICE_PORTS_FROM}-{low - 1}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default; elsewhere the range may differ
+    return max(low, SERVICE_PORTS_FROM + 1000)
+
+
 def port_open(port: int) -> bool:
     """Whether something listens on the local `port`."""
     with socket.socket() as sock:
@@ -406,8 +439,8 @@ class Services:
 
     def __init__(self, state: Path, env: dict[str, str | None] | None = None) -> None:
         self.state = state
-        self.port, self.ui_port = free_port(), free_port()
-        self.gateway_port, self.systems_port = free_port(), free_port()
+        self.port, self.ui_port = service_port(), service_port()
+        self.gateway_port, self.systems_port = service_port(), service_port()
         self.env = {
             k: v
             for k, v in os.environ.items()
@@ -426,7 +459,7 @@ class Services:
             WAITSTATE_STATE_DIR=str(state),
             GATEWAY_PORT=str(self.gateway_port),
             DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
-            WAITSTATE_WORKER_METRICS=f"127.0.0.1:{free_port()}",
+            WAITSTATE_WORKER_METRICS=f"127.0.0.1:{service_port()}",
             WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
         )
         for key, value in (env or {}).items():
