@@ -28,10 +28,12 @@ import starter
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
+from examples.demo.purges import PurgeService, purge_tool
 from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
 from tests.helpers import TEST_BLOBS, eventually, quiet_history_length
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
+from tests.workflows.questions_app import app as QUESTIONS
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -39,6 +41,7 @@ from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
 from waitstate.settings import Settings, otlp_traces_endpoint
 from waitstate.tracing import SERVICE_GATEWAY, SERVICE_STARTER, SERVICE_WORKER, Tracing
@@ -74,14 +77,17 @@ class TracedStack:
     tokens: ResumeTokens
 
     @asynccontextmanager
-    async def worker(self, tracing: Tracing) -> AsyncIterator[Worker]:
-        """The production worker wiring (as `worker.py` builds it), traced by `tracing`."""
+    async def worker(self, tracing: Tracing, *, purges: bool = False) -> AsyncIterator[Worker]:
+        """The production worker wiring (as `worker.py` builds it), traced by `tracing`; with
+        `purges`, the purge tool (a job that asks a person to confirm) and its scripts."""
         tools = [
             *demo_tools(),
             export_tool(ExportService(self.http, self.systems_url)),
             *compliance_tools(self.http, self.systems_url),
         ]
-        providers = build_providers(self.settings)
+        if purges:
+            tools.append(purge_tool(PurgeService(self.http, self.systems_url)))
+        providers = build_providers(self.settings, scripts=QUESTIONS.scripts if purges else None)
         worker = build_worker(
             self.env.client,
             self.settings,
@@ -305,6 +311,48 @@ async def test_an_approval_is_a_span_from_the_request_to_the_decision(
     # Reading the run's status (queries) is not traced.
     assert not [s for s in spans if "Query" in s.name]
     assert not _leaks(spans, ["reviewer-7f3a"])
+
+
+async def test_a_question_is_a_span_from_the_ask_to_its_answer(
+    traced_stack: TracedStack, exporter: InMemorySpanExporter
+) -> None:
+    stack = traced_stack
+    cli = await WaitstateClient.connect(stack.settings, tracing=_tracing(exporter, SERVICE_STARTER))
+    async with stack.worker(_tracing(exporter, SERVICE_WORKER), purges=True):
+        started = await cli.start(
+            RunInput(
+                task="purge the staging events", model="scripted:purge", tools=["purge_dataset"]
+            )
+        )
+
+        async def asked() -> str | None:
+            state = (await cli.status(started.run_id)).state
+            return next(
+                (q.question_id for q in state.questions.values() if q.status == "open"), None
+            )
+
+        question_id = await eventually(asked, "the purge's question")
+        answer = AnswerInput(
+            question_id=question_id,
+            action="accept",
+            content={"confirm": True},
+            responder="ana-5c1d",
+        )
+        answered = await cli.answer(started.run_id, answer)
+        state = await cli.outcome(started.run_id)
+    spans = exporter.get_finished_spans()
+
+    assert answered.accepted and answered.delivered and state.status == "completed"
+    [start] = [s for s in spans if s.name == "StartWorkflow:AgentRunWorkflow"]
+    [wait] = [s for s in spans if s.name == "question purge_dataset"]
+    assert _trace_id(wait) == _trace_id(start)
+    assert wait.attributes is not None
+    assert wait.attributes["waitstate.question.id"] == question_id
+    assert wait.attributes["waitstate.question.outcome"] == "answered"
+    assert wait.attributes["waitstate.question.answered_by"] == "person"
+    assert wait.start_time is not None and wait.end_time is not None
+    assert wait.end_time > wait.start_time
+    assert not _leaks(spans, ["ana-5c1d"])
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in HISTORIES.glob("*.json")))
