@@ -24,6 +24,7 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.blobs.conftest import CREDENTIALS, S3Server
 from tests.blobs.s3_app import READ_AT, READ_LENGTH, REPORT
+from tests.blobs.test_store import SLICES, SLICES_PAST_THE_END
 from tests.helpers import eventually, quiet_history_length
 from tests.rigs import WorkerProcess
 from waitstate.blobs import (
@@ -78,21 +79,7 @@ async def test_empty_blob(s3_store: S3BlobStore) -> None:
 
 
 # The cases of tests/blobs/test_store.py: both stores cut a slice the same way.
-@pytest.mark.parametrize(
-    ("offset", "length", "expected"),
-    [
-        (0, None, b"0123456789"),
-        (0, 3, b"012"),
-        (4, 3, b"456"),
-        (7, None, b"789"),
-        (9, 1, b"9"),
-        (3, 0, b""),
-        (8, 100, b"89"),
-        (10, 5, b""),
-        (10, None, b""),
-        (50, None, b""),
-    ],
-)
+@pytest.mark.parametrize(("offset", "length", "expected"), [*SLICES, *SLICES_PAST_THE_END])
 async def test_slices(
     s3_store: S3BlobStore, offset: int, length: int | None, expected: bytes
 ) -> None:
