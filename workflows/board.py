@@ -122,47 +122,61 @@ class StatusBoard:
             self._memory.waited(wait, workflow.now() - wait.began)
 
 
-def operation_finished(op: Operation) -> None:
-    """Count an operation that ended, by tool and outcome, and how long it took; trace its
-    wait (the span goes from the start to the end)."""
-    meter = workflow.metric_meter()  # silent during replay
-    labels = {"tool": op.tool, "outcome": op.status}
-    meter.create_counter("waitstate_operations_finished", "Operations ended").add(1, labels)
-    meter.create_histogram_timedelta(
-        "waitstate_operation_duration", "Start to end of an operation", unit="ms"
-    ).record(workflow.now() - op.started_at, labels)
+def wait_ended(
+    kind: str,
+    tool: str,
+    outcome: str,
+    began: datetime,
+    counter: tuple[str, str],
+    histogram: tuple[str, str],
+    attributes: dict[str, str | int | bool],
+) -> None:
+    """A wait that ended (an operation, an approval, a question): count it by tool and outcome
+    (`counter`: name, description), record how long it lasted (`histogram`, in ms), and trace
+    it as a span from `began` to now. Silent while replaying: no command is added."""
+    meter = workflow.metric_meter()
+    labels = {"tool": tool, "outcome": outcome}
+    meter.create_counter(*counter).add(1, labels)
+    meter.create_histogram_timedelta(*histogram, unit="ms").record(workflow.now() - began, labels)
     wait_span(
-        f"operation {op.tool}",
+        f"{kind} {tool}",
+        began,
+        {"waitstate.wait.kind": kind, "gen_ai.tool.name": tool, **attributes},
+    )
+
+
+def operation_finished(op: Operation) -> None:
+    """An operation that ended: counted by tool and outcome, timed, traced from its start."""
+    wait_ended(
+        "operation",
+        op.tool,
+        op.status,
         op.started_at,
+        ("waitstate_operations_finished", "Operations ended"),
+        ("waitstate_operation_duration", "Start to end of an operation"),
         {
-            "waitstate.wait.kind": "operation",
             "waitstate.operation.id": op.operation_id,
             "waitstate.operation.job_id": op.job_id,
             "waitstate.operation.completion": op.completion,
             "waitstate.operation.status": op.status,
-            "gen_ai.tool.name": op.tool,
             "gen_ai.tool.call.id": op.tool_call_id,
         },
     )
 
 
 def approval_decided(request: ApprovalRequest) -> None:
-    """Count a request that was decided (or expired), and how long it waited; trace the wait
-    (the span goes from the request to the decision)."""
-    meter = workflow.metric_meter()
-    labels = {"tool": request.tool, "outcome": request.status}
-    meter.create_counter("waitstate_approvals", "Approval requests decided").add(1, labels)
-    meter.create_histogram_timedelta(
-        "waitstate_approval_wait", "Request to decision", unit="ms"
-    ).record(workflow.now() - request.requested_at, labels)
-    wait_span(
-        f"approval {request.tool}",
+    """A request decided (or expired): counted by tool and outcome, timed, traced from the
+    request."""
+    wait_ended(
+        "approval",
+        request.tool,
+        request.status,
         request.requested_at,
+        ("waitstate_approvals", "Approval requests decided"),
+        ("waitstate_approval_wait", "Request to decision"),
         {
-            "waitstate.wait.kind": "approval",
             "waitstate.approval.request_id": request.request_id,
             "waitstate.approval.outcome": request.status,
-            "gen_ai.tool.name": request.tool,
         },
     )
 

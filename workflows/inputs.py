@@ -49,8 +49,7 @@ from waitstate.schemas.questions import (
 from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.traces import wait_span
+from workflows.board import StatusBoard, wait_ended
 from workflows.versions import Versions
 
 NOTIFY_TIMEOUT = timedelta(seconds=12)
@@ -445,23 +444,18 @@ def question_asked(request: InputRequest) -> None:
 
 
 def question_closed(request: InputRequest) -> None:
-    """Count a question that closed, by tool and outcome, and how long it was open; trace its
-    wait (the span goes from the question to its close)."""
-    meter = workflow.metric_meter()
-    labels = {"tool": request.tool, "outcome": request.status}
-    meter.create_counter("waitstate_questions", "Questions of operations closed").add(1, labels)
-    meter.create_histogram_timedelta(
-        "waitstate_question_wait", "Question to answer", unit="ms"
-    ).record(workflow.now() - request.asked_at, labels)
-    wait_span(
-        f"question {request.tool}",
+    """A question that closed: counted by tool and outcome, timed, traced from the ask."""
+    wait_ended(
+        "question",
+        request.tool,
+        request.status,
         request.asked_at,
+        ("waitstate_questions", "Questions of operations closed"),
+        ("waitstate_question_wait", "Question to answer"),
         {
-            "waitstate.wait.kind": "input",
             "waitstate.question.id": request.question_id,
             "waitstate.operation.id": request.operation_id,
             "waitstate.question.answered_by": request.policy.answered_by,
             "waitstate.question.outcome": request.status,
-            "gen_ai.tool.name": request.tool,
         },
     )
