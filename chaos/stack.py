@@ -39,6 +39,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from chaos.app import APP as CHAOS_APP
 from chaos.model import GatewayTarget
 from chaos.wire import HangingWire
+from examples.tasks_store import REDELIVERY_TIMEOUT
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
 from waitstate.blobs import BlobStore, LocalBlobStore
 from waitstate.blobs.s3 import S3BlobStore
@@ -93,15 +94,6 @@ S3_CREDENTIALS = {
 }
 # A report of the demo's MCP server takes five pages of this long.
 MCP_PAGE_SECONDS = 1.5
-# The store of its tasks: a Redis-protocol server (fakeredis's, with the Lua scripts docket
-# needs) in a process of its own, which outlives the MCP server's restarts.
-TASKS_STORE = (
-    "import sys, fakeredis; print('tasks store listening', flush=True); "
-    "fakeredis.TcpFakeServer(('127.0.0.1', int(sys.argv[1]))).serve_forever()"
-)
-# How long a task its server was killed running waits for the next life of the server to run
-# it again (ISO 8601; the lease is renewed four times a period while the server lives).
-MCP_REDELIVERY_TIMEOUT = "PT5S"
 # How long a question of its tasks waits for a person before the run tells the task no (the
 # demo app's policy, set here so that a change of the demo's default cannot leave the runs
 # whose question expires waiting past the suite's patience). Its answer link lasts as long:
@@ -399,7 +391,7 @@ class Stack:
         store_port = free_port()
         self.mcp_store = Service(
             "mcp-store",
-            [sys.executable, "-c", TASKS_STORE, str(store_port)],
+            [sys.executable, "-m", "examples.tasks_store", str(store_port)],
             base,
             self.dir / "mcp-store.log",
             re.compile(r"tasks store listening"),
@@ -415,7 +407,7 @@ class Stack:
                 "DEMO_MCP_PAGE_SECONDS": str(MCP_PAGE_SECONDS),
                 "DEMO_MCP_TASKS_URL": f"redis://127.0.0.1:{store_port}/0",
                 "DEMO_MCP_STATS_FILE": str(self.dir / "mcp-stats.jsonl"),
-                "FASTMCP_DOCKET_REDELIVERY_TIMEOUT": MCP_REDELIVERY_TIMEOUT,
+                "FASTMCP_DOCKET_REDELIVERY_TIMEOUT": REDELIVERY_TIMEOUT,
             },
             self.dir / "mcp.log",
             re.compile(r"mcp server listening on (http://\S+)"),

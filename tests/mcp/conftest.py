@@ -10,17 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from examples.tasks_store import REDELIVERY_TIMEOUT
 from tests.rigs import ServerProcess, free_port, python_server
-
-# A Redis-protocol server (fakeredis's, Lua scripts included, as docket needs) on a port.
-TASKS_STORE = (
-    "import sys, fakeredis; "
-    "fakeredis.TcpFakeServer(('127.0.0.1', int(sys.argv[1]))).serve_forever()"
-)
-# How long a task may go without its worker's lease renewed before another worker runs it
-# (ISO 8601: docket reads no plain number). Leases are renewed 4 times a period: a live
-# server keeps its tasks, and the next life of a killed one runs them again 5 s on.
-REDELIVERY_TIMEOUT = "PT5S"
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +27,7 @@ async def tasks_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
     """The URL of a Redis-protocol store running in its own process (database 0)."""
     port = free_port()
     log = tmp_path_factory.mktemp("tasks_store") / "store.log"
-    store = ServerProcess(["-c", TASKS_STORE, str(port)], port, log)
+    store = ServerProcess(["-m", "examples.tasks_store", str(port)], port, log)
     await store.start()
     try:
         yield f"redis://127.0.0.1:{port}/0"
