@@ -32,7 +32,7 @@ from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, MID_FLIGHT_INPUT
+from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # How long `eventually` waits by default: far longer than anything takes on a loaded 2-core
@@ -203,7 +203,8 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
         return
     patches = _patches(history.events)
     patch = next(
-        (p for p in (MID_FLIGHT_INPUT, CHECKPOINT_POLICY, EXACTLY_ONCE) if p in patches), None
+        (p for p in (HARDENED, MID_FLIGHT_INPUT, CHECKPOINT_POLICY, EXACTLY_ONCE) if p in patches),
+        None,
     )
     path = HISTORIES / (f"{name}.json" if patch is None else f"{name}.{patch}.json")
     if not path.exists():

@@ -22,6 +22,12 @@ CHECKPOINT_POLICY = "agent-run-3"
 # Issue 14: operations' jobs may ask questions mid-flight (a poll returns when one is asked),
 # answered by a person or the model, with a timer and an on-timeout outcome.
 MID_FLIGHT_INPUT = "agent-run-4"
+# Issue 22: what outsiders broke. A job's question is checked when asked (a schema that cannot
+# be answered is refused to the job); a callback operation is reconciled by its status; a
+# question for the model ends a wait for operations; what the run waits for is derived from
+# what is open; a cancel that failed is told as such; an answer that never validated ends the
+# run `output_invalid`; a blob store outage is waited out, not charged to the model's retries.
+HARDENED = "agent-run-5"
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,16 @@ class Versions:
     exactly_once: bool
     checkpoint_policy: bool
     mid_flight_input: bool = False
+    hardened: bool = False
 
     @classmethod
     def of_this_run(cls) -> Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(HARDENED):
+            return cls(
+                exactly_once=True, checkpoint_policy=True, mid_flight_input=True, hardened=True
+            )
         if workflow.patched(MID_FLIGHT_INPUT):
             return cls(exactly_once=True, checkpoint_policy=True, mid_flight_input=True)
         if workflow.patched(CHECKPOINT_POLICY):
