@@ -28,8 +28,8 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from waitstate.names import BLOB_CLEANUP
 from waitstate.schemas.cleanup import CleanResult, CleanupInput
-from workflows.blob_cleanup import BlobCleanupWorkflow
 
 SCHEDULE_ID = "waitstate-blob-cleanup"
 DEFAULT_EVERY = timedelta(days=1)
@@ -65,12 +65,14 @@ async def clean_blobs(
         WorkflowFailureError: the cleanup failed (e.g. no retention given and the namespace
             reports none).
     """
-    return await client.execute_workflow(
-        BlobCleanupWorkflow.run,
+    result: CleanResult = await client.execute_workflow(
+        BLOB_CLEANUP,
         CleanupInput(retention=retention),
         id=f"{SCHEDULE_ID}-once-{uuid.uuid4().hex[:12]}",
         task_queue=task_queue,
+        result_type=CleanResult,
     )
+    return result
 
 
 async def schedule_blob_cleanup(
@@ -89,7 +91,7 @@ async def schedule_blob_cleanup(
     """
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
-            BlobCleanupWorkflow.run,
+            BLOB_CLEANUP,
             CleanupInput(retention=retention),
             # Temporal appends each pass's time to this id.
             id=SCHEDULE_ID,

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
@@ -52,6 +52,17 @@ from waitstate.cleanup import DEFAULT_EVERY, clean_blobs, schedule_blob_cleanup
 
 # How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
 from waitstate.gateway.delivery import rpc_refusal
+from waitstate.names import (
+    AGENT_NAME,
+    AGENT_RUN,
+    AGENT_STATUS,
+    ANSWER_UPDATE,
+    DECIDE_UPDATE,
+    PENDING_OPERATIONS,
+    STATUS_QUERY,
+    WAIT_EXPIRES_AT,
+    WAITING_FOR,
+)
 from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
 from waitstate.schemas.cleanup import CleanResult
@@ -59,14 +70,6 @@ from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from waitstate.tracing import Tracing
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import (
-    AGENT_NAME,
-    AGENT_STATUS,
-    PENDING_OPERATIONS,
-    WAIT_EXPIRES_AT,
-    WAITING_FOR,
-)
 
 # The Web UI shows a run's task as its summary, cut to this length.
 SUMMARY_CHARS = 200
@@ -90,7 +93,7 @@ RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
 # Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
 # of the original as its cause.
 FAILURE_TOO_LARGE = "Failure exceeds size limit."
-AGENT_RUNS = f'WorkflowType = "{AgentRunWorkflow.__name__}"'
+AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
 FAILED_STATUSES = ("failed", "approval_expired")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
@@ -417,9 +420,12 @@ class WaitstateClient:
         """The Temporal client underneath."""
         return self._client
 
-    def handle(self, run_id: str) -> WorkflowHandle[AgentRunWorkflow, RunResult]:
+    def handle(self, run_id: str) -> WorkflowHandle[Any, RunResult]:
         """The run's workflow handle (its latest run), for what this client does not wrap."""
-        return self._client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+        handle: WorkflowHandle[Any, RunResult] = self._client.get_workflow_handle(
+            run_id, result_type=RunResult
+        )
+        return handle
 
     async def start(
         self, run_input: RunInput, *, run_id: str | None = None, task_queue: str | None = None
@@ -435,8 +441,9 @@ class WaitstateClient:
             attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
         try:
             handle = await self._client.start_workflow(
-                AgentRunWorkflow.run,
+                AGENT_RUN,
                 run_input,
+                result_type=RunResult,
                 id=run_id,
                 task_queue=task_queue or self._task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -459,13 +466,16 @@ class WaitstateClient:
             NotAnswered: no worker answered within `rpc_timeout`, or the query failed.
         """
         try:
-            return await self.handle(run_id).query(AgentRunWorkflow.status, rpc_timeout=rpc_timeout)
+            state: RunState = await self.handle(run_id).query(
+                STATUS_QUERY, rpc_timeout=rpc_timeout, result_type=RunState
+            )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise RunNotFound(run_id) from err
             raise NotAnswered(run_id, _first_line(err)) from err
         except WorkflowQueryFailedError as err:
             raise NotAnswered(run_id, _first_line(err)) from err
+        return state
 
     async def status(self, run_id: str, *, rpc_timeout: timedelta = QUERY_TIMEOUT) -> RunStatus:
         """The run's state and its calls being retried. With no worker to answer, the state
@@ -670,7 +680,7 @@ class WaitstateClient:
         """
         return await self._update(
             run_id,
-            self.handle(run_id).execute_update(AgentRunWorkflow.decide, decision, id=update_id),
+            self._execute_update(run_id, DECIDE_UPDATE, decision, DecideOutcome, update_id),
             what="decision",
             answer_within=answer_within,
             refused=lambda cause: DecisionRefused(run_id, _first_line(cause)),
@@ -710,7 +720,7 @@ class WaitstateClient:
 
         return await self._update(
             run_id,
-            self.handle(run_id).execute_update(AgentRunWorkflow.answer, answer, id=update_id),
+            self._execute_update(run_id, ANSWER_UPDATE, answer, AnswerOutcome, update_id),
             what="answer",
             answer_within=answer_within,
             refused=refused,
@@ -804,6 +814,15 @@ class WaitstateClient:
         except RPCError as err:
             self._raise(err, None, "could not list the fleet")
         return Fleet(now, running, closed)
+
+    async def _execute_update(
+        self, run_id: str, update: str, arg: Any, result_type: type[_Result], update_id: str | None
+    ) -> _Result:
+        """The run's Update `update` with `arg`, its result read as `result_type`."""
+        result: _Result = await self.handle(run_id).execute_update(
+            update, arg, id=update_id, result_type=result_type
+        )
+        return result
 
     @staticmethod
     async def _update(

@@ -17,6 +17,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     # Everything but this story is passed through: loaded once per worker, not once per run.
+    from waitstate.names import AGENT_RUN
     from waitstate.schemas import (
         Message,
         ModelCallInput,
@@ -73,7 +74,7 @@ MODEL_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn
+@workflow.defn(name=AGENT_RUN)
 class AgentRunWorkflow:
     """Calls the model, runs the tools it asks for, and repeats until an answer or max_turns.
 

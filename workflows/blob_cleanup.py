@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from waitstate.names import BLOB_CLEANUP
     from waitstate.schemas.cleanup import (
         CLEAN_BLOBS,
         NAMESPACE_RETENTION,
@@ -32,7 +33,7 @@ CLEAN_HEARTBEAT = timedelta(minutes=1)
 CLEAN_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=5))
 
 
-@workflow.defn
+@workflow.defn(name=BLOB_CLEANUP)
 class BlobCleanupWorkflow:
     """One pass of the blob cleanup; returns what it deleted and kept."""
 

@@ -13,8 +13,7 @@ from datetime import datetime
 
 from temporalio import workflow
 
-# The name the tracing interceptor gives its function among the workflow's extern functions.
-WAIT_SPAN_FUNCTION = "__waitstate_wait_span"
+from waitstate.names import WAIT_SPAN_FUNCTION
 
 
 def wait_span(name: str, began: datetime, attributes: Mapping[str, str | int | bool]) -> None:

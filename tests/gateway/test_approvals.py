@@ -29,6 +29,7 @@ from tests.rigs import MAX_BODY, RUN, Gateway, running_gateway
 from waitstate.gateway import delivery
 from waitstate.gateway.delivery import DeliveryRefused, TemporalDeliverer
 from waitstate.gateway.tokens import ResumeClaims, approval_subject
+from waitstate.names import DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
@@ -36,7 +37,6 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from workflows.agent_run import AgentRunWorkflow
 
 REQUEST = "apr_1"
 URL = f"/v1/approvals/{REQUEST}/decision"
@@ -361,7 +361,10 @@ class FakeHandle:
     script: list[Scripted] = field(default_factory=list)
     updates: list[tuple[Any, DecideInput, str]] = field(default_factory=list)
 
-    async def execute_update(self, update: Any, arg: DecideInput, *, id: str) -> DecideOutcome:
+    async def execute_update(
+        self, update: Any, arg: DecideInput, *, id: str, result_type: type[Any]
+    ) -> DecideOutcome:
+        assert result_type is DecideOutcome
         self.updates.append((update, arg, id))
         answer = self.script.pop(0)
         if isinstance(answer, BaseException):
@@ -402,7 +405,7 @@ async def test_decide_sends_the_decide_update_with_the_links_nonce() -> None:
 
     assert client.workflow_ids == [RUN]
     [(update, arg, _)] = client.handle.updates
-    assert update is AgentRunWorkflow.decide
+    assert update == DECIDE_UPDATE
     assert arg == DecideInput(
         request_id=REQUEST,
         decision="reject",

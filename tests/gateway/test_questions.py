@@ -33,6 +33,7 @@ from waitstate.gateway.tokens import (
     approval_subject,
     question_subject,
 )
+from waitstate.names import ANSWER_UPDATE
 from waitstate.schemas.errors import (
     QUESTION_CLOSED,
     QUESTION_INVALID_ANSWER,
@@ -41,7 +42,6 @@ from waitstate.schemas.errors import (
     QUESTION_UNKNOWN,
 )
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
-from workflows.agent_run import AgentRunWorkflow
 
 QUESTION = "q_1"
 URL = f"/v1/questions/{QUESTION}/answer"
@@ -323,7 +323,10 @@ class FakeHandle:
     script: list[Scripted] = field(default_factory=list)
     updates: list[tuple[Any, AnswerInput, str]] = field(default_factory=list)
 
-    async def execute_update(self, update: Any, arg: AnswerInput, *, id: str) -> AnswerOutcome:
+    async def execute_update(
+        self, update: Any, arg: AnswerInput, *, id: str, result_type: type[Any]
+    ) -> AnswerOutcome:
+        assert result_type is AnswerOutcome
         self.updates.append((update, arg, id))
         answer = self.script.pop(0)
         if isinstance(answer, BaseException):
@@ -447,7 +450,7 @@ async def test_the_answer_update_carries_the_links_nonce(
     assert response.status_code == 200, response.text
     assert response.json()["delivered"] is True
     [(update, arg, update_id)] = handle.updates
-    assert update is AgentRunWorkflow.answer
+    assert update == ANSWER_UPDATE
     assert arg == AnswerInput(
         question_id=QUESTION,
         action="accept",

@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate.gateway.tokens import ResumeClaims
+from waitstate.names import ANSWER_UPDATE, COMPLETE_OPERATION_UPDATE, DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
@@ -40,7 +41,6 @@ from waitstate.schemas.errors import (
 )
 from waitstate.schemas.operations import CompleteOperation, Completion, CompletionOutcome
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
-from workflows.agent_run import AgentRunWorkflow
 
 # How long one webhook call may wait for the run to take its completion, decision or answer
 # (an answer's Update returns once the job has it). A run whose worker is down never answers;
@@ -218,10 +218,11 @@ class TemporalDeliverer:
             completion=completion,
         )
         async with self._refusals():
-            outcome = await handle.execute_update(
-                AgentRunWorkflow.complete_operation,
+            outcome: CompletionOutcome = await handle.execute_update(
+                COMPLETE_OPERATION_UPDATE,
                 update,
                 id=update_id(claims.operation_id, completion, delivery_id, report_id),
+                result_type=CompletionOutcome,
             )
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was
@@ -259,8 +260,11 @@ class TemporalDeliverer:
         while True:
             try:
                 async with self._refusals():
-                    outcome = await handle.execute_update(
-                        AgentRunWorkflow.decide, update, id=decision_update_id(request_id, body)
+                    outcome: DecideOutcome = await handle.execute_update(
+                        DECIDE_UPDATE,
+                        update,
+                        id=decision_update_id(request_id, body),
+                        result_type=DecideOutcome,
                     )
                 break
             except DeliveryRefused as refused:
@@ -307,9 +311,13 @@ class TemporalDeliverer:
             delivery_id=delivery_id,
         )
         async with self._refusals():
-            return await handle.execute_update(
-                AgentRunWorkflow.answer, update, id=answer_update_id(question_id, body)
+            outcome: AnswerOutcome = await handle.execute_update(
+                ANSWER_UPDATE,
+                update,
+                id=answer_update_id(question_id, body),
+                result_type=AnswerOutcome,
             )
+        return outcome
 
     @contextlib.asynccontextmanager
     async def _refusals(self) -> AsyncIterator[None]:

@@ -17,12 +17,12 @@ from typing import get_args
 from prometheus_client import CollectorRegistry, Gauge
 from temporalio.client import Client
 
+from waitstate.names import AGENT_RUN, AGENT_STATUS, WAIT_KINDS, WAITING_FOR
 from waitstate.schemas.run import RunStatus
-from workflows.search_attributes import WAIT_KINDS
 
 log = logging.getLogger("waitstate.gateway")
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
-_RUNS = "WorkflowType = 'AgentRunWorkflow'"
+_RUNS = f"WorkflowType = '{AGENT_RUN}'"
 
 
 class RunCounts:
@@ -51,11 +51,13 @@ class RunCounts:
     async def refresh(self) -> None:
         """Count once (one visibility query per status and per kind of wait)."""
         for status in RUN_STATUSES:
-            counted = await self._client.count_workflows(f"{_RUNS} AND AgentStatus = '{status}'")
+            counted = await self._client.count_workflows(
+                f"{_RUNS} AND {AGENT_STATUS.name} = '{status}'"
+            )
             self.by_status.labels(status=status).set(counted.count)
         for kind in WAIT_KINDS:
             counted = await self._client.count_workflows(
-                f"{_RUNS} AND ExecutionStatus = 'Running' AND WaitingFor = '{kind}'"
+                f"{_RUNS} AND ExecutionStatus = 'Running' AND {WAITING_FOR.name} = '{kind}'"
             )
             self.waiting.labels(waiting_for=kind).set(counted.count)
 

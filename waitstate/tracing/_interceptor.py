@@ -16,7 +16,7 @@ from temporalio.client import OutboundInterceptor, QueryWorkflowInput
 from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
 from temporalio.worker import WorkflowInterceptorClassInput
 
-from workflows.traces import WAIT_SPAN_FUNCTION
+from waitstate.names import WAIT_SPAN_FUNCTION
 
 
 class WaitstateTracingInterceptor(TracingInterceptor):

@@ -1,0 +1,52 @@
+"""The names a run's workflows answer to, in one place: their types, their handlers, their
+search attributes, and the function a traced worker hands them.
+
+The library (`waitstate/`) never imports the top-level `workflows` package: it is the
+worker's, and a user's project beside an installed waitstate may well have a `workflows.py` of
+its own (the layout of Temporal's samples), which would shadow it. So the client, the gateway
+and the blob cleanup start workflows, send Updates and read queries and search attributes by
+these names, with the result types given at each call; `workflows/` defines its workflows with
+them, and `tests/waitstate/test_names.py` holds the workflows' definitions to them (handler
+names are their methods' names, so they are checked rather than repeated in the decorators).
+
+Recorded histories and running workflows know these names: renaming one breaks them.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+# --- workflow types ----------------------------------------------------------------------------
+
+AGENT_RUN = "AgentRunWorkflow"  # RunInput -> RunResult
+BLOB_CLEANUP = "BlobCleanupWorkflow"  # CleanupInput -> CleanResult
+
+# --- AgentRunWorkflow's handlers ---------------------------------------------------------------
+
+STATUS_QUERY = "status"  # -> RunState
+COMPLETE_OPERATION_UPDATE = "complete_operation"  # CompleteOperation -> CompletionOutcome
+OPERATION_COMPLETED_SIGNAL = "operation_completed"  # CompleteOperation
+APPROVE_SIGNAL = "approve"  # DecisionSignal
+REJECT_SIGNAL = "reject"  # DecisionSignal
+DECIDE_UPDATE = "decide"  # DecideInput -> DecideOutcome
+ANSWER_UPDATE = "answer"  # AnswerInput -> AnswerOutcome
+
+# --- search attributes: what makes runs filterable in the Web UI's list view -----------------
+
+AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+WAITING_FOR = SearchAttributeKey.for_keyword("WaitingFor")
+# What WaitingFor holds: an operation's webhook or poll, a person's decision or answer; `none`
+# while the run works (a model turn, a tool call).
+WAIT_KINDS = ("webhook", "poll", "approval", "input", "none")
+PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
+WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
+# Set when a run of a named agent starts (by the client, never upserted by the run).
+AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
+
+SEARCH_ATTRIBUTES = (AGENT_STATUS, WAITING_FOR, PENDING_OPERATIONS, WAIT_EXPIRES_AT, AGENT_NAME)
+
+# --- tracing -----------------------------------------------------------------------------------
+
+# The name the tracing interceptor (`waitstate.tracing`) gives its function among the workflow's
+# extern functions, by which `workflows/traces.py` records a wait's span.
+WAIT_SPAN_FUNCTION = "__waitstate_wait_span"
