@@ -557,19 +557,27 @@ def python_server(args: list[str], port: int) -> Iterator[None]:
 class ServerProcess(_Killable):
     """`python ARGS` from the checkout, a server on `port` that a test can SIGKILL and start
     again on the same port (`python_server` is for one that runs for a block); its output goes
-    to `log`."""
+    to `log`. `python` and `cwd` run it with another interpreter, from another directory."""
 
     def __init__(
-        self, args: list[str], port: int, log: Path, env: dict[str, str] | None = None
+        self,
+        args: list[str],
+        port: int,
+        log: Path,
+        env: dict[str, str] | None = None,
+        *,
+        python: Path | str = sys.executable,
+        cwd: Path = ROOT,
     ) -> None:
         self.port = port
         self._args, self._log, self._env = args, log, env
+        self._python, self._cwd = python, cwd
 
     async def start(self) -> None:
         """Start the server; return once it listens."""
         with self._log.open("ab") as log:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, *self._args, cwd=ROOT, env=self._env, stdout=log, stderr=log
+                self._python, *self._args, cwd=self._cwd, env=self._env, stdout=log, stderr=log
             )
         self._process = process
 

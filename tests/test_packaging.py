@@ -1,15 +1,111 @@
-"""Installing the project claims no generic top-level name a user's own project would have."""
+"""Installing the project claims no generic top-level name a user's own project would have, and
+the library works installed beside a Temporal project: `waitstate` never imports the top-level
+`workflows`, `activities` or any other part of the checkout that is not the library, which a
+user's own `workflows.py` and `worker.py` (the layout of Temporal's samples) would shadow."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from tests.helpers import eventually
+from tests.rigs import ServerProcess, WorkerProcess, service_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # Names a user's project is likely to have for itself; the project keeps them inside `waitstate`.
 GENERIC = {"tools", "schemas", "settings", "examples", "gateway", "blobs", "providers"}
+# The checkout's top-level parts that are not the library: `waitstate` imports none of them.
+NOT_THE_LIBRARY = {
+    "workflows", "activities", "worker", "starter", "examples", "chaos", "bench", "scripts",
+    "tests",
+}  # fmt: skip
+# Far above what each step takes on a loaded 2-core machine: only turns a hang into a failure.
+STEP_WITHIN = 180
+
+EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
+EXPORT_TOOLS = "start_export,verify_row_count,upload_file,notify_team"
+KEYS = "wheel:" + "w" * 40
+
+# A user's project, laid out as Temporal's samples are: its own workflow and worker...
+USER_WORKFLOWS = '''
+"""The user's own workflow."""
+from temporalio import workflow
+
+
+@workflow.defn
+class SayHello:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return f"Hello, {name}!"
+'''
+USER_WORKER = '''
+"""The user's own worker."""
+import asyncio
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from workflows import SayHello
+
+
+async def main() -> None:
+    client = await Client.connect("localhost:7233")
+    await Worker(client, task_queue="hello", workflows=[SayHello]).run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+'''
+# ... and a script of theirs that runs an agent with the installed waitstate: argv is the
+# task, its tools and the run's id; it prints what it saw as one JSON object.
+USER_AGENT = """
+import asyncio
+import json
+import sys
+
+import waitstate
+import workflows
+from waitstate import RunInput, WaitstateClient
+
+
+async def main() -> None:
+    task, tools, run_id = sys.argv[1:]
+    client = await WaitstateClient.connect()
+    started = await client.start(RunInput(task=task, tools=tools.split(",")), run_id=run_id)
+    outcome = await client.outcome(started.run_id)
+    status = await client.status(started.run_id)
+    result = await client.handle(started.run_id).result()
+    print(json.dumps({
+        "waitstate": waitstate.__file__,
+        "workflows": workflows.__file__,
+        "existing": started.existing,
+        "outcome": outcome.model_dump(mode="json"),
+        "steps": [step.kind for step in status.state.steps],
+        "result": type(result).__name__,
+    }))
+
+
+asyncio.run(main())
+"""
+
+# Where the project's interpreter finds waitstate, from the project (as `-m waitstate.gateway`).
+WHERE = "import json, sys, waitstate; print(json.dumps({'waitstate': waitstate.__file__, 'path': sys.path}))"
 
 
 def _layout_names() -> set[str]:
@@ -19,12 +115,39 @@ def _layout_names() -> set[str]:
     return {match[1] for match in re.finditer(r"^([a-z_]+)(?:/|\.py)\s", block, re.MULTILINE)}
 
 
-def test_install_adds_only_waitstate_and_what_the_readme_layout_names(tmp_path: Path) -> None:
+def _run(command: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=STEP_WITHIN, **kwargs)
+    assert done.returncode == 0, f"{command}: {done.stderr}{done.stdout}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built offline: no index, no build isolation (this venv's setuptools
+    builds it), from a copy of the checkout, because setuptools writes `build/` into the tree it
+    builds and takes what an earlier build left there."""
+    source = tmp_path_factory.mktemp("source") / "waitstate"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "tests"),
+    )
+    out = tmp_path_factory.mktemp("wheel")
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--quiet", "--wheel-dir", out, source]
+    )  # fmt: skip
+    [built] = out.glob("waitstate-*.whl")
+    return built
+
+
+def test_install_adds_only_waitstate_and_what_the_readme_layout_names(
+    tmp_path: Path, wheel: Path
+) -> None:
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet",
-         "--disable-pip-version-check", "--target", str(site), str(ROOT)],
-        check=True, capture_output=True,
+    _run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+         "--target", site, wheel]
     )  # fmt: skip
     installed = {
         path.name.removesuffix(".py")
@@ -35,3 +158,170 @@ def test_install_adds_only_waitstate_and_what_the_readme_layout_names(tmp_path: 
     assert installed == {"waitstate", "workflows", "activities", "worker", "starter"}
     assert installed <= _layout_names()
     assert not installed & GENERIC
+
+
+def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
+    found = []
+    files = sorted((ROOT / "waitstate").rglob("*.py"))
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {module}"
+                for module in modules
+                if module.split(".")[0] in NOT_THE_LIBRARY
+            ]
+
+    assert len(files) > 40
+    assert found == []
+
+
+def test_importing_every_module_of_the_library_loads_nothing_else_of_the_checkout() -> None:
+    # From the checkout's root, where `workflows` and the rest can be imported: whatever a
+    # module imports, at import time or through another, shows in sys.modules.
+    script = """
+import importlib, importlib.util, json, pkgutil, sys
+import waitstate
+names = [m.name for m in pkgutil.walk_packages(waitstate.__path__, "waitstate.")]
+for name in names:
+    importlib.import_module(name)
+print(json.dumps({
+    "modules": names,
+    "importable": importlib.util.find_spec("workflows") is not None,
+    "loaded": sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])),
+}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = _run([sys.executable, "-c", script, *NOT_THE_LIBRARY], cwd=ROOT, env=env)
+    seen = json.loads(done.stdout)
+
+    assert len(seen["modules"]) > 40 and "waitstate.gateway.__main__" in seen["modules"]
+    assert seen["importable"]
+    assert seen["loaded"] == []
+
+
+# --- the wheel beside a Temporal project -------------------------------------------------------
+
+
+def _fresh_venv(path: Path, wheel: Path) -> Path:
+    """A new virtualenv with `wheel` installed, and this venv's site-packages (the dependencies,
+    offline) as a plain path entry: the `.pth` files there, among them this checkout's editable
+    install, do not apply, so no code of the checkout is importable. Returns its python."""
+    _run([sys.executable, "-m", "venv", "--without-pip", path])
+    python = path / "bin" / "python"
+    purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    dependencies = sysconfig.get_path("purelib")
+    (Path(purelib.stdout.strip()) / "dependencies.pth").write_text(f"{dependencies}\n")
+    _run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+         "--quiet", wheel]
+    )  # fmt: skip
+    return python
+
+
+def _user_project(path: Path) -> Path:
+    path.mkdir()
+    (path / "workflows.py").write_text(USER_WORKFLOWS)
+    (path / "worker.py").write_text(USER_WORKER)
+    (path / "run_agent.py").write_text(USER_AGENT)
+    return path
+
+
+async def _python(
+    python: Path, args: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` without blocking the event loop (the demo systems serve in it)."""
+    process = await asyncio.create_subprocess_exec(
+        python, *args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    async with asyncio.timeout(STEP_WITHIN):
+        out, err = await process.communicate()
+    assert process.returncode == 0, err.decode() + out.decode()
+    return subprocess.CompletedProcess(args, process.returncode, out.decode(), err.decode())
+
+
+async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_gateway(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, wheel: Path
+) -> None:
+    python = _fresh_venv(tmp_path / "venv", wheel)
+    project = _user_project(tmp_path / "project")
+    gateway_port = service_port()
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
+    drop = {"PYTHONPATH", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "WAITSTATE_MODEL", "VIRTUAL_ENV"}
+    async with serving(systems_app(export_seconds=0.2)) as systems_url:
+        env = {k: v for k, v in os.environ.items() if k not in drop} | {
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "WAITSTATE_TASK_QUEUE": task_queue,
+            "WAITSTATE_TOKEN_KEYS": KEYS,
+            "GATEWAY_PORT": str(gateway_port),
+            "GATEWAY_URL": gateway_url,
+            "DEMO_SYSTEMS_URL": systems_url,
+            "WAITSTATE_STATE_DIR": str(tmp_path / "state"),
+            "WAITSTATE_RUN_COUNTS_SECONDS": "1",
+        }
+        # The waitstate worker, run from this checkout by an operator, on the same queue.
+        worker = WorkerProcess(env, tmp_path / "worker.log")
+        # The gateway, from the user's project with the installed wheel.
+        gateway = ServerProcess(
+            ["-m", "waitstate.gateway"],
+            gateway_port,
+            tmp_path / "gateway.log",
+            env,
+            python=python,
+            cwd=project,
+        )
+        await worker.start()
+        try:
+            await gateway.start()
+            where = await _python(python, ["-c", WHERE], project, env)
+            agent = await _python(
+                python, ["run_agent.py", EXPORT_TASK, EXPORT_TOOLS, f"beside-{task_queue}"],
+                project, env,
+            )  # fmt: skip
+            async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as http:
+                health = await http.get("/healthz")
+
+                async def counted() -> bool:
+                    metrics = (await http.get("/metrics")).text
+                    found = re.search(
+                        r'^waitstate_runs\{status="completed"\} (\S+)$', metrics, re.M
+                    )
+                    return found is not None and float(found[1]) >= 1
+
+                await eventually(counted, "the gateway to count completed runs", within=60)
+            async with httpx.AsyncClient(timeout=10) as http:
+                jobs = (await http.get(f"{systems_url}/_test/stats")).json()["jobs"]
+        finally:
+            await gateway.stop()
+            await worker.stop()
+
+    # Only the wheel's code ran in the project: none of the checkout's.
+    found = json.loads(where.stdout)
+    assert found["waitstate"].startswith(f"{tmp_path / 'venv'}/lib/")
+    assert str(ROOT) not in found["path"]
+    seen = json.loads(agent.stdout)
+    assert seen["waitstate"].startswith(f"{tmp_path / 'venv'}/lib/")
+    assert seen["workflows"] == str(project / "workflows.py")  # the user's, beside it
+    # The run, started, read and awaited through the client.
+    assert seen["existing"] is False
+    assert seen["outcome"]["status"] == "completed"
+    assert "filed them at compliance/" in seen["outcome"]["final_output"]
+    assert "tool" in seen["steps"]  # the run's own answer to the status query
+    assert seen["result"] == "RunResult"
+    # The export's webhook went through the wheel's gateway, as the run's Update.
+    assert health.json() == {"status": "ok"}
+    [export] = [job for job in jobs.values() if job["kind"] == "export"]
+    assert [hook["status_code"] for hook in export["webhooks"]] == [200]
+    updates = [
+        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        async for event in dev_env.client.get_workflow_handle(
+            f"beside-{task_queue}"
+        ).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    assert updates == ["complete_operation"]
