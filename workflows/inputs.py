@@ -21,9 +21,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    # Answers are checked against their questions' schemas (`answer_problems`): loaded with
-    # the workflow, once per worker, not in the middle of a run.
-    import jsonschema
+    # Answers are checked against their questions' schemas (`answer_problems`, with RE2):
+    # loaded with the workflow, once per worker, not in the middle of a run.
+    from waitstate.elicitation import answer_problem
 
 from waitstate.schemas import RunState, ToolCall, ToolResult
 from waitstate.schemas.errors import (
@@ -403,22 +403,15 @@ class InputDesk:
 
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
     """Why an answer does not fit its question (None if it does): an accept must carry content
-    valid against the requested schema; a decline carries none."""
+    valid against the requested schema; a decline carries none. Checked in bounded time (RE2
+    for patterns, limits on sizes), and in all runs: a validator is not replayed, and the
+    model's answer used to fail the workflow task when the check raised. A schema that takes
+    no answer (see `waitstate.elicitation`) takes only a decline."""
     if answer.action == "decline":
         return "a decline carries no content" if answer.content else None
     if answer.content is None:
         return "an accept needs content matching the question's requested_schema"
-    try:
-        validator = jsonschema.Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(answer.content), key=lambda e: list(e.path))
-    except jsonschema.SchemaError as err:
-        return f"the question's schema is not valid JSON Schema: {err.message}"
-    if not errors:
-        return None
-    return "; ".join(
-        f"{'.'.join(str(p) for p in error.path) or '(content)'}: {error.message}"
-        for error in errors[:5]
-    )
+    return answer_problem(schema, answer.content)
 
 
 def _undelivered(request: InputRequest) -> bool:
