@@ -111,7 +111,10 @@ class AskingJobs:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self, args: AskArgs, context: StartContext) -> Job:
-        job_id = f"job-{len(self._cases) + 1}"
+        # One job per idempotency key: a retried start finds the job it made.
+        job_id = f"job-{context.idempotency_key}"
+        if job_id in self._cases:
+            return Job(job_id)
         self._cases[job_id] = args.case
         if context.callback_url is not None:
             self._callbacks[job_id] = context
