@@ -113,6 +113,7 @@ class OperationActivities:
                     action=input.action,
                     content=input.content,
                     responder=input.responder,
+                    reason=input.reason,
                 ),
             )
         except ToolError as err:

@@ -28,6 +28,8 @@ from waitstate.schemas.questions import Question
 from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# The `_meta` key of an elicitation result that carries why the run declined on its own.
+DECLINE_REASON_META = "io.waitstate/reason"
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
 
@@ -235,6 +237,10 @@ class McpTaskBackend:
         response: dict[str, Any] = {"action": answer.action}
         if answer.content is not None:
             response["content"] = answer.content
+        if answer.reason is not None:
+            # A decline the run made on its own (a question it refused): the reason, where an
+            # elicitation result may carry more (`_meta`, under a prefix of ours).
+            response["_meta"] = {DECLINE_REASON_META: answer.reason}
         try:
             await (await self._connected()).session.send_request(
                 _UpdateTask(

@@ -6,6 +6,11 @@ the jobs by an activity.
 A question is asked once per key its job minted (a key reported again is the same question),
 closed once (answered, declined, expired or cancelled), and its answer delivered once: a
 duplicate or late answer is refused before it reaches the run's history.
+
+A job's schema and a link holder's answer are untrusted: both are checked by
+`waitstate.elicitation`, in bounded time. From HARDENED on, a question whose schema no answer
+could fit is refused when asked (recorded, counted, and the job told no with the reason)
+instead of staying open; an answer that cannot be checked is refused, never raised.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    # Answers are checked against their questions' schemas (`answer_problems`): loaded with
-    # the workflow, once per worker, not in the middle of a run.
-    import jsonschema
+    # Questions' schemas and answers are checked by it (jsonschema, RE2): loaded with the
+    # workflow, once per worker, not in the middle of a run.
+    from waitstate.elicitation import answer_problem, schema_problem
 
 from waitstate.schemas import RunState, ToolCall, ToolResult
 from waitstate.schemas.errors import (
@@ -105,8 +110,11 @@ class InputDesk:
 
     def model_answers(self) -> bool:
         """Whether the model has been asked anything in this run (it is then offered
-        `answer_question`)."""
-        return any(r.policy.answered_by == "model" for r in self._state.questions.values())
+        `answer_question`); a question refused when asked was asked of nobody."""
+        return any(
+            r.policy.answered_by == "model" and r.status != "refused"
+            for r in self._state.questions.values()
+        )
 
     def keys(self, op: Operation) -> list[str]:
         """The keys of every question the operation's job asked."""
@@ -124,6 +132,9 @@ class InputDesk:
             if question.key in asked:
                 continue
             asked.add(question.key)
+            if self._versions.hardened and (problem := schema_problem(question.requested_schema)):
+                self._refuse(op, question, policy, problem)
+                continue
             nonce = self._versions.nonce()
             request = InputRequest(
                 question_id=f"q_{workflow.uuid4().hex[:12]}",
@@ -150,6 +161,34 @@ class InputDesk:
             question_asked(request)
             self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
         self._refresh(op)
+
+    def _refuse(self, op: Operation, question: Question, policy: InputPolicy, problem: str) -> None:
+        """A question no answer could fit (its schema): never open, so nothing waits on it; the
+        job is told no, with the reason, as a decline by the policy."""
+        now = workflow.now()
+        request = InputRequest(
+            question_id=f"q_{workflow.uuid4().hex[:12]}",
+            operation_id=op.operation_id,
+            tool=op.tool,
+            key=question.key,
+            message=question.message,
+            requested_schema={},  # the job's is not kept: it may be anything, of any size
+            asked_at=now,
+            expires_at=now,
+            policy=policy,
+            refusal=f"its requested_schema takes no answer: {problem}",
+            answer=Answer(action="decline", responder="policy", answered_at=now, by_policy=True),
+        )
+        self._state.questions[request.question_id] = request
+        ledger.step(
+            self._state,
+            "event",
+            op.tool,
+            f"{op.operation_id} asks {request.question_id}: {ledger.preview(question.message)}",
+        )
+        question_asked(request)
+        self._close(request, "refused", f"refused ({request.refusal}); the job is told no")
+        self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
 
     def operation_ended(self, op: Operation) -> None:
         """The operation ended (or was cancelled): its open questions need no answer now."""
@@ -311,7 +350,7 @@ class InputDesk:
             "event",
             request.tool,
             f"{request.question_id} {why}",
-            is_error=status in ("expired", "cancelled"),
+            is_error=status in ("expired", "cancelled", "refused"),
         )
         question_closed(request)
         self._refresh(self._state.operations[request.operation_id])
@@ -330,6 +369,7 @@ class InputDesk:
                 action=request.answer.action,
                 content=request.answer.content,
                 responder=request.answer.responder,
+                reason=request.refusal,
             ),
             result_type=type(None),
             summary=f"answer {op.tool} {op.job_id}: {request.answer.action}",
@@ -403,22 +443,15 @@ class InputDesk:
 
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
     """Why an answer does not fit its question (None if it does): an accept must carry content
-    valid against the requested schema; a decline carries none."""
+    valid against the requested schema; a decline carries none. Checked in bounded time (RE2
+    for patterns, limits on sizes), and in all runs: a validator is not replayed, and the
+    model's answer used to fail the workflow task when the check raised. A schema the run would
+    refuse today (a question asked before HARDENED) takes only a decline."""
     if answer.action == "decline":
         return "a decline carries no content" if answer.content else None
     if answer.content is None:
         return "an accept needs content matching the question's requested_schema"
-    try:
-        validator = jsonschema.Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(answer.content), key=lambda e: list(e.path))
-    except jsonschema.SchemaError as err:
-        return f"the question's schema is not valid JSON Schema: {err.message}"
-    if not errors:
-        return None
-    return "; ".join(
-        f"{'.'.join(str(p) for p in error.path) or '(content)'}: {error.message}"
-        for error in errors[:5]
-    )
+    return answer_problem(schema, answer.content)
 
 
 def _undelivered(request: InputRequest) -> bool:

@@ -11,6 +11,7 @@ again).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections import Counter
@@ -93,6 +94,23 @@ async def publish_report(region: str, ctx: Context) -> dict[str, str] | InputReq
         raise ToolError(f"not published: no channel among {', '.join(CHANNELS)}")
     EVENTS["publish_report published"] += 1
     return {"published": region, "channel": str(channel)}
+
+
+@server.tool(task=TASK)
+async def ask_with_schema(schema: str, ctx: Context) -> dict[str, object] | InputRequiredResult:
+    """Ask a question whose requested schema is `schema` (JSON, any: the tests send hostile
+    ones), then return what came back: the action, the content, and the reason a client that
+    declined on its own gave (`_meta`)."""
+    answer = (ctx.input_responses or {}).get("form")
+    if not isinstance(answer, ElicitResult):
+        EVENTS["ask_with_schema asked"] += 1
+        question = ElicitRequestFormParams(
+            message="Fill in this form.", requested_schema=json.loads(schema)
+        )
+        return InputRequiredResult(input_requests={"form": ElicitRequest(params=question)})
+    EVENTS[f"ask_with_schema answered {answer.action}"] += 1
+    reason = (answer.meta or {}).get("io.waitstate/reason")
+    return {"action": answer.action, "content": answer.content, "reason": reason}
 
 
 @server.tool

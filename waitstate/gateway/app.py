@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from waitstate.elicitation import schema_problem
 from waitstate.gateway.delivery import Deliverer, DeliveryRefused
 from waitstate.gateway.tokens import (
     ExpiredToken,
@@ -308,7 +309,9 @@ def create_app(
                 "this is a duplicate of a completion already applied, a progress report the "
                 "operation already shows (`duplicate_report`), or the run has ended. "
                 "Do not retry.",
-                422: "The body is not JSON, or not a valid completion.",
+                422: "The body is not JSON, or not a valid completion, or it asks a question "
+                "whose `requested_schema` takes no answer (`invalid_question`: one flat object of "
+                "plain fields, as MCP elicitation allows; no `$ref`; patterns RE2 accepts).",
             }
         ),
         operation_id="complete_operation",
@@ -345,6 +348,12 @@ def create_app(
         if isinstance(admitted, JSONResponse):
             return admitted
         claims, completion = admitted
+        for i, question in enumerate(completion.questions or ()):
+            # A question no answer could fit would reach the run only to be refused there:
+            # the job is told now, and why.
+            if problem := schema_problem(question.requested_schema):
+                where = f"questions.{i} ({question.key!r}).requested_schema"
+                return _refuse(request, 422, "invalid_question", f"{where}: {problem}")
         report_id = webhook_id or idempotency_key
         outcome = await gate.deliver(
             request,

@@ -4,7 +4,7 @@ reaches the job.
 
 A question is known by the key its job minted for it; the run gives it an id of its own
 (`question_id`), which people and the model answer by. Workflows import this module, so it
-stays pydantic-only (answers are checked against their schemas in `workflows/inputs.py`).
+stays pydantic-only (questions and answers are checked by `waitstate.elicitation`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-QuestionStatus = Literal["open", "answered", "declined", "expired", "cancelled"]
+# `refused`: the run would not ask it (its schema takes no answer); the job was told no.
+QuestionStatus = Literal["open", "answered", "declined", "expired", "cancelled", "refused"]
 AnswerAction = Literal["accept", "decline"]
 Responder = Literal["person", "model"]
 InputTimeout = Literal["decline", "cancel", "escalate"]
@@ -31,8 +32,10 @@ class Question(BaseModel):
     message: str = Field(max_length=MAX_MESSAGE_CHARS, description="What the job asks.")
     requested_schema: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON Schema of the answer's content (MCP's elicitation schema: an object "
-        "of plain fields).",
+        description="JSON Schema of the answer's content, in the shape MCP elicitation allows: "
+        "one object of plain fields (strings, numbers, booleans, choices among strings), no "
+        "`$ref`, patterns RE2 accepts. A question with another schema is refused "
+        "(`waitstate.elicitation.schema_problem` says why).",
     )
 
 
@@ -74,7 +77,10 @@ class InputRequest(BaseModel):
     tool: str
     key: str
     message: str
-    requested_schema: dict[str, Any]
+    requested_schema: dict[str, Any] = Field(
+        description="What the answer's content must fit (empty for a refused question: its "
+        "`refusal` says what was wrong with the job's)."
+    )
     asked_at: datetime
     expires_at: datetime
     policy: InputPolicy
@@ -87,6 +93,11 @@ class InputRequest(BaseModel):
         default=None, description="The answer's way to the job (`answer_operation` activity)."
     )
     delivery_error: str | None = None
+    refusal: str | None = Field(
+        default=None,
+        description="Why the run refused the question when the job asked it (its schema takes "
+        "no answer): the job was told no, with this reason.",
+    )
     link_nonce: str | None = Field(
         default=None,
         description="The nonce the run chose for the link's token, kept so that a continued run "
@@ -162,6 +173,9 @@ class DeliverAnswer(BaseModel):
     action: AnswerAction
     content: dict[str, Any] | None = None
     responder: str = "unknown"
+    reason: str | None = Field(
+        default=None, description="Why the run declined on its own (a question it refused)."
+    )
 
 
 class AnswerQuestionArgs(BaseModel):

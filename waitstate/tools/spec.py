@@ -82,12 +82,15 @@ class JobAnswer:
             (nobody will answer: a person declined, or the question expired).
         content: The answer.
         responder: Who answered (a person's name, `model`, or `policy`).
+        reason: With a decline by `policy`, why the run would not ask the question (its
+            schema takes no answer), for the job to report.
     """
 
     key: str
     action: AnswerAction
     content: dict[str, Any] | None = None
     responder: str = "unknown"
+    reason: str | None = None
 
 
 class AnswersQuestions(Protocol):
