@@ -64,6 +64,19 @@ def one_call(name: str, arguments: dict[str, object]) -> Script:
     return script
 
 
+def two_counts(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Counts to 240 and to 120 at once (two tasks polled side by side), then answers with
+    both results."""
+    results = _results(messages)
+    if not results:
+        calls = [
+            ToolCall(id=f"call_{to}", name="reports__count", arguments=json.dumps({"to": to}))
+            for to in (240, 120)
+        ]
+        return Message(role="assistant", tool_calls=calls)
+    return Message(role="assistant", content="\n".join(m.content for m in results))
+
+
 def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Publishes a report; answers the task's question itself (`answer_question`, when the
     server's policy gives questions to the model) with the channel `email`; then waits for
@@ -101,6 +114,9 @@ app = App(
         "mcp-export": one_call("reports__slow_export", {"region": "amer"}),
         "mcp-broken": one_call("reports__broken_job", {"region": "apac"}),
         "mcp-shout": one_call("local__shout", {"text": "quiet please"}),
+        # Two minutes of `step k/240`: long enough to be watched on a loaded machine.
+        "mcp-count-long": one_call("reports__count", {"to": 240, "seconds": 0.5}),
+        "mcp-two-counts": two_counts,
         "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
         "mcp-publish-answering": publish_answering,
     }
