@@ -131,7 +131,7 @@ class McpActivities:
         if not isinstance(arguments, dict):
             return error_result(call, "arguments must be a JSON object")
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CallToolResult
+        from mcp_types import CONNECTION_CLOSED, CallToolResult
 
         from waitstate.mcp_tasks import CreatedTask, tool_result_text
 
@@ -168,14 +168,16 @@ class McpActivities:
             )
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
-        except MCPError as err:
-            raise ApplicationError(
-                f"MCP server {server_name!r} refused {tool_name}: {shorten(str(err), MESSAGE_CHARS)}",
-                type=MCP_REFUSED,
-                non_retryable=True,
-            ) from None
         except Exception as err:
-            # The server's answer stands if the session broke only as it closed.
+            if isinstance(err, MCPError) and err.error.code != CONNECTION_CLOSED:
+                raise ApplicationError(
+                    f"MCP server {server_name!r} refused {tool_name}: "
+                    f"{shorten(str(err), MESSAGE_CHARS)}",
+                    type=MCP_REFUSED,
+                    non_retryable=True,
+                ) from None
+            # The connection broke (the server went away under the call). The server's answer
+            # stands if the session broke only as it closed.
             if result is None:
                 if repeatable:
                     raise _unavailable(server_name, f"calling {tool_name}", err) from None

@@ -117,6 +117,9 @@ app = App(
         # Two minutes of `step k/240`: long enough to be watched on a loaded machine.
         "mcp-count-long": one_call("reports__count", {"to": 240, "seconds": 0.5}),
         "mcp-two-counts": two_counts,
+        "mcp-local-count": one_call("local__count", {"to": 3, "seconds": 0.5}),
+        # Ten minutes: a worker is restarted meanwhile.
+        "mcp-local-count-long": one_call("local__count", {"to": 600, "seconds": 1.0}),
         "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
         "mcp-publish-answering": publish_answering,
     }
