@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp import Client, StdioServerParameters
 
+from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.questions import InputPolicy
 
@@ -51,6 +52,11 @@ class McpServer:
             when a call is made, e.g. `{"Authorization": "REPORTS_MCP_AUTH"}`.
         requires_approval_if_destructive: Tools annotated `destructiveHint` run only once a
             person approved the call (the default; False trusts the server).
+        require_approval: The server's own names of tools that run only once a person
+            approved the call, whatever the server annotates: glob patterns matched without
+            regard to case, e.g. `["delete_*", "drop_table"]`.
+        approval: How long such a call (destructive or named) waits for a person, who is
+            asked, and what happens when nobody answers.
         task_timeout: How long a run waits for a task of this server (the server's own TTL
             and the run's `operation_timeout` may make it shorter); past it the task is
             cancelled and the operation expires.
@@ -66,6 +72,8 @@ class McpServer:
     command: str | None = None
     headers_from_env: Mapping[str, str] = field(default_factory=dict)
     requires_approval_if_destructive: bool = True
+    require_approval: Sequence[str] = ()
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     task_timeout: timedelta = timedelta(hours=1)
     input: InputPolicy = field(default_factory=InputPolicy)
     reach_within: timedelta = timedelta(seconds=30)
@@ -78,10 +86,28 @@ class McpServer:
             )
         if (self.url is None) == (self.command is None):
             raise McpConfigError(f"MCP server {self.name!r}: give a url or a command, not both")
+        if isinstance(self.require_approval, str):
+            raise McpConfigError(
+                f"MCP server {self.name!r}: require_approval is a list of tool name patterns, "
+                f"e.g. [{self.require_approval!r}]"
+            )
+        patterns = tuple(self.require_approval)
+        if not all(isinstance(p, str) and p.strip() for p in patterns):
+            raise McpConfigError(
+                f"MCP server {self.name!r}: require_approval has an empty or non-text pattern"
+            )
         # Frozen: set once here. The process of a stdio server is the worker's, not part of the
         # declaration (it is neither compared nor shown).
+        object.__setattr__(self, "require_approval", patterns)
         object.__setattr__(
             self, "_stdio", _StdioSession(self.name, self.command) if self.command else None
+        )
+
+    def approval_pattern(self, tool: str) -> str | None:
+        """The first of `require_approval` that `tool` (the server's own name) matches."""
+        return next(
+            (p for p in self.require_approval if fnmatch.fnmatchcase(tool.lower(), p.lower())),
+            None,
         )
 
     @property
@@ -287,8 +313,9 @@ def _is_name(text: str) -> bool:
 
 def parse_servers(value: str | None) -> list[McpServer]:
     """`WAITSTATE_MCP_SERVERS`: `name=URL` or `name=stdio:COMMAND`, comma-separated; a
-    server's headers come from `WAITSTATE_MCP_HEADERS_<NAME>` (`Header=VARIABLE;...`, NAME in
-    upper case with `-` as `_`).
+    server's headers come from `WAITSTATE_MCP_HEADERS_<NAME>` (`Header=VARIABLE;...`), and the
+    tools that need a person's approval from `WAITSTATE_MCP_REQUIRE_APPROVAL_<NAME>` (name
+    patterns, comma-separated: `delete_*,drop_table`); NAME in upper case with `-` as `_`.
 
     Raises:
         McpConfigError: an entry is not `name=URL` or `name=stdio:COMMAND`.
@@ -302,17 +329,24 @@ def parse_servers(value: str | None) -> list[McpServer]:
             raise McpConfigError(
                 f"WAITSTATE_MCP_SERVERS entry {entry!r} is not name=URL or name=stdio:COMMAND"
             )
-        variable = f"WAITSTATE_MCP_HEADERS_{name.upper().replace('-', '_')}"
+        suffix = name.upper().replace("-", "_")
         headers = dict(
             (h.strip(), v.strip())
             for h, _, v in (
-                pair.partition("=") for pair in os.environ.get(variable, "").split(";") if pair
+                pair.partition("=")
+                for pair in os.environ.get(f"WAITSTATE_MCP_HEADERS_{suffix}", "").split(";")
+                if pair
             )
         )
+        patterns = os.environ.get(f"WAITSTATE_MCP_REQUIRE_APPROVAL_{suffix}", "").split(",")
+        approval = tuple(p.strip() for p in patterns if p.strip())
         if target.startswith("stdio:"):
-            servers.append(McpServer(name, command=target.removeprefix("stdio:").strip()))
+            command = target.removeprefix("stdio:").strip()
+            servers.append(McpServer(name, command=command, require_approval=approval))
         else:
-            servers.append(McpServer(name, url=target, headers_from_env=headers))
+            servers.append(
+                McpServer(name, url=target, headers_from_env=headers, require_approval=approval)
+            )
     return servers
 
 
