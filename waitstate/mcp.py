@@ -34,6 +34,10 @@ from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.questions import InputPolicy
 
 log = logging.getLogger(__name__)
+# How long a stdio server's process has to answer once started.
+STDIO_START_WITHIN = timedelta(seconds=30)
+# MCP's JSON-RPC code for a connection that closed (mcp_types.CONNECTION_CLOSED).
+CONNECTION_CLOSED = -32000
 
 
 class McpConfigError(ValueError):
@@ -86,6 +90,10 @@ class McpServer:
             )
         if (self.url is None) == (self.command is None):
             raise McpConfigError(f"MCP server {self.name!r}: give a url or a command, not both")
+        if self.command is not None and not _words(self.command):
+            raise McpConfigError(
+                f"MCP server {self.name!r}: command {self.command!r} is not a command line"
+            )
         if isinstance(self.require_approval, str):
             raise McpConfigError(
                 f"MCP server {self.name!r}: require_approval is a list of tool name patterns, "
@@ -232,7 +240,15 @@ class _StdioSession:
         command, *args = shlex.split(self._command)
         transport = _watched(_parameters(command, args), ended)
         try:
-            async with Client(transport, cache=None, extensions=[Tasks()]) as client:
+            async with contextlib.AsyncExitStack() as session:
+                try:
+                    # A process that never answers must not hold every caller.
+                    async with asyncio.timeout(STDIO_START_WITHIN.total_seconds()):
+                        client = await session.enter_async_context(
+                            Client(transport, cache=None, extensions=[Tasks()])
+                        )
+                except Exception as err:
+                    raise self._not_started(err) from None
                 ready.set_result(client)
                 log.info("MCP server %r: started %s", self._name, self._command)
                 waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(ended.wait())]
@@ -256,6 +272,18 @@ class _StdioSession:
             ended.set()
             if not ready.done():
                 ready.cancel()
+
+    def _not_started(self, err: Exception) -> ConnectionError:
+        """Why the process gave no session, in one line (the SDK wraps its errors in groups)."""
+        while isinstance(err, ExceptionGroup) and len(err.exceptions) == 1:
+            err = err.exceptions[0]
+        if isinstance(err, TimeoutError):
+            why = f"did not answer within {STDIO_START_WITHIN.total_seconds():g} s"
+        elif getattr(getattr(err, "error", None), "code", None) == CONNECTION_CLOSED:
+            why = "ended before it answered"
+        else:
+            why = f"could not be started: {err or type(err).__name__}"
+        return ConnectionError(f"MCP server {self._name!r} over stdio ({self._command}) {why}")
 
     async def aclose(self) -> None:
         """Close the session and end the process (its tasks end with it)."""
@@ -305,6 +333,14 @@ async def _watched(parameters: StdioServerParameters, ended: asyncio.Event) -> A
                 yield receive, write
             finally:
                 group.cancel_scope.cancel()
+
+
+def _words(command: str) -> list[str]:
+    """A command line's words (none if it is empty or its quotes do not close)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
 
 
 def _is_name(text: str) -> bool:

@@ -29,6 +29,12 @@ def shout(text: str) -> str:
     return text.upper()
 
 
+@server.tool(annotations={"readOnlyHint": True})
+def pid() -> int:
+    """This process's id (for the tests: which process answered)."""
+    return os.getpid()
+
+
 @server.tool(task=TASK)
 async def count(to: int, ctx: Context, seconds: float = 0.5) -> dict[str, int]:
     """Count to `to`, a step every `seconds`, reporting `step k/n` as it goes."""

@@ -6,9 +6,11 @@ process and its tasks, gives the model a failure it can act on, not a hang."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -23,6 +25,7 @@ from tests.rigs import WorkerProcess
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
+from waitstate.mcp_tasks import tool_result_text
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
@@ -47,6 +50,47 @@ async def _start(
 def _got(result: RunResult) -> dict[str, Any]:
     assert result.status == "completed", result.error
     return dict(json.loads((result.final_output or "").removeprefix("got: ")))
+
+
+async def _pid(server: McpServer) -> int:
+    async with server.connect() as client:
+        return int(tool_result_text(await client.call_tool("pid", {})))
+
+
+async def test_a_worker_keeps_one_process_of_a_stdio_server_and_starts_another_if_it_ends() -> None:
+    server = McpServer("local", command=COMMAND)
+    try:
+        first = await _pid(server)
+        again = await asyncio.gather(*(_pid(server) for _ in range(3)))
+        os.kill(first, signal.SIGKILL)
+
+        async def restarted() -> int | None:
+            with contextlib.suppress(Exception):  # the one that died may answer a last error
+                return await _pid(server)
+            return None
+
+        second = await eventually(restarted, "a new process of the server")
+    finally:
+        await server.aclose()
+
+    assert again == [first] * 3
+    assert second != first
+    with pytest.raises(ProcessLookupError):  # closed with the worker
+        os.kill(second, 0)
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [("false", "ended before it answered"), ("/no/such/server", "could not be started: ")],
+)
+async def test_a_stdio_server_that_gives_no_session_says_why(command: str, why: str) -> None:
+    server = McpServer("local", command=command)
+    with pytest.raises(ConnectionError) as raised:
+        async with server.connect():
+            pass
+    await server.aclose()
+
+    assert str(raised.value).startswith(f"MCP server 'local' over stdio ({command}) {why}")
 
 
 async def test_a_task_of_a_stdio_server_is_called_polled_and_finished(
