@@ -148,7 +148,8 @@ class McpServer:
         with the server's process, which stays open (it always offers the tasks extension).
 
         Raises:
-            OSError: the stdio server's process could not be started.
+            ConnectionError: the stdio server's process could not be started, or gave no
+                session.
         """
         import httpx2
         from mcp import Client
@@ -209,7 +210,7 @@ class _StdioSession:
         """The session, its process started if none runs.
 
         Raises:
-            OSError: the process could not be started; Exception: it did not answer.
+            ConnectionError: the process could not be started, or gave no session.
         """
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop: the old one's session cannot serve it
@@ -226,6 +227,8 @@ class _StdioSession:
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> _Life:
         ready: asyncio.Future[Client] = loop.create_future()
+        # Read here too: a start whose callers were all cancelled fails unread, not unheard.
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         stop, ended = asyncio.Event(), asyncio.Event()
         owner = loop.create_task(self._own(ready, stop, ended), name=f"mcp stdio {self._name}")
         return _Life(ready, stop, ended, owner)
