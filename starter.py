@@ -295,9 +295,10 @@ async def cmd_status(
             print(f"  - {line}")
     pending = [op for op in state.operations.values() if not op.terminal]
     for op in pending:
+        progress = f", progress: {_visible(op.progress)}" if op.progress else ""
         print(
             f"pending operation: {op.operation_id} {op.tool} job {op.job_id} ({op.status}, "
-            f"{op.completion}), expires {op.expires_at.isoformat()}"
+            f"{op.completion}), expires {op.expires_at.isoformat()}{progress}"
         )
     for request in state.approvals.values():
         if request.open:
@@ -758,12 +759,15 @@ async def _follow(
     """Print each step as it happens until the run ends; return its final state."""
     seen: dict[str, float] = {}  # approval request id -> when it was first seen
     asked: set[str] = set()  # question ids shown
+    reported: dict[str, str] = {}  # operation id -> the job's progress last shown
     async for progress in client.follow(run_id, retries=not quiet):
         if not quiet:
             for step in progress.steps:
                 print(_step_line(step), flush=True)
             for retry in progress.retries:
                 print(f"  {_retry_line(retry)}", flush=True)
+            if progress.state is not None:
+                _show_progress(progress.state, reported)
         if progress.state is not None:
             await _attend_approvals(client, run_id, progress.state, seen, quiet, auto_approve_after)
             if not quiet:
@@ -810,6 +814,15 @@ async def _attend_approvals(
             else:
                 if not quiet:
                     print(f"  auto-approved request {request.request_id}", flush=True)
+
+
+def _show_progress(state: RunState, shown: dict[str, str]) -> None:
+    """Show each open operation's progress when its job reports something new."""
+    for op in state.operations.values():
+        if op.terminal or not op.progress or shown.get(op.operation_id) == op.progress:
+            continue
+        shown[op.operation_id] = op.progress
+        print(f"  operation {op.operation_id} ({op.tool}): {_visible(op.progress)}", flush=True)
 
 
 def _show_questions(run_id: str, state: RunState, shown: set[str]) -> None:
@@ -881,6 +894,12 @@ def _preview(text: str, limit: int = 60) -> str:
     """The start of a text, on one line."""
     line = " ".join(text.split())
     return line if len(line) <= limit else f"{line[: limit - 3]}..."
+
+
+def _visible(text: str) -> str:
+    """A job's text on one line, its control characters shown escaped, never acted on by the
+    terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
 
 
 def _retry_line(retry: Retry) -> str:

@@ -25,6 +25,7 @@ from waitstate.mcp import (
 )
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
+from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
 from waitstate.schemas.errors import RUN_INPUT_INVALID
 from waitstate.schemas.operations import OperationStarted
 from waitstate.schemas.run import (
@@ -82,6 +83,7 @@ class McpActivities:
             for tool in chosen:
                 hints = tool.annotations
                 destructive = bool(hints is not None and hints.destructive_hint)
+                named = server.approval_pattern(tool.name) is not None
                 tools.append(
                     McpTool(
                         definition=ToolDefinition(
@@ -92,7 +94,8 @@ class McpActivities:
                         destructive=destructive,
                         idempotent=bool(hints is not None and hints.idempotent_hint),
                         read_only=bool(hints is not None and hints.read_only_hint),
-                        requires_approval=destructive and server.requires_approval_if_destructive,
+                        requires_approval=named
+                        or (destructive and server.requires_approval_if_destructive),
                     )
                 )
         ref = await self._blobs.put(_LISTING.dump_json(tools), activity.info().workflow_id)
@@ -110,7 +113,8 @@ class McpActivities:
     async def call(self, input: ToolCallInput, tool: McpTool) -> ToolResult:
         """Call the tool: its result, its error, or, when the server runs the call as a task,
         an operation the run waits for (polled with `tasks/get`, cancelled with
-        `tasks/cancel`).
+        `tasks/cancel`). A call that needs a person's approval and has none yet is not made:
+        the run is told to ask for it (`approval_needed`).
 
         A start is attempted at most once unless the tool is read-only or idempotent: the
         activity heartbeats before it sends the call and again with the task's id the moment
@@ -131,10 +135,14 @@ class McpActivities:
         if not isinstance(arguments, dict):
             return error_result(call, "arguments must be a JSON object")
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CallToolResult
+        from mcp_types import CONNECTION_CLOSED, CallToolResult
 
         from waitstate.mcp_tasks import CreatedTask, tool_result_text
 
+        if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
+            return ToolResult(
+                tool_call_id=call.id, name=call.name, content="", approval_needed=needed
+            )
         repeatable = tool.read_only or tool.idempotent
         info = activity.info()
         details = info.heartbeat_details
@@ -168,14 +176,16 @@ class McpActivities:
             )
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
-        except MCPError as err:
-            raise ApplicationError(
-                f"MCP server {server_name!r} refused {tool_name}: {shorten(str(err), MESSAGE_CHARS)}",
-                type=MCP_REFUSED,
-                non_retryable=True,
-            ) from None
         except Exception as err:
-            # The server's answer stands if the session broke only as it closed.
+            if isinstance(err, MCPError) and err.error.code != CONNECTION_CLOSED:
+                raise ApplicationError(
+                    f"MCP server {server_name!r} refused {tool_name}: "
+                    f"{shorten(str(err), MESSAGE_CHARS)}",
+                    type=MCP_REFUSED,
+                    non_retryable=True,
+                ) from None
+            # The connection broke (the server went away under the call). The server's answer
+            # stands if the session broke only as it closed.
             if result is None:
                 if repeatable:
                     raise _unavailable(server_name, f"calling {tool_name}", err) from None
@@ -191,6 +201,28 @@ class McpActivities:
             content=tool_result_text(result),
             is_error=bool(result.is_error),
         )
+
+    def _approval(self, call: ToolCall, tool: McpTool) -> ApprovalNeeded | None:
+        """What a person must approve before the call is made, if anything: a tool the run's
+        listing marked (destructive, or named by the operator when it was listed), or one the
+        server's `require_approval` names now (an operator who adds a pattern is obeyed by
+        the runs already going); with the server's approval policy."""
+        server_name, tool_name = split_name(call.name)
+        try:
+            server = self._servers.get(server_name)
+        except McpConfigError:
+            server = None
+        pattern = server.approval_pattern(tool_name) if server is not None else None
+        if pattern is None and not tool.requires_approval:
+            return None
+        if pattern is not None:
+            why = f"named by the operator: {pattern}"
+        elif tool.destructive:
+            why = "destructive"
+        else:
+            why = "the operator requires approval"
+        policy = server.approval if server is not None else ApprovalPolicy()
+        return ApprovalNeeded(reason=f"{call.name} ({why}) {call.arguments}", policy=policy)
 
     def _operation(
         self,

@@ -15,6 +15,7 @@ from waitstate.schemas.operations import (
     CancelOperationInput,
     Completion,
     OperationError,
+    PollHeartbeat,
     PollOperationInput,
 )
 from waitstate.schemas.questions import DeliverAnswer
@@ -76,7 +77,9 @@ class OperationActivities:
             if status is not None and _asks_anew(status, input.known_questions):
                 return status  # the run records the question, routes it, and polls again
             progress = status.progress if status else None
-            activity.heartbeat(polls, status.status if status else "unknown", progress)
+            state = status.status if status else "unknown"
+            # Where `status` and `watch` read the job's progress (PollHeartbeat's layout).
+            activity.heartbeat(*PollHeartbeat(polls, state, progress, input.job_id).details())
             if timedelta(seconds=interval) >= LONG_POLL_INTERVAL:
                 raise ApplicationError(
                     f"{input.job_id} still running ({progress or 'no progress reported'})",

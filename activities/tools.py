@@ -14,7 +14,7 @@ from waitstate.blobs import BlobStore
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
 from waitstate.schemas import ToolCallInput, ToolResult
-from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
+from waitstate.schemas.approvals import ApprovalNeeded
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import RUN_INPUT_INVALID
 from waitstate.schemas.operations import OperationStarted
@@ -119,15 +119,7 @@ class ToolActivities:
                 call, f"{call.name} is not an MCP tool of this run; its MCP tools: {granted}"
             )
         assert self._mcp is not None
-        if input.approved_by is None and tool.requires_approval:
-            return ToolResult(
-                tool_call_id=call.id,
-                name=call.name,
-                content="",
-                approval_needed=ApprovalNeeded(
-                    reason=f"{call.name} (destructive) {call.arguments}", policy=ApprovalPolicy()
-                ),
-            )
+        # Whether a person must approve the call first is the MCP activities' to say.
         result = await self._mcp.call(input, tool)
         return result if result.operation is not None else await self._by_reference(result)
 

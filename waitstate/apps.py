@@ -127,7 +127,8 @@ class Apps:
         return found
 
     async def aclose(self) -> None:
-        """Close what the apps' `deps` opened."""
+        """Close what the apps' `deps` opened, and end the processes of stdio MCP servers."""
+        await self.mcp.aclose()
         deps, self._deps = self._deps, []
         for value in deps:
             close = getattr(value, "aclose", None)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
+from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
     Client,
@@ -66,8 +67,9 @@ from waitstate.names import (
 from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
 from waitstate.schemas.cleanup import CleanResult
+from waitstate.schemas.operations import PollHeartbeat
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
-from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
+from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, POLL_OPERATION
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from waitstate.tracing import Tracing
 
@@ -93,6 +95,8 @@ RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
 # Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
 # of the original as its cause.
 FAILURE_TOO_LARGE = "Failure exceeds size limit."
+# A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
+PROGRESS_CHARS = 500
 AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
 FAILED_STATUSES = ("failed", "approval_expired")
 FAILED_EXECUTIONS = (
@@ -494,6 +498,7 @@ class WaitstateClient:
                 state = RunState(status=status, error="no worker answered; details unavailable")
             else:
                 state = await self.outcome(run_id)
+        state = await self._with_progress(state, description)
         return RunStatus(state, _retries(description))
 
     async def outcome(self, run_id: str) -> RunState:
@@ -532,8 +537,9 @@ class WaitstateClient:
         self, run_id: str, *, retries: bool = True, interval: timedelta = FOLLOW_INTERVAL
     ) -> AsyncIterator[Progress]:
         """Look at the run every `interval` until it ends: its new steps, and (with `retries`)
-        each new attempt of a failing model or tool call. The last look carries the outcome,
-        with the steps the run recorded.
+        each new attempt of a failing model or tool call and the progress its polled jobs
+        report (in the state's operations). The last look carries the outcome, with the steps
+        the run recorded.
 
         Raises:
             RunNotFound: no such run.
@@ -555,7 +561,11 @@ class WaitstateClient:
                     steps, shown = state.steps[shown:], len(state.steps)
                 new_retries = []
                 if retries and not done:
-                    new_retries = await self._new_retries(run_id, retries_shown)
+                    description = await self._look(run_id)
+                    if description is not None:
+                        new_retries = _new_retries(description, retries_shown)
+                        if state is not None:
+                            state = await self._with_progress(state, description)
                 if not done:
                     yield Progress(steps, new_retries, state, None)
                     continue
@@ -855,16 +865,57 @@ class WaitstateClient:
             seconds = f"no answer within {answer_within.total_seconds():g} s"
             raise NotAnswered(run_id, seconds) from err
 
-    async def _new_retries(self, run_id: str, shown: set[tuple[str, int]]) -> list[Retry]:
-        """Attempts of failing calls not in `shown` yet, then added to it (none if the run
-        cannot be described just now)."""
+    async def _look(self, run_id: str) -> WorkflowExecutionDescription | None:
+        """The run's description, or None if it cannot be described just now."""
         try:
-            description = await self.handle(run_id).describe()
+            return await self.handle(run_id).describe()
         except RPCError:
-            return []
-        new = [r for r in _retries(description) if (r.activity_id, r.attempt) not in shown]
-        shown.update((retry.activity_id, retry.attempt) for retry in new)
-        return new
+            return None
+
+    async def _with_progress(
+        self, state: RunState, description: WorkflowExecutionDescription
+    ) -> RunState:
+        """`state` with the latest progress of each job being polled, read from its poll's
+        heartbeat on the server: a job's progress costs the run's history nothing, so the run
+        itself does not know it."""
+        open_polls = [
+            op for op in state.operations.values() if not op.terminal and op.completion == "poll"
+        ]
+        pending = [
+            activity
+            for activity in description.raw_description.pending_activities
+            if activity.activity_type.name == POLL_OPERATION
+        ]
+        if not open_polls or not pending:
+            return state
+        reported: dict[str, str] = {}  # operation id -> progress
+        for activity in pending:
+            heartbeat = await self._poll_heartbeat(activity.heartbeat_details.payloads)
+            if heartbeat is None or heartbeat.progress is None:
+                continue
+            if heartbeat.job_id:
+                polled = [op for op in open_polls if op.job_id == heartbeat.job_id]
+            else:  # a poll of a worker from before the job id was heartbeated
+                polled = open_polls if len(open_polls) == len(pending) == 1 else []
+            for op in polled:
+                reported[op.operation_id] = heartbeat.progress
+        if not reported:
+            return state
+        operations = {
+            op_id: op.model_copy(update={"progress": reported[op_id]}) if op_id in reported else op
+            for op_id, op in state.operations.items()
+        }
+        return state.model_copy(update={"operations": operations})
+
+    async def _poll_heartbeat(self, payloads: Sequence[Payload]) -> PollHeartbeat | None:
+        """A poll's last heartbeat (None if it has none, or not one a poll sends)."""
+        if not payloads:
+            return None
+        try:
+            values = await self._client.data_converter.decode(list(payloads))
+        except Exception:  # a heartbeat this client cannot read is no progress, not an error
+            return None
+        return PollHeartbeat.read(values, PROGRESS_CHARS)
 
     async def _describe(self, run_id: str) -> WorkflowExecutionDescription:
         try:
@@ -912,6 +963,15 @@ def _retries(description: WorkflowExecutionDescription) -> list[Retry]:
         if pending.activity_type.name in RETRIED_CALLS
         and (pending.attempt > 1 or pending.HasField("last_failure"))
     ]
+
+
+def _new_retries(
+    description: WorkflowExecutionDescription, shown: set[tuple[str, int]]
+) -> list[Retry]:
+    """Attempts of failing calls not in `shown` yet, then added to it."""
+    new = [r for r in _retries(description) if (r.activity_id, r.attempt) not in shown]
+    shown.update((retry.activity_id, retry.attempt) for retry in new)
+    return new
 
 
 def _failure_message(failure: Failure) -> str:

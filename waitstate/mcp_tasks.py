@@ -18,7 +18,7 @@ from typing import Any, Literal
 import mcp_types
 from mcp.client import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, RequestParams, Result
+from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
@@ -189,7 +189,9 @@ class McpTaskBackend:
     """A server's tasks, as a long tool's backend: the poll and cancel activities use it.
 
     It keeps one session with the server from its first check until `aclose()` (a poll checks
-    a task every few seconds, for as long as it runs), and opens a new one after a failure.
+    a task every few seconds, for as long as it runs), and opens a new one after a failure. A
+    stdio server's session is the worker's one (`McpServer.connect`): closing it here leaves
+    the server's process, where its tasks live, running.
     """
 
     def __init__(self, server: McpServer) -> None:
@@ -213,6 +215,15 @@ class McpTaskBackend:
                 _GetTask(params=_TaskParams(task_id=job_id)), TaskState
             )
         except MCPError as err:
+            await self.aclose()
+            if err.error.code == CONNECTION_CLOSED:  # the server went away under the check
+                raise ConnectionError(f"MCP server {self._server.name!r}: {err}") from None
+            if self._server.over_stdio:
+                raise ToolError(
+                    f"MCP server {self._server.name!r}: {err}. It runs over stdio, as a "
+                    "process of its worker, and its tasks end with that process (a worker "
+                    "restart ends them): the task is gone, and may be started again"
+                ) from None
             raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
         except asyncio.CancelledError:
             # The SDK cancels a session whose server went away: a failed check, unless this

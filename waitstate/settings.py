@@ -37,7 +37,11 @@ class Settings:
     task_queue: str = DEFAULT_TASK_QUEUE
     # WAITSTATE_APPS: `module:attribute` references of the apps to load, comma-separated.
     apps: str = ""
-    # WAITSTATE_MCP_SERVERS: `name=URL` or `name=stdio:COMMAND`, comma-separated.
+    # WAITSTATE_MCP_SERVERS: `name=URL` or `name=stdio:COMMAND`, comma-separated. Per server
+    # (NAME upper-cased, `-` as `_`), read with it by `waitstate.mcp.parse_servers`:
+    # WAITSTATE_MCP_HEADERS_<NAME> (`Header=VARIABLE;...`) and
+    # WAITSTATE_MCP_REQUIRE_APPROVAL_<NAME> (tool name patterns that need a person's approval,
+    # comma-separated).
     mcp_servers: str = ""
     ui_url: str = "http://127.0.0.1:8233"
     default_model: str = "scripted:demo"

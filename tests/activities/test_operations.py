@@ -103,11 +103,12 @@ async def test_a_short_interval_checks_in_one_attempt_heartbeating_each_check(
     job = systems.state.jobs[job_id]
     assert result == Completion(status="succeeded", result=job.result, progress="100%")
     assert job.result is not None and job.result["dataset"] == "transactions"
-    # One heartbeat per check that found the job running: numbered, with its progress.
+    # One heartbeat per check that found the job running: numbered, with its progress and
+    # the job's id (where `status` and `watch` read a job's progress).
     assert len(beats) >= 2
     assert [beat[0] for beat in beats] == list(range(1, len(beats) + 1))
-    assert all(status == "running" and progress.endswith("%") for _, status, progress in beats)
-    progress = [int(p.removesuffix("%")) for _, _, p in beats]
+    assert all(s == "running" and p.endswith("%") and j == job_id for _, s, p, j in beats)
+    progress = [int(p.removesuffix("%")) for _, _, p, _ in beats]
     assert progress == sorted(progress) and progress[-1] > progress[0]
 
 
@@ -155,8 +156,8 @@ async def test_a_long_interval_checks_once_and_asks_to_be_retried_after_it(
 
     assert (raised.value.type, raised.value.non_retryable) == (OPERATION_STILL_RUNNING, False)
     assert raised.value.next_retry_delay == interval
-    [(polls, status, progress)] = beats
-    assert (polls, status) == (1, "running") and progress.endswith("%")
+    [(polls, status, progress, polled)] = beats
+    assert (polls, status, polled) == (1, "running", job_id) and progress.endswith("%")
     assert raised.value.message == f"{job_id} still running ({progress})"
 
 
@@ -212,7 +213,7 @@ async def test_an_unreachable_system_is_not_the_jobs_end(closed_port: int) -> No
 
     assert raised.value.type == OPERATION_STILL_RUNNING and not raised.value.non_retryable
     assert raised.value.message == "enr_1 still running (no progress reported)"
-    assert beats == [(1, "unknown", None)]
+    assert beats == [(1, "unknown", None, "enr_1")]
 
 
 class _Args(BaseModel):

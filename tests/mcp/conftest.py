@@ -23,6 +23,14 @@ def reports_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def plain_url() -> Iterator[str]:
+    """The streamable HTTP endpoint of `tests/mcp/plain_server.py` (annotates nothing)."""
+    port = free_port()
+    with python_server(["-m", "tests.mcp.plain_server", str(port)], port):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
 async def tasks_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     """The URL of a Redis-protocol store running in its own process (database 0)."""
     port = free_port()

@@ -31,7 +31,7 @@ def add_numbers(messages: Sequence[Message], tools: Sequence[ToolDefinition]) ->
 def tour(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls a failing tool, one with structured output and a read-only one with a large
     result, one a turn, then answers with each result (and whether it was an error)."""
-    plan = [
+    plan: list[tuple[str, dict[str, object]]] = [
         ("reports__explode", {"reason": "disk full"}),
         ("reports__summarize", {"region": "emea"}),
         ("reports__big_table", {"rows": 600}),
@@ -64,6 +64,33 @@ def one_call(name: str, arguments: dict[str, object]) -> Script:
     return script
 
 
+def two_counts(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Counts to 240 and to 120 at once (two tasks polled side by side), then answers with
+    both results."""
+    results = _results(messages)
+    if not results:
+        calls = [
+            ToolCall(id=f"call_{to}", name="reports__count", arguments=json.dumps({"to": to}))
+            for to in (240, 120)
+        ]
+        return Message(role="assistant", tool_calls=calls)
+    return Message(role="assistant", content="\n".join(m.content for m in results))
+
+
+def on_table(tool: str) -> Script:
+    """A script that calls `tool` once on the table its task names, then answers with the
+    result it got."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        results = _results(messages)
+        if not results:
+            table = next(m.content for m in messages if m.role == "user")
+            return _call(0, tool, {"name" if tool.endswith("drop_table") else "table": table})
+        return Message(role="assistant", content=f"got: {results[-1].content}")
+
+    return script
+
+
 def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Publishes a report; answers the task's question itself (`answer_question`, when the
     server's policy gives questions to the model) with the channel `email`; then waits for
@@ -81,6 +108,14 @@ def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinitio
     updates = [m.content for m in messages if m.role == "user" and "Operation update" in m.content]
     lines = [f"{m.name}: {m.content}" for m in results] + updates
     return Message(role="assistant", content="\n".join(lines))
+
+
+async def calls_made(url: str) -> list[str]:
+    """Every call the plain server was sent (its `calls` tool)."""
+    server = McpServer("tables", url=url)
+    async with server.connect() as client:
+        result = await client.call_tool("calls", {})
+    return list(json.loads(tool_result_text(result)))
 
 
 async def task_events(url: str) -> dict[str, int]:
@@ -101,6 +136,15 @@ app = App(
         "mcp-export": one_call("reports__slow_export", {"region": "amer"}),
         "mcp-broken": one_call("reports__broken_job", {"region": "apac"}),
         "mcp-shout": one_call("local__shout", {"text": "quiet please"}),
+        # Two minutes of `step k/240`: long enough to be watched on a loaded machine.
+        "mcp-count-long": one_call("reports__count", {"to": 240, "seconds": 0.5}),
+        "mcp-two-counts": two_counts,
+        "mcp-drop-table": on_table("tables__drop_table"),
+        "mcp-delete-rows": on_table("tables__delete_rows"),
+        "mcp-count-rows": on_table("tables__count_rows"),
+        "mcp-local-count": one_call("local__count", {"to": 3, "seconds": 0.5}),
+        # Ten minutes: a worker is restarted meanwhile.
+        "mcp-local-count-long": one_call("local__count", {"to": 600, "seconds": 1.0}),
         "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
         "mcp-publish-answering": publish_answering,
     }

@@ -62,6 +62,17 @@ async def slow_export(region: str) -> str:
 
 
 @server.tool(task=TASK)
+async def count(to: int, ctx: Context, seconds: float = 0.5) -> dict[str, int]:
+    """Count to `to`, a step every `seconds`, reporting `step k/n` as it goes."""
+    EVENTS["count started"] += 1
+    for step in range(1, to + 1):
+        await ctx.report_progress(step, to, f"step {step}/{to}")
+        await asyncio.sleep(seconds)
+    EVENTS["count finished"] += 1
+    return {"counted": to}
+
+
+@server.tool(task=TASK)
 async def broken_job(region: str) -> str:
     """A job that fails."""
     EVENTS["broken_job started"] += 1

@@ -160,13 +160,16 @@ async def test_a_server_over_stdio_is_listed_and_called(
 ) -> None:
     local = McpServer("local", command=f"{sys.executable} -m tests.mcp.stdio_server")
     apps = load_apps([APP], mcp_servers=[local])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task="quiet please", model="scripted:mcp-shout", tools=["local__shout"]),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
-        result = await handle.result()
+    try:
+        async with make_worker(dev_env.client, task_queue, apps=apps):
+            handle = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="quiet please", model="scripted:mcp-shout", tools=["local__shout"]),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            result = await handle.result()
+    finally:
+        await apps.aclose()  # the worker's process of the server ends with it
 
     assert result.final_output == "got: QUIET PLEASE"

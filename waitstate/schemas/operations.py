@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -179,6 +181,34 @@ class PollOperationInput(BaseModel):
         description="Runs that take questions: the poll returns when the job asks one whose "
         "key is not among these (None: it polls on through `input_required`).",
     )
+
+
+@dataclass(frozen=True)
+class PollHeartbeat:
+    """What the `poll_operation` activity heartbeats after each check, in this order: the
+    checks made so far (a worker that takes the poll over counts on from there), the job's
+    status, its progress, and the job's id. Readers (`status`, `watch`) find a job's latest
+    progress there, at no cost to the run's history."""
+
+    polls: int
+    status: str
+    progress: str | None
+    job_id: str
+
+    def details(self) -> tuple[int, str, str | None, str]:
+        """The heartbeat's details, positionally (older readers take `polls` first)."""
+        return (self.polls, self.status, self.progress, self.job_id)
+
+    @classmethod
+    def read(cls, values: Sequence[Any], max_chars: int = 500) -> PollHeartbeat | None:
+        """A heartbeat's details as sent (a job id of "" when a worker sent none, as workers
+        did before it was sent), its progress cut to `max_chars`; None if they are not a
+        poll's."""
+        if len(values) < 3 or not isinstance(values[0], int) or not isinstance(values[1], str):
+            return None
+        progress = values[2] if isinstance(values[2], str) and values[2] else None
+        job_id = values[3] if len(values) > 3 and isinstance(values[3], str) else ""
+        return cls(values[0], values[1], progress[:max_chars] if progress else None, job_id)
 
 
 class CancelOperationInput(BaseModel):

@@ -1,0 +1,131 @@
+"""An MCP task's progress (its `statusMessage`, "step k/n") as people read it: `starter.py
+status`, `status --json` and `watch`, in subprocesses against the dev server, with a real
+worker and the real MCP test server. It is read from the poll's heartbeat, so it costs the
+run's history nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker
+from tests.test_starter import PATIENCE, Cli
+from waitstate.apps import load_apps
+from waitstate.client import WaitstateClient
+from waitstate.mcp import McpServer
+from waitstate.schemas import RunInput, RunResult
+from workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.mcp.mcp_app:app"
+STEP = re.compile(r"step (\d+)/240")
+
+
+async def _start(env: WorkflowEnvironment, task_queue: str) -> WorkflowHandle[Any, RunResult]:
+    return await env.client.start_workflow(
+        AgentRunWorkflow.run,
+        RunInput(task="count", model="scripted:mcp-count-long", tools=["reports__count"]),
+        id=f"run-{uuid.uuid4()}",
+        task_queue=task_queue,
+    )
+
+
+async def _watched_step(watch: asyncio.subprocess.Process) -> tuple[str, int]:
+    """The first line of `watch` that shows the task's progress, and its step."""
+    assert watch.stdout is not None
+    shown: list[str] = []
+    try:
+        async with asyncio.timeout(PATIENCE):
+            while True:
+                line = (await watch.stdout.readline()).decode()
+                assert line, f"watch ended without showing the task's progress: {shown}"
+                shown.append(line.strip())
+                if (found := STEP.search(line)) and "(reports__count)" in line:
+                    return line.strip(), int(found.group(1))
+    except TimeoutError:
+        raise AssertionError(f"watch showed no progress in {PATIENCE} s: {shown}") from None
+
+
+async def test_a_tasks_progress_shows_in_status_status_json_and_watch(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
+) -> None:
+    address = dev_env.client.service_client.config.target_host
+    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        handle = await _start(dev_env, task_queue)
+        watch = await cli.watch(handle.id)
+        try:
+            watched, _ = await _watched_step(watch)
+
+            async def in_status() -> tuple[int, int] | None:
+                done = await cli("status", handle.id)
+                assert done.code == 0, done.stderr
+                found = re.search(r"pending operation: .*, progress: step (\d+)/240", done.stdout)
+                if found is None:
+                    return None
+                return int(found.group(1)), (await handle.describe()).history_length
+
+            first, events = await eventually(in_status, "progress in status", within=PATIENCE)
+
+            async def in_json() -> int | None:
+                done = await cli("status", handle.id, "--json")
+                assert done.code == 0, done.stderr
+                operations = json.loads(done.stdout)["operations"].values()
+                [progress] = [op["progress"] for op in operations]
+                found = STEP.fullmatch(progress or "")
+                # A later step than status showed: the progress is the job's latest.
+                return int(found.group(1)) if found and int(found.group(1)) > first else None
+
+            later = await eventually(in_json, "later progress in status --json", within=PATIENCE)
+            history_after = (await handle.describe()).history_length
+        finally:
+            if watch.returncode is None:
+                watch.kill()
+                await watch.communicate()
+            # Also when the test failed: the task is cancelled, and the server can stop.
+            await handle.cancel()
+            with contextlib.suppress(WorkflowFailureError):
+                await handle.result()
+
+    assert re.fullmatch(r"operation op_\S+ \(reports__count\): step \d+/240", watched), watched
+    assert later > first
+    # The task advanced from `first` to `later` while the run's history stood still.
+    assert history_after == events
+
+
+async def test_each_of_two_tasks_polled_at_once_shows_its_own_progress(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
+) -> None:
+    apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        handle = await dev_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="count twice", model="scripted:mcp-two-counts", tools=["reports__*"]),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        try:
+
+            async def both() -> dict[str, str] | None:
+                state = (await client.status(handle.id)).state
+                shown = {op.tool_call_id: op.progress or "" for op in state.operations.values()}
+                return shown if len(shown) == 2 and all(shown.values()) else None
+
+            progress = await eventually(both, "both tasks' progress", within=PATIENCE)
+        finally:
+            await handle.cancel()
+            with contextlib.suppress(WorkflowFailureError):
+                await handle.result()
+
+    # Each operation shows its own job's progress (the poll heartbeats the job's id).
+    assert re.fullmatch(r"step \d+/240", progress["call_240"]), progress
+    assert re.fullmatch(r"step \d+/120", progress["call_120"]), progress

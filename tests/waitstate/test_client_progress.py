@@ -1,0 +1,59 @@
+"""A polled long tool's progress as the client reads it (what `status`, `--json` and `watch`
+show), on the real dev server with the production worker and the demo enrichment pipeline over
+HTTP: from the poll's heartbeat, whether the poll checks in a loop (a short interval) or once
+per attempt (the retry policy being the poller)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from datetime import timedelta
+
+import httpx
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
+from examples.systems import create_app as systems_app
+from examples.systems import serving
+from tests.helpers import eventually, make_worker
+from waitstate.client import WaitstateClient
+from waitstate.schemas import RunInput
+from workflows.agent_run import AgentRunWorkflow
+
+
+@pytest.mark.parametrize("interval", [timedelta(seconds=1), timedelta(minutes=10)])
+async def test_a_polled_jobs_progress_is_read_from_its_polls_heartbeat(
+    dev_env: WorkflowEnvironment, task_queue: str, interval: timedelta
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        serving(systems_app(pipeline_seconds=600)) as url,
+    ):
+        tools = [enrich_tool(EnrichmentPipeline(http, url), poll_interval=interval)]
+        async with make_worker(dev_env.client, task_queue, tools=tools):
+            handle = await dev_env.client.start_workflow(
+                AgentRunWorkflow.run,
+                RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
+                id=f"run-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            try:
+
+                async def reported() -> str | None:
+                    state = (await client.status(handle.id)).state
+                    return next((op.progress for op in state.operations.values()), None)
+
+                progress = await eventually(reported, "the job's progress in the run's status")
+                # The run itself never recorded it: its own answer has none.
+                [recorded] = (await handle.query(AgentRunWorkflow.status)).operations.values()
+            finally:
+                await handle.cancel()
+                with contextlib.suppress(WorkflowFailureError):
+                    await handle.result()
+
+    assert re.fullmatch(r"\d+%", progress), progress
+    assert (recorded.status, recorded.progress) == ("running", None)
