@@ -38,7 +38,7 @@ async def test_a_cancel_that_fails_with_the_server_down_is_told_as_such(
                 task="use the reports server",
                 model="scripted:mcp-export",  # a ten-minute task
                 tools=["reports__*"],
-                operation_timeout=timedelta(seconds=6),
+                operation_timeout=timedelta(seconds=12),
             ),
             id=f"run-{uuid.uuid4()}",
             task_queue=task_queue,
