@@ -1,4 +1,4 @@
-"""Operation activities: check a long tool's job until it ends, and cancel it."""
+"""Operation activities: check a long tool's job until it ends (or once), and cancel it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
-from waitstate.schemas.errors import ANSWER_REFUSED, OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
+from waitstate.schemas.errors import (
+    ANSWER_REFUSED,
+    CANCEL_REFUSED,
+    OPERATION_STILL_RUNNING,
+    RUN_INPUT_INVALID,
+)
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
@@ -54,6 +59,8 @@ class OperationActivities:
                     await long.backend.aclose()
 
     async def _poll(self, input: PollOperationInput, long: LongSpec) -> Completion:
+        if input.once:
+            return await self._check(input, long)
         details = activity.info().heartbeat_details
         polls = int(details[0]) if details else 0
         interval = input.poll_interval_seconds
@@ -87,6 +94,30 @@ class OperationActivities:
                     next_retry_delay=timedelta(seconds=interval),
                 )
             await asyncio.sleep(interval)
+
+    async def _check(self, input: PollOperationInput, long: LongSpec) -> Completion:
+        """One check (`once`): the job's end, or a question it asks anew; a job still running,
+        or a system that could not answer, is a retryable error (the retry policy checks
+        again)."""
+        try:
+            status = await long.backend.status(input.job_id)
+        except ToolError as err:
+            return Completion(
+                status="failed",
+                error=OperationError(code="job_unknown", message=str(err), retryable=False),
+            )
+        except Exception as err:
+            activity.logger.warning("status check of %s failed: %s", input.job_id, err)
+            raise ApplicationError(
+                f"could not check {input.job_id}: {str(err)[:500] or type(err).__name__}"
+            ) from None
+        if status.status in _TERMINAL or _asks_anew(status, input.known_questions):
+            return status
+        raise ApplicationError(
+            f"{input.job_id} still running ({status.progress or 'no progress reported'})",
+            type=OPERATION_STILL_RUNNING,
+            next_retry_delay=timedelta(seconds=input.poll_interval_seconds),
+        )
 
     @activity.defn(name=ANSWER_OPERATION)
     async def answer_operation(self, input: DeliverAnswer) -> None:
@@ -132,7 +163,11 @@ class OperationActivities:
     async def cancel_operation(self, input: CancelOperationInput) -> None:
         """Ask the external system to stop a job that expired or whose run was cancelled."""
         activity.logger.info("cancelling %s (%s): %s", input.job_id, input.tool, input.reason)
-        await self._long(input.tool).backend.cancel(input.job_id)
+        try:
+            await self._long(input.tool).backend.cancel(input.job_id)
+        except ToolError as err:
+            # The system refuses to stop the job: asking again would not change its mind.
+            raise ApplicationError(str(err), type=CANCEL_REFUSED, non_retryable=True) from None
 
     def _long(self, name: str) -> LongSpec:
         if is_mcp_name(name):  # a task of an MCP server: polled and cancelled on that server

@@ -185,6 +185,7 @@ class ToolActivities:
                 expires_at=expires_at,
                 eta_seconds=job.eta_seconds if job.eta_seconds is not None else _seconds(long.eta),
                 poll_interval_seconds=long.poll_interval.total_seconds(),
+                reconcile_seconds=long.reconcile_seconds(),
                 nonce_hash=nonce_hash,
                 input=long.input,
             ),

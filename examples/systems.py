@@ -67,13 +67,15 @@ Approvals outbox (where runs post approval requests for people to read)::
 Test hooks, so tests can prove exactly what happened and inject failures::
 
     GET  /_test/stats               per idempotency key: starts, jobs_created, cancels; per job:
-                                    status, every webhook attempt with its HTTP answer, the
-                                    questions asked and every answer received; per refund key:
+                                    status, every webhook attempt with its HTTP answer, how
+                                    often its status was checked, the questions asked and
+                                    every answer received; per refund key:
                                     requests and the refund; the outbox's size; purges: started,
                                     questions_asked, answers_received, answers_applied, cancels
     POST /_test/faults              set some of: fail_next_starts, accept_then_fail_next_starts,
                                     hold_start_answers_seconds, never_complete, fail_jobs,
-                                    progress_reports, duplicate_webhooks, export_seconds,
+                                    progress_reports, duplicate_webhooks,
+                                    webhook_give_up_seconds, fail_cancels, export_seconds,
                                     pipeline_seconds,
                                     accept_then_fail_next_refunds (see `Faults`)
     POST /_test/reset               forget every job, file, notification, refund, outbox entry
@@ -82,9 +84,14 @@ Test hooks, so tests can prove exactly what happened and inject failures::
 Everything is kept in memory on the app (`app.state.systems`). A job's statuses are those of a
 `Completion` plus `cancelled`.
 
+Webhooks are sent as real senders send them: one that was not taken (no answer, a 5xx, 408 or
+429) is sent again with backoff (0.5 s doubling up to 30 s) for 10 minutes (`WebhookRetry`); any
+other answer is the receiver's final word. Every attempt is in `GET /_test/stats`.
+
 Usage::
 
     python -m examples.systems --port 8790 [--export-seconds 2] [--pipeline-seconds 3]
+        [--webhook-give-up-seconds 600] [--webhook-max-backoff-seconds 30]
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -101,7 +109,7 @@ import re
 import signal
 import socket
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType, TracebackType
@@ -117,11 +125,33 @@ from waitstate import Completion, OperationError
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8790
-# Webhook delivery: a few quick attempts on connection errors and 5xx answers; a 4xx answer is
-# the receiver's final word and is recorded, not retried.
-WEBHOOK_ATTEMPTS = 4
-WEBHOOK_FIRST_BACKOFF = 0.1  # seconds, doubled after each failed attempt
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0)
+# Answers after which a webhook is sent again (besides no answer at all): the receiver is busy
+# or unwell. Any other 4xx is its final word, recorded and not retried.
+WEBHOOK_RETRYABLE = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class WebhookRetry:
+    """How the systems send a webhook again when it was not taken (no answer, a 5xx, 408 or
+    429), as real senders do (Stripe, GitHub, Standard Webhooks retry for hours): backoff from
+    `first` seconds, doubled after each attempt up to `cap`, until `give_up_after` seconds
+    have passed since the report's first attempt. A gateway that is down for a restart or a
+    deploy gets the report once it is back.
+    """
+
+    first: float = 0.5
+    cap: float = 30.0
+    give_up_after: float = 600.0
+
+    def delays(self) -> Iterator[float]:
+        """The waits between attempts, for as long as the report may still be sent."""
+        delay, waited = self.first, 0.0
+        while waited + delay <= self.give_up_after:
+            yield delay
+            waited += delay
+            delay = min(delay * 2, self.cap)
+
 
 # A purge's question, and what is answered to a repeat of an answer already applied.
 PURGE_QUESTION_KEY = "confirm"
@@ -361,6 +391,17 @@ class Faults(BaseModel):
     duplicate_webhooks: int = Field(
         default=1, ge=1, description="Send each webhook this many times."
     )
+    webhook_give_up_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Stop sending a webhook that was not taken this long after its first "
+        "attempt (the app's `WebhookRetry.give_up_after` by default; 0: one attempt only).",
+    )
+    fail_cancels: int = Field(
+        default=0,
+        ge=0,
+        description="Answer 503 to the next n cancels, leaving their jobs running.",
+    )
     progress_reports: int = Field(
         default=0,
         ge=0,
@@ -395,6 +436,9 @@ class WebhookAttempt(BaseModel):
     )
     delivery: int = Field(description="1, then 2... when `duplicate_webhooks` repeats it.")
     attempt: int = Field(description="1, then 2... when a failed attempt is retried.")
+    after_seconds: float = Field(
+        default=0.0, description="When it was sent, in seconds after the report's first attempt."
+    )
     status_code: int | None = None
     answer: str | None = Field(default=None, description="The answer's body (truncated).")
     error: str | None = Field(default=None, description="Why no answer came (connection...).")
@@ -431,6 +475,7 @@ class JobStats(BaseModel):
     status: JobStatus
     callback_url: str | None
     webhooks: list[WebhookAttempt]
+    status_checks: int = Field(default=0, description="`GET`s of the job's status.")
     questions: list[str] = Field(
         default_factory=list, description="The keys of the questions the job asked."
     )
@@ -503,6 +548,7 @@ class JobRecord:
     completes: bool
     planned_error: OperationError | None
     deliveries: int
+    retry: WebhookRetry = field(default_factory=WebhookRetry)
     progress_reports: int = 0
     callback_url: str | None = None
     callback_token: str | None = field(default=None, repr=False)
@@ -510,6 +556,7 @@ class JobRecord:
     result: dict[str, Any] | None = None
     error: OperationError | None = None
     webhooks: list[WebhookAttempt] = field(default_factory=list)
+    status_checks: int = 0
     timer: asyncio.Task[None] | None = field(default=None, repr=False)
     # What a job whose progress is no percentage is doing (a purge: "waiting for confirmation").
     stage: str | None = None
@@ -560,9 +607,16 @@ class DemoSystems:
     webhook delivery is cancelled and the webhook client closed.
     """
 
-    def __init__(self, *, export_seconds: float, pipeline_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        export_seconds: float,
+        pipeline_seconds: float,
+        webhook_retry: WebhookRetry | None = None,
+    ) -> None:
         self.export_seconds = export_seconds
         self.pipeline_seconds = pipeline_seconds
+        self.webhook_retry = webhook_retry or WebhookRetry()
         self.faults = Faults()
         self.keys: dict[str, KeyStats] = {}
         self.jobs: dict[str, JobRecord] = {}
@@ -650,10 +704,25 @@ class DemoSystems:
             raise HTTPException(404, f"the {_SERVICE_NAMES[kind]} has no job {job_id!r}")
         return job
 
+    def look(self, kind: JobKind, job_id: str) -> JobView:
+        """The job's state, for `GET` (counted: a test sees how often a job was checked)."""
+        job = self.job(kind, job_id)
+        job.status_checks += 1
+        return job.view(self.now())
+
     def cancel(self, kind: JobKind, job_id: str) -> JobRecord:
-        """Cancel a running job; a finished one stays as it is (no error either way)."""
+        """Cancel a running job; a finished one stays as it is (no error either way).
+
+        Raises:
+            HTTPException: 404 for an unknown job, 503 for an injected fault (`fail_cancels`).
+        """
         job = self.job(kind, job_id)
         self.keys[job.key].cancels += 1
+        if self.faults.fail_cancels:
+            self.faults.fail_cancels -= 1
+            raise HTTPException(
+                503, f"the {_SERVICE_NAMES[kind]} cannot cancel now; the job goes on"
+            )
         if job.status not in _ENDED:
             job.status = "cancelled"
             logger.info("%s job %s cancelled", kind, job_id)
@@ -726,6 +795,11 @@ class DemoSystems:
             completes=not faults.never_complete,
             planned_error=faults.fail_jobs,
             deliveries=faults.duplicate_webhooks,
+            retry=self.webhook_retry
+            if faults.webhook_give_up_seconds is None
+            else dataclasses.replace(
+                self.webhook_retry, give_up_after=faults.webhook_give_up_seconds
+            ),
             progress_reports=faults.progress_reports if callback_url and kind == "export" else 0,
             callback_url=callback_url,
             callback_token=callback_token,
@@ -825,10 +899,15 @@ class DemoSystems:
         webhook_id = f"whk_{uuid.uuid4().hex[:16]}"
         headers = {"Authorization": f"Bearer {job.callback_token}", "Webhook-Id": webhook_id}
         for delivery in range(1, job.deliveries + 1):
-            backoff = WEBHOOK_FIRST_BACKOFF
-            for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
+            first = self.now()
+            delays = job.retry.delays()
+            for attempt in itertools.count(1):
                 record = WebhookAttempt(
-                    report=report, webhook_id=webhook_id, delivery=delivery, attempt=attempt
+                    report=report,
+                    webhook_id=webhook_id,
+                    delivery=delivery,
+                    attempt=attempt,
+                    after_seconds=round(self.now() - first, 3),
                 )
                 job.webhooks.append(record)
                 try:
@@ -838,11 +917,12 @@ class DemoSystems:
                 else:
                     record.status_code = response.status_code
                     record.answer = response.text[:1000]
-                    if response.status_code < 500:
+                    if response.status_code < 500 and response.status_code not in WEBHOOK_RETRYABLE:
                         break
-                if attempt < WEBHOOK_ATTEMPTS:
-                    await asyncio.sleep(backoff)
-                    backoff *= 2
+                delay = next(delays, None)
+                if delay is None:
+                    break  # given up: the job's status still tells its outcome
+                await asyncio.sleep(delay)
             logger.info(
                 "%s job %s webhook %d: %s",
                 job.kind,
@@ -989,6 +1069,7 @@ class DemoSystems:
                     status=job.status,
                     callback_url=job.callback_url,
                     webhooks=[attempt.model_copy() for attempt in job.webhooks],
+                    status_checks=job.status_checks,
                     questions=[q.key for q in job.asking.questions or []] if job.asking else [],
                     answers=[answer.model_copy() for answer in job.received],
                 )
@@ -1070,15 +1151,26 @@ def _stable_number(text: str) -> int:
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=1000)]
 
 
-def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) -> FastAPI:
+def create_app(
+    *,
+    export_seconds: float = 2.0,
+    pipeline_seconds: float = 3.0,
+    webhook_retry: WebhookRetry | None = None,
+) -> FastAPI:
     """The demo systems as one ASGI app; its state is `app.state.systems` (a `DemoSystems`).
 
     Args:
         export_seconds: How long an export runs before it succeeds and calls back; also how
             long a purge takes to ask for confirmation, and to purge once confirmed.
         pipeline_seconds: How long an enrichment job runs.
+        webhook_retry: How webhooks that were not taken are sent again (`WebhookRetry()`:
+            from half a second, capped at 30 s, for 10 minutes).
     """
-    systems = DemoSystems(export_seconds=export_seconds, pipeline_seconds=pipeline_seconds)
+    systems = DemoSystems(
+        export_seconds=export_seconds,
+        pipeline_seconds=pipeline_seconds,
+        webhook_retry=webhook_retry,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -1113,7 +1205,7 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
 
     @app.get("/exports/{job_id}", response_model_exclude_none=True)
     async def get_export(job_id: str) -> JobView:
-        return systems.job("export", job_id).view(systems.now())
+        return systems.look("export", job_id)
 
     @app.post("/exports/{job_id}/cancel", response_model_exclude_none=True)
     async def cancel_export(job_id: str) -> JobView:
@@ -1128,7 +1220,7 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
 
     @app.get("/pipelines/jobs/{job_id}", response_model_exclude_none=True)
     async def get_enrichment(job_id: str) -> JobView:
-        return systems.job("enrich", job_id).view(systems.now())
+        return systems.look("enrich", job_id)
 
     @app.post("/pipelines/jobs/{job_id}/cancel", response_model_exclude_none=True)
     async def cancel_enrichment(job_id: str) -> JobView:
@@ -1149,7 +1241,7 @@ def create_app(*, export_seconds: float = 2.0, pipeline_seconds: float = 3.0) ->
 
     @app.get("/purges/{job_id}", response_model_exclude_none=True)
     async def get_purge(job_id: str) -> JobView:
-        return systems.job("purge", job_id).view(systems.now())
+        return systems.look("purge", job_id)
 
     @app.post("/purges/{job_id}/answers", response_model_exclude_none=True)
     async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
@@ -1294,11 +1386,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     parser.add_argument("--export-seconds", type=float, default=2.0)
     parser.add_argument("--pipeline-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--webhook-give-up-seconds",
+        type=float,
+        default=WebhookRetry.give_up_after,
+        help="how long a webhook that was not taken is sent again (default 600)",
+    )
+    parser.add_argument(
+        "--webhook-max-backoff-seconds",
+        type=float,
+        default=WebhookRetry.cap,
+        help="the longest wait between two attempts of a webhook (default 30)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(export_seconds=args.export_seconds, pipeline_seconds=args.pipeline_seconds)
+    retry = WebhookRetry(
+        cap=args.webhook_max_backoff_seconds, give_up_after=args.webhook_give_up_seconds
+    )
+    app = create_app(
+        export_seconds=args.export_seconds,
+        pipeline_seconds=args.pipeline_seconds,
+        webhook_retry=retry,
+    )
     asyncio.run(_serve(app, args.host, args.port))
 
 

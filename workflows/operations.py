@@ -4,18 +4,25 @@ A start activity returns an operation; a watcher waits for its end by webhook (t
 `complete_operation` Update) or by a polling activity, and past `expires_at` marks it expired
 and has the external system cancel the job. Reports that beat the start's answer are held,
 in order, until the start is confirmed.
+
+Runs from HARDENED on also check a callback job's status every so often, in case its webhook
+was lost, and every job's once more before its expiry acts (a job that finished is never
+expired and cancelled); the model hears of an operation's end once its cancel was answered,
+and is told the truth of it (a cancel that failed: the job may still run); and a question for
+the model ends a wait for operations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from waitstate.schemas import Message, RunInput, RunState, ToolCall, ToolCallInput, ToolResult
@@ -24,6 +31,7 @@ from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsA
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
+    OPERATION_STILL_RUNNING,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
@@ -62,6 +70,20 @@ CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attemp
 # no worker slot is held in between; shorter ones loop inside one heartbeating activity.
 POLL_CHECK_TIMEOUT = timedelta(seconds=30)
 POLL_RETRY_FIRST = timedelta(seconds=1)
+# A callback job's status, checked in case its webhook was lost: each check is an attempt of one
+# activity (its retry policy is the checker), so a check that finds the job running adds nothing
+# to the run's history. Never more often than this.
+RECONCILE_MIN = timedelta(seconds=1)
+# The check before an operation expires: a few quick attempts (a blip of its system), bounded.
+FINAL_CHECK_TIMEOUT = timedelta(seconds=60)
+FINAL_CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=[OPERATION_STILL_RUNNING],
+)
+# What an ended operation's error says of its job's cancel, while it is asked and once answered.
+CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"
+CANCEL_SENT = "; the job was cancelled"
 
 
 class _Starting(NamedTuple):
@@ -255,6 +277,7 @@ class OperationsBook:
             expires_at=started.expires_at,
             eta_seconds=started.eta_seconds,
             poll_interval_seconds=started.poll_interval_seconds,
+            reconcile_seconds=started.reconcile_seconds,
             nonce_hash=started.nonce_hash,
             input=started.input,
         )
@@ -312,10 +335,10 @@ class OperationsBook:
         with waiting as wait:
             parked = ParkedCall(kind="operation", operation_ids=[op.operation_id], since=wait.began)
             if not await self._continuation.park(
-                call.id, lambda: op.terminal or self._inputs.asks_model(op), wait
+                call.id, lambda: self._ended(op) or self._inputs.asks_model(op), wait
             ):
                 return parked
-        op.reported_status = op.status
+        self._told(op)
         if not op.terminal:
             # Its job asks the model a question: the call answers with it, and the operation
             # goes on as a handle (the model hears of its changes between turns).
@@ -341,7 +364,7 @@ class OperationsBook:
         op = self._state.operations.get(args.operation_id)
         if op is None:
             return ledger.error_result(call, f"no operation {args.operation_id!r} in this run")
-        op.reported_status = op.status
+        self._told(op)
         return ToolResult(
             tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())
         )
@@ -376,11 +399,19 @@ class OperationsBook:
         deadline: datetime | None,
         waiting: contextlib.AbstractContextManager[Wait],
     ) -> ToolResult | ParkedCall:
+        def done() -> bool:
+            if not self._versions.hardened:
+                return all(op.terminal for op in ops)
+            # A question for the model ends the wait: it is the model's to answer.
+            return all(self._ended(op) for op in ops) or any(
+                self._asks_model_anew(op) for op in ops
+            )
+
         with waiting as wait:
             timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
             try:
                 if timeout != timedelta(0) and not await self._continuation.park(
-                    call.id, lambda: all(op.terminal for op in ops), wait, timeout
+                    call.id, done, wait, timeout
                 ):
                     ids = [op.operation_id for op in ops]
                     return ParkedCall(
@@ -389,7 +420,7 @@ class OperationsBook:
             except TimeoutError:
                 pass
         for op in ops:
-            op.reported_status = op.status
+            self._told(op)
         return ToolResult(
             tool_call_id=call.id,
             name=call.name,
@@ -430,7 +461,7 @@ class OperationsBook:
             return False
         changed = self._unreported()
         for op in changed:
-            op.reported_status = op.status
+            self._told(op)
         update = "Operation update: " + ledger.to_json([op.outcome() for op in changed])
         if self._memory.long_wait is not None:
             await self._memory.rebuild(update)
@@ -443,6 +474,18 @@ class OperationsBook:
         return True
 
     def _unreported(self) -> list[Operation]:
+        if self._versions.hardened:
+            # An end, once its cancel (if any) was answered; a question for the model it has not
+            # been told of. A question for a person is theirs: no model turn is spent on it.
+            return [
+                op
+                for op in self._state.operations.values()
+                if op.mode == "handle"
+                and (
+                    (self._ended(op) and op.reported_status != op.status)
+                    or self._asks_model_anew(op)
+                )
+            ]
         return [
             op
             for op in self._state.operations.values()
@@ -455,11 +498,35 @@ class OperationsBook:
             )
         ]
 
+    def _told(self, op: Operation) -> None:
+        """The model was just shown the operation's outcome (with its open questions)."""
+        op.reported_status = op.status
+        op.reported_questions = [str(question["question_id"]) for question in op.asking]
+
+    def _ended(self, op: Operation) -> bool:
+        """Whether the operation has ended, as the model is told of it: in runs from HARDENED
+        on, once its job's cancel (if it was sent one) was answered, so what it is told of
+        the job is true (cancelled, or the cancel failed and the job may still run)."""
+        return op.terminal and not (self._versions.hardened and op.cancel == "owed")
+
+    def _asks_model_anew(self, op: Operation) -> bool:
+        """Whether the operation's job asks the model a question it has not been shown."""
+        return any(
+            r.open
+            and r.policy.answered_by == "model"
+            and r.question_id not in op.reported_questions
+            for r in self._state.questions.values()
+            if r.operation_id == op.operation_id
+        )
+
     # --- watching, expiry and cancel ---------------------------------------------------------
 
     async def _watch(self, op: Operation) -> None:
         """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
         remaining = max(op.expires_at - workflow.now(), timedelta(seconds=1))
+        if op.completion == "callback" and self._versions.hardened:
+            await self._reconcile(op)
+            return
         if op.completion == "callback":
             try:
                 await workflow.wait_condition(lambda: op.terminal, timeout=remaining)
@@ -484,7 +551,16 @@ class OperationsBook:
                 return
             err = polled.error
             # Out of time: a timeout, or a retry policy that stopped at schedule-to-close.
-            if isinstance(err.cause, ActivityTimeoutError) or workflow.now() >= op.expires_at:
+            out_of_time = (
+                isinstance(err.cause, ActivityTimeoutError) or workflow.now() >= op.expires_at
+            )
+            if self._versions.hardened and (out_of_time or err.retry_state == RetryState.TIMEOUT):
+                # Also a long poll whose server stopped retrying because the next check would
+                # come past the expiry (failing with that check's "still running"): the job has
+                # not failed, the operation's time is up.
+                await self._expire(op)
+                return
+            if out_of_time:
                 await self._end(op, "expired")
                 return
             polled = Completion(
@@ -533,6 +609,118 @@ class OperationsBook:
             ),
         )
 
+    async def _reconcile(self, op: Operation) -> None:
+        """A callback operation (runs from HARDENED on): it ends by its webhook; if none came
+        within `reconcile_seconds`, its job's status is checked then and every
+        `reconcile_seconds` after, in case a webhook was lost (the sender gave up, the gateway
+        was down), so a lost webhook costs minutes, not the timeout. Whichever of a check and a
+        webhook comes first applies; the other is refused as any report of an ended operation
+        is. The first wait is the timer the watcher always had; the checks are attempts of one
+        activity: a check that finds the job running adds nothing to the run's history."""
+        if op.reconcile_seconds and not await self._ends_within(
+            op, max(timedelta(seconds=op.reconcile_seconds), RECONCILE_MIN)
+        ):
+            while not op.terminal and workflow.now() < op.expires_at:
+                checked = await self._unless_ended(op, self._check(op, reconcile=True))
+                if checked is None or op.terminal:
+                    return  # its webhook came first (or the run ends)
+                if isinstance(checked, Failed):
+                    break  # out of time, or the checks cannot be made: the expiry decides
+                # Ended; or its job asks a question whose report was lost, and checks go on.
+                self._found(op, checked, "a status check")
+        if not op.terminal:
+            await self._expire(op)
+
+    async def _ends_within(self, op: Operation, wait: timedelta) -> bool:
+        """Whether the operation ends within `wait` (or by its expiry, if sooner)."""
+        remaining = op.expires_at - workflow.now()
+        if not op.terminal and remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: op.terminal, timeout=min(wait, remaining))
+        return op.terminal
+
+    async def _expire(self, op: Operation) -> None:
+        """The operation's time is up (runs from HARDENED on): unless its job's status says
+        it ended (its report was lost, or came after the last check), it expires and its job
+        is sent a cancel. A job that finished is never expired and cancelled."""
+        # Until the expiry itself: checks stop early (a retry would run past it), and a poll's
+        # schedule-to-close may come a little before it.
+        if await self._ends_within(op, op.expires_at - workflow.now()):
+            return
+        checked = await self._unless_ended(op, self._check(op, reconcile=False))
+        if op.terminal:
+            return
+        if isinstance(checked, Completion) and checked.status in ("succeeded", "failed"):
+            self._found(op, checked, "the status check before its expiry")
+            return
+        await self._end(op, "expired")
+
+    def _found(self, op: Operation, checked: Completion, how: str) -> None:
+        """Apply what a status check found; an end is noted in the ledger and counted
+        (`waitstate_operations_reconciled`): for a callback operation, a webhook was lost or
+        is late, worth an operator's look."""
+        self._apply(op, checked)
+        if not op.terminal:
+            return
+        ledger.step(
+            self._state,
+            "event",
+            op.tool,
+            f"{op.operation_id} {op.status}: found by {how} (no report came)",
+        )
+        workflow.metric_meter().create_counter(
+            "waitstate_operations_reconciled",
+            "Operations whose end a status check found, no report having come",
+        ).add(1, {"tool": op.tool, "outcome": op.status, "completion": op.completion})
+
+    async def _unless_ended(
+        self, op: Operation, check: Coroutine[Any, Any, Completion | Failed | None]
+    ) -> Completion | Failed | None:
+        """The outcome of `check`, unless the operation ends first (its webhook came): the
+        check is then cancelled, and None returned."""
+        checking = asyncio.create_task(check)
+        try:
+            await workflow.wait_condition(lambda: op.terminal or checking.done())
+        finally:
+            if not checking.done():
+                checking.cancel()  # the watcher itself may be cancelled: the check goes too
+        return checking.result() if checking.done() else None
+
+    async def _check(self, op: Operation, *, reconcile: bool) -> Completion | Failed | None:
+        """Check the job's status: every `reconcile_seconds` until it ends or the operation
+        expires (`reconcile`), or once, before the operation expires. Each check is one
+        attempt of one activity: the job still running is a retryable error. None if the
+        check was cancelled (the operation ended meanwhile)."""
+        check = PollOperationInput(
+            operation_id=op.operation_id,
+            tool=op.tool,
+            job_id=op.job_id,
+            poll_interval_seconds=op.reconcile_seconds or RECONCILE_MIN.total_seconds(),
+            once=True,
+            known_questions=self._inputs.keys(op),
+        )
+        summary = f"check {op.tool} {op.job_id} before it expires"
+        until, retry = FINAL_CHECK_TIMEOUT, FINAL_CHECK_RETRY
+        if reconcile:
+            every = max(timedelta(seconds=check.poll_interval_seconds), RECONCILE_MIN)
+            summary = f"check {op.tool} {op.job_id} every {every}"
+            until = max(op.expires_at - workflow.now(), RECONCILE_MIN)
+            retry = RetryPolicy(
+                initial_interval=every, backoff_coefficient=1.0, maximum_interval=every
+            )
+        try:
+            return await call(
+                POLL_OPERATION,
+                check,
+                result_type=Completion,
+                summary=summary,
+                schedule_to_close_timeout=until,
+                start_to_close_timeout=POLL_CHECK_TIMEOUT,
+                retry_policy=retry,
+            )
+        except ActivityError:
+            return None  # cancelled: the operation ended meanwhile, or the run is going
+
     def _asks_anew(self, op: Operation, completion: Completion) -> bool:
         """Whether a report asks a question the job has not asked before."""
         asked = set(self._inputs.keys(op))
@@ -573,16 +761,21 @@ class OperationsBook:
             return
         op.status = "expired" if status == "expired" else "cancelled"
         op.resolved_at = workflow.now()
-        op.error = OperationError(
-            code=op.status,
-            message=why
-            or (
+        if self._versions.hardened:
+            # The truth so far: the cancel is asked for; `_send_cancel` says how it went.
+            reason = why or (
+                f"no completion by {op.expires_at.isoformat()}"
+                if op.status == "expired"
+                else "the run was cancelled"
+            )
+            message = reason + CANCEL_ASKED
+        else:
+            message = why or (
                 f"no completion by {op.expires_at.isoformat()}; the job was cancelled"
                 if op.status == "expired"
                 else "the run was cancelled; the job was cancelled"
-            ),
-            retryable=op.status == "expired",
-        )
+            )
+        op.error = OperationError(code=op.status, message=message, retryable=op.status == "expired")
         ledger.step(self._state, "event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
         operation_finished(op)
         if self._versions.mid_flight_input:
@@ -622,8 +815,32 @@ class OperationsBook:
             # The job may run on with nobody waiting for it: an orphan risk, worth an alert.
             workflow.logger.warning("could not cancel job %s: %s", op.job_id, sent.reason)
             cancel_failed(op)
+        if self._versions.hardened:
+            self._cancel_answered(op, sent)
         if self._versions.exactly_once:
             op.cancel = "failed" if isinstance(sent, Failed) else "sent"
+
+    def _cancel_answered(self, op: Operation, sent: Failed | None) -> None:
+        """Say in the operation's error how its job's cancel went (runs from HARDENED on): the
+        model reads it in the operation's outcome, the operator in `status`."""
+        if op.error is None or not op.error.message.endswith(CANCEL_ASKED):
+            return
+        reason = op.error.message.removesuffix(CANCEL_ASKED)
+        if sent is None:
+            op.error.message = reason + CANCEL_SENT
+            return
+        failure = ledger.preview(sent.message, 300)
+        op.error.message = f"{reason}; the cancel failed ({failure}): the job may still run"
+        ledger.step(
+            self._state,
+            "event",
+            op.tool,
+            f"{op.operation_id}: the cancel of job {op.job_id} failed ({failure}); "
+            "the job may still run",
+            is_error=True,
+        )
+        if op.reported_status == op.status:
+            op.reported_status = None  # told of the end before the cancel failed: told again
 
 
 async def call_activity_tool(

@@ -11,6 +11,8 @@ from examples.demo.services import JobService
 from waitstate import Job, LongSpec, LongTool, ResultMode, StartContext, ToolSpec
 
 EXPORT_ETA = timedelta(minutes=15)
+# A lost webhook (the gateway was down past the service's retries) costs at most this long.
+RECONCILE_EVERY = timedelta(minutes=5)
 
 
 class ExportArgs(BaseModel):
@@ -46,6 +48,7 @@ def export_tool(
     mode: ResultMode = "await",
     timeout: timedelta = timedelta(hours=1),
     max_in_flight: int | None = None,
+    reconcile_every: timedelta | None = RECONCILE_EVERY,
 ) -> ToolSpec:
     """`start_export`: export a dataset for a period to a CSV file; completes by callback.
 
@@ -54,6 +57,8 @@ def export_tool(
         mode: `await` (the result is the tool's return value) or `handle`.
         timeout: After this the export is cancelled and the operation expires.
         max_in_flight: Pending exports one run may have at once.
+        reconcile_every: How often the export's status is checked in case its webhook was
+            lost (None: only before it would expire).
     """
     return ToolSpec(
         name="start_export",
@@ -69,5 +74,6 @@ def export_tool(
             timeout=timeout,
             max_in_flight=max_in_flight,
             eta=EXPORT_ETA,
+            reconcile_every=reconcile_every,
         ),
     )

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from examples.systems import DemoSystems, create_app, serving
+from examples.systems import DemoSystems, WebhookRetry, create_app, serving
 from tests.helpers import eventually
 
 EXPORT_SECONDS = 0.2
@@ -237,6 +237,7 @@ async def test_export_succeeds_and_calls_back_with_the_token(
     assert job["callback_url"] == f"{receiver.url}/hooks/a"
     [webhook] = job["webhooks"]
     assert webhook.pop("webhook_id").startswith("whk_")
+    assert webhook.pop("after_seconds") == 0
     assert job["webhooks"] == [
         {
             "report": "succeeded",
@@ -495,6 +496,7 @@ async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
     webhooks = (await stats(client))["jobs"][job_id]["webhooks"]
     for webhook in webhooks:
         webhook.pop("webhook_id")
+        webhook.pop("after_seconds")
     assert webhooks == [
         {
             "report": "succeeded",
@@ -507,10 +509,11 @@ async def test_a_4xx_answer_stops_the_webhook_and_is_recorded(
     ]
 
 
-async def test_an_unreachable_receiver_is_retried_then_given_up(
+async def test_an_unreachable_receiver_is_retried_with_backoff_then_given_up(
     client: httpx.AsyncClient, closed_port: int, systems_app: tuple[FastAPI, str]
 ) -> None:
-    await faults(client, export_seconds=0)
+    # Sent again 0.5 s, then 1 s after: the next wait (2 s) would end past 2 s.
+    await faults(client, export_seconds=0, webhook_give_up_seconds=2)
     started = await start_export(
         client,
         "key-down",
@@ -520,17 +523,56 @@ async def test_an_unreachable_receiver_is_retried_then_given_up(
     job_id = started.json()["job_id"]
 
     async def all_attempts() -> list[dict[str, Any]] | None:
-        # Done once the fourth attempt has its outcome recorded, not merely begun.
+        # Done once the third attempt has its outcome recorded, not merely begun.
         webhooks: list[dict[str, Any]] = (await stats(client))["jobs"][job_id]["webhooks"]
-        return webhooks if len(webhooks) == 4 and webhooks[-1]["error"] else None
+        return webhooks if len(webhooks) == 3 and webhooks[-1]["error"] else None
 
-    webhooks = await eventually(all_attempts, "four attempts, each with its outcome")
-    await idle(systems_app[0])  # the job's task is over: no fifth attempt can come
+    webhooks = await eventually(all_attempts, "three attempts, each with its outcome")
+    await idle(systems_app[0])  # the job's task is over: no fourth attempt can come
 
-    assert [w["attempt"] for w in (await stats(client))["jobs"][job_id]["webhooks"]] == [1, 2, 3, 4]
+    assert [w["attempt"] for w in (await stats(client))["jobs"][job_id]["webhooks"]] == [1, 2, 3]
     assert all(w["status_code"] is None and "ConnectError" in w["error"] for w in webhooks)
+    # Backoff that doubles: at least 0.5 s, then at least 1 s more.
+    sent = [w["after_seconds"] for w in webhooks]
+    assert sent[0] == 0 and sent[1] >= 0.5 and sent[2] - sent[1] >= 1.0, sent
     # The job itself succeeded: a lost webhook does not undo it.
     assert (await client.get(f"/exports/{job_id}")).json()["status"] == "succeeded"
+
+
+async def test_a_receiver_that_is_unwell_for_a_while_gets_the_report_in_the_end(
+    receiver: Receiver,
+) -> None:
+    # Six answers that say "not now" (a gateway restarting, busy, rate limiting), then 200:
+    # senders keep trying for minutes, not four times in under a second. Quick waits here.
+    receiver.answers.extend([503, 502, 429, 408, 503, 503])
+    retry = WebhookRetry(first=0.05, cap=0.2, give_up_after=60)
+    app = create_app(export_seconds=0, webhook_retry=retry)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        started = await start_export(
+            client, "key-unwell", callback_url=f"{receiver.url}/hooks/u", callback_token="t"
+        )
+        job_id = started.json()["job_id"]
+
+        async def delivered() -> list[dict[str, Any]] | None:
+            webhooks: list[dict[str, Any]] = (await stats(client))["jobs"][job_id]["webhooks"]
+            return webhooks if webhooks and webhooks[-1]["status_code"] == 200 else None
+
+        webhooks = await eventually(delivered, "the report to be taken")
+
+    assert [(w["attempt"], w["status_code"]) for w in webhooks] == [
+        (1, 503), (2, 502), (3, 429), (4, 408), (5, 503), (6, 503), (7, 200)
+    ]  # fmt: skip
+    assert len({w["webhook_id"] for w in webhooks}) == 1, "one report, sent seven times"
+    assert len(receiver.hooks) == 7
+
+
+def test_by_default_a_webhook_is_sent_again_for_ten_minutes_with_backoff_up_to_30_s() -> None:
+    delays = list(WebhookRetry().delays())
+
+    assert delays[:7] == [0.5, 1, 2, 4, 8, 16, 30]
+    assert set(delays[6:]) == {30}
+    assert 570 < sum(delays) <= 600
+    assert list(WebhookRetry(give_up_after=0).delays()) == []
 
 
 async def test_duration_overrides_apply_to_new_jobs(client: httpx.AsyncClient) -> None:

@@ -19,6 +19,8 @@ OPERATION_RESOLVED = "OperationResolved"  # it already ended (any terminal statu
 OPERATION_UNCHANGED = "OperationUnchanged"  # -> HTTP 409 duplicate_report
 # A poll found the job still running: the retry policy is the poller for long intervals.
 OPERATION_STILL_RUNNING = "OperationStillRunning"
+# The job's system refused to cancel it (the job may still run): not retried.
+CANCEL_REFUSED = "CancelRefused"
 
 # Decisions refused by the `decide` Update's validator.
 APPROVAL_UNKNOWN = "ApprovalUnknown"  # no such request in this run -> HTTP 404

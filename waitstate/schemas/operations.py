@@ -97,6 +97,11 @@ class Operation(BaseModel):
     expires_at: datetime
     eta_seconds: int | None = None
     poll_interval_seconds: float = 5.0
+    reconcile_seconds: float | None = Field(
+        default=None,
+        description="Callback: seconds between checks of the job's status, in case its webhook "
+        "was lost (None: checked only before it would expire).",
+    )
     nonce_hash: str | None = None
     progress: str | None = None
     result: Any = None
@@ -105,6 +110,10 @@ class Operation(BaseModel):
     resolved_at: datetime | None = None
     reported_status: OperationStatus | None = Field(
         default=None, description="The status the model was last told of."
+    )
+    reported_questions: list[str] = Field(
+        default_factory=list,
+        description="The open questions (ids) the model was last told of with that status.",
     )
     late_completions: int = Field(default=0, description="Completions refused after it ended.")
     input: InputPolicy | None = Field(
@@ -163,6 +172,11 @@ class OperationStarted(BaseModel):
     expires_at: datetime
     eta_seconds: int | None = None
     poll_interval_seconds: float = 5.0
+    reconcile_seconds: float | None = Field(
+        default=None,
+        description="Callback: seconds between checks of the job's status, in case its webhook "
+        "was lost (the tool's `reconcile_every`; None: checked only before it would expire).",
+    )
     nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
     input: InputPolicy | None = Field(
         default=None, description="Who answers the job's questions, if it asks any."
@@ -176,6 +190,12 @@ class PollOperationInput(BaseModel):
     tool: str
     job_id: str
     poll_interval_seconds: float
+    once: bool = Field(
+        default=False,
+        description="One check per attempt, whatever the interval: a job still running is a "
+        "retryable error, the retry policy being the checker (a callback operation's checks "
+        "in case its webhook was lost, and the check before an operation expires).",
+    )
     known_questions: list[str] | None = Field(
         default=None,
         description="Runs that take questions: the poll returns when the job asks one whose "

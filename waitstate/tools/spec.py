@@ -17,6 +17,10 @@ from waitstate.schemas.operations import Completion, CompletionMode, ResultMode
 from waitstate.schemas.questions import AnswerAction, InputPolicy
 
 ToolKind = Literal["sync", "long", "builtin"]
+# A callback job's status is checked this often in case its webhook was lost: a lost webhook
+# costs minutes, not the operation's timeout; a job running for days costs a check in minutes.
+DEFAULT_RECONCILE_EVERY = timedelta(minutes=5)
+MIN_RECONCILE_EVERY = timedelta(seconds=1)
 # A handler takes the validated arguments, and the call's `RunContext` when its spec says so.
 Handler = Callable[..., Awaitable[Any]]
 
@@ -64,11 +68,23 @@ class LongTool(Protocol):
         ...
 
     async def status(self, job_id: str) -> Completion:
-        """The job's current state (used by `poll` completion)."""
+        """The job's current state: what `poll` completion polls, and how a `callback` one is
+        checked in case its webhook was lost (`LongSpec.reconcile_every`, and once before it
+        would expire).
+
+        Raises:
+            ToolError: the system does not know the job (its outcome is then `failed`).
+        """
         ...
 
     async def cancel(self, job_id: str) -> None:
-        """Ask the system to stop the job; cancelling a finished job is not an error."""
+        """Ask the system to stop the job; cancelling a finished job is not an error.
+
+        Raises:
+            ToolError: the system refuses to stop the job (final: not retried). Any other
+                exception is retried a few times; either way the run tells the model and the
+                operator that the job may still run.
+        """
         ...
 
 
@@ -123,6 +139,11 @@ class LongSpec:
         eta: A hint for the model of how long the job usually takes.
         input: Who answers the questions its jobs ask mid-flight, and what happens when
             nobody does (the backend must implement `AnswersQuestions`).
+        reconcile_every: `callback` completion: how often the job's status is checked in case
+            its webhook was lost (a sender that gave up, a gateway outage), so a lost webhook
+            costs this long, not the timeout. None or zero: no regular checks. Either way the
+            status is checked once more before the operation would expire, so a job that
+            finished is never expired and sent a cancel. At least a second.
     """
 
     backend: LongTool
@@ -133,6 +154,22 @@ class LongSpec:
     max_in_flight: int | None = None
     eta: timedelta | None = None
     input: InputPolicy | None = None
+    reconcile_every: timedelta | None = DEFAULT_RECONCILE_EVERY
+
+    def __post_init__(self) -> None:
+        every = self.reconcile_every
+        if every is not None and every and every < MIN_RECONCILE_EVERY:
+            raise ValueError(
+                f"reconcile_every must be at least {MIN_RECONCILE_EVERY.total_seconds():g} s, "
+                f"or None or zero for no regular checks; got {every}"
+            )
+
+    def reconcile_seconds(self) -> float | None:
+        """Seconds between the checks of a `callback` job's status (None: none but the one
+        before its expiry)."""
+        if self.completion != "callback" or not self.reconcile_every:
+            return None
+        return self.reconcile_every.total_seconds()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""An MCP task's question for the model asked while the run is in `wait_for_operations`
+(issue 22, defect 5): the wait ends, the model answers it, and the task goes on with the
+answer; against a real MCP server over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import timedelta
+
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import make_worker, replays
+from tests.mcp.mcp_app import task_events
+from waitstate.apps import load_apps
+from waitstate.mcp import McpServer
+from waitstate.schemas import RunInput
+from waitstate.schemas.questions import InputPolicy
+from workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.workflows.waiting_app:app"
+RESULT_TIMEOUT = 90
+
+
+async def test_a_tasks_question_for_the_model_ends_its_wait_for_operations(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
+) -> None:
+    before = await task_events(reports_url)
+    # A question that nobody answers in 20 s is declined: the test would fail soon.
+    policy = InputPolicy(answered_by="model", timeout=timedelta(seconds=20))
+    server = McpServer("reports", url=reports_url, input=policy)
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP], mcp_servers=[server])):
+        handle = await dev_env.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(
+                task="publish the emea report",
+                model="scripted:publish-wait-answer",
+                tools=["reports__publish_report"],
+                operation_mode="handle",
+            ),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "mcp_task_question_during_wait_for_operations")
+    after = await task_events(reports_url)
+
+    assert result.status == "completed", result.error
+    lines = (result.final_output or "").splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "reports__publish_report",
+        "wait_for_operations",
+        "answer_question",
+        "wait_for_operations",
+    ], lines
+    [ended] = json.loads(lines[3].removeprefix("wait_for_operations: "))
+    assert ended["status"] == "succeeded"
+    assert ended["result"] == {"published": "emea", "channel": "email"}
+    [request] = state.questions.values()
+    assert request.answer is not None and request.answer.responder == "model"
+    accepted = "publish_report answered accept"
+    assert after.get(accepted, 0) - before.get(accepted, 0) == 1

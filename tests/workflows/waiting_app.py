@@ -1,0 +1,68 @@
+"""Scripts for runs that start a job in handle mode and wait for it with `wait_for_operations`
+while its job asks the model a question (issue 22, defect 5): the model answers it with
+`answer_question`, waits again, and answers with every result it saw, one per line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from waitstate import App, Message, Script, ToolCall, ToolDefinition
+
+ENDED = ("succeeded", "failed", "expired", "cancelled")
+
+
+def _call(turn: int, name: str, arguments: dict[str, Any]) -> Message:
+    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
+    return Message(role="assistant", tool_calls=[call])
+
+
+def _asks_me(content: str) -> list[dict[str, Any]]:
+    """The open questions for the model in a `wait_for_operations` result."""
+    try:
+        outcomes = json.loads(content)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(outcomes, list):
+        return []
+    return [
+        question
+        for outcome in outcomes
+        if outcome.get("status") not in ENDED
+        for question in outcome.get("questions", [])
+        if str(question.get("answered_by", "")).startswith("you")
+    ]
+
+
+def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any]) -> Script:
+    """Call `tool` (a handle comes back), wait for operations, answer a question the wait
+    brings with `content`, wait again; then answer with every result, one per line."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        results = [m for m in messages if m.role == "tool"]
+        if not results:
+            return _call(0, tool, arguments)
+        last = results[-1]
+        if last.name in (tool, "answer_question"):
+            return _call(len(results), "wait_for_operations", {})
+        if last.name == "wait_for_operations" and (asking := _asks_me(last.content)):
+            answer = {"question_id": asking[0]["question_id"], "content": content}
+            return _call(len(results), "answer_question", answer)
+        return Message(
+            role="assistant", content="\n".join(f"{m.name}: {m.content}" for m in results)
+        )
+
+    return script
+
+
+app = App(
+    scripts={
+        "purge-wait-answer": wait_and_answer(
+            "purge_dataset", {"dataset": "staging_events"}, {"confirm": True}
+        ),
+        "publish-wait-answer": wait_and_answer(
+            "reports__publish_report", {"region": "emea"}, {"channel": "email"}
+        ),
+    }
+)
