@@ -9,7 +9,10 @@ run polling one then finds it unknown, and its operation fails with `job_unknown
 `DEMO_MCP_TASKS_URL=redis://...` they are kept in Redis and survive a restart: the next life
 of the server runs again the tasks its last one was running (from their start), once the
 lease of the killed one lapses (`FASTMCP_DOCKET_REDELIVERY_TIMEOUT`). With
-`DEMO_MCP_STATS_FILE` what the tasks did (`/_test/stats`) is kept in that file too.
+`DEMO_MCP_STATS_FILE` what the tasks did (`/_test/stats`) is kept in that file too. A test
+fault: `DEMO_MCP_DELETE_SCHEMAS`, a JSON object of dataset names, makes the deletion of each ask
+in the schema given instead of `{confirm: boolean}` (a hostile server, to test the client's
+checks: a backtracking pattern, a malformed schema).
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ server.add_extension(TasksExtension(url=os.environ.get("DEMO_MCP_TASKS_URL")))
 PAGES = 5
 PAGE_SECONDS = float(os.environ.get("DEMO_MCP_PAGE_SECONDS", "1.5"))
 TASK = TaskConfig(mode="required", poll_interval=timedelta(seconds=1))
+CONFIRM_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean", "description": "true to delete"}},
+    "required": ["confirm"],
+}
+DELETE_SCHEMAS: dict[str, dict[str, object]] = json.loads(
+    os.environ.get("DEMO_MCP_DELETE_SCHEMAS") or "{}"
+)
+# Where a client that declined on its own says why (waitstate: a question it would not ask).
+REASON_META = "io.waitstate/reason"
 
 
 class Stats:
     """What each region's reports did: started, finished, cancelled (the chaos suite's
     invariants read it at /_test/stats; a task is known to the suite by the region it was asked
-    for); and each deletion, under `delete:NAME`: asked, answered, deleted or kept.
+    for); and each deletion, under `delete:NAME`: asked, answered, deleted or kept, and
+    `reasoned` when its answer was a decline that said why.
 
     Each count is of a task's legs (a task runs a leg, and another after each answer): a leg
     its server ran again after a restart counts once, the runs again under `reruns`. Kept in
@@ -106,17 +120,14 @@ async def delete_dataset(name: str, ctx: Context) -> str | InputRequiredResult:
     answer = (ctx.input_responses or {}).get("confirm")
     if not isinstance(answer, ElicitResult):
         STATS.record(key, "asked", ctx)
-        schema = {
-            "type": "object",
-            "properties": {"confirm": {"type": "boolean", "description": "true to delete"}},
-            "required": ["confirm"],
-        }
         question = ElicitRequestFormParams(
             message=f"Delete dataset {name} for good? This cannot be undone.",
-            requested_schema=schema,
+            requested_schema=DELETE_SCHEMAS.get(name, CONFIRM_SCHEMA),
         )
         return InputRequiredResult(input_requests={"confirm": ElicitRequest(params=question)})
     STATS.record(key, "answered", ctx)
+    if answer.action == "decline" and (answer.meta or {}).get(REASON_META):
+        STATS.record(key, "reasoned", ctx)
     # Anything but an accepted `confirm: true` keeps the dataset: a no is an answer, not an error.
     if answer.action == "accept" and (answer.content or {}).get("confirm") is True:
         STATS.record(key, "deleted", ctx)

@@ -40,7 +40,9 @@ and waits for the first answer. Confirmed (accept with `confirm: true`), it purg
 (`export_seconds` again) and POSTs `{"status": "succeeded", "result": {"dataset", "purged_rows",
 "confirmed_by": <responder>}}`; otherwise it POSTs `{"status": "failed", "error": {"code":
 "not_confirmed", "message": "purge of <dataset> not confirmed (declined by <responder>)",
-"retryable": false}}`.
+"retryable": false}}`. A question its callback refuses as malformed (422) is one nobody can
+answer: the purge POSTs `{"status": "failed", "error": {"code": "question_refused", "message":
+<the refusal>}}` at once.
 
 Compliance folder and notifications (answer at once)::
 
@@ -76,7 +78,7 @@ Test hooks, so tests can prove exactly what happened and inject failures::
                                     hold_start_answers_seconds, never_complete, fail_jobs,
                                     progress_reports, duplicate_webhooks,
                                     webhook_give_up_seconds, fail_cancels, export_seconds,
-                                    pipeline_seconds,
+                                    pipeline_seconds, purge_schemas,
                                     accept_then_fail_next_refunds (see `Faults`)
     POST /_test/reset               forget every job, file, notification, refund, outbox entry
                                     and fault (the seeded claims stay)
@@ -102,6 +104,7 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
+import json
 import logging
 import math
 import posixpath
@@ -420,6 +423,12 @@ class Faults(BaseModel):
         default=None, ge=0, description="Export duration; also each step of a purge."
     )
     pipeline_seconds: float | None = Field(default=None, ge=0, description="Pipeline duration.")
+    purge_schemas: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="The purges of these datasets ask in the schema given (by dataset) instead "
+        "of {confirm: boolean}: a hostile job, to test what receives its question (a "
+        "backtracking pattern, a malformed schema).",
+    )
     accept_then_fail_next_refunds: int = Field(
         default=0,
         ge=0,
@@ -548,6 +557,8 @@ class JobRecord:
     completes: bool
     planned_error: OperationError | None
     deliveries: int
+    # What a purge asks in (`Faults.purge_schemas`; its usual question by default).
+    question_schema: Mapping[str, Any] = field(default_factory=lambda: PURGE_ANSWER_SCHEMA)
     retry: WebhookRetry = field(default_factory=WebhookRetry)
     progress_reports: int = 0
     callback_url: str | None = None
@@ -804,6 +815,8 @@ class DemoSystems:
             callback_url=callback_url,
             callback_token=callback_token,
             stage="counting rows" if kind == "purge" else None,
+            question_schema=faults.purge_schemas.get(arguments.get("dataset", ""))
+            or PURGE_ANSWER_SCHEMA,
         )
         self.jobs[job.job_id] = job
         if job.completes:
@@ -853,34 +866,42 @@ class DemoSystems:
         await asyncio.sleep(job.seconds)
         if job.status != "running":
             return
-        await self._ask(job, f"Purge dataset {dataset} ({rows} rows)? This cannot be undone.")
-        await job.answered.wait()
-        answer = job.answers[PURGE_QUESTION_KEY]
-        if not _confirms(answer):
-            job.status, job.error = "failed", _not_confirmed(dataset, answer.responder)
+        refusal = await self._ask(
+            job, f"Purge dataset {dataset} ({rows} rows)? This cannot be undone."
+        )
+        if refusal is not None:
+            # A question its receiver refused as malformed: nobody can answer it, the job ends.
+            job.status, job.stage, job.error = "failed", None, refusal
         else:
-            await asyncio.sleep(job.seconds)
-            if job.status != "running":
-                return
-            if job.planned_error is not None:
-                job.status, job.error = "failed", job.planned_error
+            await job.answered.wait()
+            answer = job.answers[PURGE_QUESTION_KEY]
+            if not _confirms(answer):
+                job.status, job.error = "failed", _not_confirmed(dataset, answer.responder)
             else:
-                job.status, job.result = (
-                    "succeeded",
-                    {"dataset": dataset, "purged_rows": rows, "confirmed_by": answer.responder},
-                )
+                await asyncio.sleep(job.seconds)
+                if job.status != "running":
+                    return
+                if job.planned_error is not None:
+                    job.status, job.error = "failed", job.planned_error
+                else:
+                    job.status, job.result = (
+                        "succeeded",
+                        {"dataset": dataset, "purged_rows": rows, "confirmed_by": answer.responder},
+                    )
         logger.info("purge job %s %s", job.job_id, job.status)
         final = Completion.model_validate(
             {"status": job.status, "result": job.result, "error": job.error}
         )
         await self._deliver(job, job.callback_url, final)
 
-    async def _ask(self, job: JobRecord, message: str) -> None:
+    async def _ask(self, job: JobRecord, message: str) -> OperationError | None:
+        """Ask the purge's question by its callback; returns why the job cannot go on if the
+        receiver refused the question as malformed (422), else None."""
         assert job.callback_url is not None, "a purge always calls back (PurgeRequest)"
         question = {
             "key": PURGE_QUESTION_KEY,
             "message": message,
-            "requested_schema": PURGE_ANSWER_SCHEMA,
+            "requested_schema": dict(job.question_schema),
         }
         # Recorded before it is sent: the receiver may answer before its POST returns.
         job.status, job.stage = "input_required", "waiting for confirmation"
@@ -888,9 +909,21 @@ class DemoSystems:
             {"status": job.status, "progress": job.stage, "questions": [question]}
         )
         logger.info("purge job %s asks: %s", job.job_id, message)
-        await self._deliver(job, job.callback_url, job.asking)
+        answered = await self._deliver(job, job.callback_url, job.asking)
+        if answered is None or answered.status_code != 422 or job.status in _ENDED:
+            return None
+        said = _error_message(answered.answer) or "the question was refused"
+        return OperationError(
+            code="question_refused",
+            message=f"the purge's question was refused: {said}",
+            retryable=False,
+        )
 
-    async def _deliver(self, job: JobRecord, url: str, completion: Completion) -> None:
+    async def _deliver(
+        self, job: JobRecord, url: str, completion: Completion
+    ) -> WebhookAttempt | None:
+        """POST the report (`duplicate_webhooks` times), each copy retried while it is not
+        taken; returns the last attempt (None if the job was set to send none)."""
         assert self._http is not None, "DemoSystems is used outside its `async with`"
         body = completion.model_dump(mode="json", exclude_none=True)
         report = " ".join(filter(None, [completion.status, completion.progress]))
@@ -898,6 +931,7 @@ class DemoSystems:
         # the receiver tells a copy of this report from another report with the same body.
         webhook_id = f"whk_{uuid.uuid4().hex[:16]}"
         headers = {"Authorization": f"Bearer {job.callback_token}", "Webhook-Id": webhook_id}
+        last: WebhookAttempt | None = None
         for delivery in range(1, job.deliveries + 1):
             first = self.now()
             delays = job.retry.delays()
@@ -930,6 +964,8 @@ class DemoSystems:
                 delivery,
                 record.status_code or record.error,
             )
+            last = record
+        return last
 
     async def _cancel_tasks(self) -> None:
         tasks = list(self._tasks)
@@ -1138,6 +1174,15 @@ def _refuse_answer(job: JobRecord, answer: AnswerRequest) -> HTTPException | Non
     if answer.action == "accept" and not isinstance((answer.content or {}).get("confirm"), bool):
         return HTTPException(422, 'an accept carries content {"confirm": true or false}')
     return None
+
+
+def _error_message(answer: str | None) -> str | None:
+    """The message of a JSON error answer (`{"error": {"message": ...}}`), if it is one."""
+    try:
+        message = json.loads(answer or "")["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return message if isinstance(message, str) else None
 
 
 def _stable_number(text: str) -> int:

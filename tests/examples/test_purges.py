@@ -346,6 +346,76 @@ async def test_answers_the_job_cannot_take_are_refused(
     assert (purges["answers_received"], purges["answers_applied"]) == (4, 1)
 
 
+async def test_a_purge_asks_in_the_schema_a_fault_names_for_its_dataset(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    # A hostile job, for the chaos suite: its question's pattern backtracks on a crafted answer.
+    crafted = {
+        "type": "object",
+        "properties": {
+            "confirm": {"type": "boolean"},
+            "name": {"type": "string", "pattern": "^(a+)+$"},
+        },
+        "required": ["confirm"],
+    }
+    faults = await client.post("/_test/faults", json={"purge_schemas": {"hostile": crafted}})
+    assert faults.status_code == 200, faults.text
+    hostile = await start_purge(client, receiver, "hostile", dataset="hostile")
+    await start_purge(client, receiver, "usual")
+
+    asked = await hook_number(receiver, "hostile", 1)
+    usual = await hook_number(receiver, "usual", 1)
+    answered = await answer(client, hostile, content={"confirm": True, "name": "aaa"})
+
+    assert asked.body["questions"][0]["requested_schema"] == crafted
+    assert usual.body["questions"][0]["requested_schema"] == CONFIRM_SCHEMA
+    assert answered.json() == {"applied": True}
+
+
+async def test_a_purge_whose_question_is_refused_as_malformed_fails_saying_why(
+    client: httpx.AsyncClient, systems_app: tuple[FastAPI, str]
+) -> None:
+    refusal = "questions.0 ('confirm').requested_schema: type must be \"object\""
+    reports: list[tuple[int, dict[str, Any]]] = []
+    gateway = FastAPI()
+
+    @gateway.post("/hook")
+    async def hook(request: Request) -> JSONResponse:
+        # As the gateway answers a question no answer could fit.
+        body = await request.json()
+        status = 422 if body["status"] == "input_required" else 200
+        reports.append((status, body))
+        error = {"error": {"code": "invalid_question", "message": refusal}}
+        return JSONResponse(error if status == 422 else {"ok": True}, status_code=status)
+
+    await client.post("/_test/faults", json={"purge_schemas": {"broken": {"type": 12}}})
+    async with serving(gateway) as url:
+        started = await client.post(
+            "/purges",
+            json={"dataset": "broken", "callback_url": f"{url}/hook", "callback_token": "t"},
+            headers={"Idempotency-Key": "key-broken"},
+        )
+        job_id = started.json()["job_id"]
+
+        async def final() -> dict[str, Any] | None:
+            return reports[1][1] if len(reports) > 1 else None
+
+        failed = await eventually(final, "the purge's final report")
+        await idle(systems_app[0])
+
+    error = {
+        "code": "question_refused",
+        "message": f"the purge's question was refused: {refusal}",
+        "retryable": False,
+    }
+    assert reports[0][1]["questions"][0]["requested_schema"] == {"type": 12}
+    assert failed == {"status": "failed", "error": error}
+    assert len(reports) == 2  # at once, and once: the refusal is the receiver's final word
+    view = (await client.get(f"/purges/{job_id}")).json()
+    assert view == {"job_id": job_id, "status": "failed", "error": error}
+    assert (await answer(client, job_id, content={"confirm": True})).status_code == 409
+
+
 async def test_a_purge_starts_once_per_key_and_needs_a_callback(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
