@@ -14,11 +14,18 @@ stack too. Every process gets a free port and a log under one temp dir, and can 
 by the driver (the server on the same SQLite file and port, so clients reconnect). Workers
 start signing tokens with key `old`; `rotate()` restarts them signing with `new`, while the
 gateway keeps accepting both.
+
+Outages (issue 22): `stop_gateway()`/`start_gateway()` take the gateway away and bring it back
+on its port; `blobs_away()`/`blobs_back()` do the same to the workers' blob store: a directory
+whose owners' directory (where every write begins) is made a file, so writes fail and reads
+work (root ignores permission bits: no chmod would stop its writes); or moto's S3 server
+SIGKILLed, then started again on its port with its data (chaos.s3_server).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -30,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import httpx
 from temporalio.client import Client
@@ -92,6 +99,9 @@ S3_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "chaos",
     "AWS_REGION": "us-east-1",
 }
+# moto's S3 server records every request it serves here, to be given its data back when it is
+# started again after an outage (`blobs_back`).
+S3_RECORDING = "s3-recording.jsonl"
 # A report of the demo's MCP server takes five pages of this long.
 MCP_PAGE_SECONDS = 1.5
 # How long a question of its tasks waits for a person before the run tells the task no (the
@@ -207,8 +217,10 @@ class Stack:
     export_seconds: float = 2.0
     pipeline_seconds: float = 3.0
     keep: bool = False
-    # The demo's MCP server (examples/mcp_server.py), for runs whose tool is an MCP task.
+    # The demo's MCP server (examples/mcp_server.py), for runs whose tool is an MCP task; and
+    # the schemas its deletions of some datasets ask in instead of their own (a hostile server).
     mcp: bool = False
+    mcp_delete_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Where the workers keep blobs: a directory of the stack's, or a bucket of an S3-protocol
     # server (moto's) started with the stack.
     blobs: Literal["dir", "s3"] = "dir"
@@ -353,12 +365,22 @@ class Stack:
         await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
 
     async def _start_s3(self, base: dict[str, str]) -> dict[str, str]:
-        """moto's S3 server with the workers' bucket; returns what points a worker at it."""
+        """moto's S3 server with the workers' bucket (chaos.s3_server: it comes back with its
+        data after a SIGKILL); returns what points a worker at it."""
         port = free_port()
+        recording = self.dir / S3_RECORDING
         self.s3 = Service(
             "s3",
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            base,
+            [
+                sys.executable,
+                "-m",
+                "chaos.s3_server",
+                "--port",
+                str(port),
+                "--recording",
+                str(recording),
+            ],
+            {**base, "MOTO_ENABLE_RECORDING": "true", "MOTO_RECORDER_FILEPATH": str(recording)},
             self.dir / "s3.log",
             re.compile(r"Running on (http://\S+)"),
         )
@@ -407,6 +429,7 @@ class Stack:
                 "DEMO_MCP_PAGE_SECONDS": str(MCP_PAGE_SECONDS),
                 "DEMO_MCP_TASKS_URL": f"redis://127.0.0.1:{store_port}/0",
                 "DEMO_MCP_STATS_FILE": str(self.dir / "mcp-stats.jsonl"),
+                "DEMO_MCP_DELETE_SCHEMAS": json.dumps(self.mcp_delete_schemas),
                 "FASTMCP_DOCKET_REDELIVERY_TIMEOUT": REDELIVERY_TIMEOUT,
             },
             self.dir / "mcp.log",
@@ -425,6 +448,51 @@ class Stack:
         await self.mcp_server.start()
         await _until_listening(self.mcp_port)
         return time.monotonic() - began
+
+    async def stop_gateway(self) -> None:
+        """SIGKILL the gateway: webhooks and links find nothing listening until
+        `start_gateway`."""
+        assert self.gateway is not None
+        await self.gateway.kill(signal.SIGKILL)
+
+    async def start_gateway(self) -> None:
+        """Start the gateway again on its port (the workers hand out its URL)."""
+        assert self.gateway is not None
+        port = self.gateway_url.rsplit(":", 1)[1]
+        self.gateway.env = {**self.gateway.env, "GATEWAY_PORT": port}
+        await self.gateway.start()
+
+    async def blobs_away(self) -> str:
+        """Make the workers' blob store unavailable; returns how, in words."""
+        if self.blobs == "s3":
+            assert self.s3 is not None
+            await self.s3.kill(signal.SIGKILL)
+            return f"moto's S3 server SIGKILLed ({self.s3_url})"
+        owners = self.dir / "blobs" / "owners"
+        owners.mkdir(parents=True, exist_ok=True)
+        owners.rename(owners.with_name("owners.away"))
+        owners.write_text("not a directory: the blob store is unwritable for a while\n")
+        return f"the blob directory unwritable ({owners} made a file)"
+
+    async def blobs_back(self) -> float:
+        """End `blobs_away`'s outage: the owners' directory put back, or moto's server started
+        again on its port and given its data back. Returns how long that took (s)."""
+        began = time.monotonic()
+        if self.blobs == "s3":
+            assert self.s3 is not None
+            # It serves itself its recorded requests before it listens (chaos.s3_server).
+            await self.s3.start()
+            await _until_listening(int(self.s3_url.rsplit(":", 1)[1]))
+        else:
+            owners = self.dir / "blobs" / "owners"
+            owners.unlink()
+            owners.with_name("owners.away").rename(owners)
+        return time.monotonic() - began
+
+    def worker_logs(self) -> list[Path]:
+        """The logs of every worker process (each kept across its restarts)."""
+        workers = [*self.signing_workers, self.gateway_worker]
+        return [w.log for w in workers if w is not None and w.log.exists()]
 
     def _worker(self, name: str, env: dict[str, str]) -> Service:
         # The demo app, and the suite's own scripts (chaos.app).
