@@ -16,6 +16,7 @@ from typing import Literal
 
 from chaos.driver import SIZES, Suite
 from chaos.model import Check
+from chaos.outsiders import mcp_schemas
 from chaos.report import table
 from chaos.stack import S3_BLOBS, Stack
 from waitstate.blobs import BlobStore
@@ -28,13 +29,18 @@ async def _main(size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"]) -
     began = time.monotonic()
     # Waiting runs are evicted from the workers' cache under load, as in production.
     cache = 200 if size == "load" else 100
+    chosen = SIZES[size]
     async with Stack(
-        keep=keep, max_cached_workflows=cache, mcp=SIZES[size].mcp, blobs=blobs
+        keep=keep,
+        max_cached_workflows=cache,
+        mcp=chosen.mcp_server,
+        mcp_delete_schemas=mcp_schemas(chosen),
+        blobs=blobs,
     ) as stack:
         up = time.monotonic() - began
         where = f", blobs in {S3_BLOBS} at {stack.s3_url}" if blobs == "s3" else ""
         print(f"stack up in {up:.1f}s (state in {stack.dir}{where})", flush=True)
-        suite = Suite(stack, SIZES[size], seed)
+        suite = Suite(stack, chosen, seed)
         checks: list[Check] = await suite.run(load=size == "load")
         suite.figures["blobs stored"] = await _count(stack.blob_store())
     wall = time.monotonic() - began

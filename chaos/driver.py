@@ -14,12 +14,19 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    question's link and by Update at once, or not at all, so that it expires). The MCP server
    is SIGKILLed and restarted twice (its tasks in a store of their own process): once while
    a report task runs, once while a question is open.
+   With them, the classes of issue 22 (chaos.outsiders): jobs that ask in a crafted schema, a
+   backtracking pattern (12) or a malformed one (13), by our own tool and by an MCP task; and
+   questions that come while the model waits for operations (16) or while the checkpoint's
+   model call is in flight (17).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
-Throughout A and B, one of the two workers of the main queue is SIGKILLed at random moments
-and restarted after a pause (class 1). `full` runs the gateway faults after B, alone; `load`
-replaces A and B with 1,000 concurrent runs (the classes of issue 11 among them, and the
+C. Issue 22's outages, one after the other: the gateway SIGKILLed while jobs finish, until their
+   senders have given up their webhooks (14); then the workers' blob store taken away for
+   longer than the model's retry budget while runs are mid-flight (15).
+Throughout A, B and C, one of the two workers of the main queue is SIGKILLed at random moments
+and restarted after a pause (class 1). `full` runs the gateway faults after C, alone; `load`
+replaces A, B and C with 1,000 concurrent runs (the classes of issue 11 among them, and the
 kills).
 """
 
@@ -38,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from chaos import exactly_once
+from chaos import exactly_once, outsiders
 from chaos.exactly_once import (
     EARLY_COPIES,
     HOLD_START_ANSWERS,
@@ -56,6 +63,7 @@ from chaos.invariants import (
     refunds_once,
 )
 from chaos.model import Check, GatewayTarget
+from chaos.outsiders import Outsiders
 from chaos.runs import (
     RESULT_TIMEOUT,
     Answer,
@@ -117,16 +125,37 @@ class Size:
     races: int = 6
     rotations: int = 1
     rotation_window: timedelta = timedelta(seconds=12)
+    # Issue 22 (chaos.outsiders): runs per crafted schema and asker (a purge, and an MCP task
+    # when `crafted_mcp`: the stack then starts the MCP server even without `mcp`); runs whose
+    # question comes during `wait_for_operations` or during a checkpoint; runs whose webhooks a
+    # gateway outage loses; runs of each kind through the blob store outage, and its length
+    # (longer than the model's retry budget, about two minutes).
+    crafted: int = 0
+    crafted_mcp: bool = False
+    wait_questions: int = 0
+    checkpoint_questions: int = 0
+    lost_webhooks: int = 0
+    store_runs: int = 0
+    store_outage: float = 0.0
+
+    @property
+    def mcp_server(self) -> bool:
+        """Whether the stack starts the demo's MCP server."""
+        return self.mcp or self.crafted_mcp
 
 
 SIZES = {
     "ci": Size(mixed=16, model_rounds=1, parked=3, cancels=1, kill_every=(2, 4),
-               gateway_runs=3, fuzz_examples=40),
+               gateway_runs=3, fuzz_examples=40,
+               crafted=1, crafted_mcp=True, wait_questions=2, checkpoint_questions=2,
+               lost_webhooks=3, store_runs=2, store_outage=150.0),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
-                 rotation_window=timedelta(seconds=15)),
+                 rotation_window=timedelta(seconds=15),
+                 crafted=2, crafted_mcp=True, wait_questions=4, checkpoint_questions=4,
+                 lost_webhooks=6, store_runs=3, store_outage=180.0),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
     "load": Size(mixed=862, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
                  gateway_runs=0, fuzz_examples=0, query_every=1.0, result_timeout=1200,
@@ -151,12 +180,14 @@ class Suite:
     phase: str = ""
     rotation: Rotation | None = None
     mcp_downtimes: list[float] = field(default_factory=list)
+    issue22: Outsiders | None = None
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
         rng = random.Random(self.seed)
         stack = self.stack
         assert stack.client is not None and stack.wire is not None
+        self.issue22 = Outsiders(stack, self.size)
         async with httpx.AsyncClient(timeout=30) as http:
             # Every callback job of the mix reports progress; the early systems hold the
             # answers to starts past their jobs (and send each report twice).
@@ -197,13 +228,14 @@ class Suite:
                 else:
                     await self._phase_a(ctx, rng)
                     await self._phase_b(ctx, rng)
+                    await self._phase_c(ctx, rng)
             finally:
                 stop.set()
                 killed = await kills
                 watcher.cancel()
             if self.size.gateway_alone and not load:
                 self.checks += await self._gateway()
-            runs = [o for o in self.outcomes if o.plan.phase in ("A", "B", "L")]
+            runs = [o for o in self.outcomes if o.plan.phase in ("A", "B", "C", "L")]
             moments = ", ".join(f"{n} in {p}" for p, n in sorted(Counter(killed).items()))
             self.checks.insert(
                 0,
@@ -219,6 +251,7 @@ class Suite:
                 base = stack.mcp_url.removesuffix("/mcp")
                 stats["mcp"] = (await http.get(f"{base}/_test/stats")).json()
                 stats["mcp_tasks"] = await _task_states(stack.mcp_url, runs)
+            if self.size.mcp:
                 self.checks.insert(1, _mcp_row(runs, stats["mcp"], self.mcp_downtimes))
                 if self.size.questions:
                     self.checks.insert(2, _question_row(runs, stats["mcp"]))
@@ -238,6 +271,11 @@ class Suite:
         )
         for plan in [*plans, *rotating]:
             _short_timeouts(plan)
+        # Their own RNG: the seed's mix and kills stay what they were before them.
+        assert self.issue22 is not None
+        hostile = self.issue22.plans("chaos-a", random.Random(self.seed + 22), phase="A")
+        await self.issue22.prepare(ctx, hostile)
+        plans += hostile
         models = [
             model_plan(f"chaos-m-{fault}-{i}", fault)
             for i in range(self.size.model_rounds)
@@ -389,6 +427,24 @@ class Suite:
             )
         )
 
+    # --- phase C: issue 22's outages ----------------------------------------------------------
+
+    async def _phase_c(self, ctx: Context, rng: random.Random) -> None:
+        """The gateway outage that loses webhooks, then the blob store outage (each alone:
+        every other run has ended, so no other sender or caller meets them)."""
+        assert self.issue22 is not None
+        self.phase = "C"
+        began = time.monotonic()
+        if self.size.lost_webhooks:
+            self.outcomes += await self.issue22.lost_webhooks(ctx, prefix="chaos-c", phase="C")
+        if self.size.store_runs:
+            store_rng = random.Random(self.seed + 15)
+            self.outcomes += await self.issue22.store_outage(
+                ctx, store_rng, prefix="chaos-c", phase="C"
+            )
+        if self.size.lost_webhooks or self.size.store_runs:
+            self.figures["phase C seconds"] = time.monotonic() - began
+
     async def _until_waiting(self, ctx: Context, plans: list[RunPlan]) -> None:
         """Until every parked run is waiting (or done), so the outage falls mid-wait."""
 
@@ -480,6 +536,8 @@ class Suite:
                 by_run.setdefault(outcome.plan.id, []).extend(problems)
         rows[REFUNDS].violations += refunds_once(stats, refunds)
         self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
+        if self.issue22 is not None:
+            self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)
@@ -564,9 +622,9 @@ def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
         return [o for o in outcomes if o.plan.question is not None]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
-    if name in exactly_once.ROWS:
+    if name in exactly_once.ROWS or name in outsiders.ROWS:
         return [o for o in outcomes if o.plan.klass == name]
-    phases = {"1": "ABL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
+    phases = {"1": "ABCL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
     return [o for o in outcomes if o.plan.phase and o.plan.phase in phases]
 
 

@@ -363,7 +363,8 @@ def _finished(
     tag: str, outcome: RunOutcome, keys: dict[str, dict[str, Any]], stats: dict[str, Any]
 ) -> list[str]:
     """A job that succeeded or failed on its own was never told to stop, every report it sent
-    was taken, and the run's operation ended with the job's own status."""
+    was taken (or refused losing nothing, see `_lost_nothing`), and the run's operation ended
+    with the job's own status."""
     problems = []
     known = operations_by_key(outcome)
     for key, key_stats in keys.items():
@@ -378,10 +379,24 @@ def _finished(
             problems.append(f"{tag}: {where}: its operation {op.operation_id} ended {op.status}")
         names = report_names(job)
         for report_id, answers in report_answers(job).items():
-            if taken(answers) is False:
+            report = names[report_id]
+            if taken(answers) is False and not _lost_nothing(report, answers, op, job):
                 said = ", ".join(f"{s} {c}".strip() for s, c in answers)
-                problems.append(f"{tag}: {where}: report '{names[report_id]}' refused: {said}")
+                problems.append(f"{tag}: {where}: report '{report}' refused: {said}")
     return problems
+
+
+def _lost_nothing(
+    report: str, answers: list[tuple[int | None, str]], op: Any, job: dict[str, Any]
+) -> bool:
+    """Whether a refused report lost nothing: it told of the end a status check had already
+    found (`operation_resolved`, the operation having ended as the job did), or it asked a
+    question the gateway refused as malformed (`invalid_question`: the job heard why, and
+    ended on it)."""
+    codes = {code for status, code in answers if status is not None and status >= 400}
+    if codes == {"operation_resolved"}:
+        return op is not None and op.status == job.get("status")
+    return codes == {"invalid_question"} and report.startswith("input_required")
 
 
 def _completions(tag: str, outcome: RunOutcome) -> list[str]:

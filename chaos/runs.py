@@ -91,6 +91,10 @@ class RunPlan:
     link: Literal["first", "escalation"] = "first"  # which notice's link decides
     race: Literal["at-once", "at-deadline", "late"] = "at-once"  # when a `race` decision is sent
     question: QuestionPlay | None = None  # the answers to its MCP task's question
+    # Issue 22's rows (chaos.outsiders): the schema its job asks in, and the driver's part
+    # particular to the run, played after the decisions.
+    schema: dict[str, Any] | None = None
+    act: Act | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class RunOutcome:
     problems: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # state or history that could not be read
     unreplayable: list[str] = field(default_factory=list)  # histories today's code cannot replay
+    facts: dict[str, Any] = field(default_factory=dict)  # what the driver's `act` measured
 
 
 @dataclass
@@ -215,6 +220,19 @@ class Context:
     def runs(self) -> WaitstateClient:
         """Runs started, read, decided and cancelled as every caller does."""
         return WaitstateClient(self.client, task_queue=self.task_queue)
+
+
+class Act(Protocol):
+    """The driver's part particular to a run (`RunPlan.act`): it records what it saw in the
+    outcome (`facts`, `answers`, `notes`); an error it raises is the run's `driver` problem."""
+
+    async def __call__(
+        self,
+        ctx: Context,
+        plan: RunPlan,
+        handle: WorkflowHandle[Any, Any],
+        outcome: RunOutcome,
+    ) -> None: ...
 
 
 class Mix(Protocol):
@@ -420,7 +438,7 @@ async def drive(ctx: Context, plan: RunPlan, *, hold: asyncio.Event | None = Non
     outcome = RunOutcome(plan)
     if plan.rotation == "after":
         # Its tokens and links are minted under the new signing key.
-        await _bounded(ctx, ctx.rotated.wait())
+        await bounded(ctx, ctx.rotated.wait())
     began = time.monotonic()
     if plan.fault is not None:
         script_model_fault(ctx.wire, plan)
@@ -463,7 +481,8 @@ async def _read(
     outcome.unreplayable = await replay_failures(handle.id, outcome.chain, ctx.nondeterministic)
 
 
-async def _bounded(ctx: Context, awaitable: Awaitable[_T]) -> _T:
+async def bounded(ctx: Context, awaitable: Awaitable[_T]) -> _T:
+    """`awaitable`'s result, if it comes within the context's result timeout."""
     async with asyncio.timeout(ctx.result_timeout):
         return await awaitable
 
@@ -488,6 +507,8 @@ async def _play(
         await _decide(ctx, plan, handle, outcome, hold)
     if plan.question is not None:
         await _answer_question(ctx, plan, plan.question, handle, outcome)
+    if plan.act is not None:
+        await plan.act(ctx, plan, handle, outcome)
     if plan.cancel:
         await until(ctx, handle, lambda s: any(not o.terminal for o in s.operations.values()))
         if hold is not None:
@@ -595,9 +616,9 @@ async def _decide(
     request_id = str(notice["request_id"])
     link = notice
     if plan.rotation == "before":
-        await _bounded(ctx, ctx.rotated.wait())
+        await bounded(ctx, ctx.rotated.wait())
     if plan.link == "escalation" or (plan.rotation == "before" and _escalates(plan)):
-        link = await _bounded(ctx, _after_escalation(ctx, plan, handle, request_id, outcome))
+        link = await bounded(ctx, _after_escalation(ctx, plan, handle, request_id, outcome))
     # A link may be used the moment it reaches the outbox, before the run has recorded that
     # it was sent (the gateway waits for the run to confirm it).
     if hold is not None:
@@ -792,7 +813,7 @@ async def _answer_question(
         return
     link: dict[str, Any] = {}
     if any(means == "link" for means, _, _ in _ANSWERS[play]):
-        link = await _bounded(ctx, ctx.outbox.question(plan.id, question_id))
+        link = await bounded(ctx, ctx.outbox.question(plan.id, question_id))
 
     async def send(means: Literal["update", "link"], reply: Reply, via: str) -> Answer:
         began = time.monotonic()
