@@ -36,6 +36,7 @@ class is about, counted, and the driver adds the violations of the class's runs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import re
@@ -61,7 +62,7 @@ from chaos.app import (
     WAIT_AND_ANSWER_SCRIPT,
 )
 from chaos.history import ACTIVITY_SCHEDULED, ACTIVITY_STARTED
-from chaos.invariants import answer_code, run_keys
+from chaos.invariants import answer_code, interrupted_start, run_keys
 from chaos.model import Check
 from chaos.runs import (
     DECIDERS,
@@ -142,6 +143,8 @@ _FOUND = re.compile(
 )
 # What a run records when a blob store outage is over (workflows/outages.py).
 _STORE_BACK = re.compile(r"back after (\S+) \((\d+) tries of the (.+) met the outage\)")
+# The longest a run waits between its tries while the store is out (workflows/outages.py).
+STORE_RETRY_MAX = 60.0
 # How often the driver looks at the outage runs' status while the store is away.
 STATUS_EVERY = 3.0
 # Deadlock-detector trips a worker logs (the SDK's "Potential deadlock detected", TMPRL1101).
@@ -485,7 +488,12 @@ class Outsiders:
         seen = self.store = StoreOutageSeen()
         store = self.stack.blob_store()
         hold = asyncio.Event()
-        tasks = [asyncio.create_task(drive(ctx, plan, hold=hold)) for plan in plans]
+        # Their ends are awaited from the outage's start: as long again as the outage, and the
+        # run's backoff (up to a minute) after it.
+        patient = dataclasses.replace(
+            ctx, result_timeout=ctx.result_timeout + self.mix.store_outage + STORE_RETRY_MAX
+        )
+        tasks = [asyncio.create_task(drive(patient, plan, hold=hold)) for plan in plans]
         await bounded(
             ctx, asyncio.gather(*(_mid_flight(ctx, p, wire=p.id in self.held) for p in plans))
         )
@@ -702,8 +710,10 @@ async def _watch_status(
             except ClientError:
                 continue
             seen = samples[plan.id]
-            if getattr(shown.state, "store_outage", None) is not None:
-                seen["status showed the outage"] = True
+            # `store_outage`: runs from agent-run-5 on, which wait the outage out (absent before).
+            outage = getattr(shown.state, "store_outage", None)
+            if outage is not None:
+                seen["outage tries shown"] = max(seen.get("outage tries shown", 0), outage.tries)
             attempts = [r.attempt for r in shown.retrying if r.call == "model call"]
             seen["model call attempt"] = max([seen.get("model call attempt", 0), *attempts])
         await asyncio.sleep(STATUS_EVERY)
@@ -771,11 +781,14 @@ def _crafted_pattern(
     check = Check(CRAFTED_PATTERN)
     refused: list[Answer] = []
     slowest = 0.0
-    applied = 0
+    applied = interrupted = 0
     for outcome in outcomes:
         tag = _tag(outcome)
         crafted = [a for a in outcome.answers if a.via.endswith("(crafted)")]
         valid = [a for a in outcome.answers if a.kind == "answer" and a not in crafted]
+        if not crafted and _interrupted(outcome):
+            interrupted += 1
+            continue
         if not crafted:
             check.violations.append(
                 f"{tag}: no crafted answer was sent ({'; '.join(outcome.notes)})"
@@ -804,15 +817,29 @@ def _crafted_pattern(
         check.violations += _got_the_valid_answer(tag, outcome, stats)
     for line in deadlocks:
         check.violations.append(f"a worker logged a deadlock: {line}")
+    if outcomes and not refused:
+        check.violations.append("no crafted answer was refused (not exercised)")
     askers = Counter(o.plan.kind.rsplit("-", 1)[1] for o in outcomes)
     check.attempts = len(refused) + applied
     check.outcome = (
         f"{len(outcomes)} runs ({_tally(askers.elements())}): crafted answers refused "
         f"{len(refused)} ({_tally(_why(a) for a in refused)}), the slowest in {slowest:.1f}s "
-        f"(bound {PROMPTLY:.0f}s); valid answers applied {applied}; deadlocks in the workers' "
-        f"logs {len(deadlocks)}; {_ended(outcomes)}"
+        f"(bound {PROMPTLY:.0f}s); valid answers applied {applied}; MCP starts interrupted "
+        f"(outcome unknown, no question) {interrupted}; deadlocks in the workers' logs "
+        f"{len(deadlocks)}; {_ended(outcomes)}"
     )
     return check
+
+
+def _interrupted(outcome: RunOutcome) -> bool:
+    """An MCP run whose task's start was cut short by a worker's death: the call is not sent
+    again, the model is told its outcome is unknown, and no question reaches the run (its
+    task, if it was made, asks with nobody to answer: chaos.invariants.interrupted_start)."""
+    return (
+        outcome.plan.kind.endswith("-mcp")
+        and not _questions(outcome)
+        and interrupted_start(outcome)
+    )
 
 
 def _why(answer: Answer) -> str:
@@ -849,9 +876,12 @@ def _crafted_malformed(outcomes: list[RunOutcome], stats: dict[str, Any]) -> Che
     declined with the reason, the task told so; every run ended."""
     check = Check(CRAFTED_MALFORMED)
     refused_reports: list[str] = []
-    declined = 0
+    declined = interrupted = 0
     for outcome in outcomes:
         tag = _tag(outcome)
+        if _interrupted(outcome):
+            interrupted += 1
+            continue
         if outcome.plan.kind.endswith("-mcp"):
             problems = _mcp_declined(tag, outcome, stats)
             declined += not problems
@@ -859,12 +889,15 @@ def _crafted_malformed(outcomes: list[RunOutcome], stats: dict[str, Any]) -> Che
             problems, answers = _report_refused(tag, outcome, stats)
             refused_reports += answers
         check.violations += problems
+    if outcomes and not refused_reports and not declined:
+        check.violations.append("no malformed question was asked (not exercised)")
     check.attempts = len(refused_reports) + declined
     purges = sum(1 for o in outcomes if o.plan.kind.endswith("-purge"))
     check.outcome = (
         f"{len(outcomes)} runs ({_tally(o.plan.kind.split('-', 2)[2] for o in outcomes)}): our "
         f"tool's questions answered {_tally(refused_reports)} ({purges} purges); MCP tasks' "
-        f"questions refused and declined with the reason {declined}; {_ended(outcomes)}"
+        f"questions refused and declined with the reason {declined}, starts interrupted "
+        f"(outcome unknown, no question) {interrupted}; {_ended(outcomes)}"
     )
     return check
 
@@ -992,8 +1025,7 @@ def _store_outage(outcomes: list[RunOutcome], seen: StoreOutageSeen, blobs: str)
     budget = old_model_budget()
     tries: list[int] = []
     waited: list[float] = []
-    shown = 0
-    attempts = 0
+    shown = shown_tries = attempts = 0
     requests = turns = 0
     for outcome in outcomes:
         tag = _tag(outcome)
@@ -1001,7 +1033,8 @@ def _store_outage(outcomes: list[RunOutcome], seen: StoreOutageSeen, blobs: str)
         backs = [m for s in steps if (m := _STORE_BACK.search(s.detail))]
         tries += [int(m.group(2)) for m in backs]
         waited += [_seconds(m.group(1)) for m in backs]
-        shown += bool(outcome.facts.get("status showed the outage"))
+        shown += "outage tries shown" in outcome.facts
+        shown_tries = max(shown_tries, int(outcome.facts.get("outage tries shown", 0)))
         attempts = max(attempts, int(outcome.facts.get("model call attempt", 0)))
         if outcome.plan.kind == "store-model-call" and outcome.state is not None:
             asked, calls = _model_requests(outcome)
@@ -1029,8 +1062,8 @@ def _store_outage(outcomes: list[RunOutcome], seen: StoreOutageSeen, blobs: str)
         f"{seen.blobs_before - seen.blobs_lost} of {seen.blobs_before} blobs kept); old model "
         f"retry budget {budget:.0f}s; tries that met it {sum(tries)} (at most {max(tries, default=0)} "
         f"a run), waited out up to {max(waited, default=0):.0f}s; status showed it for {shown} "
-        f"runs (model call attempt up to {attempts}); model requests {requests} for {turns} "
-        f"calls over the wire; {_ended(outcomes)}"
+        f"runs (up to {shown_tries} tries; a model call's attempt up to {attempts}); model "
+        f"requests {requests} for {turns} calls over the wire; {_ended(outcomes)}"
     )
     return check
 
