@@ -303,6 +303,10 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
         ('["EMEA"]', "argument --accept: a JSON object is needed"),
         ('"EMEA"', "argument --accept: a JSON object is needed"),
         ("null", "argument --accept: a JSON object is needed"),
+        # Numbers JSON cannot keep: taken, they would reach the job as null.
+        ('{"rows": NaN}', "argument --accept: not JSON: NaN is not a JSON number"),
+        ('{"rows": -Infinity}', "argument --accept: not JSON: -Infinity is not a JSON number"),
+        ('{"rows": 1e999}', "argument --accept: not JSON: 1e999 is beyond a double's range"),
     ],
 )
 async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
