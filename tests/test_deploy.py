@@ -21,7 +21,14 @@ import pytest
 import yaml
 
 from tests.helpers import eventually
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS, Services
+from tests.rigs import (
+    EXPORT_TASK,
+    EXPORT_TOOLS,
+    REFUND_TASK,
+    REFUND_TOOLS,
+    Services,
+    service_port,
+)
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
@@ -153,10 +160,33 @@ def test_the_dashboard_is_well_formed() -> None:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """`make up`'s worker, gateway, demo systems and dev server, serving the demo and the
-    purge's scripts, with the worker's metrics on (a free port)."""
+    purge's scripts, with the worker's metrics on (a free port), and the dev server's HTTP API
+    and metrics on ports of their own."""
     state = tmp_path_factory.mktemp("deploy")
-    with Services(state, {"WAITSTATE_APPS": APPS}).up() as running:
+    env: dict[str, str | None] = {
+        "WAITSTATE_APPS": APPS,
+        "TEMPORAL_HTTP_PORT": str(service_port()),
+        "TEMPORAL_METRICS_PORT": str(service_port()),
+    }
+    with Services(state, env).up() as running:
         yield running
+
+
+async def test_make_up_serves_the_dev_servers_http_api_and_metrics_where_told(
+    services: Services,
+) -> None:
+    http_port, metrics_port = (
+        services.env["TEMPORAL_HTTP_PORT"],
+        services.env["TEMPORAL_METRICS_PORT"],
+    )
+    async with httpx.AsyncClient(timeout=10) as http:
+        namespaces = await http.get(f"http://127.0.0.1:{http_port}/api/v1/namespaces")
+        metrics = await http.get(f"http://127.0.0.1:{metrics_port}/metrics")
+
+    assert namespaces.status_code == 200, namespaces.text
+    assert "default" in {n["namespaceInfo"]["name"] for n in namespaces.json()["namespaces"]}
+    assert metrics.status_code == 200
+    assert "# TYPE " in metrics.text
 
 
 def _exported(text: str) -> set[str]:
