@@ -367,17 +367,13 @@ async def cmd_status(
         print(_retry_line(retry))
     if status.unanswered is not None:
         _print_unanswered(status.unanswered, state)
-        if state.status in ("running", "waiting"):
-            print(f"web ui: {settings.run_url(args.run_id)}")
-            return 0
+        print(f"web ui: {settings.run_url(args.run_id)}")
+        return 0
     if state.agent is not None:
         print(f"agent: {state.agent}")
     print(f"task: {state.task}")
     print(f"model: {state.model}; turns {state.turns}; tool calls {state.tool_calls}")
-    print(
-        f"usage: {state.usage.model_calls} model calls, "
-        f"{state.usage.input_tokens} input + {state.usage.output_tokens} output tokens"
-    )
+    print(_usage_line(state))
     if state.constraints:
         print(f"constraints: {_line('; '.join(state.constraints))}")
     if state.completed:
@@ -1049,8 +1045,8 @@ def _step_line(step: Step) -> str:
 
 
 def _print_unanswered(unanswered: Unanswered, state: RunState) -> None:
-    """What Temporal alone knows of a run no worker answered for (`status` prints the rest of
-    an ended run's outcome after it)."""
+    """What Temporal alone knows of a run no worker answered for: what it was started with,
+    when, and what it waits for, or how it ended."""
     print(
         f"no worker answered its status query ({_line(unanswered.reason)}): this is what "
         "Temporal alone knows"
@@ -1060,7 +1056,13 @@ def _print_unanswered(unanswered: Unanswered, state: RunState) -> None:
     print(f"task: {_line(state.task) or '(unknown)'}")
     print(f"model: {state.model or '(unknown)'}")
     print(f"started: {_when(unanswered.started)}; ended: {_when(unanswered.closed)}")
-    if unanswered.closed is not None:
+    if unanswered.closed is not None:  # how it ended, from its history
+        print(f"turns {state.turns}; tool calls {state.tool_calls}")
+        print(_usage_line(state))
+        if state.final_output is not None:
+            print(f"answer: {state.final_output}")
+        if state.error:
+            print(f"error: {_line(state.error)}")
         return
     waiting = unanswered.waiting_for or "none"
     until = f", until {_when(unanswered.wait_expires_at)}" if unanswered.wait_expires_at else ""
@@ -1086,6 +1088,14 @@ def _unanswered_json(unanswered: Unanswered | None) -> dict[str, Any] | None:
 
 def _when(moment: datetime | None, absent: str | None = "-") -> str | None:
     return moment.isoformat() if moment is not None else absent
+
+
+def _usage_line(state: RunState) -> str:
+    usage = state.usage
+    return (
+        f"usage: {usage.model_calls} model calls, "
+        f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
+    )
 
 
 def _print_outcome(state: RunState) -> None:

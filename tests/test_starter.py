@@ -290,8 +290,12 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert (status.code, status.stderr) == (0, "")
     lines = status.stdout.splitlines()
     assert lines[0] == f"run {run_id}: completed"
+    assert lines[1].startswith("no worker answered its status query (")
+    assert lines[2:4] == ["task: hello", "model: scripted:echo"]
+    assert re.fullmatch(r"started: 20\S+; ended: 20\S+", lines[4])
     assert "usage: 1 model calls, " in status.stdout
     assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
+    assert status.stdout.count("task: ") == 1
 
 
 @pytest.mark.parametrize(
