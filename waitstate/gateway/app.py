@@ -70,6 +70,9 @@ _SCHEMA_REF = "#/components/schemas/{model}"
 # signature. Any run of 40 base64url characters or more (ids here are shorter: a request id is
 # a 36-character UUID), or a start of the claims, is taken for one or a piece of one.
 _TOKENISH = re.compile(r"[A-Za-z0-9_-]{40,}|eyJ[A-Za-z0-9_-]{5,}")
+# What a number that is not finite is spelled with: NaN, Infinity, or one past a double's range
+# (1.8e308: an exponent of three digits, or over 308 digits in a row).
+_MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[eE][+-]?\d{3}|\d{309}")
 _QUERY_VALUE = re.compile(r"([?&][^=\s&#\"']*=)[^\s&#\"']*")
 REDACTED = "[redacted]"
 
@@ -570,6 +573,8 @@ def _non_finite_number(body: bytes) -> str | None:
     """Where the JSON `body` has a number that is not finite (`NaN`, `Infinity`, `-Infinity`,
     or one that overflows a double, as `1e999`), e.g. `result.rows`; None if it has none or is
     not JSON (the model's parse says so)."""
+    if not _MAYBE_NON_FINITE.search(body):
+        return None  # the common case: no walk through the parsed body
     try:
         value = from_json(body, allow_inf_nan=True)
     except ValueError:
