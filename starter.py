@@ -1054,7 +1054,8 @@ def _print_unanswered(unanswered: Unanswered, state: RunState) -> None:
     if state.agent is not None:
         print(f"agent: {state.agent}")
     print(f"task: {_line(state.task) or '(unknown)'}")
-    print(f"model: {state.model or '(unknown)'}")
+    model = state.model or ("the agent's" if state.agent else "(unknown)")
+    print(f"model: {model}")
     print(f"started: {_when(unanswered.started)}; ended: {_when(unanswered.closed)}")
     if unanswered.closed is not None:  # how it ended, from its history
         print(f"turns {state.turns}; tool calls {state.tool_calls}")

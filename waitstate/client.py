@@ -504,7 +504,10 @@ class WaitstateClient:
             else:
                 state = await self.outcome(run_id)
             if (started := await self.started_input(run_id)) is not None:
-                given = {"task": started.task, "agent": started.agent, "model": started.model}
+                # An agent's own model is the worker's to fill in: unknown here unless given.
+                own = started.agent is not None and "model" not in (started.agent_overrides or ())
+                model = "" if own else started.model
+                given = {"task": started.task, "agent": started.agent, "model": model}
                 state = state.model_copy(update=given)
             unanswered = Unanswered(
                 reason=err.reason,
