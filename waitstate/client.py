@@ -91,7 +91,7 @@ RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
 # of the original as its cause.
 FAILURE_TOO_LARGE = "Failure exceeds size limit."
 AGENT_RUNS = f'WorkflowType = "{AgentRunWorkflow.__name__}"'
-FAILED_STATUSES = ("failed", "approval_expired")
+FAILED_STATUSES = ("failed", "approval_expired", "output_invalid")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TIMED_OUT,
@@ -516,6 +516,7 @@ class WaitstateClient:
             tool_calls=result.tool_calls,
             usage=result.usage,
             final_output=result.final_output,
+            rejected_output=result.rejected_output,
         )
 
     async def follow(
@@ -874,7 +875,9 @@ def _ended(state: RunState | None, outcome: RunState) -> RunState:
     ended."""
     if state is None:
         return outcome
-    update = {"status": outcome.status, "error": outcome.error}
+    update: dict[str, object] = {"status": outcome.status, "error": outcome.error}
+    if outcome.rejected_output is not None:
+        update["rejected_output"] = outcome.rejected_output
     return state.model_copy(update={**update, "final_output": outcome.final_output})
 
 

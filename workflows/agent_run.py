@@ -137,7 +137,7 @@ class AgentRunWorkflow:
                 if self._continuation.due() or not await self._ops.report():
                     await self._continue_as_new(answer)
                 answer = None
-            return await self._finish("max_turns", None)
+            return await self._finish(self._out_of_turns(), None)
         except ApprovalExpired as expired:
             self._state.error = str(expired)
             return await self._finish("approval_expired", None)
@@ -280,6 +280,12 @@ class AgentRunWorkflow:
             self._memory.unsent.append(
                 Message(role="user", content=OUTPUT_INVALID.format(errors=response.output_error))
             )
+            if self._versions.hardened:
+                self._state.rejected_output = ledger.rejected_output(
+                    turn, reply.content, response.output_error
+                )
+        elif self._versions.hardened and not reply.tool_calls:
+            self._state.rejected_output = None  # an answer that validated
         ledger.step(self._state, "model", self._input.model, detail)
         return reply
 
@@ -407,6 +413,16 @@ class AgentRunWorkflow:
 
     # --- the end: an answer, or a new run to go on in ---------------------------------------
 
+    def _out_of_turns(self) -> RunStatus:
+        """How a run that used its turns ends: `output_invalid` (runs from HARDENED on) when
+        its last turn's answer was refused by the agent's output type, saying why; else
+        `max_turns`."""
+        rejected = self._state.rejected_output
+        if not self._versions.hardened or rejected is None or rejected.turn != self._state.turns:
+            return "max_turns"
+        self._state.error = ledger.output_never_valid(self._state.turns, rejected)
+        return "output_invalid"
+
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -419,6 +435,7 @@ class AgentRunWorkflow:
             tool_calls=self._state.tool_calls,
             usage=self._state.usage,
             error=self._state.error,
+            rejected_output=self._state.rejected_output if status == "output_invalid" else None,
         )
 
     async def _continue_as_new(

@@ -13,10 +13,17 @@ from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 from waitstate.schemas.questions import InputRequest
 
 RunStatus = Literal[
-    "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+    "max_turns",
+    "approval_expired",
+    "output_invalid",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"completed", "failed", "cancelled", "max_turns", "approval_expired"}
+    {"completed", "failed", "cancelled", "max_turns", "approval_expired", "output_invalid"}
 )
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -107,6 +114,15 @@ class Checkpoint(BaseModel):
     remaining: str
 
 
+class RejectedOutput(BaseModel):
+    """A final answer that did not validate against the agent's output type: sent back to the
+    model with the errors; a run whose last answer was one ends `output_invalid`."""
+
+    turn: int
+    answer: str = Field(description="The model's answer as it gave it (its start, if long).")
+    errors: str = Field(description="Why it did not validate, one problem after another.")
+
+
 class Step(BaseModel):
     """One line of a run's progress: a model turn or a tool call, as it happened."""
 
@@ -147,6 +163,11 @@ class RunState(BaseModel):
         default_factory=dict, description="Questions its operations' jobs asked, by question id."
     )
     final_output: str | None = None
+    rejected_output: RejectedOutput | None = Field(
+        default=None,
+        description="The latest answer refused by the agent's output type, while no later "
+        "answer validated (a run that ends `output_invalid` keeps it).",
+    )
     error: str | None = None
 
 
@@ -159,6 +180,9 @@ class RunResult(BaseModel):
     tool_calls: int
     usage: Usage
     error: str | None = Field(default=None, description="Why the run ended, if not by answering.")
+    rejected_output: RejectedOutput | None = Field(
+        default=None, description="Set when the run ended `output_invalid`: its last answer."
+    )
 
 
 class ModelCallInput(BaseModel):
