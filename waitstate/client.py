@@ -590,8 +590,9 @@ class WaitstateClient:
 
     async def waiting_for_people(self) -> Pending:
         """The open approval requests, and the open questions for a person, of runs waiting
-        for one (`WaitingFor` is `approval` or `input`: a run waiting on both shows the later
-        wait); runs whose worker does not answer are left out.
+        for one (`WaitingFor` is `approval` or `input`: a person's question or approval
+        outranks a job's webhook or poll, in runs from agent-run-5 on); runs whose worker does
+        not answer are left out.
 
         Raises:
             TemporalFailed: the listing failed.

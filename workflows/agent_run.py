@@ -92,7 +92,7 @@ class AgentRunWorkflow:
         )
         self._versions = versions = Versions.of_this_run()
         self._memory = Memory(input, self._state, versions)
-        self._board = StatusBoard(self._state, self._memory)
+        self._board = StatusBoard(self._state, self._memory, versions)
         self._continuation = Continuation(input, self._state, self._memory, versions)
         self._inputs = InputDesk(
             self._state, versions, self._board, end=lambda op, why: self._ops.end(op, why)
