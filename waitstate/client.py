@@ -484,7 +484,20 @@ class WaitstateClient:
                 state = RunState(status=status, error="no worker answered; details unavailable")
             else:
                 state = await self.outcome(run_id)
-        return RunStatus(state, _retries(description))
+        retrying = _retries(description)
+        outage = state.store_outage
+        if outage is not None and not any(r.call == outage.call for r in retrying):
+            # Tried again by the run itself (no activity is retrying between its tries).
+            retrying.append(
+                Retry(
+                    outage.call,
+                    "",
+                    outage.tries + 1,
+                    None,
+                    f"{outage.error} (since {outage.since})",
+                )
+            )
+        return RunStatus(state, retrying)
 
     async def outcome(self, run_id: str) -> RunState:
         """Wait for the run to end and return how it ended, from its history alone (no worker

@@ -133,7 +133,15 @@ class StatusBoard:
         asked (its checkpoint call still in flight when the question came) hid.
         """
         if not self._waits:
-            return "none", ""
+            outage = self._state.store_outage if self._versions.hardened else None
+            if outage is None:
+                return "none", ""
+            # Not a wait for anyone: the run works on as soon as the store is back.
+            return "none", (
+                f"blob store unavailable since {outage.since.strftime('%H:%M:%S UTC')}: "
+                f"{outage.error}; {outage.call} tried again at "
+                f"{outage.next_try_at.strftime('%H:%M:%S UTC')}"
+            )
         latest = self._waits[-1]
         if not self._versions.hardened:
             return latest.kind, latest.details

@@ -8,7 +8,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
-from waitstate.schemas.messages import Message, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 from waitstate.schemas.questions import InputRequest
 
@@ -135,6 +135,16 @@ class Step(BaseModel):
     is_error: bool = False
 
 
+class StoreOutage(BaseModel):
+    """The blob store is unavailable and a call waits for it (runs from agent-run-5 on)."""
+
+    call: str = Field(description="What waits, e.g. `model call`.")
+    since: datetime
+    tries: int = Field(description="Calls that met the outage so far.")
+    error: str = Field(description="The store's latest error.")
+    next_try_at: datetime
+
+
 class RunState(BaseModel):
     """Where a run is: returned by the `status` query and, once closed, by the CLI."""
 
@@ -167,6 +177,9 @@ class RunState(BaseModel):
         default=None,
         description="The latest answer refused by the agent's output type, while no later "
         "answer validated (a run that ends `output_invalid` keeps it).",
+    )
+    store_outage: StoreOutage | None = Field(
+        default=None, description="Set while a call waits for the blob store to come back."
     )
     error: str | None = None
 
@@ -209,6 +222,29 @@ class ModelCallInput(BaseModel):
     )
     mcp_listing: str | None = Field(
         default=None, description="The run's MCP listing (a blob reference), for MCP tools."
+    )
+    outages_waited_out: bool = Field(
+        default=False,
+        description="The run waits blob store outages out (runs from agent-run-5 on): a "
+        "failure on the store says which attempt met it, and hands back the model's reply.",
+    )
+    answered: ModelResponse | None = Field(
+        default=None,
+        description="The model's reply to this very call, given before the blob store failed "
+        "to keep the conversation: stored now, and the model is not asked again.",
+    )
+
+
+class StoreFailure(BaseModel):
+    """The details of a call that failed on the blob store (`BLOB_STORE_UNAVAILABLE`), for a
+    run that waits the outage out (one whose retry policy does not retry that failure)."""
+
+    attempt: int = Field(
+        description="The attempt that met the outage; those before it failed "
+        "otherwise, and count against the call's own retries."
+    )
+    answered: ModelResponse | None = Field(
+        default=None, description="The model's reply, when it came before the store failed."
     )
 
 
