@@ -97,8 +97,8 @@ class StoreOutages:
             )
             failure = _store_failure(result)
             if failure is None:
-                if tries:
-                    self._over(what, tries)
+                if self._state.store_outage is not None:  # (begun here, or before a continue)
+                    self._over()
                 return result
             details = _details(failure)
             tries += 1
@@ -107,12 +107,12 @@ class StoreOutages:
                 arg = again(arg, details)
                 handed_back = details.answered is not None
             delay = min(STORE_RETRY_FIRST * 2 ** (tries - 1), STORE_RETRY_MAX)
-            self._note(what, failure.message, tries, delay)
+            self._note(what, failure.message, delay)
             if on_outage is not None:
                 await on_outage(arg)
             await workflow.sleep(delay)
 
-    def _note(self, what: str, error: str, tries: int, delay: timedelta) -> None:
+    def _note(self, what: str, error: str, delay: timedelta) -> None:
         now = workflow.now()
         outage = self._state.store_outage
         if outage is None:
@@ -126,13 +126,13 @@ class StoreOutages:
         self._state.store_outage = StoreOutage(
             call=what,
             since=outage.since if outage is not None else now,
-            tries=tries,
+            tries=outage.tries + 1 if outage is not None else 1,
             error=ledger.preview(error, ledger.FAILURE_CHARS),
             next_try_at=now + delay,
         )
         self._show()
 
-    def _over(self, what: str, tries: int) -> None:
+    def _over(self) -> None:
         outage = self._state.store_outage
         if outage is not None:
             lasted = workflow.now() - outage.since
@@ -140,7 +140,7 @@ class StoreOutages:
                 self._state,
                 "event",
                 "blob store",
-                f"back after {lasted} ({tries} tries of the {what} met the outage)",
+                f"back after {lasted} ({outage.tries} tries of the {outage.call} met the outage)",
             )
         self._state.store_outage = None
         self._show()

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import eventually, make_worker, replays, scheduled_activities
 from waitstate import tool
 from waitstate.client import RunStatus, WaitstateClient
-from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult
+from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.run import CANCEL_OPERATION
 from waitstate.settings import Settings
@@ -42,6 +42,7 @@ HISTORIES = {
     "read-only": "blob_store_outage_reply_in_hand",
     "unreachable": "blob_store_outage_unreachable",
 }
+CONTINUED = "blob_store_outage_continued_as_new"  # the last run of the chain
 # Longer than a failure's 4 KB that Temporal keeps for a retrying activity: the reply handed
 # back to the run must come through whole.
 LONG_REPLY = "The export runs; meanwhile I noted: " + "x" * 6000
@@ -89,16 +90,28 @@ class Store:
         self.away.rename(self.taken)
 
 
-@pytest.mark.parametrize("outage", ["read-only", "unreachable"])
-async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
-    time_skipping_env: WorkflowEnvironment,
+@dataclass
+class Outcome:
+    """What a run through an outage did, and what people saw of it meanwhile."""
+
+    result: RunResult
+    state: RunState
+    during: RunStatus
+    activities: list[str]
+
+
+async def _through_an_outage(
+    env: WorkflowEnvironment,
     task_queue: str,
     wire: WireServer,
-    tmp_path: Path,
-    outage: Outage,
-) -> None:
-    store = Store(tmp_path / "blobs", outage)
-    jobs = Jobs()
+    store: Store,
+    jobs: Jobs,
+    history: str,
+    continue_after: int | None = None,
+) -> Outcome:
+    """A run that starts a job, takes the store away (a tool of its own), then calls the model
+    while the store is out; the store comes back once `status` shows the model call tried more
+    often than its retries allow (or, with `continue_after`, tried in a continued run)."""
 
     @tool
     async def storage_goes_down() -> str:
@@ -114,7 +127,9 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
             backend=jobs,
             completion="poll",
             mode="handle",
-            poll_interval=timedelta(minutes=1),
+            # A minute: one check per attempt, retried (no activity held); a second in real
+            # time, checked by one heartbeating activity.
+            poll_interval=timedelta(seconds=60 if continue_after is None else 1),
             eta=timedelta(minutes=1),
         ),
     )
@@ -128,7 +143,7 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
     settings = Settings(
         blob_dir=store.root, openai_base_url=wire.openai_base_url, openai_api_key="test-key"
     )
-    client = time_skipping_env.client
+    client = env.client
     async with make_worker(
         client, task_queue, tools=[export, storage_goes_down], settings=settings
     ):
@@ -140,25 +155,27 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
                 tools=["start_export", "storage_goes_down"],
                 # The wait for the job is never long enough to rebuild the model's context.
                 rebuild_after=timedelta(days=1),
+                continue_as_new_after_events=continue_after,
             ),
             id=f"run-{uuid.uuid4()}",
             task_queue=task_queue,
         )
-
         waitstate = WaitstateClient(client, task_queue=task_queue)
 
-        async def past_the_old_budget() -> RunStatus | None:
+        async def long_enough() -> RunStatus | None:
             shown = await waitstate.status(handle.id)
             if shown.state.status in TERMINAL_STATUSES:
                 raise AssertionError(f"the run ended {shown.state.status}: {shown.state.error}")
             tries = [r.attempt for r in shown.retrying if r.call == "model call"]
+            if continue_after is not None:
+                return shown if shown.state.continued_as_new and tries else None
             return shown if max(tries, default=0) > MODEL_RETRY.maximum_attempts else None
 
         # The time-skipping server skips time only while a result is awaited.
         ended = asyncio.create_task(handle.result())
         try:
             # As `status` shows it: tried again by the run, or (the reply in hand) by Temporal.
-            during = await eventually(past_the_old_budget, "more tries than the model's retries")
+            during = await eventually(long_enough, "the outage to last long enough")
             store.come_back()
             jobs.done = True
             result = await ended
@@ -166,8 +183,14 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
             ended.cancel()
         state = await handle.query(AgentRunWorkflow.status)
         activities = await scheduled_activities(handle)
-        await replays(handle, HISTORIES[outage])
+        await replays(handle, history)
+    return Outcome(result, state, during, activities)
 
+
+def _check(outcome: Outcome, wire: WireServer, jobs: Jobs) -> None:
+    """The run went on once the store was back: the model asked once per turn, the job never
+    cancelled, the outage shown while it lasted and noted in the steps."""
+    result, state, during = outcome.result, outcome.state, outcome.during
     assert result.status == "completed", result.error
     assert result.final_output == "all done"
     # Once per turn: the reply to turn 2 given before the store failed was kept, not asked again.
@@ -176,18 +199,55 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
     turn_3 = wire.requests[2].body["messages"]
     assert any(m["role"] == "assistant" and m.get("content") == LONG_REPLY for m in turn_3)
     assert (jobs.started, jobs.cancelled) == (1, 0)
-    assert CANCEL_OPERATION not in activities
+    assert CANCEL_OPERATION not in outcome.activities
+    [op] = state.operations.values()
+    assert op.status == "succeeded"
     # What people saw meanwhile, and after.
     assert during.state.status == "running" and during.state.store_outage is not None
     assert during.state.store_outage.call == "model call"
     assert "blob store unavailable" in during.state.store_outage.error
     [retry] = during.retrying
-    assert retry.call == "model call" and retry.attempt > MODEL_RETRY.maximum_attempts
-    assert "blob store unavailable" in retry.last_error
+    assert retry.call == "model call" and "blob store unavailable" in retry.last_error
     events = [s.detail for s in state.steps if s.name == "blob store"]
     assert len(events) == 2
     assert events[0].startswith("unavailable: blob store unavailable: the directory store")
     assert events[1].startswith("back after")
     assert state.store_outage is None
-    [op] = state.operations.values()
-    assert op.status == "succeeded"
+
+
+@pytest.mark.parametrize("outage", ["read-only", "unreachable"])
+async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
+    time_skipping_env: WorkflowEnvironment,
+    task_queue: str,
+    wire: WireServer,
+    tmp_path: Path,
+    outage: Outage,
+) -> None:
+    jobs = Jobs()
+    store = Store(tmp_path / "blobs", outage)
+
+    outcome = await _through_an_outage(
+        time_skipping_env, task_queue, wire, store, jobs, HISTORIES[outage]
+    )
+
+    _check(outcome, wire, jobs)
+    assert outcome.during.retrying[0].attempt > MODEL_RETRY.maximum_attempts
+    assert outcome.state.continued_as_new == 0
+
+
+async def test_an_outage_that_outgrows_the_history_goes_on_in_a_continued_run(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, tmp_path: Path
+) -> None:
+    # On the dev server, in real time (a few seconds of the run's backoff): the time-skipping
+    # server does not move a run continued as new along.
+    jobs = Jobs()
+    store = Store(tmp_path / "blobs", "unreachable")
+
+    outcome = await _through_an_outage(
+        dev_env, task_queue, wire, store, jobs, CONTINUED, continue_after=60
+    )
+
+    _check(outcome, wire, jobs)
+    assert outcome.state.continued_as_new >= 1
+    # The outage carried over: its tries counted on from the first run's.
+    assert outcome.during.retrying[0].attempt > 2
