@@ -416,6 +416,7 @@ async def cmd_status(
         print(_step_line(step))
     if state.final_output is not None:
         print(f"answer: {state.final_output}")
+    _print_rejected(state)
     if state.error:
         print(f"error: {_line(state.error)}")
     print(f"web ui: {settings.run_url(args.run_id)}")
@@ -1120,8 +1121,16 @@ def _print_outcome(state: RunState) -> None:
     )
     if state.final_output is not None:
         print(f"answer: {state.final_output}")
+    _print_rejected(state)
     if state.error:
         print(f"error: {_line(state.error)}")
+
+
+def _print_rejected(state: RunState) -> None:
+    """The last answer the agent's output type refused, while no later one validated."""
+    if (rejected := state.rejected_output) is not None:
+        print(f"rejected answer (turn {rejected.turn}): {rejected.answer}")
+        print(f"  why: {rejected.errors}")
 
 
 def _print_json(value: Any) -> None:

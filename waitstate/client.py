@@ -99,7 +99,7 @@ FAILURE_TOO_LARGE = "Failure exceeds size limit."
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
 PROGRESS_CHARS = 500
 AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
-FAILED_STATUSES = ("failed", "approval_expired")
+FAILED_STATUSES = ("failed", "approval_expired", "output_invalid")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TIMED_OUT,
@@ -538,7 +538,20 @@ class WaitstateClient:
             )
             return RunStatus(state, _retries(description), unanswered)
         state = await self._with_progress(state, description)
-        return RunStatus(state, _retries(description))
+        retrying = _retries(description)
+        outage = state.store_outage
+        if outage is not None and not any(r.call == outage.call for r in retrying):
+            # Tried again by the run itself (no activity is retrying between its tries).
+            retrying.append(
+                Retry(
+                    outage.call,
+                    "",
+                    outage.tries + 1,
+                    None,
+                    f"{outage.error} (since {outage.since})",
+                )
+            )
+        return RunStatus(state, retrying)
 
     async def started_input(self, run_id: str) -> RunInput | None:
         """What the run (its latest in a chain of continue-as-new) was started with, from its
@@ -590,6 +603,7 @@ class WaitstateClient:
             tool_calls=result.tool_calls,
             usage=result.usage,
             final_output=result.final_output,
+            rejected_output=result.rejected_output,
         )
 
     async def follow(
@@ -668,8 +682,9 @@ class WaitstateClient:
 
     async def waiting_for_people(self) -> Pending:
         """The open approval requests, and the open questions for a person, of runs waiting
-        for one (`WaitingFor` is `approval` or `input`: a run waiting on both shows the later
-        wait); runs whose worker does not answer are left out.
+        for one (`WaitingFor` is `approval` or `input`: a person's question or approval
+        outranks a job's webhook or poll, in runs from agent-run-5 on); runs whose worker does
+        not answer are left out.
 
         Raises:
             TemporalFailed: the listing failed.
@@ -1003,7 +1018,9 @@ def _ended(state: RunState | None, outcome: RunState) -> RunState:
     ended."""
     if state is None:
         return outcome
-    update = {"status": outcome.status, "error": outcome.error}
+    update: dict[str, object] = {"status": outcome.status, "error": outcome.error}
+    if outcome.rejected_output is not None:
+        update["rejected_output"] = outcome.rejected_output
     return state.model_copy(update={**update, "final_output": outcome.final_output})
 
 
