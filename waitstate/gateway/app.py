@@ -27,7 +27,6 @@ log prints the query string).
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from waitstate.gateway.tokens import (
     question_subject,
 )
 from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
-from waitstate.schemas.operations import Completion, OperationStatus
+from waitstate.schemas.operations import Completion, OperationStatus, non_finite_at
 from waitstate.schemas.questions import AnswerBody, QuestionStatus
 
 log = logging.getLogger(__name__)
@@ -588,16 +587,7 @@ def _non_finite_number(body: bytes) -> str | None:
         value = from_json(body, allow_inf_nan=True)
     except ValueError:
         return None
-    pending: list[tuple[str, Any]] = [("body", value)]
-    while pending:
-        where, item = pending.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return where.removeprefix("body.")
-        if isinstance(item, dict):
-            pending.extend((f"{where}.{key}", child) for key, child in item.items())
-        elif isinstance(item, list):
-            pending.extend((f"{where}.{index}", child) for index, child in enumerate(item))
-    return None
+    return non_finite_at(value)
 
 
 def redact(text: str) -> str:
