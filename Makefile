@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install the project with its dev tools
 
+# `make up` takes its ports from the environment or the command line, e.g.
+# make up TEMPORAL_HTTP_PORT=7243 TEMPORAL_METRICS_PORT=7244: TEMPORAL_ADDRESS (127.0.0.1:7233),
+# TEMPORAL_UI_PORT (8233), TEMPORAL_HTTP_PORT and TEMPORAL_METRICS_PORT (the dev server's HTTP
+# API and /metrics; free ports when unset), GATEWAY_PORT (8787), DEMO_SYSTEMS_URL (:8790).
 up: $(STAMP)  ## start Temporal (Web UI :8233), demo systems, worker and gateway, in the background
 	$(PY) scripts/services.py up
 

@@ -17,6 +17,10 @@ python starter.py cleanup --schedule [--every 24h] [--retention 7d]   # ... dail
 Each command is rendering over `waitstate.client.WaitstateClient`, which does the work. Agent,
 tool and model names are checked against the apps of `--app` and WAITSTATE_APPS (the demo app
 when neither names one), or, where those are not importable here, by the worker.
+
+Most of what it prints comes from outside (jobs' questions, reviewers' names, models' answers,
+tools' errors): control characters in it are printed as escapes (`\\x1b`), never sent raw to the
+terminal, and a field shown on one line stays on one line.
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import Any, NoReturn
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TextIO, cast
+
+from pydantic import ValidationError
 
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID, parse_duration
@@ -45,6 +53,7 @@ from waitstate.client import (
     Retry,
     RunEnded,
     TemporalFailed,
+    Unanswered,
     Unreachable,
     Wait,
     WaitstateClient,
@@ -62,6 +71,17 @@ from waitstate.tracing import SERVICE_STARTER, Tracing, run_span
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
 DEMO_APP = "examples.demo.app:app"
+# The exit status when stdout's reader went away (`status | head -1`): SIGPIPE's, as a shell
+# reports a process that signal ended.
+READER_GONE = 141
+# What a terminal would act on rather than show: C0 and C1 controls and DEL (escape sequences
+# start with ESC or CSI), and the characters that reorder or hide text (bidi embeddings,
+# overrides and isolates, line and paragraph separators). Tab and newline are kept by
+# `_visible`; `_line` escapes newlines too.
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[{_CONTROLS}\n]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
 
 
 class CliError(Exception):
@@ -74,22 +94,73 @@ class CliError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
+    sys.stdout = cast(TextIO, _VisibleText(sys.stdout))
+    sys.stderr = cast(TextIO, _VisibleText(sys.stderr))
     args = _parser().parse_args(argv)
     settings = Settings.from_env()
     tracing = Tracing.from_settings(settings, SERVICE_STARTER)
     try:
         code = asyncio.run(args.command(args, settings, tracing))
     except CliError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_line(str(err))}", file=sys.stderr)
         code = err.code
     except ClientError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_line(str(err))}", file=sys.stderr)
         code = 2 if isinstance(err, Unreachable) else 1
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        code = _reader_gone()
     if tracing is not None:
         tracing.shutdown()
+    try:
+        sys.stdout.flush()  # a pipe's buffer is written here: its reader may be gone by now
+    except BrokenPipeError:
+        code = _reader_gone()
     exit_process(code)
+
+
+class _VisibleText:
+    """A text stream that writes what `_visible` shows: what the CLI prints comes largely from
+    outside, and the terminal must show it, never act on it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(_visible(text))
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty...: the stream's own
+        return getattr(self._stream, name)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _visible(text: str) -> str:
+    """`text` with its control characters as escapes (ESC is `\\x1b`); tabs and newlines
+    kept."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _line(text: str) -> str:
+    """`text` on one line: its newlines and control characters as escapes, so what came from
+    outside cannot pass for lines of the CLI's own."""
+    return _CONTROL_OR_NEWLINE.sub(_escape, text)
+
+
+def _reader_gone() -> int:
+    """Stdout's reader went away (`status | head -1`): say nothing more, and exit as a
+    process that SIGPIPE ended."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, quietly
+    os.close(devnull)
+    return READER_GONE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -218,9 +289,9 @@ async def cmd_run(
     args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
 ) -> int:
     """Start a run (or find the one with that id), then optionally follow it to the end."""
+    run_id = _run_id(args.id)
     run_input = await _run_input(args, settings)
     client = await WaitstateClient.connect(settings, tracing=tracing)
-    run_id = args.id or new_run_id()
     # The root of the run's trace: from its start to its answer, when the CLI waits for it.
     with run_span(tracing, run_id, run_input.agent, run_input.model):
         return await _start_and_follow(args, settings, client, run_input, run_id)
@@ -236,8 +307,14 @@ async def _start_and_follow(
     """`cmd_run` from the start of the run on."""
     started = await client.start(run_input, run_id=run_id)
     url = settings.run_url(run_id)
-    if started.existing and not args.json:
-        print(f"run {run_id} already exists: not starting another", file=sys.stderr)
+    if started.existing:
+        await _check_existing(client, run_id, run_input)
+        if not args.json:
+            following = "; following it" if args.wait else ""
+            print(
+                f"run {run_id} already exists, with this task: not starting another{following}",
+                file=sys.stderr,
+            )
     if not args.wait:
         if args.json:
             _print_json({"run_id": run_id, "existing": started.existing, "url": url})
@@ -255,6 +332,7 @@ async def _start_and_follow(
         _print_json(
             {
                 "run_id": run_id,
+                "existing": started.existing,
                 **state.model_dump(mode="json", exclude={"steps"}),
                 "output": _structured(state),
             }
@@ -274,28 +352,37 @@ async def cmd_status(
     state = status.state
     if args.json:
         retrying = [dataclasses.asdict(retry) for retry in status.retrying]
-        _print_json({"run_id": args.run_id, **state.model_dump(mode="json"), "retrying": retrying})
+        _print_json(
+            {
+                "run_id": args.run_id,
+                **state.model_dump(mode="json"),
+                "retrying": retrying,
+                "worker_answered": status.unanswered is None,
+                "temporal": _unanswered_json(status.unanswered),
+            }
+        )
         return 0
     print(f"run {args.run_id}: {state.status}")
     for retry in status.retrying:
         print(_retry_line(retry))
+    if status.unanswered is not None:
+        _print_unanswered(status.unanswered, state)
+        print(f"web ui: {settings.run_url(args.run_id)}")
+        return 0
     if state.agent is not None:
         print(f"agent: {state.agent}")
     print(f"task: {state.task}")
     print(f"model: {state.model}; turns {state.turns}; tool calls {state.tool_calls}")
-    print(
-        f"usage: {state.usage.model_calls} model calls, "
-        f"{state.usage.input_tokens} input + {state.usage.output_tokens} output tokens"
-    )
+    print(_usage_line(state))
     if state.constraints:
-        print(f"constraints: {'; '.join(state.constraints)}")
+        print(f"constraints: {_line('; '.join(state.constraints))}")
     if state.completed:
         print("completed:")
         for line in state.completed[-20:]:
-            print(f"  - {line}")
+            print(f"  - {_line(line)}")
     pending = [op for op in state.operations.values() if not op.terminal]
     for op in pending:
-        progress = f", progress: {_visible(op.progress)}" if op.progress else ""
+        progress = f", progress: {_line(op.progress)}" if op.progress else ""
         print(
             f"pending operation: {op.operation_id} {op.tool} job {op.job_id} ({op.status}, "
             f"{op.completion}), expires {op.expires_at.isoformat()}{progress}"
@@ -303,15 +390,15 @@ async def cmd_status(
     for request in state.approvals.values():
         if request.open:
             print(
-                f"open approval: {request.request_id} for {request.tool} ({request.reason}), "
-                f"expires {request.expires_at.isoformat()}"
+                f"open approval: {request.request_id} for {request.tool} "
+                f"({_line(request.reason)}), expires {request.expires_at.isoformat()}"
             )
     for question in state.questions.values():
         if question.open:
             who = "the model" if question.policy.answered_by == "model" else "a person"
             print(
                 f"open question: {question.question_id} of {question.operation_id} "
-                f"({question.tool}), for {who}: {question.message}; "
+                f"({question.tool}), for {who}: {_line(question.message)}; "
                 f"expires {question.expires_at.isoformat()}"
             )
     if state.checkpoint is not None:
@@ -329,8 +416,9 @@ async def cmd_status(
         print(_step_line(step))
     if state.final_output is not None:
         print(f"answer: {state.final_output}")
+    _print_rejected(state)
     if state.error:
-        print(f"error: {state.error}")
+        print(f"error: {_line(state.error)}")
     print(f"web ui: {settings.run_url(args.run_id)}")
     return 0
 
@@ -382,7 +470,7 @@ async def cmd_pending(
         print(
             f"{row.run_id}  request {request.request_id}  expires {request.expires_at.isoformat()}"
         )
-        print(f"    {request.reason}")
+        print(f"    {_line(request.reason)}")
         print(f"    python starter.py approve {row.run_id} --request {request.request_id}")
     for asked in pending.questions:
         question = asked.question
@@ -432,7 +520,7 @@ async def cmd_answer(
     of = f" (operation {question.operation_id})" if question else ""
     said = f"question {question_id} of run {args.run_id}{of}: {outcome.status} by {args.responder}"
     if not outcome.delivered:
-        print(f"{said}; the job did not take it: {outcome.reason or 'no reason given'}")
+        print(f"{said}; the job did not take it: {_line(outcome.reason) or 'no reason given'}")
         return 1
     print(f"{said}; the job has it")
     return 0
@@ -548,6 +636,8 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     if a name is unknown. A run without an agent gets every tool of the apps (the demo's when
     none is named) unless --tools says otherwise.
     """
+    if not args.task.strip():
+        raise CliError("the task is empty: say what the agent should do", 2)
     if args.max_turns is not None and args.max_turns < 1:
         raise CliError("--max-turns must be at least 1", 2)
     refs = app_refs(args.app, settings.apps)
@@ -579,7 +669,44 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
-    return RunInput(**fields)
+    try:
+        return RunInput(**fields)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in err.errors()
+        )
+        raise CliError(f"not a valid run: {problems}", 2) from None
+
+
+def _run_id(given: str | None) -> str:
+    """`--id`'s value, checked, or a new id when it is not given.
+
+    Raises:
+        CliError: it is empty, has spaces around it, or control characters in it (code 2).
+    """
+    if given is None:
+        return new_run_id()
+    if not given.strip():
+        raise CliError("--id is empty: give a run id, or leave --id out for a new one", 2)
+    if given != given.strip() or _CONTROL_OR_NEWLINE.search(given):
+        raise CliError(f"--id {given!r} has spaces around it or control characters in it", 2)
+    return given
+
+
+async def _check_existing(client: WaitstateClient, run_id: str, run_input: RunInput) -> None:
+    """A run with this id exists already: following it is what the same command, repeated,
+    means; under another task, its outcome would pass for this task's.
+
+    Raises:
+        CliError: the run was started with another task.
+    """
+    existing = await client.started_input(run_id)
+    if existing is not None and existing.task != run_input.task:
+        raise CliError(
+            f"run {run_id} already exists, with another task ({_preview(existing.task)!r}): "
+            f"not starting a new one; choose another --id (`status {run_id}` shows that run)"
+        )
 
 
 def _apps(refs: Sequence[str], settings: Settings) -> Apps | None:
@@ -793,7 +920,7 @@ async def _attend_approvals(
         if request.request_id not in seen:
             seen[request.request_id] = now
             if not quiet:
-                print(f"  waiting for approval: {request.reason}", flush=True)
+                print(f"  waiting for approval: {_line(request.reason)}", flush=True)
                 print(f"    python starter.py approve {run_id} --request {request.request_id}")
                 print(
                     f"    python starter.py reject {run_id} --request {request.request_id} "
@@ -822,7 +949,7 @@ def _show_progress(state: RunState, shown: dict[str, str]) -> None:
         if op.terminal or not op.progress or shown.get(op.operation_id) == op.progress:
             continue
         shown[op.operation_id] = op.progress
-        print(f"  operation {op.operation_id} ({op.tool}): {_visible(op.progress)}", flush=True)
+        print(f"  operation {op.operation_id} ({op.tool}): {_line(op.progress)}", flush=True)
 
 
 def _show_questions(run_id: str, state: RunState, shown: set[str]) -> None:
@@ -853,13 +980,25 @@ def _how_to_answer(run_id: str, question: InputRequest) -> list[str]:
 def _json_object(text: str) -> dict[str, Any]:
     """`--accept`'s value: a JSON object (argparse reports what else it is as a usage error)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"not JSON: {err}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             f'a JSON object is needed ({{"field": ...}}), not {type(value).__name__}'
         )
+    return value
+
+
+def _not_a_number(name: str) -> float:
+    # Python's JSON takes NaN and Infinity; Temporal's converter would store them as null.
+    raise ValueError(f"{name} is not a JSON number (send a finite number, or a string)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a double's range (send it as a string)")
     return value
 
 
@@ -896,16 +1035,11 @@ def _preview(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else f"{line[: limit - 3]}..."
 
 
-def _visible(text: str) -> str:
-    """A job's text on one line, its control characters shown escaped, never acted on by the
-    terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
-
-
 def _retry_line(retry: Retry) -> str:
     """E.g. `model call retrying: attempt 3 of 8, last error: openai: HTTP 500: ...`."""
     of = f" of {retry.maximum_attempts}" if retry.maximum_attempts else ""
-    return f"{retry.call} retrying: attempt {retry.attempt}{of}, last error: {retry.last_error}"
+    error = _line(retry.last_error)
+    return f"{retry.call} retrying: attempt {retry.attempt}{of}, last error: {error}"
 
 
 def _wait_json(wait: Wait) -> dict[str, Any]:
@@ -921,7 +1055,62 @@ def _wait_json(wait: Wait) -> dict[str, Any]:
 
 def _step_line(step: Step) -> str:
     mark = " (error)" if step.is_error else ""
-    return f"  turn {step.turn:<3} {step.kind:<5} {step.name}{mark}: {step.detail}"
+    return f"  turn {step.turn:<3} {step.kind:<5} {_line(step.name)}{mark}: {_line(step.detail)}"
+
+
+def _print_unanswered(unanswered: Unanswered, state: RunState) -> None:
+    """What Temporal alone knows of a run no worker answered for: what it was started with,
+    when, and what it waits for, or how it ended."""
+    print(
+        f"no worker answered its status query ({_line(unanswered.reason)}): this is what "
+        "Temporal alone knows"
+    )
+    if state.agent is not None:
+        print(f"agent: {state.agent}")
+    print(f"task: {_line(state.task) or '(unknown)'}")
+    model = state.model or ("the agent's" if state.agent else "(unknown)")
+    print(f"model: {model}")
+    print(f"started: {_when(unanswered.started)}; ended: {_when(unanswered.closed)}")
+    if unanswered.closed is not None:  # how it ended, from its history
+        print(f"turns {state.turns}; tool calls {state.tool_calls}")
+        print(_usage_line(state))
+        if state.final_output is not None:
+            print(f"answer: {state.final_output}")
+        if state.error:
+            print(f"error: {_line(state.error)}")
+        return
+    waiting = unanswered.waiting_for or "none"
+    until = f", until {_when(unanswered.wait_expires_at)}" if unanswered.wait_expires_at else ""
+    pending = unanswered.pending_operations or 0
+    print(f"waiting for: {waiting}{until}; pending operations: {pending}")
+    for activity in unanswered.pending_activities:
+        print(f"pending activity: {activity}")
+
+
+def _unanswered_json(unanswered: Unanswered | None) -> dict[str, Any] | None:
+    if unanswered is None:
+        return None
+    return {
+        "reason": unanswered.reason,
+        "started": _when(unanswered.started, None),
+        "closed": _when(unanswered.closed, None),
+        "waiting_for": unanswered.waiting_for,
+        "wait_expires_at": _when(unanswered.wait_expires_at, None),
+        "pending_operations": unanswered.pending_operations,
+        "pending_activities": unanswered.pending_activities,
+    }
+
+
+def _when(moment: datetime | None, absent: str | None = "-") -> str | None:
+    return moment.isoformat() if moment is not None else absent
+
+
+def _usage_line(state: RunState) -> str:
+    usage = state.usage
+    return (
+        f"usage: {usage.model_calls} model calls, "
+        f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
+    )
 
 
 def _print_outcome(state: RunState) -> None:
@@ -932,8 +1121,16 @@ def _print_outcome(state: RunState) -> None:
     )
     if state.final_output is not None:
         print(f"answer: {state.final_output}")
+    _print_rejected(state)
     if state.error:
-        print(f"error: {state.error}")
+        print(f"error: {_line(state.error)}")
+
+
+def _print_rejected(state: RunState) -> None:
+    """The last answer the agent's output type refused, while no later one validated."""
+    if (rejected := state.rejected_output) is not None:
+        print(f"rejected answer (turn {rejected.turn}): {rejected.answer}")
+        print(f"  why: {rejected.errors}")
 
 
 def _print_json(value: Any) -> None:

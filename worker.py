@@ -3,8 +3,9 @@
 python worker.py --app reports.app:app   # or WAITSTATE_APPS=reports.app:app (comma-separated)
 python worker.py                         # the demo app (examples/demo/app.py)
 
-It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE. An app that cannot be
-served (it does not import, a name is taken twice...) stops it at start, with one line.
+It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE. What stops it at start
+(an app that cannot be served: it does not import, a name is taken twice, a tool has no
+description...; Temporal out of reach; a metrics port taken) is said in one line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from temporalio.client import Client
@@ -244,9 +245,15 @@ async def main(argv: Sequence[str] | None = None) -> None:
             bind_address=settings.worker_metrics_address,
             histogram_bucket_overrides=dict.fromkeys(WAIT_HISTOGRAMS, WAIT_BUCKETS_MS),
         )
-        runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+        try:
+            runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+        except ValueError as err:  # "Failed starting Prometheus exporter: Address already in use"
+            _stop_at_start(f"WAITSTATE_WORKER_METRICS {settings.worker_metrics_address}: {err}")
         log.info("metrics on http://%s/metrics", settings.worker_metrics_address)
-    client = await connect(settings, runtime)
+    try:
+        client = await connect(settings, runtime)
+    except RuntimeError as err:  # temporalio's "Failed client connect: ..."
+        _stop_at_start(f"cannot reach Temporal at {settings.temporal_address}: {_first_line(err)}")
     tracing = Tracing.from_settings(settings, SERVICE_WORKER)
     if tracing is not None:
         log.info("traces to %s", settings.otlp_endpoint)
@@ -291,6 +298,17 @@ async def main(argv: Sequence[str] | None = None) -> None:
     if tracing is not None:
         tracing.shutdown()
     log.info("stopped")
+
+
+def _stop_at_start(reason: str) -> NoReturn:
+    """Say why the worker cannot start, in one line, and exit 1 (the SDK's runtime may be up:
+    `exit_process`, not `sys.exit`)."""
+    print(f"worker: {reason}", file=sys.stderr)
+    exit_process(1)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip() or type(err).__name__).splitlines()[0]
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
@@ -13,19 +13,20 @@ from temporalio.exceptions import ApplicationError
 
 from activities.mcp import read_listing
 from waitstate.agents import Agent
-from waitstate.blobs import BlobNotFound, BlobStore
+from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name
 from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
 from waitstate.providers.base import ModelSettings, shorten
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import (
+    BLOB_STORE_UNAVAILABLE,
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
     MODEL_UNAVAILABLE,
     RUN_INPUT_INVALID,
 )
-from waitstate.schemas.run import CALL_MODEL
+from waitstate.schemas.run import CALL_MODEL, StoreFailure
 from waitstate.tools import ToolRegistry
 from waitstate.tools.spec import describe_errors
 from waitstate.tracing import chat_span
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from waitstate.tracing import Tracing
 
 _TRANSCRIPT = TypeAdapter(list[Message])
+T = TypeVar("T")
 
 # Temporal keeps a retrying activity's last failure, stack traces and causes included, in 4 KB
 # (`limit.mutableStateActivityFailureSize.error`); past that, the Web UI and `describe` show
@@ -74,11 +76,16 @@ class ModelActivities:
         `input.new_messages`; the reply comes back with a reference to the conversation
         including it, so the run's history never carries the whole transcript.
 
+        A reply the model gave before the blob store failed to keep it comes back to the run
+        (the failure's `StoreFailure`), which hands it in again as `input.answered`: it is
+        stored then, and the model is not asked twice.
+
         Raises:
             ApplicationError: non-retryable when the request itself is wrong (bad spec, unknown
                 tool, a 4xx the provider will repeat); retryable otherwise (no answer in time,
                 lost connection, 408/409/429/5xx), with the provider's `retry-after` as the next
-                delay. Its message is one line, and names the provider when the call failed.
+                delay; `BLOB_STORE_UNAVAILABLE` when the blob store could not be read or
+                written. Its message is one line, and names the provider when the call failed.
         """
         try:
             provider, model = self._providers.resolve(input.model)
@@ -89,9 +96,30 @@ class ModelActivities:
         except KeyError as err:
             raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
         if input.mcp_listing is not None:
-            listing = await read_listing(self._blobs, input.mcp_listing)
+            listing = await _stored(input, read_listing(self._blobs, input.mcp_listing))
             tools += [listing[n].definition for n in input.tools if n in listing]
-        conversation = await self._conversation(input)
+        conversation = await _stored(input, self._conversation(input))
+        response = input.answered or await self._ask(input, provider, model, tools, conversation)
+        # Content-addressed: a retried or replayed turn names the very same conversation. The
+        # reference travels only between the run and this activity, so it goes bare (the
+        # digest), and the run counts its own model calls: each reply's record in the run's
+        # history is the shorter for both.
+        stored = _TRANSCRIPT.dump_json([*conversation, response.message])
+        ref = await _stored(input, self._blobs.put(stored, activity.info().workflow_id), response)
+        response.transcript_ref = ref.removeprefix(REF_PREFIX)
+        response.usage = response.usage.model_copy(update={"model_calls": 0})
+        return response
+
+    async def _ask(
+        self,
+        input: ModelCallInput,
+        provider: Provider,
+        model: str,
+        tools: list[ToolDefinition],
+        conversation: list[Message],
+    ) -> ModelResponse:
+        """The provider's reply (an agent's final answer checked against its output type),
+        counted in the metrics."""
         agent = self._agents.get(input.agent) if input.agent is not None else None
         settings = None
         if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
@@ -110,14 +138,6 @@ class ModelActivities:
         tokens = meter.create_counter("waitstate_model_tokens", "Model tokens")
         tokens.add(response.usage.input_tokens, {**labels, "direction": "input"})
         tokens.add(response.usage.output_tokens, {**labels, "direction": "output"})
-        # Content-addressed: a retried or replayed turn names the very same conversation. The
-        # reference travels only between the run and this activity, so it goes bare (the
-        # digest), and the run counts its own model calls: each reply's record in the run's
-        # history is the shorter for both.
-        stored = _TRANSCRIPT.dump_json([*conversation, response.message])
-        ref = await self._blobs.put(stored, activity.info().workflow_id)
-        response.transcript_ref = ref.removeprefix(REF_PREFIX)
-        response.usage = response.usage.model_copy(update={"model_calls": 0})
         return response
 
     def _check_output(self, agent_name: str, response: ModelResponse) -> None:
@@ -198,6 +218,31 @@ async def _complete(
         ) from None
     except Exception as err:
         raise _unexpected(provider, err) from None
+
+
+async def _stored(
+    input: ModelCallInput, step: Awaitable[T], answered: ModelResponse | None = None
+) -> T:
+    """A step on the blob store, whose outage fails the attempt as `BLOB_STORE_UNAVAILABLE`
+    (counted in `waitstate_blob_store_errors`). For a run that waits outages out, the failure
+    tells it which attempt met the outage and the model's reply, if `answered` already (not
+    when the run handed the reply in: it has it)."""
+    try:
+        return await step
+    except BlobStoreUnavailable as err:
+        info = activity.info()
+        activity.metric_meter().create_counter(
+            "waitstate_blob_store_errors", "Activity attempts the blob store failed"
+        ).add(1, {"activity": info.activity_type})
+        details = []
+        if input.outages_waited_out and input.answered is None:
+            # A try with the reply in hand is retried by Temporal: nothing to hand back.
+            details = [StoreFailure(attempt=info.attempt, answered=answered)]
+        raise ApplicationError(
+            shorten(f"blob store unavailable: {err}", FAILURE_CHARS),
+            *details,
+            type=BLOB_STORE_UNAVAILABLE,
+        ) from None
 
 
 def _unfenced(text: str) -> str:

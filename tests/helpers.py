@@ -252,6 +252,10 @@ MALFORMED_COMPLETIONS = [
         "invalid_completion",
         "not both",
     ),
+    # Numbers JSON cannot keep: taken, they would be stored as null.
+    (b'{"status": "succeeded", "result": {"rows": NaN}}', "non_finite_number", "result.rows:"),
+    (b'{"status": "succeeded", "result": [1, Infinity]}', "non_finite_number", "result.1:"),
+    (b'{"status": "succeeded", "result": {"t": -1e999}}', "non_finite_number", "result.t:"),
 ]
 
 

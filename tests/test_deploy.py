@@ -21,7 +21,14 @@ import pytest
 import yaml
 
 from tests.helpers import eventually
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS, Services
+from tests.rigs import (
+    EXPORT_TASK,
+    EXPORT_TOOLS,
+    REFUND_TASK,
+    REFUND_TOOLS,
+    Services,
+    service_port,
+)
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
@@ -153,10 +160,33 @@ def test_the_dashboard_is_well_formed() -> None:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """`make up`'s worker, gateway, demo systems and dev server, serving the demo and the
-    purge's scripts, with the worker's metrics on (a free port)."""
+    purge's scripts, with the worker's metrics on (a free port), and the dev server's HTTP API
+    and metrics on ports of their own."""
     state = tmp_path_factory.mktemp("deploy")
-    with Services(state, {"WAITSTATE_APPS": APPS}).up() as running:
+    env: dict[str, str | None] = {
+        "WAITSTATE_APPS": APPS,
+        "TEMPORAL_HTTP_PORT": str(service_port()),
+        "TEMPORAL_METRICS_PORT": str(service_port()),
+    }
+    with Services(state, env).up() as running:
         yield running
+
+
+async def test_make_up_serves_the_dev_servers_http_api_and_metrics_where_told(
+    services: Services,
+) -> None:
+    http_port, metrics_port = (
+        services.env["TEMPORAL_HTTP_PORT"],
+        services.env["TEMPORAL_METRICS_PORT"],
+    )
+    async with httpx.AsyncClient(timeout=10) as http:
+        namespaces = await http.get(f"http://127.0.0.1:{http_port}/api/v1/namespaces")
+        metrics = await http.get(f"http://127.0.0.1:{metrics_port}/metrics")
+
+    assert namespaces.status_code == 200, namespaces.text
+    assert "default" in {n["namespaceInfo"]["name"] for n in namespaces.json()["namespaces"]}
+    assert metrics.status_code == 200
+    assert "# TYPE " in metrics.text
 
 
 def _exported(text: str) -> set[str]:
@@ -407,4 +437,41 @@ def test_the_deployment_doc_names_every_process_and_variable() -> None:
         for variable in service.get("environment", {}):
             if not variable.startswith("GF_"):
                 assert f"`{variable}`" in doc, variable
+    # And what the shell that runs compose may set (ports' addresses included).
+    for variable in re.findall(r"\$\{(\w+)", COMPOSE.read_text()):
+        assert f"`{variable}`" in doc, variable
     assert "deploy/grafana/waitstate.json" in doc
+
+
+def _published(service: dict[str, Any], shell: dict[str, str]) -> list[tuple[str, int, int]]:
+    """A service's published ports as (host address, host port, container port)."""
+    published = []
+    for port in service.get("ports", []):
+        assert isinstance(port, str), f"short syntax, with the host address: {port!r}"
+        parts = _interpolate(port, shell).split(":")
+        if len(parts) == 2:  # no address: Docker publishes it on every interface
+            parts.insert(0, "0.0.0.0")
+        address, host_port, container_port = parts
+        published.append((address, int(host_port), int(container_port)))
+    return published
+
+
+def test_compose_publishes_only_what_must_be_reached_and_on_loopback_by_default() -> None:
+    services = _yaml(COMPOSE)["services"]
+    published = {name: _published(service, COMPOSE_SHELL) for name, service in services.items()}
+    opened = _published(
+        services["gateway"], {**COMPOSE_SHELL, "GATEWAY_PUBLISH_ADDRESS": "0.0.0.0"}
+    )
+
+    # Nothing but the gateway checks who calls: every port is on loopback unless told.
+    assert {address for ports in published.values() for address, _, _ in ports} == {"127.0.0.1"}
+    assert not any(service.get("network_mode") == "host" for service in services.values())
+    # The demo's outbox lists every link's token: not published at all.
+    assert published["systems"] == []
+    assert {port for _, _, port in published["temporal"]} == {7233, 8233}
+    assert published["gateway"] == [("127.0.0.1", 8787, 8787)]
+    # The gateway is what outsiders must reach: one variable publishes it elsewhere.
+    assert opened == [("0.0.0.0", 8787, 8787)]
+    assert published["prometheus"] == [("127.0.0.1", 9090, 9090)]
+    assert published["grafana"] == [("127.0.0.1", 3000, 3000)]
+    assert published["worker"] == []

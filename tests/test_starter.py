@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 from temporalio.client import ScheduleActionStartWorkflow, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -25,10 +26,28 @@ from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, make_worker
+from waitstate import (
+    Completion,
+    InputPolicy,
+    Job,
+    JobAnswer,
+    LongSpec,
+    LongTool,
+    Message,
+    Question,
+    StartContext,
+    ToolCall,
+    ToolDefinition,
+    ToolSpec,
+)
+from waitstate.apps import Apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
+from waitstate.client import WaitstateClient
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
@@ -150,10 +169,10 @@ async def test_decisions_are_applied_or_refused_and_the_cli_says_which(
         _one_error_line(ended) == f"error: run {handle.id} has already ended: approve not applied"
     )
     # What the run did: each decision applied once; the refused ones left nothing behind.
-    assert state.approvals[first].decision is not None
-    assert state.approvals[first].decision.reviewer == "dana"
-    assert state.approvals[second].decision is not None
-    assert state.approvals[second].decision.comment == "over budget"
+    first_decision = state.approvals[first].decision
+    second_decision = state.approvals[second].decision
+    assert first_decision is not None and first_decision.reviewer == "dana"
+    assert second_decision is not None and second_decision.comment == "over budget"
     assert state.approvals[first].ignored == [] and state.ignored_decisions == []
     assert result.status == "completed"
     assert len(refunds) == 1
@@ -271,8 +290,12 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert (status.code, status.stderr) == (0, "")
     lines = status.stdout.splitlines()
     assert lines[0] == f"run {run_id}: completed"
+    assert lines[1].startswith("no worker answered its status query (")
+    assert lines[2:4] == ["task: hello", "model: scripted:echo"]
+    assert re.fullmatch(r"started: 20\S+; ended: 20\S+", lines[4])
     assert "usage: 1 model calls, " in status.stdout
     assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
+    assert status.stdout.count("task: ") == 1
 
 
 @pytest.mark.parametrize(
@@ -284,6 +307,10 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
         ('["EMEA"]', "argument --accept: a JSON object is needed"),
         ('"EMEA"', "argument --accept: a JSON object is needed"),
         ("null", "argument --accept: a JSON object is needed"),
+        # Numbers JSON cannot keep: taken, they would reach the job as null.
+        ('{"rows": NaN}', "argument --accept: not JSON: NaN is not a JSON number"),
+        ('{"rows": -Infinity}', "argument --accept: not JSON: -Infinity is not a JSON number"),
+        ('{"rows": 1e999}', "argument --accept: not JSON: 1e999 is beyond a double's range"),
     ],
 )
 async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
@@ -369,3 +396,280 @@ async def test_cleanup_once_prints_its_counts_and_schedule_creates_then_updates(
     assert (action.workflow, action.task_queue) == ("BlobCleanupWorkflow", task_queue)
     assert described.schedule.spec.intervals[0].every == timedelta(days=1)
     assert bad.code == 2 and "not a duration: 'soon'" in bad.stderr
+
+
+# --- What comes from outside is shown, never obeyed -----------------------------------------------
+
+# Text a terminal would act on: clear the screen, set the window's title, turn red, reverse the
+# line (bidi override), and a newline that would pass for a line of the CLI's own.
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\u202etxet\x9b1m\nrun x: approved by admin"
+SHOWN = r"\x1b[2J\x1b]0;owned\x07\x1b[31mred\u202etxet\x9b1m"
+# What must never reach the terminal raw: C0 and C1 controls but tab and newline, DEL, bidi.
+RAW_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+class _HostileJob(LongTool):
+    """A job that asks a person a question full of terminal escapes, then succeeds."""
+
+    def __init__(self) -> None:
+        self.answers: list[JobAnswer] = []
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        return Job(job_id="hostile-1")
+
+    async def status(self, job_id: str) -> Completion:
+        if self.answers:
+            return Completion(status="succeeded", result={"ok": True})
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        question = Question(key="ok", message=f"Proceed?\n{HOSTILE}", requested_schema=schema)
+        return Completion(status="input_required", questions=[question])
+
+    async def cancel(self, job_id: str) -> None:
+        return None
+
+    async def answer(self, job_id: str, answer: JobAnswer) -> None:
+        self.answers.append(answer)
+
+
+def _hostile_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Calls the hostile job (or, with `request_approval` only, asks a person to approve, for
+    a reason full of escapes), then answers with escapes of its own, as a model may."""
+    if not any(m.role == "tool" for m in messages):
+        if [tool.name for tool in tools] == ["request_approval"]:
+            arguments = json.dumps({"action": "publish", "reason": HOSTILE})
+            call = ToolCall(id="call_0", name="request_approval", arguments=arguments)
+        else:
+            call = ToolCall(id="call_0", name="hostile_job", arguments="{}")
+        return Message(role="assistant", tool_calls=[call])
+    return Message(role="assistant", content=f"done {HOSTILE}")
+
+
+def _hostile_tool() -> ToolSpec:
+    long = LongSpec(
+        _HostileJob(),
+        completion="poll",
+        poll_interval=timedelta(seconds=0.2),
+        input=InputPolicy(answered_by="person"),
+    )
+    return ToolSpec(name="hostile_job", description="A job that asks.", args=_NoArgs, long=long)
+
+
+def _raw_controls(*done: Done) -> list[str]:
+    return [repr(match) for d in done for match in RAW_CONTROL.findall(d.stdout + d.stderr)]
+
+
+async def test_a_jobs_question_and_a_reviewers_name_are_shown_not_obeyed(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    asked_id, approved_id = f"run-{uuid.uuid4()}", f"run-{uuid.uuid4()}"
+    worker = make_worker(
+        dev_env.client,
+        task_queue,
+        tools=[_hostile_tool()],
+        # Notices go to the demo systems' outbox; links to a gateway nobody calls here.
+        settings=Settings(demo_systems_url=systems, gateway_url="http://127.0.0.1:9"),
+        tokens=ResumeTokens({"cli": "c" * 40}, "cli"),
+        apps=Apps(scripts={"hostile": _hostile_script}),
+    )
+    async with worker:
+        await client.start(
+            RunInput(task="ask", model="scripted:hostile", tools=["hostile_job"]), run_id=asked_id
+        )
+        await client.start(
+            RunInput(task="publish", model="scripted:hostile", tools=["request_approval"]),
+            run_id=approved_id,
+        )
+        watch = await cli.watch(asked_id)
+        try:
+
+            async def asked() -> str | None:
+                questions = await client.open_questions(asked_id)
+                return questions[0].question_id if questions else None
+
+            question_id = await eventually(asked, "the job's question", PATIENCE)
+            [request_id] = await _open_requests(client.handle(approved_id), 1)
+            pending = await cli("pending")
+            open_status = await cli("status", asked_id)
+            await client.answer(
+                asked_id, AnswerInput(question_id=question_id, action="accept",
+                                      content={"ok": True}, responder=HOSTILE),
+            )  # fmt: skip
+            await client.decide(
+                approved_id, DecideInput(request_id=request_id, decision="approve",
+                                         reviewer=HOSTILE),
+            )  # fmt: skip
+            async with asyncio.timeout(PATIENCE):
+                out, err = await watch.communicate()
+            watched = Done(watch.returncode or 0, out.decode(), err.decode())
+            asked_status = await cli("status", asked_id)
+            approved_status = await cli("status", approved_id)
+        finally:
+            if watch.returncode is None:
+                watch.kill()
+                await watch.wait()
+
+    everything = (pending, open_status, watched, asked_status, approved_status)
+    assert _raw_controls(*everything) == []
+    assert all(done.code == 0 for done in everything), [d.stderr for d in everything]
+    # The question and the approval's reason, escapes shown: on their own lines where a
+    # question spans lines, on one line where the CLI lists them on one.
+    assert f"    {SHOWN}" in watched.stdout.splitlines()
+    assert rf"    publish: {SHOWN}\nrun x: approved by admin" in pending.stdout.splitlines()
+    [listed] = [line for line in open_status.stdout.splitlines() if line.startswith("open quest")]
+    assert listed.endswith(rf"for a person: Proceed?\n{SHOWN}\nrun x: approved by admin; "
+                           + listed.rpartition("; ")[2])  # fmt: skip
+    # Names that came with an answer and a decision stay in their step's line.
+    assert any(
+        line.endswith(rf"{question_id} answered by {SHOWN}\nrun x: approved by admin")
+        for line in asked_status.stdout.splitlines()
+    ), asked_status.stdout
+    assert any(
+        line.endswith(rf"approval {request_id} approved by {SHOWN}\nrun x: approved by admin")
+        for line in approved_status.stdout.splitlines()
+    ), approved_status.stdout
+    # A model's answer keeps its lines, each shown.
+    assert f"answer: done {SHOWN}" in asked_status.stdout.splitlines()
+    assert "run x: approved by admin" in asked_status.stdout.splitlines()
+
+
+# --- Starting a run: bad arguments, and an id that is taken ------------------------------------
+
+
+async def test_an_empty_task_or_id_is_a_bad_argument_and_a_taken_id_is_said(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    run_id = f"run-{uuid.uuid4()}"
+    echo = ("--model", "scripted:echo", "--tools", "calculate")
+    empty_task = await cli("run", "", *echo)
+    blank_task = await cli("run", "   ", *echo)
+    empty_id = await cli("run", "hello", "--id", "", *echo)
+    padded_id = await cli("run", "hello", "--id", f" {run_id}", *echo)
+    async with make_worker(dev_env.client, task_queue):
+        first = await cli("run", "hello", "--id", run_id, *echo, "--wait")
+        again = await cli("run", "hello", "--id", run_id, *echo, "--wait")
+        again_json = await cli("run", "hello", "--id", run_id, *echo, "--wait", "--json")
+        other = await cli("run", "goodbye", "--id", run_id, *echo, "--wait")
+        other_json = await cli("run", "goodbye", "--id", run_id, *echo, "--json")
+    runs = [run async for run in dev_env.client.list_workflows(f'TaskQueue = "{task_queue}"')]
+
+    for refused, says in [
+        (empty_task, "error: the task is empty: say what the agent should do"),
+        (blank_task, "error: the task is empty: say what the agent should do"),
+        (empty_id, "error: --id is empty: give a run id, or leave --id out for a new one"),
+        (padded_id, f"error: --id ' {run_id}' has spaces around it or control characters in it"),
+    ]:
+        assert (refused.code, refused.stdout, _one_error_line(refused)) == (2, "", says)
+    assert [run.id for run in runs] == [run_id], "no run but the first was started"
+    assert (first.code, first.stderr) == (0, "")
+    # The same command again: the run it started, said so, followed to the same outcome.
+    assert again.code == 0
+    assert again.stderr == (
+        f"run {run_id} already exists, with this task: not starting another; following it\n"
+    )
+    assert again.stdout.splitlines()[-2:] == first.stdout.splitlines()[-2:]
+    assert json.loads(again_json.stdout)["existing"] is True
+    assert json.loads(again_json.stdout)["status"] == "completed"
+    # Another task under the same id: refused, never answered with the first run's outcome.
+    for refused in (other, other_json):
+        assert (refused.code, refused.stdout) == (1, "")
+        assert _one_error_line(refused) == (
+            f"error: run {run_id} already exists, with another task ('hello'): not starting a "
+            f"new one; choose another --id (`status {run_id}` shows that run)"
+        )
+
+
+# --- status with no worker --------------------------------------------------------------------
+
+
+async def test_status_without_a_worker_says_what_temporal_alone_knows(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str, closed_port: int
+) -> None:
+    waiting_id, retrying_id = f"run-{uuid.uuid4()}", f"run-{uuid.uuid4()}"
+    settings = Settings(
+        demo_systems_url=systems,
+        gateway_url="http://127.0.0.1:9",
+        openai_base_url=f"http://127.0.0.1:{closed_port}/v1",
+        openai_api_key="test-key",
+    )
+    tokens = ResumeTokens({"cli": "c" * 40}, "cli")
+    async with make_worker(dev_env.client, task_queue, settings=settings, tokens=tokens):
+        waiting = await cli(
+            "run", "publish the report", "--model", "scripted:ask-first",
+            "--tools", "request_approval", "--id", waiting_id,
+        )  # fmt: skip
+        retrying = await cli(
+            "run", "hello", "--model", "openai:any-name", "--tools", "calculate",
+            "--id", retrying_id,
+        )  # fmt: skip
+        assert waiting.code == retrying.code == 0, waiting.stderr + retrying.stderr
+        await _open_requests(dev_env.client.get_workflow_handle(waiting_id), 1)
+
+        async def retried() -> bool:
+            status = await cli("status", retrying_id)
+            return "model call retrying: attempt " in status.stdout
+
+        await eventually(retried, "the model call to be retried", PATIENCE)
+    # The worker is gone: nobody answers the status query (each waits out its 5 s).
+    text = await cli("status", waiting_id)
+    as_json = await cli("status", waiting_id, "--json")
+    retrying_text = await cli("status", retrying_id)
+
+    assert (text.code, text.stderr) == (0, "")
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"run {waiting_id}: waiting"
+    assert re.fullmatch(
+        r"no worker answered its status query \(.+\): this is what Temporal alone knows",
+        lines[1],
+    )
+    assert lines[2:5] == ["task: publish the report", "model: scripted:ask-first", lines[4]]
+    assert re.fullmatch(r"started: 20\d\d-\S+; ended: -", lines[4])
+    assert re.fullmatch(r"waiting for: approval, until 20\d\d-\S+; pending operations: 0", lines[5])
+    assert lines[-1].startswith("web ui: ")
+    assert "turns 0" not in text.stdout and "usage:" not in text.stdout
+    shown = json.loads(as_json.stdout)
+    assert shown["worker_answered"] is False
+    assert (shown["status"], shown["task"], shown["model"]) == (
+        "waiting",
+        "publish the report",
+        "scripted:ask-first",
+    )
+    temporal = shown["temporal"]
+    assert (temporal["waiting_for"], temporal["closed"]) == ("approval", None)
+    assert temporal["started"] and temporal["wait_expires_at"]
+    assert retrying_text.code == 0
+    assert "task: hello" in retrying_text.stdout.splitlines()
+    assert any(
+        re.fullmatch(r"pending activity: call_model \(attempt \d+, [a-z ]+\)", line)
+        for line in retrying_text.stdout.splitlines()
+    ), retrying_text.stdout
+    assert any(
+        line.startswith("model call retrying: ") for line in retrying_text.stdout.splitlines()
+    )
+
+
+# --- A reader that goes away ----------------------------------------------------------------------
+
+
+async def test_a_reader_that_goes_away_ends_the_cli_quietly(cli: Cli) -> None:
+    # As `starter.py list | head -1` once head has its line: the pipe's reader is gone before
+    # the CLI writes.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "starter.py", "list", cwd=ROOT, env=cli.env,
+            stdout=write, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    async with asyncio.timeout(PATIENCE):
+        _, stderr = await process.communicate()
+
+    assert (process.returncode, stderr.decode()) == (141, "")

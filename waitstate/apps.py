@@ -153,7 +153,7 @@ def load_apps(
 
     Raises:
         AppError: one line, for the first problem: an app that does not load, a tool or agent
-            name used twice, an agent whose tools, model or output type no app provides, a
+            name used twice, a tool without a description, an agent whose tools, model or output type no app provides, a
             callback tool on a worker without token keys or gateway URL.
     """
     apps = Apps(refs=list(refs))
@@ -200,6 +200,11 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
             raise AppError(f"app {ref!r}: {spec!r} is not a tool (use @tool or ToolSpec)")
         if specs.get(spec.name) is spec:
             continue  # listed by the app and by one of its agents: the same tool
+        if not spec.description.strip():
+            raise AppError(
+                f"app {ref!r}: tool {spec.name!r} has no description, and the model would see "
+                "only its name: say what it does (ToolSpec(description=...), or a docstring)"
+            )
         if is_mcp_name(spec.name):
             raise AppError(
                 f"app {ref!r}: tool {spec.name!r}: '__' is kept for MCP tools (server__tool)"

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
     Client,
@@ -98,7 +99,7 @@ FAILURE_TOO_LARGE = "Failure exceeds size limit."
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
 PROGRESS_CHARS = 500
 AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
-FAILED_STATUSES = ("failed", "approval_expired")
+FAILED_STATUSES = ("failed", "approval_expired", "output_invalid")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TIMED_OUT,
@@ -216,11 +217,27 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """What Temporal alone knows of a run whose status query no worker answered."""
+
+    reason: str  # why the query got no answer
+    started: datetime | None
+    closed: datetime | None
+    waiting_for: str | None  # the run's `WaitingFor` as it last set it
+    wait_expires_at: datetime | None
+    pending_operations: int | None
+    # Its activities scheduled or running, e.g. `call_model (attempt 3, scheduled)`.
+    pending_activities: list[str]
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """A run's state, and its calls being retried."""
 
     state: RunState
     retrying: list[Retry]
+    # Set when no worker answered: `state` then holds only what the history says.
+    unanswered: Unanswered | None = None
 
 
 @dataclass(frozen=True)
@@ -482,8 +499,10 @@ class WaitstateClient:
         return state
 
     async def status(self, run_id: str, *, rpc_timeout: timedelta = QUERY_TIMEOUT) -> RunStatus:
-        """The run's state and its calls being retried. With no worker to answer, the state
-        is what Temporal alone knows: a running run's `AgentStatus`, or a closed run's outcome.
+        """The run's state and its calls being retried. With no worker to answer, `unanswered`
+        says so, with what Temporal alone knows (times, what the run waits for, its pending
+        activities), and the state is the history's: a running run's `AgentStatus`, or a closed
+        run's outcome, with the task, agent and model it was started with.
 
         Raises:
             RunNotFound: no such run.
@@ -492,14 +511,67 @@ class WaitstateClient:
         description = await self._describe(run_id)
         try:
             state = await self.query(run_id, rpc_timeout=rpc_timeout)
-        except NotAnswered:
+        except NotAnswered as err:
+            attributes = description.typed_search_attributes
             if description.status == WorkflowExecutionStatus.RUNNING:
-                status = description.typed_search_attributes.get(AGENT_STATUS) or "running"
-                state = RunState(status=status, error="no worker answered; details unavailable")
+                state = RunState(status=attributes.get(AGENT_STATUS) or "running")
             else:
                 state = await self.outcome(run_id)
+            if (started := await self.started_input(run_id)) is not None:
+                # An agent's own model is the worker's to fill in: unknown here unless given.
+                own = started.agent is not None and "model" not in (started.agent_overrides or ())
+                model = "" if own else started.model
+                given = {"task": started.task, "agent": started.agent, "model": model}
+                state = state.model_copy(update=given)
+            unanswered = Unanswered(
+                reason=err.reason,
+                started=description.start_time,
+                closed=description.close_time,
+                waiting_for=attributes.get(WAITING_FOR),
+                wait_expires_at=attributes.get(WAIT_EXPIRES_AT),
+                pending_operations=attributes.get(PENDING_OPERATIONS),
+                pending_activities=[
+                    f"{pending.activity_type.name} (attempt {pending.attempt}, "
+                    f"{_activity_state(pending.state)})"
+                    for pending in description.raw_description.pending_activities
+                ],
+            )
+            return RunStatus(state, _retries(description), unanswered)
         state = await self._with_progress(state, description)
-        return RunStatus(state, _retries(description))
+        retrying = _retries(description)
+        outage = state.store_outage
+        if outage is not None and not any(r.call == outage.call for r in retrying):
+            # Tried again by the run itself (no activity is retrying between its tries).
+            retrying.append(
+                Retry(
+                    outage.call,
+                    "",
+                    outage.tries + 1,
+                    None,
+                    f"{outage.error} (since {outage.since})",
+                )
+            )
+        return RunStatus(state, retrying)
+
+    async def started_input(self, run_id: str) -> RunInput | None:
+        """What the run (its latest in a chain of continue-as-new) was started with, from its
+        history (no worker needed); None if it cannot be read.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        events = self.handle(run_id).fetch_history_events(page_size=1)
+        try:
+            async for event in events:
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                [given] = await self._client.data_converter.decode(payloads, [RunInput])
+                return given if isinstance(given, RunInput) else None
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFound(run_id) from err
+        except Exception:  # an input this client cannot decode: not known
+            return None
+        return None
 
     async def outcome(self, run_id: str) -> RunState:
         """Wait for the run to end and return how it ended, from its history alone (no worker
@@ -531,6 +603,7 @@ class WaitstateClient:
             tool_calls=result.tool_calls,
             usage=result.usage,
             final_output=result.final_output,
+            rejected_output=result.rejected_output,
         )
 
     async def follow(
@@ -609,8 +682,9 @@ class WaitstateClient:
 
     async def waiting_for_people(self) -> Pending:
         """The open approval requests, and the open questions for a person, of runs waiting
-        for one (`WaitingFor` is `approval` or `input`: a run waiting on both shows the later
-        wait); runs whose worker does not answer are left out.
+        for one (`WaitingFor` is `approval` or `input`: a person's question or approval
+        outranks a job's webhook or poll, in runs from agent-run-5 on); runs whose worker does
+        not answer are left out.
 
         Raises:
             TemporalFailed: the listing failed.
@@ -944,7 +1018,9 @@ def _ended(state: RunState | None, outcome: RunState) -> RunState:
     ended."""
     if state is None:
         return outcome
-    update = {"status": outcome.status, "error": outcome.error}
+    update: dict[str, object] = {"status": outcome.status, "error": outcome.error}
+    if outcome.rejected_output is not None:
+        update["rejected_output"] = outcome.rejected_output
     return state.model_copy(update={**update, "final_output": outcome.final_output})
 
 
@@ -972,6 +1048,12 @@ def _new_retries(
     new = [r for r in _retries(description) if (r.activity_id, r.attempt) not in shown]
     shown.update((retry.activity_id, retry.attempt) for retry in new)
     return new
+
+
+def _activity_state(state: PendingActivityState.ValueType) -> str:
+    """`scheduled`, `started`, `cancel requested`, `paused`..."""
+    name = PendingActivityState.Name(state).removeprefix("PENDING_ACTIVITY_STATE_")
+    return name.lower().replace("_", " ")
 
 
 def _failure_message(failure: Failure) -> str:

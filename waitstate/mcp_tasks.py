@@ -168,6 +168,8 @@ def questions_of(input_requests: dict[str, Any]) -> list[Question]:
         try:
             request = mcp_types.ElicitRequest.model_validate(payload)
         except ValueError:
+            if (malformed := _malformed_elicitation(key, payload)) is not None:
+                questions.append(malformed)
             continue
         # A form's message and schema, as the client received them (a URL elicitation has no
         # schema: its answer is an accept or a decline).
@@ -179,6 +181,25 @@ def questions_of(input_requests: dict[str, Any]) -> list[Question]:
             )
         )
     return questions
+
+
+def _malformed_elicitation(key: str, payload: Any) -> Question | None:
+    """An elicitation whose form is not one (its `requestedSchema` a list, a string, a schema
+    of the wrong shape): asked all the same, so that the run refuses it with the reason and
+    the task is told no at once, rather than left to wait for its expiry."""
+    if not isinstance(payload, dict) or payload.get("method") != "elicitation/create":
+        return None
+    params = payload.get("params")
+    params = params if isinstance(params, dict) else {}
+    schema = params.get("requestedSchema")
+    if not isinstance(schema, dict):
+        schema = {"type": type(schema).__name__}  # refused: not an object's schema
+    message = params.get("message")
+    return Question(
+        key=key,
+        message=(message if isinstance(message, str) else "")[:5000],
+        requested_schema=schema,
+    )
 
 
 def _short(text: str | None) -> str | None:

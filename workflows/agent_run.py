@@ -61,11 +61,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import InputDesk
     from workflows.memory import Memory
     from workflows.operations import OperationsBook
+    from workflows.outages import StoreOutages
     from workflows.versions import Versions
 
 # Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
 # A provider's retry-after reaches it as the ApplicationError's next_retry_delay. What cannot
 # succeed on a retry (a refused request, a bad model spec) the activity raises non-retryable.
+# A blob store outage is no failure of the model's: runs from HARDENED on wait it out without
+# spending these attempts (workflows/outages.py).
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -93,7 +96,7 @@ class AgentRunWorkflow:
         )
         self._versions = versions = Versions.of_this_run()
         self._memory = Memory(input, self._state, versions)
-        self._board = StatusBoard(self._state, self._memory)
+        self._board = StatusBoard(self._state, self._memory, versions)
         self._continuation = Continuation(input, self._state, self._memory, versions)
         self._inputs = InputDesk(
             self._state, versions, self._board, end=lambda op, why: self._ops.end(op, why)
@@ -108,6 +111,7 @@ class AgentRunWorkflow:
             self._inputs,
         )
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
+        self._outages = StoreOutages(self._state, versions, self._board.show)
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -138,7 +142,7 @@ class AgentRunWorkflow:
                 if self._continuation.due() or not await self._ops.report():
                     await self._continue_as_new(answer)
                 answer = None
-            return await self._finish("max_turns", None)
+            return await self._finish(self._out_of_turns(), None)
         except ApprovalExpired as expired:
             self._state.error = str(expired)
             return await self._finish("approval_expired", None)
@@ -230,11 +234,13 @@ class AgentRunWorkflow:
         """List the MCP tools the run was granted, once: every turn, worker and continued run
         then sees the same definitions (kept by reference)."""
         grants = [name for name in self._input.tools if SEPARATOR in name]
-        listing = await call(
+        # The listing is kept in the blob store: an outage of it is waited out.
+        listing = await self._outages.call(
             LIST_MCP_TOOLS,
             McpListInput(grants=grants),
             result_type=McpListing,
             summary=f"MCP tools {', '.join(grants)}",
+            what="listing of MCP tools",
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_attempts=5),
         )
@@ -251,22 +257,31 @@ class AgentRunWorkflow:
 
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1
-        response = await call(
+        request = ModelCallInput(
+            model=self._input.model,
+            system_prompt=self._input.system_prompt,
+            transcript_ref=self._memory.transcript_ref,
+            new_messages=self._memory.unsent,
+            tools=self._model_tools(),
+            turn=None if self._versions.checkpoint_policy else turn,
+            agent=self._input.agent,
+            mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
+            outages_waited_out=self._versions.hardened,
+        )
+        # A blob store outage is waited out; the model's reply, if it gave one before the store
+        # failed, is handed back to be stored rather than asked for again.
+        response = await self._outages.call(
             CALL_MODEL,
-            ModelCallInput(
-                model=self._input.model,
-                system_prompt=self._input.system_prompt,
-                transcript_ref=self._memory.transcript_ref,
-                new_messages=self._memory.unsent,
-                tools=self._model_tools(),
-                turn=None if self._versions.checkpoint_policy else turn,
-                agent=self._input.agent,
-                mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
-            ),
+            request,
             result_type=ModelResponse,
             summary=f"model {self._input.model} turn {turn}",
+            what="model call",
             start_to_close_timeout=self._input.model_timeout,
             retry_policy=MODEL_RETRY,
+            again=lambda request, failure: request.model_copy(
+                update={"answered": failure.answered or request.answered}
+            ),
+            on_outage=self._continue_if_due,
         )
         if isinstance(response, Failed):
             await self._fail(turn, response.error)
@@ -281,6 +296,12 @@ class AgentRunWorkflow:
             self._memory.unsent.append(
                 Message(role="user", content=OUTPUT_INVALID.format(errors=response.output_error))
             )
+            if self._versions.hardened:
+                self._state.rejected_output = ledger.rejected_output(
+                    turn, reply.content, response.output_error
+                )
+        elif self._versions.hardened and not reply.tool_calls:
+            self._state.rejected_output = None  # an answer that validated
         ledger.step(self._state, "model", self._input.model, detail)
         return reply
 
@@ -305,6 +326,13 @@ class AgentRunWorkflow:
             # failure Temporal could refuse as too large.
             raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None
         raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from err
+
+    async def _continue_if_due(self, request: ModelCallInput) -> None:
+        """A long blob store outage grows the history with every try: past its limit the run
+        goes on in a new one, which calls the model again (not once the model has replied:
+        that reply is handed back in this run)."""
+        if request.answered is None and self._continuation.due():
+            await self._continue_as_new()
 
     def _model_tools(self) -> list[str]:
         """The run's tools (its MCP grants as the tools listed for them), plus `read_ref` once
@@ -408,6 +436,16 @@ class AgentRunWorkflow:
 
     # --- the end: an answer, or a new run to go on in ---------------------------------------
 
+    def _out_of_turns(self) -> RunStatus:
+        """How a run that used its turns ends: `output_invalid` (runs from HARDENED on) when
+        its last turn's answer was refused by the agent's output type, saying why; else
+        `max_turns`."""
+        rejected = self._state.rejected_output
+        if not self._versions.hardened or rejected is None or rejected.turn != self._state.turns:
+            return "max_turns"
+        self._state.error = ledger.output_never_valid(self._state.turns, rejected)
+        return "output_invalid"
+
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -420,6 +458,7 @@ class AgentRunWorkflow:
             tool_calls=self._state.tool_calls,
             usage=self._state.usage,
             error=self._state.error,
+            rejected_output=self._state.rejected_output if status == "output_invalid" else None,
         )
 
     async def _continue_as_new(

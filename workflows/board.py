@@ -14,6 +14,7 @@ from temporalio.common import SearchAttributeUpdate
 from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Operation
+from workflows import ledger
 from workflows.memory import Memory, Wait
 from workflows.search_attributes import (
     AGENT_STATUS,
@@ -22,15 +23,23 @@ from workflows.search_attributes import (
     WAITING_FOR,
 )
 from workflows.traces import wait_span
+from workflows.versions import Versions
+
+# What a run shows it waits for when several things are open at once (runs from HARDENED on):
+# a person's answer or decision before a system's report, since someone must act (it is what
+# `starter.py pending` and the Web UI's WaitingFor="input" filter look for).
+PRECEDENCE = ("input", "approval", "webhook", "poll")
+SYSTEM_KINDS = frozenset({"webhook", "poll"})
 
 
 class StatusBoard:
     """Keeps `RunState.status`, the search attributes and the Web UI's details in step with
     what the run does, and suspends it (checkpoint, then the wait) when it waits."""
 
-    def __init__(self, state: RunState, memory: Memory) -> None:
+    def __init__(self, state: RunState, memory: Memory, versions: Versions) -> None:
         self._state = state
         self._memory = memory
+        self._versions = versions
         self._waits: list[Wait] = []
 
     def set_status(self, status: RunStatus) -> None:
@@ -70,8 +79,9 @@ class StatusBoard:
         checkpointed: bool = True,
     ) -> Iterator[Wait]:
         """While the block runs, the run is `waiting` for `kind` (approval, webhook, poll); the
-        Web UI shows `details`. Nested and concurrent waits show the latest. `began` is when a
-        wait taken over from the previous run (continue-as-new) began."""
+        Web UI shows `details`. Of nested and concurrent waits, runs from HARDENED on show the
+        first by `PRECEDENCE` (see `show`), earlier runs the latest. `began` is when a wait
+        taken over from the previous run (continue-as-new) began."""
         if until is not None:
             details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
         wait = Wait(kind, details, began or workflow.now(), label, checkpointed)
@@ -91,9 +101,7 @@ class StatusBoard:
 
     def show(self) -> None:
         """Bring status, search attributes and the Web UI's details up to date."""
-        kind, details = (
-            (self._waits[-1].kind, self._waits[-1].details) if self._waits else ("none", "")
-        )
+        kind, details = self._waiting_for()
         self.set_status("waiting" if self._waits else "running")
         pending = [op for op in self._state.operations.values() if not op.terminal]
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
@@ -114,6 +122,42 @@ class StatusBoard:
         if updates:
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(details)
+
+    def _waiting_for(self) -> tuple[str, str]:
+        """What the run waits for (`none` while it works) and the Web UI's details of it.
+
+        Runs from HARDENED on derive it from what is open, whatever order things opened in:
+        a person's question (not one the model answers) or an approval outranks a system's
+        report, and an operation wait is a webhook's while any pending operation completes by
+        callback. Earlier runs show their latest wait, which a wait begun after a question was
+        asked (its checkpoint call still in flight when the question came) hid.
+        """
+        if not self._waits:
+            outage = self._state.store_outage if self._versions.hardened else None
+            if outage is None:
+                return "none", ""
+            # Not a wait for anyone: the run works on as soon as the store is back.
+            return "none", (
+                f"blob store unavailable since {outage.since.strftime('%H:%M:%S UTC')}: "
+                f"{outage.error}; {outage.call} tried again at "
+                f"{outage.next_try_at.strftime('%H:%M:%S UTC')}"
+            )
+        latest = self._waits[-1]
+        if not self._versions.hardened:
+            return latest.kind, latest.details
+        kinds = {wait.kind for wait in self._waits}
+        if any(q.open and q.policy.answered_by == "person" for q in self._state.questions.values()):
+            kinds.add("input")
+        if any(request.open for request in self._state.approvals.values()):
+            kinds.add("approval")
+        pending = [op for op in self._state.operations.values() if not op.terminal]
+        if kinds & SYSTEM_KINDS and pending:
+            kinds = (kinds - SYSTEM_KINDS) | {ledger.wait_kind(pending)}
+        kind = next((k for k in PRECEDENCE if k in kinds), latest.kind)
+        # Its own wait's details; a kind derived from an open item before its wait began (the
+        # same activation) shows the latest wait's until then.
+        shown = next((wait for wait in reversed(self._waits) if wait.kind == kind), latest)
+        return kind, shown.details
 
     def _end(self, wait: Wait) -> None:
         self._waits.remove(wait)

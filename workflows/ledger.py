@@ -18,7 +18,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 from waitstate.schemas import RunState, Step, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Completion, Operation
-from waitstate.schemas.run import Checkpoint
+from waitstate.schemas.run import Checkpoint, RejectedOutput
 
 PREVIEW_CHARS = 160
 # The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
@@ -28,12 +28,36 @@ REBUILD_COMPLETED_LINES = 20
 REBUILD_EVENT_CHARS = 4000
 # A model failure's message, as the run records it: Temporal refuses failures past its size.
 FAILURE_CHARS = 2000
+# What a run keeps of an answer its agent's output type refused, and of why.
+REJECTED_CHARS = 2000
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     """`text` on one line, cut to `limit` characters with an ellipsis."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` as it is (lines kept), cut to `limit` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def rejected_output(turn: int, answer: str, errors: str) -> RejectedOutput:
+    """What the run keeps of an answer its agent's output type refused: bounded, whatever the
+    model wrote."""
+    return RejectedOutput(
+        turn=turn, answer=cut(answer, REJECTED_CHARS), errors=cut(errors, REJECTED_CHARS)
+    )
+
+
+def output_never_valid(turns: int, rejected: RejectedOutput) -> str:
+    """Why a run ended `output_invalid`, in one bounded line."""
+    return preview(
+        f"no answer matched the agent's output type within max_turns ({turns}); the last, on "
+        f"turn {rejected.turn}, was refused: {rejected.errors}",
+        FAILURE_CHARS,
+    )
 
 
 def to_json(value: object) -> str:

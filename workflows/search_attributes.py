@@ -11,7 +11,7 @@ from waitstate.names import (
 )
 from waitstate.names import SEARCH_ATTRIBUTES as ALL
 
-__all__ = [
+__all__ = (
     "AGENT_NAME",
     "AGENT_STATUS",
     "ALL",
@@ -19,4 +19,4 @@ __all__ = [
     "WAITING_FOR",
     "WAIT_EXPIRES_AT",
     "WAIT_KINDS",
-]
+)

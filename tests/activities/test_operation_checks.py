@@ -16,7 +16,7 @@ from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tests.helpers import eventually
 from tests.rigs import Systems
 from waitstate.schemas.errors import CANCEL_REFUSED, OPERATION_STILL_RUNNING
-from waitstate.schemas.operations import CancelOperationInput, PollOperationInput
+from waitstate.schemas.operations import CancelOperationInput, Completion, PollOperationInput
 from waitstate.tools import Job, LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec
 from waitstate.tools.spec import LongTool
 
@@ -130,3 +130,74 @@ def test_reconcile_every_is_at_least_a_second_and_for_callback_tools_only() -> N
     assert LongSpec(backend=backend, completion="poll").reconcile_seconds() is None
     with pytest.raises(ValueError, match="at least 1 s"):
         LongSpec(backend=backend, reconcile_every=timedelta(milliseconds=10))
+
+
+class _NotANumber:
+    """A job system whose finished job's result holds numbers JSON cannot carry."""
+
+    def __init__(self, result: object) -> None:
+        self._result = result
+
+    async def start(self, args: object, context: StartContext) -> Job:
+        return Job(job_id="job_1")
+
+    async def status(self, job_id: str) -> Completion:
+        return Completion(status="succeeded", result=self._result)
+
+    async def cancel(self, job_id: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize("once", [True, False])
+@pytest.mark.parametrize(
+    ("result", "where"),
+    [
+        ({"rows": float("nan")}, "result.rows"),
+        ({"totals": [1.0, float("inf")]}, "result.totals.1"),
+        (float("-inf"), "result"),
+    ],
+)
+async def test_a_result_with_a_number_json_cannot_carry_is_refused_not_stored_as_null(
+    once: bool, result: object, where: str
+) -> None:
+    backend: LongTool = _NotANumber(result)  # type: ignore[assignment]
+    spec = ToolSpec(
+        name="nan_job", description="d", args=EnrichArgs, long=LongSpec(backend=backend)
+    )
+    poll = PollOperationInput(
+        operation_id="op_1",
+        tool="nan_job",
+        job_id="job_1",
+        poll_interval_seconds=0.05,
+        once=once,
+        known_questions=[],
+    )
+
+    found = await ActivityEnvironment().run(
+        OperationActivities(ToolRegistry([spec])).poll_operation, poll
+    )
+
+    assert found.status == "failed" and found.result is None
+    assert found.error is not None and found.error.code == "non_finite_number"
+    assert where in found.error.message
+
+
+async def test_a_finite_result_is_taken_as_it_is() -> None:
+    backend: LongTool = _NotANumber({"rows": 1.5, "ok": [1, 2]})  # type: ignore[assignment]
+    spec = ToolSpec(
+        name="nan_job", description="d", args=EnrichArgs, long=LongSpec(backend=backend)
+    )
+    poll = PollOperationInput(
+        operation_id="op_1",
+        tool="nan_job",
+        job_id="job_1",
+        poll_interval_seconds=0.05,
+        once=True,
+        known_questions=[],
+    )
+
+    found = await ActivityEnvironment().run(
+        OperationActivities(ToolRegistry([spec])).poll_operation, poll
+    )
+
+    assert found.status == "succeeded" and found.result == {"rows": 1.5, "ok": [1, 2]}

@@ -81,6 +81,6 @@ def test_the_kinds_counted_are_every_kind_a_run_waits_for() -> None:
     named = set(re.findall(r'waiting\(\s*"([a-z_]+)"', source))
     named |= set(re.findall(r'return "([a-z_]+)" if any\(op\.completion', source))
     named |= set(re.findall(r'else "([a-z_]+)"\n', source)) & {"poll"}
-    named |= set(re.findall(r'\("([a-z_]+)", ""\)', source))
+    named |= set(re.findall(r'"([a-z_]+)", ""', source))
     assert named >= {"approval", "input", "webhook", "poll", "none"}, named
     assert named <= set(WAIT_KINDS), named - set(WAIT_KINDS)

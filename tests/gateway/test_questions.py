@@ -98,6 +98,20 @@ async def test_decline_with_defaults(gw: Gateway) -> None:
     assert body == AnswerBody(action="decline", content=None, responder="unknown")
 
 
+@pytest.mark.parametrize("number", [b"NaN", b"-Infinity", b"1e999"])
+async def test_an_answer_with_a_number_json_cannot_keep_is_refused(
+    gw: Gateway, number: bytes
+) -> None:
+    body = b'{"action": "accept", "content": {"region": "EMEA", "rows": ' + number + b"}}"
+
+    response = await gw.client.post(
+        URL, content=body, headers={**gw.auth(), "Content-Type": "application/json"}
+    )
+
+    assert assert_error(response, 422, "non_finite_number").startswith("content.rows: NaN, ")
+    assert gw.deliverer.answers == []
+
+
 async def test_an_answer_the_job_did_not_take_is_still_accepted(gw: Gateway) -> None:
     # The run applied it (the question is closed): the job refusing it is news, not an error
     # the sender could fix by retrying.

@@ -223,6 +223,22 @@ async def test_aclose_awaits_the_deps_async_aclose_once() -> None:
     assert greeter.closed == 1
 
 
+# load_apps: tools the model could not tell apart
+
+
+def test_tool_without_a_description_is_refused() -> None:
+    # @tool refuses it when the module is imported; a ToolSpec's is checked on load.
+    assert load_error([ref("undescribed")]) == (
+        f"app {ref('undescribed')!r} does not import: TypeError: tool "
+        f"{PACKAGE}.undescribed.ping has no description, and the model would see only its "
+        "name: give the function a docstring that says what it does, or @tool(description=...)"
+    )
+    assert load_error([ref("undescribed_spec")]) == (
+        f"app {ref('undescribed_spec')!r}: tool 'ping' has no description, and the model would "
+        "see only its name: say what it does (ToolSpec(description=...), or a docstring)"
+    )
+
+
 # load_apps: names taken twice
 
 

@@ -121,9 +121,10 @@ async def test_a_run_nobody_serves_is_read_from_temporal_alone(
     with pytest.raises(RunEnded) as ended:
         await client.cancel(run_id)
 
-    assert status.state == RunState(
-        status="running", error="no worker answered; details unavailable"
-    )
+    # The state is what its history says; that no worker answered, and what Temporal knows.
+    assert status.state == RunState(status="running", task=ASK.task, model=ASK.model)
+    assert status.unanswered is not None
+    assert status.unanswered.started is not None and status.unanswered.closed is None
     assert outcome.status == "cancelled"
     assert str(ended.value) == f"run {run_id} has already ended (cancelled)"
 

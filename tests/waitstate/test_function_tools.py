@@ -155,13 +155,26 @@ def test_continuation_line_starting_with_a_word_and_colon_stays_with_its_argumen
     )
 
 
-def test_tool_without_docstring_is_described_by_its_name() -> None:
-    @tool
+def test_tool_without_a_description_is_refused() -> None:
+    # The model would see only its name.
     async def ping(host: str) -> str:
         return host
 
-    assert ping.description == "ping"
-    assert "description" not in ping.args.model_json_schema()["properties"]["host"]
+    async def only_args(host: str) -> str:
+        """
+        Args:
+            host: Where to.
+        """
+        return host
+
+    for undescribed in (ping, only_args):
+        with pytest.raises(TypeError, match=r"\.(ping|only_args) has no description, and the "):
+            tool(undescribed)
+        with pytest.raises(TypeError, match="has no description"):
+            tool(description="  ")(undescribed)
+    described = tool(description="Check that a host answers.")(ping)
+    assert described.description == "Check that a host answers."
+    assert "description" not in described.args.model_json_schema()["properties"]["host"]
 
 
 def test_context_parameter_is_left_out_of_the_schema() -> None:

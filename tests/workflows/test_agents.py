@@ -109,7 +109,7 @@ async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_
     assert state.steps[0].detail.startswith("answer sent back: words: Field required")
 
 
-async def test_an_answer_that_never_validates_ends_the_run_at_max_turns(
+async def test_an_answer_that_never_validates_ends_the_run_output_invalid(
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     apps = load_apps([APP])
@@ -117,8 +117,10 @@ async def test_an_answer_that_never_validates_ends_the_run_at_max_turns(
         handle, result = await _run(time_skipping_env, task_queue, task="report", agent="stubborn")
         state = await handle.query(AgentRunWorkflow.status)
 
-    assert result.status == "max_turns"
+    # Runs from HARDENED on (the CLI's view of it: tests/test_output_invalid.py).
+    assert result.status == "output_invalid"
     assert result.final_output is None
+    assert result.rejected_output == state.rejected_output
     assert [step.detail.split(":")[0] for step in state.steps] == ["answer sent back"] * 2
     assert state.steps[0].detail.startswith("answer sent back: (answer): Invalid JSON")
 

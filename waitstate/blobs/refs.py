@@ -1,4 +1,5 @@
-"""Blob references: `ref://blobs/<sha256 hex>`, and the error for one that names nothing."""
+"""Blob references: `ref://blobs/<sha256 hex>`, the error for one that names nothing, and the
+error for a store that cannot be reached."""
 
 from __future__ import annotations
 
@@ -46,3 +47,9 @@ def parse_ref(ref: str) -> str:
     if not DIGEST.fullmatch(digest):
         raise ValueError(f"malformed blob reference: {ref!r}; {expected}")
     return digest
+
+
+class BlobStoreUnavailable(OSError):
+    """The store could not be read or written: a directory that is read-only, full or gone,
+    object storage unreachable or refusing. An outage, not a fault of the data: worth waiting
+    out, and nothing was changed by the call that met it (a write is whole or absent)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,13 @@ from waitstate.blobs.owners import (
     owner_from_body,
     parse_aside,
 )
-from waitstate.blobs.refs import SHARE_ONE_STORE, BlobNotFound, parse_ref, ref_for
+from waitstate.blobs.refs import (
+    SHARE_ONE_STORE,
+    BlobNotFound,
+    BlobStoreUnavailable,
+    parse_ref,
+    ref_for,
+)
 from waitstate.blobs.store import BlobStore
 
 if TYPE_CHECKING:
@@ -103,18 +109,20 @@ class S3BlobStore(OwnedBlobs, BlobStore):
         marker is written first (see `OwnedBlobs.delete_unless_owned`).
 
         Raises:
+            BlobStoreUnavailable: the bucket could not be reached or refused the write.
             ValueError: `owner` is empty.
         """
         data = bytes(data)
         name = marker_name(owner) if owner is not None else None
         # Hashing megabytes takes milliseconds: off the event loop.
         digest = await asyncio.to_thread(_sha256, data)
-        if owner is not None and name is not None:
-            # Written anew even when it exists: a cleanup deleting the blob sees it change.
-            await obstore.put_async(self._store, _marker_key(digest, name), marker_body(owner))
-        key = _key(digest)
-        if await self._stored_size(key) != len(data):
-            await obstore.put_async(self._store, key, data)
+        with self._outage("written"):
+            if owner is not None and name is not None:
+                # Written anew even when it exists: a cleanup deleting the blob sees it change.
+                await obstore.put_async(self._store, _marker_key(digest, name), marker_body(owner))
+            key = _key(digest)
+            if await self._stored_size(key) != len(data):
+                await obstore.put_async(self._store, key, data)
         return ref_for(digest)
 
     async def get(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -125,6 +133,7 @@ class S3BlobStore(OwnedBlobs, BlobStore):
 
         Raises:
             BlobNotFound: nothing is stored under `ref` in this bucket and prefix.
+            BlobStoreUnavailable: the bucket could not be reached or refused the read.
             ValueError: `ref` is not a blob reference, or `offset`/`length` is negative.
         """
         key = _key(parse_ref(ref))
@@ -140,6 +149,10 @@ class S3BlobStore(OwnedBlobs, BlobStore):
             options["range"] = (offset, offset + length)
         elif offset:
             options["range"] = {"offset": offset}
+        with self._outage("read"):
+            return await self._get(ref, key, offset, options)
+
+    async def _get(self, ref: str, key: str, offset: int, options: GetOptions) -> bytes:
         try:
             result = await obstore.get_async(self._store, key, options=options)
             return bytes(await result.bytes_async())
@@ -163,13 +176,15 @@ class S3BlobStore(OwnedBlobs, BlobStore):
 
         Raises:
             BlobNotFound: nothing is stored under `ref` in this bucket and prefix.
+            BlobStoreUnavailable: the bucket could not be reached or refused the read.
             ValueError: `ref` is not a blob reference.
         """
         digest = parse_ref(ref)
-        size = await self._stored_size(_key(digest))
-        for aside in await self._aside_keys(digest) if size is None else []:
-            if (size := await self._stored_size(aside)) is not None:
-                break
+        with self._outage("read"):
+            size = await self._stored_size(_key(digest))
+            for aside in await self._aside_keys(digest) if size is None else []:
+                if (size := await self._stored_size(aside)) is not None:
+                    break
         if size is None:
             raise self._not_found(ref)
         return size
@@ -269,6 +284,21 @@ class S3BlobStore(OwnedBlobs, BlobStore):
         except _MISSING:
             return None
         return meta["size"]
+
+    @contextlib.contextmanager
+    def _outage(self, done: str) -> Iterator[None]:
+        """What the client raises when the bucket cannot be reached or refuses (after its own
+        few quick retries), as the outage it is; a missing blob stays BlobNotFound."""
+        try:
+            yield
+        except (BlobNotFound, BlobStoreUnavailable):
+            raise
+        except (ObstoreError, OSError) as err:
+            # The client's messages run over many lines (its chain of causes): the first says it.
+            first = (str(err).strip() or type(err).__name__).splitlines()[0]
+            raise BlobStoreUnavailable(
+                f"the object store {self.url} could not be {done}: {first}"
+            ) from err
 
     def _not_found(self, ref: str) -> BlobNotFound:
         return BlobNotFound(

@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -43,6 +43,7 @@ from waitstate.blobs.refs import (
     REF_PREFIX,
     SHARE_ONE_STORE,
     BlobNotFound,
+    BlobStoreUnavailable,
     parse_ref,
     ref_for,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "REF_PREFIX",
     "BlobNotFound",
     "BlobStore",
+    "BlobStoreUnavailable",
     "LocalBlobStore",
     "parse_ref",
     "ref_for",
@@ -65,6 +67,9 @@ class BlobStore(Protocol):
 
         `owner` (a run's workflow id) is recorded as one of the blob's owners before the blob
         is written, so a cleanup keeps the blob while that run may still read it.
+
+        Raises:
+            BlobStoreUnavailable: the store could not be written (an outage: try again later).
         """
         ...
 
@@ -75,6 +80,7 @@ class BlobStore(Protocol):
 
         Raises:
             BlobNotFound: nothing is stored under `ref`.
+            BlobStoreUnavailable: the store could not be read (an outage: try again later).
             ValueError: `ref` is not a blob reference, or `offset`/`length` is negative.
         """
         ...
@@ -84,6 +90,7 @@ class BlobStore(Protocol):
 
         Raises:
             BlobNotFound: nothing is stored under `ref`.
+            BlobStoreUnavailable: the store could not be read (an outage: try again later).
             ValueError: `ref` is not a blob reference.
         """
         ...
@@ -151,11 +158,13 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
         With `owner`, its marker is written first (see `OwnedBlobs.delete_unless_owned`).
 
         Raises:
+            BlobStoreUnavailable: the directory could not be written (read-only, full, gone).
             ValueError: `owner` is empty.
         """
         name = marker_name(owner) if owner is not None else None
-        # Hashing megabytes takes milliseconds: it goes to the thread with the write.
-        digest = await asyncio.to_thread(self._put, bytes(data), owner, name)
+        with self._outage("written"):
+            # Hashing megabytes takes milliseconds: it goes to the thread with the write.
+            digest = await asyncio.to_thread(self._put, bytes(data), owner, name)
         return ref_for(digest)
 
     async def get(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -165,6 +174,7 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
 
         Raises:
             BlobNotFound: nothing is stored under `ref`.
+            BlobStoreUnavailable: the directory could not be read.
             ValueError: `ref` is not a blob reference, or `offset`/`length` is negative.
         """
         digest = parse_ref(ref)
@@ -172,16 +182,20 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
             raise ValueError(f"offset must be 0 or more, got {offset}")
         if length is not None and length < 0:
             raise ValueError(f"length must be 0 or more, got {length}")
-        return await asyncio.to_thread(self._read, ref, digest, offset, length)
+        with self._outage("read"):
+            return await asyncio.to_thread(self._read, ref, digest, offset, length)
 
     async def size(self, ref: str) -> int:
         """The blob's size in bytes.
 
         Raises:
             BlobNotFound: nothing is stored under `ref`.
+            BlobStoreUnavailable: the directory could not be read.
             ValueError: `ref` is not a blob reference.
         """
-        return await asyncio.to_thread(self._size, ref, parse_ref(ref))
+        digest = parse_ref(ref)
+        with self._outage("read"):
+            return await asyncio.to_thread(self._size, ref, digest)
 
     async def delete(self, ref: str) -> bool:
         """Remove the blob; True if it was stored, False if there was nothing to remove.
@@ -209,6 +223,19 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
 
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
+
+    @contextlib.contextmanager
+    def _outage(self, done: str) -> Iterator[None]:
+        """An OS error of the directory (read-only, full, gone, an I/O error) as the outage it
+        is; a blob that is not there stays BlobNotFound."""
+        try:
+            yield
+        except BlobStoreUnavailable:
+            raise
+        except OSError as err:
+            raise BlobStoreUnavailable(
+                f"the directory store {self.root} could not be {done}: {err}"
+            ) from err
 
     def _put(self, data: bytes, owner: str | None, name: str | None) -> str:
         digest = hashlib.sha256(data).hexdigest()

@@ -17,7 +17,7 @@ import sys
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from waitstate.gateway.app import create_app
+from waitstate.gateway.app import RedactTokens, create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.tokens import ResumeTokens
@@ -67,6 +67,10 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     config = uvicorn.Config(
         app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
     )
+    # After the Config, which sets uvicorn's loggers up: its access log prints query strings,
+    # where a sender may have put a token (`?token=`), refused or not.
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).addFilter(RedactTokens())
     counting = None
     if settings.run_counts_seconds > 0:
         counting = asyncio.create_task(RunCounts(client, registry).run(settings.run_counts_seconds))

@@ -14,13 +14,20 @@ approval requests and answer the questions operations' jobs ask, here.
     {"action": "accept", "content": {"region": "EMEA"}, "responder": "ana"}
 
 Checks run cheapest first and bad input never reaches a run: body size (413), token (401,
-410), body (422); only then is the completion, decision or answer delivered to the run (see
-`delivery`).
+410), body (422: not JSON, not a valid body, or a number JSON cannot keep, as `NaN`,
+`Infinity` or `1e999`); only then is the completion, decision or answer delivered to the run
+(see `delivery`).
+
+No log line carries a token or a piece of one: the gateway reads tokens from the
+Authorization header only, logs paths without their query strings, and `RedactTokens`
+strips anything shaped like a token from the lines of the server around it (uvicorn's access
+log prints the query string).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -33,6 +40,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import from_json
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
@@ -47,7 +55,7 @@ from waitstate.gateway.tokens import (
     question_subject,
 )
 from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
-from waitstate.schemas.operations import Completion, OperationStatus
+from waitstate.schemas.operations import Completion, OperationStatus, non_finite_at
 from waitstate.schemas.questions import AnswerBody, QuestionStatus
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,15 @@ ANSWER_PATH = "/v1/questions/{question_id}/answer"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 MAX_REPORT_ID_CHARS = 200
 _SCHEMA_REF = "#/components/schemas/{model}"
+# A resume token is base64url claims (JSON, so `eyJ...`), a dot and a 43-character base64url
+# signature. Any run of 40 base64url characters or more (ids here are shorter: a request id is
+# a 36-character UUID), or a start of the claims, is taken for one or a piece of one.
+_TOKENISH = re.compile(r"[A-Za-z0-9_-]{40,}|eyJ[A-Za-z0-9_-]{5,}")
+# What a number that is not finite is spelled with: NaN, Infinity, or one past a double's range
+# (1.8e308: an exponent of three digits, or over 308 digits in a row).
+_MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[eE][+-]?\d{3}|\d{309}")
+_QUERY_VALUE = re.compile(r"([?&][^=\s&#\"']*=)[^\s&#\"']*")
+REDACTED = "[redacted]"
 
 _Body = TypeVar("_Body", bound=BaseModel)
 _Outcome = TypeVar("_Outcome")
@@ -223,6 +240,15 @@ class _Gate:
                 f"token was issued for another {subject_kind}",
             )
 
+        if (where := _non_finite_number(body)) is not None:
+            # Python's JSON would take it, and Temporal's converter would store it as null.
+            return _refuse(
+                request,
+                422,
+                "non_finite_number",
+                f"{where}: NaN, Infinity and numbers beyond a double's range are not kept by "
+                "JSON; send a finite number, or the value as a string",
+            )
         try:
             parsed = model.model_validate_json(body)
         except ValidationError as err:
@@ -551,9 +577,55 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
+def _non_finite_number(body: bytes) -> str | None:
+    """Where the JSON `body` has a number that is not finite (`NaN`, `Infinity`, `-Infinity`,
+    or one that overflows a double, as `1e999`), e.g. `result.rows`; None if it has none or is
+    not JSON (the model's parse says so)."""
+    if not _MAYBE_NON_FINITE.search(body):
+        return None  # the common case: no walk through the parsed body
+    try:
+        value = from_json(body, allow_inf_nan=True)
+    except ValueError:
+        return None
+    return non_finite_at(value)
+
+
+def redact(text: str) -> str:
+    """`text` fit for a log line: what is shaped like a resume token or a piece of one, and the
+    value of every query parameter (`?token=...`), replaced by `[redacted]`."""
+    text = _QUERY_VALUE.sub(rf"\g<1>{REDACTED}", text)
+    return _TOKENISH.sub(REDACTED, text)
+
+
+class RedactTokens(logging.Filter):
+    """Redacts every log record it sees, for the loggers of the server the app runs in:
+    uvicorn's access log prints each request's path with its query string. A path (an argument
+    that starts with `/`) loses its query string whole (the gateway takes none: one is a token
+    sent as `?token=`, or noise); the rest goes through `redact`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_arg(arg) for arg in record.args)
+        elif isinstance(record.args, Mapping):
+            record.args = {key: _redact_arg(arg) for key, arg in record.args.items()}
+        return True
+
+
+def _redact_arg(arg: object) -> object:
+    if not isinstance(arg, str):
+        return arg
+    path, question_mark, _ = arg.partition("?")
+    if arg.startswith("/") and question_mark:
+        return f"{redact(path)}?{REDACTED}"
+    return redact(arg)
+
+
 def _refuse(request: Request, status: int, code: str, message: str) -> JSONResponse:
     # %r: the path is the caller's text, and a decoded %0A must not forge a log line.
-    log.info("refused %s %r: %d %s: %s", request.method, request.url.path, status, code, message)
+    path = redact(request.url.path)
+    log.info("refused %s %r: %d %s: %s", request.method, path, status, code, message)
     request.app.state.refusals.labels(code=code, status=str(status)).inc()
     response = _error(status, code, message)
     if status == 401:

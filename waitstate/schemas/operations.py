@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,6 +33,22 @@ class OperationError(BaseModel):
     code: str = Field(min_length=1, max_length=200)
     message: str = Field(max_length=10_000)
     retryable: bool = False
+
+
+def non_finite_at(value: Any, where: str = "") -> str | None:
+    """Where `value` holds a number JSON cannot carry (`NaN`, `Infinity`, `-Infinity`), as a
+    dotted path below `where` (`result.rows`); None if it holds none. Such a number would be
+    stored as null: a result or report that has one is refused, never changed silently."""
+    pending: list[tuple[str, Any]] = [(where, value)]
+    while pending:
+        at, item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return at or "(value)"
+        if isinstance(item, dict):
+            pending.extend((f"{at}.{key}".lstrip("."), child) for key, child in item.items())
+        elif isinstance(item, list | tuple):
+            pending.extend((f"{at}.{index}".lstrip("."), child) for index, child in enumerate(item))
+    return None
 
 
 class Completion(BaseModel):

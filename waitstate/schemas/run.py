@@ -8,15 +8,22 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
-from waitstate.schemas.messages import Message, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 from waitstate.schemas.questions import InputRequest
 
 RunStatus = Literal[
-    "running", "waiting", "completed", "failed", "cancelled", "max_turns", "approval_expired"
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+    "max_turns",
+    "approval_expired",
+    "output_invalid",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"completed", "failed", "cancelled", "max_turns", "approval_expired"}
+    {"completed", "failed", "cancelled", "max_turns", "approval_expired", "output_invalid"}
 )
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -107,6 +114,15 @@ class Checkpoint(BaseModel):
     remaining: str
 
 
+class RejectedOutput(BaseModel):
+    """A final answer that did not validate against the agent's output type: sent back to the
+    model with the errors; a run whose last answer was one ends `output_invalid`."""
+
+    turn: int
+    answer: str = Field(description="The model's answer as it gave it (its start, if long).")
+    errors: str = Field(description="Why it did not validate, one problem after another.")
+
+
 class Step(BaseModel):
     """One line of a run's progress: a model turn or a tool call, as it happened."""
 
@@ -117,6 +133,16 @@ class Step(BaseModel):
         default="", description="A one-line preview: the answer, arguments, result."
     )
     is_error: bool = False
+
+
+class StoreOutage(BaseModel):
+    """The blob store is unavailable and a call waits for it (runs from agent-run-5 on)."""
+
+    call: str = Field(description="What waits, e.g. `model call`.")
+    since: datetime
+    tries: int = Field(description="Calls that met the outage so far.")
+    error: str = Field(description="The store's latest error.")
+    next_try_at: datetime
 
 
 class RunState(BaseModel):
@@ -147,6 +173,14 @@ class RunState(BaseModel):
         default_factory=dict, description="Questions its operations' jobs asked, by question id."
     )
     final_output: str | None = None
+    rejected_output: RejectedOutput | None = Field(
+        default=None,
+        description="The latest answer refused by the agent's output type, while no later "
+        "answer validated (a run that ends `output_invalid` keeps it).",
+    )
+    store_outage: StoreOutage | None = Field(
+        default=None, description="Set while a call waits for the blob store to come back."
+    )
     error: str | None = None
 
 
@@ -159,6 +193,9 @@ class RunResult(BaseModel):
     tool_calls: int
     usage: Usage
     error: str | None = Field(default=None, description="Why the run ended, if not by answering.")
+    rejected_output: RejectedOutput | None = Field(
+        default=None, description="Set when the run ended `output_invalid`: its last answer."
+    )
 
 
 class ModelCallInput(BaseModel):
@@ -185,6 +222,29 @@ class ModelCallInput(BaseModel):
     )
     mcp_listing: str | None = Field(
         default=None, description="The run's MCP listing (a blob reference), for MCP tools."
+    )
+    outages_waited_out: bool = Field(
+        default=False,
+        description="The run waits blob store outages out (runs from agent-run-5 on): a "
+        "failure on the store says which attempt met it, and hands back the model's reply.",
+    )
+    answered: ModelResponse | None = Field(
+        default=None,
+        description="The model's reply to this very call, given before the blob store failed "
+        "to keep the conversation: stored now, and the model is not asked again.",
+    )
+
+
+class StoreFailure(BaseModel):
+    """The details of a call that failed on the blob store (`BLOB_STORE_UNAVAILABLE`), for a
+    run that waits the outage out (one whose retry policy does not retry that failure)."""
+
+    attempt: int = Field(
+        description="The attempt that met the outage; those before it failed "
+        "otherwise, and count against the call's own retries."
+    )
+    answered: ModelResponse | None = Field(
+        default=None, description="The model's reply, when it came before the store failed."
     )
 
 

@@ -11,7 +11,8 @@
 
 The arguments the model sends are validated against a pydantic model built from the signature
 (its JSON schema is what the model sees); the description is the docstring's text before its
-sections, and each argument's description comes from its `Args:` entry.
+sections (or `description=`), and each argument's description comes from its `Args:` entry. A
+tool with no description is refused: the model would see only its name.
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def tool(
         approval: How long such a request waits, and what happens when nobody answers.
 
     Raises:
-        TypeError: the function is not async, has an argument without a type annotation, or
-            takes `*args`/`**kwargs`.
+        TypeError: the function is not async, has no description (neither a docstring with
+            text before its sections nor `description=`), has an argument without a type
+            annotation, or takes `*args`/`**kwargs`.
     """
 
     def declare(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
@@ -157,6 +159,12 @@ def _declare(
             annotation,
             Field(default, description=documented.get(parameter.name)),
         )
+    description = (description or "").strip() or summary
+    if not description:
+        raise TypeError(
+            f"tool {where} has no description, and the model would see only its name: give "
+            "the function a docstring that says what it does, or @tool(description=...)"
+        )
     tool_name = name or fn.__name__
     args_model: type[BaseModel] = create_model(
         f"{_camel(tool_name)}Args",
@@ -173,7 +181,7 @@ def _declare(
 
     return ToolSpec(
         name=tool_name,
-        description=description or summary or tool_name,
+        description=description,
         args=args_model,
         handler=handler,
         takes_context=True,

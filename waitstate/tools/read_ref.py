@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from waitstate.blobs import REF_PREFIX, BlobNotFound, BlobStore
+from waitstate.blobs import REF_PREFIX, BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.schemas.builtin import READ_REF, ReadRefArgs
 from waitstate.tools.spec import ToolError, ToolSpec
 
@@ -30,6 +30,12 @@ def read_ref_tool(store: BlobStore) -> ToolSpec:
             raise ToolError(
                 f"no blob stored under {args.ref}; copy the ref exactly as the truncated result "
                 "gave it, from this run"
+            ) from err
+        except BlobStoreUnavailable as err:
+            # An outage: the model may go on with other work and read it later.
+            raise ToolError(
+                f"{args.ref} cannot be read just now (the blob store is unavailable); it is "
+                "not lost: try again later"
             ) from err
         return {
             "ref": args.ref,

@@ -1,0 +1,31 @@
+"""`make up` (scripts/services.py) when a service cannot start: one line saying why, from this
+start's output, never an earlier start's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.rigs import Services
+
+UNDESCRIBED = "tests.waitstate.apps_for_tests.undescribed:app"
+# What an earlier worker left in the log: `up` must not show it as this start's error.
+OLD_CRASH = 'Traceback (most recent call last):\n  File "worker.py"\nRuntimeError: an old crash\n'
+
+
+async def test_up_with_an_app_that_cannot_be_served_says_why_in_one_line(tmp_path: Path) -> None:
+    services = Services(tmp_path, {"WAITSTATE_APPS": UNDESCRIBED})
+    (tmp_path / "worker.log").write_text(OLD_CRASH)
+    try:
+        up = await services.services("up")
+    finally:
+        down = await services.services("down")
+
+    assert up.returncode == 1
+    assert up.stderr == (
+        f"error: worker exited at start: worker: app {UNDESCRIBED!r} does not import: "
+        "TypeError: tool tests.waitstate.apps_for_tests.undescribed.ping has no description, "
+        "and the model would see only its name: give the function a docstring that says what "
+        f"it does, or @tool(description=...) (see {tmp_path / 'worker.log'})\n"
+    )
+    assert "server started" in up.stdout and "worker started" not in up.stdout
+    assert down.returncode == 0, down.stderr
