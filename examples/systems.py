@@ -78,8 +78,11 @@ Test hooks, so tests can prove exactly what happened and inject failures::
                                     hold_start_answers_seconds, never_complete, fail_jobs,
                                     progress_reports, duplicate_webhooks,
                                     webhook_give_up_seconds, fail_cancels, export_seconds,
-                                    pipeline_seconds, purge_schemas,
+                                    pipeline_seconds, purge_schemas, held_purges,
                                     accept_then_fail_next_refunds (see `Faults`)
+    POST /_test/purges/{dataset}/ask
+                                    a purge of the dataset held by `held_purges` asks now
+                                    (or as soon as it has counted its rows)
     POST /_test/reset               forget every job, file, notification, refund, outbox entry
                                     and fault (the seeded claims stay)
 
@@ -429,6 +432,11 @@ class Faults(BaseModel):
         "of {confirm: boolean}: a hostile job, to test what receives its question (a "
         "backtracking pattern, a malformed schema).",
     )
+    held_purges: list[str] = Field(
+        default_factory=list,
+        description="The purges of these datasets ask only once told to (`POST "
+        "/_test/purges/{dataset}/ask`): a test decides when the question comes.",
+    )
     accept_then_fail_next_refunds: int = Field(
         default=0,
         ge=0,
@@ -557,8 +565,10 @@ class JobRecord:
     completes: bool
     planned_error: OperationError | None
     deliveries: int
-    # What a purge asks in (`Faults.purge_schemas`; its usual question by default).
+    # What a purge asks in (`Faults.purge_schemas`; its usual question by default), and whether
+    # it waits to be told to ask (`Faults.held_purges`).
     question_schema: Mapping[str, Any] = field(default_factory=lambda: PURGE_ANSWER_SCHEMA)
+    held: bool = False
     retry: WebhookRetry = field(default_factory=WebhookRetry)
     progress_reports: int = 0
     callback_url: str | None = None
@@ -638,6 +648,7 @@ class DemoSystems:
         self.refund_keys: dict[str, RefundKeyStats] = {}
         self.outbox: list[OutboxEntry] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ask_now: dict[str, asyncio.Event] = {}
         self._http: httpx.AsyncClient | None = None
         self._notification_ids = itertools.count(1)
         self._refund_ids = itertools.count(1)
@@ -702,6 +713,10 @@ class DemoSystems:
             self.faults.accept_then_fail_next_starts -= 1
             raise HTTPException(503, f"the {service} is temporarily unavailable; try again")
         return job, created
+
+    def ask_now(self, dataset: str) -> asyncio.Event:
+        """Set once a held purge of `dataset` may ask its question (`Faults.held_purges`)."""
+        return self._ask_now.setdefault(dataset, asyncio.Event())
 
     async def hold_start_answer(self) -> None:
         """Wait before answering a start, if the `hold_start_answers_seconds` fault says so."""
@@ -817,6 +832,7 @@ class DemoSystems:
             stage="counting rows" if kind == "purge" else None,
             question_schema=faults.purge_schemas.get(arguments.get("dataset", ""))
             or PURGE_ANSWER_SCHEMA,
+            held=kind == "purge" and arguments.get("dataset") in faults.held_purges,
         )
         self.jobs[job.job_id] = job
         if job.completes:
@@ -864,6 +880,8 @@ class DemoSystems:
         dataset = job.arguments["dataset"]
         rows = _stable_number(f"purge/{dataset}")
         await asyncio.sleep(job.seconds)
+        if job.held:
+            await self.ask_now(dataset).wait()
         if job.status != "running":
             return
         refusal = await self._ask(
@@ -1149,6 +1167,7 @@ class DemoSystems:
         self.refund_keys.clear()
         self._refund_ids = itertools.count(1)
         self.outbox.clear()
+        self._ask_now.clear()
 
 
 def _confirms(answer: AnswerRequest) -> bool:
@@ -1344,6 +1363,10 @@ def create_app(
     @app.post("/_test/faults")
     async def set_faults(update: Faults) -> Faults:
         return systems.set_faults(update)
+
+    @app.post("/_test/purges/{dataset}/ask", status_code=204)
+    async def let_purge_ask(dataset: str) -> None:
+        systems.ask_now(dataset).set()
 
     @app.post("/_test/reset", status_code=204)
     async def reset() -> None:

@@ -372,6 +372,27 @@ async def test_a_purge_asks_in_the_schema_a_fault_names_for_its_dataset(
     assert answered.json() == {"applied": True}
 
 
+async def test_a_held_purge_asks_only_once_told_to(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    # For the chaos suite: the question comes when the test wants it (e.g. while the run's
+    # checkpoint call is in flight), not after a clock's duration.
+    await client.post("/_test/faults", json={"held_purges": ["held"]})
+    held = await start_purge(client, receiver, "held", dataset="held")
+    await start_purge(client, receiver, "usual")
+    # A purge started after it has counted its rows and asked: the held one would have too.
+    await hook_number(receiver, "usual", 1)
+    counted = (await client.get(f"/purges/{held}")).json()
+
+    told = await client.post("/_test/purges/held/ask")
+    asked = await hook_number(receiver, "held", 1)
+
+    assert (counted["status"], counted["progress"]) == ("running", "counting rows")
+    assert told.status_code == 204
+    assert asked.body["status"] == "input_required"
+    assert (await client.get(f"/purges/{held}")).json()["status"] == "input_required"
+
+
 async def test_a_purge_whose_question_is_refused_as_malformed_fails_saying_why(
     client: httpx.AsyncClient, systems_app: tuple[FastAPI, str]
 ) -> None:
