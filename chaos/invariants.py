@@ -265,11 +265,12 @@ def _questions(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str
 
 
 def interrupted_start(outcome: RunOutcome) -> bool:
-    """Whether the run's MCP call was retried after an attempt that may have sent it (its
-    worker killed mid-call): the call is not repeated, and the model is told its outcome is
-    unknown (activities/mcp.py)."""
+    """Whether the run's MCP call may have been sent with its outcome unknown: retried after
+    an attempt its worker was killed in, or cut off by the MCP server's restart (its session
+    broken mid-call). The call is not repeated, and the model is told its outcome is unknown
+    (activities/mcp.py)."""
     steps = outcome.state.steps if outcome.state is not None else []
-    return any(attempt > 1 for attempt in activity_attempts(outcome.events, CALL_TOOL)) and any(
+    return any(
         s.kind == "tool" and s.is_error and "may or may not have taken effect" in s.detail
         for s in steps
     )

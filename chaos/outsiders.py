@@ -36,6 +36,7 @@ class is about, counted, and the driver adds the violations of the class's runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import random
@@ -85,6 +86,7 @@ from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.run import CALL_MODEL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import HeldReply, openai_text, openai_tool_calls
 from workflows.agent_run import MODEL_RETRY
+from workflows.outages import STORE_RETRY_MAX
 from workflows.search_attributes import WAITING_FOR
 
 CRAFTED_PATTERN = "12 crafted schema: a backtracking pattern"
@@ -143,8 +145,6 @@ _FOUND = re.compile(
 )
 # What a run records when a blob store outage is over (workflows/outages.py).
 _STORE_BACK = re.compile(r"back after (\S+) \((\d+) tries of the (.+) met the outage\)")
-# The longest a run waits between its tries while the store is out (workflows/outages.py).
-STORE_RETRY_MAX = 60.0
 # How often the driver looks at the outage runs' status while the store is away.
 STATUS_EVERY = 3.0
 # Deadlock-detector trips a worker logs (the SDK's "Potential deadlock detected", TMPRL1101).
@@ -260,7 +260,6 @@ class Outsiders:
                 tools=[PURGE_TOOL],
                 # Shorter than the purge's eta (seconds): its wait is worth a checkpoint.
                 rebuild_after=timedelta(milliseconds=100),
-                model_timeout=CHECKPOINT_MODEL_TIMEOUT,
             )
             out.append(
                 RunPlan(wid, "checkpoint-question", "callback", run, klass=CHECKPOINT_QUESTION,
@@ -268,13 +267,10 @@ class Outsiders:
             )  # fmt: skip
         for plan in out:
             plan.phase = phase
+            held = plan.klass == CHECKPOINT_QUESTION
+            model_timeout = CHECKPOINT_MODEL_TIMEOUT if held else CALL_TIMEOUT
             plan.input = plan.input.model_copy(
-                update={
-                    "tool_timeout": CALL_TIMEOUT,
-                    "model_timeout": min(plan.input.model_timeout, CHECKPOINT_MODEL_TIMEOUT)
-                    if plan.klass == CHECKPOINT_QUESTION
-                    else CALL_TIMEOUT,
-                }
+                update={"tool_timeout": CALL_TIMEOUT, "model_timeout": model_timeout}
             )
         return out
 
@@ -315,17 +311,17 @@ class Outsiders:
         return plan
 
     async def prepare(self, ctx: Context, plans: list[RunPlan]) -> None:
-        """Before the runs start: the purges' schemas to the main systems, the checkpoint runs'
-        model replies to the wire server (the checkpoint call held, released by the driver)."""
+        """Before the runs start: to the main systems, the schemas the crafted purges ask in
+        and the checkpoint runs' purges to hold (each asks when the driver says); to the wire
+        server, the checkpoint runs' model replies (the checkpoint call held until the driver
+        releases it)."""
         schemas = {
             plan.id: plan.schema
             for plan in plans
             if plan.schema is not None and PURGE_TOOL in plan.input.tools
         }
-        answer = await ctx.http.post(
-            f"{ctx.systems_url}/_test/faults", json={"purge_schemas": schemas}
-        )
-        answer.raise_for_status()
+        asking_late = [plan.id for plan in plans if plan.klass == CHECKPOINT_QUESTION]
+        await _faults(ctx, purge_schemas=schemas, held_purges=asking_late)
         for plan in plans:
             if plan.klass != CHECKPOINT_QUESTION:
                 continue
@@ -349,24 +345,20 @@ class Outsiders:
             return
         notice = await bounded(ctx, ctx.outbox.question(plan.id, question.question_id))
         link = notice["answer"]
-        sends: list[tuple[str, Awaitable[tuple[Answer, float]]]] = [
-            ("link", _link_answer(ctx, link, question, CRAFTED_ANSWER, "link (crafted)")),
-            (
-                "update",
-                _update_answer(ctx, handle.id, question, CRAFTED_ANSWER, "update (crafted)"),
-            ),
-        ]
-        # Then the valid answer, by one means or the other, in turn across runs.
-        if _odd(plan.id):
-            sends.append(("link", _link_answer(ctx, link, question, VALID_ANSWER, "link")))
-        else:
-            valid = _update_answer(ctx, handle.id, question, VALID_ANSWER, "update")
-            sends.append(("update", valid))
-        for _, send in sends:
-            answer, took = await send
+
+        async def record(sent: Awaitable[tuple[Answer, float]]) -> None:
+            answer, took = await sent
             outcome.answers.append(answer)
             outcome.facts[answer.via] = took
             outcome.notes.append(f"{answer.via}: {answer.code} ({took:.1f}s)")
+
+        await record(_link_answer(ctx, link, question, CRAFTED_ANSWER, "link (crafted)"))
+        await record(_update_answer(ctx, handle.id, question, CRAFTED_ANSWER, "update (crafted)"))
+        # Then the valid answer, by one means or the other, in turn across runs.
+        if _odd(plan.id):
+            await record(_link_answer(ctx, link, question, VALID_ANSWER, "link"))
+        else:
+            await record(_update_answer(ctx, handle.id, question, VALID_ANSWER, "update"))
 
     async def _checkpoint_question(
         self, ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
@@ -377,6 +369,12 @@ class Outsiders:
         soon it is found waiting for input by visibility and by `waiting_for_people`; then the
         answer."""
         held = self.held[plan.id]
+        # Its purge asks once the checkpoint call (the run's second to the model) is in flight.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HOLD_LIMIT):
+                await _requests(ctx, plan.id, 2)
+        told = await ctx.http.post(f"{ctx.systems_url}/_test/purges/{plan.id}/ask")
+        told.raise_for_status()
         question = await _question(ctx, handle, outcome)
         requests = [r for r in ctx.wire.requests if _model(r.body) == plan.id]
         outcome.facts["asked during the checkpoint"] = (
@@ -400,7 +398,12 @@ class Outsiders:
             return bool([run async for run in ctx.client.list_workflows(query)])
 
         async def listed() -> bool:
+            listing = time.monotonic()
             pending = await ctx.runs.waiting_for_people()
+            took = time.monotonic() - listing
+            outcome.facts["pending's listing"] = max(
+                outcome.facts.get("pending's listing", 0), took
+            )
             return any(
                 q.run_id == plan.id and q.question.question_id == question.question_id
                 for q in pending.questions
@@ -409,6 +412,7 @@ class Outsiders:
         for name, check in (("found by WaitingFor", found), ("listed by pending", listed)):
             seen = await _within(LISTED_WITHIN, check)
             outcome.facts[name] = None if seen is None else seen - began
+            began = time.monotonic()
         confirm = {"confirm": True}
         if _odd(plan.id):
             notice = await bounded(ctx, ctx.outbox.question(plan.id, question.question_id))
@@ -489,10 +493,9 @@ class Outsiders:
         store = self.stack.blob_store()
         hold = asyncio.Event()
         # Their ends are awaited from the outage's start: as long again as the outage, and the
-        # run's backoff (up to a minute) after it.
-        patient = dataclasses.replace(
-            ctx, result_timeout=ctx.result_timeout + self.mix.store_outage + STORE_RETRY_MAX
-        )
+        # runs' backoff after it (their tries come up to a minute apart).
+        patience = self.mix.store_outage + STORE_RETRY_MAX.total_seconds()
+        patient = dataclasses.replace(ctx, result_timeout=ctx.result_timeout + patience)
         tasks = [asyncio.create_task(drive(patient, plan, hold=hold)) for plan in plans]
         await bounded(
             ctx, asyncio.gather(*(_mid_flight(ctx, p, wire=p.id in self.held) for p in plans))
@@ -570,12 +573,13 @@ async def _question(
 
 
 async def _within(seconds: float, check: Callable[[], Awaitable[bool]]) -> float | None:
-    """When `check` first held (time.monotonic()), checked every LIST_EVERY s for `seconds`;
-    None if it never did. A check that fails (the server busy) is tried again."""
+    """When `check` first held (time.monotonic()), checked every LIST_EVERY s for `seconds`
+    (a check begun then may take as long again); None if it never did. A check that fails
+    (the server busy) is tried again."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            if await asyncio.wait_for(check(), max(deadline - time.monotonic(), 0.1)):
+            if await asyncio.wait_for(check(), seconds):
                 return time.monotonic()
         except (ClientError, TimeoutError, RuntimeError):
             pass
@@ -644,6 +648,15 @@ async def _update_answer(
         return Answer("answer", question.question_id, via, None, code, accepted), took
 
 
+async def _requests(ctx: Context, model: str, count: int) -> None:
+    """Until the model over the wire has had `count` requests for this run."""
+    # The wire server runs in threads of its own: polled, not awaited.
+    while True:
+        if sum(1 for r in ctx.wire.requests if _model(r.body) == model) >= count:
+            return
+        await asyncio.sleep(0.1)
+
+
 async def _faults(ctx: Context, **faults: Any) -> None:
     answer = await ctx.http.post(f"{ctx.systems_url}/_test/faults", json=faults)
     answer.raise_for_status()
@@ -710,8 +723,7 @@ async def _watch_status(
             except ClientError:
                 continue
             seen = samples[plan.id]
-            # `store_outage`: runs from agent-run-5 on, which wait the outage out (absent before).
-            outage = getattr(shown.state, "store_outage", None)
+            outage = shown.state.store_outage
             if outage is not None:
                 seen["outage tries shown"] = max(seen.get("outage tries shown", 0), outage.tries)
             attempts = [r.attempt for r in shown.retrying if r.call == "model call"]
@@ -876,7 +888,7 @@ def _crafted_malformed(outcomes: list[RunOutcome], stats: dict[str, Any]) -> Che
     declined with the reason, the task told so; every run ended."""
     check = Check(CRAFTED_MALFORMED)
     refused_reports: list[str] = []
-    declined = interrupted = 0
+    declined = interrupted = unconfirmed = 0
     for outcome in outcomes:
         tag = _tag(outcome)
         if _interrupted(outcome):
@@ -885,6 +897,7 @@ def _crafted_malformed(outcomes: list[RunOutcome], stats: dict[str, Any]) -> Che
         if outcome.plan.kind.endswith("-mcp"):
             problems = _mcp_declined(tag, outcome, stats)
             declined += not problems
+            unconfirmed += sum(q.delivery != "sent" for q in _questions(outcome))
         else:
             problems, answers = _report_refused(tag, outcome, stats)
             refused_reports += answers
@@ -896,8 +909,9 @@ def _crafted_malformed(outcomes: list[RunOutcome], stats: dict[str, Any]) -> Che
     check.outcome = (
         f"{len(outcomes)} runs ({_tally(o.plan.kind.split('-', 2)[2] for o in outcomes)}): our "
         f"tool's questions answered {_tally(refused_reports)} ({purges} purges); MCP tasks' "
-        f"questions refused and declined with the reason {declined}, starts interrupted "
-        f"(outcome unknown, no question) {interrupted}; {_ended(outcomes)}"
+        f"questions refused and declined with the reason {declined} (its delivery unconfirmed "
+        f"by the run, the task's end first {unconfirmed}), starts interrupted (outcome "
+        f"unknown, no question) {interrupted}; {_ended(outcomes)}"
     )
     return check
 
@@ -939,11 +953,15 @@ def _mcp_declined(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[
         problems.append(f"{tag}: {where} without a reason")
     if answer is None or (answer.action, answer.by_policy) != ("decline", True):
         problems.append(f"{tag}: {where} answered {answer}, expected a decline by the policy")
-    if question.delivery != "sent":
-        problems.append(f"{tag}: {where}: the decline never reached the task")
+    # What the server saw is the truth of the delivery: the run's own record of it may stay
+    # `sending` when the task's end (polled) came before its answer's activity reported (its
+    # worker killed), and the run ended on it.
     seen = _deleted(outcome, stats)
     if (seen.get("reasoned", 0), seen.get("kept", 0), seen.get("deleted", 0)) != (1, 1, 0):
-        problems.append(f"{tag}: the MCP server saw {seen}, expected one decline with a reason")
+        problems.append(
+            f"{tag}: the MCP server saw {seen}, expected one decline with a reason "
+            f"(the run's delivery: {question.delivery})"
+        )
     return problems
 
 
@@ -962,18 +980,14 @@ def _lost_webhooks(outcomes: list[RunOutcome], stats: dict[str, Any], lost: Lost
         final = [w for w in job.get("webhooks", []) if w["report"] in ("succeeded", "failed")]
         fate = _fate(final)
         fates[fate] += 1
-        cancels += _cancels(outcome, stats)
-        steps = [s.detail for s in outcome.state.steps] if outcome.state else []
+        sent = _cancels(outcome, stats)
+        cancels += sent
+        if sent and job.get("status") in ("succeeded", "failed"):
+            check.violations.append(f"{tag}: its finished job was sent {sent} cancel(s)")
         for op in _ops(outcome):
-            how = next(
-                (
-                    m.group(3)
-                    for d in steps
-                    if (m := _FOUND.match(d)) and m.group(1) == op.operation_id
-                ),
-                None,
-            )
-            found[how or "its webhook"] += 1
+            how = _found_by(outcome, op.operation_id)
+            # No check found it: its webhook came after all, or the expiry ended it.
+            found[how or ("the expiry" if op.status == "expired" else "its webhook")] += 1
             limit = (op.expires_at - op.started_at).total_seconds()
             timeout = max(timeout, limit)
             took = (op.resolved_at - op.started_at).total_seconds() if op.resolved_at else None
@@ -1003,6 +1017,15 @@ def _lost_webhooks(outcomes: list[RunOutcome], stats: dict[str, Any], lost: Lost
         f"{cancels}; {_ended(outcomes)}"
     )
     return check
+
+
+def _found_by(outcome: RunOutcome, operation_id: str) -> str | None:
+    """How a status check found the operation's end, as the run's steps say (`a status
+    check`, `the status check before its expiry`); None if none did."""
+    for step in outcome.state.steps if outcome.state else []:
+        if (m := _FOUND.match(step.detail)) and m.group(1) == operation_id:
+            return m.group(3)
+    return None
 
 
 def _fate(final: list[dict[str, Any]]) -> str:
@@ -1146,7 +1169,7 @@ def _checkpoint_question(outcomes: list[RunOutcome]) -> Check:
     as waiting for people, however its question came; then answered."""
     check = Check(CHECKPOINT_QUESTION)
     raced = found = listed = answered = 0
-    slowest = 0.0
+    slowest = listing = 0.0
     for outcome in outcomes:
         tag = _tag(outcome)
         facts = outcome.facts
@@ -1167,6 +1190,7 @@ def _checkpoint_question(outcomes: list[RunOutcome]) -> Check:
                 )
             else:
                 slowest = max(slowest, float(took))
+        listing = max(listing, float(facts.get("pending's listing", 0.0)))
         found += facts.get("found by WaitingFor") is not None
         listed += facts.get("listed by pending") is not None
         taken = [a for a in outcome.answers if a.kind == "answer"]
@@ -1182,7 +1206,7 @@ def _checkpoint_question(outcomes: list[RunOutcome]) -> Check:
     check.outcome = (
         f"{len(outcomes)} runs: questions asked while the checkpoint call was in flight {raced}; "
         f"once waiting, WaitingFor {_tally(shown.elements())}; found by WaitingFor = "
-        f'"input" {found}, listed by pending {listed} (within {slowest:.1f}s); answered '
-        f"{answered}; {_ended(outcomes)}"
+        f'"input" {found}, listed by pending {listed} (within {slowest:.1f}s; a listing took up '
+        f"to {listing:.1f}s); answered {answered}; {_ended(outcomes)}"
     )
     return check
