@@ -41,7 +41,7 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
 
-chaos: $(STAMP)  ## the reliability suite: 160 runs under injected faults, then 1,000 concurrent runs
+chaos: $(STAMP)  ## the reliability suite: 199 runs under injected faults, then 1,000 concurrent runs
 	$(PY) -m chaos --size full
 	$(PY) -m chaos --size load
 
