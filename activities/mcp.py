@@ -189,7 +189,7 @@ class McpActivities:
             if result is None:
                 if repeatable:
                     raise _unavailable(server_name, f"calling {tool_name}", err) from None
-                return _unknown_outcome(call, shorten(str(err) or type(err).__name__, 200))
+                return _unknown_outcome(call, shorten(_why(err), 200))
         if isinstance(result, CreatedTask):
             interval = _poll_interval(result.poll_interval_ms)
             return self._operation(input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms)
@@ -332,8 +332,16 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
         yield client
 
 
+def _why(err: BaseException) -> str:
+    """What went wrong, in words: the errors inside the groups the SDK wraps its own in
+    ("unhandled errors in a TaskGroup" says nothing)."""
+    if isinstance(err, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(_why(inner) for inner in err.exceptions))
+    return str(err) or type(err).__name__
+
+
 def _unavailable(server: str, doing: str, err: BaseException) -> ApplicationError:
-    message = str(err) or type(err).__name__
+    message = _why(err)
     return ApplicationError(
         f"MCP server {server!r} could not be reached {doing}: {shorten(message, MESSAGE_CHARS)}",
         type=MCP_UNAVAILABLE,

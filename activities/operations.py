@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
 from waitstate.schemas.errors import (
@@ -93,6 +93,9 @@ class OperationActivities:
                     f"{input.job_id} still running ({progress or 'no progress reported'})",
                     type=OPERATION_STILL_RUNNING,
                     next_retry_delay=timedelta(seconds=interval),
+                    # Not a failure: the worker logs it at debug level, and the SDK's failure
+                    # metrics leave it out.
+                    category=ApplicationErrorCategory.BENIGN,
                 )
             await asyncio.sleep(interval)
 
@@ -118,6 +121,7 @@ class OperationActivities:
             f"{input.job_id} still running ({status.progress or 'no progress reported'})",
             type=OPERATION_STILL_RUNNING,
             next_retry_delay=timedelta(seconds=input.poll_interval_seconds),
+            category=ApplicationErrorCategory.BENIGN,  # a job running: no failure to log
         )
 
     @activity.defn(name=ANSWER_OPERATION)

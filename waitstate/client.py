@@ -99,6 +99,8 @@ FAILURE_TOO_LARGE = "Failure exceeds size limit."
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
 PROGRESS_CHARS = 500
 AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
+# How many runs `pending` queries at once.
+PENDING_QUERIES_AT_ONCE = 8
 FAILED_STATUSES = ("failed", "approval_expired", "output_invalid")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
@@ -693,21 +695,36 @@ class WaitstateClient:
         query = f'{WAITING_FOR.name} IN ({kinds}) AND ExecutionStatus = "Running"'
         pending = Pending(approvals=[], questions=[])
         try:
-            async for execution in self._client.list_workflows(query):
-                try:
-                    state = await self.query(execution.id)
-                except ClientError:
-                    continue
-                pending.approvals.extend(
-                    PendingRequest(execution.id, request)
-                    for request in state.approvals.values()
-                    if request.open
-                )
-                pending.questions.extend(
-                    PendingQuestion(execution.id, question) for question in _for_people(state)
-                )
+            ids = [execution.id async for execution in self._client.list_workflows(query)]
         except RPCError as err:
             self._raise(err, None, "could not list the runs waiting for people")
+
+        async def state_of(run_id: str) -> RunState | None:
+            try:
+                return await self.query(run_id)
+            except ClientError:
+                return None
+
+        # Asked together, a few at a time: one run whose worker is slow to answer (killed,
+        # restarting) costs the listing one query's timeout, not one per run behind it.
+        gate = asyncio.Semaphore(PENDING_QUERIES_AT_ONCE)
+
+        async def gated(run_id: str) -> RunState | None:
+            async with gate:
+                return await state_of(run_id)
+
+        states = await asyncio.gather(*(gated(run_id) for run_id in ids))
+        for run_id, state in zip(ids, states, strict=True):
+            if state is None:
+                continue
+            pending.approvals.extend(
+                PendingRequest(run_id, request)
+                for request in state.approvals.values()
+                if request.open
+            )
+            pending.questions.extend(
+                PendingQuestion(run_id, question) for question in _for_people(state)
+            )
         return pending
 
     async def open_requests(self, run_id: str) -> list[ApprovalRequest]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
 from activities import OperationActivities
@@ -201,3 +201,14 @@ async def test_a_finite_result_is_taken_as_it_is() -> None:
     )
 
     assert found.status == "succeeded" and found.result == {"rows": 1.5, "ok": [1, 2]}
+
+
+async def test_a_check_of_a_running_job_is_no_failure_to_log(systems: Systems) -> None:
+    await systems.faults(never_complete=True)
+    job_id = await _start(systems)
+
+    with pytest.raises(ApplicationError) as running:
+        await ActivityEnvironment().run(_activities(systems).poll_operation, _check(job_id))
+
+    # Benign: the worker logs it at debug level and the SDK's failure metrics leave it out.
+    assert running.value.category == ApplicationErrorCategory.BENIGN
