@@ -14,6 +14,7 @@ from temporalio.common import SearchAttributeUpdate
 from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Operation
+from waitstate.schemas.questions import InputRequest
 from workflows import ledger
 from workflows.memory import Memory, Wait
 from workflows.search_attributes import (
@@ -106,8 +107,11 @@ class StatusBoard:
         pending = [op for op in self._state.operations.values() if not op.terminal]
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
         deadlines = [op.expires_at for op in pending]
-        deadlines += [r.expires_at for r in self._state.approvals.values() if r.open]
-        deadlines += [q.expires_at for q in self._state.questions.values() if q.open]
+        waits: list[ApprovalRequest | InputRequest] = [
+            r for r in self._state.approvals.values() if r.open
+        ]
+        waits += [q for q in self._state.questions.values() if q.open]
+        deadlines += [self._deadline(wait) for wait in waits]
         expires = min(deadlines) if self._waits and deadlines else None
         current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []
@@ -122,6 +126,17 @@ class StatusBoard:
         if updates:
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(details)
+
+    def _deadline(self, wait: ApprovalRequest | InputRequest) -> datetime:
+        """When a person's wait ends for good. From HARDENED on, that of an escalating wait's
+        second window from the start: escalating is its policy, not an overdue wait, and so
+        escalating (or hearing that the escalation's notice went out) changes no search
+        attribute. A command issued as a timer fires or a notice completes could otherwise
+        come before or after a decision's Update in the same workflow task, in one order live
+        and the other on replay (the SDK puts Updates first in an activation)."""
+        if self._versions.hardened and wait.policy.on_timeout == "escalate" and not wait.escalated:
+            return wait.expires_at + wait.policy.timeout
+        return wait.expires_at
 
     def _waiting_for(self) -> tuple[str, str]:
         """What the run waits for (`none` while it works) and the Web UI's details of it.

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     Interceptor,
@@ -25,6 +26,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateHandle,
 )
+from temporalio.converter import decode_typed_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.refunds import refund_tools
@@ -38,9 +40,10 @@ from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
+from waitstate.schemas.run import NOTIFY_APPROVAL
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
 
 DAY = timedelta(hours=24)
 RESULT_TIMEOUT = 60
@@ -151,6 +154,52 @@ async def test_escalation_after_a_day_then_a_late_decision_on_the_first_request_
     assert outbox[0]["body"]["decision"] == outbox[1]["body"]["decision"]
     assert result.status == "completed" and len(await desk.get("/refunds")) == 1
     await replays(handle, "approval_escalated_then_approved")
+
+
+async def test_an_escalating_request_shows_its_final_deadline_and_escalates_upserting_nothing(
+    desk: Desk,
+) -> None:
+    # A command issued as the window's timer fires or as the escalation's notice completes can
+    # land before or after a decision's Update in the same workflow task, one way live and the
+    # other on replay; from agent-run-5 on, escalating changes no search attribute.
+    async with desk.worker():
+        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+        request = await _open_request(handle)
+        await desk.env.sleep(DAY + timedelta(minutes=1))
+
+        async def escalation_noticed() -> bool:
+            # Both notices completed, and a workflow task taken since (their `then` ran).
+            notices: set[int] = set()
+            completed, after = 0, False
+            async for event in handle.fetch_history_events():
+                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                    scheduled = event.activity_task_scheduled_event_attributes
+                    if scheduled.activity_type.name == NOTIFY_APPROVAL:
+                        notices.add(event.event_id)
+                elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                    done = event.activity_task_completed_event_attributes
+                    if done.scheduled_event_id in notices:
+                        completed, after = completed + 1, False
+                elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                    after = True
+            return completed == 2 and after
+
+        await eventually(escalation_noticed, "the escalation's notice to be sent and seen")
+        await handle.signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id, reviewer="lee")
+        )
+        result = await _result(handle)
+    shown = [
+        decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        ).get(WAIT_EXPIRES_AT)
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+
+    assert result.status == "completed"
+    # Once, at the request: the end of the escalation's window, not the first's.
+    assert [at for at in shown if at is not None] == [request.requested_at + 2 * DAY]
 
 
 @pytest.mark.parametrize(
