@@ -124,7 +124,9 @@ class Size:
     can_expiry: int = 1
     races: int = 6
     rotations: int = 1
-    rotation_window: timedelta = timedelta(seconds=12)
+    # Long enough for the escalation notice of a killed worker (its activity timeout, 12 s) and
+    # a driver slowed by a loaded machine (make test beside make chaos) to decide in time.
+    rotation_window: timedelta = timedelta(seconds=30)
     # Issue 22 (chaos.outsiders): runs per crafted schema and asker (a purge, and an MCP task
     # when `crafted_mcp`: the stack then starts the MCP server even without `mcp`); runs whose
     # question comes during `wait_for_operations` or during a checkpoint; runs whose webhooks a
@@ -153,7 +155,7 @@ SIZES = {
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
-                 rotation_window=timedelta(seconds=15),
+                 rotation_window=timedelta(seconds=30),
                  crafted=2, crafted_mcp=True, wait_questions=4, checkpoint_questions=4,
                  lost_webhooks=6, store_runs=3, store_outage=180.0),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
