@@ -68,35 +68,20 @@ class OperationActivities:
         while True:
             polls += 1
             try:
-                status = _faithful(await long.backend.status(input.job_id))
-            except ToolError as err:
-                # The system says the job does not exist (any more): that is its outcome.
-                return Completion(
-                    status="failed",
-                    error=OperationError(code="job_unknown", message=str(err), retryable=False),
-                )
+                status = await _status(long, input.job_id)
             except Exception as err:
                 # Transient (unreachable, 5xx): keep checking and heartbeating; the
                 # operation's expiry, not an outage, decides when to give up.
                 activity.logger.warning("status check of %s failed: %s", input.job_id, err)
                 status = None
-            if status is not None and status.status in _TERMINAL:
+            if status is not None and _answers(status, input):
                 return status
-            if status is not None and _asks_anew(status, input.known_questions):
-                return status  # the run records the question, routes it, and polls again
             progress = status.progress if status else None
             state = status.status if status else "unknown"
             # Where `status` and `watch` read the job's progress (PollHeartbeat's layout).
             activity.heartbeat(*PollHeartbeat(polls, state, progress, input.job_id).details())
             if timedelta(seconds=interval) >= LONG_POLL_INTERVAL:
-                raise ApplicationError(
-                    f"{input.job_id} still running ({progress or 'no progress reported'})",
-                    type=OPERATION_STILL_RUNNING,
-                    next_retry_delay=timedelta(seconds=interval),
-                    # Not a failure: the worker logs it at debug level, and the SDK's failure
-                    # metrics leave it out.
-                    category=ApplicationErrorCategory.BENIGN,
-                )
+                raise _still_running(input.job_id, progress, interval)
             await asyncio.sleep(interval)
 
     async def _check(self, input: PollOperationInput, long: LongSpec) -> Completion:
@@ -104,25 +89,15 @@ class OperationActivities:
         or a system that could not answer, is a retryable error (the retry policy checks
         again)."""
         try:
-            status = _faithful(await long.backend.status(input.job_id))
-        except ToolError as err:
-            return Completion(
-                status="failed",
-                error=OperationError(code="job_unknown", message=str(err), retryable=False),
-            )
+            status = await _status(long, input.job_id)
         except Exception as err:
             activity.logger.warning("status check of %s failed: %s", input.job_id, err)
             raise ApplicationError(
                 f"could not check {input.job_id}: {str(err)[:500] or type(err).__name__}"
             ) from None
-        if status.status in _TERMINAL or _asks_anew(status, input.known_questions):
+        if _answers(status, input):
             return status
-        raise ApplicationError(
-            f"{input.job_id} still running ({status.progress or 'no progress reported'})",
-            type=OPERATION_STILL_RUNNING,
-            next_retry_delay=timedelta(seconds=input.poll_interval_seconds),
-            category=ApplicationErrorCategory.BENIGN,  # a job running: no failure to log
-        )
+        raise _still_running(input.job_id, status.progress, input.poll_interval_seconds)
 
     @activity.defn(name=ANSWER_OPERATION)
     async def answer_operation(self, input: DeliverAnswer) -> None:
@@ -193,6 +168,36 @@ class OperationActivities:
                 non_retryable=True,
             )
         return spec.long
+
+
+async def _status(long: LongSpec, job_id: str) -> Completion:
+    """The job's status as its system reports it; a job the system says does not exist (any
+    more) has failed, which is its outcome. Other errors (unreachable, 5xx) are raised."""
+    try:
+        return _faithful(await long.backend.status(job_id))
+    except ToolError as err:
+        return Completion(
+            status="failed",
+            error=OperationError(code="job_unknown", message=str(err), retryable=False),
+        )
+
+
+def _answers(status: Completion, input: PollOperationInput) -> bool:
+    """Whether a status is the run's to hear now: the job's end, or a question it asks anew
+    (the run records the question, routes it, and polls again)."""
+    return status.status in _TERMINAL or _asks_anew(status, input.known_questions)
+
+
+def _still_running(job_id: str, progress: str | None, interval: float) -> ApplicationError:
+    """A check that found the job running: retried one interval later (the retry policy is
+    the poller). Benign: the worker logs it at debug level, the SDK's failure metrics leave
+    it out."""
+    return ApplicationError(
+        f"{job_id} still running ({progress or 'no progress reported'})",
+        type=OPERATION_STILL_RUNNING,
+        next_retry_delay=timedelta(seconds=interval),
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def _faithful(status: Completion) -> Completion:

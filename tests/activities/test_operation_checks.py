@@ -148,18 +148,8 @@ class _NotANumber:
         return None
 
 
-@pytest.mark.parametrize("once", [True, False])
-@pytest.mark.parametrize(
-    ("result", "where"),
-    [
-        ({"rows": float("nan")}, "result.rows"),
-        ({"totals": [1.0, float("inf")]}, "result.totals.1"),
-        (float("-inf"), "result"),
-    ],
-)
-async def test_a_result_with_a_number_json_cannot_carry_is_refused_not_stored_as_null(
-    once: bool, result: object, where: str
-) -> None:
+async def _poll_reporting(result: object, *, once: bool) -> Completion:
+    """What polling (or checking, `once`) a finished job whose result is `result` returns."""
     backend: LongTool = _NotANumber(result)  # type: ignore[assignment]
     spec = ToolSpec(
         name="nan_job", description="d", args=EnrichArgs, long=LongSpec(backend=backend)
@@ -172,10 +162,24 @@ async def test_a_result_with_a_number_json_cannot_carry_is_refused_not_stored_as
         once=once,
         known_questions=[],
     )
-
-    found = await ActivityEnvironment().run(
+    return await ActivityEnvironment().run(
         OperationActivities(ToolRegistry([spec])).poll_operation, poll
     )
+
+
+@pytest.mark.parametrize("once", [True, False])
+@pytest.mark.parametrize(
+    ("result", "where"),
+    [
+        ({"rows": float("nan")}, "result.rows"),
+        ({"totals": [1.0, float("inf")]}, "result.totals.1"),
+        (float("-inf"), "result"),
+    ],
+)
+async def test_a_result_with_a_number_json_cannot_carry_is_refused_not_stored_as_null(
+    once: bool, result: object, where: str
+) -> None:
+    found = await _poll_reporting(result, once=once)
 
     assert found.status == "failed" and found.result is None
     assert found.error is not None and found.error.code == "non_finite_number"
@@ -183,22 +187,7 @@ async def test_a_result_with_a_number_json_cannot_carry_is_refused_not_stored_as
 
 
 async def test_a_finite_result_is_taken_as_it_is() -> None:
-    backend: LongTool = _NotANumber({"rows": 1.5, "ok": [1, 2]})  # type: ignore[assignment]
-    spec = ToolSpec(
-        name="nan_job", description="d", args=EnrichArgs, long=LongSpec(backend=backend)
-    )
-    poll = PollOperationInput(
-        operation_id="op_1",
-        tool="nan_job",
-        job_id="job_1",
-        poll_interval_seconds=0.05,
-        once=True,
-        known_questions=[],
-    )
-
-    found = await ActivityEnvironment().run(
-        OperationActivities(ToolRegistry([spec])).poll_operation, poll
-    )
+    found = await _poll_reporting({"rows": 1.5, "ok": [1, 2]}, once=True)
 
     assert found.status == "succeeded" and found.result == {"rows": 1.5, "ok": [1, 2]}
 
