@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -27,7 +28,7 @@ from tests.rigs import (
 )
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import DeliveryRefused
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 from waitstate.schemas.operations import Completion, CompletionOutcome
 
 URL = f"/v1/operations/{OP}/complete"
@@ -314,3 +315,87 @@ async def test_random_requests_never_cause_a_500(gw: Gateway) -> None:
         statuses.add(response.status_code)
 
     assert {200, 401, 413, 422} <= statuses
+
+
+async def test_report_ids_are_checked_before_the_body_and_the_token(gw: Gateway) -> None:
+    too_long = "w" * 201
+    over_the_limit = b"x" * (MAX_BODY + 1)
+
+    answers = [
+        await gw.client.post(URL, content=over_the_limit, headers={"Webhook-Id": too_long}),
+        await gw.client.post(URL, json=SUCCEEDED, headers={**gw.auth(), "Idempotency-Key": ""}),
+    ]
+
+    assert "header.Webhook-Id" in assert_error(answers[0], 422, "invalid_request")
+    assert "header.Idempotency-Key" in assert_error(answers[1], 422, "invalid_request")
+    assert gw.deliverer.calls == []
+
+
+@dataclass
+class _ReportIds(RecordingDeliverer):
+    """Records the report id each completion was delivered with."""
+
+    report_ids: list[str | None] = field(default_factory=list)
+
+    async def complete(
+        self,
+        claims: ResumeClaims,
+        completion: Completion,
+        delivery_id: str,
+        report_id: str | None = None,
+    ) -> CompletionOutcome:
+        self.report_ids.append(report_id)
+        return await super().complete(claims, completion, delivery_id, report_id)
+
+
+async def test_the_report_id_is_the_webhook_id_else_the_idempotency_key() -> None:
+    deliverer = _ReportIds()
+    tokens = ResumeTokens({"k1": GATEWAY_SECRET}, "k1")
+    token = tokens.mint(RUN, OP, datetime.now(UTC) + timedelta(hours=1)).token
+    auth = {"Authorization": f"Bearer {token}"}
+    transport = httpx.ASGITransport(app=create_app(deliverer, tokens))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        for headers in (
+            {"Webhook-Id": "wh-1", "Idempotency-Key": "key-1"},
+            {"Idempotency-Key": "key-2"},
+            {},
+        ):
+            response = await client.post(URL, json=SUCCEEDED, headers={**auth, **headers})
+            assert response.status_code == 200, response.text
+
+    assert deliverer.report_ids == ["wh-1", "key-2", None]
+
+
+async def test_deliveries_are_logged_and_counted(
+    gw: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    def accepted(metrics: str) -> float:
+        prefix = 'waitstate_gateway_accepted_total{endpoint="complete"} '
+        [line] = [line for line in metrics.splitlines() if line.startswith(prefix)]
+        return float(line.removeprefix(prefix))
+
+    before = accepted((await gw.client.get("/metrics")).text)
+    with caplog.at_level(logging.INFO, logger="waitstate.gateway.app"):
+        response = await gw.client.post(URL, json=SUCCEEDED, headers=gw.auth())
+    after = accepted((await gw.client.get("/metrics")).text)
+
+    assert response.status_code == 200
+    assert after == before + 1
+    [record] = [r for r in caplog.records if r.name == "waitstate.gateway.app"]
+    assert record.getMessage() == (
+        f"delivered succeeded completion of operation {OP} to run {RUN}: now succeeded"
+    )
+
+
+async def test_refusals_are_counted_by_code_and_status(gw: Gateway) -> None:
+    def refused(metrics: str) -> float:
+        prefix = 'waitstate_gateway_refusals_total{code="missing_token",status="401"} '
+        lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
+        return sum(float(line.removeprefix(prefix)) for line in lines)
+
+    before = refused((await gw.client.get("/metrics")).text)
+    for _ in range(2):
+        assert_error(await gw.client.post(URL, json=SUCCEEDED), 401, "missing_token")
+    after = refused((await gw.client.get("/metrics")).text)
+
+    assert after == before + 2

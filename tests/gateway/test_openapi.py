@@ -1,0 +1,209 @@
+"""The gateway's OpenAPI document, what a sender's client is generated from: every route says
+what it takes (its token, its body, its headers) and every answer it can give, refusals
+included, each with the error shape and a reason. The endpoints read their bodies themselves,
+so none of this comes from FastAPI for free.
+
+The per-route details (bodies' fields, each route's exact statuses) are pinned beside each
+endpoint's tests: `test_app.py`, `test_approvals.py`, `test_questions.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.helpers import assert_error
+from tests.rigs import MAX_BODY, OP, Gateway, running_gateway
+from waitstate.gateway.delivery import DeliveryRefused
+from waitstate.gateway.tokens import approval_subject, question_subject
+from waitstate.schemas.approvals import DecideOutcome
+from waitstate.schemas.questions import AnswerOutcome
+
+ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
+# What every route answers whatever it is for: a bad or expired token, a body too large or
+# malformed, Temporal or the run out of reach.
+COMMON_REFUSALS = {"401", "410", "413", "422", "503"}
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    url: str
+    subject: str
+    operation_id: str
+    body: str
+    accepted: str
+    valid: dict[str, Any]
+    # The refusals of the run (through the deliverer) the route passes on, and the outcomes
+    # the run records without applying them.
+    run_refusals: tuple[int, ...]
+    not_applied: tuple[Any, ...] = ()
+
+
+ROUTES = (
+    Route(
+        "/v1/operations/{operation_id}/complete",
+        f"/v1/operations/{OP}/complete",
+        OP,
+        "complete_operation",
+        "Completion",
+        "Accepted",
+        {"status": "succeeded", "result": {"rows": 1}},
+        (401, 404, 409, 503),
+    ),
+    Route(
+        "/v1/approvals/{request_id}/decision",
+        "/v1/approvals/apr_1/decision",
+        approval_subject("apr_1"),
+        "decide_approval",
+        "DecisionBody",
+        "DecisionAccepted",
+        {"decision": "approve", "reviewer": "ana"},
+        (401, 404, 409, 503),
+        (DecideOutcome(accepted=False, status="expired"),),
+    ),
+    Route(
+        "/v1/questions/{question_id}/answer",
+        "/v1/questions/q_1/answer",
+        question_subject("q_1"),
+        "answer_question",
+        "AnswerBody",
+        "AnswerAccepted",
+        {"action": "accept", "content": {"region": "EMEA"}},
+        (401, 403, 404, 409, 422, 503),
+        (AnswerOutcome(accepted=False, status="expired"),),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[Gateway]:
+    async with running_gateway() as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def gw(served: Gateway) -> Iterator[Gateway]:
+    served.deliverer.clear()
+    yield served
+
+
+@pytest.fixture(scope="module")
+async def doc(served: Gateway) -> dict[str, Any]:
+    response = await served.client.get("/openapi.json")
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def test_the_document_lists_the_routes_and_only_them(doc: dict[str, Any]) -> None:
+    assert {path: set(operations) for path, operations in doc["paths"].items()} == {
+        **{route.path: {"post"} for route in ROUTES},
+        "/healthz": {"get"},
+    }
+    assert doc["info"]["title"] == "waitstate gateway"
+    assert doc["info"]["description"]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.operation_id)
+def test_every_route_documents_its_token_body_answer_and_refusals(
+    doc: dict[str, Any], route: Route
+) -> None:
+    post = doc["paths"][route.path]["post"]
+    assert post["operationId"] == route.operation_id
+    assert post["summary"] and post["description"]
+    [path_parameter] = [p for p in post["parameters"] if p["in"] == "path"]
+    assert f"{{{path_parameter['name']}}}" in route.path and path_parameter["required"]
+
+    assert post["requestBody"] == {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{route.body}"}}},
+    }
+    accepted = post["responses"]["200"]
+    assert accepted["description"].startswith("Accepted")
+    assert accepted["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{route.accepted}"
+    }
+
+    refusals = set(post["responses"]) - {"200"}
+    assert refusals >= COMMON_REFUSALS
+    for status in refusals:
+        answer = post["responses"][status]
+        assert answer["content"]["application/json"]["schema"] == ERROR_BODY, status
+        assert len(answer["description"]) > 10, status
+
+    [requirement] = post["security"]
+    [scheme_name] = requirement
+    scheme = doc["components"]["securitySchemes"][scheme_name]
+    assert (scheme["type"], scheme["scheme"], scheme["bearerFormat"]) == (
+        "http",
+        "bearer",
+        "resume token",
+    )
+    assert scheme["description"]
+
+
+def test_the_report_headers_are_documented_with_their_limits(doc: dict[str, Any]) -> None:
+    post = doc["paths"]["/v1/operations/{operation_id}/complete"]["post"]
+    headers = {p["name"]: p for p in post["parameters"] if p["in"] == "header"}
+
+    assert set(headers) == {"Webhook-Id", "Idempotency-Key"}
+    for header in headers.values():
+        assert header["required"] is False and header["description"]
+        [text, _] = header["schema"]["anyOf"]
+        assert (text["minLength"], text["maxLength"]) == (1, 200)
+
+
+def test_every_reference_resolves(doc: dict[str, Any]) -> None:
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    schemas = doc["components"]["schemas"]
+    prefix = "#/components/schemas/"
+    assert refs and all(ref.startswith(prefix) for ref in refs)
+    assert {ref.removeprefix(prefix) for ref in refs} <= set(schemas)
+    assert set(schemas["ErrorDetail"]["properties"]) == {"code", "message"}
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.operation_id)
+async def test_every_refusal_a_route_answers_is_documented(
+    gw: Gateway, doc: dict[str, Any], route: Route
+) -> None:
+    documented = set(doc["paths"][route.path]["post"]["responses"])
+
+    def auth(expires_in: timedelta = timedelta(hours=1)) -> dict[str, str]:
+        return {"Authorization": f"Bearer {gw.token(route.subject, expires_in=expires_in)}"}
+
+    answers = [
+        await gw.client.post(route.url, json=route.valid),
+        await gw.client.post(route.url, json=route.valid, headers=gw.auth("op_other")),
+        await gw.client.post(route.url, json=route.valid, headers=auth(-timedelta(seconds=1))),
+        await gw.client.post(route.url, content=b"x" * (MAX_BODY + 1), headers=auth()),
+        await gw.client.post(route.url, content=b"not json", headers=auth()),
+        await gw.client.post(route.url, json={"status": "x", "action": 1}, headers=auth()),
+    ]
+    for status in route.run_refusals:
+        gw.deliverer.script.append(DeliveryRefused(status, f"refused with {status}"))
+        answers.append(await gw.client.post(route.url, json=route.valid, headers=auth()))
+    for outcome in route.not_applied:
+        gw.deliverer.script.append(outcome)
+        answers.append(await gw.client.post(route.url, json=route.valid, headers=auth()))
+
+    for response in answers:
+        assert_error(response, response.status_code)
+        assert str(response.status_code) in documented, (response.status_code, response.text)
+    assert {str(response.status_code) for response in answers} >= COMMON_REFUSALS - {"503"}
