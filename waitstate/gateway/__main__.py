@@ -17,9 +17,10 @@ import sys
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from waitstate.gateway.app import RedactTokens, create_app
+from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.fleet import RunCounts
+from waitstate.gateway.redaction import RedactTokens
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tracing import SERVICE_GATEWAY, Tracing

@@ -1,0 +1,147 @@
+"""One way to answer a refusal. Whatever refuses a request (a check before delivery, the run,
+FastAPI's validation of a header, Starlette's routing), the gateway answers it with `refuse`:
+one log line (the path redacted), one count in `waitstate_gateway_refusals_total` by code and
+status, and the error shape, `ErrorBody`.
+
+Routes raise `Refused`; `install` gives the app a handler for it and for the framework's own
+refusals and failures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from waitstate.gateway.redaction import redact
+
+# The name the gateway's request log has always had, whichever module writes a line: it is in
+# every line `python -m waitstate.gateway` prints, and what operators' filters select.
+REQUEST_LOG = "waitstate.gateway.app"
+log = logging.getLogger(REQUEST_LOG)
+
+_COMMON_ERRORS = {
+    410: "The token has expired.",
+    413: "The body is larger than the gateway accepts.",
+    503: "Temporal or the run could not be reached in time. Retry later.",
+}
+
+
+class ErrorDetail(BaseModel):
+    """Why a request was refused."""
+
+    code: str = Field(description="Short snake_case reason, e.g. `token_expired`.")
+    message: str = Field(description="For people: what was wrong and what to do.")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the gateway."""
+
+    error: ErrorDetail
+
+
+class Refused(Exception):
+    """A request refused on purpose, answered with `status` and the error shape by `refuse`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Failed(Exception):
+    """A bug met while answering a request, logged where it was met: answered 500 with the error
+    shape, and not counted (it is no refusal)."""
+
+
+def install(app: FastAPI, registry: CollectorRegistry) -> None:
+    """Count `app`'s refusals in `registry` and answer each of them, and its failures, with the
+    error shape."""
+    app.state.refusals = Counter(
+        "waitstate_gateway_refusals",
+        "Requests refused, by reason: bad tokens, malformed bodies, refused deliveries",
+        ["code", "status"],
+        registry=registry,
+    )
+    app.exception_handler(Refused)(_refused)
+    app.exception_handler(Failed)(_failed)
+    app.exception_handler(RequestValidationError)(_invalid_request)
+    app.exception_handler(HTTPException)(_http_error)
+    app.exception_handler(Exception)(_internal_error)
+
+
+def refuse(request: Request, status: int, code: str, message: str) -> JSONResponse:
+    """Log and count a refusal of `request`, and answer it."""
+    # %r: the path is the caller's text, and a decoded %0A must not forge a log line.
+    path = redact(request.url.path)
+    log.info("refused %s %r: %d %s: %s", request.method, path, status, code, message)
+    request.app.state.refusals.labels(code=code, status=str(status)).inc()
+    response = _error(status, code, message)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+def code_for(status: int) -> str:
+    """The error code of a refusal that comes with none: its status's phrase, `not_found`."""
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "refused"
+
+
+def describe(errors: Iterable[Any]) -> str:
+    """Pydantic errors as one line: `error.code: Field required; ...`."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def error_responses(descriptions: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A route's error answers for OpenAPI: its own descriptions and those of every route."""
+    merged = {**descriptions, **_COMMON_ERRORS}
+    return {
+        status: {"model": ErrorBody, "description": merged[status]} for status in sorted(merged)
+    }
+
+
+async def _refused(request: Request, exc: Refused) -> JSONResponse:
+    return refuse(request, exc.status, exc.code, exc.message)
+
+
+async def _failed(request: Request, exc: Failed) -> JSONResponse:
+    return _error(500, "internal_error", "the gateway failed; retry later")
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return refuse(request, 422, "invalid_request", describe(exc.errors()))
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    response = refuse(request, exc.status_code, code_for(exc.status_code), exc.detail)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # Only bugs get here: every refusal is answered on purpose. Starlette re-raises into the
+    # server after this answer (a second traceback in the log): a bug met where it can be
+    # logged with what it was about is raised as `Failed` instead.
+    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error(500, "internal_error", "the gateway failed; retry later")
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message))
+    return JSONResponse(body.model_dump(), status_code=status)
