@@ -1,5 +1,5 @@
-"""README's "Your own agent", run as written: its package, outside the repository, served by
-`WAITSTATE_APPS=reports.app:app scripts/services.py up`, its agent run with `starter.py run
+"""docs/agents.md's "Your own agent", run as written: its package, outside the repository,
+served by `WAITSTATE_APPS=reports.app:app scripts/services.py up`, its agent run with `starter.py run
 --agent report-builder ... --wait --json` through a webhook, a poll and an approval given from
 the CLI; once with the package's own script for the model, once with the OpenAI wire protocol
 through the real SDK against the local stand-in."""
@@ -8,28 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.docs import files_shown, page, section
 from tests.helpers import eventually
 from tests.rigs import Services
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 
-ROOT = Path(__file__).resolve().parent.parent
 TASK = "Build the EMEA sales report for 2026-Q3"
 RUN_WITHIN = 90.0
 
 
-def readme_files() -> dict[str, str]:
-    """The files README's "Your own agent" section shows, by path (`<!-- file: PATH -->`)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Your own agent", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"<!-- file: (\S+) -->\n```python\n(.*?)```", section, re.DOTALL)
-    return dict(found)
+def shown_files() -> dict[str, str]:
+    """The files docs/agents.md's "Your own agent" section shows, by path."""
+    return files_shown(section(page("docs/agents.md"), "## Your own agent"))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +36,7 @@ def wire() -> Iterator[WireServer]:
 @pytest.fixture(scope="module")
 def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Iterator[Services]:
     package = tmp_path_factory.mktemp("reports-app")
-    files = readme_files()
+    files = shown_files()
     assert list(files) == ["reports/app.py"]
     (package / "reports").mkdir()
     (package / "reports" / "__init__.py").write_text("")
@@ -59,7 +54,7 @@ def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Itera
 
 async def _run_approving_from_the_cli(services: Services, *options: str) -> dict[str, Any]:
     """`run --agent report-builder TASK --wait --json`, approved with `pending` and `approve`
-    as README says; the run's JSON."""
+    as the page says; the run's JSON."""
     run = asyncio.create_task(
         services.starter("run", "--agent", "report-builder", TASK, "--wait", "--json", *options)
     )
@@ -90,7 +85,7 @@ def _check_the_story(run: dict[str, Any], status: dict[str, Any]) -> None:
     assert run["status"] == "completed"
 
 
-async def test_the_readme_app_runs_with_its_own_script(own_app: Services) -> None:
+async def test_the_documented_app_runs_with_its_own_script(own_app: Services) -> None:
     run = await _run_approving_from_the_cli(own_app)
     status = await own_app.status(run["run_id"])
 
@@ -106,7 +101,7 @@ async def test_the_readme_app_runs_with_its_own_script(own_app: Services) -> Non
     ).items()
 
 
-async def test_the_readme_app_runs_with_a_model_over_the_openai_protocol(
+async def test_the_documented_app_runs_with_a_model_over_the_openai_protocol(
     own_app: Services, wire: WireServer
 ) -> None:
     outcome = {"region": "emea", "rows": 1200, "url": "https://r.example/1", "published": True}

@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
+from tests.docs import page, section
 from tests.helpers import eventually
 from tests.rigs import ServerProcess, WorkerProcess, service_port
 
@@ -109,9 +110,9 @@ WHERE = "import json, sys, waitstate; print(json.dumps({'waitstate': waitstate._
 
 
 def _layout_names() -> set[str]:
-    """The top-level names of the README's layout block (`name/` or `name.py` at column 0)."""
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    """The top-level names of the layout block of docs/development.md (`name/` or `name.py` at
+    column 0)."""
+    block = section(page("docs/development.md"), "## Layout").split("```", 2)[1]
     return {match[1] for match in re.finditer(r"^([a-z_]+)(?:/|\.py)\s", block, re.MULTILINE)}
 
 
@@ -141,7 +142,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_install_adds_only_waitstate_and_what_the_readme_layout_names(
+def test_install_adds_only_waitstate_and_what_the_documented_layout_names(
     tmp_path: Path, wheel: Path
 ) -> None:
     site = tmp_path / "site"

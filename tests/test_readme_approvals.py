@@ -1,5 +1,5 @@
-"""What the README says of approvals, checked against a real run on the dev server: where the
-notice goes and what it carries, and what the model is told when a person rejects."""
+"""What docs/approvals.md says, checked against a real run on the dev server: where the notice
+goes and what it carries, and what the model is told when a person rejects."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
+from tests.docs import between, page
 from tests.helpers import eventually, make_worker
 from waitstate import Message, RunInput, ToolCall, ToolDefinition
 from waitstate.apps import Apps
@@ -25,14 +25,8 @@ from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.approvals import DecideInput
 from waitstate.settings import Settings
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+APPROVALS = page("docs/approvals.md")
 WITHIN = 60.0
-
-
-def _section(start: str, end: str) -> str:
-    """The README's text from `start` to `end`, which must both be there."""
-    assert start in README, f"the README says nothing of {start!r}"
-    return README.split(start, 1)[1].split(end, 1)[0]
 
 
 def _refund_and_report(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -45,7 +39,7 @@ def _refund_and_report(messages: Sequence[Message], tools: Sequence[ToolDefiniti
     return Message(role="assistant", content=results[-1].content)
 
 
-async def test_the_readme_says_where_notices_go_and_what_a_rejection_tells_the_model(
+async def test_the_docs_say_where_notices_go_and_what_a_rejection_tells_the_model(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
@@ -82,14 +76,14 @@ async def test_the_readme_says_where_notices_go_and_what_a_rejection_tells_the_m
                 outcome = await client.outcome(run_id)
 
     # Where it goes, and what it carries: every field of the notice is named.
-    where = _section("**Where the notices go.**", "**What a rejection looks like")
+    where = between(APPROVALS, "**Where the notices go.**", "**What a rejection looks like")
     assert "`APPROVALS_OUTBOX_URL`" in where and "`GET /approvals/outbox`" in where
     unnamed = [key for key in posted if f"`{key}" not in where]
-    assert unnamed == [], f"the README does not name {unnamed}"
+    assert unnamed == [], f"docs/approvals.md does not name {unnamed}"
     for kind in ("approve", "reject"):
         assert set(posted["links"][kind]) >= {"method", "url", "authorization"}
-    # What the model is told: the README's example, as the model got it.
-    told = _section("**What a rejection looks like to the model.**", "## ")
+    # What the model is told: the page's example, as the model got it.
+    told = between(APPROVALS, "**What a rejection looks like to the model.**", "\n## ")
     [example] = re.findall(r"```\n(\{.*?\})\n```", told, re.DOTALL)
     documented = json.loads(example.replace('"…"', json.dumps(posted["request_id"])))
     assert outcome.status == "completed"
