@@ -14,12 +14,13 @@ with `{file, rows}` (or fails as `Faults.fail_jobs` says), and POSTs that to its
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from examples.systems.common import IdempotencyKey, check_name, stable_number
-from examples.systems.jobs import JobAccepted, JobRecord, JobView, LongJobs
+from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
 
 _PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
 
@@ -92,16 +93,14 @@ class Exports:
         self.files.clear()
 
     async def _run(self, job: JobRecord) -> None:
-        if not await self.long_jobs.work(job):
-            return
-        if job.planned_error is not None:
-            job.status, job.error = "failed", job.planned_error
-        else:
-            file = f"exports/{job.arguments['dataset']}-{job.arguments['period']}.csv"
-            rows = stable_number(f"export/{job.arguments['dataset']}/{job.arguments['period']}")
-            self.files[file] = rows
-            job.status, job.result = "succeeded", {"file": file, "rows": rows}
-        await self.long_jobs.report_end(job)
+        await self.long_jobs.run_to_end(job, self._produce)
+
+    def _produce(self, job: JobRecord) -> dict[str, Any]:
+        # The file of a finished export, which the folder takes from then on.
+        file = f"exports/{job.arguments['dataset']}-{job.arguments['period']}.csv"
+        rows = stable_number(f"export/{job.arguments['dataset']}/{job.arguments['period']}")
+        self.files[file] = rows
+        return {"file": file, "rows": rows}
 
 
 def router(exports: Exports) -> APIRouter:
@@ -121,12 +120,5 @@ def router(exports: Exports) -> APIRouter:
     async def get_export_file(file: str) -> ExportFile:
         return exports.file(file)
 
-    @routes.get("/exports/{job_id}", response_model_exclude_none=True)
-    async def get_export(job_id: str) -> JobView:
-        return jobs.look("export", job_id)
-
-    @routes.post("/exports/{job_id}/cancel", response_model_exclude_none=True)
-    async def cancel_export(job_id: str) -> JobView:
-        return jobs.cancel("export", job_id).view(jobs.now())
-
+    add_job_routes(routes, jobs, "export", "/exports", "export")
     return routes

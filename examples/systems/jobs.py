@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastapi import HTTPException, Response
+from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
 
 from examples.systems.faults import Faults
@@ -312,6 +312,20 @@ class LongJobs:
         """Event-loop time, what job progress is measured in."""
         return asyncio.get_running_loop().time()
 
+    async def run_to_end(
+        self, job: JobRecord, produce: Callable[[JobRecord], dict[str, Any]]
+    ) -> None:
+        """Run a job that only works (an export, an enrichment): its time (`work`), then,
+        unless it was cancelled meanwhile, its end: failed as `Faults.fail_jobs` planned, else
+        succeeded with what `produce` makes of it; reported when it calls back."""
+        if not await self.work(job):
+            return
+        if job.planned_error is not None:
+            job.status, job.error = "failed", job.planned_error
+        else:
+            job.status, job.result = "succeeded", produce(job)
+        await self.report_end(job)
+
     async def work(self, job: JobRecord) -> bool:
         """Let the job run its time, in `progress_reports + 1` steps, each but the last
         reported by webhook when the job calls back; whether it is still running then (not
@@ -418,3 +432,26 @@ class LongJobs:
             job.timer.add_done_callback(self.tasks.discard)
         logger.info("%s job %s started: %s", kind, job.job_id, arguments)
         return job
+
+
+def add_job_routes(routes: APIRouter, jobs: LongJobs, kind: JobKind, path: str, noun: str) -> None:
+    """Add a service's `GET {path}/{job_id}` (the job's state, counted) and `POST
+    {path}/{job_id}/cancel` to `routes`, named `get_{noun}` and `cancel_{noun}`."""
+
+    async def look(job_id: str) -> JobView:
+        return jobs.look(kind, job_id)
+
+    async def cancel(job_id: str) -> JobView:
+        return jobs.cancel(kind, job_id).view(jobs.now())
+
+    for suffix, endpoint, method, name in (
+        ("", look, "GET", f"get_{noun}"),
+        ("/cancel", cancel, "POST", f"cancel_{noun}"),
+    ):
+        routes.add_api_route(
+            f"{path}/{{job_id}}{suffix}",
+            endpoint,
+            methods=[method],
+            name=name,
+            response_model_exclude_none=True,
+        )

@@ -7,11 +7,13 @@ POST /pipelines/jobs/{job_id}/cancel
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, field_validator
 
 from examples.systems.common import IdempotencyKey, check_name, stable_number
-from examples.systems.jobs import JobAccepted, JobRecord, JobView, LongJobs
+from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
 
 
 class EnrichRequest(BaseModel):
@@ -37,15 +39,7 @@ class Pipeline:
         return self.long_jobs.start("enrich", key, {"dataset": request.dataset}, run=self._run)
 
     async def _run(self, job: JobRecord) -> None:
-        if not await self.long_jobs.work(job):
-            return
-        if job.planned_error is not None:
-            job.status, job.error = "failed", job.planned_error
-        else:
-            dataset = job.arguments["dataset"]
-            rows = stable_number(f"enrich/{dataset}")
-            job.status, job.result = "succeeded", {"dataset": dataset, "enriched_rows": rows}
-        await self.long_jobs.report_end(job)
+        await self.long_jobs.run_to_end(job, _enriched)
 
 
 def router(pipeline: Pipeline) -> APIRouter:
@@ -60,12 +54,10 @@ def router(pipeline: Pipeline) -> APIRouter:
         job, created = pipeline.start(idempotency_key, request)
         return await jobs.accepted(job, created, response)
 
-    @routes.get("/pipelines/jobs/{job_id}", response_model_exclude_none=True)
-    async def get_enrichment(job_id: str) -> JobView:
-        return jobs.look("enrich", job_id)
-
-    @routes.post("/pipelines/jobs/{job_id}/cancel", response_model_exclude_none=True)
-    async def cancel_enrichment(job_id: str) -> JobView:
-        return jobs.cancel("enrich", job_id).view(jobs.now())
-
+    add_job_routes(routes, jobs, "enrich", "/pipelines/jobs", "enrichment")
     return routes
+
+
+def _enriched(job: JobRecord) -> dict[str, Any]:
+    dataset = job.arguments["dataset"]
+    return {"dataset": dataset, "enriched_rows": stable_number(f"enrich/{dataset}")}

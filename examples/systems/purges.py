@@ -46,9 +46,9 @@ from examples.systems.jobs import (
     AnswerRequest,
     JobAccepted,
     JobRecord,
-    JobView,
     LongJobs,
     ReceivedAnswer,
+    add_job_routes,
 )
 from waitstate import Completion, OperationError
 
@@ -249,18 +249,11 @@ def router(purges: Purges) -> APIRouter:
         job, created = purges.start(idempotency_key, request)
         return await jobs.accepted(job, created, response)
 
-    @routes.get("/purges/{job_id}", response_model_exclude_none=True)
-    async def get_purge(job_id: str) -> JobView:
-        return jobs.look("purge", job_id)
-
     @routes.post("/purges/{job_id}/answers", response_model_exclude_none=True)
     async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
         return purges.answer(job_id, answer)
 
-    @routes.post("/purges/{job_id}/cancel", response_model_exclude_none=True)
-    async def cancel_purge(job_id: str) -> JobView:
-        return jobs.cancel("purge", job_id).view(jobs.now())
-
+    add_job_routes(routes, jobs, "purge", "/purges", "purge")
     return routes
 
 

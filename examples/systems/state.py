@@ -52,7 +52,7 @@ class DemoSystems:
         self.outbox_service = Outbox()
 
     async def __aenter__(self) -> Self:
-        await self.webhooks.__aenter__()
+        self.webhooks.open()
         return self
 
     async def __aexit__(
@@ -62,7 +62,7 @@ class DemoSystems:
         tb: TracebackType | None,
     ) -> None:
         await self.long_jobs.cancel_tasks()
-        await self.webhooks.__aexit__(exc_type, exc, tb)
+        await self.webhooks.aclose()
 
     @property
     def jobs(self) -> dict[str, JobRecord]:

@@ -10,8 +10,6 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 import httpx
 from pydantic import BaseModel, Field
@@ -66,21 +64,18 @@ class WebhookAttempt(BaseModel):
 
 
 class Webhooks:
-    """What sends the systems' webhooks: one HTTP client, open inside `async with`."""
+    """What sends the systems' webhooks: one HTTP client, from `open` to `aclose` (the
+    systems' `async with`)."""
 
     def __init__(self) -> None:
         self._http: httpx.AsyncClient | None = None
 
-    async def __aenter__(self) -> Self:
+    def open(self) -> None:
+        """Open the client the webhooks are sent with."""
         self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT)
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Close the client, if it is open."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None
