@@ -43,7 +43,10 @@ async def _serve(app: FastAPI, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: `python -m examples.systems`."""
-    parser = argparse.ArgumentParser(description="The demo's external systems (one HTTP app).")
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.systems",
+        description="The demo's external systems (one HTTP app).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     parser.add_argument("--export-seconds", type=float, default=2.0)
