@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,34 @@ def test_install_adds_only_waitstate_and_what_the_documented_layout_names(
     assert installed == {"waitstate", "workflows", "activities", "worker", "starter"}
     assert installed <= _layout_names()
     assert not installed & GENERIC
+
+
+def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
+    tmp_path: Path, wheel: Path
+) -> None:
+    # The library's subpackages (the client's and the CLI's modules among them) are found by
+    # the `waitstate*` pattern: a package it missed would import in the checkout and not from
+    # the wheel.
+    with zipfile.ZipFile(wheel) as built:
+        in_wheel = set(built.namelist())
+    library = {path.relative_to(ROOT).as_posix() for path in (ROOT / "waitstate").rglob("*.py")}
+    site = tmp_path / "site"
+    _run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+         "--target", site, wheel]
+    )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    where = _run(
+        [sys.executable, "-c", "import starter, waitstate.cli.runs as r; print(r.__file__)"],
+        cwd=tmp_path,
+        env=env,
+    )
+    usage = _run([sys.executable, "-m", "starter", "--help"], cwd=tmp_path, env=env)
+
+    assert sorted(library - in_wheel) == []
+    assert where.stdout.strip() == str(site / "waitstate" / "cli" / "runs.py")
+    for command in ("run", "status", "watch", "pending", "approve", "answer", "ops", "cleanup"):
+        assert command in usage.stdout
 
 
 def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:

@@ -20,14 +20,14 @@ what is refused changes what recorded runs do on replay, so it goes behind a pat
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 from jsonschema.exceptions import ValidationError
+
+from waitstate._untrusted import Limits, cut, kind_of, oversized, quote
 
 # What a question's schema may hold: MCP elicitation forms are small.
 MAX_SCHEMA_CHARS = 64_000
@@ -43,26 +43,16 @@ MAX_ANSWER_CHARS = 32_000
 MATCH_BUDGET = 10_000_000
 # Formats a string field may declare (MCP's); they describe the field, none is asserted.
 STRING_FORMATS = frozenset({"email", "uri", "date", "date-time"})
-# Past these an integer is refused (JSON numbers of 64 bits at most).
-_INT_LIMIT = 2**64
-# Messages quote what they refuse cut to the first, and are cut to the second.
-_QUOTE_CHARS = 120
+# Refusals of an answer's content are cut to this length.
 _MESSAGE_CHARS = 400
 _MAX_ERRORS = 5
 
 
-@dataclass(frozen=True)
-class _Limits:
-    depth: int
-    nodes: int
-    chars: int
-
-
 # A flat form is at most six levels deep: root, properties, a field, its items, anyOf, a choice.
-_SCHEMA_LIMITS = _Limits(depth=8, nodes=20_000, chars=MAX_SCHEMA_CHARS)
+_SCHEMA_LIMITS = Limits(depth=8, nodes=20_000, chars=MAX_SCHEMA_CHARS)
 # An answer is an object of plain values (a multi-select's list of strings at most); deeper
 # values are refused unread.
-_ANSWER_LIMITS = _Limits(depth=4, nodes=1_000, chars=MAX_ANSWER_CHARS)
+_ANSWER_LIMITS = Limits(depth=4, nodes=1_000, chars=MAX_ANSWER_CHARS)
 
 # Nothing a schema names is looked up or fetched: it is self-contained.
 _REFERENCE_KEYWORDS = frozenset(
@@ -165,13 +155,13 @@ def answer_problem(schema: object, content: object) -> str | None:
     try:
         return _answer_problem(schema, content)
     except Exception as err:  # e.g. text RE2 cannot read (a lone surrogate): refused, not raised
-        return f"the content could not be checked: {_cut(str(err)) or type(err).__name__}"
+        return f"the content could not be checked: {cut(str(err)) or type(err).__name__}"
 
 
 def _schema_problem(schema: object) -> str | None:
     if not isinstance(schema, Mapping):
-        return f"a schema is a JSON object, not {_kind(schema)}"
-    if problem := _oversized(schema, _SCHEMA_LIMITS):
+        return f"a schema is a JSON object, not {kind_of(schema)}"
+    if problem := oversized(schema, _SCHEMA_LIMITS):
         return f"the schema is {problem}"
     if problem := _shape_problem(schema):
         return problem
@@ -180,8 +170,8 @@ def _schema_problem(schema: object) -> str | None:
 
 def _answer_problem(schema: Mapping[str, Any], content: object) -> str | None:
     if not isinstance(content, Mapping):
-        return f"the content is a JSON object, not {_kind(content)}"
-    if problem := _oversized(content, _ANSWER_LIMITS):
+        return f"the content is a JSON object, not {kind_of(content)}"
+    if problem := oversized(content, _ANSWER_LIMITS):
         return f"the content is {problem}"
     if problem := _matching_problem(schema, content):
         return problem
@@ -192,7 +182,7 @@ def _answer_problem(schema: Mapping[str, Any], content: object) -> str | None:
     if not errors:
         return None
     return "; ".join(
-        f"{_where(error, '(content)')}: {_cut(error.message, _MESSAGE_CHARS)}" for error in errors
+        f"{_where(error, '(content)')}: {cut(error.message, _MESSAGE_CHARS)}" for error in errors
     )
 
 
@@ -203,7 +193,7 @@ def _shape_problem(schema: Mapping[str, Any]) -> str | None:
     if problem := _reference_problem(schema, _ROOT):
         return problem
     if schema.get("type") != "object":
-        kind = _quote(schema.get("type"))
+        kind = quote(schema.get("type"))
         return f'the schema\'s type must be "object" (a form of fields), not {kind}'
     if problem := _keywords_problem(schema, _ROOT_KEYWORDS, _ROOT):
         return problem
@@ -211,7 +201,7 @@ def _shape_problem(schema: Mapping[str, Any]) -> str | None:
         return "additionalProperties must be true or false (fields are declared in properties)"
     properties = schema.get("properties", {})
     if not isinstance(properties, Mapping):
-        return f"properties must be an object of fields, not {_kind(properties)}"
+        return f"properties must be an object of fields, not {kind_of(properties)}"
     if len(properties) > MAX_PROPERTIES:
         return f"the schema has {len(properties)} fields; at most {MAX_PROPERTIES} are allowed"
     for name, field in properties.items():
@@ -222,14 +212,14 @@ def _shape_problem(schema: Mapping[str, Any]) -> str | None:
 
 def _field_problem(field: object, where: str) -> str | None:
     if not isinstance(field, Mapping):
-        return f"{where} must be an object describing a field, not {_kind(field)}"
+        return f"{where} must be an object describing a field, not {kind_of(field)}"
     if problem := _reference_problem(field, where):
         return problem
     kind = field.get("type")
     allowed = _FIELD_KEYWORDS.get(kind) if isinstance(kind, str) else None
     if allowed is None:
         kinds = ", ".join(_FIELD_KEYWORDS)
-        return f"{where}.type must be one of {kinds} (fields are not nested), not {_quote(kind)}"
+        return f"{where}.type must be one of {kinds} (fields are not nested), not {quote(kind)}"
     if problem := _keywords_problem(field, allowed, where):
         return problem
     if kind == "string":
@@ -243,10 +233,10 @@ def _string_problem(field: Mapping[str, Any], where: str) -> str | None:
     format_ = field.get("format")
     if format_ is not None and format_ not in STRING_FORMATS:
         formats = ", ".join(sorted(STRING_FORMATS))
-        return f"{where}.format must be one of {formats}, not {_quote(format_)}"
+        return f"{where}.format must be one of {formats}, not {quote(format_)}"
     pattern = field.get("pattern")
     if pattern is not None and not isinstance(pattern, str):
-        return f"{where}.pattern must be a string, not {_kind(pattern)}"
+        return f"{where}.pattern must be a string, not {kind_of(pattern)}"
     if pattern is not None and len(pattern) > MAX_PATTERN_CHARS:
         return f"{where}.pattern is over {MAX_PATTERN_CHARS} characters"
     if "enum" in field and "oneOf" in field:
@@ -267,7 +257,7 @@ def _choices_problem(items: object, where: str) -> str | None:
     if problem := _keywords_problem(items, _CHOICES_KEYWORDS, where):
         return problem
     if items.get("type", "string") != "string":
-        return f'{where}.type must be "string", not {_quote(items.get("type"))}'
+        return f'{where}.type must be "string", not {quote(items.get("type"))}'
     if "enum" in items and "anyOf" in items:
         return f"{where}: enum and anyOf are two lists of choices; give one"
     if "enum" in items:
@@ -297,7 +287,7 @@ def _consts_problem(options: object, where: str) -> str | None:
         if problem := _keywords_problem(option, frozenset({"const"}), f"{where}[{i}]"):
             return problem
         if option["const"] in seen:
-            return f"{where} offers {_quote(option['const'])} twice"
+            return f"{where} offers {quote(option['const'])} twice"
         seen.add(option["const"])
     return None
 
@@ -320,7 +310,7 @@ def _keywords_problem(schema: Mapping[str, Any], allowed: frozenset[str], where:
         valid, what = _VALUES.get(keyword, (None, ""))
         if valid is not None and not valid(value):
             at = keyword if where == _ROOT else f"{where}.{keyword}"
-            return f"{at} must be {what}, not {_quote(value)}"
+            return f"{at} must be {what}, not {quote(value)}"
     return None
 
 
@@ -358,7 +348,7 @@ def _patterns_problem(schema: Mapping[str, Any]) -> str | None:
             program += _compiled(pattern).programsize
         except Exception as err:
             return (
-                f"properties.{name}.pattern {_quote(pattern)} is not a pattern RE2 accepts "
+                f"properties.{name}.pattern {quote(pattern)} is not a pattern RE2 accepts "
                 f"({_re2_error(err)}): patterns are matched in linear time, without lookaround "
                 "or backreferences"
             )
@@ -384,7 +374,7 @@ def _pattern(
 ) -> Iterator[ValidationError]:
     """The `pattern` keyword, matched by RE2 instead of Python's `re`."""
     if validator.is_type(instance, "string") and _compiled(pattern).search(instance) is None:
-        yield ValidationError(f"{_quote(instance)} does not match {pattern!r}")
+        yield ValidationError(f"{quote(instance)} does not match {pattern!r}")
 
 
 def _enum(
@@ -393,7 +383,7 @@ def _enum(
     """The `enum` keyword over a checked schema's choices (strings only): one membership test,
     not a comparison a choice."""
     if not (isinstance(instance, str) and instance in enum):
-        yield ValidationError(f"{_quote(instance)} is not one of {_quote(enum)}")
+        yield ValidationError(f"{quote(instance)} is not one of {quote(enum)}")
 
 
 _Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
@@ -420,81 +410,7 @@ def _re2_error(err: Exception) -> str:
     detail = err.args[0] if err.args else type(err).__name__
     if isinstance(detail, bytes):
         detail = detail.decode("utf-8", "replace")
-    return _cut(str(detail))
-
-
-# --- sizes and words ---------------------------------------------------------------------------
-
-
-def _oversized(value: object, limits: _Limits) -> str | None:
-    """What makes `value` too large or not JSON (None: within `limits`), found without
-    recursion and without reading past the first excess."""
-    pending: list[tuple[object, int]] = [(value, 1)]
-    nodes, chars = 1, 0
-    while pending:
-        item, depth = pending.pop()
-        children: list[object] = []
-        if isinstance(item, Mapping):
-            if depth >= limits.depth and item:
-                return f"nested deeper than {limits.depth} levels"
-            for key in item:
-                if not isinstance(key, str):
-                    return "not JSON (an object's key is not a string)"
-                chars += len(key) + 3
-            children = list(item.values()) if len(item) <= limits.nodes else []
-            nodes += len(item)
-        elif isinstance(item, list):
-            if depth >= limits.depth and item:
-                return f"nested deeper than {limits.depth} levels"
-            children, nodes = item, nodes + len(item)
-        elif isinstance(item, str):
-            chars += len(item) + 2
-        elif isinstance(item, bool) or item is None:
-            chars += 5
-        elif isinstance(item, int):
-            if not -_INT_LIMIT < item < _INT_LIMIT:
-                return "holding an integer beyond 64 bits"
-            chars += 20
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return "holding a number that is not finite"
-            chars += 24
-        else:
-            return f"not JSON ({_kind(item)})"
-        if nodes > limits.nodes:
-            return f"over {limits.nodes} values"
-        if chars > limits.chars:
-            return f"over {limits.chars} characters"
-        pending.extend((child, depth + 1) for child in children)
-    return None
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
-
-
-def _quote(value: object) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # an integer too long to print
-        text = _kind(value)
-    return _cut(text)
-
-
-def _cut(text: str, limit: int = _QUOTE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+    return cut(str(detail))
 
 
 def _where(error: ValidationError, default: str) -> str:

@@ -124,7 +124,7 @@ async def test_a_job_that_failed_is_the_polls_answer(systems: Systems) -> None:
 async def test_a_job_cancelled_at_its_system_ends_the_poll_as_failed(systems: Systems) -> None:
     await systems.faults(never_complete=True)
     job_id = await _start(systems)
-    systems.state.cancel("enrich", job_id)
+    systems.state.long_jobs.cancel("enrich", job_id)
 
     result = await _polled(_activities(systems), _poll(job_id, 0.05))
 

@@ -141,7 +141,7 @@ async def idle(app: FastAPI) -> None:
     systems: DemoSystems = app.state.systems
 
     async def no_task() -> bool:
-        return not systems._tasks
+        return not systems.long_jobs.tasks
 
     await eventually(no_task, "the systems to finish every job and its webhooks")
 

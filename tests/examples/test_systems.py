@@ -132,7 +132,7 @@ async def idle(app: FastAPI) -> None:
     systems: DemoSystems = app.state.systems
 
     async def no_task() -> bool:
-        return not systems._tasks
+        return not systems.long_jobs.tasks
 
     await eventually(no_task, "the systems to finish every job and its webhooks")
 
@@ -697,7 +697,7 @@ async def test_reset_forgets_everything_and_stops_pending_webhooks(
     assert (await client.post("/_test/reset")).status_code == 204
     seen = await stats(client)
     systems: DemoSystems = systems_app[0].state.systems
-    tasks = set(systems._tasks)
+    tasks = set(systems.long_jobs.tasks)
     # A job of the same duration started now calls back after the forgotten one would have.
     await faults(client, export_seconds=0.2)
     await start_export(
@@ -721,12 +721,12 @@ async def test_shutdown_cancels_running_jobs() -> None:
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         started = await start_export(client, "key-s")
         systems: DemoSystems = app.state.systems
-        timers = set(systems._tasks)
+        timers = set(systems.long_jobs.tasks)
         assert len(timers) == 1
 
     assert started.status_code == 201
     assert all(task.cancelled() for task in timers)
-    assert systems._tasks == set()
+    assert systems.long_jobs.tasks == set()
 
 
 async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:

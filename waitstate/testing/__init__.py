@@ -1,5 +1,7 @@
 """Stand-ins for tests, as `temporalio.testing` is for Temporal.
 
 `waitstate.testing.wire_server`: a local model server speaking the OpenAI and Anthropic wire
-protocols, for the real SDK clients to talk to (`python -m waitstate.testing.wire_server`).
+protocols, for the real SDK clients to talk to (`python -m waitstate.testing.wire_server`);
+what it answers (scripted replies, the bodies of each protocol) in
+`waitstate.testing.wire_replies`.
 """

@@ -1,0 +1,63 @@
+"""The enrichment pipeline: a long job that is polled (it sends no webhook)::
+
+POST /pipelines/enrich          Idempotency-Key header; {dataset} -> as POST /exports
+GET  /pipelines/jobs/{job_id}   progress "NN%" while running, then {dataset, enriched_rows}
+POST /pipelines/jobs/{job_id}/cancel
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, field_validator
+
+from examples.systems.common import IdempotencyKey, check_name, stable_number
+from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
+
+
+class EnrichRequest(BaseModel):
+    """`POST /pipelines/enrich`."""
+
+    dataset: str
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return check_name(value, "dataset")
+
+
+class Pipeline:
+    """The enrichment pipeline: its jobs, kept by `long_jobs`."""
+
+    def __init__(self, long_jobs: LongJobs) -> None:
+        self.long_jobs = long_jobs
+
+    def start(self, key: str | None, request: EnrichRequest) -> tuple[JobRecord, bool]:
+        """Start an enrichment, or find the one already started under `key`
+        (`LongJobs.start`)."""
+        return self.long_jobs.start("enrich", key, {"dataset": request.dataset}, run=self._run)
+
+    async def _run(self, job: JobRecord) -> None:
+        await self.long_jobs.run_to_end(job, _enriched)
+
+
+def router(pipeline: Pipeline) -> APIRouter:
+    """The enrichment pipeline's routes."""
+    routes = APIRouter()
+    jobs = pipeline.long_jobs
+
+    @routes.post("/pipelines/enrich", status_code=201)
+    async def start_enrichment(
+        request: EnrichRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> JobAccepted:
+        job, created = pipeline.start(idempotency_key, request)
+        return await jobs.accepted(job, created, response)
+
+    add_job_routes(routes, jobs, "enrich", "/pipelines/jobs", "enrichment")
+    return routes
+
+
+def _enriched(job: JobRecord) -> dict[str, Any]:
+    dataset = job.arguments["dataset"]
+    return {"dataset": dataset, "enriched_rows": stable_number(f"enrich/{dataset}")}

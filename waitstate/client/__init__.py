@@ -1,0 +1,125 @@
+"""The waitstate client: start agent runs, read them, wait for them, decide what they ask for
+approval, answer the questions their operations ask, cancel them, and take in the fleet at a
+glance.
+
+The CLI (`starter.py`), the benchmarks and the chaos suite all start and read runs through
+`WaitstateClient`, so a run is started one way everywhere: idempotent by id, `AgentStatus`
+set from the start, a summary and details for the Web UI. Nothing here prints; failures are
+`ClientError`s with one-line messages, which the CLI maps to its exit codes.
+
+    client = await WaitstateClient.connect(Settings.from_env())
+    started = await client.start(RunInput(task="What is 17 * 23?", model="scripted:demo"))
+    outcome = await client.outcome(started.run_id)
+
+What it does is kept by concern, and imported from here: one run (`_runs`: start, status,
+follow, list, cancel), people (`_people`: pending requests and questions, decide, answer), the
+fleet (`_fleet`: the fleet at a glance, the blob cleanup), and the errors (`_errors`).
+"""
+
+from __future__ import annotations
+
+from waitstate.client._base import QUERY_TIMEOUT, closed_status
+from waitstate.client._errors import (
+    AnswerRefused,
+    CleanupFailed,
+    ClientError,
+    DecisionRefused,
+    NotAnswered,
+    RunEnded,
+    RunNotFound,
+    StartFailed,
+    TemporalFailed,
+    Unreachable,
+)
+from waitstate.client._fleet import (
+    FAILED_EXECUTIONS,
+    FAILED_STATUSES,
+    FAILURE_WINDOW,
+    FLEET_LIMIT,
+    ClosedRun,
+    FailedRun,
+    Fleet,
+    FleetCalls,
+    FleetReport,
+    FleetRun,
+    Wait,
+    fleet_report,
+)
+from waitstate.client._people import (
+    ANSWER_TIMEOUT,
+    DECIDE_TIMEOUT,
+    PENDING_QUERIES_AT_ONCE,
+    WAITING_FOR_PEOPLE,
+    Pending,
+    PendingQuestion,
+    PendingRequest,
+    PeopleCalls,
+)
+from waitstate.client._runs import (
+    FOLLOW_INTERVAL,
+    PROGRESS_CHARS,
+    SUMMARY_CHARS,
+    Progress,
+    Retry,
+    RunCalls,
+    RunStatus,
+    RunSummary,
+    StartedRun,
+    Unanswered,
+    new_run_id,
+    started_with,
+)
+
+__all__ = [
+    "ANSWER_TIMEOUT",
+    "DECIDE_TIMEOUT",
+    "FAILED_EXECUTIONS",
+    "FAILED_STATUSES",
+    "FAILURE_WINDOW",
+    "FLEET_LIMIT",
+    "FOLLOW_INTERVAL",
+    "PENDING_QUERIES_AT_ONCE",
+    "PROGRESS_CHARS",
+    "QUERY_TIMEOUT",
+    "SUMMARY_CHARS",
+    "WAITING_FOR_PEOPLE",
+    "AnswerRefused",
+    "CleanupFailed",
+    "ClientError",
+    "ClosedRun",
+    "DecisionRefused",
+    "FailedRun",
+    "Fleet",
+    "FleetReport",
+    "FleetRun",
+    "NotAnswered",
+    "Pending",
+    "PendingQuestion",
+    "PendingRequest",
+    "Progress",
+    "Retry",
+    "RunEnded",
+    "RunNotFound",
+    "RunStatus",
+    "RunSummary",
+    "StartFailed",
+    "StartedRun",
+    "TemporalFailed",
+    "Unanswered",
+    "Unreachable",
+    "Wait",
+    "WaitstateClient",
+    "closed_status",
+    "fleet_report",
+    "new_run_id",
+    "started_with",
+]
+
+
+class WaitstateClient(RunCalls, PeopleCalls, FleetCalls):
+    """Starts, reads, decides and cancels agent runs over a Temporal client.
+
+    Args:
+        client: Connected with the waitstate data converter (`settings.connect`).
+        task_queue: Where `start` puts runs unless told otherwise.
+    """

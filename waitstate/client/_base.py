@@ -1,0 +1,114 @@
+"""What every part of the client stands on: the Temporal client, a run's handle, its status
+query, its description."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, NoReturn, Self
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from waitstate.client._errors import (
+    NotAnswered,
+    RunNotFound,
+    TemporalFailed,
+    Unreachable,
+    first_line,
+)
+from waitstate.names import AGENT_RUN, STATUS_QUERY
+from waitstate.schemas import RunResult, RunState
+from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
+from waitstate.tracing import Tracing
+
+QUERY_TIMEOUT = timedelta(seconds=5)
+AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
+
+
+class ClientBase:
+    """A Temporal client, and what the client's calls about runs, people and the fleet share."""
+
+    def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self._client = client
+        self._task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls, settings: Settings | None = None, *, tracing: Tracing | None = None
+    ) -> Self:
+        """Connect as `settings` say (default: the environment's); with `tracing`, the runs it
+        starts and what it sends them carry the caller's trace.
+
+        Raises:
+            Unreachable: Temporal could not be reached.
+        """
+        settings = settings or Settings.from_env()
+        try:
+            client = await connect(settings)
+        except Exception as err:  # the SDK raises RuntimeError wrapping transport errors
+            raise Unreachable(
+                f"cannot reach Temporal at {settings.temporal_address}: {first_line(err)}"
+            ) from err
+        if tracing is not None:
+            client = tracing.client(client)
+        return cls(client, task_queue=settings.task_queue)
+
+    @property
+    def temporal(self) -> Client:
+        """The Temporal client underneath."""
+        return self._client
+
+    def handle(self, run_id: str) -> WorkflowHandle[Any, RunResult]:
+        """The run's workflow handle (its latest run), for what this client does not wrap."""
+        handle: WorkflowHandle[Any, RunResult] = self._client.get_workflow_handle(
+            run_id, result_type=RunResult
+        )
+        return handle
+
+    async def query(self, run_id: str, *, rpc_timeout: timedelta = QUERY_TIMEOUT) -> RunState:
+        """The run's own answer to its `status` query (a worker must answer).
+
+        Raises:
+            RunNotFound: no such run.
+            NotAnswered: no worker answered within `rpc_timeout`, or the query failed.
+        """
+        try:
+            state: RunState = await self.handle(run_id).query(
+                STATUS_QUERY, rpc_timeout=rpc_timeout, result_type=RunState
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFound(run_id) from err
+            raise NotAnswered(run_id, first_line(err)) from err
+        except WorkflowQueryFailedError as err:
+            raise NotAnswered(run_id, first_line(err)) from err
+        return state
+
+    async def _describe(self, run_id: str) -> WorkflowExecutionDescription:
+        try:
+            return await self.handle(run_id).describe()
+        except RPCError as err:
+            self._raise(err, run_id, f"could not look up run {run_id}")
+
+    @staticmethod
+    def _raise(err: RPCError, run_id: str | None, doing: str) -> NoReturn:
+        if run_id is not None and err.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(run_id) from err
+        raise TemporalFailed(doing, first_line(err)) from err
+
+
+def closed_status(status: WorkflowExecutionStatus | None) -> str:
+    """A run's status as Temporal alone knows it, in the words of `RunState.status`."""
+    if status is None:
+        return "unknown"
+    return {
+        WorkflowExecutionStatus.RUNNING: "running",
+        WorkflowExecutionStatus.COMPLETED: "completed",
+        WorkflowExecutionStatus.CANCELED: "cancelled",
+    }.get(status, "failed")

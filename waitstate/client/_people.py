@@ -1,0 +1,283 @@
+"""What runs wait for people to do: the open approval requests and questions, and the
+decisions and answers sent to them as Updates."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from waitstate.client._base import ClientBase, closed_status
+from waitstate.client._errors import (
+    AnswerRefused,
+    ClientError,
+    DecisionRefused,
+    NotAnswered,
+    RunEnded,
+    RunNotFound,
+    TemporalFailed,
+    Unreachable,
+    first_line,
+)
+
+# How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
+from waitstate.gateway.delivery import rpc_refusal
+from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
+from waitstate.schemas import RunState
+from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
+
+# How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
+# never answers; the decision may still be applied once one runs.
+DECIDE_TIMEOUT = timedelta(seconds=20)
+# How long `answer` waits for the run's `answer` Update, which returns once the job that asked
+# has the answer: the run's delivery to the job (retried) comes on top of a decision's round trip.
+ANSWER_TIMEOUT = timedelta(seconds=60)
+# What a run's `WaitingFor` says while a person's decision or answer is open.
+WAITING_FOR_PEOPLE = ("approval", "input")
+# How many runs `pending` queries at once.
+PENDING_QUERIES_AT_ONCE = 8
+
+_Result = TypeVar("_Result")
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    """An open approval request of a run that waits for a person."""
+
+    run_id: str
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True)
+class PendingQuestion:
+    """An open question of a run's operation that waits for a person's answer."""
+
+    run_id: str
+    question: InputRequest
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What runs wait for people to do: decide on approval requests, answer questions."""
+
+    approvals: list[PendingRequest]
+    questions: list[PendingQuestion]
+
+
+class PeopleCalls(ClientBase):
+    """What `WaitstateClient` does for people: find what runs wait for them to decide or
+    answer, and send their decisions and answers."""
+
+    async def pending(self) -> list[PendingRequest]:
+        """The open approval requests of runs waiting for a person (`waiting_for_people` lists
+        their open questions too); runs whose worker does not answer are left out.
+
+        Raises:
+            TemporalFailed: the listing failed.
+        """
+        return (await self.waiting_for_people()).approvals
+
+    async def waiting_for_people(self) -> Pending:
+        """The open approval requests, and the open questions for a person, of runs waiting
+        for one (`WaitingFor` is `approval` or `input`: a person's question or approval
+        outranks a job's webhook or poll, in runs from agent-run-5 on); runs whose worker does
+        not answer are left out.
+
+        Raises:
+            TemporalFailed: the listing failed.
+        """
+        kinds = ", ".join(f'"{kind}"' for kind in WAITING_FOR_PEOPLE)
+        query = f'{WAITING_FOR.name} IN ({kinds}) AND ExecutionStatus = "Running"'
+        pending = Pending(approvals=[], questions=[])
+        try:
+            ids = [execution.id async for execution in self._client.list_workflows(query)]
+        except RPCError as err:
+            self._raise(err, None, "could not list the runs waiting for people")
+
+        async def state_of(run_id: str) -> RunState | None:
+            try:
+                return await self.query(run_id)
+            except ClientError:
+                return None
+
+        # Asked together, a few at a time: one run whose worker is slow to answer (killed,
+        # restarting) costs the listing one query's timeout, not one per run behind it.
+        gate = asyncio.Semaphore(PENDING_QUERIES_AT_ONCE)
+
+        async def gated(run_id: str) -> RunState | None:
+            async with gate:
+                return await state_of(run_id)
+
+        states = await asyncio.gather(*(gated(run_id) for run_id in ids))
+        for run_id, state in zip(ids, states, strict=True):
+            if state is None:
+                continue
+            pending.approvals.extend(
+                PendingRequest(run_id, request)
+                for request in state.approvals.values()
+                if request.open
+            )
+            pending.questions.extend(
+                PendingQuestion(run_id, question) for question in _for_people(state)
+            )
+        return pending
+
+    async def open_requests(self, run_id: str) -> list[ApprovalRequest]:
+        """The run's open approval requests.
+
+        Raises:
+            RunNotFound: no such run.
+            RunEnded: the run has ended.
+            NotAnswered: no worker answered.
+        """
+        state = await self._running_state(run_id)
+        return [request for request in state.approvals.values() if request.open]
+
+    async def open_questions(self, run_id: str) -> list[InputRequest]:
+        """The run's open questions that its tools' policies give to a person.
+
+        Raises:
+            RunNotFound: no such run.
+            RunEnded: the run has ended.
+            NotAnswered: no worker answered.
+        """
+        return _for_people(await self._running_state(run_id))
+
+    async def _running_state(self, run_id: str) -> RunState:
+        """The state of a run that is still running (RunEnded otherwise)."""
+        description = await self._describe(run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RunEnded(run_id, closed_status(description.status))
+        return await self.query(run_id)
+
+    async def decide(
+        self,
+        run_id: str,
+        decision: DecideInput,
+        *,
+        update_id: str | None = None,
+        answer_within: timedelta = DECIDE_TIMEOUT,
+    ) -> DecideOutcome:
+        """Send a decision as the run's `decide` Update and return what the run did with it
+        (`accepted` is False if it recorded the decision without applying it).
+
+        Args:
+            update_id: Asking again under the same id gets the first answer, never a second
+                application.
+
+        Raises:
+            DecisionRefused: the run refused it (unknown request, already decided or expired).
+            RunEnded: the run has ended.
+            RunNotFound: no such run.
+            NotAnswered: the run did not answer within `answer_within`; the decision may still be
+                applied once its worker runs.
+            Unreachable: Temporal could not be reached.
+            TemporalFailed: Temporal refused the call (e.g. permission denied).
+        """
+        return await self._update(
+            run_id,
+            self._execute_update(run_id, DECIDE_UPDATE, decision, DecideOutcome, update_id),
+            what="decision",
+            answer_within=answer_within,
+            refused=lambda cause: DecisionRefused(run_id, first_line(cause)),
+        )
+
+    async def answer(
+        self,
+        run_id: str,
+        answer: AnswerInput,
+        *,
+        update_id: str | None = None,
+        answer_within: timedelta = ANSWER_TIMEOUT,
+    ) -> AnswerOutcome:
+        """Send an answer to one of the run's questions as its `answer` Update, and return what
+        the run did with it once the job that asked has it (`delivered` is False, and `reason`
+        says why, if the job did not take it).
+
+        Args:
+            update_id: Sending again under the same id gets the first one's outcome, never a
+                second application.
+
+        Raises:
+            AnswerRefused: the run refused it (unknown question, already answered, declined,
+                expired or cancelled, the model's to answer, or content that does not match
+                the question's schema).
+            RunEnded: the run has ended.
+            RunNotFound: no such run.
+            NotAnswered: the run did not answer within `answer_within`; the answer may still
+                be applied (and delivered) once its worker runs.
+            Unreachable: Temporal could not be reached.
+            TemporalFailed: Temporal refused the call (e.g. permission denied).
+        """
+
+        def refused(cause: BaseException | None) -> ClientError:
+            error_type = cause.type if isinstance(cause, ApplicationError) else None
+            return AnswerRefused(run_id, first_line(cause), error_type)
+
+        return await self._update(
+            run_id,
+            self._execute_update(run_id, ANSWER_UPDATE, answer, AnswerOutcome, update_id),
+            what="answer",
+            answer_within=answer_within,
+            refused=refused,
+        )
+
+    async def _execute_update(
+        self, run_id: str, update: str, arg: Any, result_type: type[_Result], update_id: str | None
+    ) -> _Result:
+        """The run's Update `update` with `arg`, its result read as `result_type`."""
+        result: _Result = await self.handle(run_id).execute_update(
+            update, arg, id=update_id, result_type=result_type
+        )
+        return result
+
+    @staticmethod
+    async def _update(
+        run_id: str,
+        update: Awaitable[_Result],
+        *,
+        what: str,
+        answer_within: timedelta,
+        refused: Callable[[BaseException | None], ClientError],
+    ) -> _Result:
+        """The run's result of `update` (an Update call, not awaited yet) within
+        `answer_within`, its failures turned into `ClientError`s: the run's validator refusing
+        it (`refused(cause)`), the run ended or unknown, Temporal unreachable or refusing, or
+        no answer in time."""
+        try:
+            async with asyncio.timeout(answer_within.total_seconds()):
+                return await update
+        except WorkflowUpdateFailedError as err:
+            # The run's validator refused it: nothing was recorded.
+            raise refused(err.cause) from err
+        except RPCError as err:
+            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
+            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
+            if rpc_refusal(err).code == "run_ended":
+                raise RunEnded(run_id) from err
+            raise RunNotFound(run_id) from err
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            seconds = f"no answer within {answer_within.total_seconds():g} s"
+            raise NotAnswered(run_id, seconds) from err
+
+
+def _for_people(state: RunState) -> list[InputRequest]:
+    """The run's open questions that its tools' policies give to a person."""
+    return [
+        question
+        for question in state.questions.values()
+        if question.open and question.policy.answered_by == "person"
+    ]

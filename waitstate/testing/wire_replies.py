@@ -1,0 +1,279 @@
+"""What the wire server answers: scripted replies (bodies, errors, delayed and held replies),
+the builders of OpenAI and Anthropic bodies, and the default rule for when nothing is queued
+(`waitstate.testing.wire_server` says how they are served)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+WireProtocol = Literal["openai", "anthropic"]
+
+# Anthropic's documented error `type`s; anything unlisted gets the generic one.
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """A scripted failure: the status, message and headers to answer with.
+
+    The JSON body is shaped at answer time for the protocol the request used.
+    """
+
+    status: int
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DelayedReply:
+    """A reply sent `seconds` late: `reply`, or the default rule's answer when None."""
+
+    seconds: float
+    reply: dict[str, Any] | ErrorReply | None = None
+
+
+@dataclass(frozen=True)
+class HeldReply:
+    """A reply held until the next request naming the same model arrives, or `limit` seconds
+    have passed: then `reply`, or the default rule's answer when None."""
+
+    limit: float
+    reply: dict[str, Any] | ErrorReply | None = None
+    # Set by the server when that next request arrives; one per reply, which is answered once.
+    release: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+
+Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply
+"""A scripted reply: a response body answered with 200, an `ErrorReply`, a `DelayedReply` or a
+`HeldReply`."""
+
+
+def openai_text(
+    text: str, *, input_tokens: int = 10, output_tokens: int = 5, model: str | None = None
+) -> dict[str, Any]:
+    """Build a Chat Completions body whose message is `text`.
+
+    Args:
+        text: The assistant's answer.
+        input_tokens: Reported as `usage.prompt_tokens`.
+        output_tokens: Reported as `usage.completion_tokens`.
+        model: The answering model; None echoes the request's model.
+    """
+    message = {"role": "assistant", "content": text, "refusal": None}
+    return _openai_body(message, "stop", input_tokens, output_tokens, model)
+
+
+def openai_tool_calls(
+    calls: Iterable[tuple[str, str, str]],
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """Build a Chat Completions body that calls tools.
+
+    Args:
+        calls: `(call_id, name, arguments)` triples; `arguments` is sent as written,
+            so it may be malformed JSON on purpose.
+        input_tokens: Reported as `usage.prompt_tokens`.
+        output_tokens: Reported as `usage.completion_tokens`.
+        model: The answering model; None echoes the request's model.
+    """
+    message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for call_id, name, arguments in calls
+        ],
+    }
+    return _openai_body(message, "tool_calls", input_tokens, output_tokens, model)
+
+
+def anthropic_text(
+    text: str, *, input_tokens: int = 10, output_tokens: int = 5, model: str | None = None
+) -> dict[str, Any]:
+    """Build a Messages body whose content is one text block.
+
+    Args:
+        text: The assistant's answer.
+        input_tokens: Reported as `usage.input_tokens`.
+        output_tokens: Reported as `usage.output_tokens`.
+        model: The answering model; None echoes the request's model.
+    """
+    content = [{"type": "text", "text": text}]
+    return _anthropic_body(content, "end_turn", input_tokens, output_tokens, model)
+
+
+def anthropic_tool_use(
+    calls: Iterable[tuple[str, str, dict[str, Any]]],
+    *,
+    text: str = "",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """Build a Messages body that calls tools.
+
+    Args:
+        calls: `(tool_use_id, name, input)` triples.
+        text: Optional text block sent before the tool_use blocks.
+        input_tokens: Reported as `usage.input_tokens`.
+        output_tokens: Reported as `usage.output_tokens`.
+        model: The answering model; None echoes the request's model.
+    """
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [
+        {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
+        for call_id, name, tool_input in calls
+    ]
+    return _anthropic_body(content, "tool_use", input_tokens, output_tokens, model)
+
+
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> ErrorReply:
+    """Build an error reply, e.g. `error(429, "slow down", {"retry-after": "3"})`."""
+    return ErrorReply(status, message, dict(headers or {}))
+
+
+def delayed(seconds: float, reply: dict[str, Any] | ErrorReply | None = None) -> DelayedReply:
+    """Build a reply that answers `seconds` late (None: with the default rule's answer)."""
+    return DelayedReply(seconds, reply)
+
+
+def held(limit: float, reply: dict[str, Any] | ErrorReply | None = None) -> HeldReply:
+    """Build a reply that answers once the next request naming the same model arrives (e.g.
+    the client's retry after its timeout), or after `limit` seconds if none does (None: with
+    the default rule's answer)."""
+    return HeldReply(limit, reply)
+
+
+def error_body(protocol: WireProtocol, reply: ErrorReply) -> dict[str, Any]:
+    """The JSON body of an error reply, in the shape of the request's protocol."""
+    if protocol == "openai":
+        kind = "server_error" if reply.status >= 500 else "invalid_request_error"
+        code = "rate_limit_exceeded" if reply.status == 429 else None
+        return {"error": {"message": reply.message, "type": kind, "param": None, "code": code}}
+    kind = _ANTHROPIC_ERROR_TYPES.get(reply.status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": reply.message}}
+
+
+def default_reply(protocol: WireProtocol, body: dict[str, Any]) -> dict[str, Any]:
+    """Answer with the default rule (`waitstate.testing.wire_server` says it)."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    if protocol == "openai":
+        return _default_openai_reply(messages, tools)
+    return _default_anthropic_reply(messages, tools)
+
+
+def _default_openai_reply(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
+    called = {
+        call.get("id"): call.get("function", {}).get("name")
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    }
+    answered = []
+    for m in reversed(messages):
+        if m.get("role") != "tool":
+            break
+        answered.append(called.get(m.get("tool_call_id")) or "unknown tool")
+    if answered:
+        return openai_text(_received_text(reversed(answered)))
+    if tools and not called:
+        name = tools[0].get("function", {}).get("name", "")
+        return openai_tool_calls([(f"call_{uuid.uuid4().hex[:24]}", name, "{}")])
+    return openai_text("ok")
+
+
+def _default_anthropic_reply(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
+    called = {
+        block.get("id"): block.get("name")
+        for m in messages
+        if m.get("role") == "assistant"
+        for block in _blocks(m)
+        if block.get("type") == "tool_use"
+    }
+    last = messages[-1] if messages else {}
+    answered = [
+        called.get(block.get("tool_use_id")) or "unknown tool"
+        for block in _blocks(last)
+        if block.get("type") == "tool_result"
+    ]
+    if answered:
+        return anthropic_text(_received_text(answered))
+    if tools and not called:
+        name = tools[0].get("name", "")
+        return anthropic_tool_use([(f"toolu_{uuid.uuid4().hex[:24]}", name, {})])
+    return anthropic_text("ok")
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _received_text(tool_names: Iterable[str]) -> str:
+    names = list(tool_names)
+    plural = "" if len(names) == 1 else "s"
+    return f"Received {len(names)} tool result{plural} ({', '.join(names)})."
+
+
+def _openai_body(
+    message: dict[str, Any],
+    finish_reason: str,
+    input_tokens: int,
+    output_tokens: int,
+    model: str | None,
+) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        ],
+        "usage": {
+            "prompt_tokens": input_tokens,
+            "completion_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
+def _anthropic_body(
+    content: list[dict[str, Any]],
+    stop_reason: str,
+    input_tokens: int,
+    output_tokens: int,
+    model: str | None,
+) -> dict[str, Any]:
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": model,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }
