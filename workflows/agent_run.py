@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -62,19 +60,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.memory import Memory
     from workflows.operations import OperationsBook
     from workflows.outages import StoreOutages
+    from workflows.policies import (
+        AGENT_RETRY,
+        AGENT_TIMEOUT,
+        MCP_LISTING_RETRY,
+        MCP_LISTING_TIMEOUT,
+        MODEL_RETRY,
+    )
     from workflows.versions import Versions
-
-# Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
-# A provider's retry-after reaches it as the ApplicationError's next_retry_delay. What cannot
-# succeed on a retry (a refused request, a bad model spec) the activity raises non-retryable.
-# A blob store outage is no failure of the model's: runs from HARDENED on wait it out without
-# spending these attempts (workflows/outages.py).
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=8,
-)
 
 
 @workflow.defn(name=AGENT_RUN)
@@ -217,8 +210,8 @@ class AgentRunWorkflow:
             name,
             result_type=AgentConfig,
             summary=f"agent {name}",
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            start_to_close_timeout=AGENT_TIMEOUT,
+            retry_policy=AGENT_RETRY,
         )
         if isinstance(config, Failed):
             self._fail_at_start(config)
@@ -241,8 +234,8 @@ class AgentRunWorkflow:
             result_type=McpListing,
             summary=f"MCP tools {', '.join(grants)}",
             what="listing of MCP tools",
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=5),
+            start_to_close_timeout=MCP_LISTING_TIMEOUT,
+            retry_policy=MCP_LISTING_RETRY,
         )
         if isinstance(listing, Failed):
             self._fail_at_start(listing)

@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -55,14 +54,8 @@ from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard, wait_ended
+from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_RETRY, NOTIFY_TIMEOUT
 from workflows.versions import Versions
-
-NOTIFY_TIMEOUT = timedelta(seconds=12)
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
-# An answer goes to the job once: the job keeps the first answer to a key, so a retry after a
-# lost reply is safe; a refusal (the job ended, the key is unknown) is final.
-DELIVER_TIMEOUT = timedelta(seconds=30)
-DELIVER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 
 EndOperation = Callable[[Operation, str], Awaitable[None]]
 

@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from workflows import ledger
 from workflows.activity_calls import Failed, call
+from workflows.policies import CHECKPOINT_RETRY
 from workflows.versions import Versions
-
-CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
 
 @dataclass

@@ -21,7 +21,6 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
@@ -31,7 +30,6 @@ from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsA
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
-    OPERATION_STILL_RUNNING,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
@@ -53,34 +51,21 @@ from workflows.board import StatusBoard, cancel_failed, operation_finished
 from workflows.continuation import Continuation
 from workflows.inputs import InputDesk
 from workflows.memory import Memory, Wait
+from workflows.policies import (
+    CANCEL_RETRY,
+    CANCEL_TIMEOUT,
+    FINAL_CHECK_RETRY,
+    FINAL_CHECK_TIMEOUT,
+    POLL_CHECK_TIMEOUT,
+    RECONCILE_MIN,
+    TOOL_RETRY,
+    long_poll_retry,
+    poll_heartbeat,
+    poll_retry,
+    reconcile_retry,
+)
 from workflows.versions import Versions
 
-# A sync tool that keeps failing is reported to the model, which can try something else.
-# A long tool's start is safe to retry: it carries an idempotency key.
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=3,
-)
-# Asking an external system to stop a job: worth insisting, but not forever.
-CANCEL_TIMEOUT = timedelta(seconds=30)
-CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
-# Polls of a minute or more are one check per attempt, the retry policy being the poller, so
-# no worker slot is held in between; shorter ones loop inside one heartbeating activity.
-POLL_CHECK_TIMEOUT = timedelta(seconds=30)
-POLL_RETRY_FIRST = timedelta(seconds=1)
-# A callback job's status, checked in case its webhook was lost: each check is an attempt of one
-# activity (its retry policy is the checker), so a check that finds the job running adds nothing
-# to the run's history. Never more often than this.
-RECONCILE_MIN = timedelta(seconds=1)
-# The check before an operation expires: a few quick attempts (a blip of its system), bounded.
-FINAL_CHECK_TIMEOUT = timedelta(seconds=60)
-FINAL_CHECK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_attempts=3,
-    non_retryable_error_types=[OPERATION_STILL_RUNNING],
-)
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"
 CANCEL_SENT = "; the job was cancelled"
@@ -588,25 +573,16 @@ class OperationsBook:
                 summary=summary,
                 schedule_to_close_timeout=remaining,
                 start_to_close_timeout=POLL_CHECK_TIMEOUT,
-                retry_policy=RetryPolicy(
-                    initial_interval=interval, backoff_coefficient=1.0, maximum_interval=interval
-                ),
+                retry_policy=long_poll_retry(interval),
             )
-        # A crashed worker's poll is taken over once a heartbeat is missed: two intervals
-        # plus slack, so a slow status call does not trigger a needless takeover.
         return await call(
             POLL_OPERATION,
             poll,
             result_type=Completion,
             summary=summary,
             schedule_to_close_timeout=remaining,
-            heartbeat_timeout=interval * 2 + timedelta(seconds=5),
-            # Retries of a crashed poll start after a second; the interval caps the backoff (never
-            # below the first delay: the server rejects such a policy).
-            retry_policy=RetryPolicy(
-                initial_interval=POLL_RETRY_FIRST,
-                maximum_interval=max(interval, POLL_RETRY_FIRST),
-            ),
+            heartbeat_timeout=poll_heartbeat(interval),
+            retry_policy=poll_retry(interval),
         )
 
     async def _reconcile(self, op: Operation) -> None:
@@ -705,9 +681,7 @@ class OperationsBook:
             every = max(timedelta(seconds=check.poll_interval_seconds), RECONCILE_MIN)
             summary = f"check {op.tool} {op.job_id} every {every}"
             until = max(op.expires_at - workflow.now(), RECONCILE_MIN)
-            retry = RetryPolicy(
-                initial_interval=every, backoff_coefficient=1.0, maximum_interval=every
-            )
+            retry = reconcile_retry(every)
         try:
             return await call(
                 POLL_OPERATION,

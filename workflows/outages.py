@@ -11,7 +11,6 @@ the policy's budget; earlier runs call them as they did.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -25,16 +24,16 @@ from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
 from workflows import ledger
 from workflows.activity_calls import Failed, call
+from workflows.policies import (
+    STORE_RETRY_FIRST,
+    STORE_RETRY_MAX,
+    leaving_outages,
+    patient,
+)
 from workflows.versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")
-
-# The run's own backoff between tries while the store is out: from seconds up to a minute,
-# so a run resumes within a minute of the store's return, and an hour's outage costs its
-# history some sixty tries.
-STORE_RETRY_FIRST = timedelta(seconds=2)
-STORE_RETRY_MAX = timedelta(minutes=1)
 
 
 class StoreOutages:
@@ -92,7 +91,7 @@ class StoreOutages:
                 summary=summary,
                 start_to_close_timeout=start_to_close_timeout,
                 retry_policy=(
-                    _patient(retry_policy) if handed_back else _leaving_outages(retry_policy, spent)
+                    patient(retry_policy) if handed_back else leaving_outages(retry_policy, spent)
                 ),
             )
             failure = _store_failure(result)
@@ -144,32 +143,6 @@ class StoreOutages:
             )
         self._state.store_outage = None
         self._show()
-
-
-def _leaving_outages(policy: RetryPolicy, spent: int) -> RetryPolicy:
-    """`policy`, with the store's failures left to the run and `spent` attempts used up (at
-    least one left: the one that met the outage was not spent)."""
-    attempts = policy.maximum_attempts
-    return dataclasses.replace(
-        policy,
-        maximum_attempts=max(attempts - spent, 1) if attempts else 0,
-        non_retryable_error_types=[
-            *(policy.non_retryable_error_types or ()),
-            BLOB_STORE_UNAVAILABLE,
-        ],
-    )
-
-
-def _patient(policy: RetryPolicy) -> RetryPolicy:
-    """For a try that only has the store left to do (the model's reply in hand): retried by
-    Temporal, at the run's backoff, until the store takes it (a retry adds no history)."""
-    return RetryPolicy(
-        initial_interval=STORE_RETRY_FIRST,
-        backoff_coefficient=2.0,
-        maximum_interval=STORE_RETRY_MAX,
-        maximum_attempts=0,
-        non_retryable_error_types=policy.non_retryable_error_types,
-    )
 
 
 def _store_failure(result: object) -> ApplicationError | None:
