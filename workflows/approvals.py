@@ -34,8 +34,9 @@ from waitstate.schemas.errors import (
 from waitstate.schemas.run import NOTIFY_APPROVAL
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard, approval_decided
+from workflows.board import StatusBoard
 from workflows.memory import Memory
+from workflows.metrics import approval_decided
 from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
 from workflows.versions import Versions
 

@@ -47,10 +47,11 @@ from waitstate.schemas.operations import (
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION, ParkedCall
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard, cancel_failed, operation_finished
+from workflows.board import StatusBoard
 from workflows.continuation import Continuation
 from workflows.inputs import InputDesk
 from workflows.memory import Memory, Wait
+from workflows.metrics import cancel_failed, operation_finished, operation_reconciled
 from workflows.policies import (
     CANCEL_RETRY,
     CANCEL_TIMEOUT,
@@ -633,8 +634,7 @@ class OperationsBook:
 
     def _found(self, op: Operation, checked: Completion, how: str) -> None:
         """Apply what a status check found; an end is noted in the ledger and counted
-        (`waitstate_operations_reconciled`): for a callback operation, a webhook was lost or
-        is late, worth an operator's look."""
+        (`operation_reconciled`)."""
         self._apply(op, checked)
         if not op.terminal:
             return
@@ -644,10 +644,7 @@ class OperationsBook:
             op.tool,
             f"{op.operation_id} {op.status}: found by {how} (no report came)",
         )
-        workflow.metric_meter().create_counter(
-            "waitstate_operations_reconciled",
-            "Operations whose end a status check found, no report having come",
-        ).add(1, {"tool": op.tool, "outcome": op.status, "completion": op.completion})
+        operation_reconciled(op)
 
     async def _unless_ended(
         self, op: Operation, check: Coroutine[Any, Any, Completion | Failed | None]
