@@ -4,8 +4,8 @@ details and the search attributes the list view filters on), and its metrics."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -33,7 +33,8 @@ SYSTEM_KINDS = frozenset({"webhook", "poll"})
 
 class StatusBoard:
     """Keeps `RunState.status`, the search attributes and the Web UI's details in step with
-    what the run does, and suspends it (checkpoint, then the wait) when it waits."""
+    what the run does. It only shows: what to do before a wait (a checkpoint) is the caller's
+    (`Memory.before_wait`)."""
 
     def __init__(self, state: RunState, memory: Memory, versions: Versions) -> None:
         self._state = state
@@ -47,24 +48,6 @@ class StatusBoard:
         # value is already set.
         if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
-
-    async def suspend(
-        self,
-        kind: str | Callable[[], str],
-        details: str,
-        label: str,
-        *,
-        until: datetime | None = None,
-        expected: timedelta | None = None,
-    ) -> contextlib.AbstractContextManager[Wait]:
-        """Get ready to wait for `label`: the checkpoint first, if the wait may be long
-        (`expected` None: nobody knows how long), then the wait itself (`waiting`). `kind` may
-        be read once the checkpoint is written (what the run waits for may change meanwhile)."""
-        checkpointed = self._memory.worth_checkpoint(expected)
-        if checkpointed:
-            await self._memory.checkpoint(label)
-        kind = kind if isinstance(kind, str) else kind()
-        return self.waiting(kind, details, label, until=until, checkpointed=checkpointed)
 
     @contextlib.contextmanager
     def waiting(

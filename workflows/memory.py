@@ -64,6 +64,14 @@ class Memory:
             return True
         return expected is None or expected > self._input.rebuild_after
 
+    async def before_wait(self, waiting_for: str, expected: timedelta | None) -> bool:
+        """Get ready for a wait for `waiting_for` expected to last `expected` (None: nobody
+        knows how long): the checkpoint, if the wait may be long. Whether one was written."""
+        checkpointed = self.worth_checkpoint(expected)
+        if checkpointed:
+            await self.checkpoint(waiting_for)
+        return checkpointed
+
     async def checkpoint(self, waiting_for: str) -> None:
         """Commit what is done and what remains: written by the model in one call, or built
         from the ledger (the call failed, or runs before CHECKPOINT_POLICY with the scripted

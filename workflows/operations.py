@@ -282,12 +282,14 @@ class OperationsBook:
                 tool_call_id=call.id, name=call.name, content=ledger.to_json(op.handle())
             )
         kind = "webhook" if op.completion == "callback" else "poll"
-        wait = await self._board.suspend(
+        label = f"{op.tool} ({op.operation_id})"
+        checkpointed = await self._memory.before_wait(label, _expected(op))
+        wait = self._board.waiting(
             kind,
             f"waiting for {op.tool} ({op.job_id})",
-            f"{op.tool} ({op.operation_id})",
+            label,
             until=op.expires_at,
-            expected=_expected(op),
+            checkpointed=checkpointed,
         )
         return await self._await_operation(call, op, wait)
 
@@ -369,11 +371,12 @@ class OperationsBook:
         ops = [self._state.operations[i] for i in ids]
         timeout = timedelta(seconds=args.timeout_seconds) if args.timeout_seconds else None
         expected = max((_expected(op) for op in ops if not op.terminal), default=timedelta(0))
-        wait = await self._board.suspend(
-            ledger.wait_kind(ops),
-            "waiting for operations",
-            f"operations {', '.join(ids)}",
-            expected=min(expected, timeout) if timeout is not None else expected,
+        label = f"operations {', '.join(ids)}"
+        checkpointed = await self._memory.before_wait(
+            label, min(expected, timeout) if timeout is not None else expected
+        )
+        wait = self._board.waiting(
+            ledger.wait_kind(ops), "waiting for operations", label, checkpointed=checkpointed
         )
         deadline = workflow.now() + timeout if timeout is not None else None
         return await self._await_operations(call, ops, deadline, wait)
@@ -428,11 +431,11 @@ class OperationsBook:
         began, self._continuation.waiting_since = self._continuation.waiting_since, None
         if began is None:
             expected = max((_expected(op) for op in self.pending()), default=timedelta(0))
-            waiting = await self._board.suspend(
-                lambda: ledger.wait_kind(self.pending()),
-                "waiting for operations",
-                label,
-                expected=expected,
+            checkpointed = await self._memory.before_wait(label, expected)
+            # What it waits for is read after the checkpoint: it may have changed meanwhile.
+            kind = ledger.wait_kind(self.pending())
+            waiting = self._board.waiting(
+                kind, "waiting for operations", label, checkpointed=checkpointed
             )
         else:
             kind = ledger.wait_kind(self.pending())
