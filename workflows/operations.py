@@ -322,9 +322,16 @@ class OperationsBook:
         """The outcome of an await-mode operation, as its call's result, once it has ended."""
         with waiting as wait:
             parked = ParkedCall(kind="operation", operation_ids=[op.operation_id], since=wait.began)
-            if not await self._continuation.park(
-                call.id, lambda: self._ended(op) or self._inputs.asks_model(op), wait
-            ):
+            with self._continuation.parked(call.id):
+                await workflow.wait_condition(
+                    lambda: (
+                        self._ended(op)
+                        or self._inputs.asks_model(op)
+                        or self._continuation.turn_must_continue()
+                    )
+                )
+            if not (self._ended(op) or self._inputs.asks_model(op)):
+                wait.parked = True  # the next run goes on waiting
                 return parked
         self._told(op)
         if not op.terminal:
@@ -399,13 +406,21 @@ class OperationsBook:
         with waiting as wait:
             timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
             try:
-                if timeout != timedelta(0) and not await self._continuation.park(
-                    call.id, done, wait, timeout
-                ):
-                    ids = [op.operation_id for op in ops]
-                    return ParkedCall(
-                        kind="operations", operation_ids=ids, deadline=deadline, since=wait.began
-                    )
+                if timeout != timedelta(0):
+                    with self._continuation.parked(call.id):
+                        await workflow.wait_condition(
+                            lambda: done() or self._continuation.turn_must_continue(),
+                            timeout=timeout,
+                        )
+                    if not done():
+                        wait.parked = True  # the next run goes on waiting
+                        ids = [op.operation_id for op in ops]
+                        return ParkedCall(
+                            kind="operations",
+                            operation_ids=ids,
+                            deadline=deadline,
+                            since=wait.began,
+                        )
             except TimeoutError:
                 pass
         for op in ops:
