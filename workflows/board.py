@@ -125,8 +125,7 @@ class StatusBoard:
         Runs from HARDENED on derive it from what is open, whatever order things opened in:
         a person's question (not one the model answers) or an approval outranks a system's
         report, and an operation wait is a webhook's while any pending operation completes by
-        callback. Earlier runs show their latest wait, which a wait begun after a question was
-        asked (its checkpoint call still in flight when the question came) hid.
+        callback. Earlier runs show their latest wait.
         """
         if not self._waits:
             outage = self._state.store_outage if self._versions.hardened else None
