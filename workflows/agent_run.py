@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -61,20 +59,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import InputDesk
     from workflows.memory import Memory
     from workflows.operations import OperationsBook
-    from workflows.outages import StoreOutages
+    from workflows.outages import StoreDown, StoreOutages
+    from workflows.policies import (
+        AGENT_RETRY,
+        AGENT_TIMEOUT,
+        MCP_LISTING_RETRY,
+        MCP_LISTING_TIMEOUT,
+        MODEL_RETRY,
+    )
     from workflows.versions import Versions
-
-# Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
-# A provider's retry-after reaches it as the ApplicationError's next_retry_delay. What cannot
-# succeed on a retry (a refused request, a bad model spec) the activity raises non-retryable.
-# A blob store outage is no failure of the model's: runs from HARDENED on wait it out without
-# spending these attempts (workflows/outages.py).
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=8,
-)
 
 
 @workflow.defn(name=AGENT_RUN)
@@ -111,7 +104,7 @@ class AgentRunWorkflow:
             self._inputs,
         )
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
-        self._outages = StoreOutages(self._state, versions, self._board.show)
+        self._outages = StoreOutages(self._state, versions, self._board)
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -217,8 +210,8 @@ class AgentRunWorkflow:
             name,
             result_type=AgentConfig,
             summary=f"agent {name}",
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            start_to_close_timeout=AGENT_TIMEOUT,
+            retry_policy=AGENT_RETRY,
         )
         if isinstance(config, Failed):
             self._fail_at_start(config)
@@ -235,15 +228,19 @@ class AgentRunWorkflow:
         then sees the same definitions (kept by reference)."""
         grants = [name for name in self._input.tools if SEPARATOR in name]
         # The listing is kept in the blob store: an outage of it is waited out.
-        listing = await self._outages.call(
-            LIST_MCP_TOOLS,
-            McpListInput(grants=grants),
-            result_type=McpListing,
-            summary=f"MCP tools {', '.join(grants)}",
-            what="listing of MCP tools",
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=5),
-        )
+        tries = self._outages.tries("listing of MCP tools", MCP_LISTING_RETRY)
+        request = McpListInput(grants=grants)
+        while True:
+            listing = await tries.call(
+                LIST_MCP_TOOLS,
+                request,
+                result_type=McpListing,
+                summary=f"MCP tools {', '.join(grants)}",
+                start_to_close_timeout=MCP_LISTING_TIMEOUT,
+            )
+            if not isinstance(listing, StoreDown):
+                break
+            await workflow.sleep(listing.delay)
         if isinstance(listing, Failed):
             self._fail_at_start(listing)
         self._input.mcp_listing = listing  # in place: carried on by continue-as-new
@@ -268,21 +265,29 @@ class AgentRunWorkflow:
             mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
             outages_waited_out=self._versions.hardened,
         )
-        # A blob store outage is waited out; the model's reply, if it gave one before the store
-        # failed, is handed back to be stored rather than asked for again.
-        response = await self._outages.call(
-            CALL_MODEL,
-            request,
-            result_type=ModelResponse,
-            summary=f"model {self._input.model} turn {turn}",
-            what="model call",
-            start_to_close_timeout=self._input.model_timeout,
-            retry_policy=MODEL_RETRY,
-            again=lambda request, failure: request.model_copy(
-                update={"answered": failure.answered or request.answered}
-            ),
-            on_outage=self._continue_if_due,
-        )
+        # A blob store outage is waited out.
+        tries = self._outages.tries("model call", MODEL_RETRY)
+        while True:
+            response = await tries.call(
+                CALL_MODEL,
+                request,
+                result_type=ModelResponse,
+                summary=f"model {self._input.model} turn {turn}",
+                start_to_close_timeout=self._input.model_timeout,
+                hands_back=True,
+            )
+            if not isinstance(response, StoreDown):
+                break
+            # The model's reply, if it gave one before the store failed, is handed back to be
+            # stored rather than asked for again.
+            answered = response.failure.answered or request.answered
+            request = request.model_copy(update={"answered": answered})
+            # Each try grows the history: past its limit the run goes on in a new one, which
+            # calls the model again (not once the model has replied: that reply is handed back
+            # in this run).
+            if request.answered is None and self._continuation.due():
+                await self._continue_as_new()
+            await workflow.sleep(response.delay)
         if isinstance(response, Failed):
             await self._fail(turn, response.error)
         self._state.turns = turn
@@ -326,13 +331,6 @@ class AgentRunWorkflow:
             # failure Temporal could refuse as too large.
             raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None
         raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from err
-
-    async def _continue_if_due(self, request: ModelCallInput) -> None:
-        """A long blob store outage grows the history with every try: past its limit the run
-        goes on in a new one, which calls the model again (not once the model has replied:
-        that reply is handed back in this run)."""
-        if request.answered is None and self._continuation.due():
-            await self._continue_as_new()
 
     def _model_tools(self) -> list[str]:
         """The run's tools (its MCP grants as the tools listed for them), plus `read_ref` once

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from waitstate.schemas import RunInput, RunState, ToolCall, ToolResult
@@ -35,17 +34,11 @@ from waitstate.schemas.errors import (
 from waitstate.schemas.run import NOTIFY_APPROVAL
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard, approval_decided
+from workflows.board import StatusBoard
 from workflows.memory import Memory
+from workflows.metrics import approval_decided
+from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
 from workflows.versions import Versions
-
-# Telling people about an approval request: retried a while; if it still fails, the request
-# stands (the CLI can answer it) and the failure is logged.
-NOTIFY_TIMEOUT = timedelta(seconds=30)
-# The notice is one HTTP post with a 10 s timeout: past 12 s, its worker is gone, and the notice
-# is posted again at once, not after the half minute a short approval window cannot spare.
-NOTIFY_TIMEOUT_V2 = timedelta(seconds=12)
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 
 
 class ApprovalExpired(Exception):
@@ -293,7 +286,7 @@ class ApprovalDesk:
             ),
             result_type=ApprovalNoticeSent,
             summary=f"notify {recipient}: approval for {request.tool}",
-            start_to_close_timeout=NOTIFY_TIMEOUT_V2 if v2 else NOTIFY_TIMEOUT,
+            start_to_close_timeout=NOTIFY_TIMEOUT if v2 else NOTIFY_TIMEOUT_V1,
             retry_policy=NOTIFY_RETRY,
         )
         if isinstance(sent, Failed):

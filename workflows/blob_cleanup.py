@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from waitstate.names import BLOB_CLEANUP
@@ -23,14 +22,12 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         NamespaceRetention,
     )
-
-RETENTION_TIMEOUT = timedelta(seconds=30)
-# A pass over a large store asks Temporal about each old blob's owners: hours at most. The
-# heartbeat (one per blob) tells a dead worker's pass from a long one within a minute.
-CLEAN_TIMEOUT = timedelta(hours=6)
-CLEAN_HEARTBEAT = timedelta(minutes=1)
-# A pass that keeps failing gives way to the next scheduled one.
-CLEAN_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=5))
+    from workflows.policies import (
+        CLEAN_HEARTBEAT,
+        CLEAN_RETRY,
+        CLEAN_TIMEOUT,
+        RETENTION_TIMEOUT,
+    )
 
 
 @workflow.defn(name=BLOB_CLEANUP)

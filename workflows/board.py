@@ -4,8 +4,8 @@ details and the search attributes the list view filters on), and its metrics."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -13,7 +13,6 @@ from temporalio.common import SearchAttributeUpdate
 
 from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
-from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import InputRequest
 from workflows import ledger
 from workflows.memory import Memory, Wait
@@ -23,7 +22,6 @@ from workflows.search_attributes import (
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
-from workflows.traces import wait_span
 from workflows.versions import Versions
 
 # What a run shows it waits for when several things are open at once (runs from HARDENED on):
@@ -35,7 +33,8 @@ SYSTEM_KINDS = frozenset({"webhook", "poll"})
 
 class StatusBoard:
     """Keeps `RunState.status`, the search attributes and the Web UI's details in step with
-    what the run does, and suspends it (checkpoint, then the wait) when it waits."""
+    what the run does. It only shows: what to do before a wait (a checkpoint) is the caller's
+    (`Memory.before_wait`)."""
 
     def __init__(self, state: RunState, memory: Memory, versions: Versions) -> None:
         self._state = state
@@ -49,24 +48,6 @@ class StatusBoard:
         # value is already set.
         if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
-
-    async def suspend(
-        self,
-        kind: str | Callable[[], str],
-        details: str,
-        label: str,
-        *,
-        until: datetime | None = None,
-        expected: timedelta | None = None,
-    ) -> contextlib.AbstractContextManager[Wait]:
-        """Get ready to wait for `label`: the checkpoint first, if the wait may be long
-        (`expected` None: nobody knows how long), then the wait itself (`waiting`). `kind` may
-        be read once the checkpoint is written (what the run waits for may change meanwhile)."""
-        checkpointed = self._memory.worth_checkpoint(expected)
-        if checkpointed:
-            await self._memory.checkpoint(label)
-        kind = kind if isinstance(kind, str) else kind()
-        return self.waiting(kind, details, label, until=until, checkpointed=checkpointed)
 
     @contextlib.contextmanager
     def waiting(
@@ -144,8 +125,7 @@ class StatusBoard:
         Runs from HARDENED on derive it from what is open, whatever order things opened in:
         a person's question (not one the model answers) or an approval outranks a system's
         report, and an operation wait is a webhook's while any pending operation completes by
-        callback. Earlier runs show their latest wait, which a wait begun after a question was
-        asked (its checkpoint call still in flight when the question came) hid.
+        callback. Earlier runs show their latest wait.
         """
         if not self._waits:
             outage = self._state.store_outage if self._versions.hardened else None
@@ -179,69 +159,3 @@ class StatusBoard:
         self.show()
         if not wait.parked:  # else it goes on in the next run, measured from `began`
             self._memory.waited(wait, workflow.now() - wait.began)
-
-
-def wait_ended(
-    kind: str,
-    tool: str,
-    outcome: str,
-    began: datetime,
-    counter: tuple[str, str],
-    histogram: tuple[str, str],
-    attributes: dict[str, str | int | bool],
-) -> None:
-    """A wait that ended (an operation, an approval, a question): count it by tool and outcome
-    (`counter`: name, description), record how long it lasted (`histogram`, in ms), and trace
-    it as a span from `began` to now. Silent while replaying: no command is added."""
-    meter = workflow.metric_meter()
-    labels = {"tool": tool, "outcome": outcome}
-    meter.create_counter(*counter).add(1, labels)
-    meter.create_histogram_timedelta(*histogram, unit="ms").record(workflow.now() - began, labels)
-    wait_span(
-        f"{kind} {tool}",
-        began,
-        {"waitstate.wait.kind": kind, "gen_ai.tool.name": tool, **attributes},
-    )
-
-
-def operation_finished(op: Operation) -> None:
-    """An operation that ended: counted by tool and outcome, timed, traced from its start."""
-    wait_ended(
-        "operation",
-        op.tool,
-        op.status,
-        op.started_at,
-        ("waitstate_operations_finished", "Operations ended"),
-        ("waitstate_operation_duration", "Start to end of an operation"),
-        {
-            "waitstate.operation.id": op.operation_id,
-            "waitstate.operation.job_id": op.job_id,
-            "waitstate.operation.completion": op.completion,
-            "waitstate.operation.status": op.status,
-            "gen_ai.tool.call.id": op.tool_call_id,
-        },
-    )
-
-
-def approval_decided(request: ApprovalRequest) -> None:
-    """A request decided (or expired): counted by tool and outcome, timed, traced from the
-    request."""
-    wait_ended(
-        "approval",
-        request.tool,
-        request.status,
-        request.requested_at,
-        ("waitstate_approvals", "Approval requests decided"),
-        ("waitstate_approval_wait", "Request to decision"),
-        {
-            "waitstate.approval.request_id": request.request_id,
-            "waitstate.approval.outcome": request.status,
-        },
-    )
-
-
-def cancel_failed(op: Operation) -> None:
-    """Count a job that could not be cancelled: it may run on with nobody waiting for it."""
-    workflow.metric_meter().create_counter(
-        "waitstate_cancel_failures", "Jobs that could not be cancelled"
-    ).add(1, {"tool": op.tool})

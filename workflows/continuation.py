@@ -3,15 +3,16 @@ calls all wait is handed over mid-way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
 from typing import NoReturn
 
 from temporalio import workflow
 
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import CarriedTurn, RunCarry
-from workflows.memory import Memory, Wait
+from workflows.memory import Memory
 from workflows.versions import Versions
 
 # What continue-as-new carries beyond the open items.
@@ -30,7 +31,7 @@ class Continuation:
         # Set when the run continues as new while it waits between turns: the wait's start.
         self.waiting_since: datetime | None = input.carry.waiting_since if input.carry else None
         # The tool calls of the turn in progress still running, and those of them parked in a
-        # wait the next run can take over (see `park`).
+        # wait the next run can take over (see `parked`).
         self._turn_open: set[str] = set()
         self._parked: set[str] = set()
 
@@ -53,34 +54,21 @@ class Continuation:
     def call_ended(self, call_id: str) -> None:
         self._turn_open.discard(call_id)
 
-    async def park(
-        self,
-        call_id: str,
-        done: Callable[[], bool],
-        wait: Wait,
-        timeout: timedelta | None = None,  # noqa: ASYNC109 (a workflow timer, not asyncio's)
-    ) -> bool:
-        """Wait in a turn until `done()`; False if the run must continue as new first.
-
-        When every unfinished call of the turn is parked here and the history is due to be
-        handed over, they all return False together, and the turn continues in a new run.
-
-        Raises:
-            TimeoutError: `timeout` passed first.
-        """
+    @contextlib.contextmanager
+    def parked(self, call_id: str) -> Iterator[None]:
+        """While the block runs, the call `call_id` of the turn waits in a wait the next run can
+        take over. The caller waits for its own end or `turn_must_continue()`: when every
+        unfinished call of the turn is parked and the history is due to be handed over, they
+        all see it together, and the turn continues in a new run."""
         self._parked.add(call_id)
         try:
-            await workflow.wait_condition(
-                lambda: done() or self._turn_must_continue(), timeout=timeout
-            )
+            yield
         finally:
             self._parked.discard(call_id)
-        if done():
-            return True
-        wait.parked = True
-        return False
 
-    def _turn_must_continue(self) -> bool:
+    def turn_must_continue(self) -> bool:
+        """Whether every unfinished call of the turn waits parked and the run is due to
+        continue as new."""
         return self._turn_open == self._parked and self.due_while_waiting()
 
     def continue_as_new(

@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -54,15 +53,10 @@ from waitstate.schemas.questions import (
 from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard, wait_ended
+from workflows.board import StatusBoard
+from workflows.metrics import question_asked, question_closed
+from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_RETRY, NOTIFY_TIMEOUT
 from workflows.versions import Versions
-
-NOTIFY_TIMEOUT = timedelta(seconds=12)
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
-# An answer goes to the job once: the job keeps the first answer to a key, so a retry after a
-# lost reply is safe; a refusal (the job ended, the key is unknown) is final.
-DELIVER_TIMEOUT = timedelta(seconds=30)
-DELIVER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 
 EndOperation = Callable[[Operation, str], Awaitable[None]]
 
@@ -466,29 +460,4 @@ def _outcome(request: InputRequest, delivery_id: str) -> AnswerOutcome:
         delivered=request.delivery == "sent",
         reason=request.delivery_error or "",
         delivery_id=delivery_id,
-    )
-
-
-def question_asked(request: InputRequest) -> None:
-    """Count a question a job asked, by tool and by who answers it."""
-    workflow.metric_meter().create_counter(
-        "waitstate_questions_asked", "Questions operations' jobs asked"
-    ).add(1, {"tool": request.tool, "answered_by": request.policy.answered_by})
-
-
-def question_closed(request: InputRequest) -> None:
-    """A question that closed: counted by tool and outcome, timed, traced from the ask."""
-    wait_ended(
-        "question",
-        request.tool,
-        request.status,
-        request.asked_at,
-        ("waitstate_questions", "Questions of operations closed"),
-        ("waitstate_question_wait", "Question to answer"),
-        {
-            "waitstate.question.id": request.question_id,
-            "waitstate.operation.id": request.operation_id,
-            "waitstate.question.answered_by": request.policy.answered_by,
-            "waitstate.question.outcome": request.status,
-        },
     )

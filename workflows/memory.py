@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from workflows import ledger
 from workflows.activity_calls import Failed, call
+from workflows.policies import CHECKPOINT_RETRY
 from workflows.versions import Versions
-
-CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
 
 @dataclass
@@ -65,6 +63,14 @@ class Memory:
         if not self._versions.checkpoint_policy:
             return True
         return expected is None or expected > self._input.rebuild_after
+
+    async def before_wait(self, waiting_for: str, expected: timedelta | None) -> bool:
+        """Get ready for a wait for `waiting_for` expected to last `expected` (None: nobody
+        knows how long): the checkpoint, if the wait may be long. Whether one was written."""
+        checkpointed = self.worth_checkpoint(expected)
+        if checkpointed:
+            await self.checkpoint(waiting_for)
+        return checkpointed
 
     async def checkpoint(self, waiting_for: str) -> None:
         """Commit what is done and what remains: written by the model in one call, or built

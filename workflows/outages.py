@@ -11,8 +11,8 @@ the policy's budget; earlier runs call them as they did.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -25,94 +25,50 @@ from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
 from workflows import ledger
 from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard
+from workflows.policies import (
+    STORE_RETRY_FIRST,
+    STORE_RETRY_MAX,
+    leaving_outages,
+    patient,
+)
 from workflows.versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")
 
-# The run's own backoff between tries while the store is out: from seconds up to a minute,
-# so a run resumes within a minute of the store's return, and an hour's outage costs its
-# history some sixty tries.
-STORE_RETRY_FIRST = timedelta(seconds=2)
-STORE_RETRY_MAX = timedelta(minutes=1)
+
+@dataclass(frozen=True)
+class StoreDown:
+    """A try that met a blob store outage: what the activity said of it (`failure.answered`:
+    the model's reply, given before the store failed, to hand back in the next try), and how
+    long to wait before that try."""
+
+    failure: StoreFailure
+    delay: timedelta
 
 
 class StoreOutages:
-    """Calls that wait blob store outages out, shown in the run's state and steps meanwhile."""
+    """Calls that wait blob store outages out, shown in the run's state and steps meanwhile.
 
-    def __init__(self, state: RunState, versions: Versions, show: Callable[[], None]) -> None:
+    The caller writes the loop: `tries(...)` gives a call that returns `StoreDown` while the
+    store is out; the caller decides the next try's argument (and whether to continue as new
+    first), sleeps `delay`, and tries again.
+    """
+
+    def __init__(self, state: RunState, versions: Versions, board: StatusBoard) -> None:
         self._state = state
         self._versions = versions
-        self._show = show  # brings the Web UI's details up to date
+        self._board = board
 
-    async def call(
-        self,
-        activity: str,
-        arg: A,
-        *,
-        result_type: type[T],
-        summary: str,
-        what: str,
-        start_to_close_timeout: timedelta,
-        retry_policy: RetryPolicy,
-        again: Callable[[A, StoreFailure], A] | None = None,
-        on_outage: Callable[[A], Awaitable[None]] | None = None,
-    ) -> T | Failed:
-        """`activity`'s result, or `Failed` for any failure but the store's (runs before
-        HARDENED: for any failure, the store's spending the call's retries as before).
+    def tries(self, what: str, retry_policy: RetryPolicy) -> StoreTries:
+        """The tries of one call, for people `what` (`model call`), under its own
+        `retry_policy`: its attempts that failed otherwise before an outage are spent,
+        whichever activity spent them."""
+        return StoreTries(self, what, retry_policy, hardened=self._versions.hardened)
 
-        Args:
-            what: What waits, for people (`model call`).
-            retry_policy: The call's own; its attempts that failed otherwise before an outage
-                are spent, whichever activity spent them.
-            again: The argument of the next try, given the outage's details (e.g. with the
-                model's reply, which it gave before the store failed). Once a failure hands
-                back such work, the next try is one activity that Temporal itself retries
-                until the store takes it: the history holds that work once, not once a try.
-            on_outage: Called with the next try's argument before each wait (e.g. to
-                continue as new when the history grew too long meanwhile).
-        """
-        if not self._versions.hardened:
-            return await call(
-                activity,
-                arg,
-                result_type=result_type,
-                summary=summary,
-                start_to_close_timeout=start_to_close_timeout,
-                retry_policy=retry_policy,
-            )
-        spent = 0
-        tries = 0
-        handed_back = False
-        while True:
-            result: T | Failed = await call(
-                activity,
-                arg,
-                result_type=result_type,
-                summary=summary,
-                start_to_close_timeout=start_to_close_timeout,
-                retry_policy=(
-                    _patient(retry_policy) if handed_back else _leaving_outages(retry_policy, spent)
-                ),
-            )
-            failure = _store_failure(result)
-            if failure is None:
-                if self._state.store_outage is not None:  # (begun here, or before a continue)
-                    self._over()
-                return result
-            details = _details(failure)
-            tries += 1
-            spent += details.attempt - 1
-            if again is not None:
-                arg = again(arg, details)
-                handed_back = details.answered is not None
-            delay = min(STORE_RETRY_FIRST * 2 ** (tries - 1), STORE_RETRY_MAX)
-            self._note(what, failure.message, delay)
-            if on_outage is not None:
-                await on_outage(arg)
-            await workflow.sleep(delay)
-
-    def _note(self, what: str, error: str, delay: timedelta) -> None:
+    def note(self, what: str, error: str, delay: timedelta) -> None:
+        """A try of `what` met the outage: it is shown, with when the next try comes."""
         now = workflow.now()
         outage = self._state.store_outage
         if outage is None:
@@ -130,46 +86,87 @@ class StoreOutages:
             error=ledger.preview(error, ledger.FAILURE_CHARS),
             next_try_at=now + delay,
         )
-        self._show()
+        self._board.show()
 
-    def _over(self) -> None:
+    def over(self) -> None:
+        """A call went through: an outage shown (begun here, or before a continue) is over."""
         outage = self._state.store_outage
-        if outage is not None:
-            lasted = workflow.now() - outage.since
-            ledger.step(
-                self._state,
-                "event",
-                "blob store",
-                f"back after {lasted} ({outage.tries} tries of the {outage.call} met the outage)",
-            )
+        if outage is None:
+            return
+        lasted = workflow.now() - outage.since
+        ledger.step(
+            self._state,
+            "event",
+            "blob store",
+            f"back after {lasted} ({outage.tries} tries of the {outage.call} met the outage)",
+        )
         self._state.store_outage = None
-        self._show()
+        self._board.show()
 
 
-def _leaving_outages(policy: RetryPolicy, spent: int) -> RetryPolicy:
-    """`policy`, with the store's failures left to the run and `spent` attempts used up (at
-    least one left: the one that met the outage was not spent)."""
-    attempts = policy.maximum_attempts
-    return dataclasses.replace(
-        policy,
-        maximum_attempts=max(attempts - spent, 1) if attempts else 0,
-        non_retryable_error_types=[
-            *(policy.non_retryable_error_types or ()),
-            BLOB_STORE_UNAVAILABLE,
-        ],
-    )
+class StoreTries:
+    """One call's tries through an outage (see `StoreOutages.tries`)."""
 
+    def __init__(
+        self, outages: StoreOutages, what: str, retry_policy: RetryPolicy, *, hardened: bool
+    ) -> None:
+        self._outages = outages
+        self._hardened = hardened
+        self._what = what
+        self._retry_policy = retry_policy
+        self._spent = 0
+        self._tries = 0
+        # Once a failure hands back work (the model's reply), the next try is one activity that
+        # Temporal itself retries until the store takes it: the history holds that work once.
+        self._handed_back = False
 
-def _patient(policy: RetryPolicy) -> RetryPolicy:
-    """For a try that only has the store left to do (the model's reply in hand): retried by
-    Temporal, at the run's backoff, until the store takes it (a retry adds no history)."""
-    return RetryPolicy(
-        initial_interval=STORE_RETRY_FIRST,
-        backoff_coefficient=2.0,
-        maximum_interval=STORE_RETRY_MAX,
-        maximum_attempts=0,
-        non_retryable_error_types=policy.non_retryable_error_types,
-    )
+    async def call(
+        self,
+        activity: str,
+        arg: A,
+        *,
+        result_type: type[T],
+        summary: str,
+        start_to_close_timeout: timedelta,
+        hands_back: bool = False,
+    ) -> T | Failed | StoreDown:
+        """`activity`'s result, `Failed` for any failure but the store's, or `StoreDown`
+        (runs before HARDENED: never; any failure is `Failed`, the store's spending the call's
+        retries as before). `hands_back`: the activity may hand back work it did before the
+        store failed (`StoreFailure.answered`)."""
+        if not self._hardened:
+            return await call(
+                activity,
+                arg,
+                result_type=result_type,
+                summary=summary,
+                start_to_close_timeout=start_to_close_timeout,
+                retry_policy=self._retry_policy,
+            )
+        result: T | Failed = await call(
+            activity,
+            arg,
+            result_type=result_type,
+            summary=summary,
+            start_to_close_timeout=start_to_close_timeout,
+            retry_policy=(
+                patient(self._retry_policy)
+                if self._handed_back
+                else leaving_outages(self._retry_policy, self._spent)
+            ),
+        )
+        failure = _store_failure(result)
+        if failure is None:
+            self._outages.over()
+            return result
+        details = _details(failure)
+        self._tries += 1
+        self._spent += details.attempt - 1
+        if hands_back:
+            self._handed_back = details.answered is not None
+        delay = min(STORE_RETRY_FIRST * 2 ** (self._tries - 1), STORE_RETRY_MAX)
+        self._outages.note(self._what, failure.message, delay)
+        return StoreDown(details, delay)
 
 
 def _store_failure(result: object) -> ApplicationError | None:

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 
 from temporalio import workflow
 
-# Issue 11: runs choose their tokens' nonces, hold early reports, never drop a cancel they owe,
-# continue as new while they wait, and let a person's decision stand against the timeout policy.
+# Exactly-once delivery: runs choose their tokens' nonces, hold early reports, never drop a
+# cancel they owe, continue as new while they wait, and let a person's decision stand against
+# the timeout policy.
 EXACTLY_ONCE = "exactly-once-v2"
-# Issue 12: a checkpoint only before a wait known to be long (or before the context is rebuilt
-# after one), asked of every model alike (the scripted one too).
+# Fewer checkpoint calls: a checkpoint only before a wait known to be long (or before the
+# context is rebuilt after one), asked of every model alike (the scripted one too).
 # (Short: a patch id is recorded in every new run's history, twice.)
 CHECKPOINT_POLICY = "agent-run-3"
-# Issue 14: operations' jobs may ask questions mid-flight (a poll returns when one is asked),
+# Questions mid-flight: operations' jobs may ask questions (a poll returns when one is asked),
 # answered by a person or the model, with a timer and an on-timeout outcome.
 MID_FLIGHT_INPUT = "agent-run-4"
-# Issue 22: what outsiders broke. A job's question is checked when asked (a schema that cannot
+# Hostile or failing outsiders: a job's question is checked when asked (a schema that cannot
 # be answered is refused to the job); a callback operation is reconciled by its status; a
 # question for the model ends a wait for operations; what the run waits for is derived from
 # what is open; a cancel that failed is told as such; an answer that never validated ends the

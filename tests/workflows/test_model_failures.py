@@ -17,7 +17,8 @@ from waitstate.schemas import RunInput
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
-from workflows.agent_run import MODEL_RETRY, AgentRunWorkflow
+from workflows.agent_run import AgentRunWorkflow
+from workflows.policies import MODEL_RETRY
 
 
 async def _failure(
