@@ -138,7 +138,7 @@ LIST_EVERY = 0.5
 # stays down until they have, within this.
 GIVE_UP_SECONDS = 1.0
 GIVE_UP_WITHIN = 60.0
-# What a run records when a status check found its operation's end (workflows/operations.py).
+# What a run records when a status check found its operation's end (workflows/jobs.py).
 _FOUND = re.compile(
     r"^(\S+) (succeeded|failed): found by (a status check|the status check before its expiry)"
 )
