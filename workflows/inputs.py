@@ -16,13 +16,11 @@ instead of staying open; an answer that cannot be checked is refused, never rais
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Questions' schemas and answers are checked by it (jsonschema, RE2): loaded with the
@@ -54,8 +52,9 @@ from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard
+from workflows.desk import Notice, Notices, escalate, links_expire_at, window
 from workflows.metrics import question_asked, question_closed
-from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_RETRY, NOTIFY_TIMEOUT
+from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_TIMEOUT
 from workflows.versions import Versions
 
 EndOperation = Callable[[Operation, str], Awaitable[None]]
@@ -206,44 +205,29 @@ class InputDesk:
             return
         details = f"waiting for an answer: {ledger.preview(request.message)}"
         label = f"answer to {request.question_id} ({op.tool})"
-        with self._board.waiting("input", details, label, until=request.expires_at):
+        with (
+            self._board.waiting("input", details, label, until=request.expires_at),
+            Notices(self._board) as notices,
+        ):
             # Whoever was not told yet: everyone, unless a previous run (which continued as new)
             # told them.
-            notices = [
-                self._notice(request, recipient, escalation=recipient != policy.recipients)
-                for recipient in request.sent_to
-                if recipient not in request.told
-            ]
-            try:
+            for recipient in [r for r in request.sent_to if r not in request.told]:
+                notices.send(
+                    self._notice(request, recipient, escalation=recipient != policy.recipients)
+                )
+            if await self._answered(op, request):
+                return
+            if policy.on_timeout == "escalate" and not request.escalated:
+                escalate(self._state, request, request.question_id)
+                notices.send(self._notice(request, policy.escalate_to, escalation=True))
+                self._board.show()
                 if await self._answered(op, request):
                     return
-                if policy.on_timeout == "escalate" and not request.escalated:
-                    request.escalated = True
-                    request.expires_at += policy.timeout
-                    request.sent_to.append(policy.escalate_to)
-                    ledger.step(
-                        self._state,
-                        "event",
-                        op.tool,
-                        f"{request.question_id} escalated to {policy.escalate_to}",
-                    )
-                    notices.append(self._notice(request, policy.escalate_to, escalation=True))
-                    self._board.show()
-                    if await self._answered(op, request):
-                        return
-                await self._time_out(op, request)
-            finally:
-                for notice in notices:
-                    notice.cancel()
+            await self._time_out(op, request)
 
     async def _answered(self, op: Operation, request: InputRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
-        remaining = request.expires_at - workflow.now()
-        if request.open and remaining > timedelta(0):
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: not request.open or op.terminal, timeout=remaining
-                )
+        await window(request, op=op)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open
@@ -400,39 +384,22 @@ class InputDesk:
 
     # --- telling people ------------------------------------------------------------------
 
-    def _notice(
-        self, request: InputRequest, recipient: str, *, escalation: bool
-    ) -> asyncio.Task[None]:
-        """Tell `recipient` in a task of its own, cancelled once the question closes."""
-
-        async def notify() -> None:
-            windows = 2 if request.policy.on_timeout == "escalate" else 1
-            try:
-                sent = await call(
-                    NOTIFY_INPUT,
-                    InputNotice(
-                        workflow_id=workflow.info().workflow_id,
-                        request=request,
-                        recipient=recipient,
-                        escalation=escalation,
-                        nonce=request.link_nonce,
-                        links_expire_at=request.asked_at + request.policy.timeout * windows,
-                    ),
-                    result_type=type(None),
-                    summary=f"notify {recipient}: question of {request.tool}",
-                    start_to_close_timeout=NOTIFY_TIMEOUT,
-                    retry_policy=NOTIFY_RETRY,
-                )
-            except ActivityError as err:
-                if not is_cancelled_exception(err):
-                    raise
-                return  # the question closed: no one needs telling any more
-            if isinstance(sent, Failed):
-                workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
-                return
-            request.told.append(recipient)
-
-        return asyncio.create_task(notify())
+    def _notice(self, request: InputRequest, recipient: str, *, escalation: bool) -> Notice:
+        return Notice(
+            activity=NOTIFY_INPUT,
+            argument=InputNotice(
+                workflow_id=workflow.info().workflow_id,
+                request=request,
+                recipient=recipient,
+                escalation=escalation,
+                nonce=request.link_nonce,
+                links_expire_at=links_expire_at(request.asked_at, request.policy),
+            ),
+            result_type=type(None),
+            summary=f"notify {recipient}: question of {request.tool}",
+            timeout=NOTIFY_TIMEOUT,
+            told=request.told,
+        )
 
 
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
