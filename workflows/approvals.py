@@ -134,14 +134,15 @@ class ApprovalDesk:
         return request
 
     def _mirrors_escalation(self, request: ApprovalRequest) -> bool:
-        """Whether a decision was applied in the workflow task in which the window ended.
+        """Whether a decision was applied in the workflow task in which the window ended: the
+        run then escalates in form only (runs from MID_FLIGHT_INPUT on).
 
-        A worker that rebuilds the run after a crash may see that task's timer before the
-        decision: it escalates (schedules the notice and the second window's timer), then
-        takes the decision, and both are cancelled unsent, which still spends their sequence
-        numbers. A replay sees the decision first. From MID_FLIGHT_INPUT on, a run that sees
-        the decision first escalates all the same, and the same cancellations follow, so both
-        orders leave the same history (nothing) and the same numbers for what comes next.
+        In that task the window's timer and the decision may be seen in either order (a
+        worker that rebuilds the run may see the timer first, a replay sees the decision
+        first). Seen first, the timer escalates: the notice and the second window's timer are
+        scheduled, then cancelled unsent as the decision follows, which spends their sequence
+        numbers. Escalating in both orders leaves the same history (nothing) and the same
+        numbers for what comes next.
         """
         decision = request.decision
         return (

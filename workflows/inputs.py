@@ -405,9 +405,10 @@ class InputDesk:
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
     """Why an answer does not fit its question (None if it does): an accept must carry content
     valid against the requested schema; a decline carries none. Checked in bounded time (RE2
-    for patterns, limits on sizes), and in all runs: a validator is not replayed, and the
-    model's answer used to fail the workflow task when the check raised. A schema the run would
-    refuse today (a question asked before HARDENED) takes only a decline."""
+    for patterns, limits on sizes), never raising (a raise in the model's answer would fail
+    the workflow task), and in all runs (a validator is not replayed, so it may refuse more
+    than it did). A schema the run would refuse today (a question asked before HARDENED)
+    takes only a decline."""
     if answer.action == "decline":
         return "a decline carries no content" if answer.content else None
     if answer.content is None:
