@@ -10,7 +10,6 @@ from temporalio.exceptions import ApplicationError
 
 from waitstate.schemas import RunInput, RunState, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
-    ApprovalNotice,
     ApprovalNoticeSent,
     ApprovalPolicy,
     ApprovalRequest,
@@ -27,10 +26,9 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from waitstate.schemas.run import NOTIFY_APPROVAL
 from workflows import ledger
 from workflows.board import StatusBoard
-from workflows.desk import Notice, Notices, escalate, links_expire_at, notify, window
+from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, notify, window
 from workflows.memory import Memory
 from workflows.metrics import approval_decided
 from workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
@@ -232,20 +230,12 @@ class ApprovalDesk:
         show_when_done: bool = False,
     ) -> Notice:
         v2 = self._versions.exactly_once
-        return Notice(
-            activity=NOTIFY_APPROVAL,
-            argument=ApprovalNotice(
-                workflow_id=workflow.info().workflow_id,
-                request=request,
-                recipient=recipient,
-                escalation=escalation,
-                nonce=self._link_nonces.get(request.request_id),
-                links_expire_at=(
-                    links_expire_at(request.requested_at, request.policy) if v2 else None
-                ),
-            ),
-            result_type=ApprovalNoticeSent,
-            summary=f"notify {recipient}: approval for {request.tool}",
+        return notice_of(
+            request,
+            recipient,
+            escalation=escalation,
+            nonce=self._link_nonces.get(request.request_id),
+            links_expire_at=links_expiry(request.requested_at, request.policy) if v2 else None,
             timeout=NOTIFY_TIMEOUT if v2 else NOTIFY_TIMEOUT_V1,
             show_when_done=show_when_done,
         )

@@ -20,13 +20,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from waitstate.schemas import RunState
-from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.approvals import (
+    ApprovalNotice,
+    ApprovalNoticeSent,
+    ApprovalPolicy,
+    ApprovalRequest,
+)
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
+from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard
-from workflows.policies import NOTIFY_RETRY
+from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 
 # A request a person is asked to close: an approval, or a job's question.
 Request = ApprovalRequest | InputRequest
@@ -58,7 +64,7 @@ def escalate(state: RunState, request: Request, name: str, *, from_now: bool = F
     ledger.step(state, "event", request.tool, f"{name} escalated to {policy.escalate_to}")
 
 
-def links_expire_at(opened: datetime, policy: ApprovalPolicy | InputPolicy) -> datetime:
+def links_expiry(opened: datetime, policy: ApprovalPolicy | InputPolicy) -> datetime:
     """When a request's links stop working: at the end of its last window."""
     windows = 2 if policy.on_timeout == "escalate" else 1
     return opened + policy.timeout * windows
@@ -80,6 +86,45 @@ class Notice:
     timeout: timedelta
     told: list[str] | None = None
     show_when_done: bool = False
+
+
+def notice_of(
+    request: Request,
+    recipient: str,
+    *,
+    escalation: bool,
+    nonce: str | None,
+    links_expire_at: datetime | None,
+    timeout: timedelta = NOTIFY_TIMEOUT,
+    show_when_done: bool = False,
+) -> Notice:
+    """The notice that tells `recipient` of `request`, with links signed over `nonce` (None:
+    the notifying activity chooses it) that work until `links_expire_at`."""
+    common = {
+        "workflow_id": workflow.info().workflow_id,
+        "recipient": recipient,
+        "escalation": escalation,
+        "nonce": nonce,
+        "links_expire_at": links_expire_at,
+    }
+    if isinstance(request, ApprovalRequest):
+        return Notice(
+            activity=NOTIFY_APPROVAL,
+            argument=ApprovalNotice(request=request, **common),
+            result_type=ApprovalNoticeSent,
+            summary=f"notify {recipient}: approval for {request.tool}",
+            timeout=timeout,
+            show_when_done=show_when_done,
+        )
+    return Notice(
+        activity=NOTIFY_INPUT,
+        argument=InputNotice(request=request, **common),
+        result_type=type(None),
+        summary=f"notify {recipient}: question of {request.tool}",
+        timeout=timeout,
+        told=request.told,
+        show_when_done=show_when_done,
+    )
 
 
 async def notify(notice: Notice) -> Any:

@@ -42,19 +42,18 @@ from waitstate.schemas.questions import (
     AnswerOutcome,
     AnswerQuestionArgs,
     DeliverAnswer,
-    InputNotice,
     InputPolicy,
     InputRequest,
     Question,
     QuestionStatus,
 )
-from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
+from waitstate.schemas.run import ANSWER_OPERATION
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard
-from workflows.desk import Notice, Notices, escalate, links_expire_at, window
+from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, window
 from workflows.metrics import question_asked, question_closed
-from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_TIMEOUT
+from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT
 from workflows.versions import Versions
 
 EndOperation = Callable[[Operation, str], Awaitable[None]]
@@ -385,20 +384,12 @@ class InputDesk:
     # --- telling people ------------------------------------------------------------------
 
     def _notice(self, request: InputRequest, recipient: str, *, escalation: bool) -> Notice:
-        return Notice(
-            activity=NOTIFY_INPUT,
-            argument=InputNotice(
-                workflow_id=workflow.info().workflow_id,
-                request=request,
-                recipient=recipient,
-                escalation=escalation,
-                nonce=request.link_nonce,
-                links_expire_at=links_expire_at(request.asked_at, request.policy),
-            ),
-            result_type=type(None),
-            summary=f"notify {recipient}: question of {request.tool}",
-            timeout=NOTIFY_TIMEOUT,
-            told=request.told,
+        return notice_of(
+            request,
+            recipient,
+            escalation=escalation,
+            nonce=request.link_nonce,
+            links_expire_at=links_expiry(request.asked_at, request.policy),
         )
 
 

@@ -12,7 +12,7 @@ import pytest
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import InputPolicy, InputRequest
-from workflows.desk import escalate, links_expire_at
+from workflows.desk import escalate, links_expiry
 
 NOON = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -86,4 +86,4 @@ def test_a_question_escalates_the_same_way() -> None:
 def test_links_work_until_the_last_window_ends(
     policy: ApprovalPolicy | InputPolicy, windows: int
 ) -> None:
-    assert links_expire_at(NOON, policy) == NOON + windows * HOUR
+    assert links_expiry(NOON, policy) == NOON + windows * HOUR
