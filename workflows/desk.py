@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from temporalio import workflow
@@ -162,12 +161,7 @@ class Notices:
     def __enter__(self) -> Notices:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for sending in self._sending:
             sending.cancel()
 

@@ -46,30 +46,34 @@ def _question(policy: InputPolicy) -> InputRequest:
     )
 
 
-def test_an_approval_escalates_to_a_second_window_from_the_first_deadline() -> None:
+@pytest.mark.parametrize(
+    ("request_", "name", "tool", "first"),
+    [
+        (
+            _approval(ApprovalPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="boss")),
+            "approval r1",
+            "delete_user",
+            "approvers",
+        ),
+        (
+            _question(InputPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="boss")),
+            "q_1",
+            "export",
+            "operators",
+        ),
+    ],
+)
+def test_an_escalation_opens_a_second_window_from_the_first_deadline(
+    request_: ApprovalRequest | InputRequest, name: str, tool: str, first: str
+) -> None:
     state = RunState(task="t")
-    request = _approval(ApprovalPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="boss"))
 
-    escalate(state, request, "approval r1")
+    escalate(state, request_, name)
 
-    assert request.escalated
-    assert request.expires_at == NOON + 2 * HOUR
-    assert request.sent_to == ["approvers", "boss"]
-    assert [(s.name, s.detail) for s in state.steps] == [
-        ("delete_user", "approval r1 escalated to boss")
-    ]
-
-
-def test_a_question_escalates_the_same_way() -> None:
-    state = RunState(task="t")
-    request = _question(InputPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="oncall"))
-
-    escalate(state, request, request.question_id)
-
-    assert request.escalated
-    assert request.expires_at == NOON + 2 * HOUR
-    assert request.sent_to == ["operators", "oncall"]
-    assert [(s.name, s.detail) for s in state.steps] == [("export", "q_1 escalated to oncall")]
+    assert request_.escalated
+    assert request_.expires_at == NOON + 2 * HOUR
+    assert request_.sent_to == [first, "boss"]
+    assert [(s.name, s.detail) for s in state.steps] == [(tool, f"{name} escalated to boss")]
 
 
 @pytest.mark.parametrize(
