@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -127,17 +128,14 @@ class InputDesk:
             if self._versions.hardened and (problem := schema_problem(question.requested_schema)):
                 self._refuse(op, question, policy, problem)
                 continue
-            nonce = self._versions.nonce()
-            request = InputRequest(
-                question_id=f"q_{workflow.uuid4().hex[:12]}",
-                operation_id=op.operation_id,
-                tool=op.tool,
-                key=question.key,
-                message=question.message,
+            nonce = self._versions.nonce()  # before the question's id: both are random draws
+            request = _request(
+                op,
+                question,
+                policy,
+                now,
                 requested_schema=question.requested_schema,
-                asked_at=now,
                 expires_at=now + policy.timeout,
-                policy=policy,
                 sent_to=[policy.recipients if policy.answered_by == "person" else "model"],
                 link_nonce=nonce,
                 nonce_hash=ledger.nonce_hash(nonce),
@@ -158,16 +156,13 @@ class InputDesk:
         """A question no answer could fit (its schema): never open, so nothing waits on it; the
         job is told no, with the reason, as a decline by the policy."""
         now = workflow.now()
-        request = InputRequest(
-            question_id=f"q_{workflow.uuid4().hex[:12]}",
-            operation_id=op.operation_id,
-            tool=op.tool,
-            key=question.key,
-            message=question.message,
+        request = _request(
+            op,
+            question,
+            policy,
+            now,
             requested_schema={},  # the job's is not kept: it may be anything, of any size
-            asked_at=now,
             expires_at=now,
-            policy=policy,
             refusal=f"its requested_schema takes no answer: {problem}",
             answer=Answer(action="decline", responder="policy", answered_at=now, by_policy=True),
         )
@@ -405,6 +400,22 @@ def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestion
     if answer.content is None:
         return "an accept needs content matching the question's requested_schema"
     return answer_problem(schema, answer.content)
+
+
+def _request(
+    op: Operation, question: Question, policy: InputPolicy, now: datetime, **fields: Any
+) -> InputRequest:
+    """The record of a question `op`'s job asks `now`, under `policy`, with a new id."""
+    return InputRequest(
+        question_id=f"q_{workflow.uuid4().hex[:12]}",
+        operation_id=op.operation_id,
+        tool=op.tool,
+        key=question.key,
+        message=question.message,
+        asked_at=now,
+        policy=policy,
+        **fields,
+    )
 
 
 def _undelivered(request: InputRequest) -> bool:
