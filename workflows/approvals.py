@@ -3,18 +3,13 @@ and the decisions that arrive for them (signal, Update, or a link through the ga
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import Callable
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ApplicationError
 
 from waitstate.schemas import RunInput, RunState, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
-    ApprovalNotice,
     ApprovalNoticeSent,
     ApprovalPolicy,
     ApprovalRequest,
@@ -31,13 +26,12 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from waitstate.schemas.run import NOTIFY_APPROVAL
 from workflows import ledger
-from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard
+from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, notify, window
 from workflows.memory import Memory
 from workflows.metrics import approval_decided
-from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
+from workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
 from workflows.versions import Versions
 
 
@@ -91,18 +85,17 @@ class ApprovalDesk:
         request = self._request(call, reason, policy)
         label = f"approval of {call.name} from {policy.approvers}"
         details = f"waiting for approval: {reason}"
-        with self._board.waiting("approval", details, label, until=request.expires_at):
-            # The people are told while the window runs: a notice that is slow or retried
-            # (a worker crashed) never delays it, nor keeps a decision from being final.
-            notices = [self._notice(request, policy.approvers, escalation=False)]
+        with (
+            self._board.waiting("approval", details, label, until=request.expires_at),
+            Notices(self._board) as notices,
+        ):
+            notices.send(self._notice(request, policy.approvers, escalation=False))
             try:
-                if not await self._decided(request):
+                if not await window(request):
                     await self._escalate_or_time_out(request, notices)
                 elif self._mirrors_escalation(request):
                     await self._escalate_or_time_out(request, notices, mirror=True)
             finally:
-                for notice in notices:
-                    notice.cancel()  # the request is closed: no one needs telling any more
                 self._link_nonces.pop(request.request_id, None)
         return request
 
@@ -138,24 +131,16 @@ class ApprovalDesk:
         )
         return request
 
-    async def _decided(self, request: ApprovalRequest, mirror: bool = False) -> bool:
-        """Whether a person decided by the request's deadline (at once if it has passed).
-        `mirror`: wait as if the request were open (see `_mirrors_escalation`)."""
-        remaining = request.expires_at - workflow.now()
-        if (request.open or mirror) and remaining > timedelta(0):
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: not request.open, timeout=remaining)
-        return not request.open
-
     def _mirrors_escalation(self, request: ApprovalRequest) -> bool:
-        """Whether a decision was applied in the workflow task in which the window ended.
+        """Whether a decision was applied in the workflow task in which the window ended: the
+        run then escalates in form only (runs from MID_FLIGHT_INPUT on).
 
-        A worker that rebuilds the run after a crash may see that task's timer before the
-        decision: it escalates (schedules the notice and the second window's timer), then
-        takes the decision, and both are cancelled unsent, which still spends their sequence
-        numbers. A replay sees the decision first. From MID_FLIGHT_INPUT on, a run that sees
-        the decision first escalates all the same, and the same cancellations follow, so both
-        orders leave the same history (nothing) and the same numbers for what comes next.
+        In that task the window's timer and the decision may be seen in either order (a
+        worker that rebuilds the run may see the timer first, a replay sees the decision
+        first). Seen first, the timer escalates: the notice and the second window's timer are
+        scheduled, then cancelled unsent as the decision follows, which spends their sequence
+        numbers. Escalating in both orders leaves the same history (nothing) and the same
+        numbers for what comes next.
         """
         decision = request.decision
         return (
@@ -169,23 +154,13 @@ class ApprovalDesk:
         )
 
     async def _escalate_or_time_out(
-        self, request: ApprovalRequest, notices: list[asyncio.Task[None]], mirror: bool = False
+        self, request: ApprovalRequest, notices: Notices, mirror: bool = False
     ) -> None:
         """The window passed with the request open: escalate once, then apply `on_timeout`
         (`mirror`: the request was decided as the window ended; see `_mirrors_escalation`)."""
         policy = request.policy
         if policy.on_timeout == "escalate" and not request.escalated:
-            # A second window, to the deadline the links were minted with; the first request
-            # (and its links) stays valid meanwhile.
-            request.escalated = True
-            request.expires_at = request.expires_at + policy.timeout
-            request.sent_to.append(policy.escalate_to)
-            ledger.step(
-                self._state,
-                "event",
-                request.tool,
-                f"approval {request.request_id} escalated to {policy.escalate_to}",
-            )
+            escalate(self._state, request, f"approval {request.request_id}")
             if not self._versions.checkpoint_policy:
                 self._board.show()
             if request.expires_at > workflow.now():
@@ -194,19 +169,19 @@ class ApprovalDesk:
                 # window's timer may be seen before or after it (the SDK orders the two one way
                 # for a worker that rebuilds the run, and the other way on replay), and the
                 # escalation must leave nothing in history unless it outlived that task.
-                notices.append(
+                notices.send(
                     self._notice(
                         request,
                         policy.escalate_to,
                         escalation=True,
-                        then=self._board.show if self._versions.checkpoint_policy else None,
+                        show_when_done=self._versions.checkpoint_policy,
                     )
                 )
             elif self._versions.checkpoint_policy:
                 self._board.show()
-            if await self._decided(request, mirror):
+            if await window(request, mirror=mirror):
                 return
-        # Nothing was awaited since `_decided` found the request open: it still is.
+        # Nothing was awaited since `window` found the request open: it still is.
         self._time_out(request)
 
     def _time_out(self, request: ApprovalRequest) -> None:
@@ -252,48 +227,18 @@ class ApprovalDesk:
         recipient: str,
         *,
         escalation: bool,
-        then: Callable[[], None] | None = None,
-    ) -> asyncio.Task[None]:
-        """Notify in a task of its own, cancelled once the request closes; `then` runs once
-        the notice was sent (or given up on)."""
-
-        async def notify() -> None:
-            try:
-                await self._notify(request, recipient, escalation=escalation)
-            except ActivityError as err:
-                if not is_cancelled_exception(err):
-                    raise
-                return  # cancelled because the request closed: nothing is lost
-            if then is not None:
-                then()
-
-        return asyncio.create_task(notify())
-
-    async def _notify(self, request: ApprovalRequest, recipient: str, *, escalation: bool) -> None:
-        windows = 2 if request.policy.on_timeout == "escalate" else 1
+        show_when_done: bool = False,
+    ) -> Notice:
         v2 = self._versions.exactly_once
-        sent = await call(
-            NOTIFY_APPROVAL,
-            ApprovalNotice(
-                workflow_id=workflow.info().workflow_id,
-                request=request,
-                recipient=recipient,
-                escalation=escalation,
-                nonce=self._link_nonces.get(request.request_id),
-                links_expire_at=(
-                    request.requested_at + request.policy.timeout * windows if v2 else None
-                ),
-            ),
-            result_type=ApprovalNoticeSent,
-            summary=f"notify {recipient}: approval for {request.tool}",
-            start_to_close_timeout=NOTIFY_TIMEOUT if v2 else NOTIFY_TIMEOUT_V1,
-            retry_policy=NOTIFY_RETRY,
+        return notice_of(
+            request,
+            recipient,
+            escalation=escalation,
+            nonce=self._link_nonces.get(request.request_id),
+            links_expire_at=links_expiry(request.requested_at, request.policy) if v2 else None,
+            timeout=NOTIFY_TIMEOUT if v2 else NOTIFY_TIMEOUT_V1,
+            show_when_done=show_when_done,
         )
-        if isinstance(sent, Failed):
-            workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
-            return
-        if not v2:
-            request.nonce_hash = sent.nonce_hash or request.nonce_hash
 
     # --- decisions -----------------------------------------------------------------------
 
@@ -361,7 +306,7 @@ class ApprovalDesk:
         with self._board.waiting(
             "approval", f"waiting for approval: {reason}", label, until=request.expires_at
         ):
-            await self._notify(request, policy.approvers, escalation=False)
+            await self._notify_v1(request, policy.approvers, escalation=False)
             if not await self._decided_v1(request):
                 await self._on_timeout_v1(request)
         return request
@@ -378,17 +323,17 @@ class ApprovalDesk:
     async def _on_timeout_v1(self, request: ApprovalRequest) -> None:
         policy = request.policy
         if policy.on_timeout == "escalate" and not request.escalated:
-            request.escalated = True
-            request.expires_at = workflow.now() + policy.timeout
-            request.sent_to.append(policy.escalate_to)
-            ledger.step(
-                self._state,
-                "event",
-                request.tool,
-                f"approval {request.request_id} escalated to {policy.escalate_to}",
-            )
-            await self._notify(request, policy.escalate_to, escalation=True)
+            escalate(self._state, request, f"approval {request.request_id}", from_now=True)
+            await self._notify_v1(request, policy.escalate_to, escalation=True)
             self._board.show()
             if await self._decided_v1(request):
                 return
         self._time_out(request)
+
+    async def _notify_v1(
+        self, request: ApprovalRequest, recipient: str, *, escalation: bool
+    ) -> None:
+        """Tell `recipient`, in the run's own coroutine; the links' nonce is the notice's."""
+        sent = await notify(self._notice(request, recipient, escalation=escalation))
+        if isinstance(sent, ApprovalNoticeSent):
+            request.nonce_hash = sent.nonce_hash or request.nonce_hash

@@ -16,13 +16,12 @@ instead of staying open; an answer that cannot be checked is refused, never rais
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Questions' schemas and answers are checked by it (jsonschema, RE2): loaded with the
@@ -44,18 +43,18 @@ from waitstate.schemas.questions import (
     AnswerOutcome,
     AnswerQuestionArgs,
     DeliverAnswer,
-    InputNotice,
     InputPolicy,
     InputRequest,
     Question,
     QuestionStatus,
 )
-from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
+from waitstate.schemas.run import ANSWER_OPERATION
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.board import StatusBoard
+from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, window
 from workflows.metrics import question_asked, question_closed
-from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT, NOTIFY_RETRY, NOTIFY_TIMEOUT
+from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT
 from workflows.versions import Versions
 
 EndOperation = Callable[[Operation, str], Awaitable[None]]
@@ -129,17 +128,14 @@ class InputDesk:
             if self._versions.hardened and (problem := schema_problem(question.requested_schema)):
                 self._refuse(op, question, policy, problem)
                 continue
-            nonce = self._versions.nonce()
-            request = InputRequest(
-                question_id=f"q_{workflow.uuid4().hex[:12]}",
-                operation_id=op.operation_id,
-                tool=op.tool,
-                key=question.key,
-                message=question.message,
+            nonce = self._versions.nonce()  # before the question's id: both are random draws
+            request = _request(
+                op,
+                question,
+                policy,
+                now,
                 requested_schema=question.requested_schema,
-                asked_at=now,
                 expires_at=now + policy.timeout,
-                policy=policy,
                 sent_to=[policy.recipients if policy.answered_by == "person" else "model"],
                 link_nonce=nonce,
                 nonce_hash=ledger.nonce_hash(nonce),
@@ -160,16 +156,13 @@ class InputDesk:
         """A question no answer could fit (its schema): never open, so nothing waits on it; the
         job is told no, with the reason, as a decline by the policy."""
         now = workflow.now()
-        request = InputRequest(
-            question_id=f"q_{workflow.uuid4().hex[:12]}",
-            operation_id=op.operation_id,
-            tool=op.tool,
-            key=question.key,
-            message=question.message,
+        request = _request(
+            op,
+            question,
+            policy,
+            now,
             requested_schema={},  # the job's is not kept: it may be anything, of any size
-            asked_at=now,
             expires_at=now,
-            policy=policy,
             refusal=f"its requested_schema takes no answer: {problem}",
             answer=Answer(action="decline", responder="policy", answered_at=now, by_policy=True),
         )
@@ -206,44 +199,29 @@ class InputDesk:
             return
         details = f"waiting for an answer: {ledger.preview(request.message)}"
         label = f"answer to {request.question_id} ({op.tool})"
-        with self._board.waiting("input", details, label, until=request.expires_at):
+        with (
+            self._board.waiting("input", details, label, until=request.expires_at),
+            Notices(self._board) as notices,
+        ):
             # Whoever was not told yet: everyone, unless a previous run (which continued as new)
             # told them.
-            notices = [
-                self._notice(request, recipient, escalation=recipient != policy.recipients)
-                for recipient in request.sent_to
-                if recipient not in request.told
-            ]
-            try:
+            for recipient in [r for r in request.sent_to if r not in request.told]:
+                notices.send(
+                    self._notice(request, recipient, escalation=recipient != policy.recipients)
+                )
+            if await self._answered(op, request):
+                return
+            if policy.on_timeout == "escalate" and not request.escalated:
+                escalate(self._state, request, request.question_id)
+                notices.send(self._notice(request, policy.escalate_to, escalation=True))
+                self._board.show()
                 if await self._answered(op, request):
                     return
-                if policy.on_timeout == "escalate" and not request.escalated:
-                    request.escalated = True
-                    request.expires_at += policy.timeout
-                    request.sent_to.append(policy.escalate_to)
-                    ledger.step(
-                        self._state,
-                        "event",
-                        op.tool,
-                        f"{request.question_id} escalated to {policy.escalate_to}",
-                    )
-                    notices.append(self._notice(request, policy.escalate_to, escalation=True))
-                    self._board.show()
-                    if await self._answered(op, request):
-                        return
-                await self._time_out(op, request)
-            finally:
-                for notice in notices:
-                    notice.cancel()
+            await self._time_out(op, request)
 
     async def _answered(self, op: Operation, request: InputRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
-        remaining = request.expires_at - workflow.now()
-        if request.open and remaining > timedelta(0):
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: not request.open or op.terminal, timeout=remaining
-                )
+        await window(request, op=op)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open
@@ -400,52 +378,44 @@ class InputDesk:
 
     # --- telling people ------------------------------------------------------------------
 
-    def _notice(
-        self, request: InputRequest, recipient: str, *, escalation: bool
-    ) -> asyncio.Task[None]:
-        """Tell `recipient` in a task of its own, cancelled once the question closes."""
-
-        async def notify() -> None:
-            windows = 2 if request.policy.on_timeout == "escalate" else 1
-            try:
-                sent = await call(
-                    NOTIFY_INPUT,
-                    InputNotice(
-                        workflow_id=workflow.info().workflow_id,
-                        request=request,
-                        recipient=recipient,
-                        escalation=escalation,
-                        nonce=request.link_nonce,
-                        links_expire_at=request.asked_at + request.policy.timeout * windows,
-                    ),
-                    result_type=type(None),
-                    summary=f"notify {recipient}: question of {request.tool}",
-                    start_to_close_timeout=NOTIFY_TIMEOUT,
-                    retry_policy=NOTIFY_RETRY,
-                )
-            except ActivityError as err:
-                if not is_cancelled_exception(err):
-                    raise
-                return  # the question closed: no one needs telling any more
-            if isinstance(sent, Failed):
-                workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
-                return
-            request.told.append(recipient)
-
-        return asyncio.create_task(notify())
+    def _notice(self, request: InputRequest, recipient: str, *, escalation: bool) -> Notice:
+        return notice_of(
+            request,
+            recipient,
+            escalation=escalation,
+            nonce=request.link_nonce,
+            links_expire_at=links_expiry(request.asked_at, request.policy),
+        )
 
 
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
     """Why an answer does not fit its question (None if it does): an accept must carry content
     valid against the requested schema; a decline carries none. Checked in bounded time (RE2
-    for patterns, limits on sizes), and in all runs: a validator is not replayed, and the
-    model's answer used to fail the workflow task when the check raised. A schema the run would
-    refuse today (a question asked before HARDENED) takes only a decline."""
+    for patterns, limits on sizes), never raising (a raise in the model's answer would fail
+    the workflow task), and in all runs (a validator is not replayed, so it may refuse more
+    than it did). A schema the run would refuse today (a question asked before HARDENED)
+    takes only a decline."""
     if answer.action == "decline":
         return "a decline carries no content" if answer.content else None
     if answer.content is None:
         return "an accept needs content matching the question's requested_schema"
     return answer_problem(schema, answer.content)
+
+
+def _request(
+    op: Operation, question: Question, policy: InputPolicy, now: datetime, **fields: Any
+) -> InputRequest:
+    """The record of a question `op`'s job asks `now`, under `policy`, with a new id."""
+    return InputRequest(
+        question_id=f"q_{workflow.uuid4().hex[:12]}",
+        operation_id=op.operation_id,
+        tool=op.tool,
+        key=question.key,
+        message=question.message,
+        asked_at=now,
+        policy=policy,
+        **fields,
+    )
 
 
 def _undelivered(request: InputRequest) -> bool:

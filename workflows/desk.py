@@ -1,0 +1,179 @@
+"""What the approval desk and the question desk share: a person's wait.
+
+A request (an approval, or a job's question for a person) opens a window with a timer; its
+recipients are told by notices with a signed link, each sent beside the window; a policy that
+escalates opens a second window, to a second recipient, once the first passed; and whatever
+is still open when the last window passes gets the policy's outcome, which each desk decides
+for itself (as it decides what a decision or an answer is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+from waitstate.schemas import RunState
+from waitstate.schemas.approvals import (
+    ApprovalNotice,
+    ApprovalNoticeSent,
+    ApprovalPolicy,
+    ApprovalRequest,
+)
+from waitstate.schemas.operations import Operation
+from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
+from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
+from workflows import ledger
+from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard
+from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
+
+# A request a person is asked to close: an approval, or a job's question.
+Request = ApprovalRequest | InputRequest
+
+
+async def window(request: Request, *, op: Operation | None = None, mirror: bool = False) -> bool:
+    """Wait, holding no worker, for the request to close by its deadline (not at all once the
+    deadline has passed), or for `op` (the job that asked) to end; whether it closed.
+    `mirror`: wait as if the request were still open (an approval decided as its window
+    ended, see `ApprovalDesk._mirrors_escalation`)."""
+    remaining = request.expires_at - workflow.now()
+    if (request.open or mirror) and remaining > timedelta(0):
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: not request.open or (op is not None and op.terminal), timeout=remaining
+            )
+    return not request.open
+
+
+def escalate(state: RunState, request: Request, name: str, *, from_now: bool = False) -> None:
+    """Open the request's second window, for its policy's `escalate_to`: to the deadline the
+    links were minted with (the first window's links stay valid meanwhile), or, for approvals
+    of runs from before EXACTLY_ONCE, `from_now`."""
+    policy = request.policy
+    request.escalated = True
+    start = workflow.now() if from_now else request.expires_at
+    request.expires_at = start + policy.timeout
+    request.sent_to.append(policy.escalate_to)
+    ledger.step(state, "event", request.tool, f"{name} escalated to {policy.escalate_to}")
+
+
+def links_expiry(opened: datetime, policy: ApprovalPolicy | InputPolicy) -> datetime:
+    """When a request's links stop working: at the end of its last window."""
+    windows = 2 if policy.on_timeout == "escalate" else 1
+    return opened + policy.timeout * windows
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notice to send: the activity that sends it, with what, and what its sending changes.
+
+    `told`: the list the recipient is added to once told (a question's, so that a run continued
+    as new tells only whoever was not told). `show_when_done`: show the board once the notice
+    was sent or given up on (an escalation's new deadline, for approvals that show it then).
+    """
+
+    activity: str
+    argument: ApprovalNotice | InputNotice
+    result_type: type[Any]
+    summary: str
+    timeout: timedelta
+    told: list[str] | None = None
+    show_when_done: bool = False
+
+
+def notice_of(
+    request: Request,
+    recipient: str,
+    *,
+    escalation: bool,
+    nonce: str | None,
+    links_expire_at: datetime | None,
+    timeout: timedelta = NOTIFY_TIMEOUT,
+    show_when_done: bool = False,
+) -> Notice:
+    """The notice that tells `recipient` of `request`, with links signed over `nonce` (None:
+    the notifying activity chooses it) that work until `links_expire_at`."""
+    common = {
+        "workflow_id": workflow.info().workflow_id,
+        "recipient": recipient,
+        "escalation": escalation,
+        "nonce": nonce,
+        "links_expire_at": links_expire_at,
+    }
+    if isinstance(request, ApprovalRequest):
+        return Notice(
+            activity=NOTIFY_APPROVAL,
+            argument=ApprovalNotice(request=request, **common),
+            result_type=ApprovalNoticeSent,
+            summary=f"notify {recipient}: approval for {request.tool}",
+            timeout=timeout,
+            show_when_done=show_when_done,
+        )
+    return Notice(
+        activity=NOTIFY_INPUT,
+        argument=InputNotice(request=request, **common),
+        result_type=type(None),
+        summary=f"notify {recipient}: question of {request.tool}",
+        timeout=timeout,
+        told=request.told,
+        show_when_done=show_when_done,
+    )
+
+
+async def notify(notice: Notice) -> Any:
+    """Send `notice`: the activity's result, or `Failed` (logged: the wait goes on without it).
+
+    Raises:
+        ActivityError: the notice was cancelled.
+    """
+    recipient = notice.argument.recipient
+    sent = await call(
+        notice.activity,
+        notice.argument,
+        result_type=notice.result_type,
+        summary=notice.summary,
+        start_to_close_timeout=notice.timeout,
+        retry_policy=NOTIFY_RETRY,
+    )
+    if isinstance(sent, Failed):
+        workflow.logger.warning("could not notify %s: %s", recipient, sent.reason)
+    elif notice.told is not None:
+        notice.told.append(recipient)
+    return sent
+
+
+class Notices:
+    """The notices of one wait, each sent in a task of its own while the window runs (a notice
+    that is slow or retried, because a worker crashed, never delays the window nor keeps a
+    decision from being final), and all cancelled as the block ends: the request is closed, no
+    one needs telling any more."""
+
+    def __init__(self, board: StatusBoard) -> None:
+        self._board = board
+        self._sending: list[asyncio.Task[None]] = []
+
+    def __enter__(self) -> Notices:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sending in self._sending:
+            sending.cancel()
+
+    def send(self, notice: Notice) -> None:
+        self._sending.append(asyncio.create_task(self._send(notice)))
+
+    async def _send(self, notice: Notice) -> None:
+        try:
+            await notify(notice)
+        except ActivityError as err:
+            if not is_cancelled_exception(err):
+                raise
+            return  # cancelled because the request closed: nothing is lost
+        if notice.show_when_done:
+            self._board.show()
