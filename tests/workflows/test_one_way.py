@@ -15,11 +15,12 @@ LIBRARIES = frozenset({"workflow", "asyncio", "contextlib", "functools"})
 BUILTINS = frozenset({"max", "min", "sorted", "any", "all", "next", "filter", "map"})
 MAX_LINES = 500
 
-# Callables still handed between parts on this branch. Removed by the desk branch (the approval
-# and question desks, workflows/approvals.py and inputs.py): delete these entries when it lands.
+# The one callable still handed between parts: a question whose window closes with `cancel`
+# ends its operation inside the question's own wait, after the question closed and before its
+# notices are cancelled; any other place for that end reorders the run's commands (a recorded
+# history stops replaying). It goes when the operations book attends its questions itself.
 ALLOWED = {
     ("agent_run.py", "end=lambda op, why: self._ops.end(op, why)"),
-    ("approvals.py", "then=self._board.show if self._versions.checkpoint_policy else None"),
 }
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
