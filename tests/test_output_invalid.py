@@ -12,6 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import make_worker, replays
 from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.schemas import RunResult
 from workflows.agent_run import AgentRunWorkflow
@@ -22,6 +23,7 @@ PROSE = "a report, in prose"
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     address = dev_env.client.service_client.config.target_host
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})

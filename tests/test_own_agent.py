@@ -17,6 +17,7 @@ import pytest
 
 from tests.helpers import eventually
 from tests.rigs import Services
+from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ def wire() -> Iterator[WireServer]:
 
 
 @pytest.fixture(scope="module")
+@needs(TEMPORAL, SUBPROCESS)
 def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Iterator[Services]:
     package = tmp_path_factory.mktemp("reports-app")
     files = readme_files()
