@@ -12,7 +12,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import make_worker, replays
 from tests.test_starter import Cli
-from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.schemas import RunResult
 from workflows.agent_run import AgentRunWorkflow
@@ -23,12 +22,12 @@ PROSE = "a report, in prose"
 
 
 @pytest.fixture
-@needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     address = dev_env.client.service_client.config.target_host
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
 
 
+@pytest.mark.subprocess  # the CLI
 async def test_an_answer_that_never_validates_ends_the_run_output_invalid_and_the_cli_says_so(
     dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
 ) -> None:
