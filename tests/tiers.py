@@ -8,7 +8,9 @@ Three marks say what a test needs beyond the process running it:
   the servers Temporal's test environment starts are `temporal`'s, not this;
 - `chaos`: the reliability suite (`tests/chaos/`).
 
-`make test-fast` runs the rest: `pytest -m "not temporal and not subprocess and not chaos"`.
+`make test-fast` runs the rest, on the machine's cores (pytest-xdist, at most four workers):
+`pytest -n auto --maxprocesses 4 -m "not temporal and not subprocess and not chaos"`. In-process
+HTTP servers (the demo systems, the wire server, the gateway in a thread) are no mark's concern.
 
 Tests are marked from what they use. A fixture that starts something says so where it is
 defined, with `@needs(...)` below its `@pytest.fixture`; a test gets the marks of every fixture
