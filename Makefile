@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APPROVE_AFTER ?= 5
 
-.PHONY: install up down status demo mcp-demo test chaos bench lint typecheck ui-check clean
+.PHONY: install up down status demo mcp-demo test test-fast chaos bench lint typecheck ui-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 
 test: $(STAMP)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
+
+# The tests that need no Temporal server, no process of their own and are not the chaos suite
+# (tests/tiers.py marks the others from what they use), on up to four cores: under a minute.
+test-fast: $(STAMP)  ## run the quick tier: no Temporal server, no process of its own, no chaos suite
+	$(PY) -m pytest -p no:cacheprovider -n auto --maxprocesses 4 \
+		-m "not temporal and not subprocess and not chaos"
 
 chaos: $(STAMP)  ## the reliability suite: 199 runs under injected faults, then 1,000 concurrent runs
 	$(PY) -m chaos --size full

@@ -10,11 +10,23 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests import tiers
 from tests.rigs import dev_server, time_skipping_server
+from tests.tiers import TEMPORAL, needs
 from waitstate.testing.wire_server import WireServer
+
+# For the tests of the tiers' guard: they run a pytest session of their own.
+pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The tiers' marks and their guard (`make test-fast`). Registered here rather than named in
+    # `pytest_plugins`: this module imports it first, for `needs`.
+    config.pluginmanager.register(tiers, "tiers")
 
 
 @pytest.fixture(scope="session")
+@needs(TEMPORAL)
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server: a 24-hour timer takes milliseconds."""
     async with time_skipping_server() as env:
@@ -22,6 +34,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture(scope="session")
+@needs(TEMPORAL)
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real dev server (`temporal server start-dev`), in memory, on free ports."""
     async with dev_server() as env:

@@ -29,6 +29,7 @@ from tests.rigs import (
     Services,
     service_port,
 )
+from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
@@ -158,6 +159,7 @@ def test_the_dashboard_is_well_formed() -> None:
 
 
 @pytest.fixture(scope="module")
+@needs(TEMPORAL, SUBPROCESS)
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """`make up`'s worker, gateway, demo systems and dev server, serving the demo and the
     purge's scripts, with the worker's metrics on (a free port), and the dev server's HTTP API

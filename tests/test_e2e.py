@@ -21,6 +21,7 @@ from temporalio.client import WorkflowHandle
 from examples.demo.refunds import IssueRefundArgs, refund_idempotency_key
 from tests.helpers import callback_token, eventually, quiet_history_length
 from tests.rigs import Services, free_port, port_open
+from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate.schemas import RunResult, RunState
 from workflows.agent_run import AgentRunWorkflow
 
@@ -32,6 +33,7 @@ RUN_WITHIN = 90.0
 
 
 @pytest.fixture(scope="module")
+@needs(TEMPORAL, SUBPROCESS)
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     with Services(tmp_path_factory.mktemp("state")).up() as running:
         yield running

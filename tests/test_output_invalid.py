@@ -27,6 +27,7 @@ def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
 
 
+@pytest.mark.subprocess  # the CLI
 async def test_an_answer_that_never_validates_ends_the_run_output_invalid_and_the_cli_says_so(
     dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
 ) -> None:

@@ -16,6 +16,7 @@ import pytest
 from tests.docs import files_shown, page, section
 from tests.helpers import eventually
 from tests.rigs import Services
+from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 
 TASK = "Build the EMEA sales report for 2026-Q3"
@@ -34,6 +35,7 @@ def wire() -> Iterator[WireServer]:
 
 
 @pytest.fixture(scope="module")
+@needs(TEMPORAL, SUBPROCESS)
 def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Iterator[Services]:
     package = tmp_path_factory.mktemp("reports-app")
     files = shown_files()

@@ -28,6 +28,7 @@ from examples.systems import serving
 from tests.docs import page, section
 from tests.helpers import eventually
 from tests.rigs import ServerProcess, WorkerProcess, service_port
+from tests.tiers import SUBPROCESS, needs
 
 ROOT = Path(__file__).resolve().parent.parent
 # Names a user's project is likely to have for itself; the project keeps them inside `waitstate`.
@@ -124,6 +125,7 @@ def _run(command: list[str | Path], **kwargs: Any) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
+@needs(SUBPROCESS)
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built offline: no index, no build isolation (this venv's setuptools
     builds it), from a copy of the checkout, because setuptools writes `build/` into the tree it
@@ -211,6 +213,7 @@ def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
     assert found == []
 
 
+@pytest.mark.subprocess
 def test_importing_every_module_of_the_library_loads_nothing_else_of_the_checkout() -> None:
     # From the checkout's root, where `workflows` and the rest can be imported: whatever a
     # module imports, at import time or through another, shows in sys.modules.

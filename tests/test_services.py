@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.rigs import Services
+
+pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
 UNDESCRIBED = "tests.waitstate.apps_for_tests.undescribed:app"
 # What an earlier worker left in the log: `up` must not show it as this start's error.

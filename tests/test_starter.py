@@ -26,6 +26,7 @@ from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, make_worker
+from tests.tiers import SUBPROCESS, needs
 from waitstate import (
     Completion,
     InputPolicy,
@@ -91,6 +92,7 @@ class Cli:
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     address = dev_env.client.service_client.config.target_host
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
@@ -298,6 +300,7 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert status.stdout.count("task: ") == 1
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("accept", "says"),
     [
@@ -327,6 +330,7 @@ async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
     assert "cannot reach Temporal" not in done.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import MARKER
 from bench.figures import QUICK
+
+pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_METRICS = [

@@ -12,6 +12,7 @@ import pytest
 from obstore.store import S3Store
 
 from tests.rigs import ServerProcess, free_port
+from tests.tiers import SUBPROCESS, needs
 from waitstate.blobs.s3 import S3BlobStore
 
 BUCKET = "waitstate-test"
@@ -63,6 +64,7 @@ class S3Server:
 
 
 @pytest.fixture(scope="session")
+@needs(SUBPROCESS)
 async def s3_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[S3Server]:
     """moto's S3 server with the test bucket, for the session."""
     port = free_port()

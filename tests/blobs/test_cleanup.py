@@ -54,7 +54,7 @@ class RunStandIn:
         self._ended = True
 
 
-@pytest.fixture(params=["dir", "s3"])
+@pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.subprocess)])
 def settings(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:

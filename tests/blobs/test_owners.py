@@ -21,7 +21,7 @@ BASE32 = set("abcdefghijklmnopqrstuvwxyz234567")
 Store = LocalBlobStore | S3BlobStore
 
 
-@pytest.fixture(params=["dir", "s3"])
+@pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.subprocess)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "dir":
         return LocalBlobStore(tmp_path / "blobs")

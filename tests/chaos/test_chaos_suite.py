@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from chaos.exactly_once import ROWS
 from chaos.invariants import INVARIANTS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
+
+pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Generous: the suite takes about five minutes alone (its blob store outage alone lasts two and

@@ -13,6 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker
 from tests.rigs import free_port, python_server
+from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer, McpServers
 from waitstate.schemas import RunInput
@@ -23,6 +24,7 @@ from workflows.agent_run import AgentRunWorkflow
 
 
 @pytest.fixture(scope="module")
+@needs(SUBPROCESS)
 def demo_mcp_url() -> Iterator[str]:
     port = free_port()
     with python_server(["-m", "examples.mcp_server", "--port", str(port)], port):

@@ -729,6 +729,7 @@ async def test_shutdown_cancels_running_jobs() -> None:
     assert systems.long_jobs.tasks == set()
 
 
+@pytest.mark.subprocess
 async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -15,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import assert_error, eventually
 from tests.rigs import ServerProcess, service_port
+from tests.tiers import SUBPROCESS, needs
 from waitstate.gateway.tokens import ResumeTokens
 
 KEY = ("proc", "p" * 40)
@@ -28,6 +29,7 @@ class Running:
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 async def gateway(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Running]:
     port = service_port()
     env = {

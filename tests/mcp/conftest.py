@@ -12,9 +12,11 @@ import pytest
 
 from examples.tasks_store import REDELIVERY_TIMEOUT
 from tests.rigs import ServerProcess, free_port, python_server
+from tests.tiers import SUBPROCESS, needs
 
 
 @pytest.fixture(scope="session")
+@needs(SUBPROCESS)
 def reports_url() -> Iterator[str]:
     """The streamable HTTP endpoint of `tests/mcp/reports_server.py`, running."""
     port = free_port()
@@ -23,6 +25,7 @@ def reports_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+@needs(SUBPROCESS)
 def plain_url() -> Iterator[str]:
     """The streamable HTTP endpoint of `tests/mcp/plain_server.py` (annotates nothing)."""
     port = free_port()
@@ -31,6 +34,7 @@ def plain_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+@needs(SUBPROCESS)
 async def tasks_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     """The URL of a Redis-protocol store running in its own process (database 0)."""
     port = free_port()
@@ -44,6 +48,7 @@ async def tasks_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 async def restartable_reports(tasks_store: str, tmp_path: Path) -> AsyncIterator[ServerProcess]:
     """`tests/mcp/reports_server.py` on a free port, running, its tasks in `tasks_store` under
     a queue of the test's own (servers that share a queue take each other's tasks): a test can

@@ -30,6 +30,8 @@ from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
+pytestmark = pytest.mark.subprocess
+
 APP = "tests.mcp.mcp_app:app"
 COMMAND = f"{sys.executable} -m tests.mcp.stdio_server"
 # A restarted worker's poll is retried once the killed one's heartbeat is missed (seconds).

@@ -155,6 +155,7 @@ async def test_runs_continued_as_new_keep_the_listing_of_the_first(
     assert activities.count(LIST_MCP_TOOLS) == 1
 
 
+@pytest.mark.subprocess
 async def test_a_server_over_stdio_is_listed_and_called(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:

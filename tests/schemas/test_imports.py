@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import waitstate.schemas as schemas
+
+pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

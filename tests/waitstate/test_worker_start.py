@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 # The worker must stop before it connects; were it to get that far, port 1 refuses.
 UNREACHABLE = "127.0.0.1:1"

@@ -272,6 +272,7 @@ async def test_two_approvals_apply_once_and_the_second_is_recorded(desk: Desk) -
     assert result.status == "completed" and len(await desk.get("/refunds")) == 1
 
 
+@pytest.mark.subprocess
 def test_cli_decision_for_a_run_that_does_not_exist(dev_env: WorkflowEnvironment) -> None:
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host}
     done = subprocess.run(

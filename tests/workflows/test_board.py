@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -75,6 +76,7 @@ async def test_waiting_runs_are_found_by_what_they_wait_for(stack: Stack) -> Non
         assert attributes.get(WAITING_FOR) == "none", kind
 
 
+@pytest.mark.subprocess
 async def test_ops_shows_an_overdue_wait(stack: Stack, dev_env: WorkflowEnvironment) -> None:
     async with stack.worker():
         handle = await stack.start(

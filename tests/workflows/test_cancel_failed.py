@@ -13,6 +13,7 @@ import uuid
 from datetime import timedelta
 
 import httpx
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
@@ -26,6 +27,7 @@ from workflows.agent_run import AgentRunWorkflow
 RESULT_TIMEOUT = 60
 
 
+@pytest.mark.subprocess  # the CLI
 async def test_a_cancel_the_jobs_system_refuses_is_told_to_the_model_and_in_status(
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:

@@ -26,6 +26,7 @@ from temporalio.client import WorkflowHandle
 from tests.helpers import eventually, make_worker, replays, scheduled_activities
 from tests.rigs import Stack, WorkerProcess, free_port, python_server
 from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
 from tests.workflows.conftest import KEYS
 from tests.workflows.hostile_app import AskingJobs, ask_tool
 from waitstate.apps import load_apps
@@ -62,6 +63,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
 
 
 @pytest.fixture(scope="module")
+@needs(SUBPROCESS)
 def reports_url() -> Iterator[str]:
     """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP."""
     port = free_port()
@@ -70,6 +72,7 @@ def reports_url() -> Iterator[str]:
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 def cli(stack: Stack) -> Cli:
     address = stack.client.service_client.config.target_host
     return Cli(

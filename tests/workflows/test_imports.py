@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Anything an activity needs (provider SDKs, HTTP clients, tool implementations) must not be
 # pulled in by a workflow module.

@@ -290,6 +290,7 @@ async def test_a_five_megabyte_result_goes_by_reference(
     await replays(handle, "state_result_by_reference")
 
 
+@pytest.mark.subprocess
 async def test_status_of_a_waiting_run_shows_the_ledger(
     stack: Stack, dev_env: WorkflowEnvironment
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
@@ -43,6 +44,7 @@ def _value(text: str, name: str, **labels: str) -> float:
     return total
 
 
+@pytest.mark.subprocess
 async def test_counters_move_for_an_operation_a_rejected_webhook_and_an_approval(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:

@@ -167,6 +167,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
     await replays(handle, "operation_expired")
 
 
+@pytest.mark.subprocess
 async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
     stack: Stack, dev_env: WorkflowEnvironment
 ) -> None:

@@ -23,6 +23,7 @@ from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import eventually, make_worker, replays, scheduled_activities
 from tests.rigs import Stack, free_port, python_server
 from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
@@ -41,6 +42,7 @@ CONFIRM_SCHEMA = {
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     address = dev_env.client.service_client.config.target_host
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
@@ -268,6 +270,7 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
 
 
 @pytest.fixture(scope="module")
+@needs(SUBPROCESS)
 def reports_url() -> Iterator[str]:
     """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP."""
     port = free_port()

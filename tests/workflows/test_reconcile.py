@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -316,6 +317,7 @@ async def _pending_export(handle: WorkflowHandle[Any, Any]) -> Operation:
 # --- the gateway as its own process ---------------------------------------------------------
 
 
+@pytest.mark.subprocess
 async def test_the_export_services_retries_deliver_its_webhook_after_a_gateway_outage(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:

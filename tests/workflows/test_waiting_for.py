@@ -20,6 +20,7 @@ from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import eventually, make_worker, quiet_history_length, replays
 from tests.rigs import Stack
 from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.testing.wire_server import (
     RecordedRequest,
@@ -43,6 +44,7 @@ async def _at_least(wire: WireServer, count: int) -> list[RecordedRequest] | Non
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     address = dev_env.client.service_client.config.target_host
     return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})

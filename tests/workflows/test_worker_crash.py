@@ -20,6 +20,7 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, quiet_history_length, until_the_poll_has_heartbeated
 from tests.rigs import WorkerProcess
+from tests.tiers import SUBPROCESS, needs
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -33,6 +34,7 @@ RESULT_TIMEOUT = 90
 
 
 @pytest.fixture
+@needs(SUBPROCESS)
 async def crash_stack(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> AsyncIterator[tuple[WorkerProcess, str]]:
