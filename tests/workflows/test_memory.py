@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -29,8 +27,10 @@ from tests.helpers import (
     eventually,
     history_bytes,
     make_worker,
+    process_env,
     replays,
     scheduled_activities,
+    start_run,
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from waitstate.gateway.tokens import ResumeTokens
@@ -75,9 +75,7 @@ async def test_a_short_poll_costs_no_model_call_for_a_checkpoint(
         openai_text("enriched"),
     )
     settings = replace(stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test")
-    async with make_worker(
-        stack.client, stack.task_queue, tools=stack.tools(), settings=settings, tokens=stack.tokens
-    ):
+    async with stack.worker(settings=settings):
         handle = await stack.start("enrich", ["enrich_dataset"], model="openai:test-model")
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
@@ -172,16 +170,15 @@ async def _rebuilt_after_a_day(
         async with make_worker(
             env.client, task_queue, tools=tools, settings=settings, tokens=tokens
         ):
-            handle = await env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                env.client,
+                task_queue,
                 RunInput(
                     task="Export Q3 transactions",
                     model="openai:test-model",
                     tools=["big", "start_export"],
                     constraints=["never email customers"],
                 ),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
 
             async def pending() -> RunState | None:
@@ -268,11 +265,10 @@ async def test_a_five_megabyte_result_goes_by_reference(
 ) -> None:
     tools = [_tool("big_report", _five_megabytes)]
     async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            time_skipping_env.client,
+            task_queue,
             RunInput(task="read it", model="scripted:read-big", tools=["big_report"]),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
@@ -305,7 +301,7 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
         shown = await asyncio.create_subprocess_exec(
             sys.executable, "starter.py", "status", handle.id,
             cwd=ROOT,
-            env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
+            env=process_env(dev_env.client),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         out, err = await shown.communicate()

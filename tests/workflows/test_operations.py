@@ -5,10 +5,8 @@ the run's history."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import callback_token, eventually, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
@@ -182,7 +180,7 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
         cancel = await asyncio.create_subprocess_exec(
             sys.executable, "starter.py", "cancel", handle.id,
             cwd=ROOT,
-            env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
+            env=process_env(dev_env.client),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         out, err = await cancel.communicate()
@@ -265,11 +263,10 @@ async def test_a_poll_interval_of_a_minute_uses_the_retry_policy_as_the_poller(
             enrich_tool(pipeline, poll_interval=timedelta(minutes=10), timeout=timedelta(days=30))
         ]
         async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-            handle = await time_skipping_env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                time_skipping_env.client,
+                task_queue,
                 RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         events = await _events(handle)
