@@ -41,6 +41,8 @@ RESULT_TIMEOUT = 90
 async def crash_stack(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> AsyncIterator[tuple[WorkerProcess, str]]:
+    """A worker process, started, serving the test's queue, with the demo systems and the
+    gateway in this process: the worker, and the systems' URL."""
     tokens = ResumeTokens(KEYS, "crash")
     async with (
         serving(systems_app(export_seconds=0.5, pipeline_seconds=6.0)) as systems_url,
@@ -55,6 +57,7 @@ async def crash_stack(
         )
         worker = WorkerProcess(env, tmp_path / "worker.log")
         try:
+            await worker.start()
             yield worker, systems_url
         finally:
             await worker.stop()
@@ -75,7 +78,6 @@ async def test_worker_killed_while_polling(
     dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
 ) -> None:
     worker, systems_url = crash_stack
-    await worker.start()
     async with httpx.AsyncClient(timeout=10) as http:
         handle = await start_run(
             dev_env.client,
@@ -100,7 +102,6 @@ async def test_worker_killed_right_after_the_start_was_accepted(
     dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
 ) -> None:
     worker, systems_url = crash_stack
-    await worker.start()
     async with httpx.AsyncClient(timeout=10) as http:
         # The export service creates the job, then holds its answer: the worker dies in between.
         (
@@ -140,7 +141,6 @@ async def test_a_decision_waiting_for_a_worker_when_the_window_passed_replays(
     The new worker gets the timer and the decision in one task it has to rebuild the run for:
     whatever order it sees them in, the history it writes must replay."""
     worker, _ = crash_stack
-    await worker.start()
     policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
     handle = await start_run(
         dev_env.client,
