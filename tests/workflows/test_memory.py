@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -32,7 +30,8 @@ from tests.helpers import (
     scheduled_activities,
     start_run,
 )
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
+from tests.test_starter import Cli
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
@@ -286,9 +285,7 @@ async def test_a_five_megabyte_result_goes_by_reference(
     await replays(handle, "state_result_by_reference")
 
 
-async def test_status_of_a_waiting_run_shows_the_ledger(
-    stack: Stack, dev_env: WorkflowEnvironment
-) -> None:
+async def test_status_of_a_waiting_run_shows_the_ledger(stack: Stack) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
         # Any wait counts as long: the run writes its checkpoint before it.
@@ -298,17 +295,11 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
             return (await handle.query(AgentRunWorkflow.status)).checkpoint is not None
 
         await eventually(checkpointed, "the run to write its checkpoint")
-        shown = await asyncio.create_subprocess_exec(
-            sys.executable, "starter.py", "status", handle.id,
-            cwd=ROOT,
-            env=process_env(dev_env.client),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await shown.communicate()
+        shown = await Cli(process_env(stack.client))("status", handle.id)
         await handle.cancel()
 
-    text = out.decode()
-    assert shown.returncode == 0, err.decode()
+    text = shown.stdout
+    assert shown.code == 0, shown.stderr
     assert f"run {handle.id}: waiting" in text
     assert "pending operation: op_" in text and "start_export" in text and "expires 20" in text
     assert "checkpoint (" in text and "remaining: once start_export (op_" in text

@@ -5,8 +5,6 @@ the run's history."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +20,8 @@ from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
+from tests.test_starter import Cli
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Operation
@@ -165,9 +164,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
     await replays(handle, "operation_expired")
 
 
-async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
-    stack: Stack, dev_env: WorkflowEnvironment
-) -> None:
+async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(stack: Stack) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
         handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS, model="scripted:two-exports")
@@ -177,19 +174,13 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
             return len(state.operations) == 2
 
         await eventually(two_pending, "both exports to be pending")
-        cancel = await asyncio.create_subprocess_exec(
-            sys.executable, "starter.py", "cancel", handle.id,
-            cwd=ROOT,
-            env=process_env(dev_env.client),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await cancel.communicate()
+        cancel = await Cli(process_env(stack.client))("cancel", handle.id)
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
     stats = await stack.stats()
 
-    assert cancel.returncode == 0, err.decode()
+    assert cancel.code == 0, cancel.stderr
     assert isinstance(failure.value.cause, CancelledError)
     assert state.status == "cancelled"
     assert sorted(op.status for op in state.operations.values()) == ["cancelled", "cancelled"]
