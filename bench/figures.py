@@ -151,14 +151,7 @@ async def figure1(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
         for side in sizes.sides:
             queue, worker = await stack.lease(side, f"f1-{side}-{rep}")
             try:
-
-                async def run(side: Side = side, queue: str = queue) -> Any:
-                    handle = await stack.start_run(
-                        side, queue, new_id(f"f1-{side}"), "What time is it?", "utc_now", 12
-                    )
-                    await stack.result(side, handle)
-                    return handle
-
+                run = functools.partial(_what_time_is_it, stack, side, queue, f"f1-{side}")
                 for _ in range(sizes.warmup):
                     await run()
                 latencies = []
@@ -198,6 +191,14 @@ async def figure1(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
     return [cpu, cold_cpu, server_cpu, size, events, p50, p99, rate]
 
 
+async def _what_time_is_it(stack: Stack, side: Side, queue: str, prefix: str) -> Any:
+    """Figure 1's run on `side`'s worker at `queue` (one `utc_now` call), to its end: its
+    handle."""
+    handle = await stack.start_run(side, queue, new_id(prefix), "What time is it?", "utc_now", 12)
+    await stack.result(side, handle)
+    return handle
+
+
 async def _cold_cpu(stack: Stack, sizes: Sizes, side: Side, rep: int) -> float:
     """Worker CPU per run of figure 1's batch, on a worker that keeps no bytecode: every
     module it imports is compiled from source, as in container images that set
@@ -205,14 +206,7 @@ async def _cold_cpu(stack: Stack, sizes: Sizes, side: Side, rep: int) -> float:
     run, compiled again for each run)."""
     queue, worker = await stack.lease(side, f"f1-cold-{side}-{rep}", bytecode=False)
     try:
-
-        async def run() -> Any:
-            handle = await stack.start_run(
-                side, queue, new_id(f"f1c-{side}"), "What time is it?", "utc_now", 12
-            )
-            await stack.result(side, handle)
-            return handle
-
+        run = functools.partial(_what_time_is_it, stack, side, queue, f"f1c-{side}")
         for _ in range(sizes.warmup):
             await run()
         before = worker.cpu_seconds()

@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     import httpx
     import openai
+    from pydantic import BaseModel
 
     from bench.tools import ChunkArgs, chunk, chunk_tool
     from examples.demo.basic import UtcNowArgs, demo_tools, utc_now
@@ -175,24 +176,23 @@ class FloorActivities:
         if input.name == "enrich_dataset":
             return ToolOutput(content=await self._enrich(input))
         args = ExportArgs.model_validate_json(input.arguments)
+        return ToolOutput(job_id=await self._start_job("/exports", args, input))
+
+    async def _start_job(self, path: str, args: BaseModel, input: ToolInput) -> str:
+        """Start a job at the demo systems' `path`, once per tool call (its idempotency key):
+        the job's id."""
         response = await self.http.post(
-            f"{self.systems_url}/exports",
+            f"{self.systems_url}{path}",
             json=args.model_dump(),
             headers={"Idempotency-Key": f"{input.workflow_id}/{input.call_id}"},
         )
         response.raise_for_status()
-        return ToolOutput(job_id=response.json()["job_id"])
+        return str(response.json()["job_id"])
 
     async def _enrich(self, input: ToolInput) -> str:
         """Start the pipeline job, then check it every POLL_EVERY until it ends."""
         args = EnrichArgs.model_validate_json(input.arguments)
-        response = await self.http.post(
-            f"{self.systems_url}/pipelines/enrich",
-            json=args.model_dump(),
-            headers={"Idempotency-Key": f"{input.workflow_id}/{input.call_id}"},
-        )
-        response.raise_for_status()
-        job_id = response.json()["job_id"]
+        job_id = await self._start_job("/pipelines/enrich", args, input)
         while True:
             status = (await self.http.get(f"{self.systems_url}/pipelines/jobs/{job_id}")).json()
             if status.get("status") != "running":

@@ -4,32 +4,17 @@ each in a process of its own so its CPU and memory can be read from /proc."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
+from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING, free_port, port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICKS = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    """A port nobody listens on now (bound then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:`port`."""
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @dataclass

@@ -24,9 +24,10 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from bench.floor import FLOOR_MODEL, FLOOR_WORKFLOW, FloorInput
-from bench.procs import Proc, free_port, start_python, start_server
+from bench.procs import Proc, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
+from scripts.services import free_port
 from waitstate.client import ClientError, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.delivery import TemporalDeliverer

@@ -28,6 +28,7 @@ from waitstate import (
     ToolDefinition,
     ToolSpec,
 )
+from waitstate.providers.scripted import questions_for_the_model
 
 APP = "chaos.app:app"
 DELETE_SCRIPT = "chaos-delete"
@@ -47,7 +48,6 @@ RECONCILED_EXPORT_TIMEOUT = timedelta(seconds=60)
 # How long the model has to answer its purge's question (then the purge is told no): far longer
 # than a turn, short enough that a question the model never sees ends its run within the suite.
 MODEL_QUESTION_TIMEOUT = timedelta(seconds=60)
-ENDED = ("succeeded", "failed", "expired", "cancelled")
 
 
 def _call(turn: int, name: str, arguments: dict[str, Any]) -> Message:
@@ -90,23 +90,6 @@ def reconciled_export_script(
     return _call(0, RECONCILED_EXPORT_TOOL, arguments)
 
 
-def _asks_me(content: str) -> list[dict[str, Any]]:
-    """The open questions for the model in a `wait_for_operations` result."""
-    try:
-        outcomes = json.loads(content)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(outcomes, list):
-        return []
-    return [
-        question
-        for outcome in outcomes
-        if isinstance(outcome, dict) and outcome.get("status") not in ENDED
-        for question in outcome.get("questions", [])
-        if str(question.get("answered_by", "")).startswith("you")
-    ]
-
-
 def wait_and_answer_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Starts the purge of the dataset the task ends with (a handle comes back), waits for
     operations, confirms the purge when the wait brings its question, waits again; then
@@ -117,7 +100,7 @@ def wait_and_answer_script(messages: Sequence[Message], tools: Sequence[ToolDefi
     last = results[-1]
     if last.name in (MODEL_PURGE_TOOL, "answer_question"):
         return _call(len(results), "wait_for_operations", {})
-    if last.name == "wait_for_operations" and (asking := _asks_me(last.content)):
+    if last.name == "wait_for_operations" and (asking := questions_for_the_model(last.content)):
         answer = {"question_id": asking[0]["question_id"], "content": {"confirm": True}}
         return _call(len(results), "answer_question", answer)
     lines = [f"{m.name}: {m.content}" for m in results]

@@ -587,6 +587,27 @@ async def _late_decisions(rig: _Rig, runs: int, queue: str) -> list[Check]:
     return [check]
 
 
+async def _once_cancelled(
+    rig: _Rig,
+    check: Check,
+    handle: WorkflowHandle[Any, Any],
+    send: Callable[[], Awaitable[httpx.Response]],
+) -> httpx.Response:
+    """Cancel the run and, once it has ended, `send` (a completion, a decision): its answer,
+    counted as an attempt. A violation when the run did not end cancelled, or when the answer
+    grew its history."""
+    await rig.runs.cancel(handle.id)
+    if (await rig.outcome(handle)).status != "cancelled":
+        check.violations.append(f"{handle.id}: not cancelled")
+    before = await rig.history_length(handle)
+    answer = await send()
+    after = await rig.history_length(handle)
+    check.attempts += 1
+    if after != before:
+        check.violations.append(f"{handle.id}: history grew {before} -> {after}")
+    return answer
+
+
 async def _cancelled_runs(rig: _Rig, runs: int) -> list[Check]:
     """Completions and decisions for runs cancelled while they waited: 409 (the run has ended),
     nothing applied, and the external job was sent its cancel."""
@@ -596,15 +617,11 @@ async def _cancelled_runs(rig: _Rig, runs: int) -> list[Check]:
     async def export() -> None:
         handle = await rig.start_export()
         op, token = await rig.operation(handle)
-        await rig.runs.cancel(handle.id)
-        if (await rig.outcome(handle)).status != "cancelled":
-            check.violations.append(f"{handle.id}: not cancelled")
-        before = await rig.history_length(handle)
-        answer = await rig.complete(op.operation_id, token)
-        after = await rig.history_length(handle)
+        answer = await _once_cancelled(
+            rig, check, handle, lambda: rig.complete(op.operation_id, token)
+        )
         state = await rig.state(handle)
         jobs = _job_cancels(await rig.stats(), handle.id)
-        check.attempts += 1
         statuses[answer.status_code] += 1
         if answer.status_code != 409:
             check.violations.append(f"{handle.id}: completion answered {answer.status_code}")
@@ -613,27 +630,19 @@ async def _cancelled_runs(rig: _Rig, runs: int) -> list[Check]:
             check.violations.append(f"{handle.id}: run {state.status}, operation {final.status}")
         if jobs != [("cancelled", 1)]:
             check.violations.append(f"{handle.id}: jobs (status, cancels) {jobs}")
-        if after != before:
-            check.violations.append(f"{handle.id}: history grew {before} -> {after}")
 
     async def ask() -> None:
         handle = await rig.start_ask()
         request, token = await rig.approval(handle)
-        await rig.runs.cancel(handle.id)
-        if (await rig.outcome(handle)).status != "cancelled":
-            check.violations.append(f"{handle.id}: not cancelled")
-        before = await rig.history_length(handle)
-        answer = await rig.decide(request.request_id, token)
-        after = await rig.history_length(handle)
+        answer = await _once_cancelled(
+            rig, check, handle, lambda: rig.decide(request.request_id, token)
+        )
         final = (await rig.state(handle)).approvals[request.request_id]
-        check.attempts += 1
         statuses[answer.status_code] += 1
         if answer.status_code != 409:
             check.violations.append(f"{handle.id}: decision answered {answer.status_code}")
         if final.decision is not None:
             check.violations.append(f"{handle.id}: a decision was applied: {final.decision}")
-        if after != before:
-            check.violations.append(f"{handle.id}: history grew {before} -> {after}")
 
     attacks = [export() for _ in range(runs)] + [ask() for _ in range(runs)]
     await asyncio.gather(*(_guarded(check, attack) for attack in attacks))
@@ -827,6 +836,26 @@ async def _bad_tokens(rig: _Rig) -> list[Check]:
     return [complete, decision]
 
 
+def _judge_replays(
+    check: Check,
+    tally: Counter[int],
+    workflow_id: str,
+    first: httpx.Response,
+    replays: list[httpx.Response],
+    result: RunState,
+    turns: int,
+) -> None:
+    """Count a first use and its replays; a violation for a replay that was not refused as a
+    duplicate (409), and for a run that did not complete in `turns` turns."""
+    check.attempts += 1 + len(replays)
+    tally.update([first.status_code, *(r.status_code for r in replays)])
+    if any(r.status_code != 409 for r in replays):
+        got = [f"{r.status_code} {_code(r)}" for r in replays]
+        check.violations.append(f"{workflow_id}: replays answered {got}")
+    if result.status != "completed" or result.turns != turns:
+        check.violations.append(f"{workflow_id}: {result.status} after {result.turns} turns")
+
+
 async def _use_and_replay(
     rig: _Rig,
     check: Check,
@@ -843,17 +872,11 @@ async def _use_and_replay(
         result = await rig.outcome(handle)
         replays.append(await rig.complete(op.operation_id, token))  # after the run ended
         accepted = await _accepted_updates(handle, f"complete/{op.operation_id}/")
-        check.attempts += 1 + len(replays)
-        tally.update([first.status_code, *(r.status_code for r in replays)])
+        _judge_replays(check, tally, handle.id, first, replays, result, EXPORT_TURNS)
         if first.status_code != 200:
             check.violations.append(f"{handle.id}: real token answered {first.status_code}")
-        if [r.status_code for r in replays] != [409, 409, 409]:
-            got = [f"{r.status_code} {_code(r)}" for r in replays]
-            check.violations.append(f"{handle.id}: replays answered {got}")
         if accepted != 1:
             check.violations.append(f"{handle.id}: {accepted} completions applied")
-        if result.status != "completed" or result.turns != EXPORT_TURNS:
-            check.violations.append(f"{handle.id}: {result.status} after {result.turns} turns")
 
 
 async def _decide_and_replay(
@@ -869,17 +892,11 @@ async def _decide_and_replay(
         result = await rig.outcome(handle)
         replays.append(await rig.decide(request.request_id, token))  # after the run ended
         accepted = await _accepted_updates(handle, f"decide/{request.request_id}/")
-        check.attempts += 1 + len(replays)
-        tally.update([first.status_code, *(r.status_code for r in replays)])
+        _judge_replays(check, tally, handle.id, first, replays, result, ASK_TURNS)
         if first.status_code != 200:
             check.violations.append(f"{handle.id}: real link answered {first.status_code}")
-        if [r.status_code for r in replays] != [409, 409]:
-            got = [f"{r.status_code} {_code(r)}" for r in replays]
-            check.violations.append(f"{handle.id}: replays answered {got}")
         if accepted != 1:
             check.violations.append(f"{handle.id}: {accepted} decisions applied")
-        if result.status != "completed" or result.turns != ASK_TURNS:
-            check.violations.append(f"{handle.id}: {result.status} after {result.turns} turns")
 
 
 # --- 6. fuzzing -------------------------------------------------------------------------------

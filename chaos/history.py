@@ -118,22 +118,27 @@ class ToolStart:
     completed_event_id: int | None
 
 
+def _scheduled_input(event: Any, name: str) -> dict[str, Any] | None:
+    """The input (a JSON object) of the activity of type `name` a scheduled event scheduled;
+    None for another activity, or an input of another form."""
+    attributes = event.activity_task_scheduled_event_attributes
+    if attributes.activity_type.name != name:
+        return None
+    args = _decoded(attributes.input.payloads)
+    return args[0] if args and isinstance(args[0], dict) else None
+
+
 def tool_starts(events: list[Any]) -> dict[str, ToolStart]:
     """Every `call_tool` activity of one history, by the operation id it was given."""
     scheduled: dict[int, dict[str, Any]] = {}
     completed: dict[int, int] = {}
     for event in events:
         if event.event_type == ACTIVITY_SCHEDULED:
-            attributes = event.activity_task_scheduled_event_attributes
-            if attributes.activity_type.name == CALL_TOOL:
-                args = _decoded(attributes.input.payloads)
-                if args and isinstance(args[0], dict):
-                    # Runs from the checkpoint policy on give the operation's id as the
-                    # activity's, not in its input.
-                    scheduled[event.event_id] = {
-                        "operation_id": attributes.activity_id,
-                        **args[0],
-                    }
+            if (call := _scheduled_input(event, CALL_TOOL)) is not None:
+                # Runs from the checkpoint policy on give the operation's id as the activity's,
+                # not in its input.
+                activity_id = event.activity_task_scheduled_event_attributes.activity_id
+                scheduled[event.event_id] = {"operation_id": activity_id, **call}
         elif event.event_type == ACTIVITY_COMPLETED:
             attributes = event.activity_task_completed_event_attributes
             completed[attributes.scheduled_event_id] = event.event_id
@@ -188,11 +193,8 @@ def cancel_attempts(chain: list[list[Any]]) -> dict[str, int]:
         scheduled: dict[int, str] = {}
         for event in events:
             if event.event_type == ACTIVITY_SCHEDULED:
-                attributes = event.activity_task_scheduled_event_attributes
-                if attributes.activity_type.name == CANCEL_OPERATION:
-                    args = _decoded(attributes.input.payloads)
-                    if args and isinstance(args[0], dict):
-                        scheduled[event.event_id] = str(args[0].get("operation_id"))
+                if (cancel := _scheduled_input(event, CANCEL_OPERATION)) is not None:
+                    scheduled[event.event_id] = str(cancel.get("operation_id"))
             elif event.event_type == ACTIVITY_STARTED:
                 attributes = event.activity_task_started_event_attributes
                 op = scheduled.get(attributes.scheduled_event_id)

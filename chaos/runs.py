@@ -726,28 +726,40 @@ async def _send_decision(
     if decider == "update":
         return await _update_decision(ctx, handle, request_id, decision, reviewer)
     notice = link or ctx.outbox.links[f"{plan.id}/{request_id}"]
-    target = notice["decision"]
-    deadline = time.monotonic() + ctx.result_timeout
-    while True:
-        response = await ctx.http.post(
-            target["url"],
-            json={"decision": decision, "reviewer": reviewer},
-            headers={"Authorization": target["authorization"]},
-        )
-        # 503: the run or Temporal is busy; the gateway says to retry later, so we do.
-        if response.status_code != 503 or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(LINK_RETRY_SECONDS)
+    body = {"decision": decision, "reviewer": reviewer}
+    response, _ = await _post_link(ctx, notice["decision"], body, "a decision link")
     status = response.status_code
-    if status >= 500:
-        said = f"{status} {response.text[:200]}"
-        raise RuntimeError(f"the gateway answered {said} to a decision link")
     which = "escalation link" if notice.get("escalation") else "link"
     code = error_code(response)
     # After a 503, the same decision again is the same Update: "duplicate_decision" then says
     # the first attempt's was applied (the driver never sends one decision twice on purpose).
     taken = status < 300 or code == "duplicate_decision"
     return Answer("decision", request_id, which, status, code, taken, decision)
+
+
+async def _post_link(
+    ctx: Context, target: dict[str, str], body: dict[str, Any], link: str
+) -> tuple[httpx.Response, datetime]:
+    """POST `body` to a gateway link (its `url`, with its `authorization`), again while the
+    gateway answers 503 (the run or Temporal is busy; it says to retry later, so we do) until
+    the context's result timeout: its last answer, and when that was sent.
+
+    Raises:
+        RuntimeError: the gateway answered another 5xx to `link` ("a decision link").
+    """
+    deadline = time.monotonic() + ctx.result_timeout
+    while True:
+        sent_at = datetime.now(UTC)
+        response = await ctx.http.post(
+            target["url"], json=body, headers={"Authorization": target["authorization"]}
+        )
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(LINK_RETRY_SECONDS)
+    if response.status_code >= 500:
+        said = f"{response.status_code} {response.text[:200]}"
+        raise RuntimeError(f"the gateway answered {said} to {link}")
+    return response, sent_at
 
 
 async def _update_decision(
@@ -889,23 +901,12 @@ async def _link_answer(
     """An answer through the question's link (the gateway), retried on 503 as the gateway says
     (the same body is the same Update: a retry learns the first one's outcome)."""
     action, content = REPLIES[reply]
-    target = notice["answer"]
     # The link's token lasts as long as the question's window (no escalation here).
     expires_at = datetime.fromisoformat(notice["expires_at"])
     body = {"action": action, "content": content, "responder": "chaos-link"}
-    deadline = time.monotonic() + ctx.result_timeout
-    while True:
-        late = datetime.now(UTC) >= expires_at
-        response = await ctx.http.post(
-            target["url"], json=body, headers={"Authorization": target["authorization"]}
-        )
-        if response.status_code != 503 or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(LINK_RETRY_SECONDS)
+    response, sent_at = await _post_link(ctx, notice["answer"], body, "an answer link")
+    late = sent_at >= expires_at
     status = response.status_code
-    if status >= 500:
-        said = f"{status} {response.text[:200]}"
-        raise RuntimeError(f"the gateway answered {said} to an answer link")
     if status < 300:
         taken = response.json()
         code = f"{status} {taken['question_status']}, delivered {taken['delivered']}"

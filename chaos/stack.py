@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from chaos.app import APP as CHAOS_APP
 from chaos.model import GatewayTarget
 from chaos.wire import HangingWire
 from examples.tasks_store import REDELIVERY_TIMEOUT
-from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING
+from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING, free_port, port_open
 from waitstate.blobs import BlobStore, LocalBlobStore
 from waitstate.blobs.s3 import S3BlobStore
 from waitstate.converter import DATA_CONVERTER
@@ -77,19 +76,6 @@ EARLY_EXPORT_SECONDS = 1.5
 SLOW_JOB_SECONDS = 60.0
 
 
-def free_port() -> int:
-    """A port nobody listens on now (the dev server needs one it can keep across restarts)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 # The workers' bucket and prefix with `--blobs s3` (moto takes any credentials; these keep the
 # client from looking for real ones).
 S3_BUCKET = "chaos"
@@ -114,7 +100,7 @@ MCP_ANSWER_SECONDS = 60.0
 
 async def _until_listening(port: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    while not _port_open(port):
+    while not port_open(port):
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing listens on {port} after {START_TIMEOUT:.0f}s")
         await asyncio.sleep(0.1)
@@ -192,7 +178,7 @@ class DevServer(Service):
         self.starts += 1
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if _port_open(self.port):
+            if port_open(self.port):
                 return f"127.0.0.1:{self.port}"
             if self.process.returncode is not None:
                 text = self.log.read_text(errors="replace")[offset:]
@@ -518,7 +504,7 @@ class Stack:
         return time.monotonic() - began
 
     async def _start_server(self, env: dict[str, str]) -> None:
-        port = free_port()
+        port = free_port()  # chosen here, not by the server: it keeps it across restarts
         argv = [
             _binary("temporal"), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(port), "--headless",

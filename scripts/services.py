@@ -141,7 +141,7 @@ def _server_up(
         "TEMPORAL_METRICS_PORT": metrics_port,
     }
     for variable, taken in ports.items():
-        if taken is not None and _port_open(host, taken):
+        if taken is not None and port_open(taken, host):
             sys.exit(f"error: {host}:{taken} is taken by another process; set {variable}")
     command = [
         _binary("temporal"), "server", "start-dev",
@@ -159,7 +159,7 @@ def _server_up(
     start = len(_log(state, "server"))
     _spawn(state, "server", command)
     listening = [p for p in ports.values() if p is not None]
-    _wait(lambda: all(_port_open(host, p) for p in listening), state, "server", start)
+    _wait(lambda: all(port_open(p, host) for p in listening), state, "server", start)
 
 
 def _service_env(state: Path, host: str, port: int) -> dict[str, str]:
@@ -258,7 +258,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _port_open(host: str, port: int) -> bool:
+def free_port() -> int:
+    """A port nobody listens on now (bound then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on `host`:`port`."""
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0

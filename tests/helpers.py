@@ -9,6 +9,7 @@ import os
 import random
 import string
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -27,7 +28,8 @@ from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, ToolCallInput
+from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from worker import build_providers, build_worker
@@ -84,6 +86,29 @@ async def make_worker(
             await providers.aclose()
 
 
+def process_env(client: Client, task_queue: str | None = None, **variables: str) -> dict[str, str]:
+    """The environment for a process of the test's own (a worker, the CLI, the gateway) that
+    reaches the test's Temporal server, and its task queue when given: this process's
+    environment with `variables` on top."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host}
+    if task_queue is not None:
+        env["WAITSTATE_TASK_QUEUE"] = task_queue
+    return {**env, **variables}
+
+
+async def start_run(
+    client: Client, task_queue: str, run_input: RunInput, *, workflow_id: str | None = None
+) -> WorkflowHandle[AgentRunWorkflow, RunResult]:
+    """Start an agent run of `run_input` on the test's task queue, under `workflow_id` or a
+    fresh `run-<uuid>`."""
+    return await client.start_workflow(
+        AgentRunWorkflow.run,
+        run_input,
+        id=workflow_id or f"run-{uuid.uuid4()}",
+        task_queue=task_queue,
+    )
+
+
 async def eventually(
     check: Callable[[], Awaitable[T | None]], what: str, within: float = EVENTUALLY_WITHIN
 ) -> T:
@@ -115,6 +140,17 @@ async def eventually(
         raise AssertionError(
             f"waited {within:g} s for {what}; the last check answered {value!r}"
         ) from None
+
+
+async def first_question(handle: WorkflowHandle[Any, Any], what: str) -> InputRequest:
+    """The first question the run shows in its status, once it shows one (`what` names it
+    in the failure message)."""
+
+    async def asked() -> InputRequest | None:
+        state = await handle.query(AgentRunWorkflow.status)
+        return next(iter(state.questions.values()), None)
+
+    return await eventually(asked, what)
 
 
 async def quiet_history_length(handle: WorkflowHandle[Any, Any]) -> int:

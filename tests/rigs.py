@@ -37,9 +37,11 @@ from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, start_run
+from waitstate.apps import Apps
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
+from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
@@ -47,7 +49,6 @@ from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMo
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,25 +167,28 @@ class Stack:
         ]
 
     def worker(
-        self, *, tools: Sequence[ToolSpec] | None = None
+        self,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        settings: Settings | None = None,
+        apps: Apps | None = None,
     ) -> AbstractAsyncContextManager[Worker]:
-        """The production worker wiring on the test's task queue (`tools()` unless given)."""
+        """The production worker wiring on the test's task queue (`tools()`, the stack's
+        settings and no apps, unless given)."""
         return make_worker(
             self.client,
             self.task_queue,
             tools=self.tools() if tools is None else tools,
             tokens=self.tokens,
-            settings=self.settings,
+            settings=settings or self.settings,
+            apps=apps,
         )
 
     async def start(
         self, task: str, tools: Sequence[str], **fields: Any
     ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=list(tools), **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
+        return await start_run(
+            self.client, self.task_queue, RunInput(task=task, tools=list(tools), **fields)
         )
 
     async def stats(self) -> dict[str, Any]:
@@ -194,6 +198,34 @@ class Stack:
     async def faults(self, **faults: Any) -> None:
         """Set the demo systems' faults (`POST /_test/faults`)."""
         (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
+
+
+@asynccontextmanager
+async def serving_stack(
+    client: Client,
+    task_queue: str,
+    keys: dict[str, str],
+    signing_key: str,
+    systems: Any,
+    *,
+    http_timeout: float = 10,
+) -> AsyncIterator[Stack]:
+    """A `Stack` on the test's server and task queue: the demo systems app `systems` and the
+    gateway (accepting `keys`) served over real HTTP, and worker settings that sign tokens with
+    `signing_key`."""
+    tokens = ResumeTokens(keys, signing_key)
+    async with (
+        httpx.AsyncClient(timeout=http_timeout) as http,
+        serving(systems) as systems_url,
+        serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
+    ):
+        settings = Settings(
+            gateway_url=gateway_url,
+            demo_systems_url=systems_url,
+            token_keys=keys,
+            token_signing_key=signing_key,
+        )
+        yield Stack(client, http, systems_url, gateway_url, tokens, settings, task_queue)
 
 
 @dataclass
@@ -223,11 +255,8 @@ class Desk:
     async def start(
         self, task: str, tools: Sequence[str], **fields: Any
     ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=list(tools), **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
+        return await start_run(
+            self.client, self.task_queue, RunInput(task=task, tools=list(tools), **fields)
         )
 
     async def get(self, path: str) -> Any:

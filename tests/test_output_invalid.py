@@ -5,12 +5,11 @@ the CLI in a subprocess, against the dev server and a real worker serving the te
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, replays
+from tests.helpers import make_worker, process_env, replays
 from tests.test_starter import Cli
 from waitstate.apps import load_apps
 from waitstate.schemas import RunResult
@@ -23,8 +22,7 @@ PROSE = "a report, in prose"
 
 @pytest.fixture
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
-    address = dev_env.client.service_client.config.target_host
-    return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    return Cli(process_env(dev_env.client, task_queue))
 
 
 @pytest.mark.subprocess  # the CLI

@@ -25,7 +25,7 @@ from examples.demo.basic import demo_tools
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.tiers import SUBPROCESS, needs
 from waitstate import (
     Completion,
@@ -94,8 +94,7 @@ class Cli:
 @pytest.fixture
 @needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
-    address = dev_env.client.service_client.config.target_host
-    return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    return Cli(process_env(dev_env.client, task_queue))
 
 
 @pytest.fixture
@@ -131,11 +130,10 @@ async def test_decisions_are_applied_or_refused_and_the_cli_says_which(
             tokens=ResumeTokens({"cli": "c" * 40}, "cli"),
         )
         async with worker:
-            handle: WorkflowHandle[Any, RunResult] = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle: WorkflowHandle[Any, RunResult] = await start_run(
+                dev_env.client,
+                task_queue,
                 RunInput(task="two refunds", model="scripted:two-refunds", tools=["issue_refund"]),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             first, second = await _open_requests(handle, 2)
             approved = await cli(

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
 from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import TEST_BLOBS, eventually, quiet_history_length
+from tests.helpers import TEST_BLOBS, eventually, quiet_history_length, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
 from tests.workflows.questions_app import app as QUESTIONS
 from waitstate.client import WaitstateClient
@@ -256,11 +256,11 @@ async def test_content_goes_in_spans_only_when_the_operator_opts_in(
     worker = _tracing(exporter, SERVICE_WORKER, content=True)
     client = worker.client(stack.env.client)
     async with stack.worker(worker):
-        handle = await client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            client,
+            stack.settings.task_queue,
             RunInput(task=TASK, tools=["calculate"]),
-            id=f"traced-{uuid.uuid4()}",
-            task_queue=stack.settings.task_queue,
+            workflow_id=f"traced-{uuid.uuid4()}",
         )
         result = await handle.result()
     spans = exporter.get_finished_spans()
@@ -272,6 +272,18 @@ async def test_content_goes_in_spans_only_when_the_operator_opts_in(
     assert "gen_ai.input.messages" in chat.attributes
     tool = next(s for s in spans if s.name == "execute_tool calculate")
     assert tool.attributes is not None and "gen_ai.tool.call.arguments" in tool.attributes
+
+
+def _wait_span(spans: Sequence[ReadableSpan], name: str) -> tuple[ReadableSpan, Mapping[str, Any]]:
+    """The run's start span, and the attributes of its one wait span `name`, after asserting
+    that the wait is in the run's trace and ended after it began."""
+    [start] = [s for s in spans if s.name == "StartWorkflow:AgentRunWorkflow"]
+    [wait] = [s for s in spans if s.name == name]
+    assert _trace_id(wait) == _trace_id(start)
+    assert wait.attributes is not None
+    assert wait.start_time is not None and wait.end_time is not None
+    assert wait.end_time > wait.start_time
+    return start, wait.attributes
 
 
 async def test_an_approval_is_a_span_from_the_request_to_the_decision(
@@ -295,14 +307,9 @@ async def test_an_approval_is_a_span_from_the_request_to_the_decision(
     spans = exporter.get_finished_spans()
 
     assert decided.accepted and state.status == "completed"
-    [start] = [s for s in spans if s.name == "StartWorkflow:AgentRunWorkflow"]
-    [wait] = [s for s in spans if s.name == "approval request_approval"]
-    assert _trace_id(wait) == _trace_id(start)
-    assert wait.attributes is not None
-    assert wait.attributes["waitstate.approval.request_id"] == request_id
-    assert wait.attributes["waitstate.approval.outcome"] == "approved"
-    assert wait.start_time is not None and wait.end_time is not None
-    assert wait.end_time > wait.start_time
+    start, wait = _wait_span(spans, "approval request_approval")
+    assert wait["waitstate.approval.request_id"] == request_id
+    assert wait["waitstate.approval.outcome"] == "approved"
     # The person's decision (an Update from the CLI) is linked from the run's handling of it.
     [sent] = [s for s in spans if s.name == "StartWorkflowUpdate:decide"]
     [handled] = [s for s in spans if s.name == "HandleUpdate:decide"]
@@ -343,15 +350,10 @@ async def test_a_question_is_a_span_from_the_ask_to_its_answer(
     spans = exporter.get_finished_spans()
 
     assert answered.accepted and answered.delivered and state.status == "completed"
-    [start] = [s for s in spans if s.name == "StartWorkflow:AgentRunWorkflow"]
-    [wait] = [s for s in spans if s.name == "question purge_dataset"]
-    assert _trace_id(wait) == _trace_id(start)
-    assert wait.attributes is not None
-    assert wait.attributes["waitstate.question.id"] == question_id
-    assert wait.attributes["waitstate.question.outcome"] == "answered"
-    assert wait.attributes["waitstate.question.answered_by"] == "person"
-    assert wait.start_time is not None and wait.end_time is not None
-    assert wait.end_time > wait.start_time
+    _, wait = _wait_span(spans, "question purge_dataset")
+    assert wait["waitstate.question.id"] == question_id
+    assert wait["waitstate.question.outcome"] == "answered"
+    assert wait["waitstate.question.answered_by"] == "person"
     assert not _leaks(spans, ["ana-5c1d"])
 
 

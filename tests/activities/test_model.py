@@ -5,8 +5,6 @@ timeout with an error that names the provider and the limit. Real SDK clients ov
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,17 +16,16 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import ModelActivities
 from activities.model import FAILURE_CHARS
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, start_run
 from waitstate.blobs import LocalBlobStore
 from waitstate.converter import DATA_CONVERTER
 from waitstate.providers import Providers
-from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, ToolDefinition
+from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput
 from waitstate.schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, error, openai_text
 from waitstate.tools import ToolRegistry
 from worker import build_providers
-from workflows.agent_run import AgentRunWorkflow
 
 # Temporal keeps a retrying activity's last failure whole up to 4 KB and warns past 2 KB
 # (limit.mutableStateActivityFailureSize.error / .warn); these failures stay under the warning.
@@ -138,13 +135,8 @@ class _Crashing:
 
     name = "crashing"
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-    ) -> ModelResponse:
+    async def complete(self, *_: object, **__: object) -> ModelResponse:
+        """Fails whatever it is asked."""
         try:
             try:
                 raise OSError("socket closed\n" + "detail " * 500)
@@ -189,11 +181,10 @@ async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
     wire.enqueue(*[delayed(10) for _ in range(8)])
     settings = Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
     async with make_worker(dev_env.client, task_queue, settings=settings):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(task="hang", model="openai:slow", model_timeout=timedelta(seconds=2)),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         try:
 

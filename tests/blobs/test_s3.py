@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from examples.systems import serving
 from tests.blobs.conftest import CREDENTIALS, S3Server
 from tests.blobs.s3_app import READ_AT, READ_LENGTH, REPORT
 from tests.blobs.test_store import SLICES, SLICES_PAST_THE_END
-from tests.helpers import eventually, quiet_history_length
+from tests.helpers import eventually, process_env, quiet_history_length, start_run
 from tests.rigs import WorkerProcess
 from waitstate.blobs import (
     BlobNotFound,
@@ -35,7 +34,7 @@ from waitstate.blobs import (
     ref_for,
 )
 from waitstate.blobs.s3 import S3BlobStore
-from waitstate.schemas import RunInput
+from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
 from waitstate.settings import Settings, parse_blob_url
 from workflows.agent_run import AgentRunWorkflow
@@ -331,13 +330,20 @@ RESULT_TIMEOUT = 90
 
 
 def _worker_env(dev_env: WorkflowEnvironment, task_queue: str, systems_url: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-        "WAITSTATE_TASK_QUEUE": task_queue,
-        "WAITSTATE_APPS": APP,
-        "DEMO_SYSTEMS_URL": systems_url,
-    }
+    return process_env(dev_env.client, task_queue, WAITSTATE_APPS=APP, DEMO_SYSTEMS_URL=systems_url)
+
+
+async def _start_report(
+    dev_env: WorkflowEnvironment, task_queue: str, workflow_id: str
+) -> tuple[WorkflowHandle[Any, RunResult], str]:
+    """Start the reporter agent's run; its handle and the approval request it first waits on."""
+    handle = await start_run(
+        dev_env.client,
+        task_queue,
+        RunInput(task="Build, file and check the Q3 report", agent="reporter"),
+        workflow_id=workflow_id,
+    )
+    return handle, await _open_request(handle, set())
 
 
 async def _open_request(handle: WorkflowHandle[Any, Any], decided: set[str]) -> str:
@@ -393,13 +399,7 @@ async def test_a_run_alternates_between_two_workers_that_share_only_the_bucket(
         )
         try:
             await one.start()
-            handle = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
-                RunInput(task="Build, file and check the Q3 report", agent="reporter"),
-                id=f"s3-fleet-{task_queue}",
-                task_queue=task_queue,
-            )
-            first = await _open_request(handle, set())
+            handle, first = await _start_report(dev_env, task_queue, f"s3-fleet-{task_queue}")
             await one.stop()
             await two.start()
             await _approve(handle, first)
@@ -439,13 +439,7 @@ async def test_a_worker_on_a_directory_store_refuses_the_run_cleanly(
         )
         try:
             await on_bucket.start()
-            handle = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
-                RunInput(task="Build, file and check the Q3 report", agent="reporter"),
-                id=f"s3-refused-{task_queue}",
-                task_queue=task_queue,
-            )
-            request = await _open_request(handle, set())
+            handle, request = await _start_report(dev_env, task_queue, f"s3-refused-{task_queue}")
             await on_bucket.stop()
             await on_directory.start()
             await _approve(handle, request)

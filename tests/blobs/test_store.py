@@ -74,17 +74,8 @@ SLICES = [
 SLICES_PAST_THE_END = [(8, 100, b"89"), (10, 5, b""), (10, None, b""), (50, None, b"")]
 
 
-@pytest.mark.parametrize(("offset", "length", "expected"), SLICES)
+@pytest.mark.parametrize(("offset", "length", "expected"), [*SLICES, *SLICES_PAST_THE_END])
 async def test_slices(
-    store: LocalBlobStore, offset: int, length: int | None, expected: bytes
-) -> None:
-    ref = await store.put(b"0123456789")
-
-    assert await store.get(ref, offset, length) == expected
-
-
-@pytest.mark.parametrize(("offset", "length", "expected"), SLICES_PAST_THE_END)
-async def test_slice_past_the_end_is_cut_short(
     store: LocalBlobStore, offset: int, length: int | None, expected: bytes
 ) -> None:
     ref = await store.put(b"0123456789")

@@ -4,19 +4,13 @@ production worker wiring on a task queue of the test's own."""
 
 from __future__ import annotations
 
-import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from chaos.gateway_faults import run_gateway_faults
 from chaos.model import GatewayTarget
 from examples.demo.catalog import all_tools
 from examples.systems import create_app as systems_app
-from examples.systems import serving
-from tests.helpers import make_worker
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
-from waitstate.settings import Settings
+from tests.rigs import serving_stack
 
 # Two keys: tokens are signed with the first, and the second makes the nonce-mismatch attack
 # possible (a token that verifies but was not the one the run was given).
@@ -37,34 +31,20 @@ EXPECTED_ROWS = {
 async def test_gateway_attacks_break_no_invariant(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    tokens = ResumeTokens(KEYS, "chaos")
+    systems = systems_app(export_seconds=0.5)
     async with (
-        httpx.AsyncClient(timeout=30) as http,
-        serving(systems_app(export_seconds=0.5)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
+        serving_stack(dev_env.client, task_queue, KEYS, "chaos", systems, http_timeout=30) as stack,
+        stack.worker(tools=all_tools(stack.http, stack.systems_url)),
     ):
-        settings = Settings(
-            gateway_url=gateway_url,
-            demo_systems_url=systems_url,
+        target = GatewayTarget(
+            client=dev_env.client,
+            gateway_url=stack.gateway_url,
+            systems_url=stack.systems_url,
+            task_queue=task_queue,
             token_keys=KEYS,
-            token_signing_key="chaos",
+            signing_key_id="chaos",
         )
-        async with make_worker(
-            dev_env.client,
-            task_queue,
-            tools=all_tools(http, settings.demo_systems_url),
-            settings=settings,
-            tokens=tokens,
-        ):
-            target = GatewayTarget(
-                client=dev_env.client,
-                gateway_url=gateway_url,
-                systems_url=systems_url,
-                task_queue=task_queue,
-                token_keys=KEYS,
-                signing_key_id="chaos",
-            )
-            checks = await run_gateway_faults(target, runs=2, fuzz_examples=150, seed=7)
+        checks = await run_gateway_faults(target, runs=2, fuzz_examples=150, seed=7)
 
     assert {check.name for check in checks} == EXPECTED_ROWS
     violations = {check.name: check.violations for check in checks if check.violations}

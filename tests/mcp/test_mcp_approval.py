@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, start_run
 from tests.mcp.mcp_app import calls_made
 from waitstate.apps import Apps, load_apps
 from waitstate.client import PendingRequest, WaitstateClient
@@ -33,11 +33,8 @@ def _apps(*servers: McpServer) -> Apps:
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str, table: str
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
-        RunInput(task=table, model=model, tools=["tables__*"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
+    return await start_run(
+        env.client, task_queue, RunInput(task=table, model=model, tools=["tables__*"])
     )
 
 

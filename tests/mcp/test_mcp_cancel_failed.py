@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, replays, until_the_poll_has_heartbeated
+from tests.helpers import make_worker, replays, start_run, until_the_poll_has_heartbeated
 from tests.rigs import ServerProcess
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
@@ -32,16 +31,15 @@ async def test_a_cancel_that_fails_with_the_server_down_is_told_as_such(
     url = f"http://127.0.0.1:{restartable_reports.port}/mcp"
     server = McpServer("reports", url=url, reach_within=timedelta(seconds=1))
     async with make_worker(dev_env.client, task_queue, apps=load_apps([APP], mcp_servers=[server])):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(
                 task="use the reports server",
                 model="scripted:mcp-export",  # a ten-minute task
                 tools=["reports__*"],
                 operation_timeout=timedelta(seconds=12),
             ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         await until_the_poll_has_heartbeated(handle)
         await restartable_reports.kill()  # down from now until past the expiry

@@ -6,7 +6,6 @@ over streamable HTTP."""
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -14,14 +13,21 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import (
+    eventually,
+    first_question,
+    make_worker,
+    replays,
+    scheduled_activities,
+    start_run,
+)
 from tests.mcp.mcp_app import task_events
 from waitstate.apps import Apps, load_apps
 from waitstate.mcp import McpServer
 from waitstate.mcp_tasks import TaskState, completion_of
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import Completion
-from waitstate.schemas.questions import AnswerInput, InputPolicy, InputRequest, Question
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, Question
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import WAITING_FOR
@@ -42,20 +48,11 @@ def _apps(url: str, policy: InputPolicy | None = None) -> Apps:
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
+    return await start_run(
+        env.client,
+        task_queue,
         RunInput(task="publish the emea report", model=model, tools=["reports__publish_report"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
     )
-
-
-async def _question(handle: WorkflowHandle[Any, Any]) -> InputRequest:
-    async def asked() -> InputRequest | None:
-        state = await handle.query(AgentRunWorkflow.status)
-        return next(iter(state.questions.values()), None)
-
-    return await eventually(asked, "the task's question")
 
 
 async def _events(url: str, before: dict[str, int]) -> dict[str, int]:
@@ -69,7 +66,7 @@ async def test_a_person_answers_a_tasks_question_and_the_task_goes_on_with_it(
     before = await task_events(reports_url)
     async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
         handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
-        question = await _question(handle)
+        question = await first_question(handle, "the task's question")
 
         async def waiting_for_input() -> bool:
             attributes = (await handle.describe()).typed_search_attributes
@@ -77,24 +74,22 @@ async def test_a_person_answers_a_tasks_question_and_the_task_goes_on_with_it(
 
         await eventually(waiting_for_input, "WaitingFor = input")
         shown = (await handle.query(AgentRunWorkflow.status)).operations[question.operation_id]
+
+        async def accept(channel: str, responder: str) -> AnswerOutcome:
+            answer = AnswerInput(
+                question_id=question.question_id,
+                action="accept",
+                content={"channel": channel},
+                responder=responder,
+            )
+            return await handle.execute_update(AgentRunWorkflow.answer, answer)
+
         # Not an answer the question allows: refused, and nothing changes.
         with pytest.raises(WorkflowUpdateFailedError) as wrong:
-            await handle.execute_update(
-                AgentRunWorkflow.answer,
-                AnswerInput(question_id=question.question_id, action="accept",
-                            content={"channel": "fax"}, responder="ana"),
-            )  # fmt: skip
-        outcome = await handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(question_id=question.question_id, action="accept",
-                        content={"channel": "slack"}, responder="ana"),
-        )  # fmt: skip
+            await accept("fax", "ana")
+        outcome = await accept("slack", "ana")
         with pytest.raises(WorkflowUpdateFailedError) as again:
-            await handle.execute_update(
-                AgentRunWorkflow.answer,
-                AnswerInput(question_id=question.question_id, action="accept",
-                            content={"channel": "email"}, responder="bo"),
-            )  # fmt: skip
+            await accept("email", "bo")
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         await replays(handle, "mcp_task_question_answered")
@@ -130,7 +125,7 @@ async def test_the_model_answers_a_question_the_policy_gives_it(
     policy = InputPolicy(answered_by="model")
     async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url, policy)):
         handle = await _start(dev_env, task_queue, "scripted:mcp-publish-answering")
-        question = await _question(handle)
+        question = await first_question(handle, "the task's question")
         # A person may not answer the model's question.
         with pytest.raises(WorkflowUpdateFailedError) as not_yours:
             await handle.execute_update(

@@ -8,32 +8,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import uuid
 from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.test_starter import PATIENCE, Cli
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunInput, RunResult
-from workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.mcp.mcp_app:app"
 STEP = re.compile(r"step (\d+)/240")
 
 
 async def _start(env: WorkflowEnvironment, task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
+    return await start_run(
+        env.client,
+        task_queue,
         RunInput(task="count", model="scripted:mcp-count-long", tools=["reports__count"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
     )
 
 
@@ -56,8 +52,7 @@ async def _watched_step(watch: asyncio.subprocess.Process) -> tuple[str, int]:
 async def test_a_tasks_progress_shows_in_status_status_json_and_watch(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    address = dev_env.client.service_client.config.target_host
-    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    cli = Cli(process_env(dev_env.client, task_queue))
     apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
     async with make_worker(dev_env.client, task_queue, apps=apps):
         handle = await _start(dev_env, task_queue)
@@ -107,11 +102,10 @@ async def test_each_of_two_tasks_polled_at_once_shows_its_own_progress(
     apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
     async with make_worker(dev_env.client, task_queue, apps=apps):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(task="count twice", model="scripted:mcp-two-counts", tools=["reports__*"]),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         try:
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -17,8 +16,10 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import (
     activity_attempts,
     eventually,
+    first_question,
     make_worker,
     scheduled_activities,
+    start_run,
     until_the_poll_has_heartbeated,
 )
 from tests.mcp.mcp_app import task_events
@@ -26,7 +27,7 @@ from tests.rigs import ServerProcess
 from waitstate.apps import Apps, load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunInput, RunResult
-from waitstate.schemas.questions import AnswerInput, InputRequest
+from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
@@ -44,11 +45,10 @@ def _apps(url: str) -> Apps:
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
+    return await start_run(
+        env.client,
+        task_queue,
         RunInput(task="use the reports server", model=model, tools=["reports__*"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
     )
 
 
@@ -117,12 +117,7 @@ async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
     url = _url(restartable_reports)
     async with make_worker(dev_env.client, task_queue, apps=_apps(url)):
         handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
-
-        async def asked() -> InputRequest | None:
-            state = await handle.query(AgentRunWorkflow.status)
-            return next(iter(state.questions.values()), None)
-
-        question = await eventually(asked, "the task's question")
+        question = await first_question(handle, "the task's question")
         first_life = await task_events(url)
         await _outage(restartable_reports, caplog)
         outcome = await handle.execute_update(

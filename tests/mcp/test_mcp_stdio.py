@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, scheduled_activities
+from tests.helpers import eventually, make_worker, process_env, scheduled_activities, start_run
 from tests.rigs import WorkerProcess
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
@@ -28,7 +27,6 @@ from waitstate.mcp import McpServer
 from waitstate.mcp_tasks import tool_result_text
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.subprocess
 
@@ -41,11 +39,8 @@ RESULT_TIMEOUT = 90
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
-        RunInput(task="count", model=model, tools=["local__*"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
+    return await start_run(
+        env.client, task_queue, RunInput(task="count", model=model, tools=["local__*"])
     )
 
 
@@ -118,14 +113,13 @@ async def test_a_task_of_a_stdio_server_is_called_polled_and_finished(
 async def test_a_worker_restart_ends_a_stdio_servers_task_and_the_model_is_told(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, restart: str
 ) -> None:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-        "WAITSTATE_TASK_QUEUE": task_queue,
-        "WAITSTATE_APPS": APP,
-        "WAITSTATE_MCP_SERVERS": f"local=stdio:{COMMAND}",
-        "WAITSTATE_BLOB_DIR": str(tmp_path / "blobs"),
-    }
+    env = process_env(
+        dev_env.client,
+        task_queue,
+        WAITSTATE_APPS=APP,
+        WAITSTATE_MCP_SERVERS=f"local=stdio:{COMMAND}",
+        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
+    )
     worker = WorkerProcess(env, tmp_path / "worker.log")
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
     await worker.start()

@@ -6,14 +6,13 @@ run's backoff takes no time)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, start_run
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
@@ -34,11 +33,10 @@ async def test_an_outage_of_the_store_at_the_start_is_waited_out(
     apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
     client = time_skipping_env.client
     async with make_worker(client, task_queue, apps=apps, settings=Settings(blob_dir=root)):
-        handle: WorkflowHandle[Any, RunResult] = await client.start_workflow(
-            AgentRunWorkflow.run,
+        handle: WorkflowHandle[Any, RunResult] = await start_run(
+            client,
+            task_queue,
             RunInput(task="add", model="scripted:mcp-add", tools=["reports__add"]),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
 
         async def past_the_listings_attempts() -> RunState | None:

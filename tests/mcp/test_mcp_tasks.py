@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
 from tests.mcp.mcp_app import task_events
 from waitstate.apps import Apps, load_apps
 from waitstate.mcp import McpServer
@@ -31,11 +30,10 @@ def _apps(url: str) -> Apps:
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str, **fields: Any
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
+    return await start_run(
+        env.client,
+        task_queue,
         RunInput(task="use the reports server", model=model, tools=["reports__*"], **fields),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
 from waitstate.apps import Apps, load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunInput, RunResult
@@ -32,11 +31,8 @@ def _apps(url: str) -> Apps:
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str, tools: list[str]
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
-        RunInput(task="use the reports server", model=model, tools=tools),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
+    return await start_run(
+        env.client, task_queue, RunInput(task="use the reports server", model=model, tools=tools)
     )
 
 
@@ -122,16 +118,15 @@ async def test_runs_continued_as_new_keep_the_listing_of_the_first(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(
                 task="tour",
                 model="scripted:mcp-tour",
                 tools=["reports__*"],
                 continue_as_new_after_events=10,
             ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         result = await handle.result()
 
@@ -163,11 +158,10 @@ async def test_a_server_over_stdio_is_listed_and_called(
     apps = load_apps([APP], mcp_servers=[local])
     try:
         async with make_worker(dev_env.client, task_queue, apps=apps):
-            handle = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                dev_env.client,
+                task_queue,
                 RunInput(task="quiet please", model="scripted:mcp-shout", tools=["local__shout"]),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             result = await handle.result()
     finally:

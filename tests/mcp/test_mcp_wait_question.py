@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, replays
+from tests.helpers import make_worker, replays, start_run
 from tests.mcp.mcp_app import task_events
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
@@ -31,16 +30,15 @@ async def test_a_tasks_question_for_the_model_ends_its_wait_for_operations(
     policy = InputPolicy(answered_by="model", timeout=timedelta(seconds=20))
     server = McpServer("reports", url=reports_url, input=policy)
     async with make_worker(dev_env.client, task_queue, apps=load_apps([APP], mcp_servers=[server])):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(
                 task="publish the emea report",
                 model="scripted:publish-wait-answer",
                 tools=["reports__publish_report"],
                 operation_mode="handle",
             ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)

@@ -8,7 +8,12 @@ import pytest
 
 from examples.demo.basic import demo_tools
 from waitstate.providers import UnknownModelError
-from waitstate.providers.scripted import SCRIPTED_BANNER, SCRIPTS, ScriptedProvider
+from waitstate.providers.scripted import (
+    SCRIPTED_BANNER,
+    SCRIPTS,
+    ScriptedProvider,
+    questions_for_the_model,
+)
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
 from waitstate.tools import ToolRegistry
 
@@ -197,3 +202,21 @@ async def test_extra_scripts_can_be_registered() -> None:
     assert response.message.content == "HI"
     assert "shout" in provider.names()
     assert "demo" in provider.names()
+
+
+def test_the_questions_for_the_model_are_those_of_open_operations_it_answers() -> None:
+    mine = {"question_id": "q_1", "answered_by": "you (answer_question)"}
+    theirs = {"question_id": "q_2", "answered_by": "a person"}
+    ended = {"question_id": "q_3", "answered_by": "you (answer_question)"}
+    waited = [
+        {"operation_id": "op_1", "status": "input_required", "questions": [mine, theirs]},
+        {"operation_id": "op_2", "status": "succeeded", "questions": [ended]},
+        {"operation_id": "op_3", "status": "running"},
+    ]
+
+    assert questions_for_the_model(json.dumps(waited)) == [mine]
+
+
+@pytest.mark.parametrize("content", ["not json", '{"status": "running"}', '["op_1", 2]', "[]"])
+def test_no_questions_for_the_model_in_anything_else(content: str) -> None:
+    assert questions_for_the_model(content) == []

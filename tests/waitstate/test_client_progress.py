@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import uuid
 from datetime import timedelta
 
 import httpx
@@ -18,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, start_run
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
@@ -35,11 +34,10 @@ async def test_a_polled_jobs_progress_is_read_from_its_polls_heartbeat(
     ):
         tools = [enrich_tool(EnrichmentPipeline(http, url), poll_interval=interval)]
         async with make_worker(dev_env.client, task_queue, tools=tools):
-            handle = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                dev_env.client,
+                task_queue,
                 RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             try:
 

@@ -11,11 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.rigs import Desk, Stack
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
-from waitstate.settings import Settings
+from tests.rigs import Desk, Stack, serving_stack
 
 KEYS = {"test": "t" * 40}
 
@@ -24,19 +20,9 @@ KEYS = {"test": "t" * 40}
 async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
     """The dev server, the gateway and the demo systems (exports take half a second, the
     pipeline two), over real HTTP."""
-    tokens = ResumeTokens(KEYS, "test")
-    async with (
-        httpx.AsyncClient(timeout=10) as http,
-        serving(systems_app(export_seconds=0.5, pipeline_seconds=2.0)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
-    ):
-        settings = Settings(
-            gateway_url=gateway_url,
-            demo_systems_url=systems_url,
-            token_keys=KEYS,
-            token_signing_key="test",
-        )
-        yield Stack(dev_env.client, http, systems_url, gateway_url, tokens, settings, task_queue)
+    systems = systems_app(export_seconds=0.5, pipeline_seconds=2.0)
+    async with serving_stack(dev_env.client, task_queue, KEYS, "test", systems) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities
+from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities, start_run
 from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult
 from waitstate.schemas.errors import RUN_FAILED
@@ -30,13 +30,24 @@ async def run(
     env: WorkflowEnvironment, task_queue: str, **fields: Any
 ) -> tuple[RunResult, WorkflowHandle[Any, RunResult]]:
     """Start a run with `fields` (the demo's tools unless given); its result and handle."""
-    handle = await env.client.start_workflow(
-        AgentRunWorkflow.run,
-        RunInput(**{"tools": ALL_TOOLS, **fields}),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
-    )
+    handle = await start_run(env.client, task_queue, RunInput(**{"tools": ALL_TOOLS, **fields}))
     return await handle.result(), handle
+
+
+class CalculateArgs(BaseModel):
+    expression: str
+
+
+async def fan_out(
+    env: WorkflowEnvironment, task_queue: str, calculate: Callable[[CalculateArgs], Awaitable[str]]
+) -> RunResult:
+    """The fan-out script's run: one turn of three `calculate` calls, answered by `calculate`."""
+    tools = [ToolSpec(name="calculate", description="d", args=CalculateArgs, handler=calculate)]
+    async with make_worker(env.client, task_queue, tools=tools):
+        result, _ = await run(
+            env, task_queue, task="squares", model="scripted:fan-out", tools=["calculate"]
+        )
+    return result
 
 
 async def test_demo_run_calls_tools_and_answers(
@@ -74,12 +85,9 @@ async def test_tool_calls_of_one_turn_run_concurrently(
     in_flight = 0
     most = 0
 
-    class Args(BaseModel):
-        expression: str
-
     all_in_flight = asyncio.Event()
 
-    async def slow_calculate(args: Args) -> str:
+    async def slow_calculate(args: CalculateArgs) -> str:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
@@ -93,15 +101,7 @@ async def test_tool_calls_of_one_turn_run_concurrently(
         in_flight -= 1
         return args.expression
 
-    tools = [ToolSpec(name="calculate", description="d", args=Args, handler=slow_calculate)]
-    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        result, _ = await run(
-            time_skipping_env,
-            task_queue,
-            task="squares",
-            model="scripted:fan-out",
-            tools=["calculate"],
-        )
+    result = await fan_out(time_skipping_env, task_queue, slow_calculate)
 
     assert result.status == "completed"
     assert result.tool_calls == 3
@@ -179,23 +179,12 @@ async def test_failing_tool_is_retried_then_reported_to_the_model(
 ) -> None:
     attempts = 0
 
-    class Args(BaseModel):
-        expression: str
-
-    async def broken(args: Args) -> str:
+    async def broken(args: CalculateArgs) -> str:
         nonlocal attempts
         attempts += 1
         raise RuntimeError("disk on fire")
 
-    tools = [ToolSpec(name="calculate", description="d", args=Args, handler=broken)]
-    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        result, _ = await run(
-            time_skipping_env,
-            task_queue,
-            task="squares",
-            model="scripted:fan-out",
-            tools=["calculate"],
-        )
+    result = await fan_out(time_skipping_env, task_queue, broken)
 
     assert result.status == "completed"
     assert result.final_output is not None and "disk on fire" in result.final_output
@@ -206,11 +195,8 @@ async def test_unknown_script_fails_the_run_without_retrying(
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     async with make_worker(time_skipping_env.client, task_queue):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task="t", model="scripted:nope"),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
+        handle = await start_run(
+            time_skipping_env.client, task_queue, RunInput(task="t", model="scripted:nope")
         )
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
@@ -245,11 +231,8 @@ async def test_status_while_running_then_cancel(
         workflows=[AgentRunWorkflow],
         activities=[never_answers],
     ):
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task="wait", model="scripted:demo"),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
+        handle = await start_run(
+            dev_env.client, task_queue, RunInput(task="wait", model="scripted:demo")
         )
         await asyncio.wait_for(model_started.wait(), timeout=10)
         running = await handle.query(AgentRunWorkflow.status)

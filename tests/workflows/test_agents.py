@@ -12,7 +12,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, replays, scheduled_activities
+from tests.helpers import make_worker, replays, scheduled_activities, start_run
 from waitstate.apps import load_apps
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, RESOLVE_AGENT
@@ -76,11 +76,8 @@ async def test_an_unknown_agent_fails_the_run_at_once_naming_the_known_ones(
 ) -> None:
     apps = load_apps([APP])
     async with make_worker(time_skipping_env.client, task_queue, apps=apps):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task="anything", agent="nobody"),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
+        handle = await start_run(
+            time_skipping_env.client, task_queue, RunInput(task="anything", agent="nobody")
         )
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()

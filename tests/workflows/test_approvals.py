@@ -5,11 +5,9 @@ far end."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -32,7 +30,14 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually, make_worker, quiet_history_length, replays
+from tests.helpers import (
+    eventually,
+    make_worker,
+    process_env,
+    quiet_history_length,
+    replays,
+    start_run,
+)
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, ROOT, Desk
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -274,7 +279,7 @@ async def test_two_approvals_apply_once_and_the_second_is_recorded(desk: Desk) -
 
 @pytest.mark.subprocess
 def test_cli_decision_for_a_run_that_does_not_exist(dev_env: WorkflowEnvironment) -> None:
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host}
+    env = process_env(dev_env.client)
     done = subprocess.run(
         [sys.executable, "starter.py", "approve", "no-such-run"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
@@ -298,11 +303,8 @@ async def test_approval_link_is_single_use_and_cannot_be_forged(
         async with make_worker(
             dev_env.client, task_queue, tools=tools, settings=settings, tokens=tokens
         ):
-            handle = await dev_env.client.start_workflow(
-                AgentRunWorkflow.run,
-                RunInput(task=REFUND_TASK, tools=REFUND_TOOLS),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
+            handle = await start_run(
+                dev_env.client, task_queue, RunInput(task=REFUND_TASK, tools=REFUND_TOOLS)
             )
             request = await _open_request(handle)
 
@@ -409,11 +411,8 @@ async def test_a_link_used_before_the_outbox_answered_is_applied_once(
             tokens=tokens,
         ):
             try:
-                handle = await dev_env.client.start_workflow(
-                    AgentRunWorkflow.run,
-                    RunInput(task=REFUND_TASK, tools=REFUND_TOOLS),
-                    id=f"run-{uuid.uuid4()}",
-                    task_queue=task_queue,
+                handle = await start_run(
+                    dev_env.client, task_queue, RunInput(task=REFUND_TASK, tools=REFUND_TOOLS)
                 )
 
                 async def posted() -> list[dict[str, Any]]:

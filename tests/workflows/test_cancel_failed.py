@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import uuid
 from datetime import timedelta
 
 import httpx
@@ -19,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import make_worker, replays
+from tests.helpers import make_worker, process_env, replays, start_run
 from tests.test_starter import Cli
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
@@ -32,8 +30,7 @@ async def test_a_cancel_the_jobs_system_refuses_is_told_to_the_model_and_in_stat
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     env = time_skipping_env
-    address = env.client.service_client.config.target_host
-    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    cli = Cli(process_env(env.client, task_queue))
     async with (
         httpx.AsyncClient(timeout=10) as http,
         serving(systems_app(pipeline_seconds=0.5)) as systems_url,
@@ -46,16 +43,15 @@ async def test_a_cancel_the_jobs_system_refuses_is_told_to_the_model_and_in_stat
             pipeline, poll_interval=timedelta(minutes=10), timeout=timedelta(hours=1)
         )
         async with make_worker(env.client, task_queue, tools=[tool]):
-            handle = await env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                env.client,
+                task_queue,
                 RunInput(
                     task="enrich",
                     model="scripted:enrich",
                     tools=["enrich_dataset"],
                     rebuild_after=timedelta(days=1),  # the script reads its own transcript
                 ),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
             state = await handle.query(AgentRunWorkflow.status)

@@ -5,12 +5,11 @@ decision sent later reaches the run that carries on."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from pydantic import BaseModel, Field
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, history_bytes, make_worker, replays
+from tests.helpers import eventually, history_bytes, make_worker, replays, start_run
 from tests.rigs import EXPORT_TASK, REFUND_TOOLS, Desk, Stack
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
@@ -33,8 +32,9 @@ async def test_two_hundred_turns_stay_small_and_continue_as_new(
 ) -> None:
     tools = [ToolSpec(name="chunk", description="chunk", args=ChunkArgs, handler=_chunk)]
     async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            time_skipping_env.client,
+            task_queue,
             RunInput(
                 task="read 200 chunks",
                 model="scripted:long-haul",
@@ -42,8 +42,6 @@ async def test_two_hundred_turns_stay_small_and_continue_as_new(
                 max_turns=201,
                 continue_as_new_after_events=1000,
             ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         result = await asyncio.wait_for(handle.result(), 300)
     size, runs = await history_bytes(

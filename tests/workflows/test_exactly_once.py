@@ -4,7 +4,6 @@ or a person's decision used to be lost (issue 11), each as it was reproduced."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import callback_token, eventually, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -89,11 +88,8 @@ class Rig:
         )
 
     async def start(self, task: str, tools: list[str], **fields: Any) -> WorkflowHandle[Any, Any]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=tools, **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
+        return await start_run(
+            self.client, self.task_queue, RunInput(task=task, tools=tools, **fields)
         )
 
     async def faults(self, **faults: Any) -> None:
@@ -101,6 +97,15 @@ class Rig:
 
     async def stats(self) -> dict[str, Any]:
         return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
+
+    async def approve_by_link(self, notice: dict[str, Any]) -> httpx.Response:
+        """Approve, as "ana", through the decision link of an approval notice."""
+        link = notice["decision"]
+        return await self.http.post(
+            link["url"],
+            json={"decision": "approve", "reviewer": "ana"},
+            headers={"Authorization": link["authorization"]},
+        )
 
     async def outbox(self, workflow_id: str) -> list[dict[str, Any]]:
         entries = (await self.http.get(f"{self.systems_url}/approvals/outbox")).json()
@@ -266,17 +271,13 @@ async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalati
         notices = await eventually(
             lambda: _at_least(rig.outbox(handle.id), 2), "the escalation notice"
         )
-        link = first["decision"]
-        answer = await rig.http.post(
-            link["url"],
-            json={"decision": "approve", "reviewer": "ana"},
-            headers={"Authorization": link["authorization"]},
-        )
+        answer = await rig.approve_by_link(first)
         result = await _result(handle)
         state = await _state(handle)
 
     assert notices[1]["escalation"] is True
-    assert notices[1]["decision"]["authorization"] != link["authorization"], "signed by `new`"
+    first_link = first["decision"]["authorization"]
+    assert notices[1]["decision"]["authorization"] != first_link, "signed by `new`"
     assert answer.status_code == 200, answer.text
     [request] = state.approvals.values()
     assert request.status == "approved" and request.decision is not None
@@ -382,14 +383,24 @@ async def _continuations(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, Ru
     return inputs
 
 
-async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Rig) -> None:
+async def _chatty_export(
+    rig: Rig, tools: list[str], **fields: Any
+) -> tuple[WorkflowHandle[Any, RunResult], RunResult, RunState, list[tuple[str, RunInput]]]:
+    """A run of the export task whose job reports progress eight times in its 4 s: the run's
+    handle, result, last state and continuations."""
     await rig.faults(progress_reports=8, export_seconds=4)
     async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, continue_as_new_after_events=30)
+        handle = await rig.start(EXPORT_TASK, tools, **fields)
         result = await _result(handle)
         state = await _state(handle)
+    return handle, result, state, await _continuations(handle)
+
+
+async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Rig) -> None:
+    handle, result, state, continued = await _chatty_export(
+        rig, EXPORT_TOOLS, continue_as_new_after_events=30
+    )
     stats = await rig.stats()
-    continued = await _continuations(handle)
 
     [job] = stats["jobs"].values()
     assert [w["status_code"] for w in job["webhooks"]] == [200] * 9, job["webhooks"]
@@ -410,19 +421,14 @@ async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig
 async def test_progress_while_handles_run_continues_the_run_as_new_between_turns(
     rig: Rig,
 ) -> None:
-    await rig.faults(progress_reports=8, export_seconds=4)
-    async with rig.worker():
-        handle = await rig.start(
-            EXPORT_TASK,
-            ["start_export"],
-            model="scripted:two-exports",
-            operation_mode="handle",
-            continue_as_new_after_events=40,
-        )
-        result = await _result(handle)
-        state = await _state(handle)
+    handle, result, state, continued = await _chatty_export(
+        rig,
+        ["start_export"],
+        model="scripted:two-exports",
+        operation_mode="handle",
+        continue_as_new_after_events=40,
+    )
     stats = await rig.stats()
-    continued = await _continuations(handle)
 
     assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
     assert all(w["status_code"] == 200 for j in stats["jobs"].values() for w in j["webhooks"])
@@ -432,17 +438,13 @@ async def test_progress_while_handles_run_continues_the_run_as_new_between_turns
 
 
 async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
-    await rig.faults(progress_reports=8, export_seconds=4)
-    async with rig.worker():
-        handle = await rig.start(
-            EXPORT_TASK,
-            ["start_export"],
-            model="scripted:check-and-wait",
-            operation_mode="handle",
-            continue_as_new_after_events=30,
-        )
-        result = await _result(handle)
-    continued = await _continuations(handle)
+    handle, result, _, continued = await _chatty_export(
+        rig,
+        ["start_export"],
+        model="scripted:check-and-wait",
+        operation_mode="handle",
+        continue_as_new_after_events=30,
+    )
 
     turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
     assert turns and all(turn.calls[0].name == "wait_for_operations" for _, turn in turns)
@@ -512,12 +514,7 @@ async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
             return failing_outbox.posts
 
         [notice, *_] = await eventually(posted, "the notice reached the outbox")
-        link = notice["decision"]
-        answer = await rig.http.post(
-            link["url"],
-            json={"decision": "approve", "reviewer": "ana"},
-            headers={"Authorization": link["authorization"]},
-        )
+        answer = await rig.approve_by_link(notice)
         result = await _result(handle)
 
     assert answer.status_code == 200, answer.text

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,9 +20,14 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import WorkflowHandle
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import (
+    eventually,
+    first_question,
+    process_env,
+    replays,
+    scheduled_activities,
+)
 from tests.rigs import Stack, WorkerProcess, free_port, python_server
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
@@ -74,18 +78,7 @@ def reports_url() -> Iterator[str]:
 @pytest.fixture
 @needs(SUBPROCESS)
 def cli(stack: Stack) -> Cli:
-    address = stack.client.service_client.config.target_host
-    return Cli(
-        {**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": stack.task_queue}
-    )
-
-
-async def _question(handle: WorkflowHandle[Any, Any]) -> InputRequest:
-    async def asked() -> InputRequest | None:
-        state = await handle.query(AgentRunWorkflow.status)
-        return next(iter(state.questions.values()), None)
-
-    return await eventually(asked, "the run's question")
+    return Cli(process_env(stack.client, stack.task_queue))
 
 
 async def _link(stack: Stack, question: InputRequest) -> dict[str, str]:
@@ -110,17 +103,16 @@ async def _worker_process(stack: Stack, reports_url: str, tmp_path: Path) -> Asy
     """`python worker.py` serving the app: a process of its own, as in production, so that a
     worker the answer wedges cannot wedge the test."""
     key_id, secret = next(iter(KEYS.items()))
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
-        "WAITSTATE_TASK_QUEUE": stack.task_queue,
-        "WAITSTATE_APPS": APP,
-        "WAITSTATE_MCP_SERVERS": f"reports={reports_url}",
-        "WAITSTATE_BLOB_DIR": str(tmp_path / "blobs"),
-        "WAITSTATE_TOKEN_KEYS": f"{key_id}:{secret}",
-        "GATEWAY_URL": stack.gateway_url,
-        "DEMO_SYSTEMS_URL": stack.systems_url,
-    }
+    env = process_env(
+        stack.client,
+        stack.task_queue,
+        WAITSTATE_APPS=APP,
+        WAITSTATE_MCP_SERVERS=f"reports={reports_url}",
+        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
+        WAITSTATE_TOKEN_KEYS=f"{key_id}:{secret}",
+        GATEWAY_URL=stack.gateway_url,
+        DEMO_SYSTEMS_URL=stack.systems_url,
+    )
     worker = WorkerProcess(env, tmp_path / "worker.log")
     await worker.start()
     try:
@@ -137,7 +129,7 @@ async def test_a_crafted_answer_is_refused_at_once_and_the_worker_keeps_serving(
         victim = await stack.start(
             json.dumps(CRAFTED_SCHEMA), ["reports__ask_with_schema"], model="scripted:ask-schema"
         )
-        question = await _question(victim)
+        question = await first_question(victim, "the run's question")
         link = await _link(stack, question)
         bystander = await stack.start("export", ["start_export"], model="scripted:export-once")
 
@@ -214,14 +206,7 @@ async def _asking(
     jobs ask in the schemas of MALFORMED, by webhook through the real gateway or when polled."""
     jobs = AskingJobs(stack.http, {case: schema for case, (schema, _) in MALFORMED.items()})
     apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
-    worker = make_worker(
-        stack.client,
-        stack.task_queue,
-        tools=[ask_tool(jobs, completion, policy)],
-        tokens=stack.tokens,
-        settings=stack.settings,
-        apps=apps,
-    )
+    worker = stack.worker(tools=[ask_tool(jobs, completion, policy)], apps=apps)
     try:
         async with worker:
             yield jobs
@@ -268,7 +253,7 @@ async def test_an_mcp_tasks_question_in_a_malformed_schema_is_declined_with_the_
         handle = await stack.start(
             json.dumps(schema), ["reports__ask_with_schema"], model="scripted:ask-schema"
         )
-        question = await _question(handle)
+        question = await first_question(handle, "the run's question")
         assert question.status == "refused", question
         result = await asyncio.wait_for(handle.result(), FINISHES)
         state = await handle.query(AgentRunWorkflow.status)

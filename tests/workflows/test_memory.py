@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -29,10 +25,13 @@ from tests.helpers import (
     eventually,
     history_bytes,
     make_worker,
+    process_env,
     replays,
     scheduled_activities,
+    start_run,
 )
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
+from tests.test_starter import Cli
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
@@ -75,9 +74,7 @@ async def test_a_short_poll_costs_no_model_call_for_a_checkpoint(
         openai_text("enriched"),
     )
     settings = replace(stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test")
-    async with make_worker(
-        stack.client, stack.task_queue, tools=stack.tools(), settings=settings, tokens=stack.tokens
-    ):
+    async with stack.worker(settings=settings):
         handle = await stack.start("enrich", ["enrich_dataset"], model="openai:test-model")
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
@@ -172,16 +169,15 @@ async def _rebuilt_after_a_day(
         async with make_worker(
             env.client, task_queue, tools=tools, settings=settings, tokens=tokens
         ):
-            handle = await env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                env.client,
+                task_queue,
                 RunInput(
                     task="Export Q3 transactions",
                     model="openai:test-model",
                     tools=["big", "start_export"],
                     constraints=["never email customers"],
                 ),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
 
             async def pending() -> RunState | None:
@@ -268,11 +264,10 @@ async def test_a_five_megabyte_result_goes_by_reference(
 ) -> None:
     tools = [_tool("big_report", _five_megabytes)]
     async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        handle = await time_skipping_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            time_skipping_env.client,
+            task_queue,
             RunInput(task="read it", model="scripted:read-big", tools=["big_report"]),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
@@ -291,9 +286,7 @@ async def test_a_five_megabyte_result_goes_by_reference(
 
 
 @pytest.mark.subprocess
-async def test_status_of_a_waiting_run_shows_the_ledger(
-    stack: Stack, dev_env: WorkflowEnvironment
-) -> None:
+async def test_status_of_a_waiting_run_shows_the_ledger(stack: Stack) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
         # Any wait counts as long: the run writes its checkpoint before it.
@@ -303,17 +296,11 @@ async def test_status_of_a_waiting_run_shows_the_ledger(
             return (await handle.query(AgentRunWorkflow.status)).checkpoint is not None
 
         await eventually(checkpointed, "the run to write its checkpoint")
-        shown = await asyncio.create_subprocess_exec(
-            sys.executable, "starter.py", "status", handle.id,
-            cwd=ROOT,
-            env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await shown.communicate()
+        shown = await Cli(process_env(stack.client))("status", handle.id)
         await handle.cancel()
 
-    text = out.decode()
-    assert shown.returncode == 0, err.decode()
+    text = shown.stdout
+    assert shown.code == 0, shown.stderr
     assert f"run {handle.id}: waiting" in text
     assert "pending operation: op_" in text and "start_export" in text and "expires 20" in text
     assert "checkpoint (" in text and "remaining: once start_export (op_" in text

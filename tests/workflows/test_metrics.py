@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
 from pathlib import Path
@@ -15,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually
+from tests.helpers import eventually, process_env, start_run
 from tests.rigs import WorkerProcess
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -57,28 +56,27 @@ async def test_counters_move_for_an_operation_a_rejected_webhook_and_an_approval
         serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
     ):
         worker = WorkerProcess(
-            {
-                **os.environ,
-                "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-                "WAITSTATE_TASK_QUEUE": task_queue,
-                "DEMO_SYSTEMS_URL": systems_url,
-                "GATEWAY_URL": gateway_url,
-                "WAITSTATE_TOKEN_KEYS": "metrics:" + KEYS["metrics"],
-                "WAITSTATE_WORKER_METRICS": metrics_address,
-                "WAITSTATE_BLOB_DIR": str(tmp_path / "blobs"),
-            },
+            process_env(
+                client,
+                task_queue,
+                DEMO_SYSTEMS_URL=systems_url,
+                GATEWAY_URL=gateway_url,
+                WAITSTATE_TOKEN_KEYS="metrics:" + KEYS["metrics"],
+                WAITSTATE_WORKER_METRICS=metrics_address,
+                WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
+            ),
             tmp_path / "worker.log",
         )
         await worker.start()
         try:
-            export = await client.start_workflow(
-                AgentRunWorkflow.run,
+            export = await start_run(
+                client,
+                task_queue,
                 RunInput(
                     task="Export Q3 transactions and file them in the compliance folder",
                     tools=["start_export", "verify_row_count", "upload_file", "notify_team"],
                 ),
-                id=f"metrics-export-{task_queue}",
-                task_queue=task_queue,
+                workflow_id=f"metrics-export-{task_queue}",
             )
             await asyncio.wait_for(export.result(), 60)
             forged = await http.post(
@@ -86,11 +84,11 @@ async def test_counters_move_for_an_operation_a_rejected_webhook_and_an_approval
                 json={"status": "succeeded"},
                 headers={"Authorization": "Bearer not-a-token"},
             )
-            approval = await client.start_workflow(
-                AgentRunWorkflow.run,
+            approval = await start_run(
+                client,
+                task_queue,
                 RunInput(task="publish", model="scripted:ask-first", tools=["request_approval"]),
-                id=f"metrics-approval-{task_queue}",
-                task_queue=task_queue,
+                workflow_id=f"metrics-approval-{task_queue}",
             )
 
             async def approvals() -> dict[str, Any]:

@@ -4,7 +4,6 @@ takes no time)."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -12,12 +11,11 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import activity_attempts, make_worker
+from tests.helpers import activity_attempts, make_worker, start_run
 from waitstate.schemas import RunInput
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
-from workflows.agent_run import AgentRunWorkflow
 from workflows.policies import MODEL_RETRY
 
 
@@ -25,11 +23,10 @@ async def _failure(
     env: WorkflowEnvironment, task_queue: str, settings: Settings, model_timeout: timedelta
 ) -> tuple[ApplicationError, list[int]]:
     async with make_worker(env.client, task_queue, settings=settings):
-        handle = await env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            env.client,
+            task_queue,
             RunInput(task="hello", model="openai:test-model", model_timeout=model_timeout),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()

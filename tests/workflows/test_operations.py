@@ -5,10 +5,6 @@ the run's history."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,8 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import callback_token, eventually, make_worker, replays
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
+from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
+from tests.test_starter import Cli
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Operation
@@ -168,9 +165,7 @@ async def test_an_operation_that_never_completes_expires_and_its_job_is_cancelle
 
 
 @pytest.mark.subprocess
-async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
-    stack: Stack, dev_env: WorkflowEnvironment
-) -> None:
+async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(stack: Stack) -> None:
     await stack.faults(never_complete=True)
     async with stack.worker():
         handle = await stack.start(EXPORT_TASK, EXPORT_TOOLS, model="scripted:two-exports")
@@ -180,19 +175,13 @@ async def test_cancelling_a_run_cancels_both_of_its_pending_jobs(
             return len(state.operations) == 2
 
         await eventually(two_pending, "both exports to be pending")
-        cancel = await asyncio.create_subprocess_exec(
-            sys.executable, "starter.py", "cancel", handle.id,
-            cwd=ROOT,
-            env={**os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await cancel.communicate()
+        cancel = await Cli(process_env(stack.client))("cancel", handle.id)
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
     stats = await stack.stats()
 
-    assert cancel.returncode == 0, err.decode()
+    assert cancel.code == 0, cancel.stderr
     assert isinstance(failure.value.cause, CancelledError)
     assert state.status == "cancelled"
     assert sorted(op.status for op in state.operations.values()) == ["cancelled", "cancelled"]
@@ -266,11 +255,10 @@ async def test_a_poll_interval_of_a_minute_uses_the_retry_policy_as_the_poller(
             enrich_tool(pipeline, poll_interval=timedelta(minutes=10), timeout=timedelta(days=30))
         ]
         async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-            handle = await time_skipping_env.client.start_workflow(
-                AgentRunWorkflow.run,
+            handle = await start_run(
+                time_skipping_env.client,
+                task_queue,
                 RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
-                id=f"run-{uuid.uuid4()}",
-                task_queue=task_queue,
             )
             result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         events = await _events(handle)

@@ -3,7 +3,6 @@ against a local server that speaks their wire protocols."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -15,7 +14,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import activity_attempts, make_worker
+from tests.helpers import activity_attempts, make_worker, start_run
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
 from waitstate.settings import Settings
@@ -54,11 +53,8 @@ TEXT: dict[str, Callable[..., dict[str, Any]]] = {
 async def _start(
     env: WorkflowEnvironment, task_queue: str, model: str
 ) -> WorkflowHandle[Any, RunResult]:
-    return await env.client.start_workflow(
-        AgentRunWorkflow.run,
-        RunInput(task="What is 17 * 23?", model=model, tools=["calculate"]),
-        id=f"run-{uuid.uuid4()}",
-        task_queue=task_queue,
+    return await start_run(
+        env.client, task_queue, RunInput(task="What is 17 * 23?", model=model, tools=["calculate"])
     )
 
 

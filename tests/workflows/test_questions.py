@@ -8,19 +8,24 @@ rest of the MCP side)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples.demo.purges import PurgeService, purge_tool
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import (
+    eventually,
+    first_question,
+    make_worker,
+    process_env,
+    replays,
+    scheduled_activities,
+)
 from tests.rigs import Stack, free_port, python_server
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
@@ -44,32 +49,16 @@ CONFIRM_SCHEMA = {
 @pytest.fixture
 @needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
-    address = dev_env.client.service_client.config.target_host
-    return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    return Cli(process_env(dev_env.client, task_queue))
 
 
 @asynccontextmanager
 async def _worker(stack: Stack, policy: InputPolicy | None = None) -> AsyncIterator[Worker]:
     backend = PurgeService(stack.http, stack.systems_url)
     tool = purge_tool(backend) if policy is None else purge_tool(backend, input=policy)
-    worker = make_worker(
-        stack.client,
-        stack.task_queue,
-        tools=[tool],
-        tokens=stack.tokens,
-        settings=stack.settings,
-        apps=load_apps([APP]),
-    )
+    worker = stack.worker(tools=[tool], apps=load_apps([APP]))
     async with worker as running:
         yield running
-
-
-async def _question(handle: WorkflowHandle[Any, Any]) -> InputRequest:
-    async def asked() -> InputRequest | None:
-        state = await handle.query(AgentRunWorkflow.status)
-        return next(iter(state.questions.values()), None)
-
-    return await eventually(asked, "the purge's question")
 
 
 async def _notice(stack: Stack, question: InputRequest) -> dict[str, Any]:
@@ -99,7 +88,7 @@ async def test_a_person_answers_through_the_questions_link_once(stack: Stack) ->
         handle = await stack.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge"
         )
-        question = await _question(handle)
+        question = await first_question(handle, "the purge's question")
         notice = await _notice(stack, question)
 
         async def waiting_for_input() -> bool:
@@ -150,7 +139,7 @@ async def test_a_person_answers_through_the_cli_and_pending_lists_the_question(
         handle = await stack.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge"
         )
-        question = await _question(handle)
+        question = await first_question(handle, "the purge's question")
 
         async def listed() -> Any:
             pending = await cli("pending", "--json")
@@ -209,7 +198,7 @@ async def test_a_question_open_when_the_run_continues_as_new_is_answered_in_the_
             model="scripted:purge",
             continue_as_new_after_events=20,
         )
-        question = await _question(handle)
+        question = await first_question(handle, "the purge's question")
 
         async def continued() -> bool:
             return (await handle.query(AgentRunWorkflow.status)).continued_as_new > 0
@@ -292,13 +281,15 @@ async def test_a_person_answers_an_mcp_tasks_question_through_its_link_and_the_c
         by_cli = await stack.start(
             "publish", ["reports__publish_report"], model="scripted:mcp-publish"
         )
-        link = (await _notice(stack, await _question(by_link)))["answer"]
+        link = (await _notice(stack, await first_question(by_link, "the purge's question")))[
+            "answer"
+        ]
         answered = await stack.http.post(
             link["url"],
             headers={"Authorization": link["authorization"]},
             json={"action": "accept", "content": {"channel": "slack"}, "responder": "ana"},
         )
-        await _question(by_cli)
+        await first_question(by_cli, "the purge's question")
         done = await cli("answer", by_cli.id, "--accept", '{"channel": "email"}')
         results = [await by_link.result(), await by_cli.result()]
 

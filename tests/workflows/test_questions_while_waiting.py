@@ -10,7 +10,7 @@ import json
 from datetime import timedelta
 
 from examples.demo.purges import PurgeService, purge_tool
-from tests.helpers import make_worker, replays
+from tests.helpers import replays
 from tests.rigs import Stack
 from waitstate.apps import load_apps
 from waitstate.schemas.questions import InputPolicy
@@ -28,14 +28,7 @@ async def test_a_question_for_the_model_ends_its_wait_for_operations_and_is_answ
 ) -> None:
     policy = InputPolicy(answered_by="model", timeout=QUESTION_TIMEOUT, on_timeout="decline")
     tool = purge_tool(PurgeService(stack.http, stack.systems_url), input=policy, mode="handle")
-    worker = make_worker(
-        stack.client,
-        stack.task_queue,
-        tools=[tool],
-        tokens=stack.tokens,
-        settings=stack.settings,
-        apps=load_apps([APP]),
-    )
+    worker = stack.worker(tools=[tool], apps=load_apps([APP]))
     async with worker:
         handle = await stack.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge-wait-answer"

@@ -30,7 +30,7 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import WebhookRetry, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import callback_token, eventually, make_worker, replays
+from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ServerProcess, service_port
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -105,11 +105,11 @@ class OutageStack:
         )
 
     async def start(self) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
+        return await start_run(
+            self.client,
+            self.task_queue,
             RunInput(task=EXPORT_TASK, tools=EXPORT_TOOLS),
-            id=f"run-{os.urandom(8).hex()}",
-            task_queue=self.task_queue,
+            workflow_id=f"run-{os.urandom(8).hex()}",
         )
 
     async def stats(self) -> dict[str, Any]:
@@ -322,14 +322,13 @@ async def test_the_export_services_retries_deliver_its_webhook_after_a_gateway_o
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     port = service_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-        "GATEWAY_PORT": str(port),
-        "WAITSTATE_TOKEN_KEYS": ",".join(f"{kid}:{secret}" for kid, secret in KEYS.items()),
-        "WAITSTATE_TOKEN_SIGNING_KEY": "test",
-        "WAITSTATE_RUN_COUNTS_SECONDS": "0",
-    }
+    env = process_env(
+        dev_env.client,
+        GATEWAY_PORT=str(port),
+        WAITSTATE_TOKEN_KEYS=",".join(f"{kid}:{secret}" for kid, secret in KEYS.items()),
+        WAITSTATE_TOKEN_SIGNING_KEY="test",
+        WAITSTATE_RUN_COUNTS_SECONDS="0",
+    )
     gateway = ServerProcess(["-m", "waitstate.gateway"], port, tmp_path / "gateway.log", env)
     await gateway.start()
     try:

@@ -13,7 +13,6 @@ no time, so the outage lasts as many tries as the test wants."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities
+from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
 from waitstate import tool
 from waitstate.client import RunStatus, WaitstateClient
 from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
@@ -148,8 +147,9 @@ async def _through_an_outage(
     async with make_worker(
         client, task_queue, tools=[export, storage_goes_down], settings=settings
     ):
-        handle: WorkflowHandle[Any, RunResult] = await client.start_workflow(
-            AgentRunWorkflow.run,
+        handle: WorkflowHandle[Any, RunResult] = await start_run(
+            client,
+            task_queue,
             RunInput(
                 task="export, then tell me",
                 model="openai:outages",
@@ -158,8 +158,6 @@ async def _through_an_outage(
                 rebuild_after=timedelta(days=1),
                 continue_as_new_after_events=continue_after,
             ),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=task_queue,
         )
         waitstate = WaitstateClient(client, task_queue=task_queue)
 

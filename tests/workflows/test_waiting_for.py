@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from datetime import timedelta
 from typing import Any
 
@@ -17,11 +16,17 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.purges import PurgeService, purge_tool
-from tests.helpers import eventually, make_worker, quiet_history_length, replays
+from tests.helpers import (
+    eventually,
+    first_question,
+    process_env,
+    quiet_history_length,
+    replays,
+)
 from tests.rigs import Stack
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
-from waitstate.schemas.questions import AnswerInput, InputRequest
+from waitstate.schemas.questions import AnswerInput
 from waitstate.testing.wire_server import (
     RecordedRequest,
     WireServer,
@@ -46,8 +51,7 @@ async def _at_least(wire: WireServer, count: int) -> list[RecordedRequest] | Non
 @pytest.fixture
 @needs(SUBPROCESS)
 def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
-    address = dev_env.client.service_client.config.target_host
-    return Cli({**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_TASK_QUEUE": task_queue})
+    return Cli(process_env(dev_env.client, task_queue))
 
 
 async def test_a_question_asked_during_the_checkpoint_call_is_what_the_run_waits_for(
@@ -66,12 +70,8 @@ async def test_a_question_asked_during_the_checkpoint_call_is_what_the_run_waits
     settings = dataclasses.replace(
         stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test-key"
     )
-    worker = make_worker(
-        stack.client,
-        stack.task_queue,
-        tools=[purge_tool(PurgeService(stack.http, stack.systems_url))],
-        tokens=stack.tokens,
-        settings=settings,
+    worker = stack.worker(
+        tools=[purge_tool(PurgeService(stack.http, stack.systems_url))], settings=settings
     )
     async with worker:
         handle = await stack.start(
@@ -81,12 +81,7 @@ async def test_a_question_asked_during_the_checkpoint_call_is_what_the_run_waits
             # Shorter than the purge's eta (a second): its wait is worth a checkpoint.
             rebuild_after=timedelta(milliseconds=100),
         )
-
-        async def asked() -> InputRequest | None:
-            state = await handle.query(AgentRunWorkflow.status)
-            return next(iter(state.questions.values()), None)
-
-        question = await eventually(asked, "the purge's question")
+        question = await first_question(handle, "the purge's question")
         # The race this is about: the question is in the run while the checkpoint call (held
         # until released) is in flight.
         requests = await eventually(

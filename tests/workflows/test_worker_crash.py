@@ -4,7 +4,6 @@ and the external system saw exactly one start."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +17,13 @@ from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import eventually, quiet_history_length, until_the_poll_has_heartbeated
+from tests.helpers import (
+    eventually,
+    process_env,
+    quiet_history_length,
+    start_run,
+    until_the_poll_has_heartbeated,
+)
 from tests.rigs import WorkerProcess
 from tests.tiers import SUBPROCESS, needs
 from waitstate.converter import DATA_CONVERTER
@@ -38,21 +43,23 @@ RESULT_TIMEOUT = 90
 async def crash_stack(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> AsyncIterator[tuple[WorkerProcess, str]]:
+    """A worker process, started, serving the test's queue, with the demo systems and the
+    gateway in this process: the worker, and the systems' URL."""
     tokens = ResumeTokens(KEYS, "crash")
     async with (
         serving(systems_app(export_seconds=0.5, pipeline_seconds=6.0)) as systems_url,
         serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
     ):
-        env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-            "WAITSTATE_TASK_QUEUE": task_queue,
-            "DEMO_SYSTEMS_URL": systems_url,
-            "GATEWAY_URL": gateway_url,
-            "WAITSTATE_TOKEN_KEYS": ",".join(f"{k}:{v}" for k, v in KEYS.items()),
-        }
+        env = process_env(
+            dev_env.client,
+            task_queue,
+            DEMO_SYSTEMS_URL=systems_url,
+            GATEWAY_URL=gateway_url,
+            WAITSTATE_TOKEN_KEYS=",".join(f"{k}:{v}" for k, v in KEYS.items()),
+        )
         worker = WorkerProcess(env, tmp_path / "worker.log")
         try:
+            await worker.start()
             yield worker, systems_url
         finally:
             await worker.stop()
@@ -73,13 +80,12 @@ async def test_worker_killed_while_polling(
     dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
 ) -> None:
     worker, systems_url = crash_stack
-    await worker.start()
     async with httpx.AsyncClient(timeout=10) as http:
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
-            id=f"crash-poll-{task_queue}",
-            task_queue=task_queue,
+            workflow_id=f"crash-poll-{task_queue}",
         )
         await _until_job_created(http, systems_url)
         await until_the_poll_has_heartbeated(handle)
@@ -98,21 +104,20 @@ async def test_worker_killed_right_after_the_start_was_accepted(
     dev_env: WorkflowEnvironment, task_queue: str, crash_stack: tuple[WorkerProcess, str]
 ) -> None:
     worker, systems_url = crash_stack
-    await worker.start()
     async with httpx.AsyncClient(timeout=10) as http:
         # The export service creates the job, then holds its answer: the worker dies in between.
         (
             await http.post(f"{systems_url}/_test/faults", json={"hold_start_answers_seconds": 30})
         ).raise_for_status()
-        handle = await dev_env.client.start_workflow(
-            AgentRunWorkflow.run,
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
             RunInput(
                 task="Export Q3 transactions and file them in the compliance folder",
                 tools=["start_export", "verify_row_count", "upload_file", "notify_team"],
                 tool_timeout=timedelta(seconds=5),
             ),
-            id=f"crash-start-{task_queue}",
-            task_queue=task_queue,
+            workflow_id=f"crash-start-{task_queue}",
         )
         await _until_job_created(http, systems_url)
         await worker.kill()
@@ -138,18 +143,17 @@ async def test_a_decision_waiting_for_a_worker_when_the_window_passed_replays(
     The new worker gets the timer and the decision in one task it has to rebuild the run for:
     whatever order it sees them in, the history it writes must replay."""
     worker, _ = crash_stack
-    await worker.start()
     policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
-    handle = await dev_env.client.start_workflow(
-        AgentRunWorkflow.run,
+    handle = await start_run(
+        dev_env.client,
+        task_queue,
         RunInput(
             task="ask first",
             model="scripted:ask-first",
             tools=["request_approval"],
             approval=policy,
         ),
-        id=f"crash-decision-{task_queue}",
-        task_queue=task_queue,
+        workflow_id=f"crash-decision-{task_queue}",
     )
 
     async def open_request() -> str | None:

@@ -9,30 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from waitstate import App, Message, Script, ToolCall, ToolDefinition
-
-ENDED = ("succeeded", "failed", "expired", "cancelled")
+from waitstate.providers.scripted import questions_for_the_model
 
 
 def _call(turn: int, name: str, arguments: dict[str, Any]) -> Message:
     call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
     return Message(role="assistant", tool_calls=[call])
-
-
-def _asks_me(content: str) -> list[dict[str, Any]]:
-    """The open questions for the model in a `wait_for_operations` result."""
-    try:
-        outcomes = json.loads(content)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(outcomes, list):
-        return []
-    return [
-        question
-        for outcome in outcomes
-        if outcome.get("status") not in ENDED
-        for question in outcome.get("questions", [])
-        if str(question.get("answered_by", "")).startswith("you")
-    ]
 
 
 def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any]) -> Script:
@@ -46,7 +28,7 @@ def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any
         last = results[-1]
         if last.name in (tool, "answer_question"):
             return _call(len(results), "wait_for_operations", {})
-        if last.name == "wait_for_operations" and (asking := _asks_me(last.content)):
+        if last.name == "wait_for_operations" and (asking := questions_for_the_model(last.content)):
             answer = {"question_id": asking[0]["question_id"], "content": content}
             return _call(len(results), "answer_question", answer)
         return Message(

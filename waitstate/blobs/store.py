@@ -40,7 +40,6 @@ from waitstate.blobs.owners import (
 )
 from waitstate.blobs.refs import (
     DIGEST,
-    REF_PREFIX,
     SHARE_ONE_STORE,
     BlobNotFound,
     BlobStoreUnavailable,
@@ -48,15 +47,7 @@ from waitstate.blobs.refs import (
     ref_for,
 )
 
-__all__ = [
-    "REF_PREFIX",
-    "BlobNotFound",
-    "BlobStore",
-    "BlobStoreUnavailable",
-    "LocalBlobStore",
-    "parse_ref",
-    "ref_for",
-]
+__all__ = ["BlobStore", "LocalBlobStore"]
 
 
 class BlobStore(Protocol):

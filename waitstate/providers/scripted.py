@@ -14,6 +14,7 @@ from typing import Any
 
 from waitstate.providers.base import ModelSettings, UnknownModelError
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
 from waitstate.schemas.run import CHECKPOINT_PROMPT
 
 SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
@@ -128,6 +129,25 @@ def _answer(text: str) -> Message:
 def _results(messages: Sequence[Message]) -> dict[str, Message]:
     """The latest result of each tool, by tool name."""
     return {m.name or "": m for m in messages if m.role == "tool"}
+
+
+def questions_for_the_model(content: str) -> list[dict[str, Any]]:
+    """The questions a `wait_for_operations` result (its `content`) gives the model itself to
+    answer (`answered_by` "you ..."), of the operations that have not ended; none in anything
+    else. For scripts that answer them with `answer_question`."""
+    try:
+        outcomes = json.loads(content)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(outcomes, list):
+        return []
+    return [
+        question
+        for outcome in outcomes
+        if isinstance(outcome, dict) and outcome.get("status") not in TERMINAL_OPERATION_STATUSES
+        for question in outcome.get("questions", [])
+        if str(question.get("answered_by", "")).startswith("you")
+    ]
 
 
 _EXPORT_TASK = re.compile(r"\b(export|extract|dump)\b", re.IGNORECASE)
