@@ -17,7 +17,7 @@ import threading
 import uuid
 from typing import Any
 
-from waitstate.testing import wire_server
+from waitstate.testing import wire_replies
 from waitstate.testing.wire_server import (
     RecordedRequest,
     Reply,
@@ -73,7 +73,7 @@ def bench_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
 
 def main() -> None:
     """Serve until SIGTERM."""
-    wire_server._default_openai_reply = bench_reply  # the rule for every OpenAI request
+    wire_replies._default_openai_reply = bench_reply  # the rule for every OpenAI request
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with BenchWireServer(0) as server:
