@@ -116,7 +116,7 @@ async def test_a_hang_is_cut_before_the_timeout_naming_provider_and_limit(
     )
 
     assert (err.type, err.non_retryable) == (MODEL_UNAVAILABLE, False)
-    assert err.message == "openai: no answer within the run's model_timeout of 2 s"
+    assert err.message == "openai: no answer within the run's model_timeout of 8 s"
     assert len(wire.requests) == 1
 
 
@@ -178,13 +178,16 @@ async def test_an_unexpected_error_keeps_its_type_and_loses_its_chain(tmp_path: 
 async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
     dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer
 ) -> None:
-    wire.enqueue(*[delayed(10) for _ in range(8)])
+    # The activity's deadline is the attempt's start-to-close timeout less a tenth of it: with
+    # 8 s, 0.8 s before Temporal's own, a margin a busy worker's poll and report fit in (with 2 s,
+    # 0.2 s did not always, and Temporal's timeout came first).
+    wire.enqueue(*[delayed(30) for _ in range(8)])
     settings = Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
     async with make_worker(dev_env.client, task_queue, settings=settings):
         handle = await start_run(
             dev_env.client,
             task_queue,
-            RunInput(task="hang", model="openai:slow", model_timeout=timedelta(seconds=2)),
+            RunInput(task="hang", model="openai:slow", model_timeout=timedelta(seconds=8)),
         )
         try:
 
@@ -204,6 +207,6 @@ async def test_on_the_server_a_hanging_model_is_retried_with_that_error(
             await handle.terminate("test over")
 
     # The activity's own deadline fired first, not Temporal's StartToClose timeout.
-    assert pending.last_failure.message == "openai: no answer within the run's model_timeout of 2 s"
+    assert pending.last_failure.message == "openai: no answer within the run's model_timeout of 8 s"
     assert not pending.last_failure.HasField("timeout_failure_info")
     assert pending.maximum_attempts == 8
