@@ -116,7 +116,7 @@ async def test_a_hang_is_cut_before_the_timeout_naming_provider_and_limit(
     )
 
     assert (err.type, err.non_retryable) == (MODEL_UNAVAILABLE, False)
-    assert err.message == "openai: no answer within the run's model_timeout of 8 s"
+    assert err.message == "openai: no answer within the run's model_timeout of 2 s"
     assert len(wire.requests) == 1
 
 
