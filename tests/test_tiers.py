@@ -75,6 +75,16 @@ def test_the_guard_fails_what_is_not_marked_and_lets_the_rest_run(
         from temporalio.client import Client
         from temporalio.testing import WorkflowEnvironment
 
+        from tests.tiers import SUBPROCESS, needs
+
+        # A wider fixture ends in the teardown of the last test that needs it not, an unmarked
+        # one here (test_unreachable): what it stops there is not that test's doing.
+        @pytest.fixture(scope="module")
+        @needs(SUBPROCESS)
+        def module_spawner():
+            yield
+            sys.audit("subprocess.Popen", "true", ["true"], None, None)
+
         def test_spawns():
             subprocess.run(["true"], check=True)
 
@@ -92,7 +102,7 @@ def test_the_guard_fails_what_is_not_marked_and_lets_the_rest_run(
 
         # The audit events the guard hears when a process starts, without starting one.
         @pytest.mark.subprocess
-        def test_marked(request):
+        def test_marked(module_spawner, request):
             sys.audit("subprocess.Popen", "true", ["true"], None, None)
 
         def test_through_a_fixture(through_spawner, request):

@@ -64,8 +64,8 @@ _NEEDS = "_waitstate_tiers"
 _VIOLATIONS = pytest.StashKey[list[str]]()
 _PATCHES = pytest.StashKey[pytest.MonkeyPatch]()
 # The tests running now, innermost last: one, or two while a test runs a pytest session of its
-# own in this process (`pytester`).
-_running: list[pytest.Item] = []
+# own in this process (`pytester`); None on top while a teardown ends wider fixtures.
+_running: list[pytest.Item | None] = []
 _audit_hook_added = False
 
 
@@ -139,6 +139,18 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    # A test's teardown also ends the wider fixtures no later test needs (a module's, the
+    # session's), set up for marked tests before it: what they stop there is not this test's
+    # doing, so the guard is lifted (a test's own fixtures started what they stop in setup).
+    _running.append(None)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -158,9 +170,9 @@ def pytest_runtest_makereport(
 
 def _require(mark: str, what: str) -> None:
     """Refuse `what` unless the running test is marked `mark`."""
-    if not _running:  # collection, or the session's start: no test's doing
+    item = _running[-1] if _running else None
+    if item is None:  # collection, the session's start, a teardown: no test's doing
         return
-    item = _running[-1]
     if item.get_closest_marker(mark) is not None:
         return
     message = (
