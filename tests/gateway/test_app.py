@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +24,6 @@ from tests.rigs import (
     RUN,
     Gateway,
     RecordingDeliverer,
-    running_gateway,
 )
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import DeliveryRefused
@@ -33,18 +32,6 @@ from waitstate.schemas.operations import Completion, CompletionOutcome
 
 URL = f"/v1/operations/{OP}/complete"
 SUCCEEDED = {"status": "succeeded", "result": {"rows": 42}}
-
-
-@pytest.fixture(scope="module")
-async def served() -> AsyncIterator[Gateway]:
-    async with running_gateway() as gateway:
-        yield gateway
-
-
-@pytest.fixture
-def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.clear()
-    yield served
 
 
 async def test_completion_is_delivered_once_with_its_claims(gw: Gateway) -> None:

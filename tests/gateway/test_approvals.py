@@ -10,7 +10,7 @@ the retries of a decision through a link its run has not confirmed yet.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -47,12 +47,6 @@ APPROVE = {"decision": "approve", "reviewer": "ana", "comment": "fine by me"}
 async def served() -> AsyncIterator[Gateway]:
     async with running_gateway(approval_subject(REQUEST)) as gateway:
         yield gateway
-
-
-@pytest.fixture
-def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.clear()
-    yield served
 
 
 def test_approval_subject_cannot_be_an_operation_id() -> None:

@@ -9,7 +9,6 @@ endpoint's tests: `test_app.py`, `test_approvals.py`, `test_questions.py`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import assert_error
-from tests.rigs import MAX_BODY, OP, Gateway, running_gateway
+from tests.rigs import MAX_BODY, OP, Gateway
 from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import DecideOutcome
@@ -78,18 +77,6 @@ ROUTES = (
         (AnswerOutcome(accepted=False, status="expired"),),
     ),
 )
-
-
-@pytest.fixture(scope="module")
-async def served() -> AsyncIterator[Gateway]:
-    async with running_gateway() as gateway:
-        yield gateway
-
-
-@pytest.fixture
-def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.clear()
-    yield served
 
 
 @pytest.fixture(scope="module")

@@ -3,28 +3,15 @@ before anything reaches the run (the real runs are in tests/workflows/test_hosti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from tests.helpers import assert_error
-from tests.rigs import OP, Gateway, running_gateway
+from tests.rigs import OP, Gateway
 
 URL = f"/v1/operations/{OP}/complete"
 CONFIRM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
-
-
-@pytest.fixture(scope="module")
-async def served() -> AsyncIterator[Gateway]:
-    async with running_gateway() as gateway:
-        yield gateway
-
-
-@pytest.fixture
-def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.clear()
-    yield served
 
 
 def _asking(*schemas: Any) -> dict[str, Any]:

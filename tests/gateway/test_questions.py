@@ -8,7 +8,7 @@ Real runs asking real questions are proved in the workflow tests.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -52,12 +52,6 @@ ACCEPT = {"action": "accept", "content": {"region": "EMEA", "rows": 3}, "respond
 async def served() -> AsyncIterator[Gateway]:
     async with running_gateway(question_subject(QUESTION)) as gateway:
         yield gateway
-
-
-@pytest.fixture
-def gw(served: Gateway) -> Iterator[Gateway]:
-    served.deliverer.clear()
-    yield served
 
 
 def test_question_subject_cannot_be_an_operation_id() -> None:
