@@ -91,9 +91,7 @@ class AgentRunWorkflow:
         self._memory = Memory(input, self._state, versions)
         self._board = StatusBoard(self._state, self._memory, versions)
         self._continuation = Continuation(input, self._state, self._memory, versions)
-        self._inputs = InputDesk(
-            self._state, versions, self._board, end=lambda op, why: self._ops.end(op, why)
-        )
+        self._inputs = InputDesk(self._state, versions, self._board)
         self._ops = OperationsBook(
             input,
             self._state,

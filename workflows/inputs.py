@@ -16,7 +16,7 @@ instead of staying open; an answer that cannot be checked is refused, never rais
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -57,41 +57,36 @@ from workflows.metrics import question_asked, question_closed
 from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT
 from workflows.versions import Versions
 
-EndOperation = Callable[[Operation, str], Awaitable[None]]
-
 
 class InputDesk:
-    """Every question of one run's operations, from the job's asking to the answer's delivery."""
+    """Every question of one run's operations, from the job's asking to the answer's delivery.
 
-    def __init__(
-        self, state: RunState, versions: Versions, board: StatusBoard, end: EndOperation
-    ) -> None:
+    The jobs' part attends to each question this desk records (`attend`, in a task of its own),
+    and cancels the operation when `attend` says to; this desk never reaches back.
+    """
+
+    def __init__(self, state: RunState, versions: Versions, board: StatusBoard) -> None:
         self._state = state
         self._versions = versions
         self._board = board
-        self._end = end  # cancels an operation, saying why (on_timeout `cancel`)
-        self._handlers: dict[str, asyncio.Task[None]] = {}  # by question id, while open
+        # Answers that came while the run continues as new (their attendants had stopped).
+        self._late: list[asyncio.Task[None]] = []
         self._handed_over = False
 
     # --- the run's life ------------------------------------------------------------------
 
-    def take_over(self) -> None:
-        """Attend to the questions a previous run handed over: the open ones, and answers it
-        recorded but had not delivered."""
-        for request in self._state.questions.values():
-            op = self._state.operations[request.operation_id]
-            if request.open or _undelivered(request):
-                self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+    def taken_over(self) -> list[InputRequest]:
+        """The questions a previous run handed over that need attending: the open ones, and
+        answers it recorded but had not delivered."""
+        return [r for r in self._state.questions.values() if r.open or _undelivered(r)]
 
     async def hand_over(self) -> None:
         """Before continue-as-new: answers on their way are delivered first; then the next run
-        attends to the open questions itself."""
+        attends to the open questions itself (their attendants here are stopped)."""
         await workflow.wait_condition(
             lambda: not any(_undelivered(r) for r in self._state.questions.values())
         )
         self._handed_over = True
-        for handler in self._handlers.values():
-            handler.cancel()
 
     def asks_model(self, op: Operation) -> bool:
         """Whether the operation waits for the model to answer one of its questions."""
@@ -115,9 +110,10 @@ class InputDesk:
 
     # --- asking --------------------------------------------------------------------------
 
-    def ask(self, op: Operation, questions: list[Question]) -> None:
+    def ask(self, op: Operation, questions: list[Question]) -> list[InputRequest]:
         """The job asks: each question not asked before is recorded and routed per the
-        tool's policy."""
+        tool's policy. Returns the questions to attend to, in the order asked."""
+        recorded: list[InputRequest] = []
         asked = set(self.keys(op))
         policy = op.input or InputPolicy()
         now = workflow.now()
@@ -126,7 +122,7 @@ class InputDesk:
                 continue
             asked.add(question.key)
             if self._versions.hardened and (problem := schema_problem(question.requested_schema)):
-                self._refuse(op, question, policy, problem)
+                recorded.append(self._refuse(op, question, policy, problem))
                 continue
             nonce = self._versions.nonce()  # before the question's id: both are random draws
             request = _request(
@@ -149,10 +145,13 @@ class InputDesk:
                 f"{ledger.preview(question.message)}",
             )
             question_asked(request)
-            self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+            recorded.append(request)
         self._refresh(op)
+        return recorded
 
-    def _refuse(self, op: Operation, question: Question, policy: InputPolicy, problem: str) -> None:
+    def _refuse(
+        self, op: Operation, question: Question, policy: InputPolicy, problem: str
+    ) -> InputRequest:
         """A question no answer could fit (its schema): never open, so nothing waits on it; the
         job is told no, with the reason, as a decline by the policy."""
         now = workflow.now()
@@ -175,7 +174,7 @@ class InputDesk:
         )
         question_asked(request)
         self._close(request, "refused", f"refused ({request.refusal}); the job is told no")
-        self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+        return request
 
     def operation_ended(self, op: Operation) -> None:
         """The operation ended (or was cancelled): its open questions need no answer now."""
@@ -184,18 +183,24 @@ class InputDesk:
                 self._close(request, "cancelled", f"{op.operation_id} {op.status}")
         self._refresh(op)
 
-    async def _attend(self, op: Operation, request: InputRequest) -> None:
-        """Wait for the answer (or the timeout policy), then deliver it to the job."""
+    async def attend(self, op: Operation, request: InputRequest) -> AsyncIterator[str]:
+        """Wait for the answer (or the timeout policy), then deliver it to the job.
+
+        Yields, once at most, why the operation is to be cancelled (nobody answered, and the
+        policy says `cancel`): the caller cancels it before this goes on, while the question's
+        wait is still on, as runs have always done it (their histories replay that order).
+        """
         if request.open:
-            await self._wait_for_answer(op, request)
+            async for cancel in self._wait_for_answer(op, request):
+                yield cancel
         if request.answer is not None and request.delivery != "sent":
             await self._deliver(op, request)
 
-    async def _wait_for_answer(self, op: Operation, request: InputRequest) -> None:
+    async def _wait_for_answer(self, op: Operation, request: InputRequest) -> AsyncIterator[str]:
         policy = request.policy
         if policy.answered_by == "model":
-            if not await self._answered(op, request):
-                await self._time_out(op, request)
+            if not await self._answered(op, request) and (cancel := self._time_out(request)):
+                yield cancel
             return
         details = f"waiting for an answer: {ledger.preview(request.message)}"
         label = f"answer to {request.question_id} ({op.tool})"
@@ -217,7 +222,8 @@ class InputDesk:
                 self._board.show()
                 if await self._answered(op, request):
                     return
-            await self._time_out(op, request)
+            if cancel := self._time_out(request):
+                yield cancel
 
     async def _answered(self, op: Operation, request: InputRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
@@ -226,18 +232,18 @@ class InputDesk:
             self.operation_ended(op)
         return not request.open
 
-    async def _time_out(self, op: Operation, request: InputRequest) -> None:
+    def _time_out(self, request: InputRequest) -> str | None:
         """Nobody answered in time: the job is told no (`decline`, and after an escalation's
-        second window), or the operation is cancelled (`cancel`)."""
+        second window), or the operation is to be cancelled (`cancel`: returns why)."""
         until = request.expires_at.isoformat()
         if request.policy.on_timeout == "cancel":
             self._close(request, "expired", f"no answer by {until}; operation cancelled")
-            await self._end(op, f"question {request.question_id} had no answer by {until}")
-            return
+            return f"question {request.question_id} had no answer by {until}"
         request.answer = Answer(
             action="decline", responder="policy", answered_at=workflow.now(), by_policy=True
         )
         self._close(request, "expired", f"no answer by {until}; the job is told no")
+        return None
 
     # --- answers -------------------------------------------------------------------------
 
@@ -271,10 +277,10 @@ class InputDesk:
         )
         self._apply(request, answer)
         if self._handed_over:
-            # The question's handler is gone (the run is continuing as new, which waits for
+            # The question's attendant is gone (the run is continuing as new, which waits for
             # this Update): the answer is delivered here.
             op = self._state.operations[request.operation_id]
-            self._handlers[request.question_id] = asyncio.create_task(self._attend(op, request))
+            self._late.append(asyncio.create_task(self._deliver(op, request)))
         await workflow.wait_condition(lambda: not _undelivered(request))
         return _outcome(request, input.delivery_id)
 

@@ -32,6 +32,7 @@ from waitstate.schemas.operations import (
     OperationError,
     PollOperationInput,
 )
+from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
 from workflows import ledger
 from workflows.activity_calls import Failed, call
@@ -71,24 +72,32 @@ class Jobs:
         self._board = board
         self._inputs = inputs
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        # The questions the jobs asked, each attended to until answered (by question id).
+        self._questions: dict[str, asyncio.Task[None]] = {}
         # Cancels sent to jobs (by operation id): a run ends or continues only once they are.
         self._cancels: dict[str, asyncio.Task[None]] = {}
 
     def take_over(self) -> None:
-        """Watch the operations a previous run handed over, and send the cancels it owed."""
+        """Watch the operations a previous run handed over, send the cancels it owed, and
+        attend to its questions."""
         for op in self._state.operations.values():
             if not op.terminal:
                 self.watch(op)
         for op in self._state.operations.values():
             if op.cancel == "owed":  # the previous run could not send it
                 self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
+        for request in self._inputs.taken_over():
+            self._attend(self._state.operations[request.operation_id], [request])
 
     def watch(self, op: Operation) -> None:
         """Watch a started job until it ends (or its operation expires)."""
         self._watchers[op.operation_id] = asyncio.create_task(self._watch(op))
 
     def stop_watching(self) -> None:
-        """Before continue-as-new: the next run watches the pending operations itself."""
+        """Before continue-as-new: the next run attends to the open questions and watches the
+        pending operations itself."""
+        for attendant in self._questions.values():
+            attendant.cancel()
         for watcher in self._watchers.values():
             watcher.cancel()
 
@@ -308,8 +317,20 @@ class Jobs:
             if self._versions.mid_flight_input:
                 self._inputs.operation_ended(op)
         elif self._versions.mid_flight_input and completion.questions:
-            self._inputs.ask(op, completion.questions)
+            self._attend(op, self._inputs.ask(op, completion.questions))
         self._board.show()
+
+    def _attend(self, op: Operation, requests: list[InputRequest]) -> None:
+        """Attend to the questions of an operation, each in a task of its own (the input desk
+        waits for its answer and delivers it); one nobody answered may cancel the operation."""
+        for request in requests:
+            self._questions[request.question_id] = asyncio.create_task(
+                self._attend_one(op, request)
+            )
+
+    async def _attend_one(self, op: Operation, request: InputRequest) -> None:
+        async for why in self._inputs.attend(op, request):
+            await self.end(op, "cancelled", why)
 
     async def end(self, op: Operation, status: str, why: str | None = None) -> None:
         """Mark an operation expired or cancelled, then ask the external system to stop it."""

@@ -84,7 +84,6 @@ class OperationsBook:
         """Watch the operations a previous run handed over, send the cancels it owed, and take
         over its questions."""
         self._jobs.take_over()
-        self._inputs.take_over()
 
     async def hand_over(self) -> None:
         """Before continue-as-new: the next run watches the pending operations itself, and
@@ -487,7 +486,3 @@ class OperationsBook:
         return self._versions.mid_flight_input and any(
             q.key not in asked for q in completion.questions or ()
         )
-
-    async def end(self, op: Operation, why: str) -> None:
-        """Cancel an operation for a reason of the run's (a question nobody answered)."""
-        await self._jobs.end(op, "cancelled", why)
