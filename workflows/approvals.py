@@ -63,10 +63,9 @@ class ApprovalDesk:
     async def request_approval(self, call: ToolCall) -> ToolResult:
         """The built-in `request_approval` tool: the model asks a person, under the run's
         approval policy, and is told the outcome."""
-        try:
-            args = RequestApprovalArgs.model_validate_json(call.arguments or "{}")
-        except ValueError as err:
-            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        args = ledger.arguments(call, RequestApprovalArgs)
+        if isinstance(args, ToolResult):
+            return args
         request = await self.ask(call, f"{args.action}: {args.reason}", self._input.approval)
         return ToolResult(
             tool_call_id=call.id,

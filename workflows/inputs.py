@@ -286,10 +286,9 @@ class InputDesk:
 
     async def answer_by_model(self, call: ToolCall) -> ToolResult:
         """The built-in `answer_question`: the model answers a question its policy gives it."""
-        try:
-            args = AnswerQuestionArgs.model_validate_json(call.arguments or "{}")
-        except ValueError as err:
-            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        args = ledger.arguments(call, AnswerQuestionArgs)
+        if isinstance(args, ToolResult):
+            return args
         request = self._state.questions.get(args.question_id)
         if request is None:
             return ledger.error_result(call, f"no question {args.question_id!r} in this run")

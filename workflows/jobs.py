@@ -169,25 +169,25 @@ class Jobs:
             poll_interval_seconds=op.poll_interval_seconds,
             known_questions=self._inputs.keys(op) if self._versions.mid_flight_input else None,
         )
-        summary = f"poll {op.tool} {op.job_id}"
-        if interval >= LONG_POLL_INTERVAL:
-            return await call(
-                POLL_OPERATION,
-                poll,
-                result_type=Completion,
-                summary=summary,
-                schedule_to_close_timeout=remaining,
-                start_to_close_timeout=POLL_CHECK_TIMEOUT,
-                retry_policy=long_poll_retry(interval),
-            )
+        # A long interval: each check one attempt; a short one: a heartbeating loop.
+        timing: dict[str, Any] = (
+            {
+                "start_to_close_timeout": POLL_CHECK_TIMEOUT,
+                "retry_policy": long_poll_retry(interval),
+            }
+            if interval >= LONG_POLL_INTERVAL
+            else {
+                "heartbeat_timeout": poll_heartbeat(interval),
+                "retry_policy": poll_retry(interval),
+            }
+        )
         return await call(
             POLL_OPERATION,
             poll,
             result_type=Completion,
-            summary=summary,
+            summary=f"poll {op.tool} {op.job_id}",
             schedule_to_close_timeout=remaining,
-            heartbeat_timeout=poll_heartbeat(interval),
-            retry_policy=poll_retry(interval),
+            **timing,
         )
 
     async def _reconcile(self, op: Operation) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
+from pydantic import BaseModel
 from temporalio.exceptions import FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
@@ -19,6 +20,8 @@ from waitstate.schemas import RunState, Step, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.run import Checkpoint, RejectedOutput
+
+Args = TypeVar("Args", bound=BaseModel)
 
 PREVIEW_CHARS = 160
 # The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
@@ -73,6 +76,15 @@ def nonce_hash(value: str) -> str:
 def error_result(call: ToolCall, message: str) -> ToolResult:
     """A tool call's result that tells the model what went wrong."""
     return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
+
+
+def arguments(call: ToolCall, schema: type[Args]) -> Args | ToolResult:
+    """A built-in tool's arguments, as `schema` has them; or, where the model got them wrong,
+    the result that tells it so."""
+    try:
+        return schema.model_validate_json(call.arguments or "{}")
+    except ValueError as err:
+        return error_result(call, f"invalid arguments for {call.name}: {err}")
 
 
 def same_report(status: str, progress: str | None, completion: Completion) -> bool:

@@ -313,10 +313,9 @@ class OperationsBook:
 
     def get_status(self, call: ToolCall) -> ToolResult:
         """`get_operation_status`: answered from the run's own state."""
-        try:
-            args = GetOperationStatusArgs.model_validate_json(call.arguments or "{}")
-        except ValueError as err:
-            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        args = ledger.arguments(call, GetOperationStatusArgs)
+        if isinstance(args, ToolResult):
+            return args
         op = self._state.operations.get(args.operation_id)
         if op is None:
             return ledger.error_result(call, f"no operation {args.operation_id!r} in this run")
@@ -327,10 +326,9 @@ class OperationsBook:
 
     async def wait_for(self, call: ToolCall) -> ToolResult | ParkedCall:
         """`wait_for_operations`: every op's outcome once all ended, or at the call's timeout."""
-        try:
-            args = WaitForOperationsArgs.model_validate_json(call.arguments or "{}")
-        except ValueError as err:
-            return ledger.error_result(call, f"invalid arguments for {call.name}: {err}")
+        args = ledger.arguments(call, WaitForOperationsArgs)
+        if isinstance(args, ToolResult):
+            return args
         ids = args.operation_ids or [op.operation_id for op in self.pending()]
         if unknown := [i for i in ids if i not in self._state.operations]:
             return ledger.error_result(
