@@ -1,7 +1,7 @@
-"""S3BlobStore against a real S3-protocol server (moto, over HTTP): the same references and
-slices as the directory store, missing blobs, idempotent puts, delete and listing, prefixes;
-WAITSTATE_BLOB_URL from the settings; and a directory store asked for a blob that lives only in
-the bucket."""
+"""S3BlobStore against a real S3-protocol server (moto, over HTTP): the same references as the
+directory store (what both do alike is in test_both_stores.py), missing blobs, idempotent puts,
+delete and listing, prefixes; WAITSTATE_BLOB_URL from the settings; and a directory store asked
+for a blob that lives only in the bucket."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.blobs.conftest import CREDENTIALS, S3Server
 from tests.blobs.s3_app import READ_AT, READ_LENGTH, REPORT
-from tests.blobs.test_store import SLICES, SLICES_PAST_THE_END
 from tests.helpers import eventually, process_env, quiet_history_length, start_run
 from tests.rigs import WorkerProcess
 from waitstate.blobs import (
@@ -40,14 +39,6 @@ from waitstate.settings import Settings, parse_blob_url
 from workflows.agent_run import AgentRunWorkflow
 
 DIGEST = hashlib.sha256(b"hello").hexdigest()
-
-
-async def test_round_trip(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"hello")
-
-    assert ref == f"ref://blobs/{DIGEST}"
-    assert await s3_store.get(ref) == b"hello"
-    assert await s3_store.size(ref) == 5
 
 
 async def test_objects_fan_out_by_the_digest_under_the_prefix(
@@ -67,34 +58,6 @@ async def test_the_same_references_as_a_directory_store(
 
     for data in (b"", b"same", bytes(range(256)) * 100):
         assert await s3_store.put(data) == await local.put(data)
-
-
-async def test_empty_blob(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"")
-
-    assert (await s3_store.get(ref), await s3_store.size(ref)) == (b"", 0)
-    assert await s3_store.get(ref, 0, 10) == b""
-    assert await s3_store.get(ref, 3) == b""
-
-
-# The cases of tests/blobs/test_store.py: both stores cut a slice the same way.
-@pytest.mark.parametrize(("offset", "length", "expected"), [*SLICES, *SLICES_PAST_THE_END])
-async def test_slices(
-    s3_store: S3BlobStore, offset: int, length: int | None, expected: bytes
-) -> None:
-    ref = await s3_store.put(b"0123456789")
-
-    assert await s3_store.get(ref, offset, length) == expected
-
-
-@pytest.mark.parametrize(("offset", "length"), [(-1, None), (0, -1)])
-async def test_negative_offset_or_length_is_refused(
-    s3_store: S3BlobStore, offset: int, length: int | None
-) -> None:
-    ref = await s3_store.put(b"0123456789")
-
-    with pytest.raises(ValueError, match="must be 0 or more"):
-        await s3_store.get(ref, offset, length)
 
 
 async def test_a_slice_of_a_large_blob_reads_only_its_bytes(
@@ -168,17 +131,6 @@ async def test_put_repairs_an_object_of_the_wrong_size(
 
     assert await s3_store.put(b"hello") == ref
     assert await s3_store.get(ref) == b"hello"
-
-
-async def test_delete(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"hello")
-    kept = await s3_store.put(b"kept")
-
-    assert await s3_store.delete(ref) is True
-    assert await s3_store.delete(ref) is False
-    with pytest.raises(BlobNotFound):
-        await s3_store.get(ref)
-    assert await s3_store.get(kept) == b"kept"
 
 
 async def test_refs_lists_every_blob_with_its_time(
