@@ -61,3 +61,18 @@ def wire() -> Iterator[WireServer]:
     """The OpenAI and Anthropic wire protocols, served locally: a test queues the answers."""
     with WireServer() as server:
         yield server
+
+
+# --- the MCP test server, for tests outside tests/mcp/ (tests/workflows' questions) -------------
+
+
+@pytest.fixture(scope="session")
+@needs(tiers.SUBPROCESS)
+def reports_url() -> Iterator[str]:
+    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP, for the session
+    (tests/mcp/ has its own)."""
+    from tests.rigs import free_port, python_server  # kept with the section it serves
+
+    port = free_port()
+    with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
+        yield f"http://127.0.0.1:{port}/mcp"

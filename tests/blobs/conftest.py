@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from obstore.store import S3Store
 
 from tests.rigs import ServerProcess, free_port
 from tests.tiers import SUBPROCESS, needs
+from waitstate.blobs import LocalBlobStore
 from waitstate.blobs.s3 import S3BlobStore
 
 BUCKET = "waitstate-test"
@@ -90,3 +92,13 @@ def prefix() -> str:
 def s3_store(s3_server: S3Server, prefix: str) -> S3BlobStore:
     """A store at the test's own prefix."""
     return s3_server.store(prefix)
+
+
+@pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.subprocess)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> LocalBlobStore | S3BlobStore:
+    """Each kind of store in turn, the test's own: a directory, then the bucket at the test's
+    own prefix. (Modules about one kind give their own `store`.)"""
+    if request.param == "dir":
+        return LocalBlobStore(tmp_path / "blobs")
+    server: S3Server = request.getfixturevalue("s3_server")
+    return server.store(request.getfixturevalue("prefix"))

@@ -21,15 +21,6 @@ BASE32 = set("abcdefghijklmnopqrstuvwxyz234567")
 Store = LocalBlobStore | S3BlobStore
 
 
-@pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.subprocess)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "dir":
-        return LocalBlobStore(tmp_path / "blobs")
-    server: S3Server = request.getfixturevalue("s3_server")
-    prefix: str = request.getfixturevalue("prefix")
-    return server.store(prefix)
-
-
 async def _never(owners: list[str]) -> bool:
     return False
 

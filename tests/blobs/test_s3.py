@@ -1,13 +1,15 @@
-"""S3BlobStore against a real S3-protocol server (moto, over HTTP): the same references and
-slices as the directory store, missing blobs, idempotent puts, delete and listing, prefixes;
-WAITSTATE_BLOB_URL from the settings; and a directory store asked for a blob that lives only in
-the bucket."""
+"""S3BlobStore against a real S3-protocol server (moto, over HTTP): the same references as the
+directory store (what both do alike is in test_both_stores.py), missing blobs, idempotent puts,
+delete and listing, prefixes; WAITSTATE_BLOB_URL from the settings; and a directory store asked
+for a blob that lives only in the bucket."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.blobs.conftest import CREDENTIALS, S3Server
 from tests.blobs.s3_app import READ_AT, READ_LENGTH, REPORT
-from tests.blobs.test_store import SLICES, SLICES_PAST_THE_END
 from tests.helpers import eventually, process_env, quiet_history_length, start_run
 from tests.rigs import WorkerProcess
 from waitstate.blobs import (
@@ -40,14 +41,6 @@ from waitstate.settings import Settings, parse_blob_url
 from workflows.agent_run import AgentRunWorkflow
 
 DIGEST = hashlib.sha256(b"hello").hexdigest()
-
-
-async def test_round_trip(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"hello")
-
-    assert ref == f"ref://blobs/{DIGEST}"
-    assert await s3_store.get(ref) == b"hello"
-    assert await s3_store.size(ref) == 5
 
 
 async def test_objects_fan_out_by_the_digest_under_the_prefix(
@@ -67,34 +60,6 @@ async def test_the_same_references_as_a_directory_store(
 
     for data in (b"", b"same", bytes(range(256)) * 100):
         assert await s3_store.put(data) == await local.put(data)
-
-
-async def test_empty_blob(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"")
-
-    assert (await s3_store.get(ref), await s3_store.size(ref)) == (b"", 0)
-    assert await s3_store.get(ref, 0, 10) == b""
-    assert await s3_store.get(ref, 3) == b""
-
-
-# The cases of tests/blobs/test_store.py: both stores cut a slice the same way.
-@pytest.mark.parametrize(("offset", "length", "expected"), [*SLICES, *SLICES_PAST_THE_END])
-async def test_slices(
-    s3_store: S3BlobStore, offset: int, length: int | None, expected: bytes
-) -> None:
-    ref = await s3_store.put(b"0123456789")
-
-    assert await s3_store.get(ref, offset, length) == expected
-
-
-@pytest.mark.parametrize(("offset", "length"), [(-1, None), (0, -1)])
-async def test_negative_offset_or_length_is_refused(
-    s3_store: S3BlobStore, offset: int, length: int | None
-) -> None:
-    ref = await s3_store.put(b"0123456789")
-
-    with pytest.raises(ValueError, match="must be 0 or more"):
-        await s3_store.get(ref, offset, length)
 
 
 async def test_a_slice_of_a_large_blob_reads_only_its_bytes(
@@ -168,17 +133,6 @@ async def test_put_repairs_an_object_of_the_wrong_size(
 
     assert await s3_store.put(b"hello") == ref
     assert await s3_store.get(ref) == b"hello"
-
-
-async def test_delete(s3_store: S3BlobStore) -> None:
-    ref = await s3_store.put(b"hello")
-    kept = await s3_store.put(b"kept")
-
-    assert await s3_store.delete(ref) is True
-    assert await s3_store.delete(ref) is False
-    with pytest.raises(BlobNotFound):
-        await s3_store.get(ref)
-    assert await s3_store.get(kept) == b"kept"
 
 
 async def test_refs_lists_every_blob_with_its_time(
@@ -329,21 +283,46 @@ APP = "tests.blobs.s3_app:app"
 RESULT_TIMEOUT = 90
 
 
-def _worker_env(dev_env: WorkflowEnvironment, task_queue: str, systems_url: str) -> dict[str, str]:
-    return process_env(dev_env.client, task_queue, WAITSTATE_APPS=APP, DEMO_SYSTEMS_URL=systems_url)
+@asynccontextmanager
+async def _workers(
+    dev_env: WorkflowEnvironment, task_queue: str, *workers: tuple[dict[str, str], Path]
+) -> AsyncIterator[list[WorkerProcess]]:
+    """Worker processes of the app on the test's queue, each with its own environment on top
+    and its own log, none started yet; all stopped at the end, however the test went."""
+    async with serving(systems_app()) as systems_url:
+        env = process_env(
+            dev_env.client, task_queue, WAITSTATE_APPS=APP, DEMO_SYSTEMS_URL=systems_url
+        )
+        processes = [WorkerProcess({**env, **own}, log) for own, log in workers]
+        try:
+            yield processes
+        finally:
+            for process in processes:
+                await process.stop()
 
 
-async def _start_report(
-    dev_env: WorkflowEnvironment, task_queue: str, workflow_id: str
+async def _report_moved_at_its_first_wait(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    workflow_id: str,
+    first: WorkerProcess,
+    then: WorkerProcess,
 ) -> tuple[WorkflowHandle[Any, RunResult], str]:
-    """Start the reporter agent's run; its handle and the approval request it first waits on."""
+    """Start the reporter agent's run on `first`; once it waits for its first approval, stop
+    `first`, start `then` and approve: the run goes on on `then`. Its handle, and the request
+    approved."""
+    await first.start()
     handle = await start_run(
         dev_env.client,
         task_queue,
         RunInput(task="Build, file and check the Q3 report", agent="reporter"),
         workflow_id=workflow_id,
     )
-    return handle, await _open_request(handle, set())
+    request = await _open_request(handle, set())
+    await first.stop()
+    await then.start()
+    await _approve(handle, request)
+    return handle, request
 
 
 async def _open_request(handle: WorkflowHandle[Any, Any], decided: set[str]) -> str:
@@ -387,30 +366,21 @@ async def test_a_run_alternates_between_two_workers_that_share_only_the_bucket(
     run waits for a person; worker B, with another directory of its own, reads the
     conversation and a slice of the report from the bucket, and stops at the next wait;
     A, started again, finishes from what B wrote."""
-    async with serving(systems_app()) as systems_url:
-        env = _worker_env(dev_env, task_queue, systems_url)
-        one = WorkerProcess(
-            {**env, **s3_server.env(prefix), "WAITSTATE_STATE_DIR": str(tmp_path / "one")},
-            tmp_path / "one.log",
+    bucket = s3_server.env(prefix)
+    async with _workers(
+        dev_env,
+        task_queue,
+        ({**bucket, "WAITSTATE_STATE_DIR": str(tmp_path / "one")}, tmp_path / "one.log"),
+        ({**bucket, "WAITSTATE_STATE_DIR": str(tmp_path / "two")}, tmp_path / "two.log"),
+    ) as (one, two):
+        handle, first = await _report_moved_at_its_first_wait(
+            dev_env, task_queue, f"s3-fleet-{task_queue}", one, two
         )
-        two = WorkerProcess(
-            {**env, **s3_server.env(prefix), "WAITSTATE_STATE_DIR": str(tmp_path / "two")},
-            tmp_path / "two.log",
-        )
-        try:
-            await one.start()
-            handle, first = await _start_report(dev_env, task_queue, f"s3-fleet-{task_queue}")
-            await one.stop()
-            await two.start()
-            await _approve(handle, first)
-            second = await _open_request(handle, {first})
-            await two.stop()
-            await one.start()
-            await _approve(handle, second)
-            result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        finally:
-            await one.stop()
-            await two.stop()
+        second = await _open_request(handle, {first})
+        await two.stop()
+        await one.start()
+        await _approve(handle, second)
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
     assert result.status == "completed", result.error
     expected = REPORT.encode()[READ_AT : READ_AT + READ_LENGTH].decode()
@@ -431,23 +401,17 @@ async def test_a_worker_on_a_directory_store_refuses_the_run_cleanly(
 ) -> None:
     """A run whose conversation is in the bucket, resumed by a worker configured with only a
     directory: the model call fails at once, non-retryable, saying why; no crash, no retries."""
-    async with serving(systems_app()) as systems_url:
-        env = _worker_env(dev_env, task_queue, systems_url)
-        on_bucket = WorkerProcess({**env, **s3_server.env(prefix)}, tmp_path / "bucket.log")
-        on_directory = WorkerProcess(
-            {**env, "WAITSTATE_BLOB_DIR": str(tmp_path / "blobs")}, tmp_path / "directory.log"
+    async with _workers(
+        dev_env,
+        task_queue,
+        (s3_server.env(prefix), tmp_path / "bucket.log"),
+        ({"WAITSTATE_BLOB_DIR": str(tmp_path / "blobs")}, tmp_path / "directory.log"),
+    ) as (on_bucket, on_directory):
+        handle, _ = await _report_moved_at_its_first_wait(
+            dev_env, task_queue, f"s3-refused-{task_queue}", on_bucket, on_directory
         )
-        try:
-            await on_bucket.start()
-            handle, request = await _start_report(dev_env, task_queue, f"s3-refused-{task_queue}")
-            await on_bucket.stop()
-            await on_directory.start()
-            await _approve(handle, request)
-            with pytest.raises(WorkflowFailureError) as caught:
-                await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        finally:
-            await on_bucket.stop()
-            await on_directory.stop()
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
     failure = caught.value.cause
     assert isinstance(failure, ApplicationError) and failure.type == "RunFailed"

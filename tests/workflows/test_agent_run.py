@@ -16,49 +16,52 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities, start_run
+from tests.workflows.runs import run_to_end
 from waitstate.providers.scripted import SCRIPTED_BANNER
-from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult
+from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult, RunState
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS
 
 ALL_TOOLS = ["calculate", "count_words", "utc_now"]
+Run = Callable[..., Awaitable[tuple[RunResult, RunState, WorkflowHandle[Any, RunResult]]]]
 
 
-async def run(
-    env: WorkflowEnvironment, task_queue: str, **fields: Any
-) -> tuple[RunResult, WorkflowHandle[Any, RunResult]]:
-    """Start a run with `fields` (the demo's tools unless given); its result and handle."""
-    handle = await start_run(env.client, task_queue, RunInput(**{"tools": ALL_TOOLS, **fields}))
-    return await handle.result(), handle
+@pytest.fixture
+def run(time_skipping_env: WorkflowEnvironment, task_queue: str) -> Run:
+    """Takes a run of the given fields (the demo's tools unless given) to its end on the
+    time-skipping server, on a worker of the demo's tools (or of `worker_tools`): its result,
+    last state and handle."""
+
+    async def run_fields(
+        worker_tools: list[ToolSpec] | None = None, **fields: Any
+    ) -> tuple[RunResult, RunState, WorkflowHandle[Any, RunResult]]:
+        run_input = RunInput(**{"tools": ALL_TOOLS, **fields})
+        handle, result, state = await run_to_end(
+            time_skipping_env, task_queue, run_input, tools=worker_tools
+        )
+        return result, state, handle
+
+    return run_fields
 
 
 class CalculateArgs(BaseModel):
     expression: str
 
 
-async def fan_out(
-    env: WorkflowEnvironment, task_queue: str, calculate: Callable[[CalculateArgs], Awaitable[str]]
-) -> RunResult:
+async def fan_out(run: Run, calculate: Callable[[CalculateArgs], Awaitable[str]]) -> RunResult:
     """The fan-out script's run: one turn of three `calculate` calls, answered by `calculate`."""
     tools = [ToolSpec(name="calculate", description="d", args=CalculateArgs, handler=calculate)]
-    async with make_worker(env.client, task_queue, tools=tools):
-        result, _ = await run(
-            env, task_queue, task="squares", model="scripted:fan-out", tools=["calculate"]
-        )
+    result, _, _ = await run(
+        worker_tools=tools, task="squares", model="scripted:fan-out", tools=["calculate"]
+    )
     return result
 
 
-async def test_demo_run_calls_tools_and_answers(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    async with make_worker(time_skipping_env.client, task_queue):
-        result, handle = await run(
-            time_skipping_env, task_queue, task="What is 1234 * 5678?", model="scripted:demo"
-        )
-        state = await handle.query(AgentRunWorkflow.status)
-        description = await handle.describe()
+async def test_demo_run_calls_tools_and_answers(run: Run) -> None:
+    result, state, handle = await run(task="What is 1234 * 5678?", model="scripted:demo")
+    description = await handle.describe()
 
     assert result.status == "completed"
     assert result.final_output is not None
@@ -79,9 +82,7 @@ async def test_demo_run_calls_tools_and_answers(
     assert description.typed_search_attributes.get(AGENT_STATUS) == "completed"
 
 
-async def test_tool_calls_of_one_turn_run_concurrently(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
+async def test_tool_calls_of_one_turn_run_concurrently(run: Run) -> None:
     in_flight = 0
     most = 0
 
@@ -101,35 +102,24 @@ async def test_tool_calls_of_one_turn_run_concurrently(
         in_flight -= 1
         return args.expression
 
-    result = await fan_out(time_skipping_env, task_queue, slow_calculate)
+    result = await fan_out(run, slow_calculate)
 
     assert result.status == "completed"
     assert result.tool_calls == 3
     assert most == 3, "the three calls of one turn must be in flight together"
 
 
-async def test_max_turns_is_its_own_status(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    async with make_worker(time_skipping_env.client, task_queue):
-        result, handle = await run(
-            time_skipping_env, task_queue, task="loop", model="scripted:forever", max_turns=3
-        )
-        description = await handle.describe()
+async def test_max_turns_is_its_own_status(run: Run) -> None:
+    result, _, handle = await run(task="loop", model="scripted:forever", max_turns=3)
+    description = await handle.describe()
 
     assert result.status == "max_turns"
     assert (result.turns, result.tool_calls, result.final_output) == (3, 3, None)
     assert description.typed_search_attributes.get(AGENT_STATUS) == "max_turns"
 
 
-async def test_wrong_arguments_go_back_to_the_model(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    async with make_worker(time_skipping_env.client, task_queue):
-        result, handle = await run(
-            time_skipping_env, task_queue, task="add", model="scripted:fix-args"
-        )
-        state = await handle.query(AgentRunWorkflow.status)
+async def test_wrong_arguments_go_back_to_the_model(run: Run) -> None:
+    result, state, _ = await run(task="add", model="scripted:fix-args")
 
     assert result.status == "completed"
     assert result.final_output is not None and result.final_output.endswith("2 + 2 = 4")
@@ -138,21 +128,12 @@ async def test_wrong_arguments_go_back_to_the_model(
     assert "expression" in first_tool.detail and "Field required" in first_tool.detail
 
 
-async def test_tool_outside_the_run_is_refused_without_running(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
+async def test_tool_outside_the_run_is_refused_without_running(run: Run) -> None:
     # `calculate` exists on the worker, but this run was only granted count_words.
-    async with make_worker(time_skipping_env.client, task_queue):
-        result, handle = await run(
-            time_skipping_env,
-            task_queue,
-            task="loop",
-            model="scripted:forever",
-            tools=["count_words"],
-            max_turns=2,
-        )
-        state = await handle.query(AgentRunWorkflow.status)
-        activities = await scheduled_activities(handle)
+    result, state, handle = await run(
+        task="loop", model="scripted:forever", tools=["count_words"], max_turns=2
+    )
+    activities = await scheduled_activities(handle)
 
     assert result.status == "max_turns"
     tool_steps = [s for s in state.steps if s.kind == "tool"]
@@ -161,22 +142,15 @@ async def test_tool_outside_the_run_is_refused_without_running(
     assert activities == ["call_model", "call_model"]
 
 
-async def test_unknown_tool_name_is_an_error_the_model_reads(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    async with make_worker(time_skipping_env.client, task_queue):
-        result, _ = await run(
-            time_skipping_env, task_queue, task="oops", model="scripted:unknown-tool"
-        )
+async def test_unknown_tool_name_is_an_error_the_model_reads(run: Run) -> None:
+    result, _, _ = await run(task="oops", model="scripted:unknown-tool")
 
     assert result.status == "completed"
     assert result.final_output is not None
     assert "unknown tool 'delete_everything'" in result.final_output
 
 
-async def test_failing_tool_is_retried_then_reported_to_the_model(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
+async def test_failing_tool_is_retried_then_reported_to_the_model(run: Run) -> None:
     attempts = 0
 
     async def broken(args: CalculateArgs) -> str:
@@ -184,7 +158,7 @@ async def test_failing_tool_is_retried_then_reported_to_the_model(
         attempts += 1
         raise RuntimeError("disk on fire")
 
-    result = await fan_out(time_skipping_env, task_queue, broken)
+    result = await fan_out(run, broken)
 
     assert result.status == "completed"
     assert result.final_output is not None and "disk on fire" in result.final_output

@@ -3,8 +3,9 @@ an unknown agent, the app's deps in a tool's RunContext, and structured output."
 
 from __future__ import annotations
 
+import functools
 import json
-import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,35 +14,38 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import make_worker, replays, scheduled_activities, start_run
+from tests.workflows.runs import run_to_end
 from waitstate.apps import load_apps
-from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.run import CALL_MODEL, RESOLVE_AGENT
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text
 from workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.agent_app:app"
+Ran = tuple[WorkflowHandle[Any, RunResult], RunResult, RunState]
+Run = Callable[..., Awaitable[Ran]]
 
 
 async def _run(
-    env: WorkflowEnvironment, task_queue: str, **fields: Any
-) -> tuple[WorkflowHandle[Any, RunResult], RunResult]:
-    handle = await env.client.start_workflow(
-        AgentRunWorkflow.run, RunInput(**fields), id=f"run-{uuid.uuid4()}", task_queue=task_queue
+    env: WorkflowEnvironment, task_queue: str, settings: Settings | None = None, **fields: Any
+) -> Ran:
+    """A run with `fields` to its end, on a worker serving the app (with `settings`, when
+    given): its handle, result and last state."""
+    return await run_to_end(
+        env, task_queue, RunInput(**fields), apps=load_apps([APP]), settings=settings
     )
-    return handle, await handle.result()
 
 
-async def test_a_run_of_an_agent_takes_its_definition_and_its_apps_deps(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    apps = load_apps([APP])
-    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
-        handle, result = await _run(
-            time_skipping_env, task_queue, task="one two three", agent="counter"
-        )
-        state = await handle.query(AgentRunWorkflow.status)
-        await replays(handle, "agent_of_an_app")
+@pytest.fixture
+def run(time_skipping_env: WorkflowEnvironment, task_queue: str) -> Run:
+    """`_run` on the time-skipping server and the test's own queue."""
+    return functools.partial(_run, time_skipping_env, task_queue)
+
+
+async def test_a_run_of_an_agent_takes_its_definition_and_its_apps_deps(run: Run) -> None:
+    handle, result, state = await run(task="one two three", agent="counter")
+    await replays(handle, "agent_of_an_app")
 
     assert result.status == "completed"
     counted = json.loads((result.final_output or "").removeprefix("counted: "))
@@ -56,15 +60,8 @@ async def test_a_run_of_an_agent_takes_its_definition_and_its_apps_deps(
     assert (await scheduled_activities(handle))[:2] == [RESOLVE_AGENT, CALL_MODEL]
 
 
-async def test_what_the_run_sets_overrides_the_agent(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    apps = load_apps([APP])
-    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
-        handle, result = await _run(
-            time_skipping_env, task_queue, task="say this", agent="counter", model="scripted:echo"
-        )
-        state = await handle.query(AgentRunWorkflow.status)
+async def test_what_the_run_sets_overrides_the_agent(run: Run) -> None:
+    _, result, state = await run(task="say this", agent="counter", model="scripted:echo")
 
     assert result.status == "completed"
     assert (result.final_output or "").endswith("say this")
@@ -92,13 +89,10 @@ async def test_an_unknown_agent_fails_the_run_at_once_naming_the_known_ones(
 
 
 async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_one_is_json(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
+    run: Run,
 ) -> None:
-    apps = load_apps([APP])
-    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
-        handle, result = await _run(time_skipping_env, task_queue, task="report", agent="reporter")
-        state = await handle.query(AgentRunWorkflow.status)
-        await replays(handle, "agent_structured_output_corrected")
+    handle, result, state = await run(task="report", agent="reporter")
+    await replays(handle, "agent_structured_output_corrected")
 
     assert result.status == "completed"
     assert json.loads(result.final_output or "") == {"title": "Q3", "words": 3}
@@ -106,13 +100,8 @@ async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_
     assert state.steps[0].detail.startswith("answer sent back: words: Field required")
 
 
-async def test_an_answer_that_never_validates_ends_the_run_output_invalid(
-    time_skipping_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    apps = load_apps([APP])
-    async with make_worker(time_skipping_env.client, task_queue, apps=apps):
-        handle, result = await _run(time_skipping_env, task_queue, task="report", agent="stubborn")
-        state = await handle.query(AgentRunWorkflow.status)
+async def test_an_answer_that_never_validates_ends_the_run_output_invalid(run: Run) -> None:
+    _, result, state = await run(task="report", agent="stubborn")
 
     # Runs from HARDENED on (the CLI's view of it: tests/test_output_invalid.py).
     assert result.status == "output_invalid"
@@ -127,9 +116,7 @@ async def test_the_agents_model_settings_reach_the_provider(
 ) -> None:
     wire.enqueue(openai_text("cool and short"))
     settings = Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps, settings=settings):
-        _, result = await _run(dev_env, task_queue, task="say something", agent="tempered")
+    _, result, _ = await _run(dev_env, task_queue, settings, task="say something", agent="tempered")
 
     assert result.final_output == "cool and short"
     body = wire.requests[-1].body
@@ -148,12 +135,14 @@ async def test_structured_output_through_each_providers_sdk(
         openai_api_key="test-key",
         anthropic_api_key="test-key",
     )
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps, settings=settings):
-        handle, result = await _run(
-            dev_env, task_queue, task="report", agent="reporter", model=f"{provider}:test-model"
-        )
-        state = await handle.query(AgentRunWorkflow.status)
+    _, result, state = await _run(
+        dev_env,
+        task_queue,
+        settings,
+        task="report",
+        agent="reporter",
+        model=f"{provider}:test-model",
+    )
 
     assert result.status == "completed"
     assert json.loads(result.final_output or "") == {"title": "Q3", "words": 3}

@@ -62,14 +62,19 @@ async def _open_request(handle: WorkflowHandle[Any, Any]) -> ApprovalRequest:
     return (await eventually(open_requests, "an open approval request"))[0]
 
 
+async def _refund_asking(desk: Desk) -> tuple[WorkflowHandle[Any, RunResult], ApprovalRequest]:
+    """Start the refund over the threshold: its handle, and the approval request it waits on."""
+    handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
+    return handle, await _open_request(handle)
+
+
 async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
     return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
 
 async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
     async with desk.worker():
-        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
-        request = await _open_request(handle)
+        handle, request = await _refund_asking(desk)
         refunds_while_waiting = await desk.get("/refunds")
 
         async def waiting_for_approval() -> WorkflowExecutionDescription | None:
@@ -104,8 +109,7 @@ async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
 
 async def test_rejected_refund_never_runs_and_the_model_reads_the_reason(desk: Desk) -> None:
     async with desk.worker():
-        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
-        request = await _open_request(handle)
+        handle, request = await _refund_asking(desk)
         await handle.signal(
             AgentRunWorkflow.reject,
             DecisionSignal(
@@ -136,8 +140,7 @@ async def test_escalation_after_a_day_then_a_late_decision_on_the_first_request_
     desk: Desk,
 ) -> None:
     async with desk.worker():
-        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
-        request = await _open_request(handle)
+        handle, request = await _refund_asking(desk)
         began = time.monotonic()
         await desk.env.sleep(DAY + timedelta(minutes=1))
         escalated = await _open_request(handle)
@@ -168,8 +171,7 @@ async def test_an_escalating_request_shows_its_final_deadline_and_escalates_upse
     # land before or after a decision's Update in the same workflow task, one way live and the
     # other on replay; from agent-run-5 on, escalating changes no search attribute.
     async with desk.worker():
-        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
-        request = await _open_request(handle)
+        handle, request = await _refund_asking(desk)
         await desk.env.sleep(DAY + timedelta(minutes=1))
 
         async def escalation_noticed() -> bool:
@@ -257,8 +259,7 @@ async def test_on_timeout_policies(
 
 async def test_two_approvals_apply_once_and_the_second_is_recorded(desk: Desk) -> None:
     async with desk.worker():
-        handle = await desk.start(REFUND_TASK, REFUND_TOOLS)
-        request = await _open_request(handle)
+        handle, request = await _refund_asking(desk)
         for reviewer in ("dana", "lee"):
             await handle.signal(
                 AgentRunWorkflow.approve,

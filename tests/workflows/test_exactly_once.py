@@ -95,6 +95,12 @@ class Rig:
             self.client, self.task_queue, RunInput(task=task, tools=tools, **fields)
         )
 
+    async def ask_first(self, policy: ApprovalPolicy) -> WorkflowHandle[Any, Any]:
+        """Start the scripted run that asks for an approval, under `policy`, before it acts."""
+        return await self.start(
+            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+        )
+
     async def faults(self, **faults: Any) -> None:
         (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
 
@@ -268,9 +274,7 @@ async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalati
     # The rotation is the subject, not Temporal's move of a departed worker's sticky task (once,
     # late in a loaded suite, it took over 30 s): the old worker caches nothing.
     async with rig.worker(signing="old", sticky=False):
-        handle = await rig.start(
-            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
-        )
+        handle = await rig.ask_first(policy)
         [first] = await eventually(lambda: rig.outbox(handle.id), "the first notice")
     async with rig.worker(signing="new"):
         notices = await eventually(
@@ -334,9 +338,7 @@ async def test_a_decision_made_while_the_notice_outlasts_the_window_is_final(
         timeout=timedelta(seconds=2), on_timeout=on_timeout, default_decision="reject"
     )
     async with rig.worker(outbox_url=held_outbox.url):
-        handle = await rig.start(
-            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
-        )
+        handle = await rig.ask_first(policy)
 
         async def notice_posted() -> bool:
             return bool(held_outbox.posts)
@@ -511,9 +513,7 @@ async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
 ) -> None:
     policy = ApprovalPolicy(timeout=timedelta(minutes=10), on_timeout="fail")
     async with rig.worker(outbox_url=failing_outbox.url):
-        handle = await rig.start(
-            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
-        )
+        handle = await rig.ask_first(policy)
 
         async def posted() -> list[dict[str, Any]]:
             return failing_outbox.posts
@@ -542,9 +542,7 @@ async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_repl
     # reproduced here.
     policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
     async with rig.worker(outbox_url=held_outbox.url):
-        handle = await rig.start(
-            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
-        )
+        handle = await rig.ask_first(policy)
 
         async def asked() -> ApprovalRequest | None:
             return next(iter((await _state(handle)).approvals.values()), None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from tests.helpers import (
     replays,
     scheduled_activities,
 )
-from tests.rigs import Stack, WorkerProcess, free_port, python_server
+from tests.rigs import Stack, WorkerProcess
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
 from tests.workflows.conftest import KEYS
@@ -64,15 +64,6 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "remote-ref": ({"$ref": "https://schemas.example/answer.json"}, "the schema: $ref not allowed"),
     "not-an-object": ({"type": "string"}, 'type must be "object" (a form of fields)'),
 }
-
-
-@pytest.fixture(scope="module")
-@needs(SUBPROCESS)
-def reports_url() -> Iterator[str]:
-    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP."""
-    port = free_port()
-    with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
-        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from tests.helpers import (
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
+from tests.workflows.runs import run_to_end
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
@@ -262,15 +263,13 @@ async def test_a_day_long_wait_wakes_with_a_context_rebuilt_from_the_ledger(
 async def test_a_five_megabyte_result_goes_by_reference(
     time_skipping_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    tools = [_tool("big_report", _five_megabytes)]
-    async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-        handle = await start_run(
-            time_skipping_env.client,
-            task_queue,
-            RunInput(task="read it", model="scripted:read-big", tools=["big_report"]),
-        )
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await handle.query(AgentRunWorkflow.status)
+    handle, result, state = await run_to_end(
+        time_skipping_env,
+        task_queue,
+        RunInput(task="read it", model="scripted:read-big", tools=["big_report"]),
+        tools=[_tool("big_report", _five_megabytes)],
+        within=RESULT_TIMEOUT,
+    )
     size, _ = await history_bytes(time_skipping_env.client, handle.id, handle.result_run_id or "")
 
     first = next(s for s in state.steps if s.kind == "tool")

@@ -19,9 +19,10 @@ from temporalio.testing import WorkflowEnvironment
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
+from tests.helpers import callback_token, eventually, process_env, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
+from tests.workflows.runs import run_to_end
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Operation
@@ -254,13 +255,13 @@ async def test_a_poll_interval_of_a_minute_uses_the_retry_policy_as_the_poller(
         tools = [
             enrich_tool(pipeline, poll_interval=timedelta(minutes=10), timeout=timedelta(days=30))
         ]
-        async with make_worker(time_skipping_env.client, task_queue, tools=tools):
-            handle = await start_run(
-                time_skipping_env.client,
-                task_queue,
-                RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
-            )
-            result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        handle, result, _ = await run_to_end(
+            time_skipping_env,
+            task_queue,
+            RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
+            tools=tools,
+            within=RESULT_TIMEOUT,
+        )
         events = await _events(handle)
 
     assert result.status == "completed"

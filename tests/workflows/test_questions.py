@@ -8,7 +8,7 @@ rest of the MCP side)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -26,7 +26,7 @@ from tests.helpers import (
     replays,
     scheduled_activities,
 )
-from tests.rigs import Stack, free_port, python_server
+from tests.rigs import Stack
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
@@ -256,15 +256,6 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
 
 
 # --- the same for an MCP task's question ----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-@needs(SUBPROCESS)
-def reports_url() -> Iterator[str]:
-    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP."""
-    port = free_port()
-    with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
-        yield f"http://127.0.0.1:{port}/mcp"
 
 
 async def test_a_person_answers_an_mcp_tasks_question_through_its_link_and_the_cli(
