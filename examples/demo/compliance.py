@@ -8,7 +8,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, Field
 
-from examples.demo.services import check_answer
+from examples.demo.services import SystemsClient, check_answer
 from waitstate import ToolSpec
 
 
@@ -30,17 +30,8 @@ class NotifyTeamArgs(BaseModel):
     message: str = Field(description="The message: what happened and where to find it.")
 
 
-class ComplianceTools:
-    """The compliance folder and team notifications, as tool handlers.
-
-    Args:
-        http: The client to call the systems with (its owner closes it).
-        base_url: The systems' root, e.g. `http://127.0.0.1:8790`.
-    """
-
-    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
-        self._http = http
-        self._base_url = base_url.rstrip("/")
+class ComplianceTools(SystemsClient):
+    """The compliance folder and team notifications, as tool handlers."""
 
     async def verify_row_count(self, args: VerifyRowCountArgs) -> dict[str, Any]:
         """Compare an exported file's row count with the expected one."""

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, Field
 
-from examples.demo.services import check_answer
+from examples.demo.services import SystemsClient, check_answer
 from waitstate import ApprovalPolicy, ToolError, ToolSpec
 
 # Refunds above this amount wait for a person's sign-off.
@@ -65,17 +65,8 @@ def refund_approval_policy() -> ApprovalPolicy:
     )
 
 
-class RefundDesk:
-    """Claims and refunds on the demo systems, as tool handlers.
-
-    Args:
-        http: The client to call the systems with (its owner closes it).
-        base_url: The systems' root, e.g. `http://127.0.0.1:8790`.
-    """
-
-    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
-        self._http = http
-        self._base_url = base_url.rstrip("/")
+class RefundDesk(SystemsClient):
+    """Claims and refunds on the demo systems, as tool handlers."""
 
     async def check_claim(self, args: CheckClaimArgs) -> dict[str, Any]:
         """The claim: whether it is valid (and if not, why), its amount and customer.

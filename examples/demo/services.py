@@ -93,22 +93,27 @@ def job_url(base_url: str, path: str, job_id: str) -> str:
     return f"{base_url}{path}/{quote(job_id, safe='')}"
 
 
-class JobService:
-    """What the demo's job services share: start by idempotency key, check, cancel.
-
-    Subclasses name the service and the path of its jobs, and say how a job starts.
+class SystemsClient:
+    """What every adapter of the demo systems holds: the client it calls them with, and where.
 
     Args:
-        http: The client to call the service with (its owner closes it).
-        base_url: The service's root, e.g. `http://127.0.0.1:8790`.
+        http: The client to call the systems with (its owner closes it).
+        base_url: The systems' root, e.g. `http://127.0.0.1:8790`.
     """
-
-    service = "job service"
-    jobs_path = "/jobs"
 
     def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
         self._http = http
         self._base_url = base_url.rstrip("/")
+
+
+class JobService(SystemsClient):
+    """What the demo's job services share: start by idempotency key, check, cancel.
+
+    Subclasses name the service and the path of its jobs, and say how a job starts.
+    """
+
+    service = "job service"
+    jobs_path = "/jobs"
 
     async def _start(self, path: str, body: dict[str, Any], context: StartContext) -> Job:
         response = await self._http.post(

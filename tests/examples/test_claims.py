@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from examples.systems import create_app, serving
-
-
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app()) as url:
-        yield url
-
-
-@pytest.fixture
-async def client(systems_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=systems_url) as client:
-        assert (await client.post("/_test/reset")).status_code == 204
-        yield client
+from tests.examples.systems_helpers import set_faults, stats
 
 
 async def refund(
@@ -37,11 +23,6 @@ async def refund(
 
 async def refunds(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     body: list[dict[str, Any]] = (await client.get("/refunds")).json()
-    return body
-
-
-async def stats(client: httpx.AsyncClient) -> dict[str, Any]:
-    body: dict[str, Any] = (await client.get("/_test/stats")).json()
     return body
 
 
@@ -180,11 +161,11 @@ async def test_amounts_must_be_positive_numbers(client: httpx.AsyncClient, amoun
 async def test_accept_then_fail_issues_the_refund_the_caller_never_sees(
     client: httpx.AsyncClient,
 ) -> None:
-    fault = await client.post("/_test/faults", json={"accept_then_fail_next_refunds": 1})
+    fault = await set_faults(client, accept_then_fail_next_refunds=1)
     lost = await refund(client, "key-f", "C-118", 420.0)
     retried = await refund(client, "key-f", "C-118", 420.0)
 
-    assert fault.json()["accept_then_fail_next_refunds"] == 1
+    assert fault["accept_then_fail_next_refunds"] == 1
     assert lost.status_code == 503
     assert retried.status_code == 200
     assert retried.json() == {"refund_id": "rfd_1", "claim_id": "C-118", "amount": 420.0}

@@ -5,8 +5,7 @@ it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,9 +16,18 @@ from fastapi.responses import JSONResponse
 
 from examples.demo.purges import PURGE_CONFIRMATION, PurgeArgs, PurgeService, purge_tool
 from examples.demo.services import ServiceError
-from examples.systems import DemoSystems, create_app, serving
+from examples.systems import create_app, serving
+from tests.examples.systems_helpers import (
+    Hook,
+    Receiver,
+    context,
+    hook_number,
+    idle,
+    set_faults,
+    stats,
+)
 from tests.helpers import eventually
-from waitstate import Completion, InputPolicy, JobAnswer, StartContext, ToolError
+from waitstate import Completion, InputPolicy, JobAnswer, ToolError
 
 # How long a purge counts rows before it asks, and purges once confirmed.
 STEP_SECONDS = 0.05
@@ -30,64 +38,11 @@ CONFIRM_SCHEMA = {
 }
 
 
-@dataclass
-class Hook:
-    """A webhook the receiver got."""
-
-    name: str
-    authorization: str | None
-    body: dict[str, Any]
-
-
-@dataclass
-class Receiver:
-    """Records every POST to `/hooks/{name}`; `on_hook`, when set, runs before it answers."""
-
-    url: str = ""
-    hooks: list[Hook] = field(default_factory=list)
-    on_hook: Callable[[Hook], Awaitable[None]] | None = None
-
-    def named(self, name: str) -> list[Hook]:
-        return [hook for hook in self.hooks if hook.name == name]
-
-
 @pytest.fixture(scope="module")
 async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
     app = create_app(export_seconds=STEP_SECONDS)
     async with serving(app) as url:
         yield app, url
-
-
-@pytest.fixture
-async def client(systems_app: tuple[FastAPI, str]) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=systems_app[1]) as client:
-        assert (await client.post("/_test/reset")).status_code == 204
-        yield client
-
-
-@pytest.fixture(scope="module")
-async def module_receiver() -> AsyncIterator[Receiver]:
-    app = FastAPI()
-    receiver = Receiver()
-
-    @app.post("/hooks/{name}")
-    async def hook(name: str, request: Request) -> JSONResponse:
-        received = Hook(name, request.headers.get("authorization"), await request.json())
-        receiver.hooks.append(received)
-        if receiver.on_hook is not None:
-            await receiver.on_hook(received)
-        return JSONResponse({"ok": True})
-
-    async with serving(app) as url:
-        receiver.url = url
-        yield receiver
-
-
-@pytest.fixture
-def receiver(module_receiver: Receiver) -> Receiver:
-    module_receiver.hooks.clear()
-    module_receiver.on_hook = None
-    return module_receiver
 
 
 async def start_purge(
@@ -107,16 +62,6 @@ async def start_purge(
     return job_id
 
 
-async def hook_number(receiver: Receiver, name: str, number: int) -> Hook:
-    """The `number`th webhook (1, 2...) to `/hooks/{name}`, once it has arrived."""
-
-    async def arrived() -> Hook | None:
-        hooks = receiver.named(name)
-        return hooks[number - 1] if len(hooks) >= number else None
-
-    return await eventually(arrived, f"webhook {number} to {name}")
-
-
 async def answer(
     client: httpx.AsyncClient,
     job_id: str,
@@ -127,23 +72,6 @@ async def answer(
 ) -> httpx.Response:
     body = {"key": key, "action": action, "content": content, "responder": responder}
     return await client.post(f"/purges/{job_id}/answers", json=body)
-
-
-async def stats(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.get("/_test/stats")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def idle(app: FastAPI) -> None:
-    """Wait until no job task is left: every webhook a job will send has been answered."""
-    systems: DemoSystems = app.state.systems
-
-    async def no_task() -> bool:
-        return not systems.long_jobs.tasks
-
-    await eventually(no_task, "the systems to finish every job and its webhooks")
 
 
 # --- The system ----------------------------------------------------------------------------
@@ -358,8 +286,7 @@ async def test_a_purge_asks_in_the_schema_a_fault_names_for_its_dataset(
         },
         "required": ["confirm"],
     }
-    faults = await client.post("/_test/faults", json={"purge_schemas": {"hostile": crafted}})
-    assert faults.status_code == 200, faults.text
+    await set_faults(client, purge_schemas={"hostile": crafted})
     hostile = await start_purge(client, receiver, "hostile", dataset="hostile")
     await start_purge(client, receiver, "usual")
 
@@ -377,7 +304,7 @@ async def test_a_held_purge_asks_only_once_told_to(
 ) -> None:
     # For the chaos suite: the question comes when the test wants it (e.g. while the run's
     # checkpoint call is in flight), not after a clock's duration.
-    await client.post("/_test/faults", json={"held_purges": ["held"]})
+    await set_faults(client, held_purges=["held"])
     held = await start_purge(client, receiver, "held", dataset="held")
     await start_purge(client, receiver, "usual")
     # A purge started after it has counted its rows and asked: the held one would have too.
@@ -409,7 +336,7 @@ async def test_a_purge_whose_question_is_refused_as_malformed_fails_saying_why(
         error = {"error": {"code": "invalid_question", "message": refusal}}
         return JSONResponse(error if status == 422 else {"ok": True}, status_code=status)
 
-    await client.post("/_test/faults", json={"purge_schemas": {"broken": {"type": 12}}})
+    await set_faults(client, purge_schemas={"broken": {"type": 12}})
     async with serving(gateway) as url:
         started = await client.post(
             "/purges",
@@ -475,15 +402,6 @@ async def service(
 ) -> AsyncIterator[PurgeService]:
     async with httpx.AsyncClient() as http:
         yield PurgeService(http, systems_app[1])
-
-
-def context(key: str, callback_url: str) -> StartContext:
-    return StartContext(
-        idempotency_key=key,
-        operation_id="op_1",
-        callback_url=callback_url,
-        callback_token="token-abc",
-    )
 
 
 async def test_the_service_starts_a_purge_and_delivers_the_answer(

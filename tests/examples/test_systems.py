@@ -6,18 +6,16 @@ import asyncio
 import os
 import signal
 import sys
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from examples.systems import DemoSystems, WebhookRetry, create_app, serving
+from tests.examples.systems_helpers import Receiver, idle, set_faults, stats
 from tests.helpers import eventually
 
 EXPORT_SECONDS = 0.2
@@ -26,67 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-@dataclass
-class Hook:
-    """A webhook the receiver got."""
-
-    name: str
-    authorization: str | None
-    body: Any
-    webhook_id: str | None = None
-
-
-@dataclass
-class Receiver:
-    """A webhook receiver: records every POST to `/hooks/{name}`, answers from `answers`."""
-
-    url: str
-    hooks: list[Hook] = field(default_factory=list)
-    answers: deque[int] = field(default_factory=deque)
-
-
 @pytest.fixture(scope="module")
 async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
     app = create_app(export_seconds=EXPORT_SECONDS, pipeline_seconds=PIPELINE_SECONDS)
     async with serving(app) as url:
         yield app, url
-
-
-@pytest.fixture
-async def client(systems_app: tuple[FastAPI, str]) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=systems_app[1]) as client:
-        assert (await client.post("/_test/reset")).status_code == 204
-        yield client
-
-
-@pytest.fixture(scope="module")
-async def module_receiver() -> AsyncIterator[Receiver]:
-    app = FastAPI()
-    receiver = Receiver(url="")
-
-    @app.post("/hooks/{name}")
-    async def hook(name: str, request: Request) -> JSONResponse:
-        receiver.hooks.append(
-            Hook(
-                name,
-                request.headers.get("authorization"),
-                await request.json(),
-                request.headers.get("webhook-id"),
-            )
-        )
-        status = receiver.answers.popleft() if receiver.answers else 200
-        return JSONResponse({"answered": status}, status_code=status)
-
-    async with serving(app) as url:
-        receiver.url = url
-        yield receiver
-
-
-@pytest.fixture
-def receiver(module_receiver: Receiver) -> Receiver:
-    module_receiver.hooks.clear()
-    module_receiver.answers.clear()
-    return module_receiver
 
 
 async def start_export(
@@ -103,38 +45,12 @@ async def start_export(
     )
 
 
-async def stats(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.get("/_test/stats")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def faults(client: httpx.AsyncClient, **values: Any) -> dict[str, Any]:
-    response = await client.post("/_test/faults", json=values)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
 async def finished(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         body: dict[str, Any] = (await client.get(path)).json()
         return body if body["status"] != "running" else None
 
     return await eventually(check, f"{path} to end")
-
-
-async def idle(app: FastAPI) -> None:
-    """Wait until the systems have no job left running. A job's task is what ends it and
-    sends its webhooks, retries and copies included, each awaited until answered or given up:
-    once none is left, every webhook has reached its receiver and no other can come."""
-    systems: DemoSystems = app.state.systems
-
-    async def no_task() -> bool:
-        return not systems.long_jobs.tasks
-
-    await eventually(no_task, "the systems to finish every job and its webhooks")
 
 
 # --- Idempotent start ----------------------------------------------------------------------
@@ -325,8 +241,8 @@ async def test_unknown_jobs_are_404(client: httpx.AsyncClient) -> None:
 
 
 async def test_faults_change_only_the_fields_sent(client: httpx.AsyncClient) -> None:
-    await faults(client, fail_next_starts=2)
-    current = await faults(client, never_complete=True)
+    await set_faults(client, fail_next_starts=2)
+    current = await set_faults(client, never_complete=True)
 
     assert current["fail_next_starts"] == 2
     assert current["never_complete"] is True
@@ -337,7 +253,7 @@ async def test_faults_change_only_the_fields_sent(client: httpx.AsyncClient) -> 
 async def test_never_complete_keeps_jobs_running(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
-    await faults(client, never_complete=True)
+    await set_faults(client, never_complete=True)
     started = await start_export(
         client, "key-n", callback_url=f"{receiver.url}/hooks/n", callback_token="t"
     )
@@ -345,7 +261,7 @@ async def test_never_complete_keeps_jobs_running(
 
     # A never-completing job has no task to wait for: wait instead for a job started after it,
     # of the same duration, to end (jobs of one duration end in the order they started).
-    await faults(client, never_complete=False)
+    await set_faults(client, never_complete=False)
     later = (await start_export(client, "key-later", dataset="later")).json()["job_id"]
     assert (await finished(client, f"/exports/{later}"))["status"] == "succeeded"
 
@@ -363,7 +279,7 @@ async def test_fail_jobs_ends_jobs_failed_and_reports_why(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
     error = {"code": "quota_exceeded", "message": "export quota used up", "retryable": True}
-    await faults(client, fail_jobs=error)
+    await set_faults(client, fail_jobs=error)
     started = await start_export(
         client, "key-e", callback_url=f"{receiver.url}/hooks/e", callback_token="t"
     )
@@ -380,7 +296,7 @@ async def test_fail_jobs_ends_jobs_failed_and_reports_why(
 async def test_fail_next_starts_answers_503_before_creating_a_job(
     client: httpx.AsyncClient,
 ) -> None:
-    await faults(client, fail_next_starts=1)
+    await set_faults(client, fail_next_starts=1)
 
     refused = await start_export(client, "key-503")
     after_refusal = await stats(client)
@@ -400,7 +316,7 @@ async def test_fail_next_starts_answers_503_before_creating_a_job(
 async def test_accept_then_fail_creates_the_job_the_caller_never_sees(
     client: httpx.AsyncClient,
 ) -> None:
-    await faults(client, accept_then_fail_next_starts=1)
+    await set_faults(client, accept_then_fail_next_starts=1)
 
     refused = await start_export(client, "key-lost")
     created = (await stats(client))["keys"]["key-lost"]
@@ -416,7 +332,7 @@ async def test_accept_then_fail_creates_the_job_the_caller_never_sees(
 async def test_duplicate_webhooks_sends_each_webhook_n_times(
     client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
-    await faults(client, duplicate_webhooks=3)
+    await set_faults(client, duplicate_webhooks=3)
     started = await start_export(
         client, "key-d", callback_url=f"{receiver.url}/hooks/d", callback_token="t"
     )
@@ -453,7 +369,7 @@ async def test_webhooks_are_retried_on_5xx_until_answered(
 async def test_progress_reports_come_in_order_before_the_final_one_each_with_its_own_id(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
-    await faults(client, progress_reports=2, duplicate_webhooks=2)
+    await set_faults(client, progress_reports=2, duplicate_webhooks=2)
     started = await start_export(
         client, "key-progress", callback_url=f"{receiver.url}/hooks/p", callback_token="t"
     )
@@ -513,7 +429,7 @@ async def test_an_unreachable_receiver_is_retried_with_backoff_then_given_up(
     client: httpx.AsyncClient, closed_port: int, systems_app: tuple[FastAPI, str]
 ) -> None:
     # Sent again 0.5 s, then 1 s after: the next wait (2 s) would end past 2 s.
-    await faults(client, export_seconds=0, webhook_give_up_seconds=2)
+    await set_faults(client, export_seconds=0, webhook_give_up_seconds=2)
     started = await start_export(
         client,
         "key-down",
@@ -576,7 +492,7 @@ def test_by_default_a_webhook_is_sent_again_for_ten_minutes_with_backoff_up_to_3
 
 
 async def test_duration_overrides_apply_to_new_jobs(client: httpx.AsyncClient) -> None:
-    await faults(client, export_seconds=5, pipeline_seconds=0)
+    await set_faults(client, export_seconds=5, pipeline_seconds=0)
 
     export = await start_export(client, "key-slow")
     enrich = await client.post(
@@ -690,7 +606,7 @@ async def test_notifications_are_recorded(client: httpx.AsyncClient) -> None:
 async def test_reset_forgets_everything_and_stops_pending_webhooks(
     client: httpx.AsyncClient, receiver: Receiver, systems_app: tuple[FastAPI, str]
 ) -> None:
-    await faults(client, export_seconds=0.2)
+    await set_faults(client, export_seconds=0.2)
     await start_export(client, "key-z", callback_url=f"{receiver.url}/hooks/z", callback_token="t")
     await client.post("/notifications", json={"team": "t", "message": "m"})
 
@@ -699,7 +615,7 @@ async def test_reset_forgets_everything_and_stops_pending_webhooks(
     systems: DemoSystems = systems_app[0].state.systems
     tasks = set(systems.long_jobs.tasks)
     # A job of the same duration started now calls back after the forgotten one would have.
-    await faults(client, export_seconds=0.2)
+    await set_faults(client, export_seconds=0.2)
     await start_export(
         client,
         "key-later",

@@ -3,41 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
-from tests.helpers import EVENTUALLY_WITHIN, eventually
+from tests.examples.systems_helpers import (
+    Receiver,
+    context,
+    hook_number,
+    later_job_ended,
+    set_faults,
+    stats,
+    until_finished,
+)
 from waitstate.schemas.operations import Completion, OperationError
-from waitstate.tools.spec import StartContext, ToolError
+from waitstate.tools.spec import ToolError
 
 EXPORT_SECONDS = 0.25
 ARGS = ExportArgs(dataset="transactions", period="2025-Q3")
-
-
-@dataclass
-class Receiver:
-    """Records the webhooks POSTed to it: (authorization header, body)."""
-
-    url: str = ""
-    hooks: list[tuple[str | None, Any]] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def first(self) -> tuple[str | None, Any]:
-        """The first webhook, once it has arrived."""
-        async with asyncio.timeout(EVENTUALLY_WITHIN):
-            await self.arrived.wait()
-        return self.hooks[0]
+LATER = ExportArgs(dataset="later", period="2025-Q4")
 
 
 @pytest.fixture(scope="module")
@@ -47,84 +36,18 @@ async def systems_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def service(systems_url: str, control: httpx.AsyncClient) -> AsyncIterator[ExportService]:
-    async with httpx.AsyncClient() as http:
-        yield ExportService(http, systems_url)
-
-
-@pytest.fixture(scope="module")
-async def module_receiver() -> AsyncIterator[Receiver]:
-    app = FastAPI()
-    receiver = Receiver()
-
-    @app.post("/hook")
-    async def hook(request: Request) -> JSONResponse:
-        receiver.hooks.append((request.headers.get("authorization"), await request.json()))
-        receiver.arrived.set()
-        return JSONResponse({"ok": True})
-
-    async with serving(app) as url:
-        receiver.url = f"{url}/hook"
-        yield receiver
-
-
-@pytest.fixture
-def receiver(module_receiver: Receiver) -> Receiver:
-    module_receiver.hooks.clear()
-    module_receiver.arrived.clear()
-    return module_receiver
-
-
-def context(key: str, callback_url: str | None = None) -> StartContext:
-    return StartContext(
-        idempotency_key=key,
-        operation_id="op_1",
-        callback_url=callback_url,
-        callback_token="token-abc" if callback_url else None,
-    )
-
-
-async def stats(control: httpx.AsyncClient) -> dict[str, Any]:
-    body: dict[str, Any] = (await control.get("/_test/stats")).json()
-    return body
-
-
-async def set_faults(control: httpx.AsyncClient, **values: Any) -> None:
-    assert (await control.post("/_test/faults", json=values)).status_code == 200
-
-
-async def until_finished(
-    service: ExportService, job_id: str
-) -> tuple[list[Completion], Completion]:
-    """Poll until the job ends: the running reports seen, and the final one."""
-    seen = []
-
-    async def ended() -> Completion | None:
-        completion = await service.status(job_id)
-        if completion.status == "running":
-            seen.append(completion)
-            return None
-        return completion
-
-    return seen, await eventually(ended, f"export {job_id} to end")
-
-
-async def later_job_ended(service: ExportService) -> Completion:
-    """Start another job and wait for its end. Any job started before it has reached the end
-    of its own duration by then: jobs of one duration end in the order they started (their
-    timers share the systems' event loop)."""
-    job = await service.start(ExportArgs(dataset="later", period="2025-Q4"), context("later"))
-    _, done = await until_finished(service, job.job_id)
-    return done
+def service(http: httpx.AsyncClient, systems_url: str) -> ExportService:
+    return ExportService(http, systems_url)
 
 
 async def test_start_sends_the_key_and_the_callback(
-    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+    service: ExportService, client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
-    job = await service.start(ARGS, context("wf-1/call-1", receiver.url))
+    callback_url = f"{receiver.url}/hooks/start"
+    job = await service.start(ARGS, context("wf-1/call-1", callback_url))
 
     running, done = await until_finished(service, job.job_id)
-    hook = await receiver.first()
+    hook = await hook_number(receiver, "start", 1)
 
     assert job.job_id.startswith("exp_")
     assert job.eta_seconds == 1
@@ -132,16 +55,21 @@ async def test_start_sends_the_key_and_the_callback(
     assert done.status == "succeeded"
     assert done.result["file"] == "exports/transactions-2025-Q3.csv"
     assert done.progress == "100%"
-    assert hook == ("Bearer token-abc", {"status": "succeeded", "result": done.result})
+    assert (hook.authorization, hook.body) == (
+        "Bearer token-abc",
+        {"status": "succeeded", "result": done.result},
+    )
     # What the webhook carries is a valid Completion, as the gateway will read it.
-    assert Completion.model_validate(hook[1]) == Completion(status="succeeded", result=done.result)
-    seen = await stats(control)
+    assert Completion.model_validate(hook.body) == Completion(
+        status="succeeded", result=done.result
+    )
+    seen = await stats(client)
     assert seen["keys"]["wf-1/call-1"]["job_id"] == job.job_id
-    assert seen["jobs"][job.job_id]["callback_url"] == receiver.url
+    assert seen["jobs"][job.job_id]["callback_url"] == callback_url
 
 
 async def test_starting_twice_with_one_key_is_one_job(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
     first = await service.start(ARGS, context("wf-1/call-2"))
     again = await service.start(ARGS, context("wf-1/call-2"))
@@ -151,13 +79,13 @@ async def test_starting_twice_with_one_key_is_one_job(
 
     assert again.job_id == first.job_id
     assert len({job.job_id for job in concurrent}) == 1
-    keys = (await stats(control))["keys"]
+    keys = (await stats(client))["keys"]
     assert (keys["wf-1/call-2"]["starts"], keys["wf-1/call-2"]["jobs_created"]) == (2, 1)
     assert (keys["wf-1/call-3"]["starts"], keys["wf-1/call-3"]["jobs_created"]) == (3, 1)
 
 
 async def test_a_refused_start_is_a_tool_error_with_the_service_reason(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
     with pytest.raises(ToolError) as bad_period:
         await service.start(ExportArgs(dataset="transactions", period="Q3"), context("k-1"))
@@ -170,47 +98,44 @@ async def test_a_refused_start_is_a_tool_error_with_the_service_reason(
         "or a month like '2025-07'"
     )
     assert "'k-2' was already used for a different request" in str(reused_key.value)
-    assert (await stats(control))["keys"]["k-2"]["jobs_created"] == 1
+    assert (await stats(client))["keys"]["k-2"]["jobs_created"] == 1
 
 
 async def test_a_503_before_the_job_is_retryable_and_the_retry_creates_one_job(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
-    await set_faults(control, fail_next_starts=1)
+    await set_faults(client, fail_next_starts=1)
 
     with pytest.raises(ServiceError) as refused:
         await service.start(ARGS, context("wf-2/call-1"))
-    before = (await stats(control))["keys"]["wf-2/call-1"]
+    before = (await stats(client))["keys"]["wf-2/call-1"]
     job = await service.start(ARGS, context("wf-2/call-1"))
 
     assert not isinstance(refused.value, ToolError)
     assert refused.value.status_code == 503
     assert before["jobs_created"] == 0
-    after = (await stats(control))["keys"]["wf-2/call-1"]
+    after = (await stats(client))["keys"]["wf-2/call-1"]
     assert (after["starts"], after["jobs_created"], after["job_id"]) == (2, 1, job.job_id)
 
 
 async def test_a_retry_after_an_unseen_acceptance_finds_the_job(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
-    await set_faults(control, accept_then_fail_next_starts=1)
+    await set_faults(client, accept_then_fail_next_starts=1)
 
     with pytest.raises(ServiceError):
         await service.start(ARGS, context("wf-3/call-1"))
-    created = (await stats(control))["keys"]["wf-3/call-1"]
+    created = (await stats(client))["keys"]["wf-3/call-1"]
     job = await service.start(ARGS, context("wf-3/call-1"))
 
     assert created["jobs_created"] == 1
     assert job.job_id == created["job_id"]
-    assert (await stats(control))["keys"]["wf-3/call-1"]["jobs_created"] == 1
+    assert (await stats(client))["keys"]["wf-3/call-1"]["jobs_created"] == 1
 
 
-async def test_an_unreachable_service_raises_a_retryable_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+async def test_an_unreachable_service_raises_a_retryable_error(closed_port: int) -> None:
     async with httpx.AsyncClient() as http:
-        service = ExportService(http, f"http://127.0.0.1:{port}")
+        service = ExportService(http, f"http://127.0.0.1:{closed_port}")
         with pytest.raises(httpx.ConnectError):
             await service.start(ARGS, context("k"))
         with pytest.raises(httpx.ConnectError):
@@ -218,13 +143,14 @@ async def test_an_unreachable_service_raises_a_retryable_error() -> None:
 
 
 async def test_cancel_stops_the_job_and_its_webhook(
-    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+    service: ExportService, client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
-    job = await service.start(ARGS, context("wf-4/call-1", receiver.url))
+    job = await service.start(ARGS, context("wf-4/call-1", f"{receiver.url}/hooks/cancel"))
 
     await service.cancel(job.job_id)
     await service.cancel(job.job_id)
-    later = await later_job_ended(service)  # our job would have ended, and called back, first
+    # Our job would have ended, and called back, first.
+    later = await later_job_ended(service, LATER)
 
     assert later.status == "succeeded"
     assert await service.status(job.job_id) == Completion(
@@ -234,13 +160,13 @@ async def test_cancel_stops_the_job_and_its_webhook(
         ),
     )
     assert receiver.hooks == []
-    seen = await stats(control)
+    seen = await stats(client)
     assert seen["keys"]["wf-4/call-1"]["cancels"] == 2
     assert seen["jobs"][job.job_id]["webhooks"] == []
 
 
 async def test_cancelling_an_unknown_or_finished_job_is_not_an_error(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
     job = await service.start(ARGS, context("wf-5/call-1"))
     _, done = await until_finished(service, job.job_id)
@@ -265,33 +191,33 @@ async def test_the_status_of_an_unknown_job_is_a_failure_with_a_reason(
 
 
 async def test_never_complete_keeps_reporting_running(
-    service: ExportService, control: httpx.AsyncClient
+    service: ExportService, client: httpx.AsyncClient
 ) -> None:
-    await set_faults(control, never_complete=True)
+    await set_faults(client, never_complete=True)
     job = await service.start(ARGS, context("wf-6/call-1"))
 
-    await set_faults(control, never_complete=False)  # for the jobs started from now on
-    later = await later_job_ended(service)  # ours has outlasted its duration
+    await set_faults(client, never_complete=False)  # for the jobs started from now on
+    later = await later_job_ended(service, LATER)  # ours has outlasted its duration
 
     assert later.status == "succeeded"
     assert await service.status(job.job_id) == Completion(status="running", progress="99%")
 
 
 async def test_a_failed_job_reports_the_systems_error(
-    service: ExportService, control: httpx.AsyncClient, receiver: Receiver
+    service: ExportService, client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
     error = OperationError(
         code="dataset_locked", message="dataset is being rebuilt", retryable=True
     )
-    await set_faults(control, fail_jobs=error.model_dump())
-    job = await service.start(ARGS, context("wf-7/call-1", receiver.url))
+    await set_faults(client, fail_jobs=error.model_dump())
+    job = await service.start(ARGS, context("wf-7/call-1", f"{receiver.url}/hooks/failed"))
 
     _, done = await until_finished(service, job.job_id)
-    authorization, body = await receiver.first()
+    hook = await hook_number(receiver, "failed", 1)
 
     assert done == Completion(status="failed", error=error)
-    assert authorization == "Bearer token-abc"
-    assert Completion.model_validate(body) == done
+    assert hook.authorization == "Bearer token-abc"
+    assert Completion.model_validate(hook.body) == done
 
 
 async def test_export_tool_declares_a_callback_long_tool() -> None:

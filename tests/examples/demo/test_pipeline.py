@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +12,13 @@ import pytest
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from examples.demo.services import ServiceError
 from examples.systems import create_app, serving
-from tests.helpers import eventually
+from tests.examples.systems_helpers import (
+    context,
+    later_job_ended,
+    set_faults,
+    stats,
+    until_finished,
+)
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.tools.spec import StartContext, ToolError
 
@@ -28,53 +33,12 @@ async def systems_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def pipeline(
-    systems_url: str, control: httpx.AsyncClient
-) -> AsyncIterator[EnrichmentPipeline]:
-    async with httpx.AsyncClient() as http:
-        yield EnrichmentPipeline(http, systems_url)
-
-
-def context(key: str) -> StartContext:
-    return StartContext(idempotency_key=key, operation_id="op_1")
-
-
-async def stats(control: httpx.AsyncClient) -> dict[str, Any]:
-    body: dict[str, Any] = (await control.get("/_test/stats")).json()
-    return body
-
-
-async def set_faults(control: httpx.AsyncClient, **values: Any) -> None:
-    assert (await control.post("/_test/faults", json=values)).status_code == 200
-
-
-async def until_finished(
-    pipeline: EnrichmentPipeline, job_id: str
-) -> tuple[list[Completion], Completion]:
-    """Poll until the job ends: the running reports seen, and the final one."""
-    seen = []
-
-    async def ended() -> Completion | None:
-        completion = await pipeline.status(job_id)
-        if completion.status == "running":
-            seen.append(completion)
-            return None
-        return completion
-
-    return seen, await eventually(ended, f"enrichment {job_id} to end")
-
-
-async def later_job_ended(pipeline: EnrichmentPipeline) -> Completion:
-    """Start another job and wait for its end. Any job started before it has reached the end
-    of its own duration by then: jobs of one duration end in the order they started (their
-    timers share the systems' event loop)."""
-    job = await pipeline.start(EnrichArgs(dataset="later"), context("later"))
-    _, done = await until_finished(pipeline, job.job_id)
-    return done
+def pipeline(http: httpx.AsyncClient, systems_url: str) -> EnrichmentPipeline:
+    return EnrichmentPipeline(http, systems_url)
 
 
 async def test_status_reports_growing_progress_then_the_result(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
+    pipeline: EnrichmentPipeline, client: httpx.AsyncClient
 ) -> None:
     job = await pipeline.start(ARGS, context("wf-1/call-1"))
     reports, completion = await until_finished(pipeline, job.job_id)
@@ -93,25 +57,25 @@ async def test_status_reports_growing_progress_then_the_result(
     }
     assert isinstance(completion.result["enriched_rows"], int)
     # The same dataset always gives the same count.
-    await set_faults(control, pipeline_seconds=0)
+    await set_faults(client, pipeline_seconds=0)
     again = await pipeline.start(ARGS, context("wf-1/call-2"))
     _, done = await until_finished(pipeline, again.job_id)
     assert done.result == completion.result
 
 
 async def test_starting_twice_with_one_key_is_one_job(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
+    pipeline: EnrichmentPipeline, client: httpx.AsyncClient
 ) -> None:
     first = await pipeline.start(ARGS, context("wf-2/call-1"))
     jobs = await asyncio.gather(*(pipeline.start(ARGS, context("wf-2/call-1")) for _ in range(3)))
 
     assert {job.job_id for job in jobs} == {first.job_id}
-    key = (await stats(control))["keys"]["wf-2/call-1"]
+    key = (await stats(client))["keys"]["wf-2/call-1"]
     assert (key["starts"], key["jobs_created"]) == (4, 1)
 
 
 async def test_a_callback_in_the_context_is_not_sent(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
+    pipeline: EnrichmentPipeline, client: httpx.AsyncClient
 ) -> None:
     job = await pipeline.start(
         ARGS,
@@ -123,13 +87,13 @@ async def test_a_callback_in_the_context_is_not_sent(
         ),
     )
 
-    assert (await stats(control))["jobs"][job.job_id]["callback_url"] is None
+    assert (await stats(client))["jobs"][job.job_id]["callback_url"] is None
 
 
 async def test_retries_after_503s_create_exactly_one_job(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
+    pipeline: EnrichmentPipeline, client: httpx.AsyncClient
 ) -> None:
-    await set_faults(control, fail_next_starts=1, accept_then_fail_next_starts=1)
+    await set_faults(client, fail_next_starts=1, accept_then_fail_next_starts=1)
 
     with pytest.raises(ServiceError):  # refused before a job exists
         await pipeline.start(ARGS, context("wf-4/call-1"))
@@ -137,7 +101,7 @@ async def test_retries_after_503s_create_exactly_one_job(
         await pipeline.start(ARGS, context("wf-4/call-1"))
     job = await pipeline.start(ARGS, context("wf-4/call-1"))
 
-    key = (await stats(control))["keys"]["wf-4/call-1"]
+    key = (await stats(client))["keys"]["wf-4/call-1"]
     assert (key["starts"], key["jobs_created"], key["job_id"]) == (3, 1, job.job_id)
 
 
@@ -146,31 +110,29 @@ async def test_a_bad_dataset_is_a_tool_error(pipeline: EnrichmentPipeline) -> No
         await pipeline.start(EnrichArgs(dataset="Transactions"), context("k"))
 
 
-async def test_cancel_ends_the_job(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
-) -> None:
+async def test_cancel_ends_the_job(pipeline: EnrichmentPipeline, client: httpx.AsyncClient) -> None:
     job = await pipeline.start(ARGS, context("wf-5/call-1"))
 
     await pipeline.cancel(job.job_id)
     await pipeline.cancel(job.job_id)
     await pipeline.cancel("enr_unknown")
-    later = await later_job_ended(pipeline)  # ours would have ended first
+    later = await later_job_ended(pipeline, EnrichArgs(dataset="later"))  # ours would end first
 
     assert later.status == "succeeded"
     completion = await pipeline.status(job.job_id)
     assert completion.status == "failed"
     assert completion.error is not None
     assert completion.error.code == "cancelled"
-    seen = await stats(control)
+    seen = await stats(client)
     assert seen["jobs"][job.job_id]["status"] == "cancelled"
     assert seen["keys"]["wf-5/call-1"]["cancels"] == 2
 
 
 async def test_a_failed_job_and_an_unknown_job_report_why(
-    pipeline: EnrichmentPipeline, control: httpx.AsyncClient
+    pipeline: EnrichmentPipeline, client: httpx.AsyncClient
 ) -> None:
     error = OperationError(code="reference_data_stale", message="try tomorrow", retryable=True)
-    await set_faults(control, fail_jobs=error.model_dump(), pipeline_seconds=0)
+    await set_faults(client, fail_jobs=error.model_dump(), pipeline_seconds=0)
     job = await pipeline.start(ARGS, context("wf-6/call-1"))
     _, done = await until_finished(pipeline, job.job_id)
 

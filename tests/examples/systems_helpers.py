@@ -1,0 +1,119 @@
+"""What the tests of the demo systems, and of the demo's tools over them, share: the systems'
+test hooks, the webhooks a receiver got, a job's start context, and waiting for a job to end or
+for the systems to go idle. The fixtures that serve the systems and the receiver are in
+`conftest.py` beside this module."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from examples.systems import DemoSystems
+from tests.helpers import eventually
+from waitstate import Completion, LongTool, StartContext
+
+
+@dataclass
+class Hook:
+    """A webhook the receiver got."""
+
+    name: str
+    authorization: str | None
+    body: Any
+    webhook_id: str | None = None
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver: records every POST to `/hooks/{name}`, awaits `on_hook` when it is
+    set, then answers with the next status of `answers` (200 once none is left)."""
+
+    url: str = ""
+    hooks: list[Hook] = field(default_factory=list)
+    answers: deque[int] = field(default_factory=deque)
+    on_hook: Callable[[Hook], Awaitable[None]] | None = None
+
+    def named(self, name: str) -> list[Hook]:
+        return [hook for hook in self.hooks if hook.name == name]
+
+    def clear(self) -> None:
+        """Forget the webhooks and what to answer, for the next test."""
+        self.hooks.clear()
+        self.answers.clear()
+        self.on_hook = None
+
+
+async def hook_number(receiver: Receiver, name: str, number: int) -> Hook:
+    """The `number`th webhook (1, 2...) to `/hooks/{name}`, once it has arrived."""
+
+    async def arrived() -> Hook | None:
+        hooks = receiver.named(name)
+        return hooks[number - 1] if len(hooks) >= number else None
+
+    return await eventually(arrived, f"webhook {number} to {name}")
+
+
+async def stats(client: httpx.AsyncClient) -> dict[str, Any]:
+    """What the systems saw (`GET /_test/stats`); `client` has the systems' base URL."""
+    response = await client.get("/_test/stats")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def set_faults(client: httpx.AsyncClient, **values: Any) -> dict[str, Any]:
+    """Set some of the systems' faults (`POST /_test/faults`); all of them, as they are now."""
+    response = await client.post("/_test/faults", json=values)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def idle(app: FastAPI) -> None:
+    """Wait until the systems have no job left running. A job's task is what ends it and
+    sends its webhooks, retries and copies included, each awaited until answered or given up:
+    once none is left, every webhook has reached its receiver and no other can come."""
+    systems: DemoSystems = app.state.systems
+
+    async def no_task() -> bool:
+        return not systems.long_jobs.tasks
+
+    await eventually(no_task, "the systems to finish every job and its webhooks")
+
+
+def context(key: str, callback_url: str | None = None) -> StartContext:
+    """A long tool's start context, with a callback (token `token-abc`) when given its URL."""
+    return StartContext(
+        idempotency_key=key,
+        operation_id="op_1",
+        callback_url=callback_url,
+        callback_token="token-abc" if callback_url else None,
+    )
+
+
+async def until_finished(service: LongTool, job_id: str) -> tuple[list[Completion], Completion]:
+    """Poll until the job ends: the running reports seen, and the final one."""
+    seen = []
+
+    async def ended() -> Completion | None:
+        completion = await service.status(job_id)
+        if completion.status == "running":
+            seen.append(completion)
+            return None
+        return completion
+
+    return seen, await eventually(ended, f"job {job_id} to end")
+
+
+async def later_job_ended(service: LongTool, args: Any) -> Completion:
+    """Start another job (with `args`) and wait for its end. Any job started before it has
+    reached the end of its own duration by then: jobs of one duration end in the order they
+    started (their timers share the systems' event loop)."""
+    job = await service.start(args, context("later"))
+    _, done = await until_finished(service, job.job_id)
+    return done
