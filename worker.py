@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 import httpx
 from temporalio.client import Client
@@ -80,34 +80,22 @@ def build_providers(
     model); SDK clients never retry (Temporal's retry policy does)."""
 
     def make_openai() -> Provider:
-        if not (settings.openai_api_key or settings.openai_base_url):
-            raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+        options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
         # Each SDK is imported on first use: Anthropic's alone holds ~45 MB of a worker's
         # memory and takes seconds to load, for workers that may never call it.
         import openai
 
         from waitstate.providers.openai import OpenAIProvider
 
-        client = openai.AsyncOpenAI(
-            api_key=settings.openai_api_key or _PLACEHOLDER_KEY,
-            base_url=settings.openai_base_url,
-            max_retries=0,
-        )
-        return OpenAIProvider(client)
+        return OpenAIProvider(openai.AsyncOpenAI(**options))
 
     def make_anthropic() -> Provider:
-        if not (settings.anthropic_api_key or settings.anthropic_base_url):
-            raise UnknownModelError("anthropic: ANTHROPIC_API_KEY is not set on the worker")
+        options = _sdk_options("anthropic", settings.anthropic_api_key, settings.anthropic_base_url)
         import anthropic
 
         from waitstate.providers.anthropic import AnthropicProvider
 
-        client = anthropic.AsyncAnthropic(
-            api_key=settings.anthropic_api_key or _PLACEHOLDER_KEY,
-            base_url=settings.anthropic_base_url,
-            max_retries=0,
-        )
-        return AnthropicProvider(client)
+        return AnthropicProvider(anthropic.AsyncAnthropic(**options))
 
     return Providers(
         {
@@ -117,6 +105,26 @@ def build_providers(
             **(extra or {}),
         }
     )
+
+
+class _SdkOptions(TypedDict):
+    """The options both SDK clients are built with."""
+
+    api_key: str
+    base_url: str | None
+    max_retries: int
+
+
+def _sdk_options(name: str, api_key: str | None, base_url: str | None) -> _SdkOptions:
+    """The client options of provider `name`'s SDK: its key (`<NAME>_API_KEY`), or a base URL
+    whose server may take none; no retries of the SDK's own.
+
+    Raises:
+        UnknownModelError: neither the key nor a base URL is set.
+    """
+    if not (api_key or base_url):
+        raise UnknownModelError(f"{name}: {name.upper()}_API_KEY is not set on the worker")
+    return _SdkOptions(api_key=api_key or _PLACEHOLDER_KEY, base_url=base_url, max_retries=0)
 
 
 def build_tokens(settings: Settings) -> ResumeTokens | None:

@@ -17,6 +17,9 @@ from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 if TYPE_CHECKING:
     from waitstate.gateway.tokens import MintedToken, ResumeTokens
 
+# How long one post to the outbox may take before the attempt fails and is retried.
+OUTBOX_TIMEOUT = timedelta(seconds=10)
+
 
 class ApprovalActivities:
     """Posts approval requests and operations' questions, with signed links to answer them,
@@ -89,15 +92,8 @@ class ApprovalActivities:
                 }
                 for kind in ("approve", "reject")
             }
-        response = await self._http.post(
-            self._outbox_url, json=body, timeout=timedelta(seconds=10).total_seconds()
-        )
-        response.raise_for_status()
-        activity.logger.info(
-            "approval %s sent to %s%s",
-            request.request_id,
-            notice.recipient,
-            " (escalation)" if notice.escalation else "",
+        await self._post(
+            body, f"approval {request.request_id}", notice.recipient, notice.escalation
         )
         return sent
 
@@ -134,13 +130,19 @@ class ApprovalActivities:
                 "accept": {"action": "accept", "content": "<matching requested_schema>"},
                 "decline": {"action": "decline"},
             }
+        await self._post(
+            body, f"question {request.question_id}", notice.recipient, notice.escalation
+        )
+
+    async def _post(
+        self, body: dict[str, object], what: str, recipient: str, escalation: bool
+    ) -> None:
+        """Post a notice to the outbox (an HTTP error fails the attempt, for Temporal to retry)
+        and log that `what` was sent."""
         response = await self._http.post(
-            self._outbox_url, json=body, timeout=timedelta(seconds=10).total_seconds()
+            self._outbox_url, json=body, timeout=OUTBOX_TIMEOUT.total_seconds()
         )
         response.raise_for_status()
         activity.logger.info(
-            "question %s sent to %s%s",
-            request.question_id,
-            notice.recipient,
-            " (escalation)" if notice.escalation else "",
+            "%s sent to %s%s", what, recipient, " (escalation)" if escalation else ""
         )

@@ -66,20 +66,20 @@ def main() -> int:
         state.mkdir(parents=True, exist_ok=True)
         env = _service_env(state, host, port)
         _server_up(state, host, port, ui_port, http_port, metrics_port)
-        systems = urlparse(env["DEMO_SYSTEMS_URL"])
-        _python_up(
+        _demo_up(
             state,
             "systems",
-            ["-m", "examples.systems", "--port", str(systems.port or 80)],
+            "examples.systems",
+            env["DEMO_SYSTEMS_URL"],
             env,
             "demo systems listening on",
         )
         if env.get("WAITSTATE_DEMO_MCP") == "1":
-            mcp = urlparse(env["DEMO_MCP_URL"])
-            _python_up(
+            _demo_up(
                 state,
                 "mcp",
-                ["-m", "examples.mcp_server", "--port", str(mcp.port or 80)],
+                "examples.mcp_server",
+                env["DEMO_MCP_URL"],
                 env,
                 "mcp server listening on",
             )
@@ -191,6 +191,15 @@ def _python_up(state: Path, name: str, args: list[str], env: dict[str, str], rea
     start = len(_log(state, name))
     _spawn(state, name, [sys.executable, *args], env=env)
     _wait(lambda: ready in _log(state, name)[start:], state, name, start)
+
+
+def _demo_up(
+    state: Path, name: str, module: str, url: str, env: dict[str, str], ready: str
+) -> None:
+    """Start a demo server, `python -m module`, on the port of `url` (where the worker and
+    gateway are told it is); it is up once its log says `ready`."""
+    port = urlparse(url).port or 80
+    _python_up(state, name, ["-m", module, "--port", str(port)], env, ready)
 
 
 def _spawn(state: Path, name: str, command: list[str], env: dict[str, str] | None = None) -> None:

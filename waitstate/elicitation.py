@@ -239,13 +239,7 @@ def _string_problem(field: Mapping[str, Any], where: str) -> str | None:
         return f"{where}.pattern must be a string, not {kind_of(pattern)}"
     if pattern is not None and len(pattern) > MAX_PATTERN_CHARS:
         return f"{where}.pattern is over {MAX_PATTERN_CHARS} characters"
-    if "enum" in field and "oneOf" in field:
-        return f"{where}: enum and oneOf are two lists of choices; give one"
-    if "enum" in field:
-        return _options_problem(field["enum"], f"{where}.enum")
-    if "oneOf" in field:
-        return _consts_problem(field["oneOf"], f"{where}.oneOf")
-    return None
+    return _listed_choices_problem(field, "oneOf", where)
 
 
 def _choices_problem(items: object, where: str) -> str | None:
@@ -258,13 +252,21 @@ def _choices_problem(items: object, where: str) -> str | None:
         return problem
     if items.get("type", "string") != "string":
         return f'{where}.type must be "string", not {quote(items.get("type"))}'
-    if "enum" in items and "anyOf" in items:
-        return f"{where}: enum and anyOf are two lists of choices; give one"
-    if "enum" in items:
-        return _options_problem(items["enum"], f"{where}.enum")
-    if "anyOf" in items:
-        return _consts_problem(items["anyOf"], f"{where}.anyOf")
-    return f"{where} must list its choices (enum, or anyOf of consts)"
+    if "enum" not in items and "anyOf" not in items:
+        return f"{where} must list its choices (enum, or anyOf of consts)"
+    return _listed_choices_problem(items, "anyOf", where)
+
+
+def _listed_choices_problem(choices: Mapping[str, Any], consts: str, where: str) -> str | None:
+    """Choices listed once: as an `enum` of strings, or as a list of consts under `consts`
+    (`oneOf` for a single select, `anyOf` for a multi-select's items), not both."""
+    if "enum" in choices and consts in choices:
+        return f"{where}: enum and {consts} are two lists of choices; give one"
+    if "enum" in choices:
+        return _options_problem(choices["enum"], f"{where}.enum")
+    if consts in choices:
+        return _consts_problem(choices[consts], f"{where}.{consts}")
+    return None
 
 
 def _options_problem(options: object, where: str) -> str | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from waitstate.cli.output import CliError, one_line, preview, print_json
 from waitstate.client import (
@@ -186,23 +187,14 @@ async def _answer(client: WaitstateClient, run_id: str, answer: AnswerInput) -> 
             time, or did not apply it.
         ClientError: unknown run (code 1), Temporal unreachable (code 2).
     """
-    try:
-        outcome = await client.answer(run_id, answer)
-    except AnswerRefused as err:
-        raise CliError(f"answer refused by run {run_id}: {err.reason}") from err
-    except TemporalFailed as err:
-        raise CliError(f"answer refused by Temporal: {err.reason}") from err
-    except RunEnded as err:
-        raise CliError(f"run {run_id} has already ended: answer not applied") from err
-    except NotAnswered as err:
-        raise CliError(
-            f"run {run_id} did not answer within {ANSWER_TIMEOUT.total_seconds():g} s (is a "
-            "worker running, or the job's system slow to take the answer?); the answer may "
-            f"still be applied: check with `status {run_id}`"
-        ) from err
-    if not outcome.accepted:
-        raise CliError(f"answer not applied by run {run_id}: {outcome.reason or outcome.status}")
-    return outcome
+    return await _applied(
+        client.answer(run_id, answer),
+        run_id,
+        "answer",
+        late=f"run {run_id} did not answer within {ANSWER_TIMEOUT.total_seconds():g} s (is a "
+        "worker running, or the job's system slow to take the answer?); the answer may "
+        f"still be applied: check with `status {run_id}`",
+    )
 
 
 async def decide(client: WaitstateClient, run_id: str, decision: DecideInput) -> DecideOutcome:
@@ -214,23 +206,40 @@ async def decide(client: WaitstateClient, run_id: str, decision: DecideInput) ->
         ClientError: unknown run (code 1), Temporal unreachable (code 2).
     """
     verb = decision.decision
+    return await _applied(
+        client.decide(run_id, decision),
+        run_id,
+        verb,
+        late=f"run {run_id} did not answer within {DECIDE_TIMEOUT.total_seconds():g} s "
+        f"(is a worker running?); the {verb} may still be applied when one runs: "
+        f"check with `status {run_id}`",
+    )
+
+
+_Outcome = TypeVar("_Outcome", DecideOutcome, AnswerOutcome)
+
+
+async def _applied(sending: Awaitable[_Outcome], run_id: str, what: str, late: str) -> _Outcome:
+    """What the run did with `what` (`answer`, `approve`, `reject`) once `sending` returns it.
+
+    Raises:
+        CliError: the run refused it or has ended, Temporal refused it, the run did not answer
+            in time (`late` says so), or it did not apply it.
+        ClientError: unknown run (code 1), Temporal unreachable (code 2).
+    """
     try:
-        outcome = await client.decide(run_id, decision)
-    except DecisionRefused as err:
-        raise CliError(f"{verb} refused by run {run_id}: {err.reason}") from err
+        outcome = await sending
+    except (AnswerRefused, DecisionRefused) as err:
+        raise CliError(f"{what} refused by run {run_id}: {err.reason}") from err
     except TemporalFailed as err:
-        # E.g. PERMISSION_DENIED: CLI decisions are authorised by namespace access.
-        raise CliError(f"{verb} refused by Temporal: {err.reason}") from err
+        # E.g. PERMISSION_DENIED: CLI decisions and answers are authorised by namespace access.
+        raise CliError(f"{what} refused by Temporal: {err.reason}") from err
     except RunEnded as err:
-        raise CliError(f"run {run_id} has already ended: {verb} not applied") from err
+        raise CliError(f"run {run_id} has already ended: {what} not applied") from err
     except NotAnswered as err:
-        raise CliError(
-            f"run {run_id} did not answer within {DECIDE_TIMEOUT.total_seconds():g} s "
-            f"(is a worker running?); the {verb} may still be applied when one runs: "
-            f"check with `status {run_id}`"
-        ) from err
+        raise CliError(late) from err
     if not outcome.accepted:
-        raise CliError(f"{verb} not applied by run {run_id}: {outcome.reason or outcome.status}")
+        raise CliError(f"{what} not applied by run {run_id}: {outcome.reason or outcome.status}")
     return outcome
 
 
