@@ -1,5 +1,6 @@
 """AnthropicProvider through the real SDK client, against the local wire server: what a Messages
-request and answer become (its failures: test_errors.py)."""
+request and answer become (what it does as the OpenAI adapter does: test_adapters.py; its
+failures: test_errors.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,11 @@ from collections.abc import AsyncIterator
 import anthropic
 import pytest
 
+from tests.providers.adapters import LOOKUP
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelSettings
-from waitstate.schemas import Message, ToolCall, ToolDefinition
-from waitstate.testing.wire_server import WireServer, anthropic_text, anthropic_tool_use
-
-LOOKUP = ToolDefinition(
-    name="lookup",
-    description="Look a city up.",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
-)
-HELLO = [Message(role="user", content="hello")]
+from waitstate.schemas import Message, ToolCall
+from waitstate.testing.wire_server import WireServer, anthropic_text
 
 
 @pytest.fixture
@@ -27,41 +22,6 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
         api_key="test", base_url=wire.anthropic_base_url, max_retries=0
     ) as client:
         yield AnthropicProvider(client, max_tokens=512)
-
-
-async def test_text_answer_with_usage(wire: WireServer, provider: AnthropicProvider) -> None:
-    wire.enqueue(
-        anthropic_text("Paris.", input_tokens=12, output_tokens=3, model="claude-test-0001")
-    )
-
-    response = await provider.complete("claude-test", "Be brief.", HELLO, [])
-
-    assert response.message == Message(role="assistant", content="Paris.")
-    assert (response.usage.model_calls, response.usage.input_tokens) == (1, 12)
-    assert response.usage.output_tokens == 3
-    assert response.stop_reason == "end_turn"
-    assert response.model == "claude-test-0001"
-    assert wire.requests[-1].body["max_tokens"] == 512
-    assert len(wire.requests) == 1
-
-
-async def test_tool_use_survives(wire: WireServer, provider: AnthropicProvider) -> None:
-    wire.enqueue(
-        anthropic_tool_use(
-            [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})],
-            text="Looking both up.",
-        )
-    )
-
-    response = await provider.complete("claude-test", "", HELLO, [LOOKUP])
-
-    assert response.message.content == "Looking both up."
-    assert response.message.tool_calls == [
-        ToolCall(id="toolu_1", name="lookup", arguments='{"city": "Paris"}'),
-        ToolCall(id="toolu_2", name="lookup", arguments="{}"),
-    ]
-    assert response.stop_reason == "tool_use"
-    assert response.model == "claude-test"
 
 
 async def test_conversation_converts_to_messages_request(
@@ -127,30 +87,6 @@ async def test_conversation_converts_to_messages_request(
             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
         }
     ]
-
-
-async def test_no_tools_and_no_system_prompt_are_left_out(
-    wire: WireServer, provider: AnthropicProvider
-) -> None:
-    await provider.complete("claude-test", "", HELLO, [])
-
-    body = wire.requests[-1].body
-    assert "tools" not in body
-    assert "system" not in body
-    assert body["messages"] == [{"role": "user", "content": "hello"}]
-
-
-async def test_empty_queue_plays_one_tool_round_trip(provider: AnthropicProvider) -> None:
-    first = await provider.complete("claude-test", "", HELLO, [LOOKUP])
-    [call] = first.message.tool_calls
-    result = Message(role="tool", tool_call_id=call.id, name="lookup", content="sunny")
-
-    second = await provider.complete("claude-test", "", [*HELLO, first.message, result], [LOOKUP])
-    third = await provider.complete("claude-test", "", HELLO, [])
-
-    assert (call.name, call.arguments) == ("lookup", "{}")
-    assert second.message.content == "Received 1 tool result (lookup)."
-    assert third.message.content == "ok"
 
 
 async def test_max_tokens_of_the_settings_replace_the_providers(

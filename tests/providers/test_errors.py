@@ -5,38 +5,11 @@ succeed, and keeps the provider's retry hint."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-import anthropic
-import openai
 import pytest
 
-from waitstate.providers.anthropic import AnthropicProvider
+from tests.providers.adapters import HELLO, PROVIDERS, connected
 from waitstate.providers.base import MESSAGE_CHARS, Provider, ProviderError
-from waitstate.providers.openai import OpenAIProvider
-from waitstate.schemas import Message
 from waitstate.testing.wire_server import WireServer, delayed, error
-
-HELLO = [Message(role="user", content="hello")]
-PROVIDERS = ["openai", "anthropic"]
-
-
-@asynccontextmanager
-async def _connected(name: str, root: str, read_within: float = 30) -> AsyncIterator[Provider]:
-    """The named adapter on its SDK client, for the server at `root` (e.g. the wire server's
-    URL), configured as the worker configures it: the SDK never retries. `read_within` is the
-    SDK's own request timeout, in seconds."""
-    if name == "openai":
-        async with openai.AsyncOpenAI(
-            api_key="test", base_url=f"{root}/v1", max_retries=0, timeout=read_within
-        ) as client:
-            yield OpenAIProvider(client)
-    else:
-        async with anthropic.AsyncAnthropic(
-            api_key="test", base_url=root, max_retries=0, timeout=read_within
-        ) as client:
-            yield AnthropicProvider(client)
 
 
 async def _failure(provider: Provider) -> ProviderError:
@@ -67,7 +40,7 @@ async def test_an_error_status_is_retryable_only_if_another_attempt_could_succee
 ) -> None:
     wire.enqueue(error(status, "The model `test-model` does not exist"))
 
-    async with _connected(name, wire.url) as provider:
+    async with connected(name, wire.url) as provider:
         failure = await _failure(provider)
 
     assert (failure.provider, failure.status, failure.retryable) == (name, status, retryable)
@@ -88,7 +61,7 @@ async def test_a_rate_limit_keeps_the_providers_retry_hint(
 ) -> None:
     wire.enqueue(error(429, "Rate limit reached", headers))
 
-    async with _connected(name, wire.url) as provider:
+    async with connected(name, wire.url) as provider:
         failure = await _failure(provider)
 
     assert (failure.status, failure.retryable, failure.retry_after) == (429, True, retry_after)
@@ -100,7 +73,7 @@ async def test_a_rate_limit_keeps_the_providers_retry_hint(
 async def test_a_long_explanation_is_kept_to_one_short_line(wire: WireServer, name: str) -> None:
     wire.enqueue(error(502, "<html>\n" + "<p>Bad gateway</p>\n" * 2000 + "</html>"))
 
-    async with _connected(name, wire.url) as provider:
+    async with connected(name, wire.url) as provider:
         failure = await _failure(provider)
 
     prefix = f"{name}: HTTP 502: "
@@ -113,7 +86,7 @@ async def test_a_long_explanation_is_kept_to_one_short_line(wire: WireServer, na
 async def test_an_unreachable_server_is_retryable_and_named(closed_port: int, name: str) -> None:
     root = f"http://127.0.0.1:{closed_port}"
 
-    async with _connected(name, root) as provider:
+    async with connected(name, root) as provider:
         failure = await _failure(provider)
 
     assert (failure.status, failure.retryable, failure.retry_after) == (None, True, None)
@@ -129,7 +102,7 @@ async def test_a_server_that_does_not_answer_in_time_is_retryable(
 ) -> None:
     wire.enqueue(delayed(5))
 
-    async with _connected(name, wire.url, read_within=0.5) as provider:
+    async with connected(name, wire.url, read_within=0.5) as provider:
         failure = await _failure(provider)
 
     assert (failure.status, failure.retryable) == (None, True)

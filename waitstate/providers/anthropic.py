@@ -10,31 +10,19 @@ import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
 from anthropic.types import Message as AnthropicMessage
 
-from waitstate.providers.base import (
-    ModelSettings,
-    ProviderError,
-    no_response_message,
-    retry_after_seconds,
-)
+from waitstate.providers.base import ModelSettings
+from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
-class AnthropicProvider:
-    """Calls `client.messages.create`, one request per call.
-
-    The caller builds the client with `max_retries=0`: retries belong to Temporal, which
-    sees them in the run's history and honours `ProviderError.retry_after`.
-    """
+class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
+    """Calls `client.messages.create` (the client built with `max_retries=0`)."""
 
     name = "anthropic"
 
     def __init__(self, client: anthropic.AsyncAnthropic, max_tokens: int = 4096) -> None:
-        self._client = client
+        super().__init__(client)
         self._max_tokens = max_tokens
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connection pool."""
-        await self._client.close()
 
     async def complete(
         self,
@@ -59,16 +47,11 @@ class AnthropicProvider:
                 tools=[_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,
             )
         except anthropic.APIStatusError as err:
-            raise ProviderError(
-                self.name,
-                # `api_message` is the API's own explanation, without the SDK's body dump.
-                err.api_message or err.message,
-                status=err.status_code,
-                retry_after=retry_after_seconds(err.response.headers),
-            ) from err
+            # `api_message` is the API's own explanation, without the SDK's body dump.
+            message = err.api_message or err.message
+            raise self._status_error(message, err.status_code, err.response.headers) from err
         except anthropic.APIConnectionError as err:  # APITimeoutError included
-            message = no_response_message(err.message, err.__cause__, err.request.url)
-            raise ProviderError(self.name, message) from err
+            raise self._no_response(err.message, err.__cause__, err.request.url) from err
         return _from_anthropic(response)
 
 

@@ -13,30 +13,15 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from waitstate.providers.base import (
-    ModelSettings,
-    ProviderError,
-    no_response_message,
-    retry_after_seconds,
-)
+from waitstate.providers.base import ModelSettings
+from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
-class OpenAIProvider:
-    """Calls `client.chat.completions.create`, one request per call.
-
-    The caller builds the client with `max_retries=0`: retries belong to Temporal, which
-    sees them in the run's history and honours `ProviderError.retry_after`.
-    """
+class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
+    """Calls `client.chat.completions.create` (the client built with `max_retries=0`)."""
 
     name = "openai"
-
-    def __init__(self, client: openai.AsyncOpenAI) -> None:
-        self._client = client
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connection pool."""
-        await self._client.close()
 
     async def complete(
         self,
@@ -68,15 +53,10 @@ class OpenAIProvider:
                 ),
             )
         except openai.APIStatusError as err:
-            raise ProviderError(
-                self.name,
-                _server_message(err),
-                status=err.status_code,
-                retry_after=retry_after_seconds(err.response.headers),
-            ) from err
+            message = _server_message(err)
+            raise self._status_error(message, err.status_code, err.response.headers) from err
         except openai.APIConnectionError as err:  # APITimeoutError included
-            message = no_response_message(err.message, err.__cause__, err.request.url)
-            raise ProviderError(self.name, message) from err
+            raise self._no_response(err.message, err.__cause__, err.request.url) from err
         return _from_openai(response)
 
 

@@ -131,6 +131,20 @@ def _results(messages: Sequence[Message]) -> dict[str, Message]:
     return {m.name or "": m for m in messages if m.role == "tool"}
 
 
+def _at_once(report: str, *calls: tuple[str, dict[str, Any]]) -> Script:
+    """A script that makes `calls` in one turn, then answers with what became of them, after
+    `report`."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        turn = _turn(messages)
+        if turn == 0:
+            return _calls(turn, *calls)
+        outcomes = [m.content for m in messages if m.role == "tool"]
+        return _answer(f"{report}: {'; '.join(outcomes)}")
+
+    return script
+
+
 def questions_for_the_model(content: str) -> list[dict[str, Any]]:
     """The questions a `wait_for_operations` result (its `content`) gives the model itself to
     answer (`answered_by` "you ..."), of the operations that have not ended; none in anything
@@ -304,17 +318,12 @@ def fan_out(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mes
     return _answer(f"squares {', '.join(results)}")
 
 
-def two_exports(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-    """Starts two exports in one turn, then reports what became of them."""
-    turn = _turn(messages)
-    if turn == 0:
-        return _calls(
-            turn,
-            ("start_export", {"dataset": "transactions", "period": "2025-Q2"}),
-            ("start_export", {"dataset": "transactions", "period": "2025-Q3"}),
-        )
-    outcomes = [m.content for m in messages if m.role == "tool"]
-    return _answer(f"exports: {'; '.join(outcomes)}")
+# Starts two exports in one turn, then reports what became of them.
+two_exports = _at_once(
+    "exports",
+    ("start_export", {"dataset": "transactions", "period": "2025-Q2"}),
+    ("start_export", {"dataset": "transactions", "period": "2025-Q3"}),
+)
 
 
 def enrich(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -352,16 +361,12 @@ def ask_first(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> M
     return _answer(f"decision: {messages[-1].content}")
 
 
-def two_refunds(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-    """Issues two refunds over the threshold in one turn: two approvals open at once."""
-    turn = _turn(messages)
-    if turn == 0:
-        return _calls(
-            turn,
-            ("issue_refund", {"claim_id": "C-118", "amount": 420.0}),
-            ("issue_refund", {"claim_id": "C-305", "amount": 1250.0}),
-        )
-    return _answer(f"refunds: {'; '.join(m.content for m in messages if m.role == 'tool')}")
+# Issues two refunds over the threshold in one turn: two approvals open at once.
+two_refunds = _at_once(
+    "refunds",
+    ("issue_refund", {"claim_id": "C-118", "amount": 420.0}),
+    ("issue_refund", {"claim_id": "C-305", "amount": 1250.0}),
+)
 
 
 _REF = re.compile(r"ref://blobs/[0-9a-f]{64}")

@@ -1,0 +1,40 @@
+"""The OpenAI and Anthropic adapters as the worker builds them, on each real SDK client, and
+what the providers' tests send them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anthropic
+import openai
+
+from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.providers.base import Provider
+from waitstate.providers.openai import OpenAIProvider
+from waitstate.schemas import Message, ToolDefinition
+
+PROVIDERS = ["openai", "anthropic"]
+HELLO = [Message(role="user", content="hello")]
+LOOKUP = ToolDefinition(
+    name="lookup",
+    description="Look a city up.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+
+
+@asynccontextmanager
+async def connected(name: str, root: str, read_within: float = 30) -> AsyncIterator[Provider]:
+    """The named adapter on its SDK client, for the server at `root` (e.g. the wire server's
+    URL), configured as the worker configures it: the SDK never retries. `read_within` is the
+    SDK's own request timeout, in seconds."""
+    if name == "openai":
+        async with openai.AsyncOpenAI(
+            api_key="test", base_url=f"{root}/v1", max_retries=0, timeout=read_within
+        ) as client:
+            yield OpenAIProvider(client)
+    else:
+        async with anthropic.AsyncAnthropic(
+            api_key="test", base_url=root, max_retries=0, timeout=read_within
+        ) as client:
+            yield AnthropicProvider(client)
