@@ -30,3 +30,13 @@ async def desk(time_skipping_env: WorkflowEnvironment, task_queue: str) -> Async
     """The time-skipping server and the demo systems over real HTTP."""
     async with httpx.AsyncClient(timeout=10) as http, serving(systems_app()) as url:
         yield Desk(time_skipping_env, http, url, task_queue)
+
+
+@pytest.fixture
+async def dev_desk(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Desk]:
+    """The approvals desk on the dev server, for a test that needs no time skipped and whose
+    run may cancel an activity as it completes (a notice, as a decision closes its window):
+    the time-skipping server refuses that cancel (`ACTIVITY_UNKNOWN`), and the run stalls there;
+    the real server takes it, as production does."""
+    async with httpx.AsyncClient(timeout=10) as http, serving(systems_app()) as url:
+        yield Desk(dev_env, http, url, task_queue)

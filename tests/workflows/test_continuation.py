@@ -79,7 +79,8 @@ async def test_a_webhook_after_continue_as_new_resumes_the_run(stack: Stack) -> 
     await replays(handle, "state_webhook_after_continue_as_new")
 
 
-async def test_an_approval_after_continue_as_new_resumes_the_run(desk: Desk) -> None:
+async def test_an_approval_after_continue_as_new_resumes_the_run(dev_desk: Desk) -> None:
+    desk = dev_desk
     async with desk.worker():
         handle = await desk.start(
             "Refund $420 for claim C-118",
