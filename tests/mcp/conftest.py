@@ -11,26 +11,30 @@ from pathlib import Path
 import pytest
 
 from examples.tasks_store import REDELIVERY_TIMEOUT
+from tests.mcp.runs import mcp_url
 from tests.rigs import ServerProcess, free_port, python_server
 from tests.tiers import SUBPROCESS, needs
+
+
+def _serving(module: str) -> Iterator[str]:
+    """The streamable HTTP endpoint of the MCP server `module` runs, on a free port."""
+    port = free_port()
+    with python_server(["-m", module, str(port)], port):
+        yield mcp_url(port)
 
 
 @pytest.fixture(scope="session")
 @needs(SUBPROCESS)
 def reports_url() -> Iterator[str]:
     """The streamable HTTP endpoint of `tests/mcp/reports_server.py`, running."""
-    port = free_port()
-    with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
-        yield f"http://127.0.0.1:{port}/mcp"
+    yield from _serving("tests.mcp.reports_server")
 
 
 @pytest.fixture(scope="session")
 @needs(SUBPROCESS)
 def plain_url() -> Iterator[str]:
     """The streamable HTTP endpoint of `tests/mcp/plain_server.py` (annotates nothing)."""
-    port = free_port()
-    with python_server(["-m", "tests.mcp.plain_server", str(port)], port):
-        yield f"http://127.0.0.1:{port}/mcp"
+    yield from _serving("tests.mcp.plain_server")
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,13 @@ async def task_events(url: str) -> dict[str, int]:
     return dict(json.loads(tool_result_text(result)))
 
 
+async def task_events_since(url: str, before: dict[str, int]) -> dict[str, int]:
+    """What the server's tasks did since `task_events` answered `before`: each event's new
+    count, for the events that had any."""
+    after = await task_events(url)
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
 app = App(
     scripts={
         "mcp-add": add_numbers,

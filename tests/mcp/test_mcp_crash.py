@@ -9,9 +9,9 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import process_env, start_run, until_the_poll_has_heartbeated
-from tests.mcp.mcp_app import task_events
-from tests.rigs import WorkerProcess
+from tests.helpers import start_run, until_the_poll_has_heartbeated
+from tests.mcp.mcp_app import task_events, task_events_since
+from tests.mcp.runs import worker_process
 from waitstate.schemas import RunInput
 
 RESULT_TIMEOUT = 90
@@ -20,14 +20,7 @@ RESULT_TIMEOUT = 90
 async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
 ) -> None:
-    env = process_env(
-        dev_env.client,
-        task_queue,
-        WAITSTATE_APPS="tests.mcp.mcp_app:app",
-        WAITSTATE_MCP_SERVERS=f"reports={reports_url}",
-        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
-    )
-    worker = WorkerProcess(env, tmp_path / "worker.log")
+    worker = worker_process(dev_env, task_queue, tmp_path, f"reports={reports_url}")
     before = await task_events(reports_url)
     await worker.start()
     try:
@@ -43,9 +36,8 @@ async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
     finally:
         await worker.stop()
-    after = await task_events(reports_url)
+    events = await task_events_since(reports_url, before)
 
     assert result.status == "completed"
     assert '"status":"succeeded"' in (result.final_output or "")
-    started = after.get("render_report started", 0) - before.get("render_report started", 0)
-    assert started == 1
+    assert events.get("render_report started", 0) == 1

@@ -6,6 +6,7 @@ over streamable HTTP."""
 from __future__ import annotations
 
 import json
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any
 
@@ -13,26 +14,17 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import (
-    eventually,
-    first_question,
-    make_worker,
-    replays,
-    scheduled_activities,
-    start_run,
-)
-from tests.mcp.mcp_app import task_events
-from waitstate.apps import Apps, load_apps
-from waitstate.mcp import McpServer
+from tests.helpers import eventually, first_question, replays, scheduled_activities
+from tests.mcp.mcp_app import task_events, task_events_since
+from tests.mcp.runs import reports_apps, reports_run, tool_outcome
 from waitstate.mcp_tasks import TaskState, completion_of
-from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas import RunResult
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, Question
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import WAITING_FOR
 
-APP = "tests.mcp.mcp_app:app"
 CHANNEL_SCHEMA = {
     "type": "object",
     "properties": {"channel": {"type": "string", "enum": ["email", "slack"]}},
@@ -40,32 +32,28 @@ CHANNEL_SCHEMA = {
 }
 
 
-def _apps(url: str, policy: InputPolicy | None = None) -> Apps:
-    server = McpServer("reports", url=url, input=policy or InputPolicy())
-    return load_apps([APP], mcp_servers=[server])
-
-
-async def _start(
-    env: WorkflowEnvironment, task_queue: str, model: str
-) -> WorkflowHandle[Any, RunResult]:
-    return await start_run(
-        env.client,
+def _publishing(
+    env: WorkflowEnvironment, task_queue: str, url: str, model: str, policy: InputPolicy
+) -> AbstractAsyncContextManager[WorkflowHandle[Any, RunResult]]:
+    """A run of `model` that publishes the emea report, with the server's questions under
+    `policy`."""
+    return reports_run(
+        env,
         task_queue,
-        RunInput(task="publish the emea report", model=model, tools=["reports__publish_report"]),
+        reports_apps(url, input=policy),
+        model,
+        task="publish the emea report",
+        tools=["reports__publish_report"],
     )
-
-
-async def _events(url: str, before: dict[str, int]) -> dict[str, int]:
-    after = await task_events(url)
-    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 async def test_a_person_answers_a_tasks_question_and_the_task_goes_on_with_it(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     before = await task_events(reports_url)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
+    async with _publishing(
+        dev_env, task_queue, reports_url, "scripted:mcp-publish", InputPolicy()
+    ) as handle:
         question = await first_question(handle, "the task's question")
 
         async def waiting_for_input() -> bool:
@@ -105,10 +93,10 @@ async def test_a_person_answers_a_tasks_question_and_the_task_goes_on_with_it(
     closed = state.questions[question.question_id]
     assert closed.answer is not None and closed.answer.responder == "ana"
     assert closed.delivery == "sent"
-    got = json.loads((result.final_output or "").removeprefix("got: "))
+    got = tool_outcome(result)
     assert got["status"] == "succeeded"
     assert got["result"] == {"published": "emea", "channel": "slack"}
-    assert await _events(reports_url, before) == {
+    assert await task_events_since(reports_url, before) == {
         "publish_report asked": 1,
         "publish_report answered accept": 1,
         "publish_report published": 1,
@@ -123,8 +111,9 @@ async def test_the_model_answers_a_question_the_policy_gives_it(
 ) -> None:
     before = await task_events(reports_url)
     policy = InputPolicy(answered_by="model")
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url, policy)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-publish-answering")
+    async with _publishing(
+        dev_env, task_queue, reports_url, "scripted:mcp-publish-answering", policy
+    ) as handle:
         question = await first_question(handle, "the task's question")
         # A person may not answer the model's question.
         with pytest.raises(WorkflowUpdateFailedError) as not_yours:
@@ -151,7 +140,7 @@ async def test_the_model_answers_a_question_the_policy_gives_it(
     assert outcome["status"] == "succeeded"
     assert outcome["result"] == {"published": "emea", "channel": "email"}
     assert state.questions[question.question_id].answer.responder == "model"  # type: ignore[union-attr]
-    assert (await _events(reports_url, before))["publish_report answered accept"] == 1
+    assert (await task_events_since(reports_url, before))["publish_report answered accept"] == 1
 
 
 @pytest.mark.parametrize(
@@ -172,8 +161,9 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
 ) -> None:
     before = await task_events(reports_url)
     policy = InputPolicy(timeout=timedelta(seconds=2), on_timeout=on_timeout)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url, policy)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
+    async with _publishing(
+        dev_env, task_queue, reports_url, "scripted:mcp-publish", policy
+    ) as handle:
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         activities = await scheduled_activities(handle)
@@ -183,7 +173,7 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
     [op] = state.operations.values()
     assert question.status == "expired"
     assert op.status == operation
-    events = await _events(reports_url, before)
+    events = await task_events_since(reports_url, before)
     assert {k: v for k, v in events.items() if "answered" in k} == answered
     assert "publish_report published" not in events
     if on_timeout == "escalate":
@@ -195,8 +185,7 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
     else:
         assert question.answer is not None and question.answer.by_policy
         assert op.error is not None and "declined" in op.error.message
-    got = json.loads((result.final_output or "").removeprefix("got: "))
-    assert got["status"] == operation
+    assert tool_outcome(result)["status"] == operation
 
 
 def test_a_tasks_input_requests_become_questions_under_the_servers_keys() -> None:

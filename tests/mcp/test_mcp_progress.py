@@ -6,31 +6,17 @@ run's history nothing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
-from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, process_env, start_run
+from tests.helpers import eventually, process_env
+from tests.mcp.runs import cancelled_at_the_end, reports_run
 from tests.test_starter import PATIENCE, Cli
-from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
-from waitstate.mcp import McpServer
-from waitstate.schemas import RunInput, RunResult
 
-APP = "tests.mcp.mcp_app:app"
 STEP = re.compile(r"step (\d+)/240")
-
-
-async def _start(env: WorkflowEnvironment, task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await start_run(
-        env.client,
-        task_queue,
-        RunInput(task="count", model="scripted:mcp-count-long", tools=["reports__count"]),
-    )
 
 
 async def _watched_step(watch: asyncio.subprocess.Process) -> tuple[str, int]:
@@ -53,9 +39,16 @@ async def test_a_tasks_progress_shows_in_status_status_json_and_watch(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     cli = Cli(process_env(dev_env.client, task_queue))
-    apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        handle = await _start(dev_env, task_queue)
+    run = reports_run(
+        dev_env,
+        task_queue,
+        reports_url,
+        "scripted:mcp-count-long",
+        task="count",
+        tools=["reports__count"],
+    )
+    # Also when the test failed: the task is cancelled, and the server can stop.
+    async with run as handle, cancelled_at_the_end(handle):
         watch = await cli.watch(handle.id)
         try:
             watched, _ = await _watched_step(watch)
@@ -85,10 +78,6 @@ async def test_a_tasks_progress_shows_in_status_status_json_and_watch(
             if watch.returncode is None:
                 watch.kill()
                 await watch.communicate()
-            # Also when the test failed: the task is cancelled, and the server can stop.
-            await handle.cancel()
-            with contextlib.suppress(WorkflowFailureError):
-                await handle.result()
 
     assert re.fullmatch(r"operation op_\S+ \(reports__count\): step \d+/240", watched), watched
     assert later > first
@@ -99,26 +88,18 @@ async def test_a_tasks_progress_shows_in_status_status_json_and_watch(
 async def test_each_of_two_tasks_polled_at_once_shows_its_own_progress(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    apps = load_apps([APP], mcp_servers=[McpServer("reports", url=reports_url)])
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        handle = await start_run(
-            dev_env.client,
-            task_queue,
-            RunInput(task="count twice", model="scripted:mcp-two-counts", tools=["reports__*"]),
-        )
-        try:
+    run = reports_run(
+        dev_env, task_queue, reports_url, "scripted:mcp-two-counts", task="count twice"
+    )
+    async with run as handle, cancelled_at_the_end(handle):
 
-            async def both() -> dict[str, str] | None:
-                state = (await client.status(handle.id)).state
-                shown = {op.tool_call_id: op.progress or "" for op in state.operations.values()}
-                return shown if len(shown) == 2 and all(shown.values()) else None
+        async def both() -> dict[str, str] | None:
+            state = (await client.status(handle.id)).state
+            shown = {op.tool_call_id: op.progress or "" for op in state.operations.values()}
+            return shown if len(shown) == 2 and all(shown.values()) else None
 
-            progress = await eventually(both, "both tasks' progress", within=PATIENCE)
-        finally:
-            await handle.cancel()
-            with contextlib.suppress(WorkflowFailureError):
-                await handle.result()
+        progress = await eventually(both, "both tasks' progress", within=PATIENCE)
 
     # Each operation shows its own job's progress (the poll heartbeats the job's id).
     assert re.fullmatch(r"step \d+/240", progress["call_240"]), progress

@@ -4,56 +4,32 @@ waits through the outage and finds its task again, running or asking its questio
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import (
     activity_attempts,
     eventually,
     first_question,
-    make_worker,
     scheduled_activities,
-    start_run,
     until_the_poll_has_heartbeated,
 )
 from tests.mcp.mcp_app import task_events
+from tests.mcp.runs import mcp_url, reports_run, tool_outcome
 from tests.rigs import ServerProcess
-from waitstate.apps import Apps, load_apps
-from waitstate.mcp import McpServer
-from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
-APP = "tests.mcp.mcp_app:app"
 
-
-def _url(server: ServerProcess) -> str:
-    return f"http://127.0.0.1:{server.port}/mcp"
-
-
-def _apps(url: str) -> Apps:
-    return load_apps([APP], mcp_servers=[McpServer("reports", url=url)])
-
-
-async def _start(
-    env: WorkflowEnvironment, task_queue: str, model: str
-) -> WorkflowHandle[Any, RunResult]:
-    return await start_run(
-        env.client,
-        task_queue,
-        RunInput(task="use the reports server", model=model, tools=["reports__*"]),
-    )
-
-
-async def _outage(server: ServerProcess, caplog: pytest.LogCaptureFixture) -> None:
-    """SIGKILL the server; start it again on its port once the run's poll has found it gone."""
+async def _outage(server: ServerProcess, caplog: pytest.LogCaptureFixture) -> dict[str, int]:
+    """SIGKILL the server; start it again on its port once the run's poll has found it gone.
+    Returns what its tasks had done by then (its first life)."""
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    first_life = await task_events(mcp_url(server.port))
     await server.kill()
 
     async def failed_check() -> bool:
@@ -61,11 +37,7 @@ async def _outage(server: ServerProcess, caplog: pytest.LogCaptureFixture) -> No
 
     await eventually(failed_check, "the poll to find the server gone")
     await server.start()
-
-
-def _got(result: RunResult) -> dict[str, Any]:
-    assert result.status == "completed", result.error
-    return dict(json.loads((result.final_output or "").removeprefix("got: ")))
+    return first_life
 
 
 async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_the_outage(
@@ -74,14 +46,11 @@ async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_th
     restartable_reports: ServerProcess,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="temporalio.activity")
-    url = _url(restartable_reports)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(url)):
-        # An 8-second render, killed while the run polls it.
-        handle = await _start(dev_env, task_queue, "scripted:mcp-render-slow")
+    url = mcp_url(restartable_reports.port)
+    # An 8-second render, killed while the run polls it.
+    async with reports_run(dev_env, task_queue, url, "scripted:mcp-render-slow") as handle:
         await until_the_poll_has_heartbeated(handle)
-        first_life = await task_events(url)
-        await _outage(restartable_reports, caplog)
+        first_life = await _outage(restartable_reports, caplog)
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
     second_life = await task_events(url)
@@ -90,7 +59,7 @@ async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_th
     # a task whose worker stopped renewing its lease); the run polled its one task id.
     assert first_life == {"render_report started": 1}
     assert second_life == {"render_report started": 1, "render_report finished": 1}
-    got = _got(result)
+    got = tool_outcome(result)
     assert got["status"] == "succeeded"
     assert got["result"] == {"url": "https://reports.example/emea.pdf"}
     [operation] = state.operations.values()
@@ -113,13 +82,10 @@ async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
     restartable_reports: ServerProcess,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="temporalio.activity")
-    url = _url(restartable_reports)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-publish")
+    url = mcp_url(restartable_reports.port)
+    async with reports_run(dev_env, task_queue, url, "scripted:mcp-publish") as handle:
         question = await first_question(handle, "the task's question")
-        first_life = await task_events(url)
-        await _outage(restartable_reports, caplog)
+        first_life = await _outage(restartable_reports, caplog)
         outcome = await handle.execute_update(
             AgentRunWorkflow.answer,
             AnswerInput(question_id=question.question_id, action="accept",
@@ -131,7 +97,7 @@ async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
 
     assert first_life == {"publish_report asked": 1}
     assert (outcome.accepted, outcome.status, outcome.delivered) == (True, "answered", True)
-    got = _got(result)
+    got = tool_outcome(result)
     assert got["status"] == "succeeded"
     assert got["result"] == {"published": "emea", "channel": "slack"}
     assert state.questions[question.question_id].delivery == "sent"

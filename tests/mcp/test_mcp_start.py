@@ -11,11 +11,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.mcp import McpActivities
 from activities.tools import ToolActivities
 from tests.mcp.mcp_app import task_events
+from tests.mcp.runs import mcp_url
 from tests.rigs import ServerProcess
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
@@ -98,30 +100,17 @@ async def test_a_retried_attempt_takes_the_task_already_created(
     assert await _started(reports_url) == before  # nothing sent to the server
 
 
+# The first attempt's "sending" heartbeat is there, or it went down with its worker
+# (heartbeats are sent in the background): either way its call may have reached the server.
+@pytest.mark.parametrize("details", [["sending"], []], ids=["sending", "no-heartbeat"])
 async def test_a_retried_attempt_that_may_have_acted_tells_the_model(
-    reports_url: str, tmp_path: Path
+    reports_url: str, tmp_path: Path, details: list[Any]
 ) -> None:
     tools, listing = await _activities(reports_url, tmp_path)
     call = _call("reports__render_report", {"region": "emea"}, listing)
     before = await _started(reports_url)
 
-    result, _ = await _attempt(tools, call, ["sending"])
-
-    assert result.is_error
-    assert "may or may not have taken effect" in result.content
-    assert await _started(reports_url) == before
-
-
-async def test_a_retried_attempt_whose_first_left_no_heartbeat_tells_the_model_too(
-    reports_url: str, tmp_path: Path
-) -> None:
-    # The first attempt's "sending" heartbeat went down with its worker (heartbeats are sent
-    # in the background): its call may still have reached the server.
-    tools, listing = await _activities(reports_url, tmp_path)
-    call = _call("reports__render_report", {"region": "emea"}, listing)
-    before = await _started(reports_url)
-
-    result, beats = await _attempt(tools, call, [])
+    result, beats = await _attempt(tools, call, details)
 
     assert result.is_error
     assert "may or may not have taken effect" in result.content
@@ -142,7 +131,7 @@ async def test_a_read_only_tool_is_simply_called_again(reports_url: str, tmp_pat
 async def test_a_call_made_while_its_server_restarts_waits_for_it_and_is_made_once(
     restartable_reports: ServerProcess, tmp_path: Path
 ) -> None:
-    url = f"http://127.0.0.1:{restartable_reports.port}/mcp"
+    url = mcp_url(restartable_reports.port)
     tools, listing = await _activities(url, tmp_path)
     call = _call("reports__render_report", {"region": "emea", "seconds": 0.5}, listing)
     await restartable_reports.kill()
@@ -171,7 +160,7 @@ async def test_a_call_made_while_its_server_restarts_waits_for_it_and_is_made_on
 async def test_a_call_whose_server_stays_away_is_not_made_and_the_model_is_told_so(
     restartable_reports: ServerProcess, tmp_path: Path
 ) -> None:
-    url = f"http://127.0.0.1:{restartable_reports.port}/mcp"
+    url = mcp_url(restartable_reports.port)
     tools, listing = await _activities(url, tmp_path, reach_within=timedelta(seconds=2))
     call = _call("reports__render_report", {"region": "emea"}, listing)
     await restartable_reports.kill()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import signal
@@ -19,8 +18,8 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, process_env, scheduled_activities, start_run
-from tests.rigs import WorkerProcess
+from tests.helpers import eventually, make_worker, scheduled_activities, start_run
+from tests.mcp.runs import APP, tool_outcome, worker_process
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
@@ -30,7 +29,6 @@ from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OP
 
 pytestmark = pytest.mark.subprocess
 
-APP = "tests.mcp.mcp_app:app"
 COMMAND = f"{sys.executable} -m tests.mcp.stdio_server"
 # A restarted worker's poll is retried once the killed one's heartbeat is missed (seconds).
 RESULT_TIMEOUT = 90
@@ -42,11 +40,6 @@ async def _start(
     return await start_run(
         env.client, task_queue, RunInput(task="count", model=model, tools=["local__*"])
     )
-
-
-def _got(result: RunResult) -> dict[str, Any]:
-    assert result.status == "completed", result.error
-    return dict(json.loads((result.final_output or "").removeprefix("got: ")))
 
 
 async def _pid(server: McpServer) -> int:
@@ -101,7 +94,7 @@ async def test_a_task_of_a_stdio_server_is_called_polled_and_finished(
     finally:
         await apps.aclose()  # the worker's process of the server ends with it
 
-    got = _got(result)
+    got = tool_outcome(result)
     assert got["status"] == "succeeded", got
     assert got["result"] == {"counted": 3}
     assert await scheduled_activities(handle) == [
@@ -113,14 +106,7 @@ async def test_a_task_of_a_stdio_server_is_called_polled_and_finished(
 async def test_a_worker_restart_ends_a_stdio_servers_task_and_the_model_is_told(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, restart: str
 ) -> None:
-    env = process_env(
-        dev_env.client,
-        task_queue,
-        WAITSTATE_APPS=APP,
-        WAITSTATE_MCP_SERVERS=f"local=stdio:{COMMAND}",
-        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
-    )
-    worker = WorkerProcess(env, tmp_path / "worker.log")
+    worker = worker_process(dev_env, task_queue, tmp_path, f"local=stdio:{COMMAND}")
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
     await worker.start()
     try:
@@ -140,7 +126,7 @@ async def test_a_worker_restart_ends_a_stdio_servers_task_and_the_model_is_told(
         await worker.stop()
 
     assert re.fullmatch(r"step \d+/600", progress), progress
-    got = _got(result)
+    got = tool_outcome(result)
     # The next worker's process of the server does not know the task: the model is told it
     # is gone, and why, as a failed operation.
     assert got["status"] == "failed", got

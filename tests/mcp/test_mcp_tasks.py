@@ -5,51 +5,38 @@ sent `tasks/cancel` when its wait expires or its run is cancelled."""
 from __future__ import annotations
 
 import contextlib
-import json
 from datetime import timedelta
-from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
-from tests.mcp.mcp_app import task_events
-from waitstate.apps import Apps, load_apps
-from waitstate.mcp import McpServer
-from waitstate.schemas import RunInput, RunResult
+from tests.helpers import eventually, replays, scheduled_activities
+from tests.mcp.mcp_app import task_events, task_events_since
+from tests.mcp.runs import reports_run, tool_outcome
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
-APP = "tests.mcp.mcp_app:app"
 
+async def _until_the_server_cancelled_the_task(url: str, before: dict[str, int]) -> None:
+    """The server's `slow_export` task was cancelled since `before` (its events then)."""
 
-def _apps(url: str) -> Apps:
-    return load_apps([APP], mcp_servers=[McpServer("reports", url=url)])
+    async def cancelled() -> bool:
+        return (await task_events_since(url, before)).get("slow_export cancelled", 0) > 0
 
-
-async def _start(
-    env: WorkflowEnvironment, task_queue: str, model: str, **fields: Any
-) -> WorkflowHandle[Any, RunResult]:
-    return await start_run(
-        env.client,
-        task_queue,
-        RunInput(task="use the reports server", model=model, tools=["reports__*"], **fields),
-    )
+    await eventually(cancelled, "the task's cancellation on the server")
 
 
 async def test_a_task_is_an_operation_polled_to_its_result_with_no_model_turn_meanwhile(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     before = await task_events(reports_url)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-render")
+    async with reports_run(dev_env, task_queue, reports_url, "scripted:mcp-render") as handle:
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         await replays(handle, "mcp_task_polled")
-    after = await task_events(reports_url)
+    events = await task_events_since(reports_url, before)
 
-    assert result.status == "completed"
-    got = json.loads((result.final_output or "").removeprefix("got: "))
+    got = tool_outcome(result)
     assert got["status"] == "succeeded"
     assert got["result"] == {"url": "https://reports.example/emea.pdf"}
     [operation] = state.operations.values()
@@ -64,18 +51,16 @@ async def test_a_task_is_an_operation_polled_to_its_result_with_no_model_turn_me
     assert await scheduled_activities(handle) == [
         LIST_MCP_TOOLS, CALL_MODEL, CALL_TOOL, CALL_MODEL, POLL_OPERATION, CALL_MODEL,
     ]  # fmt: skip
-    started = after.get("render_report started", 0) - before.get("render_report started", 0)
-    assert started == 1
+    assert events.get("render_report started", 0) == 1
 
 
 async def test_a_task_that_fails_is_a_failed_operation_the_model_reads(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-broken")
+    async with reports_run(dev_env, task_queue, reports_url, "scripted:mcp-broken") as handle:
         result = await handle.result()
 
-    got = json.loads((result.final_output or "").removeprefix("got: "))
+    got = tool_outcome(result)
     assert got["status"] == "failed"
     assert got["error"]["code"] == "tool_error"
     assert "no data for apac" in got["error"]["message"]
@@ -85,31 +70,28 @@ async def test_an_expired_wait_sends_the_task_a_cancel(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     before = await task_events(reports_url)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(
-            dev_env, task_queue, "scripted:mcp-export", operation_timeout=timedelta(seconds=3)
-        )
+    async with reports_run(
+        dev_env,
+        task_queue,
+        reports_url,
+        "scripted:mcp-export",
+        operation_timeout=timedelta(seconds=3),
+    ) as handle:
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
-
-        async def cancelled() -> bool:
-            now = await task_events(reports_url)
-            return now.get("slow_export cancelled", 0) > before.get("slow_export cancelled", 0)
-
-        await eventually(cancelled, "the task's cancellation on the server")
+        await _until_the_server_cancelled_the_task(reports_url, before)
 
     [operation] = state.operations.values()
     assert operation.status == "expired"
     assert operation.cancel == "sent"
-    assert json.loads((result.final_output or "").removeprefix("got: "))["status"] == "expired"
+    assert tool_outcome(result)["status"] == "expired"
 
 
 async def test_a_cancelled_run_sends_its_task_a_cancel(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
     before = await task_events(reports_url)
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-export")
+    async with reports_run(dev_env, task_queue, reports_url, "scripted:mcp-export") as handle:
 
         async def waiting() -> bool:
             state = await handle.query(AgentRunWorkflow.status)
@@ -119,12 +101,7 @@ async def test_a_cancelled_run_sends_its_task_a_cancel(
         await handle.cancel()
         with contextlib.suppress(WorkflowFailureError):
             await handle.result()
-
-        async def cancelled() -> bool:
-            now = await task_events(reports_url)
-            return now.get("slow_export cancelled", 0) > before.get("slow_export cancelled", 0)
-
-        await eventually(cancelled, "the task's cancellation on the server")
+        await _until_the_server_cancelled_the_task(reports_url, before)
         state = await handle.query(AgentRunWorkflow.status)
 
     [operation] = state.operations.values()

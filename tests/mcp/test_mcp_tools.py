@@ -6,41 +6,28 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
-from waitstate.apps import Apps, load_apps
+from tests.mcp.runs import APP, reports_run
+from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
-from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS
 from workflows.agent_run import AgentRunWorkflow
-
-APP = "tests.mcp.mcp_app:app"
-
-
-def _apps(url: str) -> Apps:
-    return load_apps([APP], mcp_servers=[McpServer("reports", url=url)])
-
-
-async def _start(
-    env: WorkflowEnvironment, task_queue: str, model: str, tools: list[str]
-) -> WorkflowHandle[Any, RunResult]:
-    return await start_run(
-        env.client, task_queue, RunInput(task="use the reports server", model=model, tools=tools)
-    )
 
 
 async def test_a_run_lists_its_grant_once_and_calls_the_tool(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-add", ["reports__add"])
+    async with reports_run(
+        dev_env, task_queue, reports_url, "scripted:mcp-add", tools=["reports__add"]
+    ) as handle:
         result = await handle.result()
         await replays(handle, "mcp_ordinary_tool")
 
@@ -52,8 +39,7 @@ async def test_a_run_lists_its_grant_once_and_calls_the_tool(
 async def test_a_server_grant_gives_every_tool_and_maps_each_kind_of_result(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-tour", ["reports__*"])
+    async with reports_run(dev_env, task_queue, reports_url, "scripted:mcp-tour") as handle:
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
 
@@ -72,8 +58,7 @@ async def test_a_server_grant_gives_every_tool_and_maps_each_kind_of_result(
 async def test_a_destructive_tool_runs_only_once_a_person_approved_it(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-delete", ["reports__*"])
+    async with reports_run(dev_env, task_queue, reports_url, "scripted:mcp-delete") as handle:
 
         async def open_request() -> str | None:
             state = await handle.query(AgentRunWorkflow.status)
@@ -103,8 +88,9 @@ async def test_a_destructive_tool_runs_only_once_a_person_approved_it(
 async def test_a_grant_no_declared_server_answers_fails_the_run_at_once(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, grant: str, message: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await _start(dev_env, task_queue, "scripted:mcp-add", [grant])
+    async with reports_run(
+        dev_env, task_queue, reports_url, "scripted:mcp-add", tools=[grant]
+    ) as handle:
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
 
@@ -117,17 +103,14 @@ async def test_a_grant_no_declared_server_answers_fails_the_run_at_once(
 async def test_runs_continued_as_new_keep_the_listing_of_the_first(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=_apps(reports_url)):
-        handle = await start_run(
-            dev_env.client,
-            task_queue,
-            RunInput(
-                task="tour",
-                model="scripted:mcp-tour",
-                tools=["reports__*"],
-                continue_as_new_after_events=10,
-            ),
-        )
+    async with reports_run(
+        dev_env,
+        task_queue,
+        reports_url,
+        "scripted:mcp-tour",
+        task="tour",
+        continue_as_new_after_events=10,
+    ) as handle:
         result = await handle.result()
 
     activities: list[str] = []

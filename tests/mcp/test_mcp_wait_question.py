@@ -10,11 +10,9 @@ from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import make_worker, replays, start_run
-from tests.mcp.mcp_app import task_events
-from waitstate.apps import load_apps
-from waitstate.mcp import McpServer
-from waitstate.schemas import RunInput
+from tests.helpers import replays
+from tests.mcp.mcp_app import task_events, task_events_since
+from tests.mcp.runs import reports_apps, reports_run
 from waitstate.schemas.questions import InputPolicy
 from workflows.agent_run import AgentRunWorkflow
 
@@ -28,22 +26,19 @@ async def test_a_tasks_question_for_the_model_ends_its_wait_for_operations(
     before = await task_events(reports_url)
     # A question that nobody answers in 20 s is declined: the test would fail soon.
     policy = InputPolicy(answered_by="model", timeout=timedelta(seconds=20))
-    server = McpServer("reports", url=reports_url, input=policy)
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP], mcp_servers=[server])):
-        handle = await start_run(
-            dev_env.client,
-            task_queue,
-            RunInput(
-                task="publish the emea report",
-                model="scripted:publish-wait-answer",
-                tools=["reports__publish_report"],
-                operation_mode="handle",
-            ),
-        )
+    async with reports_run(
+        dev_env,
+        task_queue,
+        reports_apps(reports_url, APP, input=policy),
+        "scripted:publish-wait-answer",
+        task="publish the emea report",
+        tools=["reports__publish_report"],
+        operation_mode="handle",
+    ) as handle:
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
         await replays(handle, "mcp_task_question_during_wait_for_operations")
-    after = await task_events(reports_url)
+    events = await task_events_since(reports_url, before)
 
     assert result.status == "completed", result.error
     lines = (result.final_output or "").splitlines()
@@ -58,5 +53,4 @@ async def test_a_tasks_question_for_the_model_ends_its_wait_for_operations(
     assert ended["result"] == {"published": "emea", "channel": "email"}
     [request] = state.questions.values()
     assert request.answer is not None and request.answer.responder == "model"
-    accepted = "publish_report answered accept"
-    assert after.get(accepted, 0) - before.get(accepted, 0) == 1
+    assert events.get("publish_report answered accept", 0) == 1

@@ -5,19 +5,18 @@ per attempt (the retry policy being the poller)."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from datetime import timedelta
 
 import httpx
 import pytest
-from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, make_worker, start_run
+from tests.mcp.runs import cancelled_at_the_end
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
@@ -39,7 +38,7 @@ async def test_a_polled_jobs_progress_is_read_from_its_polls_heartbeat(
                 task_queue,
                 RunInput(task="enrich", model="scripted:enrich", tools=["enrich_dataset"]),
             )
-            try:
+            async with cancelled_at_the_end(handle):
 
                 async def reported() -> str | None:
                     state = (await client.status(handle.id)).state
@@ -48,10 +47,6 @@ async def test_a_polled_jobs_progress_is_read_from_its_polls_heartbeat(
                 progress = await eventually(reported, "the job's progress in the run's status")
                 # The run itself never recorded it: its own answer has none.
                 [recorded] = (await handle.query(AgentRunWorkflow.status)).operations.values()
-            finally:
-                await handle.cancel()
-                with contextlib.suppress(WorkflowFailureError):
-                    await handle.result()
 
     assert re.fullmatch(r"\d+%", progress), progress
     assert (recorded.status, recorded.progress) == ("running", None)

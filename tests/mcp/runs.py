@@ -1,0 +1,89 @@
+"""What the MCP tests' runs share: the test app with the MCP test server declared as `reports`,
+a run of it on a worker of the test's own (in the test's process or one of its own), what the
+run's tool call got, and a run cancelled when the test ends (also the client's progress test's)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import make_worker, process_env, start_run
+from tests.rigs import WorkerProcess
+from waitstate.apps import Apps, load_apps
+from waitstate.mcp import McpServer
+from waitstate.schemas import RunInput, RunResult
+
+APP = "tests.mcp.mcp_app:app"
+
+
+def mcp_url(port: int) -> str:
+    """The streamable HTTP endpoint of a test MCP server listening on `port`."""
+    return f"http://127.0.0.1:{port}/mcp"
+
+
+def reports_apps(url: str, app: str = APP, **server: Any) -> Apps:
+    """`app`, with the MCP server at `url` declared as `reports` (`server`: the declaration's
+    other options, such as its input policy)."""
+    return load_apps([app], mcp_servers=[McpServer("reports", url=url, **server)])
+
+
+@asynccontextmanager
+async def reports_run(
+    env: WorkflowEnvironment,
+    task_queue: str,
+    apps: Apps | str,
+    model: str,
+    *,
+    task: str = "use the reports server",
+    tools: Sequence[str] = ("reports__*",),
+    **fields: Any,
+) -> AsyncIterator[WorkflowHandle[Any, RunResult]]:
+    """A run of `model` granted `tools` (and the run input's other `fields`), started on a
+    worker that serves `apps` for the block: given a URL, the test app with the server there
+    as `reports`."""
+    apps = reports_apps(apps) if isinstance(apps, str) else apps
+    async with make_worker(env.client, task_queue, apps=apps):
+        run = RunInput(task=task, model=model, tools=list(tools), **fields)
+        yield await start_run(env.client, task_queue, run)
+
+
+def worker_process(
+    env: WorkflowEnvironment, task_queue: str, tmp_path: Path, mcp_servers: str
+) -> WorkerProcess:
+    """A worker process (not started yet) of the test app on the test's task queue, with
+    `mcp_servers` declared as `WAITSTATE_MCP_SERVERS` says them, its blobs and log under
+    `tmp_path`."""
+    variables = process_env(
+        env.client,
+        task_queue,
+        WAITSTATE_APPS=APP,
+        WAITSTATE_MCP_SERVERS=mcp_servers,
+        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
+    )
+    return WorkerProcess(variables, tmp_path / "worker.log")
+
+
+def tool_outcome(result: RunResult) -> dict[str, Any]:
+    """What the run's tool call got, as the scripted model answered with it (`got: {...}`),
+    once the run completed."""
+    assert result.status == "completed", result.error
+    return dict(json.loads((result.final_output or "").removeprefix("got: ")))
+
+
+@asynccontextmanager
+async def cancelled_at_the_end(handle: WorkflowHandle[Any, Any]) -> AsyncIterator[None]:
+    """Cancel the run when the block ends, also when the test failed in it, and wait for the
+    run to end: the long task it waits for is cancelled, and its server can stop."""
+    try:
+        yield
+    finally:
+        await handle.cancel()
+        with contextlib.suppress(WorkflowFailureError):
+            await handle.result()
