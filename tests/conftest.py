@@ -63,14 +63,13 @@ def wire() -> Iterator[WireServer]:
         yield server
 
 
-# --- the MCP test server, for tests outside tests/mcp/ (tests/workflows' questions) -------------
+# --- the MCP test server, for tests/mcp/ and the workflows' question tests -----------------------
 
 
 @pytest.fixture(scope="session")
 @needs(tiers.SUBPROCESS)
 def reports_url() -> Iterator[str]:
-    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP, for the session
-    (tests/mcp/ has its own)."""
+    """The MCP test server (tests/mcp/reports_server.py) over streamable HTTP, for the session."""
     from tests.rigs import free_port, python_server  # kept with the section it serves
 
     port = free_port()

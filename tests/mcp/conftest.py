@@ -1,5 +1,6 @@
-"""The MCP test server, started once for the package's tests on a free port; and, for the tests
-that restart it, one of the test's own whose tasks live in a store of their own process."""
+"""The MCP test servers, started once for the package's tests on free ports (`reports_url`, in
+tests/conftest.py, is shared with the workflows' question tests); and, for the tests that
+restart one, one of the test's own whose tasks live in a store of their own process."""
 
 from __future__ import annotations
 
@@ -21,13 +22,6 @@ def _serving(module: str) -> Iterator[str]:
     port = free_port()
     with python_server(["-m", module, str(port)], port):
         yield mcp_url(port)
-
-
-@pytest.fixture(scope="session")
-@needs(SUBPROCESS)
-def reports_url() -> Iterator[str]:
-    """The streamable HTTP endpoint of `tests/mcp/reports_server.py`, running."""
-    yield from _serving("tests.mcp.reports_server")
 
 
 @pytest.fixture(scope="session")
