@@ -388,7 +388,12 @@ class Gateway:
         return self.tokens.mint(RUN, subject or self.subject, expires_at).token
 
     def auth(self, subject: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token(subject)}"}
+        return bearer(self.token(subject))
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The headers that send `token` as a bearer token."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 @asynccontextmanager
