@@ -238,14 +238,10 @@ async def test_run_refusals_pass_through(
 
 
 async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
-    # What every route documents (its body, its answer, its refusals' shape, its token) is
-    # checked for each in test_openapi.py; here, what is the decision endpoint's own.
-    doc = (await gw.client.get("/openapi.json")).json()
+    # test_openapi.py checks what every route documents (its body, answer, statuses and token)
+    # and finds every body's schema; here, the decision endpoint's fields.
+    schemas = (await gw.client.get("/openapi.json")).json()["components"]["schemas"]
 
-    responses = doc["paths"]["/v1/approvals/{request_id}/decision"]["post"]["responses"]
-    assert set(responses) == {"200", "401", "403", "404", "409", "410", "413", "422", "503"}
-    assert "request" in responses["401"]["description"]
-    schemas = doc["components"]["schemas"]
     assert set(schemas["DecisionBody"]["properties"]) == {"decision", "reviewer", "comment"}
     assert schemas["DecisionBody"]["properties"]["decision"]["enum"] == ["approve", "reject"]
     assert schemas["DecisionBody"]["required"] == ["decision"]
@@ -254,10 +250,6 @@ async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
         "request_id",
         "approval_status",
     }
-    # Both endpoints' bodies are documented, whichever schema was added first.
-    assert "Completion" in schemas
-    complete = doc["paths"]["/v1/operations/{operation_id}/complete"]["post"]
-    assert "operation" in complete["responses"]["401"]["description"]
 
 
 # TemporalDeliverer.decide, with a stand-in for the workflow handle: each refusal Temporal or the

@@ -241,14 +241,10 @@ async def test_a_question_token_is_refused_by_the_other_endpoints(
 
 
 async def test_openapi_documents_the_answer_endpoint(gw: Gateway) -> None:
-    # What every route documents (its body, its answer, its refusals' shape, its token) is
-    # checked for each in test_openapi.py; here, what is the answer endpoint's own.
-    doc = (await gw.client.get("/openapi.json")).json()
+    # test_openapi.py checks what every route documents (its body, answer, statuses and token)
+    # and finds every body's schema; here, the answer endpoint's fields.
+    schemas = (await gw.client.get("/openapi.json")).json()["components"]["schemas"]
 
-    responses = doc["paths"]["/v1/questions/{question_id}/answer"]["post"]["responses"]
-    assert set(responses) == {"200", "401", "403", "404", "409", "410", "413", "422", "503"}
-    assert "question" in responses["401"]["description"]
-    schemas = doc["components"]["schemas"]
     assert set(schemas["AnswerBody"]["properties"]) == {"action", "content", "responder"}
     assert schemas["AnswerBody"]["required"] == ["action"]
     assert set(schemas["AnswerAccepted"]["properties"]) == {
@@ -258,7 +254,6 @@ async def test_openapi_documents_the_answer_endpoint(gw: Gateway) -> None:
         "delivered",
         "reason",
     }
-    assert {"Completion", "DecisionBody"} <= set(schemas)
 
 
 # TemporalDeliverer.answer, with a stand-in for the workflow handle, behind the real app: each
