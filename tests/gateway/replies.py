@@ -1,7 +1,7 @@
 """What the tests of a person's replies through links (decisions in `test_approvals.py`, answers
-in `test_questions.py`) share: the refusals every reply route answers before the run is asked,
-and a stand-in for the Temporal client behind `TemporalDeliverer`, with the refusals Temporal
-gives whatever the Update."""
+in `test_questions.py`) share: the one reply the gateway delivered, the refusals every reply
+route answers before the run is asked, and a stand-in for the Temporal client behind
+`TemporalDeliverer`, with the refusals Temporal gives whatever the Update."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ from tests.helpers import assert_error
 from tests.rigs import OP, RUN, Gateway, bearer
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeClaims
+
+
+def the_one_reply(
+    delivered: list[tuple[ResumeClaims, str, Any]], subject: str, reply_to: str
+) -> Any:
+    """The body of the one reply the recording deliverer took (its `decisions` or `answers`),
+    once checked that it came with the claims of a link's token for `subject` and was to
+    `reply_to`."""
+    [(claims, to, body)] = delivered
+    assert (claims.workflow_id, claims.operation_id, claims.key_id) == (RUN, subject, "k1")
+    assert claims.nonce
+    assert to == reply_to
+    return body
+
 
 # --- Refused before the run is asked -----------------------------------------------------------
 

@@ -25,6 +25,7 @@ from tests.gateway.replies import (
     link_claims,
     refusals_before_the_run,
     refused,
+    the_one_reply,
     update_failed,
 )
 from tests.helpers import assert_error
@@ -66,14 +67,7 @@ async def test_decision_is_delivered_once_with_its_claims(gw: Gateway) -> None:
         "request_id": REQUEST,
         "approval_status": "approved",
     }
-    [(claims, request_id, body)] = gw.deliverer.decisions
-    assert (claims.workflow_id, claims.operation_id, claims.key_id) == (
-        RUN,
-        f"approval/{REQUEST}",
-        "k1",
-    )
-    assert claims.nonce
-    assert request_id == REQUEST
+    body = the_one_reply(gw.deliverer.decisions, f"approval/{REQUEST}", REQUEST)
     assert body == DecisionBody(decision="approve", reviewer="ana", comment="fine by me")
     assert gw.deliverer.calls == []
 

@@ -26,6 +26,7 @@ from tests.gateway.replies import (
     link_claims,
     refusals_before_the_run,
     refused,
+    the_one_reply,
     update_failed,
 )
 from tests.helpers import assert_error
@@ -76,14 +77,7 @@ async def test_answer_is_delivered_once_with_its_claims(gw: Gateway) -> None:
 
     assert response.status_code == 200, response.text
     assert response.json() == answered()
-    [(claims, question_id, body)] = gw.deliverer.answers
-    assert (claims.workflow_id, claims.operation_id, claims.key_id) == (
-        RUN,
-        f"question/{QUESTION}",
-        "k1",
-    )
-    assert claims.nonce
-    assert question_id == QUESTION
+    body = the_one_reply(gw.deliverer.answers, f"question/{QUESTION}", QUESTION)
     assert body == AnswerBody(
         action="accept", content={"region": "EMEA", "rows": 3}, responder="ana"
     )
