@@ -317,11 +317,12 @@ Outcome = TypeVar("Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 class RecordingDeliverer:
     """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
 
-    Completions are recorded in `calls`, decisions in `decisions`, answers to questions in
-    `answers`; one script serves them all.
+    Completions are recorded in `calls` (and the report id each came with in `report_ids`),
+    decisions in `decisions`, answers to questions in `answers`; one script serves them all.
     """
 
     calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
+    report_ids: list[str | None] = field(default_factory=list)
     decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
     answers: list[tuple[ResumeClaims, str, AnswerBody]] = field(default_factory=list)
     script: list[CompletionOutcome | DecideOutcome | AnswerOutcome | Exception] = field(
@@ -336,6 +337,7 @@ class RecordingDeliverer:
         report_id: str | None = None,
     ) -> CompletionOutcome:
         self.calls.append((claims, completion, delivery_id))
+        self.report_ids.append(report_id)
         if self.script:
             return self._scripted(CompletionOutcome)
         return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
@@ -367,6 +369,7 @@ class RecordingDeliverer:
 
     def clear(self) -> None:
         self.calls.clear()
+        self.report_ids.clear()
         self.decisions.clear()
         self.answers.clear()
         self.script.clear()
@@ -388,7 +391,12 @@ class Gateway:
         return self.tokens.mint(RUN, subject or self.subject, expires_at).token
 
     def auth(self, subject: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token(subject)}"}
+        return bearer(self.token(subject))
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The headers that send `token` as a bearer token."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 @asynccontextmanager

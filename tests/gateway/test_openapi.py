@@ -3,8 +3,8 @@ what it takes (its token, its body, its headers) and every answer it can give, r
 included, each with the error shape and a reason. The endpoints read their bodies themselves,
 so none of this comes from FastAPI for free.
 
-The per-route details (bodies' fields, each route's exact statuses) are pinned beside each
-endpoint's tests: `test_app.py`, `test_approvals.py`, `test_questions.py`.
+The bodies' fields are pinned beside each endpoint's tests: `test_app.py`, `test_approvals.py`,
+`test_questions.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ class Route:
     operation_id: str
     body: str
     accepted: str
+    # Every status the route documents, and what its 401 says a token for another one is for.
+    statuses: set[str]
+    names: str
     valid: dict[str, Any]
     # The refusals of the run (through the deliverer) the route passes on, and the outcomes
     # the run records without applying them.
@@ -51,6 +54,8 @@ ROUTES = (
         "complete_operation",
         "Completion",
         "Accepted",
+        {"200", "401", "404", "409", "410", "413", "422", "503"},
+        "operation",
         {"status": "succeeded", "result": {"rows": 1}},
         (401, 404, 409, 503),
     ),
@@ -61,6 +66,8 @@ ROUTES = (
         "decide_approval",
         "DecisionBody",
         "DecisionAccepted",
+        {"200", "401", "403", "404", "409", "410", "413", "422", "503"},
+        "request",
         {"decision": "approve", "reviewer": "ana"},
         (401, 404, 409, 503),
         (DecideOutcome(accepted=False, status="expired"),),
@@ -72,6 +79,8 @@ ROUTES = (
         "answer_question",
         "AnswerBody",
         "AnswerAccepted",
+        {"200", "401", "403", "404", "409", "410", "413", "422", "503"},
+        "question",
         {"action": "accept", "content": {"region": "EMEA"}},
         (401, 403, 404, 409, 422, 503),
         (AnswerOutcome(accepted=False, status="expired"),),
@@ -116,8 +125,10 @@ def test_every_route_documents_its_token_body_answer_and_refusals(
         "$ref": f"#/components/schemas/{route.accepted}"
     }
 
-    refusals = set(post["responses"]) - {"200"}
+    assert set(post["responses"]) == route.statuses
+    refusals = route.statuses - {"200"}
     assert refusals >= COMMON_REFUSALS
+    assert route.names in post["responses"]["401"]["description"]
     for status in refusals:
         answer = post["responses"][status]
         assert answer["content"]["application/json"]["schema"] == ERROR_BODY, status

@@ -173,6 +173,21 @@ def _answers(responses: Sequence[httpx.Response]) -> list[tuple[int, str | None]
     )
 
 
+def _assert_each_refused(
+    answers: Sequence[tuple[str, httpx.Response]], cases: Sequence[tuple[str, Any, Any, int, str]]
+) -> None:
+    """Each of `answers` (what was sent, and its response) is refused with the status and code
+    of its case, `(what, body, authorization, status, code)`; a 401 asks for a bearer token."""
+    for (what, response), (_, _, _, status, code) in zip(answers, cases, strict=True):
+        assert (what, response.status_code, response.json()["error"]["code"]) == (
+            what,
+            status,
+            code,
+        )
+        if status == 401:
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
 async def _concurrently(
     send: Callable[[], Awaitable[httpx.Response]], times: int
 ) -> list[httpx.Response]:
@@ -342,14 +357,7 @@ async def test_refused_completions_never_reach_the_run(
         )
         result = await _result(handle)
 
-    for (what, response), (_, _, _, status, code) in zip(answers, cases, strict=True):
-        assert (what, response.status_code, response.json()["error"]["code"]) == (
-            what,
-            status,
-            code,
-        )
-        if status == 401:
-            assert response.headers["www-authenticate"] == "Bearer"
+    _assert_each_refused(answers, cases)
     assert_error(chunked, 413, "body_too_large")
     assert_error(unknown_operation, 404, "operation_unknown")
     assert_error(lying, 413, "body_too_large")
@@ -548,12 +556,7 @@ async def test_refused_decisions_never_reach_the_run(rig: Rig) -> None:
         )
         result = await _result(handle)
 
-    for (what, response), (_, _, _, status, code) in zip(answers, cases, strict=True):
-        assert (what, response.status_code, response.json()["error"]["code"]) == (
-            what,
-            status,
-            code,
-        )
+    _assert_each_refused(answers, cases)
     assert_error(unknown_request, 404, "approval_unknown")
     assert_error(at_operations[0], 401, "wrong_operation")
     assert_error(at_operations[1], 404, "not_found")

@@ -9,7 +9,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 from uuid import uuid4
 
 from pydantic import BaseModel
@@ -52,6 +52,8 @@ DELIVERY_TIMEOUT = timedelta(seconds=20)
 # (with the run's worker up, confirmation takes milliseconds).
 NOT_READY_PATIENCE = timedelta(seconds=5)
 NOT_READY_RETRY = timedelta(milliseconds=200)
+
+_Outcome = TypeVar("_Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 
 # ApplicationError types of the Update validators -> (HTTP status, error code). The type names
 # of the Updates are distinct, so one table serves them all.
@@ -210,20 +212,19 @@ class TemporalDeliverer:
                 run has ended, 503 Temporal could not be reached or the run did not answer in
                 time.
         """
-        handle = self._client.get_workflow_handle(claims.workflow_id)
         update = CompleteOperation(
             operation_id=claims.operation_id,
             nonce=claims.nonce,
             delivery_id=delivery_id,
             completion=completion,
         )
-        async with self._refusals():
-            outcome: CompletionOutcome = await handle.execute_update(
-                COMPLETE_OPERATION_UPDATE,
-                update,
-                id=update_id(claims.operation_id, completion, delivery_id, report_id),
-                result_type=CompletionOutcome,
-            )
+        outcome = await self._update(
+            claims,
+            COMPLETE_OPERATION_UPDATE,
+            update,
+            id=update_id(claims.operation_id, completion, delivery_id, report_id),
+            result_type=CompletionOutcome,
+        )
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was
             # cancelled first): it will never apply, so retrying cannot help.
@@ -245,7 +246,6 @@ class TemporalDeliverer:
                 decided or expired, a duplicate of a decision already applied, or the run has
                 ended, 503 Temporal could not be reached or the run did not answer in time.
         """
-        handle = self._client.get_workflow_handle(claims.workflow_id)
         delivery_id = uuid4().hex
         update = DecideInput(
             request_id=request_id,
@@ -259,13 +259,13 @@ class TemporalDeliverer:
         deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
         while True:
             try:
-                async with self._refusals():
-                    outcome: DecideOutcome = await handle.execute_update(
-                        DECIDE_UPDATE,
-                        update,
-                        id=decision_update_id(request_id, body),
-                        result_type=DecideOutcome,
-                    )
+                outcome = await self._update(
+                    claims,
+                    DECIDE_UPDATE,
+                    update,
+                    id=decision_update_id(request_id, body),
+                    result_type=DecideOutcome,
+                )
                 break
             except DeliveryRefused as refused:
                 # A link used the moment it was posted: the run confirms it within moments,
@@ -300,7 +300,6 @@ class TemporalDeliverer:
                 question's schema, 503 Temporal could not be reached or the run did not answer
                 in time.
         """
-        handle = self._client.get_workflow_handle(claims.workflow_id)
         delivery_id = uuid4().hex
         update = AnswerInput(
             question_id=question_id,
@@ -310,12 +309,29 @@ class TemporalDeliverer:
             nonce=claims.nonce,
             delivery_id=delivery_id,
         )
+        return await self._update(
+            claims,
+            ANSWER_UPDATE,
+            update,
+            id=answer_update_id(question_id, body),
+            result_type=AnswerOutcome,
+        )
+
+    async def _update(
+        self,
+        claims: ResumeClaims,
+        update: str,
+        arg: BaseModel,
+        *,
+        id: str,
+        result_type: type[_Outcome],
+    ) -> _Outcome:
+        """The outcome of the Update `update` of the run `claims` names, with `arg` and Update
+        id `id`, bounded by the timeout; its failures raised as `DeliveryRefused`."""
+        handle = self._client.get_workflow_handle(claims.workflow_id)
         async with self._refusals():
-            outcome: AnswerOutcome = await handle.execute_update(
-                ANSWER_UPDATE,
-                update,
-                id=answer_update_id(question_id, body),
-                result_type=AnswerOutcome,
+            outcome: _Outcome = await handle.execute_update(
+                update, arg, id=id, result_type=result_type
             )
         return outcome
 

@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -173,26 +173,6 @@ def gate(request: Request) -> Gate:
 
 
 GateDep = Annotated[Gate, Depends(gate)]
-
-
-class _RunVerdict(Protocol):
-    @property
-    def accepted(self) -> bool: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-
-
-def require_applied(outcome: _RunVerdict, what: str) -> None:
-    """Refuse a decision or an answer the run recorded without applying it.
-
-    Raises:
-        Refused: 409 `not_accepted`: `what` (the request or the question) was no longer open,
-            so retrying cannot help.
-    """
-    if not outcome.accepted:
-        raise Refused(409, "not_accepted", outcome.reason or f"the {what} is {outcome.status}")
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:

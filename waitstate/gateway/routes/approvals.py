@@ -13,19 +13,20 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
-from waitstate.gateway.gate import (
-    Acceptance,
-    Admitted,
-    Credentials,
-    GateDep,
-    json_body,
-    require_applied,
-)
-from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.gate import Acceptance, Admitted, Credentials, GateDep
+from waitstate.gateway.refusals import Refused
+from waitstate.gateway.routes.replies import Reply
 from waitstate.gateway.tokens import approval_subject
 from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
 
 DECISION_PATH = "/v1/approvals/{request_id}/decision"
+DECISIONS = Reply(
+    model=DecisionBody,
+    kind="request",
+    invalid_code="invalid_decision",
+    endpoint="decision",
+    delivering="a decision on request {!r}",
+)
 
 router = APIRouter()
 
@@ -44,16 +45,8 @@ async def admitted_decision(
 ) -> Admitted[DecisionBody]:
     """Dependency: the request's decision, once it passed the gate's checks with a token
     of the request's links that allows it."""
-    admitted = await gate.admit(
-        request,
-        credentials,
-        subject=frozenset(
-            approval_subject(request_id, kind) for kind in (None, "approve", "reject")
-        ),
-        kind="request",
-        model=DecisionBody,
-        invalid_code="invalid_decision",
-    )
+    links = frozenset(approval_subject(request_id, kind) for kind in (None, "approve", "reject"))
+    admitted = await DECISIONS.admit(gate, request, credentials, links)
     decision = admitted.body.decision
     if admitted.claims.operation_id not in (
         approval_subject(request_id),
@@ -68,26 +61,24 @@ async def admitted_decision(
     return admitted
 
 
-@router.post(
+@DECISIONS.route(
+    router,
     DECISION_PATH,
-    response_model=DecisionAccepted,
+    accepted=DecisionAccepted,
     response_description="Accepted: the run applied the decision.",
-    responses=error_responses(
-        {
-            401: "Missing, malformed or forged token, a token for another request, or a "
-            "nonce the run does not know.",
-            403: "The token is a one-click link's, for the other decision.",
-            404: "No such run, or the run has no such approval request.",
-            409: "Not applied: the request is already decided or has expired, this is a "
-            "duplicate of a decision already applied, or the run has ended. Do not retry.",
-            422: "The body is not JSON, or not a valid decision.",
-        }
-    ),
+    errors={
+        401: "Missing, malformed or forged token, a token for another request, or a "
+        "nonce the run does not know.",
+        403: "The token is a one-click link's, for the other decision.",
+        404: "No such run, or the run has no such approval request.",
+        409: "Not applied: the request is already decided or has expired, this is a "
+        "duplicate of a decision already applied, or the run has ended. Do not retry.",
+        422: "The body is not JSON, or not a valid decision.",
+    },
     operation_id="decide_approval",
     summary="Decide on an approval request",
     description="A person approves or rejects what a run asked to do, through the token "
     "of the request's links.",
-    openapi_extra=json_body(DecisionBody),
 )
 async def decide(
     request_id: str,
@@ -95,13 +86,11 @@ async def decide(
     gate: GateDep,
 ) -> DecisionAccepted:
     claims, decision = admitted.claims, admitted.body
-    outcome = await gate.deliver(
-        gate.deliverer.decide(claims, request_id, decision),
-        f"a decision on request {request_id!r}",
+    outcome = await DECISIONS.apply(
+        gate, gate.deliverer.decide(claims, request_id, decision), request_id
     )
-    require_applied(outcome, "request")
-    gate.delivered(
-        "decision",
+    DECISIONS.delivered(
+        gate,
         "delivered %s by %r on request %s to run %s: now %s",
         decision.decision,
         decision.reviewer,

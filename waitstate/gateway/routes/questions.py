@@ -13,19 +13,19 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
-from waitstate.gateway.gate import (
-    Acceptance,
-    Admitted,
-    Credentials,
-    GateDep,
-    json_body,
-    require_applied,
-)
-from waitstate.gateway.refusals import error_responses
+from waitstate.gateway.gate import Acceptance, Admitted, Credentials, GateDep
+from waitstate.gateway.routes.replies import Reply
 from waitstate.gateway.tokens import question_subject
 from waitstate.schemas.questions import AnswerBody, QuestionStatus
 
 ANSWER_PATH = "/v1/questions/{question_id}/answer"
+ANSWERS = Reply(
+    model=AnswerBody,
+    kind="question",
+    invalid_code="invalid_answer",
+    endpoint="answer",
+    delivering="an answer to question {!r}",
+)
 
 router = APIRouter()
 
@@ -47,33 +47,25 @@ async def admitted_answer(
 ) -> Admitted[AnswerBody]:
     """Dependency: the request's answer, once it passed the gate's checks with the token of
     the question's link."""
-    return await gate.admit(
-        request,
-        credentials,
-        subject=question_subject(question_id),
-        kind="question",
-        model=AnswerBody,
-        invalid_code="invalid_answer",
-    )
+    return await ANSWERS.admit(gate, request, credentials, question_subject(question_id))
 
 
-@router.post(
+@ANSWERS.route(
+    router,
     ANSWER_PATH,
-    response_model=AnswerAccepted,
+    accepted=AnswerAccepted,
     response_description="Accepted: the run applied the answer and handed it to the job; "
     "`delivered` says whether the job took it.",
-    responses=error_responses(
-        {
-            401: "Missing, malformed or forged token, a token for another question, or a "
-            "nonce the run does not know.",
-            403: "The tool's policy gives this question to the model, not to a person.",
-            404: "No such run, or the run has no such question.",
-            409: "Not applied: the question is already answered, declined, expired or "
-            "cancelled (by another answer), or the run has ended. Do not retry.",
-            422: "The body is not JSON, or not a valid answer: an `accept` carries content "
-            "matching the question's `requested_schema`, a `decline` none.",
-        }
-    ),
+    errors={
+        401: "Missing, malformed or forged token, a token for another question, or a "
+        "nonce the run does not know.",
+        403: "The tool's policy gives this question to the model, not to a person.",
+        404: "No such run, or the run has no such question.",
+        409: "Not applied: the question is already answered, declined, expired or "
+        "cancelled (by another answer), or the run has ended. Do not retry.",
+        422: "The body is not JSON, or not a valid answer: an `accept` carries content "
+        "matching the question's `requested_schema`, a `decline` none.",
+    },
     operation_id="answer_question",
     summary="Answer an operation's question",
     description="A person answers a question a long operation's job asked (or declines "
@@ -81,7 +73,6 @@ async def admitted_answer(
     "handed the answer to the job: `delivered` says whether the job took it. Copies of an "
     "answer (a link used twice, a retry with the same body) are applied once and get its "
     "outcome.",
-    openapi_extra=json_body(AnswerBody),
 )
 async def answer(
     question_id: str,
@@ -89,13 +80,11 @@ async def answer(
     gate: GateDep,
 ) -> AnswerAccepted:
     claims, body = admitted.claims, admitted.body
-    outcome = await gate.deliver(
-        gate.deliverer.answer(claims, question_id, body),
-        f"an answer to question {question_id!r}",
+    outcome = await ANSWERS.apply(
+        gate, gate.deliverer.answer(claims, question_id, body), question_id
     )
-    require_applied(outcome, "question")
-    gate.delivered(
-        "answer",
+    ANSWERS.delivered(
+        gate,
         "delivered %s by %r to question %s of run %s: now %s, %s",
         body.action,
         body.responder,

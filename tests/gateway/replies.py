@@ -1,0 +1,223 @@
+"""What the tests of a person's replies through links (decisions in `test_approvals.py`, answers
+in `test_questions.py`) share: the one reply the gateway delivered, the refusals every reply
+route answers before the run is asked, and a stand-in for the Temporal client behind
+`TemporalDeliverer`, with the refusals Temporal gives whatever the Update."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar, cast
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from tests.helpers import assert_error
+from tests.rigs import OP, RUN, Gateway, bearer
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.tokens import ResumeClaims
+
+
+def the_one_reply(
+    delivered: list[tuple[ResumeClaims, str, Any]], subject: str, reply_to: str
+) -> Any:
+    """The body of the one reply the recording deliverer took (its `decisions` or `answers`),
+    once checked that it came with the claims of a link's token for `subject` and was to
+    `reply_to`."""
+    [(claims, to, body)] = delivered
+    assert (claims.workflow_id, claims.operation_id, claims.key_id) == (RUN, subject, "k1")
+    assert claims.nonce
+    assert to == reply_to
+    return body
+
+
+# --- Refused before the run is asked -----------------------------------------------------------
+
+
+def forged(gw: Gateway) -> dict[str, str]:
+    """A token of the gateway's with one character of its signature changed."""
+    token = gw.token()
+    return bearer(token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1])
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request a route refuses before the run is asked: its headers (given the gateway) and
+    body, and the refusal's status, code and what its message says."""
+
+    headers: Callable[[Gateway], dict[str, str]]
+    body: bytes
+    status: int
+    code: str
+    says: str
+
+    async def check(self, gw: Gateway, url: str) -> None:
+        """Post the request to `url`: it is refused as said (a 401 asks for a bearer token)."""
+        response = await gw.client.post(
+            url, content=self.body, headers={**self.headers(gw), "Content-Type": "application/json"}
+        )
+
+        assert self.says in assert_error(response, self.status, self.code)
+        if self.status == 401:
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
+def refused(
+    headers: Callable[[Gateway], dict[str, str]],
+    body: bytes,
+    status: int,
+    code: str,
+    says: str,
+    *,
+    id: str,
+) -> Any:
+    """A `Refusal` case for `pytest.mark.parametrize`, named `id`."""
+    return pytest.param(Refusal(headers, body, status, code, says), id=id)
+
+
+def refusals_before_the_run(
+    *,
+    kind: str,
+    reply_to: str,
+    another: str,
+    valid: bytes,
+    too_large: bytes,
+    invalid_code: str,
+) -> list[Any]:
+    """The `Refusal` cases every reply route answers before the run is asked, checks cheapest
+    first, for a route whose tokens are for a `kind` (its served gateway's subject) named
+    `reply_to`; `another` is the subject of another one, `valid` a valid body, `too_large` one
+    over the gateway's limit, and `invalid_code` the code of a JSON body that is not a valid
+    one."""
+    wrong = f"wrong_{kind}"
+    says_another = f"token was issued for another {kind}"
+    return [
+        refused(lambda gw: {}, valid, 401, "missing_token", "Bearer", id="no-token"),
+        refused(
+            lambda gw: {"Authorization": "Basic dXNlcjpwYXNz"},
+            valid,
+            401,
+            "missing_token",
+            "Bearer",
+            id="basic-auth",
+        ),
+        refused(
+            lambda gw: bearer("not-a-token"), valid, 401, "invalid_token", "token", id="garbage"
+        ),
+        refused(forged, valid, 401, "invalid_token", "signature", id="forged"),
+        refused(lambda gw: gw.auth(OP), valid, 401, wrong, says_another, id="op-token"),
+        refused(
+            # An operation that happens to be named like what the reply is to.
+            lambda gw: gw.auth(reply_to),
+            valid,
+            401,
+            wrong,
+            says_another,
+            id="op-token-same-name",
+        ),
+        refused(lambda gw: gw.auth(another), valid, 401, wrong, says_another, id=f"another-{kind}"),
+        refused(
+            lambda gw: bearer(gw.token(expires_in=-timedelta(seconds=1))),
+            valid,
+            410,
+            "token_expired",
+            "expired",
+            id="expired",
+        ),
+        refused(Gateway.auth, too_large, 413, "body_too_large", "bytes", id="too-large"),
+        refused(lambda gw: {}, too_large, 413, "body_too_large", "bytes", id="too-large-no-token"),
+        refused(lambda gw: {}, b"not json", 401, "missing_token", "Bearer", id="auth-first"),
+        refused(Gateway.auth, b"not json", 422, "invalid_json", "JSON", id="not-json"),
+        refused(Gateway.auth, b"", 422, "invalid_json", "JSON", id="empty"),
+        refused(Gateway.auth, b"[]", 422, invalid_code, "body", id="not-an-object"),
+    ]
+
+
+# --- A stand-in for Temporal behind the real deliverer ------------------------------------------
+
+Outcome = TypeVar("Outcome", bound=BaseModel)
+# What the fake handle answers an Update with: an outcome, an error, or how to answer its input.
+Scripted = Outcome | BaseException | Callable[[Any], Outcome]
+
+
+@dataclass
+class FakeHandle(Generic[Outcome]):
+    """Records `execute_update` calls, each Update answered with an `outcome` model; answers
+    from `script`."""
+
+    outcome: type[Outcome]
+    script: list[Scripted[Outcome]] = field(default_factory=list)
+    updates: list[tuple[Any, Any, str]] = field(default_factory=list)
+
+    async def execute_update(
+        self, update: Any, arg: Any, *, id: str, result_type: type[Any]
+    ) -> Outcome:
+        assert result_type is self.outcome
+        self.updates.append((update, arg, id))
+        answer = self.script.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer if isinstance(answer, self.outcome) else cast(Any, answer)(arg)
+
+
+@dataclass
+class FakeClient(Generic[Outcome]):
+    handle: FakeHandle[Outcome]
+    workflow_ids: list[str] = field(default_factory=list)
+
+    def get_workflow_handle(self, workflow_id: str) -> FakeHandle[Outcome]:
+        self.workflow_ids.append(workflow_id)
+        return self.handle
+
+
+def deliverer_for(
+    outcome: type[Outcome], *script: Scripted[Outcome]
+) -> tuple[TemporalDeliverer, FakeClient[Outcome]]:
+    """The real deliverer over a fake client whose handle answers from `script`."""
+    client = FakeClient(FakeHandle(outcome, list(script)))
+    return TemporalDeliverer(cast(Client, client)), client
+
+
+def link_claims(subject: str, nonce: str) -> ResumeClaims:
+    """The verified claims of a link's token for `subject`, issued with `nonce`."""
+    return ResumeClaims(
+        workflow_id=RUN,
+        operation_id=subject,
+        nonce=nonce,
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+        key_id="k1",
+    )
+
+
+def update_failed(error_type: str | None, message: str) -> WorkflowUpdateFailedError:
+    """The run's validator rejected the Update with an `ApplicationError` of `error_type`."""
+    return WorkflowUpdateFailedError(ApplicationError(message, type=error_type))
+
+
+# `(error, status, code)`: what Temporal, not the run's validators, refuses any Update with, and
+# the sender's answer.
+TEMPORAL_REFUSALS = [
+    (update_failed(None, "the run was cancelled"), 409, "refused"),
+    (
+        RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b""),
+        409,
+        "run_ended",
+    ),
+    (
+        # The run ended while the Update was in flight (found by the chaos suite).
+        RPCError("workflow update was aborted by closing workflow", RPCStatusCode.NOT_FOUND, b""),
+        409,
+        "run_ended",
+    ),
+    (RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b""), 404, "unknown_run"),
+    (RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b""), 503, "temporal_unavailable"),
+    (WorkflowUpdateRPCTimeoutOrCancelledError(), 503, "run_unavailable"),
+]
