@@ -77,10 +77,11 @@ from chaos.runs import (
     drive,
     error_code,
     until,
+    until_answered,
 )
 from chaos.stack import Stack
 from examples.systems import WebhookRetry
-from waitstate.client import AnswerRefused, ClientError, RunEnded
+from waitstate.client import ClientError
 from waitstate.schemas import RunInput
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.run import CALL_MODEL, TERMINAL_STATUSES
@@ -626,25 +627,14 @@ async def _update_answer(
     )
     update_id = f"chaos-answer/{question.question_id}/{via}"
     began = time.monotonic()
-    deadline = began + ctx.result_timeout
-    while True:
-        try:
-            got = await ctx.runs.answer(run_id, answer, update_id=update_id)
-        except AnswerRefused as err:
-            code = f"refused: {err.error_type}: {err.reason}"
-            accepted = False
-        except RunEnded as err:
-            code, accepted = f"refused: the run has ended ({err})", False
-        except ClientError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        else:
-            code = f"accepted: {got.status}, delivered {got.delivered}"
-            accepted = got.accepted
-        took = time.monotonic() - began
-        return Answer("answer", question.question_id, via, None, code, accepted), took
+    got, refusal = await until_answered(
+        ctx, lambda: ctx.runs.answer(run_id, answer, update_id=update_id)
+    )
+    took = time.monotonic() - began
+    if got is None:
+        return Answer("answer", question.question_id, via, None, refusal, False), took
+    code = f"accepted: {got.status}, delivered {got.delivered}"
+    return Answer("answer", question.question_id, via, None, code, got.accepted), took
 
 
 async def _requests(ctx: Context, model: str, count: int) -> None:

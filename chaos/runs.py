@@ -769,28 +769,39 @@ async def _update_decision(
     decision: DecisionKind,
     reviewer: str,
 ) -> Answer:
-    """The `decide` Update, asked again under the same id until it is answered: Temporal
-    dedupes by id, so an answer lost to a timeout is found, never applied twice."""
+    """The `decide` Update, asked again under the same id until it is answered
+    (`until_answered`); returns what the sender was told."""
     update_id = f"chaos-decide/{request_id}/{reviewer}/{decision}"
-    deadline = time.monotonic() + ctx.result_timeout
     decide = DecideInput(request_id=request_id, decision=decision, reviewer=reviewer)
+    answer, refusal = await until_answered(
+        ctx, lambda: ctx.runs.decide(handle.id, decide, update_id=update_id)
+    )
+    code = refusal if answer is None else f"accepted: {answer.status}"
+    return Answer("decision", request_id, "update", None, code, answer is not None, decision)
+
+
+async def until_answered(
+    ctx: Context, update: Callable[[], Awaitable[_T]]
+) -> tuple[_T | None, str]:
+    """An Update (`update` sends it, always under the same id) asked again until the run answers
+    it: Temporal dedupes by id, so an answer lost to a timeout or a worker's restart is found,
+    never applied twice. Returns the Update's result, or None and what the sender is told of
+    the run's refusal (its validator's, or its end: answers, not faults)."""
+    deadline = time.monotonic() + ctx.result_timeout
     while True:
         try:
-            answer = await ctx.runs.decide(handle.id, decide, update_id=update_id)
-        except DecisionRefused as err:  # the validator's refusal: an answer
-            code = f"refused: {err.reason}"
-            return Answer("decision", request_id, "update", None, code, False, decision)
+            return await update(), ""
+        except DecisionRefused as err:
+            return None, f"refused: {err.reason}"
+        except AnswerRefused as err:
+            return None, f"refused: {err.error_type}: {err.reason}"
         except RunEnded as err:
             # The run ended (e.g. the first decision let it finish): an answer, not a fault.
-            code = f"refused: the run has ended ({err})"
-            return Answer("decision", request_id, "update", None, code, False, decision)
+            return None, f"refused: the run has ended ({err})"
         except ClientError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        code = f"accepted: {answer.status}"
-        return Answer("decision", request_id, "update", None, code, True, decision)
 
 
 async def _answer_question(
@@ -876,23 +887,13 @@ async def _update_answer(
         question_id=question_id, action=action, content=content, responder=f"chaos-{via}"
     )
     update_id = f"chaos-answer/{question_id}/{via}"
-    deadline = time.monotonic() + ctx.result_timeout
-    while True:
-        try:
-            got = await ctx.runs.answer(handle.id, answer, update_id=update_id)
-        except AnswerRefused as err:  # the validator's refusal: an answer
-            code = f"refused: {err.error_type}: {err.reason}"
-            return Answer("answer", question_id, via, None, code, False, reply)
-        except RunEnded as err:
-            code = f"refused: the run has ended ({err})"
-            return Answer("answer", question_id, via, None, code, False, reply)
-        except ClientError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        code = f"accepted: {got.status}, delivered {got.delivered}"
-        return Answer("answer", question_id, via, None, code, got.accepted, reply)
+    got, refusal = await until_answered(
+        ctx, lambda: ctx.runs.answer(handle.id, answer, update_id=update_id)
+    )
+    if got is None:
+        return Answer("answer", question_id, via, None, refusal, False, reply)
+    code = f"accepted: {got.status}, delivered {got.delivered}"
+    return Answer("answer", question_id, via, None, code, got.accepted, reply)
 
 
 async def _link_answer(
