@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 
 from chaos.app import DELETE_SCRIPT, DELETE_TOOL
 from chaos.history import completed_activities, fetch_chain, replay_failures
+from chaos.sizes import RESULT_TIMEOUT, Size
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
 from waitstate.client import AnswerRefused, ClientError, DecisionRefused, RunEnded, WaitstateClient
@@ -53,8 +54,6 @@ Reply = Literal["confirm", "refuse", "decline"]
 
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 REFUND_TOOLS = ["check_claim", "issue_refund"]
-# How long a run may take to end once the driver is done with it, before it counts as stuck.
-RESULT_TIMEOUT = 150.0
 LINK_RETRY_SECONDS = 2.0
 # How often a racing decision's run is asked whether its request is there yet (each query is a
 # workflow task on a worker: kept to a few runs).
@@ -235,21 +234,8 @@ class Act(Protocol):
     ) -> None: ...
 
 
-class Mix(Protocol):
-    """How many runs, and what share of decisions go through approval links."""
-
-    @property
-    def mixed(self) -> int: ...
-    @property
-    def links(self) -> float: ...
-    @property
-    def refunds(self) -> bool: ...
-    @property
-    def mcp(self) -> bool: ...
-
-
 def make_plans(
-    prefix: str, mix: Mix, rng: random.Random, *, phase: str, first: int = 0
+    prefix: str, mix: Size, rng: random.Random, *, phase: str, first: int = 0
 ) -> list[RunPlan]:
     """`mix.mixed` runs of the mix, in a seeded random order (each kind once if it fits).
     Without `mix.refunds`, refunds become ask-first runs (a claim's refunds are bounded).
