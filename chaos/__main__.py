@@ -14,10 +14,11 @@ import sys
 import time
 from typing import Literal
 
-from chaos.driver import SIZES, Suite
+from chaos.driver import Suite
 from chaos.model import Check
 from chaos.outsiders import mcp_schemas
 from chaos.report import table
+from chaos.sizes import SIZES
 from chaos.stack import S3_BLOBS, Stack
 from waitstate.blobs import BlobStore
 from waitstate.settings import exit_process

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import httpx
-
+from examples.demo.app import DemoDeps
+from examples.demo.app import app as demo_app
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
 from waitstate import (
@@ -107,23 +105,7 @@ def wait_and_answer_script(messages: Sequence[Message], tools: Sequence[ToolDefi
     return Message(role="assistant", content="\n".join(lines))
 
 
-@dataclass
-class ChaosDeps:
-    """One connection pool for the suite's tools, and where the demo systems are."""
-
-    http: httpx.AsyncClient
-    systems_url: str
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-def _deps() -> ChaosDeps:
-    url = os.environ.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790")
-    return ChaosDeps(httpx.AsyncClient(timeout=httpx.Timeout(30.0)), url.rstrip("/"))
-
-
-def _tools(deps: ChaosDeps) -> list[ToolSpec]:
+def _tools(deps: DemoDeps) -> list[ToolSpec]:
     for_the_model = InputPolicy(
         answered_by="model", timeout=MODEL_QUESTION_TIMEOUT, on_timeout="decline"
     )
@@ -149,5 +131,6 @@ app = App(
         RECONCILED_EXPORT_SCRIPT: reconciled_export_script,
     },
     tools=_tools,
-    deps=_deps,
+    # The demo's own: a connection pool, and the demo systems its tools call (the same ones).
+    deps=demo_app.deps,
 )

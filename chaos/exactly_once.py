@@ -33,12 +33,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from chaos.history import accepted_updates, cancel_attempts, carried, tool_starts
 from chaos.invariants import operations_by_key, report_answers, report_names, run_keys, taken
 from chaos.model import Check
 from chaos.runs import EXPORT_TOOLS, Answer, Category, RunOutcome, RunPlan
+from chaos.sizes import Size
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import ApprovalPolicy, DecisionKind
 from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
@@ -78,21 +79,6 @@ RACE_MOMENTS: tuple[Literal["at-once", "at-deadline", "late"], ...] = (
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"
 
 
-class Mix(Protocol):
-    """How many runs of each class."""
-
-    @property
-    def early(self) -> int: ...
-    @property
-    def expiry(self) -> int: ...
-    @property
-    def can(self) -> int: ...
-    @property
-    def can_expiry(self) -> int: ...
-    @property
-    def races(self) -> int: ...
-
-
 def _export(**fields: Any) -> RunInput:
     return RunInput(task=EXPORT_TASK, tools=EXPORT_TOOLS, **fields)
 
@@ -101,7 +87,7 @@ def _scripted(script: str, tools: list[str], **fields: Any) -> RunInput:
     return RunInput(task=script, model=f"scripted:{script}", tools=tools, **fields)
 
 
-def plans(prefix: str, mix: Mix, rng: random.Random, *, phase: str) -> list[RunPlan]:
+def plans(prefix: str, mix: Size, rng: random.Random, *, phase: str) -> list[RunPlan]:
     """The runs of classes 7 (before the start returns), 8, 9 and 11; class 7 after the start
     returns is every callback run of the main mix, class 10 is `rotation_plans`."""
     out: list[RunPlan] = []

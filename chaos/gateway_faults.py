@@ -824,8 +824,30 @@ async def _bad_tokens(rig: _Rig) -> list[Check]:
                 row.violations.append(f"{handle.id}: history grew {was} -> {now} on bad tokens")
 
         # The real tokens still work, once; their replays are refused.
-        await _use_and_replay(rig, complete, tallies[complete.name], exports, ops)
-        await _decide_and_replay(rig, decision, tallies[decision.name], asks, requests)
+        completions = [
+            _RealUse(
+                handle,
+                functools.partial(rig.complete, op.operation_id, token),
+                (SUCCEEDED, FAILED),  # the same report again, then a different one
+                f"complete/{op.operation_id}/",
+                EXPORT_TURNS,
+                ("token", "completions"),
+            )
+            for handle, (op, token) in zip(exports, ops, strict=True)
+        ]
+        decisions = [
+            _RealUse(
+                handle,
+                functools.partial(rig.decide, request.request_id, token),
+                ({"decision": "reject"},),
+                f"decide/{request.request_id}/",
+                ASK_TURNS,
+                ("link", "decisions"),
+            )
+            for handle, (request, token) in zip(asks, requests, strict=True)
+        ]
+        await _use_and_replay(rig, complete, tallies[complete.name], completions)
+        await _use_and_replay(rig, decision, tallies[decision.name], decisions)
 
     both = Check(name="4 bad tokens")
     await _guarded(both, attack())
@@ -836,67 +858,45 @@ async def _bad_tokens(rig: _Rig) -> list[Check]:
     return [complete, decision]
 
 
-def _judge_replays(
-    check: Check,
-    tally: Counter[int],
-    workflow_id: str,
-    first: httpx.Response,
-    replays: list[httpx.Response],
-    result: RunState,
-    turns: int,
-) -> None:
-    """Count a first use and its replays; a violation for a replay that was not refused as a
-    duplicate (409), and for a run that did not complete in `turns` turns."""
-    check.attempts += 1 + len(replays)
-    tally.update([first.status_code, *(r.status_code for r in replays)])
-    if any(r.status_code != 409 for r in replays):
-        got = [f"{r.status_code} {_code(r)}" for r in replays]
-        check.violations.append(f"{workflow_id}: replays answered {got}")
-    if result.status != "completed" or result.turns != turns:
-        check.violations.append(f"{workflow_id}: {result.status} after {result.turns} turns")
+@dataclass(frozen=True)
+class _RealUse:
+    """A run's real completion or decision, to be used once and then replayed."""
+
+    handle: WorkflowHandle[Any, RunResult]
+    # `rig.complete` or `rig.decide` bound to the id and the real token (its own body by default).
+    send: Callable[..., Awaitable[httpx.Response]]
+    # Replayed while the run is still open; its own body is sent once more after the run ended.
+    replay_bodies: tuple[Any, ...]
+    update_prefix: str
+    turns: int
+    # What the violations call the real token ("token", "link") and its Updates ("completions").
+    words: tuple[str, str]
 
 
 async def _use_and_replay(
-    rig: _Rig,
-    check: Check,
-    tally: Counter[int],
-    handles: list[WorkflowHandle[Any, RunResult]],
-    ops: list[tuple[Operation, str]],
+    rig: _Rig, check: Check, tally: Counter[int], uses: Iterable[_RealUse]
 ) -> None:
-    for handle, (op, token) in zip(handles, ops, strict=True):
-        first = await rig.complete(op.operation_id, token, refusal=False)
-        replays = [
-            await rig.complete(op.operation_id, token),  # the same report again
-            await rig.complete(op.operation_id, token, FAILED),  # a different one
-        ]
-        result = await rig.outcome(handle)
-        replays.append(await rig.complete(op.operation_id, token))  # after the run ended
-        accepted = await _accepted_updates(handle, f"complete/{op.operation_id}/")
-        _judge_replays(check, tally, handle.id, first, replays, result, EXPORT_TURNS)
+    """Use each real token once and replay it; count the first use and its replays. A violation
+    for a first use that did not answer 200, a replay that was not refused as a duplicate
+    (409), a run that did not apply exactly one Update or did not complete in its turns."""
+    for use in uses:
+        first = await use.send(refusal=False)
+        replays = [await use.send(body) for body in use.replay_bodies]
+        result = await rig.outcome(use.handle)
+        replays.append(await use.send())  # after the run ended
+        accepted = await _accepted_updates(use.handle, use.update_prefix)
+        check.attempts += 1 + len(replays)
+        tally.update([first.status_code, *(r.status_code for r in replays)])
+        token, applied = use.words
+        if any(r.status_code != 409 for r in replays):
+            got = [f"{r.status_code} {_code(r)}" for r in replays]
+            check.violations.append(f"{use.handle.id}: replays answered {got}")
+        if result.status != "completed" or result.turns != use.turns:
+            check.violations.append(f"{use.handle.id}: {result.status} after {result.turns} turns")
         if first.status_code != 200:
-            check.violations.append(f"{handle.id}: real token answered {first.status_code}")
+            check.violations.append(f"{use.handle.id}: real {token} answered {first.status_code}")
         if accepted != 1:
-            check.violations.append(f"{handle.id}: {accepted} completions applied")
-
-
-async def _decide_and_replay(
-    rig: _Rig,
-    check: Check,
-    tally: Counter[int],
-    handles: list[WorkflowHandle[Any, RunResult]],
-    requests: list[tuple[ApprovalRequest, str]],
-) -> None:
-    for handle, (request, token) in zip(handles, requests, strict=True):
-        first = await rig.decide(request.request_id, token, refusal=False)
-        replays = [await rig.decide(request.request_id, token, {"decision": "reject"})]
-        result = await rig.outcome(handle)
-        replays.append(await rig.decide(request.request_id, token))  # after the run ended
-        accepted = await _accepted_updates(handle, f"decide/{request.request_id}/")
-        _judge_replays(check, tally, handle.id, first, replays, result, ASK_TURNS)
-        if first.status_code != 200:
-            check.violations.append(f"{handle.id}: real link answered {first.status_code}")
-        if accepted != 1:
-            check.violations.append(f"{handle.id}: {accepted} decisions applied")
+            check.violations.append(f"{use.handle.id}: {accepted} {applied} applied")
 
 
 # --- 6. fuzzing -------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import httpx
 from temporalio.client import WorkflowHandle
@@ -77,10 +77,12 @@ from chaos.runs import (
     drive,
     error_code,
     until,
+    until_answered,
 )
+from chaos.sizes import Size
 from chaos.stack import Stack
 from examples.systems import WebhookRetry
-from waitstate.client import AnswerRefused, ClientError, RunEnded
+from waitstate.client import ClientError
 from waitstate.schemas import RunInput
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.run import CALL_MODEL, TERMINAL_STATUSES
@@ -150,25 +152,6 @@ STATUS_EVERY = 3.0
 _DEADLOCK = re.compile(r"deadlock|TMPRL1101", re.IGNORECASE)
 
 
-class Mix(Protocol):
-    """How many runs of each class of issue 22."""
-
-    @property
-    def crafted(self) -> int: ...
-    @property
-    def crafted_mcp(self) -> bool: ...
-    @property
-    def wait_questions(self) -> int: ...
-    @property
-    def checkpoint_questions(self) -> int: ...
-    @property
-    def lost_webhooks(self) -> int: ...
-    @property
-    def store_runs(self) -> int: ...
-    @property
-    def store_outage(self) -> float: ...
-
-
 def old_model_budget() -> float:
     """How long the model call's retry policy lets it fail (the waits between its attempts):
     what a blob store outage cost a run before it was waited out."""
@@ -187,7 +170,7 @@ def _mcp_name(prefix: str, kind: str, i: int) -> str:
     return f"{prefix}-22-{kind}-mcp-{i:02d}"
 
 
-def mcp_schemas(mix: Mix, prefix: str = "chaos-a") -> dict[str, dict[str, Any]]:
+def mcp_schemas(mix: Size, prefix: str = "chaos-a") -> dict[str, dict[str, Any]]:
     """What the demo MCP server's deletions ask in, by dataset (the run's id), for the crafted
     runs `Outsiders.plans` makes with `prefix` (the server is started before them)."""
     if not mix.crafted_mcp:
@@ -223,7 +206,7 @@ class Outsiders:
     """Issue 22's runs, the driver's part in them, and their rows."""
 
     stack: Stack
-    mix: Mix
+    mix: Size
     held: dict[str, HeldReply] = field(default_factory=dict)
     lost: LostWebhooks | None = None
     store: StoreOutageSeen | None = None
@@ -626,25 +609,14 @@ async def _update_answer(
     )
     update_id = f"chaos-answer/{question.question_id}/{via}"
     began = time.monotonic()
-    deadline = began + ctx.result_timeout
-    while True:
-        try:
-            got = await ctx.runs.answer(run_id, answer, update_id=update_id)
-        except AnswerRefused as err:
-            code = f"refused: {err.error_type}: {err.reason}"
-            accepted = False
-        except RunEnded as err:
-            code, accepted = f"refused: the run has ended ({err})", False
-        except ClientError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        else:
-            code = f"accepted: {got.status}, delivered {got.delivered}"
-            accepted = got.accepted
-        took = time.monotonic() - began
-        return Answer("answer", question.question_id, via, None, code, accepted), took
+    got, refusal = await until_answered(
+        ctx, lambda: ctx.runs.answer(run_id, answer, update_id=update_id)
+    )
+    took = time.monotonic() - began
+    if got is None:
+        return Answer("answer", question.question_id, via, None, refusal, False), took
+    code = f"accepted: {got.status}, delivered {got.delivered}"
+    return Answer("answer", question.question_id, via, None, code, got.accepted), took
 
 
 async def _requests(ctx: Context, model: str, count: int) -> None:

@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 
 from chaos.app import DELETE_SCRIPT, DELETE_TOOL
 from chaos.history import completed_activities, fetch_chain, replay_failures
+from chaos.sizes import RESULT_TIMEOUT, Size
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
 from waitstate.client import AnswerRefused, ClientError, DecisionRefused, RunEnded, WaitstateClient
@@ -53,8 +54,6 @@ Reply = Literal["confirm", "refuse", "decline"]
 
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 REFUND_TOOLS = ["check_claim", "issue_refund"]
-# How long a run may take to end once the driver is done with it, before it counts as stuck.
-RESULT_TIMEOUT = 150.0
 LINK_RETRY_SECONDS = 2.0
 # How often a racing decision's run is asked whether its request is there yet (each query is a
 # workflow task on a worker: kept to a few runs).
@@ -235,21 +234,8 @@ class Act(Protocol):
     ) -> None: ...
 
 
-class Mix(Protocol):
-    """How many runs, and what share of decisions go through approval links."""
-
-    @property
-    def mixed(self) -> int: ...
-    @property
-    def links(self) -> float: ...
-    @property
-    def refunds(self) -> bool: ...
-    @property
-    def mcp(self) -> bool: ...
-
-
 def make_plans(
-    prefix: str, mix: Mix, rng: random.Random, *, phase: str, first: int = 0
+    prefix: str, mix: Size, rng: random.Random, *, phase: str, first: int = 0
 ) -> list[RunPlan]:
     """`mix.mixed` runs of the mix, in a seeded random order (each kind once if it fits).
     Without `mix.refunds`, refunds become ask-first runs (a claim's refunds are bounded).
@@ -769,28 +755,39 @@ async def _update_decision(
     decision: DecisionKind,
     reviewer: str,
 ) -> Answer:
-    """The `decide` Update, asked again under the same id until it is answered: Temporal
-    dedupes by id, so an answer lost to a timeout is found, never applied twice."""
+    """The `decide` Update, asked again under the same id until it is answered
+    (`until_answered`); returns what the sender was told."""
     update_id = f"chaos-decide/{request_id}/{reviewer}/{decision}"
-    deadline = time.monotonic() + ctx.result_timeout
     decide = DecideInput(request_id=request_id, decision=decision, reviewer=reviewer)
+    answer, refusal = await until_answered(
+        ctx, lambda: ctx.runs.decide(handle.id, decide, update_id=update_id)
+    )
+    code = refusal if answer is None else f"accepted: {answer.status}"
+    return Answer("decision", request_id, "update", None, code, answer is not None, decision)
+
+
+async def until_answered(
+    ctx: Context, update: Callable[[], Awaitable[_T]]
+) -> tuple[_T | None, str]:
+    """An Update (`update` sends it, always under the same id) asked again until the run answers
+    it: Temporal dedupes by id, so an answer lost to a timeout or a worker's restart is found,
+    never applied twice. Returns the Update's result, or None and what the sender is told of
+    the run's refusal (its validator's, or its end: answers, not faults)."""
+    deadline = time.monotonic() + ctx.result_timeout
     while True:
         try:
-            answer = await ctx.runs.decide(handle.id, decide, update_id=update_id)
-        except DecisionRefused as err:  # the validator's refusal: an answer
-            code = f"refused: {err.reason}"
-            return Answer("decision", request_id, "update", None, code, False, decision)
+            return await update(), ""
+        except DecisionRefused as err:
+            return None, f"refused: {err.reason}"
+        except AnswerRefused as err:
+            return None, f"refused: {err.error_type}: {err.reason}"
         except RunEnded as err:
             # The run ended (e.g. the first decision let it finish): an answer, not a fault.
-            code = f"refused: the run has ended ({err})"
-            return Answer("decision", request_id, "update", None, code, False, decision)
+            return None, f"refused: the run has ended ({err})"
         except ClientError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        code = f"accepted: {answer.status}"
-        return Answer("decision", request_id, "update", None, code, True, decision)
 
 
 async def _answer_question(
@@ -876,23 +873,13 @@ async def _update_answer(
         question_id=question_id, action=action, content=content, responder=f"chaos-{via}"
     )
     update_id = f"chaos-answer/{question_id}/{via}"
-    deadline = time.monotonic() + ctx.result_timeout
-    while True:
-        try:
-            got = await ctx.runs.answer(handle.id, answer, update_id=update_id)
-        except AnswerRefused as err:  # the validator's refusal: an answer
-            code = f"refused: {err.error_type}: {err.reason}"
-            return Answer("answer", question_id, via, None, code, False, reply)
-        except RunEnded as err:
-            code = f"refused: the run has ended ({err})"
-            return Answer("answer", question_id, via, None, code, False, reply)
-        except ClientError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(LINK_RETRY_SECONDS)
-            continue
-        code = f"accepted: {got.status}, delivered {got.delivered}"
-        return Answer("answer", question_id, via, None, code, got.accepted, reply)
+    got, refusal = await until_answered(
+        ctx, lambda: ctx.runs.answer(handle.id, answer, update_id=update_id)
+    )
+    if got is None:
+        return Answer("answer", question_id, via, None, refusal, False, reply)
+    code = f"accepted: {got.status}, delivered {got.delivered}"
+    return Answer("answer", question_id, via, None, code, got.accepted, reply)
 
 
 async def _link_answer(
