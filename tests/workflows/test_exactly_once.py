@@ -24,7 +24,14 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import callback_token, eventually, make_worker, replays, start_run
+from tests.helpers import (
+    callback_token,
+    eventually,
+    make_worker,
+    quiet_history_length,
+    replays,
+    start_run,
+)
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -270,12 +277,17 @@ async def test_continue_as_new_right_after_an_expiry_still_cancels_both_jobs(rig
 async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalation(
     rig: Rig,
 ) -> None:
-    policy = ApprovalPolicy(timeout=timedelta(seconds=3), on_timeout="escalate")
-    # The rotation is the subject, not Temporal's move of a departed worker's sticky task (once,
-    # late in a loaded suite, it took over 30 s): the old worker caches nothing.
+    # Each window outlasts a busy machine's delays: the escalation's notice is sent only while
+    # its window is open (a worker that wakes past both windows expires the request at once).
+    policy = ApprovalPolicy(timeout=timedelta(seconds=5), on_timeout="escalate")
+    # The rotation is the subject, not Temporal's handling of a departed worker's tasks: the old
+    # worker caches nothing (a departed worker's sticky task once took over 30 s to move), and
+    # leaves once the run waits with no task (one it took and dropped as it left waited 10 s
+    # for Temporal's timeout, past the first window and the escalation's).
     async with rig.worker(signing="old", sticky=False):
         handle = await rig.ask_first(policy)
         [first] = await eventually(lambda: rig.outbox(handle.id), "the first notice")
+        await quiet_history_length(handle)
     async with rig.worker(signing="new"):
         notices = await eventually(
             lambda: _at_least(rig.outbox(handle.id), 2), "the escalation notice"
