@@ -13,9 +13,10 @@ python starter.py answer RUN_ID [--question Q] --decline [--responder NAME]
 python starter.py cancel RUN_ID
 python starter.py cleanup [--retention 7d]                      # delete ended runs' blobs once
 python starter.py cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
+python starter.py replay-check [--closed-within 7d | --query Q] [--limit N]   # before a deploy
 
 This module is the entry point, and its parser the table of commands. The commands live in
-`waitstate/cli/` by family (runs, people, fleet), each rendering over
+`waitstate/cli/` by family (runs, people, fleet, replay), each rendering over
 `waitstate.client.WaitstateClient`, which does the work. Agent, tool and model names are checked
 against the apps of `--app` and WAITSTATE_APPS (the demo app when neither names one), or, where
 those are not importable here, by the worker.
@@ -38,6 +39,7 @@ from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID
 from waitstate.cli.fleet import cmd_cleanup, cmd_ops, duration
 from waitstate.cli.output import CliError, VisibleText, one_line, reader_gone
 from waitstate.cli.people import cmd_answer, cmd_decide, cmd_pending, json_object
+from waitstate.cli.replay import DEFAULT_CLOSED_WITHIN, DEFAULT_LIMIT, cmd_replay_check, positive
 from waitstate.cli.runs import cmd_cancel, cmd_list, cmd_run, cmd_status, cmd_watch
 from waitstate.client import ClientError, Unreachable
 from waitstate.settings import Settings, exit_process
@@ -191,7 +193,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     cleanup.add_argument("--json", action="store_true")
     cleanup.set_defaults(command=cmd_cleanup)
+
+    replay = sub.add_parser(
+        "replay-check",
+        help="replay the histories of open and recently closed runs on this code (before a "
+        "deploy): exit 1 if any does not replay",
+    )
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument(
+        "--closed-within",
+        type=duration,
+        default=DEFAULT_CLOSED_WITHIN,
+        metavar="DURATION",
+        help="the open runs, and those closed this recently, e.g. 7d (default: 7d)",
+    )
+    which.add_argument(
+        "--query", help="a visibility list filter of your own, instead, e.g. 'WorkflowId = \"x\"'"
+    )
+    replay.add_argument(
+        "--limit",
+        type=positive,
+        default=DEFAULT_LIMIT,
+        help=f"replay at most this many runs (default: {DEFAULT_LIMIT})",
+    )
+    replay.set_defaults(command=cmd_replay_check, workflows=worker_workflows)
     return parser
+
+
+def worker_workflows() -> list[type]:
+    """The workflow classes the worker registers (worker.py), which `replay-check` replays
+    histories on. Imported here, when the command runs: the library never imports the
+    checkout's `workflows`."""
+    from workflows.agent_run import AgentRunWorkflow
+    from workflows.blob_cleanup import BlobCleanupWorkflow
+
+    return [AgentRunWorkflow, BlobCleanupWorkflow]
 
 
 if __name__ == "__main__":
