@@ -1,0 +1,175 @@
+"""The replay gate, `starter.py replay-check`, as an operator runs it before a deploy: in a
+subprocess against the real dev server, replaying the histories it lists there on the
+worker's workflow code."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+import starter
+from tests.helpers import eventually, make_worker, process_env, start_run
+from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
+from waitstate.cli.replay import default_query
+from waitstate.names import AGENT_RUN
+from waitstate.schemas import RunInput
+
+TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
+
+
+# Unsandboxed: the sandbox would import this module (and the CLI tests' imports) afresh; the
+# class reads nothing but its input and workflow.sleep.
+@workflow.defn(name=AGENT_RUN, sandboxed=False)
+class EarlierAgentRun:
+    """`AgentRunWorkflow` as a change shipped without `workflow.patched` would have left its
+    runs: this one's first command is a timer, where today's code starts with the run's own
+    commands. Its history is one the code at hand cannot replay."""
+
+    @workflow.run
+    async def run(self, run_input: RunInput) -> str:
+        await workflow.sleep(timedelta(milliseconds=1))
+        return run_input.task
+
+
+@pytest.fixture
+@needs(SUBPROCESS)
+def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
+    return Cli(process_env(dev_env.client, task_queue))
+
+
+async def _completed_run(client: Client, task_queue: str) -> tuple[str, str]:
+    """A demo run, done on the production worker: its workflow id and run id."""
+    async with make_worker(client, task_queue):
+        handle = await start_run(client, task_queue, TASK)
+        await handle.result()
+    return handle.id, handle.result_run_id or ""
+
+
+async def _earlier_run(client: Client, task_queue: str) -> tuple[str, str]:
+    """A run of `EarlierAgentRun`, done: its workflow id and run id."""
+    async with Worker(client, task_queue=task_queue, workflows=[EarlierAgentRun]):
+        handle = await client.start_workflow(
+            EarlierAgentRun.run, TASK, id=f"earlier-{uuid.uuid4()}", task_queue=task_queue
+        )
+        assert await handle.result() == TASK.task
+    return handle.id, handle.result_run_id or ""
+
+
+async def _listed(client: Client, query: str, count: int) -> None:
+    """Wait until visibility lists `count` closed runs for `query`."""
+
+    async def closed() -> bool:
+        found = await client.count_workflows(f'({query}) AND ExecutionStatus != "Running"')
+        return found.count == count
+
+    await eventually(closed, f"{count} closed runs listed for {query}")
+
+
+async def test_a_cluster_whose_runs_replay_passes_the_gate(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    workflow_id, _ = await _completed_run(dev_env.client, task_queue)
+    query = f'WorkflowId = "{workflow_id}"'
+    await _listed(dev_env.client, query, 1)
+
+    done = await cli("replay-check", "--query", query)
+
+    assert (done.code, done.stdout, done.stderr) == (0, "replayed 1 run: 1 ok\n", "")
+
+
+async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    good_id, _ = await _completed_run(client, task_queue)
+    bad_id, bad_run = await _earlier_run(client, task_queue)
+    query = f'TaskQueue = "{task_queue}"'
+    await _listed(client, query, 2)
+
+    done = await cli("replay-check", "--query", query)
+    first = await cli("replay-check", "--query", query, "--limit", "1")
+
+    assert done.code == 1, done.stdout + done.stderr
+    failing, summary = done.stdout.splitlines()
+    assert failing.startswith(f"does not replay: {bad_id} (run {bad_run}): ")
+    assert "nondeterminism" in failing.lower()
+    assert good_id not in done.stdout
+    assert summary == "replayed 2 runs: 1 ok, 1 does not replay"
+    assert done.stderr == ""
+    # The limit bounds the runs replayed, and says that it did.
+    lines = first.stdout.splitlines()
+    assert lines[-2].startswith("replayed 1 run: ")
+    assert lines[-1] == "the query lists more than 1 runs: only the first were checked (--limit)"
+    assert first.code == (1 if lines[0].startswith(f"does not replay: {bad_id} ") else 0)
+
+
+async def test_the_default_lists_open_runs_and_runs_closed_within_the_window(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = dev_env.client
+    closed_id, _ = await _completed_run(client, task_queue)
+    # No worker polls this queue: the run stays open.
+    idle = f"{task_queue}-idle"
+    open_run = await start_run(client, idle, TASK)
+    ours = f'(TaskQueue = "{task_queue}" OR TaskQueue = "{idle}")'
+    await _listed(client, f'TaskQueue = "{task_queue}"', 1)
+    try:
+        now = await _ids(client, f"{default_query(timedelta(days=7))} AND {ours}")
+        week_on = datetime.now(UTC) + timedelta(days=8)
+        later = await _ids(client, f"{default_query(timedelta(days=7), week_on)} AND {ours}")
+    finally:
+        await open_run.terminate("the test is over")
+
+    assert now == {closed_id, open_run.id}
+    assert later == {open_run.id}
+
+
+async def _ids(client: Client, query: str) -> set[str]:
+    return {execution.id async for execution in client.list_workflows(query)}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--query", "WorkflowId = "], "error: the query is refused: "),
+        (["--query", "NoSuchAttribute = 'x'"], "error: the query is refused: "),
+        (["--limit", "0"], "argument --limit: must be 1 or more, got 0"),
+        (["--limit", "-3"], "argument --limit: must be 1 or more, got -3"),
+        (["--closed-within", "0d"], "argument --closed-within: a duration must be more than 0"),
+        (["--closed-within", "1d", "--query", "WorkflowId = 'x'"], "not allowed with argument"),
+    ],
+)
+async def test_bad_input_is_a_usage_error_and_nothing_is_replayed(
+    cli: Cli, args: list[str], error: str
+) -> None:
+    done = await cli("replay-check", *args)
+
+    assert done.code == 2
+    assert error in done.stderr
+    assert done.stdout == ""
+
+
+async def test_an_unreachable_cluster_is_exit_2(cli: Cli, closed_port: int) -> None:
+    cli.env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{closed_port}"
+
+    done = await cli("replay-check")
+
+    assert done.code == 2
+    assert done.stderr.startswith("error: cannot reach Temporal at ")
+    assert done.stdout == ""
+
+
+async def test_the_gate_replays_on_the_workflows_the_worker_registers(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(dev_env.client, task_queue) as worker:
+        registered = list(worker.config()["workflows"])
+
+    assert starter.worker_workflows() == registered
