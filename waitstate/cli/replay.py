@@ -79,9 +79,6 @@ class Listing:
     """The runs a query lists, at most `limit` of them, with each one's history fetched in turn
     (one run's history in memory at a time). Runs whose history could not be fetched are kept
     in `unfetched`; `more` says whether the query lists more runs than `limit`.
-
-    Raises (while iterated):
-        CliError: the query is refused, or the listing fails (exit 2).
     """
 
     def __init__(
@@ -95,6 +92,11 @@ class Listing:
         self.more = False
 
     async def histories(self) -> AsyncIterator[WorkflowHistory]:
+        """The listed runs' histories, fetched one by one as they are asked for.
+
+        Raises:
+            CliError: the query is refused, or the listing fails (exit 2).
+        """
         listed = 0
         try:
             # One more than the limit: to say that the limit cut the listing short.
