@@ -224,10 +224,9 @@ def worker_workflows() -> list[type]:
     """The workflow classes the worker registers (worker.py), which `replay-check` replays
     histories on. Imported here, when the command runs: the library never imports the
     checkout's `workflows`."""
-    from workflows.agent_run import AgentRunWorkflow
-    from workflows.blob_cleanup import BlobCleanupWorkflow
+    from worker import WORKFLOWS
 
-    return [AgentRunWorkflow, BlobCleanupWorkflow]
+    return list(WORKFLOWS)
 
 
 if __name__ == "__main__":

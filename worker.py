@@ -61,6 +61,10 @@ WAIT_BUCKETS_MS = [
     21_600_000, 43_200_000, 86_400_000, 172_800_000, 604_800_000,
 ]  # fmt: skip
 
+# What the worker runs; `starter.py replay-check` replays histories on the same classes.
+WORKFLOWS: list[type] = [AgentRunWorkflow, BlobCleanupWorkflow]
+
+
 # On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
 # (and retried by another worker); `scripts/services.py down` waits longer than this.
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
@@ -172,7 +176,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[AgentRunWorkflow, BlobCleanupWorkflow],
+        workflows=WORKFLOWS,
         activities=[
             agent.resolve_agent,
             servers.list_mcp_tools,
