@@ -64,7 +64,6 @@ WAIT_BUCKETS_MS = [
 # What the worker runs; `starter.py replay-check` replays histories on the same classes.
 WORKFLOWS: list[type] = [AgentRunWorkflow, BlobCleanupWorkflow]
 
-
 # On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
 # (and retried by another worker); `scripts/services.py down` waits longer than this.
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
