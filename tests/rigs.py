@@ -265,9 +265,15 @@ class Desk:
 
 
 class _Killable:
-    """A process of the test's that it can SIGKILL, or stop."""
+    """A process of the test's that it can SIGKILL, freeze, or stop."""
 
     _process: asyncio.subprocess.Process | None = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process keeps its connections (a poll it had open still takes a task)
+        but does nothing more; `kill` it after."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
 
     async def kill(self) -> None:
         """SIGKILL: the process gets no chance to finish anything."""
