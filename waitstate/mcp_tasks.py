@@ -30,6 +30,9 @@ from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # The `_meta` key of an elicitation result that carries why the run declined on its own.
 DECLINE_REASON_META = "io.waitstate/reason"
+# Closing a session is bounded: one whose server died under it must not hold its activity (and
+# the worker's shutdown, which waits for every activity) for ever.
+CLOSE_WITHIN_SECONDS = 5.0
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
 
@@ -301,7 +304,8 @@ class McpTaskBackend:
             # Also when the poll itself is being cancelled (its operation expired): the
             # cancellation is the poll's to report, not the closing's.
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await session.aclose()
+                async with asyncio.timeout(CLOSE_WITHIN_SECONDS):
+                    await session.aclose()
 
     async def _connected(self) -> Any:
         if self._client is None:
