@@ -37,7 +37,7 @@ from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, make_worker, start_run
+from tests.helpers import eventually, make_worker, process_env, start_run
 from waitstate.apps import Apps
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -307,6 +307,39 @@ class WorkerProcess(_Killable):
             return "worker polling" in self._log.read_text(errors="replace")[offset:]
 
         await eventually(polling, "the worker to poll", within=60)
+
+
+@asynccontextmanager
+async def worker_process_beside(
+    client: Client,
+    task_queue: str,
+    log: Path,
+    systems: Any,
+    keys: dict[str, str],
+    **variables: str,
+) -> AsyncIterator[tuple[WorkerProcess, str]]:
+    """A worker process, started, serving the test's queue (with `variables` in its
+    environment), beside the demo `systems` and a gateway accepting `keys`, both served in this
+    process: the worker (a test can kill it and start it again), and the systems' URL."""
+    tokens = ResumeTokens(keys, next(iter(keys)))
+    async with (
+        serving(systems) as systems_url,
+        serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
+    ):
+        env = process_env(
+            client,
+            task_queue,
+            DEMO_SYSTEMS_URL=systems_url,
+            GATEWAY_URL=gateway_url,
+            WAITSTATE_TOKEN_KEYS=",".join(f"{k}:{v}" for k, v in keys.items()),
+            **variables,
+        )
+        worker = WorkerProcess(env, log)
+        try:
+            await worker.start()
+            yield worker, systems_url
+        finally:
+            await worker.stop()
 
 
 # --- The gateway with a recording deliverer -----------------------------------------------------

@@ -25,14 +25,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
-from examples.systems import serving
-from tests.helpers import eventually, first_question, process_env, quiet_history_length, start_run
-from tests.rigs import WorkerProcess
+from tests.helpers import eventually, first_question, quiet_history_length, start_run
+from tests.rigs import WorkerProcess, worker_process_beside
 from tests.tiers import SUBPROCESS, needs
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.questions import AnswerInput
 from workflows.agent_run import AgentRunWorkflow
@@ -49,25 +45,13 @@ async def cold_worker(
     """A worker process, started, serving the test's queue with the purge under one declared
     outcome (tests/workflows/cold_order_app.py), and the demo systems and the gateway in this
     process (the purge asks, and completes, through the gateway)."""
-    tokens = ResumeTokens(KEYS, "cold")
-    async with (
-        serving(systems_app(export_seconds=0.5)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
-    ):
-        env = process_env(
-            dev_env.client,
-            task_queue,
-            DEMO_SYSTEMS_URL=systems_url,
-            GATEWAY_URL=gateway_url,
-            WAITSTATE_TOKEN_KEYS=",".join(f"{k}:{v}" for k, v in KEYS.items()),
-            WAITSTATE_APPS=f"tests.workflows.cold_order_app:{request.param}",
-        )
-        worker = WorkerProcess(env, tmp_path / "worker.log")
-        try:
-            await worker.start()
-            yield worker
-        finally:
-            await worker.stop()
+    app = f"tests.workflows.cold_order_app:{request.param}"
+    log = tmp_path / "worker.log"
+    systems = systems_app(export_seconds=0.5)
+    async with worker_process_beside(
+        dev_env.client, task_queue, log, systems, KEYS, WAITSTATE_APPS=app
+    ) as (worker, _):
+        yield worker
 
 
 async def _events(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:

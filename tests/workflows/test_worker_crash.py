@@ -16,20 +16,15 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
-from examples.systems import serving
 from tests.helpers import (
     eventually,
-    process_env,
     quiet_history_length,
     start_run,
     until_the_poll_has_heartbeated,
 )
-from tests.rigs import WorkerProcess
+from tests.rigs import WorkerProcess, worker_process_beside
 from tests.tiers import SUBPROCESS, needs
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
 from workflows.agent_run import AgentRunWorkflow
@@ -45,24 +40,11 @@ async def crash_stack(
 ) -> AsyncIterator[tuple[WorkerProcess, str]]:
     """A worker process, started, serving the test's queue, with the demo systems and the
     gateway in this process: the worker, and the systems' URL."""
-    tokens = ResumeTokens(KEYS, "crash")
-    async with (
-        serving(systems_app(export_seconds=0.5, pipeline_seconds=6.0)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), tokens)) as gateway_url,
-    ):
-        env = process_env(
-            dev_env.client,
-            task_queue,
-            DEMO_SYSTEMS_URL=systems_url,
-            GATEWAY_URL=gateway_url,
-            WAITSTATE_TOKEN_KEYS=",".join(f"{k}:{v}" for k, v in KEYS.items()),
-        )
-        worker = WorkerProcess(env, tmp_path / "worker.log")
-        try:
-            await worker.start()
-            yield worker, systems_url
-        finally:
-            await worker.stop()
+    systems = systems_app(export_seconds=0.5, pipeline_seconds=6.0)
+    async with worker_process_beside(
+        dev_env.client, task_queue, tmp_path / "worker.log", systems, KEYS
+    ) as stack:
+        yield stack
 
 
 async def _stats(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
