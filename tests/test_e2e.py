@@ -346,10 +346,10 @@ async def test_a_server_killed_while_runs_wait_loses_nothing(services: Services)
 
         async def refund_status() -> dict[str, Any] | None:
             # None until the worker, which lost the server too, answers queries again (till
-            # then the CLI shows what the server alone knows: no task, no approvals).
+            # then the CLI shows what the server alone knows: the task, no approvals).
             done = await services.starter("status", "e2e-kill-refund", "--json")
             shown: dict[str, Any] | None = json.loads(done.stdout) if done.returncode == 0 else None
-            return shown if shown and shown["task"] else None
+            return shown if shown and shown["worker_answered"] else None
 
         after_restart = await eventually(refund_status, "the CLI to read the refund again")
         export_after_restart = (await _state(export)).operations[operation.operation_id]
