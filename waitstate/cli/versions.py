@@ -42,8 +42,6 @@ OPEN_RUNS = f'WorkflowType = "{AGENT_RUN}" AND ExecutionStatus = "Running"'
 CHANGE_VERSION = "TemporalChangeVersion"
 DEPLOYMENT_VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
 VERSIONING_BEHAVIOR = "TemporalWorkflowVersioningBehavior"
-# Visibility has no GROUP BY for these attributes (only for ExecutionStatus): each number is a
-# count of its own, taken one after another.
 
 
 @dataclass(frozen=True)
@@ -109,6 +107,9 @@ async def versions_report(
     client: Client, markers: Sequence[str], query: str | None, limit: int
 ) -> VersionsReport:
     """Count the open agent runs (those of `query` among them) per marker and per version.
+
+    Visibility has no GROUP BY for these attributes (only for ExecutionStatus): each number is
+    a count of its own, taken one after another.
 
     Args:
         markers: The patch ids the code checks for, oldest first.
@@ -248,17 +249,28 @@ async def _deployment_versions(client: Client) -> set[str]:
             if not (page := listed.next_page_token):
                 break
         for name in names:
-            described = await service.describe_worker_deployment(
-                DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=name)
-            )
-            for summary in described.worker_deployment_info.version_summaries:
-                version = summary.deployment_version
-                found.add(f"{version.deployment_name}:{version.build_id}")
+            found |= await _versions_of(client, name)
     except RPCError as err:
         if err.status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
             return found
         raise CliError(f"could not list worker deployments: {_first_line(err)}", code=2) from err
     return found
+
+
+async def _versions_of(client: Client, deployment: str) -> set[str]:
+    """The versions of one worker deployment (none if it was deleted since it was listed)."""
+    try:
+        described = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return set()
+        raise
+    versions = (
+        summary.deployment_version for summary in described.worker_deployment_info.version_summaries
+    )
+    return {f"{v.deployment_name}:{v.build_id}" for v in versions if v.build_id}
 
 
 def _first_line(err: RPCError) -> str:
