@@ -14,9 +14,10 @@ python starter.py cancel RUN_ID
 python starter.py cleanup [--retention 7d]                      # delete ended runs' blobs once
 python starter.py cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
 python starter.py replay-check [--closed-within 7d | --query Q] [--limit N]   # before a deploy
+python starter.py versions [--query Q] [--limit N] [--json]   # open runs per patch and version
 
 This module is the entry point, and its parser the table of commands. The commands live in
-`waitstate/cli/` by family (runs, people, fleet, replay), each rendering over
+`waitstate/cli/` by family (runs, people, fleet, replay, versions), each rendering over
 `waitstate.client.WaitstateClient`, which does the work. Agent, tool and model names are checked
 against the apps of `--app` and WAITSTATE_APPS (the demo app when neither names one), or, where
 those are not importable here, by the worker.
@@ -41,6 +42,8 @@ from waitstate.cli.output import CliError, VisibleText, one_line, reader_gone
 from waitstate.cli.people import cmd_answer, cmd_decide, cmd_pending, json_object
 from waitstate.cli.replay import DEFAULT_CLOSED_WITHIN, DEFAULT_LIMIT, cmd_replay_check, positive
 from waitstate.cli.runs import cmd_cancel, cmd_list, cmd_run, cmd_status, cmd_watch
+from waitstate.cli.versions import DEFAULT_LIMIT as VERSIONS_LIMIT
+from waitstate.cli.versions import cmd_versions
 from waitstate.client import ClientError, Unreachable
 from waitstate.settings import Settings, exit_process
 from waitstate.tracing import SERVICE_STARTER, Tracing
@@ -217,6 +220,37 @@ def _parser() -> argparse.ArgumentParser:
         help=f"replay at most this many runs (default: {DEFAULT_LIMIT})",
     )
     replay.set_defaults(command=cmd_replay_check, workflows=worker_workflows)
+
+    versions = sub.add_parser(
+        "versions",
+        help="open runs per patch marker and per worker deployment version: when a patch can "
+        "be retired, when a version can stop",
+        description="Counts the open agent runs from visibility. Per patch marker (oldest "
+        "first): 'recorded it' is the open runs that recorded that very marker (its "
+        "workflow.patched or deprecate_patch call must stay while any do); 'without it or a "
+        "newer one' is the open runs that still take the code the marker's flag turns off: "
+        "runs started before the marker existed, and runs no worker has taken yet (they record "
+        "the newest marker at their first task). A run records only the newest marker its code "
+        "checks for, which implies every earlier one. Per deployment version: the open runs on "
+        "it (TemporalWorkerDeploymentVersion), and of them those pinned to it; a version that "
+        "is neither the deployment's current nor its ramping one and has no open run pinned to "
+        "it can stop (a run that auto-upgrades moves to the current one). Each number is a "
+        "count of its own, taken one after another. See docs/versions.md.",
+    )
+    versions.add_argument(
+        "--query",
+        help="count only the open runs this visibility filter also lists, e.g. "
+        "'TaskQueue = \"agents\"'",
+    )
+    versions.add_argument(
+        "--limit",
+        type=positive,
+        default=VERSIONS_LIMIT,
+        help="list at most this many open runs to find the versions they are on; the counts "
+        f"are exact (default: {VERSIONS_LIMIT})",
+    )
+    versions.add_argument("--json", action="store_true", help="print one JSON object")
+    versions.set_defaults(command=cmd_versions, markers=patch_markers)
     return parser
 
 
@@ -227,6 +261,14 @@ def worker_workflows() -> list[type]:
     from worker import WORKFLOWS
 
     return list(WORKFLOWS)
+
+
+def patch_markers() -> list[str]:
+    """The patch markers the worker's workflows check for, oldest first, which `versions`
+    counts runs by (a new one is added here too: tests/test_versions_doc.py checks it)."""
+    from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
+
+    return [EXACTLY_ONCE, CHECKPOINT_POLICY, MID_FLIGHT_INPUT, HARDENED]
 
 
 if __name__ == "__main__":

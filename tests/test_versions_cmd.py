@@ -1,0 +1,285 @@
+"""`starter.py versions`, as an operator runs it before retiring a patch or stopping a version's
+workers: in a subprocess against the real dev server, counting runs whose search attributes
+Temporal itself set (`TemporalChangeVersion` when the SDK records a patch marker,
+`TemporalWorkerDeploymentVersion` when a versioned worker runs a task)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    PinnedVersioningOverride,
+    SearchAttributeKey,
+    VersioningBehavior,
+    WorkerDeploymentVersion,
+)
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from tests.helpers import eventually, process_env, start_run
+from tests.test_starter import Cli
+from tests.tiers import SUBPROCESS, needs
+from waitstate.names import AGENT_RUN
+from waitstate.schemas import RunInput
+from workflows.agent_run import AgentRunWorkflow
+from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
+
+TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
+CHANGE_VERSION = SearchAttributeKey.for_keyword_list("TemporalChangeVersion")
+# The worker's sandbox, which loads the `workflows` modules once (worker.py).
+RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+)
+
+
+# Unsandboxed: they read nothing but the patch API and wait.
+@workflow.defn(name=AGENT_RUN, sandboxed=False)
+class RunOfAgentRun3:
+    """An open run started while `agent-run-3` was the newest marker: it recorded that one."""
+
+    @workflow.run
+    async def run(self, run_input: RunInput) -> None:
+        workflow.patched(CHECKPOINT_POLICY)
+        await workflow.wait_condition(lambda: False)
+
+
+@workflow.defn(name=AGENT_RUN, sandboxed=False)
+class RunBeforeAnyMarker:
+    """An open run started before the first marker: it records none."""
+
+    @workflow.run
+    async def run(self, run_input: RunInput) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
+@pytest.fixture
+@needs(SUBPROCESS)
+def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
+    return Cli(process_env(dev_env.client, task_queue))
+
+
+async def _taken(handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait until a worker has completed the run's first workflow task."""
+
+    async def completed() -> bool:
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return True
+        return False
+
+    await eventually(completed, f"{handle.id}'s first workflow task")
+
+
+async def _counted(client: Client, query: str, count: int) -> None:
+    """Wait until visibility counts `count` runs for `query` (it follows a run's state)."""
+
+    async def counted() -> bool:
+        return (await client.count_workflows(query)).count == count
+
+    await eventually(counted, f"{count} runs counted for {query}")
+
+
+async def _open_runs_of_every_kind(
+    client: Client, task_queue: str, version: WorkerDeploymentVersion
+) -> tuple[str, list[WorkflowHandle[Any, Any]]]:
+    """Five open runs, each on a task queue of the test's own: two of today's code (one on a
+    worker of deployment `version`, pinned to it), one of `agent-run-3`, one from before any
+    marker, one no worker has taken. Returns the filter that lists them, and their handles."""
+    queues = [f"{task_queue}-{kind}" for kind in ("today", "versioned", "old", "oldest", "idle")]
+    today, versioned, old, oldest, idle = queues
+    handles: list[WorkflowHandle[Any, Any]] = []
+    # No activity worker: today's runs record their marker at their first task, then wait for
+    # their first model call for as long as the test needs.
+    async with Worker(
+        client, task_queue=today, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
+    ):
+        handles.append(await start_run(client, today, TASK))
+        await _taken(handles[-1])
+    deployment = WorkerDeploymentConfig(
+        version=version,
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+    async with Worker(
+        client,
+        task_queue=versioned,
+        workflows=[AgentRunWorkflow],
+        workflow_runner=RUNNER,
+        deployment_config=deployment,
+    ):
+        handles.append(await _pinned_run(client, versioned, version))
+        await _taken(handles[-1])
+    for queue, earlier in ((old, RunOfAgentRun3), (oldest, RunBeforeAnyMarker)):
+        async with Worker(client, task_queue=queue, workflows=[earlier]):
+            handles.append(
+                await client.start_workflow(
+                    earlier.run, TASK, id=f"run-{uuid.uuid4()}", task_queue=queue
+                )
+            )
+            await _taken(handles[-1])
+    handles.append(await start_run(client, idle, TASK))
+    ours = "TaskQueue IN ({})".format(", ".join(f'"{queue}"' for queue in queues))
+    await _counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
+    await _counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
+    await _counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
+    return ours, handles
+
+
+async def _pinned_run(
+    client: Client, task_queue: str, version: WorkerDeploymentVersion
+) -> WorkflowHandle[Any, Any]:
+    """A run pinned to `version`, started once the version's worker has made it known to the
+    task queue (until then Temporal refuses the pin)."""
+    workflow_id = f"run-{uuid.uuid4()}"
+
+    async def started() -> WorkflowHandle[Any, Any] | None:
+        try:
+            return await client.start_workflow(
+                AgentRunWorkflow.run,
+                TASK,
+                id=workflow_id,
+                task_queue=task_queue,
+                versioning_override=PinnedVersioningOverride(version),
+            )
+        except RPCError as err:
+            if "is not present in task queue" in err.message:
+                return None
+            raise
+
+    return await eventually(started, f"a run pinned to {version}")
+
+
+async def _terminated(handles: list[WorkflowHandle[Any, Any]]) -> None:
+    for handle in handles:
+        await handle.terminate("the test is over")
+
+
+async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # What the command counts by: the SDK (temporalio 1.35) upserts TemporalChangeVersion when
+    # `workflow.patched` first returns true, and a new run checks the newest marker first.
+    client = dev_env.client
+    async with Worker(
+        client, task_queue=task_queue, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
+    ):
+        handle = await start_run(client, task_queue, TASK)
+        await _taken(handle)
+    try:
+        described = await handle.describe()
+    finally:
+        await handle.terminate("the test is over")
+
+    assert described.typed_search_attributes.get(CHANGE_VERSION) == [HARDENED]
+
+
+async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    version = WorkerDeploymentVersion(f"waitstate-{uuid.uuid4().hex[:8]}", "build-1")
+    ours, handles = await _open_runs_of_every_kind(client, task_queue, version)
+    try:
+        table = await cli("versions", "--query", ours)
+        as_json = await cli("versions", "--query", ours, "--json")
+    finally:
+        await _terminated(handles)
+    await _counted(client, f'{ours} AND ExecutionStatus = "Running"', 0)
+    after = await cli("versions", "--query", ours, "--json")
+
+    assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == "open agent runs: 5"
+    assert [line.split()[:3] for line in lines[3:7]] == [
+        [EXACTLY_ONCE, "0", "2"],
+        [CHECKPOINT_POLICY, "1", "2"],
+        [MID_FLIGHT_INPUT, "0", "3"],
+        [HARDENED, "2", "3"],
+    ]
+    on_ours = f"{version.deployment_name}:{version.build_id}"
+    assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
+        [on_ours, "1", "1"],
+        ["(none)", "4", "-"],
+    ]
+    report = json.loads(as_json.stdout)
+    assert as_json.code == 0
+    assert report["open_runs"] == 5
+    assert report["markers"] == [
+        {"marker": EXACTLY_ONCE, "recorded": 0, "without": 2},
+        {"marker": CHECKPOINT_POLICY, "recorded": 1, "without": 2},
+        {"marker": MID_FLIGHT_INPUT, "recorded": 0, "without": 3},
+        {"marker": HARDENED, "recorded": 2, "without": 3},
+    ]
+    mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
+    assert mine == [
+        {"version": on_ours, "open_runs": 1, "pinned": 1},
+        {"version": None, "open_runs": 4, "pinned": 0},
+    ]
+    assert (report["scanned"], report["unlisted"]) == (5, 0)
+    # Once its runs have ended, the version is still listed (the deployment knows it), with
+    # no open run: its workers can stop.
+    ended = json.loads(after.stdout)
+    assert ended["open_runs"] == 0
+    assert {"version": on_ours, "open_runs": 0, "pinned": 0} in ended["versions"]
+    assert all(marker["recorded"] == marker["without"] == 0 for marker in ended["markers"])
+
+
+async def test_the_limit_bounds_the_listing_and_says_so(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    version = WorkerDeploymentVersion(f"waitstate-{uuid.uuid4().hex[:8]}", "build-1")
+    ours, handles = await _open_runs_of_every_kind(client, task_queue, version)
+    try:
+        done = await cli("versions", "--query", ours, "--limit", "1")
+    finally:
+        await _terminated(handles)
+
+    assert (done.code, done.stderr) == (0, ""), done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    # The counts stay exact: the version the listing may not have met is known to its
+    # deployment.
+    on_ours = f"{version.deployment_name}:{version.build_id}"
+    assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
+        [on_ours, "1", "1"],
+        ["(none)", "4", "-"],
+    ]
+    assert lines[-1] == (
+        "listed 1 of the 5 open runs to find the versions they are on (--limit 1); the counts "
+        "are of all of them"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--query", "WorkflowId = "], "error: the query is refused: "),
+        (["--query", "NoSuchAttribute = 'x'"], "error: the query is refused: "),
+        (["--limit", "0"], "argument --limit: must be 1 or more, got 0"),
+        (["--limit", "many"], "argument --limit: not a whole number: 'many'"),
+    ],
+)
+async def test_bad_input_is_a_usage_error(cli: Cli, args: list[str], error: str) -> None:
+    done = await cli("versions", *args)
+
+    assert done.code == 2
+    assert error in done.stderr
+    assert done.stdout == ""
+
+
+async def test_an_unreachable_cluster_is_exit_2(cli: Cli, closed_port: int) -> None:
+    cli.env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{closed_port}"
+
+    done = await cli("versions")
+
+    assert done.code == 2
+    assert done.stderr.startswith("error: cannot reach Temporal at ")
+    assert done.stdout == ""
