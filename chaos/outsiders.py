@@ -166,8 +166,18 @@ def old_model_budget() -> float:
     return sum(waits)
 
 
+def _run_id(prefix: str, kind: str, i: int) -> str:
+    """The id of the `i`th run of a kind of issue 22's, under the phase's `prefix`."""
+    return f"{prefix}-22-{kind}-{i:02d}"
+
+
 def _mcp_name(prefix: str, kind: str, i: int) -> str:
-    return f"{prefix}-22-{kind}-mcp-{i:02d}"
+    return _run_id(prefix, f"{kind}-mcp", i)
+
+
+def _purge(wid: str, model: str, tool: str, **fields: Any) -> RunInput:
+    """A run that purges the dataset named after it, with `tool` as `model` asks."""
+    return RunInput(task=f"purge the dataset {wid}", model=model, tools=[tool], **fields)
 
 
 def mcp_schemas(mix: Size, prefix: str = "chaos-a") -> dict[str, dict[str, Any]]:
@@ -227,21 +237,14 @@ class Outsiders:
                 for i in range(mix.crafted):
                     out.append(self._crafted(prefix, kind, row, schema, asker, i, rng))
         for i in range(mix.wait_questions):
-            wid = f"{prefix}-22-wait-question-{i:02d}"
-            run = RunInput(
-                task=f"purge the dataset {wid}",
-                model=f"scripted:{WAIT_AND_ANSWER_SCRIPT}",
-                tools=[MODEL_PURGE_TOOL],
-            )
+            wid = _run_id(prefix, "wait-question", i)
+            run = _purge(wid, f"scripted:{WAIT_AND_ANSWER_SCRIPT}", MODEL_PURGE_TOOL)
             out.append(RunPlan(wid, "wait-question", "callback", run, klass=WAIT_QUESTION))
         for i in range(mix.checkpoint_questions):
-            wid = f"{prefix}-22-checkpoint-question-{i:02d}"
-            run = RunInput(
-                task=f"purge the dataset {wid}",
-                model=f"openai:{wid}",
-                tools=[PURGE_TOOL],
-                # Shorter than the purge's eta (seconds): its wait is worth a checkpoint.
-                rebuild_after=timedelta(milliseconds=100),
+            wid = _run_id(prefix, "checkpoint-question", i)
+            # Shorter than the purge's eta (seconds): its wait is worth a checkpoint.
+            run = _purge(
+                wid, f"openai:{wid}", PURGE_TOOL, rebuild_after=timedelta(milliseconds=100)
             )
             out.append(
                 RunPlan(wid, "checkpoint-question", "callback", run, klass=CHECKPOINT_QUESTION,
@@ -279,11 +282,11 @@ class Outsiders:
             plan = RunPlan(wid, f"crafted-{kind}-mcp", "approval", run,
                            decider=rng.choice(DECIDERS))  # fmt: skip
         else:
-            wid = f"{prefix}-22-{kind}-purge-{i:02d}"
-            run = RunInput(
-                task=f"purge the dataset {wid}",
-                model=f"scripted:{PURGE_SCRIPT}",
-                tools=[PURGE_TOOL],
+            wid = _run_id(prefix, f"{kind}-purge", i)
+            run = _purge(
+                wid,
+                f"scripted:{PURGE_SCRIPT}",
+                PURGE_TOOL,
                 operation_timeout=CRAFTED_OPERATION_TIMEOUT,
             )
             plan = RunPlan(wid, f"crafted-{kind}-purge", "callback", run)
@@ -410,7 +413,7 @@ class Outsiders:
         outage that outlasts their senders' patience."""
         plans = [
             RunPlan(
-                f"{prefix}-22-lost-webhook-{i:02d}", "lost-webhook", "callback",
+                _run_id(prefix, "lost-webhook", i), "lost-webhook", "callback",
                 RunInput(task="export", model=f"scripted:{RECONCILED_EXPORT_SCRIPT}",
                          tools=[RECONCILED_EXPORT_TOOL], model_timeout=CALL_TIMEOUT,
                          tool_timeout=CALL_TIMEOUT),
@@ -445,16 +448,16 @@ class Outsiders:
         """Class 15: runs mid-flight while the blob store is away for `mix.store_outage` s."""
         plans: list[RunPlan] = []
         for i in range(self.mix.store_runs):
-            wid = f"{prefix}-22-store-approval-{i:02d}"
+            wid = _run_id(prefix, "store-approval", i)
             ask = RunInput(task="publish", model="scripted:ask-first", tools=["request_approval"])
             plans.append(RunPlan(wid, "store-approval", "approval", ask,
                                  decider=rng.choice(DECIDERS)))  # fmt: skip
-            wid = f"{prefix}-22-store-export-{i:02d}"
+            wid = _run_id(prefix, "store-export", i)
             export = RunInput(
                 task="Export transactions for Q3 2025 to the compliance folder", tools=EXPORT_TOOLS
             )
             plans.append(RunPlan(wid, "store-export", "callback", export, operations="succeeded"))
-            wid = f"{prefix}-22-store-model-{i:02d}"
+            wid = _run_id(prefix, "store-model", i)
             add = RunInput(task="add six and seven", model=f"openai:{wid}", tools=["calculate"])
             plans.append(RunPlan(wid, "store-model-call", "plain", add))
         for plan in plans:
