@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,9 +52,9 @@ from waitstate.gateway.tokens import (
     question_subject,
 )
 from waitstate.providers import Providers
-from waitstate.providers.base import ModelSettings
+from waitstate.providers.base import ModelRequest
 from waitstate.providers.scripted import ScriptedProvider
-from waitstate.schemas import Message, ModelResponse, RunInput, RunResult, RunState, ToolDefinition
+from waitstate.schemas import ModelResponse, RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.run import NOTIFY_APPROVAL
@@ -333,17 +333,10 @@ class _Unhurried(ScriptedProvider):
     open a moment after an operation expires or an approval times out, so a late completion
     or decision reaches the run itself (not only the closed run's refusal)."""
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        settings: ModelSettings | None = None,
-    ) -> ModelResponse:
-        if any(message.role == "tool" for message in messages):
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        if any(message.role == "tool" for message in request.messages):
             await asyncio.sleep(MODEL_PAUSE.total_seconds())
-        return await super().complete(model, system_prompt, messages, tools, settings)
+        return await super().answer(request)
 
 
 @asynccontextmanager

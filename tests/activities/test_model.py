@@ -5,6 +5,7 @@ timeout with an error that names the provider and the limit. Real SDK clients ov
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,10 +18,19 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities import ModelActivities
 from activities.model import FAILURE_CHARS
 from tests.helpers import eventually, make_worker, start_run
+from waitstate import Agent
 from waitstate.blobs import LocalBlobStore
 from waitstate.converter import DATA_CONVERTER
 from waitstate.providers import Providers
-from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput
+from waitstate.providers.base import ModelSettings
+from waitstate.schemas import (
+    Message,
+    ModelCallInput,
+    ModelResponse,
+    RunInput,
+    ToolDefinition,
+    Usage,
+)
 from waitstate.schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, error, openai_text
@@ -147,6 +157,77 @@ class _Crashing:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+class _OwnProvider:
+    """A user's provider written against the `Provider` protocol itself, not the built-in
+    adapters' base: answers "ok" and keeps the model, system prompt, number of messages and
+    settings of each call."""
+
+    name = "own"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, int, ModelSettings | None]] = []
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
+    ) -> ModelResponse:
+        """Answers "ok"."""
+        self.asked.append((model, system_prompt, len(messages), settings))
+        return ModelResponse(message=Message(role="assistant", content="ok"), usage=Usage())
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+class _OwnProviderBeforeSettings(_OwnProvider):
+    """One written before `settings` existed: its `complete` takes four arguments."""
+
+    async def complete(  # type: ignore[override]
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+    ) -> ModelResponse:
+        """Answers "ok"."""
+        return await super().complete(model, system_prompt, messages, tools)
+
+
+@pytest.mark.parametrize("kind", [_OwnProvider, _OwnProviderBeforeSettings])
+async def test_a_users_own_provider_answers_a_call_without_settings(
+    kind: type[_OwnProvider], tmp_path: Path
+) -> None:
+    provider = kind()
+    activities = ModelActivities(
+        Providers({"own": lambda: provider}), ToolRegistry([]), LocalBlobStore(tmp_path)
+    )
+
+    response = await ActivityEnvironment().run(
+        activities.call_model, HELLO.model_copy(update={"model": "own:m", "system_prompt": "sys"})
+    )
+
+    assert response.message.content == "ok"
+    assert provider.asked == [("m", "sys", 1, None)]
+
+
+async def test_a_users_own_provider_gets_the_agents_settings(tmp_path: Path) -> None:
+    provider = _OwnProvider()
+    agents = {"tempered": Agent("tempered", temperature=0.3, max_tokens=200)}
+    activities = ModelActivities(
+        Providers({"own": lambda: provider}), ToolRegistry([]), LocalBlobStore(tmp_path), agents
+    )
+
+    await ActivityEnvironment().run(
+        activities.call_model, HELLO.model_copy(update={"model": "own:m", "agent": "tempered"})
+    )
+
+    assert provider.asked == [("m", "", 1, ModelSettings(temperature=0.3, max_tokens=200))]
 
 
 async def test_the_stored_conversation_is_owned_by_the_run(tmp_path: Path) -> None:

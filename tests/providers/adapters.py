@@ -12,7 +12,7 @@ import openai
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import Provider
 from waitstate.providers.openai import OpenAIProvider
-from waitstate.schemas import Message, ToolDefinition
+from waitstate.schemas import Message, ToolCall, ToolDefinition
 
 PROVIDERS = ["openai", "anthropic"]
 HELLO = [Message(role="user", content="hello")]
@@ -21,6 +21,30 @@ LOOKUP = ToolDefinition(
     description="Look a city up.",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}},
 )
+# What each protocol's request test sends: two rounds of tool calls, the first said without
+# text (one call's arguments not even JSON) and the second with text (its call failed), then
+# the user's thanks.
+CONVERSATION = [
+    Message(role="user", content="Weather in Paris and Oslo?"),
+    Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall(id="call_1", name="lookup", arguments='{"city": "Paris"}'),
+            ToolCall(id="call_2", name="lookup", arguments='{"city": '),
+        ],
+    ),
+    Message(role="tool", tool_call_id="call_1", name="lookup", content="sunny"),
+    Message(role="tool", tool_call_id="call_2", name="lookup", content="bad JSON", is_error=True),
+    Message(
+        role="assistant",
+        content="Checking Oslo.",
+        tool_calls=[ToolCall(id="call_3", name="lookup", arguments='{"city": "Oslo"}')],
+    ),
+    Message(
+        role="tool", tool_call_id="call_3", name="lookup", content="no such city", is_error=True
+    ),
+    Message(role="user", content="Thanks."),
+]
 
 
 @asynccontextmanager

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import anthropic
 import pytest
 
-from tests.providers.adapters import LOOKUP
+from tests.providers.adapters import CONVERSATION, LOOKUP
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelSettings
-from waitstate.schemas import Message, ToolCall
+from waitstate.schemas import Message
 from waitstate.testing.wire_server import WireServer, anthropic_text
 
 
@@ -27,25 +27,7 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
 async def test_conversation_converts_to_messages_request(
     wire: WireServer, provider: AnthropicProvider
 ) -> None:
-    conversation = [
-        Message(role="user", content="Weather in Paris and Oslo?"),
-        Message(
-            role="assistant",
-            content="Checking.",
-            tool_calls=[
-                ToolCall(id="toolu_1", name="lookup", arguments='{"city": "Paris"}'),
-                # Not a JSON object: sent as an empty input rather than failing the call.
-                ToolCall(id="toolu_2", name="lookup", arguments='{"city": '),
-            ],
-        ),
-        Message(role="tool", tool_call_id="toolu_1", name="lookup", content="sunny"),
-        Message(
-            role="tool", tool_call_id="toolu_2", name="lookup", content="bad JSON", is_error=True
-        ),
-        Message(role="user", content="Thanks."),
-    ]
-
-    await provider.complete("claude-test", "You are terse.", conversation, [LOOKUP])
+    await provider.complete("claude-test", "You are terse.", CONVERSATION, [LOOKUP])
 
     body = wire.requests[-1].body
     assert wire.requests[-1].path == "/v1/messages"
@@ -56,9 +38,9 @@ async def test_conversation_converts_to_messages_request(
         {
             "role": "assistant",
             "content": [
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Paris"}},
-                {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {}},
+                {"type": "tool_use", "id": "call_1", "name": "lookup", "input": {"city": "Paris"}},
+                # Not a JSON object: sent as an empty input rather than failing the call.
+                {"type": "tool_use", "id": "call_2", "name": "lookup", "input": {}},
             ],
         },
         {
@@ -66,14 +48,32 @@ async def test_conversation_converts_to_messages_request(
             "content": [
                 {
                     "type": "tool_result",
-                    "tool_use_id": "toolu_1",
+                    "tool_use_id": "call_1",
                     "content": "sunny",
                     "is_error": False,
                 },
                 {
                     "type": "tool_result",
-                    "tool_use_id": "toolu_2",
+                    "tool_use_id": "call_2",
                     "content": "bad JSON",
+                    "is_error": True,
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking Oslo."},
+                {"type": "tool_use", "id": "call_3", "name": "lookup", "input": {"city": "Oslo"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_3",
+                    "content": "no such city",
                     "is_error": True,
                 },
             ],

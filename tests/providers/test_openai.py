@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.providers.adapters import LOOKUP, connected
+from tests.providers.adapters import CONVERSATION, LOOKUP, connected
 from waitstate.providers.base import ModelSettings, Provider
-from waitstate.schemas import Message, ToolCall
+from waitstate.schemas import Message
 from waitstate.testing.wire_server import WireServer, openai_text
 
 
@@ -23,22 +23,7 @@ async def provider(wire: WireServer) -> AsyncIterator[Provider]:
 async def test_conversation_converts_to_chat_completions_request(
     wire: WireServer, provider: Provider
 ) -> None:
-    conversation = [
-        Message(role="user", content="Weather in Paris and Oslo?"),
-        Message(
-            role="assistant",
-            tool_calls=[
-                ToolCall(id="call_1", name="lookup", arguments='{"city": "Paris"}'),
-                ToolCall(id="call_2", name="lookup", arguments='{"city": "Oslo"}'),
-            ],
-        ),
-        Message(role="tool", tool_call_id="call_1", name="lookup", content="sunny"),
-        Message(
-            role="tool", tool_call_id="call_2", name="lookup", content="no such city", is_error=True
-        ),
-    ]
-
-    await provider.complete("gpt-test", "You are terse.", conversation, [LOOKUP])
+    await provider.complete("gpt-test", "You are terse.", CONVERSATION, [LOOKUP])
 
     body = wire.requests[-1].body
     assert wire.requests[-1].path == "/v1/chat/completions"
@@ -48,6 +33,7 @@ async def test_conversation_converts_to_chat_completions_request(
         {"role": "user", "content": "Weather in Paris and Oslo?"},
         {
             "role": "assistant",
+            # The API expects null, not "", beside tool calls when the model said nothing.
             "content": None,
             "tool_calls": [
                 {
@@ -55,15 +41,29 @@ async def test_conversation_converts_to_chat_completions_request(
                     "type": "function",
                     "function": {"name": "lookup", "arguments": '{"city": "Paris"}'},
                 },
+                # Arguments that are not JSON are sent as the model wrote them.
                 {
                     "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"city": '},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "ERROR: bad JSON"},
+        {
+            "role": "assistant",
+            "content": "Checking Oslo.",
+            "tool_calls": [
+                {
+                    "id": "call_3",
                     "type": "function",
                     "function": {"name": "lookup", "arguments": '{"city": "Oslo"}'},
                 },
             ],
         },
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-        {"role": "tool", "tool_call_id": "call_2", "content": "ERROR: no such city"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "ERROR: no such city"},
+        {"role": "user", "content": "Thanks."},
     ]
     assert body["tools"] == [
         {

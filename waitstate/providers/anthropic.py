@@ -10,7 +10,7 @@ import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
 from anthropic.types import Message as AnthropicMessage
 
-from waitstate.providers.base import ModelSettings
+from waitstate.providers.base import ModelRequest
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
@@ -24,26 +24,20 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
         super().__init__(client)
         self._max_tokens = max_tokens
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        settings: ModelSettings | None = None,
-    ) -> ModelResponse:
+    async def answer(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next message (`settings.max_tokens` caps the answer; this
         SDK's Messages API takes no temperature).
 
         Raises:
             ProviderError: the API answered with an error status, or could not be reached.
         """
+        settings, tools = request.settings, request.tools
         try:
             response = await self._client.messages.create(
-                model=model,
+                model=request.model,
                 max_tokens=(settings and settings.max_tokens) or self._max_tokens,
-                system=system_prompt or anthropic.omit,
-                messages=_to_anthropic_messages(messages),
+                system=request.system_prompt or anthropic.omit,
+                messages=_to_anthropic_messages(request.messages),
                 tools=[_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,
             )
         except anthropic.APIStatusError as err:

@@ -1,7 +1,9 @@
-"""The one protocol every model adapter implements, and the error it raises."""
+"""The one protocol every model adapter implements, the base of our own adapters, and the
+error they raise."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +50,54 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release connections; called once when the worker stops."""
         ...
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One model call: the arguments of `Provider.complete`, as one value.
+
+    A field the calls gain (a prompt-cache key, a response format, a budget) is added here
+    once, not to the signature of every adapter.
+    """
+
+    model: str
+    system_prompt: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolDefinition]
+    settings: ModelSettings | None = None
+
+
+class Adapter(abc.ABC):
+    """The base of the built-in providers: implements the `Provider` protocol by packing each
+    call into a `ModelRequest` for `answer`.
+
+    A provider may subclass it, or implement the protocol directly.
+    """
+
+    name: str
+
+    async def complete(
+        self,
+        model: str,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        settings: ModelSettings | None = None,
+    ) -> ModelResponse:
+        """`answer` the call (the `Provider` protocol's `complete`, and what it raises)."""
+        return await self.answer(ModelRequest(model, system_prompt, messages, tools, settings))
+
+    @abc.abstractmethod
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        """Ask the model for its next message.
+
+        Raises:
+            ProviderError: the provider refused or failed the call.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections; called once when the worker stops."""
 
 
 class UnknownModelError(ValueError):

@@ -13,7 +13,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from waitstate.providers.base import ModelSettings
+from waitstate.providers.base import ModelRequest
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
@@ -23,23 +23,17 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
 
     name = "openai"
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        settings: ModelSettings | None = None,
-    ) -> ModelResponse:
+    async def answer(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next message.
 
         Raises:
             ProviderError: the API answered with an error status, or could not be reached.
         """
+        settings, tools = request.settings, request.tools
         try:
             response = await self._client.chat.completions.create(
-                model=model,
-                messages=_to_openai_messages(system_prompt, messages),
+                model=request.model,
+                messages=_to_openai_messages(request.system_prompt, request.messages),
                 tools=[_to_openai_tool(tool) for tool in tools] if tools else openai.omit,
                 temperature=(
                     settings.temperature

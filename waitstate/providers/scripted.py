@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from waitstate.providers.base import ModelSettings, UnknownModelError
+from waitstate.providers.base import Adapter, ModelRequest, UnknownModelError
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
 from waitstate.schemas.run import CHECKPOINT_PROMPT
@@ -25,7 +25,7 @@ Script = Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
 _ARITHMETIC = re.compile(r"[-(]*\s*[\d.]+(?:[\s()]*(?:\*\*|//|[-+*/%])[\s(]*[\d.]+\)*)+")
 
 
-class ScriptedProvider:
+class ScriptedProvider(Adapter):
     """Plays the script named by the model spec (`scripted:<name>`)."""
 
     name = "scripted"
@@ -41,38 +41,34 @@ class ScriptedProvider:
         """Names of the scripts it can play."""
         return sorted(self._scripts)
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        settings: ModelSettings | None = None,
-    ) -> ModelResponse:
+    async def answer(self, request: ModelRequest) -> ModelResponse:
         """Answer with the script's next message (`settings` do not change a script).
 
         Raises:
             UnknownModelError: no script of that name.
         """
-        script = self._scripts.get(model)
+        script = self._scripts.get(request.model)
         if script is None:
             raise UnknownModelError(
-                f"no script named {model!r}; scripts: {', '.join(self.names())}"
+                f"no script named {request.model!r}; scripts: {', '.join(self.names())}"
             )
+        messages = request.messages
         # The run's checkpoint question (what is done, what remains) is answered from the
         # question itself, whatever the script: any model must answer it.
         reply = (
-            _checkpoint(messages) if system_prompt == CHECKPOINT_PROMPT else script(messages, tools)
+            _checkpoint(messages)
+            if request.system_prompt == CHECKPOINT_PROMPT
+            else script(messages, request.tools)
         )
         # Token counts are a deterministic stand-in (4 characters a token), so usage
         # accounting is exercised end to end without a real tokenizer.
-        prompt = len(system_prompt) + sum(len(m.content) + _call_chars(m) for m in messages)
+        prompt = len(request.system_prompt) + sum(len(m.content) + _call_chars(m) for m in messages)
         usage = Usage(
             model_calls=1, input_tokens=prompt // 4 + 1, output_tokens=len(reply.content) // 4 + 1
         )
         stop = "tool_calls" if reply.tool_calls else "stop"
         return ModelResponse(
-            message=reply, usage=usage, stop_reason=stop, model=f"scripted:{model}"
+            message=reply, usage=usage, stop_reason=stop, model=f"scripted:{request.model}"
         )
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Generic, Protocol, TypeVar
 
-from waitstate.providers.base import ProviderError, no_response_message, retry_after_seconds
+from waitstate.providers.base import (
+    Adapter,
+    ProviderError,
+    no_response_message,
+    retry_after_seconds,
+)
 
 
 class _Closable(Protocol):
@@ -19,14 +24,12 @@ class _Closable(Protocol):
 ClientT = TypeVar("ClientT", bound=_Closable)
 
 
-class SdkProvider(Generic[ClientT]):
+class SdkProvider(Adapter, Generic[ClientT]):
     """An adapter over an SDK's async client, one request per call.
 
     The caller builds the client with `max_retries=0`: retries belong to Temporal, which
     sees them in the run's history and honours `ProviderError.retry_after`.
     """
-
-    name: str
 
     def __init__(self, client: ClientT) -> None:
         self._client = client
