@@ -1,19 +1,20 @@
 """Approval links, fast and against stand-ins: the decision endpoint over real HTTP with a
-recording deliverer, and `TemporalDeliverer.decide` with a fake workflow handle.
+recording deliverer, and `TemporalDeliverer.decide` with a fake workflow handle. What the
+decision endpoint does as the answer endpoint does (a decision delivered, refused before the
+run or by the other endpoints, the run's refusals passed on and mapped, its fields documented)
+is in `test_replies.py`.
 
-What these prove about runs is proved again against real runs, through the real deliverer, in
-`test_real_server.py`. Proved here alone: the answers to outcomes no run gives today (a
-decision recorded but not applied, a refusal of no known type, a run ending mid-Update) and
-the retries of a decision through a link its run has not confirmed yet. What the decision
-endpoint does as the answer endpoint does (a decision delivered, refused before the run, its
-fields documented, the run's refusals mapped) is in `test_replies.py`.
+What these and those prove about runs is proved again against real runs, through the real
+deliverer, in `test_real_server.py`, except the answers to outcomes no run gives today (a
+decision recorded but not applied, a refusal of no known type, a run ending mid-Update: in
+`test_replies.py`) and the retries of a decision through a link its run has not confirmed yet
+(here).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
@@ -63,91 +64,6 @@ async def test_each_use_of_a_link_reaches_the_run(gw: Gateway) -> None:
     assert first.status_code == 200
     assert assert_error(second, 409, "approval_decided") == "request already approved"
     assert len(gw.deliverer.decisions) == 2
-
-
-@pytest.mark.parametrize(
-    ("operation_id", "status", "code"),
-    [
-        (REQUEST, 401, "wrong_operation"),
-        # The path's operation id is one segment, so the subject itself cannot be sent: an
-        # encoded slash is decoded before routing and matches no route.
-        (f"approval%2F{REQUEST}", 404, "not_found"),
-    ],
-)
-async def test_approval_token_is_refused_by_the_operations_endpoint(
-    gw: Gateway, operation_id: str, status: int, code: str
-) -> None:
-    response = await gw.client.post(
-        f"/v1/operations/{operation_id}/complete",
-        json={"status": "succeeded", "result": 1},
-        headers=gw.auth(),
-    )
-
-    assert_error(response, status, code)
-    assert gw.deliverer.calls == [] and gw.deliverer.decisions == []
-
-
-def passed_on(refused: DeliveryRefused, code: str, id: str) -> Any:
-    """A case of a refusal the caller gets as the run gave it: its status and message, and
-    `code` (the refusal's own, else its status's)."""
-    return pytest.param(refused, refused.status_code, code, refused.message, id=id)
-
-
-# What the run (or the deliverer on its behalf) answers, passed on to the caller.
-@pytest.mark.parametrize(
-    ("answer", "status", "code", "message"),
-    [
-        pytest.param(
-            DecideOutcome(accepted=False, status="expired", reason="request expired"),
-            409,
-            "not_accepted",
-            "request expired",
-            id="not-accepted",
-        ),
-        pytest.param(
-            DecideOutcome(accepted=False, status="rejected"),
-            409,
-            "not_accepted",
-            "the request is rejected",
-            id="not-accepted-no-reason",
-        ),
-        passed_on(
-            DeliveryRefused(409, "request already rejected", code="approval_decided"),
-            "approval_decided",
-            id="decided",
-        ),
-        passed_on(DeliveryRefused(409, "the run has ended"), "conflict", id="ended"),
-        passed_on(
-            DeliveryRefused(404, "no approval request apr_1", code="approval_unknown"),
-            "approval_unknown",
-            id="unknown",
-        ),
-        passed_on(
-            DeliveryRefused(401, "link was not issued for this request"), "unauthorized", id="nonce"
-        ),
-        passed_on(
-            DeliveryRefused(503, "Temporal is unavailable; retry later"),
-            "service_unavailable",
-            id="unavailable",
-        ),
-        pytest.param(
-            RuntimeError("secret internals"),
-            500,
-            "internal_error",
-            "the gateway failed; retry later",
-            id="deliverer-bug",
-        ),
-    ],
-)
-async def test_run_refusals_pass_through(
-    gw: Gateway, answer: DecideOutcome | Exception, status: int, code: str, message: str
-) -> None:
-    gw.deliverer.script.append(answer)
-
-    response = await gw.client.post(URL, json=APPROVE, headers=gw.auth())
-
-    assert assert_error(response, status, code) == message
-    assert len(gw.deliverer.decisions) == 1
 
 
 # TemporalDeliverer.decide, with a stand-in for the workflow handle (each refusal Temporal or the

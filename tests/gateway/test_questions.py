@@ -1,8 +1,9 @@
 """Question links, fast and against stand-ins: the answer endpoint over real HTTP with a
 recording deliverer, and the same endpoint over `TemporalDeliverer.answer` with a fake workflow
 handle. What the answer endpoint does as the decision endpoint does (an answer delivered,
-refused before the run, its fields documented, each refusal of the run's `answer` Update
-followed to its HTTP answer) is in `test_replies.py`.
+refused before the run or by the other endpoints, the run's refusals passed on, its fields
+documented, each refusal of the run's `answer` Update followed to its HTTP answer) is in
+`test_replies.py`.
 
 Real runs asking real questions are proved in the workflow tests.
 """
@@ -85,14 +86,6 @@ async def test_an_answer_the_job_did_not_take_is_still_accepted(gw: Gateway) -> 
     assert response.json() == answered(delivered=False, reason="job exp_1 has ended")
 
 
-async def test_an_answer_the_run_did_not_accept_is_409(gw: Gateway) -> None:
-    gw.deliverer.script.append(AnswerOutcome(accepted=False, status="expired"))
-
-    response = await gw.client.post(URL, json=ACCEPT, headers=gw.auth())
-
-    assert assert_error(response, 409, "not_accepted") == "the question is expired"
-
-
 async def test_accepted_answers_are_counted(gw: Gateway) -> None:
     def accepted(metrics: str) -> float:
         prefix = 'waitstate_gateway_accepted_total{endpoint="answer"} '
@@ -107,22 +100,6 @@ async def test_accepted_answers_are_counted(gw: Gateway) -> None:
     after = accepted((await gw.client.get("/metrics")).text)
 
     assert after - before == 1
-
-
-@pytest.mark.parametrize(
-    ("url", "body", "code"),
-    [
-        (f"/v1/operations/{QUESTION}/complete", {"status": "succeeded"}, "wrong_operation"),
-        (f"/v1/approvals/{QUESTION}/decision", {"decision": "approve"}, "wrong_request"),
-    ],
-)
-async def test_a_question_token_is_refused_by_the_other_endpoints(
-    gw: Gateway, url: str, body: dict[str, Any], code: str
-) -> None:
-    response = await gw.client.post(url, json=body, headers=gw.auth())
-
-    assert_error(response, 401, code)
-    assert gw.deliverer.calls == [] and gw.deliverer.decisions == []
 
 
 # TemporalDeliverer.answer, with a stand-in for the workflow handle (behind the real app, or

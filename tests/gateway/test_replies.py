@@ -1,8 +1,9 @@
 """What both routes of a person's reply through a link do alike, each case run for decisions on
 approval requests and for answers to questions: the one reply delivered with its claims, a
-reply with the body's defaults, every refusal before the run is asked, the fields their OpenAPI
-document gives, and each refusal of the run's Update followed through the real deliverer to its
-HTTP answer.
+reply with the body's defaults, every refusal before the run is asked, a token of their links
+refused by the other endpoints, the run's refusals passed on, the fields their OpenAPI document
+gives, and each refusal of the run's Update followed through the real deliverer to its HTTP
+answer.
 
 What only one family does is in `test_approvals.py` and `test_questions.py`.
 """
@@ -32,6 +33,7 @@ from tests.gateway.replies import (
 )
 from tests.helpers import assert_error
 from tests.rigs import MAX_BODY, Gateway
+from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
@@ -302,6 +304,140 @@ async def test_refused_before_the_run(gw: Gateway, family: Family, refusal: Refu
     await refusal.check(gw, family.url)
 
     assert family.delivered(gw) == []
+
+
+@pytest.mark.parametrize(
+    ("family", "url", "body", "status", "code"),
+    [
+        *cases(
+            DECISIONS,
+            pytest.param(
+                f"/v1/operations/{REQUEST}/complete",
+                {"status": "succeeded", "result": 1},
+                401,
+                "wrong_operation",
+                id="operations",
+            ),
+            pytest.param(
+                # The path's operation id is one segment, so the subject itself cannot be sent:
+                # an encoded slash is decoded before routing and matches no route.
+                f"/v1/operations/approval%2F{REQUEST}/complete",
+                {"status": "succeeded", "result": 1},
+                404,
+                "not_found",
+                id="operations-subject",
+            ),
+        ),
+        *cases(
+            ANSWERS,
+            pytest.param(
+                f"/v1/operations/{QUESTION}/complete",
+                {"status": "succeeded"},
+                401,
+                "wrong_operation",
+                id="operations",
+            ),
+            pytest.param(
+                f"/v1/approvals/{QUESTION}/decision",
+                {"decision": "approve"},
+                401,
+                "wrong_request",
+                id="approvals",
+            ),
+        ),
+    ],
+)
+async def test_a_replys_token_is_refused_by_the_other_endpoints(
+    gw: Gateway, family: Family, url: str, body: dict[str, Any], status: int, code: str
+) -> None:
+    response = await gw.client.post(url, json=body, headers=gw.auth())
+
+    assert_error(response, status, code)
+    for deliveries in DELIVERIES:
+        assert getattr(gw.deliverer, deliveries) == [], deliveries
+
+
+def passed_on(refused: DeliveryRefused, code: str, id: str) -> Any:
+    """A case of a refusal the caller gets as the run gave it: its status and message, and
+    `code` (the refusal's own, else its status's)."""
+    return pytest.param(refused, refused.status_code, code, refused.message, id=id)
+
+
+# What the run (or the deliverer on its behalf) answers, passed on to the caller.
+@pytest.mark.parametrize(
+    ("family", "answer", "status", "code", "message"),
+    [
+        *cases(
+            DECISIONS,
+            pytest.param(
+                DecideOutcome(accepted=False, status="expired", reason="request expired"),
+                409,
+                "not_accepted",
+                "request expired",
+                id="not-accepted",
+            ),
+            pytest.param(
+                DecideOutcome(accepted=False, status="rejected"),
+                409,
+                "not_accepted",
+                "the request is rejected",
+                id="not-accepted-no-reason",
+            ),
+            passed_on(
+                DeliveryRefused(409, "request already rejected", code="approval_decided"),
+                "approval_decided",
+                id="decided",
+            ),
+            passed_on(DeliveryRefused(409, "the run has ended"), "conflict", id="ended"),
+            passed_on(
+                DeliveryRefused(404, "no approval request apr_1", code="approval_unknown"),
+                "approval_unknown",
+                id="unknown",
+            ),
+            passed_on(
+                DeliveryRefused(401, "link was not issued for this request"),
+                "unauthorized",
+                id="nonce",
+            ),
+            passed_on(
+                DeliveryRefused(503, "Temporal is unavailable; retry later"),
+                "service_unavailable",
+                id="unavailable",
+            ),
+            pytest.param(
+                RuntimeError("secret internals"),
+                500,
+                "internal_error",
+                "the gateway failed; retry later",
+                id="deliverer-bug",
+            ),
+        ),
+        *cases(
+            ANSWERS,
+            pytest.param(
+                AnswerOutcome(accepted=False, status="expired"),
+                409,
+                "not_accepted",
+                "the question is expired",
+                id="not-accepted-no-reason",
+            ),
+        ),
+    ],
+)
+async def test_the_runs_refusals_pass_through(
+    gw: Gateway,
+    family: Family,
+    answer: DecideOutcome | AnswerOutcome | Exception,
+    status: int,
+    code: str,
+    message: str,
+) -> None:
+    gw.deliverer.script.append(answer)
+
+    response = await gw.client.post(family.url, json=family.valid, headers=gw.auth())
+
+    assert assert_error(response, status, code) == message
+    assert len(family.delivered(gw)) == 1
 
 
 @pytest.mark.parametrize(
