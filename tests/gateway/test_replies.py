@@ -106,7 +106,7 @@ ANSWERS = Family(
 def cases(family: Family, *family_cases: Any) -> list[Any]:
     """`family_cases` (`pytest.param`s) with `family` first in each, named after it."""
     return [
-        pytest.param(family, *case.values, id=f"{family.deliveries}-{case.id}")
+        pytest.param(family, *case.values, marks=case.marks, id=f"{family.deliveries}-{case.id}")
         for case in family_cases
     ]
 
