@@ -1,15 +1,18 @@
 """What the tests of a person's replies through links (decisions in `test_approvals.py`, answers
 in `test_questions.py`) share: the one reply the gateway delivered, the refusals every reply
 route answers before the run is asked, and a stand-in for the Temporal client behind
-`TemporalDeliverer`, with the refusals Temporal gives whatever the Update."""
+`TemporalDeliverer` (alone, or behind the real app), with the refusals Temporal gives whatever the
+Update."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
+import httpx
 import pytest
 from pydantic import BaseModel
 from temporalio.client import (
@@ -21,9 +24,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.helpers import assert_error
-from tests.rigs import OP, RUN, Gateway, bearer
+from tests.rigs import GATEWAY_SECRET, MAX_BODY, OP, RUN, Gateway, bearer
+from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeClaims
+from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 
 
 def the_one_reply(
@@ -184,6 +188,25 @@ def deliverer_for(
     """The real deliverer over a fake client whose handle answers from `script`."""
     client = FakeClient(FakeHandle(outcome, list(script)))
     return TemporalDeliverer(cast(Client, client)), client
+
+
+@asynccontextmanager
+async def through_temporal(
+    outcome: type[Outcome], subject: str, nonce: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, FakeHandle[Outcome]]]:
+    """The real app over the real deliverer and a fake client whose handle answers Updates with
+    `outcome` models (from its `script`): a client of the app that sends a link's token for
+    `subject` issued with `nonce`, and the fake handle."""
+    client = FakeClient(FakeHandle(outcome))
+    tokens = ResumeTokens({"k1": GATEWAY_SECRET}, "k1")
+    app = create_app(TemporalDeliverer(cast(Client, client)), tokens, max_body_bytes=MAX_BODY)
+    expires_at = datetime.now(UTC) + timedelta(hours=1)
+    token = tokens.mint(RUN, subject, expires_at, nonce=nonce).token
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://gateway", headers=bearer(token)
+    ) as http:
+        yield http, client.handle
 
 
 def link_claims(subject: str, nonce: str) -> ResumeClaims:

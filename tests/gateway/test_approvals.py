@@ -1,45 +1,38 @@
 """Approval links, fast and against stand-ins: the decision endpoint over real HTTP with a
-recording deliverer, and `TemporalDeliverer.decide` with a fake workflow handle.
+recording deliverer, and `TemporalDeliverer.decide` with a fake workflow handle. What the
+decision endpoint does as the answer endpoint does (a decision delivered, refused before the
+run or by the other endpoints, the run's refusals passed on and mapped, its fields documented)
+is in `test_replies.py`.
 
-What these prove about runs is proved again against real runs, through the real deliverer, in
-`test_real_server.py`. Proved here alone: the answers to outcomes no run gives today (a
-decision recorded but not applied, a refusal of no known type, a run ending mid-Update) and
-the retries of a decision through a link its run has not confirmed yet.
+What these and those prove about runs is proved again against real runs, through the real
+deliverer, in `test_real_server.py`, except the answers to outcomes no run gives today (a
+decision recorded but not applied, a refusal of no known type, a run ending mid-Update: in
+`test_replies.py`) and the retries of a decision through a link its run has not confirmed yet
+(here).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 
 from tests.gateway.replies import (
-    TEMPORAL_REFUSALS,
-    Refusal,
     deliverer_for,
     link_claims,
-    refusals_before_the_run,
-    refused,
-    the_one_reply,
     update_failed,
 )
 from tests.helpers import assert_error
-from tests.rigs import MAX_BODY, RUN, Gateway, running_gateway
+from tests.rigs import RUN, Gateway, running_gateway
 from waitstate.gateway import delivery
 from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.gateway.tokens import approval_subject
 from waitstate.names import DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
-    APPROVAL_DECIDED,
-    APPROVAL_NONCE_MISMATCH,
     APPROVAL_NOT_READY,
-    APPROVAL_UNKNOWN,
 )
 
 REQUEST = "apr_1"
@@ -58,28 +51,6 @@ def test_approval_subject_cannot_be_an_operation_id() -> None:
     assert "/" in approval_subject(REQUEST)
 
 
-async def test_decision_is_delivered_once_with_its_claims(gw: Gateway) -> None:
-    response = await gw.client.post(URL, json=APPROVE, headers=gw.auth())
-
-    assert response.status_code == 200, response.text
-    assert response.json() == {
-        "status": "accepted",
-        "request_id": REQUEST,
-        "approval_status": "approved",
-    }
-    body = the_one_reply(gw.deliverer.decisions, f"approval/{REQUEST}", REQUEST)
-    assert body == DecisionBody(decision="approve", reviewer="ana", comment="fine by me")
-    assert gw.deliverer.calls == []
-
-
-async def test_rejection_with_defaults(gw: Gateway) -> None:
-    response = await gw.client.post(URL, json={"decision": "reject"}, headers=gw.auth())
-
-    assert response.json()["approval_status"] == "rejected"
-    [(_, _, body)] = gw.deliverer.decisions
-    assert body == DecisionBody(decision="reject", reviewer="unknown", comment="")
-
-
 async def test_each_use_of_a_link_reaches_the_run(gw: Gateway) -> None:
     # The gateway does not deduplicate decisions: the run says whether one is already taken.
     gw.deliverer.script.append(DecideOutcome(accepted=True, status="approved"))
@@ -95,159 +66,8 @@ async def test_each_use_of_a_link_reaches_the_run(gw: Gateway) -> None:
     assert len(gw.deliverer.decisions) == 2
 
 
-VALID = json.dumps(APPROVE).encode()
-TOO_LARGE = b'{"decision": "approve", "comment": "' + b"x" * MAX_BODY + b'"}'
-
-
-# Every refusal the gateway answers before the run is asked: checks cheapest first.
-@pytest.mark.parametrize(
-    "refusal",
-    [
-        *refusals_before_the_run(
-            kind="request",
-            reply_to=REQUEST,
-            another=approval_subject("apr_2"),
-            valid=VALID,
-            too_large=TOO_LARGE,
-            invalid_code="invalid_decision",
-        ),
-        refused(
-            Gateway.auth, b'{"decision": "approve",', 422, "invalid_json", "JSON", id="cut-short"
-        ),
-        refused(
-            Gateway.auth,
-            b'{"decision": "maybe"}',
-            422,
-            "invalid_decision",
-            "decision: Input should be 'approve' or 'reject'",
-            id="unknown-decision",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"reviewer": "ana"}',
-            422,
-            "invalid_decision",
-            "decision: Field required",
-            id="no-decision",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"decision": "approve", "reviewer": "' + b"r" * 201 + b'"}',
-            422,
-            "invalid_decision",
-            "reviewer",
-            id="reviewer-too-long",
-        ),
-    ],
-)
-async def test_refused_before_the_run(gw: Gateway, refusal: Refusal) -> None:
-    await refusal.check(gw, URL)
-
-    assert gw.deliverer.decisions == []
-
-
-@pytest.mark.parametrize(
-    ("operation_id", "status", "code"),
-    [
-        (REQUEST, 401, "wrong_operation"),
-        # The path's operation id is one segment, so the subject itself cannot be sent: an
-        # encoded slash is decoded before routing and matches no route.
-        (f"approval%2F{REQUEST}", 404, "not_found"),
-    ],
-)
-async def test_approval_token_is_refused_by_the_operations_endpoint(
-    gw: Gateway, operation_id: str, status: int, code: str
-) -> None:
-    response = await gw.client.post(
-        f"/v1/operations/{operation_id}/complete",
-        json={"status": "succeeded", "result": 1},
-        headers=gw.auth(),
-    )
-
-    assert_error(response, status, code)
-    assert gw.deliverer.calls == [] and gw.deliverer.decisions == []
-
-
-def passed_on(refused: DeliveryRefused, code: str, id: str) -> Any:
-    """A case of a refusal the caller gets as the run gave it: its status and message, and
-    `code` (the refusal's own, else its status's)."""
-    return pytest.param(refused, refused.status_code, code, refused.message, id=id)
-
-
-# What the run (or the deliverer on its behalf) answers, passed on to the caller.
-@pytest.mark.parametrize(
-    ("answer", "status", "code", "message"),
-    [
-        pytest.param(
-            DecideOutcome(accepted=False, status="expired", reason="request expired"),
-            409,
-            "not_accepted",
-            "request expired",
-            id="not-accepted",
-        ),
-        pytest.param(
-            DecideOutcome(accepted=False, status="rejected"),
-            409,
-            "not_accepted",
-            "the request is rejected",
-            id="not-accepted-no-reason",
-        ),
-        passed_on(
-            DeliveryRefused(409, "request already rejected", code="approval_decided"),
-            "approval_decided",
-            id="decided",
-        ),
-        passed_on(DeliveryRefused(409, "the run has ended"), "conflict", id="ended"),
-        passed_on(
-            DeliveryRefused(404, "no approval request apr_1", code="approval_unknown"),
-            "approval_unknown",
-            id="unknown",
-        ),
-        passed_on(
-            DeliveryRefused(401, "link was not issued for this request"), "unauthorized", id="nonce"
-        ),
-        passed_on(
-            DeliveryRefused(503, "Temporal is unavailable; retry later"),
-            "service_unavailable",
-            id="unavailable",
-        ),
-        pytest.param(
-            RuntimeError("secret internals"),
-            500,
-            "internal_error",
-            "the gateway failed; retry later",
-            id="deliverer-bug",
-        ),
-    ],
-)
-async def test_run_refusals_pass_through(
-    gw: Gateway, answer: DecideOutcome | Exception, status: int, code: str, message: str
-) -> None:
-    gw.deliverer.script.append(answer)
-
-    response = await gw.client.post(URL, json=APPROVE, headers=gw.auth())
-
-    assert assert_error(response, status, code) == message
-    assert len(gw.deliverer.decisions) == 1
-
-
-async def test_openapi_documents_the_decision_endpoint(gw: Gateway) -> None:
-    # test_openapi.py checks what every route documents (its body, answer, statuses and token)
-    # and finds every body's schema; here, the decision endpoint's fields.
-    schemas = (await gw.client.get("/openapi.json")).json()["components"]["schemas"]
-
-    assert set(schemas["DecisionBody"]["properties"]) == {"decision", "reviewer", "comment"}
-    assert schemas["DecisionBody"]["properties"]["decision"]["enum"] == ["approve", "reject"]
-    assert schemas["DecisionBody"]["required"] == ["decision"]
-    assert set(schemas["DecisionAccepted"]["properties"]) == {
-        "status",
-        "request_id",
-        "approval_status",
-    }
-
-
-# TemporalDeliverer.decide, with a stand-in for the workflow handle: each refusal Temporal or the
-# run can give, mapped to its HTTP answer.
+# TemporalDeliverer.decide, with a stand-in for the workflow handle (each refusal Temporal or the
+# run can give is followed to its HTTP answer in test_replies.py).
 
 CLAIMS = link_claims(approval_subject(REQUEST), "nonce-of-the-link")
 BODY = DecisionBody(decision="reject", reviewer="ana", comment="too much")
@@ -325,28 +145,3 @@ async def test_decide_returns_an_outcome_the_run_did_not_accept() -> None:
     deliverer, _ = deliverer_for(DecideOutcome, outcome)
 
     assert await deliverer.decide(CLAIMS, REQUEST, BODY) == outcome
-
-
-@pytest.mark.parametrize(
-    ("error", "status", "code"),
-    [
-        (update_failed(APPROVAL_UNKNOWN, "no approval request apr_1"), 404, "approval_unknown"),
-        (
-            update_failed(APPROVAL_NONCE_MISMATCH, "link was not issued for this request"),
-            401,
-            "nonce_mismatch",
-        ),
-        (update_failed(APPROVAL_DECIDED, "request already approved"), 409, "approval_decided"),
-        *TEMPORAL_REFUSALS,
-    ],
-)
-async def test_decide_maps_refusals(error: BaseException, status: int, code: str) -> None:
-    deliverer, _ = deliverer_for(DecideOutcome, error)
-
-    with pytest.raises(DeliveryRefused) as refused:
-        await deliverer.decide(CLAIMS, REQUEST, BODY)
-
-    assert (refused.value.status_code, refused.value.code) == (status, code)
-    if isinstance(error, WorkflowUpdateFailedError):
-        assert isinstance(error.cause, ApplicationError)
-        assert refused.value.message == error.cause.message

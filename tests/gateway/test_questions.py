@@ -1,47 +1,32 @@
 """Question links, fast and against stand-ins: the answer endpoint over real HTTP with a
 recording deliverer, and the same endpoint over `TemporalDeliverer.answer` with a fake workflow
-handle, so each refusal of the run's `answer` Update is followed to its HTTP answer.
+handle. What the answer endpoint does as the decision endpoint does (an answer delivered,
+refused before the run or by the other endpoints, the run's refusals passed on, its fields
+documented, each refusal of the run's `answer` Update followed to its HTTP answer) is in
+`test_replies.py`.
 
 Real runs asking real questions are proved in the workflow tests.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 
 from tests.gateway.replies import (
-    TEMPORAL_REFUSALS,
-    FakeClient,
     FakeHandle,
-    Refusal,
     deliverer_for,
     link_claims,
-    refusals_before_the_run,
-    refused,
-    the_one_reply,
-    update_failed,
+    through_temporal,
 )
 from tests.helpers import assert_error
-from tests.rigs import GATEWAY_SECRET, MAX_BODY, RUN, Gateway, bearer, running_gateway
-from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import DeliveryRefused, TemporalDeliverer, answer_update_id
-from waitstate.gateway.tokens import ResumeTokens, approval_subject, question_subject
+from tests.rigs import RUN, Gateway, running_gateway
+from waitstate.gateway.delivery import DeliveryRefused, answer_update_id
+from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.names import ANSWER_UPDATE
-from waitstate.schemas.errors import (
-    QUESTION_CLOSED,
-    QUESTION_INVALID_ANSWER,
-    QUESTION_NONCE_MISMATCH,
-    QUESTION_NOT_YOURS,
-    QUESTION_UNKNOWN,
-)
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 
 QUESTION = "q_1"
@@ -70,26 +55,6 @@ def answered(*, delivered: bool = True, reason: str = "") -> dict[str, Any]:
 def test_question_subject_cannot_be_an_operation_id() -> None:
     assert question_subject(QUESTION) == f"question/{QUESTION}"
     assert question_subject(QUESTION) not in (QUESTION, approval_subject(QUESTION))
-
-
-async def test_answer_is_delivered_once_with_its_claims(gw: Gateway) -> None:
-    response = await gw.client.post(URL, json=ACCEPT, headers=gw.auth())
-
-    assert response.status_code == 200, response.text
-    assert response.json() == answered()
-    body = the_one_reply(gw.deliverer.answers, f"question/{QUESTION}", QUESTION)
-    assert body == AnswerBody(
-        action="accept", content={"region": "EMEA", "rows": 3}, responder="ana"
-    )
-    assert gw.deliverer.calls == [] and gw.deliverer.decisions == []
-
-
-async def test_decline_with_defaults(gw: Gateway) -> None:
-    response = await gw.client.post(URL, json={"action": "decline"}, headers=gw.auth())
-
-    assert response.json()["question_status"] == "declined"
-    [(_, _, body)] = gw.deliverer.answers
-    assert body == AnswerBody(action="decline", content=None, responder="unknown")
 
 
 @pytest.mark.parametrize("number", [b"NaN", b"-Infinity", b"1e999"])
@@ -121,14 +86,6 @@ async def test_an_answer_the_job_did_not_take_is_still_accepted(gw: Gateway) -> 
     assert response.json() == answered(delivered=False, reason="job exp_1 has ended")
 
 
-async def test_an_answer_the_run_did_not_accept_is_409(gw: Gateway) -> None:
-    gw.deliverer.script.append(AnswerOutcome(accepted=False, status="expired"))
-
-    response = await gw.client.post(URL, json=ACCEPT, headers=gw.auth())
-
-    assert assert_error(response, 409, "not_accepted") == "the question is expired"
-
-
 async def test_accepted_answers_are_counted(gw: Gateway) -> None:
     def accepted(metrics: str) -> float:
         prefix = 'waitstate_gateway_accepted_total{endpoint="answer"} '
@@ -145,115 +102,9 @@ async def test_accepted_answers_are_counted(gw: Gateway) -> None:
     assert after - before == 1
 
 
-VALID = json.dumps(ACCEPT).encode()
-TOO_LARGE = b'{"action": "decline", "responder": "' + b"x" * MAX_BODY + b'"}'
+# TemporalDeliverer.answer, with a stand-in for the workflow handle (behind the real app, or
+# alone). Each refusal of the run's Update is followed to its HTTP answer in test_replies.py.
 
-
-# Every refusal the gateway answers before the run is asked: checks cheapest first.
-@pytest.mark.parametrize(
-    "refusal",
-    [
-        *refusals_before_the_run(
-            kind="question",
-            reply_to=QUESTION,
-            another=question_subject("q_2"),
-            valid=VALID,
-            too_large=TOO_LARGE,
-            invalid_code="invalid_answer",
-        ),
-        refused(
-            # An approval request's link, for a request named like the question.
-            lambda gw: gw.auth(approval_subject(QUESTION)),
-            VALID,
-            401,
-            "wrong_question",
-            "token was issued for another question",
-            id="approval-token",
-        ),
-        refused(
-            lambda gw: gw.auth(approval_subject(QUESTION, "approve")),
-            VALID,
-            401,
-            "wrong_question",
-            "token was issued for another question",
-            id="one-click-approval-token",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"action": "maybe"}',
-            422,
-            "invalid_answer",
-            "action: Input should be 'accept' or 'decline'",
-            id="unknown-action",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"content": {"region": "EMEA"}}',
-            422,
-            "invalid_answer",
-            "action: Field required",
-            id="no-action",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"action": "accept", "content": ["EMEA"]}',
-            422,
-            "invalid_answer",
-            "content",
-            id="content-not-an-object",
-        ),
-        refused(
-            Gateway.auth,
-            b'{"action": "decline", "responder": "' + b"r" * 201 + b'"}',
-            422,
-            "invalid_answer",
-            "responder",
-            id="responder-too-long",
-        ),
-    ],
-)
-async def test_refused_before_the_run(gw: Gateway, refusal: Refusal) -> None:
-    await refusal.check(gw, URL)
-
-    assert gw.deliverer.answers == []
-
-
-@pytest.mark.parametrize(
-    ("url", "body", "code"),
-    [
-        (f"/v1/operations/{QUESTION}/complete", {"status": "succeeded"}, "wrong_operation"),
-        (f"/v1/approvals/{QUESTION}/decision", {"decision": "approve"}, "wrong_request"),
-    ],
-)
-async def test_a_question_token_is_refused_by_the_other_endpoints(
-    gw: Gateway, url: str, body: dict[str, Any], code: str
-) -> None:
-    response = await gw.client.post(url, json=body, headers=gw.auth())
-
-    assert_error(response, 401, code)
-    assert gw.deliverer.calls == [] and gw.deliverer.decisions == []
-
-
-async def test_openapi_documents_the_answer_endpoint(gw: Gateway) -> None:
-    # test_openapi.py checks what every route documents (its body, answer, statuses and token)
-    # and finds every body's schema; here, the answer endpoint's fields.
-    schemas = (await gw.client.get("/openapi.json")).json()["components"]["schemas"]
-
-    assert set(schemas["AnswerBody"]["properties"]) == {"action", "content", "responder"}
-    assert schemas["AnswerBody"]["required"] == ["action"]
-    assert set(schemas["AnswerAccepted"]["properties"]) == {
-        "status",
-        "question_id",
-        "question_status",
-        "delivered",
-        "reason",
-    }
-
-
-# TemporalDeliverer.answer, with a stand-in for the workflow handle, behind the real app: each
-# refusal Temporal or the run's validator can give, followed to its HTTP answer.
-
-TOKENS = ResumeTokens({"k1": GATEWAY_SECRET}, "k1")
 NONCE = "nonce-of-the-link"
 CLAIMS = link_claims(question_subject(QUESTION), NONCE)
 BODY = AnswerBody(action="accept", content={"region": "EMEA"}, responder="ana")
@@ -264,65 +115,16 @@ ThroughTemporal = tuple[httpx.AsyncClient, FakeHandle[AnswerOutcome]]
 
 
 @pytest.fixture
-async def through_temporal() -> AsyncIterator[ThroughTemporal]:
+async def temporal_behind() -> AsyncIterator[ThroughTemporal]:
     """The app over the real deliverer and a fake Temporal client, and the fake handle."""
-    client = FakeClient(FakeHandle(AnswerOutcome))
-    app = create_app(TemporalDeliverer(cast(Client, client)), TOKENS, max_body_bytes=MAX_BODY)
-    token = TOKENS.mint(
-        RUN, question_subject(QUESTION), datetime.now(UTC) + timedelta(hours=1), nonce=NONCE
-    ).token
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://gateway", headers=bearer(token)
-    ) as http:
-        yield http, client.handle
-
-
-@pytest.mark.parametrize(
-    ("error", "status", "code"),
-    [
-        (update_failed(QUESTION_UNKNOWN, "no question q_1"), 404, "question_unknown"),
-        (
-            update_failed(QUESTION_NONCE_MISMATCH, "link was not issued for this question"),
-            401,
-            "nonce_mismatch",
-        ),
-        (update_failed(QUESTION_CLOSED, "question already answered"), 409, "question_closed"),
-        (
-            update_failed(QUESTION_NOT_YOURS, "question q_1 is the model's to answer"),
-            403,
-            "question_not_yours",
-        ),
-        (
-            update_failed(QUESTION_INVALID_ANSWER, "invalid answer: rows: 'x' is not an integer"),
-            422,
-            "invalid_answer",
-        ),
-        *TEMPORAL_REFUSALS,
-    ],
-)
-async def test_the_runs_refusals_are_mapped_to_http_answers(
-    through_temporal: ThroughTemporal,
-    error: BaseException,
-    status: int,
-    code: str,
-) -> None:
-    http, handle = through_temporal
-    handle.script.append(error)
-
-    response = await http.post(URL, json=ACCEPT)
-
-    message = assert_error(response, status, code)
-    if isinstance(error, WorkflowUpdateFailedError):
-        assert isinstance(error.cause, ApplicationError)
-        assert message == error.cause.message
-    assert len(handle.updates) == 1
+    async with through_temporal(AnswerOutcome, question_subject(QUESTION), NONCE) as app:
+        yield app
 
 
 async def test_the_answer_update_carries_the_links_nonce(
-    through_temporal: ThroughTemporal,
+    temporal_behind: ThroughTemporal,
 ) -> None:
-    http, handle = through_temporal
+    http, handle = temporal_behind
     handle.script.append(
         lambda arg: AnswerOutcome(
             accepted=True, status="answered", delivered=True, delivery_id=arg.delivery_id

@@ -231,9 +231,7 @@ class TemporalDeliverer:
             raise DeliveryRefused(409, outcome.reason or "not applied", code="not_applied")
         if outcome.delivery_id != delivery_id:
             # Another request with the same body got there first; this one shares its Update.
-            raise DeliveryRefused(
-                409, "duplicate completion: already applied", code="duplicate_completion"
-            )
+            raise _copy_refused("completion")
         return outcome
 
     async def decide(
@@ -248,12 +246,7 @@ class TemporalDeliverer:
         """
         delivery_id = uuid4().hex
         update = DecideInput(
-            request_id=request_id,
-            decision=body.decision,
-            reviewer=body.reviewer,
-            comment=body.comment,
-            nonce=claims.nonce,
-            delivery_id=delivery_id,
+            **body.model_dump(), request_id=request_id, nonce=claims.nonce, delivery_id=delivery_id
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
@@ -277,9 +270,7 @@ class TemporalDeliverer:
         if outcome.delivery_id and outcome.delivery_id != delivery_id:
             # The same decision got there first (Temporal answered this request, which reused
             # its Update id, with its outcome): a copy, not applied.
-            raise DeliveryRefused(
-                409, "duplicate decision: already applied", code="duplicate_decision"
-            )
+            raise _copy_refused("decision")
         return outcome
 
     async def answer(
@@ -302,10 +293,8 @@ class TemporalDeliverer:
         """
         delivery_id = uuid4().hex
         update = AnswerInput(
+            **body.model_dump(),
             question_id=question_id,
-            action=body.action,
-            content=body.content,
-            responder=body.responder,
             nonce=claims.nonce,
             delivery_id=delivery_id,
         )
@@ -360,6 +349,12 @@ class TemporalDeliverer:
             raise DeliveryRefused(
                 503, "Temporal is unavailable; retry later", code="temporal_unavailable"
             ) from err
+
+
+def _copy_refused(what: str) -> DeliveryRefused:
+    """The refusal of a copy of a completion or decision already applied: Temporal answered it,
+    as it reused the Update id of the first, with the first one's outcome."""
+    return DeliveryRefused(409, f"duplicate {what}: already applied", code=f"duplicate_{what}")
 
 
 def _rejected(cause: BaseException) -> DeliveryRefused:

@@ -23,7 +23,6 @@ DECISION_PATH = "/v1/approvals/{request_id}/decision"
 DECISIONS = Reply(
     model=DecisionBody,
     kind="request",
-    invalid_code="invalid_decision",
     endpoint="decision",
     delivering="a decision on request {!r}",
 )
@@ -85,17 +84,14 @@ async def decide(
     admitted: Annotated[Admitted[DecisionBody], Security(admitted_decision)],
     gate: GateDep,
 ) -> DecisionAccepted:
-    claims, decision = admitted.claims, admitted.body
-    outcome = await DECISIONS.apply(
-        gate, gate.deliverer.decide(claims, request_id, decision), request_id
-    )
+    outcome = await DECISIONS.apply(gate, gate.deliverer.decide, request_id, admitted)
     DECISIONS.delivered(
         gate,
         "delivered %s by %r on request %s to run %s: now %s",
-        decision.decision,
-        decision.reviewer,
+        admitted.body.decision,
+        admitted.body.reviewer,
         request_id,
-        claims.workflow_id,
+        admitted.claims.workflow_id,
         outcome.status,
     )
     return DecisionAccepted(request_id=request_id, approval_status=outcome.status)

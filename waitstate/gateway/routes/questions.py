@@ -22,7 +22,6 @@ ANSWER_PATH = "/v1/questions/{question_id}/answer"
 ANSWERS = Reply(
     model=AnswerBody,
     kind="question",
-    invalid_code="invalid_answer",
     endpoint="answer",
     delivering="an answer to question {!r}",
 )
@@ -79,17 +78,14 @@ async def answer(
     admitted: Annotated[Admitted[AnswerBody], Security(admitted_answer)],
     gate: GateDep,
 ) -> AnswerAccepted:
-    claims, body = admitted.claims, admitted.body
-    outcome = await ANSWERS.apply(
-        gate, gate.deliverer.answer(claims, question_id, body), question_id
-    )
+    outcome = await ANSWERS.apply(gate, gate.deliverer.answer, question_id, admitted)
     ANSWERS.delivered(
         gate,
         "delivered %s by %r to question %s of run %s: now %s, %s",
-        body.action,
-        body.responder,
+        admitted.body.action,
+        admitted.body.responder,
         question_id,
-        claims.workflow_id,
+        admitted.claims.workflow_id,
         outcome.status,
         "the job has it" if outcome.delivered else f"the job refused it: {outcome.reason}",
     )

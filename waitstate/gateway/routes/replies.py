@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from waitstate.gateway.gate import Acceptance, Admitted, Gate, json_body
 from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.tokens import ResumeClaims
 
 _Body = TypeVar("_Body", bound=BaseModel)
 _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
@@ -43,17 +44,22 @@ class Reply(Generic[_Body]):
         model: The body's model.
         kind: What a reply is to (`request`, `question`), as refusals name it: a token for
             another one is `wrong_<kind>`, and one no longer open is "the <kind> is <status>".
-        invalid_code: The code of a refusal of a JSON body that is not a valid `model`.
-        endpoint: The label of the count of the replies the runs took.
+        endpoint: What a reply is (`decision`, `answer`): the label of the count of the
+            replies the runs took, and in `invalid_<endpoint>`, the code of a refusal of a JSON
+            body that is not a valid `model`.
         delivering: How the log of a failed delivery names one reply, formatted with the id
             of what it replies to (`"a decision on request {!r}"`).
     """
 
     model: type[_Body]
     kind: str
-    invalid_code: str
     endpoint: str
     delivering: str
+
+    @property
+    def invalid_code(self) -> str:
+        """The code of a refusal of a JSON body that is not a valid `model`."""
+        return f"invalid_{self.endpoint}"
 
     def route(
         self,
@@ -98,9 +104,15 @@ class Reply(Generic[_Body]):
             invalid_code=self.invalid_code,
         )
 
-    async def apply(self, gate: Gate, delivery: Awaitable[_Verdict], reply_to: str) -> _Verdict:
-        """The run's outcome of `delivery` (the deliverer's call, not awaited yet) of a reply
-        to `reply_to`.
+    async def apply(
+        self,
+        gate: Gate,
+        send: Callable[[ResumeClaims, str, _Body], Awaitable[_Verdict]],
+        reply_to: str,
+        admitted: Admitted[_Body],
+    ) -> _Verdict:
+        """The run's outcome of the `admitted` reply to `reply_to`, delivered with `send` (the
+        deliverer's method for such replies).
 
         Raises:
             Refused: the run refused it or could not be reached (see `Gate.deliver`), or 409
@@ -108,6 +120,7 @@ class Reply(Generic[_Body]):
                 to was no longer open, so retrying cannot help.
             Failed: the deliverer failed (a bug).
         """
+        delivery = send(admitted.claims, reply_to, admitted.body)
         outcome = await gate.deliver(delivery, self.delivering.format(reply_to))
         if not outcome.accepted:
             message = outcome.reason or f"the {self.kind} is {outcome.status}"
