@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 
 import starter
 from tests.helpers import eventually, make_worker, process_env, start_run
-from tests.test_starter import Cli
+from tests.test_starter import Cli, assert_refused
 from tests.tiers import SUBPROCESS, needs
 from waitstate.cli.replay import default_query
 from waitstate.names import AGENT_RUN
@@ -138,9 +138,6 @@ async def _ids(client: Client, query: str) -> set[str]:
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--query", "WorkflowId = "], "error: the query is refused: "),
-        (["--query", "NoSuchAttribute = 'x'"], "error: the query is refused: "),
-        (["--limit", "0"], "argument --limit: must be 1 or more, got 0"),
         (["--limit", "-3"], "argument --limit: must be 1 or more, got -3"),
         (["--closed-within", "0d"], "argument --closed-within: a duration must be more than 0"),
         (["--closed-within", "1d", "--query", "WorkflowId = 'x'"], "not allowed with argument"),
@@ -149,21 +146,7 @@ async def _ids(client: Client, query: str) -> set[str]:
 async def test_bad_input_is_a_usage_error_and_nothing_is_replayed(
     cli: Cli, args: list[str], error: str
 ) -> None:
-    done = await cli("replay-check", *args)
-
-    assert done.code == 2
-    assert error in done.stderr
-    assert done.stdout == ""
-
-
-async def test_an_unreachable_cluster_is_exit_2(cli: Cli, closed_port: int) -> None:
-    cli.env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{closed_port}"
-
-    done = await cli("replay-check")
-
-    assert done.code == 2
-    assert done.stderr.startswith("error: cannot reach Temporal at ")
-    assert done.stdout == ""
+    assert_refused(await cli("replay-check", *args), error)
 
 
 async def test_the_gate_replays_on_the_workflows_the_worker_registers(

@@ -112,6 +112,14 @@ async def _open_requests(handle: WorkflowHandle[Any, Any], count: int) -> list[s
     return await eventually(open_ids, f"{count} open approval requests", PATIENCE)
 
 
+def assert_refused(done: Done, error: str) -> None:
+    """The command refused its input or its cluster: exit 2, `error` on stderr, nothing on
+    stdout (so nothing was done)."""
+    assert done.code == 2, done.stdout + done.stderr
+    assert error in done.stderr
+    assert done.stdout == ""
+
+
 def _one_error_line(done: Done) -> str:
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
     return done.stderr.strip()
@@ -675,3 +683,33 @@ async def test_a_reader_that_goes_away_ends_the_cli_quietly(cli: Cli) -> None:
         _, stderr = await process.communicate()
 
     assert (process.returncode, stderr.decode()) == (141, "")
+
+
+CLUSTER_WIDE = ["replay-check", "versions"]
+
+
+@pytest.mark.parametrize("command", CLUSTER_WIDE)
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--query", "WorkflowId = "], "error: the query is refused: "),
+        (["--query", "NoSuchAttribute = 'x'"], "error: the query is refused: "),
+        (["--limit", "0"], "argument --limit: must be 1 or more, got 0"),
+    ],
+)
+async def test_the_cluster_wide_commands_refuse_a_bad_query_or_limit(
+    cli: Cli, command: str, args: list[str], error: str
+) -> None:
+    assert_refused(await cli(command, *args), error)
+
+
+@pytest.mark.parametrize("command", CLUSTER_WIDE)
+async def test_the_cluster_wide_commands_say_an_unreachable_cluster_is_exit_2(
+    cli: Cli, closed_port: int, command: str
+) -> None:
+    cli.env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{closed_port}"
+
+    done = await cli(command)
+
+    assert_refused(done, "error: cannot reach Temporal at ")
+    assert done.stderr.startswith("error: cannot reach Temporal at ")
