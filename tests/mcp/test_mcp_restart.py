@@ -11,6 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import (
+    accept,
     activity_attempts,
     eventually,
     first_question,
@@ -20,7 +21,6 @@ from tests.helpers import (
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import mcp_url, reports_run, tool_outcome
 from tests.rigs import ServerProcess
-from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
@@ -86,11 +86,7 @@ async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
     async with reports_run(dev_env, task_queue, url, "scripted:mcp-publish") as handle:
         question = await first_question(handle, "the task's question")
         first_life = await _outage(restartable_reports, caplog)
-        outcome = await handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(question_id=question.question_id, action="accept",
-                        content={"channel": "slack"}, responder="ana"),
-        )  # fmt: skip
+        outcome = await accept(handle, question, {"channel": "slack"})
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
     second_life = await task_events(url)
