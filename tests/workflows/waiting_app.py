@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from waitstate import App, Message, Script, ToolCall, ToolDefinition
+from waitstate import App, Message, RunResult, Script, ToolCall, ToolDefinition
 from waitstate.providers.scripted import questions_for_the_model
 
 
@@ -36,6 +36,21 @@ def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any
         )
 
     return script
+
+
+def results_seen(result: RunResult, tool: str) -> list[str]:
+    """What a `wait_and_answer` run that called `tool` answered with: the result of `tool`, of
+    the wait, of `answer_question` and of the second wait, once it is checked that the run
+    completed and saw those four, in that order."""
+    assert result.status == "completed", result.error
+    lines = (result.final_output or "").splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        tool,
+        "wait_for_operations",
+        "answer_question",
+        "wait_for_operations",
+    ], lines
+    return [line.split(": ", 1)[1] for line in lines]
 
 
 app = App(
