@@ -28,7 +28,7 @@ from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
@@ -377,3 +377,19 @@ async def until_the_poll_has_heartbeated(handle: WorkflowHandle[Any, Any]) -> No
         )
 
     await eventually(heartbeated, "a heartbeat of the poll activity")
+
+
+# --- A person's answer to a run's question --------------------------------------------------------
+
+
+async def accept(
+    handle: WorkflowHandle[Any, Any],
+    question: InputRequest,
+    content: dict[str, Any],
+    responder: str = "ana",
+) -> AnswerOutcome:
+    """`responder` accepts the run's `question` with `content` (the run's `answer` update)."""
+    answer = AnswerInput(
+        question_id=question.question_id, action="accept", content=content, responder=responder
+    )
+    return await handle.execute_update(AgentRunWorkflow.answer, answer)

@@ -377,33 +377,31 @@ class RecordingDeliverer:
     ) -> CompletionOutcome:
         self.calls.append((claims, completion, delivery_id))
         self.report_ids.append(report_id)
-        if self.script:
-            return self._scripted(CompletionOutcome)
-        return CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
+        applied = CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
+        return self._scripted_or(applied)
 
     async def decide(
         self, claims: ResumeClaims, request_id: str, body: DecisionBody
     ) -> DecideOutcome:
         self.decisions.append((claims, request_id, body))
-        if self.script:
-            return self._scripted(DecideOutcome)
         status = "approved" if body.decision == "approve" else "rejected"
-        return DecideOutcome(accepted=True, status=status)
+        return self._scripted_or(DecideOutcome(accepted=True, status=status))
 
     async def answer(
         self, claims: ResumeClaims, question_id: str, body: AnswerBody
     ) -> AnswerOutcome:
         self.answers.append((claims, question_id, body))
-        if self.script:
-            return self._scripted(AnswerOutcome)
         status = "answered" if body.action == "accept" else "declined"
-        return AnswerOutcome(accepted=True, status=status, delivered=True)
+        return self._scripted_or(AnswerOutcome(accepted=True, status=status, delivered=True))
 
-    def _scripted(self, kind: type[Outcome]) -> Outcome:
+    def _scripted_or(self, applied: Outcome) -> Outcome:
+        """The script's next answer (raised if it is a refusal), else `applied`."""
+        if not self.script:
+            return applied
         answer = self.script.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        assert isinstance(answer, kind), answer
+        assert isinstance(answer, type(applied)), answer
         return answer
 
     def clear(self) -> None:

@@ -26,17 +26,14 @@ from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, make_worker, process_env, start_run
+from tests.one_question_job import OneQuestionJob
 from tests.tiers import SUBPROCESS, needs
 from waitstate import (
     Completion,
     InputPolicy,
-    Job,
-    JobAnswer,
     LongSpec,
-    LongTool,
     Message,
     Question,
-    StartContext,
     ToolCall,
     ToolDefinition,
     ToolSpec,
@@ -424,27 +421,13 @@ class _NoArgs(BaseModel):
     pass
 
 
-class _HostileJob(LongTool):
+def _hostile_job() -> OneQuestionJob:
     """A job that asks a person a question full of terminal escapes, then succeeds."""
-
-    def __init__(self) -> None:
-        self.answers: list[JobAnswer] = []
-
-    async def start(self, args: Any, context: StartContext) -> Job:
-        return Job(job_id="hostile-1")
-
-    async def status(self, job_id: str) -> Completion:
-        if self.answers:
-            return Completion(status="succeeded", result={"ok": True})
-        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-        question = Question(key="ok", message=f"Proceed?\n{HOSTILE}", requested_schema=schema)
-        return Completion(status="input_required", questions=[question])
-
-    async def cancel(self, job_id: str) -> None:
-        return None
-
-    async def answer(self, job_id: str, answer: JobAnswer) -> None:
-        self.answers.append(answer)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    question = Question(key="ok", message=f"Proceed?\n{HOSTILE}", requested_schema=schema)
+    return OneQuestionJob(
+        "hostile-1", question, Completion(status="succeeded", result={"ok": True})
+    )
 
 
 def _hostile_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -462,7 +445,7 @@ def _hostile_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]
 
 def _hostile_tool() -> ToolSpec:
     long = LongSpec(
-        _HostileJob(),
+        _hostile_job(),
         completion="poll",
         poll_interval=timedelta(seconds=0.2),
         input=InputPolicy(answered_by="person"),

@@ -29,7 +29,8 @@ import platform
 import shlex
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -129,13 +130,20 @@ def marks_for(item: pytest.Item) -> set[str]:
     return marks
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+@contextmanager
+def _running_as(item: pytest.Item | None) -> Iterator[None]:
+    """`item` is the running test (None: no test's doing) until the block ends."""
     _running.append(item)
     try:
-        return (yield)
+        yield
     finally:
         _running.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    with _running_as(item):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -143,11 +151,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object
     # A test's teardown also ends the wider fixtures no later test needs (a module's, the
     # session's), set up for marked tests before it: what they stop there is not this test's
     # doing, so the guard is lifted (a test's own fixtures started what they stop in setup).
-    _running.append(None)
-    try:
+    with _running_as(None):
         return (yield)
-    finally:
-        _running.pop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from activities import OperationActivities
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tests.helpers import EVENTUALLY_WITHIN, eventually
+from tests.one_question_job import OneQuestionJob
 from tests.rigs import Systems
 from waitstate.schemas.errors import ANSWER_REFUSED, OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from waitstate.schemas.operations import (
@@ -294,32 +295,13 @@ async def test_a_tool_that_is_not_long_on_this_worker_fails_the_call_for_good(
 # --- questions ----------------------------------------------------------------------------------
 
 
-class _Asking(LongTool):
-    """A job that asks one question (`confirm`) and, once answered, asks nothing more: its
-    status is what it was last told; answers are kept, the first one to a key only."""
-
-    def __init__(self) -> None:
-        self.answers: list[JobAnswer] = []
-
-    async def start(self, args: Any, context: StartContext) -> Job:
-        return Job(job_id="job-1")
-
-    async def status(self, job_id: str) -> Completion:
-        if self.answers:
-            return Completion(status="running", progress="purging")
-        return Completion(status="input_required", questions=[CONFIRM])
-
-    async def cancel(self, job_id: str) -> None:
-        return None
-
-    async def answer(self, job_id: str, answer: JobAnswer) -> None:
-        if job_id != "job-1":
-            raise ToolError(f"no job {job_id}")
-        if not any(kept.key == answer.key for kept in self.answers):
-            self.answers.append(answer)
-
-
 CONFIRM = Question(key="confirm", message="Purge it?")
+
+
+def _asking_job() -> OneQuestionJob:
+    """`job-1`, which asks one question (`confirm`) and, once answered, asks nothing more: it
+    goes on purging."""
+    return OneQuestionJob("job-1", CONFIRM, Completion(status="running", progress="purging"))
 
 
 def _asking(backend: LongTool) -> OperationActivities:
@@ -332,7 +314,7 @@ def _poll_known(known: list[str] | None) -> PollOperationInput:
 
 
 async def test_a_poll_returns_when_the_job_asks_a_question_its_run_has_not_recorded() -> None:
-    result = await _polled(_asking(_Asking()), _poll_known([]))
+    result = await _polled(_asking(_asking_job()), _poll_known([]))
 
     assert result == Completion(status="input_required", questions=[CONFIRM])
 
@@ -345,7 +327,7 @@ async def test_a_poll_goes_on_through_a_question_already_recorded_or_when_the_ru
     env = ActivityEnvironment()
     beats: list[Any] = []
     env.on_heartbeat = lambda *details: beats.append(details)
-    poll = asyncio.create_task(env.run(_asking(_Asking()).poll_operation, _poll_known(known)))
+    poll = asyncio.create_task(env.run(_asking(_asking_job()).poll_operation, _poll_known(known)))
 
     await eventually(lambda: asyncio.sleep(0, len(beats) >= 3), "three checks")
     poll.cancel()
@@ -355,7 +337,7 @@ async def test_a_poll_goes_on_through_a_question_already_recorded_or_when_the_ru
 
 
 async def test_an_answer_reaches_the_jobs_backend_once_and_a_refusal_is_final() -> None:
-    backend = _Asking()
+    backend = _asking_job()
     activities = _asking(backend)
     env = ActivityEnvironment()
     answer = DeliverAnswer(

@@ -6,24 +6,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import App, McpServer, Message, Script, ToolCall, ToolDefinition
 from waitstate.mcp_tasks import tool_result_text
 
 
-def _call(turn: int, name: str, arguments: dict[str, object]) -> Message:
-    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
-    return Message(role="assistant", tool_calls=[call])
-
-
-def _results(messages: Sequence[Message]) -> list[Message]:
-    return [m for m in messages if m.role == "tool"]
-
-
 def add_numbers(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Adds 2 and 3 on the reports server, then answers with what it saw."""
-    results = _results(messages)
+    results = tool_results(messages)
     if not results:
-        return _call(0, "reports__add", {"a": 2, "b": 3})
+        return call(0, "reports__add", {"a": 2, "b": 3})
     offered = ",".join(sorted(t.name for t in tools))
     return Message(role="assistant", content=f"sum={results[0].content} offered={offered}")
 
@@ -36,19 +28,19 @@ def tour(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
         ("reports__summarize", {"region": "emea"}),
         ("reports__big_table", {"rows": 600}),
     ]
-    results = _results(messages)
+    results = tool_results(messages)
     if len(results) < len(plan):
         name, arguments = plan[len(results)]
-        return _call(len(results), name, arguments)
+        return call(len(results), name, arguments)
     lines = [f"{m.name} error={m.is_error}: {' '.join(m.content.split())[:80]}" for m in results]
     return Message(role="assistant", content="\n".join(lines))
 
 
 def delete(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Deletes a dataset (a destructive tool), then answers with the result."""
-    results = _results(messages)
+    results = tool_results(messages)
     if not results:
-        return _call(0, "reports__delete_dataset", {"name": "q3-drafts"})
+        return call(0, "reports__delete_dataset", {"name": "q3-drafts"})
     return Message(role="assistant", content=f"result: {results[0].content}")
 
 
@@ -56,9 +48,9 @@ def one_call(name: str, arguments: dict[str, object]) -> Script:
     """A script that calls `name` once, then answers with the result it got."""
 
     def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-        results = _results(messages)
+        results = tool_results(messages)
         if not results:
-            return _call(0, name, arguments)
+            return call(0, name, arguments)
         return Message(role="assistant", content=f"got: {results[-1].content}")
 
     return script
@@ -67,7 +59,7 @@ def one_call(name: str, arguments: dict[str, object]) -> Script:
 def two_counts(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Counts to 240 and to 120 at once (two tasks polled side by side), then answers with
     both results."""
-    results = _results(messages)
+    results = tool_results(messages)
     if not results:
         calls = [
             ToolCall(id=f"call_{to}", name="reports__count", arguments=json.dumps({"to": to}))
@@ -82,10 +74,10 @@ def on_table(tool: str) -> Script:
     result it got."""
 
     def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-        results = _results(messages)
+        results = tool_results(messages)
         if not results:
             table = next(m.content for m in messages if m.role == "user")
-            return _call(0, tool, {"name" if tool.endswith("drop_table") else "table": table})
+            return call(0, tool, {"name" if tool.endswith("drop_table") else "table": table})
         return Message(role="assistant", content=f"got: {results[-1].content}")
 
     return script
@@ -95,16 +87,12 @@ def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinitio
     """Publishes a report; answers the task's question itself (`answer_question`, when the
     server's policy gives questions to the model) with the channel `email`; then waits for
     the operation and answers with every result it saw."""
-    results = _results(messages)
+    results = tool_results(messages)
     if not results:
-        return _call(0, "reports__publish_report", {"region": "emea"})
-    last = results[-1]
-    asking = json.loads(last.content).get("questions") if last.content.startswith("{") else None
-    if last.name == "reports__publish_report" and asking:
-        question = {"question_id": asking[0]["question_id"], "content": {"channel": "email"}}
-        return _call(len(results), "answer_question", question)
-    if last.name == "answer_question":
-        return _call(len(results), "wait_for_operations", {})
+        return call(0, "reports__publish_report", {"region": "emea"})
+    answering = answer_then_wait(results, "reports__publish_report", {"channel": "email"})
+    if answering is not None:
+        return answering
     updates = [m.content for m in messages if m.role == "user" and "Operation update" in m.content]
     lines = [f"{m.name}: {m.content}" for m in results] + updates
     return Message(role="assistant", content="\n".join(lines))

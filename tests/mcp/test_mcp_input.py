@@ -14,13 +14,13 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, first_question, replays, scheduled_activities
+from tests.helpers import accept, eventually, first_question, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import reports_apps, reports_run, tool_outcome
 from waitstate.mcp_tasks import TaskState, completion_of
 from waitstate.schemas import RunResult
 from waitstate.schemas.operations import Completion
-from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, Question
+from waitstate.schemas.questions import AnswerInput, InputPolicy, Question
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import WAITING_FOR
@@ -63,21 +63,12 @@ async def test_a_person_answers_a_tasks_question_and_the_task_goes_on_with_it(
         await eventually(waiting_for_input, "WaitingFor = input")
         shown = (await handle.query(AgentRunWorkflow.status)).operations[question.operation_id]
 
-        async def accept(channel: str, responder: str) -> AnswerOutcome:
-            answer = AnswerInput(
-                question_id=question.question_id,
-                action="accept",
-                content={"channel": channel},
-                responder=responder,
-            )
-            return await handle.execute_update(AgentRunWorkflow.answer, answer)
-
         # Not an answer the question allows: refused, and nothing changes.
         with pytest.raises(WorkflowUpdateFailedError) as wrong:
-            await accept("fax", "ana")
-        outcome = await accept("slack", "ana")
+            await accept(handle, question, {"channel": "fax"})
+        outcome = await accept(handle, question, {"channel": "slack"})
         with pytest.raises(WorkflowUpdateFailedError) as again:
-            await accept("email", "bo")
+            await accept(handle, question, {"channel": "email"}, responder="bo")
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         await replays(handle, "mcp_task_question_answered")

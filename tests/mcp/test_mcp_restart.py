@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import (
+    accept,
     activity_attempts,
     eventually,
     first_question,
@@ -20,40 +22,54 @@ from tests.helpers import (
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import mcp_url, reports_run, tool_outcome
 from tests.rigs import ServerProcess
-from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 
 
-async def _outage(server: ServerProcess, caplog: pytest.LogCaptureFixture) -> dict[str, int]:
-    """SIGKILL the server; start it again on its port once the run's poll has found it gone.
-    Returns what its tasks had done by then (its first life)."""
-    caplog.set_level(logging.WARNING, logger="temporalio.activity")
-    first_life = await task_events(mcp_url(server.port))
-    await server.kill()
+@dataclass
+class RestartableReports:
+    """The reports server a test kills and starts again, and the test's captured logs (where
+    the run's poll says it found the server gone)."""
 
-    async def failed_check() -> bool:
-        return any("status check of" in r.getMessage() for r in caplog.records)
+    server: ServerProcess
+    caplog: pytest.LogCaptureFixture
 
-    await eventually(failed_check, "the poll to find the server gone")
-    await server.start()
-    return first_life
+    @property
+    def url(self) -> str:
+        return mcp_url(self.server.port)
+
+    async def outage(self) -> dict[str, int]:
+        """SIGKILL the server; start it again on its port once the run's poll has found it
+        gone. Returns what its tasks had done by then (its first life)."""
+        self.caplog.set_level(logging.WARNING, logger="temporalio.activity")
+        first_life = await task_events(self.url)
+        await self.server.kill()
+
+        async def failed_check() -> bool:
+            return any("status check of" in r.getMessage() for r in self.caplog.records)
+
+        await eventually(failed_check, "the poll to find the server gone")
+        await self.server.start()
+        return first_life
+
+
+@pytest.fixture
+def reports(
+    restartable_reports: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> RestartableReports:
+    return RestartableReports(restartable_reports, caplog)
 
 
 async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_the_outage(
-    dev_env: WorkflowEnvironment,
-    task_queue: str,
-    restartable_reports: ServerProcess,
-    caplog: pytest.LogCaptureFixture,
+    dev_env: WorkflowEnvironment, task_queue: str, reports: RestartableReports
 ) -> None:
-    url = mcp_url(restartable_reports.port)
     # An 8-second render, killed while the run polls it.
-    async with reports_run(dev_env, task_queue, url, "scripted:mcp-render-slow") as handle:
+    async with reports_run(dev_env, task_queue, reports.url, "scripted:mcp-render-slow") as handle:
         await until_the_poll_has_heartbeated(handle)
-        first_life = await _outage(restartable_reports, caplog)
+        first_life = await reports.outage()
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
-    second_life = await task_events(url)
+    second_life = await task_events(reports.url)
 
     # Killed mid-run: the next life ran the task again from its start (the store redelivers
     # a task whose worker stopped renewing its lease); the run polled its one task id.
@@ -77,23 +93,15 @@ async def test_a_task_outlives_its_servers_restart_and_the_poll_waits_through_th
 
 
 async def test_a_question_asked_before_its_servers_restart_is_answered_after_it(
-    dev_env: WorkflowEnvironment,
-    task_queue: str,
-    restartable_reports: ServerProcess,
-    caplog: pytest.LogCaptureFixture,
+    dev_env: WorkflowEnvironment, task_queue: str, reports: RestartableReports
 ) -> None:
-    url = mcp_url(restartable_reports.port)
-    async with reports_run(dev_env, task_queue, url, "scripted:mcp-publish") as handle:
+    async with reports_run(dev_env, task_queue, reports.url, "scripted:mcp-publish") as handle:
         question = await first_question(handle, "the task's question")
-        first_life = await _outage(restartable_reports, caplog)
-        outcome = await handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(question_id=question.question_id, action="accept",
-                        content={"channel": "slack"}, responder="ana"),
-        )  # fmt: skip
+        first_life = await reports.outage()
+        outcome = await accept(handle, question, {"channel": "slack"})
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
-    second_life = await task_events(url)
+    second_life = await task_events(reports.url)
 
     assert first_life == {"publish_report asked": 1}
     assert (outcome.accepted, outcome.status, outcome.delivered) == (True, "answered", True)

@@ -10,7 +10,6 @@ Served in the test's process (`make_worker`), or by `python worker.py` in a proc
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from examples.demo.exports import ExportService, export_tool
+from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import (
     App,
     Completion,
@@ -30,17 +30,11 @@ from waitstate import (
     LongSpec,
     Message,
     StartContext,
-    ToolCall,
     ToolDefinition,
     ToolError,
     ToolSpec,
 )
 from waitstate.schemas.operations import CompletionMode
-
-
-def _call(turn: int, name: str, arguments: dict[str, object]) -> Message:
-    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
-    return Message(role="assistant", tool_calls=[call])
 
 
 def _task(messages: Sequence[Message]) -> str:
@@ -52,33 +46,29 @@ def ask_in_the_tasks_schema(
 ) -> Message:
     """Calls the MCP server's `ask_with_schema` with the run's task as the schema; answers with
     the result it got."""
-    results = [m for m in messages if m.role == "tool"]
+    results = tool_results(messages)
     if not results:
-        return _call(0, "reports__ask_with_schema", {"schema": _task(messages)})
+        return call(0, "reports__ask_with_schema", {"schema": _task(messages)})
     return Message(role="assistant", content=f"got: {results[-1].content}")
 
 
 def ask_job(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls `ask_job` for the case the run's task names; answers each question the model is
     given (`answer_question`, with content whatever the schema); answers with every result."""
-    results = [m for m in messages if m.role == "tool"]
+    results = tool_results(messages)
     if not results:
-        return _call(0, "ask_job", {"case": _task(messages)})
-    last = results[-1]
-    asking = json.loads(last.content).get("questions") if last.content.startswith("{") else None
-    if last.name == "ask_job" and asking:
-        answer = {"question_id": asking[0]["question_id"], "content": {"name": "ana"}}
-        return _call(len(results), "answer_question", answer)
-    if last.name == "answer_question":
-        return _call(len(results), "wait_for_operations", {})
+        return call(0, "ask_job", {"case": _task(messages)})
+    answering = answer_then_wait(results, "ask_job", {"name": "ana"})
+    if answering is not None:
+        return answering
     return Message(role="assistant", content="\n".join(f"{m.name}: {m.content}" for m in results))
 
 
 def export_once(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Exports Q3's transactions (a job that completes by webhook); answers with the result."""
-    results = [m for m in messages if m.role == "tool"]
+    results = tool_results(messages)
     if not results:
-        return _call(0, "start_export", {"dataset": "transactions", "period": "2025-Q3"})
+        return call(0, "start_export", {"dataset": "transactions", "period": "2025-Q3"})
     return Message(role="assistant", content=f"got: {results[-1].content}")
 
 

@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from waitstate import App, Message, ToolCall, ToolDefinition
-
-
-def _call(turn: int, name: str, arguments: dict[str, object]) -> Message:
-    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
-    return Message(role="assistant", tool_calls=[call])
+from tests.script_steps import call, tool_results
+from waitstate import App, Message, ToolDefinition
 
 
 def purge(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Purges `staging_events`, then answers with the result it got."""
-    results = [m for m in messages if m.role == "tool"]
+    results = tool_results(messages)
     if not results:
-        return _call(0, "purge_dataset", {"dataset": "staging_events"})
+        return call(0, "purge_dataset", {"dataset": "staging_events"})
     return Message(role="assistant", content=f"got: {results[-1].content}")
 
 
@@ -25,22 +21,22 @@ def purge_confirming(messages: Sequence[Message], tools: Sequence[ToolDefinition
     """Purges `staging_events`; confirms the purge itself when the job asks it (a first answer
     that does not fit the question's schema, then one that does); waits; answers with every
     result it saw, one per line."""
-    results = [m for m in messages if m.role == "tool"]
+    results = tool_results(messages)
     if not results:
-        return _call(0, "purge_dataset", {"dataset": "staging_events"})
+        return call(0, "purge_dataset", {"dataset": "staging_events"})
     last = results[-1]
     if last.name == "purge_dataset" and '"questions"' in last.content:
         [question] = json.loads(last.content)["questions"]
         wrong = {"question_id": question["question_id"], "content": {"confirm": "yes"}}
-        return _call(len(results), "answer_question", wrong)
+        return call(len(results), "answer_question", wrong)
     if last.name == "answer_question" and last.is_error:
         question_id = json.loads(results[0].content)["questions"][0]["question_id"]
         right = {"question_id": question_id, "content": {"confirm": True}}
-        return _call(len(results), "answer_question", right)
+        return call(len(results), "answer_question", right)
     if last.name == "answer_question" and not last.content.startswith("{"):
         return Message(role="assistant", content=f"unexpected: {last.content}")
     if last.name == "answer_question":
-        return _call(len(results), "wait_for_operations", {})
+        return call(len(results), "wait_for_operations", {})
     return Message(role="assistant", content="\n".join(f"{m.name}: {m.content}" for m in results))
 
 

@@ -25,12 +25,11 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, first_question, quiet_history_length, start_run
+from tests.helpers import accept, eventually, first_question, quiet_history_length, start_run
 from tests.rigs import WorkerProcess, worker_process_beside
 from tests.tiers import SUBPROCESS, needs
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import RunInput
-from waitstate.schemas.questions import AnswerInput
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"cold": "d" * 40}
@@ -115,17 +114,7 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_replays(
         await _until_the_window_passed(handle, taken=False)
     # The person answers while that task waits for a worker (it times out, then goes to the
     # worker started below, cold).
-    answering = asyncio.create_task(
-        handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(
-                question_id=question.question_id,
-                action="accept",
-                content={"confirm": True},
-                responder="ana",
-            ),
-        )
-    )
+    answering = asyncio.create_task(accept(handle, question, {"confirm": True}))
     await cold_worker.start()
     outcome = await asyncio.wait_for(answering, RESULT_TIMEOUT)
     result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)

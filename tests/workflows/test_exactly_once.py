@@ -415,6 +415,23 @@ async def _chatty_export(
     return handle, result, state, await _continuations(handle)
 
 
+async def _replays_with_a_turn_carried(
+    rig: Rig,
+    handle: WorkflowHandle[Any, RunResult],
+    continued: list[tuple[str, RunInput]],
+    first_call: str,
+    histories: tuple[str, str],
+) -> None:
+    """The chain continued as new at least once with a turn carried over, whose first call is
+    `first_call`; the chain replays (`histories[0]`), and so does the first run that resumed a
+    carried turn (`histories[1]`)."""
+    turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
+    assert turns and all(turn.calls[0].name == first_call for _, turn in turns)
+    await replays(handle, histories[0])
+    resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
+    await replays(resumed, histories[1])
+
+
 async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Rig) -> None:
     handle, result, state, continued = await _chatty_export(
         rig, EXPORT_TOOLS, continue_as_new_after_events=30
@@ -425,16 +442,18 @@ async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig
     assert [w["status_code"] for w in job["webhooks"]] == [200] * 9, job["webhooks"]
     [op] = state.operations.values()
     assert op.status == "succeeded"
-    # At least one continuation happened while the export's call waited in its turn.
-    turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
-    assert turns and all(turn.calls[0].name == "start_export" for _, turn in turns)
     assert result.status == "completed", result.error
     assert result.final_output is not None and "filed them at compliance/" in result.final_output
     assert result.turns == 5, "the model was not asked again for the carried turn"
     assert [k["cancels"] for k in stats["keys"].values()] == [0]
-    await replays(handle, "exactly_once_continued_mid_turn")
-    resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
-    await replays(resumed, "exactly_once_resumed_mid_turn")
+    # At least one continuation happened while the export's call waited in its turn.
+    await _replays_with_a_turn_carried(
+        rig,
+        handle,
+        continued,
+        "start_export",
+        ("exactly_once_continued_mid_turn", "exactly_once_resumed_mid_turn"),
+    )
 
 
 async def test_progress_while_handles_run_continues_the_run_as_new_between_turns(
@@ -465,14 +484,16 @@ async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
         continue_as_new_after_events=30,
     )
 
-    turns = [(run, c.carry.turn) for run, c in continued if c.carry and c.carry.turn]
-    assert turns and all(turn.calls[0].name == "wait_for_operations" for _, turn in turns)
     assert result.status == "completed", result.error
     assert result.final_output is not None
     assert '"status":"succeeded"' in result.final_output.split("waited:")[1]
-    await replays(handle, "exactly_once_wait_for_operations_continued")
-    resumed = rig.client.get_workflow_handle(handle.id, run_id=turns[0][0])
-    await replays(resumed, "exactly_once_wait_for_operations_resumed")
+    await _replays_with_a_turn_carried(
+        rig,
+        handle,
+        continued,
+        "wait_for_operations",
+        ("exactly_once_wait_for_operations_continued", "exactly_once_wait_for_operations_resumed"),
+    )
 
 
 # --- copies and repeats of progress reports -----------------------------------------------------

@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 
 from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import (
+    accept,
     eventually,
     first_question,
     make_worker,
@@ -32,7 +33,7 @@ from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
-from waitstate.schemas.questions import AnswerInput, InputPolicy, InputRequest
+from waitstate.schemas.questions import InputPolicy, InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import WAITING_FOR
@@ -204,11 +205,7 @@ async def test_a_question_open_when_the_run_continues_as_new_is_answered_in_the_
             return (await handle.query(AgentRunWorkflow.status)).continued_as_new > 0
 
         await eventually(continued, "the run continued as new while the question was open")
-        outcome = await handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(question_id=question.question_id, action="accept",
-                        content={"confirm": True}, responder="ana"),
-        )  # fmt: skip
+        outcome = await accept(handle, question, {"confirm": True})
         result = await handle.result()
         await replays(handle, "own_tool_question_answered_after_continue_as_new")
         notices = await _notices(stack, question)

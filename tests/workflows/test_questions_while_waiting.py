@@ -12,6 +12,7 @@ from datetime import timedelta
 from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import replays
 from tests.rigs import Stack
+from tests.workflows.waiting_app import results_seen
 from waitstate.apps import load_apps
 from waitstate.schemas.questions import InputPolicy
 from workflows.agent_run import AgentRunWorkflow
@@ -38,21 +39,14 @@ async def test_a_question_for_the_model_ends_its_wait_for_operations_and_is_answ
         await replays(handle, "wait_for_operations_question_for_the_model")
     purges = (await stack.stats())["purges"]
 
-    assert result.status == "completed", result.error
-    lines = (result.final_output or "").splitlines()
-    assert [line.split(":")[0] for line in lines] == [
-        "purge_dataset",
-        "wait_for_operations",
-        "answer_question",
-        "wait_for_operations",
-    ], lines
-    [asking] = json.loads(lines[1].removeprefix("wait_for_operations: "))
+    _, first_wait, answer, second_wait = results_seen(result, "purge_dataset")
+    [asking] = json.loads(first_wait)
     assert asking["status"] == "input_required"
     [question] = asking["questions"]
     assert question["answered_by"] == "you (answer_question)"
-    answered = json.loads(lines[2].removeprefix("answer_question: "))
+    answered = json.loads(answer)
     assert (answered["status"], answered["delivered"]) == ("answered", True)
-    [ended] = json.loads(lines[3].removeprefix("wait_for_operations: "))
+    [ended] = json.loads(second_wait)
     assert ended["status"] == "succeeded"
     assert ended["result"]["confirmed_by"] == "model"
     request = state.questions[question["question_id"]]

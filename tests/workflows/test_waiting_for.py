@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import (
+    accept,
     eventually,
     first_question,
     process_env,
@@ -26,7 +27,6 @@ from tests.helpers import (
 from tests.rigs import Stack
 from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
-from waitstate.schemas.questions import AnswerInput
 from waitstate.testing.wire_server import (
     RecordedRequest,
     WireServer,
@@ -102,15 +102,7 @@ async def test_a_question_asked_during_the_checkpoint_call_is_what_the_run_waits
 
         found = await eventually(listed, 'the run in WaitingFor = "input"')
         pending = await cli("pending", "--json")
-        answered = await handle.execute_update(
-            AgentRunWorkflow.answer,
-            AnswerInput(
-                question_id=question.question_id,
-                action="accept",
-                content={"confirm": True},
-                responder="ana",
-            ),
-        )
+        answered = await accept(handle, question, {"confirm": True})
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         await replays(handle, "question_during_checkpoint")

@@ -4,17 +4,12 @@ while its job asks the model a question (issue 22, defect 5): the model answers 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from waitstate import App, Message, Script, ToolCall, ToolDefinition
+from tests.script_steps import call, tool_results
+from waitstate import App, Message, RunResult, Script, ToolDefinition
 from waitstate.providers.scripted import questions_for_the_model
-
-
-def _call(turn: int, name: str, arguments: dict[str, Any]) -> Message:
-    call = ToolCall(id=f"call_{turn}", name=name, arguments=json.dumps(arguments))
-    return Message(role="assistant", tool_calls=[call])
 
 
 def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any]) -> Script:
@@ -22,20 +17,35 @@ def wait_and_answer(tool: str, arguments: dict[str, Any], content: dict[str, Any
     brings with `content`, wait again; then answer with every result, one per line."""
 
     def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-        results = [m for m in messages if m.role == "tool"]
+        results = tool_results(messages)
         if not results:
-            return _call(0, tool, arguments)
+            return call(0, tool, arguments)
         last = results[-1]
         if last.name in (tool, "answer_question"):
-            return _call(len(results), "wait_for_operations", {})
+            return call(len(results), "wait_for_operations", {})
         if last.name == "wait_for_operations" and (asking := questions_for_the_model(last.content)):
             answer = {"question_id": asking[0]["question_id"], "content": content}
-            return _call(len(results), "answer_question", answer)
+            return call(len(results), "answer_question", answer)
         return Message(
             role="assistant", content="\n".join(f"{m.name}: {m.content}" for m in results)
         )
 
     return script
+
+
+def results_seen(result: RunResult, tool: str) -> list[str]:
+    """What a `wait_and_answer` run that called `tool` answered with: the result of `tool`, of
+    the wait, of `answer_question` and of the second wait, once it is checked that the run
+    completed and saw those four, in that order."""
+    assert result.status == "completed", result.error
+    lines = (result.final_output or "").splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        tool,
+        "wait_for_operations",
+        "answer_question",
+        "wait_for_operations",
+    ], lines
+    return [line.split(": ", 1)[1] for line in lines]
 
 
 app = App(
