@@ -3,10 +3,10 @@
 python worker.py --app reports.app:app   # or WAITSTATE_APPS=reports.app:app (comma-separated)
 python worker.py                         # the demo app (examples/demo/app.py)
 
-It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE; with WAITSTATE_VERSIONING=1
-it polls as one version of a worker deployment (docs/deploy.md). What stops it at start
-(an app that cannot be served: it does not import, a name is taken twice, a tool has no
-description...; Temporal out of reach; a metrics port taken) is said in one line.
+It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE, as one version of a
+worker deployment with WAITSTATE_VERSIONING=1 (docs/deploy.md). What stops it at start (an app
+that cannot be served: it does not import, a name is taken twice, a tool has no description...;
+Temporal out of reach; a metrics port taken) is said in one line.
 """
 
 from __future__ import annotations
