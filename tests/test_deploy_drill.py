@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -60,6 +60,8 @@ KEYS = {"drill": "d" * 40}
 # Bounds only: each step takes seconds on a loaded 2-core machine.
 STEP_WITHIN = 60.0
 RUN_WITHIN = 120.0
+CLOSED_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+CLOSED_CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
 @pytest.fixture
@@ -311,23 +313,17 @@ async def _answer_by_link(stack: Stack, question_id: str) -> None:
 
 
 async def _chain(client: Client, handle: WorkflowHandle[Any, RunResult]) -> list[str]:
-    """The run ids of a workflow's continue-as-new chain, from its first run, each closed."""
+    """The run ids of a workflow's continue-as-new chain from its first run; each run closed
+    completed or continued as new."""
     runs: list[str] = []
-    run_id: str | None = handle.first_execution_run_id or handle.result_run_id
-    while run_id:
-        runs.append(run_id)
-        described = await client.get_workflow_handle(handle.id, run_id=run_id).describe()
-        assert described.status in (
-            WorkflowExecutionStatus.COMPLETED,
-            WorkflowExecutionStatus.CONTINUED_AS_NEW,
-        ), (handle.id, run_id, described.status)
-        run_id = None
-        if described.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
-            async for event in client.get_workflow_handle(
-                handle.id, run_id=runs[-1]
-            ).fetch_history_events():
-                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                    run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    next_run = handle.first_execution_run_id or handle.result_run_id
+    while next_run:  # a walk along the chain, not a wait: each run has closed
+        runs.append(next_run)
+        history = await client.get_workflow_handle(handle.id, run_id=next_run).fetch_history()
+        last = history.events[-1]
+        assert last.event_type in (CLOSED_COMPLETED, CLOSED_CONTINUED), (handle.id, next_run)
+        continued = last.workflow_execution_continued_as_new_event_attributes
+        next_run = continued.new_execution_run_id if last.event_type == CLOSED_CONTINUED else None
     return runs
 
 
