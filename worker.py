@@ -3,26 +3,31 @@
 python worker.py --app reports.app:app   # or WAITSTATE_APPS=reports.app:app (comma-separated)
 python worker.py                         # the demo app (examples/demo/app.py)
 
-It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE. What stops it at start
-(an app that cannot be served: it does not import, a name is taken twice, a tool has no
-description...; Temporal out of reach; a metrics port taken) is said in one line.
+It connects per the TEMPORAL_* variables and polls WAITSTATE_TASK_QUEUE, as one version of a
+worker deployment with WAITSTATE_VERSIONING=1 (docs/deploy.md). What stops it at start (an app
+that cannot be served: it does not import, a name is taken twice, a tool has no description...;
+Temporal out of reach; a metrics port taken) is said in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NoReturn, TypedDict
 
 import httpx
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import (
@@ -67,6 +72,12 @@ WORKFLOWS: list[type] = [AgentRunWorkflow, BlobCleanupWorkflow]
 # On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
 # (and retried by another worker); `scripts/services.py down` waits longer than this.
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
+
+# What a versioned worker's runs do when a new version becomes current: each stays on the version
+# that started it (its history replays on that code alone) and moves to the current one when it
+# continues as new (`workflows/continuation.py`). Set here, not in `@workflow.defn`: the SDK sends
+# a workflow's own behaviour from unversioned workers too, and the server refuses their tasks.
+RUNS_STAY_ON = VersioningBehavior.PINNED
 
 # OpenAI-compatible servers (vLLM, Ollama) usually ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "not-needed"
@@ -138,6 +149,41 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
+def build_id(settings: Settings) -> str:
+    """The worker's build id: WAITSTATE_BUILD_ID, else the package's version and the commit of
+    the checkout it runs from (`0.1.0+dd29af14cb4a`), else the version alone (an image without
+    its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one version share an id)."""
+    if settings.build_id:
+        return settings.build_id
+    version = importlib.metadata.version("waitstate")
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if not commit:
+        log.warning("no git commit found: build id %s is the version alone", version)
+        return version
+    return f"{version}+{commit}"
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The worker deployment version the worker joins (None: versioning is off)."""
+    if not settings.versioning:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(settings.deployment, build_id(settings)),
+        use_worker_versioning=True,
+        default_versioning_behavior=RUNS_STAY_ON,
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -151,6 +197,7 @@ def build_worker(
     tool_deps: Mapping[str, Any] | None = None,
     mcp: McpServers | None = None,
     tracing: Tracing | None = None,
+    workflows: Sequence[type] | None = None,
 ) -> Worker:
     """A worker with every workflow and activity registered (tests pass their own parts).
 
@@ -159,6 +206,7 @@ def build_worker(
         tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
         mcp: The MCP servers runs may be granted tools of.
         tracing: Spans of workflows, activities, model and tool calls (None: none).
+        workflows: The workflow classes, if not `WORKFLOWS` (a deploy drill serves a later one).
     """
     blobs = open_blob_store(settings)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
@@ -175,7 +223,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=WORKFLOWS,
+        workflows=WORKFLOWS if workflows is None else workflows,
         activities=[
             agent.resolve_agent,
             servers.list_mcp_tools,
@@ -193,6 +241,7 @@ def build_worker(
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        deployment_config=deployment_config(settings),
         # The trace a run's start carries goes on through its workflow and activities.
         interceptors=[tracing.interceptor] if tracing is not None else [],
         # The sandbox would import the workflow's modules afresh for every run it builds
@@ -294,12 +343,14 @@ async def main(argv: Sequence[str] | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    deployment = worker.config().get("deployment_config")
     async with worker:
         log.info(
-            "worker polling %r on %s (namespace %s)",
+            "worker polling %r on %s (namespace %s)%s",
             settings.task_queue,
             settings.temporal_address,
             settings.namespace,
+            f" as version {deployment.version.to_canonical_string()}" if deployment else "",
         )
         await stop.wait()
         log.info("shutting down")

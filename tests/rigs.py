@@ -87,6 +87,12 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_extra_args=[
             "--dynamic-config-value",
             "history.transferProcessorMaxPollRPS=2000",
+            # A worker deployment version whose runs have all closed is reported drained within
+            # a second or two, not minutes (tests/test_deploy_drill.py waits for it).
+            "--dynamic-config-value",
+            'matching.wv.VersionDrainageStatusRefreshInterval="1s"',
+            "--dynamic-config-value",
+            'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
         ],
     )
     async with env:

@@ -135,3 +135,27 @@ def test_the_gateway_counts_runs_every_30_seconds_unless_told_otherwise() -> Non
     assert Settings.from_env({"WAITSTATE_RUN_COUNTS_SECONDS": "0"}).run_counts_seconds == 0.0
     with pytest.raises(ValueError, match="WAITSTATE_RUN_COUNTS_SECONDS must be a number"):
         Settings.from_env({"WAITSTATE_RUN_COUNTS_SECONDS": "soon"})
+
+
+def test_versioning_is_off_unless_turned_on_and_names_the_deployment_and_build() -> None:
+    off = Settings.from_env({})
+    on = Settings.from_env(
+        {"WAITSTATE_VERSIONING": "1", "WAITSTATE_DEPLOYMENT": "agents", "WAITSTATE_BUILD_ID": "b7"}
+    )
+
+    assert (off.versioning, off.deployment, off.build_id) == (False, "waitstate", None)
+    assert (on.versioning, on.deployment, on.build_id) == (True, "agents", "b7")
+    assert Settings.from_env({"WAITSTATE_VERSIONING": "false"}).versioning is False
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("WAITSTATE_VERSIONING", "maybe", "WAITSTATE_VERSIONING must be 1 or 0"),
+        ("WAITSTATE_DEPLOYMENT", "agents.v2", "WAITSTATE_DEPLOYMENT must not contain '.'"),
+        ("WAITSTATE_BUILD_ID", "b" * 256, "WAITSTATE_BUILD_ID must be at most 255 characters"),
+    ],
+)
+def test_a_malformed_versioning_variable_is_named(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        Settings.from_env({variable: value})

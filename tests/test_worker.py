@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import subprocess
+
 import pytest
+from temporalio.common import VersioningBehavior
 
 from waitstate.providers import UnknownModelError
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.providers.scripted import ScriptedProvider
 from waitstate.settings import Settings
-from worker import build_providers
+from worker import build_id, build_providers, deployment_config
 
 
 @pytest.mark.parametrize(
@@ -39,3 +43,29 @@ def test_configured_provider_resolves(env: dict[str, str], spec: str, kind: type
 
     assert isinstance(provider, kind)
     assert model == spec.partition(":")[2]
+
+
+def test_an_unversioned_worker_joins_no_deployment() -> None:
+    assert deployment_config(Settings.from_env({})) is None
+
+
+def test_a_versioned_worker_pins_its_runs_to_its_build() -> None:
+    settings = Settings.from_env(
+        {"WAITSTATE_VERSIONING": "1", "WAITSTATE_DEPLOYMENT": "agents", "WAITSTATE_BUILD_ID": "b7"}
+    )
+
+    config = deployment_config(settings)
+
+    assert config is not None and config.use_worker_versioning
+    assert config.version.to_canonical_string() == "agents.b7"
+    assert config.default_versioning_behavior == VersioningBehavior.PINNED
+
+
+@pytest.mark.subprocess  # git
+def test_the_build_id_is_the_package_version_and_the_checkout_commit() -> None:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+    assert build_id(Settings()) == f"{importlib.metadata.version('waitstate')}+{commit}"
+    assert build_id(Settings(build_id="set-by-ops")) == "set-by-ops"

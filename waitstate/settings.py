@@ -24,6 +24,7 @@ from waitstate.converter import DATA_CONVERTER
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_DEPLOYMENT = "waitstate"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,13 @@ class Settings:
     otel_service_name: str | None = None
     # WAITSTATE_TRACE_CONTENT=1: spans carry prompts, answers, tool arguments and results.
     trace_content: bool = False
+    # WAITSTATE_VERSIONING=1: the worker joins the worker deployment `deployment`
+    # (WAITSTATE_DEPLOYMENT) as version `build_id` (WAITSTATE_BUILD_ID; None: the package's
+    # version and the checkout's commit, see `worker.build_id`). Off: unversioned workers,
+    # which take every task of their queue (what the dev stack runs; docs/deploy.md says why).
+    versioning: bool = False
+    deployment: str = DEFAULT_DEPLOYMENT
+    build_id: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -135,6 +143,9 @@ class Settings:
             otlp_endpoint=otlp_traces_endpoint(env),
             otel_service_name=env.get("OTEL_SERVICE_NAME") or None,
             trace_content=env.get("WAITSTATE_TRACE_CONTENT", "").lower() in ("1", "true", "yes"),
+            versioning=_switch(env, "WAITSTATE_VERSIONING"),
+            deployment=_deployment_name(env.get("WAITSTATE_DEPLOYMENT", "").strip()),
+            build_id=_build_id(env.get("WAITSTATE_BUILD_ID", "").strip()),
         )
 
     @property
@@ -164,6 +175,43 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not value >= 0:  # also refuses nan
         raise ValueError(f"{name} must be a number of seconds, 0 or more; got {text!r}")
     return value
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """An on/off variable: `1`, `true`, `yes` or `on` (any case) turn it on; unset, empty, `0`,
+    `false`, `no` or `off` leave it off.
+
+    Raises:
+        ValueError: any other value; the message names the variable.
+    """
+    text = env.get(name, "").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 1 or 0 (true or false); got {text!r}")
+
+
+def _deployment_name(name: str) -> str:
+    """WAITSTATE_DEPLOYMENT, checked (empty: the default).
+
+    Raises:
+        ValueError: it holds a `.`, which Temporal reserves to join the name to a build id.
+    """
+    if "." in name:
+        raise ValueError(f"WAITSTATE_DEPLOYMENT must not contain '.'; got {name!r}")
+    return name or DEFAULT_DEPLOYMENT
+
+
+def _build_id(build_id: str) -> str | None:
+    """WAITSTATE_BUILD_ID, checked (empty: None, the worker derives one).
+
+    Raises:
+        ValueError: it is longer than the 255 characters Temporal takes.
+    """
+    if len(build_id) > 255:
+        raise ValueError(f"WAITSTATE_BUILD_ID must be at most 255 characters; got {build_id!r}")
+    return build_id or None
 
 
 def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:

@@ -15,6 +15,11 @@ from waitstate.schemas.run import CarriedTurn, RunCarry
 from workflows.memory import Memory
 from workflows.versions import Versions
 
+# On a versioned worker, a run stays on the version that started it, and the run it continues as
+# new starts on the deployment's current version: between turns is where a run moves up, its
+# new history starting on the new code. Unversioned workers' runs are not affected, and a replay
+# does not compare the field: histories recorded without it replay (tests/workflows/test_replay.py).
+UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # What continue-as-new carries beyond the open items.
 KEEP_STEPS = 100
 KEEP_CLOSED = 20
@@ -90,7 +95,10 @@ class Continuation:
             turn=turn,
             waiting_since=self.waiting_since,
         )
-        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
+        workflow.continue_as_new(
+            self._input.model_copy(update={"carry": carry}),
+            initial_versioning_behavior=UPGRADE_ON_CONTINUE,
+        )
 
     def _trim(self, keep: set[str]) -> None:
         """Bound what is carried: recent steps and lines, every open item, a few closed ones,
