@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from examples.systems.common import IdempotencyKey, check_name, stable_number
-from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
+from examples.systems.common import check_name, stable_number
+from examples.systems.jobs import JobRecord, LongJobs, add_job_routes
 
 _PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
 
@@ -106,19 +106,20 @@ class Exports:
 def router(exports: Exports) -> APIRouter:
     """The export service's routes."""
     routes = APIRouter()
-    jobs = exports.long_jobs
-
-    @routes.post("/exports", status_code=201)
-    async def start_export(
-        request: ExportRequest, response: Response, idempotency_key: IdempotencyKey = None
-    ) -> JobAccepted:
-        job, created = exports.start(idempotency_key, request)
-        return await jobs.accepted(job, created, response)
 
     # Before `/exports/{job_id}`-shaped routes, though a file path has more segments anyway.
     @routes.get("/exports/files/{file:path}")
     async def get_export_file(file: str) -> ExportFile:
         return exports.file(file)
 
-    add_job_routes(routes, jobs, "export", "/exports", "export")
+    add_job_routes(
+        routes,
+        exports.long_jobs,
+        "export",
+        "/exports",
+        "export",
+        start_path="/exports",
+        start_request=ExportRequest,
+        start=exports.start,
+    )
     return routes

@@ -37,14 +37,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, field_validator
 
-from examples.systems.common import IdempotencyKey, check_name, stable_number
+from examples.systems.common import check_name, stable_number
 from examples.systems.jobs import (
     ENDED,
     AnswerRequest,
-    JobAccepted,
     JobRecord,
     LongJobs,
     ReceivedAnswer,
@@ -240,20 +239,21 @@ class Purges:
 def router(purges: Purges) -> APIRouter:
     """The purge service's routes."""
     routes = APIRouter()
-    jobs = purges.long_jobs
-
-    @routes.post("/purges", status_code=201)
-    async def start_purge(
-        request: PurgeRequest, response: Response, idempotency_key: IdempotencyKey = None
-    ) -> JobAccepted:
-        job, created = purges.start(idempotency_key, request)
-        return await jobs.accepted(job, created, response)
+    add_job_routes(
+        routes,
+        purges.long_jobs,
+        "purge",
+        "/purges",
+        "purge",
+        start_path="/purges",
+        start_request=PurgeRequest,
+        start=purges.start,
+    )
 
     @routes.post("/purges/{job_id}/answers", response_model_exclude_none=True)
     async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
         return purges.answer(job_id, answer)
 
-    add_job_routes(routes, jobs, "purge", "/purges", "purge")
     return routes
 
 
