@@ -10,21 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel
 
-from examples.systems.common import check_name, stable_number
+from examples.systems.common import DatasetName, stable_number
 from examples.systems.jobs import JobRecord, LongJobs, add_job_routes
 
 
 class EnrichRequest(BaseModel):
     """`POST /pipelines/enrich`."""
 
-    dataset: str
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, value: str) -> str:
-        return check_name(value, "dataset")
+    dataset: DatasetName
 
 
 class Pipeline:
