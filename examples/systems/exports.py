@@ -105,14 +105,5 @@ def router(exports: Exports) -> APIRouter:
     async def get_export_file(file: str) -> ExportFile:
         return exports.file(file)
 
-    add_job_routes(
-        routes,
-        exports.long_jobs,
-        "export",
-        "/exports",
-        "export",
-        start_path="/exports",
-        start_request=ExportRequest,
-        start=exports.start,
-    )
+    add_job_routes(routes, exports, ExportRequest, "export", "/exports", "export")
     return routes

@@ -13,7 +13,7 @@ import math
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
@@ -30,6 +30,7 @@ JobStatus = Literal["running", "input_required", "succeeded", "failed", "cancell
 AnswerAction = Literal["accept", "decline"]
 
 StartRequest = TypeVar("StartRequest", bound=BaseModel)
+_Request = TypeVar("_Request", bound=BaseModel, contravariant=True)
 
 ENDED: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
 _SERVICE_NAMES: dict[JobKind, str] = {
@@ -437,26 +438,35 @@ class LongJobs:
         return job
 
 
+class JobStarter(Protocol[_Request]):
+    """A service of long jobs (exports, the pipeline, purges), as its routes see it."""
+
+    long_jobs: LongJobs
+
+    def start(self, key: str | None, request: _Request) -> tuple[JobRecord, bool]:
+        """Start a job, or find the one already started under `key` (`LongJobs.start`)."""
+        ...
+
+
 def add_job_routes(
     routes: APIRouter,
-    jobs: LongJobs,
+    service: JobStarter[StartRequest],
+    start_request: type[StartRequest],
     kind: JobKind,
     path: str,
     noun: str,
-    *,
-    start_path: str,
-    start_request: type[StartRequest],
-    start: Callable[[str | None, StartRequest], tuple[JobRecord, bool]],
+    start_path: str | None = None,
 ) -> None:
-    """Add a service's job routes to `routes`: `POST {start_path}` (a `start_request` body and
-    the Idempotency-Key header, given to `start`; 201, or 200 for a job found by its key), `GET
-    {path}/{job_id}` (the job's state, counted) and `POST {path}/{job_id}/cancel`, named
-    `start_{noun}`, `get_{noun}` and `cancel_{noun}`."""
+    """Add a service's job routes to `routes`: `POST {start_path}` (`path` unless given: a
+    `start_request` body and the Idempotency-Key header, given to `service.start`; 201, or 200
+    for a job found by its key), `GET {path}/{job_id}` (the job's state, counted) and `POST
+    {path}/{job_id}/cancel`, named `start_{noun}`, `get_{noun}` and `cancel_{noun}`."""
+    jobs = service.long_jobs
 
     async def start_job(
         request: StartRequest, response: Response, idempotency_key: IdempotencyKey = None
     ) -> JobAccepted:
-        job, created = start(idempotency_key, request)
+        job, created = service.start(idempotency_key, request)
         return await jobs.accepted(job, created, response)
 
     # FastAPI reads the body's model from the parameter's annotation, which here is the
@@ -470,7 +480,7 @@ def add_job_routes(
         return jobs.cancel(kind, job_id).view(jobs.now())
 
     routes.add_api_route(
-        start_path, start_job, methods=["POST"], name=f"start_{noun}", status_code=201
+        start_path or path, start_job, methods=["POST"], name=f"start_{noun}", status_code=201
     )
     for suffix, endpoint, method, name in (
         ("", look, "GET", f"get_{noun}"),

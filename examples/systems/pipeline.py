@@ -42,13 +42,12 @@ def router(pipeline: Pipeline) -> APIRouter:
     routes = APIRouter()
     add_job_routes(
         routes,
-        pipeline.long_jobs,
+        pipeline,
+        EnrichRequest,
         "enrich",
         "/pipelines/jobs",
         "enrichment",
         start_path="/pipelines/enrich",
-        start_request=EnrichRequest,
-        start=pipeline.start,
     )
     return routes
 

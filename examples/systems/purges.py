@@ -227,16 +227,7 @@ class Purges:
 def router(purges: Purges) -> APIRouter:
     """The purge service's routes."""
     routes = APIRouter()
-    add_job_routes(
-        routes,
-        purges.long_jobs,
-        "purge",
-        "/purges",
-        "purge",
-        start_path="/purges",
-        start_request=PurgeRequest,
-        start=purges.start,
-    )
+    add_job_routes(routes, purges, PurgeRequest, "purge", "/purges", "purge")
 
     @routes.post("/purges/{job_id}/answers", response_model_exclude_none=True)
     async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
