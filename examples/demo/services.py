@@ -115,7 +115,17 @@ class JobService(SystemsClient):
     service = "job service"
     jobs_path = "/jobs"
 
-    async def _start(self, path: str, body: dict[str, Any], context: StartContext) -> Job:
+    async def _start(
+        self, path: str, body: dict[str, Any], context: StartContext, *, calls_back: bool = False
+    ) -> Job:
+        """POST `body` to `path` under the context's idempotency key; with `calls_back`, the
+        context's callback URL and token too, when it has them."""
+        if calls_back and context.callback_url is not None:
+            body = {
+                **body,
+                "callback_url": context.callback_url,
+                "callback_token": context.callback_token,
+            }
         response = await self._http.post(
             f"{self._base_url}{path}",
             json=body,
