@@ -1,21 +1,39 @@
-"""What the tests of the demo systems, and of the demo's tools over them, share: the systems'
-test hooks, the webhooks a receiver got, a job's start context, and waiting for a job to end or
-for the systems to go idle. The fixtures that serve the systems and the receiver are in
-`conftest.py` beside this module."""
+"""What the tests of the demo systems, and of the demo's tools over them, share: the systems
+served for a module with its timings, the systems' test hooks, the webhooks a receiver got, a
+job's start context, and waiting for a job to end or for the systems to go idle. The fixtures
+that serve the systems with their usual timings and the receiver are in `conftest.py` beside
+this module."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
-from examples.systems import DemoSystems
+from examples.systems import DemoSystems, create_app, serving
 from tests.helpers import eventually
 from waitstate import Completion, LongTool, StartContext
+
+
+def systems_app_fixture(
+    **timings: float,
+) -> Callable[[], AsyncIterator[tuple[FastAPI, str]]]:
+    """A module's `systems_app` fixture: the demo systems with `timings` (`create_app`'s
+    `export_seconds`, `pipeline_seconds`), served over real HTTP for the module, and their URL.
+    A module sets `systems_app = systems_app_fixture(...)`."""
+
+    @pytest.fixture(scope="module")
+    async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
+        app = create_app(**timings)
+        async with serving(app) as url:
+            yield app, url
+
+    return systems_app
 
 
 @dataclass

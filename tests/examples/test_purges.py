@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from examples.demo.purges import PURGE_CONFIRMATION, PurgeArgs, PurgeService, purge_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
+from examples.systems import serving
 from tests.examples.systems_helpers import (
     Hook,
     Receiver,
@@ -25,6 +25,7 @@ from tests.examples.systems_helpers import (
     idle,
     set_faults,
     stats,
+    systems_app_fixture,
 )
 from tests.helpers import eventually
 from waitstate import Completion, InputPolicy, JobAnswer, ToolError
@@ -38,11 +39,7 @@ CONFIRM_SCHEMA = {
 }
 
 
-@pytest.fixture(scope="module")
-async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
-    app = create_app(export_seconds=STEP_SECONDS)
-    async with serving(app) as url:
-        yield app, url
+systems_app = systems_app_fixture(export_seconds=STEP_SECONDS)
 
 
 async def start_purge(

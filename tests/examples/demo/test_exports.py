@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -11,7 +10,6 @@ import pytest
 
 from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
 from tests.examples.systems_helpers import (
     Receiver,
     context,
@@ -19,6 +17,7 @@ from tests.examples.systems_helpers import (
     later_job_ended,
     set_faults,
     stats,
+    systems_app_fixture,
     until_finished,
 )
 from waitstate.schemas.operations import Completion, OperationError
@@ -29,10 +28,7 @@ ARGS = ExportArgs(dataset="transactions", period="2025-Q3")
 LATER = ExportArgs(dataset="later", period="2025-Q4")
 
 
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app(export_seconds=EXPORT_SECONDS)) as url:
-        yield url
+systems_app = systems_app_fixture(export_seconds=EXPORT_SECONDS)
 
 
 @pytest.fixture

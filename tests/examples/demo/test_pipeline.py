@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -11,12 +10,12 @@ import pytest
 
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
 from tests.examples.systems_helpers import (
     context,
     later_job_ended,
     set_faults,
     stats,
+    systems_app_fixture,
     until_finished,
 )
 from waitstate.schemas.operations import Completion, OperationError
@@ -26,10 +25,7 @@ PIPELINE_SECONDS = 0.4
 ARGS = EnrichArgs(dataset="transactions")
 
 
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app(pipeline_seconds=PIPELINE_SECONDS)) as url:
-        yield url
+systems_app = systems_app_fixture(pipeline_seconds=PIPELINE_SECONDS)
 
 
 @pytest.fixture
