@@ -12,6 +12,7 @@ from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
 from tests.examples.systems_helpers import (
     Receiver,
+    assert_long_tool,
     context,
     hook_number,
     later_job_ended,
@@ -222,14 +223,9 @@ async def test_export_tool_declares_a_callback_long_tool() -> None:
     default = export_tool(backend)
     custom = export_tool(backend, mode="handle", timeout=timedelta(minutes=30), max_in_flight=2)
 
-    assert default.name == "start_export"
-    assert default.kind == "long"
-    assert default.long is not None
-    assert default.long.backend is backend
-    assert (default.long.completion, default.long.mode) == ("callback", "await")
-    assert default.long.timeout == timedelta(hours=1)
-    assert default.long.eta == timedelta(minutes=15)
-    assert default.long.max_in_flight is None
+    long = assert_long_tool(default, "start_export", backend, "callback")
+    assert long.eta == timedelta(minutes=15)
+    assert long.max_in_flight is None
     assert custom.long is not None
     assert (custom.long.mode, custom.long.timeout, custom.long.max_in_flight) == (
         "handle",

@@ -11,6 +11,7 @@ import pytest
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from examples.demo.services import ServiceError
 from tests.examples.systems_helpers import (
+    assert_long_tool,
     context,
     later_job_ended,
     set_faults,
@@ -150,13 +151,8 @@ async def test_enrich_tool_declares_a_polled_long_tool() -> None:
         max_in_flight=1,
     )
 
-    assert default.name == "enrich_dataset"
-    assert default.kind == "long"
-    assert default.long is not None
-    assert default.long.backend is backend
-    assert (default.long.completion, default.long.mode) == ("poll", "await")
-    assert default.long.poll_interval == timedelta(seconds=1)
-    assert default.long.timeout == timedelta(hours=1)
+    long = assert_long_tool(default, "enrich_dataset", backend, "poll")
+    assert long.poll_interval == timedelta(seconds=1)
     assert custom.long is not None
     assert (
         custom.long.mode,
