@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -35,11 +34,8 @@ class ExportService(JobService, LongTool):
             ToolError: the service refused the export (bad dataset or period...).
             ServiceError, httpx.TransportError: the service is unavailable; retry.
         """
-        body: dict[str, Any] = {"dataset": args.dataset, "period": args.period}
-        if context.callback_url is not None:
-            body["callback_url"] = context.callback_url
-            body["callback_token"] = context.callback_token
-        return await self._start("/exports", body, context)
+        body = {"dataset": args.dataset, "period": args.period}
+        return await self._start("/exports", body, context, calls_back=True)
 
 
 def export_tool(

@@ -4,7 +4,6 @@ by callback), takes the answer through `answer`, then completes by callback."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -48,11 +47,7 @@ class PurgeService(JobService, LongTool):
         """
         # Its question and its result come only by callback: declared without one (not
         # `purge_tool`), the service refuses the purge, and the model reads why.
-        body: dict[str, Any] = {"dataset": args.dataset}
-        if context.callback_url is not None:
-            body["callback_url"] = context.callback_url
-            body["callback_token"] = context.callback_token
-        return await self._start("/purges", body, context)
+        return await self._start("/purges", {"dataset": args.dataset}, context, calls_back=True)
 
     async def answer(self, job_id: str, answer: JobAnswer) -> None:
         """Give the purge job an answer. The service applies the first answer to a question

@@ -65,12 +65,7 @@ def job_completion(body: dict[str, Any], service: str) -> Completion:
     if body.get("status") == "cancelled":
         # Not a Completion status: the job will never finish, so it ends the operation as failed,
         # with a reason.
-        return Completion(
-            status="failed",
-            error=OperationError(
-                code="cancelled", message=f"the {service} job was cancelled", retryable=False
-            ),
-        )
+        return _failed("cancelled", f"the {service} job was cancelled", retryable=False)
     return Completion.model_validate(
         {name: body.get(name) for name in ("status", "result", "result_ref", "error", "progress")}
     )
@@ -78,13 +73,17 @@ def job_completion(body: dict[str, Any], service: str) -> Completion:
 
 def unknown_job(service: str, job_id: str, message: str) -> Completion:
     """The state of a job the service does not know (lost, or never its own): failed."""
+    return _failed(
+        "job_unknown",
+        f"the {service} no longer knows job {job_id} ({message}); start it again",
+        retryable=True,
+    )
+
+
+def _failed(code: str, message: str, *, retryable: bool) -> Completion:
     return Completion(
         status="failed",
-        error=OperationError(
-            code="job_unknown",
-            message=f"the {service} no longer knows job {job_id} ({message}); start it again",
-            retryable=True,
-        ),
+        error=OperationError(code=code, message=message, retryable=retryable),
     )
 
 
@@ -115,7 +114,17 @@ class JobService(SystemsClient):
     service = "job service"
     jobs_path = "/jobs"
 
-    async def _start(self, path: str, body: dict[str, Any], context: StartContext) -> Job:
+    async def _start(
+        self, path: str, body: dict[str, Any], context: StartContext, *, calls_back: bool = False
+    ) -> Job:
+        """POST `body` to `path` under the context's idempotency key; with `calls_back`, the
+        context's callback URL and token too, when it has them."""
+        if calls_back and context.callback_url is not None:
+            body = {
+                **body,
+                "callback_url": context.callback_url,
+                "callback_token": context.callback_token,
+            }
         response = await self._http.post(
             f"{self._base_url}{path}",
             json=body,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from examples.systems.common import IdempotencyKey, check_name, stable_number
-from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
+from examples.systems.common import DatasetName, check_callback_url, stable_number
+from examples.systems.jobs import JobRecord, LongJobs, add_job_routes
 
 _PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
 
@@ -28,15 +28,10 @@ _PERIOD = re.compile(r"\d{4}-(Q[1-4]|0[1-9]|1[0-2])")
 class ExportRequest(BaseModel):
     """`POST /exports`."""
 
-    dataset: str
+    dataset: DatasetName
     period: str
     callback_url: str | None = Field(default=None, max_length=2000)
     callback_token: str | None = Field(default=None, max_length=4000, repr=False)
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, value: str) -> str:
-        return check_name(value, "dataset")
 
     @field_validator("period")
     @classmethod
@@ -49,10 +44,8 @@ class ExportRequest(BaseModel):
     def _callback(self) -> ExportRequest:
         if (self.callback_url is None) != (self.callback_token is None):
             raise ValueError("send callback_url and callback_token together, or neither")
-        if self.callback_url is not None and not self.callback_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ValueError("callback_url must be an http:// or https:// URL")
+        if self.callback_url is not None:
+            check_callback_url(self.callback_url)
         return self
 
 
@@ -106,19 +99,11 @@ class Exports:
 def router(exports: Exports) -> APIRouter:
     """The export service's routes."""
     routes = APIRouter()
-    jobs = exports.long_jobs
-
-    @routes.post("/exports", status_code=201)
-    async def start_export(
-        request: ExportRequest, response: Response, idempotency_key: IdempotencyKey = None
-    ) -> JobAccepted:
-        job, created = exports.start(idempotency_key, request)
-        return await jobs.accepted(job, created, response)
 
     # Before `/exports/{job_id}`-shaped routes, though a file path has more segments anyway.
     @routes.get("/exports/files/{file:path}")
     async def get_export_file(file: str) -> ExportFile:
         return exports.file(file)
 
-    add_job_routes(routes, jobs, "export", "/exports", "export")
+    add_job_routes(routes, exports, ExportRequest, "export", "/exports", "export")
     return routes

@@ -13,11 +13,12 @@ import math
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
 
+from examples.systems.common import IdempotencyKey
 from examples.systems.faults import Faults
 from examples.systems.webhooks import WebhookAttempt, WebhookRetry, Webhooks
 from waitstate import Completion, OperationError
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 JobKind = Literal["export", "enrich", "purge"]
 JobStatus = Literal["running", "input_required", "succeeded", "failed", "cancelled"]
 AnswerAction = Literal["accept", "decline"]
+
+StartRequest = TypeVar("StartRequest", bound=BaseModel)
+_Request = TypeVar("_Request", bound=BaseModel, contravariant=True)
 
 ENDED: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
 _SERVICE_NAMES: dict[JobKind, str] = {
@@ -434,9 +438,40 @@ class LongJobs:
         return job
 
 
-def add_job_routes(routes: APIRouter, jobs: LongJobs, kind: JobKind, path: str, noun: str) -> None:
-    """Add a service's `GET {path}/{job_id}` (the job's state, counted) and `POST
-    {path}/{job_id}/cancel` to `routes`, named `get_{noun}` and `cancel_{noun}`."""
+class JobStarter(Protocol[_Request]):
+    """A service of long jobs (exports, the pipeline, purges), as its routes see it."""
+
+    long_jobs: LongJobs
+
+    def start(self, key: str | None, request: _Request) -> tuple[JobRecord, bool]:
+        """Start a job, or find the one already started under `key` (`LongJobs.start`)."""
+        ...
+
+
+def add_job_routes(
+    routes: APIRouter,
+    service: JobStarter[StartRequest],
+    start_request: type[StartRequest],
+    kind: JobKind,
+    path: str,
+    noun: str,
+    start_path: str | None = None,
+) -> None:
+    """Add a service's job routes to `routes`: `POST {start_path}` (`path` unless given: a
+    `start_request` body and the Idempotency-Key header, given to `service.start`; 201, or 200
+    for a job found by its key), `GET {path}/{job_id}` (the job's state, counted) and `POST
+    {path}/{job_id}/cancel`, named `start_{noun}`, `get_{noun}` and `cancel_{noun}`."""
+    jobs = service.long_jobs
+
+    async def start_job(
+        request: StartRequest, response: Response, idempotency_key: IdempotencyKey = None
+    ) -> JobAccepted:
+        job, created = service.start(idempotency_key, request)
+        return await jobs.accepted(job, created, response)
+
+    # FastAPI reads the body's model from the parameter's annotation, which here is the
+    # service's request model, not the type variable it stands for.
+    start_job.__annotations__["request"] = start_request
 
     async def look(job_id: str) -> JobView:
         return jobs.look(kind, job_id)
@@ -444,6 +479,9 @@ def add_job_routes(routes: APIRouter, jobs: LongJobs, kind: JobKind, path: str, 
     async def cancel(job_id: str) -> JobView:
         return jobs.cancel(kind, job_id).view(jobs.now())
 
+    routes.add_api_route(
+        start_path or path, start_job, methods=["POST"], name=f"start_{noun}", status_code=201
+    )
     for suffix, endpoint, method, name in (
         ("", look, "GET", f"get_{noun}"),
         ("/cancel", cancel, "POST", f"cancel_{noun}"),

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
-from pydantic import BaseModel, field_validator
+from fastapi import APIRouter
+from pydantic import BaseModel
 
-from examples.systems.common import IdempotencyKey, check_name, stable_number
-from examples.systems.jobs import JobAccepted, JobRecord, LongJobs, add_job_routes
+from examples.systems.common import DatasetName, stable_number
+from examples.systems.jobs import JobRecord, LongJobs, add_job_routes
 
 
 class EnrichRequest(BaseModel):
     """`POST /pipelines/enrich`."""
 
-    dataset: str
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, value: str) -> str:
-        return check_name(value, "dataset")
+    dataset: DatasetName
 
 
 class Pipeline:
@@ -45,16 +40,15 @@ class Pipeline:
 def router(pipeline: Pipeline) -> APIRouter:
     """The enrichment pipeline's routes."""
     routes = APIRouter()
-    jobs = pipeline.long_jobs
-
-    @routes.post("/pipelines/enrich", status_code=201)
-    async def start_enrichment(
-        request: EnrichRequest, response: Response, idempotency_key: IdempotencyKey = None
-    ) -> JobAccepted:
-        job, created = pipeline.start(idempotency_key, request)
-        return await jobs.accepted(job, created, response)
-
-    add_job_routes(routes, jobs, "enrich", "/pipelines/jobs", "enrichment")
+    add_job_routes(
+        routes,
+        pipeline,
+        EnrichRequest,
+        "enrich",
+        "/pipelines/jobs",
+        "enrichment",
+        start_path="/pipelines/enrich",
+    )
     return routes
 
 

@@ -35,16 +35,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Response
-from pydantic import BaseModel, Field, field_validator
+from fastapi import APIRouter, HTTPException
+from pydantic import AfterValidator, BaseModel, Field
 
-from examples.systems.common import IdempotencyKey, check_name, stable_number
+from examples.systems.common import DatasetName, check_callback_url, stable_number
 from examples.systems.jobs import (
     ENDED,
     AnswerRequest,
-    JobAccepted,
     JobRecord,
     LongJobs,
     ReceivedAnswer,
@@ -67,21 +66,9 @@ ALREADY_ANSWERED = "already answered"
 class PurgeRequest(BaseModel):
     """`POST /purges`: a purge always calls back, since that is how its question comes."""
 
-    dataset: str
-    callback_url: str = Field(max_length=2000)
+    dataset: DatasetName
+    callback_url: Annotated[str, AfterValidator(check_callback_url)] = Field(max_length=2000)
     callback_token: str = Field(max_length=4000, repr=False)
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, value: str) -> str:
-        return check_name(value, "dataset")
-
-    @field_validator("callback_url")
-    @classmethod
-    def _callback_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("callback_url must be an http:// or https:// URL")
-        return value
 
 
 class AnswerApplied(BaseModel):
@@ -240,20 +227,12 @@ class Purges:
 def router(purges: Purges) -> APIRouter:
     """The purge service's routes."""
     routes = APIRouter()
-    jobs = purges.long_jobs
-
-    @routes.post("/purges", status_code=201)
-    async def start_purge(
-        request: PurgeRequest, response: Response, idempotency_key: IdempotencyKey = None
-    ) -> JobAccepted:
-        job, created = purges.start(idempotency_key, request)
-        return await jobs.accepted(job, created, response)
+    add_job_routes(routes, purges, PurgeRequest, "purge", "/purges", "purge")
 
     @routes.post("/purges/{job_id}/answers", response_model_exclude_none=True)
     async def answer_purge(job_id: str, answer: AnswerRequest) -> AnswerApplied:
         return purges.answer(job_id, answer)
 
-    add_job_routes(routes, jobs, "purge", "/purges", "purge")
     return routes
 
 

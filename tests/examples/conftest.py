@@ -1,7 +1,7 @@
 """Fixtures for the tests of the demo systems and of the demo's tools over them: the systems
 served over real HTTP for a module, a client for them, and a webhook receiver. A module that
-needs the systems with other timings defines its own `systems_app` (or, with no use for the
-app, `systems_url`); `client` follows it."""
+needs the systems with other timings defines its own `systems_app` (`systems_app_fixture`);
+`systems_url` and `client` follow it."""
 
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from examples.systems import create_app, serving
-from tests.examples.systems_helpers import Hook, Receiver
+from examples.systems import serving
+from tests.examples.systems_helpers import Hook, Receiver, systems_app_fixture
 
-
-@pytest.fixture(scope="module")
-async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
-    """The demo systems with their usual timings, served for the module, and their URL."""
-    app = create_app()
-    async with serving(app) as url:
-        yield app, url
+# The demo systems with their usual timings, served for the module, and their URL.
+systems_app = systems_app_fixture()
 
 
 @pytest.fixture(scope="module")

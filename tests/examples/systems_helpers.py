@@ -1,21 +1,41 @@
-"""What the tests of the demo systems, and of the demo's tools over them, share: the systems'
-test hooks, the webhooks a receiver got, a job's start context, and waiting for a job to end or
-for the systems to go idle. The fixtures that serve the systems and the receiver are in
-`conftest.py` beside this module."""
+"""What the tests of the demo systems, and of the demo's tools over them, share: the systems
+served for a module with its timings, the systems' test hooks, the webhooks a receiver got, a
+job's start context, waiting for a job to end or for the systems to go idle, and what every
+demo long tool declares by default. The fixtures
+that serve the systems with their usual timings and the receiver are in `conftest.py` beside
+this module."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
-from examples.systems import DemoSystems
+from examples.systems import DemoSystems, create_app, serving
 from tests.helpers import eventually
-from waitstate import Completion, LongTool, StartContext
+from waitstate import Completion, LongSpec, LongTool, StartContext, ToolSpec
+
+
+def systems_app_fixture(
+    **timings: float,
+) -> Callable[[], AsyncIterator[tuple[FastAPI, str]]]:
+    """A module's `systems_app` fixture: the demo systems with `timings` (`create_app`'s
+    `export_seconds`, `pipeline_seconds`), served over real HTTP for the module, and their URL.
+    A module sets `systems_app = systems_app_fixture(...)`."""
+
+    @pytest.fixture(scope="module")
+    async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
+        app = create_app(**timings)
+        async with serving(app) as url:
+            yield app, url
+
+    return systems_app
 
 
 @dataclass
@@ -117,3 +137,16 @@ async def later_job_ended(service: LongTool, args: Any) -> Completion:
     job = await service.start(args, context("later"))
     _, done = await until_finished(service, job.job_id)
     return done
+
+
+def assert_long_tool(spec: ToolSpec, name: str, backend: LongTool, completion: str) -> LongSpec:
+    """Assert what a demo long tool declares by default: its name, that it is long, over
+    `backend`, completed by `completion`, its result awaited, for at most an hour. Returns its
+    `LongSpec`."""
+    assert spec.name == name
+    assert spec.kind == "long"
+    assert spec.long is not None
+    assert spec.long.backend is backend
+    assert (spec.long.completion, spec.long.mode) == (completion, "await")
+    assert spec.long.timeout == timedelta(hours=1)
+    return spec.long

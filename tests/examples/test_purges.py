@@ -16,15 +16,17 @@ from fastapi.responses import JSONResponse
 
 from examples.demo.purges import PURGE_CONFIRMATION, PurgeArgs, PurgeService, purge_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
+from examples.systems import serving
 from tests.examples.systems_helpers import (
     Hook,
     Receiver,
+    assert_long_tool,
     context,
     hook_number,
     idle,
     set_faults,
     stats,
+    systems_app_fixture,
 )
 from tests.helpers import eventually
 from waitstate import Completion, InputPolicy, JobAnswer, ToolError
@@ -38,11 +40,7 @@ CONFIRM_SCHEMA = {
 }
 
 
-@pytest.fixture(scope="module")
-async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
-    app = create_app(export_seconds=STEP_SECONDS)
-    async with serving(app) as url:
-        yield app, url
+systems_app = systems_app_fixture(export_seconds=STEP_SECONDS)
 
 
 async def start_purge(
@@ -475,15 +473,9 @@ async def test_purge_tool_is_a_callback_tool_a_person_confirms() -> None:
         by_model = InputPolicy(answered_by="model", timeout=timedelta(minutes=5))
         other = purge_tool(backend, input=by_model, timeout=timedelta(hours=2), mode="handle")
 
-    assert spec.name == "purge_dataset"
+    long = assert_long_tool(spec, "purge_dataset", backend, "callback")
     assert "asks a person to confirm" in spec.description
-    assert spec.long is not None
-    assert (spec.long.backend, spec.long.completion, spec.long.mode) == (
-        backend,
-        "callback",
-        "await",
-    )
-    assert spec.long.input == PURGE_CONFIRMATION
+    assert long.input == PURGE_CONFIRMATION
     assert (PURGE_CONFIRMATION.answered_by, PURGE_CONFIRMATION.on_timeout) == (
         "person",
         "decline",

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from examples.systems import DemoSystems, WebhookRetry, create_app, serving
-from tests.examples.systems_helpers import Receiver, idle, set_faults, stats
+from tests.examples.systems_helpers import Receiver, idle, set_faults, stats, systems_app_fixture
 from tests.helpers import eventually
 
 EXPORT_SECONDS = 0.2
@@ -24,11 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
-    app = create_app(export_seconds=EXPORT_SECONDS, pipeline_seconds=PIPELINE_SECONDS)
-    async with serving(app) as url:
-        yield app, url
+systems_app = systems_app_fixture(export_seconds=EXPORT_SECONDS, pipeline_seconds=PIPELINE_SECONDS)
 
 
 async def start_export(

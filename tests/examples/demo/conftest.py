@@ -1,5 +1,6 @@
 """Fixtures for the tools that call the demo systems over HTTP. A module that needs the systems
-with other timings defines its own `systems_url`; `http` and `client` follow it."""
+with other timings defines its own `systems_app` (`systems_app_fixture`); `systems_url`, `http`
+and `client` follow it."""
 
 from __future__ import annotations
 
@@ -7,17 +8,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
-from examples.systems import create_app, serving
+from tests.examples.systems_helpers import systems_app_fixture
 
-
-@pytest.fixture(scope="module")
-async def systems_app() -> AsyncIterator[tuple[FastAPI, str]]:
-    """The demo systems, served over real HTTP for the module (exports finish fast)."""
-    app = create_app(export_seconds=0.05)
-    async with serving(app) as url:
-        yield app, url
+# The demo systems, served over real HTTP for the module (exports finish fast).
+systems_app = systems_app_fixture(export_seconds=0.05)
 
 
 @pytest.fixture

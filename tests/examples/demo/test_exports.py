@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -11,14 +10,15 @@ import pytest
 
 from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
 from tests.examples.systems_helpers import (
     Receiver,
+    assert_long_tool,
     context,
     hook_number,
     later_job_ended,
     set_faults,
     stats,
+    systems_app_fixture,
     until_finished,
 )
 from waitstate.schemas.operations import Completion, OperationError
@@ -29,10 +29,7 @@ ARGS = ExportArgs(dataset="transactions", period="2025-Q3")
 LATER = ExportArgs(dataset="later", period="2025-Q4")
 
 
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app(export_seconds=EXPORT_SECONDS)) as url:
-        yield url
+systems_app = systems_app_fixture(export_seconds=EXPORT_SECONDS)
 
 
 @pytest.fixture
@@ -226,14 +223,9 @@ async def test_export_tool_declares_a_callback_long_tool() -> None:
     default = export_tool(backend)
     custom = export_tool(backend, mode="handle", timeout=timedelta(minutes=30), max_in_flight=2)
 
-    assert default.name == "start_export"
-    assert default.kind == "long"
-    assert default.long is not None
-    assert default.long.backend is backend
-    assert (default.long.completion, default.long.mode) == ("callback", "await")
-    assert default.long.timeout == timedelta(hours=1)
-    assert default.long.eta == timedelta(minutes=15)
-    assert default.long.max_in_flight is None
+    long = assert_long_tool(default, "start_export", backend, "callback")
+    assert long.eta == timedelta(minutes=15)
+    assert long.max_in_flight is None
     assert custom.long is not None
     assert (custom.long.mode, custom.long.timeout, custom.long.max_in_flight) == (
         "handle",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -11,12 +10,13 @@ import pytest
 
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from examples.demo.services import ServiceError
-from examples.systems import create_app, serving
 from tests.examples.systems_helpers import (
+    assert_long_tool,
     context,
     later_job_ended,
     set_faults,
     stats,
+    systems_app_fixture,
     until_finished,
 )
 from waitstate.schemas.operations import Completion, OperationError
@@ -26,10 +26,7 @@ PIPELINE_SECONDS = 0.4
 ARGS = EnrichArgs(dataset="transactions")
 
 
-@pytest.fixture(scope="module")
-async def systems_url() -> AsyncIterator[str]:
-    async with serving(create_app(pipeline_seconds=PIPELINE_SECONDS)) as url:
-        yield url
+systems_app = systems_app_fixture(pipeline_seconds=PIPELINE_SECONDS)
 
 
 @pytest.fixture
@@ -154,13 +151,8 @@ async def test_enrich_tool_declares_a_polled_long_tool() -> None:
         max_in_flight=1,
     )
 
-    assert default.name == "enrich_dataset"
-    assert default.kind == "long"
-    assert default.long is not None
-    assert default.long.backend is backend
-    assert (default.long.completion, default.long.mode) == ("poll", "await")
-    assert default.long.poll_interval == timedelta(seconds=1)
-    assert default.long.timeout == timedelta(hours=1)
+    long = assert_long_tool(default, "enrich_dataset", backend, "poll")
+    assert long.poll_interval == timedelta(seconds=1)
     assert custom.long is not None
     assert (
         custom.long.mode,
