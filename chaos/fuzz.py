@@ -181,7 +181,8 @@ def _requests(draw: st.DrawFn, target: FuzzTarget, routes: list[_Endpoint]) -> _
     )
     body_kind, body = draw(_bodies(route, target.max_body_bytes))
     auth_kind, auth = draw(_authorizations(target, route))
-    legit = path_kind == "real" and auth_kind == "real" and _valid(route, body)
+    real_token = target.tokens[route.param]
+    legit = path_kind == "real" and _is_bearer(auth, real_token) and _valid(route, body)
     if legit:
         # The one request that is not garbage: spoil its token (one character off).
         auth_kind, auth = "spoiled", f"Bearer {_flip(target.tokens[route.param])}"
@@ -247,6 +248,16 @@ def _authorizations(
             ),
         ),
     )
+
+
+def _is_bearer(auth: str | bytes | None, token: str) -> bool:
+    """Whether `auth` is a well-formed bearer credential for `token`: RFC 7235's scheme is
+    case-insensitive and one or more spaces follow it, so `bearer T` and `Bearer  T` are the
+    real token too, not garbage."""
+    if not isinstance(auth, str):
+        return False
+    scheme, _, rest = auth.partition(" ")
+    return scheme.lower() == "bearer" and rest.lstrip(" ") == token
 
 
 def _garble(token: str) -> st.SearchStrategy[str]:
