@@ -10,6 +10,7 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
 
 - The question desk: the demo's purge, whose job asks a person to confirm, under each declared
   outcome, and the person's answer against the window's timer.
+- A webhook's completion against its operation's expiry (the demo's export).
 
 The approval desk's case is test_worker_crash's
 `test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`."""
@@ -17,23 +18,35 @@ The approval desk's case is test_worker_crash's
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import accept, first_question, quiet_history_length, start_run
+from tests.helpers import (
+    accept,
+    eventually,
+    first_question,
+    quiet_history_length,
+    start_run,
+)
 from tests.rigs import WorkerProcess
 from tests.tiers import SUBPROCESS, needs
 from tests.workflows.cold_order_steps import (
+    KEYS,
     cold_worker_serving,
     die_as_the_timer_fires,
     in_one_task,
     replay_failure,
     update_accepted,
 )
+from waitstate.gateway.delivery import update_id
+from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
+from waitstate.schemas.operations import CompleteOperation, Completion
 from workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
@@ -87,4 +100,80 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_replays(
     answered = state.questions[question.question_id]
     assert answered.status == "answered" and not answered.escalated
     assert result.status == "completed" and '"confirmed_by":"ana"' in (result.final_output or "")
+    assert failure is None, failure
+
+
+@DEATHS
+@pytest.mark.subprocess
+async def test_a_completion_waiting_for_a_worker_when_the_operation_expired_is_applied(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, taken: bool
+) -> None:
+    """An export's expiry passes and its webhook's completion comes while no worker is up; a
+    new worker rebuilds the run with both in one task. The completion is applied: the operation
+    had not ended (an expiry first checks the job's status, and only then expires it), so the
+    job is neither checked, expired nor sent a cancel; the run finishes and its history replays.
+
+    The completion is the Update the gateway sends, with the claims of the token the export
+    service was given, sent straight to the run: the gateway refuses a token past the
+    operation's expiry (410), so through it this race is a webhook that passed the gateway just
+    before the expiry and reached the run with the expiry's timer."""
+    app = "tests.workflows.cold_order_app:export"
+    async with (
+        cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold,
+        httpx.AsyncClient(base_url=cold.systems_url, timeout=10) as systems,
+    ):
+        # The job never calls back by itself: the only completion is the test's.
+        (await systems.post("/_test/faults", json={"never_complete": True})).raise_for_status()
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
+            RunInput(task="export Q3", model="scripted:export-once", tools=["start_export"]),
+            workflow_id=f"cold-export-{task_queue}",
+        )
+
+        async def callback_token() -> str | None:
+            return next((job.callback_token for job in cold.systems.jobs.values()), None)
+
+        token = await eventually(callback_token, "the export's job")
+        claims = ResumeTokens(KEYS, "cold").verify(token)  # now, before the token expires
+        await quiet_history_length(handle)
+        await die_as_the_timer_fires(
+            cold.worker, handle, taken=taken, what="the export's expiry to pass"
+        )
+        completion = Completion(
+            status="succeeded", result={"file": "transactions-2025-Q3.csv", "rows": 412882}
+        )
+        delivery_id = uuid.uuid4().hex
+        completing = asyncio.create_task(
+            handle.execute_update(
+                AgentRunWorkflow.complete_operation,
+                CompleteOperation(
+                    operation_id=claims.operation_id,
+                    nonce=claims.nonce,
+                    delivery_id=delivery_id,
+                    completion=completion,
+                ),
+                id=update_id(claims.operation_id, completion, delivery_id),
+            )
+        )
+        await cold.worker.start()
+        outcome = await asyncio.wait_for(completing, RESULT_TIMEOUT)
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+        history = await handle.fetch_history()
+        stats = (await systems.get("/_test/stats")).json()
+    failure = await replay_failure(history)
+
+    assert in_one_task(history.events, update_accepted("complete_operation")), (
+        "the expiry's timer and the completion came in different tasks"
+    )
+    assert (outcome.applied, outcome.status) == (True, "succeeded"), outcome
+    op = state.operations[claims.operation_id]
+    assert (op.status, op.cancel, op.late_completions) == ("succeeded", None, 0)
+    assert result.status == "completed" and "412882" in (result.final_output or "")
+    # Started once, never checked before an expiry, never cancelled.
+    [key] = stats["keys"].values()
+    assert (key["starts"], key["jobs_created"], key["cancels"]) == (1, 1, 0), key
+    [job] = stats["jobs"].values()
+    assert (job["status"], job["status_checks"]) == ("running", 0), job
     assert failure is None, failure
