@@ -1,8 +1,8 @@
 """A cold worker's ordering of a timer and what races it (issue 24, item 6): the worker dies
 while the run waits, the wait's timer fires (into a workflow task for the dead worker) and an
-Update comes before a worker is back. The new worker rebuilds the run and gets the timer and the
-Update in one workflow task; whatever order it applies them in, the history it writes must
-replay (a replay applies an Update first).
+Update or a cancel request comes before a worker is back. The new worker rebuilds the run and
+gets the timer and the other in one workflow task; whatever order it applies them in, the
+history it writes must replay (a replay applies an Update first).
 
 Each case runs with a worker that died before the timer's task reached it (SIGKILL) and one
 that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits out Temporal's
@@ -11,9 +11,13 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
 - The question desk: the demo's purge, whose job asks a person to confirm, under each declared
   outcome, and the person's answer against the window's timer.
 - A webhook's completion against its operation's expiry (the demo's export).
+- `starter.py cancel` against a question's window.
 
 The approval desk's case is test_worker_crash's
-`test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`."""
+`test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`. A polled operation has no
+timer of its own to race: its poll is an activity whose schedule-to-close is the expiry, and
+its report is the activity's result (an event of the history, like a timer's firing), never an
+Update: the gateway refuses completions of a polled operation."""
 
 from __future__ import annotations
 
@@ -24,19 +28,24 @@ from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import (
     accept,
     eventually,
     first_question,
+    process_env,
     quiet_history_length,
     start_run,
 )
 from tests.rigs import WorkerProcess
+from tests.test_starter import Cli
 from tests.tiers import SUBPROCESS, needs
 from tests.workflows.cold_order_steps import (
     KEYS,
+    cancel_requested,
     cold_worker_serving,
     die_as_the_timer_fires,
     in_one_task,
@@ -176,4 +185,56 @@ async def test_a_completion_waiting_for_a_worker_when_the_operation_expired_is_a
     assert (key["starts"], key["jobs_created"], key["cancels"]) == (1, 1, 0), key
     [job] = stats["jobs"].values()
     assert (job["status"], job["status_checks"]) == ("running", 0), job
+    assert failure is None, failure
+
+
+@DEATHS
+@pytest.mark.subprocess
+async def test_a_cancel_waiting_for_a_worker_when_the_window_passed_ends_the_run_cancelled(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, taken: bool
+) -> None:
+    """The purge's question window passes (its outcome: decline) and `starter.py cancel` asks
+    for the run's cancellation while no worker is up; a new worker rebuilds the run with both
+    in one task and applies them in the history's order: the window's timer first (the job is
+    declined by the policy), then the cancel (the run ends cancelled, its operation cancelled
+    and its job sent one cancel). The history replays."""
+    app = "tests.workflows.cold_order_app:decline"
+    async with (
+        cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold,
+        httpx.AsyncClient(base_url=cold.systems_url, timeout=10) as systems,
+    ):
+        handle = await start_run(
+            dev_env.client, task_queue, PURGE, workflow_id=f"cold-cancel-{task_queue}"
+        )
+        question = await first_question(handle, "the purge's question")
+        await quiet_history_length(handle)
+        await die_as_the_timer_fires(
+            cold.worker, handle, taken=taken, what="the question's window to pass"
+        )
+        cancel = await Cli(process_env(dev_env.client))("cancel", handle.id)
+        await cold.worker.start()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await handle.query(AgentRunWorkflow.status)
+        history = await handle.fetch_history()
+        stats = (await systems.get("/_test/stats")).json()
+    failure = await replay_failure(history)
+
+    assert cancel.code == 0, cancel.stderr
+    assert in_one_task(history.events, cancel_requested), (
+        "the window's timer and the cancel request came in different tasks"
+    )
+    assert isinstance(ended.value.cause, CancelledError)
+    assert state.status == "cancelled"
+    # The timer's outcome came first: the question was declined by its policy, not closed by
+    # the operation's end. (Whether the job took the decline before its cancel is the two
+    # activities' race at the purge service, so neither the delivery nor the job's last
+    # status is asserted.)
+    declined = state.questions[question.question_id]
+    assert declined.status == "expired" and declined.answer is not None
+    assert (declined.answer.action, declined.answer.by_policy) == ("decline", True)
+    [op] = state.operations.values()
+    assert (op.status, op.cancel) == ("cancelled", "sent")
+    [key] = stats["keys"].values()
+    assert (key["starts"], key["jobs_created"], key["cancels"]) == (1, 1, 1), key
     assert failure is None, failure
