@@ -1,6 +1,10 @@
-"""The demo's purge, whose job asks a person to confirm, with a 3 s window under each declared
-outcome (`escalate`, `decline`, `cancel`), for a worker process: the cold-worker ordering tests
-(test_cold_order.py) name the outcome's app, `tests.workflows.cold_order_app:<outcome>`."""
+"""Apps for a worker process, for the cold-worker ordering tests (test_cold_order.py), which name
+one as `tests.workflows.cold_order_app:<name>`:
+
+- `escalate`, `decline`, `cancel`: the demo's purge, whose job asks a person to confirm, with a
+  3 s window under that declared outcome;
+- `export`: the demo's export (a webhook's job) expiring 5 s after its start, checked only
+  before it would expire."""
 
 from __future__ import annotations
 
@@ -10,12 +14,16 @@ from datetime import timedelta
 import httpx
 
 from examples.demo.app import DemoDeps
+from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
+from tests.workflows.hostile_app import export_once
 from tests.workflows.questions_app import purge
 from waitstate import App, InputPolicy, ToolSpec
 from waitstate.schemas.questions import InputTimeout
 
 WINDOW = timedelta(seconds=3)
+# Long enough for the run to wait quietly (its start answered) before the worker dies.
+EXPIRY = timedelta(seconds=5)
 
 
 def _deps() -> DemoDeps:
@@ -30,6 +38,13 @@ def _app(on_timeout: InputTimeout) -> App:
     return App(scripts={"purge": purge}, tools=tools, deps=_deps)
 
 
+def _exports(deps: DemoDeps) -> list[ToolSpec]:
+    # No status checks while it runs: its one timer is the expiry's.
+    service = ExportService(deps.http, deps.systems_url)
+    return [export_tool(service, timeout=EXPIRY, reconcile_every=None)]
+
+
 escalate = _app("escalate")
 decline = _app("decline")
 cancel = _app("cancel")
+export = App(scripts={"export-once": export_once}, tools=_exports, deps=_deps)
