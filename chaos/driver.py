@@ -453,6 +453,8 @@ class Suite:
     def _invariants(self, stats: dict[str, Any], refunds: list[dict[str, Any]]) -> None:
         """Every run against every invariant, then the fault rows get their runs' violations."""
         rows = {name: Check(name) for name in INVARIANTS}
+        # The refunds issued tell a refund its claim had no room left for from a lost one.
+        stats = {**stats, "refunds": refunds}
         by_run: dict[str, list[str]] = {}
         for outcome in self.outcomes:
             found = check_run(outcome, stats)

@@ -17,6 +17,7 @@ from chaos.app import DELETE_TOOL
 from chaos.history import accepted_updates, activity_attempts, signal_inputs, update_inputs
 from chaos.runs import MODEL_TIMEOUT, QUESTION_ENDS, REPLIES, RETRY_AFTER, RunOutcome
 from chaos.wire import HANG_LIMIT
+from examples.systems.refunds import CLAIMS
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import RecordedRequest
 
@@ -602,16 +603,44 @@ def _refused(
 
 
 def _refunds(tag: str, outcome: RunOutcome, stats: dict[str, Any]) -> list[str]:
+    """An approved refund was issued (or refused on its merits, see `_no_room`: never lost);
+    a refund not approved was never issued."""
     plan = outcome.plan
     if plan.refund_key is None or outcome.state is None:
         return []
     issued = stats.get("refund_keys", {}).get(plan.refund_key)
     approved = any(r.status == "approved" for r in outcome.state.approvals.values())
-    if approved and issued is None:
+    if approved and issued is None and not _no_room(outcome, stats.get("refunds", [])):
         return [f"{tag}: approved refund {plan.refund_key} never issued"]
     if not approved and issued is not None:
         return [f"{tag}: refund {plan.refund_key} issued without approval"]
     return []
+
+
+# The refund service's refusal of a refund its claim has too little left for
+# (examples/systems/refunds.py), as the run's `issue_refund` call read it.
+NO_ROOM = "exceeds what is left on claim"
+
+
+def _no_room(outcome: RunOutcome, refunds: list[dict[str, Any]]) -> bool:
+    """Whether the run's approved refund was refused on its merits, not lost: its
+    `issue_refund` call came back with the refund service's answer that the refund exceeds
+    what is left on the claim (a tool error, which the model read), and the refunds the
+    service issued on the claim (`GET /refunds`) do leave too little for it.
+
+    The mix's refunds are bounded by their claims (C-118's 420.00 holds four of its refunds
+    over the approval threshold), and a phase's refund runs run at once: when a seed's mix
+    approves more of a claim's refunds than it holds, the service refuses whichever comes
+    last (full size, seed 2: five of C-118's, 504.56 in all)."""
+    assert outcome.plan.refund_key is not None and outcome.state is not None
+    _, claim_id, amount = outcome.plan.refund_key.split("/")
+    claim = CLAIMS.get(claim_id)
+    told = any(
+        s.kind == "tool" and s.name == "issue_refund" and s.is_error and NO_ROOM in s.detail
+        for s in outcome.state.steps
+    )
+    refunded = sum(r["amount"] for r in refunds if r["claim_id"] == claim_id)
+    return claim is not None and told and round(refunded + float(amount), 2) > claim.amount
 
 
 def refunds_once(stats: dict[str, Any], refunds: list[dict[str, Any]]) -> list[str]:
