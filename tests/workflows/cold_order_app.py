@@ -3,6 +3,8 @@ one as `tests.workflows.cold_order_app:<name>`:
 
 - `escalate`, `decline`, `cancel`: the demo's purge, whose job asks a person to confirm, with a
   3 s window under that declared outcome;
+- `escalate_later`: the same with a 7 s window escalating (time for a query to wait on a dead
+  worker's sticky queue before the window passes);
 - `export`: the demo's export (a webhook's job) expiring 5 s after its start, checked only
   before it would expire."""
 
@@ -22,6 +24,7 @@ from waitstate import App, InputPolicy, ToolSpec
 from waitstate.schemas.questions import InputTimeout
 
 WINDOW = timedelta(seconds=3)
+LATER = timedelta(seconds=7)
 # Long enough for the run to wait quietly (its start answered) before the worker dies.
 EXPIRY = timedelta(seconds=5)
 
@@ -30,9 +33,9 @@ def _deps() -> DemoDeps:
     return DemoDeps(httpx.AsyncClient(timeout=30), os.environ["DEMO_SYSTEMS_URL"])
 
 
-def _app(on_timeout: InputTimeout) -> App:
+def _app(on_timeout: InputTimeout, window: timedelta = WINDOW) -> App:
     def tools(deps: DemoDeps) -> list[ToolSpec]:
-        policy = InputPolicy(timeout=WINDOW, on_timeout=on_timeout)
+        policy = InputPolicy(timeout=window, on_timeout=on_timeout)
         return [purge_tool(PurgeService(deps.http, deps.systems_url), input=policy)]
 
     return App(scripts={"purge": purge}, tools=tools, deps=_deps)
@@ -47,4 +50,5 @@ def _exports(deps: DemoDeps) -> list[ToolSpec]:
 escalate = _app("escalate")
 decline = _app("decline")
 cancel = _app("cancel")
+escalate_later = _app("escalate", LATER)
 export = App(scripts={"export-once": export_once}, tools=_exports, deps=_deps)

@@ -5,13 +5,22 @@ the replay of the history the worker that came back wrote."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    PollWorkflowTaskQueueRequest,
+    PollWorkflowTaskQueueResponse,
+    ResetStickyTaskQueueRequest,
+)
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -82,6 +91,41 @@ async def die_as_the_timer_fires(
     else:
         await worker.kill()
         await until_the_timer_fired(handle, taken=False, what=what)
+
+
+async def query_parked_on_the_dead_worker(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> asyncio.Task[Any]:
+    """A status query sent while the run waits and its worker is dead: the server sends it as
+    a task of its own to that worker's sticky queue, where it waits for the sticky timeout
+    (the worker's default, 10 s) before it moves to the normal queue. The run's stickiness is
+    then reset, so the run's next workflow task goes to the normal queue at once. Returns the
+    query's task (its answer, or its failure)."""
+    query = asyncio.create_task(
+        handle.query(AgentRunWorkflow.status, rpc_timeout=timedelta(seconds=60))
+    )
+    await asyncio.sleep(1.0)  # no workflow task pending: the query goes to the sticky queue
+    await client.workflow_service.reset_sticky_task_queue(
+        ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=handle.id)
+        )
+    )
+    return query
+
+
+async def steal_the_next_task(client: Client, task_queue: str) -> PollWorkflowTaskQueueResponse:
+    """Take the run's next workflow task from the normal queue, as a worker that dies holding
+    it would, and never answer it: it waits out its timeout (10 s) and is retried."""
+    stolen = await asyncio.wait_for(
+        client.workflow_service.poll_workflow_task_queue(
+            PollWorkflowTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=task_queue), identity="thief"
+            )
+        ),
+        60,
+    )
+    assert not stolen.HasField("query"), "the query did not wait on the sticky queue"
+    return stolen
 
 
 def update_accepted(name: str) -> Racer:

@@ -12,6 +12,8 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
   outcome, and the person's answer against the window's timer.
 - A webhook's completion against its operation's expiry (the demo's export).
 - `starter.py cancel` against a question's window.
+- A status query that reaches the new worker with the window's timer before the workflow task
+  that delivers it (the hazard waitstate/query_guard.py closes).
 
 The approval desk's case is test_worker_crash's
 `test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`. A polled operation has no
@@ -49,7 +51,10 @@ from tests.workflows.cold_order_steps import (
     cold_worker_serving,
     die_as_the_timer_fires,
     in_one_task,
+    query_parked_on_the_dead_worker,
     replay_failure,
+    steal_the_next_task,
+    until_the_timer_fired,
     update_accepted,
 )
 from waitstate.gateway.delivery import update_id
@@ -110,6 +115,61 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_replays(
     assert answered.status == "answered" and not answered.escalated
     assert result.status == "completed" and '"confirmed_by":"ana"' in (result.final_output or "")
     assert failure is None, failure
+
+
+@pytest.mark.subprocess
+async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_the_history_replayable(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """The worker dies while the run waits for a person's answer; a status query waits on its
+    sticky queue; the question's window passes and a worker takes that task and dies holding it
+    (the test takes it); the person answers. The worker started next gets the query first,
+    with the window's timer in its history, then the retried task with the answer.
+
+    Before the worker's query guard (8a637ef and until waitstate/query_guard.py), that worker
+    ran the window's branch (escalate: a notice to the escalation group) to answer the query,
+    kept the run, and sent the notice's command before the answer's acceptance when the retried
+    task came: a history that does not replay ("Activity id of scheduled event does not match"),
+    the run stuck for good. Now the run is evicted once the query is answered, rebuilt from the
+    whole history with the retried task, the answer applied first, as a replay does, and the
+    history replays."""
+    app = "tests.workflows.cold_order_app:escalate_later"
+    async with cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold:
+        handle = await start_run(
+            dev_env.client, task_queue, PURGE, workflow_id=f"cold-query-{task_queue}"
+        )
+        question = await first_question(handle, "the purge's question")
+        await quiet_history_length(handle)
+        await cold.worker.kill()
+        query = await query_parked_on_the_dead_worker(dev_env.client, handle)
+        await until_the_timer_fired(handle, taken=False, what="the question's window to pass")
+        await steal_the_next_task(dev_env.client, task_queue)
+        answering = asyncio.create_task(accept(handle, question, {"confirm": True}))
+        await cold.worker.start()
+        # Answered from the run as the query's own task left it: the window passed, the
+        # question escalated (the notice never sent: that run is not the one that goes on).
+        answered = await asyncio.wait_for(query, RESULT_TIMEOUT)
+        # What matters first is whether the history replays (a run that does not is stuck).
+        [outcome] = await asyncio.wait_for(
+            asyncio.gather(answering, return_exceptions=True), RESULT_TIMEOUT
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        history = await handle.fetch_history()
+        failure = await replay_failure(history)
+        assert failure is None, failure  # (a query, which replays it, would fail the same way)
+        state = await handle.query(AgentRunWorkflow.status)
+
+    assert not isinstance(outcome, BaseException), outcome
+    assert in_one_task(history.events, update_accepted("answer")), (
+        "the timer and the answer came in different tasks"
+    )
+    # The query's own task applied the window's timer (the hazard's condition).
+    assert answered.questions[question.question_id].escalated
+    # The run that went on applied the answer first (never escalated), and the job was told yes.
+    assert (outcome.status, outcome.delivered) == ("answered", True)
+    kept = state.questions[question.question_id]
+    assert kept.status == "answered" and not kept.escalated
+    assert result.status == "completed" and '"confirmed_by":"ana"' in (result.final_output or "")
 
 
 @DEATHS
