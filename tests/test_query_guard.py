@@ -50,45 +50,28 @@ def query(query_id: str = DIRECT_QUERY) -> WorkflowActivation:
     return act
 
 
-def guarded() -> tuple[Instance, _GuardedInstance, set[str]]:
+def guarded() -> tuple[Instance, _GuardedInstance, set[str]]:  # the fake, guarded, its notes
     inner, to_evict = Instance(), set[str]()
     return inner, _GuardedInstance(inner, to_evict), to_evict  # type: ignore[arg-type]
 
 
-def test_a_direct_query_after_a_live_activation_that_issued_commands_evicts_the_run() -> None:
+def test_a_query_sent_as_a_task_of_its_own_evicts_the_run_whatever_came_before() -> None:
+    for before in ([], [task()], [task(replaying=True)]):
+        _, instance, to_evict = guarded()
+        for act in before:
+            instance.activate(act)
+        completion = instance.activate(query())
+        # Answered as ever: the query's response is the completion's only command.
+        [response] = completion.successful.commands
+        assert response.respond_to_query.query_id == DIRECT_QUERY
+        assert to_evict == {RUN}
+
+
+def test_a_query_that_rides_on_a_workflow_task_and_the_tasks_evict_nothing() -> None:
     _, instance, to_evict = guarded()
     instance.activate(task())
-    completion = instance.activate(query())
-    # Answered as ever: the query's response is the completion's only command.
-    [response] = completion.successful.commands
-    assert response.respond_to_query.query_id == DIRECT_QUERY
-    assert to_evict == {RUN}
-
-
-@pytest.mark.parametrize(
-    "before",
-    ["nothing", "a replayed activation", "a live activation with no command"],
-)
-def test_a_direct_query_that_could_not_have_applied_commands_keeps_the_run(before: str) -> None:
-    inner, instance, to_evict = guarded()
-    if before == "a replayed activation":
-        instance.activate(task(replaying=True))
-    elif before == "a live activation with no command":
-        inner.commands = 0
-        instance.activate(task())
-    instance.activate(query())
-    assert to_evict == set()
-
-
-def test_only_the_first_direct_query_after_a_task_evicts() -> None:
-    _, instance, to_evict = guarded()
-    instance.activate(task())
-    instance.activate(query("a-query-on-a-workflow-task"))  # the server's own id: not direct
-    assert to_evict == set()
-    instance.activate(query())
-    assert to_evict == {RUN}
-    to_evict.clear()
-    instance.activate(query())
+    instance.activate(query("a-query-on-a-workflow-task"))  # the server's own id
+    instance.activate(task(replaying=True))
     assert to_evict == set()
 
 

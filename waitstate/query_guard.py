@@ -11,14 +11,22 @@ applies only the Update and sends the earlier commands first, where a replay app
 one activation and runs the Update first: the history no longer replays, the run is stuck for
 good.
 
-A worker cannot tell such a query from a query on a run it holds idle: both come as a
-query-only activation after a live one, at the same history length (sdk-core does not apply
-the events of the task it completed until the next task). So the guard evicts the run after
-every query sent as a task of its own that follows a live activation which issued commands,
-once the query is answered: the next workflow task rebuilds the run from the whole history, as
-a replay does. A run that nobody queries between its tasks never pays for it; one queried
-after each of its tasks (`watch`) replays its history once per task. The guard needs the SDK's
-bridge worker (`Worker._bridge_worker`, private): `guard` fails loudly if it is gone.
+A second way a query task leaves a worker holding what it should not: a worker that is not
+the run's own (its sticky worker died, the query moved to the normal queue) builds the run from
+history to answer it and keeps it cached; the run goes on elsewhere; when a later workflow task
+reaches this worker, it holds a run older than its history. A chaos run's history fits this
+(a worker that rebuilt the run applied an Update before an activity's completion that another
+worker's completed task had delivered: "Activity machine does not handle this event");
+`tests/workflows/test_stale_cache.py` reproduces it.
+
+A worker cannot tell such queries from a query on a run it holds idle (both come as a
+query-only activation after a live one, at the same history length), so the guard evicts the
+run after every query sent as a task of its own, once the query is answered: the run's next
+workflow task rebuilds it from the whole history, as a replay does. A query that rides on a
+workflow task is never one of these, and evicts nothing. A run nobody queries between its tasks
+never pays for it; a run queried after each of its tasks (`watch`) replays its history once per
+task, and a run held idle is rebuilt at its next task. The guard needs the SDK's bridge worker
+(`Worker._bridge_worker`, private): `guard` fails loudly if it is gone.
 """
 
 from __future__ import annotations
@@ -36,8 +44,8 @@ DIRECT_QUERY = "legacy_query"
 
 
 class GuardedRunner(WorkflowRunner):
-    """A `WorkflowRunner` (the sandbox, for the fleet) whose instances note the runs to evict
-    after a query, as the module says; `guard` has the worker evict them."""
+    """A `WorkflowRunner` (the sandbox, for the fleet) whose instances note each run that
+    answers a query sent as a task of its own; `guard` has the worker evict them."""
 
     def __init__(self, runner: WorkflowRunner) -> None:
         self._runner = runner
@@ -85,23 +93,14 @@ class _GuardedInstance(WorkflowInstance):
     def __init__(self, instance: WorkflowInstance, to_evict: set[str]) -> None:
         self._instance = instance
         self._to_evict = to_evict
-        # Whether the last activation with jobs was live and issued commands (which a query
-        # task's own activation leaves unsent).
-        self._issued = False
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         completion = self._instance.activate(act)
-        queries = [job.query_workflow for job in act.jobs if job.HasField("query_workflow")]
-        if queries and len(queries) == len(act.jobs):
-            if any(q.query_id == DIRECT_QUERY for q in queries):
-                if self._issued:
-                    self._to_evict.add(act.run_id)
-                self._issued = False
-        else:
-            self._issued = not act.is_replaying and any(
-                not command.HasField("respond_to_query")
-                for command in completion.successful.commands
-            )
+        if any(
+            job.HasField("query_workflow") and job.query_workflow.query_id == DIRECT_QUERY
+            for job in act.jobs
+        ):
+            self._to_evict.add(act.run_id)
         return completion
 
     # The rest is the wrapped instance's.
