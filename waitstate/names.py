@@ -30,6 +30,7 @@ APPROVE_SIGNAL = "approve"  # DecisionSignal
 REJECT_SIGNAL = "reject"  # DecisionSignal
 DECIDE_UPDATE = "decide"  # DecideInput -> DecideOutcome
 ANSWER_UPDATE = "answer"  # AnswerInput -> AnswerOutcome
+SEND_MESSAGE_UPDATE = "send_message"  # SendMessage -> MessageAccepted (threads)
 
 # --- search attributes: what makes runs filterable in the Web UI's list view -----------------
 

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         McpListInput,
         ParkedCall,
     )
+    from waitstate.schemas.threads import MessageAccepted, SendMessage
     from workflows import ledger
     from workflows.activity_calls import Failed, call
     from workflows.approvals import ApprovalDesk, ApprovalExpired
@@ -67,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         MCP_LISTING_TIMEOUT,
         MODEL_RETRY,
     )
+    from workflows.thread import Conversation, MessageFailed
     from workflows.versions import Versions
 
 
@@ -103,6 +105,7 @@ class AgentRunWorkflow:
         )
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
         self._outages = StoreOutages(self._state, versions, self._board)
+        self._thread = Conversation(input, self._state, self._memory, self._board)
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -117,7 +120,9 @@ class AgentRunWorkflow:
                 await self._list_mcp_tools()
             if input.carry and input.carry.turn:  # continued in the middle of a turn
                 await self._run_tools(input.carry.turn.calls, input.carry.turn)
-            while self._state.turns < input.max_turns:
+            if self._thread.on and not await self._thread.begin():  # closed with no message
+                return await self._finish("completed", self._state.final_output)
+            while self._state.turns < self._thread.turn_limit():
                 if answer is None:
                     if self._continuation.due():
                         await self._continue_as_new()
@@ -129,14 +134,25 @@ class AgentRunWorkflow:
                         continue
                     answer = reply.content
                 if not self._ops.to_report():
+                    if self._thread.on:
+                        self._thread.replied(answer)
+                        return await self._between_messages()
                     return await self._finish("completed", answer)
                 if self._continuation.due() or not await self._ops.report():
                     await self._continue_as_new(answer)
                 answer = None
+            if self._thread.on:
+                self._thread.replied(None, "max_turns", f"no answer in {input.max_turns} calls")
+                return await self._between_messages()
             return await self._finish(self._out_of_turns(), None)
         except ApprovalExpired as expired:
+            if self._thread.on:
+                self._thread.replied(None, "failed", str(expired))
+                return await self._between_messages()
             self._state.error = str(expired)
             return await self._finish("approval_expired", None)
+        except MessageFailed:
+            return await self._between_messages()
         except (asyncio.CancelledError, ActivityError) as err:
             if is_cancelled_exception(err):
                 await self._ops.end_pending("cancelled")
@@ -187,6 +203,15 @@ class AgentRunWorkflow:
     @decide.validator
     def _validate_decision(self, input: DecideInput) -> None:
         self._desk.validate(input)
+
+    @workflow.update
+    def send_message(self, send: SendMessage) -> MessageAccepted:
+        """A person's message to a thread: queued for its turn, or refused saying why."""
+        return self._thread.accept(send)
+
+    @send_message.validator
+    def _validate_message(self, send: SendMessage) -> None:
+        self._thread.validate(send)
 
     @workflow.update
     async def answer(self, input: AnswerInput) -> AnswerOutcome:
@@ -320,10 +345,13 @@ class AgentRunWorkflow:
             reason = ledger.model_failure(self._input.model, err.cause or err, limit, attempts)
         else:
             reason = str(err.cause or err)
+        message = f"model call failed on turn {turn}: {reason}"
+        if self._thread.on:  # the message fails, not the thread
+            self._thread.replied(None, "failed", message)
+            raise MessageFailed(message)
         self._state.error = reason
         await self._ops.end_pending("cancelled")
         self._board.set_status("failed")
-        message = f"model call failed on turn {turn}: {reason}"
         if self._versions.exactly_once:
             # The reason says it all; the chained causes would carry their tracebacks into a
             # failure Temporal could refuse as too large.
@@ -433,9 +461,8 @@ class AgentRunWorkflow:
     # --- the end: an answer, or a new run to go on in ---------------------------------------
 
     def _out_of_turns(self) -> RunStatus:
-        """How a run that used its turns ends: `output_invalid` (runs from HARDENED on) when
-        its last turn's answer was refused by the agent's output type, saying why; else
-        `max_turns`."""
+        """How a run that used its turns ends: `output_invalid` (from HARDENED on) when its
+        last answer was refused by the agent's output type, saying why; else `max_turns`."""
         rejected = self._state.rejected_output
         if not self._versions.hardened or rejected is None or rejected.turn != self._state.turns:
             return "max_turns"
@@ -456,6 +483,14 @@ class AgentRunWorkflow:
             error=self._state.error,
             rejected_output=self._state.rejected_output if status == "output_invalid" else None,
         )
+
+    async def _between_messages(self) -> RunResult:
+        """A thread's turn ended: wait for the next message and continue as new to take it (a
+        run's history holds one message's work), or close after `close_after` with none."""
+        if not await self._thread.next_message():
+            return await self._finish("completed", self._state.final_output)
+        self._thread.trim()
+        await self._continue_as_new()
 
     async def _continue_as_new(
         self, answer: str | None = None, turn: CarriedTurn | None = None

@@ -43,7 +43,10 @@ class Memory:
             self.unsent = list(input.carry.unsent)
         else:
             self.transcript_ref = None
-            self.unsent = [Message(role="user", content=input.task)]
+            # A thread starts idle: its messages come one by one (workflows/thread.py).
+            self.unsent = (
+                [] if input.thread is not None else [Message(role="user", content=input.task)]
+            )
         # Set when a wait outlasted `rebuild_after`: the next model call gets a context rebuilt
         # from the ledger instead of the stale transcript.
         self.long_wait: timedelta | None = None

@@ -12,7 +12,7 @@ set from the start, a summary and details for the Web UI. Nothing here prints; f
     outcome = await client.outcome(started.run_id)
 
 What it does is kept by concern, and imported from here: one run (`_runs`: start, status,
-follow, list, cancel), people (`_people`: pending requests and questions, decide, answer), the
+follow, list, cancel), threads (`_threads`: send a message, await its reply), people (`_people`: pending requests and questions, decide, answer), the
 fleet (`_fleet`: the fleet at a glance, the blob cleanup), and the errors (`_errors`).
 """
 
@@ -69,8 +69,28 @@ from waitstate.client._runs import (
     new_run_id,
     started_with,
 )
+from waitstate.client._threads import (
+    REPLY_TIMEOUT,
+    SEND_TIMEOUT,
+    THREAD_TASK,
+    MessageRefused,
+    SentMessage,
+    ThreadCalls,
+    ThreadClosed,
+    new_thread_id,
+    thread_input,
+)
 
 __all__ = [
+    "REPLY_TIMEOUT",
+    "SEND_TIMEOUT",
+    "THREAD_TASK",
+    "MessageRefused",
+    "SentMessage",
+    "ThreadCalls",
+    "ThreadClosed",
+    "new_thread_id",
+    "thread_input",
     "ANSWER_TIMEOUT",
     "DECIDE_TIMEOUT",
     "FAILED_EXECUTIONS",
@@ -116,7 +136,7 @@ __all__ = [
 ]
 
 
-class WaitstateClient(RunCalls, PeopleCalls, FleetCalls):
+class WaitstateClient(RunCalls, ThreadCalls, PeopleCalls, FleetCalls):
     """Starts, reads, decides and cancels agent runs over a Temporal client.
 
     Args:

@@ -11,6 +11,7 @@ from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, Approval
 from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.threads import ThreadSettings, ThreadState
 
 RunStatus = Literal[
     "running",
@@ -91,6 +92,11 @@ class RunInput(BaseModel):
         default=None,
         description="Set by the run once it listed the MCP tools it was granted: every turn, "
         "worker and continued run sees the same definitions.",
+    )
+    thread: ThreadSettings | None = Field(
+        default=None,
+        description="Set for a thread: the run takes a person's messages (`send_message`) and "
+        "answers each, instead of one task (`task` then says what the thread is for).",
     )
     agent_overrides: list[str] | None = Field(
         default=None,
@@ -180,6 +186,9 @@ class RunState(BaseModel):
     )
     store_outage: StoreOutage | None = Field(
         default=None, description="Set while a call waits for the blob store to come back."
+    )
+    thread: ThreadState | None = Field(
+        default=None, description="A thread's messages and replies (None: a task run)."
     )
     error: str | None = None
 

@@ -1,0 +1,219 @@
+"""Threads (issue 25): an agent run that takes a person's messages, one turn each, continuing
+as new between turns; on the real dev server, through the run's `send_message` update."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker, replays, start_run
+from waitstate.apps import load_apps
+from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.threads import (
+    MessageAccepted,
+    SendMessage,
+    ThreadMessage,
+    ThreadSettings,
+)
+from workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.workflows.threads_app:app"
+CHAT = RunInput(task="a conversation", model="scripted:chat-echo", thread=ThreadSettings())
+
+
+async def send(
+    handle: WorkflowHandle[Any, Any], text: str, key: str | None = None
+) -> MessageAccepted:
+    return await handle.execute_update(
+        AgentRunWorkflow.send_message, SendMessage(text=text, key=key)
+    )
+
+
+async def replied(handle: WorkflowHandle[Any, Any], message_id: str) -> ThreadMessage:
+    """The message, once it has its reply."""
+
+    async def done() -> ThreadMessage | None:
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+        assert state.thread is not None
+        found = next((m for m in state.thread.messages if m.message_id == message_id), None)
+        return (
+            found
+            if found is not None and found.status != "queued" and found.status != "working"
+            else None
+        )
+
+    return await eventually(done, f"message {message_id}'s reply")
+
+
+async def test_a_thread_answers_each_message_in_its_turn_and_continues_as_new_between(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        handle = await start_run(dev_env.client, task_queue, CHAT)
+        first = await send(handle, "hello")
+        assert (first.message_id, first.status, first.duplicate) == ("m1", "queued", False)
+        one = await replied(handle, "m1")
+        second = await send(handle, "how are you?")
+        two = await replied(handle, second.message_id)
+        three = await replied(handle, (await send(handle, "bye")).message_id)
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+        description = await handle.describe()
+
+    assert (one.status, one.reply) == ("replied", "re: hello (1 seen)")
+    # The model had the whole conversation: its transcript went on across the runs.
+    assert two.reply == "re: how are you? (2 seen)"
+    assert three.reply == "re: bye (3 seen)"
+    assert [m.model_calls for m in (one, two, three)] == [1, 1, 1]
+    assert three.usage.model_calls == 1 and three.turns_before == 2
+    assert state.thread is not None and state.thread.received == 3
+    assert state.status == "waiting" and state.turns == 3
+    # One run per message after the first: the first run took m1, then each new message
+    # continued the thread as new.
+    assert state.continued_as_new == 2
+    assert description.status is not None and description.status.name == "RUNNING"
+    await replays(handle, "thread")
+
+
+async def test_messages_sent_while_the_agent_works_are_queued_and_taken_in_order(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    texts = [f"message {i}" for i in range(1, 5)]
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        handle = await start_run(dev_env.client, task_queue, CHAT)
+        sent = await asyncio.gather(*(send(handle, text) for text in texts))
+        await replied(handle, "m4")
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+
+    text_of = {s.message_id: text for s, text in zip(sent, texts, strict=True)}
+    assert sorted(text_of) == ["m1", "m2", "m3", "m4"]
+    assert state.thread is not None
+    replies = {m.message_id: m.reply for m in state.thread.messages}
+    # Taken in the order they were accepted, each in a turn of its own, the model seeing every
+    # earlier one.
+    for n in range(1, 5):
+        assert replies[f"m{n}"] == f"re: {text_of[f'm{n}']} ({n} seen)"
+
+
+async def test_a_retried_send_with_its_key_is_one_message(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        handle = await start_run(dev_env.client, task_queue, CHAT)
+        first = await send(handle, "once", key="k-1")
+        await replied(handle, first.message_id)
+        again = await send(handle, "once", key="k-1")  # after the thread continued as new
+        other = await send(handle, "twice", key="k-2")
+        await replied(handle, other.message_id)
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+
+    assert (again.message_id, again.duplicate, again.status) == ("m1", True, "replied")
+    assert other.message_id == "m2"
+    assert state.thread is not None and state.thread.received == 2
+
+
+async def test_a_reject_thread_refuses_a_message_while_it_works_and_a_task_run_takes_none(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    rejecting = CHAT.model_copy(update={"thread": ThreadSettings(busy="reject")})
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        handle = await start_run(dev_env.client, task_queue, rejecting)
+        results = await asyncio.gather(
+            *(send(handle, f"message {i}") for i in range(3)), return_exceptions=True
+        )
+        task = await start_run(
+            dev_env.client, task_queue, RunInput(task="hi", model="scripted:chat-echo")
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as not_a_thread:
+            await send(task, "hello")
+        await task.result()
+
+    accepted = [r for r in results if isinstance(r, MessageAccepted)]
+    refused = [r for r in results if isinstance(r, WorkflowUpdateFailedError)]
+    assert accepted and refused, results
+    assert all("busy" in str(r.cause) for r in refused)
+    assert "not a thread" in str(not_a_thread.value.cause)
+
+
+async def test_an_idle_thread_closes_after_close_after(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    closing = CHAT.model_copy(update={"thread": ThreadSettings(close_after=timedelta(seconds=2))})
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        handle = await start_run(dev_env.client, task_queue, closing)
+        sent = await send(handle, "hello")
+        await replied(handle, sent.message_id)
+        result = await asyncio.wait_for(handle.result(), 30)
+        with pytest.raises(Exception, match="completed|closed|not found"):
+            await send(handle, "anyone?")
+
+    assert (result.status, result.final_output) == ("completed", "re: hello (1 seen)")
+
+
+async def test_the_client_starts_a_thread_with_its_first_message_and_awaits_each_reply(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(model="scripted:chat-echo")
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        replies = []
+        for text in ("hello", "what can you do?", "thanks"):
+            sent = await client.send_message("thread-client", text, start=start)
+            replies.append(await client.reply("thread-client", sent.accepted.message_id))
+        # A retried send (same key) is the same message, even when the retry starts nothing.
+        once = await client.send_message("thread-client", "again", key="k", start=start)
+        twice = await client.send_message("thread-client", "again", key="k", start=start)
+        state = await client.query("thread-client")
+
+    assert [r.reply for r in replies] == [
+        "re: hello (1 seen)",
+        "re: what can you do? (2 seen)",
+        "re: thanks (3 seen)",
+    ]
+    assert [r.message_id for r in replies] == ["m1", "m2", "m3"]
+    assert once.accepted.message_id == twice.accepted.message_id == "m4"
+    assert twice.accepted.duplicate
+    assert state.thread is not None and state.thread.received == 4
+
+
+async def test_a_closed_thread_refuses_a_message_and_starts_nothing(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(
+        model="scripted:chat-echo", settings=ThreadSettings(close_after=timedelta(seconds=1))
+    )
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        sent = await client.send_message("thread-closing", "hello", start=start)
+        await client.reply("thread-closing", sent.accepted.message_id)
+        await asyncio.wait_for(client.handle("thread-closing").result(), 30)
+        with pytest.raises(ThreadClosed, match="thread thread-closing is closed"):
+            await client.send_message("thread-closing", "still there?", start=start)
+        runs = [r async for r in dev_env.client.list_workflows('WorkflowId = "thread-closing"')]
+
+    assert len(runs) == 1  # the message started no second run under the id
+
+
+async def test_the_client_says_why_a_thread_refuses_a_message(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    # A task run, started before any worker: the message reaches it with its first task, while
+    # it is surely open.
+    task = await start_run(
+        dev_env.client, task_queue, RunInput(task="hi", model="scripted:chat-echo")
+    )
+    sending = asyncio.create_task(client.send_message(task.id, "hello"))
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        with pytest.raises(MessageRefused) as refused:
+            await sending
+        result = await task.result()
+
+    assert refused.value.code == "not_a_thread"
+    assert "not a thread" in str(refused.value)
+    assert result.final_output == "re: hi (1 seen)"  # the task run went on, unchanged

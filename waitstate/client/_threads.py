@@ -1,0 +1,203 @@
+"""Threads: send a person's message to a thread (started with it, if the thread has never been
+started) and wait for its reply."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from waitstate.client._base import ClientBase
+from waitstate.client._errors import (
+    ClientError,
+    NotAnswered,
+    TemporalFailed,
+    Unreachable,
+    first_line,
+)
+from waitstate.gateway.delivery import rpc_refusal
+from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE
+from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.threads import MessageAccepted, SendMessage, ThreadMessage, ThreadSettings
+
+# What a thread is for, when its starter does not say: the model reads it as the run's task.
+THREAD_TASK = "A conversation: answer each of the person's messages."
+SEND_TIMEOUT = timedelta(seconds=30)
+REPLY_TIMEOUT = timedelta(minutes=10)
+REPLY_POLL = 0.5  # seconds between two looks at a thread waiting for a reply
+# A message that meets the thread as it continues as new (between two turns) is sent again.
+SEND_ATTEMPTS = 5
+SEND_RETRY = 0.2
+DONE = frozenset({"replied", "max_turns", "failed"})
+
+
+class ThreadClosed(ClientError):
+    """The thread has ended (closed after its idle time, or cancelled): it takes no message.
+    Its history is kept; a new conversation takes a new thread id."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"thread {thread_id} is closed: start a new thread for a new message")
+        self.thread_id = thread_id
+
+
+class MessageRefused(ClientError):
+    """The thread refused the message, saying why (not a thread, busy under `reject`, too many
+    queued, closing); nothing was recorded."""
+
+    def __init__(self, thread_id: str, reason: str, code: str | None) -> None:
+        super().__init__(f"thread {thread_id} refused the message: {reason}")
+        self.thread_id = thread_id
+        self.reason = reason
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the thread took: its id, and where it stands."""
+
+    thread_id: str
+    accepted: MessageAccepted
+
+
+def new_thread_id() -> str:
+    """A fresh thread id."""
+    return f"thread-{uuid.uuid4().hex[:12]}"
+
+
+def thread_input(
+    *, agent: str | None = None, model: str | None = None, settings: ThreadSettings | None = None
+) -> RunInput:
+    """The input a thread starts with: of `agent` (its definition sets the rest), or with
+    `model`; the thread's busy policy and idle time from `settings`."""
+    fields: dict[str, object] = {"task": THREAD_TASK, "thread": settings or ThreadSettings()}
+    if agent is not None:
+        fields["agent"] = agent
+    if model is not None:
+        fields["model"] = model
+    return RunInput.model_validate(fields)
+
+
+class ThreadCalls(ClientBase):
+    """What `WaitstateClient` does with threads: send a message, wait for its reply."""
+
+    async def send_message(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        key: str | None = None,
+        sender: str | None = None,
+        start: RunInput | None = None,
+        task_queue: str | None = None,
+        answer_within: timedelta = SEND_TIMEOUT,
+    ) -> SentMessage:
+        """Send `text` to the thread `thread_id`, starting it with `start` (default: a plain
+        thread, `thread_input()`) if no run ever had that id, in one call.
+
+        Args:
+            key: Idempotency key: a send retried with the same key is the same message.
+
+        Raises:
+            MessageRefused: the thread refused it (not a thread, busy under `reject`...).
+            ThreadClosed: the thread has ended.
+            NotAnswered: the thread did not answer within `answer_within` (the message may
+                still be taken once a worker runs).
+            Unreachable, TemporalFailed: Temporal could not be reached, or refused the call.
+        """
+        run_input = start or thread_input()
+        if run_input.thread is None:
+            raise ValueError("a thread's input sets `thread` (see thread_input)")
+        send = SendMessage(text=text, key=key, sender=sender)
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                async with asyncio.timeout(answer_within.total_seconds()):
+                    accepted: MessageAccepted = (
+                        await self._client.execute_update_with_start_workflow(
+                            SEND_MESSAGE_UPDATE,
+                            send,
+                            start_workflow_operation=self._start(thread_id, run_input, task_queue),
+                            id=f"message-{key}" if key is not None else None,
+                            result_type=MessageAccepted,
+                        )
+                    )
+                return SentMessage(thread_id, accepted)
+            except WorkflowAlreadyStartedError as err:  # ended, and ids are never reused
+                raise ThreadClosed(thread_id) from err
+            except WorkflowUpdateFailedError as err:
+                cause = err.cause
+                code = cause.type if isinstance(cause, ApplicationError) else None
+                raise MessageRefused(thread_id, first_line(cause), code) from err
+            except RPCError as err:
+                if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                    raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
+                # The update met the run as it continued as new: the next run takes it.
+                if rpc_refusal(err).code == "run_ended" and attempt + 1 < SEND_ATTEMPTS:
+                    await asyncio.sleep(SEND_RETRY)
+                    continue
+                if rpc_refusal(err).code == "run_ended":
+                    raise ThreadClosed(thread_id) from err
+                raise TemporalFailed("Temporal refused the message", first_line(err)) from err
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                seconds = f"no answer within {answer_within.total_seconds():g} s"
+                raise NotAnswered(thread_id, seconds) from err
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def reply(
+        self, thread_id: str, message_id: str, *, within: timedelta = REPLY_TIMEOUT
+    ) -> ThreadMessage:
+        """The message once the thread has answered it (`replied`), or ended it without an
+        answer (`max_turns`, `failed`, with its `error`).
+
+        Raises:
+            NotAnswered: no reply within `within` (the thread goes on).
+            RunNotFound: no such thread.
+        """
+        async with asyncio.timeout(within.total_seconds()):
+            while True:
+                message = await self.message(thread_id, message_id)
+                if message is not None and message.status in DONE:
+                    return message
+                await asyncio.sleep(REPLY_POLL)
+        raise AssertionError("unreachable")
+
+    async def message(self, thread_id: str, message_id: str) -> ThreadMessage | None:
+        """The thread's message `message_id` as it stands (None once it is older than what the
+        thread keeps in its state, `KEEP_MESSAGES`)."""
+        state = await self.query(thread_id)
+        if state.thread is None:
+            raise MessageRefused(thread_id, "this run is a task, not a thread", "not_a_thread")
+        return next((m for m in state.thread.messages if m.message_id == message_id), None)
+
+    def _start(
+        self, thread_id: str, run_input: RunInput, task_queue: str | None
+    ) -> WithStartWorkflowOperation[object, RunResult]:
+        attributes = [SearchAttributePair(AGENT_STATUS, "waiting")]
+        if run_input.agent is not None:
+            attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
+        return WithStartWorkflowOperation(
+            AGENT_RUN,
+            run_input,
+            id=thread_id,
+            task_queue=task_queue or self._task_queue,
+            # A thread that exists takes the message; one that ended never starts again.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(attributes),
+            static_summary=f"thread{f' of {run_input.agent}' if run_input.agent else ''}",
+            result_type=RunResult,
+        )

@@ -1,0 +1,263 @@
+"""A thread's conversation: the messages a person sends, taken one turn at a time, and what a
+thread carries from one run to the next.
+
+A thread is an agent run with `RunInput.thread` set. It starts idle; each message is a turn of
+the conversation (model calls and tools until an answer, the reply); between turns the run
+continues as new, so each run's history holds one message's work. A message sent while the
+agent works waits its turn (`queue`) or is refused (`reject`); an idle thread holds no worker,
+and closes after `close_after` with no message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from waitstate.schemas import Message, RunInput, RunState
+from waitstate.schemas.threads import (
+    KEEP_KEYS,
+    KEEP_MESSAGES,
+    MAX_QUEUED,
+    NOT_A_THREAD,
+    PREVIEW_CHARS,
+    THREAD_BUSY,
+    THREAD_CLOSING,
+    THREAD_FULL,
+    MessageAccepted,
+    MessageStatus,
+    SendMessage,
+    ThreadMessage,
+    ThreadState,
+)
+from workflows import ledger
+from workflows.board import StatusBoard
+from workflows.memory import Memory
+
+# What a context rebuilt for a thread shows of the conversation before the new message.
+REBUILD_MESSAGES = 10
+REBUILD_PREVIEW = 300
+
+
+class MessageFailed(Exception):
+    """A thread's message could not be answered (its model call failed, an approval expired
+    under `fail`): the message ends `failed`, the thread goes on."""
+
+
+class Conversation:
+    """The thread's messages: accepted by the `send_message` update, taken one at a time."""
+
+    def __init__(
+        self, input: RunInput, state: RunState, memory: Memory, board: StatusBoard
+    ) -> None:
+        self._input = input
+        self._state = state
+        self._memory = memory
+        self._board = board
+        self._closing = False
+        if input.thread is not None and state.thread is None:
+            state.thread = ThreadState(settings=input.thread, idle_since=workflow.now())
+
+    @property
+    def on(self) -> bool:
+        """Whether the run is a thread."""
+        return self._state.thread is not None
+
+    @property
+    def _thread(self) -> ThreadState:
+        assert self._state.thread is not None
+        return self._state.thread
+
+    # --- the update ----------------------------------------------------------------------
+
+    def validate(self, send: SendMessage) -> None:
+        """Refuse a message the thread cannot take, saying why (the run is unchanged)."""
+        if self._state.thread is None:
+            raise ApplicationError(
+                "this run is a task, not a thread: it takes no messages", type=NOT_A_THREAD
+            )
+        thread = self._thread
+        if send.key is not None and send.key in thread.keys:
+            return  # the earlier send's message, answered again
+        if self._closing:
+            raise ApplicationError(
+                f"the thread is closing: no message for {thread.settings.close_after}",
+                type=THREAD_CLOSING,
+            )
+        # Under `reject` the agent has one message at a time: working on, or about to take.
+        busy = self._working() or next(iter(self._queued()), None)
+        if busy is not None and thread.settings.busy == "reject":
+            raise ApplicationError(
+                f"the agent is busy with message {busy.message_id} and its policy is "
+                "`reject`: send again once it has replied",
+                type=THREAD_BUSY,
+            )
+        if len(self._queued()) >= MAX_QUEUED:
+            raise ApplicationError(
+                f"{MAX_QUEUED} messages already wait for their turn", type=THREAD_FULL
+            )
+
+    def accept(self, send: SendMessage) -> MessageAccepted:
+        """Queue the message (validated); a known key is its earlier send's message."""
+        thread = self._thread
+        if send.key is not None and send.key in thread.keys:
+            known = thread.keys[send.key]
+            message = next((m for m in thread.messages if m.message_id == known), None)
+            status = message.status if message is not None else "replied"
+            return MessageAccepted(message_id=known, status=status, ahead=0, duplicate=True)
+        thread.received += 1
+        message = ThreadMessage(
+            message_id=f"m{thread.received}",
+            key=send.key,
+            sender=send.sender,
+            text=send.text,
+            sent_at=workflow.now(),
+        )
+        thread.messages.append(message)
+        if send.key is not None:
+            thread.keys[send.key] = message.message_id
+        ahead = len(self._queued()) - 1 + (self._working() is not None)
+        ledger.step(self._state, "event", "message", f"{message.message_id} queued")
+        return MessageAccepted(message_id=message.message_id, status="queued", ahead=ahead)
+
+    # --- the run's turns -----------------------------------------------------------------
+
+    async def begin(self) -> bool:
+        """The run's message: the one a run continued mid-message goes on with, or the next
+        one, once it comes (False: the thread closed with none)."""
+        if self._working() is not None:
+            return True
+        if not await self.next_message():
+            return False
+        await self.take()
+        return True
+
+    def turn_limit(self) -> int:
+        """The model calls the run may reach: `max_turns` per message for a thread."""
+        working = self._working() if self._state.thread is not None else None
+        base = working.turns_before if working is not None else 0
+        return base + self._input.max_turns
+
+    async def next_message(self) -> bool:
+        """Wait, idle and holding no worker, for a message; False once `close_after` passed
+        with none (the thread closes)."""
+        thread = self._thread
+        if self._queued():
+            return True
+        idle_since = thread.idle_since or workflow.now()
+        close_at = idle_since + thread.settings.close_after
+        with self._board.waiting(
+            "message",
+            "a person's next message",
+            "the next message",
+            until=close_at,
+            began=idle_since,
+        ) as wait:
+            wait.parked = True  # measured from `idle_since` when taken (see `take`)
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self._queued()),
+                    timeout=max(close_at - workflow.now(), timedelta(0)),
+                )
+            except TimeoutError:
+                self._closing = True
+                ledger.step(
+                    self._state,
+                    "event",
+                    "thread",
+                    f"closed: no message for {thread.settings.close_after}",
+                )
+                return False
+        return True
+
+    async def take(self) -> None:
+        """The next queued message becomes the turn's: the model gets it, in the transcript it
+        has, or in a context rebuilt from the ledger after a long idle time."""
+        thread = self._thread
+        message = self._queued()[0]
+        now = workflow.now()
+        message.status = "working"
+        message.started_at = now
+        message.turns_before = self._state.turns
+        message.usage = self._state.usage.model_copy()  # until replied: the usage before it
+        idle = now - (thread.idle_since or now)
+        thread.idle_since = None
+        ledger.step(
+            self._state, "event", "message", f"{message.message_id}: {ledger.preview(message.text)}"
+        )
+        if idle > self._input.rebuild_after:
+            self._memory.transcript_ref = None
+            self._memory.unsent = [Message(role="user", content=self._rebuilt(message))]
+            self._state.context_rebuilds += 1
+            ledger.step(
+                self._state, "event", "context", f"rebuilt from the ledger after {idle} idle"
+            )
+        else:
+            self._memory.unsent.append(Message(role="user", content=message.text))
+        self._board.show()
+
+    def replied(
+        self, reply: str | None, status: MessageStatus = "replied", error: str | None = None
+    ) -> None:
+        """The turn's message is answered, or ended without an answer (`max_turns`, `failed`,
+        with `error`): the thread is idle again."""
+        message = self._working()
+        if message is None:
+            return
+        before = message.usage
+        message.status = status
+        message.reply = reply
+        message.error = error
+        message.replied_at = workflow.now()
+        message.model_calls = self._state.turns - message.turns_before
+        message.usage = self._state.usage.model_copy(
+            update={
+                "model_calls": self._state.usage.model_calls - before.model_calls,
+                "input_tokens": self._state.usage.input_tokens - before.input_tokens,
+                "output_tokens": self._state.usage.output_tokens - before.output_tokens,
+            }
+        )
+        message.text = ledger.cut(message.text, PREVIEW_CHARS)
+        self._thread.idle_since = message.replied_at
+        self._state.final_output = reply
+        ledger.step(self._state, "event", "reply", f"{message.message_id} {message.status}")
+
+    def trim(self) -> None:
+        """Bound what the next run carries: the last messages, every queued one, recent keys."""
+        thread = self._thread
+        done = [m for m in thread.messages if m.status not in ("queued", "working")]
+        drop = {m.message_id for m in done[:-KEEP_MESSAGES]}
+        thread.messages = [m for m in thread.messages if m.message_id not in drop]
+        keys = list(thread.keys.items())[-KEEP_KEYS:]
+        thread.keys = dict(keys)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _working(self) -> ThreadMessage | None:
+        return next((m for m in self._thread.messages if m.status == "working"), None)
+
+    def _queued(self) -> list[ThreadMessage]:
+        return [m for m in self._thread.messages if m.status == "queued"]
+
+    def _rebuilt(self, message: ThreadMessage) -> str:
+        """The one message a thread's model starts afresh from after a long idle time: what the
+        thread is for, its rules, the conversation so far (bounded), what its tools did, and
+        the new message."""
+        state = self._state
+        earlier = [m for m in self._thread.messages if m.reply is not None][-REBUILD_MESSAGES:]
+        lines = [
+            f"Task: {state.task}",
+            f"Constraints: {'; '.join(state.constraints) or 'none'}",
+            "Conversation so far (oldest first):",
+            *(
+                f"- the person: {ledger.cut(m.text, REBUILD_PREVIEW)} / you: "
+                f"{ledger.cut(m.reply or '', REBUILD_PREVIEW)}"
+                for m in earlier
+            ),
+            "Completed:",
+            *(f"- {line}" for line in state.completed[-REBUILD_MESSAGES:]),
+            f"Event: the person writes: {message.text}",
+            "Remaining: answer the person's message",
+        ]
+        return "\n".join(lines)
