@@ -36,9 +36,9 @@ SEND_MESSAGE_UPDATE = "send_message"  # SendMessage -> MessageAccepted (threads)
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 WAITING_FOR = SearchAttributeKey.for_keyword("WaitingFor")
-# What WaitingFor holds: an operation's webhook or poll, a person's decision or answer; `none`
-# while the run works (a model turn, a tool call).
-WAIT_KINDS = ("webhook", "poll", "approval", "input", "none")
+# What WaitingFor holds: an operation's webhook or poll, a person's decision or answer, a
+# thread's next message; `none` while the run works (a model turn, a tool call).
+WAIT_KINDS = ("webhook", "poll", "approval", "input", "message", "none")
 PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
 WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
 # Set when a run of a named agent starts (by the client, never upserted by the run).

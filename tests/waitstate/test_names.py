@@ -14,6 +14,7 @@ from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionSign
 from waitstate.schemas.cleanup import CleanResult, CleanupInput
 from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome
+from waitstate.schemas.threads import MessageAccepted, SendMessage
 from workflows import search_attributes, traces
 from workflows.agent_run import AgentRunWorkflow
 from workflows.blob_cleanup import BlobCleanupWorkflow
@@ -38,6 +39,7 @@ def test_the_agent_run_answers_to_the_library_names_with_the_types_it_reads() ->
         names.COMPLETE_OPERATION_UPDATE: ([CompleteOperation], CompletionOutcome),
         names.DECIDE_UPDATE: ([DecideInput], DecideOutcome),
         names.ANSWER_UPDATE: ([AnswerInput], AnswerOutcome),
+        names.SEND_MESSAGE_UPDATE: ([SendMessage], MessageAccepted),
     }
     assert {name: signal.arg_types for name, signal in definition.signals.items()} == {
         names.OPERATION_COMPLETED_SIGNAL: [CompleteOperation],
