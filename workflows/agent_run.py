@@ -42,30 +42,22 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import (
         CALL_MODEL,
-        LIST_MCP_TOOLS,
         OUTPUT_INVALID,
-        RESOLVE_AGENT,
-        AgentConfig,
         CarriedTurn,
-        McpListing,
-        McpListInput,
         ParkedCall,
     )
     from waitstate.schemas.threads import MessageAccepted, SendMessage
     from workflows import ledger
-    from workflows.activity_calls import Failed, call
+    from workflows.activity_calls import Failed
     from workflows.approvals import ApprovalDesk, ApprovalExpired
     from workflows.board import StatusBoard
     from workflows.continuation import Continuation
     from workflows.inputs import InputDesk
     from workflows.memory import Memory
+    from workflows.opening import Opening
     from workflows.operations import OperationsBook
     from workflows.outages import StoreDown, StoreOutages
     from workflows.policies import (
-        AGENT_RETRY,
-        AGENT_TIMEOUT,
-        MCP_LISTING_RETRY,
-        MCP_LISTING_TIMEOUT,
         MODEL_RETRY,
     )
     from workflows.thread import Conversation, MessageFailed
@@ -106,6 +98,7 @@ class AgentRunWorkflow:
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
         self._outages = StoreOutages(self._state, versions, self._board)
         self._thread = Conversation(input, self._state, self._memory, self._board)
+        self._opening = Opening(input, self._state, self._board, self._outages)
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -114,10 +107,7 @@ class AgentRunWorkflow:
         # A run continued while it waited for operations goes back to waiting, not to the model.
         answer = input.carry.answer if input.carry else None
         try:
-            if input.agent is not None and input.carry is None:
-                await self._take_agent(input.agent)
-            if input.mcp_listing is None and any(SEPARATOR in name for name in input.tools):
-                await self._list_mcp_tools()
+            await self._opening.open()
             if input.carry and input.carry.turn:  # continued in the middle of a turn
                 await self._run_tools(input.carry.turn.calls, input.carry.turn)
             if self._thread.on and not await self._thread.begin():  # closed with no message
@@ -224,56 +214,6 @@ class AgentRunWorkflow:
         self._inputs.validate(input)
 
     # --- the model --------------------------------------------------------------------------
-
-    async def _take_agent(self, name: str) -> None:
-        """Record the agent's definition (as the worker has it now) and let it set every field
-        the run's input left unset; an agent the worker does not have fails the run at once."""
-        config = await call(
-            RESOLVE_AGENT,
-            name,
-            result_type=AgentConfig,
-            summary=f"agent {name}",
-            start_to_close_timeout=AGENT_TIMEOUT,
-            retry_policy=AGENT_RETRY,
-        )
-        if isinstance(config, Failed):
-            self._fail_at_start(config)
-        # In place: the run's parts hold this very input.
-        for field, value in config.defaults().items():
-            if field not in (self._input.agent_overrides or ()):
-                setattr(self._input, field, value)
-        self._state.agent = name
-        self._state.model = self._input.model
-        self._state.constraints = list(self._input.constraints)
-
-    async def _list_mcp_tools(self) -> None:
-        """List the MCP tools the run was granted, once: every turn, worker and continued run
-        then sees the same definitions (kept by reference)."""
-        grants = [name for name in self._input.tools if SEPARATOR in name]
-        # The listing is kept in the blob store: an outage of it is waited out.
-        tries = self._outages.tries("listing of MCP tools", MCP_LISTING_RETRY)
-        request = McpListInput(grants=grants)
-        while True:
-            listing = await tries.call(
-                LIST_MCP_TOOLS,
-                request,
-                result_type=McpListing,
-                summary=f"MCP tools {', '.join(grants)}",
-                start_to_close_timeout=MCP_LISTING_TIMEOUT,
-            )
-            if not isinstance(listing, StoreDown):
-                break
-            await workflow.sleep(listing.delay)
-        if isinstance(listing, Failed):
-            self._fail_at_start(listing)
-        self._input.mcp_listing = listing  # in place: carried on by continue-as-new
-
-    def _fail_at_start(self, failed: Failed) -> NoReturn:
-        """What the run was started with cannot be served (an unknown agent, an MCP grant no
-        server answers): it ends failed at once, saying why in one line."""
-        self._state.error = failed.message
-        self._board.set_status("failed")
-        raise ApplicationError(failed.message, type=RUN_FAILED, non_retryable=True) from None
 
     async def _call_model(self) -> Message:
         turn = self._state.turns + 1

@@ -1,0 +1,97 @@
+"""What a run does once, before its first turn: take its agent's definition, and list the MCP
+tools it was granted. Either failing ends the run at once, saying why."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
+from waitstate.schemas.errors import RUN_FAILED
+from waitstate.schemas.run import (
+    LIST_MCP_TOOLS,
+    RESOLVE_AGENT,
+    AgentConfig,
+    McpListing,
+    McpListInput,
+)
+from workflows.activity_calls import Failed, call
+from workflows.board import StatusBoard
+from workflows.outages import StoreDown, StoreOutages
+from workflows.policies import (
+    AGENT_RETRY,
+    AGENT_TIMEOUT,
+    MCP_LISTING_RETRY,
+    MCP_LISTING_TIMEOUT,
+)
+
+
+class Opening:
+    """The run's opening: its agent, its MCP tools (not again in a run continued as new)."""
+
+    def __init__(
+        self, input: RunInput, state: RunState, board: StatusBoard, outages: StoreOutages
+    ) -> None:
+        self._input = input
+        self._state = state
+        self._board = board
+        self._outages = outages
+
+    async def open(self) -> None:
+        if self._input.agent is not None and self._input.carry is None:
+            await self._take_agent(self._input.agent)
+        if self._input.mcp_listing is None and any(SEPARATOR in n for n in self._input.tools):
+            await self._list_mcp_tools()
+
+    async def _take_agent(self, name: str) -> None:
+        """Record the agent's definition (as the worker has it now) and let it set every field
+        the run's input left unset; an agent the worker does not have fails the run at once."""
+        config = await call(
+            RESOLVE_AGENT,
+            name,
+            result_type=AgentConfig,
+            summary=f"agent {name}",
+            start_to_close_timeout=AGENT_TIMEOUT,
+            retry_policy=AGENT_RETRY,
+        )
+        if isinstance(config, Failed):
+            self._fail(config)
+        # In place: the run's parts hold this very input.
+        for field, value in config.defaults().items():
+            if field not in (self._input.agent_overrides or ()):
+                setattr(self._input, field, value)
+        self._state.agent = name
+        self._state.model = self._input.model
+        self._state.constraints = list(self._input.constraints)
+
+    async def _list_mcp_tools(self) -> None:
+        """List the MCP tools the run was granted, once: every turn, worker and continued run
+        then sees the same definitions (kept by reference)."""
+        grants = [name for name in self._input.tools if SEPARATOR in name]
+        # The listing is kept in the blob store: an outage of it is waited out.
+        tries = self._outages.tries("listing of MCP tools", MCP_LISTING_RETRY)
+        request = McpListInput(grants=grants)
+        while True:
+            listing = await tries.call(
+                LIST_MCP_TOOLS,
+                request,
+                result_type=McpListing,
+                summary=f"MCP tools {', '.join(grants)}",
+                start_to_close_timeout=MCP_LISTING_TIMEOUT,
+            )
+            if not isinstance(listing, StoreDown):
+                break
+            await workflow.sleep(listing.delay)
+        if isinstance(listing, Failed):
+            self._fail(listing)
+        self._input.mcp_listing = listing  # in place: carried on by continue-as-new
+
+    def _fail(self, failed: Failed) -> NoReturn:
+        """What the run was started with cannot be served (an unknown agent, an MCP grant no
+        server answers): it ends failed at once, saying why in one line."""
+        self._state.error = failed.message
+        self._board.set_status("failed")
+        raise ApplicationError(failed.message, type=RUN_FAILED, non_retryable=True) from None
