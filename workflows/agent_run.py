@@ -110,8 +110,25 @@ class AgentRunWorkflow:
             await self._opening.open()
             if input.carry and input.carry.turn:  # continued in the middle of a turn
                 await self._run_tools(input.carry.turn.calls, input.carry.turn)
-            if self._thread.on and not await self._thread.begin():  # closed with no message
-                return await self._finish("completed", self._state.final_output)
+            while True:  # a task is answered once; a thread answers each message in turn
+                if self._thread.on and not await self._thread.begin():  # closed: no message
+                    return await self._finish("completed", self._state.final_output)
+                result = await self._answer(answer)
+                if result is not None:
+                    return result
+                answer = None
+                if self._continuation.due() or self._thread.run_is_full():
+                    await self._continue_as_new()
+        except (asyncio.CancelledError, ActivityError) as err:
+            if is_cancelled_exception(err):
+                await self._ops.end_pending("cancelled")
+                self._board.set_status("cancelled")
+            raise
+
+    async def _answer(self, answer: str | None) -> RunResult | None:
+        """The turns to an answer (`answer`: one given before the run continued as new): the
+        run's result, or None once a thread's message is answered or ended without one."""
+        try:
             while self._state.turns < self._thread.turn_limit():
                 if answer is None:
                     if self._continuation.due():
@@ -124,30 +141,26 @@ class AgentRunWorkflow:
                         continue
                     answer = reply.content
                 if not self._ops.to_report():
-                    if self._thread.on:
-                        self._thread.replied(answer)
-                        return await self._between_messages()
-                    return await self._finish("completed", answer)
+                    if not self._thread.on:
+                        return await self._finish("completed", answer)
+                    self._thread.replied(answer)
+                    return None
                 if self._continuation.due() or not await self._ops.report():
                     await self._continue_as_new(answer)
                 answer = None
-            if self._thread.on:
-                self._thread.replied(None, "max_turns", f"no answer in {input.max_turns} calls")
-                return await self._between_messages()
-            return await self._finish(self._out_of_turns(), None)
+            if not self._thread.on:
+                return await self._finish(self._out_of_turns(), None)
+            limit = self._input.max_turns
+            self._thread.replied(None, "max_turns", f"no answer in {limit} calls")
+            return None
         except ApprovalExpired as expired:
-            if self._thread.on:
-                self._thread.replied(None, "failed", str(expired))
-                return await self._between_messages()
-            self._state.error = str(expired)
-            return await self._finish("approval_expired", None)
+            if not self._thread.on:
+                self._state.error = str(expired)
+                return await self._finish("approval_expired", None)
+            self._thread.replied(None, "failed", str(expired))
+            return None
         except MessageFailed:
-            return await self._between_messages()
-        except (asyncio.CancelledError, ActivityError) as err:
-            if is_cancelled_exception(err):
-                await self._ops.end_pending("cancelled")
-                self._board.set_status("cancelled")
-            raise
+            return None
 
     # --- handlers: what people and external systems send the run ------------------------
 
@@ -423,14 +436,6 @@ class AgentRunWorkflow:
             error=self._state.error,
             rejected_output=self._state.rejected_output if status == "output_invalid" else None,
         )
-
-    async def _between_messages(self) -> RunResult:
-        """A thread's turn ended: wait for the next message and continue as new to take it (a
-        run's history holds one message's work), or close after `close_after` with none."""
-        if not await self._thread.next_message():
-            return await self._finish("completed", self._state.final_output)
-        self._thread.trim()
-        await self._continue_as_new()
 
     async def _continue_as_new(
         self, answer: str | None = None, turn: CarriedTurn | None = None

@@ -35,6 +35,10 @@ from workflows import ledger
 from workflows.board import StatusBoard
 from workflows.memory import Memory
 
+# Messages a run answers before the thread continues as new: each run's history holds a bounded
+# number of turns (and a new run's first task comes no sooner than a second after its start on
+# a Temporal cluster, so continuing after every message would hold a quick reply that long).
+MESSAGES_PER_RUN = 20
 # What a context rebuilt for a thread shows of the conversation before the new message.
 REBUILD_MESSAGES = 10
 REBUILD_PREVIEW = 300
@@ -56,6 +60,7 @@ class Conversation:
         self._memory = memory
         self._board = board
         self._closing = False
+        self._answered = 0  # messages this run answered
         if input.thread is not None and state.thread is None:
             state.thread = ThreadState(settings=input.thread, idle_since=workflow.now())
 
@@ -220,11 +225,20 @@ class Conversation:
         )
         message.text = ledger.cut(message.text, PREVIEW_CHARS)
         self._thread.idle_since = message.replied_at
+        self._answered += 1
+        self._trim()
         self._state.final_output = reply
         ledger.step(self._state, "event", "reply", f"{message.message_id} {message.status}")
 
-    def trim(self) -> None:
-        """Bound what the next run carries: the last messages, every queued one, recent keys."""
+    def run_is_full(self) -> bool:
+        """Whether the run has answered enough messages to continue as new before the next
+        (besides when Temporal suggests it): a replay, or a worker rebuilding the run, then
+        reads at most `MESSAGES_PER_RUN` messages' work."""
+        return self.on and self._answered >= MESSAGES_PER_RUN
+
+    def _trim(self) -> None:
+        """Bound what the thread keeps (and its next run carries): its last messages, every
+        queued one, its recent keys."""
         thread = self._thread
         done = [m for m in thread.messages if m.status not in ("queued", "working")]
         drop = {m.message_id for m in done[:-KEEP_MESSAGES]}

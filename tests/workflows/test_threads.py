@@ -10,18 +10,22 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from tests.helpers import eventually, make_worker, replays, start_run
 from waitstate.apps import load_apps
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
+from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.threads import (
+    KEEP_MESSAGES,
     MessageAccepted,
     SendMessage,
     ThreadMessage,
     ThreadSettings,
 )
 from workflows.agent_run import AgentRunWorkflow
+from workflows.thread import MESSAGES_PER_RUN
 
 APP = "tests.workflows.threads_app:app"
 CHAT = RunInput(task="a conversation", model="scripted:chat-echo", thread=ThreadSettings())
@@ -51,7 +55,7 @@ async def replied(handle: WorkflowHandle[Any, Any], message_id: str) -> ThreadMe
     return await eventually(done, f"message {message_id}'s reply")
 
 
-async def test_a_thread_answers_each_message_in_its_turn_and_continues_as_new_between(
+async def test_a_thread_answers_each_message_in_its_turn(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
@@ -73,9 +77,7 @@ async def test_a_thread_answers_each_message_in_its_turn_and_continues_as_new_be
     assert three.usage.model_calls == 1 and three.turns_before == 2
     assert state.thread is not None and state.thread.received == 3
     assert state.status == "waiting" and state.turns == 3
-    # One run per message after the first: the first run took m1, then each new message
-    # continued the thread as new.
-    assert state.continued_as_new == 2
+    assert state.continued_as_new == 0  # a run answers MESSAGES_PER_RUN before it continues
     assert description.status is not None and description.status.name == "RUNNING"
     await replays(handle, "thread")
 
@@ -107,7 +109,7 @@ async def test_a_retried_send_with_its_key_is_one_message(
         handle = await start_run(dev_env.client, task_queue, CHAT)
         first = await send(handle, "once", key="k-1")
         await replied(handle, first.message_id)
-        again = await send(handle, "once", key="k-1")  # after the thread continued as new
+        again = await send(handle, "once", key="k-1")  # sent again: a new update, its key
         other = await send(handle, "twice", key="k-2")
         await replied(handle, other.message_id)
         state: RunState = await handle.query(AgentRunWorkflow.status)
@@ -165,9 +167,10 @@ async def test_the_client_starts_a_thread_with_its_first_message_and_awaits_each
         for text in ("hello", "what can you do?", "thanks"):
             sent = await client.send_message("thread-client", text, start=start)
             replies.append(await client.reply("thread-client", sent.accepted.message_id))
-        # A retried send (same key) is the same message, even when the retry starts nothing.
+        # A retried send (same key) is the same message.
         once = await client.send_message("thread-client", "again", key="k", start=start)
         twice = await client.send_message("thread-client", "again", key="k", start=start)
+        await client.reply("thread-client", once.accepted.message_id)
         state = await client.query("thread-client")
 
     assert [r.reply for r in replies] == [
@@ -177,7 +180,6 @@ async def test_the_client_starts_a_thread_with_its_first_message_and_awaits_each
     ]
     assert [r.message_id for r in replies] == ["m1", "m2", "m3"]
     assert once.accepted.message_id == twice.accepted.message_id == "m4"
-    assert twice.accepted.duplicate
     assert state.thread is not None and state.thread.received == 4
 
 
@@ -217,3 +219,35 @@ async def test_the_client_says_why_a_thread_refuses_a_message(
     assert refused.value.code == "not_a_thread"
     assert "not a thread" in str(refused.value)
     assert result.final_output == "re: hi (1 seen)"  # the task run went on, unchanged
+
+
+async def test_a_long_thread_continues_as_new_between_turns_and_the_model_keeps_the_conversation(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(model="scripted:chat-echo")
+    count = 2 * MESSAGES_PER_RUN + 5
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        for n in range(1, count + 1):
+            key = "first" if n == 1 else None
+            sent = await client.send_message("thread-long", f"message {n}", key=key, start=start)
+            last = await client.reply("thread-long", sent.accepted.message_id)
+        # The first message's send retried two runs later (a new update): the same message.
+        retried = await client.send_message("thread-long", "message 1", key="first")
+        state = await client.query("thread-long")
+        runs = [r async for r in dev_env.client.list_workflows('WorkflowId = "thread-long"')]
+        histories = [
+            await dev_env.client.get_workflow_handle("thread-long", run_id=r.run_id).fetch_history()
+            for r in runs
+        ]
+
+    assert last.reply == f"re: message {count} ({count} seen)"
+    assert state.continued_as_new == 2 and len(runs) == 3
+    assert (retried.accepted.message_id, retried.accepted.duplicate) == ("m1", True)
+    assert state.thread is not None and state.thread.received == count
+    # What a run carries is bounded: its last messages, not the whole conversation.
+    assert len(state.thread.messages) <= KEEP_MESSAGES
+    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    for history in histories:
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, replayed.replay_failure

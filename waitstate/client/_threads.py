@@ -39,7 +39,9 @@ from waitstate.schemas.threads import MessageAccepted, SendMessage, ThreadMessag
 THREAD_TASK = "A conversation: answer each of the person's messages."
 SEND_TIMEOUT = timedelta(seconds=30)
 REPLY_TIMEOUT = timedelta(minutes=10)
-REPLY_POLL = 0.5  # seconds between two looks at a thread waiting for a reply
+# Seconds between two looks at a thread for a reply: doubling from the first to the last, so a
+# quick reply is seen quickly and a slow one costs a query a second.
+REPLY_POLL = (0.05, 1.0)
 # A message that meets the thread as it continues as new (between two turns) is sent again.
 SEND_ATTEMPTS = 5
 SEND_RETRY = 0.2
@@ -167,12 +169,14 @@ class ThreadCalls(ClientBase):
             NotAnswered: no reply within `within` (the thread goes on).
             RunNotFound: no such thread.
         """
+        pause, longest = REPLY_POLL
         async with asyncio.timeout(within.total_seconds()):
             while True:
                 message = await self.message(thread_id, message_id)
                 if message is not None and message.status in DONE:
                     return message
-                await asyncio.sleep(REPLY_POLL)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, longest)
         raise AssertionError("unreachable")
 
     async def message(self, thread_id: str, message_id: str) -> ThreadMessage | None:
