@@ -46,7 +46,6 @@ from waitstate.gateway.tokens import ResumeTokens
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import Script, ScriptedProvider
-from waitstate.query_guard import GuardedRunner, guard
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
@@ -221,18 +220,7 @@ def build_worker(
     approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
-    # The sandbox would import the workflow's modules afresh for every run it builds
-    # (compiling them from source where no bytecode is kept): they are loaded once per worker
-    # instead. They hold no state of their own and call only `workflow.*` for time, randomness
-    # and waiting, which tests/workflows/test_determinism.py keeps true. The guard evicts a run
-    # after a query that could otherwise make it write a history it cannot replay
-    # (waitstate/query_guard.py).
-    runner = GuardedRunner(
-        SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-        )
-    )
-    worker = Worker(
+    return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=WORKFLOWS if workflows is None else workflows,
@@ -256,9 +244,14 @@ def build_worker(
         deployment_config=deployment_config(settings),
         # The trace a run's start carries goes on through its workflow and activities.
         interceptors=[tracing.interceptor] if tracing is not None else [],
-        workflow_runner=runner,
+        # The sandbox would import the workflow's modules afresh for every run it builds
+        # (compiling them from source where no bytecode is kept): they are loaded once per
+        # worker instead. They hold no state of their own and call only `workflow.*` for time,
+        # randomness and waiting, which tests/workflows/test_determinism.py keeps true.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+        ),
     )
-    return guard(worker, runner)
 
 
 def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -> Apps:

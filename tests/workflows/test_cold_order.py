@@ -13,7 +13,8 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
 - A webhook's completion against its operation's expiry (the demo's export).
 - `starter.py cancel` against a question's window.
 - A status query that reaches the new worker with the window's timer before the workflow task
-  that delivers it (the hazard waitstate/query_guard.py closes).
+  that delivers it: an SDK behaviour (docs/reliability.md), documented here on the question
+  desk as test_split_activation.py documents it on plain temporalio.
 
 The approval desk's case is test_worker_crash's
 `test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`. A polled operation has no
@@ -119,21 +120,22 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_replays(
 
 
 @pytest.mark.subprocess
-async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_the_history_replayable(
+async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_a_history_that_does_not_replay(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    """The worker dies while the run waits for a person's answer; a status query waits on its
-    sticky queue; the question's window passes and a worker takes that task and dies holding it
-    (the test takes it); the person answers. The worker started next gets the query first,
-    with the window's timer in its history, then the retried task with the answer.
+    """SDK behaviour, documented (docs/reliability.md, docs/upstream/split-activation.md): the
+    worker dies while the run waits for a person's answer; a status query waits on its sticky
+    queue; the question's window passes and a worker takes that task and dies holding it (the
+    test takes it); the person answers. The worker started next gets the query first, with the
+    window's timer in its history: it runs the window's branch (escalate: a notice to the
+    escalation group) to answer, and keeps the run; the retried task brings the answer, and
+    the notice's command is sent before the answer's acceptance, where a replay applies the
+    answer first. The history does not replay: the run is stuck for good.
 
-    Before the worker's query guard (8a637ef and until waitstate/query_guard.py), that worker
-    ran the window's branch (escalate: a notice to the escalation group) to answer the query,
-    kept the run, and sent the notice's command before the answer's acceptance when the retried
-    task came: a history that does not replay ("Activity id of scheduled event does not match"),
-    the run stuck for good. Now the run is evicted once the query is answered, rebuilt from the
-    whole history with the retried task, the answer applied first, as a replay does, and the
-    history replays."""
+    Evicting the run after such a query, from the worker, closed this case but made runs whose
+    question came during a checkpoint write histories that do not replay in 3 chaos runs of 4
+    (the eviction races the run's next task): it is not done. This test fails the day the SDK
+    no longer splits the activation; then the caveat goes."""
     app = "tests.workflows.cold_order_app:escalate_later"
     async with cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold:
         for attempt in range(ATTEMPTS):
@@ -156,30 +158,19 @@ async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_the
             raise AssertionError(f"the query never waited on the sticky queue in {ATTEMPTS} runs")
         answering = asyncio.create_task(accept(handle, question, {"confirm": True}))
         await cold.worker.start()
-        # Answered from the run as the query's own task left it: the window passed, the
-        # question escalated (the notice never sent: that run is not the one that goes on).
         answered = await asyncio.wait_for(query, RESULT_TIMEOUT)
-        # What matters first is whether the history replays (a run that does not is stuck).
-        [outcome] = await asyncio.wait_for(
-            asyncio.gather(answering, return_exceptions=True), RESULT_TIMEOUT
-        )
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        await asyncio.wait_for(asyncio.gather(answering, return_exceptions=True), RESULT_TIMEOUT)
+        await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         history = await handle.fetch_history()
-        failure = await replay_failure(history)
-        assert failure is None, failure  # (a query, which replays it, would fail the same way)
-        state = await handle.query(AgentRunWorkflow.status)
+    failure = await replay_failure(history)
 
-    assert not isinstance(outcome, BaseException), outcome
+    # The query's own task applied the window's timer (the behaviour's condition)...
+    assert answered.questions[question.question_id].escalated
     assert in_one_task(history.events, update_accepted("answer")), (
         "the timer and the answer came in different tasks"
     )
-    # The query's own task applied the window's timer (the hazard's condition).
-    assert answered.questions[question.question_id].escalated
-    # The run that went on applied the answer first (never escalated), and the job was told yes.
-    assert (outcome.status, outcome.delivered) == ("answered", True)
-    kept = state.questions[question.question_id]
-    assert kept.status == "answered" and not kept.escalated
-    assert result.status == "completed" and '"confirmed_by":"ana"' in (result.final_output or "")
+    # ...and the history the run wrote does not replay.
+    assert failure is not None and "Nondeterminism" in str(failure), failure
 
 
 @DEATHS

@@ -56,10 +56,9 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import Replayer, Worker
 
-# No waitstate code, nor the test rigs (the first worker's process imports this module), but
-# for the guard the second worker is given in one case (imported there).
+# No waitstate code, nor the test rigs (the first worker's process imports this module).
 ROOT = Path(__file__).resolve().parents[2]
 
 # The killed worker's sticky queue keeps the query this long before it moves to the normal
@@ -132,9 +131,7 @@ class Outcome:
     replay_failure: str | None
 
 
-async def _attempt(
-    client: Client, quiet_branch: bool, w2_cache: int, guarded: bool
-) -> Outcome | None:
+async def _attempt(client: Client, quiet_branch: bool, w2_cache: int) -> Outcome | None:
     """One run of the choreography; None if the raw poll took the query instead of the task
     (the query did not wait on the sticky queue), and the run is of no use."""
     task_queue = f"split-{uuid.uuid4()}"
@@ -176,7 +173,7 @@ async def _attempt(
             await asyncio.sleep(0.5)  # W1 back on its sticky queue
             w1.send_signal(signal.SIGKILL)
             await w1.wait()
-            return await _after_kill(client, handle, w2_cache, guarded)
+            return await _after_kill(client, handle, w2_cache)
     finally:
         if w1.returncode is None:
             w1.kill()
@@ -184,7 +181,7 @@ async def _attempt(
 
 
 async def _after_kill(
-    client: Client, handle: WorkflowHandle[Any, Any], w2_cache: int, guarded: bool
+    client: Client, handle: WorkflowHandle[Any, Any], w2_cache: int
 ) -> Outcome | None:
     query = asyncio.create_task(
         handle.query(SplitActivation.state, rpc_timeout=timedelta(seconds=WAIT))
@@ -214,7 +211,13 @@ async def _after_kill(
         await handle.terminate()
         return None
     update = asyncio.create_task(handle.execute_update(SplitActivation.decide))
-    async with _second_worker(client, handle.id, w2_cache, guarded):
+    async with Worker(
+        client,
+        task_queue=handle.id,
+        workflows=[SplitActivation],
+        identity="W2",
+        max_cached_workflows=w2_cache,
+    ):
         answer = await asyncio.wait_for(query, WAIT)
         assert await asyncio.wait_for(update, WAIT) == "ok"
         result = await asyncio.wait_for(handle.result(), WAIT)
@@ -237,37 +240,12 @@ async def _after_kill(
     return Outcome(answer, result, written, failure)
 
 
-def _second_worker(client: Client, task_queue: str, cache: int, guarded: bool) -> Worker:
-    if not guarded:
-        return Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[SplitActivation],
-            identity="W2",
-            max_cached_workflows=cache,
-        )
-    from waitstate.query_guard import GuardedRunner, guard
-
-    runner = GuardedRunner(UnsandboxedWorkflowRunner())
-    worker = Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[SplitActivation],
-        identity="W2",
-        max_cached_workflows=cache,
-        unsandboxed_workflow_runner=runner,  # the workflow is declared unsandboxed
-    )
-    return guard(worker, runner)
-
-
-async def split_activation(
-    env: WorkflowEnvironment, quiet_branch: bool, w2_cache: int, guarded: bool = False
-) -> Outcome:
+async def split_activation(env: WorkflowEnvironment, quiet_branch: bool, w2_cache: int) -> Outcome:
     client = await Client.connect(
         env.client.service_client.config.target_host, namespace=env.client.namespace
     )
     for _ in range(ATTEMPTS):
-        outcome = await _attempt(client, quiet_branch, w2_cache, guarded)
+        outcome = await _attempt(client, quiet_branch, w2_cache)
         if outcome is not None:
             return outcome
     raise AssertionError(f"the query never waited on the sticky queue in {ATTEMPTS} attempts")
@@ -296,34 +274,22 @@ async def test_a_query_task_splits_the_activation_and_the_history_does_not_repla
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    ("quiet_branch", "w2_cache", "guarded", "order"),
-    [
-        (False, 0, False, ["update", "activity"]),
-        (True, 1000, False, ["activity", "update"]),
-        (False, 1000, True, ["update", "activity"]),
-    ],
-    ids=["worker-without-cache", "branch-without-command", "waitstate-query-guard"],
+    ("quiet_branch", "w2_cache", "order"),
+    [(False, 0, ["update", "activity"]), (True, 1000, ["activity", "update"])],
+    ids=["worker-without-cache", "branch-without-command"],
 )
 async def test_what_keeps_the_history_replayable(
-    dev_env: WorkflowEnvironment,
-    quiet_branch: bool,
-    w2_cache: int,
-    guarded: bool,
-    order: list[str],
+    dev_env: WorkflowEnvironment, quiet_branch: bool, w2_cache: int, order: list[str]
 ) -> None:
     """The same choreography replays if the answering worker keeps no cache (the run is evicted
-    after the query), if the activity's branch issues no command in that activation, or if the
-    worker has waitstate's query guard (waitstate/query_guard.py: the run is evicted after that
-    query, with a cache).
+    after the query) or if the activity's branch issues no command in that activation.
 
     Neither keeps what the code saw the same: without a cache the run applies the Update
     first, after a query answered that the activity's branch had run; with a quiet branch the
     live run applied the activity first and a replay applies the Update first (the history
     replays only because the commands come out the same, in the same order).
     """
-    outcome = await split_activation(
-        dev_env, quiet_branch=quiet_branch, w2_cache=w2_cache, guarded=guarded
-    )
+    outcome = await split_activation(dev_env, quiet_branch=quiet_branch, w2_cache=w2_cache)
     assert outcome.query_answer == ["activity"]
     assert outcome.result == order
     assert outcome.after_w2_task[0] == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
