@@ -133,7 +133,8 @@ class ThreadCalls(ClientBase):
                             SEND_MESSAGE_UPDATE,
                             send,
                             start_workflow_operation=self._start(thread_id, run_input, task_queue),
-                            id=f"message-{key}" if key is not None else None,
+                            # No update id from the key: the thread's keys answer a retried
+                            # send (`duplicate`), in this run or a later one.
                             result_type=MessageAccepted,
                         )
                     )
@@ -170,14 +171,17 @@ class ThreadCalls(ClientBase):
             RunNotFound: no such thread.
         """
         pause, longest = REPLY_POLL
-        async with asyncio.timeout(within.total_seconds()):
-            while True:
-                message = await self.message(thread_id, message_id)
-                if message is not None and message.status in DONE:
-                    return message
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, longest)
-        raise AssertionError("unreachable")
+        try:
+            async with asyncio.timeout(within.total_seconds()):
+                while True:
+                    message = await self.message(thread_id, message_id)
+                    if message is not None and message.status in DONE:
+                        return message
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, longest)
+        except TimeoutError as err:
+            seconds = f"no reply within {within.total_seconds():g} s"
+            raise NotAnswered(thread_id, seconds) from err
 
     async def message(self, thread_id: str, message_id: str) -> ThreadMessage | None:
         """The thread's message `message_id` as it stands (None once it is older than what the
