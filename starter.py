@@ -4,6 +4,8 @@ operations' questions, inspect them.
 python starter.py run "What is 17 * 23?" --wait
 python starter.py run --agent report-builder "Build the Q3 report" --wait --json
 python starter.py status RUN_ID --json
+python starter.py chat "Hello" --wait                            # a new thread: a conversation
+python starter.py chat --thread THREAD_ID "And in EUR?" --wait [--key KEY] [--json]
 python starter.py list
 python starter.py pending
 python starter.py approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TEXT]
@@ -17,7 +19,7 @@ python starter.py replay-check [--closed-within 7d | --query Q] [--limit N]   # 
 python starter.py versions [--query Q] [--limit N] [--json]   # open runs per patch and version
 
 This module is the entry point, and its parser the table of commands. The commands live in
-`waitstate/cli/` by family (runs, people, fleet, replay, versions), each rendering over
+`waitstate/cli/` by family (runs, threads, people, fleet, replay, versions), each rendering over
 `waitstate.client.WaitstateClient`, which does the work. Agent, tool and model names are checked
 against the apps of `--app` and WAITSTATE_APPS (the demo app when neither names one), or, where
 those are not importable here, by the worker.
@@ -42,9 +44,10 @@ from waitstate.cli.output import CliError, VisibleText, one_line, reader_gone
 from waitstate.cli.people import cmd_answer, cmd_decide, cmd_pending, json_object
 from waitstate.cli.replay import DEFAULT_CLOSED_WITHIN, DEFAULT_LIMIT, cmd_replay_check, positive
 from waitstate.cli.runs import cmd_cancel, cmd_list, cmd_run, cmd_status, cmd_watch
+from waitstate.cli.threads import cmd_chat
 from waitstate.cli.versions import DEFAULT_LIMIT as VERSIONS_LIMIT
 from waitstate.cli.versions import cmd_versions
-from waitstate.client import ClientError, Unreachable
+from waitstate.client import REPLY_TIMEOUT, ClientError, Unreachable
 from waitstate.settings import Settings, exit_process
 from waitstate.tracing import SERVICE_STARTER, Tracing
 
@@ -120,6 +123,52 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("run_id")
     status.add_argument("--json", action="store_true")
     status.set_defaults(command=cmd_status)
+
+    chat = sub.add_parser(
+        "chat",
+        help="send a message to a thread (a conversation with an agent), and with --wait "
+        "print the reply",
+        description="Sends the message to the thread --thread names, or to a new thread. A "
+        "thread that never ran starts with its first message (as --agent's, or with --model); "
+        "one that ran keeps its agent and model; a closed one refuses every message. Prints "
+        "the thread and message ids and where the message stands. With --wait, also the "
+        "reply, and exit 1 when the message ended without one (max_turns, failed). With "
+        "--json, one object: thread_id, message_id, status, ahead, duplicate (with --wait: "
+        "status is how the message ended, and reply, usage, model_calls and error).",
+    )
+    chat.add_argument("message", help="what to say")
+    chat.add_argument(
+        "--thread",
+        metavar="ID",
+        help="the thread to send to, started with this message if it never ran (default: a "
+        "new thread)",
+    )
+    starts_as = chat.add_mutually_exclusive_group()
+    starts_as.add_argument("--agent", help="a new thread's agent (its definition sets the rest)")
+    starts_as.add_argument(
+        "--model", help="a new thread's provider:model (default: $WAITSTATE_MODEL or scripted:demo)"
+    )
+    chat.add_argument(
+        "--key",
+        help="idempotency key: a send repeated with the same key is the same message, sent once",
+    )
+    chat.add_argument(
+        "--sender", default=os.environ.get("USER") or "cli", help="who says it (default: $USER)"
+    )
+    chat.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="an app whose names to check against (repeatable; with WAITSTATE_APPS)",
+    )
+    chat.add_argument(
+        "--wait",
+        action="store_true",
+        help=f"wait for the reply (at most {REPLY_TIMEOUT.total_seconds():g} s)",
+    )
+    chat.add_argument("--json", action="store_true", help="print one JSON object")
+    chat.set_defaults(command=cmd_chat)
 
     ops = sub.add_parser("ops", help="the fleet at a glance: waits, overdue waits, failures")
     ops.add_argument("--json", action="store_true")

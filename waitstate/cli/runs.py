@@ -129,6 +129,21 @@ async def cmd_status(
     print(usage_line(state))
     if state.constraints:
         print(f"constraints: {one_line('; '.join(state.constraints))}")
+    if (thread := state.thread) is not None:
+        print(
+            f"thread: {thread.received} messages received; busy policy {thread.settings.busy}; "
+            f"closes after {thread.settings.close_after} with no message"
+        )
+        for message in thread.messages:  # the last ones it keeps, and every one queued
+            outcome = ""
+            if message.reply is not None:
+                outcome = f" -> {one_line(preview(message.reply))}"
+            elif message.error:
+                outcome = f" -> error: {one_line(preview(message.error))}"
+            print(
+                f"  {message.message_id} {message.status}: "
+                f"{one_line(preview(message.text))}{outcome}"
+            )
     if state.completed:
         print("completed:")
         for line in state.completed[-20:]:
