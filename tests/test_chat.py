@@ -102,8 +102,7 @@ async def test_json_and_a_repeated_key_which_is_one_message(
     once_args = ("chat", "--thread", thread_id, "--key", "k-1", "once", "--wait", "--json")
     async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
         once = await cli(*once_args)
-        # The same key while the run that took it is current: Temporal's own Update id, one
-        # message, answered as it was then (the run cannot tell that send from this one).
+        # The same key again at once: the thread knows it.
         at_once = await cli("chat", "--thread", thread_id, "--key", "k-1", "once")
         # Another model named for a thread that has one: said, and the message sent anyway.
         other = await cli(
@@ -111,7 +110,7 @@ async def test_json_and_a_repeated_key_which_is_one_message(
         )
         sent = json.loads(other.stdout)
         more = await client.reply(thread_id, sent["message_id"])
-        # The key again, in a later run of the thread: the thread knows it.
+        # The key again, after another message: the first send's message and its reply.
         again = await cli(*once_args)
         again_plain = await cli("chat", "--thread", thread_id, "--key", "k-1", "once")
         state = await client.query(thread_id)
@@ -130,7 +129,7 @@ async def test_json_and_a_repeated_key_which_is_one_message(
         "error": None,
     }
     assert usage["model_calls"] == 1
-    assert (at_once.code, at_once.stdout.splitlines()[1]) == (0, "message m1 (queued, 0 ahead)")
+    assert (at_once.code, at_once.stdout.splitlines()[1]) == (0, "message m1 (already sent)")
     # The same key again: the first send's message and its reply, nothing sent twice.
     assert (again.code, again.stderr) == (0, "")
     assert json.loads(again.stdout) == {**replied, "usage": usage, "duplicate": True}
