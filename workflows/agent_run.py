@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import NoReturn
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -60,8 +62,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policies import (
         MODEL_RETRY,
     )
-    from workflows.thread import Conversation, MessageFailed
+    from workflows.thread import Conversation, Interrupted, MessageFailed
     from workflows.versions import Versions
+
+
+Answered = TypeVar("Answered")
 
 
 @workflow.defn(name=AGENT_RUN)
@@ -133,7 +138,10 @@ class AgentRunWorkflow:
                 if answer is None:
                     if self._continuation.due():
                         await self._continue_as_new()
-                    reply = await self._call_model()
+                    try:
+                        reply = await self._call_model()
+                    except Interrupted:  # a thread's message joined the turn: call again
+                        continue
                     if reply.tool_calls:
                         await self._run_tools(reply.tool_calls)
                         continue
@@ -244,7 +252,7 @@ class AgentRunWorkflow:
         # A blob store outage is waited out.
         tries = self._outages.tries("model call", MODEL_RETRY)
         while True:
-            response = await tries.call(
+            calling = tries.call(
                 CALL_MODEL,
                 request,
                 result_type=ModelResponse,
@@ -252,6 +260,10 @@ class AgentRunWorkflow:
                 start_to_close_timeout=self._input.model_timeout,
                 hands_back=True,
             )
+            if self._thread.interruptible():
+                response = await self._unless_interrupted(calling)
+            else:
+                response = await calling
             if not isinstance(response, StoreDown):
                 break
             # The model's reply, if it gave one before the store failed, is handed back to be
@@ -285,6 +297,23 @@ class AgentRunWorkflow:
             self._state.rejected_output = None  # an answer that validated
         ledger.step(self._state, "model", self._input.model, detail)
         return reply
+
+    async def _unless_interrupted(self, calling: Coroutine[Any, Any, Answered]) -> Answered:
+        """A thread's model call under `interrupt`: abandoned (its activity cancelled) when a
+        message comes meanwhile, which then joins the turn (raises Interrupted)."""
+        if self._thread.interrupting():  # came while the tools ran: the model gets it now
+            calling.close()  # never started
+            self._thread.interrupt()
+            raise Interrupted
+        task = asyncio.ensure_future(calling)
+        await workflow.wait_condition(lambda: task.done() or self._thread.interrupting())
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ActivityError):
+            await task
+        self._thread.interrupt()
+        raise Interrupted
 
     async def _fail(self, turn: int, err: ActivityError) -> NoReturn:
         """The model could not be called: the run ends failed, saying why in one line."""

@@ -44,6 +44,11 @@ REBUILD_MESSAGES = 10
 REBUILD_PREVIEW = 300
 
 
+class Interrupted(Exception):
+    """A thread's message came while its model call was in flight (under `interrupt`): the
+    call is abandoned, the message joins the turn, and the model is called again."""
+
+
 class MessageFailed(Exception):
     """A thread's message could not be answered (its model call failed, an approval expired
     under `fail`): the message ends `failed`, the thread goes on."""
@@ -137,6 +142,33 @@ class Conversation:
             return False
         await self.take()
         return True
+
+    def interruptible(self) -> bool:
+        """Whether a message may interrupt the turn (the thread's policy is `interrupt`)."""
+        return self.on and self._thread.settings.busy == "interrupt"
+
+    def interrupting(self) -> bool:
+        """Whether a message waits that interrupts the turn."""
+        return self.interruptible() and self._working() is not None and bool(self._queued())
+
+    def interrupt(self) -> None:
+        """The messages that came while the agent worked join the turn: the model gets them
+        (after what it has not been sent yet), the latest becomes the turn's message, and the
+        ones before it end `interrupted` (its reply answers them all)."""
+        latest = self._queued()[-1]
+        for message in [self._working(), *self._queued()[:-1]]:
+            if message is not None:
+                message.status = "interrupted"
+                message.error = f"interrupted by {latest.message_id}: its reply answers both"
+                message.replied_at = workflow.now()
+                message.text = ledger.cut(message.text, PREVIEW_CHARS)
+        for message in self._queued():
+            self._memory.unsent.append(Message(role="user", content=message.text))
+        latest.status = "working"
+        latest.started_at = workflow.now()
+        latest.turns_before = self._state.turns
+        latest.usage = self._state.usage.model_copy()
+        ledger.step(self._state, "event", "message", f"{latest.message_id} interrupts the turn")
 
     def turn_limit(self) -> int:
         """The model calls the run may reach: `max_turns` per message for a thread."""

@@ -8,11 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.helpers import eventually, make_worker, replays, start_run
+from tests.workflows import threads_app
 from waitstate.apps import load_apps
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
 from waitstate.converter import DATA_CONVERTER
@@ -251,3 +253,42 @@ async def test_a_long_thread_continues_as_new_between_turns_and_the_model_keeps_
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, replayed.replay_failure
+
+
+async def test_an_interrupt_thread_abandons_a_model_call_for_a_new_message(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(model="held:any", settings=ThreadSettings(busy="interrupt"))
+    threads_app.RELEASE.clear()
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        first = await client.send_message("thread-interrupt", "a slow question", start=start)
+        handle = client.handle("thread-interrupt")
+
+        async def calling() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(a.activity_type.name == "call_model" for a in pending)
+
+        await eventually(calling, "the first message's model call")
+        second = await client.send_message("thread-interrupt", "never mind, just this")
+        replied = await client.reply("thread-interrupt", second.accepted.message_id)
+        interrupted = await client.message("thread-interrupt", first.accepted.message_id)
+        threads_app.RELEASE.set()  # the abandoned call may end now (its answer goes nowhere)
+        state = await client.query("thread-interrupt")
+        history = await handle.fetch_history()
+
+    # The model was called again with both messages, and answered the second.
+    assert replied.reply == "re: never mind, just this (2 seen)"
+    assert interrupted is not None and interrupted.status == "interrupted"
+    assert interrupted.error == "interrupted by m2: its reply answers both"
+    assert state.turns == 1 and state.status == "waiting"
+    cancelled = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    ]
+    assert len(cancelled) == 1  # the first call's activity, asked to stop
+    replayed = await Replayer(
+        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+    ).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure

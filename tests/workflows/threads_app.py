@@ -1,11 +1,19 @@
-"""Scripts for threads (tests/workflows/test_threads.py): a deterministic model that answers each
-message of a conversation."""
+"""Models for threads (tests/workflows/test_threads.py): a deterministic one that answers each
+message of a conversation, and one that holds its answer to a `slow` message until the test
+lets it go (a model call in flight, for the `interrupt` policy)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from waitstate import App, Message, ToolDefinition
+from waitstate.providers.base import Adapter, ModelRequest
+from waitstate.schemas import ModelResponse, Usage
+
+# Set by a test to let a held call answer (the worker runs in the test's process).
+RELEASE = asyncio.Event()
+HOLD_LIMIT = 60.0
 
 
 def echo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -15,4 +23,20 @@ def echo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     return Message(role="assistant", content=f"re: {said[-1]} ({len(said)} seen)")
 
 
-app = App(scripts={"chat-echo": echo})
+class Held(Adapter):
+    """`echo`, once `RELEASE` is set when the last message asks for it to be `slow`."""
+
+    name = "held"
+
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        said = [m.content for m in request.messages if m.role == "user"]
+        if "slow" in said[-1]:
+            await asyncio.wait_for(RELEASE.wait(), HOLD_LIMIT)
+        reply = echo(request.messages, request.tools)
+        return ModelResponse(message=reply, usage=Usage(input_tokens=1, output_tokens=1))
+
+    async def aclose(self) -> None:
+        return None
+
+
+app = App(scripts={"chat-echo": echo}, providers={"held": Held})

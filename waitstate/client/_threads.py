@@ -45,7 +45,7 @@ REPLY_POLL = (0.05, 1.0)
 # A message that meets the thread as it continues as new (between two turns) is sent again.
 SEND_ATTEMPTS = 5
 SEND_RETRY = 0.2
-DONE = frozenset({"replied", "max_turns", "failed"})
+DONE = frozenset({"replied", "interrupted", "max_turns", "failed"})
 
 
 class ThreadClosed(ClientError):

@@ -11,7 +11,9 @@ from waitstate.schemas.messages import Usage
 
 # What the agent does with a message sent while it works on another.
 BusyPolicy = Literal["queue", "interrupt", "reject"]
-MessageStatus = Literal["queued", "working", "replied", "max_turns", "failed"]
+# `interrupted`: a later message came while the agent worked on it (under `interrupt`): the
+# later message's reply answers both.
+MessageStatus = Literal["queued", "working", "replied", "interrupted", "max_turns", "failed"]
 
 # Bounds on what a sender may put in a thread's history (a message is an input from outside).
 MAX_MESSAGE_CHARS = 32_000
@@ -37,7 +39,9 @@ class ThreadSettings(BaseModel):
     busy: BusyPolicy = Field(
         default="queue",
         description="A message sent while the agent works on another: `queue` (taken at the "
-        "next turn boundary, in order), `interrupt` or `reject` (refused, saying why).",
+        "next turn boundary, in order), `interrupt` (a model call in flight is abandoned and "
+        "the turn goes on with the new message too; tools already started carry on), or "
+        "`reject` (refused, saying why).",
     )
     close_after: timedelta = Field(
         default=timedelta(days=30),
