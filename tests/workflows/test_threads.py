@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.helpers import eventually, make_worker, replays, start_run
+from tests.helpers import eventually, make_worker, process_env, replays, start_run
+from tests.rigs import WorkerProcess
 from tests.workflows import threads_app
 from waitstate.apps import load_apps
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
@@ -288,6 +290,66 @@ async def test_an_interrupt_thread_abandons_a_model_call_for_a_new_message(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
     ]
     assert len(cancelled) == 1  # the first call's activity, asked to stop
+    replayed = await Replayer(
+        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+    ).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
+
+
+@pytest.mark.subprocess
+async def test_a_worker_killed_while_a_reply_is_made_answers_the_message_once(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    release = tmp_path / "release"
+    env = process_env(
+        dev_env.client,
+        task_queue,
+        WAITSTATE_APPS=APP,
+        THREADS_RELEASE_FILE=str(release),
+        WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
+    )
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    # A short model timeout: the killed worker's call is tried again within seconds.
+    start = thread_input(model="held:any").model_copy(
+        update={"model_timeout": timedelta(seconds=3)}
+    )
+    await worker.start()
+    try:
+        first = await client.send_message("thread-killed", "hello", start=start)
+        await client.reply("thread-killed", first.accepted.message_id)
+        sent = await client.send_message("thread-killed", "a slow one", key="k-slow")
+        handle = client.handle("thread-killed")
+
+        async def calling() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(
+                a.activity_type.name == "call_model"
+                and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                for a in pending
+            )
+
+        await eventually(calling, "the slow message's model call, started")
+        await worker.kill()  # while the reply is being made
+        release.touch()
+        # The person's client retries its send meanwhile (it waits for a worker): the same
+        # message.
+        retrying = asyncio.create_task(
+            client.send_message("thread-killed", "a slow one", key="k-slow")
+        )
+        await worker.start()
+        again = await retrying
+        replied = await client.reply("thread-killed", sent.accepted.message_id)
+        state = await client.query("thread-killed")
+        history = await handle.fetch_history()
+    finally:
+        await worker.stop()
+
+    assert again.accepted.message_id == sent.accepted.message_id == "m2"
+    assert replied.status == "replied" and replied.reply == "re: a slow one (2 seen)"
+    assert state.thread is not None and state.thread.received == 2
+    replies = [s for s in state.steps if s.kind == "event" and s.name == "reply"]
+    assert [s.detail for s in replies] == ["m1 replied", "m2 replied"]  # answered once
     replayed = await Replayer(
         workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
     ).replay_workflow(history, raise_on_replay_failure=False)

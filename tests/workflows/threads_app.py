@@ -1,10 +1,12 @@
 """Models for threads (tests/workflows/test_threads.py): a deterministic one that answers each
 message of a conversation, and one that holds its answer to a `slow` message until the test
-lets it go (a model call in flight, for the `interrupt` policy)."""
+lets it go (a model call in flight): by `RELEASE` in the test's own process, or, in a worker
+process of its own, once the file `THREADS_RELEASE_FILE` names exists."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 
 from waitstate import App, Message, ToolDefinition
@@ -31,12 +33,21 @@ class Held(Adapter):
     async def answer(self, request: ModelRequest) -> ModelResponse:
         said = [m.content for m in request.messages if m.role == "user"]
         if "slow" in said[-1]:
-            await asyncio.wait_for(RELEASE.wait(), HOLD_LIMIT)
+            await asyncio.wait_for(_released(), HOLD_LIMIT)
         reply = echo(request.messages, request.tools)
         return ModelResponse(message=reply, usage=Usage(input_tokens=1, output_tokens=1))
 
     async def aclose(self) -> None:
         return None
+
+
+async def _released() -> None:
+    path = os.environ.get("THREADS_RELEASE_FILE")
+    if path is None:
+        await RELEASE.wait()
+        return
+    while not os.path.exists(path):  # noqa: ASYNC110, ASYNC240 (another process: a file)
+        await asyncio.sleep(0.05)
 
 
 app = App(scripts={"chat-echo": echo}, providers={"held": Held})
