@@ -183,7 +183,7 @@ class ThreadDesk:
     operators: OperatorKeys
     token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
     default_model: str | None = None
-    _waits: _Waits = field(default_factory=_Waits)
+    _waits: _Waits = field(default_factory=_Waits, init=False, repr=False)
 
     @classmethod
     def from_settings(cls, client: Client, settings: Settings) -> ThreadDesk:
