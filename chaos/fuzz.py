@@ -35,6 +35,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from pydantic import BaseModel, ValidationError
 
 from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
+from waitstate.gateway.threads import MessageBody, ThreadStart
 from waitstate.schemas.approvals import DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody
@@ -44,7 +45,13 @@ MODELS: Mapping[str, type[BaseModel]] = {
     "Completion": Completion,
     "DecisionBody": DecisionBody,
     "AnswerBody": AnswerBody,
+    "MessageBody": MessageBody,
+    "ThreadStart": ThreadStart,
 }
+# A string at (or just past) its `maxLength` is drawn only up to this many characters: a longer
+# one (a thread's message takes 32,000) makes hypothesis warn of the size of its repr, and the
+# body's own limit is fuzzed by the oversize bodies.
+_SHAPED_LIMIT = 4096
 # Mostly the documented method: another one only proves the router's 405.
 _METHODS = ["POST"] * 36 + ["GET", "PUT", "PATCH", "DELETE"]
 # Header values as bytes (httpx sends str values as ASCII only): visible ASCII, spaces, and
@@ -67,8 +74,8 @@ class FuzzTarget:
     """The gateway and what of the attacked runs the fuzzer may use.
 
     `ids` and `tokens` are keyed by the path parameter's name in the OpenAPI document
-    (`operation_id`, `request_id`, `question_id`): the real id of a waiting run, and its real
-    token.
+    (`operation_id`, `request_id`, `question_id`, `thread_id`): the real id of a waiting run (or
+    thread), and its real token. Every endpoint the document describes needs both.
     """
 
     gateway_url: str
@@ -129,6 +136,10 @@ def fuzz_gateway(
     routes = endpoints(openapi)
     if not routes:
         report.violations.append("the OpenAPI document describes no endpoint to fuzz")
+        return report
+    if untargeted := sorted({r.path for r in routes if r.param not in target.tokens}):
+        # An endpoint nothing is aimed at would go unfuzzed, unnoticed.
+        report.violations.append(f"no id and token to fuzz {', '.join(untargeted)} with")
         return report
     with httpx.Client(base_url=target.gateway_url, timeout=30) as http:
 
@@ -306,7 +317,7 @@ def _from_schema(
     elif kind == "string":
         limit = schema.get("maxLength")
         options.append(st.text(max_size=40))
-        if limit is not None:
+        if limit is not None and limit <= _SHAPED_LIMIT:
             options.append(st.integers(limit, limit + 2).map(lambda n: "x" * n))
     elif kind in ("integer", "number"):
         options.append(st.integers() | st.floats(allow_nan=False))

@@ -896,9 +896,9 @@ async def _use_and_replay(
 
 
 async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
-    """Fuzzed requests at a waiting export run and a waiting approval run (their real ids and
-    tokens among the fuzzer's choices): never a 5xx, never a 2xx, nothing added to either
-    history; then both runs complete normally."""
+    """Fuzzed requests at a waiting export run, a waiting approval run and a thread no run has
+    (their real ids and tokens among the fuzzer's choices): never a 5xx, never a 2xx, nothing
+    added to either history, no thread started; then both runs complete normally."""
     check = Check(name="6 fuzzed requests (OpenAPI)")
 
     async def fuzz() -> None:
@@ -914,14 +914,24 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
         # a request gets is the run's own refusal (404).
         question_id = f"q_fuzz{seed}"
         question_token = rig.tokens.mint(ask.id, question_subject(question_id), far).token
+        # The thread routes are aimed at a thread no run has, with a genuine token for it: the
+        # furthest a request gets is 404, and none may start the thread.
+        thread_id = f"thread-fuzz{seed}"
+        thread_token = rig.tokens.mint_thread(thread_id, far)
         fuzz_target = FuzzTarget(
             gateway_url=rig.target.gateway_url,
             ids={
                 "operation_id": op.operation_id,
                 "request_id": request.request_id,
                 "question_id": question_id,
+                "thread_id": thread_id,
             },
-            tokens={"operation_id": op_token, "request_id": link, "question_id": question_token},
+            tokens={
+                "operation_id": op_token,
+                "request_id": link,
+                "question_id": question_token,
+                "thread_id": thread_token,
+            },
             other_tokens=(
                 rig.tokens.mint(export.id, "op_0000000000000000", far).token,
                 rig.tokens.mint(f"no-such-run-{seed}", op.operation_id, far).token,
@@ -944,6 +954,8 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
         for handle, was, now in zip((export, ask), before, after, strict=True):
             if was != now:
                 check.violations.append(f"{handle.id}: history grew {was} -> {now} while fuzzed")
+        if [r async for r in rig.target.client.list_workflows(f'WorkflowId = "{thread_id}"')]:
+            check.violations.append(f"a fuzzed request started thread {thread_id}")
         # Both still resume normally with their real tokens.
         done = await rig.complete(op.operation_id, op_token, refusal=False)
         decided = await rig.decide(request.request_id, link, refusal=False)

@@ -382,6 +382,9 @@ def test_compose_runs_the_processes_with_what_they_read() -> None:
     assert worker_settings.worker_metrics_address == "0.0.0.0:9464"
     assert worker_settings.gateway_url == f"http://gateway:{gateway_settings.gateway_port}"
     assert gateway_settings.gateway_host == "0.0.0.0"
+    # Threads the gateway starts are served by the workers; none without an operator key.
+    assert gateway_settings.task_queue == worker_settings.task_queue
+    assert gateway_settings.operator_keys == {}
     # The blob store is shared: a volume every worker mounts where WAITSTATE_BLOB_DIR points.
     assert f"blobs:{worker_settings.blob_dir}" in worker["volumes"]
     assert "blobs" in compose["volumes"]

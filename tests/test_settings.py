@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,37 @@ def test_versioning_is_off_unless_turned_on_and_names_the_deployment_and_build()
 def test_a_malformed_versioning_variable_is_named(variable: str, value: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         Settings.from_env({variable: value})
+
+
+def test_operator_keys_and_the_thread_tokens_lifetime() -> None:
+    unset = Settings.from_env({})
+    given = Settings.from_env(
+        {
+            "WAITSTATE_OPERATOR_KEYS": f"ops:{'o' * 32}, ci:{'c' * 40}",
+            "WAITSTATE_THREAD_TOKEN_DAYS": "7.5",
+        }
+    )
+
+    assert (unset.operator_keys, unset.thread_token_lifetime) == ({}, timedelta(days=30))
+    assert given.operator_keys == {"ops": "o" * 32, "ci": "c" * 40}
+    assert given.thread_token_lifetime == timedelta(days=7, hours=12)
+    assert "o" * 32 not in repr(given)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"WAITSTATE_OPERATOR_KEYS": "no-secret"}, "WAITSTATE_OPERATOR_KEYS entries must be"),
+        ({"WAITSTATE_OPERATOR_KEYS": "ops:tiny-secret"}, "operator key 'ops' is too short"),
+        ({"WAITSTATE_THREAD_TOKEN_DAYS": "0"}, "WAITSTATE_THREAD_TOKEN_DAYS must be"),
+        ({"WAITSTATE_THREAD_TOKEN_DAYS": "367"}, "at most 366"),
+        ({"WAITSTATE_THREAD_TOKEN_DAYS": "nan"}, "WAITSTATE_THREAD_TOKEN_DAYS must be"),
+        ({"WAITSTATE_THREAD_TOKEN_DAYS": "a month"}, "WAITSTATE_THREAD_TOKEN_DAYS must be"),
+    ],
+)
+def test_a_malformed_operator_key_or_token_lifetime_is_named(
+    env: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says) as refused:
+        Settings.from_env(env)
+    assert "tiny-secret" not in str(refused.value)  # a secret is never repeated

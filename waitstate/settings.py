@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
@@ -25,6 +26,8 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_DEPLOYMENT = "waitstate"
+DEFAULT_THREAD_TOKEN_LIFETIME = timedelta(days=30)
+MAX_THREAD_TOKEN_DAYS = 366.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ class Settings:
     # Resume-token keys: key id -> secret. Several are accepted; `token_signing_key` signs.
     token_keys: dict[str, str] = field(default_factory=dict, repr=False)
     token_signing_key: str | None = None
+    # WAITSTATE_OPERATOR_KEYS: key id -> secret, `kid:secret,kid2:secret2`. A request to the
+    # gateway with one of them may start a thread; none: the gateway starts no threads.
+    operator_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    # WAITSTATE_THREAD_TOKEN_DAYS: how long the token a new thread is handed stays valid.
+    thread_token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
     demo_systems_url: str = "http://127.0.0.1:8790"
     approvals_outbox_url: str | None = None  # default: the demo systems' outbox
     # Conversations and large results, by content hash. Workers of one fleet must share it:
@@ -109,6 +117,9 @@ class Settings:
         ui_port = env.get("TEMPORAL_UI_PORT", "8233")
         gateway_port = int(env.get("GATEWAY_PORT", "8787"))
         keys = parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
+        operator_keys = parse_keys(
+            env.get("WAITSTATE_OPERATOR_KEYS", ""), "WAITSTATE_OPERATOR_KEYS", "operator key"
+        )
         if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
             parse_blob_url(blob_url)  # a bad URL stops the process here, not at its first blob
         return cls(
@@ -130,6 +141,8 @@ class Settings:
             gateway_url=env.get("GATEWAY_URL", f"http://127.0.0.1:{gateway_port}").rstrip("/"),
             token_keys=keys,
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
+            operator_keys=operator_keys,
+            thread_token_lifetime=_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
             worker_metrics_address=env.get("WAITSTATE_WORKER_METRICS") or None,
@@ -175,6 +188,27 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not value >= 0:  # also refuses nan
         raise ValueError(f"{name} must be a number of seconds, 0 or more; got {text!r}")
     return value
+
+
+def _days(env: Mapping[str, str], name: str) -> timedelta:
+    """A thread token's lifetime from `env[name]`, in days (default 30).
+
+    Raises:
+        ValueError: it is not a number of days over 0 and at most a year (366).
+    """
+    text = env.get(name, "").strip()
+    if not text:
+        return DEFAULT_THREAD_TOKEN_LIFETIME
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not 0 < days <= MAX_THREAD_TOKEN_DAYS:  # also refuses nan
+        raise ValueError(
+            f"{name} must be a number of days over 0 and at most {MAX_THREAD_TOKEN_DAYS:g}; "
+            f"got {text!r}"
+        )
+    return timedelta(days=days)
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool:
@@ -232,13 +266,24 @@ def parse_token_keys(value: str) -> dict[str, str]:
     Raises:
         ValueError: an entry is not `kid:secret`, or a secret is shorter than 32 characters.
     """
+    return parse_keys(value, "WAITSTATE_TOKEN_KEYS")
+
+
+def parse_keys(value: str, variable: str, what: str = "token key") -> dict[str, str]:
+    """Parse the keys `kid:secret,kid2:secret2` of `variable` (resume-token keys, operator
+    keys), in their order.
+
+    Raises:
+        ValueError: an entry is not `kid:secret`, or a secret is shorter than 32 characters;
+            the message names the variable or the key's id (`what` it is), never a secret.
+    """
     keys: dict[str, str] = {}
     for entry in filter(None, (part.strip() for part in value.split(","))):
         key_id, sep, secret = entry.partition(":")
         if not sep or not key_id or not secret:
-            raise ValueError("WAITSTATE_TOKEN_KEYS entries must be kid:secret")
+            raise ValueError(f"{variable} entries must be kid:secret")
         if len(secret) < 32:
-            raise ValueError(f"token key {key_id!r} is too short: use at least 32 characters")
+            raise ValueError(f"{what} {key_id!r} is too short: use at least 32 characters")
         keys[key_id] = secret
     return keys
 

@@ -9,6 +9,7 @@ The bodies' fields are pinned beside each endpoint's tests: `test_app.py`, `test
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -88,6 +89,62 @@ ROUTES = (
 )
 
 
+@dataclass(frozen=True)
+class ThreadRoute:
+    method: str
+    path: str
+    operation_id: str
+    scheme: str  # the credential: its security scheme's name and bearer format
+    bearer_format: str
+    body: str | None
+    answer: tuple[str, str]  # the status of its success, and its schema
+    statuses: set[str]
+
+
+THREAD_ROUTES = (
+    ThreadRoute(
+        "post",
+        "/v1/threads",
+        "start_thread",
+        "OperatorKey",
+        "operator key",
+        "ThreadStart",
+        ("201", "ThreadStarted"),
+        {"201", "401", "404", "409", "410", "413", "422", "429", "503"},
+    ),
+    ThreadRoute(
+        "post",
+        "/v1/threads/{thread_id}/messages",
+        "post_message",
+        "ThreadToken",
+        "thread token",
+        "MessageBody",
+        ("202", "MessageAccepted"),
+        {"202", "401", "404", "409", "410", "413", "422", "429", "503"},
+    ),
+    ThreadRoute(
+        "get",
+        "/v1/threads/{thread_id}",
+        "read_thread",
+        "ThreadToken",
+        "thread token",
+        None,
+        ("200", "ThreadView"),
+        {"200", "401", "404", "409", "410", "422", "503"},
+    ),
+    ThreadRoute(
+        "get",
+        "/v1/threads/{thread_id}/messages/{message_id}",
+        "read_message",
+        "ThreadToken",
+        "thread token",
+        None,
+        ("200", "ThreadMessage"),
+        {"200", "401", "404", "409", "410", "422", "429", "503"},
+    ),
+)
+
+
 @pytest.fixture(scope="module")
 async def doc(served: Gateway) -> dict[str, Any]:
     response = await served.client.get("/openapi.json")
@@ -99,6 +156,7 @@ async def doc(served: Gateway) -> dict[str, Any]:
 def test_the_document_lists_the_routes_and_only_them(doc: dict[str, Any]) -> None:
     assert {path: set(operations) for path, operations in doc["paths"].items()} == {
         **{route.path: {"post"} for route in ROUTES},
+        **{route.path: {route.method} for route in THREAD_ROUTES},
         "/healthz": {"get"},
     }
     assert doc["info"]["title"] == "waitstate gateway"
@@ -205,3 +263,52 @@ async def test_every_refusal_a_route_answers_is_documented(
         assert_error(response, response.status_code)
         assert str(response.status_code) in documented, (response.status_code, response.text)
     assert {str(response.status_code) for response in answers} >= COMMON_REFUSALS - {"503"}
+
+
+@pytest.mark.parametrize("route", THREAD_ROUTES, ids=lambda route: route.operation_id)
+def test_every_thread_route_documents_its_credential_body_answer_and_refusals(
+    doc: dict[str, Any], route: ThreadRoute
+) -> None:
+    operation = doc["paths"][route.path][route.method]
+    assert operation["operationId"] == route.operation_id
+    assert operation["summary"] and operation["description"]
+    path_parameters = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+    assert {f"{{{name}}}" for name in path_parameters} == set(re.findall(r"{\w+}", route.path))
+
+    if route.body is None:
+        assert "requestBody" not in operation
+    else:
+        schema = {"$ref": f"#/components/schemas/{route.body}"}
+        assert operation["requestBody"] == {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+        # Unknown fields are refused, not dropped.
+        assert doc["components"]["schemas"][route.body]["additionalProperties"] is False
+    status, answer = route.answer
+    assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{answer}"
+    }
+    assert set(operation["responses"]) == route.statuses
+    for refusal in route.statuses - {status}:
+        documented = operation["responses"][refusal]
+        assert documented["content"]["application/json"]["schema"] == ERROR_BODY, refusal
+        assert len(documented["description"]) > 10, refusal
+
+    assert operation["security"] == [{route.scheme: []}]
+    scheme = doc["components"]["securitySchemes"][route.scheme]
+    assert (scheme["type"], scheme["scheme"], scheme["bearerFormat"]) == (
+        "http",
+        "bearer",
+        route.bearer_format,
+    )
+    assert scheme["description"]
+
+
+def test_a_read_documents_how_long_it_may_wait(doc: dict[str, Any]) -> None:
+    operation = doc["paths"]["/v1/threads/{thread_id}/messages/{message_id}"]["get"]
+    [wait] = [p for p in operation["parameters"] if p["in"] == "query"]
+
+    assert (wait["name"], wait["required"]) == ("wait", False)
+    assert (wait["schema"]["minimum"], wait["schema"]["maximum"]) == (0, 30)
+    assert wait["description"]

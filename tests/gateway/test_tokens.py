@@ -16,6 +16,8 @@ from waitstate.gateway.tokens import (
     InvalidToken,
     ResumeClaims,
     ResumeTokens,
+    ThreadClaims,
+    approval_subject,
     nonce_hash,
 )
 from waitstate.settings import Settings
@@ -226,3 +228,84 @@ def test_from_settings_uses_the_configured_keys() -> None:
     assert ResumeTokens({"new": NEW}, "new").verify(token, now=NOW).key_id == "new"
     with pytest.raises(ValueError):
         ResumeTokens.from_settings(Settings.from_env({}))
+
+
+# --- thread tokens ---------------------------------------------------------------------------
+
+
+def _resigned(token: str, secret: str, label: bytes, **changes: str) -> str:
+    """`token` with its claims changed and signed again with `secret` over `label`."""
+    payload, _ = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims.update(changes)
+    text = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    mac = hmac.new(secret.encode(), label + text.encode(), hashlib.sha256).digest()
+    return f"{text}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+def test_a_thread_token_round_trips_to_its_thread() -> None:
+    token = tokens().mint_thread("thread-a", EXPIRES)
+
+    assert tokens().verify_thread(token, now=NOW) == ThreadClaims(
+        thread_id="thread-a", expires_at=EXPIRES, key_id="k1"
+    )
+
+
+def test_a_thread_token_is_never_a_resume_token_nor_the_reverse() -> None:
+    thread = tokens().mint_thread("thread-a", EXPIRES)
+    resume = tokens().mint("thread-a", "op_1", EXPIRES).token
+    approval = tokens().mint("thread-a", approval_subject("apr_1"), EXPIRES).token
+
+    with pytest.raises(InvalidToken, match="not a resume token"):
+        tokens().verify(thread, now=NOW)
+    for other in (resume, approval):
+        with pytest.raises(InvalidToken, match="not a thread token"):
+            tokens().verify_thread(other, now=NOW)
+
+
+def test_thread_claims_signed_as_a_resume_token_are_not_a_thread_token() -> None:
+    # The MAC covers the kind's label: the right claims under a resume token's MAC (no label),
+    # or under another scope, are refused.
+    token = tokens().mint_thread("thread-a", EXPIRES)
+
+    with pytest.raises(InvalidToken, match="signature"):
+        tokens().verify_thread(_resigned(token, OLD, b""), now=NOW)
+    other_scope = _resigned(token, OLD, b"waitstate thread token\x00", scope="admin")
+    with pytest.raises(InvalidToken, match="not a thread token"):
+        tokens().verify_thread(other_scope, now=NOW)
+
+
+def test_a_thread_token_for_another_thread_cannot_be_made_from_one() -> None:
+    token = tokens().mint_thread("thread-a", EXPIRES)
+    payload, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["thread"] = "thread-b"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    with pytest.raises(InvalidToken, match="signature"):
+        tokens().verify_thread(f"{forged}.{signature}", now=NOW)
+
+
+def test_thread_tokens_expire_and_rotate_with_the_keys() -> None:
+    old = ResumeTokens({"old": OLD}, "old").mint_thread("thread-a", EXPIRES)
+    rotated = ResumeTokens({"old": OLD, "new": NEW}, "new")
+
+    assert rotated.verify_thread(old, now=NOW).key_id == "old"
+    assert rotated.verify_thread(rotated.mint_thread("thread-a", EXPIRES), now=NOW).key_id == "new"
+    with pytest.raises(InvalidToken, match="unknown key"):
+        ResumeTokens({"new": NEW}, "new").verify_thread(old, now=NOW)
+    with pytest.raises(ExpiredToken):
+        rotated.verify_thread(old, now=EXPIRES)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "e30.AAAA", "A" * (MAX_TOKEN_CHARS + 1), "é.é"])
+def test_garbage_is_no_thread_token(text: str) -> None:
+    with pytest.raises(InvalidToken):
+        tokens().verify_thread(text, now=NOW)
+
+
+def test_a_thread_token_needs_an_aware_expiry_and_a_thread() -> None:
+    with pytest.raises(ValueError):
+        tokens().mint_thread("thread-a", datetime(2030, 1, 1))
+    with pytest.raises(ValueError):
+        tokens().mint_thread("", EXPIRES)

@@ -1,4 +1,5 @@
-"""The webhook gateway: verifies resume tokens and delivers completions and decisions to runs.
+"""The webhook gateway: verifies resume tokens and delivers completions and decisions to runs,
+and takes people's messages to threads.
 
 python -m waitstate.gateway       # serves on GATEWAY_HOST:GATEWAY_PORT, keys from WAITSTATE_TOKEN_KEYS
 
@@ -12,6 +13,7 @@ from waitstate.gateway.tokens import (
     MintedToken,
     ResumeClaims,
     ResumeTokens,
+    ThreadClaims,
     approval_subject,
     nonce_hash,
 )
@@ -22,6 +24,7 @@ __all__ = [
     "MintedToken",
     "ResumeClaims",
     "ResumeTokens",
+    "ThreadClaims",
     "approval_subject",
     "nonce_hash",
 ]

@@ -3,7 +3,8 @@
     python -m waitstate.gateway
 
 Reads the process settings (GATEWAY_HOST, GATEWAY_PORT, WAITSTATE_TOKEN_KEYS,
-WAITSTATE_TOKEN_SIGNING_KEY and the TEMPORAL_* connection variables).
+WAITSTATE_TOKEN_SIGNING_KEY, the TEMPORAL_* connection variables, and for threads
+WAITSTATE_OPERATOR_KEYS, WAITSTATE_THREAD_TOKEN_DAYS, WAITSTATE_TASK_QUEUE and WAITSTATE_MODEL).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.redaction import RedactTokens
+from waitstate.gateway.threads import ThreadDesk
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tracing import SERVICE_GATEWAY, Tracing
@@ -64,7 +66,10 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     if tracing is not None:
         client = tracing.client(client)
     registry = CollectorRegistry()
-    app = create_app(TemporalDeliverer(client), tokens, registry=registry)
+    threads = ThreadDesk.from_settings(client, settings)
+    if not settings.operator_keys:
+        log.info("no operator key (WAITSTATE_OPERATOR_KEYS): the gateway starts no threads")
+    app = create_app(TemporalDeliverer(client), tokens, threads=threads, registry=registry)
     config = uvicorn.Config(
         app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
     )

@@ -1,9 +1,11 @@
 """The webhook gateway: external systems report on long operations, and people decide on
-approval requests and answer the questions operations' jobs ask, here.
+approval requests, answer the questions operations' jobs ask, and talk in threads, here.
 
     POST /v1/operations/{operation_id}/complete      routes/operations.py
     POST /v1/approvals/{request_id}/decision         routes/approvals.py
     POST /v1/questions/{question_id}/answer          routes/questions.py
+    POST /v1/threads, .../{thread_id}/messages       routes/threads.py
+    GET  /v1/threads/{thread_id}[/messages/{id}]     routes/threads.py
     GET  /healthz, GET /metrics                      routes/health.py
 
 Every route does the same around its delivery (`gate`): it admits the request (body size,
@@ -24,6 +26,7 @@ from waitstate.gateway import refusals
 from waitstate.gateway.delivery import Deliverer
 from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
+from waitstate.gateway.threads import MessageBody, ThreadDesk, ThreadStart
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.approvals import DecisionBody
 from waitstate.schemas.operations import Completion
@@ -34,7 +37,13 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 # The routes read their bodies themselves (to cap their size before parsing), so FastAPI does
 # not know these models: the routes' `openapi_extra` refers to them (`gate.json_body`), and
 # `_GatewayAPI` adds their schemas to the components.
-_HAND_READ_BODIES: tuple[type[BaseModel], ...] = (Completion, DecisionBody, AnswerBody)
+_HAND_READ_BODIES: tuple[type[BaseModel], ...] = (
+    Completion,
+    DecisionBody,
+    AnswerBody,
+    ThreadStart,
+    MessageBody,
+)
 
 
 class _GatewayAPI(FastAPI):
@@ -53,6 +62,7 @@ def create_app(
     deliverer: Deliverer,
     tokens: ResumeTokens,
     *,
+    threads: ThreadDesk | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     registry: CollectorRegistry | None = None,
 ) -> FastAPI:
@@ -61,7 +71,9 @@ def create_app(
     Args:
         deliverer: Hands verified completions, decisions and answers to runs
             (`TemporalDeliverer` in production).
-        tokens: Verifies resume tokens.
+        tokens: Verifies resume tokens, and mints and verifies thread tokens.
+        threads: Starts threads and sends them people's messages (`ThreadDesk.from_settings`
+            in production); None: the thread routes answer 404 `threads_disabled`.
         max_body_bytes: Larger bodies are refused with 413 before they are parsed.
         registry: Where its metrics go, served at /metrics (others may share it: the fleet's
             run counts); a registry of its own by default.
@@ -70,12 +82,13 @@ def create_app(
         title="waitstate gateway",
         version="1",
         description="External systems report on the long operations of agent runs, and people "
-        "decide on their approval requests and answer their operations' questions, here.",
+        "decide on their approval requests, answer their operations' questions, and talk with "
+        "agents in threads, here.",
     )
     # A registry per app: two gateways in one process (tests) keep their own counts.
     registry = registry if registry is not None else CollectorRegistry()
     refusals.install(app, registry)
-    app.state.gate = Gate.create(deliverer, tokens, max_body_bytes, registry)
+    app.state.gate = Gate.create(deliverer, tokens, max_body_bytes, registry, threads)
     for router in ROUTERS:
         app.include_router(router)
     return app

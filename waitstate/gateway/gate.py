@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,6 +27,9 @@ from waitstate.gateway.delivery import Deliverer, DeliveryRefused
 from waitstate.gateway.refusals import REQUEST_LOG, Failed, Refused, code_for, describe
 from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
 from waitstate.schemas.operations import non_finite_at
+
+if TYPE_CHECKING:
+    from waitstate.gateway.threads import ThreadDesk
 
 log = logging.getLogger(REQUEST_LOG)
 
@@ -72,6 +75,8 @@ class Gate:
     max_body_bytes: int
     registry: CollectorRegistry
     accepted: Counter
+    # What the thread routes send messages with; None: this gateway serves no threads.
+    threads: ThreadDesk | None = None
 
     @classmethod
     def create(
@@ -80,15 +85,16 @@ class Gate:
         tokens: ResumeTokens,
         max_body_bytes: int,
         registry: CollectorRegistry,
+        threads: ThreadDesk | None = None,
     ) -> Gate:
         """A gate whose count of deliveries goes to `registry`."""
         accepted = Counter(
             "waitstate_gateway_accepted",
-            "Completions, decisions and answers delivered",
+            "Completions, decisions and answers delivered, and messages to threads taken",
             ["endpoint"],
             registry=registry,
         )
-        return cls(deliverer, tokens, max_body_bytes, registry, accepted)
+        return cls(deliverer, tokens, max_body_bytes, registry, accepted, threads)
 
     async def admit(
         self,
@@ -116,18 +122,34 @@ class Gate:
             Refused: 400 the body was cut short, 413 it is too large, 401 or 410 the token,
                 422 the body.
         """
+        body = await self.read_body(request)
+        claims = _verify(self.tokens, credentials)
+        subjects = {subject} if isinstance(subject, str) else subject
+        if claims.operation_id not in subjects:
+            raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
+        return Admitted(claims, self.parse(body, model, invalid_code))
+
+    async def read_body(self, request: Request) -> bytes:
+        """The request's body, read up to the gate's limit.
+
+        Raises:
+            Refused: 400 the body was cut short, 413 it is too large.
+        """
         try:
             body = await _read_body(request, self.max_body_bytes)
         except ClientDisconnect:
             raise Refused(400, "client_disconnected", "the body was cut short") from None
         if body is None:
             raise Refused(413, "body_too_large", f"the body is over {self.max_body_bytes} bytes")
+        return body
 
-        claims = _verify(self.tokens, credentials)
-        subjects = {subject} if isinstance(subject, str) else subject
-        if claims.operation_id not in subjects:
-            raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
+    def parse(self, body: bytes, model: type[_Body], invalid_code: str) -> _Body:
+        """`body` as a `model`.
 
+        Raises:
+            Refused: 422 `non_finite_number`, `invalid_json`, or `invalid_code`: it is not a
+                valid `model`.
+        """
         if (where := _non_finite_number(body)) is not None:
             # Python's JSON would take it, and Temporal's converter would store it as null.
             raise Refused(
@@ -137,12 +159,11 @@ class Gate:
                 "JSON; send a finite number, or the value as a string",
             )
         try:
-            parsed = model.model_validate_json(body)
+            return model.model_validate_json(body)
         except ValidationError as err:
             not_json = any(error["type"] == "json_invalid" for error in err.errors())
             code = "invalid_json" if not_json else invalid_code
             raise Refused(422, code, describe(err.errors())) from None
-        return Admitted(claims, parsed)
 
     async def deliver(self, delivery: Awaitable[_Outcome], what: str) -> _Outcome:
         """The run's outcome of `delivery` (the deliverer's call, not awaited yet).

@@ -109,8 +109,9 @@ def describe(errors: Iterable[Any]) -> str:
 
 
 def error_responses(descriptions: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
-    """A route's error answers for OpenAPI: its own descriptions and those of every route."""
-    merged = {**descriptions, **_COMMON_ERRORS}
+    """A route's error answers for OpenAPI: its own descriptions, and those of every route
+    (where it gives none of its own for their status)."""
+    merged = {**_COMMON_ERRORS, **descriptions}
     return {
         status: {"model": ErrorBody, "description": merged[status]} for status in sorted(merged)
     }

@@ -1,9 +1,13 @@
 """Resume tokens: what an external system presents to the gateway to complete one operation,
-and what an approval link carries to decide one request (its subject: `approval_subject`).
+and what an approval link carries to decide one request (its subject: `approval_subject`); and
+thread tokens: what a person's client presents to talk in one thread.
 
 A token is `base64url(canonical JSON claims) + "." + base64url(HMAC-SHA256(secret, payload))`.
-The claims are the run, the operation, a nonce, the expiry and the id of the key that signed
-it, so keys can rotate: the gateway accepts every configured key and signs with one.
+A resume token's claims are the run, the operation, a nonce, the expiry and the id of the key
+that signed it, so keys can rotate: the gateway accepts every configured key and signs with one.
+A thread token's are the thread, its scope (`thread`), the expiry and the key id, and its MAC
+covers a label before the payload: the two kinds share the keys, but neither is ever taken for
+the other (their claims differ, and so would their MACs over the same payload).
 
 Stdlib only: activities mint tokens, the gateway verifies them, and neither needs more.
 """
@@ -33,6 +37,10 @@ NONCE_CHARS = 22  # 132 bits of the HMAC, base64url
 _MAC_BYTES = hashlib.sha256().digest_size
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _CLAIM_NAMES = frozenset({"wf", "op", "nonce", "exp", "kid"})
+_THREAD_CLAIM_NAMES = frozenset({"thread", "scope", "exp", "kid"})
+THREAD_SCOPE = "thread"
+# What a thread token's MAC covers before its payload (which is base64url, so has no NUL).
+_THREAD_LABEL = b"waitstate thread token\x00"
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,15 @@ class ResumeClaims:
 
 
 @dataclass(frozen=True)
+class ThreadClaims:
+    """What a verified thread token says: which thread it may talk in, until when."""
+
+    thread_id: str
+    expires_at: datetime
+    key_id: str
+
+
+@dataclass(frozen=True)
 class MintedToken:
     """A fresh token and its nonce's hash: the token goes to the external system, the hash to
     the workflow (the token itself is never written to history)."""
@@ -56,7 +73,8 @@ class MintedToken:
 
 
 class InvalidToken(Exception):
-    """The token is malformed, signed with an unknown key, or its signature does not match."""
+    """The token is malformed, signed with an unknown key, its signature does not match, or it
+    is a token of the other kind (a resume token where a thread token is due, or the reverse)."""
 
 
 class ExpiredToken(Exception):
@@ -86,7 +104,7 @@ def question_subject(question_id: str) -> str:
 
 
 class ResumeTokens:
-    """Mints and verifies resume tokens with a set of keys (key id -> secret)."""
+    """Mints and verifies resume tokens and thread tokens with a set of keys (key id -> secret)."""
 
     def __init__(self, keys: Mapping[str, str], signing_key_id: str) -> None:
         """Accept tokens signed by any of `keys`; sign new ones with `signing_key_id`.
@@ -154,59 +172,117 @@ class ResumeTokens:
             "exp": expires_at.astimezone(UTC).isoformat(),
             "kid": key_id,
         }
-        payload = _b64encode(json.dumps(claims, sort_keys=True, separators=(",", ":")).encode())
-        signature = _b64encode(_mac(secret, payload.encode()))
-        return MintedToken(token=f"{payload}.{signature}", nonce_hash=nonce_hash(nonce))
+        return MintedToken(token=self._sign(claims, b""), nonce_hash=nonce_hash(nonce))
 
     def verify(self, token: str, now: datetime | None = None) -> ResumeClaims:
-        """The claims of a token this gateway's keys signed and that has not expired.
+        """The claims of a resume token this gateway's keys signed and that has not expired.
 
         Raises:
-            InvalidToken: malformed, unknown key id, or bad signature.
+            InvalidToken: malformed, unknown key id, bad signature, or not a resume token (a
+                thread token among them).
             ExpiredToken: the signature is valid but `now` (timezone-aware; default: the
                 current time) is at or past `expires_at`.
         """
+        claims, expires_at = self._open(token, _CLAIM_NAMES, b"", "resume token", now)
+        return ResumeClaims(
+            workflow_id=claims["wf"],
+            operation_id=claims["op"],
+            nonce=claims["nonce"],
+            expires_at=expires_at,
+            key_id=claims["kid"],
+        )
+
+    def mint_thread(self, thread_id: str, expires_at: datetime) -> str:
+        """A thread token: it allows posting messages to the thread `thread_id` and reading
+        them, and nothing else, until `expires_at` (timezone-aware).
+
+        Raises:
+            ValueError: `expires_at` is naive, or `thread_id` is empty.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        if not thread_id:
+            raise ValueError("a thread token names a thread")
+        claims = {
+            "thread": thread_id,
+            "scope": THREAD_SCOPE,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": self._signing_key_id,
+        }
+        return self._sign(claims, _THREAD_LABEL)
+
+    def verify_thread(self, token: str, now: datetime | None = None) -> ThreadClaims:
+        """The claims of a thread token this gateway's keys signed and that has not expired.
+
+        Raises:
+            InvalidToken: malformed, unknown key id, bad signature, or not a thread token (a
+                resume token among them).
+            ExpiredToken: the signature is valid but `now` (default: the current time) is at
+                or past `expires_at`.
+        """
+        claims, expires_at = self._open(
+            token, _THREAD_CLAIM_NAMES, _THREAD_LABEL, "thread token", now
+        )
+        if claims["scope"] != THREAD_SCOPE or not claims["thread"]:
+            raise InvalidToken("not a thread token")
+        return ThreadClaims(thread_id=claims["thread"], expires_at=expires_at, key_id=claims["kid"])
+
+    def _sign(self, claims: Mapping[str, str], label: bytes) -> str:
+        secret = self._keys[self._signing_key_id]
+        payload = _b64encode(json.dumps(claims, sort_keys=True, separators=(",", ":")).encode())
+        signature = _b64encode(_mac(secret, label + payload.encode()))
+        return f"{payload}.{signature}"
+
+    def _open(
+        self,
+        token: str,
+        names: frozenset[str],
+        label: bytes,
+        kind: str,
+        now: datetime | None,
+    ) -> tuple[dict[str, str], datetime]:
+        """The claims (exactly `names`, every one a string) of a token of `kind` whose MAC
+        covers `label` and its payload, and its expiry (UTC), once checked.
+
+        Raises:
+            InvalidToken: malformed, other claims, unknown key id, or bad signature.
+            ExpiredToken: valid, but `now` (default: the current time) is at or past its expiry.
+        """
         if not token or len(token) > MAX_TOKEN_CHARS:
-            raise InvalidToken("not a resume token")
+            raise InvalidToken(f"not a {kind}")
         payload, dot, signature = token.partition(".")
         if not dot or not _BASE64URL.fullmatch(payload) or not _BASE64URL.fullmatch(signature):
-            raise InvalidToken("not a resume token")
+            raise InvalidToken(f"not a {kind}")
         try:
             claims = json.loads(_b64decode(payload))
             mac = _b64decode(signature)
         except (ValueError, binascii.Error, RecursionError) as err:
             # The payload is parsed before its signature is checked (it names the key), so
             # this is attacker-controlled text: anything odd is simply not a token.
-            raise InvalidToken("not a resume token") from err
+            raise InvalidToken(f"not a {kind}") from err
         if (
             not isinstance(claims, dict)
-            or claims.keys() != _CLAIM_NAMES
+            or claims.keys() != names
             or not all(isinstance(value, str) for value in claims.values())
             or len(mac) != _MAC_BYTES
         ):
-            raise InvalidToken("not a resume token")
+            raise InvalidToken(f"not a {kind}")
         secret = self._keys.get(claims["kid"])
         if secret is None:
             raise InvalidToken("the token was signed with an unknown key")
-        if not hmac.compare_digest(mac, _mac(secret, payload.encode())):
+        if not hmac.compare_digest(mac, _mac(secret, label + payload.encode())):
             raise InvalidToken("bad token signature")
         try:
             expires_at = datetime.fromisoformat(claims["exp"])
         except ValueError as err:
-            raise InvalidToken("not a resume token") from err
+            raise InvalidToken(f"not a {kind}") from err
         if expires_at.tzinfo is None:
-            raise InvalidToken("not a resume token")
+            raise InvalidToken(f"not a {kind}")
         if now is None:
             now = datetime.now(UTC)
         if now >= expires_at:
             raise ExpiredToken(f"the token expired at {expires_at.isoformat()}")
-        return ResumeClaims(
-            workflow_id=claims["wf"],
-            operation_id=claims["op"],
-            nonce=claims["nonce"],
-            expires_at=expires_at.astimezone(UTC),
-            key_id=claims["kid"],
-        )
+        return claims, expires_at.astimezone(UTC)
 
 
 def _mac(secret: bytes, message: bytes) -> bytes:
