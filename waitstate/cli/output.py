@@ -8,8 +8,11 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
+
+from pydantic import ValidationError
 
 from waitstate.client import Retry
 from waitstate.schemas import RunState, Step
@@ -81,6 +84,29 @@ def reader_gone() -> int:
 def has_controls(text: str) -> bool:
     """Whether `text` holds a newline or a control character (what `one_line` escapes)."""
     return _CONTROL_OR_NEWLINE.search(text) is not None
+
+
+def checked_id(given: str | None, flag: str, new: Callable[[], str], what: str) -> str:
+    """An id flag's value (`--id`, `--thread`), checked, or `new()` when it is not given.
+
+    Raises:
+        CliError: it is empty, has spaces around it, or control characters in it (code 2).
+    """
+    if given is None:
+        return new()
+    if not given.strip():
+        raise CliError(f"{flag} is empty: give {what} id, or leave {flag} out for a new one", 2)
+    if given != given.strip() or has_controls(given):
+        raise CliError(f"{flag} {given!r} has spaces around it or control characters in it", 2)
+    return given
+
+
+def invalid(what: str, err: ValidationError) -> CliError:
+    """The error for input pydantic refused: each field and why, on one line (code 2)."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in err.errors()
+    )
+    return CliError(f"not a valid {what}: {problems}", 2)
 
 
 def preview(text: str, limit: int = 60) -> str:

@@ -16,7 +16,8 @@ from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.cli.follow import follow
 from waitstate.cli.output import (
     CliError,
-    has_controls,
+    checked_id,
+    invalid,
     one_line,
     preview,
     print_json,
@@ -283,26 +284,12 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     try:
         return RunInput(**fields)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in err.errors()
-        )
-        raise CliError(f"not a valid run: {problems}", 2) from None
+        raise invalid("run", err) from None
 
 
 def _run_id(given: str | None) -> str:
-    """`--id`'s value, checked, or a new id when it is not given.
-
-    Raises:
-        CliError: it is empty, has spaces around it, or control characters in it (code 2).
-    """
-    if given is None:
-        return new_run_id()
-    if not given.strip():
-        raise CliError("--id is empty: give a run id, or leave --id out for a new one", 2)
-    if given != given.strip() or has_controls(given):
-        raise CliError(f"--id {given!r} has spaces around it or control characters in it", 2)
-    return given
+    """`--id`'s value, checked, or a new id when it is not given."""
+    return checked_id(given, "--id", new_run_id, "a run")
 
 
 async def _check_existing(client: WaitstateClient, run_id: str, run_input: RunInput) -> None:

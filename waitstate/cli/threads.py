@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from waitstate.cli.output import CliError, has_controls, one_line, print_json
+from waitstate.cli.output import CliError, checked_id, invalid, one_line, print_json
 from waitstate.cli.runs import _run_input
 from waitstate.client import (
     REPLY_TIMEOUT,
@@ -73,28 +73,12 @@ def _message(args: argparse.Namespace) -> SendMessage:
     try:
         return SendMessage(text=args.message, key=args.key, sender=args.sender)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in err.errors()
-        )
-        raise CliError(f"not a valid message: {problems}", 2) from None
+        raise invalid("message", err) from None
 
 
 def _thread_id(given: str | None) -> str:
-    """`--thread`'s value, checked, or a new thread id when it is not given.
-
-    Raises:
-        CliError: it is empty, has spaces around it, or control characters in it (code 2).
-    """
-    if given is None:
-        return new_thread_id()
-    if not given.strip():
-        raise CliError(
-            "--thread is empty: give a thread id, or leave --thread out for a new one", 2
-        )
-    if given != given.strip() or has_controls(given):
-        raise CliError(f"--thread {given!r} has spaces around it or control characters in it", 2)
-    return given
+    """`--thread`'s value, checked, or a new thread id when it is not given."""
+    return checked_id(given, "--thread", new_thread_id, "a thread")
 
 
 async def _thread_start(args: argparse.Namespace, settings: Settings) -> RunInput:
