@@ -38,11 +38,10 @@ import sys
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio import activity, workflow
+from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
@@ -50,14 +49,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-ROOT = Path(__file__).resolve().parents[2]
-WAIT = 30.0
-
-
-@activity.defn
-async def parked() -> str:
-    """Completed later, by the test (an async completion)."""
-    activity.raise_complete_async()
+# The parked activity, the checkout's root and the waits are the split-activation reproduction's.
+from tests.workflows.test_split_activation import ROOT, WAIT, parked
 
 
 @workflow.defn(name="HeartbeatMerge", sandboxed=False)
