@@ -315,9 +315,15 @@ def worker_workflows() -> list[type]:
 def patch_markers() -> list[str]:
     """The patch markers the worker's workflows check for, oldest first, which `versions`
     counts runs by (a new one is added here too: tests/test_versions_doc.py checks it)."""
-    from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
+    from workflows.versions import (
+        CHECKPOINT_POLICY,
+        EXACTLY_ONCE,
+        HANDLERS_LAST,
+        HARDENED,
+        MID_FLIGHT_INPUT,
+    )
 
-    return [EXACTLY_ONCE, CHECKPOINT_POLICY, MID_FLIGHT_INPUT, HARDENED]
+    return [EXACTLY_ONCE, CHECKPOINT_POLICY, MID_FLIGHT_INPUT, HARDENED, HANDLERS_LAST]
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker, WorkerDeploymentConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import (
     AgentActivities,
@@ -39,6 +38,7 @@ from activities import (
     OperationActivities,
     ToolActivities,
 )
+from waitstate.activation_order import workflow_runner
 from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.blobs import open_blob_store
@@ -247,10 +247,9 @@ def build_worker(
         # The sandbox would import the workflow's modules afresh for every run it builds
         # (compiling them from source where no bytecode is kept): they are loaded once per
         # worker instead. They hold no state of their own and call only `workflow.*` for time,
-        # randomness and waiting, which tests/workflows/test_determinism.py keeps true.
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-        ),
+        # randomness and waiting, which tests/workflows/test_determinism.py keeps true. Runs
+        # get their handlers after their resolutions (waitstate/activation_order.py).
+        workflow_runner=workflow_runner(),
     )
 
 

@@ -18,6 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION
 from workflows.agent_run import AgentRunWorkflow
@@ -230,7 +231,11 @@ async def replay_failures(workflow_id: str, chain: list[list[Any]], keep: Path |
     """Replay every run of the chain on today's workflow code: what does not replay (a
     nondeterminism a worker would hit when it rebuilds the run from history), each such
     history kept under `keep`, to be read again."""
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
+    )
     found = []
     for index, events in enumerate(chain):
         history = WorkflowHistory(workflow_id, events)

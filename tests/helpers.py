@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, Worker
 
 from examples.demo.basic import demo_tools
+from waitstate.activation_order import workflow_runner
 from waitstate.apps import Apps
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
@@ -34,7 +35,13 @@ from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from worker import build_providers, build_worker
 from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
+from workflows.versions import (
+    CHECKPOINT_POLICY,
+    EXACTLY_ONCE,
+    HANDLERS_LAST,
+    HARDENED,
+    MID_FLIGHT_INPUT,
+)
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # How long `eventually` waits by default: far longer than anything takes on a loaded 2-core
@@ -232,14 +239,22 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     as `<name>.json`, or `<name>.<patch>.json` for a run of a newer workflow version (the
     newest patch it records). A history already kept is never written again."""
     history = await handle.fetch_history()
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") != "1":
         return
     patches = _patches(history.events)
     patch = next(
-        (p for p in (HARDENED, MID_FLIGHT_INPUT, CHECKPOINT_POLICY, EXACTLY_ONCE) if p in patches),
+        (
+            p
+            for p in (HANDLERS_LAST, HARDENED, MID_FLIGHT_INPUT, CHECKPOINT_POLICY, EXACTLY_ONCE)
+            if p in patches
+        ),
         None,
     )
     path = HISTORIES / (f"{name}.json" if patch is None else f"{name}.{patch}.json")

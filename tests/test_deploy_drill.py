@@ -42,6 +42,7 @@ from tests.rigs import (
     Stack,
     serving_stack,
 )
+from waitstate.activation_order import workflow_runner
 from waitstate.apps import Apps, load_apps
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
@@ -340,7 +341,9 @@ async def _versions(client: Client, workflow_id: str, run_id: str) -> tuple[set[
 
 
 async def _replay(history: Any, workflow: type, *, expect_failure: bool = False) -> str:
-    replayer = Replayer(workflows=[workflow], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflow_runner=workflow_runner(), workflows=[workflow], data_converter=DATA_CONVERTER
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     if expect_failure:
         assert result.replay_failure is not None

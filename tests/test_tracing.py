@@ -34,6 +34,7 @@ from examples.systems import create_app as systems_app
 from tests.helpers import TEST_BLOBS, eventually, quiet_history_length, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
 from tests.workflows.questions_app import app as QUESTIONS
+from waitstate.activation_order import workflow_runner
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
@@ -242,7 +243,10 @@ async def test_one_trace_from_the_start_to_the_answer_across_a_webhook_and_a_res
     before = len(exporter.get_finished_spans())
     for interceptors in ([], [cli.interceptor]):
         replayer = Replayer(
-            workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER, interceptors=interceptors
+            workflow_runner=workflow_runner(),
+            workflows=[AgentRunWorkflow],
+            data_converter=DATA_CONVERTER,
+            interceptors=interceptors,
         )
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, replayed.replay_failure
@@ -364,6 +368,7 @@ async def test_committed_histories_replay_with_tracing_on(
     tracing = _tracing(exporter, SERVICE_WORKER)
     history = WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
     replayer = Replayer(
+        workflow_runner=workflow_runner(),
         workflows=[AgentRunWorkflow],
         data_converter=DATA_CONVERTER,
         interceptors=[tracing.interceptor],

@@ -24,22 +24,26 @@ from temporalio.common import (
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker, WorkerDeploymentConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tests.helpers import eventually, process_env, start_run
 from tests.test_starter import Cli, assert_refused
 from tests.tiers import SUBPROCESS, needs
+from waitstate.activation_order import workflow_runner
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import CHECKPOINT_POLICY, EXACTLY_ONCE, HARDENED, MID_FLIGHT_INPUT
+from workflows.versions import (
+    CHECKPOINT_POLICY,
+    EXACTLY_ONCE,
+    HANDLERS_LAST,
+    HARDENED,
+    MID_FLIGHT_INPUT,
+)
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
 CHANGE_VERSION = SearchAttributeKey.for_keyword_list("TemporalChangeVersion")
-# The worker's sandbox, which loads the `workflows` modules once (worker.py).
-RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-)
+# The worker's runner (worker.py).
+RUNNER = workflow_runner()
 
 
 # Unsandboxed: they read nothing but the patch API and wait.
@@ -200,7 +204,7 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
     finally:
         await handle.terminate("the test is over")
 
-    assert described.typed_search_attributes.get(CHANGE_VERSION) == [HARDENED]
+    assert described.typed_search_attributes.get(CHANGE_VERSION) == [HANDLERS_LAST]
 
 
 async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
@@ -216,11 +220,12 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "open agent runs: 5"
-    assert [line.split()[:3] for line in lines[3:7]] == [
+    assert [line.split()[:3] for line in lines[3:8]] == [
         [EXACTLY_ONCE, "0", "2"],
         [CHECKPOINT_POLICY, "1", "2"],
         [MID_FLIGHT_INPUT, "0", "3"],
-        [HARDENED, "2", "3"],
+        [HARDENED, "0", "3"],
+        [HANDLERS_LAST, "2", "3"],
     ]
     assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
         [on_ours, "1", "1"],
@@ -233,7 +238,8 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
         {"marker": EXACTLY_ONCE, "recorded": 0, "without": 2},
         {"marker": CHECKPOINT_POLICY, "recorded": 1, "without": 2},
         {"marker": MID_FLIGHT_INPUT, "recorded": 0, "without": 3},
-        {"marker": HARDENED, "recorded": 2, "without": 3},
+        {"marker": HARDENED, "recorded": 0, "without": 3},
+        {"marker": HANDLERS_LAST, "recorded": 2, "without": 3},
     ]
     mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
     assert mine == [

@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         MODEL_RETRY,
     )
     from workflows.thread import Conversation, Interrupted, MessageFailed
-    from workflows.versions import Versions
+    from workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
 
 Answered = TypeVar("Answered")
@@ -76,6 +76,9 @@ class AgentRunWorkflow:
     Long tools start a job and return at once; the run then waits (holding no worker) for a
     webhook through the gateway, or for a polling activity, and never for the model.
     """
+
+    # Runs of these markers get their handlers after their resolutions (the worker's runner).
+    handlers_last_markers = HANDLERS_LAST_MARKERS
 
     @workflow.init
     def __init__(self, input: RunInput) -> None:

@@ -90,7 +90,7 @@ class ApprovalDesk:
         ):
             notices.send(self._notice(request, policy.approvers, escalation=False))
             try:
-                if not await window(request):
+                if not await window(request, armed=self._versions.handlers_last):
                     await self._escalate_or_time_out(request, notices)
                 elif self._mirrors_escalation(request):
                     await self._escalate_or_time_out(request, notices, mirror=True)
@@ -178,7 +178,7 @@ class ApprovalDesk:
                 )
             elif self._versions.checkpoint_policy:
                 self._board.show()
-            if await window(request, mirror=mirror):
+            if await window(request, mirror=mirror, armed=self._versions.handlers_last):
                 return
         # Nothing was awaited since `window` found the request open: it still is.
         self._time_out(request)

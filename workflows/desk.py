@@ -37,12 +37,25 @@ from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 Request = ApprovalRequest | InputRequest
 
 
-async def window(request: Request, *, op: Operation | None = None, mirror: bool = False) -> bool:
+# The shortest wait an armed window takes once its deadline has passed.
+MOMENT = timedelta(milliseconds=1)
+
+
+async def window(
+    request: Request, *, op: Operation | None = None, mirror: bool = False, armed: bool = False
+) -> bool:
     """Wait, holding no worker, for the request to close by its deadline (not at all once the
-    deadline has passed), or for `op` (the job that asked) to end; whether it closed.
-    `mirror`: wait as if the request were still open (an approval decided as its window
-    ended, see `ApprovalDesk._mirrors_escalation`)."""
+    deadline has passed, unless `armed`), or for `op` (the job that asked) to end; whether it
+    closed. `mirror`: wait as if the request were still open (an approval decided as its window
+    ended, see `ApprovalDesk._mirrors_escalation`).
+
+    `armed` (from HANDLERS_LAST on): an open request's timer is started even when its deadline
+    has passed (for a moment), so what the run issues does not depend on the activation's time.
+    A worker that applies a timer's firing to answer a query does so at the query's time, which
+    no workflow task of the history has; a replay applies it at the next task's, later."""
     remaining = request.expires_at - workflow.now()
+    if armed:
+        remaining = max(remaining, MOMENT)
     if (request.open or mirror) and remaining > timedelta(0):
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(

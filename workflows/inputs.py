@@ -227,7 +227,7 @@ class InputDesk:
 
     async def _answered(self, op: Operation, request: InputRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
-        await window(request, op=op)
+        await window(request, op=op, armed=self._versions.handlers_last)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open

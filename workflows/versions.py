@@ -29,6 +29,14 @@ MID_FLIGHT_INPUT = "agent-run-4"
 # what is open; a cancel that failed is told as such; an answer that never validated ends the
 # run `output_invalid`; a blob store outage is waited out, not charged to the model's retries.
 HARDENED = "agent-run-5"
+# Handlers after resolutions: an Update's or a signal's handler runs after whatever else the
+# same activation resolved (an activity, a timer), as it did when the two came in activations
+# of their own, so a worker that rebuilds the run and a replay see what the live run saw
+# (waitstate/activation_order.py, docs/reliability.md).
+HANDLERS_LAST = "agent-run-6"
+# The markers whose runs the worker's runner gives handlers after resolutions: this one and
+# every newer one (a run records only its newest).
+HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST})
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,20 @@ class Versions:
     checkpoint_policy: bool
     mid_flight_input: bool = False
     hardened: bool = False
+    handlers_last: bool = False
 
     @classmethod
     def of_this_run(cls) -> Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(HANDLERS_LAST):
+            return cls(
+                exactly_once=True,
+                checkpoint_policy=True,
+                mid_flight_input=True,
+                hardened=True,
+                handlers_last=True,
+            )
         if workflow.patched(HARDENED):
             return cls(
                 exactly_once=True, checkpoint_policy=True, mid_flight_input=True, hardened=True

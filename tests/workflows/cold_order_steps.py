@@ -27,6 +27,7 @@ from examples.systems import DemoSystems
 from examples.systems import create_app as systems_app
 from tests.helpers import eventually
 from tests.rigs import WorkerProcess, worker_process_beside
+from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from workflows.agent_run import AgentRunWorkflow
 
@@ -169,6 +170,8 @@ def in_one_task(history: Sequence[HistoryEvent], racer: Racer) -> bool:
 async def replay_failure(history: WorkflowHistory) -> Exception | None:
     """Why the run's history does not replay on today's AgentRunWorkflow (None: it does)."""
     replay = await Replayer(
-        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
     return replay.replay_failure

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities, start_run
 from tests.workflows.runs import run_to_end
+from waitstate.activation_order import workflow_runner
 from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult, RunState
 from waitstate.schemas.errors import RUN_FAILED
@@ -203,6 +204,7 @@ async def test_status_while_running_then_cancel(
         dev_env.client,
         task_queue=task_queue,
         workflows=[AgentRunWorkflow],
+        workflow_runner=workflow_runner(),
         activities=[never_answers],
     ):
         handle = await start_run(

@@ -47,10 +47,11 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 
 # The parked activity, the checkout's root and the waits are the split-activation reproduction's.
-from tests.workflows.test_split_activation import ROOT, WAIT, parked
+from tests.workflows.test_split_activation import HANDLERS_LAST, ROOT, WAIT, parked
+from waitstate.activation_order import HandlersLast
 
 
 @workflow.defn(name="HeartbeatMerge", sandboxed=False)
@@ -84,13 +85,37 @@ class HeartbeatMerge:
         return "ok"
 
 
-async def first_worker(target: str, namespace: str, task_queue: str) -> None:
+@workflow.defn(name="HeartbeatMerge", sandboxed=False)
+class HeartbeatMergeHandlersLast(HeartbeatMerge):
+    """The same run, opted in to waitstate's fix (waitstate/activation_order.py)."""
+
+    handlers_last_markers = frozenset({HANDLERS_LAST})
+
+    @workflow.run
+    async def run(self, activities: str) -> list[str]:
+        workflow.patched(HANDLERS_LAST)
+        return await super().run(activities)
+
+
+def _workflow(handlers_last: bool) -> type:
+    return HeartbeatMergeHandlersLast if handlers_last else HeartbeatMerge
+
+
+def _runner(handlers_last: bool) -> WorkflowRunner:
+    return (
+        HandlersLast(UnsandboxedWorkflowRunner()) if handlers_last else UnsandboxedWorkflowRunner()
+    )
+
+
+async def first_worker(target: str, namespace: str, task_queue: str, handlers_last: str) -> None:
     """The first worker (cache on), run in a process of its own: the test SIGKILLs it."""
     client = await Client.connect(target, namespace=namespace)
+    last = handlers_last == "1"
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[HeartbeatMerge],
+        workflows=[_workflow(last)],
+        unsandboxed_workflow_runner=_runner(last),
         identity="W1",
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     ):
@@ -128,7 +153,9 @@ async def _started(handle: WorkflowHandle[Any, Any]) -> None:
             await asyncio.sleep(0.05)
 
 
-async def heartbeat_merge(env: WorkflowEnvironment, poke: bool, mode: str) -> Outcome:
+async def heartbeat_merge(
+    env: WorkflowEnvironment, poke: bool, mode: str, handlers_last: bool = False
+) -> Outcome:
     """mode "kill": W1 (own process, cache on) runs the tasks up to the activity's, is
     SIGKILLed, a fresh W2 takes the Update's task. mode "nocache": one worker with
     max_cached_workflows=0 runs everything (each task rebuilds the run)."""
@@ -149,6 +176,7 @@ async def heartbeat_merge(env: WorkflowEnvironment, poke: bool, mode: str) -> Ou
             client.service_client.config.target_host,
             client.namespace,
             task_queue,
+            "1" if handlers_last else "0",
             cwd=ROOT,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -158,7 +186,8 @@ async def heartbeat_merge(env: WorkflowEnvironment, poke: bool, mode: str) -> Ou
         nocache = Worker(
             client,
             task_queue=task_queue,
-            workflows=[HeartbeatMerge],
+            workflows=[_workflow(handlers_last)],
+            unsandboxed_workflow_runner=_runner(handlers_last),
             identity="W0",
             max_cached_workflows=0,
         )
@@ -191,7 +220,11 @@ async def heartbeat_merge(env: WorkflowEnvironment, poke: bool, mode: str) -> Ou
                     )
                 )
                 async with Worker(
-                    client, task_queue=task_queue, workflows=[HeartbeatMerge], identity="W2"
+                    client,
+                    task_queue=task_queue,
+                    workflows=[_workflow(handlers_last)],
+                    unsandboxed_workflow_runner=_runner(handlers_last),
+                    identity="W2",
                 ):
                     assert (
                         await asyncio.wait_for(handle.execute_update(HeartbeatMerge.decide), WAIT)
@@ -217,9 +250,9 @@ async def heartbeat_merge(env: WorkflowEnvironment, poke: bool, mode: str) -> Ou
         for e in history.events
         if e.event_id >= 5
     ]
-    replay = await Replayer(workflows=[HeartbeatMerge]).replay_workflow(
-        history, raise_on_replay_failure=False
-    )
+    replay = await Replayer(
+        workflows=[_workflow(handlers_last)], unsandboxed_workflow_runner=_runner(handlers_last)
+    ).replay_workflow(history, raise_on_replay_failure=False)
     failure = None if replay.replay_failure is None else str(replay.replay_failure)
     return Outcome(result, events, failure)
 
@@ -262,4 +295,28 @@ async def test_without_the_quiet_task_before_nothing_is_merged(
     outcome = await heartbeat_merge(dev_env, poke=False, mode=mode)
     assert outcome.result == ["activity", "update"]
     assert "WORKFLOW_PROPERTIES_MODIFIED" in [name for _, name in outcome.events]
+    assert outcome.replay_failure is None
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("mode", ["kill", "nocache"])
+async def test_with_handlers_last_the_rebuilt_run_applies_the_activity_first_and_replays(
+    dev_env: WorkflowEnvironment, mode: str
+) -> None:
+    """The fix (waitstate/activation_order.py): the merged activation is applied as the two it
+    was, the activity's resolution first, so the handler sees "activity" as it did when the
+    tasks came apart, and the history replays."""
+    outcome = await heartbeat_merge(dev_env, poke=True, mode=mode, handlers_last=True)
+    names = [name for _, name in outcome.events]
+    i = names.index("ACTIVITY_TASK_COMPLETED")
+    assert names[i + 1 : i + 7] == [
+        "WORKFLOW_TASK_SCHEDULED",
+        "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED",
+        "WORKFLOW_TASK_SCHEDULED",
+        "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED",
+    ]
+    assert outcome.result == ["poke", "activity", "update"]
+    assert "WORKFLOW_PROPERTIES_MODIFIED" in names
     assert outcome.replay_failure is None

@@ -19,6 +19,7 @@ from temporalio.worker import Replayer
 
 from tests.helpers import make_worker
 from tests.rigs import time_skipping_server
+from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
@@ -38,7 +39,11 @@ SCENARIOS: dict[str, tuple[RunInput, bool]] = {
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    return Replayer(
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
+    )
 
 
 async def _record(client: Client, task_queue: str, name: str) -> WorkflowHistory:

@@ -56,7 +56,12 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+
+from waitstate.activation_order import HandlersLast
+
+# The patch marker the opted-in workflow records (the agent run's is in workflows/versions.py).
+HANDLERS_LAST = "handlers-last"
 
 # No waitstate code, nor the test rigs (the first worker's process imports this module).
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,13 +114,36 @@ class SplitActivation:
         return "ok"
 
 
-async def sticky_worker(target: str, namespace: str, task_queue: str) -> None:
+@workflow.defn(name="SplitActivation", sandboxed=False)
+class SplitActivationHandlersLast(SplitActivation):
+    """The same run, opted in to waitstate's fix (waitstate/activation_order.py)."""
+
+    handlers_last_markers = frozenset({HANDLERS_LAST})
+
+    @workflow.run
+    async def run(self, activities: str, quiet_branch: bool) -> list[str]:
+        workflow.patched(HANDLERS_LAST)
+        return await super().run(activities, quiet_branch)
+
+
+def opted(handlers_last: bool) -> dict[str, Any]:
+    """The worker's (or replayer's) workflow and runner, opted in to the fix or not."""
+    runner: WorkflowRunner = UnsandboxedWorkflowRunner()
+    if handlers_last:
+        runner = HandlersLast(runner)
+    return {
+        "workflows": [SplitActivationHandlersLast if handlers_last else SplitActivation],
+        "unsandboxed_workflow_runner": runner,
+    }
+
+
+async def sticky_worker(target: str, namespace: str, task_queue: str, handlers_last: str) -> None:
     """The first worker, run in a process of its own (the test SIGKILLs it)."""
     client = await Client.connect(target, namespace=namespace)
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[SplitActivation],
+        **opted(handlers_last == "1"),
         identity="W1",
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
     ):
@@ -131,7 +159,9 @@ class Outcome:
     replay_failure: str | None
 
 
-async def _attempt(client: Client, quiet_branch: bool, w2_cache: int) -> Outcome | None:
+async def _attempt(
+    client: Client, quiet_branch: bool, w2_cache: int, handlers_last: bool
+) -> Outcome | None:
     """One run of the choreography; None if the raw poll took the query instead of the task
     (the query did not wait on the sticky queue), and the run is of no use."""
     task_queue = f"split-{uuid.uuid4()}"
@@ -145,6 +175,7 @@ async def _attempt(client: Client, quiet_branch: bool, w2_cache: int) -> Outcome
         client.service_client.config.target_host,
         client.namespace,
         task_queue,
+        "1" if handlers_last else "0",
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -173,7 +204,7 @@ async def _attempt(client: Client, quiet_branch: bool, w2_cache: int) -> Outcome
             await asyncio.sleep(0.5)  # W1 back on its sticky queue
             w1.send_signal(signal.SIGKILL)
             await w1.wait()
-            return await _after_kill(client, handle, w2_cache)
+            return await _after_kill(client, handle, w2_cache, handlers_last)
     finally:
         if w1.returncode is None:
             w1.kill()
@@ -181,7 +212,7 @@ async def _attempt(client: Client, quiet_branch: bool, w2_cache: int) -> Outcome
 
 
 async def _after_kill(
-    client: Client, handle: WorkflowHandle[Any, Any], w2_cache: int
+    client: Client, handle: WorkflowHandle[Any, Any], w2_cache: int, handlers_last: bool
 ) -> Outcome | None:
     query = asyncio.create_task(
         handle.query(SplitActivation.state, rpc_timeout=timedelta(seconds=WAIT))
@@ -214,8 +245,8 @@ async def _after_kill(
     async with Worker(
         client,
         task_queue=handle.id,
-        workflows=[SplitActivation],
         identity="W2",
+        **opted(handlers_last),
         max_cached_workflows=w2_cache,
     ):
         answer = await asyncio.wait_for(query, WAIT)
@@ -233,19 +264,21 @@ async def _after_kill(
         for e in history.events
         if e.event_id > w2_task
     ]
-    replay = await Replayer(workflows=[SplitActivation]).replay_workflow(
+    replay = await Replayer(**opted(handlers_last)).replay_workflow(
         history, raise_on_replay_failure=False
     )
     failure = None if replay.replay_failure is None else str(replay.replay_failure)
     return Outcome(answer, result, written, failure)
 
 
-async def split_activation(env: WorkflowEnvironment, quiet_branch: bool, w2_cache: int) -> Outcome:
+async def split_activation(
+    env: WorkflowEnvironment, quiet_branch: bool, w2_cache: int, handlers_last: bool = False
+) -> Outcome:
     client = await Client.connect(
         env.client.service_client.config.target_host, namespace=env.client.namespace
     )
     for _ in range(ATTEMPTS):
-        outcome = await _attempt(client, quiet_branch, w2_cache)
+        outcome = await _attempt(client, quiet_branch, w2_cache, handlers_last)
         if outcome is not None:
             return outcome
     raise AssertionError(f"the query never waited on the sticky queue in {ATTEMPTS} attempts")
@@ -293,4 +326,25 @@ async def test_what_keeps_the_history_replayable(
     assert outcome.query_answer == ["activity"]
     assert outcome.result == order
     assert outcome.after_w2_task[0] == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+    assert outcome.replay_failure is None
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("w2_cache", [1000, 0], ids=["cached", "worker-without-cache"])
+async def test_with_handlers_last_the_activity_comes_first_and_the_history_replays(
+    dev_env: WorkflowEnvironment, w2_cache: int
+) -> None:
+    """The fix (waitstate/activation_order.py): where a replay (or a worker with no cache) gets
+    the activity's completion and the Update in one activation, it applies the completion
+    first, as the live run did when the query's activation came apart from the Update's."""
+    outcome = await split_activation(
+        dev_env, quiet_branch=False, w2_cache=w2_cache, handlers_last=True
+    )
+    assert outcome.query_answer == ["activity"]
+    assert outcome.result == ["activity", "update"]
+    assert outcome.after_w2_task[:3] == [
+        "WORKFLOW_PROPERTIES_MODIFIED",
+        "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
+        "WORKFLOW_PROPERTIES_MODIFIED",
+    ]
     assert outcome.replay_failure is None

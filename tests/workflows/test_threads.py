@@ -17,6 +17,7 @@ from temporalio.worker import Replayer
 from tests.helpers import eventually, make_worker, process_env, replays, start_run
 from tests.rigs import WorkerProcess
 from tests.workflows import threads_app
+from waitstate.activation_order import workflow_runner
 from waitstate.apps import load_apps
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
 from waitstate.converter import DATA_CONVERTER
@@ -251,7 +252,11 @@ async def test_a_long_thread_continues_as_new_between_turns_and_the_model_keeps_
     assert state.thread is not None and state.thread.received == count
     # What a run carries is bounded: its last messages, not the whole conversation.
     assert len(state.thread.messages) <= KEEP_MESSAGES
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
+    )
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, replayed.replay_failure
@@ -291,7 +296,9 @@ async def test_an_interrupt_thread_abandons_a_model_call_for_a_new_message(
     ]
     assert len(cancelled) == 1  # the first call's activity, asked to stop
     replayed = await Replayer(
-        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None, replayed.replay_failure
 
@@ -351,6 +358,8 @@ async def test_a_worker_killed_while_a_reply_is_made_answers_the_message_once(
     replies = [s for s in state.steps if s.kind == "event" and s.name == "reply"]
     assert [s.detail for s in replies] == ["m1 replied", "m2 replied"]  # answered once
     replayed = await Replayer(
-        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None, replayed.replay_failure

@@ -24,6 +24,7 @@ from tests.helpers import (
 )
 from tests.rigs import WorkerProcess, worker_process_beside
 from tests.tiers import SUBPROCESS, needs
+from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
@@ -165,7 +166,9 @@ async def test_a_decision_waiting_for_a_worker_when_the_window_passed_replays(
     result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
     history = await handle.fetch_history()
     replay = await Replayer(
-        workflows=[AgentRunWorkflow], data_converter=DATA_CONVERTER
+        workflow_runner=workflow_runner(),
+        workflows=[AgentRunWorkflow],
+        data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
 
     assert outcome.status == "approved" and result.status == "completed"

@@ -19,8 +19,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from waitstate.activation_order import workflow_runner
 from waitstate.cli.output import CliError, one_line
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
@@ -62,13 +62,11 @@ def default_query(closed_within: timedelta, now: datetime | None = None) -> str:
 
 def replayer(workflows: WorkflowClasses) -> Replayer:
     """A replayer of `workflows` as the worker runs them: the same data converter, and the same
-    sandbox, which loads the `workflows` modules once rather than once per run (worker.py)."""
+    runner (waitstate/activation_order.py)."""
     return Replayer(
         workflows=workflows,
         data_converter=DATA_CONVERTER,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-        ),
+        workflow_runner=workflow_runner(),
         # Without its own logging: core would write a warning of each failure to the console,
         # which the command reports, once and on one line, itself.
         runtime=Runtime(telemetry=TelemetryConfig(logging=None)),
