@@ -137,11 +137,11 @@ def test_versions_counts_runs_by_every_marker_in_the_docs_order() -> None:
 
 
 def test_a_patch_added_without_its_story_is_found() -> None:
-    source = 'from temporalio import workflow\nif workflow.patched("agent-run-6"):\n    pass\n'
+    source = 'from temporalio import workflow\nif workflow.patched("agent-run-7"):\n    pass\n'
     code = {**markers_in_code(), **markers_in_source(source, "workflows.versions")}
 
     assert problems(code, markers_in_doc(DOC.read_text())) == [
-        "'agent-run-6' is checked in workflows/ but has no section"
+        "'agent-run-7' is checked in workflows/ but has no section"
     ]
 
 
