@@ -180,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="recent runs")
     listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--threads", action="store_true", help="only threads")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(command=cmd_list)
 

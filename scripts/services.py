@@ -38,6 +38,7 @@ SEARCH_ATTRIBUTES = {
     "PendingOperations": "Int",
     "WaitExpiresAt": "Datetime",
     "AgentName": "Keyword",
+    "ThreadId": "Keyword",
 }
 # Measured on a 2-core machine: the stock SQLite mode is fsync-bound and halves throughput;
 # WAL keeps it durable. The default transfer poll rate adds 35-45 ms to every workflow task hop.

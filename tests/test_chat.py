@@ -18,6 +18,7 @@ from tests.test_starter import HOSTILE, PATIENCE, RAW_CONTROL, SHOWN, Cli, Done,
 from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.client import THREAD_TASK, WaitstateClient, thread_input
+from waitstate.names import THREAD_ID
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.threads import MAX_KEY_CHARS, ThreadSettings
@@ -280,3 +281,34 @@ async def test_a_bad_message_or_thread_id_is_a_bad_argument(cli: Cli) -> None:
         (("hi", "--agent", "a", "--model", CHAT_MODEL), "not allowed with argument"),
     ]:
         assert_refused(await cli("chat", *args), error)
+
+
+async def test_list_finds_the_threads_by_their_search_attribute(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    """A thread is started with `ThreadId` set to its id (the Web UI filters on it too:
+    `ThreadId IS NOT NULL`); `list --threads` lists threads and no task; `list` marks them."""
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = _thread_id()
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        sent = await client.send_message(thread_id, "hello", start=thread_input(model=CHAT_MODEL))
+        await client.reply(thread_id, sent.accepted.message_id)
+        task = await start_run(
+            dev_env.client, task_queue, RunInput(task="plain", model="scripted:echo")
+        )
+        await task.result()
+
+        async def listed() -> bool:
+            done = await cli("list", "--threads", "--limit", "200", "--json")
+            return thread_id in {run["run_id"] for run in json.loads(done.stdout)}
+
+        await eventually(listed, "the thread in `list --threads`")
+        threads = json.loads((await cli("list", "--threads", "--limit", "200", "--json")).stdout)
+        everything = await cli("list", "--limit", "200")
+        described = await dev_env.client.get_workflow_handle(thread_id).describe()
+
+    assert all(run["thread"] for run in threads)
+    assert task.id not in {run["run_id"] for run in threads}
+    lines = {line.split()[0]: line for line in everything.stdout.splitlines()}
+    assert " thread" in lines[thread_id] and " thread" not in lines[task.id]
+    assert described.typed_search_attributes.get(THREAD_ID) == thread_id

@@ -43,8 +43,18 @@ PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
 WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
 # Set when a run of a named agent starts (by the client, never upserted by the run).
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
+# Set when a thread starts, to its id (by the client, never upserted by the run); continued
+# runs keep it. `ThreadId IS NOT NULL` lists the threads.
+THREAD_ID = SearchAttributeKey.for_keyword("ThreadId")
 
-SEARCH_ATTRIBUTES = (AGENT_STATUS, WAITING_FOR, PENDING_OPERATIONS, WAIT_EXPIRES_AT, AGENT_NAME)
+SEARCH_ATTRIBUTES = (
+    AGENT_STATUS,
+    WAITING_FOR,
+    PENDING_OPERATIONS,
+    WAIT_EXPIRES_AT,
+    AGENT_NAME,
+    THREAD_ID,
+)
 
 # --- tracing -----------------------------------------------------------------------------------
 

@@ -66,4 +66,5 @@ def test_the_workflows_take_their_search_attributes_and_span_function_from_the_l
         "PendingOperations",
         "WaitExpiresAt",
         "AgentName",
+        "ThreadId",
     ]

@@ -21,6 +21,7 @@ from waitstate.activation_order import workflow_runner
 from waitstate.apps import load_apps
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
 from waitstate.converter import DATA_CONVERTER
+from waitstate.names import THREAD_ID
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.threads import (
     KEEP_MESSAGES,
@@ -248,6 +249,8 @@ async def test_a_long_thread_continues_as_new_between_turns_and_the_model_keeps_
 
     assert last.reply == f"re: message {count} ({count} seen)"
     assert state.continued_as_new == 2 and len(runs) == 3
+    # Every run of the thread, continued ones too, is found by the thread's search attribute.
+    assert [r.typed_search_attributes.get(THREAD_ID) for r in runs] == ["thread-long"] * 3
     assert (retried.accepted.message_id, retried.accepted.duplicate) == ("m1", True)
     assert state.thread is not None and state.thread.received == count
     # What a run carries is bounded: its last messages, not the whole conversation.

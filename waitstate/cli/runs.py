@@ -197,7 +197,7 @@ async def cmd_list(
 ) -> int:
     """Print recent runs, newest first."""
     client = await WaitstateClient.connect(settings, tracing=tracing)
-    runs = await client.list_runs(limit=args.limit)
+    runs = await client.list_runs(limit=args.limit, threads=args.threads)
     if args.json:
         print_json(
             [
@@ -205,6 +205,7 @@ async def cmd_list(
                     "run_id": run.run_id,
                     "status": run.status,
                     "agent": run.agent,
+                    "thread": run.thread,
                     "started": run.started.isoformat(),
                     "closed": run.closed.isoformat() if run.closed else None,
                 }
@@ -216,7 +217,8 @@ async def cmd_list(
         print("no runs")
     for run in runs:
         agent = f" agent {run.agent}" if run.agent else ""
-        print(f"{run.run_id:<36} {run.status:<10} started {run.started.isoformat()}{agent}")
+        thread = " thread" if run.thread else ""
+        print(f"{run.run_id:<36} {run.status:<10} started {run.started.isoformat()}{thread}{agent}")
     return 0
 
 

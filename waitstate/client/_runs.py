@@ -45,6 +45,7 @@ from waitstate.names import (
     AGENT_RUN,
     AGENT_STATUS,
     PENDING_OPERATIONS,
+    THREAD_ID,
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
@@ -118,6 +119,7 @@ class RunSummary:
     started: datetime
     closed: datetime | None
     agent: str | None = None
+    thread: bool = False  # a thread (a run that takes messages), not a task
 
 
 @dataclass(frozen=True)
@@ -318,15 +320,17 @@ class RunCalls(ClientBase):
         finally:
             result.cancel()
 
-    async def list_runs(self, *, limit: int = 20) -> list[RunSummary]:
-        """Recent runs, newest first.
+    async def list_runs(self, *, limit: int = 20, threads: bool = False) -> list[RunSummary]:
+        """Recent runs, newest first; only threads if `threads` (a thread's continued runs
+        are one listing each: its latest is the one running).
 
         Raises:
             TemporalFailed: the listing failed.
         """
         runs = []
+        query = f"{AGENT_RUNS} AND {THREAD_ID.name} IS NOT NULL" if threads else AGENT_RUNS
         try:
-            async for execution in self._client.list_workflows(AGENT_RUNS, limit=limit):
+            async for execution in self._client.list_workflows(query, limit=limit):
                 attributes = execution.typed_search_attributes
                 status = attributes.get(AGENT_STATUS) or closed_status(execution.status)
                 runs.append(
@@ -336,6 +340,7 @@ class RunCalls(ClientBase):
                         execution.start_time,
                         execution.close_time,
                         attributes.get(AGENT_NAME),
+                        attributes.get(THREAD_ID) is not None,
                     )
                 )
         except RPCError as err:

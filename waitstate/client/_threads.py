@@ -31,7 +31,7 @@ from waitstate.client._errors import (
     first_line,
 )
 from waitstate.gateway.delivery import rpc_refusal
-from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE
+from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE, THREAD_ID
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.threads import MessageAccepted, SendMessage, ThreadMessage, ThreadSettings
 
@@ -194,7 +194,10 @@ class ThreadCalls(ClientBase):
     def _start(
         self, thread_id: str, run_input: RunInput, task_queue: str | None
     ) -> WithStartWorkflowOperation[object, RunResult]:
-        attributes = [SearchAttributePair(AGENT_STATUS, "waiting")]
+        attributes = [
+            SearchAttributePair(AGENT_STATUS, "waiting"),
+            SearchAttributePair(THREAD_ID, thread_id),
+        ]
         if run_input.agent is not None:
             attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
         return WithStartWorkflowOperation(
