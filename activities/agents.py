@@ -59,6 +59,7 @@ def config_of(agent: Agent, default_model: str) -> AgentConfig:
         max_turns=agent.max_turns,
         operation_timeout=agent.operation_timeout,
         constraints=list(agent.constraints),
+        thread=agent.thread,
         output_schema=(
             agent.output_type.model_json_schema() if agent.output_type is not None else None
         ),

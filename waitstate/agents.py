@@ -28,6 +28,7 @@ from waitstate.providers.base import Provider
 from waitstate.providers.scripted import Script
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
+from waitstate.schemas.threads import ThreadSettings
 from waitstate.tools.spec import ToolSpec
 
 
@@ -52,6 +53,8 @@ class Agent:
         output_type: A pydantic model the final answer must validate against (returned as
             JSON); an answer that does not goes back to the model with the errors.
         temperature, max_tokens: Model settings, for the providers that take them.
+        thread: How its threads take messages (busy policy, idle time before closing); a
+            thread started with settings of its own keeps those. Tasks ignore it.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Agent:
     output_type: type[BaseModel] | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    thread: ThreadSettings | None = None
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""

@@ -60,9 +60,14 @@ class Opening:
         if isinstance(config, Failed):
             self._fail(config)
         # In place: the run's parts hold this very input.
+        overrides = self._input.agent_overrides or ()
         for field, value in config.defaults().items():
-            if field not in (self._input.agent_overrides or ()):
+            if field not in overrides:
                 setattr(self._input, field, value)
+        # A thread of the agent takes messages as the agent says, unless its starter said.
+        thread = self._state.thread
+        if config.thread is not None and thread is not None and "thread" not in overrides:
+            self._input.thread = thread.settings = config.thread
         self._state.agent = name
         self._state.model = self._input.model
         self._state.constraints = list(self._input.constraints)

@@ -366,3 +366,28 @@ async def test_a_worker_killed_while_a_reply_is_made_answers_the_message_once(
         data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None, replayed.replay_failure
+
+
+async def test_a_thread_of_an_agent_takes_messages_as_the_agent_declares_unless_told_otherwise(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """`Agent(thread=...)` sets the busy policy and idle time of its threads; a thread started
+    with settings of its own keeps those."""
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    own = ThreadSettings(busy="interrupt", close_after=timedelta(days=2))
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        sent = await client.send_message(
+            "thread-helpdesk", "hello", start=thread_input(agent="helpdesk")
+        )
+        first = await client.reply("thread-helpdesk", sent.accepted.message_id)
+        told = await client.send_message(
+            "thread-helpdesk-own", "hello", start=thread_input(agent="helpdesk", settings=own)
+        )
+        await client.reply("thread-helpdesk-own", told.accepted.message_id)
+        declared = await client.query("thread-helpdesk")
+        kept = await client.query("thread-helpdesk-own")
+
+    assert first.reply == "re: hello (1 seen)"  # the agent's model
+    assert declared.thread is not None and kept.thread is not None
+    assert declared.thread.settings == threads_app.HELPDESK.thread
+    assert kept.thread.settings == own

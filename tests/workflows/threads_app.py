@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from datetime import timedelta
 
-from waitstate import App, Message, ToolDefinition
+from waitstate import Agent, App, Message, ToolDefinition
 from waitstate.providers.base import Adapter, ModelRequest
 from waitstate.schemas import ModelResponse, Usage
+from waitstate.schemas.threads import ThreadSettings
 
 # Set by a test to let a held call answer (the worker runs in the test's process).
 RELEASE = asyncio.Event()
@@ -50,4 +52,11 @@ async def _released() -> None:
         await asyncio.sleep(0.05)
 
 
-app = App(scripts={"chat-echo": echo}, providers={"held": Held})
+# An agent whose threads refuse a message while it works, and close after a week idle.
+HELPDESK = Agent(
+    "helpdesk",
+    model="scripted:chat-echo",
+    thread=ThreadSettings(busy="reject", close_after=timedelta(days=7)),
+)
+
+app = App(agents=[HELPDESK], scripts={"chat-echo": echo}, providers={"held": Held})

@@ -91,7 +91,11 @@ def thread_input(
         fields["agent"] = agent
     if model is not None:
         fields["model"] = model
-    return RunInput.model_validate(fields)
+    run_input = RunInput.model_validate(fields)
+    if settings is None and run_input.agent_overrides is not None:
+        # The agent's own thread settings, if it declares some, replace the defaults.
+        run_input.agent_overrides.remove("thread")
+    return run_input
 
 
 class ThreadCalls(ClientBase):

@@ -36,7 +36,16 @@ DEFAULT_SYSTEM_PROMPT = (
 
 # What an agent's definition sets in a run of it, unless the run's starter set it.
 AGENT_FIELDS = frozenset(
-    {"system_prompt", "model", "tools", "approval", "max_turns", "operation_timeout", "constraints"}
+    {
+        "system_prompt",
+        "model",
+        "tools",
+        "approval",
+        "max_turns",
+        "operation_timeout",
+        "constraints",
+        "thread",
+    }
 )
 
 
@@ -398,6 +407,10 @@ class AgentConfig(BaseModel):
     constraints: list[str] = Field(default_factory=list)
     output_schema: dict[str, Any] | None = Field(
         default=None, description="The JSON schema the final answer must validate against."
+    )
+    thread: ThreadSettings | None = Field(
+        default=None,
+        description="How its threads take messages, unless a thread's starter said otherwise.",
     )
 
     def defaults(self) -> dict[str, Any]:
