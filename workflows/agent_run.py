@@ -94,6 +94,7 @@ class AgentRunWorkflow:
         self._board = StatusBoard(self._state, self._memory, versions)
         self._continuation = Continuation(input, self._state, self._memory, versions)
         self._inputs = InputDesk(self._state, versions, self._board)
+        self._thread = Conversation(input, self._state, versions, self._memory, self._board)
         self._ops = OperationsBook(
             input,
             self._state,
@@ -102,10 +103,10 @@ class AgentRunWorkflow:
             self._memory,
             self._continuation,
             self._inputs,
+            self._thread,
         )
         self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
         self._outages = StoreOutages(self._state, versions, self._board)
-        self._thread = Conversation(input, self._state, self._memory, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
 
     @workflow.run
@@ -158,6 +159,9 @@ class AgentRunWorkflow:
                     return None
                 if self._continuation.due() or not await self._ops.report():
                     await self._continue_as_new(answer)
+                if self._thread.steering():  # a message came meanwhile: answered, the wait on
+                    await self._aside()
+                    continue
                 answer = None
             if not self._thread.on:
                 return await self._finish(self._out_of_turns(), None)
@@ -172,6 +176,23 @@ class AgentRunWorkflow:
             return None
         except MessageFailed:
             return None
+
+    async def _aside(self) -> None:
+        """Steering: a thread's message that came while the turn waits for operations gets a turn
+        of its own, whose answer is its reply; the wait, and the earlier message's, go on."""
+        self._thread.take_aside()
+        try:
+            while self._state.turns < self._thread.turn_limit():
+                reply = await self._call_model()
+                if reply.tool_calls:
+                    await self._run_tools(reply.tool_calls)
+                elif not self._memory.unsent:
+                    return self._thread.replied(reply.content)
+            self._thread.replied(None, "max_turns", f"no answer in {self._input.max_turns} calls")
+        except (ApprovalExpired, MessageFailed) as err:
+            self._thread.replied(None, "failed", str(err))
+        finally:
+            self._thread.end_aside()
 
     # --- handlers: what people and external systems send the run ------------------------
 

@@ -41,6 +41,7 @@ from workflows.continuation import Continuation
 from workflows.inputs import InputDesk
 from workflows.jobs import Jobs, call_activity_tool, expected_duration
 from workflows.memory import Memory, Wait
+from workflows.thread import Conversation
 from workflows.versions import Versions
 
 
@@ -63,6 +64,7 @@ class OperationsBook:
         memory: Memory,
         continuation: Continuation,
         inputs: InputDesk,
+        thread: Conversation,
     ) -> None:
         self._input = input
         self._state = state
@@ -71,6 +73,7 @@ class OperationsBook:
         self._memory = memory
         self._continuation = continuation
         self._inputs = inputs
+        self._thread = thread
         self._jobs = Jobs(state, versions, board, inputs)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
@@ -288,16 +291,18 @@ class OperationsBook:
                     lambda: (
                         self._jobs.ended(op)
                         or self._inputs.asks_model(op)
+                        or self._thread.wakes()
                         or self._continuation.turn_must_continue()
                     )
                 )
-            if not (self._jobs.ended(op) or self._inputs.asks_model(op)):
+            if not (self._jobs.ended(op) or self._inputs.asks_model(op) or self._thread.wakes()):
                 wait.parked = True  # the next run goes on waiting
                 return parked
+            self._thread.woke()
         self._told(op)
         if not op.terminal:
-            # Its job asks the model a question: the call answers with it, and the operation
-            # goes on as a handle (the model hears of its changes between turns).
+            # A question for the model, or a thread's message: the call answers with where the
+            # job stands, and it goes on as a handle (the model hears of it between turns).
             op.mode = "handle"
             return ToolResult(
                 tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())
@@ -360,8 +365,10 @@ class OperationsBook:
             if not self._versions.hardened:
                 return all(op.terminal for op in ops)
             # A question for the model ends the wait: it is the model's to answer.
-            return all(self._jobs.ended(op) for op in ops) or any(
-                self._asks_model_anew(op) for op in ops
+            return (
+                all(self._jobs.ended(op) for op in ops)
+                or any(self._asks_model_anew(op) for op in ops)
+                or self._thread.wakes()
             )
 
         with waiting as wait:
@@ -384,6 +391,7 @@ class OperationsBook:
                         )
             except TimeoutError:
                 pass
+        self._thread.woke()
         for op in ops:
             self._told(op)
         return ToolResult(
@@ -418,12 +426,18 @@ class OperationsBook:
             waiting = self._board.waiting(kind, "waiting for operations", label, began=began)
         with waiting as wait:
             await workflow.wait_condition(
-                lambda: bool(self._unreported()) or self._continuation.due_while_waiting()
+                lambda: (
+                    bool(self._unreported())
+                    or self._continuation.due_while_waiting()
+                    or self._thread.steering()
+                )
             )
-            wait.parked = not self._unreported()
+            wait.parked = not (self._unreported() or self._thread.steering())
         if wait.parked:
             self._continuation.waiting_since = wait.began
             return False
+        if self._thread.steering():  # a thread's message first (the caller answers it aside)
+            return True
         changed = self._unreported()
         for op in changed:
             self._told(op)

@@ -34,6 +34,7 @@ from waitstate.schemas.threads import (
 from workflows import ledger
 from workflows.board import StatusBoard
 from workflows.memory import Memory
+from workflows.versions import Versions
 
 # Messages a run answers before the thread continues as new: each run's history holds a bounded
 # number of turns (and a new run's first task comes no sooner than a second after its start on
@@ -58,14 +59,24 @@ class Conversation:
     """The thread's messages: accepted by the `send_message` update, taken one at a time."""
 
     def __init__(
-        self, input: RunInput, state: RunState, memory: Memory, board: StatusBoard
+        self,
+        input: RunInput,
+        state: RunState,
+        versions: Versions,
+        memory: Memory,
+        board: StatusBoard,
     ) -> None:
         self._input = input
         self._state = state
+        self._versions = versions
         self._memory = memory
         self._board = board
         self._closing = False
         self._answered = 0  # messages this run answered
+        # The messages that ended a wait of a turn already (each ends one, once).
+        self._woke: set[str] = set()
+        # The message answered aside while the turn waits for operations (see `take_aside`).
+        self._aside: ThreadMessage | None = None
         if input.thread is not None and state.thread is None:
             state.thread = ThreadState(settings=input.thread, idle_since=workflow.now())
 
@@ -147,6 +158,47 @@ class Conversation:
         """Whether a message may interrupt the turn (the thread's policy is `interrupt`)."""
         return self.on and self._thread.settings.busy == "interrupt"
 
+    def steering(self) -> bool:
+        """Whether a message waits while the turn waits for operations (from HANDLERS_LAST
+        on): between turns, it is answered aside (`take_aside`) and the wait goes on."""
+        return (
+            self._versions.handlers_last
+            and self.on
+            and self._aside is None
+            and self._working() is not None
+            and bool(self._queued())
+        )
+
+    def wakes(self) -> bool:
+        """Whether a message came that no wait of the turn ended for yet: a tool call that
+        waits for operations ends, answering with where its jobs stand (they go on, as
+        handles), so the model can end its turn and the message get its own."""
+        return self.steering() and any(m.message_id not in self._woke for m in self._queued())
+
+    def woke(self) -> None:
+        """A wait of the turn ended: the messages queued now ended one."""
+        if self.on:
+            self._woke.update(m.message_id for m in self._queued())
+
+    def take_aside(self) -> None:
+        """The next queued message is answered now, in a turn of its own, while the turn of
+        the message before it waits for operations: the model gets it after what it has said."""
+        message = self._queued()[0]
+        self._start(message)
+        self._aside = message
+        ledger.step(
+            self._state,
+            "event",
+            "message",
+            f"{message.message_id} during a wait: {ledger.preview(message.text)}",
+        )
+        self._memory.unsent.append(Message(role="user", content=message.text))
+        self._board.show()
+
+    def end_aside(self) -> None:
+        """The aside turn ended (its message answered, or not): the waiting turn goes on."""
+        self._aside = None
+
     def interrupting(self) -> bool:
         """Whether a message waits that interrupts the turn."""
         return self.interruptible() and self._working() is not None and bool(self._queued())
@@ -164,10 +216,9 @@ class Conversation:
                 message.text = ledger.cut(message.text, PREVIEW_CHARS)
         for message in self._queued():
             self._memory.unsent.append(Message(role="user", content=message.text))
-        latest.status = "working"
-        latest.started_at = workflow.now()
-        latest.turns_before = self._state.turns
-        latest.usage = self._state.usage.model_copy()
+        self._start(latest)
+        if self._aside is not None:
+            self._aside = latest
         ledger.step(self._state, "event", "message", f"{latest.message_id} interrupts the turn")
 
     def turn_limit(self) -> int:
@@ -214,10 +265,7 @@ class Conversation:
         thread = self._thread
         message = self._queued()[0]
         now = workflow.now()
-        message.status = "working"
-        message.started_at = now
-        message.turns_before = self._state.turns
-        message.usage = self._state.usage.model_copy()  # until replied: the usage before it
+        self._start(message)
         idle = now - (thread.idle_since or now)
         thread.idle_since = None
         ledger.step(
@@ -256,7 +304,8 @@ class Conversation:
             }
         )
         message.text = ledger.cut(message.text, PREVIEW_CHARS)
-        self._thread.idle_since = message.replied_at
+        if self._aside is None:  # else the turn of the message before it goes on
+            self._thread.idle_since = message.replied_at
         self._answered += 1
         self._trim()
         self._state.final_output = reply
@@ -281,7 +330,16 @@ class Conversation:
     # --- helpers -------------------------------------------------------------------------
 
     def _working(self) -> ThreadMessage | None:
+        """The message the turn is for: the one answered aside, while it is."""
+        if self._aside is not None:
+            return self._aside if self._aside.status == "working" else None
         return next((m for m in self._thread.messages if m.status == "working"), None)
+
+    def _start(self, message: ThreadMessage) -> None:
+        message.status = "working"
+        message.started_at = workflow.now()
+        message.turns_before = self._state.turns
+        message.usage = self._state.usage.model_copy()  # until replied: the usage before it
 
     def _queued(self) -> list[ThreadMessage]:
         return [m for m in self._thread.messages if m.status == "queued"]

@@ -10,7 +10,12 @@ import os
 from collections.abc import Sequence
 from datetime import timedelta
 
-from waitstate import Agent, App, Message, ToolDefinition
+from waitstate import (
+    Agent,
+    App,
+    Message,
+    ToolDefinition,
+)
 from waitstate.providers.base import Adapter, ModelRequest
 from waitstate.schemas import ModelResponse, Usage
 from waitstate.schemas.threads import ThreadSettings
@@ -58,5 +63,6 @@ HELPDESK = Agent(
     model="scripted:chat-echo",
     thread=ThreadSettings(busy="reject", close_after=timedelta(days=7)),
 )
+
 
 app = App(agents=[HELPDESK], scripts={"chat-echo": echo}, providers={"held": Held})

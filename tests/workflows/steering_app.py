@@ -1,0 +1,92 @@
+"""A job system and scripts for steering a thread (tests/workflows/test_thread_steering.py): a
+polled export that runs until the test sets `EXPORTS.done`, in `handle` and `await` modes, and a
+model that starts it when asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from tests.script_steps import call, tool_results
+from waitstate import (
+    App,
+    Completion,
+    Job,
+    LongSpec,
+    Message,
+    Script,
+    StartContext,
+    ToolDefinition,
+    ToolSpec,
+)
+from waitstate.schemas.operations import ResultMode
+
+
+class NoArgs(BaseModel):
+    """No arguments."""
+
+
+class Exports:
+    """The jobs behind `start_export` (polled): running until a test sets `done`."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.cancelled = 0
+        self.done = False
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        self.started += 1
+        return Job(job_id=f"export-{self.started}", eta_seconds=3600)
+
+    async def status(self, job_id: str) -> Completion:
+        if self.done:
+            return Completion(status="succeeded", result={"rows": 3})
+        return Completion(status="running")
+
+    async def cancel(self, job_id: str) -> None:
+        self.cancelled += 1
+
+
+EXPORTS = Exports()
+
+
+def _export(mode: ResultMode) -> ToolSpec:
+    return ToolSpec(
+        name=f"start_export_{mode}",
+        description="Start an export job.",
+        args=NoArgs,
+        long=LongSpec(
+            backend=EXPORTS,
+            completion="poll",
+            mode=mode,
+            poll_interval=timedelta(seconds=1),
+            eta=timedelta(hours=1),
+        ),
+    )
+
+
+def exporter(mode: ResultMode) -> Script:
+    """Starts an export when asked (its result in `mode`), says it started once the call
+    returns (the handle, or where the job stands), says it is done at the operation's update,
+    and answers any other message with `re: <it>`."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        last = messages[-1]
+        if last.role == "tool":
+            return Message(role="assistant", content="export started")
+        if last.content.startswith("Operation update"):
+            return Message(role="assistant", content="export done")
+        if last.content == "export please":
+            return call(len(tool_results(messages)), f"start_export_{mode}", {})
+        return Message(role="assistant", content=f"re: {last.content}")
+
+    return script
+
+
+app = App(
+    tools=[_export("handle"), _export("await")],
+    scripts={"export-handle": exporter("handle"), "export-await": exporter("await")},
+)

@@ -1,0 +1,70 @@
+"""Steering a thread (issue 25): a message sent while the agent's turn waits for an operation
+reaches the model at once, gets a reply of its own, and disturbs nothing the turn waits for; the
+earlier message's reply still comes with the operation's outcome. On the real dev server, with
+a polled job the test finishes (tests/workflows/steering_app.py's `start_export_*`)."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker, replays
+from tests.workflows import steering_app
+from waitstate.apps import load_apps
+from waitstate.client import WaitstateClient, thread_input
+from waitstate.schemas.threads import ThreadMessage
+
+APP = "tests.workflows.steering_app:app"
+
+
+@pytest.mark.parametrize("mode", ["handle", "await"])
+async def test_a_message_during_an_operations_wait_is_answered_and_the_wait_goes_on(
+    dev_env: WorkflowEnvironment, task_queue: str, mode: str
+) -> None:
+    """`handle`: the model started the job and said so; its turn waits for the job (between
+    turns). `await`: the model's tool call waits for the job (in the turn): the message ends
+    that wait, the call answers with where the job stands, and the job goes on as a handle."""
+    exports = steering_app.EXPORTS
+    exports.__init__()  # type: ignore[misc]  # a fresh job system for this test
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = f"thread-steer-{mode}-{task_queue[-8:]}"
+    start = thread_input(model=f"scripted:export-{mode}").model_copy(
+        update={"tools": [f"start_export_{mode}"]}
+    )
+
+    async def status_of(message_id: str) -> ThreadMessage:
+        message = await client.message(thread_id, message_id)
+        assert message is not None
+        return message
+
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        first = await client.send_message(thread_id, "export please", start=start)
+
+        async def job_running() -> bool:
+            state = await client.query(thread_id)
+            return exports.started == 1 and any(
+                op.status == "running" for op in state.operations.values()
+            )
+
+        await eventually(job_running, "the export job running")
+        second = await client.send_message(thread_id, "how is it going?")
+        answered = await client.reply(thread_id, second.accepted.message_id)
+        while_waiting = await status_of(first.accepted.message_id)
+        exports.done = True
+        replied = await client.reply(thread_id, first.accepted.message_id)
+        state = await client.query(thread_id)
+        await replays(dev_env.client.get_workflow_handle(thread_id), f"thread_steered_{mode}")
+
+    # The second message was answered at once, while the first one's job ran...
+    assert (answered.status, answered.reply) == ("replied", "re: how is it going?")
+    assert while_waiting.status == "working"
+    # ...and the first one's reply came with the job's outcome.
+    assert (replied.status, replied.reply) == ("replied", "export done")
+    assert (exports.started, exports.cancelled) == (1, 0)
+    (op,) = state.operations.values()
+    assert op.status == "succeeded"
+    assert state.thread is not None
+    assert [(m.message_id, m.status) for m in state.thread.messages] == [
+        ("m1", "replied"),
+        ("m2", "replied"),
+    ]
