@@ -21,6 +21,14 @@ others is applied as two, the others first, then the handlers, with the two comp
 as one. That is the order the split activations had, so a merged activation now does what the
 split ones did, live and in replay alike. An activation with one kind only is left whole.
 
+One thing the split must not change: a run that ends or continues as new in the first half
+would do so before the handlers of the second, which then change a run that is gone (an
+Update accepted and lost). So while the first half runs, the run's handler jobs are pending
+(`handlers_pending`), and a workflow waits for `all_handlers_done()` (not only the SDK's
+`all_handlers_finished`) before it ends or continues as new: the first half leaves it
+waiting, the second applies the handlers, and the run then ends with their effect, as a
+worker that took the handlers in the same activation first did.
+
 A workflow opts in with a patch marker: its class names, in `handlers_last_markers`, the
 markers whose runs get handlers last, and a run that records one of them in its first
 activation has them from its second on (the agent run's `agent-run-6`, and every newer one:
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio import workflow
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
@@ -42,6 +51,16 @@ from temporalio.workflow import Info, _Definition
 
 # The class attribute naming the patch markers of the runs that get handlers last.
 MARKERS_ATTRIBUTE = "handlers_last_markers"
+# The runs whose activation's first half is being applied, its handler jobs still to come. Read
+# by workflow code through the sandbox (this module is passed through to it, so there is one
+# set); written by the activation threads, each for its own run (add and discard are atomic).
+_PENDING: set[str] = set()
+
+
+def all_handlers_done() -> bool:
+    """What a workflow waits for before it ends or continues as new: every handler finished
+    (`workflow.all_handlers_finished`) and none of this activation still to be applied."""
+    return workflow.all_handlers_finished() and workflow.info().run_id not in _PENDING
 
 
 def workflow_runner() -> WorkflowRunner:
@@ -50,7 +69,7 @@ def workflow_runner() -> WorkflowRunner:
     handlers after resolutions for the runs that opt in."""
     return HandlersLast(
         SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", __name__)
         )
     )
 
@@ -128,7 +147,11 @@ class _Instance(WorkflowInstance):
         if halves is None:
             completion = self._instance.activate(act)
         else:
-            completion = self._instance.activate(halves[0])
+            _PENDING.add(act.run_id)
+            try:
+                completion = self._instance.activate(halves[0])
+            finally:
+                _PENDING.discard(act.run_id)
             if not completion.HasField("failed"):
                 completion = joined(completion, self._instance.activate(halves[1]))
         if not self._handlers_last:
