@@ -44,12 +44,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--sides", default="ours,floor", choices=["ours,floor", "ours", "floor"],
         help="measure both sides (default) or one",
     )  # fmt: skip
-    parser.add_argument("--only", default="1,2,3,4,5", help="figures to run, e.g. 1,3")
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="figures to run, e.g. 1,3")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown to write")
     args = parser.parse_args(argv)
     args.figures = sorted({int(part) for part in args.only.split(",") if part.strip()})
     if not set(args.figures) <= set(FIGURES) or args.reps < 1:
-        parser.error("--only takes figure numbers 1-5; --reps at least 1")
+        parser.error("--only takes figure numbers 1-6; --reps at least 1")
     return args
 
 
@@ -192,6 +192,7 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         3: f"figure 3: {scale} per side, {sizes.idle_seconds:g} s idle window",
         4: f"figure 4: a {sizes.pipeline_seconds:g} s pipeline job polled every second",
         5: f"figure 5: {', '.join(map(str, sizes.turns))} turns",
+        6: f"figure 6: a conversation of {sizes.messages} messages per side and repetition",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.floor import FLOOR_CHAT
 from bench.procs import Proc
 from bench.stack import (
+    MODEL_NAME,
     SIDES,
     Side,
     Stack,
@@ -26,6 +28,7 @@ from bench.stack import (
     model_activity,
     new_id,
 )
+from waitstate.client import thread_input
 
 POLL_INTERVAL_SECONDS = 1.0  # enrich_dataset's poll interval (examples/demo/pipeline.py)
 # Figure 4's short job: a wait that ends long before rebuild_after, on no model's account.
@@ -55,6 +58,7 @@ class Sizes:
     idle_seconds: float = 30.0
     pipeline_seconds: float = 10.0
     turns: tuple[int, ...] = (10, 50, 200)
+    messages: int = 500  # figure 6: the messages of each conversation
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -68,6 +72,7 @@ QUICK = Sizes(
     idle_seconds=0.5,
     pipeline_seconds=2.0,
     turns=(2, 3, 5),
+    messages=4,
 )
 
 
@@ -538,10 +543,99 @@ def _linearity(rows: dict[int, Row], turns: tuple[int, ...]) -> Row:
     return row
 
 
+# --- 6. a conversation ---------------------------------------------------------------------
+
+
+async def figure6(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
+    """A conversation of `sizes.messages` messages, one at a time (each sent once the last is
+    answered): per message, the time from its send to the start of its model call, against
+    the floor's (an Update that calls the model activity); and the history per message. Ours
+    is a thread (continuing as new every 20 messages); the floor resends the conversation."""
+    p50 = Row(
+        "6", "send → model call p50", "ms", target="≤ 1.15× floor",
+        check=lambda _, ratio: ratio is not None and ratio <= 1.15,
+    )  # fmt: skip
+    p95 = Row("6", "send → model call p95", "ms")
+    per_message = Row("6", f"history per message over {sizes.messages} messages", "bytes")
+    linear = Row(
+        "6", "history per message, second half over first (1 = linear)", "×",
+        target="≤ 1.25 (linear)", check=lambda ours, _: ours <= 1.25,
+    )  # fmt: skip
+    runs = Row("6", f"runs in the chain at {sizes.messages} messages", "runs")
+    for side in sizes.sides:
+        queue, worker = await stack.lease(side, f"f6-{side}")
+        try:
+            for rep in range(reps):
+                thread_id = new_id(f"f6-{side}")
+                sent_at = await _converse(stack, side, queue, thread_id, sizes.messages)
+                chain = await stack.history(thread_id)
+                model = model_activity(side)
+                calls = [a for events in chain for a in activity_times(events) if a.kind == model]
+                if len(calls) != len(sent_at):
+                    raise RuntimeError(
+                        f"{thread_id}: {len(calls)} model calls for {len(sent_at)} messages"
+                    )
+                waits = [(c.started - s) * 1000 for c, s in zip(calls, sent_at, strict=True)]
+                row = p50.ours if side == "ours" else p50.floor
+                row.append(percentile(waits, 50))
+                (p95.ours if side == "ours" else p95.floor).append(percentile(waits, 95))
+                total = history_bytes(chain)
+                (per_message.ours if side == "ours" else per_message.floor).append(
+                    total / sizes.messages
+                )
+                (runs.ours if side == "ours" else runs.floor).append(len(chain))
+                if side == "ours":
+                    linear.ours.append(_halves(chain, sizes.messages))
+                log(
+                    f"  fig 6 rep {rep + 1} {side}: p50 {percentile(waits, 50):.0f} ms, "
+                    f"{total / sizes.messages:.0f} B/message over {len(chain)} runs"
+                )
+                if side == "floor":
+                    await stack.client.get_workflow_handle(thread_id).terminate("measured")
+        finally:
+            await stack.release(worker)
+    return [p50, p95, per_message, linear, runs]
+
+
+async def _converse(
+    stack: Stack, side: Side, queue: str, thread_id: str, messages: int
+) -> list[float]:
+    """Send `messages` messages one after the other, each once the last is answered: when
+    each was sent (epoch seconds)."""
+    sent_at = []
+    if side == "floor":
+        handle = await stack.client.start_workflow(
+            FLOOR_CHAT, MODEL_NAME, id=thread_id, task_queue=queue
+        )
+        for n in range(1, messages + 1):
+            sent_at.append(time.time())
+            await handle.execute_update("send", f"message {n}", result_type=str)
+        return sent_at
+    start = thread_input(model=f"openai:{MODEL_NAME}")
+    for n in range(1, messages + 1):
+        sent_at.append(time.time())
+        sent = await stack.runs.send_message(
+            thread_id, f"message {n}", start=start, task_queue=queue
+        )
+        await stack.runs.reply(thread_id, sent.accepted.message_id)
+    return sent_at
+
+
+def _halves(chain: list[list[Any]], messages: int) -> float:
+    """Bytes per message of the runs of the second half of the chain over the first's (whole
+    runs only, not the last): 1.0 is linear."""
+    whole = [history_bytes([events]) for events in chain[:-1]]
+    if len(whole) < 2:
+        return 1.0
+    half = len(whole) // 2
+    return statistics.mean(whole[half:]) / statistics.mean(whole[:half])
+
+
 FIGURES: dict[int, Callable[[Stack, Sizes, int, Callable[[str], None]], Awaitable[list[Row]]]] = {
     1: figure1,
     2: figure2,
     3: figure3,
     4: figure4,
     5: figure5,
+    6: figure6,
 }

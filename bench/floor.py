@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.tools import ToolRegistry
 
 FLOOR_WORKFLOW = "FloorWorkflow"
+FLOOR_CHAT = "FloorChatWorkflow"
 FLOOR_MODEL = "floor_model"
 FLOOR_TOOL = "floor_tool"
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=8)
@@ -144,6 +145,37 @@ class FloorWorkflow:
         return self._waiting
 
 
+@workflow.defn(name=FLOOR_CHAT)
+class FloorChatWorkflow:
+    """A conversation, the plain way: each message is an Update that calls the model activity
+    with the whole conversation and answers with its reply. It never ends by itself."""
+
+    @workflow.init
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._messages: list[dict[str, Any]] = [
+            {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+        ]
+
+    @workflow.run
+    async def run(self, model: str) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update
+    async def send(self, text: str) -> str:
+        """One message: the model's reply."""
+        self._messages.append({"role": "user", "content": text})
+        reply: dict[str, Any] = await workflow.execute_activity(
+            FLOOR_MODEL,
+            ModelInput(self._model, list(self._messages), []),
+            result_type=dict,
+            start_to_close_timeout=TIMEOUT,
+            retry_policy=RETRY,
+        )
+        self._messages.append(reply)
+        return str(reply.get("content") or "")
+
+
 @dataclass
 class FloorActivities:
     """The floor's activities, over one SDK client and one HTTP client."""
@@ -244,7 +276,7 @@ def build_floor_worker(client: Client, task_queue: str, max_cached: int) -> Work
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[FloorWorkflow],
+        workflows=[FloorWorkflow, FloorChatWorkflow],
         activities=[acts.call_model, acts.call_tool],
         max_cached_workflows=max_cached,
     )

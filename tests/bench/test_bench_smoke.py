@@ -33,6 +33,9 @@ EXPECTED_METRICS = [
     "naive polling: model asked every poll interval",
     f"history at {QUICK.turns[-1]} turns",
     f"runs in the chain at {QUICK.turns[-1]} turns",
+    "send → model call p50",
+    "send → model call p95",
+    f"history per message over {QUICK.messages} messages",
 ]
 
 
@@ -72,4 +75,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     # History grows with the turns, and stays far from the 2 MB mark at this size.
     sizes = [float(rows[f"history at {t} turns"][2].replace(",", "")) for t in QUICK.turns]
     assert sizes[0] < sizes[1] < sizes[2] < 2 * 1024 * 1024
+    # A conversation, on both sides: each message's model call started after its send.
+    send = rows["send → model call p50"]
+    assert float(send[2].replace(",", "")) > 0 and float(send[3].replace(",", "")) > 0, send
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
