@@ -24,6 +24,7 @@ from waitstate.schemas.threads import (
     PREVIEW_CHARS,
     THREAD_BUSY,
     THREAD_CLOSING,
+    THREAD_EXISTS,
     THREAD_FULL,
     MessageAccepted,
     MessageStatus,
@@ -99,6 +100,7 @@ class Conversation:
                 "this run is a task, not a thread: it takes no messages", type=NOT_A_THREAD
             )
         thread = self._thread
+        self._not_taken(send)
         if send.key is not None and send.key in thread.keys:
             return  # the earlier send's message, answered again
         if self._closing:
@@ -122,6 +124,9 @@ class Conversation:
     def accept(self, send: SendMessage) -> MessageAccepted:
         """Queue the message (validated); a known key is its earlier send's message."""
         thread = self._thread
+        # Again: two starts of one new thread can be validated in one activation, before
+        # either is accepted.
+        self._not_taken(send)
         if send.key is not None and send.key in thread.keys:
             known = thread.keys[send.key]
             message = next((m for m in thread.messages if m.message_id == known), None)
@@ -141,6 +146,15 @@ class Conversation:
         ahead = len(self._queued()) - 1 + (self._working() is not None)
         ledger.step(self._state, "event", "message", f"{message.message_id} queued")
         return MessageAccepted(message_id=message.message_id, status="queued", ahead=ahead)
+
+    def _not_taken(self, send: SendMessage) -> None:
+        """Refuse a start (`first`) of a thread that has messages, unless it is its retry."""
+        thread = self._thread
+        if send.first and thread.received > 0 and thread.keys.get(send.key or "") != "m1":
+            raise ApplicationError(
+                "the thread has messages already: this start came after another",
+                type=THREAD_EXISTS,
+            )
 
     # --- the run's turns -----------------------------------------------------------------
 

@@ -447,6 +447,28 @@ async def test_an_idempotency_key_makes_one_message(rig: Rig) -> None:
     assert [m["text"] for m in view["thread"]["messages"]] == ["start", "once", "twice"]
 
 
+async def test_starts_of_one_new_thread_at_once_start_it_once(rig: Rig) -> None:
+    """Each start finds no thread when it looks; the thread itself takes the first to reach it
+    and refuses the others, `thread_exists`: one thread, one message, one token."""
+    thread_id = f"thread-race-{uuid.uuid4().hex[:8]}"
+    starts = await asyncio.gather(
+        *(
+            rig.start({"thread_id": thread_id, "text": f"start {n}", "key": f"k{n}"})
+            for n in range(4)
+        )
+    )
+    [started] = [r for r in starts if r.status_code == 201]
+    token = started.json()["thread_token"]
+    await rig.reply(thread_id, token, "m1")
+    view = (await rig.read(thread_id, token)).json()
+
+    for refused in (r for r in starts if r is not started):
+        assert_error(refused, 409, "thread_exists")
+    assert started.json()["message"]["message_id"] == "m1"
+    assert view["thread"]["received"] == 1
+    assert await rig.runs(thread_id) == 1
+
+
 async def test_a_thread_token_never_starts_a_thread(rig: Rig) -> None:
     # A valid token for an id no run has (never started, or gone past retention).
     token = rig.thread_token("thread-nobody")

@@ -111,12 +111,15 @@ class ThreadCalls(ClientBase):
         start: RunInput | None = None,
         task_queue: str | None = None,
         answer_within: timedelta = SEND_TIMEOUT,
+        first: bool = False,
     ) -> SentMessage:
         """Send `text` to the thread `thread_id`, starting it with `start` (default: a plain
         thread, `thread_input()`) if no run ever had that id, in one call.
 
         Args:
             key: Idempotency key: a send retried with the same key is the same message.
+            first: The message must be the thread's first: a thread that has messages (other
+                than this send's earlier copy, by `key`) refuses it, `thread_exists`.
 
         Raises:
             MessageRefused: the thread refused it (not a thread, busy under `reject`...).
@@ -128,7 +131,7 @@ class ThreadCalls(ClientBase):
         run_input = start or thread_input()
         if run_input.thread is None:
             raise ValueError("a thread's input sets `thread` (see thread_input)")
-        send = SendMessage(text=text, key=key, sender=sender)
+        send = SendMessage(text=text, key=key, sender=sender, first=first)
         for attempt in range(SEND_ATTEMPTS):
             try:
                 async with asyncio.timeout(answer_within.total_seconds()):

@@ -41,9 +41,10 @@ from waitstate.schemas.threads import (
     NOT_A_THREAD,
     THREAD_BUSY,
     THREAD_CLOSING,
+    THREAD_EXISTS,
     THREAD_FULL,
     MessageAccepted,
-    SendMessage,
+    MessageFields,
     ThreadMessage,
     ThreadState,
 )
@@ -72,10 +73,11 @@ _REFUSALS = {
     NOT_A_THREAD: 409,
     THREAD_FULL: 429,
     THREAD_CLOSING: 410,
+    THREAD_EXISTS: 409,
 }
 
 
-class MessageBody(SendMessage):
+class MessageBody(MessageFields):
     """A person's message to a thread."""
 
     # Unknown fields are refused, not dropped: a sender must not think one was heeded.
@@ -221,7 +223,8 @@ class ThreadDesk:
                 code="thread_exists",
             )
         start = self._start_input(body.agent)
-        accepted = await self._send(thread_id, body, start)
+        # The check above is a look; the thread itself refuses a start that came second.
+        accepted = await self._send(thread_id, body, start, first=True)
         return thread_id, accepted
 
     async def post(self, thread_id: str, body: MessageBody) -> MessageAccepted:
@@ -282,7 +285,9 @@ class ThreadDesk:
             return thread_input(agent=agent)
         return thread_input(model=self.default_model)
 
-    async def _send(self, thread_id: str, body: SendMessage, start: RunInput) -> MessageAccepted:
+    async def _send(
+        self, thread_id: str, body: MessageFields, start: RunInput, first: bool = False
+    ) -> MessageAccepted:
         try:
             sent = await self.client.send_message(
                 thread_id,
@@ -291,6 +296,7 @@ class ThreadDesk:
                 sender=body.sender,
                 start=start,
                 answer_within=DELIVERY_TIMEOUT,
+                first=first,
             )
         except ClientError as err:
             raise _refusal(thread_id, err) from err

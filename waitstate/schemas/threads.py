@@ -31,6 +31,7 @@ NOT_A_THREAD = "not_a_thread"
 THREAD_BUSY = "thread_busy"
 THREAD_FULL = "thread_full"
 THREAD_CLOSING = "thread_closing"
+THREAD_EXISTS = "thread_exists"  # a send that was to start the thread found it had messages
 
 
 class ThreadSettings(BaseModel):
@@ -51,8 +52,8 @@ class ThreadSettings(BaseModel):
     )
 
 
-class SendMessage(BaseModel):
-    """A person's message to a thread (the `send_message` update's input)."""
+class MessageFields(BaseModel):
+    """What a person's message is: its text, idempotency key and sender."""
 
     text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     key: str | None = Field(
@@ -63,6 +64,17 @@ class SendMessage(BaseModel):
         f"(among the thread's last {KEEP_KEYS} keys).",
     )
     sender: str | None = Field(default=None, max_length=MAX_SENDER_CHARS)
+
+
+class SendMessage(MessageFields):
+    """A person's message to a thread (the `send_message` update's input)."""
+
+    first: bool = Field(
+        default=False,
+        description="The message must be the thread's first (a start): refused with "
+        "`thread_exists` if the thread has messages, unless it is that first message's retry "
+        "(same key).",
+    )
 
 
 class MessageAccepted(BaseModel):
