@@ -142,6 +142,16 @@ THREAD_ROUTES = (
         ("200", "ThreadMessage"),
         {"200", "401", "404", "409", "410", "422", "429", "503"},
     ),
+    ThreadRoute(
+        "post",
+        "/v1/threads/{thread_id}/token",
+        "renew_thread_token",
+        "OperatorKey",
+        "operator key",
+        None,
+        ("201", "ThreadToken"),
+        {"201", "401", "404", "409", "410", "422", "503"},
+    ),
 )
 
 

@@ -469,6 +469,31 @@ async def test_starts_of_one_new_thread_at_once_start_it_once(rig: Rig) -> None:
     assert await rig.runs(thread_id) == 1
 
 
+async def test_an_operator_renews_a_threads_token(rig: Rig) -> None:
+    """A thread outlives its tokens: an operator key gets a fresh one for an open thread; a
+    thread token renews nothing; an id no thread has gets none."""
+    thread_id, token = await rig.started("hello")
+    renewed = await rig.http.post(
+        f"/v1/threads/{thread_id}/token", headers={"Authorization": f"Bearer {OPERATOR}"}
+    )
+    by_token = await rig.http.post(
+        f"/v1/threads/{thread_id}/token", headers={"Authorization": f"Bearer {token}"}
+    )
+    unknown = await rig.http.post(
+        "/v1/threads/thread-nobody/token", headers={"Authorization": f"Bearer {OPERATOR}"}
+    )
+    fresh = renewed.json()["thread_token"]
+    posted = await rig.post(thread_id, fresh, {"text": "with the fresh token"})
+    still = await rig.post(thread_id, token, {"text": "with the first token"})
+
+    assert renewed.status_code == 201, renewed.text
+    assert renewed.json()["thread_id"] == thread_id and fresh != token
+    assert datetime.fromisoformat(renewed.json()["token_expires_at"]) > datetime.now(UTC)
+    assert (posted.status_code, still.status_code) == (202, 202)
+    assert_error(by_token, 401, "invalid_operator_key")
+    assert_error(unknown, 404, "unknown_thread")
+
+
 async def test_a_thread_token_never_starts_a_thread(rig: Rig) -> None:
     # A valid token for an id no run has (never started, or gone past retention).
     token = rig.thread_token("thread-nobody")

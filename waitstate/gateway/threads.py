@@ -111,6 +111,14 @@ class ThreadStart(MessageBody):
     )
 
 
+class ThreadToken(BaseModel):
+    """A fresh token for a thread."""
+
+    thread_id: str
+    thread_token: str = Field(description="Posts the thread's messages and reads them.")
+    token_expires_at: datetime
+
+
 class ThreadStarted(BaseModel):
     """The thread was started with its first message: its id, and the token for it."""
 
@@ -240,6 +248,20 @@ class ThreadDesk:
         if status != WorkflowExecutionStatus.RUNNING:
             raise _closed(thread_id)
         return await self._send(thread_id, body, self._start_input(None))
+
+    async def open_thread(self, thread_id: str) -> None:
+        """Check that a thread with this id is open (a token may be renewed for it).
+
+        Raises:
+            DeliveryRefused: 404 `unknown_thread`, 409 `not_a_thread`, 410 `thread_closed`,
+                503 Temporal or the thread could not be reached.
+        """
+        status = await self._status(thread_id)
+        if status is None:
+            raise DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
+        if status != WorkflowExecutionStatus.RUNNING:
+            raise _closed(thread_id)
+        await self._query(thread_id)  # a task is no thread
 
     async def view(self, thread_id: str) -> ThreadView:
         """The thread's status and conversation, as its run answers.

@@ -9,6 +9,9 @@ thread only.
     GET  /v1/threads/{thread_id}                         (the same token)
     GET  /v1/threads/{thread_id}/messages/{message_id}?wait=30
 
+    POST /v1/threads/{thread_id}/token                   Authorization: Bearer <operator key>
+    (a fresh token for a thread that lives longer than its tokens)
+
 Checks run cheapest first, as every route's do (`gate`): this gateway serves threads (404), the
 body's size (413), the credential (401, 410), the body (422); only then is a thread asked.
 """
@@ -29,6 +32,7 @@ from waitstate.gateway.threads import (
     ThreadDesk,
     ThreadStart,
     ThreadStarted,
+    ThreadToken,
     ThreadView,
 )
 from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ThreadClaims
@@ -38,6 +42,7 @@ THREADS_PATH = "/v1/threads"
 THREAD_PATH = "/v1/threads/{thread_id}"
 MESSAGES_PATH = "/v1/threads/{thread_id}/messages"
 MESSAGE_PATH = "/v1/threads/{thread_id}/messages/{message_id}"
+TOKEN_PATH = "/v1/threads/{thread_id}/token"
 
 # auto_error=False: a missing credential is refused by the route's admission, after the checks
 # that come before it. Each has a scheme of its own, so the document says which route takes
@@ -47,7 +52,7 @@ OPERATOR_KEY = HTTPBearer(
     scheme_name="OperatorKey",
     bearerFormat="operator key",
     description="One of the gateway's operator keys (WAITSTATE_OPERATOR_KEYS): it may start "
-    "threads.",
+    "threads, and renew their tokens.",
 )
 THREAD_TOKEN = HTTPBearer(
     auto_error=False,
@@ -101,11 +106,7 @@ def _thread_claims(
     return claims
 
 
-async def admitted_start(
-    request: Request, credentials: OperatorCredentials, gate: GateDep
-) -> Start:
-    """Dependency: the request's new thread, once it passed the checks with an operator key."""
-    desk = _desk(gate)
+def _operators_configured(desk: ThreadDesk) -> None:
     if not desk.operators.configured:
         raise Refused(
             404,
@@ -113,13 +114,34 @@ async def admitted_start(
             "this gateway starts no threads: no operator key is configured "
             "(WAITSTATE_OPERATOR_KEYS)",
         )
-    body = await gate.read_body(request)
+
+
+def _operator(desk: ThreadDesk, credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The id of the request's operator key, once it is found to be one."""
     if credentials is None:
         raise Refused(401, "missing_operator_key", "send Authorization: Bearer <operator key>")
     operator = desk.operators.identify(credentials.credentials)
     if operator is None:
         raise Refused(401, "invalid_operator_key", "not an operator key of this gateway")
+    return operator
+
+
+async def admitted_start(
+    request: Request, credentials: OperatorCredentials, gate: GateDep
+) -> Start:
+    """Dependency: the request's new thread, once it passed the checks with an operator key."""
+    desk = _desk(gate)
+    _operators_configured(desk)
+    body = await gate.read_body(request)
+    operator = _operator(desk, credentials)
     return Start(gate.parse(body, ThreadStart, "invalid_thread"), operator)
+
+
+async def admitted_operator(credentials: OperatorCredentials, gate: GateDep) -> str:
+    """Dependency: the id of the request's operator key (a request with no body)."""
+    desk = _desk(gate)
+    _operators_configured(desk)
+    return _operator(desk, credentials)
 
 
 async def admitted_post(
@@ -205,6 +227,44 @@ async def start_thread(
     return ThreadStarted(
         thread_id=thread_id, thread_token=token, token_expires_at=expires_at, message=accepted
     )
+
+
+@router.post(
+    TOKEN_PATH,
+    status_code=201,
+    response_model=ThreadToken,
+    response_description="Created: a fresh token for the thread; earlier ones stay valid "
+    "until they expire.",
+    responses=_responses(
+        {
+            401: "Missing or wrong operator key (`missing_operator_key`, "
+            "`invalid_operator_key`): a thread token renews nothing.",
+            404: _DISABLED
+            + "Or no operator key is configured, or `unknown_thread`: no thread has this id.",
+            409: "`not_a_thread`: the run with this id is a task.",
+            410: "`thread_closed`: the thread has closed; it takes no message.",
+            422: "The request is malformed (`invalid_request`).",
+            503: "Temporal or the thread could not be reached in time. Retry later.",
+        },
+        body=False,
+    ),
+    operation_id="renew_thread_token",
+    summary="Renew a thread's token",
+    description="An operator gets a fresh token for a thread that is still open: a thread "
+    "lives as long as people write to it, its tokens for `WAITSTATE_THREAD_TOKEN_DAYS`. The "
+    "thread is not sent anything.",
+)
+async def renew_thread_token(
+    thread_id: str, operator: Annotated[str, Security(admitted_operator)], gate: GateDep
+) -> ThreadToken:
+    desk = _desk(gate)
+    await gate.deliver(desk.open_thread(thread_id), f"thread {thread_id!r}")
+    expires_at = desk.token_expiry()
+    token = gate.tokens.mint_thread(thread_id, expires_at)
+    gate.delivered(
+        "thread_token", "renewed the token of thread %s, operator key %s", thread_id, operator
+    )
+    return ThreadToken(thread_id=thread_id, thread_token=token, token_expires_at=expires_at)
 
 
 @router.post(
