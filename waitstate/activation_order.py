@@ -1,5 +1,5 @@
-"""Handlers after resolutions: a run's Updates and signals see what its workflow task resolved,
-whichever way the worker cut its history into activations.
+"""Handlers after resolutions: a run's Updates see what its workflow task resolved, whichever
+way the worker cut its history into activations.
 
 The hazard (temporalio 1.35, sdk-core; docs/upstream/split-activation.md, reproduced with no
 waitstate code in tests/workflows/test_heartbeat_merge.py and test_split_activation.py): the
@@ -12,22 +12,21 @@ activations a worker builds do not always match the workflow tasks a replay sees
   timer's firing), live, in an activation of their own; the Update comes in the next one. A
   replay gets both in one.
 
-Where both arrive in one activation, the Python SDK runs the Update's (or signal's) job first;
+Where both arrive in one activation, the Python SDK runs the Update's job first;
 where they came apart, the resolution ran first. The handler then sees a different run, issues
 different commands, and the history does not replay: a run stuck for good.
 
-`HandlersLast` closes it for the runs that opt in: an activation holding both handler jobs and
-others is applied as two, the others first, then the handlers, with the two completions sent
-as one. That is the order the split activations had, so a merged activation now does what the
+`HandlersLast` closes it for the runs that opt in: an activation holding both Update jobs and
+others is applied as two, the others first, then the Updates, with the two completions sent as
+one. That is the order the split activations had, so a merged activation now does what the
 split ones did, live and in replay alike. An activation with one kind only is left whole.
 
 One thing the split must not change: a run that ends or continues as new in the first half
-would do so before the handlers of the second, which then change a run that is gone (an
-Update accepted and lost). So while the first half runs, the run's handler jobs are pending
-(`handlers_pending`), and a workflow waits for `all_handlers_done()` (not only the SDK's
-`all_handlers_finished`) before it ends or continues as new: the first half leaves it
-waiting, the second applies the handlers, and the run then ends with their effect, as a
-worker that took the handlers in the same activation first did.
+would then have Updates accepted, and their effect lost, by a run that is gone. So when the
+first half ends the run, the second is not applied: the Updates were never taken, and the
+server hands them to the next run (or tells their senders the run has ended), as it does with
+an Update that comes after the task that ended the run. Signals stay in the first half, in
+the SDK's order (a signal is an event of the history: not to be dropped).
 
 A workflow opts in with a patch marker: its class names, in `handlers_last_markers`, the
 markers whose runs get handlers last, and a run that records one of them in its first
@@ -42,7 +41,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio import workflow
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
@@ -51,16 +49,6 @@ from temporalio.workflow import Info, _Definition
 
 # The class attribute naming the patch markers of the runs that get handlers last.
 MARKERS_ATTRIBUTE = "handlers_last_markers"
-# The runs whose activation's first half is being applied, its handler jobs still to come. Read
-# by workflow code through the sandbox (this module is passed through to it, so there is one
-# set); written by the activation threads, each for its own run (add and discard are atomic).
-_PENDING: set[str] = set()
-
-
-def all_handlers_done() -> bool:
-    """What a workflow waits for before it ends or continues as new: every handler finished
-    (`workflow.all_handlers_finished`) and none of this activation still to be applied."""
-    return workflow.all_handlers_finished() and workflow.info().run_id not in _PENDING
 
 
 def workflow_runner() -> WorkflowRunner:
@@ -75,8 +63,8 @@ def workflow_runner() -> WorkflowRunner:
 
 
 class HandlersLast(WorkflowRunner):
-    """A `WorkflowRunner` whose instances apply an opted-in run's handler jobs after the rest
-    of their activation, as the module says."""
+    """A `WorkflowRunner` whose instances apply an opted-in run's Update jobs after the rest of
+    their activation, as the module says."""
 
     def __init__(self, runner: WorkflowRunner) -> None:
         self._runner = runner
@@ -94,7 +82,21 @@ class HandlersLast(WorkflowRunner):
 
 
 def is_handler(job: WorkflowActivationJob) -> bool:
-    return job.HasField("do_update") or job.HasField("signal_workflow")
+    return job.HasField("do_update")
+
+
+# The commands that end a run (or continue it as new).
+_ENDS = (
+    "complete_workflow_execution",
+    "fail_workflow_execution",
+    "cancel_workflow_execution",
+    "continue_as_new_workflow_execution",
+)
+
+
+def ends(completion: WorkflowActivationCompletion) -> bool:
+    """Whether the completion ends the run."""
+    return any(command.HasField(end) for command in completion.successful.commands for end in _ENDS)
 
 
 def split(act: WorkflowActivation) -> tuple[WorkflowActivation, WorkflowActivation] | None:
@@ -147,12 +149,8 @@ class _Instance(WorkflowInstance):
         if halves is None:
             completion = self._instance.activate(act)
         else:
-            _PENDING.add(act.run_id)
-            try:
-                completion = self._instance.activate(halves[0])
-            finally:
-                _PENDING.discard(act.run_id)
-            if not completion.HasField("failed"):
+            completion = self._instance.activate(halves[0])
+            if not completion.HasField("failed") and not ends(completion):
                 completion = joined(completion, self._instance.activate(halves[1]))
         if not self._handlers_last:
             self._handlers_last = any(

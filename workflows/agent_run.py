@@ -17,7 +17,6 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     # Everything but this story is passed through: loaded once per worker, not once per run.
-    from waitstate.activation_order import all_handlers_done
     from waitstate.names import AGENT_RUN
     from waitstate.schemas import (
         Message,
@@ -478,7 +477,7 @@ class AgentRunWorkflow:
 
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await self._ops.end_pending("cancelled")
-        await workflow.wait_condition(all_handlers_done)
+        await workflow.wait_condition(workflow.all_handlers_finished)
         self._state.final_output = output
         self._board.set_status(status)
         return RunResult(
@@ -495,5 +494,5 @@ class AgentRunWorkflow:
         self, answer: str | None = None, turn: CarriedTurn | None = None
     ) -> NoReturn:
         await self._ops.hand_over()
-        await workflow.wait_condition(all_handlers_done)
+        await workflow.wait_condition(workflow.all_handlers_finished)
         self._continuation.continue_as_new(answer, turn)

@@ -13,6 +13,7 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
   outcome, and the person's answer against the window's timer.
 - A webhook's completion against its operation's expiry (the demo's export).
 - `starter.py cancel` against a question's window.
+- A thread's message against the thread's idle time (`close_after`).
 - A status query that reaches the new worker with the window's timer before the workflow task
   that delivers it: an SDK behaviour (docs/reliability.md), reproduced on plain temporalio in
   test_split_activation.py; here on the question desk, where runs from agent-run-6 on replay.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -59,10 +61,12 @@ from tests.workflows.cold_order_steps import (
     until_the_timer_fired,
     update_accepted,
 )
+from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
 from waitstate.gateway.delivery import update_id
 from waitstate.gateway.tokens import ResumeTokens
-from waitstate.schemas import RunInput
+from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import CompleteOperation, Completion
+from waitstate.schemas.threads import THREAD_CLOSING, ThreadSettings
 from workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
@@ -330,4 +334,46 @@ async def test_a_cancel_waiting_for_a_worker_when_the_window_passed_ends_the_run
     assert (op.status, op.cancel) == ("cancelled", "sent")
     [key] = stats["keys"].values()
     assert (key["starts"], key["jobs_created"], key["cancels"]) == (1, 1, 1), key
+    assert failure is None, failure
+
+
+@DEATHS
+@pytest.mark.subprocess
+async def test_a_message_waiting_for_a_worker_when_the_thread_closed_is_refused_and_replays(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, taken: bool
+) -> None:
+    """A conversation's message against the thread's idle time (`close_after`): the thread's
+    timer fires and a person writes while no worker is up. The new worker applies the timer
+    first (agent-run-6): the thread closes, the message is refused (the sender is told, and
+    nothing of it is recorded), and the history replays."""
+    app = "tests.workflows.threads_app:app"
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = f"cold-thread-{uuid.uuid4().hex[:8]}"
+    start = thread_input(
+        model="scripted:chat-echo", settings=ThreadSettings(close_after=timedelta(seconds=3))
+    )
+    async with cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold:
+        sent = await client.send_message(thread_id, "hello", start=start)
+        await client.reply(thread_id, sent.accepted.message_id)
+        handle = dev_env.client.get_workflow_handle(thread_id, result_type=RunResult)
+        await quiet_history_length(handle)
+        await die_as_the_timer_fires(
+            cold.worker, handle, taken=taken, what="the thread's idle time to pass"
+        )
+        sending = asyncio.create_task(client.send_message(thread_id, "anyone there?"))
+        await cold.worker.start()
+        (refused,) = await asyncio.wait_for(
+            asyncio.gather(sending, return_exceptions=True), RESULT_TIMEOUT
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        state = await client.query(thread_id)
+        history = await handle.fetch_history()
+    failure = await replay_failure(history)
+
+    # Refused as the thread closed (or, had the run ended first, as closed): never taken.
+    closing = isinstance(refused, MessageRefused) and refused.code == THREAD_CLOSING
+    assert closing or isinstance(refused, ThreadClosed), refused
+    assert sum(update_accepted("send_message")(e) for e in history.events) == 1  # "hello"
+    assert result.status == "completed"
+    assert state.thread is not None and state.thread.received == 1
     assert failure is None, failure

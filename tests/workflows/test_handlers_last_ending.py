@@ -1,32 +1,26 @@
 """With handlers after resolutions (waitstate/activation_order.py), a run that ends or continues
-as new in the activation where an Update also arrives must not do so before the Update's
-handler: the handler would change a run that is gone, and its Update, accepted, would be lost.
-`all_handlers_done()` holds the run until the activation's second half has applied it.
+as new in the first half of a split activation is not given the second: an Update that came
+with the resolution that ended the run is never taken by it (it would be accepted by a run that
+is gone, its effect lost); the server hands it to the next run.
 
 Plain temporalio on the real dev server: the worker is down while the run's activity completes
-and an Update is sent, so the next worker gets both in one activation; the run then continues
-as new, carrying what its handlers received."""
+and an Update is sent, so the next worker gets both in one activation; the run continues as new
+as the activity's result says, and the next run takes the Update."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 
-import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from tests.workflows.test_split_activation import HANDLERS_LAST, WAIT, parked
-from waitstate.activation_order import HandlersLast, all_handlers_done
-
-WAITS: dict[str, Callable[[], bool]] = {
-    "all_handlers_done": all_handlers_done,
-    "all_handlers_finished": workflow.all_handlers_finished,
-}
+from waitstate.activation_order import HandlersLast
 
 
 @workflow.defn(name="EndsWithAnUpdate", sandboxed=False)
@@ -37,23 +31,24 @@ class EndsWithAnUpdate:
         self.got: list[str] = []
 
     @workflow.run
-    async def run(self, activities: str, wait: str, carried: list[str] | None) -> list[str]:
+    async def run(self, activities: str, continued: bool) -> list[str]:
         workflow.patched(HANDLERS_LAST)
-        if carried is not None:
-            return carried
+        if continued:
+            await workflow.wait_condition(lambda: bool(self.got))
+            return self.got
         await workflow.execute_activity(
             parked,
             task_queue=activities,
             activity_id="a1",
             start_to_close_timeout=timedelta(minutes=5),
         )
-        await workflow.wait_condition(WAITS[wait])
-        workflow.continue_as_new(args=[activities, wait, self.got])
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(args=[activities, True])
 
     @workflow.update
     def poke(self, value: str) -> str:
         self.got.append(value)
-        return "ok"
+        return workflow.info().run_id
 
 
 def _worker(client: Client, task_queue: str) -> Worker:
@@ -66,22 +61,16 @@ def _worker(client: Client, task_queue: str) -> Worker:
     )
 
 
-@pytest.mark.parametrize(
-    ("wait", "carried"), [("all_handlers_done", ["u1"]), ("all_handlers_finished", [])]
-)
-async def test_a_run_continues_as_new_with_what_the_updates_of_its_last_activation_brought(
-    dev_env: WorkflowEnvironment, wait: str, carried: list[str]
+async def test_an_update_that_comes_as_the_run_continues_as_new_goes_to_the_next_run(
+    dev_env: WorkflowEnvironment,
 ) -> None:
-    """`all_handlers_done`: the Update is applied before the run continues as new, which carries
-    it. The SDK's `all_handlers_finished` alone (documented): the run continued first, and the
-    Update, accepted, changed the run that was gone."""
     client = dev_env.client
     task_queue = f"ending-{uuid.uuid4().hex[:8]}"
     activities = f"{task_queue}-activities"
     async with Worker(client, task_queue=activities, activities=[parked]):
         async with _worker(client, task_queue):
             handle = await client.start_workflow(
-                EndsWithAnUpdate.run, args=[activities, wait, None], id=task_queue,
+                EndsWithAnUpdate.run, args=[activities, False], id=task_queue,
                 task_queue=task_queue,
             )  # fmt: skip
 
@@ -97,8 +86,9 @@ async def test_a_run_continues_as_new_with_what_the_updates_of_its_last_activati
         poking = asyncio.create_task(handle.execute_update(EndsWithAnUpdate.poke, "u1"))
         await asyncio.sleep(1.0)
         async with _worker(client, task_queue):
-            assert await asyncio.wait_for(poking, WAIT) == "ok"
-            result = await asyncio.wait_for(client.get_workflow_handle(task_queue).result(), WAIT)
+            taken_by = await asyncio.wait_for(poking, WAIT)
+            latest = client.get_workflow_handle(task_queue)
+            result = await asyncio.wait_for(latest.result(), WAIT)
         first = await client.get_workflow_handle(
             task_queue, run_id=handle.result_run_id
         ).fetch_history()
@@ -107,5 +97,11 @@ async def test_a_run_continues_as_new_with_what_the_updates_of_its_last_activati
         unsandboxed_workflow_runner=HandlersLast(UnsandboxedWorkflowRunner()),
     ).replay_workflow(first, raise_on_replay_failure=False)
 
-    assert result == carried
+    # The next run took the Update, and has its effect; the first run never took it.
+    assert result == ["u1"]
+    assert taken_by != handle.result_run_id
+    assert not any(
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        for e in first.events
+    )
     assert replay.replay_failure is None
