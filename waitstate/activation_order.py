@@ -86,17 +86,19 @@ def is_handler(job: WorkflowActivationJob) -> bool:
 
 
 # The commands that end a run (or continue it as new).
-_ENDS = (
-    "complete_workflow_execution",
-    "fail_workflow_execution",
-    "cancel_workflow_execution",
-    "continue_as_new_workflow_execution",
+_ENDS = frozenset(
+    {
+        "complete_workflow_execution",
+        "fail_workflow_execution",
+        "cancel_workflow_execution",
+        "continue_as_new_workflow_execution",
+    }
 )
 
 
 def ends(completion: WorkflowActivationCompletion) -> bool:
     """Whether the completion ends the run."""
-    return any(command.HasField(end) for command in completion.successful.commands for end in _ENDS)
+    return any(command.WhichOneof("variant") in _ENDS for command in completion.successful.commands)
 
 
 def split(act: WorkflowActivation) -> tuple[WorkflowActivation, WorkflowActivation] | None:
