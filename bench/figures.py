@@ -568,7 +568,11 @@ async def figure6(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
             for rep in range(reps):
                 thread_id = new_id(f"f6-{side}")
                 sent_at = await _converse(stack, side, queue, thread_id, sizes.messages)
-                chain = await stack.history(thread_id)
+                listed = [
+                    r async for r in stack.client.list_workflows(f'WorkflowId = "{thread_id}"')
+                ]
+                first = min(listed, key=lambda r: r.start_time).run_id  # the chain's first run
+                chain = await stack.history(thread_id, first)
                 model = model_activity(side)
                 calls = [a for events in chain for a in activity_times(events) if a.kind == model]
                 if len(calls) != len(sent_at):
