@@ -10,13 +10,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tests.one_question_job import OneQuestionJob
 from tests.script_steps import call, tool_results
 from waitstate import (
     App,
     Completion,
+    InputPolicy,
     Job,
     LongSpec,
     Message,
+    Question,
     Script,
     StartContext,
     ToolDefinition,
@@ -68,7 +71,7 @@ def _export(mode: ResultMode) -> ToolSpec:
     )
 
 
-def exporter(mode: ResultMode) -> Script:
+def exporter(mode: ResultMode | str) -> Script:
     """Starts an export when asked (its result in `mode`), says it started once the call
     returns (the handle, or where the job stands), says it is done at the operation's update,
     and answers any other message with `re: <it>`."""
@@ -86,7 +89,37 @@ def exporter(mode: ResultMode) -> Script:
     return script
 
 
+# A job that asks a person a question first (`start_export_asks`), then succeeds once answered.
+ASKS = OneQuestionJob(
+    "asks-1",
+    Question(
+        key="ok",
+        message="Export everything?",
+        requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+    ),
+    Completion(status="succeeded", result={"rows": 3}),
+)
+
+
+def _asking_export() -> ToolSpec:
+    return ToolSpec(
+        name="start_export_asks",
+        description="Start an export job that asks before it runs.",
+        args=NoArgs,
+        long=LongSpec(
+            backend=ASKS,
+            completion="poll",
+            poll_interval=timedelta(seconds=0.2),
+            input=InputPolicy(answered_by="person"),
+        ),
+    )
+
+
 app = App(
-    tools=[_export("handle"), _export("await")],
-    scripts={"export-handle": exporter("handle"), "export-await": exporter("await")},
+    tools=[_export("handle"), _export("await"), _asking_export()],
+    scripts={
+        "export-handle": exporter("handle"),
+        "export-await": exporter("await"),
+        "export-asks": exporter("asks"),
+    },
 )

@@ -8,11 +8,16 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from examples.systems import create_app as systems_app
+from examples.systems import serving
 from tests.helpers import eventually, make_worker, replays
 from tests.workflows import steering_app
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient, thread_input
+from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.threads import ThreadMessage
+from waitstate.settings import Settings
+from workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.steering_app:app"
 
@@ -68,3 +73,48 @@ async def test_a_message_during_an_operations_wait_is_answered_and_the_wait_goes
         ("m1", "replied"),
         ("m2", "replied"),
     ]
+
+
+async def test_a_message_while_a_jobs_question_waits_for_a_person_is_answered(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """The model's tool call waits on a job that asks a person a question: a message ends
+    that wait (the question stays open), is answered at once, and the first message's reply
+    comes once the person has answered and the job has finished."""
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = f"thread-steer-asks-{task_queue[-8:]}"
+    start = thread_input(model="scripted:export-asks").model_copy(
+        update={"tools": ["start_export_asks"]}
+    )
+    async with serving(systems_app()) as systems:
+        settings = Settings(demo_systems_url=systems)
+        async with make_worker(
+            dev_env.client, task_queue, apps=load_apps([APP]), settings=settings
+        ):
+            first = await client.send_message(thread_id, "export please", start=start)
+
+            async def asked() -> InputRequest | None:
+                state = await client.query(thread_id)
+                return next((q for q in state.questions.values() if q.open), None)
+
+            question = await eventually(asked, "the job's question")
+            second = await client.send_message(thread_id, "how is it going?")
+            answered = await client.reply(thread_id, second.accepted.message_id)
+            while_asking = await client.message(thread_id, first.accepted.message_id)
+            still_open = await asked()
+            await dev_env.client.get_workflow_handle(thread_id).execute_update(
+                AgentRunWorkflow.answer,
+                AnswerInput(
+                    question_id=question.question_id,
+                    action="accept",
+                    content={"ok": True},
+                    responder="ana",
+                ),
+            )
+            replied = await client.reply(thread_id, first.accepted.message_id)
+
+    assert (answered.status, answered.reply) == ("replied", "re: how is it going?")
+    assert while_asking is not None and while_asking.status == "working"
+    assert still_open is not None and still_open.question_id == question.question_id
+    assert (replied.status, replied.reply) == ("replied", "export done")
+    assert [a.content for a in steering_app.ASKS.answers] == [{"ok": True}]
