@@ -20,11 +20,11 @@ from urllib.parse import quote
 import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
-from waitstate.activation_order import workflow_runner
 from waitstate.apps import Apps
+from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
@@ -239,11 +239,7 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     as `<name>.json`, or `<name>.<patch>.json` for a run of a newer workflow version (the
     newest patch it records). A history already kept is never written again."""
     history = await handle.fetch_history()
-    replayer = Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    )
+    replayer = agent_replayer([AgentRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") != "1":

@@ -19,8 +19,7 @@ from temporalio.worker import Replayer
 
 from tests.helpers import make_worker
 from tests.rigs import time_skipping_server
-from waitstate.activation_order import workflow_runner
-from waitstate.converter import DATA_CONVERTER
+from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
 
@@ -39,11 +38,7 @@ SCENARIOS: dict[str, tuple[RunInput, bool]] = {
 
 
 def _replayer() -> Replayer:
-    return Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    )
+    return agent_replayer([AgentRunWorkflow])
 
 
 async def _record(client: Client, task_queue: str, name: str) -> WorkflowHistory:

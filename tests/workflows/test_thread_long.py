@@ -11,13 +11,11 @@ import statistics
 import time
 
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from tests.helpers import make_worker
-from waitstate.activation_order import workflow_runner
 from waitstate.apps import load_apps
+from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client import WaitstateClient, thread_input
-from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas.threads import MAX_QUEUED
 from workflows.agent_run import AgentRunWorkflow
 from workflows.thread import MESSAGES_PER_RUN
@@ -68,11 +66,7 @@ async def test_a_thread_of_a_thousand_messages_continues_as_new_and_replays(
     # Linear: a run's history does not grow with the messages before it.
     sizes = [len(h.events) for h in histories[1:-1]]  # the whole runs (not the first, the last)
     assert max(sizes) <= 1.5 * statistics.median(sizes), sizes
-    replayer = Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    )
+    replayer = agent_replayer([AgentRunWorkflow])
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, replayed.replay_failure

@@ -12,15 +12,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from tests.helpers import eventually, make_worker, process_env, replays, start_run
 from tests.rigs import WorkerProcess
 from tests.workflows import threads_app
-from waitstate.activation_order import workflow_runner
 from waitstate.apps import load_apps
+from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
-from waitstate.converter import DATA_CONVERTER
 from waitstate.names import THREAD_ID
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.threads import (
@@ -255,11 +253,7 @@ async def test_a_long_thread_continues_as_new_between_turns_and_the_model_keeps_
     assert state.thread is not None and state.thread.received == count
     # What a run carries is bounded: its last messages, not the whole conversation.
     assert len(state.thread.messages) <= KEEP_MESSAGES
-    replayer = Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    )
+    replayer = agent_replayer([AgentRunWorkflow])
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, replayed.replay_failure
@@ -298,11 +292,9 @@ async def test_an_interrupt_thread_abandons_a_model_call_for_a_new_message(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
     ]
     assert len(cancelled) == 1  # the first call's activity, asked to stop
-    replayed = await Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    ).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await agent_replayer([AgentRunWorkflow]).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
     assert replayed.replay_failure is None, replayed.replay_failure
 
 
@@ -360,11 +352,9 @@ async def test_a_worker_killed_while_a_reply_is_made_answers_the_message_once(
     assert state.thread is not None and state.thread.received == 2
     replies = [s for s in state.steps if s.kind == "event" and s.name == "reply"]
     assert [s.detail for s in replies] == ["m1 replied", "m2 replied"]  # answered once
-    replayed = await Replayer(
-        workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
-        data_converter=DATA_CONVERTER,
-    ).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await agent_replayer([AgentRunWorkflow]).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
     assert replayed.replay_failure is None, replayed.replay_failure
 
 
