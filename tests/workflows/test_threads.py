@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker, process_env, replays, start_run
@@ -185,6 +186,36 @@ async def test_the_client_starts_a_thread_with_its_first_message_and_awaits_each
     assert [r.message_id for r in replies] == ["m1", "m2", "m3"]
     assert once.accepted.message_id == twice.accepted.message_id == "m4"
     assert state.thread is not None and state.thread.received == 4
+
+
+async def test_a_burst_of_messages_past_the_cap_on_updates_in_flight_is_taken_whole(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # Before any worker, a burst larger than the run's cap on Updates in flight (10): Temporal
+    # refuses the excess (RESOURCE_EXHAUSTED) until the worker takes the first ones; the client
+    # sends those again, and every message is taken once. The SDK's own retries are off, as
+    # they run out under load: the client's retries alone carry the burst.
+    bare = await Client.connect(
+        dev_env.client.service_client.config.target_host,
+        namespace=dev_env.client.namespace,
+        data_converter=dev_env.client.data_converter,
+        retry_config=RetryConfig(max_retries=1, max_elapsed_time_millis=1),
+    )
+    client = WaitstateClient(bare, task_queue=task_queue)
+    start = thread_input(model="scripted:chat-echo")
+    burst = 2 * MESSAGES_PER_RUN  # across a continue-as-new
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        await client.send_message("thread-burst", "message 0", start=start, key="k0")
+        sent = await asyncio.gather(
+            *(
+                client.send_message("thread-burst", f"message {n}", start=start, key=f"k{n}")
+                for n in range(1, burst)
+            )
+        )
+        state = await client.query("thread-burst")
+
+    assert len({s.accepted.message_id for s in sent}) == burst - 1
+    assert state.thread is not None and state.thread.received == burst
 
 
 async def test_a_closed_thread_refuses_a_message_and_starts_nothing(

@@ -4,6 +4,7 @@ started) and wait for its reply."""
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,7 +46,21 @@ REPLY_POLL = (0.05, 1.0)
 # A message that meets the thread as it continues as new (between two turns) is sent again.
 SEND_ATTEMPTS = 5
 SEND_RETRY = 0.2
+# A message refused for now (see `_again`: a burst of sends past the run's cap of Updates in
+# flight) is sent again until `answer_within` runs out, the pause doubling from the first to the
+# last (with jitter, so a burst does not come back at once).
+BUSY_RETRY = (0.05, 2.0)
 DONE = frozenset({"replied", "interrupted", "max_turns", "failed"})
+
+
+def _again(err: RPCError) -> bool:
+    """Whether Temporal refused an Update for now, with nothing recorded: the run's Updates in
+    flight are at their cap (RESOURCE_EXHAUSTED), or the run continued as new while this one
+    was in flight ("aborted", UNAVAILABLE). The SDK retries both, for a while; under load, past
+    its retries, the send goes on trying."""
+    if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return True
+    return err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in err.message
 
 
 class ThreadClosed(ClientError):
@@ -125,16 +140,20 @@ class ThreadCalls(ClientBase):
             MessageRefused: the thread refused it (not a thread, busy under `reject`...).
             ThreadClosed: the thread has ended.
             NotAnswered: the thread did not answer within `answer_within` (the message may
-                still be taken once a worker runs).
+                still be taken once a worker runs), or had its cap of messages in flight all
+                that time (nothing recorded).
             Unreachable, TemporalFailed: Temporal could not be reached, or refused the call.
         """
         run_input = start or thread_input()
         if run_input.thread is None:
             raise ValueError("a thread's input sets `thread` (see thread_input)")
         send = SendMessage(text=text, key=key, sender=sender, first=first)
-        for attempt in range(SEND_ATTEMPTS):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + answer_within.total_seconds()
+        ended, pause = 0, BUSY_RETRY[0]
+        while True:
             try:
-                async with asyncio.timeout(answer_within.total_seconds()):
+                async with asyncio.timeout_at(deadline):
                     accepted: MessageAccepted = (
                         await self._client.execute_update_with_start_workflow(
                             SEND_MESSAGE_UPDATE,
@@ -153,19 +172,29 @@ class ThreadCalls(ClientBase):
                 code = cause.type if isinstance(cause, ApplicationError) else None
                 raise MessageRefused(thread_id, first_line(cause), code) from err
             except RPCError as err:
+                if _again(err):
+                    # Nothing was recorded: the run had its cap of Updates in flight (it is
+                    # taking other messages), or continued as new with this one in flight.
+                    wait = pause * random.uniform(0.5, 1.0)
+                    if loop.time() + wait >= deadline:
+                        seconds = f"busy for {answer_within.total_seconds():g} s"
+                        raise NotAnswered(thread_id, seconds) from err
+                    await asyncio.sleep(wait)
+                    pause = min(2 * pause, BUSY_RETRY[1])
+                    continue
                 if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
                 # The update met the run as it continued as new: the next run takes it.
-                if rpc_refusal(err).code == "run_ended" and attempt + 1 < SEND_ATTEMPTS:
+                if rpc_refusal(err).code == "run_ended":
+                    ended += 1
+                    if ended >= SEND_ATTEMPTS:
+                        raise ThreadClosed(thread_id) from err
                     await asyncio.sleep(SEND_RETRY)
                     continue
-                if rpc_refusal(err).code == "run_ended":
-                    raise ThreadClosed(thread_id) from err
                 raise TemporalFailed("Temporal refused the message", first_line(err)) from err
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
                 seconds = f"no answer within {answer_within.total_seconds():g} s"
                 raise NotAnswered(thread_id, seconds) from err
-        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def reply(
         self, thread_id: str, message_id: str, *, within: timedelta = REPLY_TIMEOUT
