@@ -322,9 +322,17 @@ def patch_markers() -> list[str]:
         HANDLERS_LAST,
         HARDENED,
         MID_FLIGHT_INPUT,
+        STEER_APPROVALS,
     )
 
-    return [EXACTLY_ONCE, CHECKPOINT_POLICY, MID_FLIGHT_INPUT, HARDENED, HANDLERS_LAST]
+    return [
+        EXACTLY_ONCE,
+        CHECKPOINT_POLICY,
+        MID_FLIGHT_INPUT,
+        HARDENED,
+        HANDLERS_LAST,
+        STEER_APPROVALS,
+    ]
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from workflows.versions import (
     HANDLERS_LAST,
     HARDENED,
     MID_FLIGHT_INPUT,
+    STEER_APPROVALS,
 )
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -248,7 +249,14 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     patch = next(
         (
             p
-            for p in (HANDLERS_LAST, HARDENED, MID_FLIGHT_INPUT, CHECKPOINT_POLICY, EXACTLY_ONCE)
+            for p in (
+                STEER_APPROVALS,
+                HANDLERS_LAST,
+                HARDENED,
+                MID_FLIGHT_INPUT,
+                CHECKPOINT_POLICY,
+                EXACTLY_ONCE,
+            )
             if p in patches
         ),
         None,

@@ -52,10 +52,18 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 
 async def test_the_documented_conversation_runs_as_written(desk: Services) -> None:
     commands = _commands()
-    assert [c[0] for c in commands] == ["chat", "chat", "chat", "pending", "approve", "status"]
+    assert [c[0] for c in commands] == [
+        "chat",
+        "chat",
+        "chat",
+        "pending",
+        "chat",
+        "approve",
+        "status",
+    ]
     outputs: list[str] = []
     for command in commands:
-        if command[0] == "approve":  # once the refund's request is open, as `pending` shows
+        if command[0] == "pending":  # once the refund's request is open, for `pending` to show
 
             async def requested() -> list[dict[str, Any]]:
                 listed = await desk.starter("pending", "--json")
@@ -67,10 +75,10 @@ async def test_the_documented_conversation_runs_as_written(desk: Services) -> No
             async def replied() -> dict[str, Any] | None:
                 state = await desk.status("desk-42")
                 messages = state["thread"]["messages"]
-                done = len(messages) == 3 and all(m["status"] == "replied" for m in messages)
+                done = len(messages) == 4 and all(m["status"] == "replied" for m in messages)
                 return state if done else None
 
-            await eventually(replied, "the three replies", WITHIN)
+            await eventually(replied, "the four replies", WITHIN)
         done = await desk.starter(*command)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         outputs.append(done.stdout)
@@ -83,6 +91,10 @@ async def test_the_documented_conversation_runs_as_written(desk: Services) -> No
     assert replies["m2"]["reply"] == "Exports take a few seconds; I will tell you."
     assert replies["m2"]["replied_at"] < replies["m1"]["replied_at"]
     assert replies["m3"]["reply"] == "Order 1042 is refunded."
+    # The fourth was answered while the refund waited for its approver, before the refund ran.
+    assert "reply: Your refund waits for an approver." in outputs[4]
+    assert replies["m4"]["reply"] == "Your refund waits for an approver."
+    assert replies["m4"]["replied_at"] < request_decided_at(state)
     [request] = state["approvals"].values()
     assert (request["tool"], request["status"]) == ("refund_order", "approved")
     assert request["decision"]["reviewer"] == "dana"
@@ -90,5 +102,11 @@ async def test_the_documented_conversation_runs_as_written(desk: Services) -> No
     assert (export["completion"], export["status"]) == ("callback", "succeeded")
     assert state["agent"] == "support"
     # `status` prints every message with its reply, as the page says.
-    for line in ("m1 replied", "m2 replied", "m3 replied"):
+    for line in ("m1 replied", "m2 replied", "m3 replied", "m4 replied"):
         assert line in outputs[-1], outputs[-1]
+
+
+def request_decided_at(state: dict[str, Any]) -> str:
+    """When the run's one approval request was decided (ISO time, as `status --json` has it)."""
+    [request] = state["approvals"].values()
+    return str(request["decision"]["decided_at"])

@@ -38,6 +38,7 @@ from workflows.versions import (
     HANDLERS_LAST,
     HARDENED,
     MID_FLIGHT_INPUT,
+    STEER_APPROVALS,
 )
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
@@ -204,7 +205,7 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
     finally:
         await handle.terminate("the test is over")
 
-    assert described.typed_search_attributes.get(CHANGE_VERSION) == [HANDLERS_LAST]
+    assert described.typed_search_attributes.get(CHANGE_VERSION) == [STEER_APPROVALS]
 
 
 async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
@@ -220,12 +221,13 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "open agent runs: 5"
-    assert [line.split()[:3] for line in lines[3:8]] == [
+    assert [line.split()[:3] for line in lines[3:9]] == [
         [EXACTLY_ONCE, "0", "2"],
         [CHECKPOINT_POLICY, "1", "2"],
         [MID_FLIGHT_INPUT, "0", "3"],
         [HARDENED, "0", "3"],
-        [HANDLERS_LAST, "2", "3"],
+        [HANDLERS_LAST, "0", "3"],
+        [STEER_APPROVALS, "2", "3"],
     ]
     assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
         [on_ours, "1", "1"],
@@ -239,7 +241,8 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
         {"marker": CHECKPOINT_POLICY, "recorded": 1, "without": 2},
         {"marker": MID_FLIGHT_INPUT, "recorded": 0, "without": 3},
         {"marker": HARDENED, "recorded": 0, "without": 3},
-        {"marker": HANDLERS_LAST, "recorded": 2, "without": 3},
+        {"marker": HANDLERS_LAST, "recorded": 0, "without": 3},
+        {"marker": STEER_APPROVALS, "recorded": 2, "without": 3},
     ]
     mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
     assert mine == [

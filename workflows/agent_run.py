@@ -42,16 +42,12 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.errors import RUN_FAILED
     from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
-    from waitstate.schemas.run import (
-        CALL_MODEL,
-        OUTPUT_INVALID,
-        CarriedTurn,
-        ParkedCall,
-    )
+    from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
     from workflows import ledger
     from workflows.activity_calls import Failed
     from workflows.approvals import ApprovalDesk, ApprovalExpired
+    from workflows.asides import ApprovalAsides
     from workflows.board import StatusBoard
     from workflows.continuation import Continuation
     from workflows.inputs import InputDesk
@@ -59,9 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.opening import Opening
     from workflows.operations import OperationsBook
     from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import (
-        MODEL_RETRY,
-    )
+    from workflows.policies import MODEL_RETRY
     from workflows.thread import Conversation, Interrupted, MessageFailed
     from workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
@@ -105,7 +99,10 @@ class AgentRunWorkflow:
             self._inputs,
             self._thread,
         )
-        self._desk = ApprovalDesk(input, self._state, versions, self._board, self._memory)
+        self._asides = ApprovalAsides(input, self._state, versions, self._memory, self._thread)
+        self._desk = ApprovalDesk(
+            input, self._state, versions, self._board, self._memory, self._asides
+        )
         self._outages = StoreOutages(self._state, versions, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
 
@@ -383,6 +380,8 @@ class AgentRunWorkflow:
         independent), then hand every result to the model at once. A turn `carried` over by
         continue-as-new keeps its results and waits on for the rest."""
 
+        self._asides.turn(calls, self._model_tools())
+
         async def one(index: int, call: ToolCall) -> ToolResult | ParkedCall:
             self._continuation.call_began(call.id)
             try:
@@ -422,7 +421,7 @@ class AgentRunWorkflow:
         if self._memory.long_wait is not None:
             # The turn waited long: its results become the Event of a rebuilt context, since
             # the tool calls they answer are in the transcript being left behind.
-            await self._memory.rebuild("; ".join(lines))
+            await self._memory.rebuild("; ".join(lines + [m.content for m in self._asides.told()]))
             self._state.completed.extend(lines)
             return
         self._state.completed.extend(lines)
@@ -437,6 +436,7 @@ class AgentRunWorkflow:
             )
             for result in results
         )
+        self._memory.unsent.extend(self._asides.told())  # what was said while they ran
 
     async def _run_tool(self, call: ToolCall) -> ToolResult | ParkedCall:
         if call.name == GET_OPERATION_STATUS:

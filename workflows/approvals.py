@@ -27,6 +27,7 @@ from waitstate.schemas.errors import (
     APPROVAL_UNKNOWN,
 )
 from workflows import ledger
+from workflows.asides import ApprovalAsides
 from workflows.board import StatusBoard
 from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, notify, window
 from workflows.memory import Memory
@@ -49,8 +50,10 @@ class ApprovalDesk:
         versions: Versions,
         board: StatusBoard,
         memory: Memory,
+        asides: ApprovalAsides,
     ) -> None:
         self._input = input
+        self._asides = asides
         self._state = state
         self._versions = versions
         self._board = board
@@ -90,13 +93,24 @@ class ApprovalDesk:
         ):
             notices.send(self._notice(request, policy.approvers, escalation=False))
             try:
-                if not await window(request, armed=self._versions.handlers_last):
+                if not await self._window(request):
                     await self._escalate_or_time_out(request, notices)
                 elif self._mirrors_escalation(request):
                     await self._escalate_or_time_out(request, notices, mirror=True)
             finally:
                 self._link_nonces.pop(request.request_id, None)
         return request
+
+    async def _window(self, request: ApprovalRequest, mirror: bool = False) -> bool:
+        """`window` for the request; a thread's message that comes meanwhile is answered aside
+        (from STEER_APPROVALS on), and the window goes on to its deadline."""
+        while True:
+            armed = self._versions.handlers_last
+            wake = None if mirror else self._asides  # (mirrored: the wait is for its timer)
+            closed = await window(request, mirror=mirror, armed=armed, wake=wake)
+            if closed or not self._asides.wanted():
+                return closed
+            await self._asides.answer(request)
 
     def _request(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
         now = workflow.now()
@@ -178,7 +192,7 @@ class ApprovalDesk:
                 )
             elif self._versions.checkpoint_policy:
                 self._board.show()
-            if await window(request, mirror=mirror, armed=self._versions.handlers_last):
+            if await self._window(request, mirror=mirror):
                 return
         # Nothing was awaited since `window` found the request open: it still is.
         self._time_out(request)

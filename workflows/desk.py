@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -41,13 +41,27 @@ Request = ApprovalRequest | InputRequest
 MOMENT = timedelta(milliseconds=1)
 
 
+class Wakes(Protocol):
+    """What may end a window's wait early, the request still open (see `ApprovalAsides`)."""
+
+    def wanted(self) -> bool:
+        """Whether it wants the wait to end now."""
+        ...
+
+
 async def window(
-    request: Request, *, op: Operation | None = None, mirror: bool = False, armed: bool = False
+    request: Request,
+    *,
+    op: Operation | None = None,
+    mirror: bool = False,
+    armed: bool = False,
+    wake: Wakes | None = None,
 ) -> bool:
     """Wait, holding no worker, for the request to close by its deadline (not at all once the
     deadline has passed, unless `armed`), or for `op` (the job that asked) to end; whether it
-    closed. `mirror`: wait as if the request were still open (an approval decided as its window
-    ended, see `ApprovalDesk._mirrors_escalation`).
+    closed. `wake`: its wish ends the wait too, the request still open (its caller answers a
+    thread's message, then waits on). `mirror`: wait as if the request were still open (an
+    approval decided as its window ended, see `ApprovalDesk._mirrors_escalation`).
 
     `armed` (from HANDLERS_LAST on): an open request's timer is started even when its deadline
     has passed (for a moment), so what the run issues does not depend on the activation's time.
@@ -59,7 +73,12 @@ async def window(
     if (request.open or mirror) and remaining > timedelta(0):
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: not request.open or (op is not None and op.terminal), timeout=remaining
+                lambda: (
+                    not request.open
+                    or (op is not None and op.terminal)
+                    or (wake is not None and wake.wanted())
+                ),
+                timeout=remaining,
             )
     return not request.open
 

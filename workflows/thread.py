@@ -78,6 +78,7 @@ class Conversation:
         self._woke: set[str] = set()
         # The message answered aside while the turn waits for operations (see `take_aside`).
         self._aside: ThreadMessage | None = None
+        self._outer: list[ThreadMessage | None] = []  # the asides an aside was taken in
         if input.thread is not None and state.thread is None:
             state.thread = ThreadState(settings=input.thread, idle_since=workflow.now())
 
@@ -172,13 +173,14 @@ class Conversation:
         """Whether a message may interrupt the turn (the thread's policy is `interrupt`)."""
         return self.on and self._thread.settings.busy == "interrupt"
 
-    def steering(self) -> bool:
+    def steering(self, nested: bool = False) -> bool:
         """Whether a message waits while the turn waits for operations (from HANDLERS_LAST
-        on): between turns, it is answered aside (`take_aside`) and the wait goes on."""
+        on): between turns, it is answered aside (`take_aside`) and the wait goes on.
+        `nested`: also while the turn is itself an aside's (an approval's wait in it)."""
         return (
             self._versions.handlers_last
             and self.on
-            and self._aside is None
+            and (nested or self._aside is None)
             and self._working() is not None
             and bool(self._queued())
         )
@@ -194,24 +196,29 @@ class Conversation:
         if self.on:
             self._woke.update(m.message_id for m in self._queued())
 
-    def take_aside(self) -> None:
+    def take_aside(self, during: str = "a wait", keep: bool = True) -> ThreadMessage:
         """The next queued message is answered now, in a turn of its own, while the turn of
-        the message before it waits for operations: the model gets it after what it has said."""
+        the message before it waits (for operations, or `during` an approval): the model gets
+        it after what it has said (`keep`), or in a call of its own (see workflows/asides.py)."""
         message = self._queued()[0]
         self._start(message)
+        self._outer.append(self._aside)
         self._aside = message
         ledger.step(
             self._state,
             "event",
             "message",
-            f"{message.message_id} during a wait: {ledger.preview(message.text)}",
+            f"{message.message_id} during {during}: {ledger.preview(message.text)}",
         )
-        self._memory.unsent.append(Message(role="user", content=message.text))
+        if keep:
+            self._memory.unsent.append(Message(role="user", content=message.text))
         self._board.show()
+        return message
 
     def end_aside(self) -> None:
-        """The aside turn ended (its message answered, or not): the waiting turn goes on."""
-        self._aside = None
+        """The aside turn ended (its message answered, or not): the waiting turn goes on (an
+        aside's own, if it was taken in one)."""
+        self._aside = self._outer.pop() if self._outer else None
 
     def interrupting(self) -> bool:
         """Whether a message waits that interrupts the turn."""

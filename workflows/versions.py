@@ -34,9 +34,13 @@ HARDENED = "agent-run-5"
 # of their own, so a worker that rebuilds the run and a replay see what the live run saw
 # (waitstate/activation_order.py, docs/reliability.md).
 HANDLERS_LAST = "agent-run-6"
+# Steering during an approval wait: a thread's message that comes while a tool call waits
+# for a person's decision is answered at once, in a model call of its own, and the wait goes
+# on (workflows/asides.py); before, it waited for the decision.
+STEER_APPROVALS = "agent-run-7"
 # The markers whose runs the worker's runner gives handlers after resolutions: this one and
 # every newer one (a run records only its newest).
-HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST})
+HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST, STEER_APPROVALS})
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,21 @@ class Versions:
     mid_flight_input: bool = False
     hardened: bool = False
     handlers_last: bool = False
+    steer_approvals: bool = False
 
     @classmethod
     def of_this_run(cls) -> Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(STEER_APPROVALS):
+            return cls(
+                exactly_once=True,
+                checkpoint_policy=True,
+                mid_flight_input=True,
+                hardened=True,
+                handlers_last=True,
+                steer_approvals=True,
+            )
         if workflow.patched(HANDLERS_LAST):
             return cls(
                 exactly_once=True,

@@ -14,6 +14,7 @@ from tests.one_question_job import OneQuestionJob
 from tests.script_steps import call, tool_results
 from waitstate import (
     App,
+    ApprovalPolicy,
     Completion,
     InputPolicy,
     Job,
@@ -115,11 +116,54 @@ def _asking_export() -> ToolSpec:
     )
 
 
+class Deletions:
+    """The tool behind `delete_records`, which needs a person's approval: counts its runs."""
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    async def delete(self, args: NoArgs) -> dict[str, int]:
+        self.ran += 1
+        return {"deleted": 3}
+
+
+DELETIONS = Deletions()
+
+
+def _gated() -> ToolSpec:
+    return ToolSpec(
+        name="delete_records",
+        description="Delete the records (a person approves it first).",
+        args=NoArgs,
+        handler=lambda args: DELETIONS.delete(args),
+        requires_approval=True,
+        approval=ApprovalPolicy(approvers="data-owners", timeout=timedelta(hours=1)),
+    )
+
+
+def deleter(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Deletes when asked; asked something while the call waits for its approval, says what it
+    was sent (the calls pending, the message); once the deletion ran, says so, with what it was
+    told meanwhile."""
+    last = messages[-1]
+    if last.content == "delete please":
+        return call(len(tool_results(messages)), "delete_records", {})
+    if last.role == "tool":
+        return Message(role="assistant", content=f"deleted: {last.content}")
+    if messages[-2].role == "tool" and messages[-2].content.startswith("pending"):
+        pending = [m.content.split(":")[0] for m in messages if m.role == "tool"]
+        return Message(role="assistant", content=f"re: {last.content} ({', '.join(pending)})")
+    if messages[-2].role == "tool":  # the result, then what was said meanwhile
+        return Message(role="assistant", content=f"deleted; told: {last.content}")
+    return Message(role="assistant", content=f"re: {last.content}")
+
+
 app = App(
-    tools=[_export("handle"), _export("await"), _asking_export()],
+    tools=[_export("handle"), _export("await"), _asking_export(), _gated()],
     scripts={
         "export-handle": exporter("handle"),
         "export-await": exporter("await"),
         "export-asks": exporter("asks"),
+        "deleter": deleter,
     },
 )

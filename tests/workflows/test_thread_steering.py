@@ -5,6 +5,8 @@ a polled job the test finishes (tests/workflows/steering_app.py's `start_export_
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
@@ -14,12 +16,14 @@ from tests.helpers import eventually, make_worker, replays
 from tests.workflows import steering_app
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient, thread_input
+from waitstate.schemas.approvals import ApprovalRequest, DecisionSignal
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.threads import ThreadMessage
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.steering_app:app"
+SOON = timedelta(seconds=30)
 
 
 @pytest.mark.parametrize("mode", ["handle", "await"])
@@ -118,3 +122,58 @@ async def test_a_message_while_a_jobs_question_waits_for_a_person_is_answered(
     assert still_open is not None and still_open.question_id == question.question_id
     assert (replied.status, replied.reply) == ("replied", "export done")
     assert [a.content for a in steering_app.ASKS.answers] == [{"ok": True}]
+
+
+async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wait_goes_on(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """The model's tool call needs a person's approval: a message sent meanwhile is answered at
+    once (the model sees the call pending, then the message), the request stays open and its
+    window runs on, the tool runs once approved, and the first message's reply comes after it,
+    the model told what was said meanwhile."""
+    deletions = steering_app.DELETIONS
+    deletions.__init__()  # type: ignore[misc]  # a fresh tool for this test
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = f"thread-steer-approval-{task_queue[-8:]}"
+    start = thread_input(model="scripted:deleter").model_copy(update={"tools": ["delete_records"]})
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        first = await client.send_message(thread_id, "delete please", start=start)
+
+        async def asked() -> ApprovalRequest | None:
+            state = await client.query(thread_id)
+            return next((r for r in state.approvals.values() if r.open), None)
+
+        request = await eventually(asked, "the approval request")
+        second = await client.send_message(thread_id, "how is it going?")
+        # (Before STEER_APPROVALS, the message waited for the decision: this ran out.)
+        answered = await client.reply(thread_id, second.accepted.message_id, within=SOON)
+        while_waiting = await client.message(thread_id, first.accepted.message_id)
+        still_open = await asked()
+        ran_before = deletions.ran
+        await dev_env.client.get_workflow_handle(thread_id).signal(
+            AgentRunWorkflow.approve,
+            DecisionSignal(request_id=request.request_id, reviewer="dana"),
+        )
+        replied = await client.reply(thread_id, first.accepted.message_id)
+        state = await client.query(thread_id)
+        await replays(dev_env.client.get_workflow_handle(thread_id), "thread_steered_approval")
+
+    # The message was answered while the call waited, with the call shown pending...
+    assert answered.status == "replied"
+    assert answered.reply == "re: how is it going? (pending)"
+    assert while_waiting is not None and while_waiting.status == "working"
+    # ...the request was left open, as it was, and nothing ran before the approval...
+    assert still_open is not None and still_open.request_id == request.request_id
+    assert still_open.expires_at == request.expires_at
+    assert ran_before == 0
+    # ...then the tool ran once, and the first reply came with what was said meanwhile.
+    assert deletions.ran == 1
+    assert replied.status == "replied" and replied.reply is not None
+    assert replied.reply.startswith("deleted; told: While your calls were pending")
+    assert "how is it going?" in replied.reply and "re: how is it going?" in replied.reply
+    assert state.approvals[request.request_id].status == "approved"
+    assert state.thread is not None
+    assert [(m.message_id, m.status) for m in state.thread.messages] == [
+        ("m1", "replied"),
+        ("m2", "replied"),
+    ]
