@@ -151,19 +151,24 @@ class ThreadCalls(ClientBase):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + answer_within.total_seconds()
         ended, pause = 0, BUSY_RETRY[0]
+        # A thread that exists takes a plain Update, cheaper than Update-with-Start; one not
+        # found (never started, or ended) gets the latter, which starts it or says it ended.
+        # No update id from the key: the thread's keys answer a retried send (`duplicate`).
+        plain = not first
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
-                    accepted: MessageAccepted = (
-                        await self._client.execute_update_with_start_workflow(
+                    if plain:
+                        accepted: MessageAccepted = await self._client.get_workflow_handle(
+                            thread_id
+                        ).execute_update(SEND_MESSAGE_UPDATE, send, result_type=MessageAccepted)
+                    else:
+                        accepted = await self._client.execute_update_with_start_workflow(
                             SEND_MESSAGE_UPDATE,
                             send,
                             start_workflow_operation=self._start(thread_id, run_input, task_queue),
-                            # No update id from the key: the thread's keys answer a retried
-                            # send (`duplicate`), in this run or a later one.
                             result_type=MessageAccepted,
                         )
-                    )
                 return SentMessage(thread_id, accepted)
             except WorkflowAlreadyStartedError as err:  # ended, and ids are never reused
                 raise ThreadClosed(thread_id) from err
@@ -184,6 +189,9 @@ class ThreadCalls(ClientBase):
                     continue
                 if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
+                if plain and rpc_refusal(err).code in ("unknown_run", "run_ended"):
+                    plain = False
+                    continue
                 # The update met the run as it continued as new: the next run takes it.
                 if rpc_refusal(err).code == "run_ended":
                     ended += 1
