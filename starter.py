@@ -322,6 +322,7 @@ def patch_markers() -> list[str]:
         HANDLERS_LAST,
         HARDENED,
         MID_FLIGHT_INPUT,
+        QUIET_TURNS,
         STEER_APPROVALS,
     )
 
@@ -332,6 +333,7 @@ def patch_markers() -> list[str]:
         HARDENED,
         HANDLERS_LAST,
         STEER_APPROVALS,
+        QUIET_TURNS,
     ]
 
 

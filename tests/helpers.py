@@ -41,6 +41,7 @@ from workflows.versions import (
     HANDLERS_LAST,
     HARDENED,
     MID_FLIGHT_INPUT,
+    QUIET_TURNS,
     STEER_APPROVALS,
 )
 
@@ -250,6 +251,7 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
         (
             p
             for p in (
+                QUIET_TURNS,
                 STEER_APPROVALS,
                 HANDLERS_LAST,
                 HARDENED,

@@ -38,6 +38,7 @@ from workflows.versions import (
     HANDLERS_LAST,
     HARDENED,
     MID_FLIGHT_INPUT,
+    QUIET_TURNS,
     STEER_APPROVALS,
 )
 
@@ -205,7 +206,7 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
     finally:
         await handle.terminate("the test is over")
 
-    assert described.typed_search_attributes.get(CHANGE_VERSION) == [STEER_APPROVALS]
+    assert described.typed_search_attributes.get(CHANGE_VERSION) == [QUIET_TURNS]
 
 
 async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
@@ -221,13 +222,14 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "open agent runs: 5"
-    assert [line.split()[:3] for line in lines[3:9]] == [
+    assert [line.split()[:3] for line in lines[3:10]] == [
         [EXACTLY_ONCE, "0", "2"],
         [CHECKPOINT_POLICY, "1", "2"],
         [MID_FLIGHT_INPUT, "0", "3"],
         [HARDENED, "0", "3"],
         [HANDLERS_LAST, "0", "3"],
-        [STEER_APPROVALS, "2", "3"],
+        [STEER_APPROVALS, "0", "3"],
+        [QUIET_TURNS, "2", "3"],
     ]
     assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
         [on_ours, "1", "1"],
@@ -242,7 +244,8 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
         {"marker": MID_FLIGHT_INPUT, "recorded": 0, "without": 3},
         {"marker": HARDENED, "recorded": 0, "without": 3},
         {"marker": HANDLERS_LAST, "recorded": 0, "without": 3},
-        {"marker": STEER_APPROVALS, "recorded": 2, "without": 3},
+        {"marker": STEER_APPROVALS, "recorded": 0, "without": 3},
+        {"marker": QUIET_TURNS, "recorded": 2, "without": 3},
     ]
     mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
     assert mine == [

@@ -44,6 +44,8 @@ class StatusBoard:
 
     def set_status(self, status: RunStatus) -> None:
         self._state.status = status
+        if self._quiet() and status == "running":
+            return  # a thread at work shows what it shows idle (see `_shown`)
         # AgentStatus filters the Web UI's list; skip the upsert (a history event) when the
         # value is already set.
         if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:
@@ -84,7 +86,11 @@ class StatusBoard:
     def show(self) -> None:
         """Bring status, search attributes and the Web UI's details up to date."""
         kind, details = self._waiting_for()
-        self.set_status("waiting" if self._waits else "running")
+        status: RunStatus = "waiting" if self._waits else "running"
+        if self._versions.quiet_turns:  # with the other attributes, in one upsert
+            self._state.status = status
+        else:
+            self.set_status(status)
         pending = [op for op in self._state.operations.values() if not op.terminal]
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
         deadlines = [op.expires_at for op in pending]
@@ -96,6 +102,10 @@ class StatusBoard:
         expires = min(deadlines) if self._waits and deadlines else None
         current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []
+        if self._versions.quiet_turns:
+            shown_status, kind = self._shown(status, kind)
+            if current.get(AGENT_STATUS) != shown_status:
+                updates.append(AGENT_STATUS.value_set(shown_status))
         if current.get(WAITING_FOR) != kind:
             updates.append(WAITING_FOR.value_set(kind))
         if current.get(PENDING_OPERATIONS) != len(pending):
@@ -107,6 +117,20 @@ class StatusBoard:
         if updates:
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(details)
+
+    def _quiet(self) -> bool:
+        """Whether the run is a thread of QUIET_TURNS on."""
+        return self._versions.quiet_turns and self._state.thread is not None
+
+    def _shown(self, status: RunStatus, kind: str) -> tuple[RunStatus, str]:
+        """The AgentStatus and WaitingFor the search attributes show (from QUIET_TURNS on). A
+        thread answering a message in a turn that waits for nothing else shows what it shows
+        idle, `waiting` for a `message`: a turn takes seconds, and a visibility write per
+        message would cost each message more than the rest of its way to the model. What a
+        turn waits for besides (an approval, a webhook, a question) is shown as it begins."""
+        if self._quiet() and kind in ("none", "message"):
+            return "waiting", "message"
+        return status, kind
 
     def _deadline(self, wait: ApprovalRequest | InputRequest) -> datetime:
         """When a person's wait ends for good. From HARDENED on, that of an escalating wait's

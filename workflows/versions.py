@@ -38,9 +38,14 @@ HANDLERS_LAST = "agent-run-6"
 # for a person's decision is answered at once, in a model call of its own, and the wait goes
 # on (workflows/asides.py); before, it waited for the decision.
 STEER_APPROVALS = "agent-run-7"
+# Quiet turns: a thread's search attributes stay as they are while it answers a message in a
+# turn that waits for nothing else (it shows `waiting` for a `message`, idle or answering), and
+# a run changes AgentStatus with its other attributes in one upsert: no visibility write per
+# message, whose cost was most of what a message waited for beyond the floor (figure 6).
+QUIET_TURNS = "agent-run-8"
 # The markers whose runs the worker's runner gives handlers after resolutions: this one and
 # every newer one (a run records only its newest).
-HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST, STEER_APPROVALS})
+HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST, STEER_APPROVALS, QUIET_TURNS})
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,22 @@ class Versions:
     hardened: bool = False
     handlers_last: bool = False
     steer_approvals: bool = False
+    quiet_turns: bool = False
 
     @classmethod
     def of_this_run(cls) -> Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
+        if workflow.patched(QUIET_TURNS):
+            return cls(
+                exactly_once=True,
+                checkpoint_policy=True,
+                mid_flight_input=True,
+                hardened=True,
+                handlers_last=True,
+                steer_approvals=True,
+                quiet_turns=True,
+            )
         if workflow.patched(STEER_APPROVALS):
             return cls(
                 exactly_once=True,

@@ -30,6 +30,7 @@ from waitstate.schemas.threads import (
     ThreadSettings,
 )
 from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 from workflows.thread import MESSAGES_PER_RUN
 
 APP = "tests.workflows.threads_app:app"
@@ -216,6 +217,34 @@ async def test_a_burst_of_messages_past_the_cap_on_updates_in_flight_is_taken_wh
 
     assert len({s.accepted.message_id for s in sent}) == burst - 1
     assert state.thread is not None and state.thread.received == burst
+
+
+async def test_a_threads_turns_write_no_search_attribute_of_their_own(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # From QUIET_TURNS on, a message answered in a turn that waits for nothing else leaves the
+    # thread's search attributes as they are (`waiting` for a `message`): no upsert, no
+    # visibility write, per message. `status` still says what it does.
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(model="scripted:chat-echo")
+    handle = dev_env.client.get_workflow_handle("thread-quiet")
+
+    async def upserts() -> int:
+        kinds = [event.event_type async for event in handle.fetch_history_events()]
+        return kinds.count(EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
+
+    counted = []
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        for n in range(5):
+            sent = await client.send_message("thread-quiet", f"hello {n}", start=start)
+            await client.reply("thread-quiet", sent.accepted.message_id)
+            counted.append(await upserts())
+        described = await handle.describe()
+        await replays(handle, "thread_quiet_turns")
+
+    assert counted == [counted[0]] * 5, counted
+    attributes = described.typed_search_attributes
+    assert (attributes.get(AGENT_STATUS), attributes.get(WAITING_FOR)) == ("waiting", "message")
 
 
 async def test_a_closed_thread_refuses_a_message_and_starts_nothing(
