@@ -151,11 +151,27 @@ def deleter(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mes
     if last.role == "tool":
         return Message(role="assistant", content=f"deleted: {last.content}")
     if messages[-2].role == "tool" and messages[-2].content.startswith("pending"):
-        pending = [m.content.split(":")[0] for m in messages if m.role == "tool"]
+        results = []  # the results of the last tool calls, before the message
+        for m in reversed(messages[:-1]):
+            if m.role != "tool":
+                break
+            results.append(m)
+        pending = [m.content.split(":")[0] for m in reversed(results)]
         return Message(role="assistant", content=f"re: {last.content} ({', '.join(pending)})")
     if messages[-2].role == "tool":  # the result, then what was said meanwhile
         return Message(role="assistant", content=f"deleted; told: {last.content}")
     return Message(role="assistant", content=f"re: {last.content}")
+
+
+def export_then_delete(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """`exporter("handle")` and `deleter` in one: starts the export or the deletion when
+    asked, and answers as each of them does."""
+    last = messages[-1]
+    if last.content == "export please" or (last.role == "tool" and last.name != "delete_records"):
+        return exporter("handle")(messages, tools)
+    if last.content.startswith("Operation update"):
+        return exporter("handle")(messages, tools)
+    return deleter(messages, tools)
 
 
 app = App(
@@ -165,5 +181,6 @@ app = App(
         "export-await": exporter("await"),
         "export-asks": exporter("asks"),
         "deleter": deleter,
+        "export-delete": export_then_delete,
     },
 )

@@ -177,3 +177,50 @@ async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wai
         ("m1", "replied"),
         ("m2", "replied"),
     ]
+
+
+async def test_a_message_during_an_approval_wait_of_an_aside_turn_is_answered_too(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """Asides nest: the first message's turn waits for an export; the second is answered aside
+    and its call waits for an approval; the third, sent then, is answered at once. Each reply
+    comes once its own wait ends: the second's with the approval, the first's with the job."""
+    exports, deletions = steering_app.EXPORTS, steering_app.DELETIONS
+    exports.__init__()  # type: ignore[misc]  # a fresh job system for this test
+    deletions.__init__()  # type: ignore[misc]
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    thread_id = f"thread-steer-nested-{task_queue[-8:]}"
+    start = thread_input(model="scripted:export-delete").model_copy(
+        update={"tools": ["start_export_handle", "delete_records"]}
+    )
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        first = await client.send_message(thread_id, "export please", start=start)
+
+        async def job_running() -> bool:
+            state = await client.query(thread_id)
+            return any(op.status == "running" for op in state.operations.values())
+
+        async def asked() -> ApprovalRequest | None:
+            state = await client.query(thread_id)
+            return next((r for r in state.approvals.values() if r.open), None)
+
+        await eventually(job_running, "the export job running")
+        second = await client.send_message(thread_id, "delete please")
+        request = await eventually(asked, "the deletion's approval request")
+        third = await client.send_message(thread_id, "how is it going?")
+        answered = await client.reply(thread_id, third.accepted.message_id, within=SOON)
+        waiting = [await client.message(thread_id, m.accepted.message_id) for m in (first, second)]
+        await dev_env.client.get_workflow_handle(thread_id).signal(
+            AgentRunWorkflow.approve,
+            DecisionSignal(request_id=request.request_id, reviewer="dana"),
+        )
+        deleted = await client.reply(thread_id, second.accepted.message_id, within=SOON)
+        exports.done = True
+        exported = await client.reply(thread_id, first.accepted.message_id, within=SOON)
+        await replays(dev_env.client.get_workflow_handle(thread_id), "thread_steered_nested")
+
+    assert (answered.status, answered.reply) == ("replied", "re: how is it going? (pending)")
+    assert [m.status if m else None for m in waiting] == ["working", "working"]
+    assert deleted.reply is not None and deleted.reply.startswith("deleted; told: While")
+    assert (exported.status, exported.reply) == ("replied", "export done")
+    assert (exports.started, deletions.ran) == (1, 1)
