@@ -39,6 +39,8 @@ PENDING = "pending: this call has not finished; its result comes once it has."
 TOLD = (
     "While your calls were pending, the person wrote ({message_id}): {text}\nYou answered: {reply}"
 )
+# How much of a message and of its reply the model is told, once the turn's results are in.
+TOLD_CHARS = 4000
 # A reply when the model answered the aside with tool calls only (it was asked not to).
 NO_WORDS = "(working on it: waiting for approval of {tool}; the answer comes once it is decided)"
 
@@ -78,37 +80,8 @@ class ApprovalAsides:
         """Answer the next queued message now: the model sees the turn's calls pending (this
         one for `request`), then the message."""
         message = self._thread.take_aside(during=f"the approval of {request.tool}", keep=False)
-        pending = [
-            Message(
-                role="tool",
-                tool_call_id=c.id,
-                name=c.name,
-                content=self._pending(c, request),
-            )
-            for c in self._calls
-        ]
-        response = await call(
-            CALL_MODEL,
-            ModelCallInput(
-                model=self._input.model,
-                system_prompt=self._input.system_prompt,
-                transcript_ref=self._memory.transcript_ref,
-                new_messages=[
-                    *self._memory.unsent,
-                    *pending,
-                    Message(role="user", content=message.text),
-                ],
-                tools=self._tools,
-                agent=self._input.agent,
-                mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
-                outages_waited_out=True,
-            ),
-            result_type=ModelResponse,
-            summary=f"model {self._input.model}: message {message.message_id} aside",
-            start_to_close_timeout=self._input.model_timeout,
-            retry_policy=MODEL_RETRY,
-        )
         try:
+            response = await self._ask(message.message_id, message.text, request)
             if isinstance(response, Failed):
                 self._thread.replied(None, "failed", response.reason)
                 return
@@ -116,11 +89,42 @@ class ApprovalAsides:
             reply = response.message.content or NO_WORDS.format(tool=request.tool)
             ledger.step(self._state, "model", self._input.model, ledger.preview(reply))
             self._told.append(
-                TOLD.format(message_id=message.message_id, text=message.text, reply=reply)
+                TOLD.format(
+                    message_id=message.message_id,
+                    text=ledger.cut(message.text, TOLD_CHARS),
+                    reply=ledger.cut(reply, TOLD_CHARS),
+                )
             )
             self._thread.replied(reply)
         finally:
             self._thread.end_aside()
+
+    async def _ask(
+        self, message_id: str, text: str, request: ApprovalRequest
+    ) -> ModelResponse | Failed:
+        """The model call of an aside: the transcript, the turn's calls pending, the message.
+        Its new transcript is left behind (see the module's docstring)."""
+        pending = [
+            Message(role="tool", tool_call_id=c.id, name=c.name, content=self._pending(c, request))
+            for c in self._calls
+        ]
+        return await call(
+            CALL_MODEL,
+            ModelCallInput(
+                model=self._input.model,
+                system_prompt=self._input.system_prompt,
+                transcript_ref=self._memory.transcript_ref,
+                new_messages=[*self._memory.unsent, *pending, Message(role="user", content=text)],
+                tools=self._tools,
+                agent=self._input.agent,
+                mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
+                outages_waited_out=True,
+            ),
+            result_type=ModelResponse,
+            summary=f"model {self._input.model}: message {message_id} aside",
+            start_to_close_timeout=self._input.model_timeout,
+            retry_policy=MODEL_RETRY,
+        )
 
     def told(self) -> list[Message]:
         """What was said while the turn's calls were pending (once, after their results)."""
