@@ -315,26 +315,10 @@ def worker_workflows() -> list[type]:
 
 def patch_markers() -> list[str]:
     """The patch markers the worker's workflows check for, oldest first, which `versions`
-    counts runs by (a new one is added here too: tests/test_versions_doc.py checks it)."""
-    from workflows.versions import (
-        CHECKPOINT_POLICY,
-        EXACTLY_ONCE,
-        HANDLERS_LAST,
-        HARDENED,
-        MID_FLIGHT_INPUT,
-        QUIET_TURNS,
-        STEER_APPROVALS,
-    )
+    counts runs by (`workflows.versions.MARKERS`; tests/test_versions_doc.py checks the docs list them)."""
+    from workflows.versions import MARKERS
 
-    return [
-        EXACTLY_ONCE,
-        CHECKPOINT_POLICY,
-        MID_FLIGHT_INPUT,
-        HARDENED,
-        HANDLERS_LAST,
-        STEER_APPROVALS,
-        QUIET_TURNS,
-    ]
+    return list(MARKERS)
 
 
 if __name__ == "__main__":

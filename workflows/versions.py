@@ -8,6 +8,7 @@ new one. Each flag is read once, when the run's workflow object is built.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -43,6 +44,16 @@ STEER_APPROVALS = "agent-run-7"
 # a run changes AgentStatus with its other attributes in one upsert: no visibility write per
 # message, whose cost was most of what a message waited for beyond the floor (figure 6).
 QUIET_TURNS = "agent-run-8"
+# Every marker, oldest first: a run of one has its behaviour and every earlier one's.
+MARKERS = (
+    EXACTLY_ONCE,
+    CHECKPOINT_POLICY,
+    MID_FLIGHT_INPUT,
+    HARDENED,
+    HANDLERS_LAST,
+    STEER_APPROVALS,
+    QUIET_TURNS,
+)
 # The markers whose runs the worker's runner gives handlers after resolutions: this one and
 # every newer one (a run records only its newest).
 HANDLERS_LAST_MARKERS = frozenset({HANDLERS_LAST, STEER_APPROVALS, QUIET_TURNS})
@@ -65,41 +76,26 @@ class Versions:
         """Read the run's patch markers; a new run records only the newest (each marker costs
         its history an event and a search-attribute upsert), which implies every earlier one."""
         if workflow.patched(QUIET_TURNS):
-            return cls(
-                exactly_once=True,
-                checkpoint_policy=True,
-                mid_flight_input=True,
-                hardened=True,
-                handlers_last=True,
-                steer_approvals=True,
-                quiet_turns=True,
-            )
+            return cls.through(QUIET_TURNS)
         if workflow.patched(STEER_APPROVALS):
-            return cls(
-                exactly_once=True,
-                checkpoint_policy=True,
-                mid_flight_input=True,
-                hardened=True,
-                handlers_last=True,
-                steer_approvals=True,
-            )
+            return cls.through(STEER_APPROVALS)
         if workflow.patched(HANDLERS_LAST):
-            return cls(
-                exactly_once=True,
-                checkpoint_policy=True,
-                mid_flight_input=True,
-                hardened=True,
-                handlers_last=True,
-            )
+            return cls.through(HANDLERS_LAST)
         if workflow.patched(HARDENED):
-            return cls(
-                exactly_once=True, checkpoint_policy=True, mid_flight_input=True, hardened=True
-            )
+            return cls.through(HARDENED)
         if workflow.patched(MID_FLIGHT_INPUT):
-            return cls(exactly_once=True, checkpoint_policy=True, mid_flight_input=True)
+            return cls.through(MID_FLIGHT_INPUT)
         if workflow.patched(CHECKPOINT_POLICY):
-            return cls(exactly_once=True, checkpoint_policy=True)
+            return cls.through(CHECKPOINT_POLICY)
         return cls(exactly_once=workflow.patched(EXACTLY_ONCE), checkpoint_policy=False)
+
+    @classmethod
+    def through(cls, marker: str) -> Versions:
+        """The behaviours of a run of `marker`: its own and every earlier marker's (the flags
+        are in the order of `MARKERS`)."""
+        newest = MARKERS.index(marker)
+        names = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{name: index <= newest for index, name in enumerate(names)})
 
     def nonce(self) -> str:
         """A fresh nonce for a token or a link (runs from EXACTLY_ONCE on choose their own):
