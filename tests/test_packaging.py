@@ -78,7 +78,6 @@ if __name__ == "__main__":
 # ... and a script of theirs that runs an agent with the installed waitstate: argv is the
 # task, its tools and the run's id; it prints what it saw as one JSON object.
 USER_AGENT = """
-import asyncio
 import json
 import sys
 
@@ -104,7 +103,7 @@ async def main() -> None:
     }))
 
 
-asyncio.run(main())
+waitstate.run_program(main())  # not asyncio.run: the interpreter's teardown can abort a client
 """
 
 # Where the project's interpreter finds waitstate, from the project (as `-m waitstate.gateway`).

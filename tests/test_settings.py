@@ -1,7 +1,10 @@
-"""Settings read from explicit environments, and how model specs resolve to providers."""
+"""Settings read from explicit environments, how model specs resolve to providers, and how a
+client program ends."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -194,3 +197,25 @@ def test_a_malformed_operator_key_or_token_lifetime_is_named(
     with pytest.raises(ValueError, match=says) as refused:
         Settings.from_env(env)
     assert "tiny-secret" not in str(refused.value)  # a secret is never repeated
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("body", "code", "says"),
+    [
+        ("print('done', end='')", 0, ""),
+        ("print('done', end=''); return 3", 3, ""),
+        ("print('done', end=''); raise LookupError('no such run')", 1, "LookupError: no such run"),
+    ],
+)
+def test_a_program_run_by_run_program_exits_with_what_main_returned_and_its_output_written(
+    body: str, code: int, says: str
+) -> None:
+    program = (
+        f"import waitstate\n\nasync def main():\n    {body}\n\nwaitstate.run_program(main())\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert (ended.returncode, ended.stdout) == (code, "done")
+    assert says in ended.stderr

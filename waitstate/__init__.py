@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from waitstate.schemas.operations import Completion, CompletionMode, OperationError, ResultMode
     from waitstate.schemas.questions import InputPolicy, Question
     from waitstate.schemas.run import RunInput, RunResult, RunState
+    from waitstate.settings import run_program
     from waitstate.tools.function import RunContext, tool
     from waitstate.tools.spec import (
         AnswersQuestions,
@@ -73,6 +74,7 @@ _EXPORTS = {
     "StartContext": "waitstate.tools.spec",
     "ToolError": "waitstate.tools.spec",
     "ToolSpec": "waitstate.tools.spec",
+    "run_program": "waitstate.settings",
 }
 
 __all__ = [
@@ -109,6 +111,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "WaitstateClient",
+    "run_program",
     "tool",
 ]
 

@@ -5,15 +5,17 @@ Run behaviour (model, tools, max turns, timeouts) travels in each run's input, n
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import sys
-from collections.abc import Mapping
+import traceback
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
@@ -338,6 +340,31 @@ async def connect(settings: Settings | None = None, runtime: Runtime | None = No
     config.setdefault("target_host", settings.temporal_address)
     config.setdefault("namespace", settings.namespace)
     return await Client.connect(**config, data_converter=DATA_CONVERTER, runtime=runtime)
+
+
+def run_program(main: Coroutine[Any, Any, int | None]) -> NoReturn:
+    """Run a program's `main()` coroutine, as `asyncio.run` does, then end the process with
+    `exit_process`: its return value is the exit code (None is 0), an uncaught error prints its
+    traceback and exits 1, Ctrl-C exits 130.
+
+    A program that uses a Temporal client (a `WaitstateClient`) should end this way rather than
+    by returning from `asyncio.run`: the interpreter's teardown can otherwise abort a run that
+    did all its work (temporalio/sdk-python#300).
+
+        async def main() -> None:
+            client = await WaitstateClient.connect()
+            ...
+
+        run_program(main())
+    """
+    try:
+        code = asyncio.run(main) or 0
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:  # a program's own error: its traceback, as Python prints it
+        traceback.print_exc()
+        code = 1
+    exit_process(code)
 
 
 def exit_process(code: int) -> NoReturn:
