@@ -167,6 +167,8 @@ def test_the_document_lists_the_routes_and_only_them(doc: dict[str, Any]) -> Non
     assert {path: set(operations) for path, operations in doc["paths"].items()} == {
         **{route.path: {"post"} for route in ROUTES},
         **{route.path: {route.method} for route in THREAD_ROUTES},
+        "/v1/runs/{run_id}/events": {"get"},
+        "/v1/runs/{run_id}/view-link": {"post"},
         "/healthz": {"get"},
     }
     assert doc["info"]["title"] == "waitstate gateway"
@@ -313,6 +315,37 @@ def test_every_thread_route_documents_its_credential_body_answer_and_refusals(
         route.bearer_format,
     )
     assert scheme["description"]
+
+
+def test_a_runs_events_are_documented_as_a_stream_of_run_events_with_where_to_resume(
+    doc: dict[str, Any],
+) -> None:
+    operation = doc["paths"]["/v1/runs/{run_id}/events"]["get"]
+    link = doc["paths"]["/v1/runs/{run_id}/view-link"]["post"]
+    streamed = operation["responses"]["200"]["content"]
+    parameters = {(p["in"], p["name"]) for p in operation["parameters"]}
+
+    assert (operation["operationId"], link["operationId"]) == ("run_events", "view_link")
+    assert streamed == {"text/event-stream": {"schema": {"$ref": "#/components/schemas/RunEvent"}}}
+    assert set(doc["components"]["schemas"]["RunEvent"]["properties"]) == {
+        "id",
+        "kind",
+        "at",
+        "summary",
+        "detail",
+    }
+    assert parameters == {
+        ("path", "run_id"),
+        ("query", "token"),
+        ("query", "after"),
+        ("header", "last-event-id"),
+    }
+    assert {"204", "400", "401", "404", "410", "503"} <= set(operation["responses"])
+    assert operation["security"] == [{"ViewToken": []}]
+    assert link["security"] == [{"OperatorKey": []}]
+    assert link["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ViewLink"
+    }
 
 
 def test_a_read_documents_how_long_it_may_wait(doc: dict[str, Any]) -> None:

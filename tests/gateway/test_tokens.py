@@ -17,6 +17,7 @@ from waitstate.gateway.tokens import (
     ResumeClaims,
     ResumeTokens,
     ThreadClaims,
+    ViewClaims,
     approval_subject,
     nonce_hash,
 )
@@ -309,3 +310,54 @@ def test_a_thread_token_needs_an_aware_expiry_and_a_thread() -> None:
         tokens().mint_thread("thread-a", datetime(2030, 1, 1))
     with pytest.raises(ValueError):
         tokens().mint_thread("", EXPIRES)
+
+
+# --- view tokens -----------------------------------------------------------------------------
+
+
+def test_a_view_token_round_trips_to_its_run() -> None:
+    token = tokens().mint_view("run-a", EXPIRES)
+
+    assert tokens().verify_view(token, now=NOW) == ViewClaims(
+        run_id="run-a", expires_at=EXPIRES, key_id="k1"
+    )
+
+
+def test_a_view_token_is_no_other_kind_and_no_other_kind_is_one() -> None:
+    view = tokens().mint_view("run-a", EXPIRES)
+    others = [
+        tokens().mint_thread("run-a", EXPIRES),
+        tokens().mint("run-a", "op_1", EXPIRES).token,
+        tokens().mint("run-a", approval_subject("apr_1"), EXPIRES).token,
+    ]
+
+    with pytest.raises(InvalidToken, match="not a resume token"):
+        tokens().verify(view, now=NOW)
+    with pytest.raises(InvalidToken, match="not a thread token"):
+        tokens().verify_thread(view, now=NOW)
+    for other in others:
+        with pytest.raises(InvalidToken, match="not a view token"):
+            tokens().verify_view(other, now=NOW)
+    # Its claims under a thread token's label, or under another scope, are refused.
+    with pytest.raises(InvalidToken, match="signature"):
+        tokens().verify_view(_resigned(view, OLD, b"waitstate thread token\x00"), now=NOW)
+    admin = _resigned(view, OLD, b"waitstate view token\x00", scope="admin")
+    with pytest.raises(InvalidToken, match="not a view token"):
+        tokens().verify_view(admin, now=NOW)
+
+
+def test_a_view_token_for_another_run_cannot_be_made_from_one_and_it_expires() -> None:
+    token = tokens().mint_view("run-a", EXPIRES)
+    payload, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["run"] = "run-b"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    with pytest.raises(InvalidToken, match="signature"):
+        tokens().verify_view(f"{forged}.{signature}", now=NOW)
+    with pytest.raises(ExpiredToken):
+        tokens().verify_view(token, now=EXPIRES)
+    with pytest.raises(ValueError):
+        tokens().mint_view("", EXPIRES)
+    with pytest.raises(ValueError):
+        tokens().mint_view("run-a", datetime(2030, 1, 1))

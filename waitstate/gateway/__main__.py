@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.events import EventDesk
 from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.redaction import RedactTokens
 from waitstate.gateway.threads import ThreadDesk
@@ -31,7 +32,16 @@ log = logging.getLogger("waitstate.gateway")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, announcing itself once its socket is bound (scripts wait for it)."""
+    """uvicorn's server, announcing itself once its socket is bound (scripts wait for it), and
+    ending its event streams when it stops (uvicorn waits for open responses to end)."""
+
+    def __init__(self, config: uvicorn.Config, events: EventDesk) -> None:
+        super().__init__(config)
+        self._events = events
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._events.closing.set()
+        await super().shutdown(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -69,7 +79,10 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     threads = ThreadDesk.from_settings(client, settings)
     if not settings.operator_keys:
         log.info("no operator key (WAITSTATE_OPERATOR_KEYS): the gateway starts no threads")
-    app = create_app(TemporalDeliverer(client), tokens, threads=threads, registry=registry)
+    events = EventDesk.from_settings(client, tokens, settings)
+    app = create_app(
+        TemporalDeliverer(client), tokens, threads=threads, events=events, registry=registry
+    )
     config = uvicorn.Config(
         app, host=settings.gateway_host, port=settings.gateway_port, log_level="info"
     )
@@ -81,7 +94,7 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     if settings.run_counts_seconds > 0:
         counting = asyncio.create_task(RunCounts(client, registry).run(settings.run_counts_seconds))
     try:
-        await _Server(config).serve()
+        await _Server(config, events).serve()
     finally:
         if counting is not None:
             counting.cancel()

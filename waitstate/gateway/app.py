@@ -6,6 +6,7 @@ approval requests, answer the questions operations' jobs ask, and talk in thread
     POST /v1/questions/{question_id}/answer          routes/questions.py
     POST /v1/threads, .../{thread_id}/messages       routes/threads.py
     GET  /v1/threads/{thread_id}[/messages/{id}]     routes/threads.py
+    GET  /v1/runs/{run_id}/events, POST .../view-link routes/events.py
     GET  /healthz, GET /metrics                      routes/health.py
 
 Every route does the same around its delivery (`gate`): it admits the request (body size,
@@ -24,6 +25,7 @@ from pydantic import BaseModel
 
 from waitstate.gateway import refusals
 from waitstate.gateway.delivery import Deliverer
+from waitstate.gateway.events import EventDesk, RunEvent
 from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
 from waitstate.gateway.threads import MessageBody, ThreadDesk, ThreadStart
@@ -44,13 +46,15 @@ _HAND_READ_BODIES: tuple[type[BaseModel], ...] = (
     ThreadStart,
     MessageBody,
 )
+# What a route answers in a form FastAPI does not describe (an event stream's events).
+_STREAMED: tuple[type[BaseModel], ...] = (RunEvent,)
 
 
 class _GatewayAPI(FastAPI):
     def openapi(self) -> dict[str, Any]:
         schema = super().openapi()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in _HAND_READ_BODIES:
+        for model in (*_HAND_READ_BODIES, *_STREAMED):
             if model.__name__ not in components:
                 body = model.model_json_schema(ref_template=SCHEMA_REF)
                 components.update(body.pop("$defs", {}))
@@ -63,6 +67,7 @@ def create_app(
     tokens: ResumeTokens,
     *,
     threads: ThreadDesk | None = None,
+    events: EventDesk | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     registry: CollectorRegistry | None = None,
 ) -> FastAPI:
@@ -74,6 +79,8 @@ def create_app(
         tokens: Verifies resume tokens, and mints and verifies thread tokens.
         threads: Starts threads and sends them people's messages (`ThreadDesk.from_settings`
             in production); None: the thread routes answer 404 `threads_disabled`.
+        events: Reads runs' events for their streams (`EventDesk.from_settings` in
+            production); None: the event routes answer 404 `events_disabled`.
         max_body_bytes: Larger bodies are refused with 413 before they are parsed.
         registry: Where its metrics go, served at /metrics (others may share it: the fleet's
             run counts); a registry of its own by default.
@@ -88,7 +95,7 @@ def create_app(
     # A registry per app: two gateways in one process (tests) keep their own counts.
     registry = registry if registry is not None else CollectorRegistry()
     refusals.install(app, registry)
-    app.state.gate = Gate.create(deliverer, tokens, max_body_bytes, registry, threads)
+    app.state.gate = Gate.create(deliverer, tokens, max_body_bytes, registry, threads, events)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -29,6 +29,7 @@ from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, R
 from waitstate.schemas.operations import non_finite_at
 
 if TYPE_CHECKING:
+    from waitstate.gateway.events import EventDesk
     from waitstate.gateway.threads import ThreadDesk
 
 log = logging.getLogger(REQUEST_LOG)
@@ -77,6 +78,8 @@ class Gate:
     accepted: Counter
     # What the thread routes send messages with; None: this gateway serves no threads.
     threads: ThreadDesk | None = None
+    # What the event routes read runs' events with; None: this gateway streams no events.
+    events: EventDesk | None = None
 
     @classmethod
     def create(
@@ -86,6 +89,7 @@ class Gate:
         max_body_bytes: int,
         registry: CollectorRegistry,
         threads: ThreadDesk | None = None,
+        events: EventDesk | None = None,
     ) -> Gate:
         """A gate whose count of deliveries goes to `registry`."""
         accepted = Counter(
@@ -94,7 +98,7 @@ class Gate:
             ["endpoint"],
             registry=registry,
         )
-        return cls(deliverer, tokens, max_body_bytes, registry, accepted, threads)
+        return cls(deliverer, tokens, max_body_bytes, registry, accepted, threads, events)
 
     async def admit(
         self,

@@ -1,13 +1,15 @@
 """Resume tokens: what an external system presents to the gateway to complete one operation,
-and what an approval link carries to decide one request (its subject: `approval_subject`); and
-thread tokens: what a person's client presents to talk in one thread.
+and what an approval link carries to decide one request (its subject: `approval_subject`);
+thread tokens: what a person's client presents to talk in one thread; and view tokens: what a
+run's view link carries to follow its events, and nothing else.
 
 A token is `base64url(canonical JSON claims) + "." + base64url(HMAC-SHA256(secret, payload))`.
 A resume token's claims are the run, the operation, a nonce, the expiry and the id of the key
 that signed it, so keys can rotate: the gateway accepts every configured key and signs with one.
 A thread token's are the thread, its scope (`thread`), the expiry and the key id, and its MAC
 covers a label before the payload: the two kinds share the keys, but neither is ever taken for
-the other (their claims differ, and so would their MACs over the same payload).
+the other (their claims differ, and so would their MACs over the same payload). A view token
+is a thread token's kind with the run for the thread, its scope `view`, and a label of its own.
 
 Stdlib only: activities mint tokens, the gateway verifies them, and neither needs more.
 """
@@ -41,6 +43,9 @@ _THREAD_CLAIM_NAMES = frozenset({"thread", "scope", "exp", "kid"})
 THREAD_SCOPE = "thread"
 # What a thread token's MAC covers before its payload (which is base64url, so has no NUL).
 _THREAD_LABEL = b"waitstate thread token\x00"
+_VIEW_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
+VIEW_SCOPE = "view"
+_VIEW_LABEL = b"waitstate view token\x00"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,15 @@ class ThreadClaims:
     """What a verified thread token says: which thread it may talk in, until when."""
 
     thread_id: str
+    expires_at: datetime
+    key_id: str
+
+
+@dataclass(frozen=True)
+class ViewClaims:
+    """What a verified view token says: which run's events it may read, until when."""
+
+    run_id: str
     expires_at: datetime
     key_id: str
 
@@ -226,6 +240,40 @@ class ResumeTokens:
         if claims["scope"] != THREAD_SCOPE or not claims["thread"]:
             raise InvalidToken("not a thread token")
         return ThreadClaims(thread_id=claims["thread"], expires_at=expires_at, key_id=claims["kid"])
+
+    def mint_view(self, run_id: str, expires_at: datetime) -> str:
+        """A view token: it allows reading the events of the run `run_id` (and of the runs it
+        continues as), and nothing else, until `expires_at` (timezone-aware). It may travel in
+        a link's query string, as a browser's event stream cannot send a header.
+
+        Raises:
+            ValueError: `expires_at` is naive, or `run_id` is empty.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        if not run_id:
+            raise ValueError("a view token names a run")
+        claims = {
+            "run": run_id,
+            "scope": VIEW_SCOPE,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": self._signing_key_id,
+        }
+        return self._sign(claims, _VIEW_LABEL)
+
+    def verify_view(self, token: str, now: datetime | None = None) -> ViewClaims:
+        """The claims of a view token this gateway's keys signed and that has not expired.
+
+        Raises:
+            InvalidToken: malformed, unknown key id, bad signature, or not a view token (a
+                resume or thread token among them).
+            ExpiredToken: the signature is valid but `now` (default: the current time) is at
+                or past `expires_at`.
+        """
+        claims, expires_at = self._open(token, _VIEW_CLAIM_NAMES, _VIEW_LABEL, "view token", now)
+        if claims["scope"] != VIEW_SCOPE or not claims["run"]:
+            raise InvalidToken("not a view token")
+        return ViewClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
 
     def _sign(self, claims: Mapping[str, str], label: bytes) -> str:
         secret = self._keys[self._signing_key_id]

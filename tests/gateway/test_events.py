@@ -1,0 +1,339 @@
+"""A run's events over HTTP, end to end: the real gateway app served over HTTP with its event
+desk, the dev server, a worker with the production wiring, and the demo systems (the export
+service never finishes its jobs on its own: the test reports on them through the gateway).
+
+A view link follows one run as it goes, from its start to its end, and nothing else; a reader
+that lost its connection resumes after the last event it had, and is told (204) when there is
+nothing more to come. Every refusal is the gateway's error shape with its code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.refunds import refund_tools
+from examples.systems import DemoSystems, serving
+from examples.systems import create_app as systems_app
+from tests.helpers import eventually, make_worker
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
+from waitstate.gateway.app import create_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.events import EventDesk, RunEvents
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult
+from waitstate.settings import Settings
+from workflows.agent_run import AgentRunWorkflow
+
+KEYS = {"events": "e" * 40}
+OPERATOR = "operator-key-0123456789abcdef0123456789"
+WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
+
+
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event as a reader gets it."""
+
+    id: str
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Rig:
+    client: Client
+    http: httpx.AsyncClient
+    gateway_url: str
+    systems: DemoSystems
+    systems_url: str
+    tokens: ResumeTokens
+    task_queue: str
+
+    def worker(self) -> Any:
+        settings = Settings(
+            gateway_url=self.gateway_url,
+            demo_systems_url=self.systems_url,
+            token_keys=KEYS,
+            token_signing_key="events",
+        )
+        tools = [
+            *demo_tools(),
+            export_tool(ExportService(self.http, self.systems_url)),
+            *compliance_tools(self.http, self.systems_url),
+            *refund_tools(self.http, self.systems_url),
+        ]
+        return make_worker(
+            self.client, self.task_queue, tools=tools, settings=settings, tokens=self.tokens
+        )
+
+    async def start(self, task: str, tools: list[str]) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=tools),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def view_link(self, run_id: str) -> dict[str, Any]:
+        response = await self.http.post(
+            f"{self.gateway_url}/v1/runs/{run_id}/view-link",
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+        )
+        assert response.status_code == 200, response.text
+        link: dict[str, Any] = response.json()
+        return link
+
+    def events(
+        self, url: str, *, headers: dict[str, str] | None = None
+    ) -> Any:  # an async context manager of the streaming response
+        return self.http.stream("GET", url, headers=headers or {})
+
+
+class _Reader:
+    """The events of one SSE response, read as they come, in as many takes as a test needs."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._lines = response.aiter_lines()
+
+    async def take(self, until: Callable[[Event], bool] | None = None) -> list[Event]:
+        """The events up to the first `until` is true of (included), or to the stream's end."""
+        taken: list[Event] = []
+        fields: dict[str, str] = {}
+        async with asyncio.timeout(WITHIN):
+            async for line in self._lines:
+                if line.startswith(":"):
+                    continue
+                if line:
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+                    continue
+                if "data" in fields:
+                    taken.append(Event(fields["id"], fields["event"], json.loads(fields["data"])))
+                    if until is not None and until(taken[-1]):
+                        return taken
+                fields = {}
+        return taken
+
+
+async def _collect(
+    response: httpx.Response, until: Callable[[Event], bool] | None = None
+) -> list[Event]:
+    return await _Reader(response).take(until)
+
+
+def _order(events: list[Event]) -> list[tuple[str, int]]:
+    return [(e.id.split(".")[0], int(e.id.split(".")[1])) for e in events]
+
+
+@pytest.fixture
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
+    tokens = ResumeTokens(KEYS, "events")
+    systems = systems_app()
+    desk = EventDesk(RunEvents(dev_env.client), tokens, OperatorKeys({"ops": OPERATOR}), "")
+    gateway = create_app(TemporalDeliverer(dev_env.client), tokens, events=desk)
+    async with (
+        httpx.AsyncClient(timeout=WITHIN) as http,
+        serving(systems) as systems_url,
+        serving(gateway) as gateway_url,
+    ):
+        desk.gateway_url = gateway_url
+        faults = await http.post(f"{systems_url}/_test/faults", json={"never_complete": True})
+        faults.raise_for_status()
+        demo: DemoSystems = systems.state.systems
+        yield Rig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue)
+
+
+async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Rig) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        link = await rig.view_link(handle.id)
+        async with rig.events(link["url"]) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            reader = _Reader(response)
+            before = await reader.take(lambda e: e.kind == "approval.notice.ended")
+            # The run waits for a person: the stream is still open. A person approves.
+            notice = await eventually(
+                lambda: _notice(rig.systems, handle.id), f"the approval notice of {handle.id}"
+            )
+            decision = notice["decision"]
+            approved = await rig.http.post(
+                decision["url"],
+                json={"decision": "approve", "reviewer": "ana"},
+                headers={"Authorization": decision["authorization"]},
+            )
+            assert approved.status_code == 200, approved.text
+            after = await reader.take()
+        result = await asyncio.wait_for(handle.result(), WITHIN)
+
+    events = before + after
+    kinds = [e.kind for e in events]
+    assert result.status == "completed"
+    assert kinds[0] == "run.started" and kinds[-1] == "run.completed"
+    # What a person follows, in the order it happened.
+    assert _subsequence(
+        [
+            "run.started",
+            "model.started",
+            "model.ended",
+            "tool.started",
+            "tool.ended",
+            "approval.notice.started",
+            "approval.notice.ended",
+            "approval.decided",
+            "update.completed",
+            "tool.started",
+            "tool.ended",
+            "model.ended",
+            "run.completed",
+        ],
+        kinds,
+    )
+    decided = next(e for e in events if e.kind == "approval.decided")
+    assert (decided.data["detail"]["decision"], decided.data["detail"]["reviewer"]) == (
+        "approve",
+        "ana",
+    )
+    assert "nonce" not in decided.data["detail"] and "comment" not in decided.data["detail"]
+    tools = [e.data["summary"] for e in events if e.kind == "tool.started"]
+    # The refund asks for approval when first called, and is called again once approved.
+    assert tools == ["tool check_claim", "tool issue_refund", "tool issue_refund"]
+    waiting = [e.data["detail"].get("WaitingFor") for e in events if e.kind == "status"]
+    assert "approval" in waiting
+    # One run, its events in the order of its history, each once.
+    order = _order(events)
+    assert len({run for run, _ in order}) == 1
+    assert [n for _, n in order] == sorted({n for _, n in order})
+
+    # A reader that lost its connection resumes after the last event it had: the rest, as is.
+    middle = events[len(events) // 2]
+    async with rig.events(link["url"], headers={"Last-Event-ID": middle.id}) as response:
+        rest = await _collect(response)
+    assert rest == events[len(events) // 2 + 1 :]
+    # After the last event of a run that ended, there is nothing more: 204 (an EventSource
+    # stops reconnecting).
+    ended = await rig.http.get(link["url"], headers={"Last-Event-ID": events[-1].id})
+    assert ended.status_code == 204
+
+
+async def test_an_operations_progress_reaches_its_reader_as_it_is_reported(rig: Rig) -> None:
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+        async with rig.events(
+            f"{rig.gateway_url}/v1/runs/{handle.id}/events",
+            headers={"Authorization": f"Bearer {OPERATOR}"},  # an operator reads any run
+        ) as response:
+            reader = _Reader(response)
+            await reader.take(lambda e: e.kind == "tool.ended")
+            job = await eventually(lambda: _job(rig.systems, handle.id), "the export job")
+            auth = {"Authorization": f"Bearer {job.callback_token}"}
+            reported = []
+            for progress in ("40%", "80%"):
+                sent = await rig.http.post(
+                    job.callback_url, json={"status": "running", "progress": progress}, headers=auth
+                )
+                assert sent.status_code == 200, sent.text
+                *_, report = await reader.take(lambda e: e.kind == "operation.reported")
+                reported.append(report.data["detail"])
+            done = await rig.http.post(
+                job.callback_url,
+                json={"status": "succeeded", "result": {"file": "x.csv", "rows": 7}},
+                headers=auth,
+            )
+            assert done.status_code == 200, done.text
+            rest = await reader.take()
+        await asyncio.wait_for(handle.result(), WITHIN)
+
+    assert [(r["status"], r["progress"]) for r in reported] == [
+        ("running", "40%"),
+        ("running", "80%"),
+    ]
+    assert "result" not in reported[0]
+    assert [e.kind for e in rest if e.kind == "operation.reported"] == ["operation.reported"]
+    assert rest[-1].kind == "run.completed"
+
+
+async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
+    async with rig.worker():
+        a = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        b = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        a_link, b_link = await rig.view_link(a.id), await rig.view_link(b.id)
+        url = f"{rig.gateway_url}/v1/runs/{a.id}/events"
+        soon = datetime.now(UTC) + timedelta(hours=1)
+        token = a_link["token"]
+        other_key = ResumeTokens({"events": "x" * 40}, "events")
+        refused = {
+            "no token": (url, {}),
+            "b's token": (f"{url}?token={b_link['token']}", {}),
+            "forged": (f"{url}?token={token[:-2]}AA", {}),
+            "another key's": (f"{url}?token={other_key.mint_view(a.id, soon)}", {}),
+            "a thread token": (f"{url}?token={rig.tokens.mint_thread(a.id, soon)}", {}),
+            "expired": (f"{url}?token={rig.tokens.mint_view(a.id, datetime.now(UTC))}", {}),
+            "unknown run": (f"{rig.gateway_url}/v1/runs/run-none/events", _operator()),
+            "bad position": (url, _operator() | {"Last-Event-ID": "not-an-id"}),
+            "b's run's position": (url, _operator() | {"Last-Event-ID": f"{await _run(b)}.3"}),
+        }
+        answers = {
+            what: (r.status_code, r.json()["error"]["code"])
+            for what, (target, headers) in refused.items()
+            for r in [await rig.http.get(target, headers=headers)]
+        }
+        no_key = await rig.http.post(f"{rig.gateway_url}/v1/runs/{a.id}/view-link")
+        a_token_for_link = await rig.http.post(
+            f"{rig.gateway_url}/v1/runs/{a.id}/view-link",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    assert answers == {
+        "no token": (401, "missing_token"),
+        "b's token": (401, "wrong_run"),
+        "forged": (401, "invalid_token"),
+        "another key's": (401, "invalid_token"),
+        "a thread token": (401, "invalid_token"),
+        "expired": (410, "token_expired"),
+        "unknown run": (404, "run_not_found"),
+        "bad position": (400, "bad_position"),
+        "b's run's position": (404, "run_not_found"),
+    }
+    # A view token reads; it hands out no links (an operator key does).
+    assert (no_key.status_code, no_key.json()["error"]["code"]) == (401, "missing_operator_key")
+    assert a_token_for_link.json()["error"]["code"] == "invalid_operator_key"
+    assert a_link["url"] == f"{rig.gateway_url}/v1/runs/{a.id}/events?token={token}"
+    assert rig.tokens.verify_view(token).run_id == a.id
+
+
+def _operator() -> dict[str, str]:
+    return {"Authorization": f"Bearer {OPERATOR}"}
+
+
+async def _run(handle: WorkflowHandle[Any, Any]) -> str:
+    return (await handle.describe()).run_id
+
+
+def _subsequence(wanted: list[str], kinds: list[str]) -> bool:
+    found = iter(kinds)
+    return all(kind in found for kind in wanted)
+
+
+async def _notice(systems: DemoSystems, run_id: str) -> dict[str, Any] | None:
+    bodies = [e.body for e in systems.outbox if e.body["workflow_id"] == run_id]
+    return bodies[0] if bodies else None
+
+
+async def _job(systems: DemoSystems, run_id: str) -> Any:
+    jobs = [j for j in systems.jobs.values() if j.key.startswith(f"{run_id}/")]
+    return jobs[0] if jobs and jobs[0].callback_url else None

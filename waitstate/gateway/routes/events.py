@@ -1,0 +1,238 @@
+"""A run's events as server-sent events, and the view links that open them.
+
+    GET  /v1/runs/{run_id}/events?token=<view token>     (or Authorization: Bearer <view token
+                                                          or operator key>; Last-Event-ID)
+    POST /v1/runs/{run_id}/view-link                     Authorization: Bearer <operator key>
+
+A view token reads one run's events and nothing else: it may travel in the link's query string
+(a browser's `EventSource` sends no header), and the gateway's logs never print it (`redaction`).
+An operator key reads any run's. Each event is `id: <run>.<event>`, `event: <kind>`, `data:
+<RunEvent JSON>`; a comment every 15 s keeps an idle stream open through proxies; the stream
+ends when the run's chain ends, and a reader that resumes after its last event is answered 204
+(which stops an `EventSource` from reconnecting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Security
+from fastapi.responses import Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from temporalio.service import RPCError
+
+from waitstate.gateway.events import BadPosition, EventDesk, Position, RunEvent, RunNotFound
+from waitstate.gateway.gate import SCHEMA_REF, GateDep
+from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.routes.threads import OperatorCredentials
+from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
+
+EVENTS_PATH = "/v1/runs/{run_id}/events"
+VIEW_LINK_PATH = "/v1/runs/{run_id}/view-link"
+KEEPALIVE_SECONDS = 15.0
+MAX_RUN_ID_CHARS = 1000  # Temporal's own limit on a workflow id
+
+VIEW_CREDENTIALS = HTTPBearer(
+    auto_error=False,
+    scheme_name="ViewToken",
+    bearerFormat="view token or operator key",
+    description="A run's view token (from its view link; it may be sent as `?token=` "
+    "instead), or one of the gateway's operator keys.",
+)
+ViewCredentials = Annotated[HTTPAuthorizationCredentials | None, Security(VIEW_CREDENTIALS)]
+
+router = APIRouter(tags=["events"])
+
+
+class ViewLink(BaseModel):
+    """A link that follows one run's events, and nothing else, until it expires."""
+
+    run_id: str
+    url: str
+    token: str
+    expires_at: datetime
+
+
+def _desk(gate: GateDep) -> EventDesk:
+    if gate.events is None:
+        raise Refused(404, "events_disabled", "this gateway streams no events")
+    return gate.events
+
+
+def _reader(desk: EventDesk, run_id: str, presented: str | None) -> None:
+    """Checks that `presented` may read `run_id`'s events: its view token, or an operator key."""
+    if not presented:
+        raise Refused(401, "missing_token", "send ?token=<view token> or Authorization: Bearer")
+    if len(run_id) > MAX_RUN_ID_CHARS or len(presented) > MAX_TOKEN_CHARS:
+        raise Refused(401, "invalid_token", "not a view token")
+    if desk.operators.identify(presented) is not None:
+        return
+    try:
+        claims = desk.tokens.verify_view(presented)
+    except ExpiredToken as err:
+        raise Refused(410, "token_expired", str(err)) from None
+    except InvalidToken as err:
+        raise Refused(401, "invalid_token", str(err)) from None
+    if claims.run_id != run_id:
+        raise Refused(401, "wrong_run", "token was issued for another run")
+
+
+@router.get(
+    EVENTS_PATH,
+    response_class=StreamingResponse,
+    operation_id="run_events",
+    summary="Follow a run's events",
+    description="The run's events as server-sent events, as Temporal records them: its model "
+    "and tool calls, its operations' reports, its approvals and questions, its messages, its "
+    "waits, its status, and its end; into the runs it continues as. Each event's `id` is where "
+    "a reader resumes (`Last-Event-ID`); each `data` is a `RunEvent`.",
+    response_description="The run's events as `text/event-stream`, from its current run's "
+    "start (or after `Last-Event-ID`), until its chain of runs ends.",
+    responses={
+        200: {
+            "description": "The run's events as `text/event-stream`, from its current run's "
+            "start (or after `Last-Event-ID`), until its chain of runs ends.",
+            "content": {
+                "text/event-stream": {"schema": {"$ref": SCHEMA_REF.format(model="RunEvent")}}
+            },
+        },
+        204: {"description": "Resumed after the last event of a run that has ended."},
+        **{
+            status: answer
+            for status, answer in error_responses(
+                {
+                    400: "`Last-Event-ID` (or `after`) is not an event id of this stream "
+                    "(`bad_position`).",
+                    401: "Missing, malformed or forged token, or a view token for another run.",
+                    404: "No run has this id (`run_not_found`), or the gateway streams no "
+                    "events (`events_disabled`).",
+                    410: "The view token has expired (`token_expired`).",
+                    503: "Temporal could not be reached, or the gateway holds as many streams "
+                    "as it may (`too_many_streams`): retry later.",
+                }
+            ).items()
+            if status not in (413, 422)
+        },
+    },
+)
+async def run_events(
+    run_id: str,
+    gate: GateDep,
+    credentials: ViewCredentials,
+    token: Annotated[str | None, Query(description="A view token, as a link carries it.")] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[str | None, Query(description="As `Last-Event-ID`.")] = None,
+) -> Response:
+    desk = _desk(gate)
+    _reader(desk, run_id, token or (credentials.credentials if credentials else None))
+    resume = last_event_id or after
+    try:
+        position = Position.parse(resume) if resume else None
+    except BadPosition as err:
+        raise Refused(400, "bad_position", str(err)) from None
+    if desk.open_streams >= desk.max_streams:
+        raise Refused(503, "too_many_streams", "the gateway holds as many streams as it may")
+    try:
+        start, more = await desk.events.where(run_id, position)
+    except RunNotFound:
+        raise Refused(404, "run_not_found", f"no run {run_id!r}") from None
+    except RPCError as err:
+        raise Refused(
+            503, "temporal_unavailable", f"Temporal could not be reached: {err}"
+        ) from None
+    if not more:
+        return Response(status_code=204)
+    return StreamingResponse(
+        _stream(desk, run_id, start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterator[str]:
+    """The SSE text of `run_id`'s events after `start`, with a comment when nothing came for
+    `KEEPALIVE_SECONDS`; ends with the run's chain, or when the gateway stops."""
+    desk.open_streams += 1
+    queue: asyncio.Queue[RunEvent | None] = asyncio.Queue(maxsize=64)
+
+    async def read() -> None:
+        try:
+            async for event in desk.events.follow(run_id, start):
+                await queue.put(event)
+        finally:
+            await queue.put(None)
+
+    reading = asyncio.create_task(read())
+    closing = asyncio.create_task(desk.closing.wait())
+    try:
+        yield ": waitstate run events\n\n"  # the headers go now, not at the first event
+        while True:
+            getting = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(
+                {getting, closing}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
+            )
+            if getting not in done:
+                getting.cancel()
+                if closing in done:
+                    return
+                yield ": keepalive\n\n"
+                continue
+            event = getting.result()
+            if event is None:
+                return
+            yield f"id: {event.id}\nevent: {event.kind}\ndata: {event.model_dump_json()}\n\n"
+    finally:
+        desk.open_streams -= 1
+        for task in (reading, closing):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reading
+
+
+@router.post(
+    VIEW_LINK_PATH,
+    response_model=ViewLink,
+    operation_id="view_link",
+    summary="Hand out a run's view link",
+    description="An operator gets a link that follows one run's events, read-only, until it "
+    "expires (7 days): for a person, a page or a program that should see the run and nothing "
+    "else.",
+    response_description="A view link for the run: its events, read-only, until it expires.",
+    responses={
+        status: answer
+        for status, answer in error_responses(
+            {
+                401: "Missing or wrong operator key (`missing_operator_key`, "
+                "`invalid_operator_key`).",
+                404: "No run has this id (`run_not_found`), or the gateway streams no events.",
+            }
+        ).items()
+        if status not in (413, 422)
+    },
+)
+async def view_link(run_id: str, gate: GateDep, credentials: OperatorCredentials) -> ViewLink:
+    desk = _desk(gate)
+    if credentials is None:
+        raise Refused(401, "missing_operator_key", "send Authorization: Bearer <operator key>")
+    if desk.operators.identify(credentials.credentials) is None:
+        raise Refused(401, "invalid_operator_key", "not an operator key of this gateway")
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise Refused(404, "run_not_found", "no run has so long an id")
+    try:
+        await desk.events.where(run_id, None)
+    except RunNotFound:
+        raise Refused(404, "run_not_found", f"no run {run_id!r}") from None
+    except RPCError as err:
+        raise Refused(
+            503, "temporal_unavailable", f"Temporal could not be reached: {err}"
+        ) from None
+    expires_at = datetime.now(UTC) + desk.view_lifetime
+    token = desk.tokens.mint_view(run_id, expires_at)
+    return ViewLink(
+        run_id=run_id, url=desk.view_link(run_id, token), token=token, expires_at=expires_at
+    )
