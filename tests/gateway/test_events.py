@@ -19,8 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
@@ -32,8 +34,9 @@ from tests.helpers import eventually, make_worker
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.events import EventDesk, RunEvents
+from waitstate.gateway.events import Position, RunEvent, RunEvents
 from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.settings import Settings
@@ -62,6 +65,7 @@ class Rig:
     systems_url: str
     tokens: ResumeTokens
     task_queue: str
+    desk: EventDesk
 
     def worker(self) -> Any:
         settings = Settings(
@@ -154,7 +158,7 @@ async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Ri
         faults = await http.post(f"{systems_url}/_test/faults", json={"never_complete": True})
         faults.raise_for_status()
         demo: DemoSystems = systems.state.systems
-        yield Rig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue)
+        yield Rig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue, desk)
 
 
 async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Rig) -> None:
@@ -316,6 +320,40 @@ async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
     assert rig.tokens.verify_view(token).run_id == a.id
 
 
+async def test_a_gateway_that_stops_ends_its_streams_and_its_readers_resume_where_they_were(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        link = await rig.view_link(handle.id)
+        async with rig.events(link["url"]) as response:
+            reader = _Reader(response)
+            before = await reader.take(lambda e: e.kind == "approval.notice.ended")
+            rig.desk.closing.set()  # what the gateway does as it stops
+            cut = await reader.take()
+        rig.desk.closing = asyncio.Event()  # a gateway started again
+        notice = await eventually(
+            lambda: _notice(rig.systems, handle.id), f"the approval notice of {handle.id}"
+        )
+        decision = notice["decision"]
+        await rig.http.post(
+            decision["url"],
+            json={"decision": "approve", "reviewer": "ana"},
+            headers={"Authorization": decision["authorization"]},
+        )
+        last = (before + cut)[-1].id
+        async with rig.events(link["url"], headers={"Last-Event-ID": last}) as response:
+            after = await _Reader(response).take()
+        async with rig.events(link["url"]) as response:
+            whole = await _Reader(response).take()
+
+    assert rig.desk.open_streams == 0
+    assert "run.completed" not in [e.kind for e in before + cut]
+    # Nothing lost, nothing twice: the pieces are the run's whole stream.
+    assert before + cut + after == whole
+    assert whole[-1].kind == "run.completed"
+
+
 def _operator() -> dict[str, str]:
     return {"Authorization": f"Bearer {OPERATOR}"}
 
@@ -337,3 +375,79 @@ async def _notice(systems: DemoSystems, run_id: str) -> dict[str, Any] | None:
 async def _job(systems: DemoSystems, run_id: str) -> Any:
     jobs = [j for j in systems.jobs.values() if j.key.startswith(f"{run_id}/")]
     return jobs[0] if jobs and jobs[0].callback_url else None
+
+
+@workflow.defn(sandboxed=False)
+class Hops:
+    """Waits for a `go`, then continues as new with one hop fewer, until none is left."""
+
+    def __init__(self) -> None:
+        self._go = False
+
+    @workflow.signal
+    def go(self) -> None:
+        self._go = True
+
+    @workflow.run
+    async def run(self, hops: int) -> int:
+        await workflow.wait_condition(lambda: self._go)
+        if hops == 0:
+            return 0
+        workflow.continue_as_new(hops - 1)
+
+
+async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    events = RunEvents(dev_env.client)
+    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
+        handle = await dev_env.client.start_workflow(
+            Hops.run, 1, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
+        )
+        start, more = await events.where(handle.id, None)
+        followed: list[RunEvent] = []
+
+        async def follow() -> None:
+            async for event in events.follow(handle.id, start):
+                followed.append(event)
+
+        following = asyncio.create_task(follow())
+        for _ in range(2):
+            signalled = len([e for e in followed if e.kind == "signal"])
+            await handle.signal(Hops.go)
+            await eventually(
+                _async(lambda n=signalled: len([e for e in followed if e.kind == "signal"]) > n),
+                "the signal's event",
+            )
+        await asyncio.wait_for(following, WITHIN)  # the stream ends with the chain
+        # Resumed in the first run: the rest of it, then the next run, as the first reader saw.
+        resumed = [e async for e in events.follow(handle.id, Position.parse(followed[1].id))]
+        second = (await handle.describe()).run_id
+
+    kinds = [e.kind for e in followed]
+    assert more
+    assert kinds == [
+        "run.started",
+        "signal",
+        "run.continued",
+        "run.started",
+        "signal",
+        "run.completed",
+    ]
+    first = start.run
+    assert [e.id.split(".")[0] for e in followed] == [first] * 3 + [second] * 3
+    assert followed[2].detail == {"next_run": second}
+    assert followed[3].detail["continued_from"] == first
+    assert resumed == followed[2:]
+    # After the chain's last event: nothing more to send (the route answers 204).
+    assert await events.where(handle.id, Position.parse(followed[-1].id)) == (
+        Position.parse(followed[-1].id),
+        False,
+    )
+
+
+def _async(check: Callable[[], bool]) -> Callable[[], Any]:
+    async def checked() -> bool:
+        return check()
+
+    return checked

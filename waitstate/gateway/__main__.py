@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.events import EventDesk
 from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.redaction import RedactTokens
+from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process

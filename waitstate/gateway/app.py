@@ -25,9 +25,10 @@ from pydantic import BaseModel
 
 from waitstate.gateway import refusals
 from waitstate.gateway.delivery import Deliverer
-from waitstate.gateway.events import EventDesk, RunEvent
+from waitstate.gateway.events import RunEvent
 from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
+from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import MessageBody, ThreadDesk, ThreadStart
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.approvals import DecisionBody

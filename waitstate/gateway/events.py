@@ -29,9 +29,8 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload
@@ -41,12 +40,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate import names
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import run as run_names
-
-if TYPE_CHECKING:
-    from waitstate.settings import Settings
 
 log = logging.getLogger("waitstate.gateway.events")
 
@@ -299,46 +293,6 @@ class RunEvents:
             if reading.next_run is None:
                 return
             position = Position(reading.next_run, 0)
-
-
-DEFAULT_VIEW_LIFETIME = timedelta(days=7)
-DEFAULT_MAX_STREAMS = 2_000
-
-
-@dataclass
-class EventDesk:
-    """What the event routes need: the runs' events, who may read them (a run's view token,
-    or an operator key), and how many streams this gateway holds open at most.
-
-    Attributes:
-        events: Reads the runs' events.
-        tokens: Mints and verifies view tokens.
-        operators: Operator keys: they read any run's events and hand out view links.
-        gateway_url: Where view links point.
-        view_lifetime: How long a view link handed out now stays valid.
-        max_streams: Streams open at once; one more is refused (503) until one closes.
-    """
-
-    events: RunEvents
-    tokens: ResumeTokens
-    operators: OperatorKeys
-    gateway_url: str
-    view_lifetime: timedelta = DEFAULT_VIEW_LIFETIME
-    max_streams: int = DEFAULT_MAX_STREAMS
-    open_streams: int = field(default=0, init=False)
-    # Set when the gateway stops: its streams end (their readers resume at another).
-    closing: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-
-    @classmethod
-    def from_settings(cls, client: Client, tokens: ResumeTokens, settings: Settings) -> EventDesk:
-        """The desk of the gateway process: its operator keys, and links to its URL."""
-        return cls(
-            RunEvents(client), tokens, OperatorKeys(settings.operator_keys), settings.gateway_url
-        )
-
-    def view_link(self, run_id: str, token: str) -> str:
-        """The URL a view token opens a run's events at."""
-        return f"{self.gateway_url}/v1/runs/{quote(run_id, safe='')}/events?token={token}"
 
 
 def _text(payload: Payload) -> str:

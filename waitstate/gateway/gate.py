@@ -29,7 +29,7 @@ from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, R
 from waitstate.schemas.operations import non_finite_at
 
 if TYPE_CHECKING:
-    from waitstate.gateway.events import EventDesk
+    from waitstate.gateway.streams import EventDesk
     from waitstate.gateway.threads import ThreadDesk
 
 log = logging.getLogger(REQUEST_LOG)

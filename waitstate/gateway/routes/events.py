@@ -26,10 +26,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from temporalio.service import RPCError
 
-from waitstate.gateway.events import BadPosition, EventDesk, Position, RunEvent, RunNotFound
+from waitstate.gateway.events import BadPosition, Position, RunEvent, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses
 from waitstate.gateway.routes.threads import OperatorCredentials
+from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
 
 EVENTS_PATH = "/v1/runs/{run_id}/events"
@@ -162,7 +163,7 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
 
     async def read() -> None:
         try:
-            async for event in desk.events.follow(run_id, start):
+            async for event in desk.feeds.read(run_id, start):
                 await queue.put(event)
         finally:
             await queue.put(None)

@@ -1,0 +1,115 @@
+"""A run's feed: one reading of its events for all its readers. A stand-in for `RunEvents` says
+how often the run was read and lets the test append its events; the end to end path (the real
+history, over HTTP) is in test_events.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from waitstate.gateway import streams
+from waitstate.gateway.events import Position, RunEvent, RunEvents
+from waitstate.gateway.streams import Feeds
+
+RUN = "r1"
+START = Position(RUN, 0)
+
+
+class Appended(RunEvents):
+    """A run whose events the test appends; counts its readings."""
+
+    def __init__(self) -> None:
+        self.readings: list[Position] = []
+        self.events: list[RunEvent] = []
+        self.ended = False
+        self._more = asyncio.Condition()
+
+    async def append(self, *kinds: str, end: bool = False) -> None:
+        async with self._more:
+            for kind in kinds:
+                number = len(self.events) + 1
+                self.events.append(RunEvent(id=f"{RUN}.{number}", kind=kind, at=datetime.now(UTC)))
+            self.ended = end
+            self._more.notify_all()
+
+    async def follow(self, run_id: str, start: Position) -> AsyncIterator[RunEvent]:
+        self.readings.append(start)
+        sent = start.event_id
+        while True:
+            async with self._more:
+                await self._more.wait_for(lambda n=sent: len(self.events) > n or self.ended)
+                fresh = self.events[sent:]
+            for event in fresh:
+                yield event
+            sent += len(fresh)
+            if self.ended and sent == len(self.events):
+                return
+
+
+async def _take(reader: AsyncIterator[RunEvent], count: int) -> list[str]:
+    async with asyncio.timeout(10):
+        return [(await anext(reader)).kind for _ in range(count)]
+
+
+async def _rest(reader: AsyncIterator[RunEvent]) -> list[str]:
+    async with asyncio.timeout(10):
+        return [event.kind async for event in reader]
+
+
+async def test_readers_of_a_run_share_one_reading_and_a_late_one_gets_what_it_missed() -> None:
+    run = Appended()
+    feeds = Feeds(run)
+    first = feeds.read(RUN, START)
+    await run.append("run.started", "model.started")
+    took_first = await _take(first, 2)
+    second = feeds.read(RUN, START)  # joins late: gets the two it missed, then the rest
+    resumed = feeds.read(RUN, Position(RUN, 1))  # after the first event
+    took_second = await _take(second, 2)
+    took_resumed = await _take(resumed, 1)
+    await run.append("model.ended", "run.completed", end=True)
+
+    assert took_first == took_second == ["run.started", "model.started"]
+    assert took_resumed == ["model.started"]
+    assert await _rest(first) == await _rest(second) == ["model.ended", "run.completed"]
+    assert await _rest(resumed) == ["model.ended", "run.completed"]
+    assert run.readings == [START]  # one reading for three readers
+    assert len(feeds) == 0  # the feed stopped with its last reader
+
+
+async def test_a_reader_the_feed_cannot_serve_reads_the_run_alone() -> None:
+    run = Appended()
+    await run.append("run.started", "model.started", "model.ended")
+    feeds = Feeds(run)
+    first = feeds.read(RUN, Position(RUN, 2))  # the feed starts here
+    assert await _take(first, 1) == ["model.ended"]
+    alone = feeds.read(RUN, START)  # before the feed's start: never read by it
+    assert await _take(alone, 3) == ["run.started", "model.started", "model.ended"]
+    await run.append("run.completed", end=True)
+
+    assert await _rest(first) == await _rest(alone) == ["run.completed"]
+    assert run.readings == [Position(RUN, 2), START]
+
+
+async def test_a_reader_too_far_behind_is_let_go_and_the_others_read_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams, "MAX_BEHIND", 3)
+    run = Appended()
+    feeds = Feeds(run)
+    slow, quick = feeds.read(RUN, START), feeds.read(RUN, START)
+    await run.append("run.started")
+    await _take(slow, 1)  # both joined
+    await _take(quick, 1)
+    quick_took = []
+    for kind in ("a", "b", "c", "d", "e"):  # the quick one takes each as it comes
+        await run.append(kind)
+        quick_took += await _take(quick, 1)
+    await run.append("run.completed", end=True)
+
+    # The slow one had three waiting when the fourth came: it gets those, then its stream ends
+    # (its client resumes after the last it had).
+    assert await _rest(slow) == ["a", "b", "c"]
+    assert quick_took + await _rest(quick) == ["a", "b", "c", "d", "e", "run.completed"]

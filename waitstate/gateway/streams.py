@@ -1,0 +1,190 @@
+"""The gateway's side of runs' event streams: who may read them and how many at once (the
+`EventDesk`), and one reading of a run's events for all its readers (its `Feed`): a thousand
+people following a hundred runs cost the cluster a hundred long polls, not a thousand.
+
+A run's `Feed` reads its chain once (`RunEvents.follow`), keeps what it read (up to
+`MAX_KEPT` events), and hands each event to every reader. A reader joins with where it is: at
+the feed's start, or after an event the feed kept, and gets what it missed, then each event as
+it comes. A reader the feed cannot serve (resuming after an event it never read or no longer
+keeps) reads the run alone, as before feeds existed. A reader that falls `MAX_BEHIND` events
+behind is let go (its stream ends; it resumes with `Last-Event-ID`): one slow connection holds
+neither the feed nor the gateway's memory. The feed stops with its last reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from temporalio.client import Client
+
+from waitstate.gateway.events import Position, RunEvent, RunEvents
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.tokens import ResumeTokens
+
+if TYPE_CHECKING:
+    from waitstate.settings import Settings
+
+MAX_KEPT = 10_000  # events a feed keeps for readers who join late
+MAX_BEHIND = 1_000  # events a reader may have waiting before it is let go
+
+_END = None  # what a reader's queue gets when the feed ends, or lets it go
+
+log = logging.getLogger("waitstate.gateway.feeds")
+
+
+class Feed:
+    """The events of one run's chain, read once from `origin` on, for every reader."""
+
+    def __init__(self, events: RunEvents, run_id: str, origin: Position) -> None:
+        self.run_id = run_id
+        self.origin: Position | None = origin  # None: no longer kept from its start
+        self._kept: list[RunEvent] = []
+        self._index: dict[str, int] = {}  # event id -> its place in `_kept`
+        self._readers: set[asyncio.Queue[RunEvent | None]] = set()
+        self._ended = False
+        self._reading = asyncio.create_task(self._read(events))
+
+    @property
+    def readers(self) -> int:
+        return len(self._readers)
+
+    def missed(self, after: Position) -> list[RunEvent] | None:
+        """What a reader at `after` has not had yet, or None if this feed cannot tell."""
+        if after == self.origin:
+            return list(self._kept)
+        place = self._index.get(f"{after.run}.{after.event_id}")
+        return None if place is None else self._kept[place + 1 :]
+
+    def join(self, after: Position) -> asyncio.Queue[RunEvent | None] | None:
+        """A queue of the events after `after`, then of each one as it comes, and `_END`; or
+        None if this feed cannot serve a reader there."""
+        missed = self.missed(after)
+        if missed is None:
+            return None
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        for event in missed:
+            queue.put_nowait(event)
+        if self._ended:
+            queue.put_nowait(_END)
+        else:
+            self._readers.add(queue)
+        return queue
+
+    def leave(self, queue: asyncio.Queue[RunEvent | None]) -> None:
+        self._readers.discard(queue)
+
+    def stop(self) -> None:
+        self._reading.cancel()
+
+    async def _read(self, events: RunEvents) -> None:
+        assert self.origin is not None
+        try:
+            async for event in events.follow(self.run_id, self.origin):
+                self._keep(event)
+                for queue in list(self._readers):
+                    if queue.qsize() >= MAX_BEHIND:
+                        self._readers.discard(queue)  # let go: it resumes on its own
+                        queue.put_nowait(_END)
+                    else:
+                        queue.put_nowait(event)
+        except Exception:  # a bug: its readers' streams end, and they resume on their own
+            log.exception("reading the events of %s failed", self.run_id)
+        finally:
+            self._ended = True
+            for queue in self._readers:
+                queue.put_nowait(_END)
+            self._readers.clear()
+
+    def _keep(self, event: RunEvent) -> None:
+        if len(self._kept) >= MAX_KEPT:
+            # The older half goes: readers that join before it are served alone.
+            self._kept = self._kept[MAX_KEPT // 2 :]
+            self._index = {kept.id: place for place, kept in enumerate(self._kept)}
+            self.origin = None
+        self._index[event.id] = len(self._kept)
+        self._kept.append(event)
+
+
+class Feeds:
+    """The gateway's feeds, one per run being read; each stops with its last reader."""
+
+    def __init__(self, events: RunEvents) -> None:
+        self._events = events
+        self._feeds: dict[str, Feed] = {}
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    async def read(self, run_id: str, start: Position) -> AsyncIterator[RunEvent]:
+        """The events of `run_id` after `start`, from the run's feed if it can serve them, or
+        read alone if not."""
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            feed = self._feeds[run_id] = Feed(self._events, run_id, start)
+        queue = feed.join(start)
+        if queue is None:
+            async for event in self._events.follow(run_id, start):
+                yield event
+            return
+        try:
+            while True:
+                got = await queue.get()
+                if got is _END:
+                    return
+                yield got
+        finally:
+            feed.leave(queue)
+            if feed.readers == 0 and self._feeds.get(run_id) is feed:
+                del self._feeds[run_id]
+                feed.stop()
+
+
+DEFAULT_VIEW_LIFETIME = timedelta(days=7)
+DEFAULT_MAX_STREAMS = 2_000
+
+
+@dataclass
+class EventDesk:
+    """What the event routes need: the runs' events, who may read them (a run's view token,
+    or an operator key), and how many streams this gateway holds open at most.
+
+    Attributes:
+        events: Reads the runs' events.
+        tokens: Mints and verifies view tokens.
+        operators: Operator keys: they read any run's events and hand out view links.
+        gateway_url: Where view links point.
+        view_lifetime: How long a view link handed out now stays valid.
+        max_streams: Streams open at once; one more is refused (503) until one closes.
+    """
+
+    events: RunEvents
+    tokens: ResumeTokens
+    operators: OperatorKeys
+    gateway_url: str
+    view_lifetime: timedelta = DEFAULT_VIEW_LIFETIME
+    max_streams: int = DEFAULT_MAX_STREAMS
+    open_streams: int = field(default=0, init=False)
+    # One reading of a run for all its readers.
+    feeds: Feeds = field(init=False, repr=False)
+    # Set when the gateway stops: its streams end (their readers resume at another).
+    closing: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self.feeds = Feeds(self.events)
+
+    @classmethod
+    def from_settings(cls, client: Client, tokens: ResumeTokens, settings: Settings) -> EventDesk:
+        """The desk of the gateway process: its operator keys, and links to its URL."""
+        return cls(
+            RunEvents(client), tokens, OperatorKeys(settings.operator_keys), settings.gateway_url
+        )
+
+    def view_link(self, run_id: str, token: str) -> str:
+        """The URL a view token opens a run's events at."""
+        return f"{self.gateway_url}/v1/runs/{quote(run_id, safe='')}/events?token={token}"
