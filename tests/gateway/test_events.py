@@ -32,9 +32,9 @@ from examples.systems import DemoSystems, serving
 from examples.systems import create_app as systems_app
 from tests.helpers import eventually, make_worker
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
+from waitstate.client import Position, RunEvent, RunEvents, WaitstateClient
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.events import Position, RunEvent, RunEvents
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.tokens import ResumeTokens
@@ -352,6 +352,36 @@ async def test_a_gateway_that_stops_ends_its_streams_and_its_readers_resume_wher
     # Nothing lost, nothing twice: the pieces are the run's whole stream.
     assert before + cut + after == whole
     assert whole[-1].kind == "run.completed"
+
+
+async def test_follow_looks_at_a_run_as_its_history_grows_not_at_its_interval(rig: Rig) -> None:
+    client = WaitstateClient(rig.client, task_queue=rig.task_queue)
+    looks: list[list[str]] = []
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        async with asyncio.timeout(WITHIN):  # far less than the interval: only wakes come
+            async for progress in client.follow(
+                handle.id, retries=False, interval=timedelta(minutes=10)
+            ):
+                looks.append([step.kind for step in progress.steps])
+                state = progress.state
+                if state is not None and any(r.open for r in state.approvals.values()):
+                    notice = await eventually(
+                        lambda: _notice(rig.systems, handle.id), "the approval notice"
+                    )
+                    decision = notice["decision"]
+                    await rig.http.post(
+                        decision["url"],
+                        json={"decision": "approve", "reviewer": "ana"},
+                        headers={"Authorization": decision["authorization"]},
+                    )
+                if progress.outcome is not None:
+                    outcome = progress.outcome
+                    break
+
+    assert outcome.status == "completed"
+    assert len(looks) > 2
+    assert "tool" in [kind for look in looks for kind in look]
 
 
 def _operator() -> dict[str, str]:

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from waitstate.client import Position, RunEvent, RunEvents
 from waitstate.gateway import streams
-from waitstate.gateway.events import Position, RunEvent, RunEvents
 from waitstate.gateway.streams import Feeds
 
 RUN = "r1"

@@ -31,6 +31,7 @@ from waitstate.client._errors import (
     TemporalFailed,
     Unreachable,
 )
+from waitstate.client._events import BadPosition, Position, RunEvent, RunEvents
 from waitstate.client._fleet import (
     FAILED_EXECUTIONS,
     FAILED_STATUSES,
@@ -82,6 +83,10 @@ from waitstate.client._threads import (
 )
 
 __all__ = [
+    "BadPosition",
+    "Position",
+    "RunEvent",
+    "RunEvents",
     "REPLY_TIMEOUT",
     "SEND_TIMEOUT",
     "THREAD_TASK",

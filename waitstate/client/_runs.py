@@ -40,6 +40,7 @@ from waitstate.client._errors import (
     RunNotFound,
     StartFailed,
 )
+from waitstate.client._events import RunEvents
 from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
@@ -280,12 +281,18 @@ class RunCalls(ClientBase):
         )
 
     async def follow(
-        self, run_id: str, *, retries: bool = True, interval: timedelta = FOLLOW_INTERVAL
+        self,
+        run_id: str,
+        *,
+        retries: bool = True,
+        interval: timedelta = FOLLOW_INTERVAL,
+        wake: bool = True,
     ) -> AsyncIterator[Progress]:
-        """Look at the run every `interval` until it ends: its new steps, and (with `retries`)
-        each new attempt of a failing model or tool call and the progress its polled jobs
-        report (in the state's operations). The last look carries the outcome, with the steps
-        the run recorded.
+        """Look at the run as soon as its history grows (with `wake`), and every `interval`,
+        until it ends: its new steps, and (with `retries`) each new attempt of a failing model
+        or tool call and the progress its polled jobs report (in the state's operations: what
+        no history event says). The last look carries the outcome, with the steps the run
+        recorded.
 
         Raises:
             RunNotFound: no such run.
@@ -295,9 +302,17 @@ class RunCalls(ClientBase):
         shown = 0
         retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         result = asyncio.create_task(self.outcome(run_id))
+        grew = asyncio.Event()
+        growing = asyncio.create_task(self._growth(run_id, grew)) if wake else None
         try:
             while True:
-                done, _ = await asyncio.wait({result}, timeout=interval.total_seconds())
+                woken = asyncio.create_task(grew.wait())
+                done, _ = await asyncio.wait(
+                    {result, woken}, timeout=interval.total_seconds(), return_when="FIRST_COMPLETED"
+                )
+                woken.cancel()
+                grew.clear()
+                done &= {result}
                 try:
                     state: RunState | None = await self.query(run_id)
                 except ClientError:
@@ -319,6 +334,19 @@ class RunCalls(ClientBase):
                 return
         finally:
             result.cancel()
+            if growing is not None:
+                growing.cancel()
+
+    async def _growth(self, run_id: str, grew: asyncio.Event) -> None:
+        """Set `grew` at each event of the run's history as Temporal appends it (the run's
+        steps, its waits' ends, its Updates): what `follow` looks again at once for."""
+        events = RunEvents(self._client)
+        try:
+            start, _ = await events.where(run_id, None)
+            async for _ in events.follow(run_id, start):
+                grew.set()
+        except (ClientError, RPCError):
+            return  # `follow` looks every interval regardless
 
     async def list_runs(self, *, limit: int = 20, threads: bool = False) -> list[RunSummary]:
         """Recent runs, newest first; only threads if `threads` (a thread's continued runs

@@ -23,9 +23,9 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from waitstate.client import RunEvent
 from waitstate.gateway import refusals
 from waitstate.gateway.delivery import Deliverer
-from waitstate.gateway.events import RunEvent
 from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
 from waitstate.gateway.streams import EventDesk

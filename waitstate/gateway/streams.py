@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from temporalio.client import Client
 
-from waitstate.gateway.events import Position, RunEvent, RunEvents
+from waitstate.client import Position, RunEvent, RunEvents
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.tokens import ResumeTokens
 

@@ -26,7 +26,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from temporalio.service import RPCError
 
-from waitstate.gateway.events import BadPosition, Position, RunEvent, RunNotFound
+from waitstate.client import BadPosition, Position, RunEvent, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses
 from waitstate.gateway.routes.threads import OperatorCredentials

@@ -1,5 +1,5 @@
-"""A run's events, read from its history as Temporal appends to it: what `GET
-/v1/runs/{run_id}/events` streams (routes/events.py).
+"""A run's events, read from its history as Temporal appends to it: what the gateway streams
+(`GET /v1/runs/{run_id}/events`), and what `follow` (`watch`, `run --wait`) wakes on.
 
 Each event is one event of the run's history, told the way a person follows a run: a model
 call or a tool call started and ended, an operation polled or completed, an approval or a
@@ -40,9 +40,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate import names
+from waitstate.client._errors import RunNotFound
 from waitstate.schemas import run as run_names
 
-log = logging.getLogger("waitstate.gateway.events")
+log = logging.getLogger("waitstate.client.events")
 
 MAX_EVENT_ID_CHARS = 200
 _EVENT_ID = re.compile(r"([A-Za-z0-9-]{1,100})\.([1-9][0-9]{0,11})")
@@ -228,10 +229,6 @@ class _Reading:
         if outcome.HasField("success") and outcome.success.payloads:
             detail |= _shown(outcome.success.payloads[0])
         return "update.completed", "", detail
-
-
-class RunNotFound(LookupError):
-    """No run has that id (or the position names a run that is not one of its runs)."""
 
 
 class RunEvents:
