@@ -292,6 +292,21 @@ class RunEvents:
             position = Position(reading.next_run, 0)
 
 
+async def growth(client: Client, run_id: str, grew: asyncio.Event) -> None:
+    """Set `grew` at each event of `run_id`'s history as Temporal appends it (its steps, its
+    waits' ends, its Updates), into the runs it continues as: what a caller that looks at the
+    run's state (`follow`, `reply`) looks again at once for, rather than at its next interval.
+    Returns when the chain ends, or quietly if the run cannot be read (the caller's interval
+    still holds)."""
+    events = RunEvents(client)
+    try:
+        start, _ = await events.where(run_id, None)
+        async for _ in events.follow(run_id, start):
+            grew.set()
+    except (RunNotFound, RPCError):
+        return
+
+
 def _text(payload: Payload) -> str:
     value = _value(payload)
     return value[:MAX_FIELD_CHARS] if isinstance(value, str) else ""

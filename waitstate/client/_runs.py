@@ -40,7 +40,7 @@ from waitstate.client._errors import (
     RunNotFound,
     StartFailed,
 )
-from waitstate.client._events import RunEvents
+from waitstate.client._events import growth
 from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
@@ -303,7 +303,7 @@ class RunCalls(ClientBase):
         retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         result = asyncio.create_task(self.outcome(run_id))
         grew = asyncio.Event()
-        growing = asyncio.create_task(self._growth(run_id, grew)) if wake else None
+        growing = asyncio.create_task(growth(self._client, run_id, grew)) if wake else None
         try:
             while True:
                 woken = asyncio.create_task(grew.wait())
@@ -336,17 +336,6 @@ class RunCalls(ClientBase):
             result.cancel()
             if growing is not None:
                 growing.cancel()
-
-    async def _growth(self, run_id: str, grew: asyncio.Event) -> None:
-        """Set `grew` at each event of the run's history as Temporal appends it (the run's
-        steps, its waits' ends, its Updates): what `follow` looks again at once for."""
-        events = RunEvents(self._client)
-        try:
-            start, _ = await events.where(run_id, None)
-            async for _ in events.follow(run_id, start):
-                grew.set()
-        except (ClientError, RPCError):
-            return  # `follow` looks every interval regardless
 
     async def list_runs(self, *, limit: int = 20, threads: bool = False) -> list[RunSummary]:
         """Recent runs, newest first; only threads if `threads` (a thread's continued runs

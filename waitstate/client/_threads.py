@@ -4,6 +4,7 @@ started) and wait for its reply."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from waitstate.client._errors import (
     Unreachable,
     first_line,
 )
+from waitstate.client._events import growth
 from waitstate.gateway.delivery import rpc_refusal
 from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE, THREAD_ID
 from waitstate.schemas import RunInput, RunResult
@@ -215,17 +217,26 @@ class ThreadCalls(ClientBase):
             RunNotFound: no such thread.
         """
         pause, longest = REPLY_POLL
+        # Looks again as soon as the thread's history grows (its reply is an event of it), and
+        # at the latest after `pause`.
+        grew = asyncio.Event()
+        growing = asyncio.create_task(growth(self._client, thread_id, grew))
         try:
             async with asyncio.timeout(within.total_seconds()):
                 while True:
                     message = await self.message(thread_id, message_id)
                     if message is not None and message.status in DONE:
                         return message
-                    await asyncio.sleep(pause)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(pause):
+                            await grew.wait()
+                    grew.clear()
                     pause = min(pause * 2, longest)
         except TimeoutError as err:
             seconds = f"no reply within {within.total_seconds():g} s"
             raise NotAnswered(thread_id, seconds) from err
+        finally:
+            growing.cancel()
 
     async def message(self, thread_id: str, message_id: str) -> ThreadMessage | None:
         """The thread's message `message_id` as it stands (None once it is older than what the
