@@ -59,6 +59,9 @@ class Sizes:
     pipeline_seconds: float = 10.0
     turns: tuple[int, ...] = (10, 50, 200)
     messages: int = 500  # figure 6: the messages of each conversation
+    event_steps_runs: int = 20  # figure 7: runs read three ways (three steps each)
+    event_runs: int = 100  # figure 7: live runs, with 10 readers each
+    event_idle_seconds: float = 10.0  # figure 7: the readers' idle window
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -73,6 +76,9 @@ QUICK = Sizes(
     pipeline_seconds=2.0,
     turns=(2, 3, 5),
     messages=4,
+    event_steps_runs=2,
+    event_runs=3,
+    event_idle_seconds=1.0,
 )
 
 

@@ -36,6 +36,9 @@ EXPECTED_METRICS = [
     "send → model call p50",
     "send → model call p95",
     f"history per message over {QUICK.messages} messages",
+    "step → reader p50: stream (ours) vs polling watch (floor)",
+    "step → reader p50: watch woken by the history (ours) vs polling",
+    "gateway CPU per event handed to a reader",
 ]
 
 
@@ -78,4 +81,9 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     # A conversation, on both sides: each message's model call started after its send.
     send = rows["send → model call p50"]
     assert float(send[2].replace(",", "")) > 0 and float(send[3].replace(",", "")) > 0, send
+    # A run's steps reach a reader of its stream, and a polling watch, after they ended; the
+    # gateway handed its readers' events out.
+    stream = rows["step → reader p50: stream (ours) vs polling watch (floor)"]
+    assert float(stream[2]) > 0 and float(stream[3]) > 0, stream
+    assert float(rows["gateway CPU per event handed to a reader"][2].replace(",", "")) > 0
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
