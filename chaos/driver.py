@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from chaos import exactly_once, outsiders
+from chaos import exactly_once, outsiders, streams
 from chaos.exactly_once import (
     EARLY_COPIES,
     HOLD_START_ANSWERS,
@@ -80,6 +80,7 @@ from chaos.runs import (
 )
 from chaos.sizes import Size
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
+from chaos.streams import Streams
 from waitstate.mcp import McpServer
 from waitstate.mcp_tasks import McpTaskBackend
 from waitstate.tools.spec import ToolError
@@ -145,6 +146,7 @@ class Suite:
                 },
                 gateway_url=stack.gateway_url,
                 token_keys=dict(TOKEN_KEYS),
+                streams=Streams(stack.gateway_url, dict(TOKEN_KEYS)),
             )
             stop = asyncio.Event()
             kills = asyncio.create_task(self._kill_workers(rng, stop))
@@ -159,6 +161,8 @@ class Suite:
                 stop.set()
                 killed = await kills
                 watcher.cancel()
+                assert ctx.streams is not None
+                await ctx.streams.close()
             if self.size.gateway_alone and not load:
                 self.checks += await self._gateway()
             runs = [o for o in self.outcomes if o.plan.phase in ("A", "B", "C", "L")]
@@ -474,6 +478,13 @@ class Suite:
         for row in rows.values():
             row.outcome = "ok" if row.ok else f"{len(row.violations)} violations"
         self.checks += rows.values()
+        read = [
+            (o.streamed, streams.expected(o.first_run, o.chain))
+            for o in self.outcomes
+            if o.streamed is not None
+        ]
+        if read:
+            self.checks.append(streams.check(read))
 
 
 MCP_TASKS = "MCP tasks on the demo's MCP server, under the same kills"

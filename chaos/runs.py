@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from chaos.app import DELETE_SCRIPT, DELETE_TOOL
 from chaos.history import completed_activities, fetch_chain, replay_failures
 from chaos.sizes import RESULT_TIMEOUT, Size
+from chaos.streams import StreamRead, Streams
 from chaos.tokens import job_token
 from chaos.wire import HangingWire
 from waitstate.client import AnswerRefused, ClientError, DecisionRefused, RunEnded, WaitstateClient
@@ -128,6 +129,9 @@ class RunOutcome:
     unread: list[str] = field(default_factory=list)  # state or history that could not be read
     unreplayable: list[str] = field(default_factory=list)  # histories today's code cannot replay
     facts: dict[str, Any] = field(default_factory=dict)  # what the driver's `act` measured
+    # What a reader of its event stream got (None: the suite read no streams).
+    streamed: StreamRead | None = None
+    first_run: str = ""
 
 
 @dataclass
@@ -210,6 +214,8 @@ class Context:
     token_keys: Mapping[str, str] = field(default_factory=dict)
     # Set once the signing key was rotated: runs planned `after` it start then.
     rotated: asyncio.Event = field(default_factory=asyncio.Event)
+    # Reads every driven run's event stream through the gateway (None: no streams read).
+    streams: Streams | None = None
     # Where a history that does not replay is kept (it outlives the stack's directory).
     nondeterministic: Path = field(
         default_factory=lambda: Path(tempfile.gettempdir()) / "waitstate-chaos-nondeterministic"
@@ -430,6 +436,8 @@ async def drive(ctx: Context, plan: RunPlan, *, hold: asyncio.Event | None = Non
         script_model_fault(ctx.wire, plan)
     handle, first_run_id = await _start(ctx, plan)
     outcome.started_at = time.monotonic()
+    outcome.first_run = first_run_id
+    reading = ctx.streams.follow(handle.id, first_run_id) if ctx.streams else None
     try:
         await _play(ctx, plan, handle, first_run_id, outcome, hold)
     except Exception as err:  # noqa: BLE001 - the driver's failure is reported, not raised
@@ -447,6 +455,8 @@ async def drive(ctx: Context, plan: RunPlan, *, hold: asyncio.Event | None = Non
         except Exception as err:  # noqa: BLE001 - reported, not raised
             outcome.problems.append(f"driver: late completions: {type(err).__name__}: {err}")
     await _read(ctx, handle, first_run_id, outcome)
+    if ctx.streams is not None and reading is not None:
+        outcome.streamed = await ctx.streams.finish(reading)
     return outcome
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from waitstate.client import Position, RunEvent, RunEvents
+from waitstate.client import BadPosition, Position, RunEvent, RunEvents
 from waitstate.gateway import streams
 from waitstate.gateway.streams import Feeds
 
@@ -113,3 +113,22 @@ async def test_a_reader_too_far_behind_is_let_go_and_the_others_read_on(
     # (its client resumes after the last it had).
     assert await _rest(slow) == ["a", "b", "c"]
     assert quick_took + await _rest(quick) == ["a", "b", "c", "d", "e", "run.completed"]
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ("7f1c-e2.5", Position("7f1c-e2", 5)),
+        ("7f1c-e2.0", Position("7f1c-e2", 0)),  # before the run's first event
+    ],
+)
+def test_an_event_id_names_a_position(text: str, position: Position) -> None:
+    assert Position.parse(text) == position
+
+
+@pytest.mark.parametrize(
+    "text", ["", "run", "run.", ".5", "run.05", "run.-1", "run.5.6", "ru n.5", "r" * 101 + ".5"]
+)
+def test_anything_else_is_no_position(text: str) -> None:
+    with pytest.raises(BadPosition):
+        Position.parse(text)

@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,7 +46,8 @@ from waitstate.schemas import run as run_names
 log = logging.getLogger("waitstate.client.events")
 
 MAX_EVENT_ID_CHARS = 200
-_EVENT_ID = re.compile(r"([A-Za-z0-9-]{1,100})\.([1-9][0-9]{0,11})")
+# `<run>.0` is before the run's first event: a reader that wants a run of the chain whole.
+_EVENT_ID = re.compile(r"([A-Za-z0-9-]{1,100})\.(0|[1-9][0-9]{0,11})")
 # What is read of a payload that came from outside (an Update's arguments, an outcome): more
 # is not decoded, and each string kept is cut here.
 MAX_PAYLOAD_BYTES = 65_536
@@ -290,6 +291,13 @@ class RunEvents:
             if reading.next_run is None:
                 return
             position = Position(reading.next_run, 0)
+
+
+def told(run: str, events: Iterable[HistoryEvent]) -> tuple[list[RunEvent], str | None]:
+    """The run events a reader gets of the history `events` of the run `run` (a Temporal run
+    id), and the run it continued as, if it did: what a stream of it sends, for a check."""
+    reading = _Reading(run)
+    return [e for event in events if (e := reading.take(event)) is not None], reading.next_run
 
 
 async def growth(client: Client, run_id: str, grew: asyncio.Event) -> None:
