@@ -217,7 +217,15 @@ def build_worker(
     )
     agent = AgentActivities(agents or {}, settings.default_model)
     operations = OperationActivities(registry, mcp)
-    approvals = ApprovalActivities(http, settings.outbox_url, tokens, settings.gateway_url)
+    # Each approver group's notices go where WAITSTATE_NOTICE_ROUTES says (the outbox if unset).
+    approvals = ApprovalActivities(
+        http,
+        settings.outbox_url,
+        tokens,
+        settings.gateway_url,
+        routes=settings.notice_routes,
+        smtp=settings.smtp,
+    )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
     return Worker(

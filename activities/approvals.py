@@ -3,13 +3,13 @@ job asks them a question."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import httpx
 from temporalio import activity
 
 from waitstate.gateway.tokens import approval_subject, question_subject
+from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import InputNotice
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
@@ -17,13 +17,11 @@ from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 if TYPE_CHECKING:
     from waitstate.gateway.tokens import MintedToken, ResumeTokens
 
-# How long one post to the outbox may take before the attempt fails and is retried.
-OUTBOX_TIMEOUT = timedelta(seconds=10)
-
 
 class ApprovalActivities:
-    """Posts approval requests and operations' questions, with signed links to answer them,
-    to an outbox (an HTTP endpoint)."""
+    """Sends approval requests and operations' questions, with signed links to answer them, to
+    the senders of their recipient group (`waitstate.notices`): the outbox (an HTTP endpoint),
+    email or Slack."""
 
     def __init__(
         self,
@@ -31,9 +29,26 @@ class ApprovalActivities:
         outbox_url: str,
         tokens: ResumeTokens | None = None,
         gateway_url: str = "",
+        *,
+        routes: NoticeRoutes | None = None,
+        smtp: SmtpServer | None = None,
     ) -> None:
-        self._http = http
-        self._outbox_url = outbox_url
+        """Build the senders of every approver group once, for every notice.
+
+        Args:
+            http: The client the outbox and Slack are posted with.
+            outbox_url: The outbox, where groups without a route (all, without `routes`) go.
+            tokens: The keys links are signed with (None: notices go without links).
+            gateway_url: The gateway's public base URL, which links point at.
+            routes: Where each approver group's notices go (`WAITSTATE_NOTICE_ROUTES`).
+            smtp: The server email notices are submitted to.
+
+        Raises:
+            ValueError: a route sends email and there is no `smtp`.
+        """
+        self._notices = NoticeRouter.build(
+            routes or {}, http=http, outbox_url=outbox_url, smtp=smtp
+        )
         self._tokens = tokens
         self._gateway_url = gateway_url.rstrip("/")
 
@@ -74,6 +89,11 @@ class ApprovalActivities:
 
             minted = token(None)
             sent = ApprovalNoticeSent(nonce_hash=minted.nonce_hash, decision_url=url)
+            # The page a person opens in a browser (email and chat messages link to it), with
+            # the form's token: it allows either decision.
+            body["page"] = (
+                f"{self._gateway_url}/pages/approvals/{request.request_id}?token={minted.token}"
+            )
             # One link for a form that lets the person choose (and give a reason), and one
             # per decision for one-click buttons: each of those allows its own decision only.
             body["decision"] = {
@@ -92,7 +112,7 @@ class ApprovalActivities:
                 }
                 for kind in ("approve", "reject")
             }
-        await self._post(
+        await self._send(
             body, f"approval {request.request_id}", notice.recipient, notice.escalation
         )
         return sent
@@ -130,19 +150,23 @@ class ApprovalActivities:
                 "accept": {"action": "accept", "content": "<matching requested_schema>"},
                 "decline": {"action": "decline"},
             }
-        await self._post(
+            body["page"] = (
+                f"{self._gateway_url}/pages/questions/{request.question_id}?token={minted.token}"
+            )
+        await self._send(
             body, f"question {request.question_id}", notice.recipient, notice.escalation
         )
 
-    async def _post(
+    async def _send(
         self, body: dict[str, object], what: str, recipient: str, escalation: bool
     ) -> None:
-        """Post a notice to the outbox (an HTTP error fails the attempt, for Temporal to retry)
-        and log that `what` was sent."""
-        response = await self._http.post(
-            self._outbox_url, json=body, timeout=OUTBOX_TIMEOUT.total_seconds()
-        )
-        response.raise_for_status()
+        """Send a notice to its recipient group's senders and log that `what` was sent.
+
+        Any sender failing fails the attempt, for Temporal to retry: the retry sends to every
+        sender again, so a person may get a notice twice, with the same links (their tokens are
+        minted the same every time).
+        """
+        await self._notices.send(body)
         activity.logger.info(
             "%s sent to %s%s", what, recipient, " (escalation)" if escalation else ""
         )

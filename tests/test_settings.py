@@ -3,6 +3,7 @@ client program ends."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from waitstate.notices import EmailRoute, OutboxRoute, SlackRoute, SmtpServer
 from waitstate.providers import Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import ScriptedProvider
 from waitstate.settings import Settings
@@ -219,3 +221,69 @@ def test_a_program_run_by_run_program_exits_with_what_main_returned_and_its_outp
     )
     assert (ended.returncode, ended.stdout) == (code, "done")
     assert says in ended.stderr
+
+
+# --- where notices go --------------------------------------------------------------------------
+
+
+def test_notices_go_to_the_outbox_unless_routed() -> None:
+    settings = Settings.from_env({})
+
+    assert (settings.notice_routes, settings.smtp) == ({}, None)
+
+
+def test_notice_routes_and_the_smtp_server_are_read_and_their_secrets_kept_out_of_repr() -> None:
+    webhook = "https://hooks.slack.com/services/T1/B1/webhook-secret"
+    settings = Settings.from_env(
+        {
+            "WAITSTATE_NOTICE_ROUTES": f"claims-team=email:claims@example.com;finance=slack:"
+            f"{webhook};*=outbox",
+            "WAITSTATE_SMTP_URL": "smtp://mailer:smtp-password@mail.example.com:587",
+            "WAITSTATE_SMTP_FROM": "Waitstate <noreply@example.com>",
+        }
+    )
+
+    assert settings.notice_routes == {
+        "claims-team": (EmailRoute(("claims@example.com",)),),
+        "finance": (SlackRoute(webhook),),
+        "*": (OutboxRoute(),),
+    }
+    assert settings.smtp == SmtpServer(
+        "mail.example.com", 587, False, "Waitstate <noreply@example.com>", "mailer", "smtp-password"
+    )
+    shown = repr(settings)
+    assert "smtp-password" not in shown and "webhook-secret" not in shown
+    assert "mail.example.com" in shown and "hooks.slack.com" in shown
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"WAITSTATE_NOTICE_ROUTES": "claims-team"}, "WAITSTATE_NOTICE_ROUTES: entry 1 is not"),
+        (
+            {"WAITSTATE_NOTICE_ROUTES": "finance=slack:http://hooks.example.com/smtp-password"},
+            "WAITSTATE_NOTICE_ROUTES: group 'finance': the Slack webhook must be an https://",
+        ),
+        (
+            {"WAITSTATE_NOTICE_ROUTES": "claims-team=email:claims@example.com"},
+            "sends group 'claims-team' email, and WAITSTATE_SMTP_URL is not set",
+        ),
+        (
+            {"WAITSTATE_SMTP_URL": "smtp://mailer:smtp-password@mail.example.com"},
+            "WAITSTATE_SMTP_FROM must be set",
+        ),
+        (
+            {
+                "WAITSTATE_SMTP_URL": "mail.example.com:smtp-password",
+                "WAITSTATE_SMTP_FROM": "a@b.c",
+            },
+            "WAITSTATE_SMTP_URL is not an smtp:// or smtps:// URL",
+        ),
+    ],
+)
+def test_a_malformed_notice_route_or_smtp_setting_stops_the_process_at_start(
+    env: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)) as refused:
+        Settings.from_env(env)
+    assert "smtp-password" not in str(refused.value)  # a secret is never repeated

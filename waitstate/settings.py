@@ -23,6 +23,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from waitstate.converter import DATA_CONVERTER
+from waitstate.notices import EmailRoute, Route, SmtpServer, parse_routes, parse_smtp
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
@@ -70,6 +71,15 @@ class Settings:
     thread_token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
     demo_systems_url: str = "http://127.0.0.1:8790"
     approvals_outbox_url: str | None = None  # default: the demo systems' outbox
+    # WAITSTATE_NOTICE_ROUTES: where each approver group's notices go, `GROUP=DESTINATION;...`
+    # with `outbox`, `email:ADDRESS,...` or `slack:WEBHOOK_URL` (`*`: every other group), read
+    # by `waitstate.notices.parse_routes`. Empty: every notice goes to the outbox. A webhook's
+    # URL is a secret: a route's repr shows its host only.
+    notice_routes: Mapping[str, tuple[Route, ...]] = field(default_factory=dict)
+    # WAITSTATE_SMTP_URL (`smtp://USER:PASSWORD@HOST:PORT` or `smtps://...`) and
+    # WAITSTATE_SMTP_FROM: the server email notices are submitted to, and their sender (its
+    # password is in no repr). Required when a route sends email.
+    smtp: SmtpServer | None = None
     # Conversations and large results, by content hash. Workers of one fleet must share it:
     # a directory (on one machine, or a shared volume), unless blob_url names object storage.
     blob_dir: Path = Path(".temporal/blobs")
@@ -122,6 +132,8 @@ class Settings:
         operator_keys = parse_keys(
             env.get("WAITSTATE_OPERATOR_KEYS", ""), "WAITSTATE_OPERATOR_KEYS", "operator key"
         )
+        notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
+        smtp = _smtp(env, notice_routes)
         if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
             parse_blob_url(blob_url)  # a bad URL stops the process here, not at its first blob
         return cls(
@@ -147,6 +159,8 @@ class Settings:
             thread_token_lifetime=_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
+            notice_routes=notice_routes,
+            smtp=smtp,
             worker_metrics_address=env.get("WAITSTATE_WORKER_METRICS") or None,
             run_counts_seconds=_seconds(env, "WAITSTATE_RUN_COUNTS_SECONDS", 30.0),
             blob_dir=Path(
@@ -226,6 +240,24 @@ def _switch(env: Mapping[str, str], name: str) -> bool:
     if text in ("", "0", "false", "no", "off"):
         return False
     raise ValueError(f"{name} must be 1 or 0 (true or false); got {text!r}")
+
+
+def _smtp(env: Mapping[str, str], routes: Mapping[str, tuple[Route, ...]]) -> SmtpServer | None:
+    """The SMTP server of WAITSTATE_SMTP_URL and WAITSTATE_SMTP_FROM (None: unset).
+
+    Raises:
+        ValueError: either is malformed, or a route sends email and WAITSTATE_SMTP_URL is
+            unset: the worker stops at start, not at its first notice.
+    """
+    if url := env.get("WAITSTATE_SMTP_URL", "").strip():
+        return parse_smtp(url, env.get("WAITSTATE_SMTP_FROM"))
+    for group, destinations in routes.items():
+        if any(isinstance(destination, EmailRoute) for destination in destinations):
+            raise ValueError(
+                f"WAITSTATE_NOTICE_ROUTES sends group {group!r} email, and WAITSTATE_SMTP_URL "
+                "is not set (set it, and WAITSTATE_SMTP_FROM)"
+            )
+    return None
 
 
 def _deployment_name(name: str) -> str:
