@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -418,6 +420,14 @@ class Hops:
     def go(self) -> None:
         self._go = True
 
+    @workflow.update
+    def refused(self) -> None:
+        pass
+
+    @refused.validator
+    def _never(self) -> None:
+        raise ValueError("refused, always")
+
     @workflow.run
     async def run(self, hops: int) -> int:
         await workflow.wait_condition(lambda: self._go)
@@ -474,6 +484,123 @@ async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
         Position.parse(followed[-1].id),
         False,
     )
+
+
+async def test_an_update_refused_by_its_validator_loses_no_event_of_those_written_after_it(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # A refused Update's workflow task is speculative: Temporal sends its events after the
+    # written ones while it runs, then drops them, and the next events written take their ids.
+    events = RunEvents(dev_env.client)
+    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
+        handle = await dev_env.client.start_workflow(
+            Hops.run, 0, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
+        )
+        start, _ = await events.where(handle.id, None)
+        followed: list[RunEvent] = []
+
+        async def follow() -> None:
+            async for event in events.follow(handle.id, start):
+                followed.append(event)
+
+        following = asyncio.create_task(follow())
+        await eventually(_async(lambda: bool(followed)), "the run's start")
+        for _ in range(3):
+            with pytest.raises(WorkflowUpdateFailedError):
+                await handle.execute_update(Hops.refused)
+        await handle.signal(Hops.go)
+        await asyncio.wait_for(following, WITHIN)
+
+    assert [e.kind for e in followed] == ["run.started", "signal", "run.completed"]
+
+
+# Whether Breaks' workflow tasks fail (a bug shipped, then fixed): its tasks are then retried,
+# each retry a transient workflow task that Temporal writes only once it completes.
+BROKEN = {"now": False}
+RELEASE = asyncio.Event()
+
+
+@activity.defn(name="held")
+async def held() -> None:
+    await RELEASE.wait()
+
+
+@workflow.defn(sandboxed=False)
+class Breaks:
+    """Starts a held activity, takes a `go`, and ends once the activity did."""
+
+    def __init__(self) -> None:
+        self._go = False
+
+    @workflow.signal
+    def go(self) -> None:
+        self._go = True
+
+    @workflow.run
+    async def run(self) -> None:
+        held_call = workflow.start_activity("held", start_to_close_timeout=timedelta(minutes=1))
+        await workflow.wait_condition(lambda: self._go)
+        if BROKEN["now"]:
+            time.sleep(1.5)  # noqa: ASYNC251 - a slow bug: each try is in flight a while
+            raise RuntimeError("a bug: this workflow task fails, and is retried")
+        await held_call
+
+
+async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # While a failed workflow task is retried, Temporal sends the retry's events after the
+    # written ones; an event written meanwhile (the activity's end) takes their ids.
+    events = RunEvents(dev_env.client)
+    RELEASE.clear()
+    BROKEN["now"] = True
+    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Breaks], activities=[held]):
+        handle = await dev_env.client.start_workflow(
+            Breaks.run, id=f"breaks-{uuid.uuid4()}", task_queue=task_queue
+        )
+        await eventually(lambda: _scheduled(handle), "the activity's start")
+        await handle.signal(Breaks.go)
+        # Two tries fail and are written; from the third on, a try in flight is sent after
+        # the written events, unwritten. The reader starts then: its first page ends with it.
+        await eventually(lambda: _retry_in_flight(handle), "a workflow task's third try")
+        start, _ = await events.where(handle.id, None)
+        followed: list[RunEvent] = []
+
+        async def follow() -> None:
+            async for event in events.follow(handle.id, start):
+                followed.append(event)
+
+        following = asyncio.create_task(follow())
+        await eventually(_async(lambda: "signal" in _kinds(followed)), "the signal")
+        RELEASE.set()  # the activity ends, written where the try in flight was
+        await asyncio.sleep(2)
+        BROKEN["now"] = False  # the fix is deployed
+        await asyncio.wait_for(following, WITHIN)
+
+    assert _kinds(followed) == [
+        "run.started",
+        "activity.started",
+        "signal",
+        "activity.ended",
+        "run.completed",
+    ]
+
+
+async def _scheduled(handle: WorkflowHandle[Any, Any]) -> bool:
+    kinds = [e.event_type async for e in handle.fetch_history_events()]
+    return EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED in kinds
+
+
+async def _retry_in_flight(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the history's last page ends with a workflow task's try in flight, unwritten
+    (after two failed tries were written)."""
+    events = [e async for e in handle.fetch_history_events()]
+    failed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+    return len(failed) >= 2 and events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+
+
+def _kinds(events: list[RunEvent]) -> list[str]:
+    return [e.kind for e in events]
 
 
 def _async(check: Callable[[], bool]) -> Callable[[], Any]:

@@ -71,6 +71,15 @@ _SHOWN_FIELDS = (
 # How long a reader waits after Temporal could not be reached before it reads on.
 RETRY_SECONDS = (0.2, 5.0)
 
+# What a history's last page may end with before it is written: a workflow task in flight that
+# is transient (the retry of one that failed or timed out) or speculative (an Update's, dropped
+# if its validator refuses it). Temporal sends them after the events it wrote; once one is
+# dropped, the next events written take its ids, and a reader whose position went past them
+# would skip those. Nothing of a run is told by them, so they move no reader.
+_MAYBE_UNWRITTEN = frozenset(
+    {EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED}
+)
+
 # An activity's type -> what its events are called.
 _ACTIVITY_KINDS = {
     run_names.CALL_MODEL: "model",
@@ -274,6 +283,8 @@ class RunEvents:
             handle = self._client.get_workflow_handle(run_id, run_id=position.run)
             try:
                 async for event in handle.fetch_history_events(wait_new_event=True):
+                    if event.event_type in _MAYBE_UNWRITTEN:
+                        continue  # no position: its id may yet be another event's
                     told = reading.take(event)
                     if event.event_id <= position.event_id:
                         continue  # read again to know what a later event is of; sent before
