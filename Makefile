@@ -10,6 +10,10 @@ APPROVE_AFTER ?= 5
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# Debian's chromium, for the browser tests (Playwright drives it; it downloads no browser).
+	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@command -v chromium >/dev/null || echo "no chromium (not root: apt-get install chromium): the browser tests will be skipped"
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the project with its dev tools

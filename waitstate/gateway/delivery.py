@@ -197,6 +197,11 @@ class TemporalDeliverer:
         self._client = client
         self._timeout = timeout
 
+    @property
+    def client(self) -> Client:
+        """The Temporal client it delivers with (the pages read the runs they show with it)."""
+        return self._client
+
     async def complete(
         self,
         claims: ResumeClaims,

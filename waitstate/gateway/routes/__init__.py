@@ -4,7 +4,15 @@ metrics."""
 
 from fastapi import APIRouter
 
-from waitstate.gateway.routes import approvals, events, health, operations, questions, threads
+from waitstate.gateway.routes import (
+    approvals,
+    events,
+    health,
+    operations,
+    pages,
+    questions,
+    threads,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     operations.router,
@@ -12,6 +20,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     questions.router,
     threads.router,
     events.router,
+    pages.router,
     health.router,
 )
 

@@ -4,6 +4,9 @@ request's links (a one-click link's token allows its own decision only).
     POST /v1/approvals/{request_id}/decision
     Authorization: Bearer <the approval link's token>
     {"decision": "approve", "reviewer": "ana", "comment": "ok"}
+
+The approval page (routes/pages.py) applies a person's decision through `decision_allowed` and
+`apply_decision` too: one path from a verified token to the run, whatever sent the decision.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
-from waitstate.gateway.gate import Acceptance, Admitted, Credentials, GateDep
+from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
 from waitstate.gateway.refusals import Refused
 from waitstate.gateway.routes.replies import Reply
-from waitstate.gateway.tokens import approval_subject
-from waitstate.schemas.approvals import ApprovalStatus, DecisionBody
+from waitstate.gateway.tokens import ResumeClaims, approval_subject
+from waitstate.schemas.approvals import ApprovalStatus, DecideOutcome, DecisionBody, DecisionKind
 
 DECISION_PATH = "/v1/approvals/{request_id}/decision"
 DECISIONS = Reply(
@@ -46,18 +49,49 @@ async def admitted_decision(
     of the request's links that allows it."""
     links = frozenset(approval_subject(request_id, kind) for kind in (None, "approve", "reject"))
     admitted = await DECISIONS.admit(gate, request, credentials, links)
-    decision = admitted.body.decision
-    if admitted.claims.operation_id not in (
+    decision_allowed(request_id, admitted.claims, admitted.body.decision)
+    return admitted
+
+
+def decision_allowed(request_id: str, claims: ResumeClaims, decision: DecisionKind) -> None:
+    """Check that a token of the request's links allows `decision`: the form's token allows
+    either, a one-click link's (approve, say) its own decision only.
+
+    Raises:
+        Refused: 403 `decision_not_allowed`.
+    """
+    if claims.operation_id not in (
         approval_subject(request_id),
         approval_subject(request_id, decision),
     ):
-        # A one-click link (approve, say) allows its own decision only.
         raise Refused(
             403,
             "decision_not_allowed",
             f"this link's token does not allow the decision {decision!r}",
         )
-    return admitted
+
+
+async def apply_decision(
+    gate: Gate, request_id: str, admitted: Admitted[DecisionBody]
+) -> DecideOutcome:
+    """The run's outcome of an admitted decision on request `request_id`, delivered, logged and
+    counted.
+
+    Raises:
+        Refused: the run refused it, or did not apply it (see `Reply.apply`).
+        Failed: the deliverer failed (a bug).
+    """
+    outcome = await DECISIONS.apply(gate, gate.deliverer.decide, request_id, admitted)
+    DECISIONS.delivered(
+        gate,
+        "delivered %s by %r on request %s to run %s: now %s",
+        admitted.body.decision,
+        admitted.body.reviewer,
+        request_id,
+        admitted.claims.workflow_id,
+        outcome.status,
+    )
+    return outcome
 
 
 @DECISIONS.route(
@@ -84,14 +118,5 @@ async def decide(
     admitted: Annotated[Admitted[DecisionBody], Security(admitted_decision)],
     gate: GateDep,
 ) -> DecisionAccepted:
-    outcome = await DECISIONS.apply(gate, gate.deliverer.decide, request_id, admitted)
-    DECISIONS.delivered(
-        gate,
-        "delivered %s by %r on request %s to run %s: now %s",
-        admitted.body.decision,
-        admitted.body.reviewer,
-        request_id,
-        admitted.claims.workflow_id,
-        outcome.status,
-    )
+    outcome = await apply_decision(gate, request_id, admitted)
     return DecisionAccepted(request_id=request_id, approval_status=outcome.status)

@@ -4,6 +4,8 @@ token of the question's link; the gateway replies once the run has handed the an
     POST /v1/questions/{question_id}/answer
     Authorization: Bearer <the question link's token>
     {"action": "accept", "content": {"region": "EMEA"}, "responder": "ana"}
+
+The question page (routes/pages.py) delivers a person's answer through `apply_answer` too.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
-from waitstate.gateway.gate import Acceptance, Admitted, Credentials, GateDep
+from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
 from waitstate.gateway.routes.replies import Reply
 from waitstate.gateway.tokens import question_subject
-from waitstate.schemas.questions import AnswerBody, QuestionStatus
+from waitstate.schemas.questions import AnswerBody, AnswerOutcome, QuestionStatus
 
 ANSWER_PATH = "/v1/questions/{question_id}/answer"
 ANSWERS = Reply(
@@ -78,6 +80,25 @@ async def answer(
     admitted: Annotated[Admitted[AnswerBody], Security(admitted_answer)],
     gate: GateDep,
 ) -> AnswerAccepted:
+    outcome = await apply_answer(gate, question_id, admitted)
+    return AnswerAccepted(
+        question_id=question_id,
+        question_status=outcome.status,
+        delivered=outcome.delivered,
+        reason=outcome.reason,
+    )
+
+
+async def apply_answer(
+    gate: Gate, question_id: str, admitted: Admitted[AnswerBody]
+) -> AnswerOutcome:
+    """The run's outcome of an admitted answer to question `question_id`, once the job that
+    asked has it (or refused it), delivered, logged and counted.
+
+    Raises:
+        Refused: the run refused it, or did not apply it (see `Reply.apply`).
+        Failed: the deliverer failed (a bug).
+    """
     outcome = await ANSWERS.apply(gate, gate.deliverer.answer, question_id, admitted)
     ANSWERS.delivered(
         gate,
@@ -89,9 +110,4 @@ async def answer(
         outcome.status,
         "the job has it" if outcome.delivered else f"the job refused it: {outcome.reason}",
     )
-    return AnswerAccepted(
-        question_id=question_id,
-        question_status=outcome.status,
-        delivered=outcome.delivered,
-        reason=outcome.reason,
-    )
+    return outcome

@@ -1,0 +1,509 @@
+"""The pages a person opens from a notice's link, and the forms they send from them: the approval
+request's page, to approve or reject it, and the question's page, to answer it.
+
+    GET  /pages/approvals/{request_id}?token=<the request's token>
+    POST /pages/approvals/{request_id}            the page's form
+    GET  /pages/questions/{question_id}?token=<the question's token>
+    POST /pages/questions/{question_id}           the page's form
+
+A GET shows what the run asks, as the run's `status` query says, and applies nothing: mail
+scanners open links. A form's POST is admitted as the JSON routes' requests are (its size, its
+token, its fields), and as a form (where the browser says it came from, and the page's form
+key, `pages.guard`), then delivered through the JSON routes' own functions (`apply_decision`,
+`apply_answer`): one path from a token to the run. Every answer is a page with the headers of
+`pages.html.HEADERS`, refusals included (logged and counted as every refusal is).
+
+The token is the one the request's notice carries for a form (`approval_subject(request_id)`,
+which allows either decision) or the question's; another is refused, a one-click link's too.
+The pages are not the API: they are left out of the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from waitstate.client import NotAnswered, RunNotFound, WaitstateClient, closed_status
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.gate import Admitted, Gate, GateDep
+from waitstate.gateway.pages import approval as approval_view
+from waitstate.gateway.pages import question as question_view
+from waitstate.gateway.pages.guard import cross_site, form_key, form_key_matches
+from waitstate.gateway.pages.html import HEADERS, FormTarget, banner, ended, error, text
+from waitstate.gateway.refusals import Failed, Refused, describe, refuse
+from waitstate.gateway.routes.approvals import DECISIONS, apply_decision, decision_allowed
+from waitstate.gateway.routes.questions import ANSWERS, apply_answer
+from waitstate.gateway.tokens import (
+    ExpiredToken,
+    InvalidToken,
+    ResumeClaims,
+    approval_subject,
+    nonce_hash,
+    question_subject,
+)
+from waitstate.schemas import RunState
+from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
+from waitstate.schemas.questions import AnswerBody, InputRequest
+
+APPROVAL_PAGE = "/pages/approvals/{request_id}"
+QUESTION_PAGE = "/pages/questions/{question_id}"
+FORM_TYPE = "application/x-www-form-urlencoded"
+# A page's form has a few fields, a question's one per property of its schema (100 at most),
+# and an array's one per choice checked.
+MAX_FORM_FIELDS = 1_000
+
+_TITLES = {
+    400: "The form could not be read",
+    401: "This link is not valid",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Not applied",
+    410: "This link has expired",
+    413: "The form is too large",
+    415: "The form could not be read",
+    422: "The form could not be read",
+    500: "Something went wrong",
+    503: "Try again in a moment",
+}
+_LINK_HINT = (
+    "Open this page from the link in the notice you were sent, whole: each link works for its "
+    "own request or question only, until that expires."
+)
+
+router = APIRouter(include_in_schema=False)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run as a page reads it: its status, and its state (None: it has ended, and no worker
+    answered its query)."""
+
+    status: str
+    state: RunState | None
+
+
+@dataclass(frozen=True)
+class _Form:
+    """A page's form as sent: each field's values, in order."""
+
+    fields: dict[str, list[str]]
+
+    def one(self, name: str) -> str:
+        """The field's first value, or "" if it was not sent."""
+        values = self.fields.get(name)
+        return values[0] if values else ""
+
+
+# --- the approval page -------------------------------------------------------------------------
+
+
+@router.get(APPROVAL_PAGE, response_class=HTMLResponse)
+async def approval_page(
+    request_id: str, request: Request, gate: GateDep, token: str = ""
+) -> HTMLResponse:
+    """The approval request, and the form to decide on it while it is open."""
+    try:
+        claims = _claims(gate, token, approval_subject(request_id), "request")
+        run = await _read(gate, claims.workflow_id)
+        approval = _approval(run, request_id, claims)
+    except Refused as refused:
+        return _refused(request, refused)
+    if approval is None:
+        return _page(
+            approval_view.page(
+                title="Approval request: closed",
+                workflow_id=claims.workflow_id,
+                request_id=request_id,
+                request=None,
+                run_status=run.status,
+                news=ended(run.status, "this request"),
+            )
+        )
+    return _page(
+        approval_view.page(
+            title=approval_view.title_of(approval, run.status),
+            workflow_id=claims.workflow_id,
+            request_id=request_id,
+            request=approval,
+            run_status=run.status,
+            form=_form_target(gate, request_id, token, claims),
+        )
+    )
+
+
+@router.post(APPROVAL_PAGE, response_class=HTMLResponse)
+async def decide_on_page(request_id: str, request: Request, gate: GateDep) -> HTMLResponse:
+    """The approval page's form: the decision, applied as the JSON route applies it."""
+    try:
+        form = await _read_form(gate, request)
+        claims = _form_claims(gate, request, form, approval_subject(request_id), "request")
+        body = _decision(form)
+        decision_allowed(request_id, claims, body.decision)
+    except Refused as refused:
+        return _refused(request, refused)
+    try:
+        outcome = await apply_decision(gate, request_id, Admitted(claims, body))
+    except Refused as refused:
+        if refused.status != 409:
+            return _refused(request, refused)
+        # Decided already (through this link before, or another), expired, or the run ended:
+        # the page says what became of the request, as the run has it now.
+        run = await _read_quietly(gate, claims.workflow_id)
+        approval = _approval_quietly(run, request_id)
+        settled = (
+            run is not None
+            and approval is not None
+            and not approval_view.decidable(approval, run.status)
+        )
+        page = approval_view.page(
+            title=_not_applied_title(approval),
+            workflow_id=claims.workflow_id,
+            request_id=request_id,
+            request=approval,
+            run_status=run.status if run is not None else "unknown",
+            news=None if settled else banner("no", text(refused.message)),
+        )
+        return _refused(request, refused, page)
+    except Failed:
+        return _failed()
+    run = await _read_quietly(gate, claims.workflow_id)
+    return _page(
+        approval_view.page(
+            title="Approved" if outcome.status == "approved" else "Rejected",
+            workflow_id=claims.workflow_id,
+            request_id=request_id,
+            request=_approval_quietly(run, request_id),
+            run_status=run.status if run is not None else "unknown",
+            news=approval_view.applied(outcome.status, body.reviewer),
+        )
+    )
+
+
+# --- the question page -------------------------------------------------------------------------
+
+
+@router.get(QUESTION_PAGE, response_class=HTMLResponse)
+async def question_page(
+    question_id: str, request: Request, gate: GateDep, token: str = ""
+) -> HTMLResponse:
+    """The question, and the form to answer it, built from its schema, while it is open."""
+    try:
+        claims = _claims(gate, token, question_subject(question_id), "question")
+        run = await _read(gate, claims.workflow_id)
+        question = _question(run, question_id, claims)
+    except Refused as refused:
+        return _refused(request, refused)
+    return _page(
+        question_view.page(
+            title=question_view.title_of(question, run.status)
+            if question is not None
+            else "Question: closed",
+            workflow_id=claims.workflow_id,
+            question_id=question_id,
+            question=question,
+            run_status=run.status,
+            news=ended(run.status, "this question") if question is None else None,
+            form=_form_target(gate, question_id, token, claims),
+        )
+    )
+
+
+@router.post(QUESTION_PAGE, response_class=HTMLResponse)
+async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> HTMLResponse:
+    """The question page's form: the answer, its fields typed as the question's schema says,
+    delivered as the JSON route delivers it; refused content is shown again to correct."""
+    try:
+        form = await _read_form(gate, request)
+        claims = _form_claims(gate, request, form, question_subject(question_id), "question")
+        action = form.one("action")
+        if action not in ("accept", "decline"):
+            raise Refused(422, ANSWERS.invalid_code, "choose Accept or Decline")
+        run = await _read(gate, claims.workflow_id)
+        question = _question(run, question_id, claims)
+        if question is None:
+            raise Refused(409, "run_ended", f"the run has ended ({run.status})")
+        content = (
+            question_view.content_from(question.requested_schema, form.fields)
+            if action == "accept"
+            else None
+        )
+        responder = form.one("responder").strip() or "unknown"
+        try:
+            body = AnswerBody(action=action, content=content, responder=responder)
+        except ValidationError as err:
+            raise Refused(422, ANSWERS.invalid_code, describe(err.errors())) from None
+    except Refused as refused:
+        return _refused(request, refused)
+    target = _form_target(gate, question_id, form.one("token"), claims)
+    try:
+        outcome = await apply_answer(gate, question_id, Admitted(claims, body))
+    except Refused as refused:
+        if refused.status == 422:
+            # Content that does not fit the schema: the form again, as it was sent, to correct.
+            page = question_view.page(
+                title=question_view.title_of(question, run.status),
+                workflow_id=claims.workflow_id,
+                question_id=question_id,
+                question=question,
+                run_status=run.status,
+                news=question_view.refused(refused.message),
+                form=target,
+                values=content or {},
+                responder=form.one("responder"),
+            )
+            return _refused(request, refused, page)
+        if refused.status != 409:
+            return _refused(request, refused)
+        # Answered already (through this link before, with other content), expired,
+        # cancelled, or the run ended: the page says what became of the question.
+        now = await _read_quietly(gate, claims.workflow_id)
+        closed = _question_quietly(now, question_id)
+        settled = (
+            now is not None
+            and closed is not None
+            and not question_view.answerable(closed, now.status)
+        )
+        page = question_view.page(
+            title=_not_taken_title(closed),
+            workflow_id=claims.workflow_id,
+            question_id=question_id,
+            question=closed,
+            run_status=now.status if now is not None else "unknown",
+            news=None if settled else banner("no", text(refused.message)),
+        )
+        return _refused(request, refused, page)
+    except Failed:
+        return _failed()
+    now = await _read_quietly(gate, claims.workflow_id)
+    return _page(
+        question_view.page(
+            title="Declined" if outcome.status == "declined" else "Answered",
+            workflow_id=claims.workflow_id,
+            question_id=question_id,
+            question=_question_quietly(now, question_id),
+            run_status=now.status if now is not None else "unknown",
+            news=question_view.applied(outcome, body.responder),
+        )
+    )
+
+
+# --- what both pages do ------------------------------------------------------------------------
+
+
+def _claims(gate: Gate, token: str, subject: str, kind: str) -> ResumeClaims:
+    """The claims of a page's token, which must be for `subject`.
+
+    Raises:
+        Refused: 401 missing, malformed, forged, or for another `kind` of thing or another
+            one; 410 expired.
+    """
+    if not token:
+        raise Refused(401, "missing_token", "the link's token is missing")
+    try:
+        claims = gate.tokens.verify(token)
+    except ExpiredToken as err:
+        raise Refused(410, "token_expired", str(err)) from None
+    except InvalidToken as err:
+        raise Refused(401, "invalid_token", str(err)) from None
+    if claims.operation_id != subject:
+        raise Refused(401, f"wrong_{kind}", f"this link was issued for another {kind}")
+    return claims
+
+
+async def _read_form(gate: Gate, request: Request) -> _Form:
+    """The form a page sent, read up to the gate's limit.
+
+    Raises:
+        Refused: 415 not a form, 413 too large, 400 not UTF-8 or not a form's encoding.
+    """
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != FORM_TYPE:
+        raise Refused(415, "unsupported_media_type", f"send the page's form ({FORM_TYPE})")
+    body = await gate.read_body(request)
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+            errors="strict",
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except ValueError:  # UnicodeDecodeError among them, or too many fields
+        raise Refused(400, "invalid_form", "the form is not one of this gateway's pages'") from None
+    fields: dict[str, list[str]] = {}
+    for name, value in pairs:
+        fields.setdefault(name, []).append(value)
+    return _Form(fields)
+
+
+def _form_claims(
+    gate: Gate, request: Request, form: _Form, subject: str, kind: str
+) -> ResumeClaims:
+    """The claims of the token a page's form sent back, once the form is known to come from
+    the page: from this gateway's origin, with the page's form key.
+
+    Raises:
+        Refused: 401 or 410 the token (see `_claims`), 403 a form from another site or
+            without the page's form key.
+    """
+    claims = _claims(gate, form.one("token"), subject, kind)
+    if (why := cross_site(request.headers)) is not None:
+        raise Refused(403, "cross_site_form", why)
+    if not form_key_matches(gate.tokens, claims, form.one("form_key")):
+        raise Refused(
+            403, "invalid_form_key", "the form was not sent from this link's page; open it again"
+        )
+    return claims
+
+
+def _form_target(gate: Gate, reply_to: str, token: str, claims: ResumeClaims) -> FormTarget:
+    # Relative to the page (`/pages/approvals/<id>`): the page's own path, without its query.
+    return FormTarget(quote(reply_to, safe=""), token, form_key(gate.tokens, claims))
+
+
+def _decision(form: _Form) -> DecisionBody:
+    """The decision the approval page's form sent.
+
+    Raises:
+        Refused: 422 no decision, or fields the decision does not take.
+    """
+    decision = form.one("decision")
+    if decision not in ("approve", "reject"):
+        raise Refused(422, DECISIONS.invalid_code, "choose Approve or Reject")
+    reviewer = form.one("reviewer").strip() or "unknown"
+    try:
+        return DecisionBody(decision=decision, reviewer=reviewer, comment=form.one("comment"))
+    except ValidationError as err:
+        raise Refused(422, DECISIONS.invalid_code, describe(err.errors())) from None
+
+
+def _reader(gate: Gate) -> WaitstateClient:
+    """What reads runs for the pages: the Temporal client the gateway delivers with.
+
+    Raises:
+        Refused: 503, this gateway delivers otherwise (a stand-in), so it cannot read runs.
+    """
+    deliverer = gate.deliverer
+    if not isinstance(deliverer, TemporalDeliverer):
+        raise Refused(503, "pages_unavailable", "this gateway does not read runs")
+    # The gateway holds no other client: the pages read the runs the deliverer writes to.
+    return WaitstateClient(deliverer.client)
+
+
+async def _read(gate: Gate, workflow_id: str) -> _Run:
+    """The run's state, from its `status` query; for a run that has ended and whose worker does
+    not answer, its status only.
+
+    Raises:
+        Refused: 404 no such run, 503 Temporal or the run's worker did not answer.
+    """
+    reader = _reader(gate)
+    try:
+        state = await reader.query(workflow_id)
+    except RunNotFound:
+        raise Refused(404, "unknown_run", "no such run") from None
+    except NotAnswered:
+        pass
+    else:
+        return _Run(state.status, state)
+    try:
+        described = await reader.handle(workflow_id).describe()
+    except RPCError:
+        raise Refused(503, "temporal_unavailable", "Temporal could not be reached") from None
+    if described.status in (None, WorkflowExecutionStatus.RUNNING):
+        raise Refused(503, "run_unavailable", "the run did not answer; try again in a moment")
+    return _Run(closed_status(described.status), None)
+
+
+async def _read_quietly(gate: Gate, workflow_id: str) -> _Run | None:
+    """The run as `_read` reads it, or None if it cannot (a page that says what happened
+    says it without)."""
+    try:
+        return await _read(gate, workflow_id)
+    except Refused:
+        return None
+
+
+def _approval(run: _Run, request_id: str, claims: ResumeClaims) -> ApprovalRequest | None:
+    """The run's request `request_id` (None: the run has ended and cannot say).
+
+    Raises:
+        Refused: 404 the run has no such request, 401 the token is not its links'.
+    """
+    if run.state is None:
+        return None
+    found = run.state.approvals.get(request_id)
+    if found is None:
+        raise Refused(404, "approval_unknown", "the run has no such approval request")
+    if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
+        raise Refused(401, "nonce_mismatch", "this link is not the request's")
+    return found
+
+
+def _approval_quietly(run: _Run | None, request_id: str) -> ApprovalRequest | None:
+    return run.state.approvals.get(request_id) if run is not None and run.state else None
+
+
+def _question(run: _Run, question_id: str, claims: ResumeClaims) -> InputRequest | None:
+    """The run's question `question_id` (None: the run has ended and cannot say).
+
+    Raises:
+        Refused: 404 the run has no such question, 401 the token is not its link's, 403 the
+            question is the model's to answer.
+    """
+    if run.state is None:
+        return None
+    found = run.state.questions.get(question_id)
+    if found is None:
+        raise Refused(404, "question_unknown", "the run has no such question")
+    if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
+        raise Refused(401, "nonce_mismatch", "this link is not the question's")
+    if found.policy.answered_by != "person":
+        raise Refused(403, "question_not_yours", "this question is the agent's to answer")
+    return found
+
+
+def _not_applied_title(approval: ApprovalRequest | None) -> str:
+    if approval is not None and approval.status == "expired":
+        return "This request has expired"
+    if approval is not None and approval.status in ("approved", "rejected"):
+        return "This link was already used"
+    return "Not applied"
+
+
+def _not_taken_title(question: InputRequest | None) -> str:
+    if question is not None and question.status in ("answered", "declined"):
+        return "This link was already used"
+    if question is not None and question.status == "expired":
+        return "This question has expired"
+    return "Not applied"
+
+
+def _question_quietly(run: _Run | None, question_id: str) -> InputRequest | None:
+    return run.state.questions.get(question_id) if run is not None and run.state else None
+
+
+def _page(page: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(page, status_code=status, headers=dict(HEADERS))
+
+
+def _refused(request: Request, refused: Refused, page: str | None = None) -> HTMLResponse:
+    """A refusal as a page (`page`, or one that says why), logged and counted as every refusal
+    of the gateway is."""
+    refuse(request, refused.status, refused.code, refused.message)  # its JSON answer unused
+    if page is None:
+        title = _TITLES.get(refused.status, "Refused")
+        hint = _LINK_HINT if refused.status in (401, 410) else ""
+        page = error(title, refused.message, hint)
+    return _page(page, refused.status)
+
+
+def _failed() -> HTMLResponse:
+    # A bug, logged where it was met (`Gate.deliver`): no refusal to count.
+    return _page(error(_TITLES[500], "the gateway failed; try again later"), 500)
