@@ -1,6 +1,7 @@
 """The gateway's routes, one router per family: reports on operations, decisions on approval
-requests, answers to questions, people's messages to threads, runs' events, and health and
-metrics."""
+requests, answers to questions, people's messages to threads, runs' events, the pages a person
+opens (an approval's or a question's link, a run's timeline, the operators' inbox), and health
+and metrics."""
 
 from fastapi import APIRouter
 
@@ -8,10 +9,12 @@ from waitstate.gateway.routes import (
     approvals,
     events,
     health,
+    inbox,
     operations,
     pages,
     questions,
     threads,
+    timeline,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -21,6 +24,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     threads.router,
     events.router,
     pages.router,
+    timeline.router,
+    inbox.router,
     health.router,
 )
 

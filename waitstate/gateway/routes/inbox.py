@@ -1,0 +1,5 @@
+"""(being built)"""
+
+from fastapi import APIRouter
+
+router = APIRouter(include_in_schema=False)
