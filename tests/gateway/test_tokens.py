@@ -361,3 +361,22 @@ def test_a_view_token_for_another_run_cannot_be_made_from_one_and_it_expires() -
         tokens().mint_view("", EXPIRES)
     with pytest.raises(ValueError):
         tokens().mint_view("run-a", datetime(2030, 1, 1))
+
+
+# --- operator sessions (the inbox's cookie) -------------------------------------------------
+
+
+def test_a_session_names_its_operator_and_is_no_other_kind_of_token() -> None:
+    session = tokens().mint_session("ops", EXPIRES)
+    others = [tokens().mint_view("ops", EXPIRES), tokens().mint_thread("ops", EXPIRES)]
+
+    assert tokens().verify_session(session, now=NOW) == "ops"
+    with pytest.raises(ExpiredToken):
+        tokens().verify_session(session, now=EXPIRES)
+    for other in others:
+        with pytest.raises(InvalidToken):
+            tokens().verify_session(other, now=NOW)
+    with pytest.raises(InvalidToken, match="not a view token"):
+        tokens().verify_view(session, now=NOW)
+    with pytest.raises(ValueError):
+        tokens().mint_session("", EXPIRES)

@@ -46,6 +46,9 @@ _THREAD_LABEL = b"waitstate thread token\x00"
 _VIEW_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
 VIEW_SCOPE = "view"
 _VIEW_LABEL = b"waitstate view token\x00"
+_SESSION_CLAIM_NAMES = frozenset({"operator", "scope", "exp", "kid"})
+SESSION_SCOPE = "inbox"
+_SESSION_LABEL = b"waitstate operator session\x00"
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,38 @@ class ResumeTokens:
         if claims["scope"] != VIEW_SCOPE or not claims["run"]:
             raise InvalidToken("not a view token")
         return ViewClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
+
+    def mint_session(self, operator: str, expires_at: datetime) -> str:
+        """An operator's inbox session: what the inbox page's cookie holds once an operator
+        signed in with their key (`operator` is the key's id, never the key), until
+        `expires_at` (timezone-aware).
+
+        Raises:
+            ValueError: `expires_at` is naive, or `operator` is empty.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        if not operator:
+            raise ValueError("a session names its operator")
+        claims = {
+            "operator": operator,
+            "scope": SESSION_SCOPE,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": self._signing_key_id,
+        }
+        return self._sign(claims, _SESSION_LABEL)
+
+    def verify_session(self, token: str, now: datetime | None = None) -> str:
+        """The operator (key id) of an inbox session this gateway's keys signed, unexpired.
+
+        Raises:
+            InvalidToken: malformed, unknown key id, bad signature, or not a session.
+            ExpiredToken: the session has expired.
+        """
+        claims, _ = self._open(token, _SESSION_CLAIM_NAMES, _SESSION_LABEL, "session", now)
+        if claims["scope"] != SESSION_SCOPE or not claims["operator"]:
+            raise InvalidToken("not a session")
+        return claims["operator"]
 
     def _sign(self, claims: Mapping[str, str], label: bytes) -> str:
         secret = self._keys[self._signing_key_id]

@@ -1,5 +1,263 @@
-"""(being built)"""
+"""The operators' inbox: a page listing what waits for a person (as `starter.py pending` does),
+and approving or rejecting a request from it.
 
-from fastapi import APIRouter
+    GET  /pages/inbox                 the list, or the sign-in form without a session
+    POST /pages/inbox/session         an operator key in a form: a session (a cookie), 12 hours
+    POST /pages/inbox/decide          a decision on one request, as the signed-in operator
+    POST /pages/inbox/signout         the session ends
+
+An operator key is never kept by the browser: signing in exchanges it for a session, a token
+signed with the gateway's keys that names the key's id and an expiry (`mint_session`), in an
+`HttpOnly`, `SameSite=Strict` cookie scoped to the inbox. A decision is a form posted from the
+inbox page itself: it carries a form key derived from the session, and a form from another site
+is refused (`guard.cross_site`), as the links' pages do. The decision reaches the run as the
+CLI's does (the `decide` Update), with the operator's key id as its reviewer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Cookie, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from waitstate.client import ClientError, PendingQuestion, PendingRequest, WaitstateClient
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.gate import Gate, GateDep
+from waitstate.gateway.pages.guard import cross_site
+from waitstate.gateway.pages.html import (
+    HEADERS,
+    Html,
+    banner,
+    document,
+    join,
+    render,
+    text,
+    when,
+)
+from waitstate.gateway.refusals import REQUEST_LOG, Refused
+from waitstate.gateway.tokens import ExpiredToken, InvalidToken
+from waitstate.schemas.approvals import DecideInput
+
+log = logging.getLogger(REQUEST_LOG)
+
+INBOX = "/pages/inbox"
+COOKIE = "waitstate_inbox"
+SESSION_LIFETIME = timedelta(hours=12)
+MAX_FORM_BYTES = 16_384
+MAX_REASON_CHARS = 2_000
+_FORM_LABEL = b"waitstate inbox form\x00"
 
 router = APIRouter(include_in_schema=False)
+
+
+@router.get(INBOX, response_class=HTMLResponse)
+async def inbox(
+    gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
+) -> Response:
+    operators_configured(gate)
+    operator = _operator(gate, session)
+    if operator is None:
+        return _page(document("Operators' inbox", _sign_in()), 401 if session else 200)
+    assert session is not None
+    return _page(await _listing(gate, operator, session))
+
+
+@router.post(f"{INBOX}/session", response_class=HTMLResponse)
+async def sign_in(request: Request, gate: GateDep) -> Response:
+    operators_configured(gate)
+    if (refused := cross_site(request.headers)) is not None:
+        return _page(_error("Not sent from this page", refused), 403)
+    form = await _form(request)
+    assert gate.events is not None
+    operator = gate.events.operators.identify(form.get("key", ""))
+    if operator is None:
+        log.info("inbox: a sign-in with no operator key refused")
+        body = join(
+            [banner("no", text("That is not an operator key of this gateway.")), _sign_in()]
+        )
+        return _page(document("Operators' inbox", body), 401)
+    session = gate.tokens.mint_session(operator, datetime.now(UTC) + SESSION_LIFETIME)
+    log.info("inbox: operator %s signed in", operator)
+    response = RedirectResponse(INBOX, status_code=303, headers=dict(HEADERS))
+    response.set_cookie(
+        COOKIE,
+        session,
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+        path=INBOX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post(f"{INBOX}/decide", response_class=HTMLResponse)
+async def decide(
+    request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
+) -> Response:
+    operators_configured(gate)
+    operator = _operator(gate, session)
+    if operator is None or session is None:
+        return _page(_error("Signed out", "sign in to the inbox again"), 401)
+    if (refused := cross_site(request.headers)) is not None:
+        return _page(_error("Not sent from this page", refused), 403)
+    form = await _form(request)
+    if not hmac.compare_digest(form.get("form_key", "").encode(), _form_key(session).encode()):
+        return _page(_error("Not sent from this page", "the form's key does not match"), 403)
+    run_id, request_id = form.get("run_id", ""), form.get("request_id", "")
+    decision = form.get("decision", "")
+    if decision not in ("approve", "reject") or not run_id or not request_id:
+        return _page(_error("Not a decision", "approve or reject one request"), 422)
+    decided = DecideInput(
+        request_id=request_id,
+        decision=decision,
+        reviewer=f"operator:{operator}",
+        comment=form.get("reason", "")[:MAX_REASON_CHARS],
+    )
+    try:
+        outcome = await _client(gate).decide(run_id, decided)
+    except ClientError as err:
+        news = banner("no", text(f"{request_id} of {run_id}: {err}"))
+    else:
+        verb = "approved" if decision == "approve" else "rejected"
+        if outcome.accepted:
+            said = f"{request_id} of {run_id}: {verb} by operator:{operator}."
+        else:
+            said = f"{request_id} of {run_id}: not applied ({outcome.status}). {outcome.reason}"
+        news = banner("ok" if outcome.accepted else "no", text(said))
+    log.info("inbox: operator %s sent %s on %s of %s", operator, decision, request_id, run_id)
+    return _page(await _listing(gate, operator, session, news))
+
+
+@router.post(f"{INBOX}/signout", response_class=HTMLResponse)
+async def sign_out(request: Request, gate: GateDep) -> Response:
+    if (refused := cross_site(request.headers)) is not None:
+        return _page(_error("Not sent from this page", refused), 403)
+    response = RedirectResponse(INBOX, status_code=303, headers=dict(HEADERS))
+    response.delete_cookie(COOKIE, path=INBOX)
+    return response
+
+
+def operators_configured(gate: Gate) -> None:
+    """The inbox exists where operator keys do."""
+    if gate.events is None or not gate.events.operators.configured:
+        raise Refused(404, "inbox_disabled", "this gateway has no operator keys")
+
+
+def _operator(gate: Gate, session: str | None) -> str | None:
+    if not session:
+        return None
+    try:
+        return gate.tokens.verify_session(session)
+    except (InvalidToken, ExpiredToken):
+        return None
+
+
+def _form_key(session: str) -> str:
+    """What the inbox's forms carry back: bound to the session, useless without its cookie."""
+    return hashlib.sha256(_FORM_LABEL + session.encode()).hexdigest()
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    fields = parse_qs(body.decode(errors="replace"), max_num_fields=20)
+    return {name: values[0] for name, values in fields.items() if values}
+
+
+def _client(gate: Gate) -> WaitstateClient:
+    deliverer = gate.deliverer
+    assert isinstance(deliverer, TemporalDeliverer), "the inbox reads runs through Temporal"
+    return WaitstateClient(deliverer.client)
+
+
+async def _listing(gate: Gate, operator: str, session: str, news: Html | None = None) -> str:
+    try:
+        waiting = await _client(gate).waiting_for_people()
+    except ClientError as err:
+        return document("Operators' inbox", banner("no", text(f"Temporal: {err}")))
+    key = _form_key(session)
+    requests = join([_request_row(p, key) for p in waiting.approvals]) or Html(
+        "<p>No request waits for a decision.</p>"
+    )
+    questions = join([_question_row(p) for p in waiting.questions]) or Html(
+        "<p>No question waits for an answer.</p>"
+    )
+    body = render(
+        "$news<p>Signed in as operator <strong>$operator</strong>.</p>"
+        "<h2>Approval requests ($n_requests)</h2>$requests"
+        "<h2>Questions ($n_questions)</h2>$questions"
+        '<form method="post" action="/pages/inbox/signout"><div class="buttons">'
+        '<button class="no" type="submit">Sign out</button></div></form>',
+        news=news or Html(""),
+        operator=operator,
+        n_requests=len(waiting.approvals),
+        requests=requests,
+        n_questions=len(waiting.questions),
+        questions=questions,
+    )
+    return document("Operators' inbox", body)
+
+
+def _request_row(pending: PendingRequest, form_key: str) -> Html:
+    request = pending.request
+    return render(
+        '<section class="request"><h3>$tool <small>$request_id of $run_id</small></h3>'
+        "<p>$reason</p><p>For $approvers; asked $asked; expires $expires.</p>"
+        '<form method="post" action="/pages/inbox/decide">'
+        '<input type="hidden" name="run_id" value="$run_id">'
+        '<input type="hidden" name="request_id" value="$request_id">'
+        '<input type="hidden" name="form_key" value="$form_key">'
+        '<label>Reason (for a rejection) <input name="reason" maxlength="2000"></label>'
+        '<div class="buttons"><button class="yes" name="decision" value="approve">Approve</button>'
+        '<button class="no" name="decision" value="reject">Reject</button></div></form></section>',
+        tool=request.tool,
+        request_id=request.request_id,
+        run_id=pending.run_id,
+        reason=request.reason,
+        approvers=request.policy.approvers,
+        asked=when(request.requested_at),
+        expires=when(request.expires_at),
+        form_key=form_key,
+    )
+
+
+def _question_row(pending: PendingQuestion) -> Html:
+    question = pending.question
+    return render(
+        '<section class="question"><h3>$tool <small>$question_id of $run_id</small></h3>'
+        "<p>$message</p><p>Expires $expires. Its link's page answers it, or: "
+        "<code>python starter.py answer $run_id --question $question_id --accept '{...}'</code>"
+        "</p></section>",
+        tool=question.tool,
+        question_id=question.question_id,
+        run_id=pending.run_id,
+        message=question.message,
+        expires=when(question.expires_at),
+    )
+
+
+def _sign_in() -> Html:
+    return Html(
+        '<form method="post" action="/pages/inbox/session">'
+        '<label>Operator key <input type="password" name="key" autocomplete="off" required>'
+        '</label><div class="buttons"><button class="yes" type="submit">Sign in</button></div>'
+        "</form>"
+    )
+
+
+def _error(title: str, message: str) -> str:
+    return document(title, banner("no", text(message)))
+
+
+def _page(page: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(page, status_code=status, headers=dict(HEADERS))
