@@ -167,7 +167,7 @@ async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Ri
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         link = await rig.view_link(handle.id)
-        async with rig.events(link["url"]) as response:
+        async with rig.events(link["events_url"]) as response:
             assert response.status_code == 200, await response.aread()
             assert response.headers["content-type"].startswith("text/event-stream")
             reader = _Reader(response)
@@ -227,12 +227,12 @@ async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Ri
 
     # A reader that lost its connection resumes after the last event it had: the rest, as is.
     middle = events[len(events) // 2]
-    async with rig.events(link["url"], headers={"Last-Event-ID": middle.id}) as response:
+    async with rig.events(link["events_url"], headers={"Last-Event-ID": middle.id}) as response:
         rest = await _collect(response)
     assert rest == events[len(events) // 2 + 1 :]
     # After the last event of a run that ended, there is nothing more: 204 (an EventSource
     # stops reconnecting).
-    ended = await rig.http.get(link["url"], headers={"Last-Event-ID": events[-1].id})
+    ended = await rig.http.get(link["events_url"], headers={"Last-Event-ID": events[-1].id})
     assert ended.status_code == 204
 
 
@@ -318,7 +318,8 @@ async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
     # A view token reads; it hands out no links (an operator key does).
     assert (no_key.status_code, no_key.json()["error"]["code"]) == (401, "missing_operator_key")
     assert a_token_for_link.json()["error"]["code"] == "invalid_operator_key"
-    assert a_link["url"] == f"{rig.gateway_url}/v1/runs/{a.id}/events?token={token}"
+    assert a_link["events_url"] == f"{rig.gateway_url}/v1/runs/{a.id}/events?token={token}"
+    assert a_link["url"] == f"{rig.gateway_url}/pages/runs/{a.id}?token={token}"
     assert rig.tokens.verify_view(token).run_id == a.id
 
 
@@ -328,7 +329,7 @@ async def test_a_gateway_that_stops_ends_its_streams_and_its_readers_resume_wher
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         link = await rig.view_link(handle.id)
-        async with rig.events(link["url"]) as response:
+        async with rig.events(link["events_url"]) as response:
             reader = _Reader(response)
             before = await reader.take(lambda e: e.kind == "approval.notice.ended")
             rig.desk.closing.set()  # what the gateway does as it stops
@@ -344,9 +345,9 @@ async def test_a_gateway_that_stops_ends_its_streams_and_its_readers_resume_wher
             headers={"Authorization": decision["authorization"]},
         )
         last = (before + cut)[-1].id
-        async with rig.events(link["url"], headers={"Last-Event-ID": last}) as response:
+        async with rig.events(link["events_url"], headers={"Last-Event-ID": last}) as response:
             after = await _Reader(response).take()
-        async with rig.events(link["url"]) as response:
+        async with rig.events(link["events_url"]) as response:
             whole = await _Reader(response).take()
 
     assert rig.desk.open_streams == 0

@@ -31,7 +31,14 @@ from waitstate.client._errors import (
     TemporalFailed,
     Unreachable,
 )
-from waitstate.client._events import BadPosition, Position, RunEvent, RunEvents
+from waitstate.client._events import (
+    END_KINDS,
+    EVENT_KINDS,
+    BadPosition,
+    Position,
+    RunEvent,
+    RunEvents,
+)
 from waitstate.client._fleet import (
     FAILED_EXECUTIONS,
     FAILED_STATUSES,
@@ -83,6 +90,8 @@ from waitstate.client._threads import (
 )
 
 __all__ = [
+    "END_KINDS",
+    "EVENT_KINDS",
     "BadPosition",
     "Position",
     "RunEvent",

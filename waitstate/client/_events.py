@@ -117,6 +117,34 @@ _ACTIVITY_ENDS = {
 }
 
 
+# Every kind a stream may send (a browser's `EventSource` hands a named event only to listeners
+# of that name), and those that end a chain: from the tables above, the rest as `_Reading`
+# writes them.
+_ACTIVITY_PHASES = ("started", *(phase for phase, _ in _ACTIVITY_ENDS.values()))
+END_KINDS = tuple(f"run.{end}" for end in _ENDS.values())
+EVENT_KINDS = tuple(
+    dict.fromkeys(
+        [
+            "run.started",
+            "run.continued",
+            *END_KINDS,
+            *(
+                f"{what}.{phase}"
+                for what in (*_ACTIVITY_KINDS.values(), "activity")
+                for phase in _ACTIVITY_PHASES
+            ),
+            "timer.started",
+            "timer.fired",
+            *_HANDLER_KINDS.values(),
+            "update.accepted",
+            "update.completed",
+            "signal",
+            "status",
+        ]
+    )
+)
+
+
 class RunEvent(BaseModel):
     """One event of a run, as a reader of its stream gets it (the `data` of an SSE event)."""
 

@@ -158,7 +158,7 @@ class EventDesk:
         events: Reads the runs' events.
         tokens: Mints and verifies view tokens.
         operators: Operator keys: they read any run's events and hand out view links.
-        gateway_url: Where view links point.
+        gateway_url: Where view links point (the timeline page, and the events).
         view_lifetime: How long a view link handed out now stays valid.
         max_streams: Streams open at once; one more is refused (503) until one closes.
     """
@@ -186,5 +186,10 @@ class EventDesk:
         )
 
     def view_link(self, run_id: str, token: str) -> str:
-        """The URL a view token opens a run's events at."""
+        """The URL a view token opens a run's timeline at: the page that follows its events
+        (`routes.timeline`)."""
+        return f"{self.gateway_url}/pages/runs/{quote(run_id, safe='')}?token={token}"
+
+    def events_link(self, run_id: str, token: str) -> str:
+        """The URL a view token reads a run's events at, as server-sent events."""
         return f"{self.gateway_url}/v1/runs/{quote(run_id, safe='')}/events?token={token}"

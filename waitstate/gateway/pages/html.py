@@ -97,6 +97,18 @@ HEADERS: Mapping[str, str] = {
     "X-Robots-Tag": "noindex, nofollow",
 }
 
+
+def live_policy(script: str) -> str:
+    """The content security policy of a page that follows a run live (its timeline): the
+    pages' policy, with `script` allowed besides their own, and this gateway's event streams
+    (`EventSource`, `connect-src 'self'`) the one thing it may fetch."""
+    return (
+        f"default-src 'none'; style-src '{_digest(STYLE)}'; "
+        f"script-src '{_digest(SCRIPT)}' '{_digest(script)}'; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+
+
 _DOCUMENT = """<!doctype html>
 <html lang="en">
 <head>

@@ -23,7 +23,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Security
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.service import RPCError
 
 from waitstate.client import BadPosition, Position, RunEvent, RunNotFound
@@ -54,8 +54,13 @@ class ViewLink(BaseModel):
     """A link that follows one run's events, and nothing else, until it expires."""
 
     run_id: str
-    url: str
-    token: str
+    url: str = Field(
+        description="The run's timeline: a page for people that shows its events as they come."
+    )
+    events_url: str = Field(
+        description="The run's events as server-sent events, for a program or an `EventSource`."
+    )
+    token: str = Field(description="The view token both URLs carry (`?token=`).")
     expires_at: datetime
 
 
@@ -202,7 +207,8 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
     summary="Hand out a run's view link",
     description="An operator gets a link that follows one run's events, read-only, until it "
     "expires (7 days): for a person, a page or a program that should see the run and nothing "
-    "else.",
+    "else. Its `url` opens the run's timeline, a page that shows the events as they come; its "
+    "`events_url` is the stream itself.",
     response_description="A view link for the run: its events, read-only, until it expires.",
     responses={
         status: answer
@@ -235,5 +241,9 @@ async def view_link(run_id: str, gate: GateDep, credentials: OperatorCredentials
     expires_at = datetime.now(UTC) + desk.view_lifetime
     token = desk.tokens.mint_view(run_id, expires_at)
     return ViewLink(
-        run_id=run_id, url=desk.view_link(run_id, token), token=token, expires_at=expires_at
+        run_id=run_id,
+        url=desk.view_link(run_id, token),
+        events_url=desk.events_link(run_id, token),
+        token=token,
+        expires_at=expires_at,
     )
