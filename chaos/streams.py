@@ -16,11 +16,12 @@ from typing import Any
 import httpx
 
 from chaos.model import Check
+from waitstate.client import END_KINDS
 from waitstate.client._events import told
 from waitstate.gateway.tokens import ResumeTokens
 
 STREAMS = "streams: every event of every run, in order, across kills and restarts"
-ENDS = frozenset({"run.completed", "run.failed", "run.canceled", "run.terminated", "run.timed_out"})
+ENDS = frozenset(END_KINDS)
 RETRY = (0.2, 2.0)  # seconds between a reader's tries while the gateway is away
 FINISH_WITHIN = 60.0  # seconds a reader may take to get its run's last event once it ended
 
