@@ -38,6 +38,7 @@ from activities import (
     OperationActivities,
     ToolActivities,
 )
+from activities.model import DeltaTarget
 from waitstate.activation_order import workflow_runner
 from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
@@ -210,7 +211,14 @@ def build_worker(
     """
     blobs = open_blob_store(settings)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
-    model = ModelActivities(providers, registry, blobs, agents, tracing=tracing)
+    # Asked for (WAITSTATE_MODEL_DELTAS), with a gateway and the keys to mint publish tokens:
+    # model calls stream, and their text goes to the gateway for the runs' readers.
+    deltas = (
+        DeltaTarget(http, tokens, settings.gateway_url)
+        if settings.model_deltas and tokens is not None and settings.gateway_url
+        else None
+    )
+    model = ModelActivities(providers, registry, blobs, agents, tracing=tracing, deltas=deltas)
     servers = McpActivities(mcp or McpServers(), blobs)
     tool = ToolActivities(
         registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing

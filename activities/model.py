@@ -1,12 +1,22 @@
-"""The model-call activity: a thin adapter from a provider to Temporal's retry semantics."""
+"""The model-call activity: a thin adapter from a provider to Temporal's retry semantics.
+
+With a gateway to post to (`DeltaTarget`), a provider that streams hands the activity the
+answer's text as it is written, and the activity posts it to the gateway for the run's readers
+(`POST /v1/runs/{run_id}/deltas`): never into its result, never into the run's history.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
-from datetime import timedelta
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import quote
 
+import httpx
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -16,7 +26,7 @@ from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name
 from waitstate.providers import Provider, ProviderError, Providers, UnknownModelError
-from waitstate.providers.base import ModelSettings, shorten
+from waitstate.providers.base import Adapter, ModelRequest, ModelSettings, shorten
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefinition
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import (
@@ -32,6 +42,7 @@ from waitstate.tools.spec import describe_errors
 from waitstate.tracing import chat_span
 
 if TYPE_CHECKING:
+    from waitstate.gateway.tokens import ResumeTokens
     from waitstate.tracing import Tracing
 
 _TRANSCRIPT = TypeAdapter(list[Message])
@@ -46,12 +57,34 @@ FAILURE_CHARS = 600
 # this margin, so a model that hangs fails with an error naming the provider and the limit
 # rather than Temporal's bare "activity StartToClose timeout".
 DEADLINE_MARGIN = timedelta(seconds=5)
+# A call's text goes to the gateway at most every DELTA_INTERVAL seconds, or as soon as
+# DELTA_BATCH_CHARS characters are waiting (a post carries at most that many), one post at a
+# time so they arrive in order. A post slower than DELTA_POST_TIMEOUT, or refused, drops the
+# call's remaining text: readers see the answer in `model.ended`'s turn anyway. An answered call
+# waits at most DELTA_DRAIN for its last text to go out, and only while the gateway answers.
+DELTA_INTERVAL = 0.1
+DELTA_BATCH_CHARS = 2_000
+DELTA_POST_TIMEOUT = 2.0
+DELTA_DRAIN = 0.5
+# A publish token outlives its call's attempt (its start-to-close timeout) by this much.
+PUBLISH_TOKEN_MARGIN = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """Where model calls post their text as it is written: the gateway at `gateway_url`,
+    with `tokens` to mint each call a publish token for its run."""
+
+    http: httpx.AsyncClient
+    tokens: ResumeTokens
+    gateway_url: str
 
 
 class ModelActivities:
     """Model calls, given the providers, the tool registry, and the blob store that holds
     conversations (shared by every worker, so any worker can take any turn); with `tracing`,
-    each provider call is a span (`chat {model}`)."""
+    each provider call is a span (`chat {model}`); with `deltas`, a streaming provider's text
+    goes to the gateway as it is written."""
 
     def __init__(
         self,
@@ -61,12 +94,14 @@ class ModelActivities:
         agents: Mapping[str, Agent] | None = None,
         *,
         tracing: Tracing | None = None,
+        deltas: DeltaTarget | None = None,
     ) -> None:
         self._providers = providers
         self._tools = tools
         self._blobs = blobs
         self._agents = dict(agents or {})
         self._tracing = tracing
+        self._deltas = deltas
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, input: ModelCallInput) -> ModelResponse:
@@ -124,11 +159,24 @@ class ModelActivities:
         settings = None
         if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
             settings = ModelSettings(temperature=agent.temperature, max_tokens=agent.max_tokens)
+        publisher = self._publisher(input, provider)
         with chat_span(self._tracing, provider.name, model) as span:
             span.request(input.system_prompt, conversation)
-            response = await _complete(
-                provider, model, input.system_prompt, conversation, tools, settings
-            )
+            try:
+                response = await _complete(
+                    provider,
+                    model,
+                    input.system_prompt,
+                    conversation,
+                    tools,
+                    settings,
+                    on_text=publisher.add if publisher is not None else None,
+                )
+                if publisher is not None:
+                    await publisher.finish()
+            finally:
+                if publisher is not None:
+                    publisher.stop()
             span.response(response)
         if input.agent is not None and not response.message.tool_calls:
             self._check_output(input.agent, response)
@@ -139,6 +187,21 @@ class ModelActivities:
         tokens.add(response.usage.input_tokens, {**labels, "direction": "input"})
         tokens.add(response.usage.output_tokens, {**labels, "direction": "output"})
         return response
+
+    def _publisher(self, input: ModelCallInput, provider: Provider) -> _DeltaPublisher | None:
+        """What posts this call's text to the gateway, if there is one to post to and the
+        provider can stream (our adapters take a `ModelRequest`; the protocol cannot)."""
+        if self._deltas is None or not isinstance(provider, Adapter):
+            return None
+        info = activity.info()
+        if info.workflow_id is None:  # a call outside any run: no readers
+            return None
+        lifetime = (info.start_to_close_timeout or timedelta(hours=1)) + PUBLISH_TOKEN_MARGIN
+        token = self._deltas.tokens.mint_publish(info.workflow_id, datetime.now(UTC) + lifetime)
+        url = f"{self._deltas.gateway_url.rstrip('/')}/v1/runs/"
+        url += f"{quote(info.workflow_id, safe='')}/deltas"
+        call = f"{info.activity_id}.{info.attempt}"
+        return _DeltaPublisher(self._deltas.http, url, token, input.turn, call)
 
     def _check_output(self, agent_name: str, response: ModelResponse) -> None:
         """A final answer of an agent with an output type: normalized to its JSON if it
@@ -184,6 +247,102 @@ class ModelActivities:
             ) from None
 
 
+class _DeltaPublisher:
+    """Posts one model call's text to the gateway as it is written, in batches, one post at a
+    time. It never holds the call up: `add` only queues, and a post that fails, is refused or
+    is slow drops the call's text from then on (logged once)."""
+
+    def __init__(
+        self, http: httpx.AsyncClient, url: str, token: str, turn: int | None, call: str
+    ) -> None:
+        self._http = http
+        self._url = url
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._turn = turn
+        self._call = call
+        self._waiting: list[str] = []
+        self._chars = 0
+        self._full = asyncio.Event()  # DELTA_BATCH_CHARS are waiting, or the call is answered
+        self._finishing = False
+        self._dropped = False
+        self._last_post = 0.0  # time.monotonic() of the latest post
+        self._posting: asyncio.Task[None] | None = None
+
+    async def add(self, text: str) -> None:
+        """Queue a piece of the answer's text (the provider's `on_text`)."""
+        if self._dropped:
+            return
+        self._waiting.append(text)
+        self._chars += len(text)
+        if self._chars >= DELTA_BATCH_CHARS:
+            self._full.set()
+        if self._posting is None:
+            self._posting = asyncio.create_task(self._post_waiting())
+
+    async def finish(self) -> None:
+        """Post what is waiting, waiting for that at most `DELTA_DRAIN`."""
+        self._finishing = True
+        self._full.set()
+        if self._posting is None:
+            return
+        try:
+            await asyncio.wait_for(self._posting, DELTA_DRAIN)
+        except TimeoutError:  # wait_for cancelled the post
+            self._drop(f"no answer within {DELTA_DRAIN:g} s")
+        except Exception as err:  # a bug of ours: still never the call's failure
+            self._drop(f"{type(err).__name__}: {err}")
+
+    def stop(self) -> None:
+        """Give up on what is not posted yet (the call failed, or `finish` is done)."""
+        self._dropped = True
+        if self._posting is not None:
+            self._posting.cancel()
+
+    async def _post_waiting(self) -> None:
+        while self._waiting and not self._dropped:
+            due = self._last_post + DELTA_INTERVAL - time.monotonic()
+            if due > 0 and not self._finishing and not self._full.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), due)
+            text = "".join(self._waiting)
+            self._waiting.clear()
+            self._chars = 0
+            if not self._finishing:
+                self._full.clear()
+            self._last_post = time.monotonic()
+            for start in range(0, len(text), DELTA_BATCH_CHARS):
+                await self._post(text[start : start + DELTA_BATCH_CHARS])
+        self._posting = None
+
+    async def _post(self, text: str) -> None:
+        if self._dropped:
+            return
+        body = {"turn": self._turn, "call": self._call, "text": text}
+        try:
+            answer = await self._http.post(
+                self._url, json=body, headers=self._headers, timeout=DELTA_POST_TIMEOUT
+            )
+        except httpx.HTTPError as err:
+            self._drop(type(err).__name__)
+            return
+        except Exception as err:  # e.g. a malformed gateway URL: never the call's failure
+            self._drop(f"{type(err).__name__}: {err}")
+            return
+        if answer.status_code != 202:
+            self._drop(f"HTTP {answer.status_code}")
+
+    def _drop(self, why: str) -> None:
+        if not self._dropped:
+            # The URL names the run, never the token.
+            activity.logger.warning(
+                "the model's text is not streamed to %s (%s): the rest of it is dropped",
+                self._url,
+                why,
+            )
+        self._dropped = True
+        self._waiting.clear()
+
+
 async def _complete(
     provider: Provider,
     model: str,
@@ -191,13 +350,21 @@ async def _complete(
     conversation: list[Message],
     tools: list[ToolDefinition],
     settings: ModelSettings | None = None,
+    *,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
 ) -> ModelResponse:
-    """One provider call within the attempt's deadline, its failures turned into Temporal's."""
+    """One provider call within the attempt's deadline, its failures turned into Temporal's;
+    with `on_text`, an adapter of ours streams the answer's text to it."""
     limit = activity.info().start_to_close_timeout
     budget = limit - min(DEADLINE_MARGIN, limit / 10) if limit else None
     deadline = asyncio.timeout(budget.total_seconds() if budget else None)
     try:
         async with deadline:
+            if on_text is not None and isinstance(provider, Adapter):
+                request = ModelRequest(
+                    model, system_prompt, conversation, tools, settings, on_text=on_text
+                )
+                return await provider.answer(request)
             if settings is None:  # a provider written before settings existed works on
                 return await provider.complete(model, system_prompt, conversation, tools)
             return await provider.complete(model, system_prompt, conversation, tools, settings)

@@ -109,6 +109,9 @@ class Settings:
     # version and the checkout's commit, see `worker.build_id`). Off: unversioned workers,
     # which take every task of their queue (what the dev stack runs; docs/deploy.md says why).
     versioning: bool = False
+    # Stream OpenAI-compatible models' text to the gateway for runs' readers (off: every call
+    # as before, one answer; on: a streamed call, its text posted as it comes, never in history).
+    model_deltas: bool = False
     deployment: str = DEFAULT_DEPLOYMENT
     build_id: str | None = None
 
@@ -173,6 +176,7 @@ class Settings:
             otel_service_name=env.get("OTEL_SERVICE_NAME") or None,
             trace_content=env.get("WAITSTATE_TRACE_CONTENT", "").lower() in ("1", "true", "yes"),
             versioning=_switch(env, "WAITSTATE_VERSIONING"),
+            model_deltas=_switch(env, "WAITSTATE_MODEL_DELTAS"),
             deployment=_deployment_name(env.get("WAITSTATE_DEPLOYMENT", "").strip()),
             build_id=_build_id(env.get("WAITSTATE_BUILD_ID", "").strip()),
         )

@@ -169,6 +169,7 @@ def test_the_document_lists_the_routes_and_only_them(doc: dict[str, Any]) -> Non
         **{route.path: {route.method} for route in THREAD_ROUTES},
         "/v1/runs/{run_id}/events": {"get"},
         "/v1/runs/{run_id}/view-link": {"post"},
+        "/v1/runs/{run_id}/deltas": {"post"},
         "/healthz": {"get"},
     }
     assert doc["info"]["title"] == "waitstate gateway"
@@ -355,3 +356,24 @@ def test_a_read_documents_how_long_it_may_wait(doc: dict[str, Any]) -> None:
     assert (wait["name"], wait["required"]) == ("wait", False)
     assert (wait["schema"]["minimum"], wait["schema"]["maximum"]) == (0, 30)
     assert wait["description"]
+
+
+def test_a_runs_deltas_are_documented_with_their_token_body_and_refusals(
+    doc: dict[str, Any],
+) -> None:
+    operation = doc["paths"]["/v1/runs/{run_id}/deltas"]["post"]
+    body = operation["requestBody"]["content"]["application/json"]["schema"]
+
+    assert operation["operationId"] == "run_deltas"
+    assert operation["summary"] and "model.delta" in operation["description"]
+    assert operation["requestBody"]["required"] is True
+    assert set(body["properties"]) == {"turn", "call", "text"}
+    assert body["additionalProperties"] is False
+    assert body["properties"]["text"]["maxLength"] == 8_000
+    assert set(operation["responses"]) == {"202", "400", "401", "404", "410", "413", "422"}
+    for status in ("400", "401", "404", "410", "413", "422"):
+        answer = operation["responses"][status]
+        assert answer["content"]["application/json"]["schema"] == ERROR_BODY, status
+    assert operation["security"] == [{"PublishToken": []}]
+    scheme = doc["components"]["securitySchemes"]["PublishToken"]
+    assert (scheme["scheme"], scheme["bearerFormat"]) == ("bearer", "publish token")

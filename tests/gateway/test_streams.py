@@ -12,7 +12,7 @@ import pytest
 
 from waitstate.client import BadPosition, Position, RunEvent, RunEvents
 from waitstate.gateway import streams
-from waitstate.gateway.streams import Feeds
+from waitstate.gateway.streams import Feeds, ModelDelta, Read
 
 RUN = "r1"
 START = Position(RUN, 0)
@@ -49,12 +49,12 @@ class Appended(RunEvents):
                 return
 
 
-async def _take(reader: AsyncIterator[RunEvent], count: int) -> list[str]:
+async def _take(reader: AsyncIterator[Read], count: int) -> list[str]:
     async with asyncio.timeout(10):
         return [(await anext(reader)).kind for _ in range(count)]
 
 
-async def _rest(reader: AsyncIterator[RunEvent]) -> list[str]:
+async def _rest(reader: AsyncIterator[Read]) -> list[str]:
     async with asyncio.timeout(10):
         return [event.kind async for event in reader]
 
@@ -132,3 +132,49 @@ def test_an_event_id_names_a_position(text: str, position: Position) -> None:
 def test_anything_else_is_no_position(text: str) -> None:
     with pytest.raises(BadPosition):
         Position.parse(text)
+
+
+def _delta(text: str) -> ModelDelta:
+    return ModelDelta(turn=1, call="1.1", text=text, at=datetime.now(UTC))
+
+
+async def test_a_delta_reaches_the_readers_of_the_moment_only_and_is_never_kept() -> None:
+    run = Appended()
+    feeds = Feeds(run)
+    assert feeds.publish(RUN, _delta("nobody reads")) == 0  # no feed: dropped
+    first, second = feeds.read(RUN, START), feeds.read(RUN, START)
+    await run.append("run.started")
+    took = [await _take(first, 1), await _take(second, 1)]  # both joined
+
+    reached = feeds.publish(RUN, _delta("Hel"))
+    other_run = feeds.publish("r2", _delta("not theirs"))
+    late = feeds.read(RUN, START)  # joins after the delta: gets the events only
+    await run.append("model.ended", "run.completed", end=True)
+
+    assert took == [["run.started"], ["run.started"]]
+    assert (reached, other_run) == (2, 0)
+    for reader in (first, second):
+        async with asyncio.timeout(10):
+            got = [read async for read in reader]
+        assert [(r.kind, getattr(r, "text", None)) for r in got] == [
+            ("model.delta", "Hel"),
+            ("model.ended", None),
+            ("run.completed", None),
+        ]
+        assert isinstance(got[0], ModelDelta) and not hasattr(got[0], "id")
+    assert await _rest(late) == ["run.started", "model.ended", "run.completed"]
+
+
+async def test_deltas_count_towards_a_slow_readers_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams, "MAX_BEHIND", 3)
+    run = Appended()
+    feeds = Feeds(run)
+    slow = feeds.read(RUN, START)
+    await run.append("run.started")
+    await _take(slow, 1)
+    reached = [feeds.publish(RUN, _delta(text)) for text in ("a", "b", "c", "d")]
+
+    # Three waiting when the fourth came: it is let go (its stream ends after those three).
+    assert reached == [1, 1, 1, 0]
+    async with asyncio.timeout(10):
+        assert [read.kind async for read in slow] == ["model.delta"] * 3

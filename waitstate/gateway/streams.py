@@ -9,6 +9,10 @@ it comes. A reader the feed cannot serve (resuming after an event it never read 
 keeps) reads the run alone, as before feeds existed. A reader that falls `MAX_BEHIND` events
 behind is let go (its stream ends; it resumes with `Last-Event-ID`): one slow connection holds
 neither the feed nor the gateway's memory. The feed stops with its last reader.
+
+A run's model text as it is written (its deltas, `Feeds.publish`) goes to the readers its feed
+has at that moment, and is neither kept nor read from history: a reader that joins or resumes
+later never gets it.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
+from pydantic import BaseModel, Field
 from temporalio.client import Client
 
 from waitstate.client import Position, RunEvent, RunEvents
@@ -38,6 +43,20 @@ _END = None  # what a reader's queue gets when the feed ends, or lets it go
 log = logging.getLogger("waitstate.gateway.feeds")
 
 
+class ModelDelta(BaseModel):
+    """A piece of a model's answer as it is written: for the readers of the moment, never kept
+    (it has no id, so a reader never resumes after one)."""
+
+    kind: Literal["model.delta"] = "model.delta"
+    turn: int | None = Field(description="The run's turn the model call is for.")
+    call: str = Field(description="The model call: its activity and attempt (`<id>.<attempt>`).")
+    text: str = Field(description="The text written since the call's previous delta.")
+    at: datetime
+
+
+Read = RunEvent | ModelDelta  # what a feed's reader gets
+
+
 class Feed:
     """The events of one run's chain, read once from `origin` on, for every reader."""
 
@@ -46,7 +65,7 @@ class Feed:
         self.origin: Position | None = origin  # None: no longer kept from its start
         self._kept: list[RunEvent] = []
         self._index: dict[str, int] = {}  # event id -> its place in `_kept`
-        self._readers: set[asyncio.Queue[RunEvent | None]] = set()
+        self._readers: set[asyncio.Queue[Read | None]] = set()
         self._ended = False
         self._reading = asyncio.create_task(self._read(events))
 
@@ -61,13 +80,13 @@ class Feed:
         place = self._index.get(f"{after.run}.{after.event_id}")
         return None if place is None else self._kept[place + 1 :]
 
-    def join(self, after: Position) -> asyncio.Queue[RunEvent | None] | None:
+    def join(self, after: Position) -> asyncio.Queue[Read | None] | None:
         """A queue of the events after `after`, then of each one as it comes, and `_END`; or
         None if this feed cannot serve a reader there."""
         missed = self.missed(after)
         if missed is None:
             return None
-        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        queue: asyncio.Queue[Read | None] = asyncio.Queue()
         for event in missed:
             queue.put_nowait(event)
         if self._ended:
@@ -76,23 +95,32 @@ class Feed:
             self._readers.add(queue)
         return queue
 
-    def leave(self, queue: asyncio.Queue[RunEvent | None]) -> None:
+    def leave(self, queue: asyncio.Queue[Read | None]) -> None:
         self._readers.discard(queue)
 
     def stop(self) -> None:
         self._reading.cancel()
+
+    def publish(self, delta: ModelDelta) -> int:
+        """Hand `delta` to the readers of the moment (a reader too far behind is let go, as
+        with events); returns how many got it."""
+        self._hand(delta)
+        return len(self._readers)
+
+    def _hand(self, read: Read) -> None:
+        for queue in list(self._readers):
+            if queue.qsize() >= MAX_BEHIND:
+                self._readers.discard(queue)  # let go: it resumes on its own
+                queue.put_nowait(_END)
+            else:
+                queue.put_nowait(read)
 
     async def _read(self, events: RunEvents) -> None:
         assert self.origin is not None
         try:
             async for event in events.follow(self.run_id, self.origin):
                 self._keep(event)
-                for queue in list(self._readers):
-                    if queue.qsize() >= MAX_BEHIND:
-                        self._readers.discard(queue)  # let go: it resumes on its own
-                        queue.put_nowait(_END)
-                    else:
-                        queue.put_nowait(event)
+                self._hand(event)
         except Exception:  # a bug: its readers' streams end, and they resume on their own
             log.exception("reading the events of %s failed", self.run_id)
         finally:
@@ -121,9 +149,16 @@ class Feeds:
     def __len__(self) -> int:
         return len(self._feeds)
 
-    async def read(self, run_id: str, start: Position) -> AsyncIterator[RunEvent]:
+    def publish(self, run_id: str, delta: ModelDelta) -> int:
+        """Hand `delta` to the current readers of `run_id`'s feed; returns how many got it
+        (none when nobody reads the run: the delta is dropped)."""
+        feed = self._feeds.get(run_id)
+        return 0 if feed is None else feed.publish(delta)
+
+    async def read(self, run_id: str, start: Position) -> AsyncIterator[Read]:
         """The events of `run_id` after `start`, from the run's feed if it can serve them, or
-        read alone if not."""
+        read alone if not; with the feed, the run's deltas as they are published, between
+        them."""
         feed = self._feeds.get(run_id)
         if feed is None:
             feed = self._feeds[run_id] = Feed(self._events, run_id, start)

@@ -1,7 +1,8 @@
 """Resume tokens: what an external system presents to the gateway to complete one operation,
 and what an approval link carries to decide one request (its subject: `approval_subject`);
 thread tokens: what a person's client presents to talk in one thread; and view tokens: what a
-run's view link carries to follow its events, and nothing else.
+run's view link carries to follow its events, and nothing else; and publish tokens: what a
+worker presents to hand a run's readers its model's text as it is written (its deltas).
 
 A token is `base64url(canonical JSON claims) + "." + base64url(HMAC-SHA256(secret, payload))`.
 A resume token's claims are the run, the operation, a nonce, the expiry and the id of the key
@@ -9,7 +10,8 @@ that signed it, so keys can rotate: the gateway accepts every configured key and
 A thread token's are the thread, its scope (`thread`), the expiry and the key id, and its MAC
 covers a label before the payload: the two kinds share the keys, but neither is ever taken for
 the other (their claims differ, and so would their MACs over the same payload). A view token
-is a thread token's kind with the run for the thread, its scope `view`, and a label of its own.
+is a thread token's kind with the run for the thread, its scope `view`, and a label of its own;
+a publish token is a view token's kind with its scope `publish` and a label of its own.
 
 Stdlib only: activities mint tokens, the gateway verifies them, and neither needs more.
 """
@@ -46,6 +48,9 @@ _THREAD_LABEL = b"waitstate thread token\x00"
 _VIEW_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
 VIEW_SCOPE = "view"
 _VIEW_LABEL = b"waitstate view token\x00"
+_PUBLISH_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
+PUBLISH_SCOPE = "publish"
+_PUBLISH_LABEL = b"waitstate publish token\x00"
 _SESSION_CLAIM_NAMES = frozenset({"operator", "scope", "exp", "kid"})
 SESSION_SCOPE = "inbox"
 _SESSION_LABEL = b"waitstate operator session\x00"
@@ -74,6 +79,15 @@ class ThreadClaims:
 @dataclass(frozen=True)
 class ViewClaims:
     """What a verified view token says: which run's events it may read, until when."""
+
+    run_id: str
+    expires_at: datetime
+    key_id: str
+
+
+@dataclass(frozen=True)
+class PublishClaims:
+    """What a verified publish token says: which run's model text it may hand the gateway."""
 
     run_id: str
     expires_at: datetime
@@ -277,6 +291,43 @@ class ResumeTokens:
         if claims["scope"] != VIEW_SCOPE or not claims["run"]:
             raise InvalidToken("not a view token")
         return ViewClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
+
+    def mint_publish(self, run_id: str, expires_at: datetime) -> str:
+        """A publish token: it allows handing the gateway the model's text of the run `run_id`
+        as it is written (`POST /v1/runs/{run_id}/deltas`), and nothing else, until
+        `expires_at` (timezone-aware). Workers mint it per model call; it never enters a run's
+        history.
+
+        Raises:
+            ValueError: `expires_at` is naive, or `run_id` is empty.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        if not run_id:
+            raise ValueError("a publish token names a run")
+        claims = {
+            "run": run_id,
+            "scope": PUBLISH_SCOPE,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": self._signing_key_id,
+        }
+        return self._sign(claims, _PUBLISH_LABEL)
+
+    def verify_publish(self, token: str, now: datetime | None = None) -> PublishClaims:
+        """The claims of a publish token this gateway's keys signed and that has not expired.
+
+        Raises:
+            InvalidToken: malformed, unknown key id, bad signature, or not a publish token (a
+                view token among them).
+            ExpiredToken: the signature is valid but `now` (default: the current time) is at
+                or past `expires_at`.
+        """
+        claims, expires_at = self._open(
+            token, _PUBLISH_CLAIM_NAMES, _PUBLISH_LABEL, "publish token", now
+        )
+        if claims["scope"] != PUBLISH_SCOPE or not claims["run"]:
+            raise InvalidToken("not a publish token")
+        return PublishClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
 
     def mint_session(self, operator: str, expires_at: datetime) -> str:
         """An operator's inbox session: what the inbox page's cookie holds once an operator

@@ -4,7 +4,7 @@ error they raise."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -65,6 +65,10 @@ class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[ToolDefinition]
     settings: ModelSettings | None = None
+    # Given the text of the answer as it is written, piece by piece, by a provider that streams
+    # (the others ignore it). Set by the model activity only; what it is given is ephemeral:
+    # the answer returned is the same either way.
+    on_text: Callable[[str], Awaitable[None]] | None = None
 
 
 class Adapter(abc.ABC):

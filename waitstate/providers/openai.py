@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
+import httpx
 import openai
+from openai import AsyncStream
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
+    ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
@@ -19,39 +22,64 @@ from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, 
 
 
 class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
-    """Calls `client.chat.completions.create` (the client built with `max_retries=0`)."""
+    """Calls `client.chat.completions.create` (the client built with `max_retries=0`); streamed
+    when the request takes the text as it is written (`ModelRequest.on_text`)."""
 
     name = "openai"
 
     async def answer(self, request: ModelRequest) -> ModelResponse:
-        """Ask the model for its next message.
+        """Ask the model for its next message; with `request.on_text`, the answer is streamed
+        and each piece of its text handed to it as it comes (the reply is the same).
 
         Raises:
-            ProviderError: the API answered with an error status, or could not be reached.
+            ProviderError: the API answered with an error status, or could not be reached, or
+                the stream broke off.
         """
         settings, tools = request.settings, request.tools
+        messages = _to_openai_messages(request.system_prompt, request.messages)
+        offered = [_to_openai_tool(tool) for tool in tools] if tools else openai.omit
+        temperature = (
+            settings.temperature
+            if settings is not None and settings.temperature is not None
+            else openai.omit
+        )
+        max_tokens = (
+            settings.max_tokens
+            if settings is not None and settings.max_tokens is not None
+            else openai.omit
+        )
+        completions = self._client.chat.completions
         try:
-            response = await self._client.chat.completions.create(
+            if request.on_text is None:
+                response = await completions.create(
+                    model=request.model,
+                    messages=messages,
+                    tools=offered,
+                    temperature=temperature,
+                    max_completion_tokens=max_tokens,
+                )
+                return _from_openai(response)
+            stream = await completions.create(
                 model=request.model,
-                messages=_to_openai_messages(request.system_prompt, request.messages),
-                tools=[_to_openai_tool(tool) for tool in tools] if tools else openai.omit,
-                temperature=(
-                    settings.temperature
-                    if settings is not None and settings.temperature is not None
-                    else openai.omit
-                ),
-                max_completion_tokens=(
-                    settings.max_tokens
-                    if settings is not None and settings.max_tokens is not None
-                    else openai.omit
-                ),
+                messages=messages,
+                tools=offered,
+                temperature=temperature,
+                max_completion_tokens=max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
             )
+            try:
+                return await _from_openai_stream(stream, request.on_text)
+            except httpx.TransportError as err:
+                # The SDK leaves a connection lost while the chunks come untranslated.
+                raise self._no_response("Connection lost.", err, stream.response.url) from err
         except openai.APIStatusError as err:
             message = _server_message(err)
             raise self._status_error(message, err.status_code, err.response.headers) from err
         except openai.APIConnectionError as err:  # APITimeoutError included
             raise self._no_response(err.message, err.__cause__, err.request.url) from err
-        return _from_openai(response)
+        except openai.APIError as err:  # an error event in the middle of a stream
+            raise self._no_response(err.message, None, err.request.url) from err
 
 
 def _to_openai_messages(
@@ -119,6 +147,51 @@ def _from_openai(response: ChatCompletion) -> ModelResponse:
         ),
         stop_reason=choice.finish_reason,
         model=response.model,
+    )
+
+
+async def _from_openai_stream(
+    stream: AsyncStream[ChatCompletionChunk], on_text: Callable[[str], Awaitable[None]]
+) -> ModelResponse:
+    """The reply `_from_openai` makes of the whole answer, put together from its chunks, each
+    piece of text handed to `on_text` as it comes."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}  # a call's index -> its id, name and arguments so far
+    finish_reason = ""
+    usage = None
+    model = ""
+    async with stream:
+        async for chunk in stream:
+            model = chunk.model or model
+            usage = chunk.usage or usage  # on the last chunk, which has no choices
+            for choice in chunk.choices:
+                if choice.index != 0:  # one choice is asked for
+                    continue
+                finish_reason = choice.finish_reason or finish_reason
+                delta = choice.delta
+                if delta.content:
+                    text.append(delta.content)
+                    await on_text(delta.content)
+                for piece in delta.tool_calls or []:
+                    call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+                    # Every part may come in pieces, as the SDK's own accumulation allows.
+                    call["id"] += piece.id or ""
+                    if piece.function is not None:
+                        call["name"] += piece.function.name or ""
+                        call["arguments"] += piece.function.arguments or ""
+    return ModelResponse(
+        message=Message(
+            role="assistant",
+            content="".join(text),
+            tool_calls=[ToolCall(**calls[index]) for index in sorted(calls)],
+        ),
+        usage=Usage(
+            model_calls=1,
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        ),
+        stop_reason=finish_reason,
+        model=model,
     )
 
 

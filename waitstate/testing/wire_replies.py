@@ -277,3 +277,61 @@ def _anthropic_body(
         "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
     }
+
+
+def openai_chunks(body: dict[str, Any], *, include_usage: bool = False) -> list[dict[str, Any]]:
+    """A Chat Completions body as the chunks a streamed answer sends (`"stream": true`).
+
+    As OpenAI streams: a first chunk with the role, the text in a few pieces, each tool call
+    opened with its index, id and name and then its arguments in pieces, a last chunk with the
+    finish reason and, when the request asked (`stream_options.include_usage`), a chunk with
+    no choices and the usage (the others then carry `"usage": null`).
+    """
+    choice = body["choices"][0]
+    message = choice["message"]
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": "", "refusal": None}]
+    deltas += [{"content": piece} for piece in _pieces(message.get("content") or "")]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            for piece in _pieces(function["arguments"])
+        ]
+    common = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": body["created"],
+        "model": body["model"],
+    }
+    usage: dict[str, Any] = {"usage": None} if include_usage else {}
+    chunks = [
+        {
+            **common,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}],
+            **usage,
+        }
+        for delta in deltas
+    ]
+    last = {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"], "logprobs": None}
+    chunks.append({**common, "choices": [last], **usage})
+    if include_usage:
+        chunks.append({**common, "choices": [], "usage": body.get("usage")})
+    return chunks
+
+
+def _pieces(text: str, count: int = 4) -> list[str]:
+    """`text` cut into at most `count` pieces of about equal length (none if it is empty)."""
+    size = max(1, -(-len(text) // count))
+    return [text[start : start + size] for start in range(0, len(text), size)]

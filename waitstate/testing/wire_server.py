@@ -2,7 +2,8 @@
 
 It speaks just enough of two wire protocols for the real SDK clients to talk to it:
 
-- `POST /v1/chat/completions`: OpenAI Chat Completions (non-streaming).
+- `POST /v1/chat/completions`: OpenAI Chat Completions; with `"stream": true`, the reply
+  comes as OpenAI's server-sent chunks (`wire_replies.openai_chunks`), ending `data: [DONE]`.
 - `POST /v1/messages`: Anthropic Messages (non-streaming).
 
 Each request is answered with the next scripted reply, first in first out: first from the
@@ -63,6 +64,7 @@ from waitstate.testing.wire_replies import (
     error,
     error_body,
     held,
+    openai_chunks,
     openai_text,
     openai_tool_calls,
 )
@@ -82,6 +84,7 @@ __all__ = [
     "delayed",
     "error",
     "held",
+    "openai_chunks",
     "openai_text",
     "openai_tool_calls",
 ]
@@ -267,7 +270,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if reply.get("model") is None:
                 reply = {**reply, "model": body.get("model", "wire-server")}
-            self._send_json(200, reply)
+            if protocol == "openai" and body.get("stream") is True:
+                options = body.get("stream_options")
+                usage = isinstance(options, dict) and options.get("include_usage") is True
+                self._send_chunks(openai_chunks(reply, include_usage=usage))
+            else:
+                self._send_json(200, reply)
 
     def _send_error(self, protocol: WireProtocol, reply: ErrorReply) -> None:
         self._send_json(reply.status, error_body(protocol, reply), reply.headers)
@@ -285,6 +293,24 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             # The client gave up first (a delayed reply past its timeout): nobody to answer.
             logger.debug("client hung up before the answer to %s", self.path)
+
+    def _send_chunks(self, chunks: list[dict[str, Any]]) -> None:
+        """Stream `chunks` as server-sent events, each written as it would come from the API
+        (HTTP chunked encoding, flushed one by one), then `data: [DONE]`."""
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
+            for event in [*events, "data: [DONE]\n\n"]:
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            logger.debug("client hung up during the stream of %s", self.path)
 
     def log_message(self, format: str, *args: Any) -> None:
         # The base class writes every request to stderr; keep that out of test output.

@@ -3,6 +3,7 @@
     GET  /v1/runs/{run_id}/events?token=<view token>     (or Authorization: Bearer <view token
                                                           or operator key>; Last-Event-ID)
     POST /v1/runs/{run_id}/view-link                     Authorization: Bearer <operator key>
+    POST /v1/runs/{run_id}/deltas                        Authorization: Bearer <publish token>
 
 A view token reads one run's events and nothing else: it may travel in the link's query string
 (a browser's `EventSource` sends no header), and the gateway's logs never print it (`redaction`).
@@ -10,6 +11,10 @@ An operator key reads any run's. Each event is `id: <run>.<event>`, `event: <kin
 <RunEvent JSON>`; a comment every 15 s keeps an idle stream open through proxies; the stream
 ends when the run's chain ends, and a reader that resumes after its last event is answered 204
 (which stops an `EventSource` from reconnecting).
+
+Workers post a run's model text as it is written (`deltas`, with a publish token minted per
+call); the stream's current readers get each as `event: model.delta` with no `id:`, so a
+reader's `Last-Event-ID` never names one and a resumed reader never gets them again.
 """
 
 from __future__ import annotations
@@ -20,21 +25,25 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Security
+from fastapi import APIRouter, Header, Query, Request, Security
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError
 
-from waitstate.client import BadPosition, Position, RunEvent, RunNotFound
+from waitstate.client import BadPosition, Position, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses
 from waitstate.gateway.routes.threads import OperatorCredentials
-from waitstate.gateway.streams import EventDesk
+from waitstate.gateway.streams import EventDesk, ModelDelta, Read
 from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
 
 EVENTS_PATH = "/v1/runs/{run_id}/events"
 VIEW_LINK_PATH = "/v1/runs/{run_id}/view-link"
+DELTAS_PATH = "/v1/runs/{run_id}/deltas"
+MAX_DELTA_BYTES = 16 * 1024  # a delta's body; workers send at most ~2,000 characters at once
+MAX_DELTA_CHARS = 8_000
 KEEPALIVE_SECONDS = 15.0
 MAX_RUN_ID_CHARS = 1000  # Temporal's own limit on a workflow id
 
@@ -46,6 +55,13 @@ VIEW_CREDENTIALS = HTTPBearer(
     "instead), or one of the gateway's operator keys.",
 )
 ViewCredentials = Annotated[HTTPAuthorizationCredentials | None, Security(VIEW_CREDENTIALS)]
+PUBLISH_CREDENTIALS = HTTPBearer(
+    auto_error=False,
+    scheme_name="PublishToken",
+    bearerFormat="publish token",
+    description="A publish token a worker minted for the run's model call.",
+)
+PublishCredentials = Annotated[HTTPAuthorizationCredentials | None, Security(PUBLISH_CREDENTIALS)]
 
 router = APIRouter(tags=["events"])
 
@@ -62,6 +78,22 @@ class ViewLink(BaseModel):
     )
     token: str = Field(description="The view token both URLs carry (`?token=`).")
     expires_at: datetime
+
+
+class DeltaBody(BaseModel):
+    """A piece of a model's answer as it is written, from the worker making the call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int | None = Field(default=None, description="The run's turn the call is for.")
+    call: str = Field(
+        min_length=1, max_length=200, description="The call: `<activity id>.<attempt>`."
+    )
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_DELTA_CHARS,
+        description="The text written since the call's previous delta.",
+    )
 
 
 def _desk(gate: GateDep) -> EventDesk:
@@ -164,7 +196,7 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
     """The SSE text of `run_id`'s events after `start`, with a comment when nothing came for
     `KEEPALIVE_SECONDS`; ends with the run's chain, or when the gateway stops."""
     desk.open_streams += 1
-    queue: asyncio.Queue[RunEvent | None] = asyncio.Queue(maxsize=64)
+    queue: asyncio.Queue[Read | None] = asyncio.Queue(maxsize=64)
 
     async def read() -> None:
         try:
@@ -191,6 +223,9 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
             event = getting.result()
             if event is None:
                 return
+            if isinstance(event, ModelDelta):  # ephemeral: no id to resume after
+                yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
+                continue
             yield f"id: {event.id}\nevent: {event.kind}\ndata: {event.model_dump_json()}\n\n"
     finally:
         desk.open_streams -= 1
@@ -247,3 +282,82 @@ async def view_link(run_id: str, gate: GateDep, credentials: OperatorCredentials
         token=token,
         expires_at=expires_at,
     )
+
+
+@router.post(
+    DELTAS_PATH,
+    status_code=202,
+    operation_id="run_deltas",
+    summary="Hand a run's readers its model's text as it is written",
+    description="A worker posts pieces of a model's answer as the provider streams it (OpenAI "
+    "and OpenAI-compatible providers). The run's stream readers of the moment get each as an "
+    "event `model.delta` without an `id`: it is never kept, never in the run's history, and a "
+    "reader that resumes does not get it again. With no reader, it is dropped.",
+    response_description="Taken: handed to the run's current readers, if any.",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": DeltaBody.model_json_schema()}},
+        }
+    },
+    responses={
+        202: {"description": "Taken: handed to the run's current readers, if any."},
+        **{
+            status: answer
+            for status, answer in error_responses(
+                {
+                    400: "The body was cut short (`client_disconnected`).",
+                    401: "Missing, malformed or forged token, a token of another kind, or a "
+                    "publish token for another run.",
+                    404: "The gateway streams no events (`events_disabled`).",
+                    410: "The publish token has expired (`token_expired`).",
+                    413: f"The body is over {MAX_DELTA_BYTES} bytes (`body_too_large`).",
+                    422: f"Not a delta (`invalid_delta`): text of 1 to {MAX_DELTA_CHARS} "
+                    "characters, the call, the turn.",
+                }
+            ).items()
+            if status != 503
+        },
+    },
+)
+async def run_deltas(
+    run_id: str, request: Request, gate: GateDep, credentials: PublishCredentials
+) -> Response:
+    desk = _desk(gate)
+    if credentials is None:
+        raise Refused(401, "missing_token", "send Authorization: Bearer <publish token>")
+    try:
+        claims = desk.tokens.verify_publish(credentials.credentials)
+    except ExpiredToken as err:
+        raise Refused(410, "token_expired", str(err)) from None
+    except InvalidToken as err:
+        raise Refused(401, "invalid_token", str(err)) from None
+    if claims.run_id != run_id:
+        raise Refused(401, "wrong_run", "token was issued for another run")
+    delta = gate.parse(await _delta_body(request), DeltaBody, "invalid_delta")
+    desk.feeds.publish(
+        run_id,
+        ModelDelta(turn=delta.turn, call=delta.call, text=delta.text, at=datetime.now(UTC)),
+    )
+    return Response(status_code=202)
+
+
+async def _delta_body(request: Request) -> bytes:
+    """The body of a delta, read only up to `MAX_DELTA_BYTES` (the gateway's own limit is for
+    reports, and far larger).
+
+    Raises:
+        Refused: 400 the body was cut short, 413 it is too large.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_DELTA_BYTES:
+        raise Refused(413, "body_too_large", f"the body is over {MAX_DELTA_BYTES} bytes")
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_DELTA_BYTES:
+                raise Refused(413, "body_too_large", f"the body is over {MAX_DELTA_BYTES} bytes")
+    except ClientDisconnect:
+        raise Refused(400, "client_disconnected", "the body was cut short") from None
+    return bytes(body)
