@@ -11,6 +11,11 @@ Many: 100 live threads (each answered one message and waits for the next), 1,000
 per thread) on the gateway: its memory with them and without, its CPU while they wait, and
 its CPU per event it hands out while each thread answers one more message (every reader must
 get every event of it).
+
+Chosen: against Temporal's own `contrib.workflow_streams` (a stream the workflow publishes to,
+read by Updates that long-poll it), on one workflow of three short activities that publishes a
+step to its stream after each: from each activity's `ActivityTaskCompleted` to a reader of the
+history (what the gateway streams) and to a `WorkflowStreamClient` subscriber, at once.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamClient
+from temporalio.worker import Worker
 
 from bench.figures import Row, Sizes, percentile
 from bench.stack import MODEL_NAME, Stack, new_id
-from waitstate.client import thread_input
+from waitstate.client import Position, RunEvents, thread_input
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import parse_keys
@@ -36,6 +44,77 @@ SOONER_TARGET = 5.0  # the stream at least 5x sooner than the polling watch, at 
 READERS_PER_RUN = 10
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+
+
+STEPS = 3  # the compared workflow's activities
+
+
+@activity.defn(name="bench_step")
+async def _step() -> None:
+    return None
+
+
+@workflow.defn(name="BenchStreamedSteps", sandboxed=False)
+class StreamedSteps:
+    """Three short activities, a step published to its workflow stream after each."""
+
+    @workflow.init
+    def __init__(self) -> None:
+        self.stream = WorkflowStream()
+
+    @workflow.run
+    async def run(self) -> None:
+        steps = self.stream.topic("steps")
+        for n in range(STEPS):
+            await workflow.execute_activity(
+                "bench_step", start_to_close_timeout=timedelta(seconds=30)
+            )
+            steps.publish(n)
+        await workflow.sleep(timedelta(seconds=1))  # its last poll answered before it ends
+
+
+async def _compared(stack: Stack, runs: int) -> dict[str, list[float]]:
+    """Each step's delay (ms) to a reader of the history and to a workflow-stream subscriber."""
+    queue = new_id("f7-compare")
+    delays: dict[str, list[float]] = {"history": [], "workflow_streams": []}
+    async with Worker(
+        stack.client, task_queue=queue, workflows=[StreamedSteps], activities=[_step]
+    ):
+        for _ in range(runs):
+            for way, values in (await _compare_once(stack, queue)).items():
+                delays[way] += values
+    return delays
+
+
+async def _compare_once(stack: Stack, queue: str) -> dict[str, list[float]]:
+    run_id = new_id("f7-compare")
+    handle = await stack.client.start_workflow(StreamedSteps.run, id=run_id, task_queue=queue)
+    got: dict[str, list[float]] = {"history": [], "workflow_streams": []}
+    events = RunEvents(stack.client)
+
+    async def history() -> None:
+        start = Position((await handle.describe()).run_id, 0)
+        async for event in events.follow(run_id, start):
+            if event.kind == "activity.ended":
+                got["history"].append(time.time())
+
+    async def subscribed() -> None:
+        streamed = WorkflowStreamClient.create(stack.client, run_id)
+        async for _ in streamed.subscribe(["steps"], poll_cooldown=timedelta(0)):
+            got["workflow_streams"].append(time.time())
+            if len(got["workflow_streams"]) == STEPS:
+                return
+
+    await asyncio.wait_for(asyncio.gather(history(), subscribed()), 120)
+    ends = [
+        event.event_time.ToDatetime(tzinfo=UTC).timestamp()
+        async for event in handle.fetch_history_events()
+        if event.event_type == COMPLETED
+    ]
+    return {
+        way: [(a - e) * 1000 for a, e in zip(arrivals, ends, strict=True)]
+        for way, arrivals in got.items()
+    }
 
 
 def _view_tokens(stack: Stack) -> ResumeTokens:
@@ -132,6 +211,9 @@ async def figure7(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
         "7", f"gateway CPU with the readers, idle {sizes.event_idle_seconds:g} s", "% of a core"
     )
     per_event = Row("7", "gateway CPU per event handed to a reader", "µs")
+    compared = Row(
+        "7", "step → reader p50: history (ours) vs contrib.workflow_streams (floor)", "ms"
+    )
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits) as http:
         queue, worker = await stack.lease("ours", "f7")
@@ -152,6 +234,13 @@ async def figure7(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
                     f"{p50.ours[-1]:.1f} ms, woken watch {woken.ours[-1]:.1f} ms, polling "
                     f"watch {p50.floor[-1]:.1f} ms ({len(delays['stream'])} steps)"
                 )
+                ways = await _compared(stack, sizes.event_steps_runs)
+                compared.ours.append(percentile(ways["history"], 50))
+                compared.floor.append(percentile(ways["workflow_streams"], 50))
+                log(
+                    f"  fig 7 rep {rep + 1}: step → reader p50 history {compared.ours[-1]:.1f} "
+                    f"ms, workflow_streams {compared.floor[-1]:.1f} ms"
+                )
                 many = await _many_readers(
                     stack, queue, http, sizes.event_runs, sizes.event_idle_seconds
                 )
@@ -167,7 +256,7 @@ async def figure7(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
                 )
         finally:
             await stack.release(worker)
-    return [p50, p95, woken, rss, rss_more, idle, per_event]
+    return [p50, p95, woken, compared, rss, rss_more, idle, per_event]
 
 
 async def _many_readers(
