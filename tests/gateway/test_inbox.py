@@ -12,11 +12,25 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
+from temporalio.testing import WorkflowEnvironment
 
+from examples.systems import DemoSystems, serving
+from examples.systems import create_app as systems_app
 from tests.gateway.test_events import OPERATOR, WITHIN, Rig, rig
+from tests.gateway.test_pages import KEYS as PAGES_KEYS
+from tests.gateway.test_pages import QUESTION
+from tests.gateway.test_pages import Rig as PagesRig
 from tests.helpers import eventually
+from tests.one_question_job import OneQuestionJob
 from tests.rigs import REFUND_TASK, REFUND_TOOLS
-from waitstate.client import WaitstateClient
+from waitstate.client import RunEvents, WaitstateClient
+from waitstate.gateway.app import create_app
+from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.streams import EventDesk
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas.operations import Completion
 
 __all__ = ["rig"]
 
@@ -115,3 +129,52 @@ def _request_id(page: str) -> str:
     found = re.search(r'name="request_id" value="([^"]+)"', page)
     assert found is not None, page
     return found[1]
+
+
+@pytest.fixture
+async def asking(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[PagesRig]:
+    """The pages' rig (a job that asks a question of its schema), its gateway with operators."""
+    tokens = ResumeTokens(PAGES_KEYS, "pages")
+    systems = systems_app()
+    desk = EventDesk(RunEvents(dev_env.client), tokens, OperatorKeys({"ops": OPERATOR}), "")
+    gateway = create_app(TemporalDeliverer(dev_env.client), tokens, events=desk)
+    async with (
+        httpx.AsyncClient(timeout=WITHIN) as http,
+        serving(systems) as systems_url,
+        serving(gateway) as gateway_url,
+    ):
+        demo: DemoSystems = systems.state.systems
+        yield PagesRig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue)
+
+
+async def test_an_operator_answers_a_question_from_the_inbox_through_its_schemas_form(
+    asking: PagesRig,
+) -> None:
+    job = OneQuestionJob("job-1", QUESTION, Completion(status="succeeded", result={"ok": True}))
+    async with asking.worker(job):
+        handle = await asking.start("ask", ["asking_job"], model="scripted:asking")
+        _, question_id, _ = await asking.question_link(handle.id)
+        async with httpx.AsyncClient(base_url=asking.gateway_url, timeout=WITHIN) as browser:
+            signed_in = await browser.post("/pages/inbox/session", data={"key": OPERATOR})
+            page = (await browser.get("/pages/inbox")).text
+            form = {
+                "run_id": handle.id,
+                "question_id": question_id,
+                "action": "accept",
+                "field:region": "EMEA",
+                "field:rows": "7",
+            }
+            keyless = await browser.post("/pages/inbox/answer", data=form)
+            answered = await browser.post(
+                "/pages/inbox/answer", data=form | {"form_key": _form_key(page)}
+            )
+        result = await asyncio.wait_for(handle.result(), WITHIN)
+
+    assert signed_in.status_code == 303
+    assert question_id in page and 'name="field:region"' in page
+    assert keyless.status_code == 403
+    assert answered.status_code == 200 and "answered" in answered.text, answered.text
+    assert result.status == "completed"
+    [answer] = job.answers
+    assert (answer.action, answer.responder) == ("accept", "operator:ops")
+    assert answer.content == {"region": "EMEA", "rows": 7, "notify": False}

@@ -4,6 +4,7 @@ and approving or rejecting a request from it.
     GET  /pages/inbox                 the list, or the sign-in form without a session
     POST /pages/inbox/session         an operator key in a form: a session (a cookie), 12 hours
     POST /pages/inbox/decide          a decision on one request, as the signed-in operator
+    POST /pages/inbox/answer          an answer to one question (a form built from its schema)
     POST /pages/inbox/signout         the session ends
 
 An operator key is never kept by the browser: signing in exchanges it for a session, a token
@@ -40,9 +41,11 @@ from waitstate.gateway.pages.html import (
     text,
     when,
 )
+from waitstate.gateway.pages.question import content_from, fields
 from waitstate.gateway.refusals import REQUEST_LOG, Refused
 from waitstate.gateway.tokens import ExpiredToken, InvalidToken
 from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.questions import AnswerInput
 
 log = logging.getLogger(REQUEST_LOG)
 
@@ -135,6 +138,51 @@ async def decide(
     return _page(await _listing(gate, operator, session, news))
 
 
+@router.post(f"{INBOX}/answer", response_class=HTMLResponse)
+async def answer(
+    request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
+) -> Response:
+    operators_configured(gate)
+    operator = _operator(gate, session)
+    if operator is None or session is None:
+        return _page(_error("Signed out", "sign in to the inbox again"), 401)
+    if (refused := cross_site(request.headers)) is not None:
+        return _page(_error("Not sent from this page", refused), 403)
+    sent = await _fields(request)
+    form = {name: values[0] for name, values in sent.items() if values}
+    if not hmac.compare_digest(form.get("form_key", "").encode(), _form_key(session).encode()):
+        return _page(_error("Not sent from this page", "the form's key does not match"), 403)
+    run_id, question_id = form.get("run_id", ""), form.get("question_id", "")
+    action = form.get("action", "")
+    if action not in ("accept", "decline") or not run_id or not question_id:
+        return _page(_error("Not an answer", "accept or decline one question"), 422)
+    client = _client(gate)
+    try:
+        state = await client.query(run_id)
+        question = state.questions.get(question_id)
+        if question is None:
+            raise ClientError(f"run {run_id} has no question {question_id}")
+        content = content_from(question.requested_schema, sent) if action == "accept" else None
+        outcome = await client.answer(
+            run_id,
+            AnswerInput(
+                question_id=question_id,
+                action=action,
+                content=content,
+                responder=f"operator:{operator}",
+            ),
+        )
+    except ClientError as err:
+        news = banner("no", text(f"{question_id} of {run_id}: {err}"))
+    else:
+        said = f"{question_id} of {run_id}: {outcome.status}"
+        if outcome.reason:
+            said += f" ({outcome.reason})"
+        news = banner("ok" if outcome.accepted else "no", text(said + "."))
+    log.info("inbox: operator %s sent %s on %s of %s", operator, action, question_id, run_id)
+    return _page(await _listing(gate, operator, session, news))
+
+
 @router.post(f"{INBOX}/signout", response_class=HTMLResponse)
 async def sign_out(request: Request, gate: GateDep) -> Response:
     if (refused := cross_site(request.headers)) is not None:
@@ -165,13 +213,20 @@ def _form_key(session: str) -> str:
 
 
 async def _form(request: Request) -> dict[str, str]:
+    return {name: values[0] for name, values in (await _fields(request)).items() if values}
+
+
+async def _fields(request: Request) -> dict[str, list[str]]:
+    """A form's fields, each with every value it was sent with; nothing past `MAX_FORM_BYTES`."""
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             return {}
-    fields = parse_qs(body.decode(errors="replace"), max_num_fields=20)
-    return {name: values[0] for name, values in fields.items() if values}
+    try:
+        return parse_qs(body.decode(errors="replace"), max_num_fields=100)
+    except ValueError:  # more fields than that
+        return {}
 
 
 def _client(gate: Gate) -> WaitstateClient:
@@ -189,7 +244,7 @@ async def _listing(gate: Gate, operator: str, session: str, news: Html | None = 
     requests = join([_request_row(p, key) for p in waiting.approvals]) or Html(
         "<p>No request waits for a decision.</p>"
     )
-    questions = join([_question_row(p) for p in waiting.questions]) or Html(
+    questions = join([_question_row(p, key) for p in waiting.questions]) or Html(
         "<p>No question waits for an answer.</p>"
     )
     body = render(
@@ -231,18 +286,25 @@ def _request_row(pending: PendingRequest, form_key: str) -> Html:
     )
 
 
-def _question_row(pending: PendingQuestion) -> Html:
+def _question_row(pending: PendingQuestion, form_key: str) -> Html:
     question = pending.question
     return render(
         '<section class="question"><h3>$tool <small>$question_id of $run_id</small></h3>'
-        "<p>$message</p><p>Expires $expires. Its link's page answers it, or: "
-        "<code>python starter.py answer $run_id --question $question_id --accept '{...}'</code>"
-        "</p></section>",
+        "<p>$message</p><p>Expires $expires.</p>"
+        '<form method="post" action="/pages/inbox/answer">'
+        '<input type="hidden" name="run_id" value="$run_id">'
+        '<input type="hidden" name="question_id" value="$question_id">'
+        '<input type="hidden" name="form_key" value="$form_key">$fields'
+        '<div class="buttons"><button class="yes" name="action" value="accept">Accept</button>'
+        '<button class="no" name="action" value="decline" formnovalidate>Decline</button></div>'
+        "</form></section>",
         tool=question.tool,
         question_id=question.question_id,
         run_id=pending.run_id,
         message=question.message,
         expires=when(question.expires_at),
+        form_key=form_key,
+        fields=fields(question.requested_schema),
     )
 
 
