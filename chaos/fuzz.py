@@ -74,7 +74,7 @@ class FuzzTarget:
     """The gateway and what of the attacked runs the fuzzer may use.
 
     `ids` and `tokens` are keyed by the path parameter's name in the OpenAPI document
-    (`operation_id`, `request_id`, `question_id`, `thread_id`): the real id of a waiting run (or
+    (`operation_id`, `request_id`, `question_id`, `thread_id`, `run_id`): the real id of a waiting run (or
     thread), and its real token. Every endpoint the document describes needs both.
     """
 

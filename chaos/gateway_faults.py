@@ -918,6 +918,9 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
         # furthest a request gets is 404, and none may start the thread.
         thread_id = f"thread-fuzz{seed}"
         thread_token = rig.tokens.mint_thread(thread_id, far)
+        # A run's deltas are aimed at the waiting export, with a publish token of its own: a
+        # delta taken reaches its readers (none), and is never in its history.
+        publish_token = rig.tokens.mint_publish(export.id, far)
         fuzz_target = FuzzTarget(
             gateway_url=rig.target.gateway_url,
             ids={
@@ -925,12 +928,14 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
                 "request_id": request.request_id,
                 "question_id": question_id,
                 "thread_id": thread_id,
+                "run_id": export.id,
             },
             tokens={
                 "operation_id": op_token,
                 "request_id": link,
                 "question_id": question_token,
                 "thread_id": thread_token,
+                "run_id": publish_token,
             },
             other_tokens=(
                 rig.tokens.mint(export.id, "op_0000000000000000", far).token,
