@@ -41,19 +41,37 @@ NONCE_CHARS = 22  # 132 bits of the HMAC, base64url
 _MAC_BYTES = hashlib.sha256().digest_size
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _CLAIM_NAMES = frozenset({"wf", "op", "nonce", "exp", "kid"})
-_THREAD_CLAIM_NAMES = frozenset({"thread", "scope", "exp", "kid"})
 THREAD_SCOPE = "thread"
 # What a thread token's MAC covers before its payload (which is base64url, so has no NUL).
 _THREAD_LABEL = b"waitstate thread token\x00"
-_VIEW_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
 VIEW_SCOPE = "view"
 _VIEW_LABEL = b"waitstate view token\x00"
-_PUBLISH_CLAIM_NAMES = frozenset({"run", "scope", "exp", "kid"})
 PUBLISH_SCOPE = "publish"
 _PUBLISH_LABEL = b"waitstate publish token\x00"
-_SESSION_CLAIM_NAMES = frozenset({"operator", "scope", "exp", "kid"})
 SESSION_SCOPE = "inbox"
 _SESSION_LABEL = b"waitstate operator session\x00"
+
+
+@dataclass(frozen=True)
+class _Scoped:
+    """A token kind that names one thing (a thread, a run, an operator) for one scope: its
+    claim's name, its scope, the label its MAC covers, and what it is called in errors."""
+
+    claim: str
+    scope: str
+    label: bytes
+    kind: str
+    names: str  # what the claim names, for the error of minting one for nothing
+
+    @property
+    def claim_names(self) -> frozenset[str]:
+        return frozenset({self.claim, "scope", "exp", "kid"})
+
+
+_THREAD = _Scoped("thread", THREAD_SCOPE, _THREAD_LABEL, "thread token", "thread")
+_VIEW = _Scoped("run", VIEW_SCOPE, _VIEW_LABEL, "view token", "run")
+_PUBLISH = _Scoped("run", PUBLISH_SCOPE, _PUBLISH_LABEL, "publish token", "run")
+_SESSION = _Scoped("operator", SESSION_SCOPE, _SESSION_LABEL, "session", "operator")
 
 
 @dataclass(frozen=True)
@@ -230,17 +248,7 @@ class ResumeTokens:
         Raises:
             ValueError: `expires_at` is naive, or `thread_id` is empty.
         """
-        if expires_at.tzinfo is None:
-            raise ValueError("expires_at must be timezone-aware")
-        if not thread_id:
-            raise ValueError("a thread token names a thread")
-        claims = {
-            "thread": thread_id,
-            "scope": THREAD_SCOPE,
-            "exp": expires_at.astimezone(UTC).isoformat(),
-            "kid": self._signing_key_id,
-        }
-        return self._sign(claims, _THREAD_LABEL)
+        return self._mint_scoped(_THREAD, thread_id, expires_at)
 
     def verify_thread(self, token: str, now: datetime | None = None) -> ThreadClaims:
         """The claims of a thread token this gateway's keys signed and that has not expired.
@@ -251,12 +259,8 @@ class ResumeTokens:
             ExpiredToken: the signature is valid but `now` (default: the current time) is at
                 or past `expires_at`.
         """
-        claims, expires_at = self._open(
-            token, _THREAD_CLAIM_NAMES, _THREAD_LABEL, "thread token", now
-        )
-        if claims["scope"] != THREAD_SCOPE or not claims["thread"]:
-            raise InvalidToken("not a thread token")
-        return ThreadClaims(thread_id=claims["thread"], expires_at=expires_at, key_id=claims["kid"])
+        thread_id, expires_at, key_id = self._open_scoped(_THREAD, token, now)
+        return ThreadClaims(thread_id=thread_id, expires_at=expires_at, key_id=key_id)
 
     def mint_view(self, run_id: str, expires_at: datetime) -> str:
         """A view token: it allows reading the events of the run `run_id` (and of the runs it
@@ -266,17 +270,7 @@ class ResumeTokens:
         Raises:
             ValueError: `expires_at` is naive, or `run_id` is empty.
         """
-        if expires_at.tzinfo is None:
-            raise ValueError("expires_at must be timezone-aware")
-        if not run_id:
-            raise ValueError("a view token names a run")
-        claims = {
-            "run": run_id,
-            "scope": VIEW_SCOPE,
-            "exp": expires_at.astimezone(UTC).isoformat(),
-            "kid": self._signing_key_id,
-        }
-        return self._sign(claims, _VIEW_LABEL)
+        return self._mint_scoped(_VIEW, run_id, expires_at)
 
     def verify_view(self, token: str, now: datetime | None = None) -> ViewClaims:
         """The claims of a view token this gateway's keys signed and that has not expired.
@@ -287,10 +281,8 @@ class ResumeTokens:
             ExpiredToken: the signature is valid but `now` (default: the current time) is at
                 or past `expires_at`.
         """
-        claims, expires_at = self._open(token, _VIEW_CLAIM_NAMES, _VIEW_LABEL, "view token", now)
-        if claims["scope"] != VIEW_SCOPE or not claims["run"]:
-            raise InvalidToken("not a view token")
-        return ViewClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
+        run_id, expires_at, key_id = self._open_scoped(_VIEW, token, now)
+        return ViewClaims(run_id=run_id, expires_at=expires_at, key_id=key_id)
 
     def mint_publish(self, run_id: str, expires_at: datetime) -> str:
         """A publish token: it allows handing the gateway the model's text of the run `run_id`
@@ -301,17 +293,7 @@ class ResumeTokens:
         Raises:
             ValueError: `expires_at` is naive, or `run_id` is empty.
         """
-        if expires_at.tzinfo is None:
-            raise ValueError("expires_at must be timezone-aware")
-        if not run_id:
-            raise ValueError("a publish token names a run")
-        claims = {
-            "run": run_id,
-            "scope": PUBLISH_SCOPE,
-            "exp": expires_at.astimezone(UTC).isoformat(),
-            "kid": self._signing_key_id,
-        }
-        return self._sign(claims, _PUBLISH_LABEL)
+        return self._mint_scoped(_PUBLISH, run_id, expires_at)
 
     def verify_publish(self, token: str, now: datetime | None = None) -> PublishClaims:
         """The claims of a publish token this gateway's keys signed and that has not expired.
@@ -322,12 +304,8 @@ class ResumeTokens:
             ExpiredToken: the signature is valid but `now` (default: the current time) is at
                 or past `expires_at`.
         """
-        claims, expires_at = self._open(
-            token, _PUBLISH_CLAIM_NAMES, _PUBLISH_LABEL, "publish token", now
-        )
-        if claims["scope"] != PUBLISH_SCOPE or not claims["run"]:
-            raise InvalidToken("not a publish token")
-        return PublishClaims(run_id=claims["run"], expires_at=expires_at, key_id=claims["kid"])
+        run_id, expires_at, key_id = self._open_scoped(_PUBLISH, token, now)
+        return PublishClaims(run_id=run_id, expires_at=expires_at, key_id=key_id)
 
     def mint_session(self, operator: str, expires_at: datetime) -> str:
         """An operator's inbox session: what the inbox page's cookie holds once an operator
@@ -337,17 +315,7 @@ class ResumeTokens:
         Raises:
             ValueError: `expires_at` is naive, or `operator` is empty.
         """
-        if expires_at.tzinfo is None:
-            raise ValueError("expires_at must be timezone-aware")
-        if not operator:
-            raise ValueError("a session names its operator")
-        claims = {
-            "operator": operator,
-            "scope": SESSION_SCOPE,
-            "exp": expires_at.astimezone(UTC).isoformat(),
-            "kid": self._signing_key_id,
-        }
-        return self._sign(claims, _SESSION_LABEL)
+        return self._mint_scoped(_SESSION, operator, expires_at)
 
     def verify_session(self, token: str, now: datetime | None = None) -> str:
         """The operator (key id) of an inbox session this gateway's keys signed, unexpired.
@@ -356,10 +324,40 @@ class ResumeTokens:
             InvalidToken: malformed, unknown key id, bad signature, or not a session.
             ExpiredToken: the session has expired.
         """
-        claims, _ = self._open(token, _SESSION_CLAIM_NAMES, _SESSION_LABEL, "session", now)
-        if claims["scope"] != SESSION_SCOPE or not claims["operator"]:
-            raise InvalidToken("not a session")
-        return claims["operator"]
+        operator, _, _ = self._open_scoped(_SESSION, token, now)
+        return operator
+
+    def _mint_scoped(self, scoped: _Scoped, subject: str, expires_at: datetime) -> str:
+        """A token of the kind `scoped` for `subject`, until `expires_at`.
+
+        Raises:
+            ValueError: `expires_at` is naive, or `subject` is empty.
+        """
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware")
+        if not subject:
+            raise ValueError(f"a {scoped.kind} names a {scoped.names}")
+        claims = {
+            scoped.claim: subject,
+            "scope": scoped.scope,
+            "exp": expires_at.astimezone(UTC).isoformat(),
+            "kid": self._signing_key_id,
+        }
+        return self._sign(claims, scoped.label)
+
+    def _open_scoped(
+        self, scoped: _Scoped, token: str, now: datetime | None
+    ) -> tuple[str, datetime, str]:
+        """The subject, expiry and key id of a token of the kind `scoped`.
+
+        Raises:
+            InvalidToken: not a valid token of that kind.
+            ExpiredToken: it has expired.
+        """
+        claims, expires_at = self._open(token, scoped.claim_names, scoped.label, scoped.kind, now)
+        if claims["scope"] != scoped.scope or not claims[scoped.claim]:
+            raise InvalidToken(f"not a {scoped.kind}")
+        return claims[scoped.claim], expires_at, claims["kid"]
 
     def _sign(self, claims: Mapping[str, str], label: bytes) -> str:
         secret = self._keys[self._signing_key_id]

@@ -104,15 +104,11 @@ async def sign_in(request: Request, gate: GateDep) -> Response:
 async def decide(
     request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
 ) -> Response:
-    operators_configured(gate)
-    operator = _operator(gate, session)
-    if operator is None or session is None:
-        return _page(_error("Signed out", "sign in to the inbox again"), 401)
-    if (refused := cross_site(request.headers)) is not None:
-        return _page(_error("Not sent from this page", refused), 403)
-    form = await _form(request)
-    if not hmac.compare_digest(form.get("form_key", "").encode(), _form_key(session).encode()):
-        return _page(_error("Not sent from this page", "the form's key does not match"), 403)
+    admitted = await _admitted(request, gate, session)
+    if isinstance(admitted, Response):
+        return admitted
+    operator, session, sent = admitted
+    form = {name: values[0] for name, values in sent.items() if values}
     run_id, request_id = form.get("run_id", ""), form.get("request_id", "")
     decision = form.get("decision", "")
     if decision not in ("approve", "reject") or not run_id or not request_id:
@@ -142,16 +138,11 @@ async def decide(
 async def answer(
     request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
 ) -> Response:
-    operators_configured(gate)
-    operator = _operator(gate, session)
-    if operator is None or session is None:
-        return _page(_error("Signed out", "sign in to the inbox again"), 401)
-    if (refused := cross_site(request.headers)) is not None:
-        return _page(_error("Not sent from this page", refused), 403)
-    sent = await _fields(request)
+    admitted = await _admitted(request, gate, session)
+    if isinstance(admitted, Response):
+        return admitted
+    operator, session, sent = admitted
     form = {name: values[0] for name, values in sent.items() if values}
-    if not hmac.compare_digest(form.get("form_key", "").encode(), _form_key(session).encode()):
-        return _page(_error("Not sent from this page", "the form's key does not match"), 403)
     run_id, question_id = form.get("run_id", ""), form.get("question_id", "")
     action = form.get("action", "")
     if action not in ("accept", "decline") or not run_id or not question_id:
@@ -190,6 +181,24 @@ async def sign_out(request: Request, gate: GateDep) -> Response:
     response = RedirectResponse(INBOX, status_code=303, headers=dict(HEADERS))
     response.delete_cookie(COOKIE, path=INBOX)
     return response
+
+
+async def _admitted(
+    request: Request, gate: Gate, session: str | None
+) -> tuple[str, str, dict[str, list[str]]] | Response:
+    """What an inbox form's POST passes with: its operator, session and fields; or the page
+    that refuses it (signed out, or not sent from the inbox's own page)."""
+    operators_configured(gate)
+    operator = _operator(gate, session)
+    if operator is None or session is None:
+        return _page(_error("Signed out", "sign in to the inbox again"), 401)
+    if (refused := cross_site(request.headers)) is not None:
+        return _page(_error("Not sent from this page", refused), 403)
+    sent = await _fields(request)
+    key = sent.get("form_key", [""])[0]
+    if not hmac.compare_digest(key.encode(), _form_key(session).encode()):
+        return _page(_error("Not sent from this page", "the form's key does not match"), 403)
+    return operator, session, sent
 
 
 def operators_configured(gate: Gate) -> None:
