@@ -109,8 +109,9 @@ class Settings:
     # version and the checkout's commit, see `worker.build_id`). Off: unversioned workers,
     # which take every task of their queue (what the dev stack runs; docs/deploy.md says why).
     versioning: bool = False
-    # Stream OpenAI-compatible models' text to the gateway for runs' readers (off: every call
-    # as before, one answer; on: a streamed call, its text posted as it comes, never in history).
+    # Stream OpenAI(-compatible) and Anthropic models' text to the gateway for runs' readers (off:
+    # every call as before, one answer; on: a streamed call, its text posted as it comes, never
+    # in history).
     model_deltas: bool = False
     deployment: str = DEFAULT_DEPLOYMENT
     build_id: str | None = None

@@ -13,8 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities import ModelActivities
@@ -23,7 +25,7 @@ from waitstate.blobs import LocalBlobStore
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import Message, ModelCallInput, ModelResponse
 from waitstate.settings import Settings
-from waitstate.testing.wire_server import WireServer, openai_text
+from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text
 from waitstate.tools import ToolRegistry
 from worker import build_providers
 
@@ -38,9 +40,16 @@ HELLO = ModelCallInput(
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 
-async def _call(wire: WireServer, blob_dir: Path, gateway: Handler) -> ModelResponse:
+async def _call(
+    wire: WireServer, blob_dir: Path, gateway: Handler, call: ModelCallInput = HELLO
+) -> ModelResponse:
     providers = build_providers(
-        Settings(openai_base_url=wire.openai_base_url, openai_api_key="test-key")
+        Settings(
+            openai_base_url=wire.openai_base_url,
+            openai_api_key="test-key",
+            anthropic_base_url=wire.anthropic_base_url,
+            anthropic_api_key="test-key",
+        )
     )
     async with httpx.AsyncClient(transport=httpx.MockTransport(gateway)) as http:
         activities = ModelActivities(
@@ -52,22 +61,28 @@ async def _call(wire: WireServer, blob_dir: Path, gateway: Handler) -> ModelResp
         env = ActivityEnvironment()
         env.info = dataclasses.replace(env.info, start_to_close_timeout=timedelta(seconds=30))
         try:
-            return await env.run(activities.call_model, HELLO)
+            return await env.run(activities.call_model, call)
         finally:
             await providers.aclose()
 
 
+@pytest.mark.parametrize(
+    ("provider", "reply"),
+    [("openai", openai_text(ANSWER)), ("anthropic", anthropic_text(ANSWER))],
+    ids=["openai", "anthropic"],
+)
 async def test_the_answers_text_goes_to_the_gateway_in_order_with_a_publish_token(
-    wire: WireServer, tmp_path: Path
+    wire: WireServer, tmp_path: Path, provider: str, reply: dict[str, Any]
 ) -> None:
-    wire.enqueue(openai_text(ANSWER))
+    wire.enqueue(reply)
     posts: list[httpx.Request] = []
 
     async def gateway(request: httpx.Request) -> httpx.Response:
         posts.append(request)
         return httpx.Response(202)
 
-    response = await _call(wire, tmp_path, gateway)
+    call = HELLO.model_copy(update={"model": f"{provider}:test-model"})
+    response = await _call(wire, tmp_path, gateway, call)
 
     assert response.message.content == ANSWER
     bodies = [json.loads(post.content) for post in posts]

@@ -13,8 +13,11 @@ from tests.providers.adapters import HELLO, LOOKUP, connected
 from waitstate.providers.base import ModelRequest, ProviderError
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.testing.wire_server import (
+    BrokenStream,
     WireServer,
+    broken_off,
     error,
+    error_event,
     openai_chunks,
     openai_text,
     openai_tool_calls,
@@ -109,3 +112,28 @@ async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
 
     assert (caught.value.status, caught.value.retry_after) == (429, 3.0)
     assert "slow down" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (broken_off(3, openai_text("The weather in Paris is sunny.")), "incomplete chunked read"),
+        (error_event(3, 500, "boom", openai_text("The weather in Paris is sunny.")), "boom"),
+    ],
+    ids=["broken-off", "error-event"],
+)
+async def test_a_stream_that_fails_part_way_fails_the_call_as_one_that_got_no_answer(
+    wire: WireServer, provider: OpenAIProvider, fault: BrokenStream, said: str
+) -> None:
+    wire.enqueue(fault)  # the role's chunk, then two pieces of the text
+    pieces: list[str] = []
+
+    async def on_text(text: str) -> None:
+        pieces.append(text)
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.answer(ModelRequest("gpt-test", "", HELLO, [], on_text=on_text))
+
+    assert caught.value.status is None and caught.value.retryable
+    assert said in str(caught.value)
+    assert len(pieces) == 2 and "The weather in Paris is sunny.".startswith("".join(pieces))

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anthropic
-from anthropic.types import ContentBlockParam, MessageParam, ToolParam, ToolResultBlockParam
+import httpx2
+from anthropic import AsyncStream
+from anthropic.types import (
+    ContentBlock,
+    ContentBlockParam,
+    MessageParam,
+    RawMessageStreamEvent,
+    ToolParam,
+    ToolResultBlockParam,
+)
 from anthropic.types import Message as AnthropicMessage
 
 from waitstate.providers.base import ModelRequest
@@ -16,7 +25,8 @@ from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, 
 
 
 class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
-    """Calls `client.messages.create` (the client built with `max_retries=0`)."""
+    """Calls `client.messages.create` (the client built with `max_retries=0`); streamed when the
+    request takes the text as it is written (`ModelRequest.on_text`)."""
 
     name = "anthropic"
 
@@ -26,27 +36,62 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
 
     async def answer(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next message (`settings.max_tokens` caps the answer; this
-        SDK's Messages API takes no temperature).
+        SDK's Messages API takes no temperature); with `request.on_text`, the answer is
+        streamed and each piece of its text handed to it as it comes (the reply is the same).
 
         Raises:
-            ProviderError: the API answered with an error status, or could not be reached.
+            ProviderError: the API answered with an error status, or could not be reached, or
+                the stream broke off.
         """
         settings, tools = request.settings, request.tools
+        max_tokens = (settings and settings.max_tokens) or self._max_tokens
+        system = request.system_prompt or anthropic.omit
+        messages = _to_anthropic_messages(request.messages)
+        offered = [_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit
+        api = self._client.messages
         try:
-            response = await self._client.messages.create(
+            if request.on_text is None:
+                response = await api.create(
+                    model=request.model,
+                    max_tokens=max_tokens,
+                    system=system,
+                    messages=messages,
+                    tools=offered,
+                )
+                return _from_anthropic(response)
+            stream = await api.create(
                 model=request.model,
-                max_tokens=(settings and settings.max_tokens) or self._max_tokens,
-                system=request.system_prompt or anthropic.omit,
-                messages=_to_anthropic_messages(request.messages),
-                tools=[_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,
+                max_tokens=max_tokens,
+                system=system,
+                messages=messages,
+                tools=offered,
+                stream=True,
             )
+            url = stream.response.url
+            try:
+                streamed = await _from_anthropic_stream(stream, request.on_text)
+            except httpx2.TransportError as err:
+                # The SDK leaves a connection lost while the events come untranslated.
+                raise self._no_response("Connection lost.", err, url) from err
+            except anthropic.APIError as err:
+                # An error event in the middle of the stream (`overloaded_error`, say): the SDK
+                # raises it with the stream's own status, 200, which says nothing of whether
+                # another attempt could succeed; as for a lost connection, it may.
+                raise self._no_response(_api_message(err), None, url) from err
+            if streamed is None:
+                raise self._no_response("The stream ended before the message did.", None, url)
+            return _from_anthropic(streamed)
         except anthropic.APIStatusError as err:
-            # `api_message` is the API's own explanation, without the SDK's body dump.
-            message = err.api_message or err.message
+            message = _api_message(err)
             raise self._status_error(message, err.status_code, err.response.headers) from err
         except anthropic.APIConnectionError as err:  # APITimeoutError included
             raise self._no_response(err.message, err.__cause__, err.request.url) from err
-        return _from_anthropic(response)
+
+
+def _api_message(err: anthropic.APIError) -> str:
+    # `api_message` is the API's own explanation, without the SDK's body dump.
+    explained = err.api_message if isinstance(err, anthropic.APIStatusError) else None
+    return explained or err.message
 
 
 def _to_anthropic_messages(messages: Sequence[Message]) -> list[MessageParam]:
@@ -117,3 +162,62 @@ def _from_anthropic(response: AnthropicMessage) -> ModelResponse:
         stop_reason=response.stop_reason or "",
         model=response.model,
     )
+
+
+async def _from_anthropic_stream(
+    stream: AsyncStream[RawMessageStreamEvent], on_text: Callable[[str], Awaitable[None]]
+) -> AnthropicMessage | None:
+    """The message the API answers unstreamed, put together from the stream's events, each
+    piece of text handed to `on_text` as it comes; None if the stream ended before the message
+    did (no `message_stop`: a truncated answer must not pass for a whole one)."""
+    message: AnthropicMessage | None = None
+    blocks: dict[int, ContentBlock] = {}  # a block's index -> the block as it was opened
+    written: dict[int, list[str]] = {}  # a block's index -> its text, or its input's JSON, so far
+    stop_reason = None
+    input_tokens = output_tokens = 0
+    stopped = False
+    async with stream:
+        async for event in stream:
+            if event.type == "message_start":
+                message = event.message
+                input_tokens = message.usage.input_tokens
+                output_tokens = message.usage.output_tokens
+            elif event.type == "content_block_start":
+                blocks[event.index] = event.content_block
+            elif event.type == "content_block_delta":
+                delta = event.delta
+                if delta.type == "text_delta":
+                    written.setdefault(event.index, []).append(delta.text)
+                    await on_text(delta.text)
+                elif delta.type == "input_json_delta":
+                    written.setdefault(event.index, []).append(delta.partial_json)
+            elif event.type == "message_delta":
+                stop_reason = event.delta.stop_reason
+                # Its counts are totals so far, not increments; the input's may be left out.
+                output_tokens = event.usage.output_tokens
+                if event.usage.input_tokens is not None:
+                    input_tokens = event.usage.input_tokens
+            elif event.type == "message_stop":
+                stopped = True
+    if message is None or not stopped:
+        return None
+    content = [
+        _completed(blocks[index], "".join(written.get(index, []))) for index in sorted(blocks)
+    ]
+    usage = message.usage.model_copy(
+        update={"input_tokens": input_tokens, "output_tokens": output_tokens}
+    )
+    return message.model_copy(
+        update={"content": content, "stop_reason": stop_reason, "usage": usage}
+    )
+
+
+def _completed(block: ContentBlock, written: str) -> ContentBlock:
+    """A streamed content block as it is once its pieces (`written`) have all come."""
+    if block.type == "text":
+        return block.model_copy(update={"text": block.text + written})
+    if block.type == "tool_use":
+        # The API sends JSON objects only (no pieces at all: `{}`); should it break that, the
+        # call gets an empty input, as a malformed one gets on its way back (`_tool_input`).
+        return block.model_copy(update={"input": _tool_input(written)})
+    return block  # blocks the reply does not read (thinking, server tools) are left as opened

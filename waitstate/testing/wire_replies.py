@@ -4,6 +4,7 @@ the builders of OpenAI and Anthropic bodies, and the default rule for when nothi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -56,9 +57,24 @@ class HeldReply:
     release: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
-Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply
-"""A scripted reply: a response body answered with 200, an `ErrorReply`, a `DelayedReply` or a
-`HeldReply`."""
+@dataclass(frozen=True)
+class BrokenStream:
+    """A streamed answer that fails after its first `events` events: the connection is dropped
+    there, or with `error`, that error is sent as the stream's last event (as a provider reports
+    one it meets while answering). `reply` is the answer streamed (None: the default rule's).
+
+    A request that is not streamed gets `error` as its answer, or no answer at all (the
+    connection is dropped).
+    """
+
+    events: int
+    error: ErrorReply | None = None
+    reply: dict[str, Any] | None = None
+
+
+Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply | BrokenStream
+"""A scripted reply: a response body answered with 200, an `ErrorReply`, a `DelayedReply`, a
+`HeldReply` or a `BrokenStream`."""
 
 
 def openai_text(
@@ -159,6 +175,20 @@ def held(limit: float, reply: dict[str, Any] | ErrorReply | None = None) -> Held
     the client's retry after its timeout), or after `limit` seconds if none does (None: with
     the default rule's answer)."""
     return HeldReply(limit, reply)
+
+
+def broken_off(events: int, reply: dict[str, Any] | None = None) -> BrokenStream:
+    """Build a streamed answer whose connection drops after its first `events` events (None:
+    the default rule's answer)."""
+    return BrokenStream(events, None, reply)
+
+
+def error_event(
+    events: int, status: int, message: str, reply: dict[str, Any] | None = None
+) -> BrokenStream:
+    """Build a streamed answer that ends after its first `events` events with an error event,
+    e.g. `error_event(3, 529, "Overloaded")` (`status` picks the error's type, as for `error`)."""
+    return BrokenStream(events, ErrorReply(status, message), reply)
 
 
 def error_body(protocol: WireProtocol, reply: ErrorReply) -> dict[str, Any]:
@@ -329,6 +359,51 @@ def openai_chunks(body: dict[str, Any], *, include_usage: bool = False) -> list[
     if include_usage:
         chunks.append({**common, "choices": [], "usage": body.get("usage")})
     return chunks
+
+
+def anthropic_events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Messages body as the events a streamed answer sends (`"stream": true`); each event's
+    `type` is also its SSE `event:` name.
+
+    As Anthropic streams: `message_start` with the message, no content yet and the input tokens;
+    each content block opened (`content_block_start`, a `ping` after the first), its text or
+    its tool input's JSON in a few pieces (`content_block_delta`: `text_delta`, or
+    `input_json_delta` starting with an empty piece) and closed (`content_block_stop`); then
+    `message_delta` with the stop reason and the output tokens, and `message_stop`. A tool
+    input given as a string is streamed as written, so it may be malformed JSON on purpose.
+    """
+    usage = body["usage"]
+    # The output tokens so far: the real API counts a token or so here, the total comes last.
+    start_usage = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    message = {**body, "content": [], "stop_reason": None, "stop_sequence": None}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**message, "usage": start_usage}}
+    ]
+    for index, block in enumerate(body["content"]):
+        delta: list[dict[str, Any]]
+        if block["type"] == "text":
+            opened = {**block, "text": ""}
+            delta = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+        else:
+            tool_input = block["input"]
+            if isinstance(tool_input, str):
+                written = tool_input
+            else:  # an empty input comes as the empty piece alone, as from the API
+                written = json.dumps(tool_input) if tool_input else ""
+            opened = {**block, "input": {}}
+            pieces = ["", *_pieces(written)]
+            delta = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
+        events.append({"type": "content_block_start", "index": index, "content_block": opened})
+        if index == 0:
+            events.append({"type": "ping"})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in delta]
+        events.append({"type": "content_block_stop", "index": index})
+    stop = {"stop_reason": body["stop_reason"], "stop_sequence": body.get("stop_sequence")}
+    events.append(
+        {"type": "message_delta", "delta": stop, "usage": {"output_tokens": usage["output_tokens"]}}
+    )
+    events.append({"type": "message_stop"})
+    return events
 
 
 def _pieces(text: str, count: int = 4) -> list[str]:

@@ -4,7 +4,8 @@ It speaks just enough of two wire protocols for the real SDK clients to talk to 
 
 - `POST /v1/chat/completions`: OpenAI Chat Completions; with `"stream": true`, the reply
   comes as OpenAI's server-sent chunks (`wire_replies.openai_chunks`), ending `data: [DONE]`.
-- `POST /v1/messages`: Anthropic Messages (non-streaming).
+- `POST /v1/messages`: Anthropic Messages; with `"stream": true`, the reply comes as
+  Anthropic's server-sent events (`wire_replies.anthropic_events`), ending `message_stop`.
 
 Each request is answered with the next scripted reply, first in first out: first from the
 queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
@@ -12,7 +13,9 @@ concurrent conversations each get their own script), then from the shared queue
 (`server.enqueue(...)`). A reply may be `delayed(seconds, ...)`: the answer comes that much
 later, e.g. to hang past a client's timeout; or `held(limit, ...)`: the answer comes once the
 next request naming the same model arrives (the client's retry), an event rather than a
-clock. When nothing is queued, a default rule answers instead:
+clock. A streamed reply may break: `broken_off(events, ...)` drops the connection after that
+many events, `error_event(events, status, message, ...)` ends the stream with an error event
+there. When nothing is queued, a default rule answers instead:
 
 1. if the request's last message carries tool results, a text reply saying how
    many results came back and from which tools;
@@ -52,17 +55,21 @@ from types import TracebackType
 from typing import Any, Self
 
 from waitstate.testing.wire_replies import (
+    BrokenStream,
     DelayedReply,
     ErrorReply,
     HeldReply,
     Reply,
     WireProtocol,
+    anthropic_events,
     anthropic_text,
     anthropic_tool_use,
+    broken_off,
     default_reply,
     delayed,
     error,
     error_body,
+    error_event,
     held,
     openai_chunks,
     openai_text,
@@ -72,6 +79,7 @@ from waitstate.testing.wire_replies import (
 __all__ = [
     "ANTHROPIC_PATH",
     "OPENAI_PATH",
+    "BrokenStream",
     "DelayedReply",
     "ErrorReply",
     "HeldReply",
@@ -79,10 +87,13 @@ __all__ = [
     "Reply",
     "WireProtocol",
     "WireServer",
+    "anthropic_events",
     "anthropic_text",
     "anthropic_tool_use",
+    "broken_off",
     "delayed",
     "error",
+    "error_event",
     "held",
     "openai_chunks",
     "openai_text",
@@ -254,26 +265,33 @@ class _Handler(BaseHTTPRequestHandler):
         request = RecordedRequest(self.path, headers, body)
         queued = self.server.wire._record_and_pop(request)
         reply: dict[str, Any] | ErrorReply | None
+        broken: BrokenStream | None = None
         if isinstance(queued, DelayedReply):
             time.sleep(queued.seconds)  # this request's own thread: the others go on
             reply = queued.reply
         elif isinstance(queued, HeldReply):
             queued.release.wait(queued.limit)  # likewise
             reply = queued.reply
+        elif isinstance(queued, BrokenStream):
+            broken, reply = queued, queued.reply
         else:
             reply = queued
         if reply is None:
             reply = default_reply(protocol, body)
         self.server.wire._answered(request)
+        streamed = body.get("stream") is True
         if isinstance(reply, ErrorReply):
             self._send_error(protocol, reply)
+        elif broken is not None and not streamed:
+            if broken.error is not None:
+                self._send_error(protocol, broken.error)
+            else:
+                self.close_connection = True  # no answer at all
         else:
             if reply.get("model") is None:
                 reply = {**reply, "model": body.get("model", "wire-server")}
-            if protocol == "openai" and body.get("stream") is True:
-                options = body.get("stream_options")
-                usage = isinstance(options, dict) and options.get("include_usage") is True
-                self._send_chunks(openai_chunks(reply, include_usage=usage))
+            if streamed:
+                self._stream(protocol, body, reply, broken)
             else:
                 self._send_json(200, reply)
 
@@ -294,19 +312,48 @@ class _Handler(BaseHTTPRequestHandler):
             # The client gave up first (a delayed reply past its timeout): nobody to answer.
             logger.debug("client hung up before the answer to %s", self.path)
 
-    def _send_chunks(self, chunks: list[dict[str, Any]]) -> None:
-        """Stream `chunks` as server-sent events, each written as it would come from the API
-        (HTTP chunked encoding, flushed one by one), then `data: [DONE]`."""
+    def _stream(
+        self,
+        protocol: WireProtocol,
+        body: dict[str, Any],
+        reply: dict[str, Any],
+        broken: BrokenStream | None,
+    ) -> None:
+        """Send `reply` as the protocol's server-sent events: OpenAI's chunks then
+        `data: [DONE]`, or Anthropic's named events; a `broken` one stops early."""
+        if protocol == "openai":
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            events = [_sse(chunk) for chunk in openai_chunks(reply, include_usage=usage)]
+            events.append("data: [DONE]\n\n")
+        else:
+            events = [_sse(event, event["type"]) for event in anthropic_events(reply)]
+        if broken is None:
+            self._send_events(events)
+        elif broken.error is None:
+            self._send_events(events[: broken.events], drop=True)
+        else:
+            # OpenAI sends it as a chunk of its own, Anthropic as an `error` event.
+            name = "error" if protocol == "anthropic" else None
+            failure = _sse(error_body(protocol, broken.error), name)
+            self._send_events([*events[: broken.events], failure])
+
+    def _send_events(self, events: list[str], *, drop: bool = False) -> None:
+        """Stream server-sent `events`, each written as it would come from the API (HTTP
+        chunked encoding, flushed one by one); with `drop`, the connection is then dropped
+        with the body unfinished, as when a stream breaks off."""
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream; charset=utf-8")
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
-            for event in [*events, "data: [DONE]\n\n"]:
+            for event in events:
                 data = event.encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
+            if drop:
+                self.close_connection = True
+                return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -315,6 +362,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # The base class writes every request to stderr; keep that out of test output.
         logger.debug("%s " + format, self.address_string(), *args)
+
+
+def _sse(data: Any, name: str | None = None) -> str:
+    """One server-sent event: its `event:` line when it has a name, and `data` as JSON."""
+    line = f"event: {name}\n" if name is not None else ""
+    return f"{line}data: {json.dumps(data)}\n\n"
 
 
 def main() -> None:

@@ -8,7 +8,15 @@ import openai
 import pytest
 
 from tests.helpers import eventually
-from waitstate.testing.wire_server import WireServer, delayed, error, held, openai_text
+from waitstate.testing.wire_server import (
+    WireServer,
+    broken_off,
+    delayed,
+    error,
+    error_event,
+    held,
+    openai_text,
+)
 
 
 def _client(server: WireServer, timeout: float = 30.0) -> openai.AsyncOpenAI:
@@ -108,3 +116,15 @@ def test_a_held_reply_with_no_next_request_answers_after_its_limit() -> None:
         answer = httpx.post(f"{server.openai_base_url}/chat/completions", json=body)
 
     assert answer.json()["choices"][0]["message"]["content"] == "ok"
+
+
+def test_a_broken_stream_asked_for_unstreamed_fails_as_its_fault_says() -> None:
+    with WireServer() as server:
+        server.enqueue(error_event(2, 529, "Overloaded"), broken_off(2))
+        body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        refused = httpx.post(f"{server.url}/v1/messages", json=body)
+        with pytest.raises(httpx.RemoteProtocolError):  # no answer at all
+            httpx.post(f"{server.url}/v1/messages", json=body)
+
+    assert refused.status_code == 529
+    assert refused.json()["error"] == {"type": "overloaded_error", "message": "Overloaded"}

@@ -1,0 +1,199 @@
+"""AnthropicProvider streaming through the real SDK client, against the local wire server's
+streamed events: the text reaches `on_text` piece by piece, in order, the reply is the one the
+same answer gives unstreamed, and a stream that fails part-way fails the call as one that got
+no answer (another attempt may succeed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from tests.providers.adapters import HELLO, LOOKUP, connected
+from waitstate.providers.anthropic import AnthropicProvider
+from waitstate.providers.base import ModelRequest, ProviderError
+from waitstate.testing.wire_server import (
+    WireServer,
+    anthropic_events,
+    anthropic_text,
+    anthropic_tool_use,
+    broken_off,
+    error,
+    error_event,
+)
+
+CALLS = [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})]
+TEXT = "The weather in Paris is sunny, in Oslo it snows."
+
+
+class Pieces(list[str]):
+    """What `on_text` was handed, in order."""
+
+    async def __call__(self, text: str) -> None:
+        self.append(text)
+
+
+@pytest.fixture
+async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
+    async with connected("anthropic", wire.url) as provider:
+        assert isinstance(provider, AnthropicProvider)
+        yield provider
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        anthropic_text(TEXT, input_tokens=12),
+        anthropic_tool_use(CALLS, output_tokens=9),
+        anthropic_tool_use(CALLS, text="Looking both up.", input_tokens=31, output_tokens=17),
+    ],
+    ids=["text", "tool-calls", "text-and-tool-calls"],
+)
+async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_order(
+    wire: WireServer, provider: AnthropicProvider, reply: dict[str, Any]
+) -> None:
+    wire.enqueue(reply, reply)
+    plain = await provider.answer(ModelRequest("claude-test", "Be terse.", HELLO, [LOOKUP]))
+    pieces = Pieces()
+
+    streamed = await provider.answer(
+        ModelRequest("claude-test", "Be terse.", HELLO, [LOOKUP], on_text=pieces)
+    )
+
+    assert streamed == plain
+    assert streamed.usage.input_tokens == reply["usage"]["input_tokens"]
+    assert streamed.usage.output_tokens == reply["usage"]["output_tokens"]
+    assert streamed.stop_reason == reply["stop_reason"]
+    blocks = reply["content"]
+    assert [(c.id, c.name, c.arguments) for c in streamed.message.tool_calls] == [
+        (b["id"], b["name"], json.dumps(b["input"])) for b in blocks if b["type"] == "tool_use"
+    ]
+    text = "".join(b["text"] for b in blocks if b["type"] == "text")
+    assert "".join(pieces) == streamed.message.content == text
+    assert len(pieces) == (4 if text else 0)  # the wire server sends a text in four pieces
+    unstreamed, asked = (request.body for request in wire.requests)
+    assert "stream" not in unstreamed
+    assert asked["stream"] is True
+    assert {k: v for k, v in asked.items() if k != "stream"} == unstreamed
+
+
+async def test_the_wire_servers_events_are_anthropics(wire: WireServer) -> None:
+    reply = anthropic_tool_use(CALLS, text="Looking both up.", input_tokens=31, output_tokens=17)
+    events = anthropic_events({**reply, "model": "claude-test"})
+
+    assert [event["type"] for event in events] == [
+        "message_start",
+        *["content_block_start", "ping", *["content_block_delta"] * 4, "content_block_stop"],
+        *["content_block_start", *["content_block_delta"] * 5, "content_block_stop"],
+        *["content_block_start", "content_block_delta", "content_block_stop"],
+        "message_delta",
+        "message_stop",
+    ]
+    assert events[0]["message"]["content"] == [] and events[0]["message"]["stop_reason"] is None
+    assert events[-2]["delta"]["stop_reason"] == "tool_use"
+    assert events[-2]["usage"] == {"output_tokens": 17}
+    # The SDK's own accumulation of them makes the message the unstreamed call answers.
+    wire.enqueue(reply, reply)
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
+    ) as client:
+        plain = await client.messages.create(model="claude-test", max_tokens=64, messages=[])
+        async with client.messages.stream(
+            model="claude-test", max_tokens=64, messages=[]
+        ) as stream:
+            streamed = await stream.get_final_message()
+
+    assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
+
+
+async def test_a_streamed_tool_input_that_is_not_a_json_object_is_an_empty_one(
+    wire: WireServer, provider: AnthropicProvider
+) -> None:
+    reply = anthropic_tool_use(CALLS)
+    # A string input is streamed as written: here, JSON cut short, and JSON but no object.
+    reply["content"][0]["input"] = '{"city": '
+    reply["content"][1]["input"] = '["Paris"]'
+    wire.enqueue(reply)
+
+    streamed = await provider.answer(
+        ModelRequest("claude-test", "", HELLO, [LOOKUP], on_text=Pieces())
+    )
+
+    assert [(c.id, c.arguments) for c in streamed.message.tool_calls] == [
+        ("toolu_1", "{}"),
+        ("toolu_2", "{}"),
+    ]
+
+
+async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
+    wire: WireServer, provider: AnthropicProvider
+) -> None:
+    wire.enqueue(error(429, "slow down", {"retry-after": "3"}))
+    pieces = Pieces()
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
+
+    assert (caught.value.status, caught.value.retry_after) == (429, 3.0)
+    assert "slow down" in str(caught.value)
+    assert pieces == []
+
+
+async def test_a_stream_broken_off_fails_the_call_as_one_that_got_no_answer(
+    wire: WireServer, provider: AnthropicProvider
+) -> None:
+    # message_start, content_block_start, ping, then two pieces of the text.
+    wire.enqueue(broken_off(5, anthropic_text(TEXT)))
+    pieces = Pieces()
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
+
+    assert caught.value.status is None and caught.value.retryable
+    assert "Connection lost." in str(caught.value)
+    assert f"{wire.url}/v1/messages" in str(caught.value)
+    assert len(pieces) == 2 and TEXT.startswith("".join(pieces))
+
+
+async def test_an_error_event_fails_the_call_as_one_that_got_no_answer(
+    wire: WireServer, provider: AnthropicProvider
+) -> None:
+    wire.enqueue(error_event(5, 529, "Overloaded", anthropic_text(TEXT)))
+    pieces = Pieces()
+
+    with pytest.raises(ProviderError) as caught:
+        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
+
+    # Not the stream's own 200, which would make it a refusal never worth another attempt.
+    assert caught.value.status is None and caught.value.retryable
+    assert "Overloaded" in str(caught.value)
+    assert len(pieces) == 2
+
+
+async def test_a_stream_that_ends_before_its_message_does_is_no_answer() -> None:
+    # A clean end without `message_stop` (a proxy cutting the answer short, say): the wire
+    # server only breaks streams off, so this one is played on the SDK's own transport.
+    events = anthropic_events({**anthropic_text(TEXT), "model": "claude-test"})[:-1]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+
+    pieces = Pieces()
+    async with (
+        httpx2.AsyncClient(transport=httpx2.MockTransport(answer)) as http,
+        anthropic.AsyncAnthropic(
+            api_key="test", base_url="http://claude.test", max_retries=0, http_client=http
+        ) as client,
+    ):
+        provider = AnthropicProvider(client)
+        with pytest.raises(ProviderError) as caught:
+            await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
+
+    assert caught.value.status is None and caught.value.retryable
+    assert "ended before the message did" in str(caught.value)
+    assert "".join(pieces) == TEXT
