@@ -88,6 +88,8 @@ class Streams:
                             )
                         pause = RETRY[0]
                         async for event in _events(response):
+                            if "id" not in event:
+                                continue  # of the moment (a retry, a delta): never in history
                             read.ids.append(event["id"])
                             read.kinds.append(event["kind"])
                             last = event["id"]

@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 from examples.demo.basic import demo_tools
 from waitstate.apps import Apps
 from waitstate.cli.replay import replayer as agent_replayer
+from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall
@@ -224,6 +225,19 @@ async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
     return names
+
+
+async def expiries(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, str]]:
+    """What the run's event stream tells of its people's waits that passed: each
+    `approval.expired` or `question.expired` with the request's id, in order (one run)."""
+    described = await handle.describe()
+    events = [event async for event in handle.fetch_history_events()]
+    told, _ = run_events_told(described.run_id, events)
+    return [
+        (e.kind, e.detail.get("request_id") or e.detail.get("question_id") or "")
+        for e in told
+        if e.kind.endswith(".expired")
+    ]
 
 
 async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:

@@ -79,8 +79,19 @@ async def window(
                     or (wake is not None and wake.wanted())
                 ),
                 timeout=remaining,
+                timeout_summary=expiry_summary(request) if request.open else None,
             )
     return not request.open
+
+
+def expiry_summary(request: Request) -> str:
+    """What a request's window timer is called in the run's history (its summary: metadata,
+    which replay does not compare), by which a reader of the run's events tells that the
+    window passed with the request still open (`approval.expired`, `question.expired`): a
+    request closed in time cancels its timer, so only an open one's fires."""
+    if isinstance(request, ApprovalRequest):
+        return f"approval {request.request_id} expires"
+    return f"question {request.question_id} expires"
 
 
 def escalate(state: RunState, request: Request, name: str, *, from_now: bool = False) -> None:

@@ -222,6 +222,10 @@ async def test_only_the_publish_token_of_the_run_gets_a_delta_to_its_readers(rig
                 run_id, own, {"turn": 1, "call": "probe", "text": "x" * 8_001}
             )
             too_big = await rig.post_delta(run_id, own, content=b"{" + b" " * 17_000 + b"}")
+            # An oversize body is 413 whoever sends it, as at every route (the fuzzer's rule).
+            too_big_foreign = await rig.post_delta(
+                run_id, refused["another run's"][0], content=b"{" + b" " * 17_000 + b"}"
+            )
             unknown_field = await rig.post_delta(
                 run_id, own, {"turn": 1, "call": "probe", "text": "hi", "id": "run.9"}
             )
@@ -234,6 +238,7 @@ async def test_only_the_publish_token_of_the_run_gets_a_delta_to_its_readers(rig
             assert answers[why].json()["error"]["code"] == code, why
     assert (too_long.status_code, too_long.json()["error"]["code"]) == (422, "invalid_delta")
     assert (too_big.status_code, too_big.json()["error"]["code"]) == (413, "body_too_large")
+    assert too_big_foreign.status_code == 413
     assert unknown_field.status_code == 422
     assert taken.status_code == 202
     probes = [

@@ -128,7 +128,9 @@ class _Reader:
                     fields[name] = value
                     continue
                 if "data" in fields:
-                    taken.append(Event(fields["id"], fields["event"], json.loads(fields["data"])))
+                    # An event with no id (a retry, a delta) is the reader's of the moment.
+                    event = Event(fields.get("id", ""), fields["event"], json.loads(fields["data"]))
+                    taken.append(event)
                     if until is not None and until(taken[-1]):
                         return taken
                 fields = {}
@@ -271,6 +273,54 @@ async def test_an_operations_progress_reaches_its_reader_as_it_is_reported(rig: 
     assert "result" not in reported[0]
     assert [e.kind for e in rest if e.kind == "operation.reported"] == ["operation.reported"]
     assert rest[-1].kind == "run.completed"
+
+
+async def test_a_call_tried_again_reaches_its_readers_as_each_attempt_fails(
+    rig: Rig, closed_port: int
+) -> None:
+    # The model's server is away: each attempt fails. No history event tells an attempt (the
+    # call's end is written once it ends), but the run's readers see each as it comes.
+    settings = Settings(
+        openai_base_url=f"http://127.0.0.1:{closed_port}/v1",
+        openai_api_key="test-key",
+        gateway_url=rig.gateway_url,
+        token_keys=KEYS,
+        token_signing_key="events",
+    )
+    async with make_worker(rig.client, rig.task_queue, settings=settings):
+        handle = await rig.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task="hello", tools=[], model="openai:any-name"),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=rig.task_queue,
+        )
+        try:
+            link = await rig.view_link(handle.id)
+            async with rig.events(link["events_url"]) as response:
+                taken = await _collect(
+                    response, lambda e: e.kind == "retry" and e.data["attempt"] >= 3
+                )
+            # What is never kept is never sent again: a reader that resumes from the run's
+            # start gets its events, and none of the attempts told before it came.
+            start = f"{next(e for e in taken if e.id).id.split('.')[0]}.0"
+            async with rig.events(link["events_url"], headers={"Last-Event-ID": start}) as again:
+                resumed = await _collect(again, lambda e: e.kind == "model.started")
+        finally:
+            await handle.terminate("test over")
+
+    retries = [e for e in taken if e.kind == "retry"]
+    attempts = [e.data["attempt"] for e in retries]
+    # Each attempt told once, in order, with what it failed with but not the error's text.
+    assert attempts == sorted(set(attempts)) and attempts[0] >= 2 and attempts[-1] >= 3
+    assert all(e.id == "" for e in retries)
+    told = {(e.data["call"], e.data["error_type"], e.data["maximum_attempts"]) for e in retries}
+    assert told == {("model call", "ModelUnavailable", 8)}
+    assert all("Connection" not in json.dumps(e.data) for e in retries)
+    # Between the call's start and its end (which has not come): after `model.started`.
+    kinds = [e.kind for e in taken]
+    assert kinds.index("model.started") < kinds.index("retry")
+    assert [e.kind for e in resumed] == [e.kind for e in taken if e.id][: len(resumed)]
+    assert "retry" not in [e.kind for e in resumed]
 
 
 async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:

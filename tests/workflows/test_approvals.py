@@ -32,6 +32,7 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import (
     eventually,
+    expiries,
     make_worker,
     process_env,
     quiet_history_length,
@@ -239,9 +240,13 @@ async def test_on_timeout_policies(
         result = await _result(handle)
         state = await handle.query(AgentRunWorkflow.status)
         described = await handle.describe()
+        passed = await expiries(handle)
 
     [request] = state.approvals.values()
     assert result.status == status
+    # The run's event stream tells each window that passed with the request open.
+    windows = 2 if policy.on_timeout == "escalate" else 1
+    assert passed == [("approval.expired", request.request_id)] * windows
     if told is None:
         assert request.status == "expired"
         assert (

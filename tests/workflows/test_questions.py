@@ -21,6 +21,7 @@ from examples.demo.purges import PurgeService, purge_tool
 from tests.helpers import (
     accept,
     eventually,
+    expiries,
     first_question,
     make_worker,
     process_env,
@@ -228,6 +229,7 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         activities = await scheduled_activities(handle)
+        told = await expiries(handle)
         await replays(handle, f"own_tool_question_{on_timeout}")
     after = await _purges(stack)
 
@@ -235,6 +237,8 @@ async def test_an_unanswered_question_expires_under_its_declared_outcome(
     [op] = state.operations.values()
     got = _got(result)
     assert question.status == "expired"
+    windows = 2 if on_timeout == "escalate" else 1
+    assert told == [("question.expired", question.question_id)] * windows
     if on_timeout == "cancel":
         assert op.status == "cancelled" and got["status"] == "cancelled"
         assert CANCEL_OPERATION in activities and ANSWER_OPERATION not in activities

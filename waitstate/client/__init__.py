@@ -36,6 +36,7 @@ from waitstate.client._events import (
     EVENT_KINDS,
     BadPosition,
     Position,
+    Retry,
     RunEvent,
     RunEvents,
 )
@@ -68,7 +69,6 @@ from waitstate.client._runs import (
     PROGRESS_CHARS,
     SUMMARY_CHARS,
     Progress,
-    Retry,
     RunCalls,
     RunStatus,
     RunSummary,

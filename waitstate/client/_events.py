@@ -35,8 +35,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate import names
@@ -79,6 +80,16 @@ RETRY_SECONDS = (0.2, 5.0)
 _MAYBE_UNWRITTEN = frozenset(
     {EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED}
 )
+
+# The summary of a person's wait's timer (the desk's `expiry_summary`).
+_EXPIRY = re.compile(r"(approval|question) (\S{1,150}) expires")
+
+# Activities whose retries a reader should see as they happen (a poll's retries are its
+# schedule, not a failure): they are not in history, only in the run's pending activities.
+RETRIED_CALLS = {run_names.CALL_MODEL: "model call", run_names.CALL_TOOL: "tool call"}
+# Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
+# of the original as its cause.
+FAILURE_TOO_LARGE = "Failure exceeds size limit."
 
 # An activity's type -> what its events are called.
 _ACTIVITY_KINDS = {
@@ -135,6 +146,8 @@ EVENT_KINDS = tuple(
             ),
             "timer.started",
             "timer.fired",
+            "approval.expired",
+            "question.expired",
             *_HANDLER_KINDS.values(),
             "update.accepted",
             "update.completed",
@@ -190,6 +203,7 @@ class _Reading:
     run: str
     activities: dict[int, tuple[str, str]] = field(default_factory=dict)
     updates: dict[str, str] = field(default_factory=dict)
+    timers: dict[str, str] = field(default_factory=dict)  # a started timer's id -> its summary
     next_run: str | None = None
 
     def take(self, event: HistoryEvent) -> RunEvent | None:
@@ -224,10 +238,12 @@ class _Reading:
             return f"{what}.{phase}", summary, {}
         if kind == EventType.EVENT_TYPE_TIMER_STARTED:
             timer = event.timer_started_event_attributes
+            self.timers[timer.timer_id] = summary
             seconds = timer.start_to_fire_timeout.ToTimedelta().total_seconds()
             return "timer.started", summary, {"timer": timer.timer_id, "seconds": seconds}
         if kind == EventType.EVENT_TYPE_TIMER_FIRED:
-            return "timer.fired", "", {"timer": event.timer_fired_event_attributes.timer_id}
+            timer_id = event.timer_fired_event_attributes.timer_id
+            return _fired(timer_id, self.timers.pop(timer_id, ""))
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             return self._update_accepted(event)
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
@@ -300,6 +316,14 @@ class RunEvents:
         )
         return after or Position(described.run_id, 0), not over
 
+    async def retries(self, run_id: str) -> list[Retry]:
+        """The calls of `run_id` (its latest run) that failed and are tried again, now: what
+        its history does not tell until the call ends. None if it could not be read."""
+        try:
+            return retries_of(await self._client.get_workflow_handle(run_id).describe())
+        except RPCError:
+            return []
+
     async def follow(self, run_id: str, start: Position) -> AsyncIterator[RunEvent]:
         """The events of `run_id` after `start`, as they are appended, run after run of its
         chain, until the chain ends. Temporal unreachable for a while: read on from the last
@@ -352,6 +376,62 @@ async def growth(client: Client, run_id: str, grew: asyncio.Event) -> None:
             grew.set()
     except (RunNotFound, RPCError):
         return
+
+
+def _fired(timer_id: str, summary: str) -> tuple[str, str, dict[str, Any]]:
+    """A timer's firing: a person's wait that passed with the request still open
+    (`approval.expired`, `question.expired`: its summary names it, see the desk's `window`),
+    or another timer's."""
+    expired = _EXPIRY.fullmatch(summary)
+    if expired is None:
+        return "timer.fired", "", {"timer": timer_id}
+    what, request = expired[1], expired[2]
+    name = "request_id" if what == "approval" else "question_id"
+    return f"{what}.expired", summary, {"timer": timer_id, name: request}
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A model or tool call that failed and is being tried again."""
+
+    call: str  # what it is: `model call`, `tool call`
+    activity_id: str
+    attempt: int  # the attempt under way or to come (2: the first retry)
+    maximum_attempts: int | None
+    last_error: str  # its last attempt's failure, as the call's error said it
+    error_type: str = ""  # the failure's type: an error's name, or `timeout`
+
+
+def retries_of(description: WorkflowExecutionDescription) -> list[Retry]:
+    """Model and tool calls of the run that failed and are being retried, from the server's
+    record of its pending activities (no worker needed): what no history event tells."""
+    return [
+        Retry(
+            call=RETRIED_CALLS[pending.activity_type.name],
+            activity_id=pending.activity_id,
+            attempt=pending.attempt,
+            maximum_attempts=pending.maximum_attempts or None,  # 0: unlimited
+            last_error=_failure_message(pending.last_failure),
+            error_type=_failure_type(pending.last_failure),
+        )
+        for pending in description.raw_description.pending_activities
+        if pending.activity_type.name in RETRIED_CALLS
+        and (pending.attempt > 1 or pending.HasField("last_failure"))
+    ]
+
+
+def _failure_message(failure: Failure) -> str:
+    if failure.message == FAILURE_TOO_LARGE and failure.HasField("cause"):
+        return f"{failure.cause.message} (truncated by Temporal: over its failure size limit)"
+    return failure.message
+
+
+def _failure_type(failure: Failure) -> str:
+    """An application error's type (`ProviderError`, ...), `timeout`, or what else it is."""
+    if failure.HasField("application_failure_info"):
+        return failure.application_failure_info.type[:MAX_FIELD_CHARS]
+    which = failure.WhichOneof("failure_info")
+    return "" if which is None else which.removesuffix("_failure_info")
 
 
 def _text(payload: Payload) -> str:

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import PendingActivityState
-from temporalio.api.failure.v1 import Failure
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
@@ -40,7 +39,7 @@ from waitstate.client._errors import (
     RunNotFound,
     StartFailed,
 )
-from waitstate.client._events import growth
+from waitstate.client._events import Retry, growth, retries_of
 from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
@@ -52,17 +51,11 @@ from waitstate.names import (
 )
 from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.operations import PollHeartbeat
-from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, POLL_OPERATION
+from waitstate.schemas.run import POLL_OPERATION
 
 # The Web UI shows a run's task as its summary, cut to this length.
 SUMMARY_CHARS = 200
 FOLLOW_INTERVAL = timedelta(seconds=0.25)
-# Activities whose retries a reader should see as they happen (a poll's retries are its
-# schedule, not a failure).
-RETRIED_CALLS = {CALL_MODEL: "model call", CALL_TOOL: "tool call"}
-# Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
-# of the original as its cause.
-FAILURE_TOO_LARGE = "Failure exceeds size limit."
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
 PROGRESS_CHARS = 500
 
@@ -74,17 +67,6 @@ class StartedRun:
     run_id: str
     first_run_id: str  # where its chain of continue-as-new runs begins
     existing: bool
-
-
-@dataclass(frozen=True)
-class Retry:
-    """A model or tool call that failed and is being tried again."""
-
-    call: str
-    activity_id: str
-    attempt: int
-    maximum_attempts: int | None
-    last_error: str
 
 
 @dataclass(frozen=True)
@@ -210,9 +192,9 @@ class RunCalls(ClientBase):
                     for pending in description.raw_description.pending_activities
                 ],
             )
-            return RunStatus(state, _retries(description), unanswered)
+            return RunStatus(state, retries_of(description), unanswered)
         state = await self._with_progress(state, description)
-        retrying = _retries(description)
+        retrying = retries_of(description)
         outage = state.store_outage
         if outage is not None and not any(r.call == outage.call for r in retrying):
             # Tried again by the run itself (no activity is retrying between its tries).
@@ -444,28 +426,11 @@ def _ended(state: RunState | None, outcome: RunState) -> RunState:
     return state.model_copy(update={**update, "final_output": outcome.final_output})
 
 
-def _retries(description: WorkflowExecutionDescription) -> list[Retry]:
-    """Model and tool calls of the run that failed and are being retried, from the server's
-    record of its pending activities (no worker needed)."""
-    return [
-        Retry(
-            call=RETRIED_CALLS[pending.activity_type.name],
-            activity_id=pending.activity_id,
-            attempt=pending.attempt,
-            maximum_attempts=pending.maximum_attempts or None,  # 0: unlimited
-            last_error=_failure_message(pending.last_failure),
-        )
-        for pending in description.raw_description.pending_activities
-        if pending.activity_type.name in RETRIED_CALLS
-        and (pending.attempt > 1 or pending.HasField("last_failure"))
-    ]
-
-
 def _new_retries(
     description: WorkflowExecutionDescription, shown: set[tuple[str, int]]
 ) -> list[Retry]:
     """Attempts of failing calls not in `shown` yet, then added to it."""
-    new = [r for r in _retries(description) if (r.activity_id, r.attempt) not in shown]
+    new = [r for r in retries_of(description) if (r.activity_id, r.attempt) not in shown]
     shown.update((retry.activity_id, retry.attempt) for retry in new)
     return new
 
@@ -474,12 +439,6 @@ def _activity_state(state: PendingActivityState.ValueType) -> str:
     """`scheduled`, `started`, `cancel requested`, `paused`..."""
     name = PendingActivityState.Name(state).removeprefix("PENDING_ACTIVITY_STATE_")
     return name.lower().replace("_", " ")
-
-
-def _failure_message(failure: Failure) -> str:
-    if failure.message == FAILURE_TOO_LARGE and failure.HasField("cause"):
-        return f"{failure.cause.message} (truncated by Temporal: over its failure size limit)"
-    return failure.message
 
 
 def started_with(run_input: RunInput) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 MAX_KEPT = 10_000  # events a feed keeps for readers who join late
 MAX_BEHIND = 1_000  # events a reader may have waiting before it is let go
+# How often a feed with readers looks for its run's retried calls while a call is open.
+RETRY_LOOK_SECONDS = 1.0
+# What an event's kind is when a model or tool call starts, and when it ends, in any way.
+_CALLS = ("model", "tool")
+_CALL_ENDS = ("ended", "failed", "timed_out", "canceled")
 
 _END = None  # what a reader's queue gets when the feed ends, or lets it go
 
@@ -54,7 +59,25 @@ class ModelDelta(BaseModel):
     at: datetime
 
 
-Read = RunEvent | ModelDelta  # what a feed's reader gets
+class CallRetry(BaseModel):
+    """A model or tool call whose attempt failed, tried again: for the readers of the moment,
+    never kept (it has no id). Temporal writes no event for it until the call ends: the feed
+    looks at the run's pending calls while one is open (`RETRY_LOOK_SECONDS`)."""
+
+    kind: Literal["retry"] = "retry"
+    call: str = Field(description="What is retried: `model call` or `tool call`.")
+    activity_id: str
+    attempt: int = Field(description="The attempt under way or to come: 2 is the first retry.")
+    maximum_attempts: int | None = Field(description="None: no limit but the call's timeout.")
+    error_type: str = Field(
+        description="What the last attempt failed with: its error's type, or `timeout`; "
+        "never the error's text (`watch` shows that to operators)."
+    )
+    at: datetime
+
+
+Read = RunEvent | ModelDelta | CallRetry  # what a feed's reader gets
+Ephemeral = (ModelDelta, CallRetry)  # what a reader gets with no id: never kept, never resumed
 
 
 class Feed:
@@ -67,7 +90,9 @@ class Feed:
         self._index: dict[str, int] = {}  # event id -> its place in `_kept`
         self._readers: set[asyncio.Queue[Read | None]] = set()
         self._ended = False
+        self._calls_open = 0  # model and tool calls started and not ended, as read
         self._reading = asyncio.create_task(self._read(events))
+        self._retries = asyncio.create_task(self._look_for_retries(events))
 
     @property
     def readers(self) -> int:
@@ -100,6 +125,7 @@ class Feed:
 
     def stop(self) -> None:
         self._reading.cancel()
+        self._retries.cancel()
 
     def publish(self, delta: ModelDelta) -> int:
         """Hand `delta` to the readers of the moment (a reader too far behind is let go, as
@@ -120,14 +146,49 @@ class Feed:
         try:
             async for event in events.follow(self.run_id, self.origin):
                 self._keep(event)
+                self._count_calls(event.kind)
                 self._hand(event)
         except Exception:  # a bug: its readers' streams end, and they resume on their own
             log.exception("reading the events of %s failed", self.run_id)
         finally:
             self._ended = True
+            self._retries.cancel()
             for queue in self._readers:
                 queue.put_nowait(_END)
             self._readers.clear()
+
+    def _count_calls(self, kind: str) -> None:
+        what, _, phase = kind.partition(".")
+        if kind in ("run.started", "run.continued"):
+            self._calls_open = 0  # a run's calls end with it
+        elif what in _CALLS and phase == "started":
+            self._calls_open += 1
+        elif what in _CALLS and phase in _CALL_ENDS:
+            self._calls_open = max(0, self._calls_open - 1)
+
+    async def _look_for_retries(self, events: RunEvents) -> None:
+        """While the feed has readers and a call is open, look at the run's pending calls
+        every `RETRY_LOOK_SECONDS`, and hand each new attempt of a failing one to the readers:
+        a run that waits, or whose calls answer at once, is never looked at."""
+        shown: set[tuple[str, int]] = set()  # (activity id, attempt)
+        while True:
+            await asyncio.sleep(RETRY_LOOK_SECONDS)
+            if self._calls_open == 0 or not self._readers:
+                continue
+            for retry in await events.retries(self.run_id):
+                if (retry.activity_id, retry.attempt) in shown:
+                    continue
+                shown.add((retry.activity_id, retry.attempt))
+                self._hand(
+                    CallRetry(
+                        call=retry.call,
+                        activity_id=retry.activity_id,
+                        attempt=retry.attempt,
+                        maximum_attempts=retry.maximum_attempts,
+                        error_type=retry.error_type,
+                        at=datetime.now(UTC),
+                    )
+                )
 
     def _keep(self, event: RunEvent) -> None:
         if len(self._kept) >= MAX_KEPT:

@@ -14,7 +14,10 @@ ends when the run's chain ends, and a reader that resumes after its last event i
 
 Workers post a run's model text as it is written (`deltas`, with a publish token minted per
 call); the stream's current readers get each as `event: model.delta` with no `id:`, so a
-reader's `Last-Event-ID` never names one and a resumed reader never gets them again.
+reader's `Last-Event-ID` never names one and a resumed reader never gets them again. So are the
+attempts of a call that failed and is tried again (`event: retry`), which the run's history does
+not hold until the call ends: a run's feed looks for them while it has readers and a call is
+open.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from waitstate.client import BadPosition, Position, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses
 from waitstate.gateway.routes.threads import OperatorCredentials
-from waitstate.gateway.streams import EventDesk, ModelDelta, Read
+from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
 from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
 
 EVENTS_PATH = "/v1/runs/{run_id}/events"
@@ -223,7 +226,7 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
             event = getting.result()
             if event is None:
                 return
-            if isinstance(event, ModelDelta):  # ephemeral: no id to resume after
+            if isinstance(event, Ephemeral):  # no id to resume after
                 yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
                 continue
             yield f"id: {event.id}\nevent: {event.kind}\ndata: {event.model_dump_json()}\n\n"
@@ -289,9 +292,10 @@ async def view_link(run_id: str, gate: GateDep, credentials: OperatorCredentials
     status_code=202,
     operation_id="run_deltas",
     summary="Hand a run's readers its model's text as it is written",
-    description="A worker posts pieces of a model's answer as the provider streams it (OpenAI "
-    "and OpenAI-compatible providers). The run's stream readers of the moment get each as an "
-    "event `model.delta` without an `id`: it is never kept, never in the run's history, and a "
+    description="A worker posts pieces of a model's answer as the provider streams it (OpenAI, "
+    "OpenAI-compatible and Anthropic providers). The run's stream readers of the moment get "
+    "each as an event `model.delta` without an `id`: it is never kept, never in the run's "
+    "history, and a "
     "reader that resumes does not get it again. With no reader, it is dropped.",
     response_description="Taken: handed to the run's current readers, if any.",
     openapi_extra={
@@ -324,6 +328,9 @@ async def run_deltas(
     run_id: str, request: Request, gate: GateDep, credentials: PublishCredentials
 ) -> Response:
     desk = _desk(gate)
+    # The body first, as every route of the gateway reads it: an oversize one is 413 whoever
+    # sends it, and reading one costs at most MAX_DELTA_BYTES.
+    body = await _delta_body(request)
     if credentials is None:
         raise Refused(401, "missing_token", "send Authorization: Bearer <publish token>")
     try:
@@ -334,7 +341,7 @@ async def run_deltas(
         raise Refused(401, "invalid_token", str(err)) from None
     if claims.run_id != run_id:
         raise Refused(401, "wrong_run", "token was issued for another run")
-    delta = gate.parse(await _delta_body(request), DeltaBody, "invalid_delta")
+    delta = gate.parse(body, DeltaBody, "invalid_delta")
     desk.feeds.publish(
         run_id,
         ModelDelta(turn=delta.turn, call=delta.call, text=delta.text, at=datetime.now(UTC)),

@@ -127,8 +127,23 @@ SCRIPT = r"""
     }
   };
 
+  // A call tried again has no id (never kept): it is shown as it comes, not deduplicated.
+  const retried = (message) => {
+    if (ended) { return; }
+    let retry;
+    try { retry = JSON.parse(message.data); } catch { return; }
+    const of = retry.maximum_attempts ? " of " + retry.maximum_attempts : "";
+    add({
+      kind: "retry",
+      at: retry.at,
+      summary: retry.call + " tried again: attempt " + retry.attempt + of,
+      detail: {failed_with: retry.error_type},
+    });
+  };
+
   const source = new EventSource(list.dataset.events);
   for (const kind of list.dataset.kinds.split(" ")) { source.addEventListener(kind, take); }
+  source.addEventListener("retry", retried);
   source.addEventListener("open", () => { if (!ended) { say(current()); } });
   source.addEventListener("error", () => {
     if (ended) { return; }
