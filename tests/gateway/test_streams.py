@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from waitstate.client import BadPosition, Position, RunEvent, RunEvents
+from waitstate.client import BadPosition, Position, Retry, RunEvent, RunEvents
 from waitstate.gateway import streams
-from waitstate.gateway.streams import Feeds, ModelDelta, Read
+from waitstate.gateway.streams import CallRetry, Feeds, ModelDelta, Read
 
 RUN = "r1"
 START = Position(RUN, 0)
@@ -178,3 +178,54 @@ async def test_deltas_count_towards_a_slow_readers_bound(monkeypatch: pytest.Mon
     assert reached == [1, 1, 1, 0]
     async with asyncio.timeout(10):
         assert [read.kind async for read in slow] == ["model.delta"] * 3
+
+
+class Retrying(Appended):
+    """A run whose calls' attempts the test sets; counts how often they were looked at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: list[Retry] = []
+        self.looks = 0
+
+    async def retries(self, run_id: str) -> list[Retry]:
+        self.looks += 1
+        return list(self.attempts)
+
+
+def _attempt(number: int) -> Retry:
+    return Retry("model call", "4", number, 8, "openai: HTTP 500: the secret prompt", "Boom")
+
+
+async def test_a_calls_attempts_reach_its_readers_once_each_and_an_idle_run_is_never_looked_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams, "RETRY_LOOK_SECONDS", 0.01)
+    run = Retrying()
+    feeds = Feeds(run)
+    reader = feeds.read(RUN, START)
+    await run.append("run.started", "tool.started", "tool.ended")
+    await _take(reader, 3)
+    await asyncio.sleep(0.2)  # twenty looks' worth, with no call open
+    idle_looks = run.looks
+
+    run.attempts = [_attempt(2)]
+    await run.append("model.started")
+    async with asyncio.timeout(10):
+        got = [await anext(reader) for _ in range(2)]
+        run.attempts = [_attempt(3)]
+        got.append(await anext(reader))
+    await run.append("model.ended", "run.completed", end=True)
+    got += [read async for read in reader]
+
+    assert idle_looks == 0
+    assert [r.kind for r in got] == [
+        "model.started",
+        "retry",
+        "retry",
+        "model.ended",
+        "run.completed",
+    ]
+    retries = [r for r in got if isinstance(r, CallRetry)]
+    assert [(r.attempt, r.error_type) for r in retries] == [(2, "Boom"), (3, "Boom")]
+    assert "secret" not in retries[0].model_dump_json()  # the error's type, never its text

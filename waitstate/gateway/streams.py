@@ -91,6 +91,7 @@ class Feed:
         self._readers: set[asyncio.Queue[Read | None]] = set()
         self._ended = False
         self._calls_open = 0  # model and tool calls started and not ended, as read
+        self._a_call_is_open = asyncio.Event()
         self._reading = asyncio.create_task(self._read(events))
         self._retries = asyncio.create_task(self._look_for_retries(events))
 
@@ -165,6 +166,10 @@ class Feed:
             self._calls_open += 1
         elif what in _CALLS and phase in _CALL_ENDS:
             self._calls_open = max(0, self._calls_open - 1)
+        if self._calls_open:
+            self._a_call_is_open.set()
+        else:
+            self._a_call_is_open.clear()
 
     async def _look_for_retries(self, events: RunEvents) -> None:
         """While the feed has readers and a call is open, look at the run's pending calls
@@ -172,6 +177,7 @@ class Feed:
         a run that waits, or whose calls answer at once, is never looked at."""
         shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         while True:
+            await self._a_call_is_open.wait()  # an idle feed costs nothing
             await asyncio.sleep(RETRY_LOOK_SECONDS)
             if self._calls_open == 0 or not self._readers:
                 continue
