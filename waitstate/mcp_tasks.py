@@ -67,13 +67,18 @@ class _TaskParams(RequestParams):
     task_id: str = Field(serialization_alias="taskId")
 
 
+# Each request on a task names it in its `Mcp-Name` header too (the SDK copies
+# `params[name_param]` there), as the tasks extension requires of a client: a server may route
+# on it, and refuses a request whose header and params disagree.
 class _GetTask(mcp_types.Request[_TaskParams, Literal["tasks/get"]]):
     method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"
     params: _TaskParams
 
 
 class _CancelTask(mcp_types.Request[_TaskParams, Literal["tasks/cancel"]]):
     method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
     params: _TaskParams
 
 
@@ -83,6 +88,7 @@ class _UpdateParams(_TaskParams):
 
 class _UpdateTask(mcp_types.Request[_UpdateParams, Literal["tasks/update"]]):
     method: Literal["tasks/update"] = "tasks/update"
+    name_param = "taskId"
     params: _UpdateParams
 
 
