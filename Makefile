@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The MCP conformance suite and the Node it needs, from npm, as conformance/package-lock.json pins
+# them; tests/mcp/test_conformance.py runs them (the system's Node may be older than the 22 the
+# suite requires, so the suite brings its own).
+CONFORMANCE := conformance/node_modules/.installed
 APPROVE_AFTER ?= 5
 
 .PHONY: install up down status demo mcp-demo test test-fast chaos bench lint typecheck ui-check clean
@@ -16,7 +20,12 @@ $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null || echo "no chromium (not root: apt-get install chromium): the browser tests will be skipped"
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install the project with its dev tools
+$(CONFORMANCE): conformance/package.json conformance/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd conformance && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "no npm (install Node.js and npm): the MCP conformance test will fail"; fi
+
+install: $(STAMP) $(CONFORMANCE)  ## create .venv and install the project, its dev tools and the MCP conformance suite
 
 # `make up` takes its ports from the environment or the command line, e.g.
 # make up TEMPORAL_HTTP_PORT=7243 TEMPORAL_METRICS_PORT=7244: TEMPORAL_ADDRESS (127.0.0.1:7233),
@@ -42,7 +51,7 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 	@echo "The deletion is approved after $(APPROVE_AFTER) s; then the task asks to confirm it: answer with the printed command within 60 s, or it keeps the dataset."
 	$(PY) starter.py run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
-test: $(STAMP)  ## run every test (each starts its own servers on free ports)
+test: $(STAMP) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
 
 # The tests that need no Temporal server, no process of their own and are not the chaos suite

@@ -133,7 +133,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(
         ROOT,
         source,
-        ignore=shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "tests"),
+        # node_modules: the conformance suite's Node and packages (conformance/), some 240 MB.
+        ignore=shutil.ignore_patterns(
+            ".*", "build", "dist", "*.egg-info", "__pycache__", "tests", "node_modules"
+        ),
     )
     out = tmp_path_factory.mktemp("wheel")
     _run(
