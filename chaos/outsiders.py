@@ -139,6 +139,7 @@ LIST_EVERY = 0.5
 # The lost webhooks: their senders give up after this (instead of ten minutes); the gateway
 # stays down until they have, within this.
 GIVE_UP_SECONDS = 1.0
+LOST_EXPORT_SECONDS = 8.0  # how long class 14's exports run
 GIVE_UP_WITHIN = 60.0
 # What a run records when a status check found its operation's end (workflows/jobs.py).
 _FOUND = re.compile(
@@ -422,8 +423,12 @@ class Outsiders:
             for i in range(self.mix.lost_webhooks)
         ]  # fmt: skip
         lost = self.lost = LostWebhooks()
-        # Only these jobs are started while it is set: every other run has ended.
-        await _faults(ctx, webhook_give_up_seconds=GIVE_UP_SECONDS)
+        # Only these jobs are started while it is set: every other run has ended. They run
+        # long enough (LOST_EXPORT_SECONDS) that none ends before the last has started and the
+        # gateway is down: under load, a job of 2 s ended and was reported before it.
+        await _faults(
+            ctx, webhook_give_up_seconds=GIVE_UP_SECONDS, export_seconds=LOST_EXPORT_SECONDS
+        )
         tasks = [asyncio.create_task(drive(ctx, plan)) for plan in plans]
         try:
             await bounded(ctx, asyncio.gather(*(_job_of(ctx, plan) for plan in plans)))
@@ -439,7 +444,7 @@ class Outsiders:
                 await self.stack.start_gateway()
                 lost.down_seconds = time.monotonic() - began
         finally:
-            await _faults(ctx, webhook_give_up_seconds=None)
+            await _faults(ctx, webhook_give_up_seconds=None, export_seconds=None)
         return list(await asyncio.gather(*tasks))
 
     async def store_outage(
