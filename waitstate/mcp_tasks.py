@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 
 from waitstate.mcp import McpServer
 from waitstate.schemas.operations import Completion, OperationError
-from waitstate.schemas.questions import Question
+from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -33,6 +33,7 @@ DECLINE_REASON_META = "io.waitstate/reason"
 # Closing a session is bounded: one whose server died under it must not hold its activity (and
 # the worker's shutdown, which waits for every activity) for ever.
 CLOSE_WITHIN_SECONDS = 5.0
+MAX_URL_CHARS = 2_000  # of a URL elicitation's address, as a person is shown it
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
 
@@ -181,15 +182,22 @@ def questions_of(input_requests: dict[str, Any]) -> list[Question]:
                 questions.append(malformed)
             continue
         # A form's message and schema, as the client received them (a URL elicitation has no
-        # schema: its answer is an accept or a decline).
+        # schema: its answer is an accept or a decline, once the person opened its address).
         params = request.model_dump(by_alias=True, mode="json", exclude_none=True)["params"]
         schema = params.get("requestedSchema") or {"type": "object", "properties": {}}
-        questions.append(
-            Question(
-                key=key, message=str(params.get("message", ""))[:5000], requested_schema=schema
-            )
-        )
+        message = str(params.get("message", ""))[:MAX_MESSAGE_CHARS]
+        if params.get("mode") == "url" and params.get("url"):
+            message = _with_url(message, str(params["url"]))
+        questions.append(Question(key=key, message=message, requested_schema=schema))
     return questions
+
+
+def _with_url(message: str, url: str) -> str:
+    """A URL elicitation's message with its address, which the person must open (the server
+    asks them to do something there: sign in, pay, consent) before they accept or decline. It
+    is shown as text, never as a link the page follows: it came from the server."""
+    address = f"\n\nOpen this address, then accept or decline: {url[:MAX_URL_CHARS]}"
+    return message[: MAX_MESSAGE_CHARS - len(address)] + address
 
 
 def _malformed_elicitation(key: str, payload: Any) -> Question | None:
@@ -206,7 +214,7 @@ def _malformed_elicitation(key: str, payload: Any) -> Question | None:
     message = params.get("message")
     return Question(
         key=key,
-        message=(message if isinstance(message, str) else "")[:5000],
+        message=(message if isinstance(message, str) else "")[:MAX_MESSAGE_CHARS],
         requested_schema=schema,
     )
 

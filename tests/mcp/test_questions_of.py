@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from waitstate.elicitation import schema_problem
-from waitstate.mcp_tasks import questions_of
+from waitstate.mcp_tasks import MAX_URL_CHARS, questions_of
+from waitstate.schemas.questions import MAX_MESSAGE_CHARS
 
 FORM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
 
@@ -43,3 +44,37 @@ def test_requests_of_other_kinds_are_left_for_now() -> None:
     sampling = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
 
     assert questions_of({"s": sampling, "junk": ["x"], "none": None}) == []
+
+
+def test_a_url_elicitation_is_a_question_that_shows_its_address() -> None:
+    url = "https://partner.example/consent?session=a1"
+    elicit = {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "url",
+            "message": "Grant access to the ledger.",
+            "url": url,
+            "elicitationId": "e-1",
+        },
+    }
+
+    [question] = questions_of({"k1": elicit})
+
+    assert question.message.startswith("Grant access to the ledger.")
+    assert question.message.endswith(f"Open this address, then accept or decline: {url}")
+    # No form: its answer is an accept or a decline.
+    assert question.requested_schema == {"type": "object", "properties": {}}
+    assert schema_problem(question.requested_schema) is None
+
+
+def test_a_long_url_elicitation_is_cut_to_a_questions_bounds_keeping_its_address() -> None:
+    url = "https://partner.example/" + "p" * 5_000
+    elicit = {
+        "method": "elicitation/create",
+        "params": {"mode": "url", "message": "m" * 6_000, "url": url, "elicitationId": "e-2"},
+    }
+
+    [question] = questions_of({"k1": elicit})
+
+    assert len(question.message) == MAX_MESSAGE_CHARS
+    assert question.message.endswith(url[:MAX_URL_CHARS])
