@@ -69,6 +69,9 @@ class McpServer:
         reach_within: How long a call keeps trying to reach the server (a restart, a deploy)
             before it tells the model the server could not be reached and the call was not
             made.
+        roots: What the server is told when it asks for the client's roots (`roots/list`,
+            directly or as a task's input request): `file://` URIs, e.g.
+            `["file:///srv/reports"]`. None by default: the server is told there are none.
     """
 
     name: str
@@ -81,6 +84,7 @@ class McpServer:
     task_timeout: timedelta = timedelta(hours=1)
     input: InputPolicy = field(default_factory=InputPolicy)
     reach_within: timedelta = timedelta(seconds=30)
+    roots: Sequence[str] = ()
     _stdio: _StdioSession | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,12 +108,32 @@ class McpServer:
             raise McpConfigError(
                 f"MCP server {self.name!r}: require_approval has an empty or non-text pattern"
             )
+        if isinstance(self.roots, str) or not all(
+            isinstance(root, str) and root.startswith("file://") for root in self.roots
+        ):
+            raise McpConfigError(
+                f"MCP server {self.name!r}: roots is a list of file:// URIs, e.g. "
+                '["file:///srv/reports"]'
+            )
         # Frozen: set once here. The process of a stdio server is the worker's, not part of the
         # declaration (it is neither compared nor shown).
         object.__setattr__(self, "require_approval", patterns)
+        object.__setattr__(self, "roots", tuple(self.roots))
         object.__setattr__(
-            self, "_stdio", _StdioSession(self.name, self.command) if self.command else None
+            self,
+            "_stdio",
+            _StdioSession(self.name, self.command, self.list_roots) if self.command else None,
         )
+
+    def roots_listed(self) -> dict[str, Any]:
+        """What a `roots/list` request is answered (a `ListRootsResult`, as JSON)."""
+        return {"roots": [{"uri": root} for root in self.roots]}
+
+    async def list_roots(self, context: Any) -> Any:
+        """The session's answer to the server's `roots/list`: `roots`."""
+        from mcp_types import ListRootsResult
+
+        return ListRootsResult.model_validate(self.roots_listed())
 
     def approval_pattern(self, tool: str) -> str | None:
         """The first of `require_approval` that `tool` (the server's own name) matches."""
@@ -164,7 +188,11 @@ class McpServer:
         async with httpx2.AsyncClient(headers=self.headers(), timeout=timeout) as http:
             transport = streamable_http_client(self.url, http_client=http)
             async with Client(
-                transport, read_timeout_seconds=read_timeout, cache=None, extensions=extensions
+                transport,
+                read_timeout_seconds=read_timeout,
+                cache=None,
+                extensions=extensions,
+                list_roots_callback=self.list_roots,
             ) as client:
                 yield client
 
@@ -199,9 +227,10 @@ class _StdioSession:
     be left by the task that entered it); activities send their requests on it concurrently.
     """
 
-    def __init__(self, name: str, command: str) -> None:
+    def __init__(self, name: str, command: str, list_roots: Any) -> None:
         self._name = name
         self._command = command
+        self._list_roots = list_roots
         self._life: _Life | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ending: set[asyncio.Task[None]] = set()
@@ -248,7 +277,12 @@ class _StdioSession:
                     # A process that never answers must not hold every caller.
                     async with asyncio.timeout(STDIO_START_WITHIN.total_seconds()):
                         client = await session.enter_async_context(
-                            Client(transport, cache=None, extensions=[Tasks()])
+                            Client(
+                                transport,
+                                cache=None,
+                                extensions=[Tasks()],
+                                list_roots_callback=self._list_roots,
+                            )
                         )
                 except Exception as err:
                     raise self._not_started(err) from None

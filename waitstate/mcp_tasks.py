@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Literal
@@ -26,6 +27,8 @@ from waitstate.mcp import McpServer
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
+
+log = logging.getLogger("waitstate.mcp.tasks")
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # The `_meta` key of an elicitation result that carries why the run declined on its own.
@@ -171,8 +174,8 @@ def completion_of(state: TaskState) -> Completion:
 
 def questions_of(input_requests: dict[str, Any]) -> list[Question]:
     """A task's input requests as questions. Only elicitations (a form: a message and the
-    schema of the answer) can be answered; a request of another kind (sampling, roots) is
-    left for the task's expiry."""
+    schema of the answer) are questions; roots requests are answered from the server's
+    declaration (`McpTaskBackend`), and sampling requests are left for the task's expiry."""
     questions = []
     for key, payload in input_requests.items():
         try:
@@ -274,7 +277,34 @@ class McpTaskBackend:
         except BaseException:
             await self.aclose()  # the session may be broken: the next check opens another
             raise
+        if state.status == "input_required":
+            await self._answer_roots(job_id, state.input_requests or {})
         return completion_of(state)
+
+    async def _answer_roots(self, job_id: str, input_requests: dict[str, Any]) -> None:
+        """Answer the task's `roots/list` requests at once, from the server's declaration (its
+        `roots`): no person is asked, and answering again (a poll that saw it before the server
+        took the answer) changes nothing."""
+        keys = [
+            key
+            for key, request in input_requests.items()
+            if isinstance(request, dict) and request.get("method") == "roots/list"
+        ]
+        if not keys:
+            return
+        listed = self._server.roots_listed()
+        try:
+            await (await self._connected()).session.send_request(
+                _UpdateTask(
+                    params=_UpdateParams(
+                        task_id=job_id, input_responses=dict.fromkeys(keys, listed)
+                    )
+                ),
+                mcp_types.Result,
+            )
+        except Exception as err:  # the next poll answers again
+            await self.aclose()
+            log.warning("MCP server %r: roots for task %s: %s", self._server.name, job_id, err)
 
     async def answer(self, job_id: str, answer: JobAnswer) -> None:
         """`tasks/update` with the answer under the task's key for the question (the server
