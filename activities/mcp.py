@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.mcp_resources import answer, offered
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.mcp import (
     McpConfigError,
@@ -26,6 +27,7 @@ from waitstate.mcp import (
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
+from waitstate.schemas.builtin import MCP_SEPARATOR
 from waitstate.schemas.errors import RUN_INPUT_INVALID
 from waitstate.schemas.operations import OperationStarted
 from waitstate.schemas.run import (
@@ -71,15 +73,29 @@ class McpActivities:
                 raise ApplicationError(
                     str(err), type=RUN_INPUT_INVALID, non_retryable=True
                 ) from None
-            listed = await self._list(name)
+            listed, reading = await self._list(name)
             chosen = [tool for tool in listed if granted(tool.name, patterns)]
-            if unmatched := [p for p in patterns if not any(granted(t.name, [p]) for t in listed)]:
+            all_names = [t.name for t in listed] + [d.name for d in reading]
+            if unmatched := [p for p in patterns if not any(granted(n, [p]) for n in all_names)]:
                 raise ApplicationError(
                     f"MCP server {name!r} has no tool matching {', '.join(unmatched)}; it has: "
-                    f"{', '.join(sorted(t.name for t in listed)) or 'none'}",
+                    f"{', '.join(sorted(all_names)) or 'none'}",
                     type=RUN_INPUT_INVALID,
                     non_retryable=True,
                 )
+            tools.extend(
+                McpTool(
+                    definition=definition.model_copy(
+                        update={"name": f"{name}{MCP_SEPARATOR}{definition.name}"}
+                    ),
+                    idempotent=True,
+                    read_only=True,
+                    requires_approval=server.approval_pattern(definition.name) is not None,
+                    reads=True,
+                )
+                for definition in reading
+                if granted(definition.name, patterns)
+            )
             for tool in chosen:
                 hints = tool.annotations
                 destructive = bool(hints is not None and hints.destructive_hint)
@@ -101,10 +117,15 @@ class McpActivities:
         ref = await self._blobs.put(_LISTING.dump_json(tools), activity.info().workflow_id)
         return McpListing(ref=ref, names=[tool.definition.name for tool in tools])
 
-    async def _list(self, name: str) -> list[Any]:
+    async def _list(self, name: str) -> tuple[list[Any], list[ToolDefinition]]:
+        """The server's tools, and the tools that read its resources and prompts where it
+        offers them (less any its own tools already name)."""
         try:
             async with self._servers.get(name).connect() as client:
-                return list((await client.list_tools()).tools)
+                tools = list((await client.list_tools()).tools)
+                own = {tool.name for tool in tools}
+                reading = [d for d in await offered(name, client) if d.name not in own]
+                return tools, reading
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
         except Exception as err:  # the server could not be reached or answered nonsense
@@ -144,6 +165,8 @@ class McpActivities:
                 tool_call_id=call.id, name=call.name, content="", approval_needed=needed
             )
         repeatable = tool.read_only or tool.idempotent
+        if tool.reads:
+            return await self._read(call, server_name, tool_name, arguments)
         info = activity.info()
         details = info.heartbeat_details
         if details and details[0] == "task":
@@ -201,6 +224,42 @@ class McpActivities:
             content=tool_result_text(result),
             is_error=bool(result.is_error),
         )
+
+    async def _read(
+        self, call: ToolCall, server_name: str, tool_name: str, arguments: dict[str, Any]
+    ) -> ToolResult:
+        """A call of one of the server's resource or prompt tools: what the server says, as
+        text. It only reads, so a failure to reach the server is retried.
+
+        Raises:
+            ApplicationError: non-retryable when the server refused the request; retryable
+                when it could not be reached.
+        """
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        refused: MCPError | None = None
+        try:
+            server = self._servers.get(server_name)
+            async with _reached(server) as client:
+                try:
+                    text, wrong = await answer(client, tool_name, arguments)
+                except MCPError as err:  # taken here: leaving the session would wrap it
+                    if err.error.code == CONNECTION_CLOSED:
+                        raise
+                    refused = err
+        except _NotReached as err:
+            raise _unavailable(server_name, f"calling {tool_name}", err.cause) from None
+        except McpConfigError as err:
+            raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
+        except Exception as err:  # the connection broke: nothing was changed, try again
+            raise _unavailable(server_name, f"calling {tool_name}", err) from None
+        if refused is not None:
+            # The server's refusal (an unknown URI or prompt...) is the model's to read.
+            return error_result(call, f"MCP server {server_name!r}: {shorten(str(refused), 500)}")
+        if wrong:
+            return error_result(call, text)
+        return ToolResult(tool_call_id=call.id, name=call.name, content=text)
 
     def _approval(self, call: ToolCall, tool: McpTool) -> ApprovalNeeded | None:
         """What a person must approve before the call is made, if anything: a tool the run's

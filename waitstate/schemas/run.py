@@ -447,6 +447,11 @@ class McpTool(BaseModel):
     requires_approval: bool = Field(
         default=False, description="Destructive, on a server whose operator wants approval."
     )
+    reads: bool = Field(
+        default=False,
+        description="One of the server's resource or prompt tools (`resources__read`...), "
+        "answered by the worker from the server's resources or prompts, not a tool of its own.",
+    )
 
 
 class McpListInput(BaseModel):
