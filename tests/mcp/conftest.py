@@ -1,6 +1,7 @@
 """The MCP test servers, started once for the package's tests on free ports (`reports_url`, in
 tests/conftest.py, is shared with the workflows' question tests); and, for the tests that
-restart one, one of the test's own whose tasks live in a store of their own process."""
+restart one, one of the test's own whose tasks live in a store of their own process; and the
+MCP conformance suite the conformance tests run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from examples.tasks_store import REDELIVERY_TIMEOUT
+from tests.mcp import conformance
 from tests.mcp.runs import mcp_url
 from tests.rigs import ServerProcess, free_port, python_server
 from tests.tiers import SUBPROCESS, needs
@@ -22,6 +24,13 @@ def _serving(module: str) -> Iterator[str]:
     port = free_port()
     with python_server(["-m", module, str(port)], port):
         yield mcp_url(port)
+
+
+@pytest.fixture(scope="session")
+def conformance_suite() -> Path:
+    """The conformance suite's entry point, once the pinned suite and Node are found where
+    `make install` puts them: a missing one fails the test (it is installed, not optional)."""
+    return conformance.entry()
 
 
 @pytest.fixture(scope="session")
