@@ -48,6 +48,8 @@ MCP_REFUSED = "McpRequestRefused"
 _LISTING = TypeAdapter(list[McpTool])
 # A server's message is kept to this many characters, on one line, in a failure.
 MESSAGE_CHARS = 500
+# How many pages of a server's tools a call reads at most to find its own.
+MAX_LISTING_PAGES = 20
 
 
 class McpActivities:
@@ -177,11 +179,20 @@ class McpActivities:
         if info.attempt > 1 and not repeatable:
             return _unknown_outcome(call, "an earlier attempt was interrupted")
         result: Any = None
+        refused: MCPError | None = None
         try:
             server = self._servers.get(server_name)
             async with _reached(server) as client:
+                await learn_header_params(client, tool_name, tool.definition.parameters)
                 activity.heartbeat("sending")
-                result = await client.session.call_tool(tool_name, arguments, allow_claimed=True)
+                try:
+                    result = await client.session.call_tool(
+                        tool_name, arguments, allow_claimed=True
+                    )
+                except MCPError as err:  # taken here: leaving the session would wrap it
+                    if err.error.code == CONNECTION_CLOSED:
+                        raise
+                    refused = err
                 if isinstance(result, CreatedTask):
                     activity.heartbeat(
                         "task", result.task_id, _poll_interval(result.poll_interval_ms)
@@ -200,19 +211,19 @@ class McpActivities:
         except McpConfigError as err:
             raise ApplicationError(str(err), type=RUN_INPUT_INVALID, non_retryable=True) from None
         except Exception as err:
-            if isinstance(err, MCPError) and err.error.code != CONNECTION_CLOSED:
-                raise ApplicationError(
-                    f"MCP server {server_name!r} refused {tool_name}: "
-                    f"{shorten(str(err), MESSAGE_CHARS)}",
-                    type=MCP_REFUSED,
-                    non_retryable=True,
-                ) from None
             # The connection broke (the server went away under the call). The server's answer
             # stands if the session broke only as it closed.
             if result is None:
                 if repeatable:
                     raise _unavailable(server_name, f"calling {tool_name}", err) from None
                 return _unknown_outcome(call, shorten(_why(err), 200))
+        if refused is not None:
+            raise ApplicationError(
+                f"MCP server {server_name!r} refused {tool_name}: "
+                f"{shorten(str(refused), MESSAGE_CHARS)}",
+                type=MCP_REFUSED,
+                non_retryable=True,
+            )
         if isinstance(result, CreatedTask):
             interval = _poll_interval(result.poll_interval_ms)
             return self._operation(input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms)
@@ -316,6 +327,27 @@ class McpActivities:
                 input=server.input,
             ),
         )
+
+
+async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) -> None:
+    """Let the session know which of the tool's arguments travel in `Mcp-Param-*` headers
+    too (`x-mcp-header` in its schema), as the server requires: the SDK sends them only for a
+    tool listed on the same session, and a call's session is its own. A tool with none costs
+    no listing.
+
+    Raises:
+        Exception: the server refused the listing, or could not be reached.
+    """
+    from mcp.shared.inbound import x_mcp_header_map
+
+    if not x_mcp_header_map(schema):
+        return
+    cursor = None
+    for _ in range(MAX_LISTING_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        cursor = page.next_cursor
+        if not cursor or any(listed.name == tool for listed in page.tools):
+            return
 
 
 def _poll_interval(milliseconds: int | None) -> float:

@@ -28,9 +28,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from activities.mcp import learn_header_params
 from activities.mcp_resources import (
     GET_PROMPT,
     LIST_PROMPTS,
@@ -60,12 +61,15 @@ class Worker:
     """A server as a worker declares it, and what the worker's activities do with it."""
 
     server: McpServer
+    # Each listed tool's input schema, as the run's listing keeps it for its calls.
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     async def list_tools(self) -> tuple[list[Any], list[str]]:
         """The server's tools, and the names of the resource and prompt tools it is offered
         (less any its own tools already name), as the listing activity gets them."""
         async with self.server.connect() as client:
             tools = list((await client.list_tools()).tools)
+            self.schemas.update({tool.name: tool.input_schema for tool in tools})
             own = {tool.name for tool in tools}
             reading = [d.name for d in await offered(self.server.name, client) if d.name not in own]
         log.info("listed %s and %s", sorted(own), reading)
@@ -74,6 +78,7 @@ class Worker:
     async def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Call a tool as the call activity does, on a session of the call's own."""
         async with self.server.connect(extensions=[Tasks()]) as client:
+            await learn_header_params(client, name, self.schemas.get(name, {}))
             result = await client.session.call_tool(name, arguments, allow_claimed=True)
         log.info("called %s: %s", name, type(result).__name__)
         return result

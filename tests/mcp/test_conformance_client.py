@@ -7,9 +7,6 @@ stateless 2026-07-28 wire, a sampling or elicitation capability) passes, and is 
 
 Not run, and why (`NOT_RUN`, `NOT_RUN_FAMILIES`):
 
-- `http-custom-headers`: a call is made on a session of its own that never lists the tools, and
-  the SDK mirrors a tool's `x-mcp-header` parameters into `Mcp-Param-*` headers only for a tool
-  listed on the same session: none is sent, and a server that checks them refuses the call.
 - `sep-2322-client-request-state`: `input_required` on a plain `tools/call` (rounds of questions
   without a task) is not handled yet; the call fails.
 - `elicitation-sep1034-client-defaults`: protocol 2025-11-25 only, and waitstate answers a
@@ -36,11 +33,11 @@ RUN = {
     "request-metadata": ["2026-07-28"],
     "http-standard-headers": ["2026-07-28"],
     "http-invalid-tool-headers": ["2026-07-28"],
+    "http-custom-headers": ["2026-07-28"],
     "json-schema-ref-no-deref": ["2026-07-28"],
     "json-schema-2020-12-preservation": ["2025-11-25", "2026-07-28"],
 }
 NOT_RUN = {
-    "http-custom-headers": "a call's session never lists the tools: no Mcp-Param-* headers",
     "sep-2322-client-request-state": "input_required on a plain tools/call is not handled yet",
     "elicitation-sep1034-client-defaults": "2025-11-25 only; questions are answered durably",
 }
