@@ -245,14 +245,34 @@ class McpTaskBackend:
         raise ToolError("an MCP task is started by its tools/call")
 
     async def status(self, job_id: str) -> Completion:
-        """`tasks/get`.
+        """`tasks/get`; a task's end is read twice before it is taken.
+
+        Why twice: a server that runs a task in legs (a leg parked on a question, the next
+        started by `tasks/update`) may report the parked leg's end as the task's, with no
+        result, to a `tasks/get` that raced the update (fastmcp-tasks reads the task's current
+        leg, then its open questions, apart: the update may move the leg and clear them in
+        between). The next read sees the next leg; a task that did end says so again.
+
+        Raises:
+            ToolError: the server does not know the task (any more).
+            ConnectionError: the session broke under the check (its server went away).
+        """
+        state = await self._get(job_id)
+        if state.status == "completed":
+            state = await self._get(job_id)
+        if state.status == "input_required":
+            await self._answer_roots(job_id, state.input_requests or {})
+        return completion_of(state)
+
+    async def _get(self, job_id: str) -> TaskState:
+        """One `tasks/get`.
 
         Raises:
             ToolError: the server does not know the task (any more).
             ConnectionError: the session broke under the check (its server went away).
         """
         try:
-            state = await (await self._connected()).session.send_request(
+            state: TaskState = await (await self._connected()).session.send_request(
                 _GetTask(params=_TaskParams(task_id=job_id)), TaskState
             )
         except MCPError as err:
@@ -277,9 +297,7 @@ class McpTaskBackend:
         except BaseException:
             await self.aclose()  # the session may be broken: the next check opens another
             raise
-        if state.status == "input_required":
-            await self._answer_roots(job_id, state.input_requests or {})
-        return completion_of(state)
+        return state
 
     async def _answer_roots(self, job_id: str, input_requests: dict[str, Any]) -> None:
         """Answer the task's `roots/list` requests at once, from the server's declaration (its

@@ -1,7 +1,8 @@
 """The HTTP headers of the requests a run's task backend sends (`waitstate/mcp_tasks.py`), as a
 real MCP server (fastmcp with its tasks extension, served in this process) receives them: the
 tasks extension says a client MUST name the task in `Mcp-Name` on `tasks/get`, `tasks/update`
-and `tasks/cancel`, and a server may refuse a request without it."""
+and `tasks/cancel`, and a server may refuse a request without it. And how the backend reads a
+task's end: twice, so that the end of a leg parked on a question is not taken for the task's."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from examples.systems import serving
 from tests.helpers import eventually
 from waitstate.mcp import McpServer
-from waitstate.mcp_tasks import CreatedTask, McpTaskBackend, Tasks
+from waitstate.mcp_tasks import CreatedTask, McpTaskBackend, Tasks, TaskState
 from waitstate.tools.spec import JobAnswer
 
 TASK = TaskConfig(mode="required", poll_interval=timedelta(milliseconds=200))
@@ -93,3 +94,47 @@ async def test_task_requests_name_their_task_in_mcp_name(
         ("tasks/cancel", task_id),
     }
     assert ("tools/call", "ask") in recorder.seen
+
+
+class _Reads:
+    """A session whose `tasks/get` answers are the test's, in order."""
+
+    def __init__(self, *states: dict[str, Any]) -> None:
+        self.states = [TaskState.model_validate(state) for state in states]
+        self.reads = 0
+        self.session = self
+
+    async def send_request(self, request: Any, result_type: Any) -> Any:
+        self.reads += 1
+        return self.states.pop(0)
+
+
+def _state(status: str, **fields: Any) -> dict[str, Any]:
+    stamp = {"createdAt": "2026-12-03T00:00:00Z", "lastUpdatedAt": "2026-12-03T00:00:00Z"}
+    return {"resultType": "complete", "taskId": "t1", "status": status, **stamp, **fields}
+
+
+async def test_a_tasks_end_is_read_twice_and_a_parked_legs_end_is_not_taken_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server that runs the task in legs reported the end of the leg parked on a question
+    # (no result) to a read that raced the answer; the next read sees the next leg working.
+    backend = McpTaskBackend(McpServer("legs", url="http://127.0.0.1:9/mcp"))
+    raced = _Reads(_state("completed", result={"content": []}), _state("working"))
+    monkeypatch.setattr(backend, "_connected", _returning(raced))
+
+    assert (await backend.status("t1")).status == "running"
+
+    done = {"content": [{"type": "text", "text": "published"}]}
+    ended = _Reads(_state("completed", result=done), _state("completed", result=done))
+    monkeypatch.setattr(backend, "_connected", _returning(ended))
+    completion = await backend.status("t1")
+
+    assert (completion.status, completion.result, ended.reads) == ("succeeded", "published", 2)
+
+
+def _returning(value: Any) -> Any:
+    async def connected() -> Any:
+        return value
+
+    return connected
