@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities.mcp import McpActivities, read_listing
 from tests.helpers import make_worker, process_env, start_run
 from tests.rigs import WorkerProcess
 from waitstate.apps import Apps, load_apps
-from waitstate.mcp import McpServer
+from waitstate.blobs import LocalBlobStore
+from waitstate.mcp import McpServer, McpServers
 from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas.run import McpListInput, McpTool
 
 APP = "tests.mcp.mcp_app:app"
 
@@ -87,3 +90,17 @@ async def cancelled_at_the_end(handle: WorkflowHandle[Any, Any]) -> AsyncIterato
         await handle.cancel()
         with contextlib.suppress(WorkflowFailureError):
             await handle.result()
+
+
+def mcp_activities(blobs: Path, *servers: McpServer) -> McpActivities:
+    """The worker's MCP activities for `servers`, keeping listings under `blobs`."""
+    return McpActivities(McpServers(servers), LocalBlobStore(blobs))
+
+
+async def granted_tools(
+    activities: McpActivities, grants: list[str], blobs: Path
+) -> dict[str, McpTool]:
+    """A run's listing of `grants` (the listing activity, run in an ActivityEnvironment), as
+    the call activity reads it back from the blob store under `blobs`."""
+    listed = await ActivityEnvironment().run(activities.list_mcp_tools, McpListInput(grants=grants))
+    return await read_listing(LocalBlobStore(blobs), listed.ref)

@@ -17,12 +17,11 @@ from pydantic import Field
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, read_listing
 from examples.systems import serving
-from waitstate.blobs import LocalBlobStore
-from waitstate.mcp import McpServer, McpServers
+from tests.mcp.runs import granted_tools, mcp_activities
+from waitstate.mcp import McpServer
 from waitstate.schemas import ToolCall
-from waitstate.schemas.run import McpListInput, ToolCallInput
+from waitstate.schemas.run import ToolCallInput
 
 
 def _server() -> FastMCP:
@@ -47,12 +46,9 @@ async def url() -> AsyncIterator[str]:
 async def test_a_tool_with_header_parameters_is_called_with_its_headers(
     url: str, tmp_path: Path
 ) -> None:
-    activities = McpActivities(
-        McpServers([McpServer("regions", url=url)]), LocalBlobStore(tmp_path)
-    )
+    activities = mcp_activities(tmp_path, McpServer("regions", url=url))
     env = ActivityEnvironment()
-    listed = await env.run(activities.list_mcp_tools, McpListInput(grants=["regions__revenue"]))
-    tool = (await read_listing(LocalBlobStore(tmp_path), listed.ref))["regions__revenue"]
+    tool = (await granted_tools(activities, ["regions__revenue"], tmp_path))["regions__revenue"]
     call = ToolCall(id="c1", name="regions__revenue", arguments=json.dumps({"region": "emea"}))
 
     result = await env.run(activities.call, ToolCallInput(call=call), tool)
@@ -66,12 +62,9 @@ async def test_a_call_the_server_refuses_fails_as_refused_not_as_an_unknown_outc
 ) -> None:
     # The schema of the listing (no header parameters any more): the session sends no
     # Mcp-Param-Region, and the server refuses the request itself (not the tool: no result).
-    activities = McpActivities(
-        McpServers([McpServer("regions", url=url)]), LocalBlobStore(tmp_path)
-    )
+    activities = mcp_activities(tmp_path, McpServer("regions", url=url))
     env = ActivityEnvironment()
-    listed = await env.run(activities.list_mcp_tools, McpListInput(grants=["regions__revenue"]))
-    tool = (await read_listing(LocalBlobStore(tmp_path), listed.ref))["regions__revenue"]
+    tool = (await granted_tools(activities, ["regions__revenue"], tmp_path))["regions__revenue"]
     stale = tool.model_copy(
         update={"definition": tool.definition.model_copy(update={"parameters": {"type": "object"}})}
     )

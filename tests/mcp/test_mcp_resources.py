@@ -16,13 +16,13 @@ from fastmcp import FastMCP
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, read_listing
+from activities.mcp import McpActivities
 from activities.mcp_resources import MAX_ANSWER_CHARS
 from examples.systems import serving
-from waitstate.blobs import LocalBlobStore
-from waitstate.mcp import McpServer, McpServers
+from tests.mcp.runs import granted_tools, mcp_activities
+from waitstate.mcp import McpServer
 from waitstate.schemas import ToolCall, ToolDefinition
-from waitstate.schemas.run import McpListInput, McpTool, ToolCallInput
+from waitstate.schemas.run import McpTool, ToolCallInput
 
 GUIDE = "Read me first."
 BLOBS = "blobs"
@@ -65,16 +65,15 @@ def _tools_only() -> FastMCP:
 @pytest.fixture
 async def activities(tmp_path: Path) -> AsyncIterator[McpActivities]:
     async with serving(_server().http_app()) as docs, serving(_tools_only().http_app()) as bare:
-        servers = McpServers(
-            [McpServer("docs", url=f"{docs}/mcp"), McpServer("bare", url=f"{bare}/mcp")]
+        yield mcp_activities(
+            tmp_path / BLOBS,
+            McpServer("docs", url=f"{docs}/mcp"),
+            McpServer("bare", url=f"{bare}/mcp"),
         )
-        yield McpActivities(servers, LocalBlobStore(tmp_path / BLOBS))
 
 
 async def _listing(activities: McpActivities, grants: list[str], root: Path) -> dict[str, McpTool]:
-    """The run's listing, as the tool activity reads it back from the blob store."""
-    listed = await ActivityEnvironment().run(activities.list_mcp_tools, McpListInput(grants=grants))
-    return await read_listing(LocalBlobStore(root / BLOBS), listed.ref)
+    return await granted_tools(activities, grants, root / BLOBS)
 
 
 async def _call(
@@ -161,7 +160,7 @@ async def test_wrong_arguments_and_the_servers_refusals_are_the_models_to_read(
 
 async def test_a_server_that_cannot_be_reached_is_tried_again(tmp_path: Path) -> None:
     gone = McpServer("gone", url="http://127.0.0.1:9/mcp", reach_within=timedelta(seconds=1))
-    activities = McpActivities(McpServers([gone]), LocalBlobStore(tmp_path))
+    activities = mcp_activities(tmp_path, gone)
     read = McpTool(
         definition=ToolDefinition(name="gone__resources__read", description="", parameters={}),
         read_only=True,

@@ -44,29 +44,19 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
                 the stream broke off.
         """
         settings, tools = request.settings, request.tools
-        max_tokens = (settings and settings.max_tokens) or self._max_tokens
-        system = request.system_prompt or anthropic.omit
-        messages = _to_anthropic_messages(request.messages)
-        offered = [_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit
+        asked: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": (settings and settings.max_tokens) or self._max_tokens,
+            "system": request.system_prompt or anthropic.omit,
+            "messages": _to_anthropic_messages(request.messages),
+            "tools": [_to_anthropic_tool(tool) for tool in tools] if tools else anthropic.omit,
+        }
         api = self._client.messages
         try:
             if request.on_text is None:
-                response = await api.create(
-                    model=request.model,
-                    max_tokens=max_tokens,
-                    system=system,
-                    messages=messages,
-                    tools=offered,
-                )
+                response: AnthropicMessage = await api.create(**asked)
                 return _from_anthropic(response)
-            stream = await api.create(
-                model=request.model,
-                max_tokens=max_tokens,
-                system=system,
-                messages=messages,
-                tools=offered,
-                stream=True,
-            )
+            stream = await api.create(**asked, stream=True)
             url = stream.response.url
             try:
                 streamed = await _from_anthropic_stream(stream, request.on_text)
