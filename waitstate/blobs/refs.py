@@ -7,6 +7,11 @@ import re
 
 REF_PREFIX = "ref://blobs/"
 DIGEST = re.compile(r"[0-9a-f]{64}")
+# Where a store keeps its records (small named values written once), and what names one: path
+# segments of letters, digits, `.`, `_` and `-`, never starting with a dot (no `..`).
+RECORDS_DIR = "records"
+RECORD_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+MAX_RECORD_NAME = 300
 # What a BlobNotFound adds: the usual cause is a worker configured with a store of its own.
 SHARE_ONE_STORE = "workers of one fleet must share one store"
 
@@ -47,6 +52,20 @@ def parse_ref(ref: str) -> str:
     if not DIGEST.fullmatch(digest):
         raise ValueError(f"malformed blob reference: {ref!r}; {expected}")
     return digest
+
+
+def check_record_name(name: str) -> str:
+    """`name`, if it may name a record: it can never name a path outside the store's records.
+
+    Raises:
+        ValueError: `name` is empty, too long, or not segments of `[A-Za-z0-9._-]`.
+    """
+    if len(name) > MAX_RECORD_NAME or not RECORD_NAME.fullmatch(name):
+        raise ValueError(
+            f"not a record name: {name[:100]!r}; expected at most {MAX_RECORD_NAME} characters "
+            "of segments of letters, digits, '.', '_' and '-' joined by '/'"
+        )
+    return name
 
 
 class BlobStoreUnavailable(OSError):

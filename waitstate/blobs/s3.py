@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import obstore
+from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.exceptions import BaseError as ObstoreError
-from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 
 from waitstate.blobs.owners import (
@@ -33,9 +33,11 @@ from waitstate.blobs.owners import (
     parse_aside,
 )
 from waitstate.blobs.refs import (
+    RECORDS_DIR,
     SHARE_ONE_STORE,
     BlobNotFound,
     BlobStoreUnavailable,
+    check_record_name,
     parse_ref,
     ref_for,
 )
@@ -218,6 +220,38 @@ class S3BlobStore(OwnedBlobs, BlobStore):
                 except ValueError:  # not a blob's key
                     continue
                 yield ref, meta["last_modified"]
+
+    async def put_record(self, name: str, data: bytes) -> bool:
+        """Write the record `name` (the object `<prefix>/records/<name>`) unless it exists;
+        whether this call wrote it. One conditional PUT (`If-None-Match: *`): of racing
+        writers, the bucket lets one win.
+
+        Raises:
+            BlobStoreUnavailable: the bucket could not be reached or refused the write.
+            ValueError: `name` is not a record name.
+        """
+        key = f"{RECORDS_DIR}/{check_record_name(name)}"
+        with self._outage("written"):
+            try:
+                await obstore.put_async(self._store, key, bytes(data), mode="create")
+            except (AlreadyExistsError, PreconditionError):
+                return False
+        return True
+
+    async def get_record(self, name: str) -> bytes | None:
+        """The record `name`, or None if it was never written.
+
+        Raises:
+            BlobStoreUnavailable: the bucket could not be reached.
+            ValueError: `name` is not a record name.
+        """
+        key = f"{RECORDS_DIR}/{check_record_name(name)}"
+        with self._outage("read"):
+            try:
+                result = await obstore.get_async(self._store, key)
+            except _MISSING:
+                return None
+            return bytes(await result.bytes_async())
 
     async def _aside_keys(self, digest: str) -> list[str]:
         # Listing prefixes are whole path segments: the trash is listed, and it is small

@@ -6,7 +6,11 @@ is harmless) and a reference can never point at different bytes later.
 
 `BlobStore` is the whole interface: put, get a slice, size, and (for a cleanup) delete and list,
 each blob's owners (the runs it was written for) and a delete that no racing put can undo
-(`waitstate.blobs.owners`).
+(`waitstate.blobs.owners`). Beside the blobs, a store keeps *records*: small values under names
+of the caller's choosing, each written once (the first write wins, atomically, and every later
+one is refused), for state that workers must find by name and never overwrite, such as the
+rounds of an MCP call that asks for input (`waitstate.mcp_rounds`). Records are not blobs: no
+reference names them, `refs` does not list them and the cleanup never deletes them.
 `LocalBlobStore` keeps blobs in a directory; `S3BlobStore` (`waitstate.blobs.s3`) in
 S3-compatible object storage, with the digest as the object key and ranged GETs for slices. Both
 name a blob by the same reference. What matters is that every worker of a deployment reaches the
@@ -40,9 +44,11 @@ from waitstate.blobs.owners import (
 )
 from waitstate.blobs.refs import (
     DIGEST,
+    RECORDS_DIR,
     SHARE_ONE_STORE,
     BlobNotFound,
     BlobStoreUnavailable,
+    check_record_name,
     parse_ref,
     ref_for,
 )
@@ -121,6 +127,25 @@ class BlobStore(Protocol):
     async def recover(self, keep: Keep, older_than: timedelta = STALE_ASIDE) -> int:
         """Settle the blobs a cleanup set aside and never decided on (it died): put back what
         `keep` keeps, delete the rest; how many were put back."""
+        ...
+
+    async def put_record(self, name: str, data: bytes) -> bool:
+        """Write the record `name` unless it exists; whether this call wrote it. Of writers that
+        race, exactly one wins; a record is never changed once written.
+
+        Raises:
+            BlobStoreUnavailable: the store could not be written (an outage: try again later).
+            ValueError: `name` is not a record name (`check_record_name`).
+        """
+        ...
+
+    async def get_record(self, name: str) -> bytes | None:
+        """The record `name`, or None if it was never written.
+
+        Raises:
+            BlobStoreUnavailable: the store could not be read (an outage: try again later).
+            ValueError: `name` is not a record name.
+        """
         ...
 
 
@@ -211,6 +236,33 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
         for directory in fanout:
             for digest, mtime in await asyncio.to_thread(_blob_files, directory):
                 yield ref_for(digest), datetime.fromtimestamp(mtime, UTC)
+
+    async def put_record(self, name: str, data: bytes) -> bool:
+        """Write the record `name` (a file under `root/records/`) unless it exists; whether this
+        call wrote it. The file is written whole under a temporary name, then linked to its own
+        (a hard link fails if the name exists: of racing writers, one wins).
+
+        Raises:
+            BlobStoreUnavailable: the directory could not be written.
+            ValueError: `name` is not a record name.
+        """
+        path = self.root / RECORDS_DIR / check_record_name(name)
+        with self._outage("written"):
+            return await asyncio.to_thread(_create_once, path, bytes(data))
+
+    async def get_record(self, name: str) -> bytes | None:
+        """The record `name`, or None if it was never written.
+
+        Raises:
+            BlobStoreUnavailable: the directory could not be read.
+            ValueError: `name` is not a record name.
+        """
+        path = self.root / RECORDS_DIR / check_record_name(name)
+        with self._outage("read"):
+            try:
+                return await asyncio.to_thread(path.read_bytes)
+            except FileNotFoundError:
+                return None
 
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
@@ -383,6 +435,25 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
             f"no blob stored under {ref} in the directory store {self.root}; {SHARE_ONE_STORE} "
             "(WAITSTATE_BLOB_URL for object storage, or WAITSTATE_BLOB_DIR on a shared volume)"
         )
+
+
+def _create_once(path: Path, data: bytes) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and refused if the name exists
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    _fsync_dir(path.parent)
+    return True
 
 
 def _marker_versions(directory: Path) -> dict[str, Hashable]:
