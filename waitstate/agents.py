@@ -55,6 +55,8 @@ class Agent:
         temperature, max_tokens: Model settings, for the providers that take them.
         thread: How its threads take messages (busy policy, idle time before closing); a
             thread started with settings of its own keeps those. Tasks ignore it.
+        description: What it does, for those who call it from outside: the description of
+            its tool when waitstate serves it over MCP (`python -m waitstate.mcp_server`).
     """
 
     name: str
@@ -69,6 +71,7 @@ class Agent:
     temperature: float | None = None
     max_tokens: int | None = None
     thread: ThreadSettings | None = None
+    description: str = ""
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""

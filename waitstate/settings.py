@@ -67,6 +67,9 @@ class Settings:
     # WAITSTATE_OPERATOR_KEYS: key id -> secret, `kid:secret,kid2:secret2`. A request to the
     # gateway with one of them may start a thread; none: the gateway starts no threads.
     operator_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    # WAITSTATE_MCP_CALLER_KEYS: caller -> secret, `caller:secret,...`: who may call the agents
+    # `python -m waitstate.mcp_server` serves (each task is its caller's).
+    mcp_caller_keys: dict[str, str] = field(default_factory=dict, repr=False)
     # WAITSTATE_THREAD_TOKEN_DAYS: how long the token a new thread is handed stays valid.
     thread_token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
     demo_systems_url: str = "http://127.0.0.1:8790"
@@ -136,6 +139,9 @@ class Settings:
         operator_keys = parse_keys(
             env.get("WAITSTATE_OPERATOR_KEYS", ""), "WAITSTATE_OPERATOR_KEYS", "operator key"
         )
+        mcp_caller_keys = parse_keys(
+            env.get("WAITSTATE_MCP_CALLER_KEYS", ""), "WAITSTATE_MCP_CALLER_KEYS", "caller key"
+        )
         notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
         smtp = _smtp(env, notice_routes)
         if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
@@ -160,6 +166,7 @@ class Settings:
             token_keys=keys,
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
             operator_keys=operator_keys,
+            mcp_caller_keys=mcp_caller_keys,
             thread_token_lifetime=_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,

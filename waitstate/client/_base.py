@@ -90,7 +90,13 @@ class ClientBase:
             raise NotAnswered(run_id, first_line(err)) from err
         return state
 
-    async def _describe(self, run_id: str) -> WorkflowExecutionDescription:
+    async def describe(self, run_id: str) -> WorkflowExecutionDescription:
+        """What Temporal alone knows of the run (its latest in a chain): no worker needed.
+
+        Raises:
+            RunNotFound: no such run.
+            TemporalFailed: Temporal could not describe it.
+        """
         try:
             return await self.handle(run_id).describe()
         except RPCError as err:

@@ -156,7 +156,7 @@ class PeopleCalls(ClientBase):
 
     async def _running_state(self, run_id: str) -> RunState:
         """The state of a run that is still running (RunEnded otherwise)."""
-        description = await self._describe(run_id)
+        description = await self.describe(run_id)
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RunEnded(run_id, closed_status(description.status))
         return await self.query(run_id)

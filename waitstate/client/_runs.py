@@ -164,7 +164,7 @@ class RunCalls(ClientBase):
             RunNotFound: no such run.
             TemporalFailed: Temporal could not describe it.
         """
-        description = await self._describe(run_id)
+        description = await self.describe(run_id)
         try:
             state = await self.query(run_id, rpc_timeout=rpc_timeout)
         except NotAnswered as err:
@@ -280,7 +280,7 @@ class RunCalls(ClientBase):
             RunNotFound: no such run.
             TemporalFailed: the outcome could not be read.
         """
-        await self._describe(run_id)
+        await self.describe(run_id)
         shown = 0
         retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         result = asyncio.create_task(self.outcome(run_id))
@@ -354,7 +354,7 @@ class RunCalls(ClientBase):
             RunNotFound: no such run.
             RunEnded: the run has ended.
         """
-        description = await self._describe(run_id)
+        description = await self.describe(run_id)
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RunEnded(run_id, closed_status(description.status))
         try:

@@ -1,0 +1,154 @@
+"""waitstate as an MCP server (`waitstate.mcp_server`), served in the test's process over real
+HTTP, its runs on the dev server and a worker of the test's: fastmcp's own client (an MCP
+client that is not waitstate's: it drives a task to its end with `tasks/get` and answers its
+input requests with `tasks/update`) calls the agents; and what each caller may reach."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import mcp_types
+import pytest
+from fastmcp import Client
+from fastmcp.client.elicitation import ElicitResult
+from fastmcp.exceptions import ToolError
+from fastmcp_tasks.client import ToolTask, call_tool_task
+from fastmcp_tasks.client_models import UpdateTaskRequest, UpdateTaskRequestParams
+from mcp.shared.exceptions import MCPError as McpError
+from temporalio.testing import WorkflowEnvironment
+
+from examples.systems.serving import serving
+from tests.helpers import make_worker
+from tests.mcp.agents_app import APP, ASKS
+from waitstate.apps import load_apps
+from waitstate.client import WaitstateClient
+from waitstate.mcp_server import CallerKeys, agent_server, http_app, shapes
+
+ALICE = "a" * 40
+BOB = "b" * 40
+
+
+@dataclass
+class Served:
+    url: str
+    client: WaitstateClient
+
+
+@pytest.fixture
+async def served(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Served]:
+    """The agents of `tests/mcp/agents_app.py`, served to alice and bob, and a worker."""
+    apps = load_apps([APP])
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+
+    async def connect() -> WaitstateClient:
+        return client
+
+    server = agent_server(
+        apps.agents, connect=connect, auth=CallerKeys({"alice": ALICE, "bob": BOB})
+    )
+    worker = make_worker(dev_env.client, task_queue, apps=apps)
+    async with worker, serving(http_app(server)) as root:
+        yield Served(f"{root}/mcp", client)
+
+
+def _decide(decision: str, seen: list[str]) -> Any:
+    async def handler(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        seen.append(message)
+        return ElicitResult(action="accept", content={"decision": decision, "comment": "ok"})
+
+    return handler
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_an_agent_runs_as_a_task_through_its_approval(served: Served, decision: str) -> None:
+    seen: list[str] = []
+    async with Client(served.url, auth=ALICE, elicitation_handler=_decide(decision, seen)) as mcp:
+        tools = {tool.name: tool for tool in await mcp.list_tools()}
+        result = await mcp.call_tool("approver", {"task": ASKS})
+
+    assert tools["approver"].input_schema["required"] == ["task"]
+    assert len(seen) == 1 and seen[0].startswith("Approve request_approval")
+    structured = result.structured_content
+    assert structured is not None
+    told = json.loads(structured["answer"].split("decision: ", 1)[1])  # what the agent read
+    assert told["approval"] == {"approve": "approved", "reject": "rejected"}[decision]
+    assert told["reviewer"] == "mcp:alice"
+    assert told["comment"] == "ok"
+    run = await served.client.outcome(structured["run_id"])
+    assert run.status == "completed"
+    assert structured["run_id"].startswith(shapes.RUN_PREFIX)
+
+
+async def test_an_agent_with_an_output_type_answers_in_structured_content(served: Served) -> None:
+    async with Client(served.url, auth=ALICE) as mcp:
+        tools = {tool.name: tool for tool in await mcp.list_tools()}
+        result = await mcp.call_tool("echo-json", {"task": json.dumps({"word": "hi", "count": 2})})
+    assert result.structured_content is not None
+    assert result.structured_content["answer"] == {"word": "hi", "count": 2}
+    schema = tools["echo-json"].output_schema
+    assert schema is not None
+    assert schema["properties"]["answer"]["required"] == ["word", "count"]
+
+
+async def test_a_run_that_ends_without_answering_is_a_tool_error(served: Served) -> None:
+    async with Client(served.url, auth=ALICE) as mcp:
+        with pytest.raises(ToolError, match="the run ended output_invalid"):
+            await mcp.call_tool("echo-json", {"task": "not json"})
+
+
+async def test_a_caller_reaches_only_its_own_tasks(served: Served) -> None:
+    """Bob holds alice's task id: to him it is an unknown task, which he can neither read,
+    answer nor cancel; alice cancels it, and its run is cancelled."""
+    async with Client(served.url, auth=ALICE) as alice, Client(served.url, auth=BOB) as bob:
+        task = await call_tool_task(alice, "approver", {"task": ASKS})
+        waiting = await task.wait(state="input_required", timeout=60)
+        stolen = ToolTask(bob, "approver", task.create_result)
+        for attempt in (stolen.status(), stolen.cancel(), _update(bob, task.task_id, {})):
+            with pytest.raises(McpError, match=f"Task {task.task_id} not found"):
+                await attempt
+        with pytest.raises(McpError, match="an elicitation result"):
+            await _update(alice, task.task_id, {next(iter(waiting.input_requests)): "yes"})
+        await task.cancel()
+        ended = await task.wait(timeout=60)
+
+    [key] = waiting.input_requests
+    assert key.startswith(shapes.APPROVAL_KEY)
+    assert ended.status == "cancelled"
+    [run] = [r for r in await served.client.list_runs() if r.run_id.endswith(task.task_id)]
+    assert run.status == "cancelled"
+
+
+async def _update(client: Client, task_id: str, responses: dict[str, Any]) -> None:
+    params = UpdateTaskRequestParams(task_id=task_id, input_responses=responses)
+    await client.session.send_request(UpdateTaskRequest(params=params), mcp_types.Result)
+
+
+async def test_a_request_without_a_caller_key_is_refused(served: Served) -> None:
+    async with httpx.AsyncClient() as http:
+        anonymous = await http.post(served.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        forged = await http.post(
+            served.url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Authorization": f"Bearer {'c' * 40}"},
+        )
+    assert anonymous.status_code == 401
+    assert forged.status_code == 401
+
+
+async def test_an_oversize_body_is_refused_before_it_is_read(served: Served) -> None:
+    body = json.dumps({"task": "x" * 2_000_000})
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            served.url, content=body, headers={"Authorization": f"Bearer {ALICE}"}
+        )
+    assert response.status_code == 413
+
+
+def test_a_task_id_names_a_run_only_with_its_caller() -> None:
+    task_id = shapes.new_task_id()
+    assert shapes.run_id_of("alice", task_id) != shapes.run_id_of("bob", task_id)
+    assert "alice" not in shapes.run_id_of("alice", task_id)

@@ -1,0 +1,164 @@
+"""waitstate as an MCP server: the fleet's agents, served over streamable HTTP as tools that
+run only as tasks (the `io.modelcontextprotocol/tasks` extension, 2026-07-28).
+
+    WAITSTATE_MCP_CALLER_KEYS=ide:$(openssl rand -hex 32) \\
+        python -m waitstate.mcp_server --app reports.app:app --port 8792
+
+Any MCP client that speaks the tasks extension (an IDE, a desktop assistant, another agent,
+another waitstate run) calls an agent's tool with `{task}` and gets a task at once; the task is
+a run of that agent, on the fleet's workers. Its approvals and its tools' questions for a person
+are the task's `input_required`, answered with `tasks/update`; `tasks/cancel` cancels the run.
+
+Every request carries a bearer token (`Authorization: Bearer <secret>`): one of the caller keys
+(`WAITSTATE_MCP_CALLER_KEYS`, `caller:secret`), or what another fastmcp token verifier accepts
+(`agent_server(auth=...)`). A task is its caller's alone (`tasks.RunTasks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.auth import AccessToken, TokenVerifier
+from fastmcp.tools.base import Tool, ToolResult
+from mcp_types import ToolAnnotations, ToolExecution
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from waitstate.agents import Agent
+from waitstate.client import WaitstateClient
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.mcp_server import shapes
+from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
+
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+__all__ = ["CallerKeys", "agent_server", "http_app"]
+
+
+class CallerKeys(TokenVerifier):
+    """Bearer tokens that are caller keys (`caller:secret`): the caller is the key's id.
+
+    Compared as digests in constant time (`OperatorKeys`): no secret is kept in the clear."""
+
+    def __init__(self, keys: Mapping[str, str]) -> None:
+        super().__init__()
+        self._keys = OperatorKeys(keys)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        caller = self._keys.identify(token)
+        if caller is None:
+            return None
+        return AccessToken(token=token, client_id=caller, scopes=[])
+
+
+class AgentTool(Tool):
+    """An agent, as a tool that runs only as a task: `RunTasks` starts its run before this
+    body could run."""
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        raise ToolError(f"agent {self.name!r} runs only as a task")
+
+
+def agent_tool(agent: Agent) -> AgentTool:
+    """The tool that starts a run of `agent`."""
+    description = agent.description or (
+        f"Run the agent {agent.name} on a task, durably: it may take minutes or days, and may "
+        "ask for approvals and answers while it runs."
+    )
+    return AgentTool(
+        name=agent.name,
+        description=description,
+        parameters=shapes.input_tool_schema(),
+        output_schema=shapes.output_schema(agent.output_type),
+        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=False, openWorldHint=True),
+        execution=ToolExecution(task_support="required"),
+    )
+
+
+def agent_server(
+    agents: Mapping[str, Agent],
+    *,
+    connect: Callable[[], Awaitable[WaitstateClient]],
+    auth: TokenVerifier,
+    approvals: bool = True,
+    poll_interval: timedelta = DEFAULT_POLL_INTERVAL,
+    name: str = "waitstate",
+) -> FastMCP:
+    """An MCP server of `agents`, each a task-required tool of its name.
+
+    Args:
+        connect: Returns the client its runs are started and read with (awaited when the server
+            starts).
+        auth: Who may call: the token's `client_id` is the caller its tasks belong to.
+        approvals: Callers decide their runs' approvals (False: the operator's reviewers do).
+    """
+    server = FastMCP(name, auth=auth)
+    server.add_extension(
+        RunTasks(connect, agents, approvals=approvals, poll_interval=poll_interval)
+    )
+    for agent in agents.values():
+        server.add_tool(agent_tool(agent))
+    return server
+
+
+def http_app(server: FastMCP, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ASGIApp:
+    """The server's streamable HTTP app (at `/mcp`), refusing bodies over `max_body_bytes`."""
+    return BoundedBody(server.http_app(), max_body_bytes)
+
+
+class BoundedBody:
+    """Refuses a request whose body is over `limit` bytes with 413, before it is parsed: by
+    its `Content-Length`, or, sent in chunks, once what arrived passes the limit."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self._app, self._limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self._limit:
+            await _too_large(send, self._limit)
+            return
+        received = 0
+        started = False
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self._limit:
+                    raise _TooLarge
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._app(scope, bounded_receive, tracked_send)
+        except _TooLarge:
+            if not started:
+                await _too_large(send, self._limit)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = f'{{"error": "body_too_large", "message": "the body is over {limit} bytes"}}'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body.encode()})

@@ -1,0 +1,241 @@
+"""What a run is, as an MCP task (the `io.modelcontextprotocol/tasks` extension, SEP-2663): its
+id, its status, its result, and the requests it waits on as `inputRequests`. Pure functions of
+a run's state, so each mapping is tested without a server.
+
+A task's id is the caller's to hold, not a run id: the run's workflow id is derived from the
+caller and the task id (`run_id_of`), so a task id presented by another caller names a run
+that does not exist, and a run cannot be reached over MCP by its own id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Any, Literal
+
+import mcp_types
+from pydantic import BaseModel, ValidationError
+
+from waitstate.schemas.approvals import ApprovalRequest, DecideInput
+from waitstate.schemas.questions import MAX_MESSAGE_CHARS, AnswerInput, InputRequest
+from waitstate.schemas.run import RunState
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+RUN_PREFIX = "mcp-"
+APPROVAL_KEY = "approval:"
+QUESTION_KEY = "question:"
+MAX_TASK_CHARS = 20_000  # of the `task` argument: a run's task travels in its history
+MAX_RESPONSES = 64  # keys of one `tasks/update`
+MAX_COMMENT_CHARS = 5_000  # of a decision's comment (`DecideInput.comment`)
+MAX_ARGUMENTS_SHOWN = 1_000  # characters of a tool call's arguments, in an approval's message
+# An approval, asked as a form: the decision, and why (the agent reads the comment).
+DECISION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["approve", "reject"], "title": "Decision"},
+        "comment": {"type": "string", "maxLength": MAX_COMMENT_CHARS, "title": "Why"},
+    },
+    "required": ["decision"],
+}
+
+
+def new_task_id() -> str:
+    """A task id no one can guess (128 bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def run_id_of(caller: str, task_id: str) -> str:
+    """The workflow id of `caller`'s task `task_id`: a digest of the caller (never the caller's
+    name, which the Web UI would show), then the task id."""
+    digest = hashlib.sha256(caller.encode()).hexdigest()[:16]
+    return f"{RUN_PREFIX}{digest}-{task_id}"
+
+
+def input_tool_schema(max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
+    """The arguments of every agent's tool: the task, in words."""
+    return {
+        "type": "object",
+        "properties": {
+            "task": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": max_task_chars,
+                "description": "What the agent should do.",
+            }
+        },
+        "required": ["task"],
+        "additionalProperties": False,
+    }
+
+
+def output_schema(output_type: type[BaseModel] | None) -> dict[str, Any]:
+    """The structured content of an agent's result: its answer (an object of the agent's output
+    type, or text), the run that gave it, and what it spent. The output type's own definitions
+    move to the top, where its `$ref`s point."""
+    answer: dict[str, Any] = {"type": "string"}
+    definitions: dict[str, Any] = {}
+    if output_type is not None:
+        answer = output_type.model_json_schema()
+        definitions = answer.pop("$defs", {})
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "answer": answer,
+            "run_id": {"type": "string"},
+            "turns": {"type": "integer"},
+            "tool_calls": {"type": "integer"},
+            "usage": {
+                "type": "object",
+                "properties": {
+                    name: {"type": "integer"}
+                    for name in ("model_calls", "input_tokens", "output_tokens")
+                },
+            },
+        },
+        "required": ["answer", "run_id"],
+    }
+    if definitions:
+        schema["$defs"] = definitions
+    return schema
+
+
+def result_of(run_id: str, outcome: RunState, structured: bool) -> dict[str, Any]:
+    """A finished run as a `CallToolResult`: its answer as text, and as structured content
+    (parsed, for an agent with an output type). A run that ended without answering (out of
+    turns, an approval expired, an answer its output type refused, a failure of its own) is
+    a tool error the caller's model can read."""
+    if outcome.status != "completed":
+        why = outcome.error or outcome.status
+        text = f"the run ended {outcome.status}: {why}"
+        return _dump(mcp_types.CallToolResult(content=[_text(text)], is_error=True))
+    answer_text = outcome.final_output or ""
+    answer: Any = answer_text
+    if structured:
+        try:
+            answer = json.loads(answer_text)
+        except ValueError:
+            answer = answer_text
+    content = {
+        "answer": answer,
+        "run_id": run_id,
+        "turns": outcome.turns,
+        "tool_calls": outcome.tool_calls,
+        "usage": outcome.usage.model_dump(),
+    }
+    result = mcp_types.CallToolResult(content=[_text(answer_text)], structured_content=content)
+    return _dump(result)
+
+
+def working_message(state: RunState) -> str:
+    """What a working run is doing, in a line: its status, turns, and its last finished call."""
+    line = f"{state.status}, turn {state.turns}, {state.tool_calls} tool calls"
+    if state.completed:
+        line += f"; last: {state.completed[-1]}"
+    return line[:MAX_MESSAGE_CHARS]
+
+
+def input_requests_of(state: RunState, approvals: bool) -> dict[str, Any]:
+    """The run's open requests a person answers, as elicitations by key: its approvals (when
+    the caller decides them) and the questions its tools' policies give to a person."""
+    requests: dict[str, Any] = {}
+    if approvals:
+        for request in state.approvals.values():
+            if request.open:
+                requests[APPROVAL_KEY + request.request_id] = _elicit(
+                    _approval_message(request), DECISION_SCHEMA
+                )
+    for question in state.questions.values():
+        if question.open and question.policy.answered_by == "person":
+            requests[QUESTION_KEY + question.question_id] = _elicit(
+                _question_message(question), question.requested_schema
+            )
+    return requests
+
+
+class Refused(ValueError):
+    """A response that cannot apply to its request: said to the caller, nothing changed."""
+
+
+def decision_of(request_id: str, response: Any, caller: str) -> DecideInput | None:
+    """An approval's response as a decision: `accept` with the form's decision, `decline` as a
+    rejection; `cancel` (the person dismissed the form) decides nothing.
+
+    Raises:
+        Refused: the response is not an elicitation result, or its form is not the decision's.
+    """
+    result = _elicit_result(response)
+    if result.action == "cancel":
+        return None
+    reviewer = f"mcp:{caller}"[:200]
+    if result.action == "decline":
+        reason = str((result.meta or {}).get("io.waitstate/reason") or "declined")
+        return DecideInput(
+            request_id=request_id,
+            decision="reject",
+            reviewer=reviewer,
+            comment=reason[:MAX_COMMENT_CHARS],
+        )
+    content = result.content or {}
+    decision = content.get("decision")
+    comment = content.get("comment", "")
+    if decision not in ("approve", "reject"):
+        raise Refused("an approval's answer is {decision: 'approve' | 'reject', comment?}")
+    if not isinstance(comment, str) or len(comment) > MAX_COMMENT_CHARS:
+        raise Refused(f"an approval's comment is text of at most {MAX_COMMENT_CHARS} characters")
+    return DecideInput(request_id=request_id, decision=decision, reviewer=reviewer, comment=comment)
+
+
+def answer_of(question_id: str, response: Any, caller: str) -> AnswerInput | None:
+    """A question's response as an answer: `accept` with its content, or `decline`; `cancel`
+    (the person dismissed the form) answers nothing.
+
+    Raises:
+        Refused: the response is not an elicitation result.
+    """
+    result = _elicit_result(response)
+    if result.action == "cancel":
+        return None
+    content = dict(result.content or {}) if result.action == "accept" else None
+    return AnswerInput(
+        question_id=question_id,
+        action=result.action,
+        content=content,
+        responder=f"mcp:{caller}"[:200],
+    )
+
+
+def _elicit_result(response: Any) -> mcp_types.ElicitResult:
+    try:
+        return mcp_types.ElicitResult.model_validate(response)
+    except ValidationError:
+        raise Refused(
+            "a response is an elicitation result: {action: accept|decline|cancel, content?}"
+        ) from None
+
+
+def _approval_message(request: ApprovalRequest) -> str:
+    arguments = json.dumps(request.arguments, sort_keys=True, default=str)
+    if len(arguments) > MAX_ARGUMENTS_SHOWN:
+        arguments = arguments[:MAX_ARGUMENTS_SHOWN] + "…"
+    message = f"Approve {request.tool} {arguments}? {request.reason}".strip()
+    return message[:MAX_MESSAGE_CHARS]
+
+
+def _question_message(question: InputRequest) -> str:
+    return f"{question.tool} asks: {question.message}"[:MAX_MESSAGE_CHARS]
+
+
+def _elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+    request = mcp_types.ElicitRequest(
+        params=mcp_types.ElicitRequestFormParams(message=message, requested_schema=schema)
+    )
+    return request.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _text(text: str) -> mcp_types.TextContent:
+    return mcp_types.TextContent(type="text", text=text)
+
+
+def _dump(result: mcp_types.CallToolResult) -> dict[str, Any]:
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)

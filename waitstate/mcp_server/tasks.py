@@ -1,0 +1,367 @@
+"""The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) over waitstate runs: a
+`tools/call` of an agent starts a run and answers with a task; `tasks/get` reads the run,
+`tasks/update` answers what it waits on through its Updates, `tasks/cancel` cancels it.
+
+The run is the task's only state. This process keeps nothing: killed and started again, it
+serves every task it created from Temporal, and so does any other copy of it.
+
+Each request is the caller's: the bearer token's client id names the caller (`CallerKeys`, or
+any fastmcp token verifier), and a task id reaches only the run of the caller that created it
+(`shapes.run_id_of`). Another caller's task is "not found", as an unknown one is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from fastmcp.server.dependencies import get_access_token, get_http_request
+from fastmcp.server.extensions import (
+    MethodBinding,
+    ServerExtension,
+    read_client_extension_settings,
+)
+from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
+from fastmcp_tasks import wire_production
+from fastmcp_tasks.models import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CancelTaskParams,
+    CancelTaskResult,
+    CreateTaskResult,
+    GetTaskParams,
+    GetTaskResult,
+    UpdateTaskParams,
+    UpdateTaskResult,
+    missing_capability_error_data,
+)
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.jsonrpc import HEADER_MISMATCH
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from temporalio.client import WorkflowExecutionStatus
+
+from waitstate.agents import Agent
+from waitstate.client import (
+    AnswerRefused,
+    ClientError,
+    DecisionRefused,
+    NotAnswered,
+    RunEnded,
+    RunNotFound,
+    StartFailed,
+    WaitstateClient,
+)
+from waitstate.mcp_server import shapes
+from waitstate.names import AGENT_NAME
+from waitstate.schemas.errors import QUESTION_INVALID_ANSWER
+from waitstate.schemas.run import RunInput
+
+if TYPE_CHECKING:
+    from fastmcp.server.context import Context
+    from fastmcp.server.extensions import ToolCallContinuation, ToolCallOutcome
+    from mcp_types import CallToolRequestParams
+
+log = logging.getLogger("waitstate.mcp_server")
+
+_TASK_METHOD_VERSIONS = frozenset(MODERN_PROTOCOL_VERSIONS)
+MAX_TASK_ID_CHARS = 64
+# A task's handle lives as long as its run is kept: Temporal's retention of closed runs, which
+# the server's operator sets (the dev server keeps them a day).
+DEFAULT_TTL = timedelta(days=30)
+DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+_CLOSED_AS_FAILED = {
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.TERMINATED,
+    WorkflowExecutionStatus.TIMED_OUT,
+}
+
+
+class RunTasks(ServerExtension):
+    """Serves `agents` as task-required tools over the runs `client` starts.
+
+    Args:
+        client: Connected once the server starts (`connect` is awaited in its lifespan).
+        agents: The agents served, by name (each is a tool of that name).
+        approvals: The caller decides the run's approvals (they are among its input
+            requests); False leaves them to the operator's reviewers (the task is `working`
+            while they decide).
+        poll_interval: What `pollIntervalMs` suggests to callers.
+        ttl: What `ttlMs` says: how long a task is kept from its creation.
+    """
+
+    identifier = TASKS_EXTENSION_ID
+
+    def __init__(
+        self,
+        connect: Any,
+        agents: Mapping[str, Agent],
+        *,
+        approvals: bool = True,
+        poll_interval: timedelta = DEFAULT_POLL_INTERVAL,
+        ttl: timedelta = DEFAULT_TTL,
+    ) -> None:
+        self._connect = connect
+        self._client: WaitstateClient | None = None
+        self._agents = dict(agents)
+        self._approvals = approvals
+        self._poll_ms = int(poll_interval.total_seconds() * 1000)
+        self._ttl_ms = int(ttl.total_seconds() * 1000)
+
+    def clone(self) -> RunTasks:
+        """An unbound copy of the same configuration (its client is connected in its own
+        lifespan)."""
+        return RunTasks(
+            self._connect,
+            self._agents,
+            approvals=self._approvals,
+            poll_interval=timedelta(milliseconds=self._poll_ms),
+            ttl=timedelta(milliseconds=self._ttl_ms),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [
+            MethodBinding("tasks/get", GetTaskParams, self._get, _TASK_METHOD_VERSIONS),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update, _TASK_METHOD_VERSIONS),
+            MethodBinding("tasks/cancel", CancelTaskParams, self._cancel, _TASK_METHOD_VERSIONS),
+        ]
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncGenerator[None, None]:
+        """Connect to Temporal, and let a `tools/call` answer with a task (the SDK's server
+        has no way of its own to send that result: fastmcp-tasks' wrap lends it one)."""
+        self._client = await self._connect()
+        wire_production.install()
+        try:
+            yield
+        finally:
+            wire_production.uninstall()
+
+    # --- tools/call -------------------------------------------------------------------------
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        context: Context,
+        call_next: ToolCallContinuation,
+    ) -> ToolCallOutcome:
+        """Start a run of the agent the call names, and answer with its task; a call of any
+        other tool goes on as it would."""
+        agent = self._agents.get(params.name)
+        if agent is None:
+            return await call_next()
+        rc = context.request_context
+        modern = rc is not None and rc.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if not modern or context.client_extension_settings(TASKS_EXTENSION_ID) is None:
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=(
+                    f"agent {agent.name!r} runs only as a task: declare the tasks extension "
+                    f"({TASKS_EXTENSION_ID}) on the call"
+                ),
+                data=missing_capability_error_data(),
+            )
+        task = (params.arguments or {}).get("task")
+        if not isinstance(task, str) or not task.strip() or len(task) > shapes.MAX_TASK_CHARS:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"'task' is the agent's task in words: 1 to {shapes.MAX_TASK_CHARS} "
+                "characters",
+            )
+        caller = _caller()
+        task_id = shapes.new_task_id()
+        run_id = shapes.run_id_of(caller, task_id)
+        try:
+            await self.client.start(RunInput(task=task, agent=agent.name), run_id=run_id)
+        except StartFailed as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not start the run: {err}") from err
+        log.info("caller %s started task %s (run %s)", caller, task_id, run_id)
+        now = _now()
+        return CreateTaskResult(
+            task_id=task_id,
+            status="working",
+            created_at=now,
+            last_updated_at=now,
+            ttl_ms=self._ttl_ms,
+            poll_interval_ms=self._poll_ms,
+        )
+
+    # --- tasks/* ----------------------------------------------------------------------------
+
+    async def _get(
+        self, ctx: ServerRequestContext[Any, Any], params: GetTaskParams
+    ) -> GetTaskResult:
+        run_id = self._run_of(ctx, params.task_id)
+        try:
+            description = await self.client.describe(run_id)
+            created = description.start_time or datetime.now(UTC)
+            updated = description.close_time or datetime.now(UTC)
+
+            def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
+                return GetTaskResult(
+                    task_id=params.task_id,
+                    status=status,
+                    created_at=created.isoformat(),
+                    last_updated_at=updated.isoformat(),
+                    ttl_ms=self._ttl_ms,
+                    poll_interval_ms=self._poll_ms,
+                    **payload,
+                )
+
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                try:
+                    state = await self.client.query(run_id)
+                except NotAnswered:
+                    return task("working", status_message="waiting for a worker")
+                requests = shapes.input_requests_of(state, self._approvals)
+                message = shapes.working_message(state)
+                if requests:
+                    return task("input_required", status_message=message, input_requests=requests)
+                return task("working", status_message=message)
+            outcome = await self.client.outcome(run_id)
+            if description.status == WorkflowExecutionStatus.CANCELED:
+                return task("cancelled", status_message="the run was cancelled")
+            if description.status in _CLOSED_AS_FAILED:
+                error = outcome.error or "the run failed"
+                return task(
+                    "failed",
+                    status_message=error,
+                    error={"code": INTERNAL_ERROR, "message": error},
+                )
+            agent = description.typed_search_attributes.get(AGENT_NAME)
+            structured = self._structured(agent)
+            return task("completed", result=shapes.result_of(run_id, outcome, structured))
+        except ClientError as err:
+            _fail(params.task_id, err)
+
+    async def _update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
+    ) -> UpdateTaskResult:
+        """Apply each response to the request its key names: a decision, or an answer.
+
+        Every response is read before any is applied, so a malformed one changes nothing. A key
+        that names nothing open (unknown, already answered, another's decision won) is ignored,
+        as the extension asks; an answer that does not fit its question is refused.
+        """
+        run_id = self._run_of(ctx, params.task_id)
+        caller = _caller()
+        responses = params.input_responses
+        if len(responses) > shapes.MAX_RESPONSES:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"at most {shapes.MAX_RESPONSES} responses at once"
+            )
+        try:
+            decisions = {
+                key: shapes.decision_of(key.removeprefix(shapes.APPROVAL_KEY), value, caller)
+                for key, value in responses.items()
+                if key.startswith(shapes.APPROVAL_KEY) and self._approvals
+            }
+            answers = {
+                key: shapes.answer_of(key.removeprefix(shapes.QUESTION_KEY), value, caller)
+                for key, value in responses.items()
+                if key.startswith(shapes.QUESTION_KEY)
+            }
+        except shapes.Refused as err:
+            raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
+        try:
+            await self.client.describe(run_id)  # another's task, or none, is not found
+            for key, decision in decisions.items():
+                if decision is not None:
+                    try:
+                        update_id = f"mcp-{params.task_id}-{key}"
+                        await self.client.decide(run_id, decision, update_id=update_id)
+                    except DecisionRefused as err:
+                        log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
+            for key, answer in answers.items():
+                if answer is not None:
+                    try:
+                        update_id = f"mcp-{params.task_id}-{key}"
+                        await self.client.answer(run_id, answer, update_id=update_id)
+                    except AnswerRefused as err:
+                        if err.error_type == QUESTION_INVALID_ANSWER:
+                            raise MCPError(code=INVALID_PARAMS, message=err.reason) from None
+                        log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
+        except RunEnded:
+            pass  # a task that ended takes nothing more
+        except ClientError as err:
+            _fail(params.task_id, err)
+        return UpdateTaskResult()
+
+    async def _cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: CancelTaskParams
+    ) -> CancelTaskResult:
+        """Cancel the run; a task that ended stays as it ended."""
+        run_id = self._run_of(ctx, params.task_id)
+        try:
+            await self.client.cancel(run_id)
+        except RunEnded:
+            pass
+        except ClientError as err:
+            _fail(params.task_id, err)
+        log.info("caller %s cancelled task %s", _caller(), params.task_id)
+        return CancelTaskResult()
+
+    # --- shared -----------------------------------------------------------------------------
+
+    @property
+    def client(self) -> WaitstateClient:
+        if self._client is None:
+            raise MCPError(code=INTERNAL_ERROR, message="the server is not connected to Temporal")
+        return self._client
+
+    def _structured(self, agent: str | None) -> bool:
+        """Whether the agent answers in its output type (its answer is parsed)."""
+        found = self._agents.get(agent or "")
+        return found is not None and found.output_type is not None
+
+    def _run_of(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> str:
+        """The run of the caller's task `task_id`, once the request is one of the extension's:
+        declared on the request, and named alike in its `Mcp-Name` header and its body."""
+        if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"declare the tasks extension ({TASKS_EXTENSION_ID}) on this request",
+                data=missing_capability_error_data(),
+            )
+        try:
+            header = get_http_request().headers.get(MCP_NAME_HEADER)
+        except RuntimeError:  # not over HTTP: no header to compare
+            header = None
+        if header is not None and decode_header_value(header) != task_id:
+            raise MCPError(
+                code=HEADER_MISMATCH,
+                message=f"{MCP_NAME_HEADER} header does not match the request's 'taskId'",
+            )
+        if not task_id or len(task_id) > MAX_TASK_ID_CHARS:
+            _not_found(task_id)
+        return shapes.run_id_of(_caller(), task_id)
+
+
+def _caller() -> str:
+    """Who sent the request being served: its token's client id."""
+    token = get_access_token()
+    if token is None or not token.client_id:
+        raise MCPError(code=INVALID_REQUEST, message="the request is not authenticated")
+    return token.client_id
+
+
+def _not_found(task_id: str) -> NoReturn:
+    """One answer for an unknown task and another caller's: neither says it exists."""
+    raise MCPError(code=INVALID_PARAMS, message=f"Task {task_id[:MAX_TASK_ID_CHARS]} not found")
+
+
+def _fail(task_id: str, err: ClientError) -> NoReturn:
+    if isinstance(err, RunNotFound):
+        _not_found(task_id)
+    raise MCPError(code=INTERNAL_ERROR, message=str(err)) from err
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
