@@ -24,6 +24,7 @@ from waitstate.mcp import (
     grants_by_server,
     split_name,
 )
+from waitstate.mcp_rounds import unknown_outcome_message
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
@@ -44,12 +45,12 @@ MCP_UNAVAILABLE = "McpServerUnavailable"
 MIN_POLL = timedelta(seconds=1)
 MAX_POLL = timedelta(seconds=60)
 DEFAULT_POLL = timedelta(seconds=5)
+# A call's rounds of input are checked this often (seconds): how soon answers are sent.
+ROUNDS_POLL = MIN_POLL.total_seconds()
 MCP_REFUSED = "McpRequestRefused"
 _LISTING = TypeAdapter(list[McpTool])
 # A server's message is kept to this many characters, on one line, in a failure.
 MESSAGE_CHARS = 500
-# How many pages of a server's tools a call reads at most to find its own.
-MAX_LISTING_PAGES = 20
 
 
 class McpActivities:
@@ -136,8 +137,10 @@ class McpActivities:
     async def call(self, input: ToolCallInput, tool: McpTool) -> ToolResult:
         """Call the tool: its result, its error, or, when the server runs the call as a task,
         an operation the run waits for (polled with `tasks/get`, cancelled with
-        `tasks/cancel`). A call that needs a person's approval and has none yet is not made:
-        the run is told to ask for it (`approval_needed`).
+        `tasks/cancel`); or, when the server asks for input first (`input_required`), an
+        operation whose questions the run asks, round after round, the call sent again with
+        the answers (`_rounds`). A call that needs a person's approval and has none yet is not
+        made: the run is told to ask for it (`approval_needed`).
 
         A start is attempted at most once unless the tool is read-only or idempotent: the
         activity heartbeats before it sends the call and again with the task's id the moment
@@ -158,7 +161,7 @@ class McpActivities:
         if not isinstance(arguments, dict):
             return error_result(call, "arguments must be a JSON object")
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, CallToolResult
+        from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 
         from waitstate.mcp_tasks import CreatedTask, tool_result_text
 
@@ -173,6 +176,8 @@ class McpActivities:
         details = info.heartbeat_details
         if details and details[0] == "task":
             return self._operation(input, str(details[1]), float(details[2]), tool_name)
+        if details and details[0] == "rounds":  # recorded before this heartbeat: taken as is
+            return self._operation(input, str(details[1]), ROUNDS_POLL, tool_name)
         # A retried attempt of a start that may have sent its call: the heartbeat that says
         # so is sent in the background and may be lost with its worker, so the attempt number
         # decides (every failure this attempt could answer is answered, not raised).
@@ -187,7 +192,7 @@ class McpActivities:
                 activity.heartbeat("sending")
                 try:
                     result = await client.session.call_tool(
-                        tool_name, arguments, allow_claimed=True
+                        tool_name, arguments, allow_input_required=True, allow_claimed=True
                     )
                 except MCPError as err:  # taken here: leaving the session would wrap it
                     if err.error.code == CONNECTION_CLOSED:
@@ -227,6 +232,8 @@ class McpActivities:
         if isinstance(result, CreatedTask):
             interval = _poll_interval(result.poll_interval_ms)
             return self._operation(input, result.task_id, interval, tool_name, ttl_ms=result.ttl_ms)
+        if isinstance(result, InputRequiredResult):
+            return await self._rounds(input, tool, arguments, result)
         if not isinstance(result, CallToolResult):
             return error_result(call, f"{call.name} answered with a {type(result).__name__}")
         return ToolResult(
@@ -235,6 +242,40 @@ class McpActivities:
             content=tool_result_text(result),
             is_error=bool(result.is_error),
         )
+
+    async def _rounds(
+        self, input: ToolCallInput, tool: McpTool, arguments: dict[str, Any], first: Any
+    ) -> ToolResult:
+        """A call the server answered with a round of input requests (`input_required`): an
+        operation whose job is the call's rounds, recorded in the blob store (the call, the
+        round), which its poll asks, answers and sends again until the server answers
+        otherwise (`waitstate.mcp_rounds`). A first round past the bounds is the model's to
+        read as the call's error.
+
+        Raises:
+            BlobStoreUnavailable: the rounds could not be recorded (the attempt is retried: a
+                call that may not be repeated is then reported of unknown outcome).
+        """
+        from mcp.shared.inbound import x_mcp_header_map
+
+        from waitstate.mcp_rounds import PendingCall, Rounds, input_required_reply
+
+        call = input.call
+        server_name, tool_name = split_name(call.name)
+        reply = input_required_reply(first, 0, server_name, tool_name)
+        if reply.error is not None:
+            return error_result(call, reply.error.message)
+        pending = PendingCall(
+            server=server_name,
+            tool=tool_name,
+            name=call.name,
+            arguments=arguments,
+            repeatable=tool.read_only or tool.idempotent,
+            header_params=bool(x_mcp_header_map(tool.definition.parameters)),
+        )
+        rounds = await Rounds.begin(self._blobs, pending, reply)
+        activity.heartbeat("rounds", rounds.job_id)
+        return self._operation(input, rounds.job_id, ROUNDS_POLL, tool_name)
 
     async def _read(
         self, call: ToolCall, server_name: str, tool_name: str, arguments: dict[str, Any]
@@ -340,14 +381,10 @@ async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) ->
     """
     from mcp.shared.inbound import x_mcp_header_map
 
-    if not x_mcp_header_map(schema):
-        return
-    cursor = None
-    for _ in range(MAX_LISTING_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        cursor = page.next_cursor
-        if not cursor or any(listed.name == tool for listed in page.tools):
-            return
+    from waitstate.mcp_tasks import learn_header_params as list_until
+
+    if x_mcp_header_map(schema):
+        await list_until(client, tool)
 
 
 def _poll_interval(milliseconds: int | None) -> float:
@@ -359,11 +396,7 @@ def _poll_interval(milliseconds: int | None) -> float:
 
 
 def _unknown_outcome(call: ToolCall, why: str) -> ToolResult:
-    return error_result(
-        call,
-        f"the call to {call.name} may or may not have taken effect ({why}); it is not "
-        "repeated on its own. Check before calling it again.",
-    )
+    return error_result(call, unknown_outcome_message(call.name, why))
 
 
 async def read_listing(blobs: BlobStore, ref: str) -> dict[str, McpTool]:

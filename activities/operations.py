@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from waitstate.blobs import BlobStore
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
 from waitstate.schemas.errors import (
     ANSWER_REFUSED,
@@ -34,11 +35,15 @@ _TERMINAL = ("succeeded", "failed")
 
 class OperationActivities:
     """Polls and cancels the jobs that the worker's long tools started, and the tasks of its
-    MCP servers."""
+    MCP servers and their calls that ask for input in rounds (kept in `blobs`)."""
 
-    def __init__(self, tools: ToolRegistry, mcp: McpServers | None = None) -> None:
+    def __init__(
+        self, tools: ToolRegistry, mcp: McpServers | None = None, blobs: BlobStore | None = None
+    ) -> None:
         self._tools = tools
         self._mcp = mcp or McpServers()
+        # Where the MCP calls that ask for input in rounds are recorded (`mrtr:` jobs).
+        self._blobs = blobs
 
     @activity.defn(name=POLL_OPERATION)
     async def poll_operation(self, input: PollOperationInput) -> Completion:
@@ -159,7 +164,7 @@ class OperationActivities:
                 raise ApplicationError(
                     str(err), type=RUN_INPUT_INVALID, non_retryable=True
                 ) from None
-            return LongSpec(backend=McpTaskBackend(server), completion="poll")
+            return LongSpec(backend=McpTaskBackend(server, self._blobs), completion="poll")
         spec = self._tools.get(name)
         if spec is None or spec.long is None:
             raise ApplicationError(

@@ -23,7 +23,21 @@ from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
+from waitstate.blobs import BlobStore
 from waitstate.mcp import McpServer
+from waitstate.mcp_rounds import (
+    ELICITATION,
+    ROOTS_LIST,
+    PendingCall,
+    Reply,
+    Rounds,
+    failed,
+    input_required_reply,
+    is_rounds_job,
+    round_questions,
+    split_question_key,
+    unknown_outcome_message,
+)
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
@@ -37,6 +51,8 @@ DECLINE_REASON_META = "io.waitstate/reason"
 # the worker's shutdown, which waits for every activity) for ever.
 CLOSE_WITHIN_SECONDS = 5.0
 MAX_URL_CHARS = 2_000  # of a URL elicitation's address, as a person is shown it
+# How many pages of a server's tools a session reads at most to find one tool.
+MAX_LISTING_PAGES = 20
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
 
@@ -147,15 +163,7 @@ def completion_of(state: TaskState) -> Completion:
             questions=questions_of(state.input_requests or {}) or None,
         )
     if state.status == "completed":
-        result = CallToolResult.model_validate(state.result or {})
-        text = tool_result_text(result)
-        if result.is_error:
-            return Completion(
-                status="failed",
-                error=OperationError(code="tool_error", message=text[:2000], retryable=False),
-            )
-        value: Any = result.structured_content if result.structured_content is not None else text
-        return Completion(status="succeeded", result=value)
+        return result_completion(state.result or {})
     if state.status == "cancelled":
         return Completion(
             status="failed",
@@ -170,6 +178,20 @@ def completion_of(state: TaskState) -> Completion:
         status="failed",
         error=OperationError(code="task_failed", message=str(message)[:2000], retryable=False),
     )
+
+
+def result_completion(result: dict[str, Any]) -> Completion:
+    """A tool's result (a `CallToolResult`, as JSON) as an operation's end: `succeeded` with its
+    structured content or text, or `failed` when it is an error."""
+    parsed = CallToolResult.model_validate(result)
+    text = tool_result_text(parsed)
+    if parsed.is_error:
+        return Completion(
+            status="failed",
+            error=OperationError(code="tool_error", message=text[:2000], retryable=False),
+        )
+    value: Any = parsed.structured_content if parsed.structured_content is not None else text
+    return Completion(status="succeeded", result=value)
 
 
 def questions_of(input_requests: dict[str, Any]) -> list[Question]:
@@ -227,16 +249,25 @@ def _short(text: str | None) -> str | None:
 
 
 class McpTaskBackend:
-    """A server's tasks, as a long tool's backend: the poll and cancel activities use it.
+    """A server's tasks, and its plain calls that ask for input in rounds (`mrtr:` jobs, see
+    `waitstate.mcp_rounds`), as a long tool's backend: the poll, answer and cancel activities
+    use it.
 
     It keeps one session with the server from its first check until `aclose()` (a poll checks
     a task every few seconds, for as long as it runs), and opens a new one after a failure. A
     stdio server's session is the worker's one (`McpServer.connect`): closing it here leaves
     the server's process, where its tasks live, running.
+
+    Args:
+        server: The server.
+        blobs: The worker's blob store, where a plain call's rounds are recorded (without it,
+            an `mrtr:` job is unknown).
     """
 
-    def __init__(self, server: McpServer) -> None:
+    def __init__(self, server: McpServer, blobs: BlobStore | None = None) -> None:
         self._server = server
+        self._blobs = blobs
+        self._rounds: dict[str, Rounds] = {}
         self._session: AsyncExitStack | None = None
         self._client: Any = None
 
@@ -253,10 +284,19 @@ class McpTaskBackend:
         leg, then its open questions, apart: the update may move the leg and clear them in
         between). The next read sees the next leg; a task that did end says so again.
 
+        A plain call's rounds (`mrtr:`): the round's open questions; once every one is
+        answered, the call sent again with the answers (see `_send_round`), and what the server
+        answered that.
+
         Raises:
-            ToolError: the server does not know the task (any more).
+            ToolError: the server does not know the task (any more), or the store the call.
             ConnectionError: the session broke under the check (its server went away).
         """
+        if is_rounds_job(job_id):
+            return await self._round_status(job_id)
+        return await self._task_status(job_id)
+
+    async def _task_status(self, job_id: str) -> Completion:
         state = await self._get(job_id)
         if state.status == "completed":
             state = await self._get(job_id)
@@ -326,18 +366,19 @@ class McpTaskBackend:
 
     async def answer(self, job_id: str, answer: JobAnswer) -> None:
         """`tasks/update` with the answer under the task's key for the question (the server
-        ignores an answer to a key already answered).
+        ignores an answer to a key already answered). A plain call's round: the answer is
+        recorded (the first one to a request stands, as a task's server keeps the first).
 
         Raises:
-            ToolError: the server refused the update (an unknown task...).
+            ToolError: the server refused the update (an unknown task...), or the round has no
+                such question.
         """
-        response: dict[str, Any] = {"action": answer.action}
-        if answer.content is not None:
-            response["content"] = answer.content
-        if answer.reason is not None:
-            # A decline the run made on its own (a question it refused): the reason, where an
-            # elicitation result may carry more (`_meta`, under a prefix of ours).
-            response["_meta"] = {DECLINE_REASON_META: answer.reason}
+        response = elicitation_response(answer)
+        if is_rounds_job(job_id):
+            task_id = await self._answer_round(job_id, answer.key, response)
+            if task_id is None:
+                return
+            job_id = task_id
         try:
             await (await self._connected()).session.send_request(
                 _UpdateTask(
@@ -349,7 +390,20 @@ class McpTaskBackend:
             raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
 
     async def cancel(self, job_id: str) -> None:
-        """`tasks/cancel`; a task the server no longer knows needs none."""
+        """`tasks/cancel`; a task the server no longer knows needs none. A plain call's rounds
+        are ended: no answers are sent after this (the server holds nothing to stop)."""
+        if is_rounds_job(job_id):
+            rounds = self._rounds_of(job_id)
+            n, reply = await rounds.latest()
+            if reply.kind == "task" and reply.task_id is not None:
+                job_id = reply.task_id
+            else:
+                if reply.kind == "input_required" and await rounds.claim_send(n + 1):
+                    await rounds.record_reply(
+                        n + 1, failed("cancelled", "the call's rounds were cancelled")
+                    )
+                await self.aclose()
+                return
         try:
             await (await self._connected()).session.send_request(
                 _CancelTask(params=_TaskParams(task_id=job_id)), mcp_types.Result
@@ -358,6 +412,183 @@ class McpTaskBackend:
             return
         finally:
             await self.aclose()
+
+    # --- a plain call's rounds -------------------------------------------------------------
+
+    def _rounds_of(self, job_id: str) -> Rounds:
+        if self._blobs is None:
+            raise ToolError(f"{job_id}: this worker keeps no blob store for a call's rounds")
+        if job_id not in self._rounds:
+            self._rounds[job_id] = Rounds(self._blobs, job_id)
+        return self._rounds[job_id]
+
+    async def _round_status(self, job_id: str) -> Completion:
+        """Where the call stands: a round's open questions, or, once they are all answered,
+        the call sent again, round after round, until the server answers otherwise.
+
+        Raises:
+            ToolError: the store does not hold the call.
+            ConnectionError: the server could not be reached to send the answers, or (a
+                repeatable call) the connection broke under the send.
+        """
+        rounds = self._rounds_of(job_id)
+        call = await rounds.call()
+        while True:  # bounded: every pass sends the call once more, MAX_ROUNDS at most
+            n, reply = await rounds.latest()
+            if reply.kind != "input_required":
+                return await self._reply_completion(reply)
+            requests = reply.input_requests or {}
+            answered = await rounds.answers(n, list(requests))
+            for key, request in requests.items():
+                if key not in answered and request.get("method") == ROOTS_LIST:
+                    # Answered at once from the server's declaration, by no person.
+                    await rounds.record_answer(n, key, self._server.roots_listed())
+                    answered[key] = self._server.roots_listed()
+            open_requests = {k: r for k, r in requests.items() if k not in answered}
+            if open_requests:
+                return _round_waiting(n + 1, open_requests)
+            await self._send_round(rounds, call, n, reply, answered)
+
+    async def _send_round(
+        self,
+        rounds: Rounds,
+        call: PendingCall,
+        n: int,
+        reply: Reply,
+        answered: dict[str, dict[str, Any]],
+    ) -> None:
+        """Send the call again with the answers to reply `n` and its `requestState` as it came,
+        and record what the server answered. The send is claimed first (a record): an attempt
+        that finds it claimed by another (a worker that died mid-send) sends again only a
+        read-only or idempotent call, and otherwise records the outcome unknown.
+
+        Raises:
+            ConnectionError: the server could not be reached (nothing sent), or the connection
+                broke under the send of a repeatable call (sent again on the next check).
+        """
+        from mcp_types import ElicitResult, ListRootsResult
+
+        try:
+            client = await self._connected()
+            if call.header_params:
+                await learn_header_params(client, call.tool)
+        except Exception as err:  # nothing was sent: the next check tries again
+            await self.aclose()
+            raise ConnectionError(f"MCP server {self._server.name!r}: {err}") from None
+        if not await rounds.claim_send(n + 1) and not call.repeatable:
+            why = f"round {n + 1}'s answers may have been sent by an attempt that was interrupted"
+            await rounds.record_reply(
+                n + 1, failed("outcome_unknown", unknown_outcome_message(call.name, why))
+            )
+            return
+        requests = reply.input_requests or {}
+        responses = {
+            key: (
+                ListRootsResult.model_validate(response)
+                if requests[key].get("method") == ROOTS_LIST
+                else ElicitResult.model_validate(response)
+            )
+            for key, response in answered.items()
+        }
+        try:
+            result = await client.session.call_tool(
+                call.tool,
+                call.arguments,
+                input_responses=responses,
+                request_state=reply.request_state,
+                allow_input_required=True,
+                allow_claimed=True,
+            )
+        except MCPError as err:
+            if err.error.code != CONNECTION_CLOSED:
+                await rounds.record_reply(
+                    n + 1,
+                    failed(
+                        "refused",
+                        f"MCP server {self._server.name!r} refused {call.tool}: {err}",
+                    ),
+                )
+                return
+            await self._broken_send(rounds, call, n + 1, err)
+            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                await self.aclose()
+                raise
+            await self._broken_send(rounds, call, n + 1, ConnectionError("session ended"))
+            return
+        except Exception as err:
+            await self._broken_send(rounds, call, n + 1, err)
+            return
+        await rounds.record_reply(n + 1, self._reply_of(result, n + 1, call))
+
+    async def _broken_send(
+        self, rounds: Rounds, call: PendingCall, n: int, err: BaseException
+    ) -> None:
+        """The connection broke under send `n`: a repeatable call is sent again on the next
+        check; any other's outcome is unknown (recorded so).
+
+        Raises:
+            ConnectionError: for a repeatable call.
+        """
+        await self.aclose()
+        why = str(err)[:200] or type(err).__name__
+        if call.repeatable:
+            raise ConnectionError(f"MCP server {self._server.name!r}: {why}") from None
+        await rounds.record_reply(
+            n, failed("outcome_unknown", unknown_outcome_message(call.name, why))
+        )
+
+    def _reply_of(self, result: Any, n: int, call: PendingCall) -> Reply:
+        """What the server answered send `n` with, as a reply to record."""
+        from mcp_types import InputRequiredResult
+
+        if isinstance(result, InputRequiredResult):
+            return input_required_reply(result, n, self._server.name, call.tool)
+        if isinstance(result, CreatedTask):
+            return Reply(
+                kind="task", task_id=result.task_id, poll_interval_ms=result.poll_interval_ms
+            )
+        if isinstance(result, CallToolResult):
+            return Reply(kind="result", result=result.model_dump(by_alias=True, mode="json"))
+        return failed(
+            "unexpected_result",
+            f"MCP server {self._server.name!r} answered {call.tool} with a {type(result).__name__}",
+        )
+
+    async def _reply_completion(self, reply: Reply) -> Completion:
+        """The call's state, from its last reply (a task: that task's)."""
+        if reply.kind == "result":
+            return result_completion(reply.result or {})
+        if reply.kind == "task" and reply.task_id is not None:
+            return await self._task_status(reply.task_id)
+        return Completion(
+            status="failed",
+            error=reply.error
+            or OperationError(code="failed", message="the call failed", retryable=False),
+        )
+
+    async def _answer_round(self, job_id: str, key: str, response: dict[str, Any]) -> str | None:
+        """Record the answer to a round's question. A question of a round already sent is
+        answered (this one is ignored). Returns the task's id when the call now runs as a
+        task and the key is not a round's (the answer is the task's).
+
+        Raises:
+            ToolError: no round of the call asked it, and no task runs it.
+        """
+        rounds = self._rounds_of(job_id)
+        n, reply = await rounds.latest()
+        parsed = split_question_key(key)
+        if parsed is not None and 1 <= parsed[0] <= n + 1:
+            asked = reply if parsed[0] == n + 1 else await rounds.reply(parsed[0] - 1)
+            if asked is not None and parsed[1] in (asked.input_requests or {}):
+                if parsed[0] == n + 1 and reply.kind == "input_required":
+                    await rounds.record_answer(n, parsed[1], response)
+                return None
+        if reply.kind == "task" and reply.task_id is not None:
+            return reply.task_id
+        raise ToolError(f"the MCP call {job_id} asked no question {key!r}")
 
     async def aclose(self) -> None:
         """End the session, if one is open."""
@@ -377,3 +608,49 @@ class McpTaskBackend:
             )
             self._session = session
         return self._client
+
+
+def elicitation_response(answer: JobAnswer) -> dict[str, Any]:
+    """An answer to a question as the server's elicitation is answered (an `ElicitResult`, as
+    JSON)."""
+    response: dict[str, Any] = {"action": answer.action}
+    if answer.content is not None:
+        response["content"] = answer.content
+    if answer.reason is not None:
+        # A decline the run made on its own (a question it refused): the reason, where an
+        # elicitation result may carry more (`_meta`, under a prefix of ours).
+        response["_meta"] = {DECLINE_REASON_META: answer.reason}
+    return response
+
+
+def _round_waiting(round_number: int, open_requests: dict[str, Any]) -> Completion:
+    """A round with open requests: its questions (the elicitations), and what it waits for.
+    A sampling request (or any other the run cannot answer) is left open: the call waits for
+    it until its operation expires."""
+    questions = round_questions(round_number, questions_of(open_requests))
+    asked = {question.key.partition("/")[2] for question in questions}
+    others = sorted(
+        str(request.get("method", "?"))
+        for key, request in open_requests.items()
+        if key not in asked and request.get("method") != ELICITATION
+    )
+    progress = f"round {round_number}: {len(open_requests)} answer(s) awaited"
+    if others:
+        progress += f"; not answered by this client: {', '.join(others)}"
+    return Completion(status="input_required", progress=progress, questions=questions or None)
+
+
+async def learn_header_params(client: Any, tool: str) -> None:
+    """List the server's tools on the session until `tool` is among them, so the SDK sends its
+    arguments' `Mcp-Param-*` headers (it sends them only for a tool listed on the same
+    session).
+
+    Raises:
+        Exception: the server refused the listing, or could not be reached.
+    """
+    cursor = None
+    for _ in range(MAX_LISTING_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        cursor = page.next_cursor
+        if not cursor or any(listed.name == tool for listed in page.tools):
+            return

@@ -142,5 +142,8 @@ app = App(
         "mcp-local-count-long": one_call("local__count", {"to": 600, "seconds": 1.0}),
         "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
         "mcp-publish-answering": publish_answering,
+        # A plain call (no task) that asks in rounds: two questions, or roots for ever.
+        "mcp-budget": one_call("reports__approve_budget", {"team": "data"}),
+        "mcp-roots-forever": one_call("reports__list_roots_forever", {}),
     }
 )

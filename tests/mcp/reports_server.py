@@ -22,7 +22,14 @@ from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
-from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    ListRootsRequest,
+    ListRootsResult,
+)
 
 server = FastMCP("reports")
 # No URL: `memory://`, unless FASTMCP_DOCKET_URL says otherwise.
@@ -122,6 +129,65 @@ async def ask_with_schema(schema: str, ctx: Context) -> dict[str, object] | Inpu
     EVENTS[f"ask_with_schema answered {answer.action}"] += 1
     reason = (answer.meta or {}).get("io.waitstate/reason")
     return {"action": answer.action, "content": answer.content, "reason": reason}
+
+
+def _ask(message: str, schema: dict[str, object], state: dict[str, object]) -> InputRequiredResult:
+    """A round of a plain call: one question, under the key `answer` in every round (a client
+    must tell the rounds apart), and the call's state so far (fastmcp seals it: a client that
+    changes it is refused)."""
+    question = ElicitRequestFormParams(message=message, requested_schema=schema)
+    return InputRequiredResult(
+        input_requests={"answer": ElicitRequest(params=question)}, request_state=json.dumps(state)
+    )
+
+
+@server.tool
+async def approve_budget(team: str, ctx: Context) -> dict[str, object] | InputRequiredResult:
+    """Approve a team's budget: asks the amount, then a confirmation, in rounds of a plain
+    call (no task), the amount kept in the round's requestState."""
+    EVENTS["approve_budget called"] += 1
+    state = json.loads(ctx.request_state or "{}")
+    answer = (ctx.input_responses or {}).get("answer")
+    if isinstance(answer, ElicitResult) and answer.action != "accept":
+        EVENTS["approve_budget declined"] += 1
+        raise ToolError(f"no budget for {team}: the question was declined")
+    content = (answer.content or {}) if isinstance(answer, ElicitResult) else {}
+    if state.get("step") is None:
+        EVENTS["approve_budget asked amount"] += 1
+        amount = {"type": "object", "properties": {"amount": {"type": "integer"}}}
+        return _ask(f"What budget for {team}?", amount, {"step": "amount"})
+    if state["step"] == "amount":
+        EVENTS["approve_budget asked confirm"] += 1
+        confirm = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
+        amount = content.get("amount")
+        return _ask(f"Approve {amount} for {team}?", confirm, {"step": "confirm", "amount": amount})
+    EVENTS["approve_budget approved"] += 1
+    return {"team": team, "amount": state["amount"], "approved": bool(content.get("confirm"))}
+
+
+@server.tool
+async def list_roots_forever(ctx: Context) -> str | InputRequiredResult:
+    """Asks for the client's roots again every round, and never answers otherwise."""
+    EVENTS["list_roots_forever called"] += 1
+    roots = (ctx.input_responses or {}).get("roots")
+    seen = len(roots.roots) if isinstance(roots, ListRootsResult) else None
+    rounds = int(ctx.request_state or "0") + 1
+    EVENTS[f"list_roots_forever saw {seen} roots"] += 1
+    return InputRequiredResult(
+        input_requests={"roots": ListRootsRequest()}, request_state=str(rounds)
+    )
+
+
+@server.tool
+async def swell_state(ctx: Context, at_once: bool = False) -> str | InputRequiredResult:
+    """Asks for the roots with a small requestState, then (or `at_once`) with one of 100,000
+    characters."""
+    EVENTS["swell_state called"] += 1
+    if ctx.request_state is None and not at_once:
+        return InputRequiredResult(input_requests={"roots": ListRootsRequest()}, request_state="1")
+    return InputRequiredResult(
+        input_requests={"roots": ListRootsRequest()}, request_state="x" * 100_000
+    )
 
 
 @server.tool

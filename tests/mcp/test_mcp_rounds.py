@@ -1,0 +1,245 @@
+"""Rounds of input on a plain MCP `tools/call` (SEP-2322's `input_required`, no task), against
+the real MCP test server over streamable HTTP: a person answers each round's question through
+the run, the call is sent again with the answers and the server's `requestState` as it came,
+round after round, until its result; each send is made once, also across a worker's restart
+and an interrupted attempt; and a server that asks for ever, or too much, fails the call."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from tests.helpers import accept, eventually, replays, scheduled_activities, start_run
+from tests.mcp.mcp_app import task_events, task_events_since
+from tests.mcp.runs import (
+    granted_tools,
+    mcp_activities,
+    reports_apps,
+    reports_run,
+    tool_outcome,
+    worker_process,
+)
+from waitstate.blobs import LocalBlobStore
+from waitstate.mcp import McpServer
+from waitstate.mcp_rounds import MAX_ROUNDS, Rounds
+from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.schemas import RunInput, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
+from waitstate.tools import ToolError
+from waitstate.tools.spec import JobAnswer
+from workflows.agent_run import AgentRunWorkflow
+
+RESULT_TIMEOUT = 90
+ROOTS = ["file:///srv/reports"]
+
+
+async def _open_question(handle: WorkflowHandle[Any, Any], key: str) -> InputRequest:
+    """The run's open question under `key`, once it asks it."""
+
+    async def asked() -> InputRequest | None:
+        state = await handle.query(AgentRunWorkflow.status)
+        return next((q for q in state.questions.values() if q.key == key and q.open), None)
+
+    return await eventually(asked, f"the question {key}")
+
+
+async def test_a_person_answers_two_rounds_and_the_run_gets_the_calls_result(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
+) -> None:
+    before = await task_events(reports_url)
+    apps = reports_apps(reports_url)
+    async with reports_run(
+        dev_env, task_queue, apps, "scripted:mcp-budget", tools=["reports__approve_budget"]
+    ) as handle:
+        amount = await _open_question(handle, "1/answer")
+        first = await accept(handle, amount, {"amount": 1200})
+        # The server asks under the same key again: a new question, of the second round.
+        confirm = await _open_question(handle, "2/answer")
+        second = await accept(handle, confirm, {"confirm": True})
+        result = await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "mcp_rounds_answered")
+
+    assert amount.message == "What budget for data?"
+    assert amount.requested_schema["properties"] == {"amount": {"type": "integer"}}
+    assert confirm.message == "Approve 1200 for data?"
+    assert (first.delivered, second.delivered) == (True, True)
+    got = tool_outcome(result)
+    assert got["status"] == "succeeded"
+    assert got["result"] == {"team": "data", "amount": 1200, "approved": True}
+    [operation] = state.operations.values()
+    assert operation.job_id.startswith("mrtr:")
+    # The call, then once with each round's answer (and its sealed requestState, which the
+    # server opened: a changed one is refused).
+    assert await task_events_since(reports_url, before) == {
+        "approve_budget called": 3,
+        "approve_budget asked amount": 1,
+        "approve_budget asked confirm": 1,
+        "approve_budget approved": 1,
+    }
+    activities = await scheduled_activities(handle)
+    assert (activities.count(CALL_TOOL), activities.count(ANSWER_OPERATION)) == (1, 2)
+
+
+async def test_a_worker_restarted_between_rounds_sends_each_round_once(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
+) -> None:
+    worker = worker_process(dev_env, task_queue, tmp_path, f"reports={reports_url}")
+    before = await task_events(reports_url)
+    await worker.start()
+    try:
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
+            RunInput(task="budget", model="scripted:mcp-budget", tools=["reports__*"]),
+            workflow_id=f"mcp-rounds-{uuid.uuid4()}",
+        )
+        amount = await _open_question(handle, "1/answer")
+        await worker.kill()  # mid-poll: the round lives in the blob store, not the worker
+        await worker.start()
+        await accept(handle, amount, {"amount": 300})
+        confirm = await _open_question(handle, "2/answer")
+        await worker.kill()
+        await worker.start()
+        await accept(handle, confirm, {"confirm": False})
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    finally:
+        await worker.stop()
+
+    got = tool_outcome(result)
+    assert got["result"] == {"team": "data", "amount": 300, "approved": False}
+    events = await task_events_since(reports_url, before)
+    assert events["approve_budget called"] == 3
+    assert events["approve_budget approved"] == 1
+
+
+@dataclasses.dataclass
+class Started:
+    """A call of `tool` started by the `call_tool` activity, and the backend its operation's
+    poll, answer and cancel activities use."""
+
+    result: ToolResult
+    backend: McpTaskBackend
+    blobs: LocalBlobStore
+
+    @property
+    def job_id(self) -> str:
+        assert self.result.operation is not None, self.result
+        return self.result.operation.job_id
+
+
+async def _start(
+    url: str, tmp_path: Path, tool: str, arguments: dict[str, Any], **listed: Any
+) -> Started:
+    """The `call_tool` activity's call of `tool` (its listing changed by `listed`)."""
+    server = McpServer("reports", url=url, roots=ROOTS)
+    activities = mcp_activities(tmp_path / "blobs", server)
+    tools = await granted_tools(activities, [f"reports__{tool}"], tmp_path / "blobs")
+    granted = tools[f"reports__{tool}"].model_copy(update=listed)
+    call = ToolCall(id="call_1", name=f"reports__{tool}", arguments=json.dumps(arguments))
+    input = ToolCallInput(call=call, workflow_id="run-1", operation_id="op_1")
+    result = await ActivityEnvironment().run(activities.call, input, granted)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    return Started(result, McpTaskBackend(server, blobs), blobs)
+
+
+async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
+    reports_url: str, tmp_path: Path
+) -> None:
+    before = await task_events(reports_url)
+    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
+    backend, job = started.backend, started.job_id
+    try:
+        asked = await backend.status(job)
+        await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 7}))
+        # A second answer to the question is ignored (the first stands); a question no round
+        # asked is refused.
+        await backend.answer(job, JobAnswer(key="1/answer", action="decline"))
+        with pytest.raises(ToolError, match="asked no question '1/other'"):
+            await backend.answer(job, JobAnswer(key="1/other", action="decline"))
+        with pytest.raises(ToolError, match="asked no question '5/answer'"):
+            await backend.answer(job, JobAnswer(key="5/answer", action="decline"))
+        # An attempt claimed the send of round 1's answers, then died (before or after sending:
+        # nobody can tell).
+        assert await Rounds(started.blobs, job).claim_send(1)
+        outcome = await backend.status(job)
+        again = await backend.status(job)
+    finally:
+        await backend.aclose()
+
+    assert started.result.operation is not None
+    assert started.result.operation.poll_interval_seconds == 1.0
+    assert asked.status == "input_required"
+    assert [q.key for q in asked.questions or []] == ["1/answer"]
+    assert outcome.status == "failed" and outcome.error is not None
+    assert outcome.error.code == "outcome_unknown"
+    assert "may or may not have taken effect" in outcome.error.message
+    assert again == outcome
+    # Sent once: the model's call. The claimed send was not made again.
+    assert (await task_events_since(reports_url, before))["approve_budget called"] == 1
+
+
+async def test_a_repeatable_call_is_sent_again_when_its_send_was_claimed(
+    reports_url: str, tmp_path: Path
+) -> None:
+    started = await _start(
+        reports_url, tmp_path, "approve_budget", {"team": "ops"}, idempotent=True
+    )
+    backend, job = started.backend, started.job_id
+    try:
+        await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 9}))
+        assert await Rounds(started.blobs, job).claim_send(1)
+        second = await backend.status(job)
+    finally:
+        await backend.aclose()
+
+    assert second.status == "input_required"
+    assert [q.message for q in second.questions or []] == ["Approve 9 for ops?"]
+
+
+async def test_a_server_that_asks_for_ever_fails_the_call_after_the_last_round(
+    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str
+) -> None:
+    before = await task_events(reports_url)
+    apps = reports_apps(reports_url, roots=ROOTS)
+    async with reports_run(
+        dev_env, task_queue, apps, "scripted:mcp-roots-forever", tools=["reports__*"]
+    ) as handle:
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    got = tool_outcome(result)
+    assert got["status"] == "failed"
+    assert got["error"]["code"] == "too_many_rounds"
+    assert f"at most {MAX_ROUNDS} rounds" in got["error"]["message"]
+    events = await task_events_since(reports_url, before)
+    # Every round's roots request answered from the declaration, by no person; the call made
+    # once, then once per round answered.
+    assert events["list_roots_forever called"] == MAX_ROUNDS + 1
+    assert events["list_roots_forever saw 1 roots"] == MAX_ROUNDS
+
+
+async def test_an_oversize_request_state_fails_the_call(reports_url: str, tmp_path: Path) -> None:
+    at_once = await _start(reports_url, tmp_path / "a", "swell_state", {"at_once": True})
+    later = await _start(reports_url, tmp_path / "b", "swell_state", {})
+    try:
+        swelled = await later.backend.status(later.job_id)
+    finally:
+        await later.backend.aclose()
+
+    # The first round: the model reads why the call failed.
+    assert at_once.result.is_error and at_once.result.operation is None
+    assert "requestState of" in at_once.result.content
+    assert "at most 65,536 are kept" in at_once.result.content
+    # A later round: the operation fails.
+    assert swelled.status == "failed" and swelled.error is not None
+    assert swelled.error.code == "input_required_too_large"
+    assert "requestState of" in swelled.error.message
