@@ -53,6 +53,10 @@ CLOSE_WITHIN_SECONDS = 5.0
 MAX_URL_CHARS = 2_000  # of a URL elicitation's address, as a person is shown it
 # How many pages of a server's tools a session reads at most to find one tool.
 MAX_LISTING_PAGES = 20
+# Each send of a call's rounds may be made on a session of its own, whose request ids start
+# again from 1: send n's ids start past n times this many, so that no send reuses an id of an
+# earlier send of the call (SEP-2322: a retry's JSON-RPC id MUST differ from the request's).
+IDS_PER_SEND = 1_000
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
 
@@ -490,6 +494,7 @@ class McpTaskBackend:
             )
             for key, response in answered.items()
         }
+        _ids_from(client, IDS_PER_SEND * (n + 1))
         try:
             result = await client.session.call_tool(
                 call.tool,
@@ -654,3 +659,14 @@ async def learn_header_params(client: Any, tool: str) -> None:
         cursor = page.next_cursor
         if not cursor or any(listed.name == tool for listed in page.tools):
             return
+
+
+def _ids_from(client: Any, floor: int) -> None:
+    """Move the session's next request id to at least `floor` (the SDK numbers a session's
+    requests from 1 and offers no way to choose them: its dispatcher's counter is set)."""
+    dispatcher = getattr(client.session, "_dispatcher", None)
+    current = getattr(dispatcher, "_next_id", None)
+    if isinstance(current, int) and current < floor:
+        dispatcher._next_id = floor  # type: ignore[union-attr]
+    elif current is None:
+        log.warning("MCP: this SDK's request ids could not be set apart for a call's rounds")

@@ -16,8 +16,12 @@ server, never with a client of its own: the tools are listed on a session of the
 (`McpServer.connect()`, `list_tools()` and the resource and prompt tools the server is
 `offered`, as `list_mcp_tools` does), and each call is made on a new session offering the
 tasks extension (`McpServer.connect(extensions=[Tasks()])`, then `session.call_tool(name,
-arguments, allow_claimed=True)` as a tool call does, or the resource and prompt tools'
-`answer`). So the suite judges what a run sends.
+arguments, allow_input_required=True, allow_claimed=True)` as a tool call does, or the resource
+and prompt tools' `answer`). A scenario whose calls ask for input in rounds
+(`sep-2322-client-request-state`) runs the worker's own code: the listing and call activities
+(`McpActivities`, in an `ActivityEnvironment`), then, for a call that became an operation, the
+backend its poll and answer activities use (`McpTaskBackend.status` and `answer`), over a blob
+store of its own. So the suite judges what a run sends.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.mcp import learn_header_params
+from temporalio.testing import ActivityEnvironment
+
+from activities.mcp import McpActivities, learn_header_params, read_listing
 from activities.mcp_resources import (
     GET_PROMPT,
     LIST_PROMPTS,
@@ -40,9 +47,14 @@ from activities.mcp_resources import (
     answer,
     offered,
 )
-from waitstate.mcp import McpServer
-from waitstate.mcp_tasks import Tasks
-from waitstate.schemas import ToolDefinition
+from waitstate.blobs import LocalBlobStore
+from waitstate.mcp import McpServer, McpServers
+from waitstate.mcp_tasks import McpTaskBackend, Tasks
+from waitstate.schemas import ToolCall, ToolCallInput, ToolDefinition
+from waitstate.schemas.builtin import MCP_SEPARATOR
+from waitstate.schemas.operations import Completion
+from waitstate.schemas.run import McpListInput
+from waitstate.tools.spec import JobAnswer
 
 SCENARIO = "MCP_CONFORMANCE_SCENARIO"
 CONTEXT = "MCP_CONFORMANCE_CONTEXT"
@@ -52,6 +64,8 @@ BASIC_ARGUMENTS = {"a": 2, "b": 3}
 # that echoes it.
 FOCAL_TOOL = "json_schema_2020_12_tool"
 ECHO_TOOL = "json_schema_echo"
+# How many times an operation is checked at most (every 0.1 s) before the script gives up.
+MAX_CHECKS = 100
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +93,9 @@ class Worker:
         """Call a tool as the call activity does, on a session of the call's own."""
         async with self.server.connect(extensions=[Tasks()]) as client:
             await learn_header_params(client, name, self.schemas.get(name, {}))
-            result = await client.session.call_tool(name, arguments, allow_claimed=True)
+            result = await client.session.call_tool(
+                name, arguments, allow_input_required=True, allow_claimed=True
+            )
         log.info("called %s: %s", name, type(result).__name__)
         return result
 
@@ -98,6 +114,66 @@ class Worker:
 
 
 Script = Callable[[Worker, dict[str, Any]], Coroutine[Any, Any, None]]
+
+
+async def call_every_tool_answering(worker: Worker, context: dict[str, Any]) -> None:
+    """What a run does: list the tools (the `list_mcp_tools` activity), call each with no
+    arguments (the call activity, `McpActivities.call`), then wait for every call that became
+    an operation, as its poll and answer activities do (`McpTaskBackend.status` and `answer`,
+    over the worker's blob store): a call that asked for input in rounds is answered, a
+    person accepting each question with the form's defaults, and sent again until it ends.
+    So the calls made between a call's rounds are made while its rounds are open."""
+    with tempfile.TemporaryDirectory(prefix="conformance-blobs-") as directory:
+        blobs = LocalBlobStore(directory)
+        activities = McpActivities(McpServers([worker.server]), blobs)
+        env = ActivityEnvironment()
+        grants = [f"{worker.server.name}{MCP_SEPARATOR}*"]
+        listing = await env.run(activities.list_mcp_tools, McpListInput(grants=grants))
+        tools = await read_listing(blobs, listing.ref)
+        operations = []
+        for n, (name, tool) in enumerate(tools.items()):
+            call = ToolCall(id=f"call_{n}", name=name, arguments="{}")
+            input = ToolCallInput(call=call, workflow_id="conformance", operation_id=f"op_{n}")
+            result = await env.run(activities.call, input, tool)
+            log.info("called %s: %s", name, result.operation or result.content[:200])
+            if result.operation is not None:
+                operations.append((name, result.operation.job_id))
+        backend = McpTaskBackend(worker.server, blobs)
+        try:
+            for name, job_id in operations:
+                log.info("%s ended: %s", name, await _answered(backend, job_id))
+        finally:
+            await backend.aclose()
+
+
+async def _answered(backend: McpTaskBackend, job_id: str) -> Completion:
+    """The operation's end, each question it asks accepted with its form's defaults.
+
+    Raises:
+        TimeoutError: it did not end within `MAX_CHECKS` checks.
+    """
+    for _ in range(MAX_CHECKS):
+        status = await backend.status(job_id)
+        if status.status in ("succeeded", "failed"):
+            return status
+        for question in status.questions or ():
+            content = _defaults(question.requested_schema)
+            log.info("answering %s with %s", question.key, content)
+            await backend.answer(
+                job_id, JobAnswer(key=question.key, action="accept", content=content)
+            )
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"{job_id} did not end within {MAX_CHECKS} checks")
+
+
+def _defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """A form's answer with each property's default, or a value of its type."""
+    by_type: dict[str, Any] = {"boolean": True, "string": "", "integer": 0, "number": 0}
+    return {
+        name: spec.get("default", by_type.get(spec.get("type", "")))
+        for name, spec in (schema.get("properties") or {}).items()
+        if isinstance(spec, dict)
+    }
 
 
 async def list_tools(worker: Worker, context: dict[str, Any]) -> None:
@@ -165,6 +241,7 @@ SCRIPTS: dict[str, Script] = {
     "http-standard-headers": use_everything,
     "http-invalid-tool-headers": call_every_tool,
     "http-custom-headers": make_the_calls_given,
+    "sep-2322-client-request-state": call_every_tool_answering,
 }
 
 

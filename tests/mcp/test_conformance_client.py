@@ -5,12 +5,16 @@ own. Each scenario runs at every protocol version the suite lists it for, and no
 A check the suite skips because waitstate never sends what it tests (an `initialize` on the
 stateless 2026-07-28 wire, a sampling or elicitation capability) passes, and is printed.
 
+`sep-2322-client-request-state` (`input_required` on a plain `tools/call`) runs the calls as a
+run does: the call activity, then the operation's poll and answer activities' backend, which
+answers each round and sends the call again (`tests/mcp/conformance_client.py`).
+
 Not run, and why (`NOT_RUN`, `NOT_RUN_FAMILIES`):
 
-- `sep-2322-client-request-state`: `input_required` on a plain `tools/call` (rounds of questions
-  without a task) is not handled yet; the call fails.
-- `elicitation-sep1034-client-defaults`: protocol 2025-11-25 only, and waitstate answers a
-  server's questions durably (a person, through the run), not inline in a session.
+- `elicitation-sep1034-client-defaults`: protocol 2025-11-25 only, where the server asks with an
+  `elicitation/create` request inside its session; waitstate declares no elicitation capability
+  and takes a server's questions only by `input_required` (a task's, or a plain call's rounds),
+  answered durably (a person, through the run).
 - `auth/*`: a server's headers come from the worker's environment; waitstate has no OAuth flow.
 - `sep-2640-*`: the skills extension, which waitstate does not implement.
 """
@@ -36,10 +40,10 @@ RUN = {
     "http-custom-headers": ["2026-07-28"],
     "json-schema-ref-no-deref": ["2026-07-28"],
     "json-schema-2020-12-preservation": ["2025-11-25", "2026-07-28"],
+    "sep-2322-client-request-state": ["2026-07-28"],
 }
 NOT_RUN = {
-    "sep-2322-client-request-state": "input_required on a plain tools/call is not handled yet",
-    "elicitation-sep1034-client-defaults": "2025-11-25 only; questions are answered durably",
+    "elicitation-sep1034-client-defaults": "2025-11-25 only: questions asked inside a session",
 }
 NOT_RUN_FAMILIES = {
     "auth/": "no OAuth flow",
@@ -98,11 +102,11 @@ def test_every_client_scenario_of_the_suite_is_run_or_said_why_not(
 def test_the_client_refuses_a_scenario_it_has_no_script_for(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(conformance_client.SCENARIO, "sep-2322-client-request-state")
+    monkeypatch.setenv(conformance_client.SCENARIO, "elicitation-sep1034-client-defaults")
 
     code = conformance_client.main(["conformance_client", "http://127.0.0.1:9/mcp"])
 
     assert code != 0
     err = capsys.readouterr().err
-    assert "unknown scenario 'sep-2322-client-request-state'" in err
+    assert "unknown scenario 'elicitation-sep1034-client-defaults'" in err
     assert all(scenario in err for scenario in RUN)
