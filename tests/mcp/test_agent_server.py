@@ -18,6 +18,7 @@ from fastmcp.client.elicitation import ElicitResult
 from fastmcp.exceptions import ToolError
 from fastmcp_tasks.client import ToolTask, call_tool_task
 from fastmcp_tasks.client_models import UpdateTaskRequest, UpdateTaskRequestParams
+from fastmcp_tasks.models import MISSING_REQUIRED_CLIENT_CAPABILITY, missing_capability_error_data
 from mcp.shared.exceptions import MCPError as McpError
 from temporalio.testing import WorkflowEnvironment
 
@@ -26,6 +27,7 @@ from tests.helpers import make_worker
 from tests.mcp.agents_app import APP, ASKS
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
+from waitstate.mcp import McpServer
 from waitstate.mcp_server import CallerKeys, agent_server, http_app, shapes
 
 ALICE = "a" * 40
@@ -139,6 +141,20 @@ async def test_a_request_without_a_caller_key_is_refused(served: Served) -> None
     assert forged.status_code == 401
 
 
+async def test_a_call_that_does_not_declare_the_tasks_extension_is_refused(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_AUTHORIZATION", f"Bearer {ALICE}")
+    fleet = McpServer(
+        "fleet", url=served.url, headers_from_env={"Authorization": "FLEET_AUTHORIZATION"}
+    )
+    async with fleet.connect() as plain:  # no extensions offered
+        with pytest.raises(McpError) as refused:
+            await plain.call_tool("echo", {"task": "hello"})
+    assert refused.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert refused.value.error.data == missing_capability_error_data()
+
+
 async def test_an_oversize_body_is_refused_before_it_is_read(served: Served) -> None:
     body = json.dumps({"task": "x" * 2_000_000})
     async with httpx.AsyncClient() as http:
@@ -146,6 +162,16 @@ async def test_an_oversize_body_is_refused_before_it_is_read(served: Served) -> 
             served.url, content=body, headers={"Authorization": f"Bearer {ALICE}"}
         )
     assert response.status_code == 413
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        for _ in range(40):
+            yield b"x" * 65_536
+
+    async with httpx.AsyncClient() as http:
+        chunked = await http.post(
+            served.url, content=chunks(), headers={"Authorization": f"Bearer {ALICE}"}
+        )
+    assert chunked.status_code == 413
 
 
 def test_a_task_id_names_a_run_only_with_its_caller() -> None:

@@ -125,31 +125,30 @@ class BoundedBody:
             await _too_large(send, self._limit)
             return
         received = 0
-        started = False
+        started = refused = False
 
         async def bounded_receive() -> Message:
-            nonlocal received
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self._limit:
-                    raise _TooLarge
+                    # To the app, the client went away, and what it answers is dropped.
+                    refused = True
+                    if not started:
+                        await _too_large(send, self._limit)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracked_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+            if not refused:
+                started = True
+                await send(message)
 
-        try:
-            await self._app(scope, bounded_receive, tracked_send)
-        except _TooLarge:
-            if not started:
-                await _too_large(send, self._limit)
-
-
-class _TooLarge(Exception):
-    pass
+        await self._app(scope, bounded_receive, guarded_send)
 
 
 async def _too_large(send: Send, limit: int) -> None:

@@ -1,0 +1,170 @@
+"""How `waitstate.mcp_server` reads what a caller sends it and shows a run as a task, without a
+server: responses that cannot apply are refused whole, a run's requests become elicitations,
+its outcome a tool result; and the process refuses to start unconfigured."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import mcp_types
+import pytest
+from pydantic import BaseModel
+
+from tests.mcp.agents_app import APP
+from waitstate.mcp_server import __main__ as served
+from waitstate.mcp_server import shapes
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.messages import Usage
+from waitstate.schemas.questions import InputPolicy, InputRequest
+from waitstate.schemas.run import RunState
+
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def _approval(request_id: str, status: Any = "pending") -> ApprovalRequest:
+    return ApprovalRequest(
+        request_id=request_id,
+        tool="drop_table",
+        tool_call_id="call_0",
+        arguments={"name": "t" * 3000},
+        reason="destructive",
+        requested_at=NOW,
+        expires_at=NOW + timedelta(hours=1),
+        policy=ApprovalPolicy(),
+        status=status,
+    )
+
+
+def _question(question_id: str, answered_by: Any = "person") -> InputRequest:
+    return InputRequest(
+        question_id=question_id,
+        operation_id="op-1",
+        tool="reports__publish",
+        key="channel",
+        message="Which channel?",
+        requested_schema={"type": "object", "properties": {"channel": {"type": "string"}}},
+        asked_at=NOW,
+        expires_at=NOW + timedelta(hours=1),
+        policy=InputPolicy(answered_by=answered_by),
+    )
+
+
+def test_open_approvals_and_a_persons_questions_are_elicitations() -> None:
+    state = RunState(
+        approvals={"a1": _approval("a1"), "a2": _approval("a2", "approved")},
+        questions={"q1": _question("q1"), "q2": _question("q2", "model")},
+    )
+
+    requests = shapes.input_requests_of(state, approvals=True)
+    without_approvals = shapes.input_requests_of(state, approvals=False)
+
+    assert sorted(requests) == ["approval:a1", "question:q1"]
+    assert sorted(without_approvals) == ["question:q1"]
+    for payload in requests.values():  # each is a well-formed elicitation/create request
+        mcp_types.ElicitRequest.model_validate(payload)
+    approval = requests["approval:a1"]["params"]
+    assert approval["requestedSchema"] == shapes.DECISION_SCHEMA
+    assert approval["message"].startswith('Approve drop_table {"name": "ttt')
+    assert len(approval["message"]) < 1_100  # the arguments are cut
+    assert requests["question:q1"]["params"]["message"] == "reports__publish asks: Which channel?"
+
+
+@pytest.mark.parametrize(
+    ("response", "decision", "comment"),
+    [
+        ({"action": "accept", "content": {"decision": "approve"}}, "approve", ""),
+        ({"action": "accept", "content": {"decision": "reject", "comment": "no"}}, "reject", "no"),
+        ({"action": "decline"}, "reject", "declined"),
+        ({"action": "decline", "_meta": {"io.waitstate/reason": "nobody"}}, "reject", "nobody"),
+    ],
+)
+def test_a_response_to_an_approval_is_a_decision(
+    response: dict[str, Any], decision: str, comment: str
+) -> None:
+    decided = shapes.decision_of("a1", response, "ana")
+    assert decided is not None
+    assert (decided.request_id, decided.decision, decided.comment) == ("a1", decision, comment)
+    assert decided.reviewer == "mcp:ana"
+
+
+def test_a_dismissed_form_decides_and_answers_nothing() -> None:
+    assert shapes.decision_of("a1", {"action": "cancel"}, "ana") is None
+    assert shapes.answer_of("q1", {"action": "cancel"}, "ana") is None
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "yes",
+        {"action": "maybe"},
+        {"action": "accept", "content": {"decision": "sure"}},
+        {"action": "accept", "content": {}},
+        {"action": "accept", "content": {"decision": "approve", "comment": 7}},
+        {"action": "accept", "content": {"decision": "approve", "comment": "x" * 5_001}},
+    ],
+)
+def test_a_response_that_is_not_a_decision_is_refused(response: Any) -> None:
+    with pytest.raises(shapes.Refused):
+        shapes.decision_of("a1", response, "ana")
+
+
+def test_a_response_to_a_question_is_an_answer() -> None:
+    accepted = shapes.answer_of("q1", {"action": "accept", "content": {"channel": "x"}}, "ana")
+    declined = shapes.answer_of("q1", {"action": "decline"}, "ana")
+    assert accepted is not None and declined is not None
+    assert (accepted.action, accepted.content, accepted.responder) == (
+        "accept",
+        {"channel": "x"},
+        "mcp:ana",
+    )
+    assert (declined.action, declined.content) == ("decline", None)
+    with pytest.raises(shapes.Refused):
+        shapes.answer_of("q1", ["accept"], "ana")
+
+
+class Line(BaseModel):
+    text: str
+
+
+class Report(BaseModel):
+    lines: list[Line]
+
+
+def test_an_output_types_definitions_move_where_its_references_point() -> None:
+    schema = shapes.output_schema(Report)
+    answer = schema["properties"]["answer"]
+    assert answer["properties"]["lines"]["items"] == {"$ref": "#/$defs/Line"}
+    assert "Line" in schema["$defs"] and "$defs" not in answer
+    assert shapes.output_schema(None)["properties"]["answer"] == {"type": "string"}
+
+
+def test_a_run_that_ended_without_answering_is_a_tool_error() -> None:
+    ended = RunState(status="max_turns", error="no answer within 3 turns")
+    result = shapes.result_of("mcp-x", ended, structured=False)
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == "the run ended max_turns: no answer within 3 turns"
+    assert "structuredContent" not in result
+
+
+def test_a_structured_answer_is_parsed_and_a_plain_one_kept() -> None:
+    done = RunState(status="completed", final_output='{"a": 1}', usage=Usage(model_calls=2))
+    structured = shapes.result_of("mcp-x", done, structured=True)["structuredContent"]
+    plain = shapes.result_of("mcp-x", done, structured=False)["structuredContent"]
+    assert structured["answer"] == {"a": 1}
+    assert plain["answer"] == '{"a": 1}'
+    assert structured["usage"]["model_calls"] == 2
+
+
+def test_the_server_does_not_start_without_apps_or_caller_keys(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("WAITSTATE_APPS", raising=False)
+    monkeypatch.delenv("WAITSTATE_MCP_CALLER_KEYS", raising=False)
+    assert served.main([]) == 2
+    assert "name the apps" in capsys.readouterr().err
+    assert served.main(["--app", APP]) == 2
+    assert "WAITSTATE_MCP_CALLER_KEYS" in capsys.readouterr().err
+    monkeypatch.setenv("WAITSTATE_MCP_CALLER_KEYS", "ana:short")
+    assert served.main(["--app", APP]) == 2
+    assert "caller key 'ana' is too short" in capsys.readouterr().err
