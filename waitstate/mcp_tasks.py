@@ -398,7 +398,10 @@ class McpTaskBackend:
         are ended: no answers are sent after this (the server holds nothing to stop)."""
         if is_rounds_job(job_id):
             rounds = self._rounds_of(job_id)
-            n, reply = await rounds.latest()
+            try:
+                n, reply = await rounds.latest()
+            except ToolError:  # no such call: nothing to stop
+                return
             if reply.kind == "task" and reply.task_id is not None:
                 job_id = reply.task_id
             else:

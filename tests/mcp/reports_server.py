@@ -23,12 +23,16 @@ from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
 from mcp_types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
     ListRootsRequest,
     ListRootsResult,
+    SamplingMessage,
+    TextContent,
 )
 
 server = FastMCP("reports")
@@ -187,6 +191,24 @@ async def swell_state(ctx: Context, at_once: bool = False) -> str | InputRequire
         return InputRequiredResult(input_requests={"roots": ListRootsRequest()}, request_state="1")
     return InputRequiredResult(
         input_requests={"roots": ListRootsRequest()}, request_state="x" * 100_000
+    )
+
+
+@server.tool
+async def draft_with_sampling(topic: str, ctx: Context) -> str | InputRequiredResult:
+    """Asks the client's model for a draft (a sampling request) and a title (a question)."""
+    EVENTS["draft_with_sampling called"] += 1
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=topic))
+    sampling = CreateMessageRequestParams(messages=[message], max_tokens=50)
+    title = ElicitRequestFormParams(
+        message=f"A title for {topic}?",
+        requested_schema={"type": "object", "properties": {"title": {"type": "string"}}},
+    )
+    return InputRequiredResult(
+        input_requests={
+            "draft": CreateMessageRequest(params=sampling),
+            "title": ElicitRequest(params=title),
+        }
     )
 
 

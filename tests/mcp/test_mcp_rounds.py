@@ -29,9 +29,10 @@ from tests.mcp.runs import (
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
-from waitstate.mcp_rounds import MAX_ROUNDS, Rounds
+from waitstate.mcp_rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
 from waitstate.mcp_tasks import McpTaskBackend
 from waitstate.schemas import RunInput, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
 from waitstate.tools import ToolError
@@ -243,3 +244,59 @@ async def test_an_oversize_request_state_fails_the_call(reports_url: str, tmp_pa
     assert swelled.status == "failed" and swelled.error is not None
     assert swelled.error.code == "input_required_too_large"
     assert "requestState of" in swelled.error.message
+
+
+async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
+    reports_url: str, tmp_path: Path
+) -> None:
+    before = await task_events(reports_url)
+    started = await _start(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"})
+    backend, job = started.backend, started.job_id
+    try:
+        asked = await backend.status(job)
+        await backend.answer(
+            job, JobAnswer(key="1/title", action="accept", content={"title": "Q3"})
+        )
+        waiting = await backend.status(job)
+        await backend.cancel(job)
+        cancelled = await backend.status(job)
+    finally:
+        await backend.aclose()
+
+    # Only the elicitation is a question; the sampling request is named, and never answered.
+    assert [q.key for q in asked.questions or []] == ["1/title"]
+    assert "not answered by this client: sampling/createMessage" in (asked.progress or "")
+    assert (waiting.status, waiting.questions) == ("input_required", None)
+    assert "1 answer(s) awaited" in (waiting.progress or "")
+    assert cancelled.status == "failed" and cancelled.error is not None
+    assert cancelled.error.code == "cancelled"
+    assert (await task_events_since(reports_url, before))["draft_with_sampling called"] == 1
+
+
+async def test_a_call_the_server_runs_as_a_task_after_a_round_is_polled_as_that_task(
+    reports_url: str, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    call = PendingCall(
+        server="reports",
+        tool="render_report",
+        name="reports__render_report",
+        arguments={"region": "apac", "seconds": 0.5},
+        repeatable=False,
+    )
+    rounds = await Rounds.begin(blobs, call, Reply(kind="input_required", input_requests={}))
+    backend = McpTaskBackend(McpServer("reports", url=reports_url), blobs)
+    try:
+
+        async def ended() -> Completion | None:
+            status = await backend.status(rounds.job_id)
+            return status if status.status in ("succeeded", "failed") else None
+
+        outcome = await eventually(ended, "the task to end")
+    finally:
+        await backend.aclose()
+
+    reply = await rounds.reply(1)
+    assert reply is not None and reply.kind == "task" and reply.task_id
+    assert outcome.status == "succeeded"
+    assert outcome.result == {"url": "https://reports.example/apac.pdf"}
