@@ -21,7 +21,7 @@ from mcp.client import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from waitstate.blobs import BlobStore
 from waitstate.mcp import McpServer
@@ -525,6 +525,18 @@ class McpTaskBackend:
                 await self.aclose()
                 raise
             await self._broken_send(rounds, call, n + 1, ConnectionError("session ended"))
+            return
+        except ValidationError as err:
+            # The server answered, with something that is no answer to a call (an input
+            # request of no known kind...): sending again would only get it again.
+            await rounds.record_reply(
+                n + 1,
+                failed(
+                    "unexpected_result",
+                    f"MCP server {self._server.name!r} answered {call.tool} with something "
+                    f"that is not a tool's answer: {str(err)[:500]}",
+                ),
+            )
             return
         except Exception as err:
             await self._broken_send(rounds, call, n + 1, err)

@@ -11,9 +11,11 @@ import dataclasses
 import json
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from mcp_types import InputRequiredResult
 from temporalio.client import WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
@@ -300,3 +302,35 @@ async def test_a_call_the_server_runs_as_a_task_after_a_round_is_polled_as_that_
     assert reply is not None and reply.kind == "task" and reply.task_id
     assert outcome.status == "succeeded"
     assert outcome.result == {"url": "https://reports.example/apac.pdf"}
+
+
+async def test_a_reply_that_is_no_answer_fails_the_call_without_sending_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    call = PendingCall(
+        server="reports", tool="peek", name="reports__peek", arguments={}, repeatable=True
+    )
+    rounds = await Rounds.begin(blobs, call, Reply(kind="input_required", input_requests={}))
+    sent: list[dict[str, Any]] = []
+
+    class Session:
+        async def call_tool(self, name: str, arguments: dict[str, Any], **params: Any) -> Any:
+            sent.append(params)
+            # What the SDK raises for an input request of no kind it knows.
+            return InputRequiredResult.model_validate({"inputRequests": {"x": {"method": "?"}}})
+
+    async def connected(self: McpTaskBackend) -> Any:
+        return SimpleNamespace(session=Session())
+
+    monkeypatch.setattr(McpTaskBackend, "_connected", connected)
+    backend = McpTaskBackend(McpServer("reports", url="http://127.0.0.1:9/mcp"), blobs)
+
+    first = await backend.status(rounds.job_id)
+    second = await backend.status(rounds.job_id)
+
+    assert first.status == "failed" and first.error is not None
+    assert first.error.code == "unexpected_result"
+    assert "not a tool's answer" in first.error.message
+    assert second == first
+    assert len(sent) == 1  # a read-only call too: the same answer would come again
