@@ -102,6 +102,33 @@ async def test_a_run_that_ends_without_answering_is_a_tool_error(served: Served)
             await mcp.call_tool("echo-json", {"task": "not json"})
 
 
+async def test_a_task_is_read_from_temporal_alone_while_it_asks_nothing(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """No worker runs: the task is created and reads as working from the run's description,
+    with no query a worker would have to answer; its cancellation is taken (and applied by
+    the run once a worker runs it)."""
+    apps = load_apps([APP])
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+
+    async def connect() -> WaitstateClient:
+        return client
+
+    server = agent_server(apps.agents, connect=connect, auth=CallerKeys({"alice": ALICE}))
+    async with serving(http_app(server)) as root, Client(f"{root}/mcp", auth=ALICE) as alice:
+        task = await call_tool_task(alice, "echo", {"task": "hello"})
+        status = await task.status()
+        await task.cancel()
+    run = client.handle(shapes.run_id_of("alice", task.task_id))
+    history = [event async for event in run.fetch_history_events()]
+    await run.terminate("the test is over")
+
+    assert (status.status, status.status_message) == ("working", "running")
+    assert any(
+        event.HasField("workflow_execution_cancel_requested_event_attributes") for event in history
+    )
+
+
 async def test_a_caller_reaches_only_its_own_tasks(served: Served) -> None:
     """Bob holds alice's task id: to him it is an unknown task, which he can neither read,
     answer nor cancel; alice cancels it, and its run is cancelled."""

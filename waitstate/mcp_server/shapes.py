@@ -135,6 +135,13 @@ def working_message(state: RunState) -> str:
     return line[:MAX_MESSAGE_CHARS]
 
 
+def wait_message(status: str, waiting_for: str) -> str:
+    """What a run that asks nothing of the caller is doing: its status, and what it waits for."""
+    if waiting_for == "none":
+        return status
+    return f"{status}, waiting for {waiting_for}"
+
+
 def input_requests_of(state: RunState, approvals: bool) -> dict[str, Any]:
     """The run's open requests a person answers, as elicitations by key: its approvals (when
     the caller decides them) and the questions its tools' policies give to a person."""

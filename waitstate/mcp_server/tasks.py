@@ -57,7 +57,7 @@ from waitstate.client import (
     WaitstateClient,
 )
 from waitstate.mcp_server import shapes
-from waitstate.names import AGENT_NAME
+from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
 from waitstate.schemas.errors import QUESTION_INVALID_ANSWER
 from waitstate.schemas.run import RunInput
 
@@ -74,6 +74,9 @@ MAX_TASK_ID_CHARS = 64
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+# What a run waits for (its `WaitingFor`) when it waits for a person: only then is it asked
+# what it waits for (its `status` query), to show the caller.
+PERSON_WAITS = frozenset({"approval", "input"})
 _CLOSED_AS_FAILED = {
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TERMINATED,
@@ -216,6 +219,13 @@ class RunTasks(ServerExtension):
                 )
 
             if description.status == WorkflowExecutionStatus.RUNNING:
+                attributes = description.typed_search_attributes
+                waiting_for = attributes.get(WAITING_FOR) or "none"
+                if waiting_for not in PERSON_WAITS:
+                    # Nothing asked of a person: Temporal's description says enough, and no
+                    # worker replays the run for a caller that polls.
+                    status = attributes.get(AGENT_STATUS) or "running"
+                    return task("working", status_message=shapes.wait_message(status, waiting_for))
                 try:
                     state = await self.client.query(run_id)
                 except NotAnswered:
