@@ -27,6 +27,12 @@ def verbatim(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Me
     return Message(role="assistant", content=next(m.content for m in messages if m.role == "user"))
 
 
+def listener(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Answers with how many of the conversation's messages it has heard, and the latest."""
+    heard = [m.content for m in messages if m.role == "user"]
+    return Message(role="assistant", content=f"heard {len(heard)}: {heard[-1]}")
+
+
 app = App(
     agents=[
         Agent(
@@ -37,7 +43,12 @@ app = App(
             approval=ApprovalPolicy(approvers="fleet-leads"),
         ),
         Agent("echo", model="scripted:echo"),
+        Agent("listener", model="scripted:listener"),
         Agent("echo-json", model="scripted:verbatim", output_type=Echoed, max_turns=1),
     ],
-    scripts={"call-approver": one_call("fleet__approver", {"task": ASKS}), "verbatim": verbatim},
+    scripts={
+        "call-approver": one_call("fleet__approver", {"task": ASKS}),
+        "verbatim": verbatim,
+        "listener": listener,
+    },
 )

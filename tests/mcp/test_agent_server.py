@@ -129,6 +129,36 @@ async def test_a_task_is_read_from_temporal_alone_while_it_asks_nothing(
     )
 
 
+async def test_a_call_naming_a_thread_is_a_message_in_the_callers_conversation(
+    served: Served,
+) -> None:
+    """Two messages to alice's thread `plans`: one conversation, each message a task whose
+    result is its reply; bob's `plans` is another thread; a message is not cancelled."""
+    async with Client(served.url, auth=ALICE) as alice, Client(served.url, auth=BOB) as bob:
+        first = await alice.call_tool("listener", {"task": "hello", "thread": "plans"})
+        second = await alice.call_tool_mcp("listener", {"task": "and then?", "thread": "plans"})
+        bobs = await bob.call_tool("listener", {"task": "mine", "thread": "plans"})
+        task = await call_tool_task(alice, "listener", {"task": "third", "thread": "plans"})
+        with pytest.raises(McpError, match="not cancelled"):
+            await task.cancel()
+        third = await task.result()
+        with pytest.raises(McpError, match="'thread' names a conversation"):
+            await alice.call_tool("listener", {"task": "x", "thread": "no spaces"})
+
+    def said(result: Any) -> tuple[int, str]:
+        heard, text = result.structured_content["answer"].split(": ", 1)
+        return int(heard.removeprefix("heard ")), text
+
+    assert said(first)[1] == "hello"
+    assert said(second)[1] == "and then?" and said(second)[0] > said(first)[0]
+    assert said(third)[1] == "third" and said(third)[0] > said(second)[0]
+    assert said(bobs) == (said(first)[0], "mine")  # bob's first message in his own thread
+    runs = {r.structured_content["run_id"] for r in (first, second, third)}
+    assert runs == {shapes.thread_run_id("alice", "listener", "plans")}
+    assert bobs.structured_content["run_id"] == shapes.thread_run_id("bob", "listener", "plans")
+    assert task.task_id == shapes.message_task_id("listener", "plans", "m3")
+
+
 async def test_a_caller_reaches_only_its_own_tasks(served: Served) -> None:
     """Bob holds alice's task id: to him it is an unknown task, which he can neither read,
     answer nor cancel; alice cancels it, and its run is cancelled."""

@@ -168,3 +168,13 @@ def test_the_server_does_not_start_without_apps_or_caller_keys(
     monkeypatch.setenv("WAITSTATE_MCP_CALLER_KEYS", "ana:short")
     assert served.main(["--app", APP]) == 2
     assert "caller key 'ana' is too short" in capsys.readouterr().err
+
+
+def test_a_messages_task_id_names_its_callers_thread_and_nothing_else() -> None:
+    task_id = shapes.message_task_id("listener", "plans", "m2")
+    assert shapes.thread_of(task_id) is not None
+    assert shapes.thread_of(task_id)[1:] == ("plans", "m2")  # type: ignore[index]
+    assert shapes.run_id_of("ana", task_id) == shapes.thread_run_id("ana", "listener", "plans")
+    assert shapes.run_id_of("bo", task_id) != shapes.run_id_of("ana", task_id)
+    for not_a_message in ("abc", "a.b", "a.b.c.d", "a..b", "a.b c.d", shapes.new_task_id()):
+        assert shapes.thread_of(not_a_message) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from typing import Any, Literal
 
@@ -18,8 +19,10 @@ import mcp_types
 from pydantic import BaseModel, ValidationError
 
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput
+from waitstate.schemas.messages import Usage
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, AnswerInput, InputRequest
 from waitstate.schemas.run import RunState
+from waitstate.schemas.threads import ThreadMessage
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 RUN_PREFIX = "mcp-"
@@ -29,6 +32,8 @@ MAX_TASK_CHARS = 20_000  # of the `task` argument: a run's task travels in its h
 MAX_RESPONSES = 64  # keys of one `tasks/update`
 MAX_COMMENT_CHARS = 5_000  # of a decision's comment (`DecideInput.comment`)
 MAX_ARGUMENTS_SHOWN = 1_000  # characters of a tool call's arguments, in an approval's message
+THREAD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+THREAD_PART = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # An approval, asked as a form: the decision, and why (the agent reads the comment).
 DECISION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -47,13 +52,45 @@ def new_task_id() -> str:
 
 def run_id_of(caller: str, task_id: str) -> str:
     """The workflow id of `caller`'s task `task_id`: a digest of the caller (never the caller's
-    name, which the Web UI would show), then the task id."""
-    digest = hashlib.sha256(caller.encode()).hexdigest()[:16]
-    return f"{RUN_PREFIX}{digest}-{task_id}"
+    name, which the Web UI would show), then the task id; for a thread's message, the thread's
+    (`thread_of`)."""
+    if (thread := thread_of(task_id)) is not None:
+        return _thread_run(caller, thread[0], thread[1])
+    return f"{RUN_PREFIX}{_digest(caller, 16)}-{task_id}"
+
+
+def thread_run_id(caller: str, agent: str, thread: str) -> str:
+    """The workflow id of `caller`'s thread `thread` with `agent`."""
+    return _thread_run(caller, _digest(agent, 8), thread)
+
+
+def _thread_run(caller: str, agent_digest: str, thread: str) -> str:
+    return f"{RUN_PREFIX}{_digest(caller, 16)}.{agent_digest}.{thread}"
+
+
+def message_task_id(agent: str, thread: str, message_id: str) -> str:
+    """The task of a message to `caller`'s thread `thread` with `agent`: `DIGEST.THREAD.MESSAGE`,
+    the agent's digest, the thread's name and the message's id (a caller's threads are its own
+    per agent: the same name with another agent is another thread)."""
+    return f"{_digest(agent, 8)}.{thread}.{message_id}"
+
+
+def thread_of(task_id: str) -> tuple[str, str, str] | None:
+    """The agent's digest, the thread's name and the message's id of a message's task id; None
+    for a task run's (a task run's id has no `.`)."""
+    parts = task_id.split(".")
+    if len(parts) != 3 or not all(THREAD_PART.fullmatch(part) for part in parts):
+        return None
+    return parts[0], parts[1], parts[2]
+
+
+def _digest(text: str, chars: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:chars]
 
 
 def input_tool_schema(max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
-    """The arguments of every agent's tool: the task, in words."""
+    """The arguments of every agent's tool: the task, in words; and a thread to send it to, to
+    talk with the agent rather than give it a task."""
     return {
         "type": "object",
         "properties": {
@@ -61,8 +98,15 @@ def input_tool_schema(max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
                 "type": "string",
                 "minLength": 1,
                 "maxLength": max_task_chars,
-                "description": "What the agent should do.",
-            }
+                "description": "What the agent should do, or your message in the thread.",
+            },
+            "thread": {
+                "type": "string",
+                "pattern": THREAD_NAME.pattern,
+                "description": "A conversation of yours with the agent, by a name you choose: "
+                "the task is a message in it, and the agent remembers the thread's earlier "
+                "messages. Omitted: a task of its own.",
+            },
         },
         "required": ["task"],
         "additionalProperties": False,
@@ -106,25 +150,39 @@ def result_of(run_id: str, outcome: RunState, structured: bool) -> dict[str, Any
     turns, an approval expired, an answer its output type refused, a failure of its own) is
     a tool error the caller's model can read."""
     if outcome.status != "completed":
-        why = outcome.error or outcome.status
-        text = f"the run ended {outcome.status}: {why}"
-        return _dump(mcp_types.CallToolResult(content=[_text(text)], is_error=True))
-    answer_text = outcome.final_output or ""
-    answer: Any = answer_text
+        return tool_error(f"the run ended {outcome.status}: {outcome.error or outcome.status}")
+    counts = {"turns": outcome.turns, "tool_calls": outcome.tool_calls}
+    return _answered(run_id, outcome.final_output or "", structured, outcome.usage, counts)
+
+
+def message_result(run_id: str, message: ThreadMessage, structured: bool) -> dict[str, Any] | None:
+    """A thread's message as a `CallToolResult` once it is done: its reply, as `result_of`
+    shows a run's answer, or a tool error if it ended without one; None while it waits or is
+    worked on."""
+    if message.status in ("queued", "working"):
+        return None
+    if message.status != "replied":
+        return tool_error(f"the message ended {message.status}: {message.error or 'no reply'}")
+    counts = {"turns": message.model_calls}
+    return _answered(run_id, message.reply or "", structured, message.usage, counts)
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    """A `CallToolResult` that is an error, saying `text`."""
+    return _dump(mcp_types.CallToolResult(content=[_text(text)], is_error=True))
+
+
+def _answered(
+    run_id: str, text: str, structured: bool, usage: Usage, counts: dict[str, int]
+) -> dict[str, Any]:
+    answer: Any = text
     if structured:
         try:
-            answer = json.loads(answer_text)
+            answer = json.loads(text)
         except ValueError:
-            answer = answer_text
-    content = {
-        "answer": answer,
-        "run_id": run_id,
-        "turns": outcome.turns,
-        "tool_calls": outcome.tool_calls,
-        "usage": outcome.usage.model_dump(),
-    }
-    result = mcp_types.CallToolResult(content=[_text(answer_text)], structured_content=content)
-    return _dump(result)
+            answer = text
+    content = {"answer": answer, "run_id": run_id, **counts, "usage": usage.model_dump()}
+    return _dump(mcp_types.CallToolResult(content=[_text(text)], structured_content=content))
 
 
 def working_message(state: RunState) -> str:

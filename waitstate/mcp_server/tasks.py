@@ -13,7 +13,7 @@ any fastmcp token verifier), and a task id reaches only the run of the caller th
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -43,23 +43,26 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from waitstate.agents import Agent
 from waitstate.client import (
     AnswerRefused,
     ClientError,
     DecisionRefused,
+    MessageRefused,
     NotAnswered,
     RunEnded,
     RunNotFound,
     StartFailed,
+    ThreadClosed,
     WaitstateClient,
+    thread_input,
 )
 from waitstate.mcp_server import shapes
 from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
 from waitstate.schemas.errors import QUESTION_INVALID_ANSWER
-from waitstate.schemas.run import RunInput
+from waitstate.schemas.run import RunInput, RunState
 
 if TYPE_CHECKING:
     from fastmcp.server.context import Context
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("waitstate.mcp_server")
 
 _TASK_METHOD_VERSIONS = frozenset(MODERN_PROTOCOL_VERSIONS)
-MAX_TASK_ID_CHARS = 64
+MAX_TASK_ID_CHARS = 160
 # A task's handle lives as long as its run is kept: Temporal's retention of closed runs, which
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
@@ -178,14 +181,27 @@ class RunTasks(ServerExtension):
                 message=f"'task' is the agent's task in words: 1 to {shapes.MAX_TASK_CHARS} "
                 "characters",
             )
+        thread = (params.arguments or {}).get("thread")
+        if thread is not None and not (
+            isinstance(thread, str) and shapes.THREAD_NAME.fullmatch(thread)
+        ):
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'",
+            )
         caller = _caller()
-        task_id = shapes.new_task_id()
-        run_id = shapes.run_id_of(caller, task_id)
-        try:
-            await self.client.start(RunInput(task=task, agent=agent.name), run_id=run_id)
-        except StartFailed as err:
-            raise MCPError(code=INTERNAL_ERROR, message=f"could not start the run: {err}") from err
-        log.info("caller %s started task %s (run %s)", caller, task_id, run_id)
+        if thread is not None:
+            task_id = await self._send(caller, agent.name, thread, task)
+        else:
+            task_id = shapes.new_task_id()
+            run_id = shapes.run_id_of(caller, task_id)
+            try:
+                await self.client.start(RunInput(task=task, agent=agent.name), run_id=run_id)
+            except StartFailed as err:
+                raise MCPError(
+                    code=INTERNAL_ERROR, message=f"could not start the run: {err}"
+                ) from err
+        log.info("caller %s created task %s", caller, task_id)
         now = _now()
         return CreateTaskResult(
             task_id=task_id,
@@ -195,6 +211,27 @@ class RunTasks(ServerExtension):
             ttl_ms=self._ttl_ms,
             poll_interval_ms=self._poll_ms,
         )
+
+    async def _send(self, caller: str, agent: str, thread: str, text: str) -> str:
+        """Send `text` to `caller`'s thread `thread` with `agent` (started with this message if
+        it never ran); the task id of the message."""
+        run_id = shapes.thread_run_id(caller, agent, thread)
+        try:
+            sent = await self.client.send_message(
+                run_id, text, sender=f"mcp:{caller}", start=thread_input(agent=agent)
+            )
+        except ThreadClosed:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"the thread {thread!r} is closed: it takes no more messages; name another",
+            ) from None
+        except MessageRefused as err:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"the thread refused it: {err.reason}"
+            ) from None
+        except ClientError as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not send it: {err}") from err
+        return shapes.message_task_id(agent, thread, sent.accepted.message_id)
 
     # --- tasks/* ----------------------------------------------------------------------------
 
@@ -218,38 +255,68 @@ class RunTasks(ServerExtension):
                     **payload,
                 )
 
-            if description.status == WorkflowExecutionStatus.RUNNING:
-                attributes = description.typed_search_attributes
-                waiting_for = attributes.get(WAITING_FOR) or "none"
-                if waiting_for not in PERSON_WAITS:
-                    # Nothing asked of a person: Temporal's description says enough, and no
-                    # worker replays the run for a caller that polls.
-                    status = attributes.get(AGENT_STATUS) or "running"
-                    return task("working", status_message=shapes.wait_message(status, waiting_for))
-                try:
-                    state = await self.client.query(run_id)
-                except NotAnswered:
-                    return task("working", status_message="waiting for a worker")
-                requests = shapes.input_requests_of(state, self._approvals)
-                message = shapes.working_message(state)
-                if requests:
-                    return task("input_required", status_message=message, input_requests=requests)
-                return task("working", status_message=message)
-            outcome = await self.client.outcome(run_id)
-            if description.status == WorkflowExecutionStatus.CANCELED:
-                return task("cancelled", status_message="the run was cancelled")
-            if description.status in _CLOSED_AS_FAILED:
-                error = outcome.error or "the run failed"
-                return task(
-                    "failed",
-                    status_message=error,
-                    error={"code": INTERNAL_ERROR, "message": error},
-                )
-            agent = description.typed_search_attributes.get(AGENT_NAME)
-            structured = self._structured(agent)
-            return task("completed", result=shapes.result_of(run_id, outcome, structured))
+            structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
+            if (thread := shapes.thread_of(params.task_id)) is not None:
+                return await self._message(run_id, thread[2], structured, task)
+            return await self._run(run_id, description, structured, task)
         except ClientError as err:
             _fail(params.task_id, err)
+
+    async def _run(
+        self,
+        run_id: str,
+        description: WorkflowExecutionDescription,
+        structured: bool,
+        task: Callable[..., GetTaskResult],
+    ) -> GetTaskResult:
+        """A task run's task: read from Temporal's description while it asks nothing of a
+        person (no worker replays it for a caller that polls), and asked otherwise."""
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            attributes = description.typed_search_attributes
+            waiting_for = attributes.get(WAITING_FOR) or "none"
+            if waiting_for not in PERSON_WAITS:
+                status = attributes.get(AGENT_STATUS) or "running"
+                return task("working", status_message=shapes.wait_message(status, waiting_for))
+            try:
+                state = await self.client.query(run_id)
+            except NotAnswered:
+                return task("working", status_message="waiting for a worker")
+            return self._asking(state, shapes.working_message(state), task)
+        outcome = await self.client.outcome(run_id)
+        if description.status == WorkflowExecutionStatus.CANCELED:
+            return task("cancelled", status_message="the run was cancelled")
+        if description.status in _CLOSED_AS_FAILED:
+            error = outcome.error or "the run failed"
+            return task(
+                "failed", status_message=error, error={"code": INTERNAL_ERROR, "message": error}
+            )
+        return task("completed", result=shapes.result_of(run_id, outcome, structured))
+
+    async def _message(
+        self, run_id: str, message_id: str, structured: bool, task: Callable[..., GetTaskResult]
+    ) -> GetTaskResult:
+        """A thread message's task: the thread is asked how its message stands (its reply is
+        the task's result), and what it waits for."""
+        try:
+            state = await self.client.query(run_id)
+        except NotAnswered:
+            return task("working", status_message="waiting for a worker")
+        messages = state.thread.messages if state.thread is not None else []
+        message = next((m for m in messages if m.message_id == message_id), None)
+        if message is None:  # older than what the thread keeps
+            raise RunNotFound(run_id)
+        if (result := shapes.message_result(run_id, message, structured)) is not None:
+            return task("completed", result=result)
+        return self._asking(state, f"message {message.status}", task)
+
+    def _asking(
+        self, state: RunState, message: str, task: Callable[..., GetTaskResult]
+    ) -> GetTaskResult:
+        """`input_required` with what the run asks of the caller, or `working`."""
+        requests = shapes.input_requests_of(state, self._approvals)
+        if requests:
+            return task("input_required", status_message=message, input_requests=requests)
+        return task("working", status_message=message)
 
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
@@ -307,8 +374,15 @@ class RunTasks(ServerExtension):
     async def _cancel(
         self, ctx: ServerRequestContext[Any, Any], params: CancelTaskParams
     ) -> CancelTaskResult:
-        """Cancel the run; a task that ended stays as it ended."""
+        """Cancel the run; a task that ended stays as it ended. A thread's message is not
+        cancelled: the conversation is the caller's to go on with."""
         run_id = self._run_of(ctx, params.task_id)
+        if shapes.thread_of(params.task_id) is not None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="a message in a thread is not cancelled: the thread answers it, and "
+                "takes the next",
+            )
         try:
             await self.client.cancel(run_id)
         except RunEnded:
