@@ -482,21 +482,32 @@ class McpTaskBackend:
         except Exception as err:  # nothing was sent: the next check tries again
             await self.aclose()
             raise ConnectionError(f"MCP server {self._server.name!r}: {err}") from None
+        requests = reply.input_requests or {}
+        try:
+            responses = {
+                key: (
+                    ListRootsResult.model_validate(response)
+                    if requests[key].get("method") == ROOTS_LIST
+                    else ElicitResult.model_validate(response)
+                )
+                for key, response in answered.items()
+            }
+        except ValidationError as err:  # an answer its form allowed, and MCP cannot carry
+            await rounds.record_reply(
+                n + 1,
+                failed(
+                    "answer_invalid",
+                    f"an answer to round {n + 1} of {call.tool} is not one an MCP client can "
+                    f"send (not sent): {str(err)[:500]}",
+                ),
+            )
+            return
         if not await rounds.claim_send(n + 1) and not call.repeatable:
             why = f"round {n + 1}'s answers may have been sent by an attempt that was interrupted"
             await rounds.record_reply(
                 n + 1, failed("outcome_unknown", unknown_outcome_message(call.name, why))
             )
             return
-        requests = reply.input_requests or {}
-        responses = {
-            key: (
-                ListRootsResult.model_validate(response)
-                if requests[key].get("method") == ROOTS_LIST
-                else ElicitResult.model_validate(response)
-            )
-            for key, response in answered.items()
-        }
         _ids_from(client, IDS_PER_SEND * (n + 1))
         try:
             result = await client.session.call_tool(

@@ -334,3 +334,23 @@ async def test_a_reply_that_is_no_answer_fails_the_call_without_sending_again(
     assert "not a tool's answer" in first.error.message
     assert second == first
     assert len(sent) == 1  # a read-only call too: the same answer would come again
+
+
+async def test_an_answer_mcp_cannot_carry_fails_the_call_unsent(
+    reports_url: str, tmp_path: Path
+) -> None:
+    before = await task_events(reports_url)
+    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
+    backend, job = started.backend, started.job_id
+    try:
+        # A form of the server's may allow an object; an elicitation's answer holds no such
+        # value.
+        nested = JobAnswer(key="1/answer", action="accept", content={"amount": {"eur": 5}})
+        await backend.answer(job, nested)
+        outcome = await backend.status(job)
+    finally:
+        await backend.aclose()
+
+    assert outcome.status == "failed" and outcome.error is not None
+    assert outcome.error.code == "answer_invalid"
+    assert (await task_events_since(reports_url, before))["approve_budget called"] == 1
