@@ -6,6 +6,8 @@ It speaks just enough of two wire protocols for the real SDK clients to talk to 
   comes as OpenAI's server-sent chunks (`wire_replies.openai_chunks`), ending `data: [DONE]`.
 - `POST /v1/messages`: Anthropic Messages; with `"stream": true`, the reply comes as
   Anthropic's server-sent events (`wire_replies.anthropic_events`), ending `message_stop`.
+- `POST /v1/responses`: OpenAI Responses; with `"stream": true`, the reply comes as its
+  server-sent events (`wire_responses.responses_events`), ending `response.completed`.
 
 Each request is answered with the next scripted reply, first in first out: first from the
 queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
@@ -17,15 +19,16 @@ clock. A streamed reply may break: `broken_off(events, ...)` drops the connectio
 many events, `error_event(events, status, message, ...)` ends the stream with an error event
 there. When nothing is queued, a default rule answers instead:
 
-1. if the request's last message carries tool results, a text reply saying how
-   many results came back and from which tools;
+1. if the request's last message carries tool results (Responses: its last input items are
+   function call outputs), a text reply saying how many results came back and from which
+   tools;
 2. otherwise, if tools were offered and no tool was called yet in the
    conversation, a call to the first offered tool with `{}` as arguments;
 3. otherwise, the text reply "ok".
 
 So an agent loop against an empty queue runs one tool round trip and finishes. The replies,
-their builders and the default rule are in `waitstate.testing.wire_replies`; each is imported
-from here too.
+their builders and the default rule are in `waitstate.testing.wire_replies` (the Responses
+API's in `waitstate.testing.wire_responses`); each is imported from here too.
 
 Usage::
 
@@ -52,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, TypeAlias
 
 from waitstate.testing.wire_replies import (
     BrokenStream,
@@ -75,14 +78,27 @@ from waitstate.testing.wire_replies import (
     openai_text,
     openai_tool_calls,
 )
+from waitstate.testing.wire_responses import (
+    RESPONSES_PATH,
+    ParamError,
+    default_responses_reply,
+    param_error,
+    responses_error_body,
+    responses_error_event,
+    responses_events,
+    responses_function_calls,
+    responses_text,
+)
 
 __all__ = [
     "ANTHROPIC_PATH",
     "OPENAI_PATH",
+    "RESPONSES_PATH",
     "BrokenStream",
     "DelayedReply",
     "ErrorReply",
     "HeldReply",
+    "ParamError",
     "RecordedRequest",
     "Reply",
     "WireProtocol",
@@ -98,12 +114,18 @@ __all__ = [
     "openai_chunks",
     "openai_text",
     "openai_tool_calls",
+    "param_error",
+    "responses_events",
+    "responses_function_calls",
+    "responses_text",
 ]
 
 logger = logging.getLogger(__name__)
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
+# The protocols served: the Responses API's replies are built in a module of their own.
+Protocol: TypeAlias = WireProtocol | Literal["openai-responses"]
 
 
 @dataclass(frozen=True)
@@ -246,11 +268,13 @@ class _Handler(BaseHTTPRequestHandler):
         # Read the body even when refusing the request, or it would be parsed as the
         # next request on this keep-alive connection.
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-        protocol: WireProtocol
+        protocol: Protocol
         if self.path == OPENAI_PATH:
             protocol = "openai"
         elif self.path == ANTHROPIC_PATH:
             protocol = "anthropic"
+        elif self.path == RESPONSES_PATH:
+            protocol = "openai-responses"
         else:
             self._send_json(404, {"error": {"message": f"no route for POST {self.path}"}})
             return
@@ -277,7 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             reply = queued
         if reply is None:
-            reply = default_reply(protocol, body)
+            if protocol == "openai-responses":
+                reply = default_responses_reply(body)
+            else:
+                reply = default_reply(protocol, body)
         self.server.wire._answered(request)
         streamed = body.get("stream") is True
         if isinstance(reply, ErrorReply):
@@ -295,8 +322,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(200, reply)
 
-    def _send_error(self, protocol: WireProtocol, reply: ErrorReply) -> None:
-        self._send_json(reply.status, error_body(protocol, reply), reply.headers)
+    def _send_error(self, protocol: Protocol, reply: ErrorReply) -> None:
+        self._send_json(reply.status, _error_body(protocol, reply), reply.headers)
 
     def _send_json(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
@@ -314,14 +341,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(
         self,
-        protocol: WireProtocol,
+        protocol: Protocol,
         body: dict[str, Any],
         reply: dict[str, Any],
         broken: BrokenStream | None,
     ) -> None:
         """Send `reply` as the protocol's server-sent events: OpenAI's chunks then
-        `data: [DONE]`, or Anthropic's named events; a `broken` one stops early."""
-        if protocol == "openai":
+        `data: [DONE]`, or Anthropic's or the Responses API's named events; a `broken` one
+        stops early."""
+        if protocol == "openai-responses":
+            events = [_sse(event, event["type"]) for event in responses_events(reply)]
+        elif protocol == "openai":
             options = body.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
             events = [_sse(chunk) for chunk in openai_chunks(reply, include_usage=usage)]
@@ -332,10 +362,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_events(events)
         elif broken.error is None:
             self._send_events(events[: broken.events], drop=True)
+        elif protocol == "openai-responses":
+            # The Responses API sends it as an `error` event, numbered in the sequence.
+            error = responses_error_event(broken.error, broken.events)
+            self._send_events([*events[: broken.events], _sse(error, "error")])
         else:
             # OpenAI sends it as a chunk of its own, Anthropic as an `error` event.
             name = "error" if protocol == "anthropic" else None
-            failure = _sse(error_body(protocol, broken.error), name)
+            failure = _sse(_error_body(protocol, broken.error), name)
             self._send_events([*events[: broken.events], failure])
 
     def _send_events(self, events: list[str], *, drop: bool = False) -> None:
@@ -362,6 +396,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # The base class writes every request to stderr; keep that out of test output.
         logger.debug("%s " + format, self.address_string(), *args)
+
+
+def _error_body(protocol: Protocol, reply: ErrorReply) -> dict[str, Any]:
+    if protocol == "openai-responses":
+        return responses_error_body(reply)
+    return error_body(protocol, reply)
 
 
 def _sse(data: Any, name: str | None = None) -> str:
