@@ -104,6 +104,15 @@ def build_providers(
 
         return OpenAIProvider(openai.AsyncOpenAI(**options))
 
+    def make_openai_responses() -> Provider:
+        # The same key and server as `openai:`, over the Responses API (`/v1/responses`).
+        options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
+        import openai
+
+        from waitstate.providers.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(openai.AsyncOpenAI(**options))
+
     def make_anthropic() -> Provider:
         options = _sdk_options("anthropic", settings.anthropic_api_key, settings.anthropic_base_url)
         import anthropic
@@ -115,6 +124,7 @@ def build_providers(
     return Providers(
         {
             "openai": make_openai,
+            "openai-responses": make_openai_responses,
             "anthropic": make_anthropic,
             "scripted": lambda: ScriptedProvider(scripts),
             **(extra or {}),

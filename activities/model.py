@@ -143,6 +143,11 @@ class ModelActivities:
         ref = await _stored(input, self._blobs.put(stored, activity.info().workflow_id), response)
         response.transcript_ref = ref.removeprefix(REF_PREFIX)
         response.usage = response.usage.model_copy(update={"model_calls": 0})
+        if response.message.provider_items is not None:
+            # The provider's own items (a reasoning model's encrypted reasoning: kilobytes a
+            # turn) go back to it from the stored transcript; the run never reads them, so its
+            # history goes without them.
+            response.message = response.message.model_copy(update={"provider_items": None})
         return response
 
     async def _ask(

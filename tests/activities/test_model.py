@@ -33,7 +33,14 @@ from waitstate.schemas import (
 )
 from waitstate.schemas.errors import MODEL_SPEC_INVALID, MODEL_UNAVAILABLE
 from waitstate.settings import Settings
-from waitstate.testing.wire_server import WireServer, delayed, error, openai_text
+from waitstate.testing.wire_server import (
+    WireServer,
+    delayed,
+    error,
+    openai_text,
+    responses_function_calls,
+    responses_text,
+)
 from waitstate.tools import ToolRegistry
 from worker import build_providers
 
@@ -242,6 +249,33 @@ async def test_the_stored_conversation_is_owned_by_the_run(tmp_path: Path) -> No
     assert response.transcript_ref is not None
     # A blob cleanup keeps it while the run (its workflow id) may still read it.
     assert await store.owners(f"ref://blobs/{response.transcript_ref}") == [env.info.workflow_id]
+
+
+async def test_reasoning_items_go_back_from_the_transcript_and_stay_out_of_the_result(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    wire.enqueue(
+        responses_function_calls([("call_1", "lookup", "{}")], reasoning="enc-1"),
+        responses_text("done"),
+    )
+    providers = _openai(wire.openai_base_url)
+    activities = ModelActivities(providers, ToolRegistry([]), LocalBlobStore(tmp_path))
+    env = ActivityEnvironment()
+    call = HELLO.model_copy(update={"model": "openai-responses:test-model"})
+    result = Message(role="tool", tool_call_id="call_1", name="lookup", content="sunny")
+
+    try:
+        first = await env.run(activities.call_model, call)
+        after = {"transcript_ref": first.transcript_ref, "new_messages": [result]}
+        await env.run(activities.call_model, call.model_copy(update=after))
+    finally:
+        await providers.aclose()
+
+    # What the run's history records of the reply: its message and calls, not the reasoning.
+    assert first.message.provider_items is None
+    assert [c.id for c in first.message.tool_calls] == ["call_1"]
+    sent = wire.requests[1].body["input"]
+    assert [i.get("encrypted_content") for i in sent if i.get("type") == "reasoning"] == ["enc-1"]
 
 
 async def test_an_unexpected_error_keeps_its_type_and_loses_its_chain(tmp_path: Path) -> None:

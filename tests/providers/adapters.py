@@ -1,5 +1,5 @@
-"""The OpenAI and Anthropic adapters as the worker builds them, on each real SDK client, and
-what the providers' tests send them."""
+"""The OpenAI (Chat Completions and Responses) and Anthropic adapters as the worker builds them,
+on each real SDK client, and what the providers' tests send them."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import openai
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import Provider
 from waitstate.providers.openai import OpenAIProvider
+from waitstate.providers.openai_responses import OpenAIResponsesProvider
 from waitstate.schemas import Message, ToolCall, ToolDefinition
 
 PROVIDERS = ["openai", "anthropic"]
+# Every adapter over an SDK: what fails alike for all of them (test_errors.py).
+SDK_PROVIDERS = [*PROVIDERS, "openai-responses"]
 HELLO = [Message(role="user", content="hello")]
 LOOKUP = ToolDefinition(
     name="lookup",
@@ -52,11 +55,14 @@ async def connected(name: str, root: str, read_within: float = 30) -> AsyncItera
     """The named adapter on its SDK client, for the server at `root` (e.g. the wire server's
     URL), configured as the worker configures it: the SDK never retries. `read_within` is the
     SDK's own request timeout, in seconds."""
-    if name == "openai":
+    if name.startswith("openai"):
         async with openai.AsyncOpenAI(
             api_key="test", base_url=f"{root}/v1", max_retries=0, timeout=read_within
         ) as client:
-            yield OpenAIProvider(client)
+            if name == "openai":
+                yield OpenAIProvider(client)
+            else:
+                yield OpenAIResponsesProvider(client)
     else:
         async with anthropic.AsyncAnthropic(
             api_key="test", base_url=root, max_retries=0, timeout=read_within

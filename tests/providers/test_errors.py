@@ -1,4 +1,4 @@
-"""How a provider call fails, alike for OpenAI and Anthropic: through each real SDK client (no
+"""How a provider call fails, alike for OpenAI (both APIs) and Anthropic: through each real SDK client (no
 retries of its own), against the local wire server or a port where nothing listens. Each
 failure is one `ProviderError` that names the provider, says whether another attempt could
 succeed, and keeps the provider's retry hint."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.providers.adapters import HELLO, PROVIDERS, connected
+from tests.providers.adapters import HELLO, SDK_PROVIDERS, connected
 from waitstate.providers.base import MESSAGE_CHARS, Provider, ProviderError
 from waitstate.testing.wire_server import WireServer, delayed, error
 
@@ -18,7 +18,7 @@ async def _failure(provider: Provider) -> ProviderError:
     return caught.value
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
 @pytest.mark.parametrize(
     ("status", "retryable"),
     [
@@ -50,7 +50,7 @@ async def test_an_error_status_is_retryable_only_if_another_attempt_could_succee
     assert len(wire.requests) == 1
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
 @pytest.mark.parametrize(
     ("headers", "retry_after"),
     [({"retry-after": "3"}, 3.0), ({"retry-after-ms": "1500"}, 1.5), ({}, None)],
@@ -69,7 +69,7 @@ async def test_a_rate_limit_keeps_the_providers_retry_hint(
     assert len(wire.requests) == 1
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
 async def test_a_long_explanation_is_kept_to_one_short_line(wire: WireServer, name: str) -> None:
     wire.enqueue(error(502, "<html>\n" + "<p>Bad gateway</p>\n" * 2000 + "</html>"))
 
@@ -82,7 +82,7 @@ async def test_a_long_explanation_is_kept_to_one_short_line(wire: WireServer, na
     assert len(str(failure)) == len(prefix) + MESSAGE_CHARS
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
 async def test_an_unreachable_server_is_retryable_and_named(closed_port: int, name: str) -> None:
     root = f"http://127.0.0.1:{closed_port}"
 
@@ -96,7 +96,7 @@ async def test_an_unreachable_server_is_retryable_and_named(closed_port: int, na
     assert f"({root}/v1/" in str(failure)
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
 async def test_a_server_that_does_not_answer_in_time_is_retryable(
     wire: WireServer, name: str
 ) -> None:

@@ -18,6 +18,16 @@ class ToolCall(BaseModel):
     )
 
 
+class ProviderItems(BaseModel):
+    """Items of the provider that answered, opaque to everything else: what it needs sent back
+    with its own message on the next call (an OpenAI Responses reasoning model's reasoning
+    items). Only the provider and model that gave them are sent them; any other ignores them."""
+
+    provider: str = Field(description="The name of the provider that answered.")
+    model: str = Field(description="The model asked, as the run's model spec names it.")
+    items: list[dict[str, Any]] = Field(description="The items, as the provider gave them.")
+
+
 class Message(BaseModel):
     """One message of a conversation, independent of any provider's wire format."""
 
@@ -33,6 +43,12 @@ class Message(BaseModel):
         default=None,
         description="The full content, stored by reference; `content` is then a preview. The "
         "model-call activity reads it back, so a result is in the run's history only once.",
+    )
+    provider_items: ProviderItems | None = Field(
+        default=None,
+        description="For role 'assistant': what the provider that answered needs back with "
+        "this message (e.g. reasoning items), sent to it only; kept in the stored transcript, "
+        "never in the run's history. Histories from before it decode without it.",
     )
 
 
