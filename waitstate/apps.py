@@ -19,7 +19,7 @@ from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
 from waitstate.tools.spec import ToolSpec
 
 # The providers every worker has (worker.build_providers); apps may add more.
-BUILT_IN_PROVIDERS = ("openai", "anthropic", "scripted")
+BUILT_IN_PROVIDERS = ("openai", "openai-responses", "anthropic", "scripted")
 # The tools every worker has, whatever apps it loads.
 WORKER_TOOLS = (*BUILTIN_TOOLS, REQUEST_APPROVAL, READ_REF)
 

@@ -161,7 +161,7 @@ def test_agents_may_name_tools_and_providers_of_an_app_loaded_after_them() -> No
 def test_app_scripts_and_providers_are_counted_with_the_built_in_ones() -> None:
     apps = load_apps([GREETINGS])
 
-    assert apps.provider_names() == ["anthropic", "local", "openai", "scripted"]
+    assert apps.provider_names() == ["anthropic", "local", "openai", "openai-responses", "scripted"]
     assert apps.script_names() == sorted([*SCRIPTS, "hello"])
     apps.check_model("scripted:hello")
     apps.check_model("local:any-model")
@@ -294,7 +294,7 @@ def test_agent_listing_a_function_that_is_not_a_tool_is_refused() -> None:
 def test_agent_with_an_unknown_provider_is_refused() -> None:
     assert load_error([ref("unknown_provider")]) == (
         "agent 'oracle': model 'delphi:pythia-1': unknown provider 'delphi'; "
-        "known: anthropic, openai, scripted"
+        "known: anthropic, openai, openai-responses, scripted"
     )
 
 
