@@ -1,14 +1,15 @@
 """docs/agents.md's "Your own agent", run as written: its package, outside the repository,
 served by `WAITSTATE_APPS=reports.app:app scripts/services.py up`, its agent run with `starter.py run
 --agent report-builder ... --wait --json` through a webhook, a poll and an approval given from
-the CLI; once with the package's own script for the model, once with the OpenAI wire protocol
-through the real SDK against the local stand-in."""
+the CLI; once with the package's own script for the model, once with each OpenAI wire protocol
+(Chat Completions, Responses) through the real SDK against the local stand-in."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,10 +18,23 @@ from tests.docs import files_shown, page, section
 from tests.helpers import eventually
 from tests.rigs import Services
 from tests.tiers import SUBPROCESS, TEMPORAL, needs
-from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
+from waitstate.testing.wire_server import (
+    WireServer,
+    openai_text,
+    openai_tool_calls,
+    responses_function_calls,
+    responses_text,
+)
 
 TASK = "Build the EMEA sales report for 2026-Q3"
 RUN_WITHIN = 90.0
+Builder = Callable[..., dict[str, Any]]
+# Each OpenAI protocol's builders of a text reply and of a reply calling tools; over the
+# Responses API, a reasoning model's (each call comes with its reasoning, which must go back).
+PROTOCOLS: dict[str, tuple[Builder, Builder]] = {
+    "openai": (openai_text, openai_tool_calls),
+    "openai-responses": (responses_text, partial(responses_function_calls, reasoning="enc")),
+}
 
 
 def shown_files() -> dict[str, str]:
@@ -103,31 +117,41 @@ async def test_the_documented_app_runs_with_its_own_script(own_app: Services) ->
     ).items()
 
 
-async def test_the_documented_app_runs_with_a_model_over_the_openai_protocol(
-    own_app: Services, wire: WireServer
+@pytest.mark.parametrize("provider", list(PROTOCOLS))
+async def test_the_documented_app_runs_with_a_model_over_an_openai_protocol(
+    own_app: Services, wire: WireServer, provider: str
 ) -> None:
+    text, calls = PROTOCOLS[provider]
+    model = f"test-{provider}"  # the module's runs share the wire server
     outcome = {"region": "emea", "rows": 1200, "url": "https://r.example/1", "published": True}
     wire.enqueue_for(
-        "test-model",
-        openai_tool_calls([("c1", "lookup_region", '{"region": "emea"}')]),
-        openai_tool_calls([("c2", "export_sales", '{"region": "emea", "quarter": "2026-Q3"}')]),
-        openai_text("Done: region and export started. Remaining: render, publish."),  # checkpoint
-        openai_tool_calls([("c3", "render_report", '{"file": "sales-emea-2026-Q3.csv"}')]),
-        openai_tool_calls(
-            [("c4", "publish_report", '{"url": "https://r.example/1", "audience": "sales-leads"}')]
-        ),
-        openai_text("Done: rendered. Remaining: publish once approved."),  # checkpoint
-        openai_text('{"region": "emea", "rows": "many"}'),  # fails the output type
-        openai_text(json.dumps(outcome)),
-    )
-    run = await _run_approving_from_the_cli(own_app, "--model", "openai:test-model")
+        model,
+        calls([("c1", "lookup_region", '{"region": "emea"}')]),
+        calls([("c2", "export_sales", '{"region": "emea", "quarter": "2026-Q3"}')]),
+        text("Done: region and export started. Remaining: render, publish."),  # checkpoint
+        calls([("c3", "render_report", '{"file": "sales-emea-2026-Q3.csv"}')]),
+        calls([("c4", "publish_report", '{"url": "https://r.example/1", "audience": "sales-leads"}')]),
+        text("Done: rendered. Remaining: publish once approved."),  # checkpoint
+        text('{"region": "emea", "rows": "many"}'),  # fails the output type
+        text(json.dumps(outcome)),
+    )  # fmt: skip
+    run = await _run_approving_from_the_cli(own_app, "--model", f"{provider}:{model}")
     status = await own_app.status(run["run_id"])
 
     _check_the_story(run, status)
     assert run["output"] == outcome
-    assert status["model"] == "openai:test-model"
+    assert status["model"] == f"{provider}:{model}"
     sent_back = [s for s in status["steps"] if s["detail"].startswith("answer sent back")]
     assert len(sent_back) == 1 and "rows" in sent_back[0]["detail"]
-    requests = [r for r in wire.requests if r.body.get("model") == "test-model"]
+    requests = [r.body for r in wire.requests if r.body.get("model") == model]
     assert len(requests) == 8
-    assert "ReportOutcome" in json.dumps(requests[0].body["messages"][0])  # the schema, told
+    told = requests[0]["messages"][0] if provider == "openai" else requests[0]["instructions"]
+    assert "ReportOutcome" in json.dumps(told)  # the schema, told
+    if provider == "openai-responses":
+        # Each call's reasoning went back with it, right before it, on every later turn of
+        # the conversation (the checkpoints are conversations of their own).
+        last = [(i.get("type"), i.get("call_id")) for i in requests[-1]["input"]]
+        for call in ("c1", "c2", "c3", "c4"):
+            at = last.index(("function_call", call))
+            assert last[at - 1] == ("reasoning", None)
+        assert all(r["store"] is False for r in requests)
