@@ -1,5 +1,5 @@
-"""Runs on the real dev server whose model is OpenAI or Anthropic, through their real SDK clients,
-against a local server that speaks their wire protocols."""
+"""Runs on the real dev server whose model is OpenAI (Chat Completions or Responses) or Anthropic,
+through their real SDK clients, against a local server that speaks their wire protocols."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from waitstate.testing.wire_server import (
     error,
     openai_text,
     openai_tool_calls,
+    responses_function_calls,
+    responses_text,
 )
 from workflows.agent_run import AgentRunWorkflow
 
@@ -41,13 +43,18 @@ def _settings(server: WireServer) -> Settings:
 def _tool_call(provider: str) -> dict[str, Any]:
     if provider == "openai":
         return openai_tool_calls([("call_1", "calculate", '{"expression": "17 * 23"}')])
+    if provider == "openai-responses":
+        calculate = ("call_1", "calculate", '{"expression": "17 * 23"}')
+        return responses_function_calls([calculate], reasoning="enc-1")
     return anthropic_tool_use([("toolu_1", "calculate", {"expression": "17 * 23"})])
 
 
 TEXT: dict[str, Callable[..., dict[str, Any]]] = {
     "openai": openai_text,
+    "openai-responses": responses_text,
     "anthropic": anthropic_text,
 }
+PROVIDERS = list(TEXT)
 
 
 async def _start(
@@ -58,7 +65,7 @@ async def _start(
     )
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_run_completes_with_the_tools_it_called(
     dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
 ) -> None:
@@ -77,12 +84,15 @@ async def test_run_completes_with_the_tools_it_called(
     assert result.usage.input_tokens == 10 + 40  # the helpers' default, then ours
     second = wire.requests[1].body
     assert second["model"] == "test-model"
-    assert "391" in str(second["messages"]), "the tool's result went back to the model"
+    conversation = second.get("messages") or second["input"]
+    assert "391" in str(conversation), "the tool's result went back to the model"
+    if provider == "openai-responses":
+        assert "enc-1" in str(conversation), "so did the reasoning that called the tool"
     tool_names = [t.get("name") or t["function"]["name"] for t in second["tools"]]
     assert tool_names == ["calculate"]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_rate_limit_is_retried_after_the_delay_the_provider_asked_for(
     dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
 ) -> None:
@@ -115,7 +125,7 @@ async def _failure_before_the_last_attempt(
     raise AssertionError("no attempt of the model call followed a failure")
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_bad_request_fails_the_run_without_retrying(
     dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer, provider: str
 ) -> None:
