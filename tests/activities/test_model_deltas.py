@@ -25,7 +25,7 @@ from waitstate.blobs import LocalBlobStore
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import Message, ModelCallInput, ModelResponse
 from waitstate.settings import Settings
-from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text
+from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text, responses_text
 from waitstate.tools import ToolRegistry
 from worker import build_providers
 
@@ -68,8 +68,12 @@ async def _call(
 
 @pytest.mark.parametrize(
     ("provider", "reply"),
-    [("openai", openai_text(ANSWER)), ("anthropic", anthropic_text(ANSWER))],
-    ids=["openai", "anthropic"],
+    [
+        ("openai", openai_text(ANSWER)),
+        ("openai-responses", responses_text(ANSWER, reasoning="enc")),
+        ("anthropic", anthropic_text(ANSWER)),
+    ],
+    ids=["openai", "openai-responses", "anthropic"],
 )
 async def test_the_answers_text_goes_to_the_gateway_in_order_with_a_publish_token(
     wire: WireServer, tmp_path: Path, provider: str, reply: dict[str, Any]
