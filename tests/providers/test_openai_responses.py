@@ -194,6 +194,25 @@ async def test_reasoning_goes_back_to_its_own_provider_and_model_only(
     assert "enc-1" not in json.dumps(wire.requests[2].body)  # Chat Completions
 
 
+async def test_an_answer_cut_off_while_reasoning_sends_back_no_reasoning(
+    wire: WireServer, provider: OpenAIResponsesProvider
+) -> None:
+    cut = responses_text("", reasoning="enc-1")
+    cut["output"] = cut["output"][:1]  # the reasoning alone: no message came
+    cut["status"], cut["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
+    wire.enqueue(cut)
+
+    first = await _ask(provider, HELLO)
+    await _ask(provider, [*HELLO, first.message, Message(role="user", content="Go on.")])
+
+    assert (first.message.content, first.stop_reason) == ("", "max_output_tokens")
+    # Reasoning with nothing after it is refused by the API; it is left out.
+    assert wire.requests[1].body["input"] == [
+        {"role": "user", "content": "hello"},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
 async def test_reasoning_past_the_cap_is_not_kept(
     wire: WireServer, provider: OpenAIResponsesProvider
 ) -> None:

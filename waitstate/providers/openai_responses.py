@@ -230,6 +230,10 @@ def _assistant_items(message: Message, kept: list[dict[str, Any]]) -> list[Any]:
         }
         for call in calls.values()
     ]
+    # Reasoning that led to nothing sent (an answer cut off while the model reasoned) is
+    # refused by the API without the item that followed it: it is left out.
+    while items and items[-1].get("type") == "reasoning":
+        items.pop()
     return items
 
 
