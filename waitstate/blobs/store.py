@@ -291,21 +291,8 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
             # damaged outside the store (truncated by hand, a disk fault).
             if path.stat().st_size == len(data):
                 return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A unique temp name per writer, so concurrent puts of one blob never share a file;
-        # the leading dot and suffix keep it from ever looking like a digest.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                # On disk before the rename, or a crash could leave the name with no content.
-                os.fsync(file.fileno())
+        with _written(path.parent, data) as tmp:
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
         _fsync_dir(path.parent)
         return digest
 
@@ -438,22 +425,33 @@ class LocalBlobStore(OwnedBlobs, BlobStore):
 
 
 def _create_once(path: Path, data: bytes) -> bool:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+    with _written(path.parent, data) as tmp:
         try:
             os.link(tmp, path)  # atomic, and refused if the name exists
         except FileExistsError:
             return False
+    _fsync_dir(path.parent)
+    return True
+
+
+@contextlib.contextmanager
+def _written(directory: Path, data: bytes) -> Iterator[str]:
+    """A file of `directory` holding `data`, on disk, under a temporary name, which is gone
+    once the block ends (renamed, linked or removed). Unique per writer, so concurrent writes
+    never share a file; the leading dot and the suffix keep it from ever looking like a blob
+    or a record."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            # On disk before it takes its name, or a crash could leave the name with no content.
+            os.fsync(file.fileno())
+        yield tmp
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    _fsync_dir(path.parent)
-    return True
 
 
 def _marker_versions(directory: Path) -> dict[str, Hashable]:
