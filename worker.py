@@ -234,7 +234,7 @@ def build_worker(
         registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
     )
     agent = AgentActivities(agents or {}, settings.default_model)
-    operations = OperationActivities(registry, mcp, blobs)
+    operations = OperationActivities(registry, mcp, blobs, providers)
     # Each approver group's notices go where WAITSTATE_NOTICE_ROUTES says (the outbox if unset).
     approvals = ApprovalActivities(
         http,

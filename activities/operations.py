@@ -10,6 +10,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waitstate.blobs import BlobStore
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
+from waitstate.providers import Providers, UnknownModelError
 from waitstate.schemas.errors import (
     ANSWER_REFUSED,
     CANCEL_REFUSED,
@@ -21,6 +22,7 @@ from waitstate.schemas.operations import (
     CancelOperationInput,
     Completion,
     OperationError,
+    PolledCompletion,
     PollHeartbeat,
     PollOperationInput,
     non_finite_at,
@@ -38,12 +40,18 @@ class OperationActivities:
     MCP servers and their calls that ask for input in rounds (kept in `blobs`)."""
 
     def __init__(
-        self, tools: ToolRegistry, mcp: McpServers | None = None, blobs: BlobStore | None = None
+        self,
+        tools: ToolRegistry,
+        mcp: McpServers | None = None,
+        blobs: BlobStore | None = None,
+        providers: Providers | None = None,
     ) -> None:
         self._tools = tools
         self._mcp = mcp or McpServers()
         # Where the MCP calls that ask for input in rounds are recorded (`mrtr:` jobs).
         self._blobs = blobs
+        # The runs' models, for the MCP servers whose sampling requests they answer.
+        self._providers = providers
 
     @activity.defn(name=POLL_OPERATION)
     async def poll_operation(self, input: PollOperationInput) -> Completion:
@@ -54,9 +62,14 @@ class OperationActivities:
         slot is held between checks. A worker that takes over after a crash resumes counting
         from the last heartbeat; the job itself is never restarted.
         """
-        long = self._long(input.tool)
+        long = self._long(input.tool, input.model)
         try:
-            return await self._poll(input, long)
+            polled = await self._poll(input, long)
+            sampler = getattr(long.backend, "sampler", None)
+            if sampler is None or not sampler.usage.model_calls:
+                return polled
+            # What the run's model spent answering the job's requests: for the run's usage.
+            return PolledCompletion(**polled.model_dump(), usage=sampler.usage)
         finally:
             if is_mcp_name(input.tool):  # made for this poll: its session ends with it
                 from waitstate.mcp_tasks import McpTaskBackend
@@ -154,8 +167,11 @@ class OperationActivities:
             # The system refuses to stop the job: asking again would not change its mind.
             raise ApplicationError(str(err), type=CANCEL_REFUSED, non_retryable=True) from None
 
-    def _long(self, name: str) -> LongSpec:
+    def _long(self, name: str, model: str | None = None) -> LongSpec:
+        """The long tool `name`; an MCP server's, made for this call, its sampling requests
+        answered by `model` (the run's) where the server's policy allows it."""
         if is_mcp_name(name):  # a task of an MCP server: polled and cancelled on that server
+            from waitstate.mcp_sampling import Sampler
             from waitstate.mcp_tasks import McpTaskBackend
 
             try:
@@ -164,7 +180,16 @@ class OperationActivities:
                 raise ApplicationError(
                     str(err), type=RUN_INPUT_INVALID, non_retryable=True
                 ) from None
-            return LongSpec(backend=McpTaskBackend(server, self._blobs), completion="poll")
+            sampler = None
+            if server.sampling is not None and model is not None and self._providers is not None:
+                try:
+                    provider, model_name = self._providers.resolve(model)
+                except UnknownModelError as err:
+                    activity.logger.warning("%s: sampling not answered: %s", name, err)
+                else:
+                    sampler = Sampler(provider, model_name, server.sampling, server.name)
+            backend = McpTaskBackend(server, self._blobs, sampler)
+            return LongSpec(backend=backend, completion="poll")
         spec = self._tools.get(name)
         if spec is None or spec.long is None:
             raise ApplicationError(

@@ -45,6 +45,32 @@ class McpConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class SamplingPolicy:
+    """A server's sampling requests (`sampling/createMessage`, in a task's or a call's input
+    requests) answered by the model of the run that called it: what the operator allows.
+
+    The server sees only what it sent: its own messages are the whole prompt, never the run's
+    conversation (`includeContext` is not honoured). What the answers cost is counted in the
+    run's usage.
+
+    Attributes:
+        max_tokens: The most an answer may take (a request asking for more gets this many).
+        max_requests: Answers one poll of a call gives; past it, requests are left open.
+        max_prompt_chars: The longest prompt (its messages and system prompt) answered.
+    """
+
+    max_tokens: int = 1024
+    max_requests: int = 8
+    max_prompt_chars: int = 32_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_tokens, self.max_requests, self.max_prompt_chars) < 1:
+            raise McpConfigError(
+                "sampling: max_tokens, max_requests and max_prompt_chars are each at least 1"
+            )
+
+
+@dataclass(frozen=True)
 class McpServer:
     """An MCP server runs may use, by name.
 
@@ -72,6 +98,9 @@ class McpServer:
         roots: What the server is told when it asks for the client's roots (`roots/list`,
             directly or as a task's input request): `file://` URIs, e.g.
             `["file:///srv/reports"]`. None by default: the server is told there are none.
+        sampling: Its sampling requests are answered by the calling run's model, within this
+            policy. None by default: they are left unanswered (the call waits until it
+            expires).
     """
 
     name: str
@@ -85,6 +114,7 @@ class McpServer:
     input: InputPolicy = field(default_factory=InputPolicy)
     reach_within: timedelta = timedelta(seconds=30)
     roots: Sequence[str] = ()
+    sampling: SamplingPolicy | None = None
     _stdio: _StdioSession | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -388,7 +418,9 @@ def parse_servers(value: str | None) -> list[McpServer]:
     """`WAITSTATE_MCP_SERVERS`: `name=URL` or `name=stdio:COMMAND`, comma-separated; a
     server's headers come from `WAITSTATE_MCP_HEADERS_<NAME>` (`Header=VARIABLE;...`), and the
     tools that need a person's approval from `WAITSTATE_MCP_REQUIRE_APPROVAL_<NAME>` (name
-    patterns, comma-separated: `delete_*,drop_table`); NAME in upper case with `-` as `_`.
+    patterns, comma-separated: `delete_*,drop_table`), and whether the run's model answers its
+    sampling requests from `WAITSTATE_MCP_SAMPLING_<NAME>` (the most tokens an answer may
+    take); NAME in upper case with `-` as `_`.
 
     Raises:
         McpConfigError: an entry is not `name=URL` or `name=stdio:COMMAND`.
@@ -413,14 +445,35 @@ def parse_servers(value: str | None) -> list[McpServer]:
         )
         patterns = os.environ.get(f"WAITSTATE_MCP_REQUIRE_APPROVAL_{suffix}", "").split(",")
         approval = tuple(p.strip() for p in patterns if p.strip())
+        sampling = _sampling(suffix)
         if target.startswith("stdio:"):
             command = target.removeprefix("stdio:").strip()
-            servers.append(McpServer(name, command=command, require_approval=approval))
+            servers.append(
+                McpServer(name, command=command, require_approval=approval, sampling=sampling)
+            )
         else:
             servers.append(
-                McpServer(name, url=target, headers_from_env=headers, require_approval=approval)
+                McpServer(
+                    name,
+                    url=target,
+                    headers_from_env=headers,
+                    require_approval=approval,
+                    sampling=sampling,
+                )
             )
     return servers
+
+
+def _sampling(suffix: str) -> SamplingPolicy | None:
+    """`WAITSTATE_MCP_SAMPLING_<NAME>`: the most tokens an answer to the server's sampling
+    requests may take (unset: they are not answered)."""
+    variable = f"WAITSTATE_MCP_SAMPLING_{suffix}"
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) <= 100_000:
+        raise McpConfigError(f"{variable}={value!r}: the most tokens an answer may take, 1-100000")
+    return SamplingPolicy(max_tokens=int(value))
 
 
 def is_mcp_name(name: str) -> bool:

@@ -21,7 +21,7 @@ from mcp.client import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waitstate.blobs import BlobStore
 from waitstate.mcp import McpServer
@@ -38,6 +38,8 @@ from waitstate.mcp_rounds import (
     split_question_key,
     unknown_outcome_message,
 )
+from waitstate.mcp_sampling import SAMPLING, Sampler, SamplingRefused, is_sampling
+from waitstate.providers.base import ProviderError
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
@@ -266,14 +268,24 @@ class McpTaskBackend:
         server: The server.
         blobs: The worker's blob store, where a plain call's rounds are recorded (without it,
             an `mrtr:` job is unknown).
+        sampler: Answers the server's sampling requests with the calling run's model (the
+            server's `sampling` policy allows it); None leaves them open.
     """
 
-    def __init__(self, server: McpServer, blobs: BlobStore | None = None) -> None:
+    def __init__(
+        self, server: McpServer, blobs: BlobStore | None = None, sampler: Sampler | None = None
+    ) -> None:
         self._server = server
         self._blobs = blobs
+        self._sampler = sampler
         self._rounds: dict[str, Rounds] = {}
         self._session: AsyncExitStack | None = None
         self._client: Any = None
+
+    @property
+    def sampler(self) -> Sampler | None:
+        """What answers the server's sampling requests (and counts what they cost), if any."""
+        return self._sampler
 
     async def start(self, args: Any, context: StartContext) -> Job:
         """Tasks are started by the `call_tool` activity, never here."""
@@ -306,6 +318,7 @@ class McpTaskBackend:
             state = await self._get(job_id)
         if state.status == "input_required":
             await self._answer_roots(job_id, state.input_requests or {})
+            await self._answer_sampling(job_id, state.input_requests or {})
         return completion_of(state)
 
     async def _get(self, job_id: str) -> TaskState:
@@ -367,6 +380,40 @@ class McpTaskBackend:
         except Exception as err:  # the next poll answers again
             await self.aclose()
             log.warning("MCP server %r: roots for task %s: %s", self._server.name, job_id, err)
+
+    async def _answer_sampling(self, job_id: str, input_requests: dict[str, Any]) -> None:
+        """Answer the task's sampling requests with the run's model, when the server's policy
+        allows it: no person is asked. One the policy refuses, or the model could not answer,
+        is left open (the next poll tries again)."""
+        responses = {}
+        for key, request in input_requests.items():
+            if (answer := await self._sampled(key, request)) is not None:
+                responses[key] = answer
+        if not responses:
+            return
+        try:
+            await (await self._connected()).session.send_request(
+                _UpdateTask(params=_UpdateParams(task_id=job_id, input_responses=responses)),
+                mcp_types.Result,
+            )
+        except Exception as err:  # the next poll answers again (the same answers: no new call)
+            await self.aclose()
+            log.warning("MCP server %r: sampling for %s: %s", self._server.name, job_id, err)
+
+    async def _sampled(self, key: str, request: Any) -> dict[str, Any] | None:
+        """The run's model's answer to `request` if it is a sampling request this backend
+        answers, else None."""
+        if self._sampler is None or not is_sampling(request):
+            return None
+        try:
+            return await self._sampler.answer(request)
+        except SamplingRefused as err:
+            log.warning(
+                "MCP server %r: sampling request %s not answered: %s", self._server.name, key, err
+            )
+        except ProviderError as err:
+            log.warning("MCP server %r: sampling request %s: %s", self._server.name, key, err)
+        return None
 
     async def answer(self, job_id: str, answer: JobAnswer) -> None:
         """`tasks/update` with the answer under the task's key for the question (the server
@@ -451,6 +498,11 @@ class McpTaskBackend:
                     # Answered at once from the server's declaration, by no person.
                     await rounds.record_answer(n, key, self._server.roots_listed())
                     answered[key] = self._server.roots_listed()
+                elif key not in answered and (sampled := await self._sampled(key, request)):
+                    # By the run's model, as the server's policy allows; the first answer
+                    # recorded stands (a poll that raced this one answered too).
+                    await rounds.record_answer(n, key, sampled)
+                    answered = await rounds.answers(n, list(requests))
             open_requests = {k: r for k, r in requests.items() if k not in answered}
             if open_requests:
                 return _round_waiting(n + 1, open_requests)
@@ -473,7 +525,12 @@ class McpTaskBackend:
             ConnectionError: the server could not be reached (nothing sent), or the connection
                 broke under the send of a repeatable call (sent again on the next check).
         """
-        from mcp_types import ElicitResult, ListRootsResult
+        from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+
+        kinds: dict[str, type[BaseModel]] = {
+            ROOTS_LIST: ListRootsResult,
+            SAMPLING: CreateMessageResult,
+        }
 
         try:
             client = await self._connected()
@@ -485,10 +542,8 @@ class McpTaskBackend:
         requests = reply.input_requests or {}
         try:
             responses = {
-                key: (
-                    ListRootsResult.model_validate(response)
-                    if requests[key].get("method") == ROOTS_LIST
-                    else ElicitResult.model_validate(response)
+                key: kinds.get(str(requests[key].get("method")), ElicitResult).model_validate(
+                    response
                 )
                 for key, response in answered.items()
             }

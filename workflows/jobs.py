@@ -30,6 +30,7 @@ from waitstate.schemas.operations import (
     Completion,
     Operation,
     OperationError,
+    PolledCompletion,
     PollOperationInput,
 )
 from waitstate.schemas.questions import InputRequest
@@ -168,6 +169,7 @@ class Jobs:
             job_id=op.job_id,
             poll_interval_seconds=op.poll_interval_seconds,
             known_questions=self._inputs.keys(op) if self._versions.mid_flight_input else None,
+            model=self._state.model or None,  # answers an MCP server's sampling, if allowed
         )
         # A long interval: each check one attempt; a short one: a heartbeating loop.
         timing: dict[str, Any] = (
@@ -181,14 +183,17 @@ class Jobs:
                 "retry_policy": poll_retry(interval),
             }
         )
-        return await call(
+        polled = await call(
             POLL_OPERATION,
             poll,
-            result_type=Completion,
+            result_type=PolledCompletion,
             summary=f"poll {op.tool} {op.job_id}",
             schedule_to_close_timeout=remaining,
             **timing,
         )
+        if isinstance(polled, PolledCompletion) and polled.usage is not None:
+            self._state.usage += polled.usage  # the run's model, answering the job's requests
+        return polled
 
     async def _reconcile(self, op: Operation) -> None:
         """A callback operation (runs from HARDENED on): it ends by its webhook; if none came

@@ -98,6 +98,20 @@ def publish_answering(messages: Sequence[Message], tools: Sequence[ToolDefinitio
     return Message(role="assistant", content="\n".join(lines))
 
 
+def summary_by_model(tool: str) -> Script:
+    """A script that calls `tool` once on `q3`, then answers with the result it got; asked
+    with no tools offered (an MCP server's sampling request, answered by the run's model), it
+    writes the summary it is asked for."""
+
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        if not tools:  # the server's prompt, not the run's conversation
+            asked = messages[-1].content
+            return Message(role="assistant", content=f"{asked} in one line ({len(messages)})")
+        return one_call(tool, {"topic": "q3"})(messages, tools)
+
+    return script
+
+
 async def calls_made(url: str) -> list[str]:
     """Every call the plain server was sent (its `calls` tool)."""
     server = McpServer("tables", url=url)
@@ -142,6 +156,8 @@ app = App(
         "mcp-local-count-long": one_call("local__count", {"to": 600, "seconds": 1.0}),
         "mcp-publish": one_call("reports__publish_report", {"region": "emea"}),
         "mcp-publish-answering": publish_answering,
+        "mcp-summary-rounds": summary_by_model("reports__summary_by_model"),
+        "mcp-summary-task": summary_by_model("reports__summary_task"),
         # A plain call (no task) that asks in rounds: two questions, or roots for ever.
         "mcp-budget": one_call("reports__approve_budget", {"team": "data"}),
         "mcp-roots-forever": one_call("reports__list_roots_forever", {}),

@@ -212,6 +212,47 @@ async def draft_with_sampling(topic: str, ctx: Context) -> str | InputRequiredRe
     )
 
 
+def _drafted(ctx: Context) -> str | None:
+    """The text of the client's answer to the sampling request `draft`, once it came."""
+    answer = (ctx.input_responses or {}).get("draft")
+    content = getattr(answer, "content", None)
+    text = getattr(content, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _ask_for_a_draft(topic: str, max_tokens: int) -> InputRequiredResult:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=topic))
+    sampling = CreateMessageRequestParams(
+        messages=[message], system_prompt="Write a one-line summary.", max_tokens=max_tokens
+    )
+    return InputRequiredResult(input_requests={"draft": CreateMessageRequest(params=sampling)})
+
+
+@server.tool
+async def summary_by_model(
+    topic: str, ctx: Context, max_tokens: int = 40
+) -> str | InputRequiredResult:
+    """Has the client's model write a summary (a sampling request, in rounds), then answers
+    with it."""
+    drafted = _drafted(ctx)
+    if drafted is None:
+        EVENTS["summary_by_model asked"] += 1
+        return _ask_for_a_draft(topic, max_tokens)
+    EVENTS["summary_by_model answered"] += 1
+    return f"summary: {drafted}"
+
+
+@server.tool(task=TASK)
+async def summary_task(topic: str, ctx: Context) -> str | InputRequiredResult:
+    """As `summary_by_model`, as a task whose first leg asks for the draft."""
+    drafted = _drafted(ctx)
+    if drafted is None:
+        EVENTS["summary_task asked"] += 1
+        return _ask_for_a_draft(topic, 40)
+    EVENTS["summary_task answered"] += 1
+    return f"summary: {drafted}"
+
+
 @server.tool
 def add(a: int, b: int) -> int:
     """Add two whole numbers."""

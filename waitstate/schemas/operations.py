@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.builtin import GET_OPERATION_STATUS
+from waitstate.schemas.messages import Usage
 from waitstate.schemas.questions import InputPolicy, Question
 
 OperationStatus = Literal[
@@ -218,6 +219,19 @@ class PollOperationInput(BaseModel):
         description="Runs that take questions: the poll returns when the job asks one whose "
         "key is not among these (None: it polls on through `input_required`).",
     )
+    model: str | None = Field(
+        default=None,
+        description="The run's model (`provider:model`): it answers an MCP server's sampling "
+        "requests, where the server's policy allows it.",
+    )
+
+
+class PolledCompletion(Completion):
+    """What a poll returns: the job's report, and what the run's model spent answering the
+    job's own requests meanwhile (an MCP server's sampling), for the run's usage. Never a
+    webhook's body: a report from outside says nothing of the run's spending."""
+
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
