@@ -57,11 +57,15 @@ class SamplingPolicy:
         max_tokens: The most an answer may take (a request asking for more gets this many).
         max_requests: Answers one poll of a call gives; past it, requests are left open.
         max_prompt_chars: The longest prompt (its messages and system prompt) answered.
+        approval: A person lets the model answer each request first: a question of the call,
+            showing the prompt, routed as the server's other questions are (`McpServer.input`).
+            A request they refuse is left open.
     """
 
     max_tokens: int = 1024
     max_requests: int = 8
     max_prompt_chars: int = 32_000
+    approval: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_tokens, self.max_requests, self.max_prompt_chars) < 1:

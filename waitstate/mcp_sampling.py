@@ -21,8 +21,10 @@ import mcp_types
 from pydantic import ValidationError
 
 from waitstate.mcp import SamplingPolicy
+from waitstate.mcp_rounds import split_question_key
 from waitstate.providers.base import ModelSettings, Provider
 from waitstate.schemas import Message, Usage
+from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 
 log = logging.getLogger("waitstate.mcp.sampling")
 
@@ -30,6 +32,60 @@ SAMPLING = "sampling/createMessage"
 # How each provider says an answer stopped at its token limit (Chat Completions, Messages,
 # the Responses API).
 TOKEN_LIMIT_STOPS = frozenset({"length", "max_tokens", "max_output_tokens"})
+
+
+# A person's leave for the run's model to answer a sampling request (`SamplingPolicy.approval`):
+# a question of the call, keyed by this prefix and the request's key.
+ALLOW = "allow-sampling:"
+ALLOW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"allow": {"type": "boolean", "title": "Let the run's model answer"}},
+    "required": ["allow"],
+}
+PREVIEW_CHARS = 600  # of the prompt, in the question
+
+
+def allow_question(key: str, request: dict[str, Any], server: str, max_tokens: int) -> Question:
+    """The question a person answers before the run's model answers the sampling request
+    `key`: what the server asks the model, and whether to let it."""
+    try:
+        params = mcp_types.CreateMessageRequest.model_validate(request).params
+    except ValidationError:
+        prompt = "(a request that is not well-formed: it would not be answered)"
+    else:
+        blocks = [
+            block
+            for message in params.messages
+            for block in (
+                message.content if isinstance(message.content, list) else [message.content]
+            )
+        ]
+        prompt = " / ".join(b.text for b in blocks if isinstance(b, mcp_types.TextContent))
+    if len(prompt) > PREVIEW_CHARS:
+        prompt = prompt[:PREVIEW_CHARS] + "…"
+    message = (
+        f"MCP server {server} asks the run's model to write (at most {max_tokens} tokens): "
+        f"{prompt!r}. Let it answer?"
+    )
+    return Question(
+        key=ALLOW + key, message=message[:MAX_MESSAGE_CHARS], requested_schema=ALLOW_SCHEMA
+    )
+
+
+def allow_key(key: str) -> str | None:
+    """The sampling request a question's key asks leave for (after a round's prefix, for a
+    call's rounds), or None for any other question."""
+    parsed = split_question_key(key)
+    asked = parsed[1] if parsed is not None else key
+    return asked.removeprefix(ALLOW) if asked.startswith(ALLOW) else None
+
+
+def decision_name(job_id: str, question_key: str) -> str:
+    """The record of a person's decision on a sampling request (written once: the first
+    decision stands)."""
+    job = hashlib.sha256(job_id.encode()).hexdigest()[:32]
+    key = hashlib.sha256(question_key.encode()).hexdigest()[:32]
+    return f"sampling/{job}/{key}"
 
 
 def is_sampling(request: Any) -> bool:
@@ -49,7 +105,8 @@ class Sampler:
     """
 
     def __init__(self, provider: Provider, model: str, policy: SamplingPolicy, server: str) -> None:
-        self._provider, self._model, self._policy, self._server = provider, model, policy, server
+        self._provider, self._model, self._server = provider, model, server
+        self.policy = policy
         self._answers: dict[str, dict[str, Any]] = {}
         self.usage = Usage()
 
@@ -64,14 +121,14 @@ class Sampler:
         digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         if (known := self._answers.get(digest)) is not None:
             return known
-        if len(self._answers) >= self._policy.max_requests:
+        if len(self._answers) >= self.policy.max_requests:
             raise SamplingRefused(
-                f"{self._policy.max_requests} sampling requests answered in this poll already"
+                f"{self.policy.max_requests} sampling requests answered in this poll already"
             )
         system_prompt, messages = self._prompt(request)
         params = request.get("params") or {}
         asked = params.get("maxTokens")
-        limit = self._policy.max_tokens
+        limit = self.policy.max_tokens
         max_tokens = min(asked, limit) if isinstance(asked, int) and asked > 0 else limit
         temperature = params.get("temperature")
         settings = ModelSettings(
@@ -119,8 +176,8 @@ class Sampler:
             messages.append(Message(role=message.role, content="\n".join(texts)))
         system_prompt = params.system_prompt or ""
         size = len(system_prompt) + sum(len(m.content) for m in messages)
-        if not messages or size > self._policy.max_prompt_chars:
+        if not messages or size > self.policy.max_prompt_chars:
             raise SamplingRefused(
-                f"a prompt of {size} characters (answered: 1 to {self._policy.max_prompt_chars})"
+                f"a prompt of {size} characters (answered: 1 to {self.policy.max_prompt_chars})"
             )
         return system_prompt, messages

@@ -34,11 +34,21 @@ from waitstate.mcp_rounds import (
     failed,
     input_required_reply,
     is_rounds_job,
+    question_key,
     round_questions,
     split_question_key,
     unknown_outcome_message,
 )
-from waitstate.mcp_sampling import SAMPLING, Sampler, SamplingRefused, is_sampling
+from waitstate.mcp_sampling import (
+    ALLOW,
+    SAMPLING,
+    Sampler,
+    SamplingRefused,
+    allow_key,
+    allow_question,
+    decision_name,
+    is_sampling,
+)
 from waitstate.providers.base import ProviderError
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
@@ -316,10 +326,13 @@ class McpTaskBackend:
         state = await self._get(job_id)
         if state.status == "completed":
             state = await self._get(job_id)
+        completion = completion_of(state)
         if state.status == "input_required":
             await self._answer_roots(job_id, state.input_requests or {})
-            await self._answer_sampling(job_id, state.input_requests or {})
-        return completion_of(state)
+            if asking := await self._answer_sampling(job_id, state.input_requests or {}):
+                questions = [*(completion.questions or []), *asking]
+                completion = completion.model_copy(update={"questions": questions})
+        return completion
 
     async def _get(self, job_id: str) -> TaskState:
         """One `tasks/get`.
@@ -381,30 +394,44 @@ class McpTaskBackend:
             await self.aclose()
             log.warning("MCP server %r: roots for task %s: %s", self._server.name, job_id, err)
 
-    async def _answer_sampling(self, job_id: str, input_requests: dict[str, Any]) -> None:
-        """Answer the task's sampling requests with the run's model, when the server's policy
-        allows it: no person is asked. One the policy refuses, or the model could not answer,
-        is left open (the next poll tries again)."""
-        responses = {}
+    async def _answer_sampling(self, job_id: str, input_requests: dict[str, Any]) -> list[Question]:
+        """Answer the task's sampling requests with the run's model, where the server's policy
+        allows it; the questions asking a person's leave first, where it wants that and nobody
+        decided yet. A request refused (by the policy or a person), or one the model could not
+        answer, is left open (the next poll tries again)."""
+        responses, asking = {}, []
         for key, request in input_requests.items():
-            if (answer := await self._sampled(key, request)) is not None:
-                responses[key] = answer
-        if not responses:
-            return
-        try:
-            await (await self._connected()).session.send_request(
-                _UpdateTask(params=_UpdateParams(task_id=job_id, input_responses=responses)),
-                mcp_types.Result,
-            )
-        except Exception as err:  # the next poll answers again (the same answers: no new call)
-            await self.aclose()
-            log.warning("MCP server %r: sampling for %s: %s", self._server.name, job_id, err)
+            sampled = await self._sampled(job_id, ALLOW + key, key, request)
+            if isinstance(sampled, Question):
+                asking.append(sampled)
+            elif sampled is not None:
+                responses[key] = sampled
+        if responses:
+            try:
+                await (await self._connected()).session.send_request(
+                    _UpdateTask(params=_UpdateParams(task_id=job_id, input_responses=responses)),
+                    mcp_types.Result,
+                )
+            except Exception as err:  # the next poll answers again (the same answers)
+                await self.aclose()
+                log.warning("MCP server %r: sampling for %s: %s", self._server.name, job_id, err)
+        return asking
 
-    async def _sampled(self, key: str, request: Any) -> dict[str, Any] | None:
-        """The run's model's answer to `request` if it is a sampling request this backend
-        answers, else None."""
+    async def _sampled(
+        self, job_id: str, allow: str, key: str, request: Any
+    ) -> dict[str, Any] | Question | None:
+        """The run's model's answer to `request`, if it is a sampling request this backend
+        answers; the question asking a person's leave (its key `allow`) if the policy wants
+        one and nobody decided yet; else None (left open)."""
         if self._sampler is None or not is_sampling(request):
             return None
+        if self._sampler.policy.approval:
+            decided = await self._decided(job_id, allow)
+            if decided is None:
+                max_tokens = self._sampler.policy.max_tokens
+                return allow_question(key, request, self._server.name, max_tokens)
+            if not decided:
+                return None
         try:
             return await self._sampler.answer(request)
         except SamplingRefused as err:
@@ -415,6 +442,23 @@ class McpTaskBackend:
             log.warning("MCP server %r: sampling request %s: %s", self._server.name, key, err)
         return None
 
+    async def _decided(self, job_id: str, question_key: str) -> bool | None:
+        """A person's decision on the sampling request the question `question_key` asked
+        leave for: whether they let the model answer (None: not decided yet)."""
+        if self._blobs is None:
+            return None
+        stored = await self._blobs.get_record(decision_name(job_id, question_key))
+        return None if stored is None else bool(json.loads(stored).get("allow"))
+
+    async def _decide(self, job_id: str, answer: JobAnswer) -> None:
+        """Record a person's decision on a sampling request (the first one stands): only an
+        accepted `allow: true` lets the model answer."""
+        if self._blobs is None:
+            raise ToolError(f"{job_id}: this worker keeps no blob store for a decision")
+        allow = answer.action == "accept" and (answer.content or {}).get("allow") is True
+        record = json.dumps({"allow": allow, "by": answer.responder}).encode()
+        await self._blobs.put_record(decision_name(job_id, answer.key), record)
+
     async def answer(self, job_id: str, answer: JobAnswer) -> None:
         """`tasks/update` with the answer under the task's key for the question (the server
         ignores an answer to a key already answered). A plain call's round: the answer is
@@ -424,6 +468,9 @@ class McpTaskBackend:
             ToolError: the server refused the update (an unknown task...), or the round has no
                 such question.
         """
+        if allow_key(answer.key) is not None:  # leave for the run's model: not the server's
+            await self._decide(job_id, answer)
+            return
         response = elicitation_response(answer)
         if is_rounds_job(job_id):
             task_id = await self._answer_round(job_id, answer.key, response)
@@ -493,19 +540,27 @@ class McpTaskBackend:
                 return await self._reply_completion(reply)
             requests = reply.input_requests or {}
             answered = await rounds.answers(n, list(requests))
+            asking = []
             for key, request in requests.items():
-                if key not in answered and request.get("method") == ROOTS_LIST:
+                if key in answered:
+                    continue
+                if request.get("method") == ROOTS_LIST:
                     # Answered at once from the server's declaration, by no person.
                     await rounds.record_answer(n, key, self._server.roots_listed())
                     answered[key] = self._server.roots_listed()
-                elif key not in answered and (sampled := await self._sampled(key, request)):
+                    continue
+                allow = question_key(n + 1, ALLOW + key)
+                sampled = await self._sampled(job_id, allow, key, request)
+                if isinstance(sampled, Question):
+                    asking.append(sampled)
+                elif sampled is not None:
                     # By the run's model, as the server's policy allows; the first answer
                     # recorded stands (a poll that raced this one answered too).
                     await rounds.record_answer(n, key, sampled)
                     answered = await rounds.answers(n, list(requests))
             open_requests = {k: r for k, r in requests.items() if k not in answered}
             if open_requests:
-                return _round_waiting(n + 1, open_requests)
+                return _round_waiting(n + 1, open_requests, asking)
             await self._send_round(rounds, call, n, reply, answered)
 
     async def _send_round(
@@ -709,12 +764,14 @@ def elicitation_response(answer: JobAnswer) -> dict[str, Any]:
     return response
 
 
-def _round_waiting(round_number: int, open_requests: dict[str, Any]) -> Completion:
-    """A round with open requests: its questions (the elicitations), and what it waits for.
-    A sampling request (or any other the run cannot answer) is left open: the call waits for
-    it until its operation expires."""
-    questions = round_questions(round_number, questions_of(open_requests))
-    asked = {question.key.partition("/")[2] for question in questions}
+def _round_waiting(
+    round_number: int, open_requests: dict[str, Any], asking: list[Question]
+) -> Completion:
+    """A round with open requests: its questions (the elicitations, and `asking`: a person's
+    leave for the run's model to answer a sampling request), and what it waits for. A request
+    the run cannot answer is left open: the call waits for it until its operation expires."""
+    questions = round_questions(round_number, [*questions_of(open_requests), *asking])
+    asked = {allow_key(q.key) or q.key.partition("/")[2] for q in questions}
     others = sorted(
         str(request.get("method", "?"))
         for key, request in open_requests.items()

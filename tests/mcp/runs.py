@@ -5,6 +5,7 @@ run's tool call got, and a run cancelled when the test ends (also the client's p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +21,9 @@ from tests.rigs import WorkerProcess
 from waitstate.apps import Apps, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.schemas import RunInput, RunResult
+from waitstate.mcp_sampling import Sampler
+from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.schemas import RunInput, RunResult, ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput, McpTool
 
 APP = "tests.mcp.mcp_app:app"
@@ -104,3 +107,40 @@ async def granted_tools(
     the call activity reads it back from the blob store under `blobs`."""
     listed = await ActivityEnvironment().run(activities.list_mcp_tools, McpListInput(grants=grants))
     return await read_listing(LocalBlobStore(blobs), listed.ref)
+
+
+@dataclasses.dataclass
+class StartedCall:
+    """A call of a tool started by the `call_tool` activity, and the backend its operation's
+    poll, answer and cancel activities use."""
+
+    result: ToolResult
+    backend: McpTaskBackend
+    blobs: LocalBlobStore
+
+    @property
+    def job_id(self) -> str:
+        assert self.result.operation is not None, self.result
+        return self.result.operation.job_id
+
+
+async def started_call(
+    server: McpServer,
+    tmp_path: Path,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    sampler: Sampler | None = None,
+    **listed: Any,
+) -> StartedCall:
+    """The `call_tool` activity's call of `server`'s `tool` (its listing changed by `listed`),
+    its blobs under `tmp_path`; its backend answers sampling requests with `sampler`."""
+    activities = mcp_activities(tmp_path / "blobs", server)
+    name = f"{server.name}__{tool}"
+    tools = await granted_tools(activities, [name], tmp_path / "blobs")
+    granted = tools[name].model_copy(update=listed)
+    call = ToolCall(id="call_1", name=name, arguments=json.dumps(arguments))
+    input = ToolCallInput(call=call, workflow_id="run-1", operation_id="op_1")
+    result = await ActivityEnvironment().run(activities.call, input, granted)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    return StartedCall(result, McpTaskBackend(server, blobs, sampler), blobs)

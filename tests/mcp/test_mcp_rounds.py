@@ -7,8 +7,6 @@ and an interrupted attempt; and a server that asks for ever, or too much, fails 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,15 +15,15 @@ from typing import Any
 import pytest
 from mcp_types import InputRequiredResult
 from temporalio.client import WorkflowHandle
-from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import accept, eventually, replays, scheduled_activities, start_run
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import (
-    granted_tools,
-    mcp_activities,
+    StartedCall,
     reports_apps,
     reports_run,
+    started_call,
     tool_outcome,
     worker_process,
 )
@@ -33,7 +31,7 @@ from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
 from waitstate.mcp_rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
 from waitstate.mcp_tasks import McpTaskBackend
-from waitstate.schemas import RunInput, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
@@ -125,34 +123,12 @@ async def test_a_worker_restarted_between_rounds_sends_each_round_once(
     assert events["approve_budget approved"] == 1
 
 
-@dataclasses.dataclass
-class Started:
-    """A call of `tool` started by the `call_tool` activity, and the backend its operation's
-    poll, answer and cancel activities use."""
-
-    result: ToolResult
-    backend: McpTaskBackend
-    blobs: LocalBlobStore
-
-    @property
-    def job_id(self) -> str:
-        assert self.result.operation is not None, self.result
-        return self.result.operation.job_id
-
-
 async def _start(
     url: str, tmp_path: Path, tool: str, arguments: dict[str, Any], **listed: Any
-) -> Started:
+) -> StartedCall:
     """The `call_tool` activity's call of `tool` (its listing changed by `listed`)."""
     server = McpServer("reports", url=url, roots=ROOTS)
-    activities = mcp_activities(tmp_path / "blobs", server)
-    tools = await granted_tools(activities, [f"reports__{tool}"], tmp_path / "blobs")
-    granted = tools[f"reports__{tool}"].model_copy(update=listed)
-    call = ToolCall(id="call_1", name=f"reports__{tool}", arguments=json.dumps(arguments))
-    input = ToolCallInput(call=call, workflow_id="run-1", operation_id="op_1")
-    result = await ActivityEnvironment().run(activities.call, input, granted)
-    blobs = LocalBlobStore(tmp_path / "blobs")
-    return Started(result, McpTaskBackend(server, blobs), blobs)
+    return await started_call(server, tmp_path, tool, arguments, **listed)
 
 
 async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(

@@ -6,19 +6,21 @@ bounds, with a provider that records what it is asked."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import scheduled_activities
+from tests.helpers import accept, first_question, scheduled_activities
 from tests.mcp.mcp_app import task_events
-from tests.mcp.runs import reports_apps, reports_run, tool_outcome
-from waitstate.mcp import McpConfigError, SamplingPolicy, parse_servers
+from tests.mcp.runs import reports_apps, reports_run, started_call, tool_outcome
+from waitstate.mcp import McpConfigError, McpServer, SamplingPolicy, parse_servers
 from waitstate.mcp_sampling import Sampler, SamplingRefused
 from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message, ModelResponse, ToolDefinition, Usage
 from waitstate.schemas.run import CALL_MODEL
+from waitstate.tools.spec import JobAnswer
 from workflows.agent_run import AgentRunWorkflow
 
 
@@ -48,6 +50,76 @@ async def test_a_servers_sampling_request_is_answered_by_the_runs_model(
     assert after[f"{asked} answered"] - before.get(f"{asked} answered", 0) == 1
     # The run's own model calls, and the answer to the server: the run's usage counts them all.
     assert state.usage.model_calls == model_calls + 1
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "key"),
+    [
+        ("scripted:mcp-summary-rounds", "summary_by_model", "1/allow-sampling:draft"),
+        # A task's keys are its server's (fastmcp-tasks surfaces its own for each request).
+        ("scripted:mcp-summary-task", "summary_task", "allow-sampling:"),
+    ],
+)
+async def test_a_person_lets_the_runs_model_answer_first_where_the_policy_asks(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    reports_url: str,
+    model: str,
+    asked: str,
+    key: str,
+) -> None:
+    apps = reports_apps(reports_url, sampling=SamplingPolicy(max_tokens=30, approval=True))
+    async with reports_run(dev_env, task_queue, apps, model) as handle:
+        question = await first_question(handle, "leave for the run's model")
+        before = await task_events(reports_url)
+        outcome = await accept(handle, question, {"allow": True})
+        result = await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+        model_calls = (await scheduled_activities(handle)).count(CALL_MODEL)
+
+    assert question.key.startswith(key)
+    assert question.message == (
+        "MCP server reports asks the run's model to write (at most 30 tokens): 'q3'. Let it answer?"
+    )
+    assert (outcome.accepted, outcome.delivered) == (True, True)
+    assert (
+        before.get(f"{asked} answered", 0)
+        == (await task_events(reports_url)).get(f"{asked} answered", 0) - 1
+    )  # answered once the person allowed it
+    assert tool_outcome(result)["result"] == {"result": "summary: q3 in one line (1)"}
+    assert state.usage.model_calls == model_calls + 1
+
+
+async def test_a_request_a_person_refused_is_left_open_and_the_model_not_asked(
+    reports_url: str, tmp_path: Path
+) -> None:
+    provider = Recording()
+    server = McpServer("reports", url=reports_url, sampling=SamplingPolicy(approval=True))
+    assert server.sampling is not None
+    sampler = Sampler(provider, "m-1", server.sampling, "reports")
+    started = await started_call(
+        server, tmp_path, "summary_by_model", {"topic": "q3"}, sampler=sampler
+    )
+    backend, job = started.backend, started.job_id
+    try:
+        asked = await backend.status(job)
+        [question] = asked.questions or []
+        await backend.answer(job, _allow(question.key, False))
+        refused = await backend.status(job)
+        await backend.answer(job, _allow(question.key, True))  # the first decision stands
+        still = await backend.status(job)
+    finally:
+        await backend.aclose()
+
+    assert question.key == "1/allow-sampling:draft"
+    assert refused.status == "input_required" and not refused.questions
+    assert "not answered by this client: sampling/createMessage" in (refused.progress or "")
+    assert still == refused
+    assert provider.asked == [] and sampler.usage == Usage()
+
+
+def _allow(key: str, allow: bool) -> JobAnswer:
+    return JobAnswer(key=key, action="accept", content={"allow": allow}, responder="ana")
 
 
 class Recording:
