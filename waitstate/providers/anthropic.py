@@ -18,10 +18,19 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 from anthropic.types import Message as AnthropicMessage
+from anthropic.types import Usage as AnthropicUsage
 
 from waitstate.providers.base import ModelRequest
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+
+# The counts a stream's `message_delta` may bring up to date.
+_COUNTS = {
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+}
 
 
 class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
@@ -144,13 +153,24 @@ def _from_anthropic(response: AnthropicMessage) -> ModelResponse:
     ]
     return ModelResponse(
         message=Message(role="assistant", content=text, tool_calls=calls),
-        usage=Usage(
-            model_calls=1,
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-        ),
+        usage=_usage(response.usage),
         stop_reason=response.stop_reason or "",
         model=response.model,
+    )
+
+
+def _usage(usage: AnthropicUsage) -> Usage:
+    """One call's usage. Anthropic's `input_tokens` are only those after the last cache
+    breakpoint; ours count the whole prompt (as OpenAI's do), so the tokens read from the cache
+    and those written to it are added back."""
+    read = usage.cache_read_input_tokens or 0
+    written = usage.cache_creation_input_tokens or 0
+    return Usage(
+        model_calls=1,
+        input_tokens=usage.input_tokens + read + written,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=read,
+        cache_write_input_tokens=written,
     )
 
 
@@ -164,14 +184,12 @@ async def _from_anthropic_stream(
     blocks: dict[int, ContentBlock] = {}  # a block's index -> the block as it was opened
     written: dict[int, list[str]] = {}  # a block's index -> its text, or its input's JSON, so far
     stop_reason = None
-    input_tokens = output_tokens = 0
+    counts: dict[str, int | None] = {}  # the usage's counts, as the events last gave them
     stopped = False
     async with stream:
         async for event in stream:
             if event.type == "message_start":
                 message = event.message
-                input_tokens = message.usage.input_tokens
-                output_tokens = message.usage.output_tokens
             elif event.type == "content_block_start":
                 blocks[event.index] = event.content_block
             elif event.type == "content_block_delta":
@@ -183,10 +201,13 @@ async def _from_anthropic_stream(
                     written.setdefault(event.index, []).append(delta.partial_json)
             elif event.type == "message_delta":
                 stop_reason = event.delta.stop_reason
-                # Its counts are totals so far, not increments; the input's may be left out.
-                output_tokens = event.usage.output_tokens
-                if event.usage.input_tokens is not None:
-                    input_tokens = event.usage.input_tokens
+                # Its counts are totals so far, not increments; those of the input (and of
+                # the cache) may be left out, and then stand as `message_start` gave them.
+                counts.update(
+                    (name, value)
+                    for name, value in event.usage.model_dump(include=_COUNTS).items()
+                    if value is not None
+                )
             elif event.type == "message_stop":
                 stopped = True
     if message is None or not stopped:
@@ -194,9 +215,7 @@ async def _from_anthropic_stream(
     content = [
         _completed(blocks[index], "".join(written.get(index, []))) for index in sorted(blocks)
     ]
-    usage = message.usage.model_copy(
-        update={"input_tokens": input_tokens, "output_tokens": output_tokens}
-    )
+    usage = message.usage.model_copy(update=counts)
     return message.model_copy(
         update={"content": content, "stop_reason": stop_reason, "usage": usage}
     )

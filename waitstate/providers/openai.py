@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 import openai
 from openai import AsyncStream
+from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
@@ -140,11 +141,7 @@ def _from_openai(response: ChatCompletion) -> ModelResponse:
     usage = response.usage
     return ModelResponse(
         message=Message(role="assistant", content=choice.message.content or "", tool_calls=calls),
-        usage=Usage(
-            model_calls=1,
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-        ),
+        usage=_usage(usage),
         stop_reason=choice.finish_reason,
         model=response.model,
     )
@@ -185,13 +182,23 @@ async def _from_openai_stream(
             content="".join(text),
             tool_calls=[ToolCall(**calls[index]) for index in sorted(calls)],
         ),
-        usage=Usage(
-            model_calls=1,
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-        ),
+        usage=_usage(usage),
         stop_reason=finish_reason,
         model=model,
+    )
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    """One call's usage; `prompt_tokens` already counts the cached ones, as ours does."""
+    if usage is None:
+        return Usage(model_calls=1)
+    details = usage.prompt_tokens_details
+    return Usage(
+        model_calls=1,
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        cached_input_tokens=(details and details.cached_tokens) or 0,
+        cache_write_input_tokens=(details and details.cache_write_tokens) or 0,
     )
 
 

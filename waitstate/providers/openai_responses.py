@@ -138,8 +138,13 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             ),
             usage=Usage(
                 model_calls=1,
+                # Counts the cached tokens too, as ours does.
                 input_tokens=usage.input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
+                cached_input_tokens=usage.input_tokens_details.cached_tokens if usage else 0,
+                cache_write_input_tokens=(
+                    usage.input_tokens_details.cache_write_tokens if usage else 0
+                ),
             ),
             stop_reason=(details.reason if details and details.reason else response.status) or "",
             model=response.model,

@@ -61,17 +61,39 @@ class ToolDefinition(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token usage of one or more model calls."""
+    """Token usage of one or more model calls.
+
+    `input_tokens` counts the whole prompt, whatever of it the provider's prompt cache served
+    (as OpenAI counts it; Anthropic's own `input_tokens` leaves cache reads and writes out, and
+    its adapter adds them back): it means the same for every provider. Of those,
+    `cached_input_tokens` were read from the cache (billed at a discount) and
+    `cache_write_input_tokens` written to it (Anthropic bills them above the base price); the
+    rest is uncached input. Histories from before the cache fields decode with 0.
+    """
 
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             model_calls=self.model_calls + other.model_calls,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens + other.cache_write_input_tokens,
+        )
+
+    def __sub__(self, other: Usage) -> Usage:
+        """What was used since `other`, an earlier total of the same calls."""
+        return Usage(
+            model_calls=self.model_calls - other.model_calls,
+            input_tokens=self.input_tokens - other.input_tokens,
+            output_tokens=self.output_tokens - other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens - other.cached_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens - other.cache_write_input_tokens,
         )
 
 

@@ -78,7 +78,12 @@ Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply | Brok
 
 
 def openai_text(
-    text: str, *, input_tokens: int = 10, output_tokens: int = 5, model: str | None = None
+    text: str,
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    cached_tokens: int = 0,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Build a Chat Completions body whose message is `text`.
 
@@ -86,10 +91,11 @@ def openai_text(
         text: The assistant's answer.
         input_tokens: Reported as `usage.prompt_tokens`.
         output_tokens: Reported as `usage.completion_tokens`.
+        cached_tokens: Reported as `usage.prompt_tokens_details.cached_tokens` (of the input).
         model: The answering model; None echoes the request's model.
     """
     message = {"role": "assistant", "content": text, "refusal": None}
-    return _openai_body(message, "stop", input_tokens, output_tokens, model)
+    return _openai_body(message, "stop", input_tokens, output_tokens, cached_tokens, model)
 
 
 def openai_tool_calls(
@@ -97,6 +103,7 @@ def openai_tool_calls(
     *,
     input_tokens: int = 10,
     output_tokens: int = 5,
+    cached_tokens: int = 0,
     model: str | None = None,
 ) -> dict[str, Any]:
     """Build a Chat Completions body that calls tools.
@@ -106,6 +113,7 @@ def openai_tool_calls(
             so it may be malformed JSON on purpose.
         input_tokens: Reported as `usage.prompt_tokens`.
         output_tokens: Reported as `usage.completion_tokens`.
+        cached_tokens: Reported as `usage.prompt_tokens_details.cached_tokens` (of the input).
         model: The answering model; None echoes the request's model.
     """
     message = {
@@ -117,22 +125,32 @@ def openai_tool_calls(
             for call_id, name, arguments in calls
         ],
     }
-    return _openai_body(message, "tool_calls", input_tokens, output_tokens, model)
+    return _openai_body(message, "tool_calls", input_tokens, output_tokens, cached_tokens, model)
 
 
 def anthropic_text(
-    text: str, *, input_tokens: int = 10, output_tokens: int = 5, model: str | None = None
+    text: str,
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Build a Messages body whose content is one text block.
 
     Args:
         text: The assistant's answer.
-        input_tokens: Reported as `usage.input_tokens`.
+        input_tokens: Reported as `usage.input_tokens` (as Anthropic counts them: the input
+            neither read from nor written to the cache).
         output_tokens: Reported as `usage.output_tokens`.
+        cache_read_tokens: Reported as `usage.cache_read_input_tokens`.
+        cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
         model: The answering model; None echoes the request's model.
     """
     content = [{"type": "text", "text": text}]
-    return _anthropic_body(content, "end_turn", input_tokens, output_tokens, model)
+    usage = _anthropic_usage(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+    return _anthropic_body(content, "end_turn", usage, model)
 
 
 def anthropic_tool_use(
@@ -141,6 +159,8 @@ def anthropic_tool_use(
     text: str = "",
     input_tokens: int = 10,
     output_tokens: int = 5,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
     model: str | None = None,
 ) -> dict[str, Any]:
     """Build a Messages body that calls tools.
@@ -148,8 +168,10 @@ def anthropic_tool_use(
     Args:
         calls: `(tool_use_id, name, input)` triples.
         text: Optional text block sent before the tool_use blocks.
-        input_tokens: Reported as `usage.input_tokens`.
+        input_tokens: Reported as `usage.input_tokens` (the uncached input).
         output_tokens: Reported as `usage.output_tokens`.
+        cache_read_tokens: Reported as `usage.cache_read_input_tokens`.
+        cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
         model: The answering model; None echoes the request's model.
     """
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
@@ -157,7 +179,8 @@ def anthropic_tool_use(
         {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
         for call_id, name, tool_input in calls
     ]
-    return _anthropic_body(content, "tool_use", input_tokens, output_tokens, model)
+    usage = _anthropic_usage(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+    return _anthropic_body(content, "tool_use", usage, model)
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> ErrorReply:
@@ -272,6 +295,7 @@ def _openai_body(
     finish_reason: str,
     input_tokens: int,
     output_tokens: int,
+    cached_tokens: int,
     model: str | None,
 ) -> dict[str, Any]:
     return {
@@ -286,15 +310,26 @@ def _openai_body(
             "prompt_tokens": input_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
         },
+    }
+
+
+def _anthropic_usage(
+    input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int
+) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_input_tokens": cache_read_tokens,
+        "cache_creation_input_tokens": cache_write_tokens,
     }
 
 
 def _anthropic_body(
     content: list[dict[str, Any]],
     stop_reason: str,
-    input_tokens: int,
-    output_tokens: int,
+    usage: dict[str, int],
     model: str | None,
 ) -> dict[str, Any]:
     return {
@@ -305,7 +340,7 @@ def _anthropic_body(
         "model": model,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": usage,
     }
 
 
@@ -374,7 +409,7 @@ def anthropic_events(body: dict[str, Any]) -> list[dict[str, Any]]:
     """
     usage = body["usage"]
     # The output tokens so far: the real API counts a token or so here, the total comes last.
-    start_usage = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    start_usage = {**usage, "output_tokens": 1}
     message = {**body, "content": [], "stop_reason": None, "stop_sequence": None}
     events: list[dict[str, Any]] = [
         {"type": "message_start", "message": {**message, "usage": start_usage}}
