@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -176,6 +177,7 @@ class ModelActivities:
                     tools,
                     settings,
                     on_text=publisher.add if publisher is not None else None,
+                    cache_key=cache_key(activity.info().workflow_id),
                 )
                 if publisher is not None:
                     await publisher.finish()
@@ -191,6 +193,12 @@ class ModelActivities:
         tokens = meter.create_counter("waitstate_model_tokens", "Model tokens")
         tokens.add(response.usage.input_tokens, {**labels, "direction": "input"})
         tokens.add(response.usage.output_tokens, {**labels, "direction": "output"})
+        # Part of the input counted above: what the provider's prompt cache served, or took.
+        cache = meter.create_counter(
+            "waitstate_model_cache_tokens", "Input tokens read from or written to a prompt cache"
+        )
+        cache.add(response.usage.cached_input_tokens, {**labels, "kind": "read"})
+        cache.add(response.usage.cache_write_input_tokens, {**labels, "kind": "write"})
         return response
 
     def _publisher(self, input: ModelCallInput, provider: Provider) -> _DeltaPublisher | None:
@@ -357,17 +365,25 @@ async def _complete(
     settings: ModelSettings | None = None,
     *,
     on_text: Callable[[str], Awaitable[None]] | None = None,
+    cache_key: str | None = None,
 ) -> ModelResponse:
     """One provider call within the attempt's deadline, its failures turned into Temporal's;
-    with `on_text`, an adapter of ours streams the answer's text to it."""
+    with `on_text`, an adapter of ours streams the answer's text to it; an adapter of ours is
+    given `cache_key` for its prompt cache."""
     limit = activity.info().start_to_close_timeout
     budget = limit - min(DEADLINE_MARGIN, limit / 10) if limit else None
     deadline = asyncio.timeout(budget.total_seconds() if budget else None)
     try:
         async with deadline:
-            if on_text is not None and isinstance(provider, Adapter):
+            if isinstance(provider, Adapter):
                 request = ModelRequest(
-                    model, system_prompt, conversation, tools, settings, on_text=on_text
+                    model,
+                    system_prompt,
+                    conversation,
+                    tools,
+                    settings,
+                    on_text=on_text,
+                    cache_key=cache_key,
                 )
                 return await provider.answer(request)
             if settings is None:  # a provider written before settings existed works on
@@ -390,6 +406,23 @@ async def _complete(
         ) from None
     except Exception as err:
         raise _unexpected(provider, err) from None
+
+
+def cache_key(workflow_id: str | None) -> str | None:
+    """The prompt-cache key of a run's model calls: a digest of its workflow id (None outside
+    any run).
+
+    One key per run, not per agent: most of a long run's input is its own transcript, which only
+    its own later calls can reuse, and OpenAI sends the calls of one prefix and key to the same
+    machines (the key keeps a run's turns where its transcript is cached). A key shared by every
+    run of an agent would send them all to the same few machines, which overflow past about 15
+    requests a minute and scatter the turns of each run. The workflow id outlives
+    continue-as-new, so a thread keeps its key for life; it goes as a digest, since ids may
+    name customers.
+    """
+    if workflow_id is None:
+        return None
+    return "waitstate-" + hashlib.sha256(workflow_id.encode()).hexdigest()[:32]
 
 
 async def _stored(

@@ -69,6 +69,10 @@ class ModelRequest:
     # (the others ignore it). Set by the model activity only; what it is given is ephemeral:
     # the answer returned is the same either way.
     on_text: Callable[[str], Awaitable[None]] | None = None
+    # Names the conversation for the provider's prompt cache (OpenAI's `prompt_cache_key`):
+    # calls with the same key and the same prefix go where that prefix is cached. Set by the
+    # model activity, one per run; adapters without such a key ignore it.
+    cache_key: str | None = None
 
 
 class Adapter(abc.ABC):

@@ -24,7 +24,8 @@ from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, 
 
 class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
     """Calls `client.chat.completions.create` (the client built with `max_retries=0`); streamed
-    when the request takes the text as it is written (`ModelRequest.on_text`)."""
+    when the request takes the text as it is written (`ModelRequest.on_text`); the request's
+    `cache_key` goes as `prompt_cache_key`."""
 
     name = "openai"
 
@@ -49,6 +50,7 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
             if settings is not None and settings.max_tokens is not None
             else openai.omit
         )
+        cache_key = request.cache_key or openai.omit
         completions = self._client.chat.completions
         try:
             if request.on_text is None:
@@ -58,6 +60,7 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
                     tools=offered,
                     temperature=temperature,
                     max_completion_tokens=max_tokens,
+                    prompt_cache_key=cache_key,
                 )
                 return _from_openai(response)
             stream = await completions.create(
@@ -66,6 +69,7 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
                 tools=offered,
                 temperature=temperature,
                 max_completion_tokens=max_tokens,
+                prompt_cache_key=cache_key,
                 stream=True,
                 stream_options={"include_usage": True},
             )

@@ -42,7 +42,8 @@ ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
     """Calls `client.responses.create` (the client built with `max_retries=0`); streamed when
-    the request takes the text as it is written (`ModelRequest.on_text`)."""
+    the request takes the text as it is written (`ModelRequest.on_text`); the request's
+    `cache_key` goes as `prompt_cache_key`."""
 
     name = "openai-responses"
 
@@ -78,6 +79,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             "instructions": request.system_prompt or openai.omit,
             "tools": [_to_tool(tool) for tool in tools] if tools else openai.omit,
             "store": False,
+            "prompt_cache_key": request.cache_key or openai.omit,
             "include": [ENCRYPTED_REASONING] if include else openai.omit,
             "temperature": (
                 settings.temperature

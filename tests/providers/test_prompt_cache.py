@@ -1,6 +1,7 @@
-"""Prompt caching as each adapter counts it, through the real SDK clients against the local wire
-server, streamed and not: `input_tokens` is the whole prompt for every provider (Anthropic's
-own leaves cache reads and writes out), and of it, what was read from and written to the cache."""
+"""Prompt caching through the real SDK clients against the local wire server: as each adapter
+counts it, streamed and not (`input_tokens` is the whole prompt for every provider, Anthropic's
+own leaving cache reads and writes out; of it, what was read from and written to the cache), and
+the request's cache key as OpenAI's `prompt_cache_key`."""
 
 from __future__ import annotations
 
@@ -81,3 +82,19 @@ def test_usage_from_before_the_cache_fields_decodes_with_none_cached() -> None:
     old = Usage.model_validate_json('{"model_calls": 2, "input_tokens": 9, "output_tokens": 4}')
 
     assert (old.cached_input_tokens, old.cache_write_input_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("name", ["openai", "openai-responses"])
+async def test_the_cache_key_goes_as_openais_prompt_cache_key(
+    wire: WireServer, name: str, streamed: bool
+) -> None:
+    async with connected(name, wire.url) as provider:
+        assert isinstance(provider, Adapter)
+        on_text = _ignore if streamed else None
+        await provider.answer(ModelRequest("m", "", HELLO, [], on_text=on_text, cache_key="k-1"))
+        await provider.answer(ModelRequest("m", "", HELLO, [], on_text=on_text))
+
+    keyed, unkeyed = (request.body for request in wire.requests)
+    assert keyed["prompt_cache_key"] == "k-1"
+    assert "prompt_cache_key" not in unkeyed
