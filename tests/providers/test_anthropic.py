@@ -21,7 +21,8 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
     async with anthropic.AsyncAnthropic(
         api_key="test", base_url=wire.anthropic_base_url, max_retries=0
     ) as client:
-        yield AnthropicProvider(client, max_tokens=512)
+        # The request as it is without cache breakpoints (where they go: test_anthropic_cache.py).
+        yield AnthropicProvider(client, max_tokens=512, prompt_cache=False)
 
 
 async def test_conversation_converts_to_messages_request(
