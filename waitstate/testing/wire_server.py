@@ -26,7 +26,11 @@ there. When nothing is queued, a default rule answers instead:
    conversation, a call to the first offered tool with `{}` as arguments;
 3. otherwise, the text reply "ok".
 
-So an agent loop against an empty queue runs one tool round trip and finishes. The replies,
+So an agent loop against an empty queue runs one tool round trip and finishes. With
+`WireServer(prompt_cache=True)` (`--prompt-cache`), it simulates the providers' prompt caches:
+the prefixes it has seen are remembered, and each answer's usage says how much of the request's
+input was read from (and, for Anthropic, written to) the cache (`waitstate.testing.wire_cache`).
+The replies,
 their builders and the default rule are in `waitstate.testing.wire_replies` (the Responses
 API's in `waitstate.testing.wire_responses`); each is imported from here too.
 
@@ -57,6 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
 
+from waitstate.testing.wire_cache import CacheUse, PromptCache
 from waitstate.testing.wire_replies import (
     BrokenStream,
     DelayedReply,
@@ -147,8 +152,17 @@ class WireServer:
     It starts serving on construction; use it as a context manager or call `close()`.
     """
 
-    def __init__(self, port: int = 0) -> None:
-        """Bind 127.0.0.1 on `port` (0 picks a free one) and start serving."""
+    def __init__(
+        self, port: int = 0, *, prompt_cache: bool = False, cache_min_tokens: int = 0
+    ) -> None:
+        """Bind 127.0.0.1 on `port` (0 picks a free one) and start serving.
+
+        With `prompt_cache`, the server simulates the providers' prompt caches
+        (`waitstate.testing.wire_cache`): every answer's usage then reports the request's input
+        as estimated (characters / 4), and of it what the cache served and took, whatever the
+        scripted reply said of its input; prefixes under `cache_min_tokens` are not cached.
+        """
+        self.prompt_cache = PromptCache(cache_min_tokens) if prompt_cache else None
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
@@ -317,6 +331,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if reply.get("model") is None:
                 reply = {**reply, "model": body.get("model", "wire-server")}
+            if (cache := self.server.wire.prompt_cache) is not None:
+                reply = _with_usage(protocol, reply, cache.use(protocol, body))
             if streamed:
                 self._stream(protocol, body, reply, broken)
             else:
@@ -398,6 +414,24 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("%s " + format, self.address_string(), *args)
 
 
+def _with_usage(protocol: Protocol, reply: dict[str, Any], used: CacheUse) -> dict[str, Any]:
+    """`reply` with the input usage of a request the prompt cache served as `used` said."""
+    usage = dict(reply.get("usage") or {})
+    if protocol == "anthropic":
+        usage["input_tokens"] = used.total - used.read - used.written
+        usage["cache_read_input_tokens"] = used.read
+        usage["cache_creation_input_tokens"] = used.written
+    elif protocol == "openai":
+        usage["prompt_tokens"] = used.total
+        usage["total_tokens"] = used.total + usage.get("completion_tokens", 0)
+        usage["prompt_tokens_details"] = {"cached_tokens": used.read, "audio_tokens": 0}
+    else:
+        usage["input_tokens"] = used.total
+        usage["total_tokens"] = used.total + usage.get("output_tokens", 0)
+        usage["input_tokens_details"] = {"cached_tokens": used.read, "cache_write_tokens": 0}
+    return {**reply, "usage": usage}
+
+
 def _error_body(protocol: Protocol, reply: ErrorReply) -> dict[str, Any]:
     if protocol == "openai-responses":
         return responses_error_body(reply)
@@ -414,9 +448,12 @@ def main() -> None:
     """Serve in the foreground until Ctrl-C."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument(
+        "--prompt-cache", action="store_true", help="simulate the providers' prompt caches"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(message)s")
-    with WireServer(args.port) as server:
+    with WireServer(args.port, prompt_cache=args.prompt_cache) as server:
         print(f"Serving on {server.url} (Ctrl-C to stop)")
         print(f"  export OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=test")
         print(f"  export ANTHROPIC_BASE_URL={server.anthropic_base_url} ANTHROPIC_API_KEY=test")
