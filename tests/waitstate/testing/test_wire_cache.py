@@ -35,22 +35,30 @@ def _turns(n: int) -> list[Message]:
     return messages
 
 
-async def _conversation(server: WireServer, name: str, key: str | None = "run-1") -> list[Usage]:
+async def _ignore(_: str) -> None:
+    return None
+
+
+async def _conversation(server: WireServer, name: str, *, streamed: bool = False) -> list[Usage]:
     """The usage of three calls of one conversation, each the last one's prefix and more."""
     used = []
+    on_text = _ignore if streamed else None
     async with connected(name, server.url) as provider:
         assert isinstance(provider, Adapter)
         for n in range(3):
-            request = ModelRequest("m", SYSTEM, _turns(n), [LOOKUP], cache_key=key)
+            request = ModelRequest(
+                "m", SYSTEM, _turns(n), [LOOKUP], on_text=on_text, cache_key="run-1"
+            )
             used.append((await provider.answer(request)).usage)
     return used
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("name", PROTOCOLS)
 async def test_later_calls_read_the_prefix_the_earlier_ones_left(
-    caching: WireServer, name: str
+    caching: WireServer, name: str, streamed: bool
 ) -> None:
-    first, second, third = await _conversation(caching, name)
+    first, second, third = await _conversation(caching, name, streamed=streamed)
 
     assert first.cached_input_tokens == 0
     assert 0 < second.cached_input_tokens < second.input_tokens
