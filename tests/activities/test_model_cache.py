@@ -1,24 +1,32 @@
 """The model-call activity and the provider's prompt cache: one cache key per run (a digest of its
-workflow id) for every call of the run, and the cached tokens counted in the worker's metrics."""
+workflow id) for every call of the run, the cached tokens counted in the worker's metrics, and a
+run whose next call after a short wait reads its prefix from the (stand-in's) cache."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import defaultdict
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.testing import ActivityEnvironment
+from pydantic import BaseModel
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import ModelActivities
 from activities.model import cache_key
+from tests.helpers import make_worker, start_run
+from waitstate import Completion, Job, LongSpec, LongTool, StartContext, ToolSpec
 from waitstate.blobs import LocalBlobStore
 from waitstate.providers import Providers
-from waitstate.schemas import Message, ModelCallInput
+from waitstate.schemas import Message, ModelCallInput, RunInput
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text
 from waitstate.tools import ToolRegistry
 from worker import build_providers
+from workflows.agent_run import AgentRunWorkflow
 
 HELLO = ModelCallInput(
     model="openai:test-model",
@@ -98,3 +106,72 @@ async def test_cached_tokens_are_counted_in_the_metrics(wire: WireServer, tmp_pa
     cache = "waitstate_model_cache_tokens"
     assert meter.counts[(cache, frozenset({**labels, "kind": "read"}.items()))] == 1024
     assert meter.counts[(cache, frozenset({**labels, "kind": "write"}.items()))] == 0
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+class _ShortJob(LongTool):
+    """A job done `JOB_SECONDS` after it started: a short wait, polled every second."""
+
+    async def start(self, args: _NoArgs, context: StartContext) -> Job:
+        return Job(job_id=f"job-{time.time():.3f}")
+
+    async def status(self, job_id: str) -> Completion:
+        if time.time() - float(job_id.removeprefix("job-")) < JOB_SECONDS:
+            return Completion(status="running")
+        return Completion(status="succeeded", result={"rows": 412})
+
+    async def cancel(self, job_id: str) -> None:
+        pass
+
+
+JOB_SECONDS = 2.0
+SHORT_JOB = ToolSpec(
+    name="short_job",
+    description="Run a short job.",
+    args=_NoArgs,
+    long=LongSpec(
+        backend=_ShortJob(),
+        completion="poll",
+        poll_interval=timedelta(seconds=1),
+        timeout=timedelta(minutes=1),
+    ),
+)
+
+
+async def test_after_a_short_wait_the_next_call_reads_its_prefix_from_the_cache(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # A wait shorter than rebuild_after keeps the transcript: the call after it sends the
+    # conversation so far unchanged, with the job's outcome after it, and the provider's cache
+    # serves all of what the call before it sent. (After a long one the context is rebuilt from
+    # the ledger; by then the provider's cache, 5 minutes, has lapsed anyway.)
+    with WireServer(prompt_cache=True) as wire:
+        settings = Settings(
+            anthropic_base_url=wire.anthropic_base_url, anthropic_api_key="test-key"
+        )
+        async with make_worker(dev_env.client, task_queue, tools=[SHORT_JOB], settings=settings):
+            handle = await start_run(
+                dev_env.client,
+                task_queue,
+                RunInput(
+                    task="Run the job, then say how many rows it made.",
+                    model="anthropic:test-model",
+                    tools=["short_job"],
+                ),
+            )
+            result = await handle.result()
+            state = await handle.query(AgentRunWorkflow.status)
+        assert wire.prompt_cache is not None
+        uses = list(wire.prompt_cache.uses)
+
+    assert result.status == "completed"
+    assert state.context_rebuilds == 0
+    assert any("transcript kept" in step.detail for step in state.steps), state.steps
+    # Every call after the first reads the whole of the call before it back from the cache.
+    assert len(uses) >= 2, uses
+    for before, after in itertools.pairwise(uses):
+        assert after.read == before.total > 0
+    assert result.usage.cached_input_tokens == sum(use.read for use in uses)

@@ -24,12 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 CHARS_PER_TOKEN = 4
 # How far back from a breakpoint Anthropic looks for a prefix it kept, in blocks.
 LOOKBACK_BLOCKS = 20
+USES_KEPT = 1_000
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class PromptCache:
         self.min_tokens = min_tokens
         self._kept: set[str] = set()
         self._lock = threading.Lock()
+        # What the latest requests were served, oldest first (for tests and the bench to read).
+        self.uses: deque[CacheUse] = deque(maxlen=USES_KEPT)
 
     def use(self, protocol: str, body: dict[str, Any]) -> CacheUse:
         """Serve the request `body` of `protocol` from the cache, and keep what it leaves."""
@@ -69,8 +73,11 @@ class PromptCache:
         total = ends[-1] if ends else 0
         with self._lock:
             if protocol == "anthropic":
-                return self._anthropic(segments, ends, digests, total)
-            return self._automatic(ends, digests, total)
+                used = self._anthropic(segments, ends, digests, total)
+            else:
+                used = self._automatic(ends, digests, total)
+            self.uses.append(used)
+            return used
 
     def _anthropic(
         self, segments: list[_Segment], ends: list[int], digests: list[str], total: int
