@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.caching import figure8
 from bench.events import figure7
 from bench.figures import FIGURES, QUICK, Row, Sizes
 from bench.procs import ROOT, machine
@@ -29,6 +30,9 @@ from waitstate.settings import exit_process
 
 # Figure 7 lives in a module of its own (its readers, the gateway's), beside the others.
 EVERY_FIGURE = {**FIGURES, 7: figure7}
+# Figures that need no services: the stack is not started for them alone.
+STACKLESS = {8: figure8}
+ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
 MARKER = "<!-- Everything below is written by `python -m bench`. -->"
 DEFAULT_OUT = ROOT / "docs" / "benchmarks.md"
 
@@ -47,12 +51,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--sides", default="ours,floor", choices=["ours,floor", "ours", "floor"],
         help="measure both sides (default) or one",
     )  # fmt: skip
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="figures to run, e.g. 1,3")
+    parser.add_argument(
+        "--only", default=",".join(map(str, ALL_FIGURES)),
+        help="figures to run, e.g. 1,3 (their rows replace theirs in --out's table)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown to write")
     args = parser.parse_args(argv)
     args.figures = sorted({int(part) for part in args.only.split(",") if part.strip()})
-    if not set(args.figures) <= set(EVERY_FIGURE) or args.reps < 1:
-        parser.error("--only takes figure numbers 1-7; --reps at least 1")
+    if not set(args.figures) <= set(ALL_FIGURES) or args.reps < 1:
+        parser.error(f"--only takes figure numbers 1-{ALL_FIGURES[-1]}; --reps at least 1")
     return args
 
 
@@ -152,36 +159,91 @@ async def run(args: argparse.Namespace) -> int:
     rows: list[Row] = []
     timings: list[str] = []
     shared = sizes.sides if args.quick else ()
-    stack = await Stack.start(sizes.pipeline_seconds, shared=shared)
+    stack: Stack | None = None
     try:
         for number in args.figures:
             log(f"figure {number}...")
             figure_began = time.monotonic()
-            rows += await EVERY_FIGURE[number](stack, sizes, args.reps, log)
+            if number in STACKLESS:
+                rows += await STACKLESS[number](sizes, args.reps, log)
+            else:
+                if stack is None:
+                    stack = await Stack.start(sizes.pipeline_seconds, shared=shared)
+                rows += await EVERY_FIGURE[number](stack, sizes, args.reps, log)
             timings.append(f"figure {number}: {time.monotonic() - figure_began:.0f} s")
             log(f"figure {number} took {time.monotonic() - figure_began:.0f} s")
     finally:
-        await stack.close()
+        if stack is not None:
+            await stack.close()
     lines = table(rows)
     total = time.monotonic() - began
     print()
     print(text_table(lines))
     print(f"\nmachine: {machine()}; took {total:.0f} s ({', '.join(timings)})")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = "\n\n".join(
-        [
-            "## Results",
-            f"Measured {stamp} with `{command.strip()}` on {machine()}; "
-            f"{args.reps} repetition(s); the whole bench took {total:.0f} s "
-            f"({', '.join(timings)}).",
-            f"Sizes: {_describe(sizes, args.reps, args.figures)}",
-            markdown(lines),
-        ]
+    measured = (
+        f"Measured {stamp} with `{command.strip()}` on {machine()}; "
+        f"{args.reps} repetition(s); the whole bench took {total:.0f} s "
+        f"({', '.join(timings)})."
     )
-    write_doc(args.out, body)
+    sized = f"Sizes: {_describe(sizes, args.reps, args.figures)}"
+    write_doc(args.out, results(args.out, args.figures, [measured, sized], lines))
     print(f"wrote {args.out}")
     # A missed target is a finding, not a failure: the table says so. Errors raise.
     return 0
+
+
+def results(path: Path, figures: list[int], said: list[str], lines: list[list[str]]) -> str:
+    """What goes below MARKER in `path` once `figures` ran (`said`: when, how, at what sizes;
+    `lines`: their table): that alone for every figure; for some, their rows replace theirs in
+    the table `path` has, whose other rows and paragraphs stay."""
+    earlier = _results(path) if figures != ALL_FIGURES else None
+    table = markdown(lines)
+    if earlier is None:
+        return "\n\n".join(["## Results", *said, table])
+    paragraphs, rows = earlier
+    paragraphs = [p for p in paragraphs if not set(_figures_said(p)) <= set(figures)]
+    rows = [row for row in rows if _figure_of(row) not in figures]
+    merged = sorted([*rows, *table.splitlines()[2:]], key=_figure_of)
+    numbers = ",".join(map(str, figures))
+    return "\n\n".join(
+        [
+            "## Results",
+            *paragraphs,
+            f"Figures {numbers}: {' '.join(said)}",
+            "\n".join([*table.splitlines()[:2], *merged]),
+        ]
+    )
+
+
+def _results(path: Path) -> tuple[list[str], list[str]] | None:
+    """What `path` says below MARKER: its paragraphs before the table (without the heading),
+    and the table's rows; None if it has no table there."""
+    if not path.exists() or MARKER not in (text := path.read_text()):
+        return None
+    below = text.split(MARKER, 1)[1].strip()
+    paragraphs = [p for p in below.split("\n\n") if p.strip() and p.strip() != "## Results"]
+    tables = [p for p in paragraphs if p.startswith("| fig |")]
+    if not tables:
+        return None
+    rows = tables[-1].splitlines()[2:]
+    return [p for p in paragraphs if not p.startswith("| ")], rows
+
+
+def _figures_said(paragraph: str) -> list[int]:
+    """The figures a paragraph of an earlier `--only` run is about (`Figures 1,3: ...`); none
+    for any other paragraph (an empty list is a subset of any: those are told apart here)."""
+    if not paragraph.startswith("Figures "):
+        return [-1]
+    numbers = paragraph.removeprefix("Figures ").split(":", 1)[0].split(",")
+    return [int(n) for n in numbers if n.strip().isdigit()] or [-1]
+
+
+def _figure_of(row: str) -> int:
+    """The figure number of a markdown table row (`| 3 (N=1,000, 1 rep) | ...`)."""
+    cell = row.strip().strip("|").split("|", 1)[0].strip()
+    digits = cell.split()[0] if cell else ""
+    return int(digits) if digits.isdigit() else 0
 
 
 def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
@@ -198,6 +260,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         6: f"figure 6: a conversation of {sizes.messages} messages per side and repetition",
         7: f"figure 7: {sizes.event_steps_runs} runs read three ways, then "
         f"{sizes.event_runs} live threads with 10 readers each",
+        8: f"figure 8: a conversation of {sizes.cache_messages} messages per provider and "
+        "repetition, with and without caching",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

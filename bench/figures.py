@@ -62,6 +62,7 @@ class Sizes:
     event_steps_runs: int = 20  # figure 7: runs read three ways (three steps each)
     event_runs: int = 100  # figure 7: live runs, with 10 readers each
     event_idle_seconds: float = 10.0  # figure 7: the readers' idle window
+    cache_messages: int = 20  # figure 8: the messages of the conversation
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -79,6 +80,7 @@ QUICK = Sizes(
     event_steps_runs=2,
     event_runs=3,
     event_idle_seconds=1.0,
+    cache_messages=4,
 )
 
 

@@ -39,6 +39,7 @@ EXPECTED_METRICS = [
     "step → reader p50: stream (ours) vs polling watch (floor)",
     "step → reader p50: watch woken by the history (ours) vs polling",
     "gateway CPU per event handed to a reader",
+    f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)",
 ]
 
 
@@ -86,4 +87,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     stream = rows["step → reader p50: stream (ours) vs polling watch (floor)"]
     assert float(stream[2]) > 0 and float(stream[3]) > 0, stream
     assert float(rows["gateway CPU per event handed to a reader"][2].replace(",", "")) > 0
+    # Caching bills a conversation's input for less than its whole.
+    billed = rows[f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)"]
+    assert 0 < float(billed[4].rstrip("×")) < 1, billed
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
