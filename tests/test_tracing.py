@@ -226,6 +226,9 @@ async def test_one_trace_from_the_start_to_the_answer_across_a_webhook_and_a_res
         assert attributes["gen_ai.request.model"] == "demo"
         assert isinstance(attributes["gen_ai.usage.input_tokens"], int)
         assert isinstance(attributes["gen_ai.usage.output_tokens"], int)
+        # The scripted model has no prompt cache: none of its input came from one.
+        assert attributes["gen_ai.usage.cache_read.input_tokens"] == 0
+        assert attributes["gen_ai.usage.cache_creation.input_tokens"] == 0
         assert attributes["gen_ai.response.finish_reasons"]
         assert chat.parent is not None
         [activity] = [s for s in trace if s.context.span_id == chat.parent.span_id]

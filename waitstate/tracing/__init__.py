@@ -55,6 +55,9 @@ REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+# Of the input tokens (which count them, as the conventions ask): served by, written to the cache.
+CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_WRITE_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 AGENT_NAME = "gen_ai.agent.name"
 CONVERSATION_ID = "gen_ai.conversation.id"
@@ -177,6 +180,8 @@ class ChatSpan:
             return
         self._span.set_attribute(INPUT_TOKENS, response.usage.input_tokens)
         self._span.set_attribute(OUTPUT_TOKENS, response.usage.output_tokens)
+        self._span.set_attribute(CACHE_READ_TOKENS, response.usage.cached_input_tokens)
+        self._span.set_attribute(CACHE_WRITE_TOKENS, response.usage.cache_write_input_tokens)
         if response.model:
             self._span.set_attribute(RESPONSE_MODEL, response.model)
         if response.stop_reason:
