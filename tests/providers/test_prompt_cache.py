@@ -98,3 +98,23 @@ async def test_the_cache_key_goes_as_openais_prompt_cache_key(
     keyed, unkeyed = (request.body for request in wire.requests)
     assert keyed["prompt_cache_key"] == "k-1"
     assert "prompt_cache_key" not in unkeyed
+
+
+@pytest.mark.parametrize("name", list(REPLIES))
+async def test_a_server_that_reports_no_cache_counts_none_cached(
+    wire: WireServer, name: str
+) -> None:
+    # An OpenAI-compatible server (vLLM, Ollama...) or an older API gives no cache fields at all.
+    reply = REPLIES[name]
+    usage = {
+        key: value
+        for key, value in reply["usage"].items()
+        if "details" not in key and "cache" not in key
+    }
+    wire.enqueue({**reply, "usage": usage})
+
+    async with connected(name, wire.url) as provider:
+        response = await provider.complete("m", "", HELLO, [])
+
+    assert (response.usage.cached_input_tokens, response.usage.cache_write_input_tokens) == (0, 0)
+    assert response.usage.input_tokens == usage.get("prompt_tokens", usage.get("input_tokens"))

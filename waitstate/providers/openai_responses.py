@@ -128,6 +128,8 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         ]
         items = _kept_items(response)
         usage = response.usage
+        # Left out by some servers that speak the API (the SDK does not check).
+        cache = getattr(usage, "input_tokens_details", None)
         details = response.incomplete_details
         return ModelResponse(
             message=Message(
@@ -143,10 +145,8 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
                 # Counts the cached tokens too, as ours does.
                 input_tokens=usage.input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
-                cached_input_tokens=usage.input_tokens_details.cached_tokens if usage else 0,
-                cache_write_input_tokens=(
-                    usage.input_tokens_details.cache_write_tokens if usage else 0
-                ),
+                cached_input_tokens=getattr(cache, "cached_tokens", None) or 0,
+                cache_write_input_tokens=getattr(cache, "cache_write_tokens", None) or 0,
             ),
             stop_reason=(details.reason if details and details.reason else response.status) or "",
             model=response.model,
