@@ -103,6 +103,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--system-prompt", help="replace the agent's (or the default) system prompt")
     run.add_argument(
+        "--budget-tokens",
+        type=int,
+        metavar="N",
+        help="the most tokens its model calls may take (replaces the agent's budget)",
+    )
+    run.add_argument(
+        "--on-exceed",
+        choices=["stop", "approve", "degrade"],
+        default="stop",
+        help="with --budget-tokens: stop, ask a person to raise it, or go on with --degrade-to",
+    )
+    run.add_argument(
+        "--degrade-to", metavar="MODEL", help="with --on-exceed degrade: the cheaper model"
+    )
+    run.add_argument(
         "--app",
         action="append",
         default=[],

@@ -60,6 +60,7 @@ def config_of(agent: Agent, default_model: str) -> AgentConfig:
         operation_timeout=agent.operation_timeout,
         constraints=list(agent.constraints),
         thread=agent.thread,
+        budget=agent.budget,
         output_schema=(
             agent.output_type.model_json_schema() if agent.output_type is not None else None
         ),

@@ -229,6 +229,24 @@ async def test_a_blank_or_padded_model_name_is_refused(cli: Cli, spec: str) -> N
     assert status.code == 1, "no run was started"
 
 
+async def test_a_run_given_a_token_budget_stops_at_it_and_says_what_it_spent(
+    cli: Cli, dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    run_id = f"run-{uuid.uuid4()}"
+    loop = ("run", "loop", "--model", "scripted:forever", "--tools", "calculate", "--id", run_id)
+    refused = await cli("run", "loop", "--on-exceed", "degrade", "--budget-tokens", "300")
+    async with make_worker(dev_env.client, task_queue):
+        done = await cli(*loop, "--budget-tokens", "300", "--wait")
+        status = await cli("status", run_id)
+
+    assert_refused(refused, "on_exceed 'degrade' needs degrade_to")
+    assert done.code == 1, done.stdout + done.stderr  # it ended, not with an answer
+    assert "budget_exceeded after" in done.stdout
+    assert "error: budget exceeded: spent " in done.stdout
+    assert "of 300 tokens" in done.stdout
+    assert "; budget: " in status.stdout and "of 300 tokens, exceeded" in status.stdout
+
+
 async def test_status_and_watch_show_a_model_call_being_retried(
     dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, closed_port: int
 ) -> None:

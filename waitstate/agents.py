@@ -27,6 +27,7 @@ from waitstate.mcp import McpServer
 from waitstate.providers.base import Provider
 from waitstate.providers.scripted import Script
 from waitstate.schemas.approvals import ApprovalPolicy
+from waitstate.schemas.budgets import Budget
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
 from waitstate.schemas.threads import ThreadSettings
 from waitstate.tools.spec import ToolSpec
@@ -57,6 +58,8 @@ class Agent:
             thread started with settings of its own keeps those. Tasks ignore it.
         description: What it does, for those who call it from outside: the description of
             its tool when waitstate serves it over MCP (`python -m waitstate.mcp_server`).
+        budget: What a run of it may spend on model calls, in tokens or dollars, and what
+            happens when it has (`stop`, `approve`, `degrade`); a run's starter may set its own.
     """
 
     name: str
@@ -72,6 +75,7 @@ class Agent:
     max_tokens: int | None = None
     thread: ThreadSettings | None = None
     description: str = ""
+    budget: Budget | None = None
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""

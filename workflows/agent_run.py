@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.approvals import ApprovalDesk, ApprovalExpired
     from workflows.asides import ApprovalAsides
     from workflows.board import StatusBoard
+    from workflows.budgets import BudgetExceeded, Budgets
     from workflows.continuation import Continuation
     from workflows.inputs import InputDesk
     from workflows.memory import Memory
@@ -103,6 +104,7 @@ class AgentRunWorkflow:
         self._desk = ApprovalDesk(
             input, self._state, versions, self._board, self._memory, self._asides
         )
+        self._budget = Budgets(input, self._state, self._desk)
         self._outages = StoreOutages(self._state, versions, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
 
@@ -161,15 +163,17 @@ class AgentRunWorkflow:
                     continue
                 answer = None
             if not self._thread.on:
-                return await self._finish(self._out_of_turns(), None)
+                return await self._finish(
+                    ledger.out_of_turns(self._state, self._versions.hardened), None
+                )
             limit = self._input.max_turns
             self._thread.replied(None, "max_turns", f"no answer in {limit} calls")
             return None
-        except ApprovalExpired as expired:
+        except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
             if not self._thread.on:
-                self._state.error = str(expired)
-                return await self._finish("approval_expired", None)
-            self._thread.replied(None, "failed", str(expired))
+                self._state.error = str(ended)
+                return await self._finish(ended.status, None)
+            self._thread.replied(None, "failed", str(ended))
             return None
         except MessageFailed:
             return None
@@ -186,7 +190,7 @@ class AgentRunWorkflow:
                 elif not self._memory.unsent:
                     return self._thread.replied(reply.content)
             self._thread.replied(None, "max_turns", f"no answer in {self._input.max_turns} calls")
-        except (ApprovalExpired, MessageFailed) as err:
+        except (ApprovalExpired, BudgetExceeded, MessageFailed) as err:
             self._thread.replied(None, "failed", str(err))
         finally:
             self._thread.end_aside()
@@ -258,9 +262,10 @@ class AgentRunWorkflow:
     # --- the model --------------------------------------------------------------------------
 
     async def _call_model(self) -> Message:
+        model = await self._budget.check()  # before the call: from what is spent already
         turn = self._state.turns + 1
         request = ModelCallInput(
-            model=self._input.model,
+            model=model,
             system_prompt=self._input.system_prompt,
             transcript_ref=self._memory.transcript_ref,
             new_messages=self._memory.unsent,
@@ -277,7 +282,7 @@ class AgentRunWorkflow:
                 CALL_MODEL,
                 request,
                 result_type=ModelResponse,
-                summary=f"model {self._input.model} turn {turn}",
+                summary=f"model {model} turn {turn}",
                 start_to_close_timeout=self._input.model_timeout,
                 hands_back=True,
             )
@@ -301,6 +306,7 @@ class AgentRunWorkflow:
             await self._fail(turn, response.error)
         self._state.turns = turn
         ledger.add_usage(self._state, response.usage)
+        self._budget.charge(model)
         reply = response.message
         self._memory.new_turn(response.transcript_ref)
         names = ", ".join(call.name for call in reply.tool_calls)
@@ -316,7 +322,7 @@ class AgentRunWorkflow:
                 )
         elif self._versions.hardened and not reply.tool_calls:
             self._state.rejected_output = None  # an answer that validated
-        ledger.step(self._state, "model", self._input.model, detail)
+        ledger.step(self._state, "model", model, detail)
         return reply
 
     async def _unless_interrupted(self, calling: Coroutine[Any, Any, Answered]) -> Answered:
@@ -465,15 +471,6 @@ class AgentRunWorkflow:
         return await self._ops.track(call, operation_id, result.operation)
 
     # --- the end: an answer, or a new run to go on in ---------------------------------------
-
-    def _out_of_turns(self) -> RunStatus:
-        """How a run that used its turns ends: `output_invalid` (from HARDENED on) when its
-        last answer was refused by the agent's output type, saying why; else `max_turns`."""
-        rejected = self._state.rejected_output
-        if not self._versions.hardened or rejected is None or rejected.turn != self._state.turns:
-            return "max_turns"
-        self._state.error = ledger.output_never_valid(self._state.turns, rejected)
-        return "output_invalid"
 
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await self._ops.end_pending("cancelled")

@@ -8,7 +8,7 @@ import json
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from waitstate.schemas import RunInput, RunState, ToolCall, ToolResult
+from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
     ApprovalNoticeSent,
     ApprovalPolicy,
@@ -38,6 +38,8 @@ from workflows.versions import Versions
 
 class ApprovalExpired(Exception):
     """An approval expired under on_timeout `fail`: the run ends, cleanly, with the reason."""
+
+    status: RunStatus = "approval_expired"
 
 
 class ApprovalDesk:
@@ -77,13 +79,17 @@ class ApprovalDesk:
             is_error=request.status != "approved",
         )
 
-    async def ask(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
-        """Ask a person, wait (holding no worker) for the decision or the timeout policy."""
+    async def ask(
+        self, call: ToolCall, reason: str, policy: ApprovalPolicy, *, checkpoint: bool = True
+    ) -> ApprovalRequest:
+        """Ask a person, wait (holding no worker) for the decision or the timeout policy
+        (`checkpoint`: the model commits what is done and what remains first)."""
         if not self._versions.exactly_once:
             return await self._ask_v1(call, reason, policy)
-        # Before the request exists, so that a slow checkpoint does not eat into its window
-        # (how long a person takes is never known: always worth one).
-        await self._memory.checkpoint(f"approval of {call.name} from {policy.approvers}")
+        if checkpoint:
+            # Before the request exists, so that a slow checkpoint does not eat into its window
+            # (how long a person takes is never known: always worth one).
+            await self._memory.checkpoint(f"approval of {call.name} from {policy.approvers}")
         request = self._request(call, reason, policy)
         label = f"approval of {call.name} from {policy.approvers}"
         details = f"waiting for approval: {reason}"

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from waitstate.schemas import RunState, Step, ToolCall, ToolResult, Usage
+from waitstate.schemas import RunState, RunStatus, Step, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.run import Checkpoint, RejectedOutput
@@ -202,6 +202,16 @@ def model_failure(
     else:
         what = f"{spec}: {cause}"
     return preview(f"{what}; {attempts}" if attempts else what, FAILURE_CHARS)
+
+
+def out_of_turns(state: RunState, hardened: bool) -> RunStatus:
+    """How a run that used its turns ends: `output_invalid` (runs from HARDENED on) when its
+    last answer was refused by the agent's output type, saying why; else `max_turns`."""
+    rejected = state.rejected_output
+    if not hardened or rejected is None or rejected.turn != state.turns:
+        return "max_turns"
+    state.error = output_never_valid(state.turns, rejected)
+    return "output_invalid"
 
 
 def add_usage(state: RunState, usage: Usage) -> None:

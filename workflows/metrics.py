@@ -115,3 +115,12 @@ def question_closed(request: InputRequest) -> None:
             "waitstate.question.outcome": request.status,
         },
     )
+
+
+def budget_reached(on_exceed: str, outcome: str) -> None:
+    """Count a run that reached its budget (or the share at which it degrades), and what
+    became of it: `degraded`, `raised` (a person gave more), `stopped`."""
+    workflow.metric_meter().create_counter(
+        "waitstate_budget_reached",
+        "Runs that reached their budget, by policy and what became of them",
+    ).add(1, {"on_exceed": on_exceed, "outcome": outcome})

@@ -136,12 +136,22 @@ def when(moment: datetime | None, absent: str | None = "-") -> str | None:
 
 
 def usage_line(state: RunState) -> str:
-    """A run's model calls and tokens."""
+    """A run's model calls and tokens, and what it spent of its budget, if it has one."""
     usage = state.usage
-    return (
+    line = (
         f"usage: {usage.model_calls} model calls, "
         f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
     )
+    budget = state.budget
+    if budget is not None:
+        line += f"; budget: {budget.line()}"
+        if budget.raised:
+            line += f" (raised {budget.raised}×)"
+        if budget.degraded_to:
+            line += f", went on with {budget.degraded_to}"
+        if budget.exceeded:
+            line += ", exceeded"
+    return line
 
 
 def print_outcome(state: RunState) -> None:

@@ -283,6 +283,11 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
+    if args.budget_tokens is not None:
+        budget = {"tokens": args.budget_tokens, "on_exceed": args.on_exceed}
+        fields["budget"] = {**budget, "degrade_to": args.degrade_to}
+    elif args.degrade_to or args.on_exceed != "stop":
+        raise CliError("--on-exceed and --degrade-to go with --budget-tokens", 2)
     try:
         return RunInput(**fields)
     except ValidationError as err:

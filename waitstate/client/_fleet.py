@@ -20,7 +20,7 @@ from waitstate.schemas.cleanup import CleanResult
 FLEET_LIMIT = 1000
 # `fleet` reports runs that failed within this window.
 FAILURE_WINDOW = timedelta(hours=24)
-FAILED_STATUSES = ("failed", "approval_expired", "output_invalid")
+FAILED_STATUSES = ("failed", "approval_expired", "output_invalid", "budget_exceeded")
 FAILED_EXECUTIONS = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TIMED_OUT,

@@ -8,6 +8,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.budgets import Budget, BudgetState
 from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import Operation, OperationStarted, ResultMode
 from waitstate.schemas.questions import InputRequest
@@ -22,9 +23,18 @@ RunStatus = Literal[
     "max_turns",
     "approval_expired",
     "output_invalid",
+    "budget_exceeded",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"completed", "failed", "cancelled", "max_turns", "approval_expired", "output_invalid"}
+    {
+        "completed",
+        "failed",
+        "cancelled",
+        "max_turns",
+        "approval_expired",
+        "output_invalid",
+        "budget_exceeded",
+    }
 )
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -45,6 +55,7 @@ AGENT_FIELDS = frozenset(
         "operation_timeout",
         "constraints",
         "thread",
+        "budget",
     }
 )
 
@@ -111,6 +122,10 @@ class RunInput(BaseModel):
         default=None,
         description="For a run of an agent: the fields its starter set, which the agent's "
         "definition does not replace (filled in when the input is made).",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="What the run may spend on its model calls, and what happens when it has.",
     )
 
     @model_validator(mode="after")
@@ -198,6 +213,9 @@ class RunState(BaseModel):
     )
     thread: ThreadState | None = Field(
         default=None, description="A thread's messages and replies (None: a task run)."
+    )
+    budget: BudgetState | None = Field(
+        default=None, description="What it spent against its budget (None: it has none)."
     )
     error: str | None = None
 
@@ -412,6 +430,7 @@ class AgentConfig(BaseModel):
         default=None,
         description="How its threads take messages, unless a thread's starter said otherwise.",
     )
+    budget: Budget | None = None
 
     def defaults(self) -> dict[str, Any]:
         """The `RunInput` fields it sets, by name."""
@@ -426,6 +445,8 @@ class AgentConfig(BaseModel):
             fields["model"] = self.model
         if self.operation_timeout is not None:
             fields["operation_timeout"] = self.operation_timeout
+        if self.budget is not None:
+            fields["budget"] = self.budget
         return fields
 
 

@@ -1,0 +1,171 @@
+"""Budgets on the dev server: a run that spent its budget stops, asks a person to raise it (who
+may say yes, no, or nothing before the window passes), or goes on with a cheaper model, as its
+budget declares; checked before each call, so it never spends past its budget by more than the
+one call that crossed it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from examples.demo.basic import demo_tools
+from tests.helpers import eventually, make_worker, start_run
+from tests.workflows.runs import run_to_end
+from waitstate.apps import load_apps
+from waitstate.converter import DATA_CONVERTER
+from waitstate.schemas import ModelResponse, RunInput, RunState
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput
+from waitstate.schemas.budgets import RAISE_BUDGET, Budget, ModelPrice
+from waitstate.schemas.run import CALL_MODEL
+from workflows.agent_run import AgentRunWorkflow
+from workflows.search_attributes import AGENT_STATUS
+
+LOOP = "scripted:forever"  # calls `calculate` every turn, never answers
+
+
+def _looping(budget: Budget, **fields: Any) -> RunInput:
+    return RunInput(
+        task="loop", model=LOOP, tools=["calculate"], max_turns=40, budget=budget, **fields
+    )
+
+
+async def _call_tokens(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """Each model call's tokens (input and output), in the order the run made them."""
+    kinds: dict[int, str] = {}
+    tokens = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            kinds[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = event.activity_task_completed_event_attributes
+            if kinds.get(done.scheduled_event_id) == CALL_MODEL:
+                [response] = DATA_CONVERTER.payload_converter.from_payloads(
+                    done.result.payloads, [ModelResponse]
+                )
+                tokens.append(response.usage.input_tokens + response.usage.output_tokens)
+    return tokens
+
+
+def _crossed_by_the_last_call(tokens: list[int], limit: int) -> bool:
+    return sum(tokens[:-1]) < limit <= sum(tokens)
+
+
+async def test_a_run_that_spent_its_budget_stops_saying_what_it_spent(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    handle, result, state = await run_to_end(dev_env, task_queue, _looping(Budget(tokens=400)))
+    tokens = await _call_tokens(handle)
+
+    assert result.status == "budget_exceeded"
+    assert state.budget is not None and state.budget.exceeded
+    assert result.error == f"budget exceeded: spent {state.budget.line()}"
+    assert (
+        state.budget.spent_tokens
+        == sum(tokens)
+        == result.usage.input_tokens + result.usage.output_tokens
+    )
+    assert _crossed_by_the_last_call(tokens, 400)  # no call started once it was spent
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(AGENT_STATUS) == "budget_exceeded"
+
+
+async def test_a_dollar_budget_prices_each_call_and_refuses_a_model_it_has_no_price_for(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    price = ModelPrice(input=1_000.0, output=3_000.0)  # dollars per million tokens
+    priced = Budget(usd=0.5, prices={LOOP: price})
+    handle, result, state = await run_to_end(dev_env, task_queue, _looping(priced))
+    unpriced = Budget(usd=0.5, prices={"openai:gpt-4.1": price})
+    _, refused, refused_state = await run_to_end(dev_env, task_queue, _looping(unpriced))
+
+    assert result.status == "budget_exceeded"
+    assert state.budget is not None
+    spent = result.usage.input_tokens * 1_000.0 + result.usage.output_tokens * 3_000.0
+    assert abs(state.budget.spent_usd - spent / 1_000_000) < 1e-9
+    assert state.budget.spent_usd >= 0.5
+    # Unpriced: stopped before its first call, which it could not have kept within dollars.
+    assert refused.status == "budget_exceeded"
+    assert refused.usage.model_calls == 0
+    assert refused.error is not None and f"no price for {LOOP}" in refused.error
+    assert refused_state.budget is not None and refused_state.budget.spent_usd == 0
+
+
+async def _decide(handle: WorkflowHandle[Any, Any], decision: str) -> ApprovalRequest:
+    """The run's open request to raise its budget, once it is asked, decided `decision`."""
+
+    async def asked() -> ApprovalRequest | None:
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+        return next((r for r in state.approvals.values() if r.open), None)
+
+    request = await eventually(asked, "a request to raise the budget")
+    await handle.execute_update(
+        AgentRunWorkflow.decide,
+        DecideInput(request_id=request.request_id, decision=decision, reviewer="dana"),
+    )
+    return request
+
+
+async def test_a_person_raises_the_budget_once_and_refuses_the_second_time(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    budget = Budget(tokens=300, on_exceed="approve")
+    async with make_worker(dev_env.client, task_queue):
+        handle = await start_run(dev_env.client, task_queue, _looping(budget))
+        first = await _decide(handle, "approve")
+        second = await _decide(handle, "reject")
+        result = await handle.result()
+        state = await handle.query(AgentRunWorkflow.status)
+    tokens = await _call_tokens(handle)
+
+    assert (first.tool, second.tool) == (RAISE_BUDGET, RAISE_BUDGET)
+    assert first.reason.startswith("the run spent ") and "of 300 tokens" in first.reason
+    assert "of 600 tokens" in second.reason
+    assert result.status == "budget_exceeded"
+    assert state.budget is not None
+    assert (state.budget.raised, state.budget.tokens) == (1, 600)
+    assert _crossed_by_the_last_call(tokens, 600)
+    # Before the first request, the run had stopped calling at the first limit.
+    before_first = [i for i, _ in enumerate(tokens) if sum(tokens[: i + 1]) >= 300][0]
+    assert sum(tokens[:before_first]) < 300
+
+
+async def test_a_request_to_raise_it_that_nobody_answers_stops_the_run(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    window = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="default")
+    budget = Budget(tokens=300, on_exceed="approve", approval=window)
+    handle, result, state = await run_to_end(dev_env, task_queue, _looping(budget))
+
+    [request] = state.approvals.values()
+    assert request.tool == RAISE_BUDGET
+    assert request.status == "rejected"
+    assert request.decision is not None and request.decision.by_policy
+    assert result.status == "budget_exceeded"
+    assert state.budget is not None and state.budget.raised == 0
+
+
+async def test_a_run_goes_on_with_the_cheaper_model_then_stops_at_its_budget(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    budget = Budget(
+        tokens=800, on_exceed="degrade", degrade_to="scripted:forever-cheap", degrade_at=0.5
+    )
+    cheap = load_apps(["tests.workflows.budget_app:app"])
+    handle, result, state = await run_to_end(
+        dev_env, task_queue, _looping(budget), apps=cheap, tools=demo_tools()
+    )
+    tokens = await _call_tokens(handle)
+    models = [step.name for step in state.steps if step.kind == "model"]
+
+    assert state.budget is not None and state.budget.degraded_to == "scripted:forever-cheap"
+    switched = models.index("scripted:forever-cheap")
+    assert set(models[:switched]) == {LOOP} and set(models[switched:]) == {"scripted:forever-cheap"}
+    assert sum(tokens[: switched - 1]) < 400 <= sum(tokens[:switched])  # at half, it switched
+    assert result.status == "budget_exceeded"
+    assert _crossed_by_the_last_call(tokens, 800)

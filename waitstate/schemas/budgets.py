@@ -1,0 +1,98 @@
+"""What a run may spend on its model calls, and what happens when it has: a budget in tokens, in
+money, or both, with a declared `on_exceed` (as an approval declares its `on_timeout`).
+
+The run checks its budget before each model call, from what it has already spent: a call starts
+only while the run is under its budget, so a run spends past it by at most the one call that
+crossed it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from waitstate.schemas.approvals import ApprovalPolicy
+
+OnExceed = Literal["stop", "approve", "degrade"]
+# The name a budget's approval request goes by (its "tool"), in notices, pages and the CLI.
+RAISE_BUDGET = "raise_budget"
+
+
+class ModelPrice(BaseModel):
+    """What a model's tokens cost, in US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class Budget(BaseModel):
+    """What a run may spend on its model calls.
+
+    Attributes:
+        tokens: Input and output tokens of its model calls, all counted.
+        usd: Dollars, by `prices` (a model the table does not price cannot be called under a
+            dollar budget: the run stops before the call, saying so).
+        prices: The price of each model the run may call, by model spec (`openai:gpt-4.1`).
+        on_exceed: `stop` (the run ends `budget_exceeded`, with what it spent), `approve` (a
+            person is asked to raise it by as much again, under `approval`; a refusal or a
+            request that times out without one stops the run), or `degrade` (at `degrade_at`
+            of the budget the run goes on with the cheaper `degrade_to`; at the budget it
+            stops).
+    """
+
+    tokens: int | None = Field(default=None, ge=1)
+    usd: float | None = Field(default=None, gt=0)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    on_exceed: OnExceed = "stop"
+    degrade_to: str | None = Field(
+        default=None, description="With `degrade`: the cheaper model spec the run goes on with."
+    )
+    degrade_at: float = Field(
+        default=0.8, gt=0, le=1, description="With `degrade`: the share of the budget spent."
+    )
+    approval: ApprovalPolicy = Field(
+        default_factory=lambda: ApprovalPolicy(on_timeout="default", default_decision="reject"),
+        description="With `approve`: who is asked, how long they have, and what their silence "
+        "means (by default: no raise, and the run stops).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Budget:
+        if self.tokens is None and self.usd is None:
+            raise ValueError("a budget is in tokens, in usd, or both")
+        if self.on_exceed == "degrade" and not self.degrade_to:
+            raise ValueError("on_exceed 'degrade' needs degrade_to: the cheaper model spec")
+        return self
+
+
+class BudgetState(BaseModel):
+    """Where a run stands against its budget (in its state: `status`, `--json`)."""
+
+    tokens: int | None = Field(default=None, description="Its limit now (raised by approvals).")
+    usd: float | None = None
+    spent_tokens: int = 0
+    spent_usd: float = 0.0
+    raised: int = Field(default=0, description="Times a person raised it.")
+    degraded_to: str | None = Field(default=None, description="The model it went on with.")
+    exceeded: bool = False
+    priced_input: int = Field(default=0, description="Input tokens counted in `spent_usd`.")
+    priced_output: int = Field(default=0, description="Output tokens counted in `spent_usd`.")
+
+    def share(self) -> float:
+        """The largest share of a limit spent (0 with no limit)."""
+        shares = [0.0]
+        if self.tokens:
+            shares.append(self.spent_tokens / self.tokens)
+        if self.usd:
+            shares.append(self.spent_usd / self.usd)
+        return max(shares)
+
+    def line(self) -> str:
+        """What it spent of what, in words: `1,204 of 5,000 tokens; $0.0123 of $1.00`."""
+        parts = []
+        if self.tokens is not None:
+            parts.append(f"{self.spent_tokens:,} of {self.tokens:,} tokens")
+        if self.usd is not None:
+            parts.append(f"${self.spent_usd:.4f} of ${self.usd:.2f}")
+        return "; ".join(parts)
