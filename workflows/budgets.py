@@ -87,13 +87,9 @@ class Budgets:
             return
         usage = self._state.usage
         spent.spent_tokens = usage.input_tokens + usage.output_tokens
-        price = budget.prices.get(model)
-        if price is not None:
-            cost = (usage.input_tokens - spent.priced_input) * price.input + (
-                usage.output_tokens - spent.priced_output
-            ) * price.output
-            spent.spent_usd += cost / 1_000_000
-        spent.priced_input, spent.priced_output = usage.input_tokens, usage.output_tokens
+        if (price := budget.prices.get(model)) is not None:
+            spent.spent_usd += price.cost(usage - spent.priced)
+        spent.priced = usage
 
     async def _raised(self, spent: BudgetState) -> bool:
         """Ask a person to raise the budget by as much again (the approval desk, under the

@@ -317,13 +317,7 @@ class Conversation:
         message.error = error
         message.replied_at = workflow.now()
         message.model_calls = self._state.turns - message.turns_before
-        message.usage = self._state.usage.model_copy(
-            update={
-                "model_calls": self._state.usage.model_calls - before.model_calls,
-                "input_tokens": self._state.usage.input_tokens - before.input_tokens,
-                "output_tokens": self._state.usage.output_tokens - before.output_tokens,
-            }
-        )
+        message.usage = self._state.usage - before
         message.text = ledger.cut(message.text, PREVIEW_CHARS)
         if self._aside is None:  # else the turn of the message before it goes on
             self._thread.idle_since = message.replied_at

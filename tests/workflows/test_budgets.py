@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -17,7 +18,7 @@ from tests.helpers import eventually, make_worker, start_run
 from tests.workflows.runs import run_to_end
 from waitstate.apps import load_apps
 from waitstate.converter import DATA_CONVERTER
-from waitstate.schemas import ModelResponse, RunInput, RunState
+from waitstate.schemas import ModelResponse, RunInput, RunState, Usage
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput
 from waitstate.schemas.budgets import RAISE_BUDGET, Budget, ModelPrice
 from waitstate.schemas.run import CALL_MODEL
@@ -169,3 +170,17 @@ async def test_a_run_goes_on_with_the_cheaper_model_then_stops_at_its_budget(
     assert sum(tokens[: switched - 1]) < 400 <= sum(tokens[:switched])  # at half, it switched
     assert result.status == "budget_exceeded"
     assert _crossed_by_the_last_call(tokens, 800)
+
+
+def test_a_price_counts_input_a_cache_served_or_took_at_its_own_rate() -> None:
+    price = ModelPrice(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+    usage = Usage(
+        input_tokens=1_000_000,
+        cached_input_tokens=600_000,
+        cache_write_input_tokens=100_000,
+        output_tokens=10_000,
+    )
+    billed = 300_000 * 3.0 + 600_000 * 0.3 + 100_000 * 3.75 + 10_000 * 15.0
+    assert price.cost(usage) == pytest.approx(billed / 1_000_000)
+    # Unpriced cache input: at the input price.
+    assert ModelPrice(input=2.0, output=8.0).cost(usage) == pytest.approx(2.08)

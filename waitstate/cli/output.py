@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from waitstate.client import Retry
-from waitstate.schemas import RunState, Step
+from waitstate.schemas import RunState, Step, Usage
 
 # The exit status when stdout's reader went away (`status | head -1`): SIGPIPE's, as a shell
 # reports a process that signal ended.
@@ -135,13 +135,21 @@ def when(moment: datetime | None, absent: str | None = "-") -> str | None:
     return moment.isoformat() if moment is not None else absent
 
 
+def tokens_line(usage: Usage) -> str:
+    """Input (and what of it a prompt cache served or took) and output tokens."""
+    cache = []
+    if usage.cached_input_tokens:
+        cache.append(f"{usage.cached_input_tokens} cached")
+    if usage.cache_write_input_tokens:
+        cache.append(f"{usage.cache_write_input_tokens} written to cache")
+    cached = f" ({', '.join(cache)})" if cache else ""
+    return f"{usage.input_tokens} input{cached} + {usage.output_tokens} output tokens"
+
+
 def usage_line(state: RunState) -> str:
     """A run's model calls and tokens, and what it spent of its budget, if it has one."""
     usage = state.usage
-    line = (
-        f"usage: {usage.model_calls} model calls, "
-        f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
-    )
+    line = f"usage: {usage.model_calls} model calls, {tokens_line(usage)}"
     budget = state.budget
     if budget is not None:
         line += f"; budget: {budget.line()}"

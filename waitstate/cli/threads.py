@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from waitstate.cli.output import CliError, checked_id, invalid, one_line, print_json
+from waitstate.cli.output import CliError, checked_id, invalid, one_line, print_json, tokens_line
 from waitstate.cli.runs import _run_input
 from waitstate.client import (
     REPLY_TIMEOUT,
@@ -185,11 +185,7 @@ def _print_reply(message: ThreadMessage) -> None:
         print(f"reply: {message.reply}")
     else:
         print(f"message {message.message_id} {message.status}: {one_line(message.error or '')}")
-    usage = message.usage
-    print(
-        f"usage: {message.model_calls} model calls, "
-        f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
-    )
+    print(f"usage: {message.model_calls} model calls, {tokens_line(message.usage)}")
 
 
 def _sent_json(sent: SentMessage) -> dict[str, Any]:

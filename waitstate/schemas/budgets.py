@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.approvals import ApprovalPolicy
+from waitstate.schemas.messages import Usage
 
 OnExceed = Literal["stop", "approve", "degrade"]
 # The name a budget's approval request goes by (its "tool"), in notices, pages and the CLI.
@@ -20,10 +21,27 @@ RAISE_BUDGET = "raise_budget"
 
 
 class ModelPrice(BaseModel):
-    """What a model's tokens cost, in US dollars per million tokens."""
+    """What a model's tokens cost, in US dollars per million tokens: input a prompt cache did
+    not serve, input it served (`cached_input`) and input written to it (`cache_write`), both
+    at `input` unless given; output."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+    def cost(self, usage: Usage) -> float:
+        """What `usage` cost, in dollars."""
+        uncached = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
+        cached = self.input if self.cached_input is None else self.cached_input
+        write = self.input if self.cache_write is None else self.cache_write
+        per_million = (
+            uncached * self.input
+            + usage.cached_input_tokens * cached
+            + usage.cache_write_input_tokens * write
+            + usage.output_tokens * self.output
+        )
+        return per_million / 1_000_000
 
 
 class Budget(BaseModel):
@@ -76,8 +94,7 @@ class BudgetState(BaseModel):
     raised: int = Field(default=0, description="Times a person raised it.")
     degraded_to: str | None = Field(default=None, description="The model it went on with.")
     exceeded: bool = False
-    priced_input: int = Field(default=0, description="Input tokens counted in `spent_usd`.")
-    priced_output: int = Field(default=0, description="Output tokens counted in `spent_usd`.")
+    priced: Usage = Field(default_factory=Usage, description="The usage `spent_usd` counts.")
 
     def share(self) -> float:
         """The largest share of a limit spent (0 with no limit)."""
