@@ -68,3 +68,10 @@ async def connected(name: str, root: str, read_within: float = 30) -> AsyncItera
             api_key="test", base_url=root, max_retries=0, timeout=read_within
         ) as client:
             yield AnthropicProvider(client)
+
+
+class Pieces(list[str]):
+    """What a streaming adapter handed `on_text`, in order (pass it as `on_text`)."""
+
+    async def __call__(self, text: str) -> None:
+        self.append(text)

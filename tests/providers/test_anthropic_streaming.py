@@ -13,7 +13,7 @@ import anthropic
 import httpx2
 import pytest
 
-from tests.providers.adapters import HELLO, LOOKUP, connected
+from tests.providers.adapters import HELLO, LOOKUP, Pieces, connected
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelRequest, ProviderError
 from waitstate.testing.wire_server import (
@@ -28,13 +28,6 @@ from waitstate.testing.wire_server import (
 
 CALLS = [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})]
 TEXT = "The weather in Paris is sunny, in Oslo it snows."
-
-
-class Pieces(list[str]):
-    """What `on_text` was handed, in order."""
-
-    async def __call__(self, text: str) -> None:
-        self.append(text)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.providers.adapters import HELLO, LOOKUP, connected
+from tests.providers.adapters import HELLO, LOOKUP, Pieces, connected
 from waitstate.providers.base import ModelRequest, ProviderError
 from waitstate.providers.openai_responses import OpenAIResponsesProvider
 from waitstate.testing.wire_server import (
@@ -49,13 +49,9 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
 ) -> None:
     wire.enqueue(reply, reply)
     plain = await provider.answer(ModelRequest("gpt-test", "Be terse.", HELLO, [LOOKUP]))
-    pieces: list[str] = []
-
-    async def on_text(text: str) -> None:
-        pieces.append(text)
-
+    pieces = Pieces()
     streamed = await provider.answer(
-        ModelRequest("gpt-test", "Be terse.", HELLO, [LOOKUP], on_text=on_text)
+        ModelRequest("gpt-test", "Be terse.", HELLO, [LOOKUP], on_text=pieces)
     )
 
     assert streamed == plain
@@ -116,13 +112,9 @@ async def test_a_stream_that_fails_part_way_fails_the_call_as_one_that_got_no_an
 ) -> None:
     # created, in_progress, the message's item and content part opened, two pieces of its text
     wire.enqueue(fault)
-    pieces: list[str] = []
-
-    async def on_text(text: str) -> None:
-        pieces.append(text)
-
+    pieces = Pieces()
     with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("gpt-test", "", HELLO, [], on_text=on_text))
+        await provider.answer(ModelRequest("gpt-test", "", HELLO, [], on_text=pieces))
 
     assert caught.value.status is None and caught.value.retryable
     assert said in str(caught.value) and "/v1/responses" in str(caught.value)
