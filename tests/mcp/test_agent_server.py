@@ -177,7 +177,7 @@ async def test_a_caller_reaches_only_its_own_tasks(served: Served) -> None:
     [key] = waiting.input_requests
     assert key.startswith(shapes.APPROVAL_KEY)
     assert ended.status == "cancelled"
-    [run] = [r for r in await served.client.list_runs() if r.run_id.endswith(task.task_id)]
+    run = await served.client.outcome(shapes.run_id_of("alice", task.task_id))
     assert run.status == "cancelled"
 
 

@@ -283,10 +283,12 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
-    if args.budget_tokens is not None:
-        budget = {"tokens": args.budget_tokens, "on_exceed": args.on_exceed}
-        fields["budget"] = {**budget, "degrade_to": args.degrade_to}
-    elif args.degrade_to or args.on_exceed != "stop":
+    # `chat` and `send` start threads with this input too, without the budget's options.
+    tokens = getattr(args, "budget_tokens", None)
+    on_exceed, degrade_to = getattr(args, "on_exceed", "stop"), getattr(args, "degrade_to", None)
+    if tokens is not None:
+        fields["budget"] = {"tokens": tokens, "on_exceed": on_exceed, "degrade_to": degrade_to}
+    elif degrade_to or on_exceed != "stop":
         raise CliError("--on-exceed and --degrade-to go with --budget-tokens", 2)
     try:
         return RunInput(**fields)
