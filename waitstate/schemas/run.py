@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -25,17 +25,8 @@ RunStatus = Literal[
     "output_invalid",
     "budget_exceeded",
 ]
-TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {
-        "completed",
-        "failed",
-        "cancelled",
-        "max_turns",
-        "approval_expired",
-        "output_invalid",
-        "budget_exceeded",
-    }
-)
+# Every status but those of a run still going: a new way to end is one line, above.
+TERMINAL_STATUSES: frozenset[str] = frozenset(get_args(RunStatus)) - {"running", "waiting"}
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant. Use the tools you are given when they help; "
