@@ -100,7 +100,12 @@ class OperationActivities:
             activity.heartbeat(*PollHeartbeat(polls, state, progress, input.job_id).details())
             if timedelta(seconds=interval) >= LONG_POLL_INTERVAL:
                 raise _still_running(input.job_id, progress, interval)
-            await asyncio.sleep(interval)
+            # The next check at the interval, or sooner if the job's system says it changed.
+            changed = getattr(long.backend, "changed", None)
+            if changed is None:
+                await asyncio.sleep(interval)
+            else:
+                await changed(input.job_id, interval)
 
     async def _check(self, input: PollOperationInput, long: LongSpec) -> Completion:
         """One check (`once`): the job's end, or a question it asks anew; a job still running,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import mcp_types
 from mcp.client import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import NotificationBinding
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waitstate.blobs import BlobStore
 from waitstate.mcp import McpServer
+from waitstate.mcp_notices import TaskWatch
 from waitstate.mcp_rounds import (
     ELICITATION,
     ROOTS_LIST,
@@ -134,9 +136,16 @@ async def _not_here(task: CreatedTask, context: ClaimContext) -> CallToolResult:
 
 
 class Tasks(ClientExtension):
-    """Tells the server this client drives tasks itself (it may then answer with one)."""
+    """Tells the server this client drives tasks itself (it may then answer with one); with a
+    `watch`, the session takes the server's task notifications to it."""
 
     identifier = TASKS_EXTENSION
+
+    def __init__(self, watch: TaskWatch | None = None) -> None:
+        self._watch = watch
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return () if self._watch is None else (self._watch.binding(),)
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return (
@@ -291,6 +300,7 @@ class McpTaskBackend:
         self._rounds: dict[str, Rounds] = {}
         self._session: AsyncExitStack | None = None
         self._client: Any = None
+        self._watch = TaskWatch()  # the tasks this session follows by notification
 
     @property
     def sampler(self) -> Sampler | None:
@@ -321,6 +331,24 @@ class McpTaskBackend:
         if is_rounds_job(job_id):
             return await self._round_status(job_id)
         return await self._task_status(job_id)
+
+    async def changed(self, job_id: str, seconds: float) -> bool:
+        """Wait until the server notifies a change of the task `job_id` (if it sends task
+        notifications: `waitstate.mcp_notices`), or `seconds` pass: whether it did. A poll waits
+        on this between two checks; it never fails (a broken session is the next check's to
+        find)."""
+        if is_rounds_job(job_id) or self._server.over_stdio:
+            await asyncio.sleep(seconds)
+            return False
+        try:
+            followed = await self._watch.follow((await self._connected()).session, job_id)
+        except Exception as err:  # the session could not be opened: the check will say why
+            log.info("task %s: not followed by notification: %s", job_id, err)
+            followed = False
+        if not followed:
+            await asyncio.sleep(seconds)
+            return False
+        return await self._watch.wait(job_id, seconds)
 
     async def _task_status(self, job_id: str) -> Completion:
         state = await self._get(job_id)
@@ -734,6 +762,8 @@ class McpTaskBackend:
     async def aclose(self) -> None:
         """End the session, if one is open."""
         session, self._session, self._client = self._session, None, None
+        self._watch.close()
+        self._watch = TaskWatch()
         if session is not None:
             # Also when the poll itself is being cancelled (its operation expired): the
             # cancellation is the poll's to report, not the closing's.
@@ -745,7 +775,7 @@ class McpTaskBackend:
         if self._client is None:
             session = AsyncExitStack()
             self._client = await session.enter_async_context(
-                self._server.connect(extensions=[Tasks()])
+                self._server.connect(extensions=[Tasks(self._watch)])
             )
             self._session = session
         return self._client

@@ -24,13 +24,14 @@ from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.auth import AccessToken, TokenVerifier
 from fastmcp.tools.base import Tool, ToolResult
-from mcp_types import ToolAnnotations, ToolExecution
+from mcp_types import SubscriptionsListenRequestParams, ToolAnnotations, ToolExecution
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.mcp_server import shapes
+from waitstate.mcp_server.listen import TaskNotices
 from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
@@ -85,6 +86,7 @@ def agent_server(
     auth: TokenVerifier,
     approvals: bool = True,
     poll_interval: timedelta = DEFAULT_POLL_INTERVAL,
+    notify: bool = True,
     name: str = "waitstate",
 ) -> FastMCP:
     """An MCP server of `agents`, each a task-required tool of its name.
@@ -94,11 +96,18 @@ def agent_server(
             starts).
         auth: Who may call: the token's `client_id` is the caller its tasks belong to.
         approvals: Callers decide their runs' approvals (False: the operator's reviewers do).
+        notify: Callers may follow their tasks on a `subscriptions/listen` stream
+            (`notifications/tasks`, see `listen.TaskNotices`) rather than only poll them.
     """
     server = FastMCP(name, auth=auth)
-    server.add_extension(
-        RunTasks(connect, agents, approvals=approvals, poll_interval=poll_interval)
-    )
+    tasks = RunTasks(connect, agents, approvals=approvals, poll_interval=poll_interval)
+    server.add_extension(tasks)
+    if notify:
+        # A spec method, which an extension may not bind (`MethodBinding`), and fastmcp has no
+        # handler of its own for: registered on the SDK's server underneath.
+        server._mcp_server.add_request_handler(  # pyright: ignore[reportPrivateUsage]
+            "subscriptions/listen", SubscriptionsListenRequestParams, TaskNotices(tasks)
+        )
     for agent in agents.values():
         server.add_tool(agent_tool(agent))
     return server

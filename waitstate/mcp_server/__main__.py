@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the runs' approvals to the operator's reviewers (default: the caller "
         "decides them with tasks/update)",
     )
+    parser.add_argument(
+        "--no-notifications",
+        action="store_true",
+        help="serve no subscriptions/listen: callers learn of their tasks' changes only by "
+        "polling tasks/get",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -57,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         connect=lambda: WaitstateClient.connect(settings),
         auth=CallerKeys(settings.mcp_caller_keys),
         approvals=not args.operator_approvals,
+        notify=not args.no_notifications,
     )
     names = ", ".join(sorted(apps.agents))
     print(f"serving {names} at http://{args.host}:{args.port}/mcp", flush=True)

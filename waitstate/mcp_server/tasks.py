@@ -189,7 +189,7 @@ class RunTasks(ServerExtension):
                 code=INVALID_PARAMS,
                 message="'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'",
             )
-        caller = _caller()
+        caller = request_caller()
         if thread is not None:
             task_id = await self._send(caller, agent.name, thread, task)
         else:
@@ -240,27 +240,36 @@ class RunTasks(ServerExtension):
     ) -> GetTaskResult:
         run_id = self._run_of(ctx, params.task_id)
         try:
-            description = await self.client.describe(run_id)
-            created = description.start_time or datetime.now(UTC)
-            updated = description.close_time or datetime.now(UTC)
-
-            def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
-                return GetTaskResult(
-                    task_id=params.task_id,
-                    status=status,
-                    created_at=created.isoformat(),
-                    last_updated_at=updated.isoformat(),
-                    ttl_ms=self._ttl_ms,
-                    poll_interval_ms=self._poll_ms,
-                    **payload,
-                )
-
-            structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
-            if (thread := shapes.thread_of(params.task_id)) is not None:
-                return await self._message(run_id, thread[2], structured, task)
-            return await self._run(run_id, description, structured, task)
+            return await self.read(run_id, params.task_id)
         except ClientError as err:
             _fail(params.task_id, err)
+
+    async def read(self, run_id: str, task_id: str) -> GetTaskResult:
+        """The task `task_id`, of the run `run_id`: what `tasks/get` answers, and each task
+        notification carries.
+
+        Raises:
+            ClientError: the run is unknown, or Temporal could not be read.
+        """
+        description = await self.client.describe(run_id)
+        created = description.start_time or datetime.now(UTC)
+        updated = description.close_time or datetime.now(UTC)
+
+        def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
+            return GetTaskResult(
+                task_id=task_id,
+                status=status,
+                created_at=created.isoformat(),
+                last_updated_at=updated.isoformat(),
+                ttl_ms=self._ttl_ms,
+                poll_interval_ms=self._poll_ms,
+                **payload,
+            )
+
+        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
+        if (thread := shapes.thread_of(task_id)) is not None:
+            return await self._message(run_id, thread[2], structured, task)
+        return await self._run(run_id, description, structured, task)
 
     async def _run(
         self,
@@ -328,7 +337,7 @@ class RunTasks(ServerExtension):
         as the extension asks; an answer that does not fit its question is refused.
         """
         run_id = self._run_of(ctx, params.task_id)
-        caller = _caller()
+        caller = request_caller()
         responses = params.input_responses
         if len(responses) > shapes.MAX_RESPONSES:
             raise MCPError(
@@ -389,7 +398,7 @@ class RunTasks(ServerExtension):
             pass
         except ClientError as err:
             _fail(params.task_id, err)
-        log.info("caller %s cancelled task %s", _caller(), params.task_id)
+        log.info("caller %s cancelled task %s", request_caller(), params.task_id)
         return CancelTaskResult()
 
     # --- shared -----------------------------------------------------------------------------
@@ -425,10 +434,10 @@ class RunTasks(ServerExtension):
             )
         if not task_id or len(task_id) > MAX_TASK_ID_CHARS:
             _not_found(task_id)
-        return shapes.run_id_of(_caller(), task_id)
+        return shapes.run_id_of(request_caller(), task_id)
 
 
-def _caller() -> str:
+def request_caller() -> str:
     """Who sent the request being served: its token's client id."""
     token = get_access_token()
     if token is None or not token.client_id:
