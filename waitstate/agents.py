@@ -60,6 +60,9 @@ class Agent:
             its tool when waitstate serves it over MCP (`python -m waitstate.mcp_server`).
         budget: What a run of it may spend on model calls, in tokens or dollars, and what
             happens when it has (`stop`, `approve`, `degrade`); a run's starter may set its own.
+        tenant: Whose agent it is (None: its app's `tenant`): its runs' model calls carry it as
+            their fairness key on the model queue (docs/deploy.md#rate-limits-and-fairness);
+            a run's starter may set its own. At most 64 bytes.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Agent:
     thread: ThreadSettings | None = None
     description: str = ""
     budget: Budget | None = None
+    tenant: str | None = None
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""
@@ -100,6 +104,7 @@ class App:
         scripts: Scripts for the deterministic `scripted:` model, by name: for tests of the
             app's agents without a language model.
         mcp_servers: MCP servers whose tools runs may be granted (`name__tool`, `name__*`).
+        tenant: Whose app it is: the tenant of each of its agents that names none.
     """
 
     agents: Sequence[Agent] = ()
@@ -108,3 +113,4 @@ class App:
     providers: Mapping[str, Callable[[], Provider]] = field(default_factory=dict)
     scripts: Mapping[str, Script] = field(default_factory=dict)
     mcp_servers: Sequence[McpServer] = ()
+    tenant: str | None = None

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.opening import Opening
     from workflows.operations import OperationsBook
     from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import MODEL_RETRY
+    from workflows.policies import MODEL_RETRY, model_placement
     from workflows.thread import Conversation, Interrupted, MessageFailed
     from workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
@@ -285,6 +285,7 @@ class AgentRunWorkflow:
                 summary=f"model {model} turn {turn}",
                 start_to_close_timeout=self._input.model_timeout,
                 hands_back=True,
+                placement=model_placement(self._input),
             )
             if self._thread.interruptible():
                 response = await self._unless_interrupted(calling)
