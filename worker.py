@@ -34,6 +34,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 from activities import (
     AgentActivities,
     ApprovalActivities,
+    BackgroundActivities,
     CleanupActivities,
     McpActivities,
     ModelActivities,
@@ -268,6 +269,8 @@ def build_workers(
         else None
     )
     model = ModelActivities(providers, registry, blobs, agents, tracing=tracing, deltas=deltas)
+    # The waits for the replies models give in the background (`?background`), and their cancels.
+    background = BackgroundActivities(model, providers)
     servers = McpActivities(mcp or McpServers(), blobs)
     tool = ToolActivities(
         registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
@@ -293,6 +296,8 @@ def build_workers(
             agent.resolve_agent,
             servers.list_mcp_tools,
             model.call_model,
+            background.await_model_response,
+            background.cancel_model_response,
             tool.call_tool,
             operations.poll_operation,
             operations.cancel_operation,

@@ -46,6 +46,17 @@ def model_placement(input: RunInput) -> Placement:
 # A checkpoint is worth a second try, not more: the ledger's own is written if the model fails.
 CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
+# A background response (a model spec's `?background`) is checked a second after its create,
+# then at an interval doubling up to BACKGROUND_MAX_POLL, inside one heartbeating activity (its
+# heartbeat timeout: `poll_heartbeat` of the longest interval). The whole wait is bounded by the
+# run's `model_timeout` (its schedule-to-close), past which the response is cancelled; until
+# then a wait that failed (its worker gone, the blob store out) is taken over after a second.
+BACKGROUND_FIRST_POLL = timedelta(seconds=1)
+BACKGROUND_MAX_POLL = timedelta(seconds=10)
+BACKGROUND_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=BACKGROUND_MAX_POLL
+)
+
 # --- what a run starts with ------------------------------------------------------------------
 
 # The agent's definition, as the worker has it: an agent it does not have fails the run at once.

@@ -112,3 +112,9 @@ class ModelResponse(BaseModel):
         description="The final answer does not validate against the agent's output type: why, "
         "for the model to correct.",
     )
+    background_id: str | None = Field(
+        default=None,
+        description="Set when the reply is not given yet: the id of the background response "
+        "the provider is working on (a model spec's `?background`); the run waits for it "
+        "(`await_model_response`), and `message` and `usage` are empty meanwhile.",
+    )

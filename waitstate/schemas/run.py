@@ -299,6 +299,26 @@ class ModelCallInput(BaseModel):
     )
 
 
+class AwaitModelResponse(BaseModel):
+    """Input of the `await_model_response` activity: the call whose background response the
+    provider is working on, and how often to ask for it."""
+
+    call: ModelCallInput = Field(description="The call that created the response, as it was.")
+    response_id: str
+    first_poll_seconds: float = Field(gt=0, description="The wait before the first check.")
+    max_poll_seconds: float = Field(
+        gt=0, description="The checks' interval doubles after each one, up to this."
+    )
+
+
+class CancelModelResponse(BaseModel):
+    """Input of the `cancel_model_response` activity: the background response to stop."""
+
+    model: str = Field(description="The run's model spec, whose provider answers.")
+    response_id: str
+    reason: str = Field(description="Why (for the worker's log): `expired`, `cancelled`.")
+
+
 class StoreFailure(BaseModel):
     """The details of a call that failed on the blob store (`BLOB_STORE_UNAVAILABLE`), for a
     run that waits the outage out (one whose retry policy does not retry that failure)."""
@@ -430,6 +450,8 @@ RESOLVE_AGENT = "resolve_agent"
 LIST_MCP_TOOLS = "list_mcp_tools"
 NOTIFY_INPUT = "notify_input"
 ANSWER_OPERATION = "answer_operation"
+AWAIT_MODEL_RESPONSE = "await_model_response"
+CANCEL_MODEL_RESPONSE = "cancel_model_response"
 
 # What the model is told when its final answer does not validate against the agent's output
 # type.

@@ -7,7 +7,9 @@ It speaks just enough of two wire protocols for the real SDK clients to talk to 
 - `POST /v1/messages`: Anthropic Messages; with `"stream": true`, the reply comes as
   Anthropic's server-sent events (`wire_replies.anthropic_events`), ending `message_stop`.
 - `POST /v1/responses`: OpenAI Responses; with `"stream": true`, the reply comes as its
-  server-sent events (`wire_responses.responses_events`), ending `response.completed`.
+  server-sent events (`wire_responses.responses_events`), ending `response.completed`; with
+  `"background": true`, it is answered `queued`, and `GET /v1/responses/{id}` and
+  `POST /v1/responses/{id}/cancel` follow it (`waitstate.testing.wire_background`).
 
 Each request is answered with the next scripted reply, first in first out: first from the
 queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
@@ -61,6 +63,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
 
+from waitstate.testing.wire_background import BackgroundResponses, response_id
 from waitstate.testing.wire_cache import CacheUse, PromptCache
 from waitstate.testing.wire_replies import (
     BrokenStream,
@@ -139,11 +142,12 @@ class RecordedRequest:
 
     path: str
     headers: dict[str, str]
-    body: Any
+    body: Any  # None for a GET
     # time.monotonic() when the request was read, and just before its answer was written (so a
     # client cannot have seen the answer earlier): e.g. to check a retry-after was honoured.
     received_at: float = field(default_factory=time.monotonic)
     answered_at: float | None = None
+    method: str = "POST"
 
 
 class WireServer:
@@ -153,7 +157,12 @@ class WireServer:
     """
 
     def __init__(
-        self, port: int = 0, *, prompt_cache: bool = False, cache_min_tokens: int = 0
+        self,
+        port: int = 0,
+        *,
+        prompt_cache: bool = False,
+        cache_min_tokens: int = 0,
+        background_seconds: float = 1.0,
     ) -> None:
         """Bind 127.0.0.1 on `port` (0 picks a free one) and start serving.
 
@@ -161,8 +170,11 @@ class WireServer:
         (`waitstate.testing.wire_cache`): every answer's usage then reports the request's input
         as estimated (characters / 4), and of it what the cache served and took, whatever the
         scripted reply said of its input; prefixes under `cache_min_tokens` are not cached.
+        A background response completes `background_seconds` after its create
+        (`self.background.seconds`, which a test may change).
         """
         self.prompt_cache = PromptCache(cache_min_tokens) if prompt_cache else None
+        self.background = BackgroundResponses(background_seconds)
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
@@ -241,6 +253,10 @@ class WireServer:
                     self._requests[index] = replace(request, answered_at=time.monotonic())
                     return
 
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
     def _record_and_pop(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
             self._requests.append(request)
@@ -278,11 +294,22 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60
     server: _HTTPServer
 
+    def do_GET(self) -> None:
+        named = response_id(self.path)
+        if named is None or named[1]:
+            self._send_json(404, {"error": {"message": f"no route for GET {self.path}"}})
+            return
+        self._background(named[0], cancel=False, method="GET")
+
     def do_POST(self) -> None:
         # Read the body even when refusing the request, or it would be parsed as the
         # next request on this keep-alive connection.
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
         protocol: Protocol
+        named = response_id(self.path)
+        if named is not None and named[1]:
+            self._background(named[0], cancel=True, method="POST")
+            return
         if self.path == OPENAI_PATH:
             protocol = "openai"
         elif self.path == ANTHROPIC_PATH:
@@ -333,10 +360,24 @@ class _Handler(BaseHTTPRequestHandler):
                 reply = {**reply, "model": body.get("model", "wire-server")}
             if (cache := self.server.wire.prompt_cache) is not None:
                 reply = _with_usage(protocol, reply, cache.use(protocol, body))
+            if protocol == "openai-responses" and body.get("background") is True and not streamed:
+                reply = self.server.wire.background.start(reply)
             if streamed:
                 self._stream(protocol, body, reply, broken)
             else:
                 self._send_json(200, reply)
+
+    def _background(self, name: str, *, cancel: bool, method: str) -> None:
+        """Retrieve or cancel the background response `name`."""
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        self.server.wire._record(RecordedRequest(self.path, headers, None, method=method))
+        background = self.server.wire.background
+        body = background.cancel(name) if cancel else background.retrieve(name)
+        if body is None:
+            reply = ErrorReply(404, f"No response found with id '{name}'.")
+            self._send_error("openai-responses", reply)
+        else:
+            self._send_json(200, body)
 
     def _send_error(self, protocol: Protocol, reply: ErrorReply) -> None:
         self._send_json(reply.status, _error_body(protocol, reply), reply.headers)
