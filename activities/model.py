@@ -171,8 +171,9 @@ class ModelActivities:
         counted in the metrics."""
         agent = self._agents.get(input.agent) if input.agent is not None else None
         settings = None
-        if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
-            settings = ModelSettings(temperature=agent.temperature, max_tokens=agent.max_tokens)
+        if agent is not None:
+            chosen = (agent.temperature, agent.max_tokens, agent.thinking_tokens)
+            settings = ModelSettings(*chosen) if chosen != (None, None, None) else None
         publisher = self._publisher(input, provider)
         with chat_span(self._tracing, provider.name, model) as span:
             span.request(input.system_prompt, conversation)

@@ -54,6 +54,9 @@ class Agent:
         output_type: A pydantic model the final answer must validate against (returned as
             JSON); an answer that does not goes back to the model with the errors.
         temperature, max_tokens: Model settings, for the providers that take them.
+        thinking_tokens: Turns Anthropic's extended thinking on, with this budget of tokens
+            (at least 1,024; `max_tokens`, if set, must be larger: it counts the thinking).
+            Other providers ignore it.
         thread: How its threads take messages (busy policy, idle time before closing); a
             thread started with settings of its own keeps those. Tasks ignore it.
         description: What it does, for those who call it from outside: the description of
@@ -76,6 +79,7 @@ class Agent:
     output_type: type[BaseModel] | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    thinking_tokens: int | None = None
     thread: ThreadSettings | None = None
     description: str = ""
     budget: Budget | None = None

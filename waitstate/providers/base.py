@@ -25,6 +25,8 @@ class ModelSettings:
 
     temperature: float | None = None
     max_tokens: int | None = None
+    # Extended thinking's budget (Anthropic's `thinking.budget_tokens`); None: no thinking.
+    thinking_tokens: int | None = None
 
 
 class Provider(Protocol):

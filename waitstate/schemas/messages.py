@@ -21,7 +21,7 @@ class ToolCall(BaseModel):
 class ProviderItems(BaseModel):
     """Items of the provider that answered, opaque to everything else: what it needs sent back
     with its own message on the next call (an OpenAI Responses reasoning model's reasoning
-    items). Only the provider and model that gave them are sent them; any other ignores them."""
+    items, Anthropic's thinking blocks). Only the provider and model that gave them are sent them; any other ignores them."""
 
     provider: str = Field(description="The name of the provider that answered.")
     model: str = Field(description="The model asked, as the run's model spec names it.")

@@ -28,7 +28,10 @@ there. When nothing is queued, a default rule answers instead:
    conversation, a call to the first offered tool with `{}` as arguments;
 3. otherwise, the text reply "ok".
 
-So an agent loop against an empty queue runs one tool round trip and finishes. With
+So an agent loop against an empty queue runs one tool round trip and finishes (over Anthropic's
+protocol, a request with thinking on gets replies that thought). An Anthropic request with
+thinking on is refused (400) as Anthropic refuses it when the thinking blocks this server sent
+with its tool calls do not come back unchanged (`waitstate.testing.wire_thinking`). With
 `WireServer(prompt_cache=True)` (`--prompt-cache`), it simulates the providers' prompt caches:
 the prefixes it has seen are remembered, and each answer's usage says how much of the request's
 input was read from (and, for Anthropic, written to) the cache (`waitstate.testing.wire_cache`).
@@ -97,6 +100,7 @@ from waitstate.testing.wire_responses import (
     responses_function_calls,
     responses_text,
 )
+from waitstate.testing.wire_thinking import sent_with_calls, thinking_problem
 
 __all__ = [
     "ANTHROPIC_PATH",
@@ -179,6 +183,8 @@ class WireServer:
         self._replies: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
         self._held: dict[str | None, list[HeldReply]] = {}
+        # The thinking blocks sent with each Anthropic tool call, by its id.
+        self._thought: dict[str, list[dict[str, Any]]] = {}
         self._requests: list[RecordedRequest] = []
         self._http = _HTTPServer(("127.0.0.1", port), _Handler)
         self._http.wire = self
@@ -253,7 +259,17 @@ class WireServer:
                     self._requests[index] = replace(request, answered_at=time.monotonic())
                     return
 
+    def _thinking_problem(self, body: dict[str, Any]) -> str | None:
+        with self._lock:
+            return thinking_problem(body, self._thought)
+
+    def _sent(self, reply: dict[str, Any]) -> None:
+        """Remember the thinking an Anthropic reply sends with its tool calls."""
+        with self._lock:
+            self._thought.update(sent_with_calls(reply))
+
     def _record(self, request: RecordedRequest) -> None:
+        """Record a request refused before any reply is taken for it."""
         with self._lock:
             self._requests.append(request)
 
@@ -328,6 +344,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
         request = RecordedRequest(self.path, headers, body)
+        if protocol == "anthropic" and (problem := self.server.wire._thinking_problem(body)):
+            # Refused before any scripted reply is taken, as Anthropic refuses it.
+            self.server.wire._record(request)
+            self._send_error(protocol, ErrorReply(400, problem))
+            return
         queued = self.server.wire._record_and_pop(request)
         reply: dict[str, Any] | ErrorReply | None
         broken: BrokenStream | None = None
@@ -362,6 +383,8 @@ class _Handler(BaseHTTPRequestHandler):
                 reply = _with_usage(protocol, reply, cache.use(protocol, body))
             if protocol == "openai-responses" and body.get("background") is True and not streamed:
                 reply = self.server.wire.background.start(reply)
+            if protocol == "anthropic":
+                self.server.wire._sent(reply)
             if streamed:
                 self._stream(protocol, body, reply, broken)
             else:
