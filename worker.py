@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import importlib.metadata
 import logging
 import signal
@@ -32,6 +34,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 from activities import (
     AgentActivities,
     ApprovalActivities,
+    BackgroundActivities,
     CleanupActivities,
     McpActivities,
     ModelActivities,
@@ -210,7 +213,44 @@ def build_worker(
     tracing: Tracing | None = None,
     workflows: Sequence[type] | None = None,
 ) -> Worker:
-    """A worker with every workflow and activity registered (tests pass their own parts).
+    """The worker of the runs' task queue alone (see `build_workers`): for tests and drills
+    whose runs call the model on their own queue."""
+    # Not built at all, the model queue's worker: one built and never run still holds its queue.
+    alone = dataclasses.replace(settings, model_task_queue=None, model_calls_per_second=None)
+    return build_workers(
+        client,
+        alone,
+        providers,
+        tools,
+        http,
+        tokens=tokens,
+        task_queue=task_queue,
+        agents=agents,
+        tool_deps=tool_deps,
+        mcp=mcp,
+        tracing=tracing,
+        workflows=workflows,
+    )[0]
+
+
+def build_workers(
+    client: Client,
+    settings: Settings,
+    providers: Providers,
+    tools: Sequence[ToolSpec],
+    http: httpx.AsyncClient,
+    *,
+    tokens: ResumeTokens | None = None,
+    task_queue: str | None = None,
+    agents: Mapping[str, Agent] | None = None,
+    tool_deps: Mapping[str, Any] | None = None,
+    mcp: McpServers | None = None,
+    tracing: Tracing | None = None,
+    workflows: Sequence[type] | None = None,
+) -> list[Worker]:
+    """The workers of a worker process: the runs' task queue's, with every workflow and
+    activity registered (tests pass their own parts); then, with WAITSTATE_MODEL_TASK_QUEUE,
+    the model queue's, with the model activity alone, held to WAITSTATE_MODEL_CALLS_PER_SECOND.
 
     Args:
         agents: The agents runs may name, by name.
@@ -229,6 +269,8 @@ def build_worker(
         else None
     )
     model = ModelActivities(providers, registry, blobs, agents, tracing=tracing, deltas=deltas)
+    # The waits for the replies models give in the background (`?background`), and their cancels.
+    background = BackgroundActivities(model, providers)
     servers = McpActivities(mcp or McpServers(), blobs)
     tool = ToolActivities(
         registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
@@ -246,7 +288,7 @@ def build_worker(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
-    return Worker(
+    runs = Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=WORKFLOWS if workflows is None else workflows,
@@ -254,6 +296,8 @@ def build_worker(
             agent.resolve_agent,
             servers.list_mcp_tools,
             model.call_model,
+            background.await_model_response,
+            background.cancel_model_response,
             tool.call_tool,
             operations.poll_operation,
             operations.cancel_operation,
@@ -277,6 +321,21 @@ def build_worker(
         # get their handlers after their resolutions (waitstate/activation_order.py).
         workflow_runner=workflow_runner(),
     )
+    if settings.model_task_queue is None:
+        return [runs]
+    # Every worker polls the model queue too: the server holds the queue to its rate however many
+    # poll it, and no process of another kind must be deployed for runs' model calls to be taken.
+    # The runs' queue keeps the model activity for runs started without the model queue.
+    model_calls = Worker(
+        client,
+        task_queue=settings.model_task_queue,
+        activities=[model.call_model],
+        max_task_queue_activities_per_second=settings.model_calls_per_second,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        deployment_config=deployment_config(settings),
+        interceptors=[tracing.interceptor] if tracing is not None else [],
+    )
+    return [runs, model_calls]
 
 
 def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -> Apps:
@@ -352,7 +411,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
             providers.resolve(f"{name}:warm-up")
     # The approval notices' connection pool (the apps' tools bring their own, in their deps).
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    worker = build_worker(
+    worker, *others = build_workers(
         client,
         settings,
         providers,
@@ -369,7 +428,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     deployment = worker.config().get("deployment_config")
-    async with worker:
+    async with contextlib.AsyncExitStack() as running:
+        for each in (worker, *others):
+            await running.enter_async_context(each)
         log.info(
             "worker polling %r on %s (namespace %s)%s",
             settings.task_queue,
@@ -377,6 +438,13 @@ async def main(argv: Sequence[str] | None = None) -> None:
             settings.namespace,
             f" as version {deployment.version.to_canonical_string()}" if deployment else "",
         )
+        if settings.model_task_queue is not None:
+            rate = settings.model_calls_per_second
+            log.info(
+                "and the model queue %r (%s)",
+                settings.model_task_queue,
+                f"at most {rate:g} calls/s, fleet-wide" if rate is not None else "no rate limit",
+            )
         await stop.wait()
         log.info("shutting down")
     await providers.aclose()

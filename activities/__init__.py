@@ -2,6 +2,7 @@
 
 from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
+from activities.background import BackgroundActivities
 from activities.cleanup import CleanupActivities
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
@@ -11,6 +12,7 @@ from activities.tools import ToolActivities
 __all__ = [
     "AgentActivities",
     "ApprovalActivities",
+    "BackgroundActivities",
     "CleanupActivities",
     "McpActivities",
     "ModelActivities",

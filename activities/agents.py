@@ -61,6 +61,7 @@ def config_of(agent: Agent, default_model: str) -> AgentConfig:
         constraints=list(agent.constraints),
         thread=agent.thread,
         budget=agent.budget,
+        tenant=agent.tenant,
         output_schema=(
             agent.output_type.model_json_schema() if agent.output_type is not None else None
         ),

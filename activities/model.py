@@ -134,8 +134,16 @@ class ModelActivities:
         if input.mcp_listing is not None:
             listing = await _stored(input, read_listing(self._blobs, input.mcp_listing))
             tools += [listing[n].definition for n in input.tools if n in listing]
-        conversation = await _stored(input, self._conversation(input))
+        conversation = await _stored(input, self.conversation(input))
         response = input.answered or await self._ask(input, provider, model, tools, conversation)
+        if response.background_id is not None:  # not given yet: the run waits for it
+            return response
+        return await self.kept(input, conversation, response)
+
+    async def kept(
+        self, input: ModelCallInput, conversation: list[Message], response: ModelResponse
+    ) -> ModelResponse:
+        """The reply to `input`, stored after `conversation`, as the run records it."""
         # Content-addressed: a retried or replayed turn names the very same conversation. The
         # reference travels only between the run and this activity, so it goes bare (the
         # digest), and the run counts its own model calls: each reply's record in the run's
@@ -163,8 +171,9 @@ class ModelActivities:
         counted in the metrics."""
         agent = self._agents.get(input.agent) if input.agent is not None else None
         settings = None
-        if agent is not None and (agent.temperature, agent.max_tokens) != (None, None):
-            settings = ModelSettings(temperature=agent.temperature, max_tokens=agent.max_tokens)
+        if agent is not None:
+            chosen = (agent.temperature, agent.max_tokens, agent.thinking_tokens)
+            settings = ModelSettings(*chosen) if chosen != (None, None, None) else None
         publisher = self._publisher(input, provider)
         with chat_span(self._tracing, provider.name, model) as span:
             span.request(input.system_prompt, conversation)
@@ -185,6 +194,12 @@ class ModelActivities:
                 if publisher is not None:
                     publisher.stop()
             span.response(response)
+        return response if response.background_id else self.counted(input, provider, response)
+
+    def counted(
+        self, input: ModelCallInput, provider: Provider, response: ModelResponse
+    ) -> ModelResponse:
+        """A reply of `provider`, checked against the agent's output type, in the metrics."""
         if input.agent is not None and not response.message.tool_calls:
             self._check_output(input.agent, response)
         meter = activity.metric_meter()
@@ -230,7 +245,8 @@ class ModelActivities:
             return
         response.message.content = value.model_dump_json()
 
-    async def _conversation(self, input: ModelCallInput) -> list[Message]:
+    async def conversation(self, input: ModelCallInput) -> list[Message]:
+        """The conversation `input` asks about: its stored transcript, then its new messages."""
         earlier = []
         if input.transcript_ref is not None:
             ref = input.transcript_ref

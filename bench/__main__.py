@@ -25,11 +25,13 @@ from bench.caching import figure8
 from bench.events import figure7
 from bench.figures import FIGURES, QUICK, Row, Sizes
 from bench.procs import ROOT, machine
+from bench.rates import figure9
 from bench.stack import Stack
 from waitstate.settings import exit_process
 
-# Figure 7 lives in a module of its own (its readers, the gateway's), beside the others.
-EVERY_FIGURE = {**FIGURES, 7: figure7}
+# Figures 7 and 9 live in modules of their own (the gateway's readers; the model queue's
+# limit), beside the others.
+EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9}
 # Figures that need no services: the stack is not started for them alone.
 STACKLESS = {8: figure8}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
@@ -262,6 +264,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         f"{sizes.event_runs} live threads with 10 readers each",
         8: f"figure 8: a conversation of {sizes.cache_messages} messages per provider and "
         "repetition, with and without caching",
+        9: f"figure 9: {sizes.rate_runs} runs of one model call each, started at once, through "
+        "a model queue limited to 5 calls/s and polled by two worker processes",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

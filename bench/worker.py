@@ -1,17 +1,19 @@
 """A worker process for one side of the bench, so its CPU and memory are its own.
 
-    python -m bench.worker ours    # worker.py's wiring (build_worker, AgentRunWorkflow) plus
+    python -m bench.worker ours    # worker.py's wiring (build_workers, AgentRunWorkflow) plus
                                    # the bench's `chunk` tool (bench/tools.py)
     python -m bench.worker floor   # the raw-Temporal floor (bench/floor.py)
 
 Both read TEMPORAL_ADDRESS, WAITSTATE_TASK_QUEUE, OPENAI_BASE_URL, DEMO_SYSTEMS_URL and
-WAITSTATE_MAX_CACHED_WORKFLOWS (ours reads the rest of worker.py's settings too), print
+WAITSTATE_MAX_CACHED_WORKFLOWS (ours reads the rest of worker.py's settings too, the model queue
+and its rate included: it polls that queue too, as worker.py does), print
 "bench worker ready" once polling, and stop on SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 
@@ -25,12 +27,14 @@ from waitstate.settings import Settings, connect, exit_process
 READY = "bench worker ready"
 
 
-async def _serve(worker: Worker) -> None:
+async def _serve(*workers: Worker) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
+    async with contextlib.AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
         print(READY, flush=True)
         await stop.wait()
 
@@ -46,13 +50,13 @@ async def main(side: str) -> None:
         await _serve(build_floor_worker(client, settings.task_queue, settings.max_cached_workflows))
         return
     from examples.demo.catalog import all_tools
-    from worker import build_providers, build_tokens, build_worker
+    from worker import build_providers, build_tokens, build_workers
 
     providers = build_providers(settings)
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
     tools = [*all_tools(http, settings.demo_systems_url), chunk_tool()]
-    worker = build_worker(client, settings, providers, tools, http, tokens=build_tokens(settings))
-    await _serve(worker)
+    workers = build_workers(client, settings, providers, tools, http, tokens=build_tokens(settings))
+    await _serve(*workers)
     await providers.aclose()
     await http.aclose()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,7 +35,7 @@ from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
-from worker import build_providers, build_worker
+from worker import build_providers, build_workers
 from workflows.agent_run import AgentRunWorkflow
 from workflows.versions import (
     CHECKPOINT_POLICY,
@@ -77,7 +78,8 @@ async def make_worker(
     if tools is None:
         tools = [] if apps.refs else demo_tools()
     async with httpx.AsyncClient(timeout=10) as http:
-        worker = build_worker(
+        # With a model queue in `settings`, its worker too (the first is the runs' queue's).
+        worker, *others = build_workers(
             client,
             settings,
             providers,
@@ -90,7 +92,9 @@ async def make_worker(
             mcp=apps.mcp,
         )
         try:
-            async with worker:
+            async with contextlib.AsyncExitStack() as running:
+                for each in (worker, *others):
+                    await running.enter_async_context(each)
                 yield worker
         finally:
             await providers.aclose()

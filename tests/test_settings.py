@@ -287,3 +287,45 @@ def test_a_malformed_notice_route_or_smtp_setting_stops_the_process_at_start(
     with pytest.raises(ValueError, match=re.escape(says)) as refused:
         Settings.from_env(env)
     assert "smtp-password" not in str(refused.value)  # a secret is never repeated
+
+
+def test_model_calls_go_on_the_runs_queue_unless_a_model_queue_is_named_with_its_rate() -> None:
+    off = Settings.from_env({})
+    on = Settings.from_env(
+        {"WAITSTATE_MODEL_TASK_QUEUE": "models", "WAITSTATE_MODEL_CALLS_PER_SECOND": "2.5"}
+    )
+    unlimited = Settings.from_env({"WAITSTATE_MODEL_TASK_QUEUE": "models"})
+
+    assert (off.model_task_queue, off.model_calls_per_second) == (None, None)
+    assert (on.model_task_queue, on.model_calls_per_second) == ("models", 2.5)
+    assert (unlimited.model_task_queue, unlimited.model_calls_per_second) == ("models", None)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        (
+            {"WAITSTATE_MODEL_CALLS_PER_SECOND": "5"},
+            "WAITSTATE_MODEL_CALLS_PER_SECOND needs WAITSTATE_MODEL_TASK_QUEUE",
+        ),
+        (
+            {"WAITSTATE_MODEL_TASK_QUEUE": "m", "WAITSTATE_MODEL_CALLS_PER_SECOND": "0"},
+            "must be a number of calls per second over 0; got '0'",
+        ),
+        (
+            {"WAITSTATE_MODEL_TASK_QUEUE": "m", "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast"},
+            "must be a number of calls per second over 0; got 'fast'",
+        ),
+        (
+            {"WAITSTATE_MODEL_TASK_QUEUE": "agents", "WAITSTATE_TASK_QUEUE": "agents"},
+            "WAITSTATE_MODEL_TASK_QUEUE must differ from WAITSTATE_TASK_QUEUE",
+        ),
+        (
+            {"WAITSTATE_MODEL_TASK_QUEUE": "waitstate-agents"},
+            "WAITSTATE_MODEL_TASK_QUEUE must differ from WAITSTATE_TASK_QUEUE",
+        ),
+    ],
+)
+def test_a_malformed_model_queue_or_rate_is_named(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        Settings.from_env(env)

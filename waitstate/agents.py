@@ -54,12 +54,18 @@ class Agent:
         output_type: A pydantic model the final answer must validate against (returned as
             JSON); an answer that does not goes back to the model with the errors.
         temperature, max_tokens: Model settings, for the providers that take them.
+        thinking_tokens: Turns Anthropic's extended thinking on, with this budget of tokens
+            (at least 1,024; `max_tokens`, if set, must be larger: it counts the thinking).
+            Other providers ignore it.
         thread: How its threads take messages (busy policy, idle time before closing); a
             thread started with settings of its own keeps those. Tasks ignore it.
         description: What it does, for those who call it from outside: the description of
             its tool when waitstate serves it over MCP (`python -m waitstate.mcp_server`).
         budget: What a run of it may spend on model calls, in tokens or dollars, and what
             happens when it has (`stop`, `approve`, `degrade`); a run's starter may set its own.
+        tenant: Whose agent it is (None: its app's `tenant`): its runs' model calls carry it as
+            their fairness key on the model queue (docs/deploy.md#rate-limits-and-fairness);
+            a run's starter may set its own. At most 64 bytes.
     """
 
     name: str
@@ -73,9 +79,11 @@ class Agent:
     output_type: type[BaseModel] | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    thinking_tokens: int | None = None
     thread: ThreadSettings | None = None
     description: str = ""
     budget: Budget | None = None
+    tenant: str | None = None
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""
@@ -100,6 +108,7 @@ class App:
         scripts: Scripts for the deterministic `scripted:` model, by name: for tests of the
             app's agents without a language model.
         mcp_servers: MCP servers whose tools runs may be granted (`name__tool`, `name__*`).
+        tenant: Whose app it is: the tenant of each of its agents that names none.
     """
 
     agents: Sequence[Agent] = ()
@@ -108,3 +117,4 @@ class App:
     providers: Mapping[str, Callable[[], Provider]] = field(default_factory=dict)
     scripts: Mapping[str, Script] = field(default_factory=dict)
     mcp_servers: Sequence[McpServer] = ()
+    tenant: str | None = None

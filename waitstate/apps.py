@@ -3,6 +3,7 @@ them together before a worker serves a single run."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -16,6 +17,7 @@ from waitstate.mcp import McpConfigError, McpServer, McpServers, is_mcp_name, sp
 from waitstate.providers.base import Provider, parse_model_spec
 from waitstate.providers.scripted import SCRIPTS, Script
 from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
+from waitstate.schemas.run import check_tenant
 from waitstate.tools.spec import ToolSpec
 
 # The providers every worker has (worker.build_providers); apps may add more.
@@ -220,6 +222,12 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
     for agent in app.agents:
         if agent.name in apps.agents:
             raise AppError(f"app {ref!r}: agent {agent.name!r} is declared twice")
+        if agent.tenant is None and app.tenant is not None:
+            agent = dataclasses.replace(agent, tenant=app.tenant)
+        try:
+            check_tenant(agent.tenant)
+        except ValueError as err:
+            raise AppError(f"app {ref!r}: agent {agent.name!r}: {err}") from None
         apps.agents[agent.name] = agent
     for name, factory in app.providers.items():
         if name in apps.providers or name in BUILT_IN_PROVIDERS:

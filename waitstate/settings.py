@@ -118,6 +118,13 @@ class Settings:
     model_deltas: bool = False
     deployment: str = DEFAULT_DEPLOYMENT
     build_id: str | None = None
+    # WAITSTATE_MODEL_TASK_QUEUE: the task queue runs' model calls go on (None: the run's own).
+    # Where runs start (CLI, gateway, client), it goes into each run's input; on a worker, a
+    # second worker polls it with the model activity alone.
+    model_task_queue: str | None = None
+    # WAITSTATE_MODEL_CALLS_PER_SECOND: the model queue's rate, enforced by the Temporal server
+    # across every worker polling it (None: no limit). Needs the model queue.
+    model_calls_per_second: float | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -144,6 +151,7 @@ class Settings:
         )
         notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
         smtp = _smtp(env, notice_routes)
+        model_task_queue, model_rate = _model_queue(env)
         if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
             parse_blob_url(blob_url)  # a bad URL stops the process here, not at its first blob
         return cls(
@@ -187,6 +195,8 @@ class Settings:
             model_deltas=_switch(env, "WAITSTATE_MODEL_DELTAS"),
             deployment=_deployment_name(env.get("WAITSTATE_DEPLOYMENT", "").strip()),
             build_id=_build_id(env.get("WAITSTATE_BUILD_ID", "").strip()),
+            model_task_queue=model_task_queue,
+            model_calls_per_second=model_rate,
         )
 
     @property
@@ -252,6 +262,40 @@ def _switch(env: Mapping[str, str], name: str) -> bool:
     if text in ("", "0", "false", "no", "off"):
         return False
     raise ValueError(f"{name} must be 1 or 0 (true or false); got {text!r}")
+
+
+def _model_queue(env: Mapping[str, str]) -> tuple[str | None, float | None]:
+    """WAITSTATE_MODEL_TASK_QUEUE and WAITSTATE_MODEL_CALLS_PER_SECOND, checked.
+
+    Raises:
+        ValueError: the rate is not a number over 0, or is set without the model queue (on the
+            runs' own queue it would hold tool calls and polls too), or the model queue is the
+            runs' own; the message names the variable.
+    """
+    queue = env.get("WAITSTATE_MODEL_TASK_QUEUE", "").strip() or None
+    text = env.get("WAITSTATE_MODEL_CALLS_PER_SECOND", "").strip()
+    if queue is not None and queue == env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE):
+        raise ValueError(
+            f"WAITSTATE_MODEL_TASK_QUEUE must differ from WAITSTATE_TASK_QUEUE ({queue!r}): "
+            "leave it unset for model calls on the runs' own queue"
+        )
+    if not text:
+        return queue, None
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = -1.0
+    if not 0 < rate < float("inf"):  # also refuses nan
+        raise ValueError(
+            f"WAITSTATE_MODEL_CALLS_PER_SECOND must be a number of calls per second over 0; "
+            f"got {text!r}"
+        )
+    if queue is None:
+        raise ValueError(
+            "WAITSTATE_MODEL_CALLS_PER_SECOND needs WAITSTATE_MODEL_TASK_QUEUE: the limit is "
+            "the model queue's (on the runs' own queue it would hold every tool call too)"
+        )
+    return queue, rate
 
 
 def _smtp(env: Mapping[str, str], routes: Mapping[str, tuple[Route, ...]]) -> SmtpServer | None:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 T = TypeVar("T")
@@ -35,6 +35,18 @@ class Failed:
         return cause.message if isinstance(cause, ApplicationError) else self.reason
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an activity is scheduled, and how the server weighs it there."""
+
+    task_queue: str | None = None  # None: the run's own
+    priority: Priority = Priority.default
+
+
+# Where every activity went before model queues: the run's own queue, no priority of its own.
+RUN_QUEUE = Placement()
+
+
 async def call(
     activity: str,
     arg: Any,
@@ -46,6 +58,7 @@ async def call(
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
     activity_id: str | None = None,
+    placement: Placement = RUN_QUEUE,
 ) -> T | Failed:
     """Run `activity` with `arg`: its result, or `Failed`.
 
@@ -63,6 +76,8 @@ async def call(
             heartbeat_timeout=heartbeat_timeout,
             retry_policy=retry_policy,
             activity_id=activity_id,
+            task_queue=placement.task_queue,
+            priority=placement.priority,
         )
     except ActivityError as err:
         if is_cancelled_exception(err):

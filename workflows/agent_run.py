@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_calls import Failed
     from workflows.approvals import ApprovalDesk, ApprovalExpired
     from workflows.asides import ApprovalAsides
+    from workflows.background import BackgroundReplies
     from workflows.board import StatusBoard
     from workflows.budgets import BudgetExceeded, Budgets
     from workflows.continuation import Continuation
@@ -56,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.opening import Opening
     from workflows.operations import OperationsBook
     from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import MODEL_RETRY
+    from workflows.policies import MODEL_RETRY, model_placement
     from workflows.thread import Conversation, Interrupted, MessageFailed
     from workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
@@ -107,6 +108,7 @@ class AgentRunWorkflow:
         self._budget = Budgets(input, self._state, self._desk)
         self._outages = StoreOutages(self._state, versions, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
+        self._background = BackgroundReplies(input, self._state)
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -285,11 +287,13 @@ class AgentRunWorkflow:
                 summary=f"model {model} turn {turn}",
                 start_to_close_timeout=self._input.model_timeout,
                 hands_back=True,
+                placement=model_placement(self._input),
             )
             if self._thread.interruptible():
                 response = await self._unless_interrupted(calling)
             else:
                 response = await calling
+            response = await self._background.awaited(request, response)  # `?background`
             if not isinstance(response, StoreDown):
                 break
             # The model's reply, if it gave one before the store failed, is handed back to be

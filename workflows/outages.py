@@ -24,7 +24,7 @@ from waitstate.schemas import RunState
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
 from workflows import ledger
-from workflows.activity_calls import Failed, call
+from workflows.activity_calls import RUN_QUEUE, Failed, Placement, call
 from workflows.board import StatusBoard
 from workflows.policies import (
     STORE_RETRY_FIRST,
@@ -129,11 +129,12 @@ class StoreTries:
         summary: str,
         start_to_close_timeout: timedelta,
         hands_back: bool = False,
+        placement: Placement = RUN_QUEUE,
     ) -> T | Failed | StoreDown:
         """`activity`'s result, `Failed` for any failure but the store's, or `StoreDown`
         (runs before HARDENED: never; any failure is `Failed`, the store's spending the call's
         retries as before). `hands_back`: the activity may hand back work it did before the
-        store failed (`StoreFailure.answered`)."""
+        store failed (`StoreFailure.answered`). `placement`: its queue and priority."""
         if not self._hardened:
             return await call(
                 activity,
@@ -142,6 +143,7 @@ class StoreTries:
                 summary=summary,
                 start_to_close_timeout=start_to_close_timeout,
                 retry_policy=self._retry_policy,
+                placement=placement,
             )
         result: T | Failed = await call(
             activity,
@@ -154,6 +156,7 @@ class StoreTries:
                 if self._handed_back
                 else leaving_outages(self._retry_policy, self._spent)
             ),
+            placement=placement,
         )
         failure = _store_failure(result)
         if failure is None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE, OPERATION_STILL_RUNNING
+from waitstate.schemas.run import RunInput
+from workflows.activity_calls import RUN_QUEUE, Placement
 
 # --- the model -------------------------------------------------------------------------------
 
@@ -28,8 +30,32 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=8,
 )
+
+
+def model_placement(input: RunInput) -> Placement:
+    """Where a run's model calls go (its turns, checkpoints, asides): the model queue its input
+    names, weighed there by its tenant as the fairness key. A run whose input names neither
+    calls the model as runs always did, on its own queue with no priority of its own, so
+    their histories replay unchanged."""
+    if input.model_task_queue is None and input.tenant is None:
+        return RUN_QUEUE
+    priority = Priority(fairness_key=input.tenant) if input.tenant else Priority.default
+    return Placement(task_queue=input.model_task_queue, priority=priority)
+
+
 # A checkpoint is worth a second try, not more: the ledger's own is written if the model fails.
 CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+
+# A background response (a model spec's `?background`) is checked a second after its create,
+# then at an interval doubling up to BACKGROUND_MAX_POLL, inside one heartbeating activity (its
+# heartbeat timeout: `poll_heartbeat` of the longest interval). The whole wait is bounded by the
+# run's `model_timeout` (its schedule-to-close), past which the response is cancelled; until
+# then a wait that failed (its worker gone, the blob store out) is taken over after a second.
+BACKGROUND_FIRST_POLL = timedelta(seconds=1)
+BACKGROUND_MAX_POLL = timedelta(seconds=10)
+BACKGROUND_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=BACKGROUND_MAX_POLL
+)
 
 # --- what a run starts with ------------------------------------------------------------------
 

@@ -43,8 +43,12 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
         anthropic_text(TEXT, input_tokens=12),
         anthropic_tool_use(CALLS, output_tokens=9),
         anthropic_tool_use(CALLS, text="Looking both up.", input_tokens=31, output_tokens=17),
+        # Its thinking comes as thinking and signature deltas, kept as the unstreamed one's.
+        anthropic_tool_use(
+            CALLS, text="Both, now.", thinking="Two lookups.", redacted_thinking="x"
+        ),
     ],
-    ids=["text", "tool-calls", "text-and-tool-calls"],
+    ids=["text", "tool-calls", "text-and-tool-calls", "thinking-and-tool-calls"],
 )
 async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_order(
     wire: WireServer, provider: AnthropicProvider, reply: dict[str, Any]
@@ -101,6 +105,37 @@ async def test_the_wire_servers_events_are_anthropics(wire: WireServer) -> None:
             streamed = await stream.get_final_message()
 
     assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
+
+
+async def test_the_wire_servers_thinking_events_are_anthropics(wire: WireServer) -> None:
+    reply = anthropic_text("Sunny.", thinking="Paris is in France.", redacted_thinking="hidden")
+    events = anthropic_events({**reply, "model": "claude-test"})
+
+    thinking, redacted = reply["content"][:2]
+    assert [e["type"] for e in events[1:9]] == [
+        *["content_block_start", "ping", *["content_block_delta"] * 5, "content_block_stop"],
+    ]
+    assert events[1]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    deltas = [e["delta"] for e in events[3:8]]
+    assert [d["type"] for d in deltas] == ["thinking_delta"] * 4 + ["signature_delta"]
+    assert "".join(d.get("thinking", "") for d in deltas) == thinking["thinking"]
+    assert deltas[-1]["signature"] == thinking["signature"]
+    # A redacted block comes whole.
+    assert [e["type"] for e in events[9:11]] == ["content_block_start", "content_block_stop"]
+    assert events[9]["content_block"] == redacted
+    # The SDK's own accumulation of them makes the message the unstreamed call answers.
+    wire.enqueue(reply, reply)
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
+    ) as client:
+        plain = await client.messages.create(model="claude-test", max_tokens=64, messages=[])
+        async with client.messages.stream(
+            model="claude-test", max_tokens=64, messages=[]
+        ) as stream:
+            streamed = await stream.get_final_message()
+
+    assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
+    assert [block.type for block in streamed.content] == ["thinking", "redacted_thinking", "text"]
 
 
 async def test_a_streamed_tool_input_that_is_not_a_json_object_is_an_empty_one(

@@ -15,6 +15,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import activity_attempts, make_worker, start_run
+from waitstate.agents import Agent
+from waitstate.apps import Apps
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.errors import MODEL_UNAVAILABLE, RUN_FAILED
 from waitstate.settings import Settings
@@ -90,6 +92,41 @@ async def test_run_completes_with_the_tools_it_called(
         assert "enc-1" in str(conversation), "so did the reasoning that called the tool"
     tool_names = [t.get("name") or t["function"]["name"] for t in second["tools"]]
     assert tool_names == ["calculate"]
+
+
+async def test_an_agent_that_thinks_sends_its_thinking_back_through_its_tool_calls(
+    dev_env: WorkflowEnvironment, task_queue: str, wire: WireServer
+) -> None:
+    # The stand-in refuses, as Anthropic does, a tool's result whose call's thinking is not
+    # sent back with it: two rounds of calls and an answer prove it went back each time.
+    thinker = Agent(
+        "thinker", model="anthropic:test-model", tools=["calculate"], thinking_tokens=1024
+    )
+    calculate = [("toolu_1", "calculate", {"expression": "17 * 23"})]
+    wire.enqueue(
+        anthropic_tool_use(calculate, thinking="Multiply first."),
+        anthropic_tool_use([("toolu_2", "calculate", {"expression": "391 + 1"})], thinking="Add one."),
+        anthropic_text("392", thinking="Done."),
+    )  # fmt: skip
+    apps = Apps(agents={"thinker": thinker})
+    async with make_worker(dev_env.client, task_queue, settings=_settings(wire), apps=apps):
+        run = RunInput(task="What is 17 * 23 + 1?", agent="thinker")
+        result = await (await start_run(dev_env.client, task_queue, run)).result()
+
+    assert result.status == "completed" and result.final_output == "392"
+    assert (result.turns, result.tool_calls) == (3, 2)
+    bodies = [request.body for request in wire.requests]
+    assert len(bodies) == 3, "no call was refused"
+    assert all(body["thinking"] == {"type": "enabled", "budget_tokens": 1024} for body in bodies)
+    last = bodies[-1]["messages"]
+    thought = [
+        block["thinking"]
+        for message in last
+        if message["role"] == "assistant"
+        for block in message["content"]
+        if block["type"] == "thinking"
+    ]
+    assert thought == ["Multiply first.", "Add one."]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -156,4 +156,6 @@ class WaitstateClient(RunCalls, ThreadCalls, PeopleCalls, FleetCalls):
     Args:
         client: Connected with the waitstate data converter (`settings.connect`).
         task_queue: Where `start` puts runs unless told otherwise.
+        model_task_queue: Where the model calls of the runs it starts go, unless their input
+            names a queue (None: the runs' own queue); `connect` takes WAITSTATE_MODEL_TASK_QUEUE.
     """

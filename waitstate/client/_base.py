@@ -23,7 +23,7 @@ from waitstate.client._errors import (
     first_line,
 )
 from waitstate.names import AGENT_RUN, STATUS_QUERY
-from waitstate.schemas import RunResult, RunState
+from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from waitstate.tracing import Tracing
 
@@ -34,9 +34,16 @@ AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
 class ClientBase:
     """A Temporal client, and what the client's calls about runs, people and the fleet share."""
 
-    def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        model_task_queue: str | None = None,
+    ) -> None:
         self._client = client
         self._task_queue = task_queue
+        self._model_task_queue = model_task_queue
 
     @classmethod
     async def connect(
@@ -57,7 +64,16 @@ class ClientBase:
             ) from err
         if tracing is not None:
             client = tracing.client(client)
-        return cls(client, task_queue=settings.task_queue)
+        return cls(
+            client, task_queue=settings.task_queue, model_task_queue=settings.model_task_queue
+        )
+
+    def _with_model_queue(self, run_input: RunInput) -> RunInput:
+        """`run_input`, its model calls on this client's model queue unless it names one: the
+        queue travels in the run's input, so every worker that replays the run agrees on it."""
+        if self._model_task_queue is None or run_input.model_task_queue is not None:
+            return run_input
+        return run_input.model_copy(update={"model_task_queue": self._model_task_queue})
 
     @property
     def temporal(self) -> Client:

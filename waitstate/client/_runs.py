@@ -132,6 +132,7 @@ class RunCalls(ClientBase):
             StartFailed: Temporal refused the start.
         """
         run_id = run_id or new_run_id()
+        run_input = self._with_model_queue(run_input)
         attributes = [SearchAttributePair(AGENT_STATUS, "running")]
         if run_input.agent is not None:
             attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))

@@ -257,7 +257,7 @@ class ThreadCalls(ClientBase):
             attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
         return WithStartWorkflowOperation(
             AGENT_RUN,
-            run_input,
+            self._with_model_queue(run_input),
             id=thread_id,
             task_queue=task_queue or self._task_queue,
             # A thread that exists takes the message; one that ended never starts again.

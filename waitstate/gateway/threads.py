@@ -198,9 +198,14 @@ class ThreadDesk:
     @classmethod
     def from_settings(cls, client: Client, settings: Settings) -> ThreadDesk:
         """The desk of the gateway process: its operator keys, token lifetime and default
-        model, starting threads on the worker's task queue."""
+        model, starting threads on the worker's task queue (their model calls on the model
+        queue, if there is one)."""
         return cls(
-            WaitstateClient(client, task_queue=settings.task_queue),
+            WaitstateClient(
+                client,
+                task_queue=settings.task_queue,
+                model_task_queue=settings.model_task_queue,
+            ),
             OperatorKeys(settings.operator_keys),
             settings.thread_token_lifetime,
             settings.default_model,

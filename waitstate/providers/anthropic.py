@@ -1,8 +1,16 @@
-"""Anthropic Messages behind the provider-neutral protocol."""
+"""Anthropic Messages behind the provider-neutral protocol.
+
+With extended thinking on (`ModelSettings.thinking_tokens`), a reply's `thinking` and
+`redacted_thinking` blocks, with their signatures, are kept on the assistant message
+(`Message.provider_items`, with where its text and tool calls stood) and sent back unchanged, in
+their order and before the tool calls they led to, on the next calls to the same provider and
+model: the API refuses a tool round trip whose thinking did not come back.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -23,6 +31,9 @@ from anthropic.types import Usage as AnthropicUsage
 from waitstate.providers.base import ModelRequest
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.schemas.messages import ProviderItems
+
+log = logging.getLogger(__name__)
 
 # The counts a stream's `message_delta` may bring up to date.
 _COUNTS = {
@@ -35,6 +46,13 @@ _COUNTS = {
 
 # The API takes at most 4 cache breakpoints a request; `_mark_for_cache` sets that many at most.
 EPHEMERAL = {"type": "ephemeral"}
+# What a reply keeps for the next calls is bounded (its blocks are the model's output, which we
+# do not control): past this many characters of JSON (about 64k tokens of thinking, more than
+# the budgets one sets), its thinking is dropped, logged, and the turn's next call goes without
+# thinking, which the API accepts where a tool call without its thinking it would refuse.
+MAX_THINKING_CHARS = 256_000
+# The blocks of a reply that are its thinking, sent back as they came.
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
@@ -65,8 +83,10 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
                 the stream broke off.
         """
         settings = request.settings
+        budget = _thinking_budget(request, self.name)
         system: Any = request.system_prompt or anthropic.omit
-        messages: list[Any] = _to_anthropic_messages(request.messages)
+        own = (self.name, request.model) if budget else None
+        messages: list[Any] = _to_anthropic_messages(request.messages, own)
         tools: list[Any] = [_to_anthropic_tool(tool) for tool in request.tools]
         if self._prompt_cache:
             # A breakpoint goes on a block: the system prompt is sent as one.
@@ -75,18 +95,24 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             )
             _mark_for_cache(tools, system, messages)
             system = system or anthropic.omit
+        # The thinking counts in `max_tokens`: unless the agent set it, the answer gets the
+        # provider's default on top of the thinking's budget.
+        max_tokens = (settings and settings.max_tokens) or self._max_tokens + (budget or 0)
         asked: dict[str, Any] = {
             "model": request.model,
-            "max_tokens": (settings and settings.max_tokens) or self._max_tokens,
+            "max_tokens": max_tokens,
             "system": system,
             "messages": messages,
             "tools": tools or anthropic.omit,
+            "thinking": (
+                {"type": "enabled", "budget_tokens": budget} if budget else anthropic.omit
+            ),
         }
         api = self._client.messages
         try:
             if request.on_text is None:
                 response: AnthropicMessage = await api.create(**asked)
-                return _from_anthropic(response)
+                return self._reply(response, request.model)
             stream = await api.create(**asked, stream=True)
             url = stream.response.url
             try:
@@ -101,12 +127,40 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
                 raise self._no_response(_api_message(err), None, url) from err
             if streamed is None:
                 raise self._no_response("The stream ended before the message did.", None, url)
-            return _from_anthropic(streamed)
+            return self._reply(streamed, request.model)
         except anthropic.APIStatusError as err:
             message = _api_message(err)
             raise self._status_error(message, err.status_code, err.response.headers) from err
         except anthropic.APIConnectionError as err:  # APITimeoutError included
             raise self._no_response(err.message, err.__cause__, err.request.url) from err
+
+    def _reply(self, response: AnthropicMessage, model: str) -> ModelResponse:
+        reply = _from_anthropic(response)
+        kept = _kept_blocks(response)
+        if kept:
+            items = ProviderItems(provider=self.name, model=model, items=kept)
+            reply.message.provider_items = items
+        return reply
+
+
+def _thinking_budget(request: ModelRequest, provider: str) -> int | None:
+    """The thinking's budget of this call: the settings' `thinking_tokens`, unless the turn in
+    progress (the conversation ends with tool results) comes back to tool calls whose thinking
+    is not here to send back (dropped over `MAX_THINKING_CHARS`, or the calls were another
+    model's: a budget's degrade). With thinking on, the API refuses a turn's last tool calls
+    without their thinking before them; this one call goes without thinking instead."""
+    budget = request.settings.thinking_tokens if request.settings else None
+    messages = request.messages
+    if not budget or not messages or messages[-1].role != "tool":
+        return budget
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    if last is None or not last.tool_calls:
+        return budget
+    kept = _own_blocks(last, (provider, request.model))
+    if any(block.get("type") in THINKING_BLOCKS for block in kept):
+        return budget
+    log.info("%s: tool calls without their thinking: %s asked without", provider, request.model)
+    return None
 
 
 def _mark_for_cache(
@@ -158,7 +212,11 @@ def _api_message(err: anthropic.APIError) -> str:
     return explained or err.message
 
 
-def _to_anthropic_messages(messages: Sequence[Message]) -> list[MessageParam]:
+def _to_anthropic_messages(
+    messages: Sequence[Message], own: tuple[str, str] | None
+) -> list[MessageParam]:
+    """The conversation as the API takes it; with `own` (this provider and model, when the call
+    thinks), assistant messages carry the thinking blocks kept with them."""
     wire: list[MessageParam] = []
     # Results of one round of tool calls travel together in a single user turn.
     results: list[ToolResultBlockParam] | None = None
@@ -180,19 +238,51 @@ def _to_anthropic_messages(messages: Sequence[Message]) -> list[MessageParam]:
         if message.role == "user":
             wire.append({"role": "user", "content": message.content})
         else:
-            wire.append({"role": "assistant", "content": _to_anthropic_blocks(message)})
+            kept = _own_blocks(message, own) if own else []
+            wire.append({"role": "assistant", "content": _to_anthropic_blocks(message, kept)})
     return wire
 
 
-def _to_anthropic_blocks(message: Message) -> list[ContentBlockParam]:
-    blocks: list[ContentBlockParam] = []
-    if message.content:
+def _own_blocks(message: Message, own: tuple[str, str]) -> list[dict[str, Any]]:
+    """The blocks the provider and model `own` kept with `message` (none from another)."""
+    kept = message.provider_items
+    if kept is None or (kept.provider, kept.model) != own:
+        return []
+    return kept.items
+
+
+def _to_anthropic_blocks(message: Message, kept: list[dict[str, Any]]) -> list[ContentBlockParam]:
+    """An assistant message as content blocks: those its provider kept, in their order (the
+    thinking as given; the text and tool calls, where they stood, filled in from the message
+    itself), then what they did not cover."""
+    calls = {call.id: call for call in message.tool_calls}
+    blocks: list[Any] = []
+    said = False
+    for block in kept:
+        kind = block.get("type")
+        if kind in THINKING_BLOCKS:
+            blocks.append(block)
+        elif kind == "text" and message.content and not said:
+            said = True  # its text, with any other text block's, is the one content
+            blocks.append({"type": "text", "text": message.content})
+        elif kind == "tool_use" and (call := calls.pop(block.get("id", ""), None)) is not None:
+            blocks.append(_tool_use(call))
+    if message.content and not said:
         blocks.append({"type": "text", "text": message.content})
-    blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call.arguments)}
-        for call in message.tool_calls
-    )
+    blocks.extend(_tool_use(call) for call in calls.values())
+    # Thinking that led to nothing sent (an answer cut off while the model thought): left out.
+    while blocks and blocks[-1].get("type") in THINKING_BLOCKS:
+        blocks.pop()
     return blocks
+
+
+def _tool_use(call: ToolCall) -> ContentBlockParam:
+    return {
+        "type": "tool_use",
+        "id": call.id,
+        "name": call.name,
+        "input": _tool_input(call.arguments),
+    }
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -224,6 +314,36 @@ def _from_anthropic(response: AnthropicMessage) -> ModelResponse:
     )
 
 
+def _kept_blocks(response: AnthropicMessage) -> list[dict[str, Any]]:
+    """What of the reply's content is sent back with its message: nothing, unless the model
+    thought; then its thinking blocks as they came (their known fields only), and where its
+    text and tool calls stood (the ids of the calls; their text and input are the message's)."""
+    if not any(block.type in THINKING_BLOCKS for block in response.content):
+        return []
+    kept: list[dict[str, Any]] = []
+    for block in response.content:
+        if block.type == "thinking":
+            kept.append(
+                {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+            )
+        elif block.type == "redacted_thinking":
+            kept.append({"type": "redacted_thinking", "data": block.data})
+        elif block.type == "text":
+            kept.append({"type": "text"})
+        elif block.type == "tool_use":
+            kept.append({"type": "tool_use", "id": block.id})
+    size = len(json.dumps(kept))
+    if size > MAX_THINKING_CHARS:
+        log.warning(
+            "thinking of message %s not kept: %d characters, over %d",
+            response.id,
+            size,
+            MAX_THINKING_CHARS,
+        )
+        return []
+    return kept
+
+
 def _usage(usage: AnthropicUsage) -> Usage:
     """One call's usage. Anthropic's `input_tokens` are only those after the last cache
     breakpoint; ours count the whole prompt (as OpenAI's do), so the tokens read from the cache
@@ -247,7 +367,8 @@ async def _from_anthropic_stream(
     did (no `message_stop`: a truncated answer must not pass for a whole one)."""
     message: AnthropicMessage | None = None
     blocks: dict[int, ContentBlock] = {}  # a block's index -> the block as it was opened
-    written: dict[int, list[str]] = {}  # a block's index -> its text, or its input's JSON, so far
+    written: dict[int, list[str]] = {}  # a block's index -> its text, input's JSON or thinking
+    signed: dict[int, list[str]] = {}  # a thinking block's index -> its signature, so far
     stop_reason = None
     counts: dict[str, int | None] = {}  # the usage's counts, as the events last gave them
     stopped = False
@@ -264,6 +385,10 @@ async def _from_anthropic_stream(
                     await on_text(delta.text)
                 elif delta.type == "input_json_delta":
                     written.setdefault(event.index, []).append(delta.partial_json)
+                elif delta.type == "thinking_delta":
+                    written.setdefault(event.index, []).append(delta.thinking)
+                elif delta.type == "signature_delta":
+                    signed.setdefault(event.index, []).append(delta.signature)
             elif event.type == "message_delta":
                 stop_reason = event.delta.stop_reason
                 # Its counts are totals so far, not increments; those of the input (and of
@@ -278,7 +403,8 @@ async def _from_anthropic_stream(
     if message is None or not stopped:
         return None
     content = [
-        _completed(blocks[index], "".join(written.get(index, []))) for index in sorted(blocks)
+        _completed(blocks[index], "".join(written.get(index, [])), "".join(signed.get(index, [])))
+        for index in sorted(blocks)
     ]
     usage = message.usage.model_copy(update=counts)
     return message.model_copy(
@@ -286,12 +412,18 @@ async def _from_anthropic_stream(
     )
 
 
-def _completed(block: ContentBlock, written: str) -> ContentBlock:
-    """A streamed content block as it is once its pieces (`written`) have all come."""
+def _completed(block: ContentBlock, written: str, signed: str) -> ContentBlock:
+    """A streamed content block as it is once its pieces (`written`, and a thinking block's
+    signature, `signed`) have all come."""
     if block.type == "text":
         return block.model_copy(update={"text": block.text + written})
     if block.type == "tool_use":
         # The API sends JSON objects only (no pieces at all: `{}`); should it break that, the
         # call gets an empty input, as a malformed one gets on its way back (`_tool_input`).
         return block.model_copy(update={"input": _tool_input(written)})
-    return block  # blocks the reply does not read (thinking, server tools) are left as opened
+    if block.type == "thinking":
+        update = {"thinking": block.thinking + written, "signature": block.signature + signed}
+        return block.model_copy(update=update)
+    # A redacted_thinking block comes whole when opened; blocks the reply does not read
+    # (server tools) are left as opened.
+    return block

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
 
@@ -25,6 +25,8 @@ class ModelSettings:
 
     temperature: float | None = None
     max_tokens: int | None = None
+    # Extended thinking's budget (Anthropic's `thinking.budget_tokens`); None: no thinking.
+    thinking_tokens: int | None = None
 
 
 class Provider(Protocol):
@@ -49,6 +51,30 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release connections; called once when the worker stops."""
+        ...
+
+
+@runtime_checkable
+class BackgroundProvider(Provider, Protocol):
+    """A provider that can answer in the background: its calls may return a reply not given
+    yet (`ModelResponse.background_id`), which is then asked for until it is, or cancelled."""
+
+    async def poll(self, response_id: str, model: str) -> ModelResponse | None:
+        """The reply of the background response `response_id`, asked of `model` (as the run's
+        spec names it), once it is given; None while the provider works on it.
+
+        Raises:
+            ResponseFailed: the response ended without a reply (failed, or cancelled).
+            ProviderError: the provider could not be asked.
+        """
+        ...
+
+    async def cancel(self, response_id: str) -> None:
+        """Stop the background response `response_id` (one that ended stays as it is).
+
+        Raises:
+            ProviderError: the provider refused or could not be asked.
+        """
         ...
 
 
@@ -133,6 +159,20 @@ class ProviderError(Exception):
     def retryable(self) -> bool:
         """True for timeouts, conflicts, rate limits, server errors and lost connections."""
         return self.status is None or self.status in RETRYABLE_STATUSES or self.status >= 500
+
+
+class ResponseFailed(Exception):
+    """A background response ended without a reply (it failed, or was cancelled at the
+    provider): asking for it again would change nothing."""
+
+    def __init__(self, provider: str, response_id: str, status: str, message: str) -> None:
+        self.provider = provider
+        self.response_id = response_id
+        self.status = status
+        super().__init__(
+            f"{provider}: background response {response_id} {status}: "
+            f"{shorten(message, MESSAGE_CHARS)}"
+        )
 
 
 def no_response_message(message: str, cause: BaseException | None, url: object) -> str:

@@ -6,14 +6,22 @@ reasoning model's `reasoning` items (asked for with their `encrypted_content`, w
 `store=False` needs) are kept on the assistant message (`Message.provider_items`) and sent
 back, in their order and before the function calls they led to, on the next calls to the same
 provider and model.
+
+Background (a model spec's option, `openai-responses:o3?background`): each response is
+created with `background=True`, which OpenAI requires to be stored (`store=True`): the response
+is kept by OpenAI, to be retrieved by its id, until it is deleted or expires there. A response
+still `queued` or `in_progress` comes back at once as its id (`ModelResponse.background_id`);
+the run asks for it (`poll`, `responses.retrieve`) until it ends, and `cancel`s it
+(`responses.cancel`) if it is no longer wanted. Background calls are not streamed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import openai
 from openai import AsyncStream
@@ -24,7 +32,7 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 
-from waitstate.providers.base import ModelRequest
+from waitstate.providers.base import ModelRequest, ResponseFailed, UnknownModelError
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.messages import ProviderItems
@@ -37,13 +45,18 @@ log = logging.getLogger(__name__)
 # once per turn, stays within a few such replies.
 MAX_ITEMS_CHARS = 64_000
 # Asked of every call: with store=False, reasoning items are of use later only with it.
-ENCRYPTED_REASONING = "reasoning.encrypted_content"
+ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
+# The model spec's option that asks for background responses (`<model>?background`).
+BACKGROUND = "background"
+# The statuses of a background response still being worked on.
+PENDING = ("queued", "in_progress")
 
 
 class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
     """Calls `client.responses.create` (the client built with `max_retries=0`); streamed when
     the request takes the text as it is written (`ModelRequest.on_text`); the request's
-    `cache_key` goes as `prompt_cache_key`."""
+    `cache_key` goes as `prompt_cache_key`; a model named with `?background` is asked in the
+    background (see the module's docstring)."""
 
     name = "openai-responses"
 
@@ -60,25 +73,92 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         Raises:
             ProviderError: the API answered with an error status, or could not be reached, or
                 the stream broke off or failed.
+            UnknownModelError: the model names an option this provider does not know.
         """
+        model, background = self._options(request.model)
+        request = dataclasses.replace(request, model=model)
         if request.model not in self._no_include:
             try:
-                return await self._answer(request, include=True)
+                return await self._answer(request, include=True, background=background)
             except _IncludeRefused:
                 # Asked once more, at once: not a retry of the same request, which would fail
                 # again, but the request this model takes.
-                log.info("%s: %s takes no encrypted reasoning", self.name, request.model)
-                self._no_include.add(request.model)
-        return await self._answer(request, include=False)
+                self._refused_include(request.model)
+        return await self._answer(request, include=False, background=background)
 
-    async def _answer(self, request: ModelRequest, *, include: bool) -> ModelResponse:
+    async def poll(self, response_id: str, model: str) -> ModelResponse | None:
+        """The reply of the background response `response_id` of `model` (the spec's model,
+        `?background` and all) once it ended; None while it is `queued` or `in_progress`.
+
+        Raises:
+            ResponseFailed: the response failed or was cancelled.
+            ProviderError: the API answered with an error status, or could not be reached.
+        """
+        model, _ = self._options(model)
+        include = model not in self._no_include
+        try:
+            response = await self._client.responses.retrieve(
+                response_id, include=[ENCRYPTED_REASONING] if include else openai.omit
+            )
+        except openai.APIStatusError as err:
+            if include and err.status_code == 400 and _param(err) == "include":
+                self._refused_include(model)
+                return await self.poll(response_id, model)
+            message = _api_message(err)
+            raise self._status_error(message, err.status_code, err.response.headers) from err
+        except openai.APIConnectionError as err:
+            raise self._no_response(err.message, err.__cause__, err.request.url) from err
+        if response.status in PENDING:
+            return None
+        if response.status in ("failed", "cancelled"):
+            error = response.error
+            why = error.message if error is not None else "no reply was given"
+            raise ResponseFailed(self.name, response_id, response.status, why)
+        return self._reply(response, model)
+
+    async def cancel(self, response_id: str) -> None:
+        """Cancel the background response `response_id` (one that ended stays as it is).
+
+        Raises:
+            ProviderError: the API answered with an error status, or could not be reached.
+        """
+        try:
+            await self._client.responses.cancel(response_id)
+        except openai.APIStatusError as err:
+            message = _api_message(err)
+            raise self._status_error(message, err.status_code, err.response.headers) from err
+        except openai.APIConnectionError as err:
+            raise self._no_response(err.message, err.__cause__, err.request.url) from err
+
+    def _options(self, model: str) -> tuple[str, bool]:
+        """The model's name and whether it is asked in the background (`<model>?background`).
+
+        Raises:
+            UnknownModelError: an option other than `background`.
+        """
+        name, asked, option = model.partition("?")
+        if asked and option != BACKGROUND:
+            raise UnknownModelError(
+                f"{self.name}: unknown option {option!r} in model {model!r} (known: {BACKGROUND})"
+            )
+        return name, bool(asked)
+
+    def _refused_include(self, model: str) -> None:
+        log.info("%s: %s takes no encrypted reasoning", self.name, model)
+        self._no_include.add(model)
+
+    async def _answer(
+        self, request: ModelRequest, *, include: bool, background: bool
+    ) -> ModelResponse:
         settings, tools = request.settings, request.tools
         asked: dict[str, Any] = {
             "model": request.model,
             "input": _to_input(request.messages, self.name, request.model),
             "instructions": request.system_prompt or openai.omit,
             "tools": [_to_tool(tool) for tool in tools] if tools else openai.omit,
-            "store": False,
+            # A background response must be stored: OpenAI keeps it, to be retrieved by id.
+            "store": background,
+            "background": True if background else openai.omit,
             "prompt_cache_key": request.cache_key or openai.omit,
             "include": [ENCRYPTED_REASONING] if include else openai.omit,
             "temperature": (
@@ -94,8 +174,10 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         }
         responses = self._client.responses
         try:
-            if request.on_text is None:
+            if request.on_text is None or background:
                 response: Response = await responses.create(**asked)
+                if background and response.status in PENDING:
+                    return _pending(response)
                 return self._reply(response, request.model)
             stream: AsyncStream[ResponseStreamEvent] = await responses.create(**asked, stream=True)
             url = stream.response.url
@@ -151,6 +233,17 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             stop_reason=(details.reason if details and details.reason else response.status) or "",
             model=response.model,
         )
+
+
+def _pending(response: Response) -> ModelResponse:
+    """A background response not given yet: its id, for the run to wait for it."""
+    return ModelResponse(
+        message=Message(role="assistant"),
+        usage=Usage(),
+        stop_reason=response.status or "",
+        model=response.model,
+        background_id=response.id,
+    )
 
 
 class _IncludeRefused(Exception):

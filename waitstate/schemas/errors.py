@@ -6,6 +6,9 @@ MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 MODEL_UNAVAILABLE = "ModelUnavailable"
 # The model spec names no known provider, or the provider is not configured.
 MODEL_SPEC_INVALID = "ModelSpecInvalid"
+# A background response ended without an answer (failed, or cancelled at the provider):
+# asking for it again changes nothing.
+MODEL_RESPONSE_FAILED = "ModelResponseFailed"
 # The run's input is inconsistent (e.g. a tool name that is not registered).
 RUN_INPUT_INVALID = "RunInputInvalid"
 # The run ended in failure (its model could not be called); the message says why.

@@ -21,7 +21,7 @@ class ToolCall(BaseModel):
 class ProviderItems(BaseModel):
     """Items of the provider that answered, opaque to everything else: what it needs sent back
     with its own message on the next call (an OpenAI Responses reasoning model's reasoning
-    items). Only the provider and model that gave them are sent them; any other ignores them."""
+    items, Anthropic's thinking blocks). Only the provider and model that gave them are sent them; any other ignores them."""
 
     provider: str = Field(description="The name of the provider that answered.")
     model: str = Field(description="The model asked, as the run's model spec names it.")
@@ -111,4 +111,10 @@ class ModelResponse(BaseModel):
         default=None,
         description="The final answer does not validate against the agent's output type: why, "
         "for the model to correct.",
+    )
+    background_id: str | None = Field(
+        default=None,
+        description="Set when the reply is not given yet: the id of the background response "
+        "the provider is working on (a model spec's `?background`); the run waits for it "
+        "(`await_model_response`), and `message` and `usage` are empty meanwhile.",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal, Self, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.budgets import Budget, BudgetState
@@ -47,8 +47,29 @@ AGENT_FIELDS = frozenset(
         "constraints",
         "thread",
         "budget",
+        "tenant",
     }
 )
+# Temporal's limit on a fairness key, which a tenant is on the model queue.
+TENANT_MAX_BYTES = 64
+
+
+def check_tenant(tenant: str | None) -> str | None:
+    """`tenant`, if it can be a fairness key: not blank, at most 64 bytes (UTF-8).
+
+    Raises:
+        ValueError: it cannot; the message says why.
+    """
+    if tenant is None:
+        return None
+    if not tenant.strip():
+        raise ValueError("a tenant must not be blank (None: no tenant)")
+    if len(tenant.encode()) > TENANT_MAX_BYTES:
+        raise ValueError(
+            f"a tenant is at most {TENANT_MAX_BYTES} bytes (Temporal's fairness keys); "
+            f"got {len(tenant.encode())}: {tenant[:80]!r}"
+        )
+    return tenant
 
 
 class RunInput(BaseModel):
@@ -118,6 +139,22 @@ class RunInput(BaseModel):
         default=None,
         description="What the run may spend on its model calls, and what happens when it has.",
     )
+    model_task_queue: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The task queue its model calls go on (None: the run's own); set where "
+        "runs start, from WAITSTATE_MODEL_TASK_QUEUE.",
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="Whose run this is: its model calls carry it as their fairness key, so "
+        "tenants share the model queue fairly where the server balances by key.",
+    )
+
+    @field_validator("tenant")
+    @classmethod
+    def _check_tenant(cls, tenant: str | None) -> str | None:
+        return check_tenant(tenant)
 
     @model_validator(mode="after")
     def _note_overrides(self) -> Self:
@@ -262,6 +299,26 @@ class ModelCallInput(BaseModel):
     )
 
 
+class AwaitModelResponse(BaseModel):
+    """Input of the `await_model_response` activity: the call whose background response the
+    provider is working on, and how often to ask for it."""
+
+    call: ModelCallInput = Field(description="The call that created the response, as it was.")
+    response_id: str
+    first_poll_seconds: float = Field(gt=0, description="The wait before the first check.")
+    max_poll_seconds: float = Field(
+        gt=0, description="The checks' interval doubles after each one, up to this."
+    )
+
+
+class CancelModelResponse(BaseModel):
+    """Input of the `cancel_model_response` activity: the background response to stop."""
+
+    model: str = Field(description="The run's model spec, whose provider answers.")
+    response_id: str
+    reason: str = Field(description="Why (for the worker's log): `expired`, `cancelled`.")
+
+
 class StoreFailure(BaseModel):
     """The details of a call that failed on the blob store (`BLOB_STORE_UNAVAILABLE`), for a
     run that waits the outage out (one whose retry policy does not retry that failure)."""
@@ -393,6 +450,8 @@ RESOLVE_AGENT = "resolve_agent"
 LIST_MCP_TOOLS = "list_mcp_tools"
 NOTIFY_INPUT = "notify_input"
 ANSWER_OPERATION = "answer_operation"
+AWAIT_MODEL_RESPONSE = "await_model_response"
+CANCEL_MODEL_RESPONSE = "cancel_model_response"
 
 # What the model is told when its final answer does not validate against the agent's output
 # type.
@@ -422,6 +481,7 @@ class AgentConfig(BaseModel):
         description="How its threads take messages, unless a thread's starter said otherwise.",
     )
     budget: Budget | None = None
+    tenant: str | None = None
 
     def defaults(self) -> dict[str, Any]:
         """The `RunInput` fields it sets, by name."""
@@ -438,6 +498,8 @@ class AgentConfig(BaseModel):
             fields["operation_timeout"] = self.operation_timeout
         if self.budget is not None:
             fields["budget"] = self.budget
+        if self.tenant is not None:
+            fields["tenant"] = self.tenant
         return fields
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from waitstate.testing.wire_thinking import thinking_blocks, thinks
+
 WireProtocol = Literal["openai", "anthropic"]
 
 # Anthropic's documented error `type`s; anything unlisted gets the generic one.
@@ -131,6 +133,8 @@ def openai_tool_calls(
 def anthropic_text(
     text: str,
     *,
+    thinking: str | None = None,
+    redacted_thinking: str | None = None,
     input_tokens: int = 10,
     output_tokens: int = 5,
     cache_read_tokens: int = 0,
@@ -141,6 +145,9 @@ def anthropic_text(
 
     Args:
         text: The assistant's answer.
+        thinking: With it, a thinking block of this text comes first, signed
+            (`waitstate.testing.wire_thinking`).
+        redacted_thinking: With it, a redacted_thinking block whose data holds it comes next.
         input_tokens: Reported as `usage.input_tokens` (as Anthropic counts them: the input
             neither read from nor written to the cache).
         output_tokens: Reported as `usage.output_tokens`.
@@ -148,7 +155,7 @@ def anthropic_text(
         cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
         model: The answering model; None echoes the request's model.
     """
-    content = [{"type": "text", "text": text}]
+    content = [*thinking_blocks(thinking, redacted_thinking), {"type": "text", "text": text}]
     usage = _anthropic_usage(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
     return _anthropic_body(content, "end_turn", usage, model)
 
@@ -157,6 +164,8 @@ def anthropic_tool_use(
     calls: Iterable[tuple[str, str, dict[str, Any]]],
     *,
     text: str = "",
+    thinking: str | None = None,
+    redacted_thinking: str | None = None,
     input_tokens: int = 10,
     output_tokens: int = 5,
     cache_read_tokens: int = 0,
@@ -168,13 +177,18 @@ def anthropic_tool_use(
     Args:
         calls: `(tool_use_id, name, input)` triples.
         text: Optional text block sent before the tool_use blocks.
+        thinking: With it, a thinking block of this text comes first, signed; the server then
+            refuses a request with thinking on that brings these calls' results back without
+            it (`waitstate.testing.wire_thinking`).
+        redacted_thinking: With it, a redacted_thinking block whose data holds it comes next.
         input_tokens: Reported as `usage.input_tokens` (the uncached input).
         output_tokens: Reported as `usage.output_tokens`.
         cache_read_tokens: Reported as `usage.cache_read_input_tokens`.
         cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
         model: The answering model; None echoes the request's model.
     """
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content = thinking_blocks(thinking, redacted_thinking)
+    content += [{"type": "text", "text": text}] if text else []
     content += [
         {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
         for call_id, name, tool_input in calls
@@ -230,7 +244,9 @@ def default_reply(protocol: WireProtocol, body: dict[str, Any]) -> dict[str, Any
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
     if protocol == "openai":
         return _default_openai_reply(messages, tools)
-    return _default_anthropic_reply(messages, tools)
+    # A request that thinks gets a reply that thought.
+    thought = "Thinking it over." if thinks(body) else None
+    return _default_anthropic_reply(messages, tools, thought)
 
 
 def _default_openai_reply(
@@ -256,7 +272,7 @@ def _default_openai_reply(
 
 
 def _default_anthropic_reply(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: str | None
 ) -> dict[str, Any]:
     called = {
         block.get("id"): block.get("name")
@@ -272,11 +288,12 @@ def _default_anthropic_reply(
         if block.get("type") == "tool_result"
     ]
     if answered:
-        return anthropic_text(_received_text(answered))
+        return anthropic_text(_received_text(answered), thinking=thinking)
     if tools and not called:
         name = tools[0].get("name", "")
-        return anthropic_tool_use([(f"toolu_{uuid.uuid4().hex[:24]}", name, {})])
-    return anthropic_text("ok")
+        call_id = f"toolu_{uuid.uuid4().hex[:24]}"
+        return anthropic_tool_use([(call_id, name, {})], thinking=thinking)
+    return anthropic_text("ok", thinking=thinking)
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -403,7 +420,9 @@ def anthropic_events(body: dict[str, Any]) -> list[dict[str, Any]]:
     As Anthropic streams: `message_start` with the message, no content yet and the input tokens;
     each content block opened (`content_block_start`, a `ping` after the first), its text or
     its tool input's JSON in a few pieces (`content_block_delta`: `text_delta`, or
-    `input_json_delta` starting with an empty piece) and closed (`content_block_stop`); then
+    `input_json_delta` starting with an empty piece; a thinking block's text as `thinking_delta`
+    pieces then its signature as one `signature_delta`; a redacted_thinking block comes whole
+    when opened) and closed (`content_block_stop`); then
     `message_delta` with the stop reason and the output tokens, and `message_stop`. A tool
     input given as a string is streamed as written, so it may be malformed JSON on purpose.
     """
@@ -419,6 +438,13 @@ def anthropic_events(body: dict[str, Any]) -> list[dict[str, Any]]:
         if block["type"] == "text":
             opened = {**block, "text": ""}
             delta = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+        elif block["type"] == "thinking":
+            opened = {**block, "thinking": "", "signature": ""}
+            pieces = _pieces(block["thinking"])
+            delta = [{"type": "thinking_delta", "thinking": piece} for piece in pieces]
+            delta.append({"type": "signature_delta", "signature": block["signature"]})
+        elif block["type"] == "redacted_thinking":
+            opened, delta = block, []  # it comes whole
         else:
             tool_input = block["input"]
             if isinstance(tool_input, str):

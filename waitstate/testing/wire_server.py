@@ -7,7 +7,9 @@ It speaks just enough of two wire protocols for the real SDK clients to talk to 
 - `POST /v1/messages`: Anthropic Messages; with `"stream": true`, the reply comes as
   Anthropic's server-sent events (`wire_replies.anthropic_events`), ending `message_stop`.
 - `POST /v1/responses`: OpenAI Responses; with `"stream": true`, the reply comes as its
-  server-sent events (`wire_responses.responses_events`), ending `response.completed`.
+  server-sent events (`wire_responses.responses_events`), ending `response.completed`; with
+  `"background": true`, it is answered `queued`, and `GET /v1/responses/{id}` and
+  `POST /v1/responses/{id}/cancel` follow it (`waitstate.testing.wire_background`).
 
 Each request is answered with the next scripted reply, first in first out: first from the
 queue of the request's `model`, if one was given (`server.enqueue_for("m", ...)`, so
@@ -26,7 +28,10 @@ there. When nothing is queued, a default rule answers instead:
    conversation, a call to the first offered tool with `{}` as arguments;
 3. otherwise, the text reply "ok".
 
-So an agent loop against an empty queue runs one tool round trip and finishes. With
+So an agent loop against an empty queue runs one tool round trip and finishes (over Anthropic's
+protocol, a request with thinking on gets replies that thought). An Anthropic request with
+thinking on is refused (400) as Anthropic refuses it when the thinking blocks this server sent
+with its tool calls do not come back unchanged (`waitstate.testing.wire_thinking`). With
 `WireServer(prompt_cache=True)` (`--prompt-cache`), it simulates the providers' prompt caches:
 the prefixes it has seen are remembered, and each answer's usage says how much of the request's
 input was read from (and, for Anthropic, written to) the cache (`waitstate.testing.wire_cache`).
@@ -61,6 +66,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
 
+from waitstate.testing.wire_background import BackgroundResponses, response_id
 from waitstate.testing.wire_cache import CacheUse, PromptCache
 from waitstate.testing.wire_replies import (
     BrokenStream,
@@ -94,6 +100,7 @@ from waitstate.testing.wire_responses import (
     responses_function_calls,
     responses_text,
 )
+from waitstate.testing.wire_thinking import sent_with_calls, thinking_problem
 
 __all__ = [
     "ANTHROPIC_PATH",
@@ -139,11 +146,12 @@ class RecordedRequest:
 
     path: str
     headers: dict[str, str]
-    body: Any
+    body: Any  # None for a GET
     # time.monotonic() when the request was read, and just before its answer was written (so a
     # client cannot have seen the answer earlier): e.g. to check a retry-after was honoured.
     received_at: float = field(default_factory=time.monotonic)
     answered_at: float | None = None
+    method: str = "POST"
 
 
 class WireServer:
@@ -153,7 +161,12 @@ class WireServer:
     """
 
     def __init__(
-        self, port: int = 0, *, prompt_cache: bool = False, cache_min_tokens: int = 0
+        self,
+        port: int = 0,
+        *,
+        prompt_cache: bool = False,
+        cache_min_tokens: int = 0,
+        background_seconds: float = 1.0,
     ) -> None:
         """Bind 127.0.0.1 on `port` (0 picks a free one) and start serving.
 
@@ -161,12 +174,17 @@ class WireServer:
         (`waitstate.testing.wire_cache`): every answer's usage then reports the request's input
         as estimated (characters / 4), and of it what the cache served and took, whatever the
         scripted reply said of its input; prefixes under `cache_min_tokens` are not cached.
+        A background response completes `background_seconds` after its create
+        (`self.background.seconds`, which a test may change).
         """
         self.prompt_cache = PromptCache(cache_min_tokens) if prompt_cache else None
+        self.background = BackgroundResponses(background_seconds)
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
         self._held: dict[str | None, list[HeldReply]] = {}
+        # The thinking blocks sent with each Anthropic tool call, by its id.
+        self._thought: dict[str, list[dict[str, Any]]] = {}
         self._requests: list[RecordedRequest] = []
         self._http = _HTTPServer(("127.0.0.1", port), _Handler)
         self._http.wire = self
@@ -241,6 +259,20 @@ class WireServer:
                     self._requests[index] = replace(request, answered_at=time.monotonic())
                     return
 
+    def _thinking_problem(self, body: dict[str, Any]) -> str | None:
+        with self._lock:
+            return thinking_problem(body, self._thought)
+
+    def _sent(self, reply: dict[str, Any]) -> None:
+        """Remember the thinking an Anthropic reply sends with its tool calls."""
+        with self._lock:
+            self._thought.update(sent_with_calls(reply))
+
+    def _record(self, request: RecordedRequest) -> None:
+        """Record a request refused before any reply is taken for it."""
+        with self._lock:
+            self._requests.append(request)
+
     def _record_and_pop(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
             self._requests.append(request)
@@ -278,11 +310,22 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60
     server: _HTTPServer
 
+    def do_GET(self) -> None:
+        named = response_id(self.path)
+        if named is None or named[1]:
+            self._send_json(404, {"error": {"message": f"no route for GET {self.path}"}})
+            return
+        self._background(named[0], cancel=False, method="GET")
+
     def do_POST(self) -> None:
         # Read the body even when refusing the request, or it would be parsed as the
         # next request on this keep-alive connection.
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
         protocol: Protocol
+        named = response_id(self.path)
+        if named is not None and named[1]:
+            self._background(named[0], cancel=True, method="POST")
+            return
         if self.path == OPENAI_PATH:
             protocol = "openai"
         elif self.path == ANTHROPIC_PATH:
@@ -301,6 +344,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
         request = RecordedRequest(self.path, headers, body)
+        if protocol == "anthropic" and (problem := self.server.wire._thinking_problem(body)):
+            # Refused before any scripted reply is taken, as Anthropic refuses it.
+            self.server.wire._record(request)
+            self._send_error(protocol, ErrorReply(400, problem))
+            return
         queued = self.server.wire._record_and_pop(request)
         reply: dict[str, Any] | ErrorReply | None
         broken: BrokenStream | None = None
@@ -333,10 +381,26 @@ class _Handler(BaseHTTPRequestHandler):
                 reply = {**reply, "model": body.get("model", "wire-server")}
             if (cache := self.server.wire.prompt_cache) is not None:
                 reply = _with_usage(protocol, reply, cache.use(protocol, body))
+            if protocol == "openai-responses" and body.get("background") is True and not streamed:
+                reply = self.server.wire.background.start(reply)
+            if protocol == "anthropic":
+                self.server.wire._sent(reply)
             if streamed:
                 self._stream(protocol, body, reply, broken)
             else:
                 self._send_json(200, reply)
+
+    def _background(self, name: str, *, cancel: bool, method: str) -> None:
+        """Retrieve or cancel the background response `name`."""
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        self.server.wire._record(RecordedRequest(self.path, headers, None, method=method))
+        background = self.server.wire.background
+        body = background.cancel(name) if cancel else background.retrieve(name)
+        if body is None:
+            reply = ErrorReply(404, f"No response found with id '{name}'.")
+            self._send_error("openai-responses", reply)
+        else:
+            self._send_json(200, body)
 
     def _send_error(self, protocol: Protocol, reply: ErrorReply) -> None:
         self._send_json(reply.status, _error_body(protocol, reply), reply.headers)
