@@ -24,6 +24,7 @@ from pathlib import Path
 from bench.caching import figure8
 from bench.events import figure7
 from bench.figures import FIGURES, QUICK, Row, Sizes
+from bench.notices import figure10
 from bench.procs import ROOT, machine
 from bench.rates import figure9
 from bench.stack import Stack
@@ -33,7 +34,7 @@ from waitstate.settings import exit_process
 # limit), beside the others.
 EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9}
 # Figures that need no services: the stack is not started for them alone.
-STACKLESS = {8: figure8}
+STACKLESS = {8: figure8, 10: figure10}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
 MARKER = "<!-- Everything below is written by `python -m bench`. -->"
 DEFAULT_OUT = ROOT / "docs" / "benchmarks.md"
@@ -266,6 +267,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         "repetition, with and without caching",
         9: f"figure 9: {sizes.rate_runs} runs of one model call each, started at once, through "
         "a model queue limited to 5 calls/s and polled by two worker processes",
+        10: f"figure 10: {sizes.notice_samples} runs awaiting an MCP task per way of waking "
+        "and repetition",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

@@ -64,6 +64,7 @@ class Sizes:
     event_idle_seconds: float = 10.0  # figure 7: the readers' idle window
     cache_messages: int = 20  # figure 8: the messages of the conversation
     rate_runs: int = 100  # figure 9: runs of one model call each, through the limited queue
+    notice_samples: int = 8  # figure 10: calling runs per way of waking, per repetition
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -83,6 +84,7 @@ QUICK = Sizes(
     event_idle_seconds=1.0,
     cache_messages=4,
     rate_runs=12,
+    notice_samples=2,
 )
 
 

@@ -40,6 +40,8 @@ EXPECTED_METRICS = [
     "step → reader p50: watch woken by the history (ours) vs polling",
     "gateway CPU per event handed to a reader",
     f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)",
+    "model calls started per second, burst included",
+    "wake after an MCP task ends, notified (floor: polling every 2 s)",
 ]
 
 
@@ -87,6 +89,9 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     stream = rows["step → reader p50: stream (ours) vs polling watch (floor)"]
     assert float(stream[2]) > 0 and float(stream[3]) > 0, stream
     assert float(rows["gateway CPU per event handed to a reader"][2].replace(",", "")) > 0
+    # A run awaiting an MCP task went on after the task ended, notified and polled alike.
+    woke = rows["wake after an MCP task ends, notified (floor: polling every 2 s)"]
+    assert float(woke[2]) > 0 and float(woke[3]) > 0, woke
     # Caching bills a conversation's input for less than its whole.
     billed = rows[f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)"]
     assert 0 < float(billed[4].rstrip("×")) < 1, billed
