@@ -14,9 +14,9 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelActivities
+from activities.model import ModelActivities, failure
 from waitstate.providers import ProviderError, Providers, UnknownModelError
-from waitstate.providers.base import BackgroundProvider, ResponseFailed, shorten
+from waitstate.providers.base import BackgroundProvider, ResponseFailed
 from waitstate.schemas import ModelResponse
 from waitstate.schemas.errors import (
     CANCEL_REFUSED,
@@ -74,12 +74,12 @@ class BackgroundActivities:
             try:
                 reply = await provider.poll(input.response_id, model)
             except ResponseFailed as err:
-                raise _failure(str(err), MODEL_RESPONSE_FAILED, non_retryable=True) from None
+                raise failure(str(err), MODEL_RESPONSE_FAILED, non_retryable=True) from None
             except UnknownModelError as err:
-                raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+                raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
             except ProviderError as err:
                 if not err.retryable:
-                    raise _failure(str(err), MODEL_REQUEST_REJECTED, non_retryable=True) from None
+                    raise failure(str(err), MODEL_REQUEST_REJECTED, non_retryable=True) from None
                 activity.logger.warning("check of %s failed: %s", input.response_id, err)
                 reply = None
                 interval = max(interval, err.retry_after or 0)
@@ -106,18 +106,18 @@ class BackgroundActivities:
             await provider.cancel(input.response_id)
         except ProviderError as err:
             if not err.retryable:
-                raise _failure(str(err), CANCEL_REFUSED, non_retryable=True) from None
+                raise failure(str(err), CANCEL_REFUSED, non_retryable=True) from None
             delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
-            raise _failure(str(err), MODEL_UNAVAILABLE, next_retry_delay=delay) from None
+            raise failure(str(err), MODEL_UNAVAILABLE, next_retry_delay=delay) from None
 
     def _provider(self, spec: str) -> tuple[BackgroundProvider, str]:
         try:
             provider, model = self._providers.resolve(spec)
         except UnknownModelError as err:
-            raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+            raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
         if not isinstance(provider, BackgroundProvider):
             why = f"{provider.name} answers no background responses ({spec})"
-            raise _failure(why, MODEL_SPEC_INVALID, non_retryable=True)
+            raise failure(why, MODEL_SPEC_INVALID, non_retryable=True)
         return provider, model
 
 
@@ -130,19 +130,4 @@ async def _sleep_unless_shutdown(seconds: float) -> None:
         return
     raise ApplicationError(
         "the worker shuts down: another takes the wait over", type=WORKER_SHUTDOWN
-    )
-
-
-def _failure(
-    message: str,
-    type: str,
-    *,
-    non_retryable: bool = False,
-    next_retry_delay: timedelta | None = None,
-) -> ApplicationError:
-    return ApplicationError(
-        shorten(message, FAILURE_CHARS),
-        type=type,
-        non_retryable=non_retryable,
-        next_retry_delay=next_retry_delay,
     )

@@ -126,11 +126,11 @@ class ModelActivities:
         try:
             provider, model = self._providers.resolve(input.model)
         except UnknownModelError as err:
-            raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+            raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
         try:
             tools = self._tools.definitions([n for n in input.tools if not is_mcp_name(n)])
         except KeyError as err:
-            raise _failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
+            raise failure(err.args[0], RUN_INPUT_INVALID, non_retryable=True) from None
         if input.mcp_listing is not None:
             listing = await _stored(input, read_listing(self._blobs, input.mcp_listing))
             tools += [listing[n].definition for n in input.tools if n in listing]
@@ -269,7 +269,7 @@ class ModelActivities:
         try:
             return await self._blobs.get(ref)
         except BlobNotFound:
-            raise _failure(
+            raise failure(
                 f"{ref} is not in this worker's blob store (workers must share one)",
                 RUN_INPUT_INVALID,
                 non_retryable=True,
@@ -406,16 +406,16 @@ async def _complete(
                 return await provider.complete(model, system_prompt, conversation, tools)
             return await provider.complete(model, system_prompt, conversation, tools, settings)
     except UnknownModelError as err:
-        raise _failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+        raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
     except ProviderError as err:
         if not err.retryable:
-            raise _failure(str(err), MODEL_REQUEST_REJECTED, non_retryable=True) from None
+            raise failure(str(err), MODEL_REQUEST_REJECTED, non_retryable=True) from None
         delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
-        raise _failure(str(err), MODEL_UNAVAILABLE, next_retry_delay=delay) from None
+        raise failure(str(err), MODEL_UNAVAILABLE, next_retry_delay=delay) from None
     except TimeoutError as err:
         if not deadline.expired() or limit is None:
             raise _unexpected(provider, err) from None
-        raise _failure(
+        raise failure(
             f"{provider.name}: no answer within the run's model_timeout of "
             f"{limit.total_seconds():g} s",
             MODEL_UNAVAILABLE,
@@ -485,7 +485,7 @@ def _unexpected(provider: Provider, err: Exception) -> ApplicationError:
     )
 
 
-def _failure(
+def failure(
     message: str,
     type: str,
     *,
