@@ -70,6 +70,14 @@ async def connected(name: str, root: str, read_within: float = 30) -> AsyncItera
             yield AnthropicProvider(client)
 
 
+@asynccontextmanager
+async def uncached_anthropic(base_url: str) -> AsyncIterator[AnthropicProvider]:
+    """The Anthropic adapter sending its requests as they are without cache breakpoints (where
+    they go: test_anthropic_cache.py), its replies cut at 512 tokens."""
+    async with anthropic.AsyncAnthropic(api_key="test", base_url=base_url, max_retries=0) as client:
+        yield AnthropicProvider(client, max_tokens=512, prompt_cache=False)
+
+
 class Pieces(list[str]):
     """What a streaming adapter handed `on_text`, in order (pass it as `on_text`)."""
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import anthropic
 import pytest
 
-from tests.providers.adapters import CONVERSATION, LOOKUP
+from tests.providers.adapters import CONVERSATION, LOOKUP, uncached_anthropic
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message
@@ -18,11 +17,8 @@ from waitstate.testing.wire_server import WireServer, anthropic_text
 
 @pytest.fixture
 async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
-    async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
-    ) as client:
-        # The request as it is without cache breakpoints (where they go: test_anthropic_cache.py).
-        yield AnthropicProvider(client, max_tokens=512, prompt_cache=False)
+    async with uncached_anthropic(wire.anthropic_base_url) as provider:
+        yield provider
 
 
 async def test_conversation_converts_to_messages_request(

@@ -94,15 +94,7 @@ async def test_the_wire_servers_events_are_anthropics(wire: WireServer) -> None:
     assert events[-2]["delta"]["stop_reason"] == "tool_use"
     assert events[-2]["usage"] == {"output_tokens": 17}
     # The SDK's own accumulation of them makes the message the unstreamed call answers.
-    wire.enqueue(reply, reply)
-    async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
-    ) as client:
-        plain = await client.messages.create(model="claude-test", max_tokens=64, messages=[])
-        async with client.messages.stream(
-            model="claude-test", max_tokens=64, messages=[]
-        ) as stream:
-            streamed = await stream.get_final_message()
+    plain, streamed = await _plain_and_streamed(wire, reply)
 
     assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
 
@@ -124,15 +116,7 @@ async def test_the_wire_servers_thinking_events_are_anthropics(wire: WireServer)
     assert [e["type"] for e in events[9:11]] == ["content_block_start", "content_block_stop"]
     assert events[9]["content_block"] == redacted
     # The SDK's own accumulation of them makes the message the unstreamed call answers.
-    wire.enqueue(reply, reply)
-    async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
-    ) as client:
-        plain = await client.messages.create(model="claude-test", max_tokens=64, messages=[])
-        async with client.messages.stream(
-            model="claude-test", max_tokens=64, messages=[]
-        ) as stream:
-            streamed = await stream.get_final_message()
+    plain, streamed = await _plain_and_streamed(wire, reply)
 
     assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
     assert [block.type for block in streamed.content] == ["thinking", "redacted_thinking", "text"]
@@ -225,3 +209,16 @@ async def test_a_stream_that_ends_before_its_message_does_is_no_answer() -> None
     assert caught.value.status is None and caught.value.retryable
     assert "ended before the message did" in str(caught.value)
     assert "".join(pieces) == TEXT
+
+
+async def _plain_and_streamed(wire: WireServer, reply: dict[str, Any]) -> tuple[Any, Any]:
+    """`reply` as the SDK reads it unstreamed, and as its stream accumulates it."""
+    wire.enqueue(reply, reply)
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
+    ) as client:
+        plain = await client.messages.create(model="claude-test", max_tokens=64, messages=[])
+        async with client.messages.stream(
+            model="claude-test", max_tokens=64, messages=[]
+        ) as stream:
+            return plain, await stream.get_final_message()

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.providers.adapters import LOOKUP, Pieces
+from tests.providers.adapters import LOOKUP, Pieces, uncached_anthropic
 from waitstate.providers.anthropic import MAX_THINKING_CHARS, AnthropicProvider
 from waitstate.providers.base import ModelRequest, ModelSettings, ProviderError
 from waitstate.providers.openai_responses import _to_input
@@ -28,11 +28,8 @@ PARIS = ("toolu_1", "lookup", {"city": "Paris"})
 
 @pytest.fixture
 async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
-    async with anthropic.AsyncAnthropic(
-        api_key="test", base_url=wire.anthropic_base_url, max_retries=0
-    ) as client:
-        # The requests as they are without cache breakpoints.
-        yield AnthropicProvider(client, max_tokens=512, prompt_cache=False)
+    async with uncached_anthropic(wire.anthropic_base_url) as provider:
+        yield provider
 
 
 def _results(reply: ModelResponse, content: str = "sunny") -> list[Message]:
