@@ -102,7 +102,10 @@ async def query_parked_on_the_dead_worker(
     then reset, so the run's next workflow task goes to the normal queue at once. Returns the
     query's task (its answer, or its failure)."""
     query = asyncio.create_task(
-        handle.query(AgentRunWorkflow.status, rpc_timeout=timedelta(seconds=60))
+        # Long enough for what comes before its answer (the window's timer, a stolen task's
+        # timeout, a worker process started) on a loaded machine: at 60 s a full suite's run
+        # once cancelled it first.
+        handle.query(AgentRunWorkflow.status, rpc_timeout=timedelta(seconds=180))
     )
     await asyncio.sleep(1.0)  # no workflow task pending: the query goes to the sticky queue
     await client.workflow_service.reset_sticky_task_queue(

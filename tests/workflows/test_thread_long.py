@@ -63,9 +63,12 @@ async def test_a_thread_of_a_thousand_messages_continues_as_new_and_replays(
     # A run answers MESSAGES_PER_RUN messages, then the thread goes on in a new one.
     assert state.continued_as_new >= MESSAGES // MESSAGES_PER_RUN - 1
     assert len(runs) == state.continued_as_new + 1
-    # Linear: a run's history does not grow with the messages before it.
+    # Linear: a run's history does not grow with the messages before it. (Its size depends on
+    # how the messages came in batches, which a loaded machine changes: so the later runs are
+    # compared with the earlier ones, not each run with the median.)
     sizes = [len(h.events) for h in histories[1:-1]]  # the whole runs (not the first, the last)
-    assert max(sizes) <= 1.5 * statistics.median(sizes), sizes
+    half = len(sizes) // 2
+    assert max(sizes[half:]) <= 1.5 * max(sizes[:half]), sizes
     replayer = agent_replayer([AgentRunWorkflow])
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
