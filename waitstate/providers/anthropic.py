@@ -28,7 +28,7 @@ from anthropic.types import (
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import Usage as AnthropicUsage
 
-from waitstate.providers.base import ModelRequest
+from waitstate.providers.base import ModelRequest, kept_within
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.messages import ProviderItems
@@ -332,16 +332,7 @@ def _kept_blocks(response: AnthropicMessage) -> list[dict[str, Any]]:
             kept.append({"type": "text"})
         elif block.type == "tool_use":
             kept.append({"type": "tool_use", "id": block.id})
-    size = len(json.dumps(kept))
-    if size > MAX_THINKING_CHARS:
-        log.warning(
-            "thinking of message %s not kept: %d characters, over %d",
-            response.id,
-            size,
-            MAX_THINKING_CHARS,
-        )
-        return []
-    return kept
+    return kept_within(kept, MAX_THINKING_CHARS, "thinking", f"message {response.id}")
 
 
 def _usage(usage: AnthropicUsage) -> Usage:

@@ -4,11 +4,13 @@ error they raise."""
 from __future__ import annotations
 
 import abc
+import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
 
@@ -185,6 +187,20 @@ def no_response_message(message: str, cause: BaseException | None, url: object) 
     reason = str(cause).strip() if cause is not None else ""
     where = str(url).partition("?")[0]
     return f"{message} {reason} ({where})" if reason else f"{message} ({where})"
+
+
+def kept_within(
+    items: list[dict[str, Any]], limit: int, what: str, reply_id: str
+) -> list[dict[str, Any]]:
+    """`items` a reply leaves for the next calls (its reasoning, its thinking), or none if their
+    JSON is over `limit` characters (a model's output is not kept unbounded; logged)."""
+    size = len(json.dumps(items))
+    if size > limit:
+        logging.getLogger(__name__).warning(
+            "%s of %s not kept: %d characters, over %d", what, reply_id, size, limit
+        )
+        return []
+    return items
 
 
 def shorten(text: str, limit: int) -> str:

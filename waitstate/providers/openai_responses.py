@@ -18,7 +18,6 @@ the run asks for it (`poll`, `responses.retrieve`) until it ends, and `cancel`s 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -32,7 +31,12 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 
-from waitstate.providers.base import ModelRequest, ResponseFailed, UnknownModelError
+from waitstate.providers.base import (
+    ModelRequest,
+    ResponseFailed,
+    UnknownModelError,
+    kept_within,
+)
 from waitstate.providers.sdk import SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.messages import ProviderItems
@@ -352,16 +356,7 @@ def _kept_items(response: Response) -> list[dict[str, Any]]:
             kept.append({**place, "phase": item.phase} if item.phase else place)
         elif item.type == "function_call" and item.id:
             kept.append({"type": "function_call", "id": item.id, "call_id": item.call_id})
-    size = len(json.dumps(kept))
-    if size > MAX_ITEMS_CHARS:
-        log.warning(
-            "reasoning of response %s not kept: %d characters, over %d",
-            response.id,
-            size,
-            MAX_ITEMS_CHARS,
-        )
-        return []
-    return kept
+    return kept_within(kept, MAX_ITEMS_CHARS, "reasoning", f"response {response.id}")
 
 
 async def _from_stream(
