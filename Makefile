@@ -11,12 +11,24 @@ APPROVE_AFTER ?= 5
 
 .PHONY: install up down status demo mcp-demo test test-fast chaos bench lint typecheck ui-check clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# uv installs exactly uv.lock (hashes checked); uv itself comes from PyPI, pinned, into a venv of
+# its own (.venv-uv) so that syncing .venv never removes it. Nothing downloads a Python.
+UV_VERSION := 0.13.9
+UV         := .venv-uv/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+
+$(UV):
+	@echo "installing uv $(UV_VERSION) (from PyPI) into .venv-uv"
+	$(PYTHON) -m venv .venv-uv
+	.venv-uv/bin/python -m pip install --disable-pip-version-check --progress-bar on uv==$(UV_VERSION)
+
+$(STAMP): pyproject.toml uv.lock $(UV)
+	@echo "installing the project and its dev tools from uv.lock into $(VENV)"
+	$(UV) sync --locked --extra dev --python $(PYTHON)
 	@# Debian's chromium, for the browser tests (Playwright drives it; it downloads no browser).
 	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] \
-		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+		|| (echo "installing Debian's chromium (apt) for the browser tests" \
+			&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	@command -v chromium >/dev/null || echo "no chromium (not root: apt-get install chromium): the browser tests will be skipped"
 	touch $(STAMP)
 
