@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 CONFORMANCE := conformance/node_modules/.installed
 APPROVE_AFTER ?= 5
 
-.PHONY: install up down status demo mcp-demo test test-fast chaos bench lint typecheck ui-check clean
+.PHONY: install lock up down status demo mcp-demo test test-fast test-latest chaos bench lint typecheck ui-check clean
 
 # uv installs exactly uv.lock (hashes checked); uv itself comes from PyPI, pinned, into a venv of
 # its own (.venv-uv) so that syncing .venv never removes it. Nothing downloads a Python.
@@ -39,6 +39,9 @@ $(CONFORMANCE): conformance/package.json conformance/package-lock.json
 
 install: $(STAMP) $(CONFORMANCE)  ## create .venv and install the project, its dev tools and the MCP conformance suite
 
+lock: $(UV)  ## resolve pyproject.toml's ranges again, to their newest versions, into uv.lock
+	$(UV) lock --upgrade --python $(PYTHON)
+
 # `make up` takes its ports from the environment or the command line, e.g.
 # make up TEMPORAL_HTTP_PORT=7243 TEMPORAL_METRICS_PORT=7244: TEMPORAL_ADDRESS (127.0.0.1:7233),
 # TEMPORAL_UI_PORT (8233), TEMPORAL_HTTP_PORT and TEMPORAL_METRICS_PORT (the dev server's HTTP
@@ -53,24 +56,34 @@ status:
 	$(PY) scripts/services.py status
 
 demo: up  ## run the demo agents to completion and print their answers and Web UI links
-	$(PY) starter.py run "Export Q3 transactions and file them in the compliance folder" --wait
+	$(VENV)/bin/waitstate run "Export Q3 transactions and file them in the compliance folder" --wait
 	@echo
 	@echo "A refund over \$$100 needs a person's sign-off; this demo approves it after $(APPROVE_AFTER) s."
-	$(PY) starter.py run "Issue a refund of \$$420 for claim C-118 if the claim is valid" --wait --auto-approve-after $(APPROVE_AFTER)
+	$(VENV)/bin/waitstate run "Issue a refund of \$$420 for claim C-118 if the claim is valid" --wait --auto-approve-after $(APPROVE_AFTER)
 
 mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool and its destructive one
 	WAITSTATE_DEMO_MCP=1 $(PY) scripts/services.py up
 	@echo "The deletion is approved after $(APPROVE_AFTER) s; then the task asks to confirm it: answer with the printed command within 60 s, or it keeps the dataset."
-	$(PY) starter.py run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
+	$(VENV)/bin/waitstate run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
 test: $(STAMP) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
 
 # The tests that need no Temporal server, no process of their own and are not the chaos suite
-# (tests/tiers.py marks the others from what they use), on up to four cores: under a minute.
+# (tests/tiers.py marks the others from what they use), on the machine's cores.
+FAST := -m "not temporal and not subprocess and not chaos"
 test-fast: $(STAMP)  ## run the quick tier: no Temporal server, no process of its own, no chaos suite
-	$(PY) -m pytest -p no:cacheprovider -n auto --maxprocesses 4 \
-		-m "not temporal and not subprocess and not chaos"
+	$(PY) -m pytest -p no:cacheprovider -n auto $(FAST)
+
+# The quick tier against the newest releases pyproject.toml's ranges allow (not the lock), in a
+# venv of its own: what `make lock` would bring, tried before it is a decision.
+test-latest: $(STAMP)  ## run the quick tier against the newest versions the ranges allow
+	$(UV) venv --allow-existing --python $(PYTHON) .venv-latest
+	VIRTUAL_ENV=.venv-latest $(UV) pip install --upgrade --reinstall-package waitstate -e '.[dev]'
+	@$(UV) pip list --python $(VENV) --format freeze > .venv-latest/locked.txt
+	@$(UV) pip list --python .venv-latest --format freeze > .venv-latest/latest.txt
+	@echo "newer than uv.lock:"; diff .venv-latest/locked.txt .venv-latest/latest.txt | sed -n "s/^> /  /p"
+	.venv-latest/bin/python -m pytest -p no:cacheprovider -n auto $(FAST)
 
 chaos: $(STAMP)  ## the reliability suite: 199 runs under injected faults, then 1,000 concurrent runs
 	$(PY) -m chaos --size full

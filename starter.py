@@ -1,22 +1,22 @@
 """The waitstate CLI: start runs, follow them, approve or reject what they ask, answer their
 operations' questions, inspect them.
 
-python starter.py run "What is 17 * 23?" --wait
-python starter.py run --agent report-builder "Build the Q3 report" --wait --json
-python starter.py status RUN_ID --json
-python starter.py chat "Hello" --wait                            # a new thread: a conversation
-python starter.py chat --thread THREAD_ID "And in EUR?" --wait [--key KEY] [--json]
-python starter.py list
-python starter.py pending
-python starter.py approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TEXT]
-python starter.py reject RUN_ID --reason TEXT
-python starter.py answer RUN_ID [--operation OP] [--question Q] --accept '{"region": "EMEA"}'
-python starter.py answer RUN_ID [--question Q] --decline [--responder NAME]
-python starter.py cancel RUN_ID
-python starter.py cleanup [--retention 7d]                      # delete ended runs' blobs once
-python starter.py cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
-python starter.py replay-check [--closed-within 7d | --query Q] [--limit N]   # before a deploy
-python starter.py versions [--query Q] [--limit N] [--json]   # open runs per patch and version
+waitstate run "What is 17 * 23?" --wait
+waitstate run --agent report-builder "Build the Q3 report" --wait --json
+waitstate status RUN_ID --json
+waitstate chat "Hello" --wait                            # a new thread: a conversation
+waitstate chat --thread THREAD_ID "And in EUR?" --wait [--key KEY] [--json]
+waitstate list
+waitstate pending
+waitstate approve RUN_ID [--request REQ] [--reviewer NAME] [--comment TEXT]
+waitstate reject RUN_ID --reason TEXT
+waitstate answer RUN_ID [--operation OP] [--question Q] --accept '{"region": "EMEA"}'
+waitstate answer RUN_ID [--question Q] --decline [--responder NAME]
+waitstate cancel RUN_ID
+waitstate cleanup [--retention 7d]                      # delete ended runs' blobs once
+waitstate cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
+waitstate replay-check [--closed-within 7d | --query Q] [--limit N]   # before a deploy
+waitstate versions [--query Q] [--limit N] [--json]   # open runs per patch and version
 
 This module is the entry point, and its parser the table of commands. The commands live in
 `waitstate/cli/` by family (runs, threads, people, fleet, replay, versions), each rendering over
@@ -38,7 +38,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, TextIO, cast
 
-from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID
+try:
+    from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID
+except ModuleNotFoundError as missing:  # a Python without the project: say so in one line
+    sys.exit(
+        f"error: {sys.executable} has no {missing.name!r}: waitstate is installed in .venv "
+        "(`make install`); run the CLI as .venv/bin/waitstate"
+    )
 from waitstate.cli.fleet import cmd_cleanup, cmd_ops, duration
 from waitstate.cli.output import CliError, VisibleText, one_line, reader_gone
 from waitstate.cli.people import cmd_answer, cmd_decide, cmd_pending, json_object
@@ -54,6 +60,10 @@ from waitstate.tracing import SERVICE_STARTER, Tracing
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
+    # Apps load by reference from the working directory, as uvicorn loads `module:app`: run as
+    # the installed `waitstate` script, the interpreter put the script's directory first instead.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
     args = _parser().parse_args(argv)

@@ -9,6 +9,7 @@ import httpx
 from temporalio import activity
 
 from waitstate.gateway.tokens import approval_subject, question_subject
+from waitstate.names import cli_command
 from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import InputNotice
@@ -133,7 +134,7 @@ class ApprovalActivities:
             "message": request.message,
             "requested_schema": request.requested_schema,
             "expires_at": request.expires_at.isoformat(),
-            "cli": f"python starter.py answer {notice.workflow_id} --question "
+            "cli": f"{cli_command()} answer {notice.workflow_id} --question "
             f"{request.question_id} --accept '{{...}}'",
         }
         if self._tokens is not None and self._gateway_url:

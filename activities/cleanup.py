@@ -162,7 +162,7 @@ class _Judge:
 def _no_retention(namespace: str) -> ApplicationError:
     return ApplicationError(
         f"namespace {namespace!r} reports no workflow retention; give the cleanup one "
-        "(starter.py cleanup --retention 7d)",
+        "(waitstate cleanup --retention 7d)",
         type=RETENTION_UNKNOWN,
         non_retryable=True,
     )

@@ -13,12 +13,16 @@ dev server's HTTP API and its metrics are on TEMPORAL_HTTP_PORT and TEMPORAL_MET
 free ports the server picks when they are unset.
 
 A service that exits at start is reported with the last line of what it printed this time (its
-log keeps every start's output).
+log keeps every start's output). `up` serves what it is asked for: a worker or gateway running
+with other settings than this environment gives (other apps in WAITSTATE_APPS, another
+PYTHONPATH, another model...) is restarted, and `up` says which variables differed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -48,6 +52,12 @@ SERVER_TUNING = [
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=2000",
 ]  # fmt: skip
 START_TIMEOUT = 60.0
+# What the worker and the gateway read from the environment (waitstate/settings.py, the SDKs): a
+# running one whose values differ from this environment's is restarted by `up`.
+SETTINGS_PREFIXES = (
+    "WAITSTATE_", "TEMPORAL_", "GATEWAY_", "DEMO_", "APPROVALS_", "OPENAI_", "ANTHROPIC_",
+    "OTEL_", "AWS_", "PYTHONPATH",
+)  # fmt: skip
 # In start order; `mcp` (the demo's MCP server) only with WAITSTATE_DEMO_MCP=1 (`make mcp-demo`).
 SERVICES = ("server", "systems", "mcp", "worker", "gateway")
 
@@ -84,8 +94,9 @@ def main() -> int:
                 env,
                 "mcp server listening on",
             )
-        _python_up(state, "worker", [str(ROOT / "worker.py")], env, "worker polling")
-        _python_up(state, "gateway", ["-m", "waitstate.gateway"], env, "gateway listening on")
+        worker, gateway = [str(ROOT / "worker.py")], ["-m", "waitstate.gateway"]
+        _python_up(state, "worker", worker, env, "worker polling", watch_settings=True)
+        _python_up(state, "gateway", gateway, env, "gateway listening on", watch_settings=True)
         pinned = "".join(
             f", {what} http://{host}:{pinned_port}"
             for what, pinned_port in (("HTTP API", http_port), ("metrics", metrics_port))
@@ -185,13 +196,51 @@ def _dev_token_key(state: Path) -> str:
     return path.read_text().strip()
 
 
-def _python_up(state: Path, name: str, args: list[str], env: dict[str, str], ready: str) -> None:
+def _python_up(
+    state: Path,
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+    ready: str,
+    *,
+    watch_settings: bool = False,
+) -> None:
+    """Start `python ARGS` as service `name` unless it runs; with `watch_settings`, one that runs
+    with other settings than `env`'s is stopped and started again."""
+    settings = _settings_of(env) if watch_settings else {}
     if pid := _running_pid(state, name):
-        print(f"{name} already running (pid {pid})")
-        return
+        changed = _changed_settings(state, name, settings)
+        if not changed:
+            print(f"{name} already running (pid {pid})")
+            return
+        print(f"{name} runs with other settings ({', '.join(changed)}): restarting it")
+        _stop(state, name)
     start = len(_log(state, name))
     _spawn(state, name, [sys.executable, *args], env=env)
+    (state / f"{name}.settings").write_text(json.dumps(settings, sort_keys=True))
     _wait(lambda: ready in _log(state, name)[start:], state, name, start)
+
+
+def _settings_of(env: dict[str, str]) -> dict[str, str]:
+    """The variables of `env` a service reads, each as a digest (the file they are kept in
+    holds no secret)."""
+    return {
+        key: hashlib.sha256(value.encode()).hexdigest()[:16]
+        for key, value in env.items()
+        if key.startswith(SETTINGS_PREFIXES)
+    }
+
+
+def _changed_settings(state: Path, name: str, settings: dict[str, str]) -> list[str]:
+    """The variables whose values differ between `settings` and what the running service was
+    started with (`["its settings are unknown"]` if it was started before they were kept)."""
+    try:
+        started = json.loads((state / f"{name}.settings").read_text())
+    except (FileNotFoundError, ValueError):
+        return ["its settings are unknown"] if settings else []
+    return sorted(
+        key for key in settings.keys() | started.keys() if settings.get(key) != started.get(key)
+    )
 
 
 def _demo_up(
@@ -242,6 +291,7 @@ def _stop(state: Path, name: str) -> None:
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
+    (state / f"{name}.settings").unlink(missing_ok=True)
     print(f"{name} stopped (pid {pid})")
 
 

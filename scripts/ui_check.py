@@ -57,7 +57,7 @@ def main() -> int:
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
     print(f"screenshot of {url}\n  -> {shot}")
-    print(f"the run {run_id} waits for approval: python starter.py approve {run_id}")
+    print(f"the run {run_id} waits for approval: .venv/bin/waitstate approve {run_id}")
     return 0
 
 

@@ -14,6 +14,11 @@ Recorded histories and running workflows know these names: renaming one breaks t
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from pathlib import Path
+
 from temporalio.common import SearchAttributeKey
 
 # --- workflow types ----------------------------------------------------------------------------
@@ -61,3 +66,21 @@ SEARCH_ATTRIBUTES = (
 # The name the tracing interceptor (`waitstate.tracing`) gives its function among the workflow's
 # extern functions, by which `workflows/traces.py` records a wait's span.
 WAIT_SPAN_FUNCTION = "__waitstate_wait_span"
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+
+def cli_command() -> str:
+    """The CLI as a person types it where this process runs, for the commands hints and notices
+    print: the `waitstate` script beside this interpreter, relative to the working directory
+    when inside it (`.venv/bin/waitstate` in a checkout, as the README types it), or plain
+    `waitstate` when that is the one PATH finds."""
+    script = Path(sys.executable).parent / "waitstate"
+    found = shutil.which("waitstate")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "waitstate"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script) if script.is_absolute() else os.path.abspath(script)

@@ -32,6 +32,8 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
+from waitstate.names import cli_command
+
 log = logging.getLogger(__name__)
 
 ROUTES_VARIABLE = "WAITSTATE_NOTICE_ROUTES"
@@ -262,7 +264,7 @@ def _message(notice: Mapping[str, Any]) -> _Message:
             page=page,
             action="Open the question to answer it",
             fallback="No link was made (the worker has no token keys or gateway URL): answer "
-            f"with python starter.py answer {shlex.quote(run)} --question "
+            f"with {cli_command()} answer {shlex.quote(run)} --question "
             f"{shlex.quote(question)} --accept '{{...}}'",
         )
     request = _line(notice.get("request_id"))
@@ -279,7 +281,7 @@ def _message(notice: Mapping[str, Any]) -> _Message:
         page=page,
         action="Open the request to approve or reject it",
         fallback="No link was made (the worker has no token keys or gateway URL): decide with "
-        f"python starter.py approve {shlex.quote(run)} --request {shlex.quote(request)} "
+        f"{cli_command()} approve {shlex.quote(run)} --request {shlex.quote(request)} "
         "(or reject)",
     )
 

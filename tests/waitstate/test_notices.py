@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.notice_servers import SLACK_PATH, SmtpStandIn, slack_webhook, smtp_server
+from waitstate.names import cli_command
 from waitstate.notices import (
     ARGUMENTS_CHARS,
     SUBJECT_CHARS,
@@ -72,7 +73,7 @@ def _question(**fields: Any) -> dict[str, Any]:
         "message": "Which quarter should the export cover?",
         "requested_schema": {"type": "object", "properties": {"quarter": {"type": "string"}}},
         "expires_at": "2030-01-02T13:00:00+00:00",
-        "cli": "python starter.py answer run-2 --question q_1 --accept '{...}'",
+        "cli": f"{cli_command()} answer run-2 --question q_1 --accept '{{...}}'",
         "page": "http://gateway.test/pages/questions/q_1?token=question-token",
         "answer": {"method": "POST", "authorization": "Bearer form-token"},
     }
@@ -249,7 +250,7 @@ async def test_without_a_page_link_the_email_says_how_to_decide_with_the_cli(
     await EmailSender(_server(smtp), ["claims@example.com"]).send(notice)
 
     [mail] = smtp.received
-    assert "python starter.py approve 'run 1; rm -rf ~' --request apr_1" in mail.part("plain")
+    assert f"{cli_command()} approve 'run 1; rm -rf ~' --request apr_1" in mail.part("plain")
 
 
 async def test_an_smtp_server_out_of_reach_fails_the_send(closed_port: int) -> None:

@@ -10,6 +10,7 @@ import sys
 from waitstate.cli.output import CliError, one_line, retry_line, step_line
 from waitstate.cli.people import decide, how_to_answer
 from waitstate.client import ClientError, WaitstateClient
+from waitstate.names import cli_command
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import DecideInput
 
@@ -59,9 +60,9 @@ async def _attend_approvals(
             seen[request.request_id] = now
             if not quiet:
                 print(f"  waiting for approval: {one_line(request.reason)}", flush=True)
-                print(f"    python starter.py approve {run_id} --request {request.request_id}")
+                print(f"    {cli_command()} approve {run_id} --request {request.request_id}")
                 print(
-                    f"    python starter.py reject {run_id} --request {request.request_id} "
+                    f"    {cli_command()} reject {run_id} --request {request.request_id} "
                     "--reason '...'",
                     flush=True,
                 )

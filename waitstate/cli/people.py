@@ -23,6 +23,7 @@ from waitstate.client import (
     TemporalFailed,
     WaitstateClient,
 )
+from waitstate.names import cli_command
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.settings import Settings
@@ -49,7 +50,7 @@ async def cmd_pending(
             f"{row.run_id}  request {request.request_id}  expires {request.expires_at.isoformat()}"
         )
         print(f"    {one_line(request.reason)}")
-        print(f"    python starter.py approve {row.run_id} --request {request.request_id}")
+        print(f"    {cli_command()} approve {row.run_id} --request {request.request_id}")
     for asked in pending.questions:
         question = asked.question
         print(
@@ -245,7 +246,7 @@ async def _applied(sending: Awaitable[_Outcome], run_id: str, what: str, late: s
 
 def how_to_answer(run_id: str, question: InputRequest) -> list[str]:
     """A question's text and schema, and the commands that answer it."""
-    command = f"python starter.py answer {run_id} --question {question.question_id}"
+    command = f"{cli_command()} answer {run_id} --question {question.question_id}"
     schema = json.dumps(question.requested_schema, separators=(",", ":"))
     return [
         *question.message.splitlines(),
