@@ -26,12 +26,12 @@ def _section() -> str:
 
 
 def _commands() -> list[list[str]]:
-    """The section's `starter.py` commands, in order, as argument lists (comments dropped)."""
+    """The section's CLI commands, in order, as argument lists (comments dropped)."""
     block = between(_section(), "```sh\n", "```")
     return [
-        shlex.split(line, comments=True)[2:]
+        shlex.split(line, comments=True)[1:]
         for line in block.splitlines()
-        if line.startswith("python starter.py ")
+        if line.startswith(".venv/bin/waitstate ")
     ]
 
 
