@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
 # The MCP conformance suite and the Node it needs, from npm, as conformance/package-lock.json pins
 # them; tests/mcp/test_conformance.py runs them (the system's Node may be older than the 22 the
 # suite requires, so the suite brings its own).
@@ -25,19 +26,23 @@ $(UV):
 $(STAMP): pyproject.toml uv.lock $(UV)
 	@echo "installing the project and its dev tools from uv.lock into $(VENV)"
 	$(UV) sync --locked --extra dev --python $(PYTHON)
-	@# Debian's chromium, for the browser tests (Playwright drives it; it downloads no browser).
+	touch $(STAMP)
+
+# Debian's chromium, for the browser tests (Playwright drives it; it downloads no browser): for
+# `make test`, not the demo.
+$(BROWSER): $(STAMP)
 	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] \
 		|| (echo "installing Debian's chromium (apt) for the browser tests" \
 			&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	@command -v chromium >/dev/null || echo "no chromium (not root: apt-get install chromium): the browser tests will be skipped"
-	touch $(STAMP)
+	@touch $(BROWSER)
 
 $(CONFORMANCE): conformance/package.json conformance/package-lock.json
 	@if command -v npm >/dev/null; then \
 		cd conformance && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
 	else echo "no npm (install Node.js and npm): the MCP conformance test will fail"; fi
 
-install: $(STAMP) $(CONFORMANCE)  ## create .venv and install the project, its dev tools and the MCP conformance suite
+install: $(STAMP) $(BROWSER) $(CONFORMANCE)  ## create .venv and install the project, its dev tools and the MCP conformance suite
 
 lock: $(UV)  ## resolve pyproject.toml's ranges again, to their newest versions, into uv.lock
 	$(UV) lock --upgrade --python $(PYTHON)
@@ -66,7 +71,7 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 	@echo "The deletion is approved after $(APPROVE_AFTER) s; then the task asks to confirm it: answer with the printed command within 60 s, or it keeps the dataset."
 	$(VENV)/bin/waitstate run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
-test: $(STAMP) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
+test: $(STAMP) $(BROWSER) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
 	$(PY) -m pytest
 
 # The tests that need no Temporal server, no process of their own and are not the chaos suite
