@@ -2,17 +2,21 @@
 driver handed the invariants (chaos.runs.RunOutcome: the plan, the state it queried, the
 history of every run of the chain, what each sender was told), and the systems' records
 (`/_test/stats` of the demo systems and of the MCP server, the MCP tasks' states, the refunds
-issued), as `chaos.driver.Suite` gathers them. The checker tests plant one violation in a copy
-of one of them, so what a checker is shown is what the suite really reads, but the plant.
+issued), as `chaos.driver.Suite` gathers them; with each run what a reader of its event stream
+got through the gateway, and for a model-fault run the requests the model server received. The
+checker tests plant one violation in a copy of one of them, so what a checker is shown is what
+the suite really reads, but the plant.
 
 Recorded on a chaos stack (chaos.stack: the dev server, gateway, demo systems, workers and the
 demo's MCP server, as processes) with no faults injected, the runs driven by `chaos.runs.drive`
 as the suite drives them:
 
-    .venv/bin/python -m tests.chaos_checks.recorded
+    .venv/bin/python -m tests.chaos_checks.recorded [NAME...]
 
-It writes `outcomes/<name>.json` per run and `outcomes/stats.json`, afresh, and refuses to
-write any that breaks an invariant (they are the passing side of every check).
+It writes `outcomes/<name>.json` per run and `outcomes/stats.json`, and refuses to write any
+that breaks an invariant or its check (they are the passing side of every check). Given names,
+it records those runs only, and adds their systems' records to the others' (every record is
+under its run's id).
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ import httpx
 from temporalio.client import WorkflowHistory
 
 from chaos import exactly_once
-from chaos.driver import _faults, _short_timeouts, _stats, _task_states
+from chaos.driver import MODEL_FAULTS, _faults, _short_timeouts, _stats, _task_states
 from chaos.exactly_once import EARLY_COPIES, HOLD_START_ANSWERS, PROGRESS_REPORTS
-from chaos.invariants import check_run
+from chaos.invariants import check_model_fault, check_run
 from chaos.runs import (
     Answer,
     Context,
@@ -46,11 +50,16 @@ from chaos.runs import (
     _mcp_task,
     cancel_plan,
     drive,
+    model_plan,
     question_plans,
 )
 from chaos.sizes import SIZES
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, SLOW_QUEUE, TOKEN_KEYS, Stack
+from chaos.streams import StreamRead, Streams
+from chaos.streams import check as streams_check
+from chaos.streams import expected as streams_expected
 from waitstate.schemas import RunInput, RunState
+from waitstate.testing.wire_server import RecordedRequest
 
 OUTCOMES = Path(__file__).resolve().parent / "outcomes"
 STATS = "stats"
@@ -62,7 +71,7 @@ def plans() -> dict[str, RunPlan]:
     """The runs recorded, by name: one of each kind the invariants read something particular
     of (a callback job's reports, a person's decisions and a duplicate, the timeout policy, a
     cancel and late completions, expiry, continue-as-new, a race, an MCP task, an MCP task's
-    question answered twice)."""
+    question answered twice), and one run per model fault."""
     rng = random.Random(SEED)
     ask = _ask_first(f"{PREFIX}-ask-link", 0)
     ask.decider, ask.duplicate_decision = "link", True
@@ -85,6 +94,9 @@ def plans() -> dict[str, RunPlan]:
     for plan in found.values():
         plan.phase = plan.phase or "A"
         _short_timeouts(plan)
+    for fault in MODEL_FAULTS:
+        found[f"model-{fault}"] = model = model_plan(f"{PREFIX}-model-{fault}", fault)
+        model.phase = "M"
     return found
 
 
@@ -107,8 +119,14 @@ def load(name: str) -> RunOutcome:
         answers=[Answer(**answer) for answer in data["answers"]],
         notes=list(data["notes"]),
         problems=list(data["problems"]),
+        streamed=StreamRead(**data["streamed"]) if data.get("streamed") else None,
         first_run=data["first_run"],
     )
+
+
+def requests(name: str) -> list[RecordedRequest]:
+    """The requests the model server received for the recorded model-fault run `name`."""
+    return [RecordedRequest(**request) for request in _read(name)["requests"]]
 
 
 def stats() -> dict[str, Any]:
@@ -127,7 +145,7 @@ def _read(name: str) -> dict[str, Any]:
     return data
 
 
-def _dumped(outcome: RunOutcome) -> dict[str, Any]:
+def _dumped(outcome: RunOutcome, requests: list[RecordedRequest]) -> dict[str, Any]:
     plan = outcome.plan
     assert plan.act is None and plan.schema is None, f"{plan.id}: not recordable"
     fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
@@ -143,12 +161,19 @@ def _dumped(outcome: RunOutcome) -> dict[str, Any]:
         "answers": [dataclasses.asdict(answer) for answer in outcome.answers],
         "notes": outcome.notes,
         "problems": outcome.problems,
+        "streamed": None if outcome.streamed is None else dataclasses.asdict(outcome.streamed),
         "first_run": outcome.first_run,
+        "requests": [dataclasses.asdict(r) for r in requests if _model(r) == plan.id],
     }
 
 
-async def _record() -> int:
-    chosen = plans()
+def _model(request: RecordedRequest) -> Any:
+    return request.body.get("model") if isinstance(request.body, dict) else None
+
+
+async def _record(names: list[str]) -> int:
+    chosen = {name: plan for name, plan in plans().items() if not names or name in names}
+    assert set(names) <= set(chosen), f"no such runs: {set(names) - set(chosen)}"
     async with Stack(mcp=True) as stack, httpx.AsyncClient(timeout=30) as http:
         assert stack.client is not None and stack.wire is not None
         # As the suite sets them: every callback job reports progress; the early systems hold
@@ -175,32 +200,52 @@ async def _record() -> int:
             systems={"main": stack.systems_url, "early": stack.early_url, "slow": stack.slow_url},
             gateway_url=stack.gateway_url,
             token_keys=dict(TOKEN_KEYS),
+            streams=Streams(stack.gateway_url, dict(TOKEN_KEYS)),
         )
         try:
             outcomes = await asyncio.gather(*(drive(ctx, plan) for plan in chosen.values()))
         finally:
             watcher.cancel()
+            assert ctx.streams is not None
+            await ctx.streams.close()
+        wire = list(stack.wire.requests)
         found = await _stats(http, [stack.systems_url, stack.early_url, stack.slow_url])
         found["mcp"] = (await http.get(f"{stack.mcp_url.removesuffix('/mcp')}/_test/stats")).json()
         found["mcp_tasks"] = await _task_states(stack.mcp_url, outcomes)
         found["refunds"] = (await http.get(f"{stack.systems_url}/refunds")).json()
-    broken = {
-        name: problems
-        for name, outcome in zip(chosen, outcomes, strict=True)
-        if (problems := [p for ps in check_run(outcome, found).values() for p in ps])
-    }
-    rows = exactly_once.rows(outcomes, found, None)
+    if names:  # the other runs' records, kept
+        found = _merged(stats(), found)
+    broken: dict[str, list[str]] = {}
+    for name, outcome in zip(chosen, outcomes, strict=True):
+        problems = [p for ps in check_run(outcome, found).values() for p in ps]
+        if outcome.plan.fault is not None:
+            problems += check_model_fault(outcome, wire)
+        if problems:
+            broken[name] = problems
+    read = [(o.streamed, streams_expected(o.first_run, o.chain)) for o in outcomes if o.streamed]
+    rows = [*exactly_once.rows(outcomes, found, None), streams_check(read)]
     broken |= {row.name: row.violations for row in rows if row.violations}
     if broken:
-        print(f"not recorded: invariants broken: {json.dumps(broken, indent=1)}", file=sys.stderr)
+        print(f"not recorded: checks broken: {json.dumps(broken, indent=1)}", file=sys.stderr)
         return 1
     OUTCOMES.mkdir(exist_ok=True)
     for name, outcome in zip(chosen, outcomes, strict=True):
-        (OUTCOMES / f"{name}.json").write_text(json.dumps(_dumped(outcome), indent=1) + "\n")
+        dumped = _dumped(outcome, wire)
+        (OUTCOMES / f"{name}.json").write_text(json.dumps(dumped, indent=1) + "\n")
         print(f"recorded {name}: {outcome.status}, {len(outcome.events)} events")
     (OUTCOMES / f"{STATS}.json").write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
     return 0
 
 
+def _merged(kept: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The records of runs recorded before and of those recorded now: each part's records are
+    by run id (keys, MCP tasks) or unique (job ids, task ids, refunds)."""
+    merged = {
+        part: {**kept.get(part, {}), **new.get(part, {})} for part in new if part != "refunds"
+    }
+    merged["refunds"] = [*kept.get("refunds", []), *new.get("refunds", [])]
+    return merged
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(_record()))
+    sys.exit(asyncio.run(_record(sys.argv[1:])))

@@ -1,5 +1,7 @@
 """Every invariant of the reliability suite (`chaos.invariants.check_run`) shown failing: each
-flags a violation planted in a real run's outcome, and passes that outcome without the plant.
+flags a violation planted in a real run's outcome, and passes that outcome without the plant;
+and so is the model faults' check (`check_model_fault`, row 5), on the requests the model
+server received.
 
 The outcomes and the systems' records are those of real chaos runs (`recorded.py`: the states,
 the histories of every run of each chain, what every sender was told, `/_test/stats`), so each
@@ -20,6 +22,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from chaos.driver import MODEL_FAULTS
 from chaos.history import replay_failures
 from chaos.invariants import (
     APPROVALS,
@@ -35,11 +38,13 @@ from chaos.invariants import (
     REFUSED,
     REPLAYS,
     TERMINAL,
+    check_model_fault,
     check_run,
     run_keys,
 )
-from chaos.runs import RunOutcome
-from tests.chaos_checks.recorded import load, recorded, stats
+from chaos.runs import MODEL_TIMEOUT, RETRY_AFTER, RunOutcome
+from chaos.wire import HANG_LIMIT
+from tests.chaos_checks.recorded import load, recorded, requests, stats
 from waitstate.schemas.approvals import Decision
 from waitstate.schemas.run import Step
 
@@ -548,3 +553,72 @@ def only_question(outcome: RunOutcome) -> Any:
     assert outcome.state is not None
     [question] = outcome.state.questions.values()
     return question
+
+
+# --- the model faults' check (row 5) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", MODEL_FAULTS)
+def test_a_model_fault_met_and_handled_passes(fault: str) -> None:
+    name = f"model-{fault}"
+
+    assert check_model_fault(load(name), requests(name)) == []
+
+
+def test_model_fault_flags_a_call_never_retried() -> None:
+    outcome = load("model-500")
+    first = requests("model-500")[0]
+
+    assert check_model_fault(outcome, [first]) == [
+        f"{tag(outcome)}: 1 model requests, expected a retry after the fault"
+    ]
+
+
+def test_model_fault_flags_a_retry_before_the_429s_retry_after() -> None:
+    outcome, asked = load("model-429"), requests("model-429")
+    first, retry = asked[0], asked[1]
+    assert first.answered_at is not None
+    assert retry.received_at - first.answered_at >= RETRY_AFTER
+
+    asked[1] = replace(retry, received_at=first.answered_at + 0.5)
+
+    assert check_model_fault(outcome, asked) == [
+        f"{tag(outcome)}: retried 0.50s after a 429 with retry-after {RETRY_AFTER}"
+    ]
+
+
+def test_model_fault_flags_a_hung_call_the_timeout_did_not_cut() -> None:
+    outcome, asked = load("model-hang"), requests("model-hang")
+    hung, retry = asked[0], asked[1]
+
+    # Answered only at the hang's limit: no retry came to release it.
+    asked[0] = replace(hung, answered_at=hung.received_at + HANG_LIMIT)
+    assert check_model_fault(outcome, asked) == [
+        f"{tag(outcome)}: no retry within {HANG_LIMIT:.0f}s of a hung call (timeout "
+        f"{MODEL_TIMEOUT.total_seconds()}s)"
+    ]
+    # Answered before its retry came: it did not hang.
+    asked[0] = replace(hung, answered_at=retry.received_at - 0.1)
+    assert check_model_fault(outcome, asked) == [
+        f"{tag(outcome)}: the hung call was answered before its retry arrived"
+    ]
+
+
+def test_model_fault_flags_two_500s_not_both_retried() -> None:
+    outcome, asked = load("model-500"), requests("model-500")
+
+    assert check_model_fault(outcome, asked[:2]) == [f"{tag(outcome)}: 2 requests after two 500s"]
+
+
+def test_model_fault_flags_malformed_arguments_not_told_to_the_model() -> None:
+    outcome = load("model-malformed")
+    assert outcome.state is not None
+    errors = [s for s in outcome.state.steps if s.kind == "tool" and s.is_error]
+    assert errors
+
+    for step in errors:
+        step.is_error = False
+
+    assert check_model_fault(outcome, requests("model-malformed")) == [
+        f"{tag(outcome)}: malformed arguments were not reported as a tool error"
+    ]
