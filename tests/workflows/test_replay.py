@@ -91,16 +91,24 @@ async def test_committed_history_replays(name: str) -> None:
 # here, and every name has one: a new path is recorded and named, or this fails.
 WAITING_PATHS: dict[str, list[str]] = {
     "approval decided by a person": [
+        "approval_approved_by_signal",
+        "approval_rejected_by_signal",
         "approval_escalated_then_approved",
         "exactly_once_link_after_rotation_and_escalation",
-        "exactly_once_decision_with_the_windows_end",
         "mcp_tool_named_for_approval_approve",
         "mcp_tool_named_for_approval_reject",
         "budget_raised_then_refused",
     ],
-    "approval decided by its timeout policy": [
+    "approval decided by a person racing its timeout policy": [
         "exactly_once_decision_during_notice_default",
         "exactly_once_decision_during_notice_fail",
+        "exactly_once_decision_with_the_windows_end",
+    ],
+    "approval left to its timeout policy (default, escalate, fail)": [
+        "approval_timeout_default_approve",
+        "approval_timeout_default_reject",
+        "approval_timeout_escalate_then_expire",
+        "approval_timeout_fail",
         "budget_raise_unanswered",
     ],
     "callback: the job's webhook": [
