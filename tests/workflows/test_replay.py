@@ -122,7 +122,11 @@ WAITING_PATHS: dict[str, list[str]] = {
         "reconcile_many_checks_then_webhook",
     ],
     "poll": ["operation_long_poll", "mcp_task_polled"],
-    "operation timeout": ["operation_expired", "reconcile_checked_then_expired"],
+    "operation timeout": [
+        "operation_expired",
+        "reconcile_checked_then_expired",
+        "mcp_task_expired",
+    ],
     "handle mode: the model goes on, then waits for operations": [
         "operation_handle_mode",
         "exactly_once_wait_for_operations_resumed",
@@ -130,7 +134,10 @@ WAITING_PATHS: dict[str, list[str]] = {
     "cancel": [
         "operation_run_cancelled",
         "cancel_refused_by_the_jobs_system",
+        "mcp_task_run_cancelled",
         "mcp_task_cancel_failed_server_down",
+        "agent_run_cancelled_mid_model_call",
+        "agent_run_background_response_cancelled",
     ],
     "continue-as-new while waiting": [
         "state_continued_as_new",
@@ -184,7 +191,10 @@ WAITING_PATHS: dict[str, list[str]] = {
         "thread_steered_approval",
         "thread_steered_nested",
     ],
-    "background model response": ["agent_run_background_response"],
+    "background model response": [
+        "agent_run_background_response",
+        "agent_run_background_response_past_its_timeout",
+    ],
     "blob store outage waited out": [
         "blob_store_outage_reply_in_hand",
         "blob_store_outage_unreachable",
