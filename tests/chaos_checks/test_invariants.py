@@ -68,6 +68,13 @@ def only(outcome: RunOutcome) -> Any:
     return one
 
 
+def only_question(outcome: RunOutcome) -> Any:
+    """The run's one question."""
+    assert outcome.state is not None
+    [question] = outcome.state.questions.values()
+    return question
+
+
 def accepted_again(outcome: RunOutcome, name: str, index: int = -1) -> None:
     """Plant an Update accepted twice: a copy of the run's `index`th accepted `name` Update (a
     new Update id), accepted at the end of its last run's history."""
@@ -547,12 +554,6 @@ def test_questions_flags_a_second_answer_accepted() -> None:
 
     [problem] = check_run(outcome, stats())[QUESTIONS]
     assert problem.startswith(f"{tag(outcome)}: 2 answers accepted, expected 1: ")
-
-
-def only_question(outcome: RunOutcome) -> Any:
-    assert outcome.state is not None
-    [question] = outcome.state.questions.values()
-    return question
 
 
 # --- the model faults' check (row 5) ----------------------------------------------------------
