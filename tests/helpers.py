@@ -254,17 +254,23 @@ async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:
 
 
 async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """The run's history replays on today's code. With WAITSTATE_RECORD_HISTORIES=1 it is
-    also kept under tests/histories/, which test_replay checks every later change against:
-    as `<name>.json`, or `<name>.<patch>.json` for a run of a newer workflow version (the
-    newest patch it records). A history already kept is never written again."""
+    """The run's history replays on today's code, and a history of the path it took (`name`)
+    is committed under tests/histories/, which test_replay checks every later change against:
+    a path without one fails, so no new path that waits goes unrecorded. With
+    WAITSTATE_RECORD_HISTORIES=1 the run's history is kept there: as `<name>.json`, or
+    `<name>.<patch>.json` for a run of a newer workflow version (the newest patch it records).
+    A history already kept is never written again."""
     history = await handle.fetch_history()
     replayer = agent_replayer([AgentRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") != "1":
+        assert committed_histories(name), (
+            f"no history of {name!r} is committed under tests/histories/: record it with "
+            "WAITSTATE_RECORD_HISTORIES=1 (docs/versions.md) and commit the new file"
+        )
         return
-    patches = _patches(history.events)
+    patches = recorded_patches(history.events)
     patch = next(
         (
             p
@@ -286,7 +292,13 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
         path.write_text(history.to_json())
 
 
-def _patches(events: Sequence[Any]) -> set[str]:
+def committed_histories(name: str) -> list[Path]:
+    """The committed histories of the path `name`, of every workflow version it was recorded
+    in (`<name>.json`, `<name>.<patch>.json`)."""
+    return sorted([*HISTORIES.glob(f"{name}.json"), *HISTORIES.glob(f"{name}.*.json")])
+
+
+def recorded_patches(events: Sequence[Any]) -> set[str]:
     """The patch ids a history's markers record."""
     found = set()
     for event in events:

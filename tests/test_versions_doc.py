@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 import starter
-from tests.helpers import eventually
+from tests.helpers import HISTORIES, eventually, recorded_patches
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / "workflows"
@@ -32,6 +32,9 @@ CALLS = {"patched": PATCHED, "deprecate_patch": DEPRECATED}
 _SECTION = re.compile(r"^## `([^`]+)`", re.MULTILINE)
 _STATUS = re.compile(r"^Status: (in service|deprecated|removed)\b", re.MULTILINE)
 _SINCE = re.compile(r"^Since [0-9a-f]{7,40} \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", re.MULTILINE)
+# "The histories in `tests/histories/` are runs of every version: 16 with no marker, 10 of
+# `exactly-once-v2` (...), 27 of `agent-run-3`, ..."
+_KEPT = re.compile(r"(\d+) (?:with no marker|of `([^`]+)`)")
 
 
 def markers_in_source(source: str, module: str) -> dict[str, str]:
@@ -136,6 +139,23 @@ def test_versions_counts_runs_by_every_marker_in_the_docs_order() -> None:
     doc = markers_in_doc(DOC.read_text())
 
     assert starter.patch_markers() == [m for m, status in doc.items() if status != REMOVED]
+
+
+def test_the_page_counts_the_committed_histories_of_each_version() -> None:
+    said = " ".join(
+        DOC.read_text()
+        .split("The histories in `tests/histories/` are runs of every version:")[1]
+        .split(" (named")[0]
+        .split()
+    )
+    newest_first = list(reversed(starter.patch_markers()))
+    kept: dict[str, int] = {}
+    for path in sorted(HISTORIES.glob("*.json")):
+        recorded = recorded_patches(WorkflowHistory.from_json(path.stem, path.read_text()).events)
+        version = next((m for m in newest_first if m in recorded), "")
+        kept[version] = kept.get(version, 0) + 1
+
+    assert {marker: int(n) for n, marker in _KEPT.findall(said)} == kept
 
 
 def test_a_patch_added_without_its_story_is_found() -> None:

@@ -1,6 +1,7 @@
 """The refund invariant of the reliability suite (`chaos.invariants`): an approved refund the
 refund service issued, or refused on its merits, passes; one it never saw fails. Against the
-real demo systems (in-process, over HTTP) and the demo's refund tool.
+real demo systems (in-process, over HTTP) and the demo's refund tool. Across runs
+(`refunds_once`), a refund issued twice, or under no key, fails too.
 
 Full size, seed 2: the mix approves five of claim C-118's refunds (504.56 in all) and the
 claim holds 420.00, so the service refuses whichever comes last: chaos-a-0074's 101.24 came
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos.invariants import REFUNDS, check_run
+from chaos.invariants import REFUNDS, check_run, refunds_once
 from chaos.runs import RunOutcome, _refund
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app, serving
@@ -132,3 +133,16 @@ async def test_an_issued_refund_passes_and_one_issued_unapproved_fails(systems: 
     assert check_run(outcome, stats)[REFUNDS] == [
         f"{TAG}: refund {PLAN.refund_key} issued without approval"
     ]
+
+
+async def test_across_runs_a_refund_issued_twice_or_under_no_key_fails(systems: Systems) -> None:
+    content, is_error = await systems.refund(101.24)
+    stats = await systems.stats()
+    refunds = stats["refunds"]
+    assert not is_error, content
+    [refund] = refunds
+    assert refunds_once(stats, refunds) == []
+
+    assert refunds_once(stats, [refund, refund]) == [f"refund {refund['refund_id']} issued 2 times"]
+    unkeyed = {**stats, "refund_keys": {}}
+    assert refunds_once(unkeyed, refunds) == [f"refund {refund['refund_id']} issued under no key"]

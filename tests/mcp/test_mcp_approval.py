@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, start_run
+from tests.helpers import eventually, make_worker, replays, start_run
 from tests.mcp.mcp_app import calls_made
 from waitstate.apps import Apps, load_apps
 from waitstate.client import PendingRequest, WaitstateClient
@@ -69,6 +69,7 @@ async def test_a_tool_named_for_approval_reaches_the_server_only_once_approved(
         )
         result = await handle.result()
     after = await calls_made(plain_url)
+    await replays(handle, f"mcp_tool_named_for_approval_{decision}")
 
     request = row.request
     assert request.tool == "tables__drop_table"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import accept, first_question, scheduled_activities
+from tests.helpers import accept, first_question, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import reports_apps, reports_run, started_call, tool_outcome
 from waitstate.mcp import McpConfigError, McpServer, SamplingPolicy, parse_servers
@@ -53,11 +53,21 @@ async def test_a_servers_sampling_request_is_answered_by_the_runs_model(
 
 
 @pytest.mark.parametrize(
-    ("model", "asked", "key"),
+    ("model", "asked", "key", "path"),
     [
-        ("scripted:mcp-summary-rounds", "summary_by_model", "1/allow-sampling:draft"),
+        (
+            "scripted:mcp-summary-rounds",
+            "summary_by_model",
+            "1/allow-sampling:draft",
+            "mcp_sampling_allowed_in_rounds",
+        ),
         # A task's keys are its server's (fastmcp-tasks surfaces its own for each request).
-        ("scripted:mcp-summary-task", "summary_task", "allow-sampling:"),
+        (
+            "scripted:mcp-summary-task",
+            "summary_task",
+            "allow-sampling:",
+            "mcp_sampling_allowed_in_a_task",
+        ),
     ],
 )
 async def test_a_person_lets_the_runs_model_answer_first_where_the_policy_asks(
@@ -67,6 +77,7 @@ async def test_a_person_lets_the_runs_model_answer_first_where_the_policy_asks(
     model: str,
     asked: str,
     key: str,
+    path: str,
 ) -> None:
     apps = reports_apps(reports_url, sampling=SamplingPolicy(max_tokens=30, approval=True))
     async with reports_run(dev_env, task_queue, apps, model) as handle:
@@ -76,6 +87,7 @@ async def test_a_person_lets_the_runs_model_answer_first_where_the_policy_asks(
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         model_calls = (await scheduled_activities(handle)).count(CALL_MODEL)
+        await replays(handle, path)
 
     assert question.key.startswith(key)
     assert question.message == (

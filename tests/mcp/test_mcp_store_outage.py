@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker, start_run
+from tests.helpers import eventually, make_worker, replays, start_run
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
@@ -54,6 +54,7 @@ async def test_an_outage_of_the_store_at_the_start_is_waited_out(
             result = await ended
         finally:
             ended.cancel()
+        await replays(handle, "mcp_listing_store_outage")
 
     assert during.store_outage is not None
     assert during.store_outage.call == "listing of MCP tools"

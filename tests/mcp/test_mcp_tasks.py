@@ -80,6 +80,7 @@ async def test_an_expired_wait_sends_the_task_a_cancel(
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
         await _until_the_server_cancelled_the_task(reports_url, before)
+        await replays(handle, "mcp_task_expired")
 
     [operation] = state.operations.values()
     assert operation.status == "expired"
@@ -103,6 +104,7 @@ async def test_a_cancelled_run_sends_its_task_a_cancel(
             await handle.result()
         await _until_the_server_cancelled_the_task(reports_url, before)
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "mcp_task_run_cancelled")
 
     [operation] = state.operations.values()
     assert operation.status == "cancelled"

@@ -15,7 +15,13 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tests.helpers import EVENTUALLY_WITHIN, make_worker, scheduled_activities, start_run
+from tests.helpers import (
+    EVENTUALLY_WITHIN,
+    make_worker,
+    replays,
+    scheduled_activities,
+    start_run,
+)
 from tests.workflows.runs import run_to_end
 from waitstate.activation_order import workflow_runner
 from waitstate.providers.scripted import SCRIPTED_BANNER
@@ -217,6 +223,7 @@ async def test_status_while_running_then_cancel(
             await handle.result()
         cancelled = await handle.query(AgentRunWorkflow.status)
         description = await handle.describe()
+        await replays(handle, "agent_run_cancelled_mid_model_call")
 
     assert (running.status, running.turns, running.task) == ("running", 0, "wait")
     assert isinstance(failure.value.cause, CancelledError)

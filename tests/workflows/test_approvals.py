@@ -90,6 +90,7 @@ async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
             DecisionSignal(request_id=request.request_id, reviewer="dana", comment="ok"),
         )
         result = await _result(handle)
+        await replays(handle, "approval_approved_by_signal")
     outbox = await desk.get("/approvals/outbox")
 
     assert refunds_while_waiting == [], "the gated tool must not run before the approval"
@@ -118,6 +119,7 @@ async def test_rejected_refund_never_runs_and_the_model_reads_the_reason(desk: D
             ),
         )
         result = await _result(handle)
+        await replays(handle, "approval_rejected_by_signal")
 
     assert result.status == "completed"
     assert result.final_output is not None and "was not issued" in result.final_output
@@ -211,25 +213,37 @@ async def test_an_escalating_request_shows_its_final_deadline_and_escalates_upse
 
 
 @pytest.mark.parametrize(
-    ("policy", "status", "told"),
+    ("policy", "status", "told", "path"),
     [
         (
             ApprovalPolicy(timeout=DAY, on_timeout="default", default_decision="approve"),
             "completed",
             '"approval": "approved"',
+            "approval_timeout_default_approve",
         ),
         (
             ApprovalPolicy(timeout=DAY, on_timeout="default", default_decision="reject"),
             "completed",
             '"approval": "rejected"',
+            "approval_timeout_default_reject",
         ),
-        (ApprovalPolicy(timeout=DAY, on_timeout="escalate"), "completed", '"approval": "expired"'),
-        (ApprovalPolicy(timeout=DAY, on_timeout="fail"), "approval_expired", None),
+        (
+            ApprovalPolicy(timeout=DAY, on_timeout="escalate"),
+            "completed",
+            '"approval": "expired"',
+            "approval_timeout_escalate_then_expire",
+        ),
+        (
+            ApprovalPolicy(timeout=DAY, on_timeout="fail"),
+            "approval_expired",
+            None,
+            "approval_timeout_fail",
+        ),
     ],
     ids=["default-approve", "default-reject", "escalate-then-expire", "fail"],
 )
 async def test_on_timeout_policies(
-    desk: Desk, policy: ApprovalPolicy, status: str, told: str | None
+    desk: Desk, policy: ApprovalPolicy, status: str, told: str | None, path: str
 ) -> None:
     async with desk.worker():
         handle = await desk.start(
@@ -241,6 +255,7 @@ async def test_on_timeout_policies(
         state = await handle.query(AgentRunWorkflow.status)
         described = await handle.describe()
         passed = await expiries(handle)
+        await replays(handle, path)
 
     [request] = state.approvals.values()
     assert result.status == status

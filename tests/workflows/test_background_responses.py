@@ -129,6 +129,7 @@ async def test_past_the_model_timeout_the_response_is_cancelled(
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), 60)
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "agent_run_background_response_past_its_timeout")
 
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == RUN_FAILED
@@ -154,6 +155,7 @@ async def test_cancelling_the_run_cancels_the_response(
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), 60)
         state = await handle.query(AgentRunWorkflow.status)
+        await replays(handle, "agent_run_background_response_cancelled")
 
     assert isinstance(failure.value.cause, CancelledError)
     assert state.status == "cancelled"

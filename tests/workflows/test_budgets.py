@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.basic import demo_tools
-from tests.helpers import eventually, make_worker, start_run
+from tests.helpers import eventually, make_worker, replays, start_run
 from tests.workflows.runs import run_to_end
 from waitstate.apps import load_apps
 from waitstate.converter import DATA_CONVERTER
@@ -123,6 +123,7 @@ async def test_a_person_raises_the_budget_once_and_refuses_the_second_time(
         result = await handle.result()
         state = await handle.query(AgentRunWorkflow.status)
     tokens = await _call_tokens(handle)
+    await replays(handle, "budget_raised_then_refused")
 
     assert (first.tool, second.tool) == (RAISE_BUDGET, RAISE_BUDGET)
     assert first.reason.startswith("the run spent ") and "of 300 tokens" in first.reason
@@ -142,6 +143,7 @@ async def test_a_request_to_raise_it_that_nobody_answers_stops_the_run(
     window = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="default")
     budget = Budget(tokens=300, on_exceed="approve", approval=window)
     handle, result, state = await run_to_end(dev_env, task_queue, _looping(budget))
+    await replays(handle, "budget_raise_unanswered")
 
     [request] = state.approvals.values()
     assert request.tool == RAISE_BUDGET
