@@ -19,8 +19,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
@@ -48,6 +52,7 @@ from workflows.versions import (
 )
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 # How long `eventually` waits by default: far longer than anything takes on a loaded 2-core
 # machine, so it only turns a hang into a failure; no test depends on it.
 EVENTUALLY_WITHIN = 30.0
@@ -165,6 +170,38 @@ async def first_question(handle: WorkflowHandle[Any, Any], what: str) -> InputRe
         return next(iter(state.questions.values()), None)
 
     return await eventually(asked, what)
+
+
+async def until_the_update_is_admitted(
+    client: Client, handle: WorkflowHandle[Any, Any], update_id: str
+) -> None:
+    """Until the server holds the run's Update `update_id` (admitted: it goes to the run with
+    the run's next workflow task), for a test that sends it with no worker up and must know it
+    reached the server before a worker comes."""
+
+    async def admitted() -> bool:
+        request = PollWorkflowExecutionUpdateRequest(
+            namespace=client.namespace,
+            update_ref=UpdateRef(
+                workflow_execution=WorkflowExecution(
+                    workflow_id=handle.id, run_id=handle.result_run_id or ""
+                ),
+                update_id=update_id,
+            ),
+            identity="test",
+            wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
+        )
+        try:
+            polled = await client.workflow_service.poll_workflow_execution_update(
+                request, timeout=timedelta(seconds=5)
+            )
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
+                return False  # not sent yet
+            raise
+        return polled.stage >= ADMITTED
+
+    await eventually(admitted, f"the Update {update_id} admitted by the server")
 
 
 async def quiet_history_length(handle: WorkflowHandle[Any, Any]) -> int:

@@ -613,7 +613,9 @@ async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
         await handle.signal(Breaks.go)
         # Two tries fail and are written; from the third on, a try in flight is sent after
         # the written events, unwritten. The reader starts then: its first page ends with it.
-        await eventually(lambda: _retry_in_flight(handle), "a workflow task's third try")
+        in_flight = await eventually(
+            lambda: _retry_in_flight(handle), "a workflow task's third try"
+        )
         start, _ = await events.where(handle.id, None)
         followed: list[RunEvent] = []
 
@@ -624,10 +626,13 @@ async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
         following = asyncio.create_task(follow())
         await eventually(_async(lambda: "signal" in _kinds(followed)), "the signal")
         RELEASE.set()  # the activity ends, written where the try in flight was
-        await asyncio.sleep(2)
+        ended = await eventually(lambda: _activity_ended(handle), "the activity's end written")
         BROKEN["now"] = False  # the fix is deployed
         await asyncio.wait_for(following, WITHIN)
 
+    # The race this is about: the activity's end (its start is written with it) took the ids
+    # of the try in flight.
+    assert ended == [in_flight, in_flight + 1]
     assert _kinds(followed) == [
         "run.started",
         "activity.started",
@@ -642,12 +647,33 @@ async def _scheduled(handle: WorkflowHandle[Any, Any]) -> bool:
     return EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED in kinds
 
 
-async def _retry_in_flight(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether the history's last page ends with a workflow task's try in flight, unwritten
-    (after two failed tries were written)."""
+async def _retry_in_flight(handle: WorkflowHandle[Any, Any]) -> int | None:
+    """The first event id of a workflow task's try in flight, unwritten, that the history's
+    last page ends with (after two failed tries were written); None if it does not."""
     events = [e async for e in handle.fetch_history_events()]
     failed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
-    return len(failed) >= 2 and events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    if len(failed) < 2 or events[-1].event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+        return None
+    return int(events[-2].event_id)  # its scheduling, then its start
+
+
+async def _activity_ended(handle: WorkflowHandle[Any, Any]) -> list[int] | None:
+    """The event ids of the activity's start and completion, once written (together)."""
+    ids = {
+        e.event_type: int(e.event_id)
+        async for e in handle.fetch_history_events()
+        if e.event_type
+        in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        )
+    }
+    if EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED not in ids:
+        return None
+    return [
+        ids[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
+        ids[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED],
+    ]
 
 
 def _kinds(events: list[RunEvent]) -> list[str]:

@@ -184,16 +184,14 @@ async def test_a_poll_wakes_when_the_task_changes_not_at_its_interval(
         await backend.answer(
             task_id, JobAnswer(key=question.key, action="accept", content={"decision": "approve"})
         )
-        started = asyncio.get_running_loop().time()
+        # Woken by the change: `changed` says True for a notification alone (False when its
+        # 120 s are up).
         assert await waking is True
-        woke_after = asyncio.get_running_loop().time() - started
         async with asyncio.timeout(60):
             while (await backend.status(task_id)).status != "succeeded":
                 await backend.changed(task_id, 60)
     finally:
         await backend.aclose()
-
-    assert woke_after < 60  # woken by the change, well before the interval it was given
 
 
 async def test_a_poll_of_a_server_without_notifications_waits_its_interval(

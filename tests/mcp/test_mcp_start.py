@@ -16,6 +16,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.mcp import McpActivities
 from activities.tools import ToolActivities
+from tests.helpers import eventually
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import mcp_url
 from tests.rigs import ServerProcess
@@ -56,12 +57,17 @@ async def _started(url: str) -> dict[str, int]:
 
 
 async def _attempt(
-    tools: ToolActivities, call: ToolCallInput, details: list[Any] | None = None
+    tools: ToolActivities,
+    call: ToolCallInput,
+    details: list[Any] | None = None,
+    beats: list[tuple[Any, ...]] | None = None,
 ) -> tuple[ToolResult, list[tuple[Any, ...]]]:
+    """The call's attempt (a retry, when given the heartbeat `details` it resumes from), and
+    its heartbeats, in order (into `beats` as they come, when given)."""
     env = ActivityEnvironment()
     if details is not None:
         env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=details)
-    beats: list[tuple[Any, ...]] = []
+    beats = [] if beats is None else beats
     env.on_heartbeat = lambda *args: beats.append(args)
     return await env.run(tools.call_tool, call), beats
 
@@ -135,17 +141,19 @@ async def test_a_call_made_while_its_server_restarts_waits_for_it_and_is_made_on
     tools, listing = await _activities(url, tmp_path)
     call = _call("reports__render_report", {"region": "emea", "seconds": 0.5}, listing)
     await restartable_reports.kill()
+    beats: list[tuple[Any, ...]] = []
+    attempt = asyncio.create_task(_attempt(tools, call, beats=beats))
 
-    async def back_in_two_seconds() -> None:
-        await asyncio.sleep(2.0)
-        await restartable_reports.start()
+    async def waiting_for_the_server() -> bool:
+        return ("connecting",) in beats
 
-    restarted = asyncio.create_task(back_in_two_seconds())
-    result, beats = await _attempt(tools, call)
-    await restarted
+    await eventually(waiting_for_the_server, "the call to wait for its server")
+    await restartable_reports.start()
+    result, _ = await attempt
 
     assert result.operation is not None, result.content
-    assert ("connecting",) in beats
+    # Nothing was sent before the server was back: only tries to connect.
+    assert set(beats[:-2]) == {("connecting",)}
     assert beats[-2:] == [("sending",), ("task", result.operation.job_id, 1.0)]
     events = await task_events(url)
     assert events.get("render_report started", 0) <= 1  # its body may not have run yet

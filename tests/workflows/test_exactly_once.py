@@ -31,8 +31,10 @@ from tests.helpers import (
     quiet_history_length,
     replays,
     start_run,
+    until_the_update_is_admitted,
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
+from tests.workflows.cold_order_steps import in_one_task, update_accepted
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -583,22 +585,29 @@ async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_repl
         request = await eventually(asked, "the approval request")
 
     async def window_passed() -> bool:
-        return datetime.now(UTC) > request.expires_at + timedelta(seconds=1)
+        kinds = [e.event_type async for e in handle.fetch_history_events()]
+        return EventType.EVENT_TYPE_TIMER_FIRED in kinds
 
-    await eventually(window_passed, "the approval window passed with no worker")
+    await eventually(window_passed, "the approval window's timer to fire with no worker")
     deciding = asyncio.create_task(
         handle.execute_update(
             AgentRunWorkflow.decide,
             DecideInput(request_id=request.request_id, decision="approve", reviewer="ana"),
+            id="decide-as-the-window-ends",
         )
     )
-    await asyncio.sleep(0.5)  # the Update reaches the server before a worker polls
+    await until_the_update_is_admitted(rig.client, handle, "decide-as-the-window-ends")
     held_outbox.release.set()
     async with rig.worker(outbox_url=held_outbox.url):
         outcome = await deciding
         result = await _result(handle)
         state = await _state(handle)
+    history = await handle.fetch_history()
 
+    # The race this is about: the window's end and the decision reached the run together.
+    assert in_one_task(history.events, update_accepted("decide")), (
+        "the window's timer and the decision came in different tasks"
+    )
     assert outcome.accepted and outcome.status == "approved"
     assert state.approvals[request.request_id].status == "approved"
     assert result.status == "completed", result.error

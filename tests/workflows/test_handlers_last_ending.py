@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
+from tests.helpers import until_the_update_is_admitted
 from tests.workflows.test_split_activation import HANDLERS_LAST, WAIT, parked
 from waitstate.activation_order import HandlersLast
 
@@ -83,8 +84,13 @@ async def test_an_update_that_comes_as_the_run_continues_as_new_goes_to_the_next
         await client.get_async_activity_handle(
             workflow_id=task_queue, run_id=handle.result_run_id, activity_id="a1"
         ).complete("done")
-        poking = asyncio.create_task(handle.execute_update(EndsWithAnUpdate.poke, "u1"))
-        await asyncio.sleep(1.0)
+        poking = asyncio.create_task(
+            handle.execute_update(EndsWithAnUpdate.poke, "u1", id="poke-u1")
+        )
+        await until_the_update_is_admitted(client, handle, "poke-u1")
+        # The server holds the Update while the task the completion scheduled waits for a
+        # worker: that task brings both.
+        waiting = [e.event_type async for e in handle.fetch_history_events()]
         async with _worker(client, task_queue):
             taken_by = await asyncio.wait_for(poking, WAIT)
             latest = client.get_workflow_handle(task_queue)
@@ -97,6 +103,22 @@ async def test_an_update_that_comes_as_the_run_continues_as_new_goes_to_the_next
         unsandboxed_workflow_runner=HandlersLast(UnsandboxedWorkflowRunner()),
     ).replay_workflow(first, raise_on_replay_failure=False)
 
+    # The race this is about: one workflow task took the completion and the Update.
+    assert waiting[-2:] == [
+        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    ]
+    completed = next(
+        i
+        for i, e in enumerate(first.events)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    )
+    assert [e.event_type for e in first.events[completed + 1 :]] == [
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    ]
     # The next run took the Update, and has its effect; the first run never took it.
     assert result == ["u1"]
     assert taken_by != handle.result_run_id

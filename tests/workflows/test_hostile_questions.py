@@ -48,11 +48,8 @@ CRAFTED_SCHEMA = {
     "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}},
 }
 CRAFTED_ANSWER = {"name": "a" * 30 + "!"}
-# Far longer than a refusal takes on a loaded machine; far shorter than the backtracking.
-QUICKLY = 15.0
-# The same for the CLI, a Python process that starts first (seconds on a loaded machine).
-CLI_QUICKLY = 40.0
-# Bound on a run that should finish now: it only turns a wedged run into a failure.
+# Bound on a run that should finish now, or an answer that should come: it only turns a wedged
+# run or worker into a failure (the backtracking took minutes).
 FINISHES = 60.0
 # Schemas no answer could fit, and what the refusal says of each.
 MALFORMED: dict[str, tuple[Any, str]] = {
@@ -124,28 +121,24 @@ async def test_a_crafted_answer_is_refused_at_once_and_the_worker_keeps_serving(
         link = await _link(stack, question)
         bystander = await stack.start("export", ["start_export"], model="scripted:export-once")
 
-        async def by_link() -> tuple[httpx.Response, float]:
-            began = asyncio.get_running_loop().time()
-            response = await stack.http.post(
+        async def by_link() -> httpx.Response:
+            return await stack.http.post(
                 link["url"],
                 headers={"Authorization": link["authorization"]},
                 json={"action": "accept", "content": CRAFTED_ANSWER, "responder": "mallory"},
                 timeout=FINISHES,
             )
-            return response, asyncio.get_running_loop().time() - began
 
-        async def by_cli() -> tuple[Any, float]:
-            began = asyncio.get_running_loop().time()
-            done = await cli(
+        async def by_cli() -> Any:
+            return await cli(
                 "answer", victim.id, "--question", question.question_id,
                 "--accept", json.dumps(CRAFTED_ANSWER),
             )  # fmt: skip
-            return done, asyncio.get_running_loop().time() - began
 
         async def the_bystander_goes_on() -> RunResult:
             # While the crafted answers are checked: a query is answered, and the export's
             # webhook reaches its run, which finishes.
-            await asyncio.wait_for(bystander.query(AgentRunWorkflow.status), QUICKLY)
+            await asyncio.wait_for(bystander.query(AgentRunWorkflow.status), FINISHES)
             return await asyncio.wait_for(bystander.result(), FINISHES)
 
         # Each to its end, so that a failure says what became of all three.
@@ -153,11 +146,11 @@ async def test_a_crafted_answer_is_refused_at_once_and_the_worker_keeps_serving(
             by_link(), by_cli(), the_bystander_goes_on(), return_exceptions=True
         )
         assert not isinstance(link_try, BaseException), repr(link_try)
-        refused, link_seconds = link_try
-        assert refused.status_code == 422, (refused.text, link_seconds, cli_try, bystander_try)
+        refused = link_try
+        assert refused.status_code == 422, (refused.text, cli_try, bystander_try)
         assert not isinstance(cli_try, BaseException), repr(cli_try)
         assert not isinstance(bystander_try, BaseException), repr(bystander_try)
-        (cli_done, cli_seconds), exported = cli_try, bystander_try
+        cli_done, exported = cli_try, bystander_try
         # After: the victim's question still takes a real answer, and its run finishes.
         answered = await stack.http.post(
             link["url"],
@@ -172,7 +165,6 @@ async def test_a_crafted_answer_is_refused_at_once_and_the_worker_keeps_serving(
     assert "name: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!' does not match '^(a+)+$'" in error["message"]
     assert cli_done.code == 1, cli_done.stdout
     assert "does not match '^(a+)+$'" in cli_done.stderr
-    assert link_seconds < QUICKLY and cli_seconds < CLI_QUICKLY, (link_seconds, cli_seconds)
     assert exported.status == "completed", exported.error
     assert _got(exported)["status"] == "succeeded"
     assert answered.status_code == 200, answered.text

@@ -365,16 +365,25 @@ async def _from_stream(
     """The response the API answers unstreamed: the one its last event carries
     (`response.completed`, or `response.incomplete`), each piece of text handed to `on_text`
     as it comes; else why there is none (the stream failed, or ended before the response did:
-    a truncated answer must not pass for a whole one)."""
+    a truncated answer must not pass for a whole one).
+
+    The stream is read to its end, past the event that ends the response: one left early
+    leaves the SDK's async generators suspended in a reference cycle (closing the stream
+    closes its HTTP response, not them), for the garbage collector to finalize in whatever
+    thread it runs, where it can meet the event loop closing them
+    (docs/upstream/async-generator-gc-thread.md)."""
+    ended: Response | str | None = None
     async with stream:
         async for event in stream:
+            if ended is not None:
+                continue
             if event.type == "response.output_text.delta":
                 await on_text(event.delta)
             elif event.type in ("response.completed", "response.incomplete"):
-                return event.response
+                ended = event.response
             elif event.type == "response.failed":
                 failed = event.response.error
-                return failed.message if failed is not None else "The response failed."
+                ended = failed.message if failed is not None else "The response failed."
             elif event.type == "error":
-                return event.message
-    return "The stream ended before the response did."
+                ended = event.message
+    return ended if ended is not None else "The stream ended before the response did."
