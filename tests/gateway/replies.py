@@ -23,7 +23,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, not_json
 from tests.rigs import GATEWAY_SECRET, MAX_BODY, OP, RUN, Gateway, bearer
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -94,13 +94,14 @@ def refusals_before_the_run(
     another: str,
     valid: bytes,
     too_large: bytes,
+    model: type[BaseModel],
     invalid_code: str,
 ) -> list[Any]:
     """The `Refusal` cases every reply route answers before the run is asked, checks cheapest
     first, for a route whose tokens are for a `kind` (its served gateway's subject) named
     `reply_to`; `another` is the subject of another one, `valid` a valid body, `too_large` one
-    over the gateway's limit, and `invalid_code` the code of a JSON body that is not a valid
-    one."""
+    over the gateway's limit, `model` what a body is read as, and `invalid_code` the code of a
+    JSON body that is not a valid one."""
     wrong = f"wrong_{kind}"
     says_another = f"token was issued for another {kind}"
     return [
@@ -139,8 +140,15 @@ def refusals_before_the_run(
         refused(Gateway.auth, too_large, 413, "body_too_large", "bytes", id="too-large"),
         refused(lambda gw: {}, too_large, 413, "body_too_large", "bytes", id="too-large-no-token"),
         refused(lambda gw: {}, b"not json", 401, "missing_token", "Bearer", id="auth-first"),
-        refused(Gateway.auth, b"not json", 422, "invalid_json", "JSON", id="not-json"),
-        refused(Gateway.auth, b"", 422, "invalid_json", "JSON", id="empty"),
+        refused(
+            Gateway.auth,
+            b"not json",
+            422,
+            "invalid_json",
+            not_json(model, b"not json"),
+            id="not-json",
+        ),
+        refused(Gateway.auth, b"", 422, "invalid_json", not_json(model, b""), id="empty"),
         refused(Gateway.auth, b"[]", 422, invalid_code, "body", id="not-an-object"),
     ]
 
