@@ -31,7 +31,8 @@ from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
-from waitstate.schemas import ToolCall
+from waitstate.providers.base import ProviderError
+from waitstate.schemas import Message, ToolCall
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
@@ -298,6 +299,21 @@ def _patches(events: Sequence[Any]) -> set[str]:
         for payload in details["patch-data"].payloads if "patch-data" in details else []:
             found.add(str(json.loads(payload.data).get("id", "")))
     return found
+
+
+async def provider_error(settings: Settings, model: str) -> ProviderError:
+    """What the provider of `model` (a spec, `openai:any-name`), built as a worker with
+    `settings` builds it, raises for a call of one message, called directly: what a model call
+    of a run says when it fails (the SDK's and the transport's words in it are theirs)."""
+    providers = build_providers(settings)
+    provider, name = providers.resolve(model)
+    try:
+        await provider.complete(name, "", [Message(role="user", content="hello")], [])
+    except ProviderError as err:
+        return err
+    finally:
+        await providers.aclose()
+    raise AssertionError(f"{model} answered: the test means it to fail")
 
 
 async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
