@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Generic, TypeVar, cast
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -163,11 +165,17 @@ Scripted = Outcome | BaseException | Callable[[Any], Outcome]
 @dataclass
 class FakeHandle(Generic[Outcome]):
     """Records `execute_update` calls, each Update answered with an `outcome` model; answers
-    from `script`."""
+    from `script`. Described as a run of status `run` (None: no such run)."""
 
     outcome: type[Outcome]
     script: list[Scripted[Outcome]] = field(default_factory=list)
     updates: list[tuple[Any, Any, str]] = field(default_factory=list)
+    run: WorkflowExecutionStatus | None = WorkflowExecutionStatus.RUNNING
+
+    async def describe(self, *, rpc_timeout: timedelta | None = None) -> Any:
+        if self.run is None:
+            raise RPCError("no such run", RPCStatusCode.NOT_FOUND, b"")
+        return SimpleNamespace(status=self.run)
 
     async def execute_update(
         self, update: Any, arg: Any, *, id: str, result_type: type[Any]
@@ -233,22 +241,25 @@ def update_failed(error_type: str | None, message: str) -> WorkflowUpdateFailedE
     return WorkflowUpdateFailedError(ApplicationError(message, type=error_type))
 
 
-# `(error, status, code)`: what Temporal, not the run's validators, refuses any Update with, and
-# the sender's answer.
+def rpc_error(status: RPCStatusCode) -> RPCError:
+    """Temporal's refusal of a call with `status`; its message, Temporal's words, is not read."""
+    return RPCError("words that are Temporal's", status, b"")
+
+
+RUNNING, COMPLETED = WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED
+# `(error, run, status, code)`: what Temporal, not the run's validators, refuses any Update with,
+# the run as Temporal then describes it (its status, None: no such run), and the sender's answer.
 TEMPORAL_REFUSALS = [
-    (update_failed(None, "the run was cancelled"), 409, "refused"),
-    (
-        RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b""),
-        409,
-        "run_ended",
-    ),
-    (
-        # The run ended while the Update was in flight (found by the chaos suite).
-        RPCError("workflow update was aborted by closing workflow", RPCStatusCode.NOT_FOUND, b""),
-        409,
-        "run_ended",
-    ),
-    (RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b""), 404, "unknown_run"),
-    (RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b""), 503, "temporal_unavailable"),
-    (WorkflowUpdateRPCTimeoutOrCancelledError(), 503, "run_unavailable"),
+    (update_failed(None, "the run was cancelled"), RUNNING, 409, "refused"),
+    # The run had ended when the Update came, or ended while it was in flight (found by the
+    # chaos suite): Temporal says NOT_FOUND (or FAILED_PRECONDITION), as for a run that never
+    # was; described, the run has ended.
+    (rpc_error(RPCStatusCode.NOT_FOUND), COMPLETED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.NOT_FOUND), WorkflowExecutionStatus.TERMINATED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.FAILED_PRECONDITION), COMPLETED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.NOT_FOUND), None, 404, "unknown_run"),
+    # Open: the Update met the run as it continued as new, and may be sent again.
+    (rpc_error(RPCStatusCode.NOT_FOUND), RUNNING, 503, "run_unavailable"),
+    (rpc_error(RPCStatusCode.UNAVAILABLE), RUNNING, 503, "temporal_unavailable"),
+    (WorkflowUpdateRPCTimeoutOrCancelledError(), RUNNING, 503, "run_unavailable"),
 ]

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.gateway.replies import (
@@ -500,13 +500,21 @@ async def temporal_behind(family: Family) -> AsyncIterator[ThroughTemporal]:
         yield app
 
 
-def mapped(error: BaseException, status: int, code: str) -> Any:
-    """A case of `test_the_runs_refusals_are_mapped_to_http_answers`."""
-    return pytest.param(error, status, code, id=code)
+def mapped(
+    error: BaseException,
+    status: int,
+    code: str,
+    run: WorkflowExecutionStatus | None = WorkflowExecutionStatus.RUNNING,
+) -> Any:
+    """A case of `test_the_runs_refusals_are_mapped_to_http_answers`: the `error` an Update
+    fails with, the sender's answer, and the `run` as Temporal describes it (None: no such
+    run)."""
+    shown = "none" if run is None else run.name.lower()
+    return pytest.param(error, run, status, code, id=f"{code}-{type(error).__name__}-{shown}")
 
 
 @pytest.mark.parametrize(
-    ("family", "error", "status", "code"),
+    ("family", "error", "run", "status", "code"),
     [
         *cases(
             DECISIONS,
@@ -523,7 +531,7 @@ def mapped(error: BaseException, status: int, code: str) -> Any:
             mapped(
                 update_failed(APPROVAL_DECIDED, "request already approved"), 409, "approval_decided"
             ),
-            *[mapped(*refusal) for refusal in TEMPORAL_REFUSALS],
+            *[mapped(error, *answer, run) for error, run, *answer in TEMPORAL_REFUSALS],
         ),
         *cases(
             ANSWERS,
@@ -548,7 +556,7 @@ def mapped(error: BaseException, status: int, code: str) -> Any:
                 422,
                 "invalid_answer",
             ),
-            *[mapped(*refusal) for refusal in TEMPORAL_REFUSALS],
+            *[mapped(error, *answer, run) for error, run, *answer in TEMPORAL_REFUSALS],
         ),
     ],
 )
@@ -556,11 +564,13 @@ async def test_the_runs_refusals_are_mapped_to_http_answers(
     temporal_behind: ThroughTemporal,
     family: Family,
     error: BaseException,
+    run: WorkflowExecutionStatus | None,
     status: int,
     code: str,
 ) -> None:
     http, handle = temporal_behind
     handle.script.append(error)
+    handle.run = run
 
     response = await http.post(family.url, json=family.valid)
 
