@@ -21,8 +21,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Worker
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.worker import Replayer, Worker
 
 from examples.demo.basic import demo_tools
 from tests.upstream import pydantic_says
@@ -314,6 +314,35 @@ async def provider_error(settings: Settings, model: str) -> ProviderError:
     finally:
         await providers.aclose()
     raise AssertionError(f"{model} answered: the test means it to fail")
+
+
+async def first_unreplayable(
+    replayer: Replayer, history: WorkflowHistory
+) -> tuple[int, str] | None:
+    """The last event (its id and type) of the shortest beginning of `history` whose replay
+    fails (every longer one fails too), or None if it replays whole: where a replay cannot get
+    past, rather than Core's words for why (its own). Core may find that a command's event
+    disagrees only once another event follows it."""
+
+    async def fails(through: int) -> bool:
+        events = [e for e in history.events if e.event_id <= through]
+        replay = await replayer.replay_workflow(
+            WorkflowHistory(history.workflow_id, events), raise_on_replay_failure=False
+        )
+        return replay.replay_failure is not None
+
+    ids = [e.event_id for e in history.events]
+    if not await fails(ids[-1]):
+        return None
+    low, high = 0, len(ids) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if await fails(ids[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    event = history.events[high]
+    return event.event_id, EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
 
 
 async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
