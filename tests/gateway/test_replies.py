@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from tests.gateway.replies import (
     TEMPORAL_REFUSALS,
@@ -509,8 +510,9 @@ def mapped(
     """A case of `test_the_runs_refusals_are_mapped_to_http_answers`: the `error` an Update
     fails with, the sender's answer, and the `run` as Temporal describes it (None: no such
     run)."""
+    kind = error.status.name if isinstance(error, RPCError) else type(error).__name__
     shown = "none" if run is None else run.name.lower()
-    return pytest.param(error, run, status, code, id=f"{code}-{type(error).__name__}-{shown}")
+    return pytest.param(error, run, status, code, id=f"{code}-{kind}-{shown}")
 
 
 @pytest.mark.parametrize(
