@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from chaos.app import DELETE_SCRIPT, DELETE_TOOL
 from chaos.history import completed_activities, fetch_chain, replay_failures
@@ -950,9 +950,9 @@ async def until(
 
 
 def _run_ended(err: BaseException) -> bool:
-    """The server's answer that the run has ended (before, or while, the call was handled)."""
-    message = str(err).lower()
-    return "already completed" in message or "aborted by closing workflow" in message
+    """The server's answer that the run has ended (before, or while, the call was handled): the
+    driver started every run it signals, so a run it does not find is one that has ended."""
+    return isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND
 
 
 async def _query(ctx: Context, run_id: str) -> RunState:

@@ -19,22 +19,25 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from examples.demo.basic import demo_tools
+from tests.upstream import pydantic_says
 from waitstate.apps import Apps
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.tokens import ResumeTokens
-from waitstate.schemas import ToolCall
-from waitstate.schemas.operations import Operation
+from waitstate.providers.base import ProviderError
+from waitstate.schemas import Message, ToolCall
+from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
@@ -347,6 +350,50 @@ def recorded_patches(events: Sequence[Any]) -> set[str]:
     return found
 
 
+async def provider_error(settings: Settings, model: str) -> ProviderError:
+    """What the provider of `model` (a spec, `openai:any-name`), built as a worker with
+    `settings` builds it, raises for a call of one message, called directly: what a model call
+    of a run says when it fails (the SDK's and the transport's words in it are theirs)."""
+    providers = build_providers(settings)
+    provider, name = providers.resolve(model)
+    try:
+        await provider.complete(name, "", [Message(role="user", content="hello")], [])
+    except ProviderError as err:
+        return err
+    finally:
+        await providers.aclose()
+    raise AssertionError(f"{model} answered: the test means it to fail")
+
+
+async def first_unreplayable(
+    replayer: Replayer, history: WorkflowHistory
+) -> tuple[int, str] | None:
+    """The last event (its id and type) of the shortest beginning of `history` whose replay
+    fails (every longer one fails too), or None if it replays whole: where a replay cannot get
+    past, rather than Core's words for why (its own). Core may find that a command's event
+    disagrees only once another event follows it."""
+
+    async def fails(through: int) -> bool:
+        events = [e for e in history.events if e.event_id <= through]
+        replay = await replayer.replay_workflow(
+            WorkflowHistory(history.workflow_id, events), raise_on_replay_failure=False
+        )
+        return replay.replay_failure is not None
+
+    ids = [e.event_id for e in history.events]
+    if not await fails(ids[-1]):
+        return None
+    low, high = 0, len(ids) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if await fails(ids[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    event = history.events[high]
+    return event.event_id, EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+
+
 async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tuple[Any, bool]:
     """Run a tool as the worker would: the model's JSON in; the text it reads out, as JSON
     when it is JSON, and whether it is an error."""
@@ -359,18 +406,29 @@ async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tupl
 
 # --- the gateway's answers ------------------------------------------------------------------
 
+
+def not_json(model: type[BaseModel], body: bytes) -> str:
+    """What the gateway says of a `body` that is not JSON, read as a `model`: the whole body's
+    name (ours) and pydantic's reason."""
+    return f"body: {pydantic_says(model, body, 'json_invalid')}"
+
+
 # Bodies the gateway's complete endpoint refuses with 422 (body, error code, what the message
 # says), against a recording deliverer (tests/gateway/test_app.py) and a real run
 # (tests/gateway/test_real_server.py).
 MALFORMED_COMPLETIONS = [
-    (b"not json", "invalid_json", "JSON"),
-    (b"", "invalid_json", "JSON"),
-    (b'{"status": "succeeded",', "invalid_json", "JSON"),
-    (b"\xff\xfe", "invalid_json", "JSON"),
+    *[
+        (body, "invalid_json", not_json(Completion, body))
+        for body in (b"not json", b"", b'{"status": "succeeded",', b"\xff\xfe")
+    ],
     (b"[]", "invalid_completion", "body"),
     (b'{"status": "failed"}', "invalid_completion", "needs an error"),
     (b'{"status": "exploded"}', "invalid_completion", "status"),
-    (b'{"result": 1}', "invalid_completion", "status: Field required"),
+    (
+        b'{"result": 1}',
+        "invalid_completion",
+        "status: " + pydantic_says(Completion, b'{"result": 1}', "missing"),
+    ),
     (
         b'{"status": "succeeded", "result": 1, "result_ref": "r"}',
         "invalid_completion",

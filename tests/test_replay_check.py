@@ -12,14 +12,16 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.workflow import NondeterminismError
 
 import starter
 from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.test_starter import Cli, assert_refused
 from tests.tiers import SUBPROCESS, needs
-from waitstate.cli.replay import default_query
+from waitstate.cli.replay import default_query, replayer
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
+from workflows.agent_run import AgentRunWorkflow
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
 
@@ -98,8 +100,13 @@ async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
 
     assert done.code == 1, done.stdout + done.stderr
     failing, summary = done.stdout.splitlines()
-    assert failing.startswith(f"does not replay: {bad_id} (run {bad_run}): ")
-    assert "nondeterminism" in failing.lower()
+    named = f"does not replay: {bad_id} (run {bad_run}): "
+    # Then why, in Core's words (its own), on the same line.
+    assert failing.startswith(named) and len(failing) > len(named)
+    # The run fails as the gate is for: a replay of it on today's code is nondeterministic.
+    bad = await client.get_workflow_handle(bad_id, run_id=bad_run).fetch_history()
+    replay = await replayer([AgentRunWorkflow]).replay_workflow(bad, raise_on_replay_failure=False)
+    assert isinstance(replay.replay_failure, NondeterminismError), replay.replay_failure
     assert good_id not in done.stdout
     assert summary == "replayed 2 runs: 1 ok, 1 does not replay"
     assert done.stderr == ""

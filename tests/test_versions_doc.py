@@ -17,9 +17,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
+from temporalio.workflow import NondeterminismError
 
 import starter
-from tests.helpers import HISTORIES, eventually, recorded_patches
+from tests.helpers import HISTORIES, eventually, first_unreplayable, recorded_patches
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / "workflows"
@@ -249,10 +250,10 @@ async def _history_of(
     return await handle.fetch_history(), await eventually(upserted, "TemporalChangeVersion")
 
 
-async def _replays(history: WorkflowHistory, workflow_class: type) -> str | None:
+async def _replays(history: WorkflowHistory, workflow_class: type) -> Exception | None:
     replayer = Replayer(workflows=[workflow_class])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    return None if result.replay_failure is None else str(result.replay_failure)
+    return result.replay_failure
 
 
 async def test_the_lifecycles_steps_replay_as_the_doc_says(
@@ -267,6 +268,9 @@ async def test_the_lifecycles_steps_replay_as_the_doc_says(
     assert await _replays(patched, Deprecated) is None
     # (c): removing the call breaks the runs that recorded it with `patched`...
     removed = await _replays(patched, Removed)
-    assert removed is not None and "Non-deprecated patch marker" in removed
+    assert isinstance(removed, NondeterminismError), removed
+    # At the marker: code that no longer asks for it meets it in the history.
+    fails_at = await first_unreplayable(Replayer(workflows=[Removed]), patched)
+    assert fails_at is not None and fails_at[1] == "MARKER_RECORDED", fails_at
     # ... and not those that recorded it with `deprecate_patch`.
     assert await _replays(deprecated, Removed) is None

@@ -17,7 +17,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import ModelActivities
 from activities.model import FAILURE_CHARS
-from tests.helpers import eventually, make_worker, start_run
+from tests.helpers import eventually, make_worker, provider_error, start_run
 from waitstate import Agent
 from waitstate.blobs import LocalBlobStore
 from waitstate.converter import DATA_CONVERTER
@@ -56,8 +56,12 @@ HELLO = ModelCallInput(
 )
 
 
+def _settings(base_url: str) -> Settings:
+    return Settings(openai_base_url=base_url, openai_api_key="test-key")
+
+
 def _openai(base_url: str) -> Providers:
-    return build_providers(Settings(openai_base_url=base_url, openai_api_key="test-key"))
+    return build_providers(_settings(base_url))
 
 
 async def _failure(
@@ -90,12 +94,15 @@ async def test_unreachable_provider_fails_with_one_short_line(
     base_url = f"http://127.0.0.1:{closed_port}/v1"
 
     err, failure = await _failure(_openai(base_url), tmp_path)
+    said = await provider_error(_settings(base_url), HELLO.model)
 
     assert err.type == MODEL_UNAVAILABLE and not err.non_retryable
-    assert err.message == (
-        "openai: no response: Connection error. All connection attempts failed "
-        f"({base_url}/chat/completions)"
-    )
+    # The provider's error, whole: named, with the SDK's and the transport's words (theirs:
+    # tests/providers/test_errors.py) and the address tried.
+    assert err.message == str(said)
+    assert said.status is None and said.retryable
+    assert err.message.startswith("openai: no response: ")
+    assert err.message.endswith(f" ({base_url}/chat/completions)")
     # No chain of the SDK's and transport's exceptions, each with its traceback: that chain
     # is what pushed the failure past 4 KB, where the Web UI shows only its size.
     assert err.__cause__ is None and not failure.HasField("cause")

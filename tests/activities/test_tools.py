@@ -19,11 +19,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import ToolActivities
 from activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
-from examples.demo.basic import demo_tools
+from examples.demo.basic import CalculateArgs, demo_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import ENRICH_ETA, EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_approval_policy, refund_tools
+from examples.systems.exports import ExportRequest
 from tests.rigs import Systems
+from tests.upstream import pydantic_says
 from waitstate.blobs import LocalBlobStore
 from waitstate.blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
 from waitstate.gateway.tokens import ResumeTokens
@@ -99,7 +101,12 @@ async def test_a_sync_tool_answers_with_its_result(systems: Systems, tmp_path: P
 @pytest.mark.parametrize(
     ("name", "arguments", "says"),
     [
-        ("calculate", {}, "invalid arguments for calculate: expression: Field required"),
+        (
+            "calculate",
+            {},
+            "invalid arguments for calculate: expression: "
+            + pydantic_says(CalculateArgs, {}, "missing"),
+        ),
         ("calculate", '{"expression": ', "arguments are not valid JSON"),
         ("calculate", {"expression": "1 / 0"}, "division by zero"),
         ("delete_everything", {}, "unknown tool 'delete_everything'; available: calculate"),
@@ -345,12 +352,17 @@ async def test_a_callback_tool_on_a_worker_without_keys_fails_the_call_for_good(
 async def test_a_start_the_system_refuses_is_an_error_the_model_reads(
     systems: Systems, tmp_path: Path
 ) -> None:
-    call = _call("start_export", {"dataset": "transactions", "period": "Q3 of 2025"})
+    arguments = {"dataset": "transactions", "period": "Q3 of 2025"}
+    call = _call("start_export", arguments)
 
     result = await _run(_activities(_tools(systems), tmp_path), call)
 
     assert result.is_error and result.operation is None
-    assert result.content.startswith("export service: period: Value error, period must be")
+    # The service's 422 names the field and passes its model's reason on (ours, in pydantic's
+    # frame for a validator's error).
+    reason = pydantic_says(ExportRequest, arguments, "value_error")
+    assert "period must be a quarter like '2025-Q3'" in reason
+    assert result.content == f"export service: period: {reason}"
     assert systems.state.jobs == {}
 
 

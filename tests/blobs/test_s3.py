@@ -417,7 +417,12 @@ async def test_a_worker_on_a_directory_store_refuses_the_run_cleanly(
     assert isinstance(failure, ApplicationError) and failure.type == "RunFailed"
     assert "is not in this worker's blob store (workers must share one)" in failure.message
     assert "not retried" in failure.message
-    # The worker failed the call and served on until it was told to stop.
+    # The worker failed the call at its first attempt, not retried, and served on until it was
+    # told to stop.
+    events = (await handle.fetch_history()).events
+    failed = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    assert len(failed) == 1, failed
+    started = events[failed[0].activity_task_failed_event_attributes.started_event_id - 1]
+    assert started.activity_task_started_event_attributes.attempt == 1
     log = (tmp_path / "directory.log").read_text()
     assert log.rstrip().endswith("waitstate.worker: stopped")
-    assert log.count("Completing activity as failed") == 1, "one attempt, not retried"

@@ -125,7 +125,7 @@ def test_read_flags_a_state_or_history_that_could_not_be_read() -> None:
 
     outcome.state = None
     assert check_run(outcome, stats())[READ] == [f"{tag(outcome)}: no state"]
-    failed = "state query failed: RPCError: workflow not found"
+    failed = "state query failed: RPCError: a planted failure"
     outcome.unread.append(failed)
     outcome.unread.append("history fetch failed: TimeoutError: ")
     assert check_run(outcome, stats())[READ] == [

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Generic, TypeVar, cast
 
 import httpx
@@ -17,13 +18,14 @@ import pytest
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, not_json
 from tests.rigs import GATEWAY_SECRET, MAX_BODY, OP, RUN, Gateway, bearer
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
@@ -94,13 +96,14 @@ def refusals_before_the_run(
     another: str,
     valid: bytes,
     too_large: bytes,
+    model: type[BaseModel],
     invalid_code: str,
 ) -> list[Any]:
     """The `Refusal` cases every reply route answers before the run is asked, checks cheapest
     first, for a route whose tokens are for a `kind` (its served gateway's subject) named
     `reply_to`; `another` is the subject of another one, `valid` a valid body, `too_large` one
-    over the gateway's limit, and `invalid_code` the code of a JSON body that is not a valid
-    one."""
+    over the gateway's limit, `model` what a body is read as, and `invalid_code` the code of a
+    JSON body that is not a valid one."""
     wrong = f"wrong_{kind}"
     says_another = f"token was issued for another {kind}"
     return [
@@ -139,8 +142,15 @@ def refusals_before_the_run(
         refused(Gateway.auth, too_large, 413, "body_too_large", "bytes", id="too-large"),
         refused(lambda gw: {}, too_large, 413, "body_too_large", "bytes", id="too-large-no-token"),
         refused(lambda gw: {}, b"not json", 401, "missing_token", "Bearer", id="auth-first"),
-        refused(Gateway.auth, b"not json", 422, "invalid_json", "JSON", id="not-json"),
-        refused(Gateway.auth, b"", 422, "invalid_json", "JSON", id="empty"),
+        refused(
+            Gateway.auth,
+            b"not json",
+            422,
+            "invalid_json",
+            not_json(model, b"not json"),
+            id="not-json",
+        ),
+        refused(Gateway.auth, b"", 422, "invalid_json", not_json(model, b""), id="empty"),
         refused(Gateway.auth, b"[]", 422, invalid_code, "body", id="not-an-object"),
     ]
 
@@ -155,11 +165,17 @@ Scripted = Outcome | BaseException | Callable[[Any], Outcome]
 @dataclass
 class FakeHandle(Generic[Outcome]):
     """Records `execute_update` calls, each Update answered with an `outcome` model; answers
-    from `script`."""
+    from `script`. Described as a run of status `run` (None: no such run)."""
 
     outcome: type[Outcome]
     script: list[Scripted[Outcome]] = field(default_factory=list)
     updates: list[tuple[Any, Any, str]] = field(default_factory=list)
+    run: WorkflowExecutionStatus | None = WorkflowExecutionStatus.RUNNING
+
+    async def describe(self, *, rpc_timeout: timedelta | None = None) -> Any:
+        if self.run is None:
+            raise RPCError("no such run", RPCStatusCode.NOT_FOUND, b"")
+        return SimpleNamespace(status=self.run)
 
     async def execute_update(
         self, update: Any, arg: Any, *, id: str, result_type: type[Any]
@@ -225,22 +241,25 @@ def update_failed(error_type: str | None, message: str) -> WorkflowUpdateFailedE
     return WorkflowUpdateFailedError(ApplicationError(message, type=error_type))
 
 
-# `(error, status, code)`: what Temporal, not the run's validators, refuses any Update with, and
-# the sender's answer.
+def rpc_error(status: RPCStatusCode) -> RPCError:
+    """Temporal's refusal of a call with `status`; its message, Temporal's words, is not read."""
+    return RPCError("words that are Temporal's", status, b"")
+
+
+RUNNING, COMPLETED = WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED
+# `(error, run, status, code)`: what Temporal, not the run's validators, refuses any Update with,
+# the run as Temporal then describes it (its status, None: no such run), and the sender's answer.
 TEMPORAL_REFUSALS = [
-    (update_failed(None, "the run was cancelled"), 409, "refused"),
-    (
-        RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b""),
-        409,
-        "run_ended",
-    ),
-    (
-        # The run ended while the Update was in flight (found by the chaos suite).
-        RPCError("workflow update was aborted by closing workflow", RPCStatusCode.NOT_FOUND, b""),
-        409,
-        "run_ended",
-    ),
-    (RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b""), 404, "unknown_run"),
-    (RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b""), 503, "temporal_unavailable"),
-    (WorkflowUpdateRPCTimeoutOrCancelledError(), 503, "run_unavailable"),
+    (update_failed(None, "the run was cancelled"), RUNNING, 409, "refused"),
+    # The run had ended when the Update came, or ended while it was in flight (found by the
+    # chaos suite): Temporal says NOT_FOUND (or FAILED_PRECONDITION), as for a run that never
+    # was; described, the run has ended.
+    (rpc_error(RPCStatusCode.NOT_FOUND), COMPLETED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.NOT_FOUND), WorkflowExecutionStatus.TERMINATED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.FAILED_PRECONDITION), COMPLETED, 409, "run_ended"),
+    (rpc_error(RPCStatusCode.NOT_FOUND), None, 404, "unknown_run"),
+    # Open: the Update met the run as it continued as new, and may be sent again.
+    (rpc_error(RPCStatusCode.NOT_FOUND), RUNNING, 503, "run_unavailable"),
+    (rpc_error(RPCStatusCode.UNAVAILABLE), RUNNING, 503, "temporal_unavailable"),
+    (WorkflowUpdateRPCTimeoutOrCancelledError(), RUNNING, 503, "run_unavailable"),
 ]

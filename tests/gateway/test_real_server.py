@@ -23,8 +23,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -44,10 +48,10 @@ from tests.helpers import (
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, MAX_BODY, REFUND_TASK, REFUND_TOOLS
 from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.delivery import TemporalDeliverer, decision_update_id
 from waitstate.gateway.tokens import ResumeTokens, approval_subject
 from waitstate.schemas import RunInput, RunResult, RunState
-from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
@@ -596,6 +600,47 @@ async def test_a_decision_while_the_worker_is_down_gets_503_and_its_retry_applie
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
     assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_in_flight_when_its_run_ends_gets_409_run_ended(rig: Rig) -> None:
+    # Temporal refuses an Update whose run ends while it waits with NOT_FOUND, as it refuses one
+    # for a run that never was; the gateway tells them apart by describing the run.
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        [notice] = await rig.notices(handle, 1)
+    # No worker: the decision's Update is taken in by Temporal, and waits for one.
+    link = notice["decision"]
+    decision = asyncio.create_task(rig.post(link["url"], APPROVE, link["authorization"]))
+    update_id = decision_update_id(notice["request_id"], DecisionBody.model_validate(APPROVE))
+    await eventually(lambda: _admitted(rig.client, handle.id, update_id), "the Update in flight")
+    await handle.terminate("the run ends with a decision in flight")
+    in_flight = await asyncio.wait_for(decision, RESULT_WITHIN)
+    description = await handle.describe()
+
+    assert description.status == WorkflowExecutionStatus.TERMINATED
+    assert_error(in_flight, 409, "run_ended")
+    assert rig.systems.refunds == []
+    assert await _accepted_updates(handle) == []
+
+
+async def _admitted(client: Client, workflow_id: str, update_id: str) -> bool:
+    """Whether Temporal has taken in the run's Update `update_id` (not yet accepted: no worker
+    has seen it)."""
+    stage = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id), update_id=update_id
+        ),
+        wait_policy=WaitPolicy(lifecycle_stage=stage),
+    )
+    try:
+        await client.workflow_service.poll_workflow_execution_update(
+            request, timeout=timedelta(seconds=1)
+        )
+    except RPCError:  # not taken in yet
+        return False
+    return True
 
 
 async def _send(

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from tests.gateway.replies import (
     TEMPORAL_REFUSALS,
@@ -31,8 +32,9 @@ from tests.gateway.replies import (
     through_temporal,
     update_failed,
 )
-from tests.helpers import assert_error
+from tests.helpers import assert_error, not_json
 from tests.rigs import MAX_BODY, Gateway
+from tests.upstream import pydantic_says
 from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
@@ -67,6 +69,7 @@ class Family:
     kind: str
     invalid_code: str
     deliveries: str
+    body: type[BaseModel]  # what a reply's body is read as
     outcome: type[BaseModel]
 
     def delivered(self, gw: Gateway) -> list[Any]:
@@ -86,6 +89,7 @@ DECISIONS = Family(
     kind="request",
     invalid_code="invalid_decision",
     deliveries="decisions",
+    body=DecisionBody,
     outcome=DecideOutcome,
 )
 QUESTION = "q_1"
@@ -99,6 +103,7 @@ ANSWERS = Family(
     kind="question",
     invalid_code="invalid_answer",
     deliveries="answers",
+    body=AnswerBody,
     outcome=AnswerOutcome,
 )
 
@@ -202,9 +207,17 @@ def refusals(family: Family, *own: Any) -> list[Any]:
         another=family.another,
         valid=valid,
         too_large=family.too_large,
+        model=family.body,
         invalid_code=family.invalid_code,
     )
     return cases(family, *every_route, *own)
+
+
+def invalid_field(family: Family, body: bytes, field: str, kind: str, *, id: str) -> Any:
+    """A `refused` case: a body the family's model refuses for `field` (pydantic's error
+    `kind`), answered with the family's invalid code, the field's path and pydantic's reason."""
+    says = f"{field}: {pydantic_says(family.body, body, kind)}"
+    return refused(Gateway.auth, body, 422, family.invalid_code, says, id=id)
 
 
 # Every refusal the gateway answers before the run is asked: checks cheapest first.
@@ -218,24 +231,18 @@ def refusals(family: Family, *own: Any) -> list[Any]:
                 b'{"decision": "approve",',
                 422,
                 "invalid_json",
-                "JSON",
+                not_json(DecisionBody, b'{"decision": "approve",'),
                 id="cut-short",
             ),
-            refused(
-                Gateway.auth,
+            invalid_field(
+                DECISIONS,
                 b'{"decision": "maybe"}',
-                422,
-                "invalid_decision",
-                "decision: Input should be 'approve' or 'reject'",
+                "decision",
+                "literal_error",
                 id="unknown-decision",
             ),
-            refused(
-                Gateway.auth,
-                b'{"reviewer": "ana"}',
-                422,
-                "invalid_decision",
-                "decision: Field required",
-                id="no-decision",
+            invalid_field(
+                DECISIONS, b'{"reviewer": "ana"}', "decision", "missing", id="no-decision"
             ),
             refused(
                 Gateway.auth,
@@ -265,21 +272,11 @@ def refusals(family: Family, *own: Any) -> list[Any]:
                 "token was issued for another question",
                 id="one-click-approval-token",
             ),
-            refused(
-                Gateway.auth,
-                b'{"action": "maybe"}',
-                422,
-                "invalid_answer",
-                "action: Input should be 'accept' or 'decline'",
-                id="unknown-action",
+            invalid_field(
+                ANSWERS, b'{"action": "maybe"}', "action", "literal_error", id="unknown-action"
             ),
-            refused(
-                Gateway.auth,
-                b'{"content": {"region": "EMEA"}}',
-                422,
-                "invalid_answer",
-                "action: Field required",
-                id="no-action",
+            invalid_field(
+                ANSWERS, b'{"content": {"region": "EMEA"}}', "action", "missing", id="no-action"
             ),
             refused(
                 Gateway.auth,
@@ -504,13 +501,22 @@ async def temporal_behind(family: Family) -> AsyncIterator[ThroughTemporal]:
         yield app
 
 
-def mapped(error: BaseException, status: int, code: str) -> Any:
-    """A case of `test_the_runs_refusals_are_mapped_to_http_answers`."""
-    return pytest.param(error, status, code, id=code)
+def mapped(
+    error: BaseException,
+    status: int,
+    code: str,
+    run: WorkflowExecutionStatus | None = WorkflowExecutionStatus.RUNNING,
+) -> Any:
+    """A case of `test_the_runs_refusals_are_mapped_to_http_answers`: the `error` an Update
+    fails with, the sender's answer, and the `run` as Temporal describes it (None: no such
+    run)."""
+    kind = error.status.name if isinstance(error, RPCError) else type(error).__name__
+    shown = "none" if run is None else run.name.lower()
+    return pytest.param(error, run, status, code, id=f"{code}-{kind}-{shown}")
 
 
 @pytest.mark.parametrize(
-    ("family", "error", "status", "code"),
+    ("family", "error", "run", "status", "code"),
     [
         *cases(
             DECISIONS,
@@ -527,7 +533,7 @@ def mapped(error: BaseException, status: int, code: str) -> Any:
             mapped(
                 update_failed(APPROVAL_DECIDED, "request already approved"), 409, "approval_decided"
             ),
-            *[mapped(*refusal) for refusal in TEMPORAL_REFUSALS],
+            *[mapped(error, *answer, run) for error, run, *answer in TEMPORAL_REFUSALS],
         ),
         *cases(
             ANSWERS,
@@ -552,7 +558,7 @@ def mapped(error: BaseException, status: int, code: str) -> Any:
                 422,
                 "invalid_answer",
             ),
-            *[mapped(*refusal) for refusal in TEMPORAL_REFUSALS],
+            *[mapped(error, *answer, run) for error, run, *answer in TEMPORAL_REFUSALS],
         ),
     ],
 )
@@ -560,11 +566,13 @@ async def test_the_runs_refusals_are_mapped_to_http_answers(
     temporal_behind: ThroughTemporal,
     family: Family,
     error: BaseException,
+    run: WorkflowExecutionStatus | None,
     status: int,
     code: str,
 ) -> None:
     http, handle = temporal_behind
     handle.script.append(error)
+    handle.run = run
 
     response = await http.post(family.url, json=family.valid)
 

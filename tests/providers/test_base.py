@@ -81,8 +81,8 @@ def test_provider_error_message_names_provider_and_status() -> None:
     assert str(ProviderError("anthropic", "overloaded", status=529)) == (
         "anthropic: HTTP 529: overloaded"
     )
-    assert str(ProviderError("openai", "Connection error.")) == (
-        "openai: no response: Connection error."
+    assert str(ProviderError("openai", "the SDK's words")) == (
+        "openai: no response: the SDK's words"
     )
 
 
@@ -99,15 +99,15 @@ def test_provider_message_is_one_bounded_line() -> None:
 
 
 def test_no_response_message_says_why_and_where_without_the_query() -> None:
-    cause = ConnectionRefusedError("All connection attempts failed")
+    cause = ConnectionRefusedError("the transport's reason")
 
     message = no_response_message(
-        "Connection error.", cause, "http://10.0.0.7:8000/v1/chat/completions?api-version=1"
+        "The SDK's words.", cause, "http://10.0.0.7:8000/v1/chat/completions?api-version=1"
     )
 
     assert message == (
-        "Connection error. All connection attempts failed (http://10.0.0.7:8000/v1/chat/completions)"
+        "The SDK's words. the transport's reason (http://10.0.0.7:8000/v1/chat/completions)"
     )
-    assert no_response_message("Request timed out.", None, "http://h/v1") == (
-        "Request timed out. (http://h/v1)"
+    assert no_response_message("The SDK's words.", None, "http://h/v1") == (
+        "The SDK's words. (http://h/v1)"
     )

@@ -5,11 +5,18 @@ succeed, and keeps the provider's retry hint."""
 
 from __future__ import annotations
 
+import anthropic
+import openai
 import pytest
 
 from tests.providers.adapters import HELLO, SDK_PROVIDERS, connected
 from waitstate.providers.base import MESSAGE_CHARS, Provider, ProviderError
 from waitstate.testing.wire_server import WireServer, delayed, error
+
+# The SDKs' own errors for a call that got no answer (`ProviderError`'s cause), by kind: the
+# connection failed, or the answer did not come in time (a kind of the first).
+CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
+TIMEOUTS = (openai.APITimeoutError, anthropic.APITimeoutError)
 
 
 async def _failure(provider: Provider) -> ProviderError:
@@ -90,10 +97,13 @@ async def test_an_unreachable_server_is_retryable_and_named(closed_port: int, na
         failure = await _failure(provider)
 
     assert (failure.status, failure.retryable, failure.retry_after) == (None, True, None)
-    assert str(failure).startswith(f"{name}: no response: Connection error. ")
-    # The transport's reason and the address tried, which the SDK's message leaves out.
-    assert "All connection attempts failed" in str(failure)
-    assert f"({root}/v1/" in str(failure)
+    sdk = failure.__cause__
+    assert isinstance(sdk, CONNECTION_ERRORS) and not isinstance(sdk, TIMEOUTS)
+    # The SDK's message (its words), then the transport's reason and the address tried, which
+    # the SDK's message may leave out.
+    reason = str(sdk.__cause__).strip()
+    assert reason
+    assert str(failure).startswith(f"{name}: no response: {sdk.message} {reason} ({root}/v1/")
 
 
 @pytest.mark.parametrize("name", SDK_PROVIDERS)
@@ -106,7 +116,9 @@ async def test_a_server_that_does_not_answer_in_time_is_retryable(
         failure = await _failure(provider)
 
     assert (failure.status, failure.retryable) == (None, True)
-    # Each SDK words it its own way ("Request timed out." / "Request timed out or interrupted.").
-    assert str(failure).startswith(f"{name}: no response: Request timed out")
+    # The SDK's timeout, in its words, and the address tried.
+    sdk = failure.__cause__
+    assert isinstance(sdk, TIMEOUTS)
+    assert str(failure).startswith(f"{name}: no response: {sdk.message} ")
     assert f"({wire.url}/v1/" in str(failure)
     assert len(wire.requests) == 1

@@ -102,7 +102,7 @@ async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
 @pytest.mark.parametrize(
     ("fault", "said"),
     [
-        (broken_off(6, responses_text(SUNNY)), "Connection error."),
+        (broken_off(6, responses_text(SUNNY)), "Connection lost."),
         (error_event(6, 500, "boom", responses_text(SUNNY)), "boom"),
     ],
     ids=["broken-off", "error-event"],

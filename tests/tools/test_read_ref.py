@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.upstream import pydantic_error
 from waitstate.blobs import REF_PREFIX, LocalBlobStore, shrink
 from waitstate.schemas import ToolCall, ToolResult
+from waitstate.schemas.builtin import ReadRefArgs
 from waitstate.tools.read_ref import read_ref_tool
 from waitstate.tools.spec import ToolRegistry
 
@@ -139,21 +141,30 @@ async def test_offset_past_the_end(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "problem"),
+    ("arguments", "field", "kind", "bound"),
     [
-        ({"offset": -1}, "offset: Input should be greater than or equal to 0"),
-        ({"length": 0}, "length: Input should be greater than or equal to 1"),
-        ({"length": 65_537}, "length: Input should be less than or equal to 65536"),
-        ({"ref": None}, "ref: Input should be a valid string"),
+        ({"offset": -1}, "offset", "greater_than_equal", {"ge": 0}),
+        ({"length": 0}, "length", "greater_than_equal", {"ge": 1}),
+        ({"length": 65_537}, "length", "less_than_equal", {"le": 65_536}),
+        ({"ref": None}, "ref", "string_type", None),
     ],
 )
 async def test_arguments_out_of_range(
-    registry: ToolRegistry, arguments: dict[str, Any], problem: str
+    registry: ToolRegistry,
+    arguments: dict[str, Any],
+    field: str,
+    kind: str,
+    bound: dict[str, int] | None,
 ) -> None:
-    result = await read(registry, **{"ref": UNKNOWN, **arguments})
+    called = {"ref": UNKNOWN, **arguments}
 
+    result = await read(registry, **called)
+
+    # The bounds are ours; the sentence that states them is pydantic's.
+    error = pydantic_error(ReadRefArgs, called, kind)
+    assert error.get("ctx") == bound
     assert result.is_error is True
-    assert result.content == f"invalid arguments for read_ref: {problem}"
+    assert result.content == f"invalid arguments for read_ref: {field}: {error['msg']}"
 
 
 def test_the_model_reads_a_description_of_every_argument(store: LocalBlobStore) -> None:

@@ -8,10 +8,16 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import cast
 
 import httpx
 import pytest
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.common.v1 import ActivityType
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, ServerFailureInfo
+from temporalio.api.workflow.v1 import PendingActivityInfo
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionResponse
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.basic import demo_tools
@@ -33,8 +39,10 @@ from waitstate.client import (
     WaitstateClient,
     fleet_report,
 )
+from waitstate.client._events import retries_of
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
+from waitstate.schemas.run import CALL_MODEL
 from waitstate.settings import Settings
 
 ASK = RunInput(task="publish the report", model="scripted:ask-first", tools=["request_approval"])
@@ -314,3 +322,30 @@ def test_an_empty_fleet_has_no_wait_and_no_failure() -> None:
 
     assert (report.running_by_status, report.waiting_for) == ({}, {})
     assert (report.oldest_wait, report.overdue, report.recent_failures) == (None, [], [])
+
+
+def test_a_retried_calls_failure_that_temporal_cut_down_is_read_from_what_it_kept() -> None:
+    kept = Failure(
+        message="openai: HTTP 500: the start of a long page",
+        application_failure_info=ApplicationFailureInfo(type="ProviderError"),
+    )
+    # Temporal's own failure in place of one past its size limit (its words are its own).
+    cut = Failure(
+        message="the server's words",
+        server_failure_info=ServerFailureInfo(non_retryable=True),
+        cause=kept,
+    )
+    pending = [
+        PendingActivityInfo(activity_type=ActivityType(name=CALL_MODEL), attempt=3, last_failure=f)
+        for f in (cut, kept)
+    ]
+    raw = DescribeWorkflowExecutionResponse(pending_activities=pending)
+    description = cast(WorkflowExecutionDescription, SimpleNamespace(raw_description=raw))
+
+    retries = retries_of(description)
+
+    assert [retry.last_error for retry in retries] == [
+        f"{kept.message} (truncated by Temporal: over its failure size limit)",
+        kept.message,
+    ]
+    assert [retry.error_type for retry in retries] == ["server", "ProviderError"]

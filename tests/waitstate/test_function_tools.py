@@ -11,6 +11,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from tests.upstream import pydantic_says
 from waitstate import RunContext, ToolError, ToolSpec, tool
 from waitstate.schemas import ToolCall
 from waitstate.tools.spec import ToolRegistry
@@ -281,15 +282,15 @@ def test_requires_approval_predicate_sees_the_validated_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "expected"),
+    ("arguments", "field", "kind"),
     [
-        ({"a": 1}, "invalid arguments for add: b: Field required"),
-        ({"a": 1, "b": "two"}, "invalid arguments for add: b: Input should be a valid integer"),
-        ({"a": 1, "b": 2, "c": 3}, "invalid arguments for add: c: Extra inputs are not permitted"),
+        ({"a": 1}, "b", "missing"),
+        ({"a": 1, "b": "two"}, "b", "int_parsing"),
+        ({"a": 1, "b": 2, "c": 3}, "c", "extra_forbidden"),
     ],
 )
 async def test_wrong_arguments_come_back_as_an_error_naming_the_field(
-    arguments: dict[str, Any], expected: str
+    arguments: dict[str, Any], field: str, kind: str
 ) -> None:
     ran: list[tuple[int, int]] = []
 
@@ -301,9 +302,12 @@ async def test_wrong_arguments_come_back_as_an_error_naming_the_field(
 
     result = await ToolRegistry([recording_add]).run(call("add", arguments), context())
 
+    # The field is ours to name; why, pydantic's to say (of the model `tool` built, which must
+    # refuse the arguments as `kind`: an unknown argument included).
+    why = pydantic_says(recording_add.args, arguments, kind)
     assert result.is_error is True
     assert (result.tool_call_id, result.name) == ("call_1", "add")
-    assert result.content.startswith(expected)
+    assert result.content == f"invalid arguments for add: {field}: {why}"
     assert ran == []
 
 

@@ -162,6 +162,7 @@ async def test_a_crafted_answer_is_refused_at_once_and_the_worker_keeps_serving(
 
     error = refused.json()["error"]
     assert error["code"] == "invalid_answer"
+    # Our words (the pattern is matched by our RE2: `elicitation._pattern`), not jsonschema's.
     assert "name: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!' does not match '^(a+)+$'" in error["message"]
     assert cli_done.code == 1, cli_done.stdout
     assert "does not match '^(a+)+$'" in cli_done.stderr

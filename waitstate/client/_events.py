@@ -87,9 +87,6 @@ _EXPIRY = re.compile(r"(approval|question) (\S{1,150}) expires")
 # Activities whose retries a reader should see as they happen (a poll's retries are its
 # schedule, not a failure): they are not in history, only in the run's pending activities.
 RETRIED_CALLS = {run_names.CALL_MODEL: "model call", run_names.CALL_TOOL: "tool call"}
-# Temporal replaces a retrying activity's last failure past 4 KB with this, keeping the start
-# of the original as its cause.
-FAILURE_TOO_LARGE = "Failure exceeds size limit."
 
 # An activity's type -> what its events are called.
 _ACTIVITY_KINDS = {
@@ -421,7 +418,9 @@ def retries_of(description: WorkflowExecutionDescription) -> list[Retry]:
 
 
 def _failure_message(failure: Failure) -> str:
-    if failure.message == FAILURE_TOO_LARGE and failure.HasField("cause"):
+    if failure.HasField("server_failure_info") and failure.HasField("cause"):
+        # Temporal's own failure in place of the activity's past 4 KB, keeping the start of the
+        # original as its cause (an activity's own failures are never the server's).
         return f"{failure.cause.message} (truncated by Temporal: over its failure size limit)"
     return failure.message
 

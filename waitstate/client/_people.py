@@ -242,8 +242,8 @@ class PeopleCalls(ClientBase):
         )
         return result
 
-    @staticmethod
     async def _update(
+        self,
         run_id: str,
         update: Awaitable[_Result],
         *,
@@ -264,11 +264,12 @@ class PeopleCalls(ClientBase):
         except RPCError as err:
             if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                 raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
-            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
-                raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
-            if rpc_refusal(err).code == "run_ended":
+            refusal = await rpc_refusal(err, self.handle(run_id))
+            if refusal.code == "run_ended":
                 raise RunEnded(run_id) from err
-            raise RunNotFound(run_id) from err
+            if refusal.code == "unknown_run":
+                raise RunNotFound(run_id) from err
+            raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
             seconds = f"no answer within {answer_within.total_seconds():g} s"
             raise NotAnswered(run_id, seconds) from err

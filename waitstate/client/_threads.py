@@ -9,9 +9,11 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import (
     WithStartWorkflowOperation,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -33,7 +35,7 @@ from waitstate.client._errors import (
     first_line,
 )
 from waitstate.client._events import growth
-from waitstate.gateway.delivery import rpc_refusal
+from waitstate.gateway.delivery import DESCRIBE_TIMEOUT, rpc_refusal
 from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE, THREAD_ID
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.threads import MessageAccepted, SendMessage, ThreadMessage, ThreadSettings
@@ -55,14 +57,24 @@ BUSY_RETRY = (0.05, 2.0)
 DONE = frozenset({"replied", "interrupted", "max_turns", "failed"})
 
 
-def _again(err: RPCError) -> bool:
+async def _again(err: RPCError, thread: WorkflowHandle[Any, Any]) -> bool:
     """Whether Temporal refused an Update for now, with nothing recorded: the run's Updates in
-    flight are at their cap (RESOURCE_EXHAUSTED), or the run continued as new while this one
-    was in flight ("aborted", UNAVAILABLE). The SDK retries both, for a while; under load, past
-    its retries, the send goes on trying."""
+    flight are at their cap (RESOURCE_EXHAUSTED), or Temporal aborted it (UNAVAILABLE: the run
+    continued as new while this one was in flight). The SDK retries both, for a while; under
+    load, past its retries, the send goes on trying.
+
+    UNAVAILABLE is also the answer of a Temporal that cannot be reached, and only its message,
+    in Temporal's words, tells the two apart: a Temporal that describes the thread was reached.
+    """
     if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
         return True
-    return err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in err.message
+    if err.status != RPCStatusCode.UNAVAILABLE:
+        return False
+    try:
+        await thread.describe(rpc_timeout=DESCRIBE_TIMEOUT)
+    except RPCError:
+        return False
+    return True
 
 
 class ThreadClosed(ClientError):
@@ -179,7 +191,8 @@ class ThreadCalls(ClientBase):
                 code = cause.type if isinstance(cause, ApplicationError) else None
                 raise MessageRefused(thread_id, first_line(cause), code) from err
             except RPCError as err:
-                if _again(err):
+                thread = self._client.get_workflow_handle(thread_id)
+                if await _again(err, thread):
                     # Nothing was recorded: the run had its cap of Updates in flight (it is
                     # taking other messages), or continued as new with this one in flight.
                     wait = pause * random.uniform(0.5, 1.0)
@@ -191,16 +204,20 @@ class ThreadCalls(ClientBase):
                     continue
                 if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
-                if plain and rpc_refusal(err).code in ("unknown_run", "run_ended"):
+                refusal = await rpc_refusal(err, thread)
+                if plain and refusal.code in ("unknown_run", "run_ended", "run_unavailable"):
+                    # Not started, ended, or continued as new under the Update: Update-with-Start
+                    # starts it, says it ended, or reaches the next run.
                     plain = False
                     continue
                 # The update met the run as it continued as new: the next run takes it.
-                if rpc_refusal(err).code == "run_ended":
+                if refusal.code in ("run_ended", "run_unavailable"):
                     ended += 1
-                    if ended >= SEND_ATTEMPTS:
+                    if ended < SEND_ATTEMPTS:
+                        await asyncio.sleep(SEND_RETRY)
+                        continue
+                    if refusal.code == "run_ended":
                         raise ThreadClosed(thread_id) from err
-                    await asyncio.sleep(SEND_RETRY)
-                    continue
                 raise TemporalFailed("Temporal refused the message", first_line(err)) from err
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
                 seconds = f"no answer within {answer_within.total_seconds():g} s"

@@ -9,12 +9,14 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from uuid import uuid4
 
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -52,6 +54,9 @@ DELIVERY_TIMEOUT = timedelta(seconds=20)
 # (with the run's worker up, confirmation takes milliseconds).
 NOT_READY_PATIENCE = timedelta(seconds=5)
 NOT_READY_RETRY = timedelta(milliseconds=200)
+# How long the run's description may take, asked for when Temporal refused an Update without
+# saying why in anything but words (see `rpc_refusal`).
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
 
 _Outcome = TypeVar("_Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 
@@ -196,6 +201,9 @@ class TemporalDeliverer:
     def __init__(self, client: Client, *, timeout: timedelta = DELIVERY_TIMEOUT) -> None:
         self._client = client
         self._timeout = timeout
+        # Whether Temporal has answered a call of this deliverer's yet: until then, a client
+        # connected lazily may fail a call for having no connection (see `_refusals`).
+        self._reached = False
 
     @property
     def client(self) -> Client:
@@ -323,22 +331,26 @@ class TemporalDeliverer:
         """The outcome of the Update `update` of the run `claims` names, with `arg` and Update
         id `id`, bounded by the timeout; its failures raised as `DeliveryRefused`."""
         handle = self._client.get_workflow_handle(claims.workflow_id)
-        async with self._refusals():
+        async with self._refusals(handle):
             outcome: _Outcome = await handle.execute_update(
                 update, arg, id=id, result_type=result_type
             )
         return outcome
 
     @contextlib.asynccontextmanager
-    async def _refusals(self) -> AsyncIterator[None]:
-        """Bound an Update call by the timeout, and turn its failures into `DeliveryRefused`."""
+    async def _refusals(self, handle: WorkflowHandle[Any, Any]) -> AsyncIterator[None]:
+        """Bound an Update call to the run `handle` names by the timeout, and turn its failures
+        into `DeliveryRefused`."""
         try:
             async with asyncio.timeout(self._timeout.total_seconds()):
                 yield
+            self._reached = True
         except WorkflowUpdateFailedError as err:
+            self._reached = True
             raise _rejected(err.cause) from err
         except RPCError as err:
-            raise rpc_refusal(err) from err
+            self._reached = True
+            raise await rpc_refusal(err, handle) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
             raise DeliveryRefused(
                 503, "the run did not answer in time; retry later", code="run_unavailable"
@@ -348,12 +360,12 @@ class TemporalDeliverer:
                 503, f"could not deliver: {err}", code="temporal_unavailable"
             ) from err
         except RuntimeError as err:
-            # A lazy client that has not reached Temporal yet fails its first call this way.
-            if "client connect" not in str(err).lower():
+            # A client connected lazily connects on its first call, and fails it with a bare
+            # RuntimeError when Temporal cannot be reached; once Temporal has answered, a
+            # RuntimeError is not that.
+            if self._reached or not self._client.service_client.config.lazy:
                 raise
-            raise DeliveryRefused(
-                503, "Temporal is unavailable; retry later", code="temporal_unavailable"
-            ) from err
+            raise _unavailable() from err
 
 
 def _copy_refused(what: str) -> DeliveryRefused:
@@ -371,17 +383,31 @@ def _rejected(cause: BaseException) -> DeliveryRefused:
     return DeliveryRefused(409, message or "the run refused the update", code="refused")
 
 
-def rpc_refusal(err: RPCError) -> DeliveryRefused:
-    """What an RPC failure of an Update means to its sender: the run ended (409), no such run
-    (404), or Temporal is unavailable (503)."""
-    ended = err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
-    # "already completed": the run had ended when the Update arrived. "aborted by closing
-    # workflow": it ended while the Update was in flight (e.g. a second decision racing the
-    # first, which let the run finish). Both NOT_FOUND, and neither means an unknown run.
-    message = err.message.lower()
-    if ended and ("already completed" in message or "aborted by closing workflow" in message):
+async def rpc_refusal(err: RPCError, handle: WorkflowHandle[Any, Any]) -> DeliveryRefused:
+    """What an RPC failure of an Update to the run `handle` names means to its sender: the run
+    has ended (409), there is no such run (404), the run did not take it for now, or Temporal is
+    unavailable (503).
+
+    Temporal refuses an Update with NOT_FOUND (or FAILED_PRECONDITION) alike when the run had
+    ended before it arrived, when the run ended while it was in flight (a second decision racing
+    the first, which let the run finish), and when no such run exists; only its message, in
+    words that are Temporal's to change, tells them apart. So the run is described instead.
+    """
+    if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+        # Unreachable server, overload, auth to Temporal...: the caller should try again later.
+        return _unavailable()
+    try:
+        description = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
+    except RPCError as described:
+        if described.status == RPCStatusCode.NOT_FOUND:
+            return DeliveryRefused(404, "unknown run", code="unknown_run")
+        return _unavailable()
+    if description.status not in (None, WorkflowExecutionStatus.RUNNING):
         return DeliveryRefused(409, "the run has ended", code="run_ended")
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return DeliveryRefused(404, "unknown run", code="unknown_run")
-    # Unreachable server, overload, auth to Temporal...: the caller should try again later.
+    # Open (the Update met the run as it continued as new, and the next run did not get it):
+    # sent again, it reaches the run.
+    return DeliveryRefused(503, "the run did not take it; retry later", code="run_unavailable")
+
+
+def _unavailable() -> DeliveryRefused:
     return DeliveryRefused(503, "Temporal is unavailable; retry later", code="temporal_unavailable")

@@ -29,7 +29,7 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import Usage as AnthropicUsage
 
 from waitstate.providers.base import ModelRequest, kept_within
-from waitstate.providers.sdk import SdkProvider
+from waitstate.providers.sdk import CONNECTION_LOST, SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.messages import ProviderItems
 
@@ -118,8 +118,11 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             try:
                 streamed = await _from_anthropic_stream(stream, request.on_text)
             except httpx2.TransportError as err:
-                # The SDK leaves a connection lost while the events come untranslated.
-                raise self._no_response("Connection lost.", err, url) from err
+                # Older SDKs leave a connection lost while the events come untranslated.
+                raise self._no_response(CONNECTION_LOST, err, url) from err
+            except anthropic.APIConnectionError as err:
+                # Newer ones raise their own error for it, the transport's as its cause.
+                raise self._no_response(CONNECTION_LOST, err.__cause__, url) from err
             except anthropic.APIError as err:
                 # An error event in the middle of the stream (`overloaded_error`, say): the SDK
                 # raises it with the stream's own status, 200, which says nothing of whether

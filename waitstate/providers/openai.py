@@ -18,7 +18,7 @@ from openai.types.chat import (
 )
 
 from waitstate.providers.base import ModelRequest
-from waitstate.providers.sdk import SdkProvider
+from waitstate.providers.sdk import CONNECTION_LOST, SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 
 
@@ -77,7 +77,11 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
                 return await _from_openai_stream(stream, request.on_text)
             except httpx.TransportError as err:
                 # The SDK leaves a connection lost while the chunks come untranslated.
-                raise self._no_response("Connection lost.", err, stream.response.url) from err
+                raise self._no_response(CONNECTION_LOST, err, stream.response.url) from err
+            except openai.APIConnectionError as err:
+                # Or, in versions that translate it, raises its own, the transport's as its cause.
+                url = stream.response.url
+                raise self._no_response(CONNECTION_LOST, err.__cause__, url) from err
         except openai.APIStatusError as err:
             message = _server_message(err)
             raise self._status_error(message, err.status_code, err.response.headers) from err

@@ -37,7 +37,7 @@ from waitstate.providers.base import (
     UnknownModelError,
     kept_within,
 )
-from waitstate.providers.sdk import SdkProvider
+from waitstate.providers.sdk import CONNECTION_LOST, SdkProvider
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.messages import ProviderItems
 
@@ -187,8 +187,10 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             url = stream.response.url
             try:
                 streamed = await _from_stream(stream, request.on_text)
-            except openai.APIConnectionError:
-                raise  # a lost connection: mapped below, as an unstreamed call's
+            except openai.APIConnectionError as err:
+                # The SDK's own error for a connection lost part way, the transport's as its
+                # cause; said as the other adapters say it.
+                raise self._no_response(CONNECTION_LOST, err.__cause__, url) from err
             except openai.APIError as err:
                 # A chunk of the stream that is an error: the stream's status, 200, says
                 # nothing of whether another attempt could succeed; as for a lost connection,

@@ -16,6 +16,11 @@ from waitstate.providers.base import (
     retry_after_seconds,
 )
 
+# What a call whose stream broke off part way got: said in our words, with the transport's reason,
+# whether the SDK raised the transport's error as it was or wrapped it in its own (whose wording
+# changes between its versions).
+CONNECTION_LOST = "Connection lost."
+
 
 class _Closable(Protocol):
     async def close(self) -> None: ...

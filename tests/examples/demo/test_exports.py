@@ -10,6 +10,7 @@ import pytest
 
 from examples.demo.exports import ExportArgs, ExportService, export_tool
 from examples.demo.services import ServiceError
+from examples.systems.exports import ExportRequest
 from tests.examples.systems_helpers import (
     Receiver,
     assert_long_tool,
@@ -21,6 +22,7 @@ from tests.examples.systems_helpers import (
     systems_app_fixture,
     until_finished,
 )
+from tests.upstream import pydantic_says
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.tools.spec import ToolError
 
@@ -90,10 +92,13 @@ async def test_a_refused_start_is_a_tool_error_with_the_service_reason(
     with pytest.raises(ToolError) as reused_key:
         await service.start(ExportArgs(dataset="refunds", period="2025-Q3"), context("k-2"))
 
-    assert str(bad_period.value) == (
-        "export service: period: Value error, period must be a quarter like '2025-Q3' "
-        "or a month like '2025-07'"
+    # The service names the field and passes its model's reason on (its validator's words, in
+    # pydantic's frame).
+    reason = pydantic_says(
+        ExportRequest, {"dataset": "transactions", "period": "Q3"}, "value_error"
     )
+    assert "period must be a quarter like '2025-Q3' or a month like '2025-07'" in reason
+    assert str(bad_period.value) == f"export service: period: {reason}"
     assert "'k-2' was already used for a different request" in str(reused_key.value)
     assert (await stats(client))["keys"]["k-2"]["jobs_created"] == 1
 
