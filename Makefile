@@ -17,6 +17,9 @@ APPROVE_AFTER ?= 5
 UV_VERSION := 0.13.9
 UV         := .venv-uv/bin/uv
 export UV_PYTHON_DOWNLOADS := never
+# The machine's certificate store (a proxy's or a company's root CA is there), as pip uses it,
+# rather than uv's own bundle.
+export UV_SYSTEM_CERTS := 1
 
 $(UV):
 	@echo "installing uv $(UV_VERSION) (from PyPI) into .venv-uv"

@@ -1,6 +1,6 @@
 """The README's commands, pasted as written into a new shell after `make demo`: each shell block
-in a `bash` of its own, from the checkout, with nothing of this test's environment but a home
-directory of its own and where the services listen (its own ports and state directory, as a
+in a `bash` of its own, from the checkout, with the machine's environment but none of this
+test's, a home directory of its own, and where the services listen (its own ports and state directory, as a
 user's second copy would have). The file the README shows is written where it says. `make test`
 itself is the one command not run: it is what runs this test."""
 
@@ -19,8 +19,12 @@ from tests.rigs import Services
 from tests.tiers import SUBPROCESS, TEMPORAL, needs
 
 NOT_RUN = {"make test": "it runs this test"}
-# What a new shell has before the README's commands: no virtualenv, no variable of ours.
-SHELL_VARIABLES = ("HOME", "LANG", "LC_ALL", "TERM", "USER", "TMPDIR")
+# What a new shell does not have: a virtualenv, a variable of ours or of the SDKs ours read, and
+# what pytest set in this process. The machine's own (certificates, locale, proxies) it keeps.
+NOT_IN_A_NEW_SHELL = (
+    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTEST_", "WAITSTATE_", "TEMPORAL_", "GATEWAY_",
+    "DEMO_", "APPROVALS_", "OPENAI_", "ANTHROPIC_", "OTEL_", "AWS_",
+)  # fmt: skip
 BLOCK_TIMEOUT = 300
 
 
@@ -47,7 +51,7 @@ class Shell:
             if not Path(part, "activate").exists()  # no virtualenv's bin/
         )
         ours = ("TEMPORAL_", "WAITSTATE_STATE_DIR", "GATEWAY_PORT", "DEMO_", "WAITSTATE_WORKER_")
-        self.env = {k: v for k, v in os.environ.items() if k in SHELL_VARIABLES}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_IN_A_NEW_SHELL)}
         self.env.update({k: v for k, v in services.env.items() if k.startswith(ours)})
         self.env.update(PATH=path, HOME=str(home))
 

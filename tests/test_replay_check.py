@@ -127,6 +127,12 @@ async def test_the_default_lists_open_runs_and_runs_closed_within_the_window(
     open_run = await start_run(client, idle, TASK)
     ours = f'(TaskQueue = "{task_queue}" OR TaskQueue = "{idle}")'
     await _listed(client, f'TaskQueue = "{task_queue}"', 1)
+
+    async def both_listed() -> bool:
+        return (await client.count_workflows(ours)).count == 2
+
+    # Visibility lists a run some time after it starts: both, before the queries that count.
+    await eventually(both_listed, "the open run listed beside the closed one")
     try:
         now = await _ids(client, f"{default_query(timedelta(days=7))} AND {ours}")
         week_on = datetime.now(UTC) + timedelta(days=8)

@@ -87,7 +87,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     # A run's steps reach a reader of its stream, and a polling watch, after they ended; the
     # gateway handed its readers' events out.
     stream = rows["step → reader p50: stream (ours) vs polling watch (floor)"]
-    assert float(stream[2]) > 0 and float(stream[3]) > 0, stream
+    assert float(stream[2].replace(",", "")) > 0 and float(stream[3].replace(",", "")) > 0, stream
     assert float(rows["gateway CPU per event handed to a reader"][2].replace(",", "")) > 0
     # A run awaiting an MCP task went on after the task ended, notified and polled alike.
     woke = rows["wake after an MCP task ends, notified (floor: polling every 2 s)"]
