@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -75,3 +76,32 @@ def reports_url() -> Iterator[str]:
     port = free_port()
     with python_server(["-m", "tests.mcp.reports_server", str(port)], port):
         yield f"http://127.0.0.1:{port}/mcp"
+
+
+# --- order: the longest modules first ------------------------------------------------------------
+
+# The modules that take a minute or more (seconds summed over their tests, measured with
+# `--durations=0` on one core). `make test` hands modules to its workers in collection order
+# (pytest-xdist, `--dist loadfile`): these go first, so that none starts last while the other
+# workers sit idle.
+LONGEST_FIRST = (
+    "tests/chaos/test_chaos_suite.py",  # 347 s
+    "tests/workflows/test_cold_order.py",  # 204 s
+    "tests/mcp/test_mcp_rounds.py",  # 122 s
+    "tests/test_starter.py",  # 85 s
+    "tests/bench/test_bench_smoke.py",  # 78 s
+    "tests/workflows/test_thread_long.py",  # 75 s
+    "tests/workflows/test_worker_crash.py",  # 66 s
+    "tests/workflows/test_exactly_once.py",  # 54 s
+    "tests/test_e2e.py",  # 54 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent.parent
+
+    def rank(item: pytest.Item) -> int:
+        where = item.path.relative_to(root).as_posix() if root in item.path.parents else ""
+        return LONGEST_FIRST.index(where) if where in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
