@@ -5,6 +5,7 @@ the `conftest.py` beside the tests that use them; test modules import the types 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
@@ -35,20 +37,26 @@ from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
-from examples.systems import DemoSystems, serving
+from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, make_worker, process_env, start_run
+from tests.helpers import TEST_BLOBS, eventually, make_worker, process_env, start_run
 from waitstate.apps import Apps
+from waitstate.client import RunEvents, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
+from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.streams import EventDesk
+from waitstate.gateway.threads import ThreadDesk
 from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
-from waitstate.schemas import RunInput, RunResult
+from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
 from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMode
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
+from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,23 +151,48 @@ async def demo_systems(
         yield Systems(url, http, app.state.systems)
 
 
+# The operator key the gateways of these stacks accept (id `ops`): it reads any run's events,
+# hands out view links and starts threads.
+OPERATOR = "operator-key-0123456789abcdef0123456789"
+
+
 @dataclass
 class Stack:
-    """The real dev server, gateway and demo systems over HTTP, and the worker's settings to
-    reach them: what a long tool's run needs end to end."""
+    """The real dev server's client, the gateway app over a real `TemporalDeliverer` served over
+    HTTP (with the desks `serving_stack` was asked for), the demo systems, the resume-token keys
+    of both, and the worker's settings to reach them: what a run needs end to end.
+
+    `http` has the gateway's URL as its base (a path is the gateway's; a full URL goes where it
+    says). `within` bounds each wait of the stack's and each of `http`'s calls: it only turns a
+    hang into a failure.
+    """
 
     client: Client
+    task_queue: str
     http: httpx.AsyncClient
-    systems_url: str
+    gateway: FastAPI
     gateway_url: str
+    systems: DemoSystems
+    systems_url: str
     tokens: ResumeTokens
     settings: Settings
-    task_queue: str
+    within: float
+    waitstate: WaitstateClient
+    _event_desk: EventDesk | None = None
+
+    @property
+    def event_desk(self) -> EventDesk:
+        """The gateway's event desk (served with `events=True`)."""
+        assert self._event_desk is not None, "the stack was served without events=True"
+        return self._event_desk
+
+    # --- the worker and its runs
 
     def tools(
         self, *, export_timeout: timedelta = timedelta(hours=1), mode: ResultMode = "await"
     ) -> list[ToolSpec]:
-        """The demo's tools, the export and the pipeline (polled every half second) included."""
+        """The demo's tools over the stack's systems: the export, the pipeline (polled every
+        half second), the compliance tools and the refunds included."""
         return [
             *demo_tools(),
             export_tool(
@@ -170,32 +203,42 @@ class Stack:
                 poll_interval=timedelta(seconds=0.5),
             ),
             *compliance_tools(self.http, self.systems_url),
+            *refund_tools(self.http, self.systems_url),
         ]
 
     def worker(
         self,
         *,
         tools: Sequence[ToolSpec] | None = None,
-        settings: Settings | None = None,
         apps: Apps | None = None,
+        signing_key: str | None = None,
+        **settings: Any,
     ) -> AbstractAsyncContextManager[Worker]:
-        """The production worker wiring on the test's task queue (`tools()`, the stack's
-        settings and no apps, unless given)."""
+        """The production worker wiring on the test's task queue: `tools()` (or `tools`), with
+        `apps`' tools and scripts besides, signing tokens with the stack's key (or
+        `signing_key`, one of its keys), its settings overridden by `settings`."""
+        tokens = self.tokens
+        if signing_key is not None:
+            tokens = ResumeTokens(self.settings.token_keys, signing_key)
+            settings["token_signing_key"] = signing_key
         return make_worker(
             self.client,
             self.task_queue,
             tools=self.tools() if tools is None else tools,
-            tokens=self.tokens,
-            settings=settings or self.settings,
+            tokens=tokens,
+            settings=dataclasses.replace(self.settings, **settings),
             apps=apps,
         )
 
     async def start(
         self, task: str, tools: Sequence[str], **fields: Any
     ) -> WorkflowHandle[Any, RunResult]:
+        """Start a run of `task` with `tools` (and the run input's other `fields`)."""
         return await start_run(
             self.client, self.task_queue, RunInput(task=task, tools=list(tools), **fields)
         )
+
+    # --- what the demo systems saw
 
     async def stats(self) -> dict[str, Any]:
         """What the demo systems saw (`GET /_test/stats`)."""
@@ -205,6 +248,101 @@ class Stack:
         """Set the demo systems' faults (`POST /_test/faults`)."""
         (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
 
+    async def outbox(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        """The notices of the run the systems' outbox holds so far, oldest first (those of
+        `kind` only, `approval` or `question`, when given)."""
+        bodies = [e.body for e in self.systems.outbox if e.body["workflow_id"] == run_id]
+        return [b for b in bodies if kind is None or b.get("kind", "approval") == kind]
+
+    async def notice(self, run_id: str, kind: str | None = None) -> dict[str, Any]:
+        """The run's first notice (of `kind`), once the outbox has it."""
+
+        async def posted() -> dict[str, Any] | None:
+            return next(iter(await self.outbox(run_id, kind)), None)
+
+        return await eventually(posted, f"the {kind or 'first'} notice of {run_id}", self.within)
+
+    async def notices(self, handle: WorkflowHandle[Any, Any], count: int) -> list[dict[str, Any]]:
+        """The run's `count` approval notices in the outbox, once its requests' links are
+        confirmed by the run (their nonce hash recorded)."""
+
+        async def posted() -> list[dict[str, Any]]:
+            requests = (await _state(handle)).approvals.values()
+            if len([r for r in requests if r.nonce_hash]) < count:
+                return []
+            bodies = await self.outbox(handle.id)
+            return bodies if len(bodies) == count else []
+
+        return await eventually(posted, f"{count} approval notices of {handle.id}", self.within)
+
+    async def job(self, run_id: str) -> JobRecord:
+        """The run's first job at the systems, once it was handed its callback."""
+
+        async def handed() -> JobRecord | None:
+            jobs = [j for j in self.systems.jobs.values() if j.key.startswith(f"{run_id}/")]
+            return jobs[0] if jobs and jobs[0].callback_url else None
+
+        return await eventually(handed, f"the job of {run_id}", self.within)
+
+    async def jobs(self, handle: WorkflowHandle[Any, Any], count: int) -> list[JobRecord]:
+        """The run's `count` export jobs once they exist, and its operations are waiting:
+        what the export service holds (its callback URL and token) for each, by period."""
+
+        async def started() -> list[JobRecord]:
+            state = await _state(handle)
+            mine = [j for j in self.systems.jobs.values() if j.key.startswith(f"{handle.id}/")]
+            running = [op for op in state.operations.values() if op.status == "running"]
+            return mine if len(mine) == len(running) == count else []
+
+        jobs = await eventually(started, f"{count} export jobs of {handle.id}", self.within)
+        return sorted(jobs, key=lambda job: job.arguments["period"])
+
+    # --- the gateway, as people and systems use it
+
+    async def post(self, url: str, body: Any, authorization: str | None = None) -> httpx.Response:
+        """POST `body` as JSON to `url`, with that `Authorization` header (if any)."""
+        headers = {"Authorization": authorization} if authorization else {}
+        return await self.http.post(url, json=body, headers=headers)
+
+    async def approve_by_link(self, notice: dict[str, Any]) -> httpx.Response:
+        """Approve, as "ana", through the decision link of an approval notice."""
+        link = notice["decision"]
+        body = {"decision": "approve", "reviewer": "ana"}
+        return await self.post(link["url"], body, link["authorization"])
+
+    async def approval_link(self, run_id: str) -> tuple[str, str, str]:
+        """The approval page's URL for the run's request, its request id and its token."""
+        notice = await self.notice(run_id, "approval")
+        token = notice["decision"]["authorization"].removeprefix("Bearer ")
+        request_id = notice["request_id"]
+        url = f"{self.gateway_url}/pages/approvals/{request_id}?token={token}"
+        if "page" in notice:  # the notice's own link to the page, once notices carry it
+            assert notice["page"] == url
+        return url, request_id, token
+
+    async def question_link(self, run_id: str) -> tuple[str, str, str]:
+        """The question page's URL for the run's question, its question id and its token."""
+        notice = await self.notice(run_id, "question")
+        token = notice["answer"]["authorization"].removeprefix("Bearer ")
+        question_id = notice["question_id"]
+        url = f"{self.gateway_url}/pages/questions/{question_id}?token={token}"
+        if "page" in notice:
+            assert notice["page"] == url
+        return url, question_id, token
+
+    async def view_link(self, run_id: str) -> dict[str, Any]:
+        """A view link of the run, as an operator asks for one (the event desk's)."""
+        response = await self.http.post(f"/v1/runs/{run_id}/view-link", headers=bearer(OPERATOR))
+        assert response.status_code == 200, response.text
+        link: dict[str, Any] = response.json()
+        return link
+
+    def events(
+        self, url: str, *, headers: dict[str, str] | None = None
+    ) -> AbstractAsyncContextManager[httpx.Response]:
+        """The streaming response of a GET of `url` (a run's events)."""
+        return self.http.stream("GET", url, headers=headers or {})
+
 
 @asynccontextmanager
 async def serving_stack(
@@ -212,26 +350,119 @@ async def serving_stack(
     task_queue: str,
     keys: dict[str, str],
     signing_key: str,
-    systems: Any,
+    systems: FastAPI | None = None,
     *,
-    http_timeout: float = 10,
+    events: bool = False,
+    thread_model: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    gateway_client: Client | None = None,
+    within: float = 10,
 ) -> AsyncIterator[Stack]:
-    """A `Stack` on the test's server and task queue: the demo systems app `systems` and the
-    gateway (accepting `keys`) served over real HTTP, and worker settings that sign tokens with
-    `signing_key`."""
+    """A `Stack` on the test's server and task queue: the demo systems app `systems` (default:
+    `systems_app()`) and the gateway, accepting `keys` and signing with `signing_key`, served
+    over real HTTP.
+
+    Args:
+        events: The gateway serves the event desk (runs' streams, view links, the inbox).
+        thread_model: The gateway serves the thread desk, whose threads run on this model.
+        max_body_bytes: The gateway refuses larger bodies.
+        gateway_client: What the gateway reaches Temporal with (a traced client, say);
+            default: `client`.
+        within: Seconds each wait of the stack's and each HTTP call may take.
+    """
+    systems = systems if systems is not None else systems_app()
     tokens = ResumeTokens(keys, signing_key)
-    async with (
-        httpx.AsyncClient(timeout=http_timeout) as http,
-        serving(systems) as systems_url,
-        serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
-    ):
+    waitstate = WaitstateClient(client, task_queue=task_queue)
+    gateway_client = gateway_client or client
+    operators = OperatorKeys({"ops": OPERATOR})
+    event_desk = EventDesk(RunEvents(gateway_client), tokens, operators, "") if events else None
+    thread_desk = (
+        ThreadDesk(
+            WaitstateClient(gateway_client, task_queue=task_queue),
+            operators,
+            default_model=thread_model,
+        )
+        if thread_model
+        else None
+    )
+    gateway = gateway_app(
+        TemporalDeliverer(gateway_client),
+        tokens,
+        threads=thread_desk,
+        events=event_desk,
+        max_body_bytes=max_body_bytes,
+    )
+    async with serving(systems) as systems_url, serving(gateway) as gateway_url:
+        if event_desk is not None:
+            event_desk.gateway_url = gateway_url  # its links point here, known once it serves
         settings = Settings(
+            temporal_address=client.service_client.config.target_host,
+            task_queue=task_queue,
             gateway_url=gateway_url,
             demo_systems_url=systems_url,
             token_keys=keys,
             token_signing_key=signing_key,
+            blob_dir=TEST_BLOBS,
         )
-        yield Stack(client, http, systems_url, gateway_url, tokens, settings, task_queue)
+        async with httpx.AsyncClient(base_url=gateway_url, timeout=within) as http:
+            yield Stack(
+                client,
+                task_queue,
+                http,
+                gateway,
+                gateway_url,
+                systems.state.systems,
+                systems_url,
+                tokens,
+                settings,
+                within,
+                waitstate,
+                event_desk,
+            )
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
+    state: RunState = await handle.query(AgentRunWorkflow.status)
+    return state
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    """One server-sent event as a reader gets it (`id` empty: an event of the moment, never
+    sent again, such as a retry or a delta)."""
+
+    id: str
+    kind: str
+    data: dict[str, Any]
+
+
+class EventReader:
+    """The events of one server-sent events response, read as they come, in as many takes as a
+    test needs; each take given `within` seconds."""
+
+    def __init__(self, response: httpx.Response, within: float = 60.0) -> None:
+        self._lines = response.aiter_lines()
+        self._within = within
+
+    async def take(self, until: Callable[[ServerEvent], bool] | None = None) -> list[ServerEvent]:
+        """The events up to the first `until` is true of (included), or to the stream's end."""
+        taken: list[ServerEvent] = []
+        fields: dict[str, str] = {}
+        async with asyncio.timeout(self._within):
+            async for line in self._lines:
+                if line.startswith(":"):
+                    continue
+                if line:
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+                    continue
+                if "data" in fields:
+                    data = json.loads(fields["data"])
+                    taken.append(ServerEvent(fields.get("id", ""), fields["event"], data))
+                    if until is not None and until(taken[-1]):
+                        return taken
+                fields = {}
+        return taken
 
 
 @dataclass
@@ -320,30 +551,26 @@ async def worker_process_beside(
     client: Client,
     task_queue: str,
     log: Path,
-    systems: Any,
+    systems: FastAPI,
     keys: dict[str, str],
     **variables: str,
 ) -> AsyncIterator[tuple[WorkerProcess, str]]:
     """A worker process, started, serving the test's queue (with `variables` in its
     environment), beside the demo `systems` and a gateway accepting `keys`, both served in this
     process: the worker (a test can kill it and start it again), and the systems' URL."""
-    tokens = ResumeTokens(keys, next(iter(keys)))
-    async with (
-        serving(systems) as systems_url,
-        serving(gateway_app(TemporalDeliverer(client), tokens)) as gateway_url,
-    ):
+    async with serving_stack(client, task_queue, keys, next(iter(keys)), systems) as stack:
         env = process_env(
             client,
             task_queue,
-            DEMO_SYSTEMS_URL=systems_url,
-            GATEWAY_URL=gateway_url,
+            DEMO_SYSTEMS_URL=stack.systems_url,
+            GATEWAY_URL=stack.gateway_url,
             WAITSTATE_TOKEN_KEYS=",".join(f"{k}:{v}" for k, v in keys.items()),
             **variables,
         )
         worker = WorkerProcess(env, log)
         try:
             await worker.start()
-            yield worker, systems_url
+            yield worker, stack.systems_url
         finally:
             await worker.stop()
 

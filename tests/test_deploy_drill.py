@@ -24,7 +24,6 @@ from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
 from examples.demo.purges import PurgeService, purge_tool
-from examples.demo.refunds import refund_tools
 from examples.systems import create_app as systems_app
 from tests.drill_app import AgentRunWorkflowB
 from tests.helpers import (
@@ -80,7 +79,6 @@ async def test_runs_waiting_across_a_version_change_finish_on_their_version(
     deployment = f"drill-{uuid.uuid4().hex[:8]}"
     tools = [
         *stack.tools(),
-        *refund_tools(stack.http, stack.systems_url),
         purge_tool(PurgeService(stack.http, stack.systems_url)),
     ]
     apps = load_apps([QUESTIONS_APP])

@@ -33,7 +33,7 @@ async def test_gateway_attacks_break_no_invariant(
 ) -> None:
     systems = systems_app(export_seconds=0.5)
     async with (
-        serving_stack(dev_env.client, task_queue, KEYS, "chaos", systems, http_timeout=30) as stack,
+        serving_stack(dev_env.client, task_queue, KEYS, "chaos", systems, within=30) as stack,
         stack.worker(tools=all_tools(stack.http, stack.systems_url)),
     ):
         target = GatewayTarget(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -74,8 +74,7 @@ async def test_a_short_poll_costs_no_model_call_for_a_checkpoint(
         openai_tool_calls([("call_1", "enrich_dataset", '{"dataset": "transactions"}')]),
         openai_text("enriched"),
     )
-    settings = replace(stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test")
-    async with stack.worker(settings=settings):
+    async with stack.worker(openai_base_url=wire.openai_base_url, openai_api_key="test"):
         handle = await stack.start("enrich", ["enrich_dataset"], model="openai:test-model")
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
         state = await handle.query(AgentRunWorkflow.status)
