@@ -15,8 +15,6 @@ import logging
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,29 +28,29 @@ from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
-from examples.demo.refunds import refund_tools
-from examples.systems import DemoSystems, JobRecord, serving
-from examples.systems import create_app as systems_app
+from examples.systems import serving
 from tests.helpers import (
     MALFORMED_COMPLETIONS,
     assert_error,
     eventually,
-    make_worker,
     quiet_history_length,
     random_request,
 )
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, MAX_BODY, REFUND_TASK, REFUND_TOOLS
+from tests.rigs import (
+    EXPORT_TASK,
+    EXPORT_TOOLS,
+    MAX_BODY,
+    REFUND_TASK,
+    REFUND_TOOLS,
+    Stack,
+    serving_stack,
+)
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer, decision_update_id
 from waitstate.gateway.tokens import ResumeTokens, approval_subject
-from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
-from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}
@@ -63,92 +61,13 @@ APPROVE = {"decision": "approve", "reviewer": "ana", "comment": "fine by me"}
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 
 
-@dataclass
-class Rig:
-    client: Client
-    http: httpx.AsyncClient
-    gateway: FastAPI
-    gateway_url: str
-    systems: DemoSystems
-    systems_url: str
-    tokens: ResumeTokens
-    task_queue: str
-
-    def worker(self) -> AbstractAsyncContextManager[Worker]:
-        settings = Settings(
-            gateway_url=self.gateway_url,
-            demo_systems_url=self.systems_url,
-            token_keys=KEYS,
-            token_signing_key="real",
-        )
-        tools = [
-            *demo_tools(),
-            export_tool(ExportService(self.http, self.systems_url)),
-            *compliance_tools(self.http, self.systems_url),
-            *refund_tools(self.http, self.systems_url),
-        ]
-        return make_worker(
-            self.client, self.task_queue, tools=tools, settings=settings, tokens=self.tokens
-        )
-
-    async def start(
-        self, task: str, tools: Sequence[str], **fields: Any
-    ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=list(tools), **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def jobs(self, handle: WorkflowHandle[Any, Any], count: int) -> list[JobRecord]:
-        """The run's `count` export jobs once they exist, and its operations are waiting:
-        what the export service holds (its callback URL and token) for each."""
-
-        async def started() -> list[JobRecord]:
-            state = await _state(handle)
-            mine = [j for j in self.systems.jobs.values() if j.key.startswith(f"{handle.id}/")]
-            running = [op for op in state.operations.values() if op.status == "running"]
-            return mine if len(mine) == len(running) == count else []
-
-        return sorted(await eventually(started, f"{count} export jobs of {handle.id}"), key=_key)
-
-    async def notices(self, handle: WorkflowHandle[Any, Any], count: int) -> list[dict[str, Any]]:
-        """The run's `count` approval notices in the outbox, once its requests' links are
-        confirmed by the run (their nonce hash recorded)."""
-
-        async def posted() -> list[dict[str, Any]]:
-            requests = (await _state(handle)).approvals.values()
-            if len([r for r in requests if r.nonce_hash]) < count:
-                return []
-            bodies = [e.body for e in self.systems.outbox if e.body["workflow_id"] == handle.id]
-            return bodies if len(bodies) == count else []
-
-        return await eventually(posted, f"{count} approval notices of {handle.id}")
-
-    async def post(self, url: str, body: Any, authorization: str | None = None) -> httpx.Response:
-        headers = {"Authorization": authorization} if authorization else {}
-        return await self.http.post(url, json=body, headers=headers)
-
-
-def _key(job: JobRecord) -> str:
-    return job.arguments["period"]
-
-
 @pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    tokens = ResumeTokens(KEYS, "real")
-    systems = systems_app()
-    gateway = gateway_app(TemporalDeliverer(dev_env.client), tokens, max_body_bytes=MAX_BODY)
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        serving(systems) as systems_url,
-        serving(gateway) as gateway_url,
-    ):
-        faults = await http.post(f"{systems_url}/_test/faults", json={"never_complete": True})
-        faults.raise_for_status()
-        demo: DemoSystems = systems.state.systems
-        yield Rig(dev_env.client, http, gateway, gateway_url, demo, systems_url, tokens, task_queue)
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    async with serving_stack(
+        dev_env.client, task_queue, KEYS, "real", max_body_bytes=MAX_BODY, within=30
+    ) as stack:
+        await stack.faults(never_complete=True)
+        yield stack
 
 
 async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
@@ -209,7 +128,7 @@ def _forged(token: str) -> str:
 # --- Completions --------------------------------------------------------------------------
 
 
-async def test_each_report_is_applied_and_answered_with_the_operations_status(rig: Rig) -> None:
+async def test_each_report_is_applied_and_answered_with_the_operations_status(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
         [job] = await rig.jobs(handle, 1)
@@ -247,7 +166,7 @@ async def test_each_report_is_applied_and_answered_with_the_operations_status(ri
     assert await _accepted_updates(handle) == ["complete_operation"] * 3
 
 
-async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Rig) -> None:
+async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Stack) -> None:
     async with rig.worker():
         # Two exports in one turn: the run keeps waiting for the second while the first is
         # reported on again and again.
@@ -275,7 +194,7 @@ async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Rig)
 
 
 async def test_refused_completions_never_reach_the_run(
-    rig: Rig, caplog: pytest.LogCaptureFixture
+    rig: Stack, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
@@ -373,7 +292,7 @@ async def test_refused_completions_never_reach_the_run(
     assert_error(unknown_run, 404, "unknown_run")
 
 
-async def test_random_requests_never_get_a_5xx_from_a_real_run(rig: Rig) -> None:
+async def test_random_requests_never_get_a_5xx_from_a_real_run(rig: Stack) -> None:
     rng = random.Random(20240611)
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
@@ -406,7 +325,7 @@ async def test_random_requests_never_get_a_5xx_from_a_real_run(rig: Rig) -> None
 # --- Decisions ----------------------------------------------------------------------------
 
 
-async def test_a_decision_through_a_link_is_applied_once(rig: Rig) -> None:
+async def test_a_decision_through_a_link_is_applied_once(rig: Stack) -> None:
     async with rig.worker():
         # Two refunds over the threshold in one turn: two requests, so the run keeps waiting
         # for the second while the first one's link is used again and again.
@@ -444,7 +363,7 @@ async def test_a_decision_through_a_link_is_applied_once(rig: Rig) -> None:
     assert await _accepted_updates(handle) == ["decide", "decide"]
 
 
-async def test_a_one_click_link_allows_its_own_decision_only(rig: Rig) -> None:
+async def test_a_one_click_link_allows_its_own_decision_only(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start("two refunds", REFUND_TOOLS, model="scripted:two-refunds")
         notices = await rig.notices(handle, 2)
@@ -473,7 +392,7 @@ async def test_a_one_click_link_allows_its_own_decision_only(rig: Rig) -> None:
     assert [r.claim_id for r in rig.systems.refunds] == ["C-118"]
 
 
-async def test_refused_decisions_never_reach_the_run(rig: Rig) -> None:
+async def test_refused_decisions_never_reach_the_run(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         [notice] = await rig.notices(handle, 1)
@@ -571,7 +490,7 @@ async def test_refused_decisions_never_reach_the_run(rig: Rig) -> None:
 
 
 async def test_a_decision_while_the_worker_is_down_gets_503_and_its_retry_applies_once(
-    rig: Rig, dev_env: WorkflowEnvironment
+    rig: Stack, dev_env: WorkflowEnvironment
 ) -> None:
     # A gateway that waits 2 s for the run, not 20: the run's worker is down, so it never
     # answers in time.
@@ -602,7 +521,7 @@ async def test_a_decision_while_the_worker_is_down_gets_503_and_its_retry_applie
     assert await _accepted_updates(handle) == ["decide"]
 
 
-async def test_a_decision_in_flight_when_its_run_ends_gets_409_run_ended(rig: Rig) -> None:
+async def test_a_decision_in_flight_when_its_run_ends_gets_409_run_ended(rig: Stack) -> None:
     # Temporal refuses an Update whose run ends while it waits with NOT_FOUND, as it refuses one
     # for a run that never was; the gateway tells them apart by describing the run.
     async with rig.worker():
