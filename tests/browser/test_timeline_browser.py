@@ -11,9 +11,8 @@ from typing import Any
 
 from playwright.async_api import Browser, ConsoleMessage, Page, Request, expect
 
-from tests.gateway.test_events import WITHIN, Rig, _job, _Reader, rig
-from tests.helpers import eventually
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
+from tests.gateway.test_events import WITHIN, rig
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, EventReader, Stack
 
 __all__ = ["rig"]
 
@@ -47,7 +46,7 @@ async def _kinds(page: Page) -> list[str]:
 
 
 async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
-    rig: Rig, browser: Browser
+    rig: Stack, browser: Browser
 ) -> None:
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
@@ -62,7 +61,7 @@ async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
         status = page.locator("#status-text")
         await expect(rows.first).to_have_attribute("data-kind", "run.started", timeout=TIMEOUT_MS)
         # The export job was started: the run waits for its report.
-        job = await eventually(lambda: _job(rig.systems, handle.id), "the export job")
+        job = await rig.job(handle.id)
         await expect(status).to_contain_text("waiting for webhook", timeout=TIMEOUT_MS)
         reports = page.locator("#events dd[data-kind='operation.reported']")
         auth = {"Authorization": f"Bearer {job.callback_token}"}
@@ -87,7 +86,7 @@ async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
         shown = await _kinds(page)
         same_page = await page.evaluate("window.loadedOnce === true")
         async with rig.events(link["events_url"]) as response:
-            streamed = await _Reader(response).take()
+            streamed = await EventReader(response, WITHIN).take()
 
         # The link again once the run has ended: its whole timeline, and its end.
         again, said_again, _ = await _page(browser)
@@ -106,13 +105,15 @@ async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
     assert said == [] and said_again == []  # no refusal of the page's style, script or stream
 
 
-async def test_what_an_event_carries_goes_into_the_page_as_text(rig: Rig, browser: Browser) -> None:
+async def test_what_an_event_carries_goes_into_the_page_as_text(
+    rig: Stack, browser: Browser
+) -> None:
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
         link = await rig.view_link(handle.id)
         page, said, _ = await _page(browser)
         await page.goto(link["url"])
-        job = await eventually(lambda: _job(rig.systems, handle.id), "the export job")
+        job = await rig.job(handle.id)
         hostile = '<img src=x onerror="document.title=1">\u202e'
         sent = await rig.http.post(
             job.callback_url,

@@ -14,7 +14,6 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,168 +21,61 @@ import httpx
 import pytest
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
-from examples.demo.refunds import refund_tools
-from examples.systems import DemoSystems, serving
-from examples.systems import create_app as systems_app
-from tests.helpers import eventually, make_worker
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
+from tests.helpers import eventually
+from tests.rigs import (
+    EXPORT_TASK,
+    EXPORT_TOOLS,
+    OPERATOR,
+    REFUND_TASK,
+    REFUND_TOOLS,
+    EventReader,
+    ServerEvent,
+    Stack,
+    bearer,
+    serving_stack,
+)
 from waitstate.client import Position, RunEvent, RunEvents, WaitstateClient
-from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.tokens import ResumeTokens
-from waitstate.schemas import RunInput, RunResult
-from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"events": "e" * 40}
-OPERATOR = "operator-key-0123456789abcdef0123456789"
 WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
 
 
-@dataclass(frozen=True)
-class Event:
-    """One server-sent event as a reader gets it."""
-
-    id: str
-    kind: str
-    data: dict[str, Any]
-
-
-@dataclass
-class Rig:
-    client: Client
-    http: httpx.AsyncClient
-    gateway_url: str
-    systems: DemoSystems
-    systems_url: str
-    tokens: ResumeTokens
-    task_queue: str
-    desk: EventDesk
-
-    def worker(self) -> Any:
-        settings = Settings(
-            gateway_url=self.gateway_url,
-            demo_systems_url=self.systems_url,
-            token_keys=KEYS,
-            token_signing_key="events",
-        )
-        tools = [
-            *demo_tools(),
-            export_tool(ExportService(self.http, self.systems_url)),
-            *compliance_tools(self.http, self.systems_url),
-            *refund_tools(self.http, self.systems_url),
-        ]
-        return make_worker(
-            self.client, self.task_queue, tools=tools, settings=settings, tokens=self.tokens
-        )
-
-    async def start(self, task: str, tools: list[str]) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=tools),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def view_link(self, run_id: str) -> dict[str, Any]:
-        response = await self.http.post(
-            f"{self.gateway_url}/v1/runs/{run_id}/view-link",
-            headers={"Authorization": f"Bearer {OPERATOR}"},
-        )
-        assert response.status_code == 200, response.text
-        link: dict[str, Any] = response.json()
-        return link
-
-    def events(
-        self, url: str, *, headers: dict[str, str] | None = None
-    ) -> Any:  # an async context manager of the streaming response
-        return self.http.stream("GET", url, headers=headers or {})
-
-
-class _Reader:
-    """The events of one SSE response, read as they come, in as many takes as a test needs."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._lines = response.aiter_lines()
-
-    async def take(self, until: Callable[[Event], bool] | None = None) -> list[Event]:
-        """The events up to the first `until` is true of (included), or to the stream's end."""
-        taken: list[Event] = []
-        fields: dict[str, str] = {}
-        async with asyncio.timeout(WITHIN):
-            async for line in self._lines:
-                if line.startswith(":"):
-                    continue
-                if line:
-                    name, _, value = line.partition(": ")
-                    fields[name] = value
-                    continue
-                if "data" in fields:
-                    # An event with no id (a retry, a delta) is the reader's of the moment.
-                    event = Event(fields.get("id", ""), fields["event"], json.loads(fields["data"]))
-                    taken.append(event)
-                    if until is not None and until(taken[-1]):
-                        return taken
-                fields = {}
-        return taken
+@pytest.fixture
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    async with serving_stack(
+        dev_env.client, task_queue, KEYS, "events", events=True, within=WITHIN
+    ) as stack:
+        await stack.faults(never_complete=True)
+        yield stack
 
 
 async def _collect(
-    response: httpx.Response, until: Callable[[Event], bool] | None = None
-) -> list[Event]:
-    return await _Reader(response).take(until)
+    response: httpx.Response, until: Callable[[ServerEvent], bool] | None = None
+) -> list[ServerEvent]:
+    return await EventReader(response, WITHIN).take(until)
 
 
-def _order(events: list[Event]) -> list[tuple[str, int]]:
+def _order(events: list[ServerEvent]) -> list[tuple[str, int]]:
     return [(e.id.split(".")[0], int(e.id.split(".")[1])) for e in events]
 
 
-@pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    tokens = ResumeTokens(KEYS, "events")
-    systems = systems_app()
-    desk = EventDesk(RunEvents(dev_env.client), tokens, OperatorKeys({"ops": OPERATOR}), "")
-    gateway = create_app(TemporalDeliverer(dev_env.client), tokens, events=desk)
-    async with (
-        httpx.AsyncClient(timeout=WITHIN) as http,
-        serving(systems) as systems_url,
-        serving(gateway) as gateway_url,
-    ):
-        desk.gateway_url = gateway_url
-        faults = await http.post(f"{systems_url}/_test/faults", json={"never_complete": True})
-        faults.raise_for_status()
-        demo: DemoSystems = systems.state.systems
-        yield Rig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue, desk)
-
-
-async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Rig) -> None:
+async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         link = await rig.view_link(handle.id)
         async with rig.events(link["events_url"]) as response:
             assert response.status_code == 200, await response.aread()
             assert response.headers["content-type"].startswith("text/event-stream")
-            reader = _Reader(response)
+            reader = EventReader(response, WITHIN)
             before = await reader.take(lambda e: e.kind == "approval.notice.ended")
             # The run waits for a person: the stream is still open. A person approves.
-            notice = await eventually(
-                lambda: _notice(rig.systems, handle.id), f"the approval notice of {handle.id}"
-            )
-            decision = notice["decision"]
-            approved = await rig.http.post(
-                decision["url"],
-                json={"decision": "approve", "reviewer": "ana"},
-                headers={"Authorization": decision["authorization"]},
-            )
+            approved = await rig.approve_by_link(await rig.notice(handle.id))
             assert approved.status_code == 200, approved.text
             after = await reader.take()
         result = await asyncio.wait_for(handle.result(), WITHIN)
@@ -238,16 +130,16 @@ async def test_a_view_link_follows_a_run_through_its_approval_to_its_end(rig: Ri
     assert ended.status_code == 204
 
 
-async def test_an_operations_progress_reaches_its_reader_as_it_is_reported(rig: Rig) -> None:
+async def test_an_operations_progress_reaches_its_reader_as_it_is_reported(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
         async with rig.events(
             f"{rig.gateway_url}/v1/runs/{handle.id}/events",
-            headers={"Authorization": f"Bearer {OPERATOR}"},  # an operator reads any run
+            headers=bearer(OPERATOR),  # an operator reads any run
         ) as response:
-            reader = _Reader(response)
+            reader = EventReader(response, WITHIN)
             await reader.take(lambda e: e.kind == "tool.ended")
-            job = await eventually(lambda: _job(rig.systems, handle.id), "the export job")
+            job = await rig.job(handle.id)
             auth = {"Authorization": f"Bearer {job.callback_token}"}
             reported = []
             for progress in ("40%", "80%"):
@@ -276,24 +168,13 @@ async def test_an_operations_progress_reaches_its_reader_as_it_is_reported(rig: 
 
 
 async def test_a_call_tried_again_reaches_its_readers_as_each_attempt_fails(
-    rig: Rig, closed_port: int
+    rig: Stack, closed_port: int
 ) -> None:
     # The model's server is away: each attempt fails. No history event tells an attempt (the
     # call's end is written once it ends), but the run's readers see each as it comes.
-    settings = Settings(
-        openai_base_url=f"http://127.0.0.1:{closed_port}/v1",
-        openai_api_key="test-key",
-        gateway_url=rig.gateway_url,
-        token_keys=KEYS,
-        token_signing_key="events",
-    )
-    async with make_worker(rig.client, rig.task_queue, settings=settings):
-        handle = await rig.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task="hello", tools=[], model="openai:any-name"),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=rig.task_queue,
-        )
+    away = f"http://127.0.0.1:{closed_port}/v1"
+    async with rig.worker(tools=demo_tools(), openai_base_url=away, openai_api_key="test-key"):
+        handle = await rig.start("hello", [], model="openai:any-name")
         try:
             link = await rig.view_link(handle.id)
             async with rig.events(link["events_url"]) as response:
@@ -323,7 +204,7 @@ async def test_a_call_tried_again_reaches_its_readers_as_each_attempt_fails(
     assert "retry" not in [e.kind for e in resumed]
 
 
-async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
+async def test_a_view_token_opens_its_own_runs_events_only(rig: Stack) -> None:
     async with rig.worker():
         a = await rig.start(REFUND_TASK, REFUND_TOOLS)
         b = await rig.start(REFUND_TASK, REFUND_TOOLS)
@@ -339,9 +220,9 @@ async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
             "another key's": (f"{url}?token={other_key.mint_view(a.id, soon)}", {}),
             "a thread token": (f"{url}?token={rig.tokens.mint_thread(a.id, soon)}", {}),
             "expired": (f"{url}?token={rig.tokens.mint_view(a.id, datetime.now(UTC))}", {}),
-            "unknown run": (f"{rig.gateway_url}/v1/runs/run-none/events", _operator()),
-            "bad position": (url, _operator() | {"Last-Event-ID": "not-an-id"}),
-            "b's run's position": (url, _operator() | {"Last-Event-ID": f"{await _run(b)}.3"}),
+            "unknown run": (f"{rig.gateway_url}/v1/runs/run-none/events", bearer(OPERATOR)),
+            "bad position": (url, bearer(OPERATOR) | {"Last-Event-ID": "not-an-id"}),
+            "b's run's position": (url, bearer(OPERATOR) | {"Last-Event-ID": f"{await _run(b)}.3"}),
         }
         answers = {
             what: (r.status_code, r.json()["error"]["code"])
@@ -374,40 +255,32 @@ async def test_a_view_token_opens_its_own_runs_events_only(rig: Rig) -> None:
 
 
 async def test_a_gateway_that_stops_ends_its_streams_and_its_readers_resume_where_they_were(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         link = await rig.view_link(handle.id)
         async with rig.events(link["events_url"]) as response:
-            reader = _Reader(response)
+            reader = EventReader(response, WITHIN)
             before = await reader.take(lambda e: e.kind == "approval.notice.ended")
-            rig.desk.closing.set()  # what the gateway does as it stops
+            rig.event_desk.closing.set()  # what the gateway does as it stops
             cut = await reader.take()
-        rig.desk.closing = asyncio.Event()  # a gateway started again
-        notice = await eventually(
-            lambda: _notice(rig.systems, handle.id), f"the approval notice of {handle.id}"
-        )
-        decision = notice["decision"]
-        await rig.http.post(
-            decision["url"],
-            json={"decision": "approve", "reviewer": "ana"},
-            headers={"Authorization": decision["authorization"]},
-        )
+        rig.event_desk.closing = asyncio.Event()  # a gateway started again
+        await rig.approve_by_link(await rig.notice(handle.id))
         last = (before + cut)[-1].id
         async with rig.events(link["events_url"], headers={"Last-Event-ID": last}) as response:
-            after = await _Reader(response).take()
+            after = await EventReader(response, WITHIN).take()
         async with rig.events(link["events_url"]) as response:
-            whole = await _Reader(response).take()
+            whole = await EventReader(response, WITHIN).take()
 
-    assert rig.desk.open_streams == 0
+    assert rig.event_desk.open_streams == 0
     assert "run.completed" not in [e.kind for e in before + cut]
     # Nothing lost, nothing twice: the pieces are the run's whole stream.
     assert before + cut + after == whole
     assert whole[-1].kind == "run.completed"
 
 
-async def test_follow_looks_at_a_run_as_its_history_grows_not_at_its_interval(rig: Rig) -> None:
+async def test_follow_looks_at_a_run_as_its_history_grows_not_at_its_interval(rig: Stack) -> None:
     client = WaitstateClient(rig.client, task_queue=rig.task_queue)
     looks: list[list[str]] = []
     async with rig.worker():
@@ -419,15 +292,7 @@ async def test_follow_looks_at_a_run_as_its_history_grows_not_at_its_interval(ri
                 looks.append([step.kind for step in progress.steps])
                 state = progress.state
                 if state is not None and any(r.open for r in state.approvals.values()):
-                    notice = await eventually(
-                        lambda: _notice(rig.systems, handle.id), "the approval notice"
-                    )
-                    decision = notice["decision"]
-                    await rig.http.post(
-                        decision["url"],
-                        json={"decision": "approve", "reviewer": "ana"},
-                        headers={"Authorization": decision["authorization"]},
-                    )
+                    await rig.approve_by_link(await rig.notice(handle.id))
                 if progress.outcome is not None:
                     outcome = progress.outcome
                     break
@@ -437,10 +302,6 @@ async def test_follow_looks_at_a_run_as_its_history_grows_not_at_its_interval(ri
     assert "tool" in [kind for look in looks for kind in look]
 
 
-def _operator() -> dict[str, str]:
-    return {"Authorization": f"Bearer {OPERATOR}"}
-
-
 async def _run(handle: WorkflowHandle[Any, Any]) -> str:
     return (await handle.describe()).run_id
 
@@ -448,16 +309,6 @@ async def _run(handle: WorkflowHandle[Any, Any]) -> str:
 def _subsequence(wanted: list[str], kinds: list[str]) -> bool:
     found = iter(kinds)
     return all(kind in found for kind in wanted)
-
-
-async def _notice(systems: DemoSystems, run_id: str) -> dict[str, Any] | None:
-    bodies = [e.body for e in systems.outbox if e.body["workflow_id"] == run_id]
-    return bodies[0] if bodies else None
-
-
-async def _job(systems: DemoSystems, run_id: str) -> Any:
-    jobs = [j for j in systems.jobs.values() if j.key.startswith(f"{run_id}/")]
-    return jobs[0] if jobs and jobs[0].callback_url else None
 
 
 @workflow.defn(sandboxed=False)

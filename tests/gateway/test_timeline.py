@@ -21,9 +21,9 @@ from urllib.parse import quote, urljoin
 import httpx
 from temporalio.client import WorkflowHistory
 
-from tests.gateway.test_events import OPERATOR, Rig, _Reader, rig
+from tests.gateway.test_events import WITHIN, rig
 from tests.helpers import HISTORIES
-from tests.rigs import REFUND_TASK, REFUND_TOOLS, Gateway
+from tests.rigs import OPERATOR, REFUND_TASK, REFUND_TOOLS, EventReader, Gateway, Stack
 from waitstate.client._events import told
 from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, HEADERS, STYLE
 from waitstate.gateway.routes.timeline import END_KINDS, EVENT_KINDS, SCRIPT, TIMELINE_HEADERS
@@ -58,13 +58,15 @@ def _attribute(page: str, name: str) -> str:
     return html.unescape(found[1])
 
 
-async def test_a_view_links_page_is_the_runs_timeline_under_the_pages_headers(rig: Rig) -> None:
+async def test_a_view_links_page_is_the_runs_timeline_under_the_pages_headers(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         link = await rig.view_link(handle.id)
         opened = await rig.http.get(link["url"])
         async with rig.events(link["events_url"]) as response:
-            events = await _Reader(response).take(lambda e: e.kind == "approval.notice.ended")
+            events = await EventReader(response, WITHIN).take(
+                lambda e: e.kind == "approval.notice.ended"
+            )
     await handle.terminate("the test has what it needs")
 
     page = _assert_page(opened, 200, TIMELINE_HEADERS)
@@ -116,7 +118,7 @@ def test_the_page_listens_for_every_kind_a_recorded_run_tells() -> None:
     assert set(END_KINDS) <= set(EVENT_KINDS) and len(EVENT_KINDS) == len(set(EVENT_KINDS))
 
 
-async def test_a_run_id_from_outside_is_shown_as_text_and_linked_encoded(rig: Rig) -> None:
+async def test_a_run_id_from_outside_is_shown_as_text_and_linked_encoded(rig: Stack) -> None:
     # No worker: the run is started and stays so; the page reads its history, not its state.
     handle = await rig.client.start_workflow(
         AgentRunWorkflow.run,
@@ -139,7 +141,7 @@ async def test_a_run_id_from_outside_is_shown_as_text_and_linked_encoded(rig: Ri
     assert link["url"].startswith(f"{rig.gateway_url}/pages/runs/{quote(handle.id, safe='')}?")
 
 
-async def test_a_link_that_is_not_the_runs_view_link_is_refused_with_a_page(rig: Rig) -> None:
+async def test_a_link_that_is_not_the_runs_view_link_is_refused_with_a_page(rig: Stack) -> None:
     soon = datetime.now(UTC) + timedelta(hours=1)
     async with rig.worker():
         a = await rig.start(REFUND_TASK, REFUND_TOOLS)
