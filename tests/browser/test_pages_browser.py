@@ -10,8 +10,8 @@ from typing import Any
 
 from playwright.async_api import Browser, ConsoleMessage, Page, expect
 
-from tests.gateway.test_pages import WITHIN, Rig, _answered_job, _ask
-from tests.rigs import REFUND_TASK, REFUND_TOOLS
+from tests.gateway.test_pages import WITHIN, _answered_job, _ask, asking
+from tests.rigs import REFUND_TASK, REFUND_TOOLS, Stack
 
 TIMEOUT_MS = WITHIN * 1000
 
@@ -30,7 +30,7 @@ async def _page(browser: Browser) -> tuple[Page, list[str]]:
 
 
 async def test_a_person_approves_from_the_notices_link_and_the_link_is_then_used(
-    rig: Rig, browser: Browser
+    rig: Stack, browser: Browser
 ) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
@@ -69,10 +69,10 @@ async def test_a_person_approves_from_the_notices_link_and_the_link_is_then_used
 
 
 async def test_a_person_answers_a_question_through_the_form_its_schema_makes(
-    rig: Rig, browser: Browser
+    rig: Stack, browser: Browser
 ) -> None:
     job = _answered_job()
-    async with rig.worker(job):
+    async with rig.worker(apps=asking(job)):
         handle, url, _, _ = await _ask(rig)
         page, said = await _page(browser)
 

@@ -12,31 +12,20 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import httpx
-import pytest
-from temporalio.testing import WorkflowEnvironment
 
-from examples.systems import DemoSystems, serving
-from examples.systems import create_app as systems_app
-from tests.gateway.test_events import OPERATOR, WITHIN, Rig, rig
-from tests.gateway.test_pages import KEYS as PAGES_KEYS
-from tests.gateway.test_pages import QUESTION
-from tests.gateway.test_pages import Rig as PagesRig
+from tests.gateway.test_events import WITHIN, rig
+from tests.gateway.test_pages import QUESTION, asking
 from tests.helpers import eventually
 from tests.one_question_job import OneQuestionJob
-from tests.rigs import REFUND_TASK, REFUND_TOOLS
-from waitstate.client import RunEvents, WaitstateClient
-from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.streams import EventDesk
-from waitstate.gateway.tokens import ResumeTokens
+from tests.rigs import OPERATOR, REFUND_TASK, REFUND_TOOLS, Stack
+from waitstate.client import WaitstateClient
 from waitstate.schemas.operations import Completion
 
 __all__ = ["rig"]
 
 
 @asynccontextmanager
-async def _signed_in(rig: Rig) -> AsyncIterator[httpx.AsyncClient]:
+async def _signed_in(rig: Stack) -> AsyncIterator[httpx.AsyncClient]:
     """A browser of its own (its own cookies), signed in to the inbox."""
     async with httpx.AsyncClient(base_url=rig.gateway_url, timeout=WITHIN) as browser:
         response = await browser.post("/pages/inbox/session", data={"key": OPERATOR})
@@ -50,7 +39,7 @@ def _form_key(page: str) -> str:
     return found[1]
 
 
-async def test_an_operator_signs_in_sees_a_waiting_request_and_approves_it(rig: Rig) -> None:
+async def test_an_operator_signs_in_sees_a_waiting_request_and_approves_it(rig: Stack) -> None:
     client = WaitstateClient(rig.client, task_queue=rig.task_queue)
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
@@ -101,7 +90,7 @@ async def test_an_operator_signs_in_sees_a_waiting_request_and_approves_it(rig: 
     assert "No request waits for a decision" in after.text
 
 
-async def test_a_session_that_is_forged_or_expired_is_signed_out(rig: Rig) -> None:
+async def test_a_session_that_is_forged_or_expired_is_signed_out(rig: Stack) -> None:
     expired = rig.tokens.mint_session("ops", datetime.now(UTC) - timedelta(seconds=1))
     genuine = rig.tokens.mint_session("ops", datetime.now(UTC) + timedelta(hours=1))
     forged = genuine[:-2] + ("A" if genuine[-2] != "A" else "B") + genuine[-1]
@@ -131,30 +120,14 @@ def _request_id(page: str) -> str:
     return found[1]
 
 
-@pytest.fixture
-async def asking(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[PagesRig]:
-    """The pages' rig (a job that asks a question of its schema), its gateway with operators."""
-    tokens = ResumeTokens(PAGES_KEYS, "pages")
-    systems = systems_app()
-    desk = EventDesk(RunEvents(dev_env.client), tokens, OperatorKeys({"ops": OPERATOR}), "")
-    gateway = create_app(TemporalDeliverer(dev_env.client), tokens, events=desk)
-    async with (
-        httpx.AsyncClient(timeout=WITHIN) as http,
-        serving(systems) as systems_url,
-        serving(gateway) as gateway_url,
-    ):
-        demo: DemoSystems = systems.state.systems
-        yield PagesRig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue)
-
-
 async def test_an_operator_answers_a_question_from_the_inbox_through_its_schemas_form(
-    asking: PagesRig,
+    rig: Stack,
 ) -> None:
     job = OneQuestionJob("job-1", QUESTION, Completion(status="succeeded", result={"ok": True}))
-    async with asking.worker(job):
-        handle = await asking.start("ask", ["asking_job"], model="scripted:asking")
-        _, question_id, _ = await asking.question_link(handle.id)
-        async with httpx.AsyncClient(base_url=asking.gateway_url, timeout=WITHIN) as browser:
+    async with rig.worker(apps=asking(job)):
+        handle = await rig.start("ask", ["asking_job"], model="scripted:asking")
+        _, question_id, _ = await rig.question_link(handle.id)
+        async with httpx.AsyncClient(base_url=rig.gateway_url, timeout=WITHIN) as browser:
             signed_in = await browser.post("/pages/inbox/session", data={"key": OPERATOR})
             page = (await browser.get("/pages/inbox")).text
             form = {

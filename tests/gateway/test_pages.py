@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from examples.demo.refunds import refund_tools
-from examples.systems import DemoSystems, serving
-from examples.systems import create_app as systems_app
-from tests.helpers import eventually, make_worker
 from tests.one_question_job import OneQuestionJob
-from tests.rigs import REFUND_TASK, REFUND_TOOLS
+from tests.rigs import REFUND_TASK, REFUND_TOOLS, Stack, serving_stack
 from tests.upstream import jsonschema_says
 from waitstate import (
     Completion,
@@ -42,16 +36,13 @@ from waitstate import (
     ToolSpec,
 )
 from waitstate.apps import Apps
-from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.pages import approval as approval_view
 from waitstate.gateway.pages import question as question_view
 from waitstate.gateway.pages.guard import cross_site
 from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, text
 from waitstate.gateway.tokens import ResumeTokens, approval_subject, question_subject
-from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
-from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"pages": "p" * 40}
@@ -79,6 +70,9 @@ SCHEMA = {
     },
     "required": ["region", "rows"],
 }
+# The headers a browser sends with a form from one of the gateway's pages (its `Origin` is
+# `null`: the pages' referrer policy is `no-referrer`).
+SAME_ORIGIN = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
 QUESTION = Question(key="export", message=f"Which region?\n{HOSTILE}", requested_schema=SCHEMA)
 
 
@@ -104,94 +98,16 @@ def _asking_script(messages: Sequence[Message], tools: Sequence[ToolDefinition])
     return Message(role="assistant", content="done")
 
 
-@dataclass
-class Rig:
-    client: Client
-    http: httpx.AsyncClient
-    gateway_url: str
-    systems: DemoSystems
-    systems_url: str
-    tokens: ResumeTokens
-    task_queue: str
-
-    def worker(self, job: OneQuestionJob | None = None) -> Any:
-        settings = Settings(
-            gateway_url=self.gateway_url,
-            demo_systems_url=self.systems_url,
-            token_keys=KEYS,
-            token_signing_key="pages",
-        )
-        tools = [*refund_tools(self.http, self.systems_url)]
-        if job is not None:
-            tools.append(_asking_tool(job))
-        return make_worker(
-            self.client,
-            self.task_queue,
-            tools=tools,
-            settings=settings,
-            tokens=self.tokens,
-            apps=Apps(scripts={"asking": _asking_script}),
-        )
-
-    async def start(
-        self, task: str, tools: list[str], **more: Any
-    ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=tools, **more),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def notice(self, run_id: str, kind: str = "approval") -> dict[str, Any]:
-        async def found() -> dict[str, Any] | None:
-            bodies = [
-                e.body
-                for e in self.systems.outbox
-                if e.body["workflow_id"] == run_id and e.body.get("kind", "approval") == kind
-            ]
-            return bodies[0] if bodies else None
-
-        return await eventually(found, f"the {kind} notice of {run_id}", WITHIN)
-
-    async def approval_link(self, run_id: str) -> tuple[str, str, str]:
-        """The approval page's URL for the run's request, its request id and its token."""
-        notice = await self.notice(run_id)
-        token = notice["decision"]["authorization"].removeprefix("Bearer ")
-        request_id = notice["request_id"]
-        url = f"{self.gateway_url}/pages/approvals/{request_id}?token={token}"
-        if "page" in notice:  # the notice's own link to the page, once notices carry it
-            assert notice["page"] == url
-        return url, request_id, token
-
-    async def question_link(self, run_id: str) -> tuple[str, str, str]:
-        """The question page's URL for the run's question, its question id and its token."""
-        notice = await self.notice(run_id, "question")
-        token = notice["answer"]["authorization"].removeprefix("Bearer ")
-        question_id = notice["question_id"]
-        url = f"{self.gateway_url}/pages/questions/{question_id}?token={token}"
-        if "page" in notice:
-            assert notice["page"] == url
-        return url, question_id, token
-
-    def same_origin(self) -> dict[str, str]:
-        """The headers a browser sends with a form from one of the gateway's pages (its
-        `Origin` is `null`: the pages' referrer policy is `no-referrer`)."""
-        return {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+def asking(job: OneQuestionJob) -> Apps:
+    """An app of `job`, a job that asks: its tool, and the script that calls it
+    (`scripted:asking`)."""
+    return Apps(tools=[_asking_tool(job)], scripts={"asking": _asking_script})
 
 
 @pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    tokens = ResumeTokens(KEYS, "pages")
-    systems = systems_app()
-    gateway = create_app(TemporalDeliverer(dev_env.client), tokens)
-    async with (
-        httpx.AsyncClient(timeout=WITHIN) as http,
-        serving(systems) as systems_url,
-        serving(gateway) as gateway_url,
-    ):
-        demo: DemoSystems = systems.state.systems
-        yield Rig(dev_env.client, http, gateway_url, demo, systems_url, tokens, task_queue)
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    async with serving_stack(dev_env.client, task_queue, KEYS, "pages", within=WITHIN) as stack:
+        yield stack
 
 
 def _form_key(page: str) -> str:
@@ -226,7 +142,7 @@ async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
 
 
 async def test_the_approval_page_shows_the_request_and_opening_it_applies_nothing(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
@@ -253,7 +169,7 @@ async def test_the_approval_page_shows_the_request_and_opening_it_applies_nothin
     assert _action(page) == request_id
 
 
-async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig: Rig) -> None:
+async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         url, request_id, token = await rig.approval_link(handle.id)
@@ -261,8 +177,8 @@ async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig:
         post_url = f"{rig.gateway_url}/pages/approvals/{request_id}"
         approve = {"token": token, "decision": "approve", "reviewer": "mallory"}
         attempts = {
-            "no key": (approve, rig.same_origin()),
-            "a wrong key": (approve | {"form_key": key[:-2] + "AA"}, rig.same_origin()),
+            "no key": (approve, SAME_ORIGIN),
+            "a wrong key": (approve | {"form_key": key[:-2] + "AA"}, SAME_ORIGIN),
             "another site": (approve | {"form_key": key}, {"Sec-Fetch-Site": "cross-site"}),
             "another origin": (
                 approve | {"form_key": key},
@@ -274,7 +190,7 @@ async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig:
             for what, (form, headers) in attempts.items()
         }
         json_body = await rig.http.post(
-            post_url, json=approve | {"form_key": key}, headers=rig.same_origin()
+            post_url, json=approve | {"form_key": key}, headers=SAME_ORIGIN
         )
         state = await _state(handle)
 
@@ -286,7 +202,7 @@ async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig:
 
 
 async def test_approving_on_the_page_lets_the_run_go_on_and_the_link_is_then_used(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
@@ -300,11 +216,11 @@ async def test_approving_on_the_page_lets_the_run_go_on_and_the_link_is_then_use
             "comment": "fine",
         }
         post_url = f"{rig.gateway_url}/pages/approvals/{request_id}"
-        approved = await rig.http.post(post_url, data=form, headers=rig.same_origin())
+        approved = await rig.http.post(post_url, data=form, headers=SAME_ORIGIN)
         result = await asyncio.wait_for(handle.result(), WITHIN)
-        again = await rig.http.post(post_url, data=form, headers=rig.same_origin())
+        again = await rig.http.post(post_url, data=form, headers=SAME_ORIGIN)
         other = await rig.http.post(
-            post_url, data=form | {"decision": "reject"}, headers=rig.same_origin()
+            post_url, data=form | {"decision": "reject"}, headers=SAME_ORIGIN
         )
         reopened = await rig.http.get(url)
         state = await _state(handle)
@@ -326,7 +242,7 @@ async def test_approving_on_the_page_lets_the_run_go_on_and_the_link_is_then_use
     assert 'name="decision"' not in shown
 
 
-async def test_rejecting_on_the_page_with_a_reason_tells_the_run(rig: Rig) -> None:
+async def test_rejecting_on_the_page_with_a_reason_tells_the_run(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
         url, request_id, token = await rig.approval_link(handle.id)
@@ -340,7 +256,7 @@ async def test_rejecting_on_the_page_with_a_reason_tells_the_run(rig: Rig) -> No
                 "reviewer": "bo",
                 "comment": f"over budget {HOSTILE}",
             },
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )
         result = await asyncio.wait_for(handle.result(), WITHIN)
         state = await _state(handle)
@@ -360,7 +276,7 @@ async def test_rejecting_on_the_page_with_a_reason_tells_the_run(rig: Rig) -> No
 
 
 async def test_a_link_that_is_not_the_requests_form_link_is_refused_with_a_page(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     soon = datetime.now(UTC) + timedelta(hours=1)
     async with rig.worker():
@@ -399,7 +315,7 @@ async def test_a_link_that_is_not_the_requests_form_link_is_refused_with_a_page(
         posted = await rig.http.post(
             page_url,
             data={"token": token[:-2] + "AA", "decision": "approve"},
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )
         on_question_page = await rig.http.get(
             f"{rig.gateway_url}/pages/questions/{request_id}?token={token}"
@@ -431,7 +347,7 @@ async def test_a_link_that_is_not_the_requests_form_link_is_refused_with_a_page(
 # --- the question page -------------------------------------------------------------------------
 
 
-async def _ask(rig: Rig) -> tuple[WorkflowHandle[Any, RunResult], str, str, str]:
+async def _ask(rig: Stack) -> tuple[WorkflowHandle[Any, RunResult], str, str, str]:
     """Start a run whose job asks `QUESTION`: the run, the question page's URL, the question's
     id and the link's token."""
     handle = await rig.start("ask", ["asking_job"], model="scripted:asking")
@@ -443,10 +359,10 @@ def _answered_job() -> OneQuestionJob:
 
 
 async def test_the_question_page_builds_its_form_from_the_schema_and_takes_typed_content(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     job = _answered_job()
-    async with rig.worker(job):
+    async with rig.worker(apps=asking(job)):
         handle, url, question_id, token = await _ask(rig)
         page = _assert_page(await rig.http.get(url), 200)
         answered = await rig.http.post(
@@ -463,7 +379,7 @@ async def test_the_question_page_builds_its_form_from_the_schema_and_takes_typed
                 "field:formats": ["csv", "parquet"],
                 "field:unknown": "ignored",
             },
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )
         result = await asyncio.wait_for(handle.result(), WITHIN)
         reopened = await rig.http.get(url)
@@ -494,9 +410,9 @@ async def test_the_question_page_builds_its_form_from_the_schema_and_takes_typed
     assert "Answered by <b>ana</b> at" in again and 'name="action"' not in again
 
 
-async def test_content_the_run_refuses_shows_the_form_again_with_its_reason(rig: Rig) -> None:
+async def test_content_the_run_refuses_shows_the_form_again_with_its_reason(rig: Stack) -> None:
     job = _answered_job()
-    async with rig.worker(job):
+    async with rig.worker(apps=asking(job)):
         handle, url, question_id, token = await _ask(rig)
         page = (await rig.http.get(url)).text
         form = {"token": token, "form_key": _form_key(page), "action": "accept"}
@@ -504,16 +420,16 @@ async def test_content_the_run_refuses_shows_the_form_again_with_its_reason(rig:
         too_many = await rig.http.post(
             post_url,
             data=form | {"responder": "ana", "field:region": "EMEA", "field:rows": "5000"},
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )
         missing = await rig.http.post(
-            post_url, data=form | {"field:rows": "abc"}, headers=rig.same_origin()
+            post_url, data=form | {"field:rows": "abc"}, headers=SAME_ORIGIN
         )
         state = await _state(handle)
         fixed = await rig.http.post(
             post_url,
             data=form | {"responder": "ana", "field:region": "EMEA", "field:rows": "500"},
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )
         await asyncio.wait_for(handle.result(), WITHIN)
 
@@ -539,9 +455,9 @@ async def test_content_the_run_refuses_shows_the_form_again_with_its_reason(rig:
     ]
 
 
-async def test_declining_on_the_question_page_tells_the_job(rig: Rig) -> None:
+async def test_declining_on_the_question_page_tells_the_job(rig: Stack) -> None:
     job = _answered_job()
-    async with rig.worker(job):
+    async with rig.worker(apps=asking(job)):
         handle, url, question_id, token = await _ask(rig)
         page = (await rig.http.get(url)).text
         declined = await rig.http.post(
@@ -549,7 +465,7 @@ async def test_declining_on_the_question_page_tells_the_job(rig: Rig) -> None:
             # A decline sends no content: the form's fields are not read.
             data={"token": token, "form_key": _form_key(page), "action": "decline",
                   "responder": "bo", "field:rows": "not a number"},
-            headers=rig.same_origin(),
+            headers=SAME_ORIGIN,
         )  # fmt: skip
         await asyncio.wait_for(handle.result(), WITHIN)
         state = await _state(handle)
