@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -15,35 +14,25 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import (
     callback_token,
     eventually,
-    make_worker,
     quiet_history_length,
     replays,
-    start_run,
     until_the_update_is_admitted,
 )
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack, serving_stack
 from tests.workflows.cold_order_steps import in_one_task, update_accepted
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput, OnTimeout
 from waitstate.schemas.operations import Operation
-from waitstate.settings import Settings
-from waitstate.tools import ToolSpec
 from workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}
@@ -60,85 +49,20 @@ class Outbox:
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-@dataclass
-class Rig:
-    """Real dev server, gateway (accepting both keys) and demo systems; workers sign with the
-    key a test chooses, as a fleet does while it rotates keys."""
-
-    client: Client
-    http: httpx.AsyncClient
-    systems_url: str
-    gateway_url: str
-    task_queue: str
-
-    def tools(self) -> list[ToolSpec]:
-        return [
-            *demo_tools(),
-            export_tool(ExportService(self.http, self.systems_url)),
-            *compliance_tools(self.http, self.systems_url),
-        ]
-
-    def worker(
-        self, signing: str = "old", outbox_url: str | None = None, *, sticky: bool = True
-    ) -> AbstractAsyncContextManager[Worker]:
-        """A worker signing with `signing`; one that is not `sticky` caches no run, so the next
-        task of its runs goes to the shared queue at once, not to its own queue after it left."""
-        settings = Settings(
-            max_cached_workflows=100 if sticky else 0,
-            gateway_url=self.gateway_url,
-            demo_systems_url=self.systems_url,
-            token_keys=KEYS,
-            token_signing_key=signing,
-            approvals_outbox_url=outbox_url,
-        )
-        return make_worker(
-            self.client,
-            self.task_queue,
-            tools=self.tools(),
-            settings=settings,
-            tokens=ResumeTokens(KEYS, signing),
-        )
-
-    async def start(self, task: str, tools: list[str], **fields: Any) -> WorkflowHandle[Any, Any]:
-        return await start_run(
-            self.client, self.task_queue, RunInput(task=task, tools=tools, **fields)
-        )
-
-    async def ask_first(self, policy: ApprovalPolicy) -> WorkflowHandle[Any, Any]:
-        """Start the scripted run that asks for an approval, under `policy`, before it acts."""
-        return await self.start(
-            "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
-        )
-
-    async def faults(self, **faults: Any) -> None:
-        (await self.http.post(f"{self.systems_url}/_test/faults", json=faults)).raise_for_status()
-
-    async def stats(self) -> dict[str, Any]:
-        return dict((await self.http.get(f"{self.systems_url}/_test/stats")).json())
-
-    async def approve_by_link(self, notice: dict[str, Any]) -> httpx.Response:
-        """Approve, as "ana", through the decision link of an approval notice."""
-        link = notice["decision"]
-        return await self.http.post(
-            link["url"],
-            json={"decision": "approve", "reviewer": "ana"},
-            headers={"Authorization": link["authorization"]},
-        )
-
-    async def outbox(self, workflow_id: str) -> list[dict[str, Any]]:
-        entries = (await self.http.get(f"{self.systems_url}/approvals/outbox")).json()
-        return [e["body"] for e in entries if e["body"]["workflow_id"] == workflow_id]
-
-
 @pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    gateway_tokens = ResumeTokens(KEYS, "old")
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        serving(systems_app(export_seconds=0.3)) as systems_url,
-        serving(gateway_app(TemporalDeliverer(dev_env.client), gateway_tokens)) as gateway_url,
-    ):
-        yield Rig(dev_env.client, http, systems_url, gateway_url, task_queue)
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    """The stack, its gateway accepting both keys; workers sign with the key a test chooses
+    (`old` unless it says), as a fleet does while it rotates keys."""
+    systems = systems_app(export_seconds=0.3)
+    async with serving_stack(dev_env.client, task_queue, KEYS, "old", systems, within=30) as stack:
+        yield stack
+
+
+async def _ask_first(rig: Stack, policy: ApprovalPolicy) -> WorkflowHandle[Any, Any]:
+    """Start the scripted run that asks for an approval, under `policy`, before it acts."""
+    return await rig.start(
+        "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
+    )
 
 
 @pytest.fixture
@@ -188,7 +112,7 @@ async def _result(handle: WorkflowHandle[Any, Any]) -> RunResult:
 
 
 async def test_reports_that_beat_the_start_are_held_in_order_and_the_final_one_applies(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     # The job reports 50%, then succeeds, both while the export service holds the start's
     # answer: the run hears of the operation only after both webhooks.
@@ -214,7 +138,7 @@ async def test_reports_that_beat_the_start_are_held_in_order_and_the_final_one_a
     await replays(handle, "exactly_once_early_reports")
 
 
-async def test_an_early_report_with_a_wrong_nonce_is_refused_to_its_sender(rig: Rig) -> None:
+async def test_an_early_report_with_a_wrong_nonce_is_refused_to_its_sender(rig: Stack) -> None:
     await rig.faults(hold_start_answers_seconds=3, never_complete=True)
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
@@ -249,7 +173,7 @@ async def test_an_early_report_with_a_wrong_nonce_is_refused_to_its_sender(rig: 
 CAN_AFTER_EXPIRY = 33
 
 
-async def test_continue_as_new_right_after_an_expiry_still_cancels_both_jobs(rig: Rig) -> None:
+async def test_continue_as_new_right_after_an_expiry_still_cancels_both_jobs(rig: Stack) -> None:
     await rig.faults(never_complete=True)
     async with rig.worker():
         handle = await rig.start(
@@ -277,7 +201,7 @@ async def test_continue_as_new_right_after_an_expiry_still_cancels_both_jobs(rig
 
 
 async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalation(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     # Each window outlasts a busy machine's delays: the escalation's notice is sent only while
     # its window is open (a worker that wakes past both windows expires the request at once).
@@ -286,11 +210,11 @@ async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalati
     # worker caches nothing (a departed worker's sticky task once took over 30 s to move), and
     # leaves once the run waits with no task (one it took and dropped as it left waited 10 s
     # for Temporal's timeout, past the first window and the escalation's).
-    async with rig.worker(signing="old", sticky=False):
-        handle = await rig.ask_first(policy)
+    async with rig.worker(signing_key="old", max_cached_workflows=0):
+        handle = await _ask_first(rig, policy)
         [first] = await eventually(lambda: rig.outbox(handle.id), "the first notice")
         await quiet_history_length(handle)
-    async with rig.worker(signing="new"):
+    async with rig.worker(signing_key="new"):
         notices = await eventually(
             lambda: _at_least(rig.outbox(handle.id), 2), "the escalation notice"
         )
@@ -310,19 +234,21 @@ async def test_a_link_minted_before_the_key_rotated_still_decides_after_escalati
 
 
 async def test_a_start_retried_under_the_new_key_accepts_the_token_the_job_kept(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     # The first attempt creates the job (which keeps that attempt's token, signed by `old`)
-    # and its answer is lost; the retry runs on a worker that signs with `new`.
+    # and its answer is lost; the retry runs on a worker that signs with `new`. The old worker
+    # caches no run: the next task of its runs goes to the shared queue at once, not to its own
+    # queue after it left.
     await rig.faults(accept_then_fail_next_starts=1)
-    async with rig.worker(signing="old", sticky=False):
+    async with rig.worker(signing_key="old", max_cached_workflows=0):
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_timeout=timedelta(seconds=15))
 
         async def started_once() -> bool:
             return any(k["starts"] >= 1 for k in (await rig.stats())["keys"].values())
 
         await eventually(started_once, "the first start")
-    async with rig.worker(signing="new"):
+    async with rig.worker(signing_key="new"):
         result = await _result(handle)
         state = await _state(handle)
     stats = await rig.stats()
@@ -346,13 +272,13 @@ async def _at_least(entries: Awaitable[list[T]], n: int) -> list[T] | None:
 
 @pytest.mark.parametrize("on_timeout", ["fail", "default"])
 async def test_a_decision_made_while_the_notice_outlasts_the_window_is_final(
-    rig: Rig, held_outbox: Outbox, on_timeout: OnTimeout
+    rig: Stack, held_outbox: Outbox, on_timeout: OnTimeout
 ) -> None:
     policy = ApprovalPolicy(
         timeout=timedelta(seconds=2), on_timeout=on_timeout, default_decision="reject"
     )
-    async with rig.worker(outbox_url=held_outbox.url):
-        handle = await rig.ask_first(policy)
+    async with rig.worker(approvals_outbox_url=held_outbox.url):
+        handle = await _ask_first(rig, policy)
 
         async def notice_posted() -> bool:
             return bool(held_outbox.posts)
@@ -405,7 +331,7 @@ async def _continuations(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, Ru
 
 
 async def _chatty_export(
-    rig: Rig, tools: list[str], **fields: Any
+    rig: Stack, tools: list[str], **fields: Any
 ) -> tuple[WorkflowHandle[Any, RunResult], RunResult, RunState, list[tuple[str, RunInput]]]:
     """A run of the export task whose job reports progress eight times in its 4 s: the run's
     handle, result, last state and continuations."""
@@ -418,7 +344,7 @@ async def _chatty_export(
 
 
 async def _replays_with_a_turn_carried(
-    rig: Rig,
+    rig: Stack,
     handle: WorkflowHandle[Any, RunResult],
     continued: list[tuple[str, RunInput]],
     first_call: str,
@@ -434,7 +360,7 @@ async def _replays_with_a_turn_carried(
     await replays(resumed, histories[1])
 
 
-async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Rig) -> None:
+async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig: Stack) -> None:
     handle, result, state, continued = await _chatty_export(
         rig, EXPORT_TOOLS, continue_as_new_after_events=30
     )
@@ -459,7 +385,7 @@ async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig
 
 
 async def test_progress_while_handles_run_continues_the_run_as_new_between_turns(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     handle, result, state, continued = await _chatty_export(
         rig,
@@ -477,7 +403,7 @@ async def test_progress_while_handles_run_continues_the_run_as_new_between_turns
     await replays(handle, "exactly_once_continued_between_turns")
 
 
-async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
+async def test_wait_for_operations_goes_on_in_the_next_run(rig: Stack) -> None:
     handle, result, _, continued = await _chatty_export(
         rig,
         ["start_export"],
@@ -501,7 +427,7 @@ async def test_wait_for_operations_goes_on_in_the_next_run(rig: Rig) -> None:
 # --- copies and repeats of progress reports -----------------------------------------------------
 
 
-async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: Rig) -> None:
+async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: Stack) -> None:
     await rig.faults(never_complete=True)
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS, operation_mode="handle")
@@ -544,11 +470,11 @@ async def test_copies_of_a_report_collapse_and_a_repeated_report_does_not(rig: R
 
 
 async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
-    rig: Rig, failing_outbox: Outbox
+    rig: Stack, failing_outbox: Outbox
 ) -> None:
     policy = ApprovalPolicy(timeout=timedelta(minutes=10), on_timeout="fail")
-    async with rig.worker(outbox_url=failing_outbox.url):
-        handle = await rig.ask_first(policy)
+    async with rig.worker(approvals_outbox_url=failing_outbox.url):
+        handle = await _ask_first(rig, policy)
 
         async def posted() -> list[dict[str, Any]]:
             return failing_outbox.posts
@@ -567,7 +493,7 @@ async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
 
 
 async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_replays(
-    rig: Rig, held_outbox: Outbox
+    rig: Stack, held_outbox: Outbox
 ) -> None:
     # The window's timer fires while no worker runs, and a decision waits for a worker too:
     # the worker that comes gets both in one workflow task, and takes the decision first (so
@@ -576,8 +502,8 @@ async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_repl
     # met by the chaos suite after a worker was killed in the middle of that task, is not
     # reproduced here.
     policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
-    async with rig.worker(outbox_url=held_outbox.url):
-        handle = await rig.ask_first(policy)
+    async with rig.worker(approvals_outbox_url=held_outbox.url):
+        handle = await _ask_first(rig, policy)
 
         async def asked() -> ApprovalRequest | None:
             return next(iter((await _state(handle)).approvals.values()), None)
@@ -598,7 +524,7 @@ async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_repl
     )
     await until_the_update_is_admitted(rig.client, handle, "decide-as-the-window-ends")
     held_outbox.release.set()
-    async with rig.worker(outbox_url=held_outbox.url):
+    async with rig.worker(approvals_outbox_url=held_outbox.url):
         outcome = await deciding
         result = await _result(handle)
         state = await _state(handle)
