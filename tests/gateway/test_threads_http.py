@@ -19,15 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import serving
-from tests.helpers import assert_error, make_worker
-from tests.rigs import Gateway
+from tests.helpers import assert_error
+from tests.rigs import OPERATOR, Gateway, Stack, serving_stack
 from tests.workflows import threads_app
 from waitstate.apps import load_apps
-from waitstate.client import WaitstateClient, thread_input
+from waitstate.client import thread_input
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.operators import OperatorKeys
@@ -38,27 +37,24 @@ from waitstate.schemas.threads import MAX_MESSAGE_CHARS, MAX_QUEUED, ThreadSetti
 APP = "tests.workflows.threads_app:app"
 CHAT_MODEL = "scripted:chat-echo"
 KEYS = {"k1": "thread-test-secret-0123456789abcdef0123"}
-OPERATOR = "operator-key-0123456789abcdef0123456789"
 # Room for the longest message a thread takes, and not much more.
 MAX_BODY = 65_536
 REPLY_WITHIN = 20  # seconds a test waits for a reply: far more than one takes
 
 
 @dataclass
-class Rig:
-    """The gateway over HTTP with a thread desk, its keys, and the Temporal client under it."""
+class Threads:
+    """The thread routes of the stack's gateway, as an operator and a thread's holder call
+    them; `doc` is the gateway's OpenAPI document, as it serves it."""
 
-    http: httpx.AsyncClient
-    tokens: ResumeTokens
-    client: Client
-    waitstate: WaitstateClient
+    stack: Stack
     doc: dict[str, Any]
 
     async def start(
         self, body: Any, authorization: str | None = f"Bearer {OPERATOR}"
     ) -> httpx.Response:
         headers = {"Authorization": authorization} if authorization else {}
-        return await self.http.post("/v1/threads", json=body, headers=headers)
+        return await self.stack.http.post("/v1/threads", json=body, headers=headers)
 
     async def started(self, text: str, **fields: Any) -> tuple[str, str]:
         """A new thread's id and token, started with `text`."""
@@ -68,17 +64,17 @@ class Rig:
         return started["thread_id"], started["thread_token"]
 
     async def post(self, thread_id: str, token: str | None, body: Any) -> httpx.Response:
-        return await self.http.post(
+        return await self.stack.http.post(
             f"/v1/threads/{thread_id}/messages", json=body, headers=_bearer(token)
         )
 
     async def read(self, thread_id: str, token: str | None) -> httpx.Response:
-        return await self.http.get(f"/v1/threads/{thread_id}", headers=_bearer(token))
+        return await self.stack.http.get(f"/v1/threads/{thread_id}", headers=_bearer(token))
 
     async def message(
         self, thread_id: str, token: str | None, message_id: str, wait: float | str = 0
     ) -> httpx.Response:
-        return await self.http.get(
+        return await self.stack.http.get(
             f"/v1/threads/{thread_id}/messages/{message_id}",
             params={"wait": wait},
             headers=_bearer(token),
@@ -94,17 +90,17 @@ class Rig:
 
     async def received(self, thread_id: str) -> int:
         """How many messages the thread has taken, all time."""
-        state = await self.waitstate.query(thread_id)
+        state = await self.stack.waitstate.query(thread_id)
         assert state.thread is not None
         return state.thread.received
 
     async def runs(self, workflow_id: str) -> int:
         """How many runs Temporal has under the id."""
         query = f'WorkflowId = "{workflow_id}"'
-        return len([r async for r in self.client.list_workflows(query)])
+        return len([r async for r in self.stack.client.list_workflows(query)])
 
-    def thread_token(self, thread_id: str, expires_in: timedelta = timedelta(hours=1)) -> str:
-        return self.tokens.mint_thread(thread_id, datetime.now(UTC) + expires_in)
+    def token(self, thread_id: str, expires_in: timedelta = timedelta(hours=1)) -> str:
+        return self.stack.tokens.mint_thread(thread_id, datetime.now(UTC) + expires_in)
 
     def assert_documented(self, method: str, path: str, *responses: httpx.Response) -> None:
         """Each of `responses` is an answer the route `method path` documents."""
@@ -122,35 +118,40 @@ def _code(response: httpx.Response) -> tuple[int, str]:
 
 
 @pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    tokens = ResumeTokens(KEYS, "k1")
-    waitstate = WaitstateClient(dev_env.client, task_queue=task_queue)
-    desk = ThreadDesk(waitstate, OperatorKeys({"ops": OPERATOR}), default_model=CHAT_MODEL)
-    app = create_app(
-        TemporalDeliverer(dev_env.client), tokens, threads=desk, max_body_bytes=MAX_BODY
-    )
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
     async with (
-        make_worker(dev_env.client, task_queue, apps=load_apps([APP])),
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url, timeout=60) as http,
+        serving_stack(
+            dev_env.client,
+            task_queue,
+            KEYS,
+            "k1",
+            thread_model=CHAT_MODEL,
+            max_body_bytes=MAX_BODY,
+            within=60,
+        ) as stack,
+        stack.worker(tools=[], apps=load_apps([APP])),
     ):
-        doc = (await http.get("/openapi.json")).json()
-        yield Rig(http, tokens, dev_env.client, waitstate, doc)
+        yield stack
 
 
-async def test_a_conversation_of_three_messages_over_http(rig: Rig) -> None:
-    created = await rig.start({"text": "hello", "sender": "ana"})
+@pytest.fixture
+async def threads(rig: Stack) -> Threads:
+    return Threads(rig, (await rig.http.get("/openapi.json")).json())
+
+
+async def test_a_conversation_of_three_messages_over_http(rig: Stack, threads: Threads) -> None:
+    created = await threads.start({"text": "hello", "sender": "ana"})
     assert created.status_code == 201, created.text
     started = created.json()
     thread_id, token = started["thread_id"], started["thread_token"]
-    one = await rig.reply(thread_id, token, "m1")
+    one = await threads.reply(thread_id, token, "m1")
     posted = []
     replies = [one]
     for text in ("how are you?", "bye"):
-        response = await rig.post(thread_id, token, {"text": text, "sender": "ana"})
+        response = await threads.post(thread_id, token, {"text": text, "sender": "ana"})
         posted.append(response)
-        replies.append(await rig.reply(thread_id, token, response.json()["message_id"]))
-    view = await rig.read(thread_id, token)
+        replies.append(await threads.reply(thread_id, token, response.json()["message_id"]))
+    view = await threads.read(thread_id, token)
 
     assert re.fullmatch(r"thread-[0-9a-f]{12}", thread_id)
     assert started["message"] == {
@@ -180,15 +181,15 @@ async def test_a_conversation_of_three_messages_over_http(rig: Rig) -> None:
         ("m2", "re: how are you? (2 seen)"),
         ("m3", "re: bye (3 seen)"),
     ]
-    rig.assert_documented("post", "/v1/threads", created)
-    rig.assert_documented("post", "/v1/threads/{thread_id}/messages", *posted)
+    threads.assert_documented("post", "/v1/threads", created)
+    threads.assert_documented("post", "/v1/threads/{thread_id}/messages", *posted)
 
 
-async def test_a_thread_token_opens_its_own_thread_only(rig: Rig) -> None:
-    a, a_token = await rig.started("in thread a")
-    b, b_token = await rig.started("in thread b")
-    await rig.reply(a, a_token, "m1")
-    await rig.reply(b, b_token, "m1")
+async def test_a_thread_token_opens_its_own_thread_only(rig: Stack, threads: Threads) -> None:
+    a, a_token = await threads.started("in thread a")
+    b, b_token = await threads.started("in thread b")
+    await threads.reply(a, a_token, "m1")
+    await threads.reply(b, b_token, "m1")
     flipped = a_token[:-2] + ("A" if a_token[-2] != "A" else "B") + a_token[-1]
     other_key = ResumeTokens({"k1": "another-secret-0123456789abcdef012345"}, "k1")
     # Credentials that are not `a`'s token, each with the refusal it gets.
@@ -197,7 +198,7 @@ async def test_a_thread_token_opens_its_own_thread_only(rig: Rig) -> None:
         ("b's token", b_token, 401, "wrong_thread"),
         ("forged", flipped, 401, "invalid_token"),
         ("another key's", other_key.mint_thread(a, datetime.now(UTC) + timedelta(hours=1)), 401, "invalid_token"),
-        ("expired", rig.thread_token(a, -timedelta(seconds=1)), 410, "token_expired"),
+        ("expired", threads.token(a, -timedelta(seconds=1)), 410, "token_expired"),
         ("a resume token", rig.tokens.mint(a, "op_1", datetime.now(UTC) + timedelta(hours=1)).token, 401, "invalid_token"),
         ("an approval link's", rig.tokens.mint(a, approval_subject("apr_1"), datetime.now(UTC) + timedelta(hours=1)).token, 401, "invalid_token"),
         ("the operator key", OPERATOR, 401, "invalid_token"),
@@ -206,10 +207,10 @@ async def test_a_thread_token_opens_its_own_thread_only(rig: Rig) -> None:
     answers = []
     for what, token, status, code in refused:
         for response in (
-            await rig.post(a, token, {"text": f"from {what}"}),
-            await rig.read(a, token),
-            await rig.message(a, token, "m1"),
-            await rig.message(a, token, "m1", wait=1),
+            await threads.post(a, token, {"text": f"from {what}"}),
+            await threads.read(a, token),
+            await threads.message(a, token, "m1"),
+            await threads.message(a, token, "m1", wait=1),
         ):
             answers.append(response)
             assert _code(response) == (status, code), (what, response.request.url)
@@ -222,18 +223,18 @@ async def test_a_thread_token_opens_its_own_thread_only(rig: Rig) -> None:
     )
 
     assert _code(in_query) == (401, "missing_token")
-    assert _code(await rig.message(a, b_token, "m1")) == (401, "wrong_thread")
+    assert _code(await threads.message(a, b_token, "m1")) == (401, "wrong_thread")
     # Nothing reached either thread; each token still opens its own.
-    assert (await rig.received(a), await rig.received(b)) == (1, 1)
-    assert (await rig.message(a, a_token, "m1")).json()["reply"] == "re: in thread a (1 seen)"
-    assert (await rig.message(b, b_token, "m1")).json()["reply"] == "re: in thread b (1 seen)"
+    assert (await threads.received(a), await threads.received(b)) == (1, 1)
+    assert (await threads.message(a, a_token, "m1")).json()["reply"] == "re: in thread a (1 seen)"
+    assert (await threads.message(b, b_token, "m1")).json()["reply"] == "re: in thread b (1 seen)"
     for path in ("/v1/threads/{thread_id}/messages", "/v1/threads/{thread_id}"):
         method = "post" if path.endswith("messages") else "get"
-        rig.assert_documented(method, path, *answers)
+        threads.assert_documented(method, path, *answers)
 
 
-async def test_a_thread_token_is_no_resume_token(rig: Rig) -> None:
-    thread_id, token = await rig.started("hello")
+async def test_a_thread_token_is_no_resume_token(rig: Stack, threads: Threads) -> None:
+    thread_id, token = await threads.started("hello")
     complete = await rig.http.post(
         f"/v1/operations/{thread_id}/complete",
         json={"status": "succeeded", "result": {}},
@@ -249,18 +250,20 @@ async def test_a_thread_token_is_no_resume_token(rig: Rig) -> None:
     for response in (complete, decide, answer):
         assert_error(response, 401, "invalid_token")
         assert "not a resume token" in response.json()["error"]["message"]
-    assert await rig.received(thread_id) == 1
+    assert await threads.received(thread_id) == 1
 
 
-async def test_starting_a_thread_takes_an_operator_key(rig: Rig) -> None:
-    _, token = await rig.started("a thread of the operator's")
+async def test_starting_a_thread_takes_an_operator_key(threads: Threads) -> None:
+    _, token = await threads.started("a thread of the operator's")
     ids = [f"thread-refused-{n}" for n in range(5)]
     answers = [
-        await rig.start({"thread_id": ids[0], "text": "hi"}, authorization=None),
-        await rig.start({"thread_id": ids[1], "text": "hi"}, authorization="Bearer not-the-key"),
-        await rig.start({"thread_id": ids[2], "text": "hi"}, authorization=f"Bearer {token}"),
-        await rig.start({"thread_id": ids[3], "text": "hi"}, authorization=f"Basic {OPERATOR}"),
-        await rig.start(
+        await threads.start({"thread_id": ids[0], "text": "hi"}, authorization=None),
+        await threads.start(
+            {"thread_id": ids[1], "text": "hi"}, authorization="Bearer not-the-key"
+        ),
+        await threads.start({"thread_id": ids[2], "text": "hi"}, authorization=f"Bearer {token}"),
+        await threads.start({"thread_id": ids[3], "text": "hi"}, authorization=f"Basic {OPERATOR}"),
+        await threads.start(
             {"thread_id": ids[4], "text": "hi"}, authorization=f"Bearer {OPERATOR[:-1]}"
         ),
     ]
@@ -275,15 +278,15 @@ async def test_starting_a_thread_takes_an_operator_key(rig: Rig) -> None:
     for response in answers:
         assert_error(response, 401)
         assert response.headers["www-authenticate"] == "Bearer"
-    assert [await rig.runs(thread_id) for thread_id in ids] == [0] * len(ids)
-    rig.assert_documented("post", "/v1/threads", *answers)
+    assert [await threads.runs(thread_id) for thread_id in ids] == [0] * len(ids)
+    threads.assert_documented("post", "/v1/threads", *answers)
 
 
 async def test_a_gateway_without_operator_keys_starts_no_thread(
-    dev_env: WorkflowEnvironment, task_queue: str, rig: Rig
+    dev_env: WorkflowEnvironment, task_queue: str, rig: Stack, threads: Threads
 ) -> None:
     # The same keys, but no operator key: the thread routes of its threads still work.
-    thread_id, token = await rig.started("hello")
+    thread_id, token = await threads.started("hello")
     desk = ThreadDesk(rig.waitstate, OperatorKeys({}), default_model=CHAT_MODEL)
     app = create_app(TemporalDeliverer(dev_env.client), rig.tokens, threads=desk)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -300,7 +303,7 @@ async def test_a_gateway_without_operator_keys_starts_no_thread(
 
     assert_error(refused, 404, "threads_disabled")
     assert "WAITSTATE_OPERATOR_KEYS" in refused.json()["error"]["message"]
-    assert await rig.runs("thread-never") == 0
+    assert await threads.runs("thread-never") == 0
     assert (posted.status_code, posted.json()["message_id"]) == (202, "m2")
 
 
@@ -317,7 +320,9 @@ async def test_a_gateway_without_threads_answers_404_on_every_thread_route(gw: G
         assert_error(response, 404, "threads_disabled")
 
 
-async def test_a_closed_thread_refuses_a_message_with_410_and_is_still_read(rig: Rig) -> None:
+async def test_a_closed_thread_refuses_a_message_with_410_and_is_still_read(
+    rig: Stack, threads: Threads
+) -> None:
     thread_id = f"thread-closing-{uuid.uuid4().hex[:8]}"
     start = thread_input(
         model=CHAT_MODEL, settings=ThreadSettings(close_after=timedelta(seconds=1))
@@ -325,26 +330,28 @@ async def test_a_closed_thread_refuses_a_message_with_410_and_is_still_read(rig:
     sent = await rig.waitstate.send_message(thread_id, "hello", start=start)
     await rig.waitstate.reply(thread_id, sent.accepted.message_id)
     await asyncio.wait_for(rig.waitstate.handle(thread_id).result(), 30)
-    token = rig.thread_token(thread_id)
+    token = threads.token(thread_id)
 
-    posted = await rig.post(thread_id, token, {"text": "anyone there?"})
-    again = await rig.start({"thread_id": thread_id, "text": "a new start?"})
-    view = await rig.read(thread_id, token)
-    message = await rig.message(thread_id, token, "m1", wait=5)
+    posted = await threads.post(thread_id, token, {"text": "anyone there?"})
+    again = await threads.start({"thread_id": thread_id, "text": "a new start?"})
+    view = await threads.read(thread_id, token)
+    message = await threads.message(thread_id, token, "m1", wait=5)
 
     assert_error(posted, 410, "thread_closed")
     assert_error(again, 409, "thread_exists")
     assert view.status_code == 200 and view.json()["status"] == "completed"
     assert view.json()["thread"]["received"] == 1
     assert message.json()["reply"] == "re: hello (1 seen)"
-    assert await rig.runs(thread_id) == 1  # nothing started under the id again
-    rig.assert_documented("post", "/v1/threads/{thread_id}/messages", posted)
-    rig.assert_documented("post", "/v1/threads", again)
+    assert await threads.runs(thread_id) == 1  # nothing started under the id again
+    threads.assert_documented("post", "/v1/threads/{thread_id}/messages", posted)
+    threads.assert_documented("post", "/v1/threads", again)
 
 
-async def test_malformed_and_oversize_bodies_are_refused_and_change_nothing(rig: Rig) -> None:
-    thread_id, token = await rig.started("hello")
-    await rig.reply(thread_id, token, "m1")
+async def test_malformed_and_oversize_bodies_are_refused_and_change_nothing(
+    rig: Stack, threads: Threads
+) -> None:
+    thread_id, token = await threads.started("hello")
+    await threads.reply(thread_id, token, "m1")
     too_long = "x" * (MAX_MESSAGE_CHARS + 1)
     bad_messages: list[tuple[Any, str]] = [
         (b"not json", "invalid_json"),
@@ -368,7 +375,7 @@ async def test_malformed_and_oversize_bodies_are_refused_and_change_nothing(rig:
                 f"/v1/threads/{thread_id}/messages", content=body, headers=_bearer(token)
             )
         else:
-            response = await rig.post(thread_id, token, body)
+            response = await threads.post(thread_id, token, body)
         answers.append(response)
         assert _code(response) == (422, code), (
             body if len(str(body)) < 100 else "long",
@@ -390,48 +397,52 @@ async def test_malformed_and_oversize_bodies_are_refused_and_change_nothing(rig:
         {"thread_id": "thread-no-text"},
         {"text": "hi", "thread_id": "thread-extra", "model": "openai:gpt-4.1"},
     ]
-    starts = [await rig.start(body) for body in bad_starts]
-    waits = [await rig.message(thread_id, token, "m1", wait=w) for w in ("31", "-1", "nan", "x")]
+    starts = [await threads.start(body) for body in bad_starts]
+    waits = [
+        await threads.message(thread_id, token, "m1", wait=w) for w in ("31", "-1", "nan", "x")
+    ]
 
     assert_error(oversize, 413, "body_too_large")
     assert [_code(r) for r in starts] == [(422, "invalid_thread")] * len(bad_starts)
     assert [_code(r) for r in waits] == [(422, "invalid_request")] * len(waits)
-    assert await rig.received(thread_id) == 1
+    assert await threads.received(thread_id) == 1
     for name in ("thread-too-long", "thread-no-text", "thread-extra", "t" * 129):
-        assert await rig.runs(name) == 0
-    rig.assert_documented("post", "/v1/threads/{thread_id}/messages", *answers, oversize)
-    rig.assert_documented("post", "/v1/threads", *starts)
-    rig.assert_documented("get", "/v1/threads/{thread_id}/messages/{message_id}", *waits)
+        assert await threads.runs(name) == 0
+    threads.assert_documented("post", "/v1/threads/{thread_id}/messages", *answers, oversize)
+    threads.assert_documented("post", "/v1/threads", *starts)
+    threads.assert_documented("get", "/v1/threads/{thread_id}/messages/{message_id}", *waits)
 
 
-async def test_the_longest_message_is_taken(rig: Rig) -> None:
-    thread_id, token = await rig.started("hello")
+async def test_the_longest_message_is_taken(threads: Threads) -> None:
+    thread_id, token = await threads.started("hello")
     longest = "y" * MAX_MESSAGE_CHARS
-    posted = await rig.post(thread_id, token, {"text": longest})
+    posted = await threads.post(thread_id, token, {"text": longest})
 
     assert posted.status_code == 202, posted.text
-    reply = await rig.reply(thread_id, token, posted.json()["message_id"])
+    reply = await threads.reply(thread_id, token, posted.json()["message_id"])
     assert reply["reply"] == f"re: {longest} (2 seen)"
 
 
-async def test_an_idempotency_key_makes_one_message(rig: Rig) -> None:
+async def test_an_idempotency_key_makes_one_message(threads: Threads) -> None:
     thread_id = f"thread-keyed-{uuid.uuid4().hex[:8]}"
     body = {"thread_id": thread_id, "text": "start", "key": "start-1"}
-    first = await rig.start(body)
-    retried = await rig.start(body)  # the same start again, e.g. after a lost answer
-    other_key = await rig.start({**body, "key": "start-2"})
-    no_key = await rig.start({"thread_id": thread_id, "text": "start"})
+    first = await threads.start(body)
+    retried = await threads.start(body)  # the same start again, e.g. after a lost answer
+    other_key = await threads.start({**body, "key": "start-2"})
+    no_key = await threads.start({"thread_id": thread_id, "text": "start"})
     token = first.json()["thread_token"]
-    await rig.reply(thread_id, token, "m1")
+    await threads.reply(thread_id, token, "m1")
     sent = [
-        await rig.post(thread_id, token, {"text": "once", "key": "k-1"}),
-        await rig.post(thread_id, retried.json()["thread_token"], {"text": "once", "key": "k-1"}),
+        await threads.post(thread_id, token, {"text": "once", "key": "k-1"}),
+        await threads.post(
+            thread_id, retried.json()["thread_token"], {"text": "once", "key": "k-1"}
+        ),
     ]
     concurrent = await asyncio.gather(
-        *(rig.post(thread_id, token, {"text": "twice", "key": "k-2"}) for _ in range(3))
+        *(threads.post(thread_id, token, {"text": "twice", "key": "k-2"}) for _ in range(3))
     )
-    await rig.reply(thread_id, token, concurrent[0].json()["message_id"])
-    view = (await rig.read(thread_id, token)).json()
+    await threads.reply(thread_id, token, concurrent[0].json()["message_id"])
+    view = (await threads.read(thread_id, token)).json()
 
     assert (first.status_code, retried.status_code) == (201, 201)
     assert first.json()["message"]["duplicate"] is False
@@ -447,32 +458,32 @@ async def test_an_idempotency_key_makes_one_message(rig: Rig) -> None:
     assert [m["text"] for m in view["thread"]["messages"]] == ["start", "once", "twice"]
 
 
-async def test_starts_of_one_new_thread_at_once_start_it_once(rig: Rig) -> None:
+async def test_starts_of_one_new_thread_at_once_start_it_once(threads: Threads) -> None:
     """Each start finds no thread when it looks; the thread itself takes the first to reach it
     and refuses the others, `thread_exists`: one thread, one message, one token."""
     thread_id = f"thread-race-{uuid.uuid4().hex[:8]}"
     starts = await asyncio.gather(
         *(
-            rig.start({"thread_id": thread_id, "text": f"start {n}", "key": f"k{n}"})
+            threads.start({"thread_id": thread_id, "text": f"start {n}", "key": f"k{n}"})
             for n in range(4)
         )
     )
     [started] = [r for r in starts if r.status_code == 201]
     token = started.json()["thread_token"]
-    await rig.reply(thread_id, token, "m1")
-    view = (await rig.read(thread_id, token)).json()
+    await threads.reply(thread_id, token, "m1")
+    view = (await threads.read(thread_id, token)).json()
 
     for refused in (r for r in starts if r is not started):
         assert_error(refused, 409, "thread_exists")
     assert started.json()["message"]["message_id"] == "m1"
     assert view["thread"]["received"] == 1
-    assert await rig.runs(thread_id) == 1
+    assert await threads.runs(thread_id) == 1
 
 
-async def test_an_operator_renews_a_threads_token(rig: Rig) -> None:
+async def test_an_operator_renews_a_threads_token(rig: Stack, threads: Threads) -> None:
     """A thread outlives its tokens: an operator key gets a fresh one for an open thread; a
     thread token renews nothing; an id no thread has gets none."""
-    thread_id, token = await rig.started("hello")
+    thread_id, token = await threads.started("hello")
     renewed = await rig.http.post(
         f"/v1/threads/{thread_id}/token", headers={"Authorization": f"Bearer {OPERATOR}"}
     )
@@ -483,8 +494,8 @@ async def test_an_operator_renews_a_threads_token(rig: Rig) -> None:
         "/v1/threads/thread-nobody/token", headers={"Authorization": f"Bearer {OPERATOR}"}
     )
     fresh = renewed.json()["thread_token"]
-    posted = await rig.post(thread_id, fresh, {"text": "with the fresh token"})
-    still = await rig.post(thread_id, token, {"text": "with the first token"})
+    posted = await threads.post(thread_id, fresh, {"text": "with the fresh token"})
+    still = await threads.post(thread_id, token, {"text": "with the first token"})
 
     assert renewed.status_code == 201, renewed.text
     assert renewed.json()["thread_id"] == thread_id and fresh != token
@@ -494,45 +505,50 @@ async def test_an_operator_renews_a_threads_token(rig: Rig) -> None:
     assert_error(unknown, 404, "unknown_thread")
 
 
-async def test_a_thread_token_never_starts_a_thread(rig: Rig) -> None:
+async def test_a_thread_token_never_starts_a_thread(threads: Threads) -> None:
     # A valid token for an id no run has (never started, or gone past retention).
-    token = rig.thread_token("thread-nobody")
-    posted = await rig.post("thread-nobody", token, {"text": "hello?"})
-    view = await rig.read("thread-nobody", token)
-    message = await rig.message("thread-nobody", token, "m1", wait=1)
+    token = threads.token("thread-nobody")
+    posted = await threads.post("thread-nobody", token, {"text": "hello?"})
+    view = await threads.read("thread-nobody", token)
+    message = await threads.message("thread-nobody", token, "m1", wait=1)
 
     for response in (posted, view, message):
         assert_error(response, 404, "unknown_thread")
-    assert await rig.runs("thread-nobody") == 0
-    thread_id, token = await rig.started("hello")
-    assert_error(await rig.message(thread_id, token, "m9"), 404, "unknown_message")
+    assert await threads.runs("thread-nobody") == 0
+    thread_id, token = await threads.started("hello")
+    assert_error(await threads.message(thread_id, token, "m9"), 404, "unknown_message")
 
 
-async def test_a_wait_ends_with_the_wait_and_a_failed_thread_ends_it_at_once(rig: Rig) -> None:
+async def test_a_wait_ends_with_the_wait_and_a_failed_thread_ends_it_at_once(
+    rig: Stack, threads: Threads
+) -> None:
     thread_id = f"thread-held-{uuid.uuid4().hex[:8]}"
     threads_app.RELEASE.clear()
     try:
         sent = await rig.waitstate.send_message(
             thread_id, "slow, please", start=thread_input(model="held:any")
         )
-        token = rig.thread_token(thread_id)
+        token = threads.token(thread_id)
         loop = asyncio.get_running_loop()
         began = loop.time()
-        waited = await rig.message(thread_id, token, sent.accepted.message_id, wait=1.5)
+        waited = await threads.message(thread_id, token, sent.accepted.message_id, wait=1.5)
         took = loop.time() - began
         # More waits at once than a thread allows: one too many is refused.
         many = await asyncio.gather(
-            *(rig.message(thread_id, token, "m1", wait=2) for _ in range(MAX_WAITS_PER_THREAD + 1))
+            *(
+                threads.message(thread_id, token, "m1", wait=2)
+                for _ in range(MAX_WAITS_PER_THREAD + 1)
+            )
         )
     finally:
         threads_app.RELEASE.set()
-    replied = await rig.reply(thread_id, token, "m1")
+    replied = await threads.reply(thread_id, token, "m1")
     # A thread of an agent no worker knows fails at once: a wait for its reply ends with it.
-    failing, failing_token = await rig.started("hello", agent="nobody")
+    failing, failing_token = await threads.started("hello", agent="nobody")
     began = loop.time()
-    never = await rig.message(failing, failing_token, "m1", wait=MAX_WAIT_SECONDS)
+    never = await threads.message(failing, failing_token, "m1", wait=MAX_WAIT_SECONDS)
     ended_after = loop.time() - began
-    failed = await rig.read(failing, failing_token)
+    failed = await threads.read(failing, failing_token)
 
     assert waited.status_code == 200 and waited.json()["status"] in ("queued", "working")
     # The wait lasted its wait, the message unanswered (a lower bound: load only lengthens it).
@@ -546,10 +562,12 @@ async def test_a_wait_ends_with_the_wait_and_a_failed_thread_ends_it_at_once(rig
     assert ended_after < MAX_WAIT_SECONDS
     assert failed.json()["status"] == "failed"
     assert "nobody" in failed.json()["error"]
-    rig.assert_documented("get", "/v1/threads/{thread_id}/messages/{message_id}", *many)
+    threads.assert_documented("get", "/v1/threads/{thread_id}/messages/{message_id}", *many)
 
 
-async def test_a_busy_or_full_thread_refuses_a_message_saying_why(rig: Rig) -> None:
+async def test_a_busy_or_full_thread_refuses_a_message_saying_why(
+    rig: Stack, threads: Threads
+) -> None:
     rejecting = f"thread-rejecting-{uuid.uuid4().hex[:8]}"
     queueing = f"thread-queueing-{uuid.uuid4().hex[:8]}"
     threads_app.RELEASE.clear()
@@ -557,15 +575,15 @@ async def test_a_busy_or_full_thread_refuses_a_message_saying_why(rig: Rig) -> N
         for thread_id, busy in ((rejecting, "reject"), (queueing, "queue")):
             start = thread_input(model="held:any", settings=ThreadSettings(busy=busy))
             await rig.waitstate.send_message(thread_id, "slow, please", start=start)
-        rejecting_token = rig.thread_token(rejecting)
-        queueing_token = rig.thread_token(queueing)
-        busy_answer = await rig.post(rejecting, rejecting_token, {"text": "and now?"})
+        rejecting_token = threads.token(rejecting)
+        queueing_token = threads.token(queueing)
+        busy_answer = await threads.post(rejecting, rejecting_token, {"text": "and now?"})
         queued = [
-            await rig.post(queueing, queueing_token, {"text": f"message {n}"})
+            await threads.post(queueing, queueing_token, {"text": f"message {n}"})
             for n in range(MAX_QUEUED)
         ]
-        full_answer = await rig.post(queueing, queueing_token, {"text": "one too many"})
-        received = (await rig.received(rejecting), await rig.received(queueing))
+        full_answer = await threads.post(queueing, queueing_token, {"text": "one too many"})
+        received = (await threads.received(rejecting), await threads.received(queueing))
     finally:
         threads_app.RELEASE.set()
 
@@ -574,4 +592,4 @@ async def test_a_busy_or_full_thread_refuses_a_message_saying_why(rig: Rig) -> N
     assert {r.status_code for r in queued} == {202}
     assert_error(full_answer, 429, "thread_full")
     assert received == (1, 1 + MAX_QUEUED)
-    rig.assert_documented("post", "/v1/threads/{thread_id}/messages", busy_answer, full_answer)
+    threads.assert_documented("post", "/v1/threads/{thread_id}/messages", busy_answer, full_answer)
