@@ -5,7 +5,6 @@ span unless the operator opts in; tracing changes nothing a run records (histori
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 import uuid
@@ -14,7 +13,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -25,21 +23,15 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 import starter
-from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
-from examples.systems import DemoSystems, serving
+from examples.systems import DemoSystems
 from examples.systems import create_app as systems_app
-from tests.helpers import TEST_BLOBS, eventually, quiet_history_length, start_run
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS
+from tests.helpers import eventually, quiet_history_length, start_run
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack, serving_stack
 from tests.workflows.questions_app import app as QUESTIONS
 from waitstate.activation_order import workflow_runner
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput
@@ -65,44 +57,31 @@ def _tracing(
     return Tracing(provider, content=content)
 
 
-@dataclasses.dataclass
-class TracedStack:
-    """The dev server, the demo systems and the gateway (traced as `waitstate-gateway`) over
-    real HTTP, and the worker's settings to reach them."""
-
-    env: WorkflowEnvironment
-    http: httpx.AsyncClient
-    systems_url: str
-    systems: DemoSystems
-    settings: Settings
-    tokens: ResumeTokens
-
-    @asynccontextmanager
-    async def worker(self, tracing: Tracing, *, purges: bool = False) -> AsyncIterator[Worker]:
-        """The production worker wiring (as `worker.py` builds it), traced by `tracing`; with
-        `purges`, the purge tool (a job that asks a person to confirm) and its scripts."""
-        tools = [
-            *demo_tools(),
-            export_tool(ExportService(self.http, self.systems_url)),
-            *compliance_tools(self.http, self.systems_url),
-        ]
-        if purges:
-            tools.append(purge_tool(PurgeService(self.http, self.systems_url)))
-        providers = build_providers(self.settings, scripts=QUESTIONS.scripts if purges else None)
-        worker = build_worker(
-            self.env.client,
-            self.settings,
-            providers,
-            tools,
-            self.http,
-            tokens=self.tokens,
-            tracing=tracing,
-        )
-        try:
-            async with worker:
-                yield worker
-        finally:
-            await providers.aclose()
+@asynccontextmanager
+async def _traced_worker(
+    stack: Stack, tracing: Tracing, *, purges: bool = False
+) -> AsyncIterator[Worker]:
+    """The production worker wiring (as `worker.py` builds it) of the stack, traced by
+    `tracing`; with `purges`, the purge tool (a job that asks a person to confirm) and its
+    scripts."""
+    tools = stack.tools()
+    if purges:
+        tools.append(purge_tool(PurgeService(stack.http, stack.systems_url)))
+    providers = build_providers(stack.settings, scripts=QUESTIONS.scripts if purges else None)
+    worker = build_worker(
+        stack.client,
+        stack.settings,
+        providers,
+        tools,
+        stack.http,
+        tokens=stack.tokens,
+        tracing=tracing,
+    )
+    try:
+        async with worker:
+            yield worker
+    finally:
+        await providers.aclose()
 
 
 @pytest.fixture
@@ -115,48 +94,36 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 async def traced_stack(
     dev_env: WorkflowEnvironment, task_queue: str, exporter: InMemorySpanExporter
-) -> AsyncIterator[TracedStack]:
-    tokens = ResumeTokens(KEYS, "trace")
-    gateway = _tracing(exporter, SERVICE_GATEWAY)
-    app = systems_app(export_seconds=0.2)
-    deliverer = TemporalDeliverer(gateway.client(dev_env.client))
-    async with (
-        httpx.AsyncClient(timeout=10) as http,
-        serving(app) as systems_url,
-        serving(gateway_app(deliverer, tokens)) as gateway_url,
-    ):
-        settings = Settings(
-            temporal_address=dev_env.client.service_client.config.target_host,
-            task_queue=task_queue,
-            gateway_url=gateway_url,
-            demo_systems_url=systems_url,
-            token_keys=KEYS,
-            token_signing_key="trace",
-            blob_dir=TEST_BLOBS,
-        )
-        yield TracedStack(dev_env, http, systems_url, app.state.systems, settings, tokens)
+) -> AsyncIterator[Stack]:
+    """The stack, its gateway traced as `waitstate-gateway`."""
+    traced = _tracing(exporter, SERVICE_GATEWAY).client(dev_env.client)
+    systems = systems_app(export_seconds=0.2)
+    async with serving_stack(
+        dev_env.client, task_queue, KEYS, "trace", systems, gateway_client=traced
+    ) as stack:
+        yield stack
 
 
 async def test_one_trace_from_the_start_to_the_answer_across_a_webhook_and_a_restart(
-    traced_stack: TracedStack, exporter: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+    traced_stack: Stack, exporter: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stack = traced_stack
     # The export's job waits for its webhook until the test sends it, as the external system
     # would, once the first worker is gone and the second one is up.
-    (await stack.http.post(f"{stack.systems_url}/_test/faults", json={"never_complete": True}))
+    await stack.faults(never_complete=True)
     run_id = f"traced-{uuid.uuid4()}"
     args = starter._parser().parse_args(
         ["run", EXPORT_TASK, "--tools", *EXPORT_TOOLS, "--id", run_id, "--wait", "--json"]
     )
     cli = _tracing(exporter, SERVICE_STARTER)
-    handle = stack.env.client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+    handle = stack.client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
 
-    async with stack.worker(_tracing(exporter, SERVICE_WORKER, "1")):
+    async with _traced_worker(stack, _tracing(exporter, SERVICE_WORKER, "1")):
         running = asyncio.create_task(starter.cmd_run(args, stack.settings, cli))
         job = await eventually(lambda: _job(stack.systems), "the export job")
         await quiet_history_length(handle)  # the run waits for the webhook
     restarted_at = time.time_ns()
-    async with stack.worker(_tracing(exporter, SERVICE_WORKER, "2")):
+    async with _traced_worker(stack, _tracing(exporter, SERVICE_WORKER, "2")):
         assert job.callback_url is not None and job.callback_token is not None
         file = f"exports/{job.arguments['dataset']}-{job.arguments['period']}.csv"
         stack.systems.files[file] = ROWS
@@ -257,12 +224,12 @@ async def test_one_trace_from_the_start_to_the_answer_across_a_webhook_and_a_res
 
 
 async def test_content_goes_in_spans_only_when_the_operator_opts_in(
-    traced_stack: TracedStack, exporter: InMemorySpanExporter
+    traced_stack: Stack, exporter: InMemorySpanExporter
 ) -> None:
     stack = traced_stack
     worker = _tracing(exporter, SERVICE_WORKER, content=True)
-    client = worker.client(stack.env.client)
-    async with stack.worker(worker):
+    client = worker.client(stack.client)
+    async with _traced_worker(stack, worker):
         handle = await start_run(
             client,
             stack.settings.task_queue,
@@ -294,11 +261,11 @@ def _wait_span(spans: Sequence[ReadableSpan], name: str) -> tuple[ReadableSpan, 
 
 
 async def test_an_approval_is_a_span_from_the_request_to_the_decision(
-    traced_stack: TracedStack, exporter: InMemorySpanExporter
+    traced_stack: Stack, exporter: InMemorySpanExporter
 ) -> None:
     stack = traced_stack
     cli = await WaitstateClient.connect(stack.settings, tracing=_tracing(exporter, SERVICE_STARTER))
-    async with stack.worker(_tracing(exporter, SERVICE_WORKER)):
+    async with _traced_worker(stack, _tracing(exporter, SERVICE_WORKER)):
         started = await cli.start(
             RunInput(task="ask first", model="scripted:ask-first", tools=["request_approval"])
         )
@@ -328,11 +295,11 @@ async def test_an_approval_is_a_span_from_the_request_to_the_decision(
 
 
 async def test_a_question_is_a_span_from_the_ask_to_its_answer(
-    traced_stack: TracedStack, exporter: InMemorySpanExporter
+    traced_stack: Stack, exporter: InMemorySpanExporter
 ) -> None:
     stack = traced_stack
     cli = await WaitstateClient.connect(stack.settings, tracing=_tracing(exporter, SERVICE_STARTER))
-    async with stack.worker(_tracing(exporter, SERVICE_WORKER), purges=True):
+    async with _traced_worker(stack, _tracing(exporter, SERVICE_WORKER), purges=True):
         started = await cli.start(
             RunInput(
                 task="purge the staging events", model="scripted:purge", tools=["purge_dataset"]
