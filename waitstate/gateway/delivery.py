@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 from uuid import uuid4
@@ -80,14 +80,23 @@ _REJECTIONS = {
 
 
 class DeliveryRefused(Exception):
-    """The run did not take the completion, decision or answer; `status_code` is the HTTP
-    answer."""
+    """The run did not take the completion, decision or answer, or did not answer in time
+    (`outcome_unknown`); `status_code` is the HTTP answer, `retry_with` what a retry must
+    carry (`key`, a start's `thread_id`)."""
 
-    def __init__(self, status_code: int, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_with: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
         self.code = code
+        self.retry_with = dict(retry_with or {})
 
 
 class Deliverer(Protocol):

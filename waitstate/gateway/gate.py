@@ -180,7 +180,7 @@ class Gate:
             return await delivery
         except DeliveryRefused as err:
             code = err.code or code_for(err.status_code)
-            raise Refused(err.status_code, code, err.message) from err
+            raise Refused(err.status_code, code, err.message, err.retry_with) from err
         except Exception as err:
             log.exception("delivering %s failed", what)
             raise Failed from err

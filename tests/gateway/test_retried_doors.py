@@ -1,0 +1,463 @@
+"""Every door into a run is idempotent and truthful (issue 39), end to end: the real gateway over
+HTTP with a `TemporalDeliverer` and a thread desk, the client under it, the dev server, the demo
+systems, and a worker the tests stop and start again.
+
+For each door (a thread's start and its next message, a decision by link and by the client, an
+answer by link and by the client, a webhook's completion): the same request twice, and a request
+whose answer is lost: to the gateway's timeout while no worker runs (504 `outcome_unknown`,
+never a 503 "retry later", with the key that makes the retry safe), to the client's timeout
+(`OutcomeUnknown`), or to a client that hangs up before reading. Each reaches one run, one
+message, one decision, one answer, one completion, and the retry is told what became of the
+first: the same message, "already applied", or the first one's outcome, never a refusal, and
+never "token expired" for something applied while its token was valid.
+
+While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
+no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
+the gateway waits its usual 20 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from examples.demo.basic import demo_tools
+from examples.demo.compliance import compliance_tools
+from examples.demo.exports import ExportService, export_tool
+from examples.demo.purges import PurgeService, purge_tool
+from examples.demo.refunds import refund_tools
+from examples.systems import DemoSystems, JobRecord, serving
+from examples.systems import create_app as systems_app
+from tests.helpers import eventually, first_question, make_worker
+from waitstate.apps import load_apps
+from waitstate.client import ClientError, OutcomeUnknown, WaitstateClient, thread_input
+from waitstate.gateway.app import create_app
+from waitstate.gateway.delivery import (
+    TemporalDeliverer,
+)
+from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.threads import ThreadDesk
+from waitstate.gateway.tokens import ResumeTokens
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.settings import Settings
+from workflows.agent_run import AgentRunWorkflow
+
+APPS = ["tests.workflows.threads_app:app", "tests.workflows.questions_app:app"]
+CHAT_MODEL = "scripted:chat-echo"
+KEYS = {"doors": "d" * 40}
+OPERATOR = "operator-key-of-the-doors-0123456789abcdef"
+# How long the gateway that serves the requests sent while no worker runs waits for a run.
+PATIENCE = timedelta(seconds=2)
+RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
+APPROVE = {"decision": "approve", "reviewer": "ana", "comment": "fine by me"}
+CONFIRM = {"action": "accept", "content": {"confirm": True}, "responder": "ana"}
+SUCCEEDED = {
+    "status": "succeeded",
+    "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
+}
+UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+
+
+@dataclass
+class Rig:
+    """Two gateways over one dev server (the usual one, and one that waits `PATIENCE` for a run,
+    for requests sent while no worker runs), the client under them, and the demo systems: an
+    export service whose jobs never end (each test sends its export's webhook itself), and the
+    rest (the refunds, the purges, the notices' outbox)."""
+
+    client: Client
+    waitstate: WaitstateClient
+    http: httpx.AsyncClient
+    gateway_url: str
+    impatient_url: str
+    systems: DemoSystems
+    systems_url: str
+    exports: DemoSystems
+    exports_url: str
+    tokens: ResumeTokens
+    task_queue: str
+
+    def worker(self) -> AbstractAsyncContextManager[Worker]:
+        """The production worker wiring: the demo's tools, the export (its jobs never end), the
+        refund, the purge, and the threads' and the purge's models."""
+        settings = Settings(
+            gateway_url=self.gateway_url,
+            demo_systems_url=self.systems_url,
+            token_keys=KEYS,
+            token_signing_key="doors",
+        )
+        tools = [
+            *demo_tools(),
+            export_tool(ExportService(self.http, self.exports_url)),
+            *compliance_tools(self.http, self.systems_url),
+            *refund_tools(self.http, self.systems_url),
+            purge_tool(PurgeService(self.http, self.systems_url)),
+        ]
+        return make_worker(
+            self.client,
+            self.task_queue,
+            tools=tools,
+            settings=settings,
+            tokens=self.tokens,
+            apps=load_apps(APPS),
+        )
+
+    async def start(
+        self, task: str, tools: Sequence[str], **fields: Any
+    ) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            RunInput(task=task, tools=list(tools), **fields),
+            id=f"run-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+        )
+
+    async def post(self, url: str, body: Any, authorization: str, **headers: str) -> httpx.Response:
+        return await self.http.post(
+            url, json=body, headers={"Authorization": authorization, **headers}
+        )
+
+    def impatient(self, url: str) -> str:
+        """`url`, on the gateway that waits `PATIENCE` for a run."""
+        return url.replace(self.gateway_url, self.impatient_url)
+
+    # --- threads ---------------------------------------------------------------------------
+
+    async def start_thread(self, body: dict[str, Any], gateway: str = "") -> httpx.Response:
+        return await self.post(f"{gateway or self.gateway_url}/v1/threads", body, OPERATOR_AUTH)
+
+    async def post_message(
+        self, thread_id: str, token: str, body: dict[str, Any], gateway: str = ""
+    ) -> httpx.Response:
+        url = f"{gateway or self.gateway_url}/v1/threads/{thread_id}/messages"
+        return await self.post(url, body, f"Bearer {token}")
+
+    async def thread(self, thread_id: str) -> RunState:
+        return await self.waitstate.query(thread_id)
+
+    async def received(self, thread_id: str) -> int:
+        """How many messages the thread has taken, all time."""
+        state = await self.thread(thread_id)
+        assert state.thread is not None
+        return state.thread.received
+
+    async def has_received(self, thread_id: str, count: int) -> bool:
+        """Whether the thread has taken `count` messages (False while it cannot say: not
+        started yet, or its first task not done)."""
+        with contextlib.suppress(ClientError):
+            return await self.received(thread_id) == count
+        return False
+
+    async def replied(self, thread_id: str, message_id: str) -> str:
+        """The reply to the message, once it has one."""
+        message = await self.waitstate.reply(thread_id, message_id, within=timedelta(seconds=30))
+        assert message.status == "replied", message
+        assert message.reply is not None
+        return message.reply
+
+    async def runs(self, workflow_id: str) -> int:
+        """How many runs Temporal has under the id."""
+        return len([r async for r in self.client.list_workflows(f'WorkflowId = "{workflow_id}"')])
+
+    # --- what runs wait for -------------------------------------------------------------------
+
+    async def notice(self, handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+        """The run's approval notice, once its link is confirmed by the run."""
+
+        async def posted() -> dict[str, Any] | None:
+            requests = (await _state(handle)).approvals.values()
+            if not any(r.nonce_hash for r in requests):
+                return None
+            bodies = [e.body for e in self.systems.outbox if e.body["workflow_id"] == handle.id]
+            return bodies[0] if bodies else None
+
+        return await eventually(posted, f"the approval notice of {handle.id}")
+
+    async def question_notice(self, handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+        """The run's question's notice (with its link), once the run asks it."""
+        question = await first_question(handle, "the purge's question")
+
+        async def posted() -> dict[str, Any] | None:
+            bodies = [e.body for e in self.systems.outbox]
+            return next((b for b in bodies if b.get("question_id") == question.question_id), None)
+
+        return await eventually(posted, "the question's notice")
+
+    async def job(self, handle: WorkflowHandle[Any, Any]) -> JobRecord:
+        """The run's export job, once its operation waits for its webhook."""
+
+        async def started() -> JobRecord | None:
+            state = await _state(handle)
+            running = [op for op in state.operations.values() if op.status == "running"]
+            mine = [j for j in self.exports.jobs.values() if j.key.startswith(f"{handle.id}/")]
+            return mine[0] if mine and running and mine[0].callback_token else None
+
+        return await eventually(started, f"the export job of {handle.id}")
+
+    async def purges(self) -> dict[str, int]:
+        stats = (await self.http.get(f"{self.systems_url}/_test/stats")).json()
+        return dict(stats["purges"])
+
+
+OPERATOR_AUTH = f"Bearer {OPERATOR}"
+
+
+@pytest.fixture
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
+    tokens = ResumeTokens(KEYS, "doors")
+    waitstate = WaitstateClient(dev_env.client, task_queue=task_queue)
+
+    def gateway(patience: timedelta | None) -> Any:
+        desk = ThreadDesk(waitstate, OperatorKeys({"ops": OPERATOR}), default_model=CHAT_MODEL)
+        deliverer = TemporalDeliverer(dev_env.client)
+        if patience is not None:
+            desk.answer_within = patience
+            deliverer = TemporalDeliverer(dev_env.client, timeout=patience)
+        return create_app(deliverer, tokens, threads=desk)
+
+    systems, exports = systems_app(), systems_app()
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        serving(systems) as systems_url,
+        serving(exports) as exports_url,
+        serving(gateway(None)) as gateway_url,
+        serving(gateway(PATIENCE)) as impatient_url,
+    ):
+        faults = await http.post(f"{exports_url}/_test/faults", json={"never_complete": True})
+        faults.raise_for_status()
+        yield Rig(
+            dev_env.client,
+            waitstate,
+            http,
+            gateway_url,
+            impatient_url,
+            systems.state.systems,
+            systems_url,
+            exports.state.systems,
+            exports_url,
+            tokens,
+            task_queue,
+        )
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
+    state: RunState = await handle.query(AgentRunWorkflow.status)
+    return state
+
+
+async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+    return await asyncio.wait_for(handle.result(), RESULT_WITHIN)
+
+
+async def _accepted_updates(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The names of the Updates the run (its whole chain) accepted, in order."""
+    return [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        async for e in handle.fetch_history_events()
+        if e.event_type == UPDATE_ACCEPTED
+    ]
+
+
+def _unknown(response: httpx.Response) -> dict[str, str]:
+    """The fields of a 504 `outcome_unknown` answer (in the gateway's error shape)."""
+    assert response.status_code == 504, response.text
+    error: dict[str, str] = response.json()["error"]
+    assert error["code"] == "outcome_unknown", error
+    assert error["message"]
+    return error
+
+
+def _code(response: httpx.Response) -> tuple[int, str | None]:
+    if response.status_code < 300:
+        return response.status_code, None
+    return response.status_code, response.json()["error"]["code"]
+
+
+def _expired(tokens: ResumeTokens, authorization: str) -> str:
+    """The `Authorization` of a token with the same claims as `authorization`'s (the same run,
+    subject and nonce: as genuine) that has expired: what a request retried after its token's
+    expiry carries."""
+    claims = tokens.verify(authorization.removeprefix("Bearer "))
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    expired = tokens.mint(claims.workflow_id, claims.operation_id, past, nonce=claims.nonce)
+    return f"Bearer {expired.token}"
+
+
+async def _hang_up_once(
+    url: str, body: Any, headers: dict[str, str], reached: Callable[[], Awaitable[bool]]
+) -> None:
+    """POST `body` to `url` and hang up without reading the answer, once `reached` says the
+    request reached the run: a client whose answer is lost."""
+    target = httpx.URL(url)
+    assert target.port is not None
+    payload = json.dumps(body).encode()
+    head = [
+        f"POST {target.raw_path.decode()} HTTP/1.1",
+        f"Host: {target.host}:{target.port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    _, writer = await asyncio.open_connection(target.host, target.port)
+    try:
+        writer.write("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
+        await writer.drain()
+        await eventually(reached, f"the request to {target.path} to reach the run")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+# --- a thread's start ----------------------------------------------------------------------------
+
+
+async def test_a_start_whose_answer_is_lost_while_no_worker_runs_starts_one_thread(
+    rig: Rig,
+) -> None:
+    # No thread id, no key: the gateway picks both, and names them when it cannot tell.
+    lost = await rig.start_thread({"text": "hello"}, gateway=rig.impatient_url)
+    unknown = _unknown(lost)
+    thread_id, key = unknown["thread_id"], unknown["key"]
+    retry = {"text": "hello", "thread_id": thread_id, "key": key}
+    # Still no worker: the thread cannot say whether this is its start's retry; nothing is sent.
+    too_soon = await rig.start_thread(retry, gateway=rig.impatient_url)
+    async with rig.worker():
+        await eventually(lambda: rig.has_received(thread_id, 1), "the start's message taken")
+        retried = await rig.start_thread(retry)
+        reply = await rig.replied(thread_id, "m1")
+        state = await rig.thread(thread_id)
+
+    assert (too_soon.status_code, too_soon.json()["error"]["code"]) == (503, "thread_unavailable")
+    assert retried.status_code == 201, retried.text
+    assert retried.json()["thread_id"] == thread_id
+    assert retried.json()["message"]["message_id"] == "m1"
+    assert retried.json()["message"]["duplicate"] is True
+    assert reply == "re: hello (1 seen)"
+    assert state.thread is not None and state.thread.received == 1
+    assert [m.key for m in state.thread.messages] == [key]
+    assert await rig.runs(thread_id) == 1
+
+
+async def test_a_start_sent_twice_or_whose_client_hung_up_starts_one_thread(rig: Rig) -> None:
+    thread_id = f"thread-doors-{uuid.uuid4().hex[:8]}"
+    body = {"text": "hello", "thread_id": thread_id, "key": "start-1"}
+    other = f"thread-doors-{uuid.uuid4().hex[:8]}"
+    hung_up = {"text": "hello", "thread_id": other, "key": "start-2"}
+    async with rig.worker():
+        twice = await asyncio.gather(rig.start_thread(body), rig.start_thread(body))
+
+        await _hang_up_once(
+            f"{rig.gateway_url}/v1/threads",
+            hung_up,
+            {"Authorization": OPERATOR_AUTH},
+            lambda: rig.has_received(other, 1),
+        )
+        retried = await rig.start_thread(hung_up)
+        received = (await rig.received(thread_id), await rig.received(other))
+
+    assert sorted(_code(r) for r in twice) == [(201, None)] * 2
+    assert {r.json()["message"]["message_id"] for r in twice} == {"m1"}
+    assert sorted(r.json()["message"]["duplicate"] for r in twice) == [False, True]
+    assert _code(retried) == (201, None)
+    assert retried.json()["message"] == {
+        "message_id": "m1",
+        "status": retried.json()["message"]["status"],
+        "ahead": 0,
+        "duplicate": True,
+    }
+    assert received == (1, 1)
+    assert (await rig.runs(thread_id), await rig.runs(other)) == (1, 1)
+
+
+# --- a thread's next message ---------------------------------------------------------------------
+
+
+async def test_a_message_whose_answer_is_lost_while_no_worker_runs_is_taken_once(
+    rig: Rig,
+) -> None:
+    """Finding 2: the post's Update was admitted by Temporal, held for a worker and taken once
+    one came back; the gateway had answered 503 `thread_unavailable`, "retry later", and the
+    retry was a second message."""
+    async with rig.worker():
+        started = await rig.start_thread({"text": "hello"})
+        thread_id, token = started.json()["thread_id"], started.json()["thread_token"]
+        await rig.replied(thread_id, "m1")
+    lost = await rig.post_message(thread_id, token, {"text": "still there?"}, rig.impatient_url)
+    key = _unknown(lost)["key"]
+    async with rig.worker():
+        retried = await rig.post_message(thread_id, token, {"text": "still there?", "key": key})
+        reply = await rig.replied(thread_id, retried.json()["message_id"])
+        state = await rig.thread(thread_id)
+
+    assert set(_unknown(lost)) == {"code", "message", "key"}
+    assert _code(retried) == (202, None)
+    assert retried.json()["message_id"] == "m2"
+    assert reply == "re: still there? (2 seen)"
+    assert state.thread is not None and state.thread.received == 2
+    assert [m.key for m in state.thread.messages][1:] == [key]
+
+
+async def test_a_message_sent_twice_or_whose_client_hung_up_is_taken_once(rig: Rig) -> None:
+    async with rig.worker():
+        started = await rig.start_thread({"text": "hello"})
+        thread_id, token = started.json()["thread_id"], started.json()["thread_token"]
+        twice = await asyncio.gather(
+            *(rig.post_message(thread_id, token, {"text": "once", "key": "k-1"}) for _ in "ab")
+        )
+
+        url = f"{rig.gateway_url}/v1/threads/{thread_id}/messages"
+        hung_up = {"text": "and once more", "key": "k-2"}
+        await _hang_up_once(
+            url,
+            hung_up,
+            {"Authorization": f"Bearer {token}"},
+            lambda: rig.has_received(thread_id, 3),
+        )
+        retried = await rig.post_message(thread_id, token, hung_up)
+        await rig.replied(thread_id, "m3")
+        state = await rig.thread(thread_id)
+
+    assert [_code(r) for r in twice] == [(202, None)] * 2
+    assert {r.json()["message_id"] for r in twice} == {"m2"}
+    assert sorted(r.json()["duplicate"] for r in twice) == [False, True]
+    assert (_code(retried), retried.json()["message_id"]) == ((202, None), "m3")
+    assert retried.json()["duplicate"] is True
+    assert state.thread is not None and state.thread.received == 3
+    assert [m.key for m in state.thread.messages][1:] == ["k-1", "k-2"]
+
+
+async def test_a_message_the_client_sends_is_keyed_and_its_lost_answer_names_the_key(
+    rig: Rig,
+) -> None:
+    """`WaitstateClient.send_message`: a send with no key is given one; one whose answer the
+    client gave up on (`OutcomeUnknown`) is the same message when sent again with its key."""
+    thread_id = f"thread-client-{uuid.uuid4().hex[:8]}"
+    async with rig.worker():
+        start = thread_input(model=CHAT_MODEL)
+        first = await rig.waitstate.send_message(thread_id, "hello", start=start)
+        await rig.replied(thread_id, "m1")
+    with pytest.raises(OutcomeUnknown) as lost:
+        await rig.waitstate.send_message(thread_id, "still there?", answer_within=PATIENCE)
+    async with rig.worker():
+        again = await rig.waitstate.send_message(thread_id, "still there?", key=lost.value.key)
+        await rig.replied(thread_id, "m2")
+        received = await rig.received(thread_id)
+
+    assert first.key is not None and first.accepted.message_id == "m1"
+    assert lost.value.key != first.key and lost.value.key in str(lost.value)
+    assert (again.key, again.accepted.message_id) == (lost.value.key, "m2")
+    assert received == 2
