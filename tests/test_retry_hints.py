@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from waitstate.cli import threads
+from waitstate.cli import people, threads
 from waitstate.cli.output import CliError
 from waitstate.client import NotAnswered, OutcomeUnknown, WaitstateClient, thread_input
+from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.threads import SendMessage
 
 
@@ -22,6 +24,12 @@ class Unanswering:
         self.error = error
 
     async def send_message(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+    async def decide(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+    async def answer(self, *args: Any, **kwargs: Any) -> Any:
         raise self.error
 
 
@@ -51,3 +59,19 @@ async def test_a_message_taken_for_now_by_none_says_nothing_was_recorded() -> No
         )
 
     assert "nothing was recorded" in str(said.value) and "--key" not in str(said.value)
+
+
+async def test_a_decision_or_answer_whose_outcome_is_unknown_says_how_to_send_it_again() -> None:
+    unknown = OutcomeUnknown("run-1", "no answer within 20 s", "client/decide/apr_1/x")
+    decision = DecideInput(request_id="apr_1", decision="approve", reviewer="ana")
+    answer = AnswerInput(question_id="q_1", action="decline")
+    with pytest.raises(CliError) as decided:
+        await people.decide(_client(unknown), "run-1", decision)
+    with pytest.raises(CliError) as answered:
+        await people._answer(_client(unknown), "run-1", answer)
+
+    for said, option in ((decided, "--request apr_1"), (answered, "--question q_1")):
+        line = str(said.value)
+        assert "\n" not in line
+        assert f"run the same command again with {option}" in line
+        assert "applied once" in line

@@ -8,8 +8,7 @@ whose answer is lost: to the gateway's timeout while no worker runs (504 `outcom
 never a 503 "retry later", with the key that makes the retry safe), to the client's timeout
 (`OutcomeUnknown`), or to a client that hangs up before reading. Each reaches one run, one
 message, one decision, one answer, one completion, and the retry is told what became of the
-first: the same message, "already applied", or the first one's outcome, never a refusal, and
-never "token expired" for something applied while its token was valid.
+first: the same message, "already applied", or the first one's outcome, never a refusal.
 
 While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
 no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
@@ -25,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -42,17 +41,24 @@ from examples.demo.purges import PurgeService, purge_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, first_question, make_worker
+from tests.helpers import eventually, first_question, make_worker, until_the_update_is_admitted
+from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
 from waitstate.apps import load_apps
 from waitstate.client import ClientError, OutcomeUnknown, WaitstateClient, thread_input
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import (
     TemporalDeliverer,
+    answer_update_id,
+    decision_update_id,
+    update_id,
 )
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.threads import ThreadDesk
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import DecideInput, DecisionBody
+from waitstate.schemas.operations import Completion
+from waitstate.schemas.questions import AnswerBody, AnswerInput
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
@@ -287,16 +293,6 @@ def _code(response: httpx.Response) -> tuple[int, str | None]:
     return response.status_code, response.json()["error"]["code"]
 
 
-def _expired(tokens: ResumeTokens, authorization: str) -> str:
-    """The `Authorization` of a token with the same claims as `authorization`'s (the same run,
-    subject and nonce: as genuine) that has expired: what a request retried after its token's
-    expiry carries."""
-    claims = tokens.verify(authorization.removeprefix("Bearer "))
-    past = datetime.now(UTC) - timedelta(seconds=1)
-    expired = tokens.mint(claims.workflow_id, claims.operation_id, past, nonce=claims.nonce)
-    return f"Bearer {expired.token}"
-
-
 async def _hang_up_once(
     url: str, body: Any, headers: dict[str, str], reached: Callable[[], Awaitable[bool]]
 ) -> None:
@@ -461,3 +457,247 @@ async def test_a_message_the_client_sends_is_keyed_and_its_lost_answer_names_the
     assert lost.value.key != first.key and lost.value.key in str(lost.value)
     assert (again.key, again.accepted.message_id) == (lost.value.key, "m2")
     assert received == 2
+
+
+# --- a decision ------------------------------------------------------------------------------------
+
+
+async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        link = (await rig.notice(handle))["decision"]
+    lost = await rig.post(rig.impatient(link["url"]), APPROVE, link["authorization"])
+    async with rig.worker():
+        retried = await rig.post(link["url"], APPROVE, link["authorization"])
+        result = await _result(handle)
+
+    assert set(_unknown(lost)) == {"code", "message"}  # the decision itself is the key
+    # The first request's Update was applied once the worker was back; the retry shares it.
+    assert _code(retried) == (409, "duplicate_decision")
+    assert "already applied" in retried.json()["error"]["message"]
+    assert result.status == "completed"
+    assert len(rig.systems.refunds) == 1
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_sent_twice_or_whose_client_hung_up_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await rig.notice(handle)
+        link = notice["decision"]
+
+        async def decided() -> bool:
+            return (await _state(handle)).approvals[notice["request_id"]].status == "approved"
+
+        await _hang_up_once(link["url"], APPROVE, {"Authorization": link["authorization"]}, decided)
+        twice = await asyncio.gather(
+            *(rig.post(link["url"], APPROVE, link["authorization"]) for _ in "ab")
+        )
+        result = await _result(handle)
+
+    assert [_code(r) for r in twice] == [(409, "duplicate_decision")] * 2
+    assert result.status == "completed"
+    assert len(rig.systems.refunds) == 1
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig: Rig) -> None:
+    """`WaitstateClient.decide`: the decision is its own key, so the same decision sent twice,
+    or again after the client gave up on its answer, or after a caller hung up, is one Update."""
+    async with rig.worker():
+        handles = [await rig.start(REFUND_TASK, REFUND_TOOLS) for _ in range(3)]
+        twice, lost, hung_up = handles
+        requests = {h.id: (await rig.notice(h))["request_id"] for h in handles}
+
+        def decision(handle: WorkflowHandle[Any, Any]) -> DecideInput:
+            return DecideInput(request_id=requests[handle.id], decision="approve", reviewer="ana")
+
+        outcomes = [await rig.waitstate.decide(twice.id, decision(twice)) for _ in "ab"]
+        # A caller that hangs up once the Update reached the run.
+        update = decision_update_id(
+            requests[hung_up.id], DecisionBody(decision="approve", reviewer="ana")
+        )
+        deciding = asyncio.create_task(rig.waitstate.decide(hung_up.id, decision(hung_up)))
+        await until_the_update_is_admitted(rig.client, hung_up, f"client/{update}")
+        deciding.cancel()
+        await asyncio.gather(deciding, return_exceptions=True)  # its answer, never read
+        again = await rig.waitstate.decide(hung_up.id, decision(hung_up))
+    with pytest.raises(OutcomeUnknown) as unknown:
+        await rig.waitstate.decide(lost.id, decision(lost), answer_within=PATIENCE)
+    async with rig.worker():
+        retried = await rig.waitstate.decide(lost.id, decision(lost), update_id=unknown.value.key)
+        results = [await _result(h) for h in handles]
+
+    assert [(o.accepted, o.status) for o in outcomes] == [(True, "approved")] * 2
+    assert (again.accepted, again.status) == (True, "approved")
+    assert unknown.value.key.startswith("client/decide/")
+    assert (retried.accepted, retried.status) == (True, "approved")
+    # One claim's refund for all three (its key is the claim's): each run applied one decision.
+    assert [r.status for r in results] == ["completed"] * 3
+    for handle in handles:
+        assert await _accepted_updates(handle) == ["decide"], handle.id
+
+
+# --- an answer to a question -----------------------------------------------------------------------
+
+
+async def test_an_answer_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        link = (await rig.question_notice(handle))["answer"]
+    lost = await rig.post(rig.impatient(link["url"]), CONFIRM, link["authorization"])
+    async with rig.worker():
+        retried = await rig.post(link["url"], CONFIRM, link["authorization"])
+        result = await _result(handle)
+    purges = await rig.purges()
+
+    assert set(_unknown(lost)) == {"code", "message"}
+    assert _code(retried) == (200, None) and retried.json()["delivered"] is True
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+async def test_an_answer_sent_twice_or_whose_client_hung_up_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        notice = await rig.question_notice(handle)
+        link, question_id = notice["answer"], notice["question_id"]
+
+        async def answered() -> bool:
+            return (await _state(handle)).questions[question_id].status == "answered"
+
+        await _hang_up_once(
+            link["url"], CONFIRM, {"Authorization": link["authorization"]}, answered
+        )
+        twice = await asyncio.gather(
+            *(rig.post(link["url"], CONFIRM, link["authorization"]) for _ in "ab")
+        )
+        result = await _result(handle)
+    purges = await rig.purges()
+
+    assert [_code(r) for r in twice] == [(200, None)] * 2
+    assert twice[0].json() == twice[1].json() and twice[0].json()["delivered"] is True
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig: Rig) -> None:
+    async with rig.worker():
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        question = await first_question(handle, "the purge's question")
+    answer = AnswerInput(
+        question_id=question.question_id, action="accept", content={"confirm": True}
+    )
+    with pytest.raises(OutcomeUnknown) as unknown:
+        await rig.waitstate.answer(handle.id, answer, answer_within=PATIENCE)
+    async with rig.worker():
+        retried = await rig.waitstate.answer(handle.id, answer)
+        again = await rig.waitstate.answer(handle.id, answer)
+        result = await _result(handle)
+    purges = await rig.purges()
+
+    body = AnswerBody(action="accept", content={"confirm": True})
+    assert unknown.value.key == f"client/{answer_update_id(question.question_id, body)}"
+    assert (retried.accepted, retried.delivered) == (True, True)
+    assert again == retried
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+# --- a webhook's completion ------------------------------------------------------------------------
+
+
+async def test_a_completion_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+        job = await rig.job(handle)
+    assert job.callback_url is not None and job.callback_token is not None
+    authorization = f"Bearer {job.callback_token}"
+    lost = await rig.post(rig.impatient(job.callback_url), SUCCEEDED, authorization)
+    async with rig.worker():
+        retried = await rig.post(job.callback_url, SUCCEEDED, authorization)
+        result = await _result(handle)
+        state = await _state(handle)
+
+    assert "key" in _unknown(lost)
+    assert _code(retried) == (409, "duplicate_completion")
+    assert "already applied" in retried.json()["error"]["message"]
+    assert result.status == "completed"
+    [operation] = state.operations.values()
+    assert (operation.status, operation.result) == ("succeeded", SUCCEEDED["result"])
+    assert await _accepted_updates(handle) == ["complete_operation"]
+
+
+async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_key(
+    rig: Rig,
+) -> None:
+    """A progress report with no id of its sender's is given one when its outcome is unknown:
+    sent again with it (`Idempotency-Key`), it is that report, not a second one."""
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+        job = await rig.job(handle)
+    assert job.callback_url is not None and job.callback_token is not None
+    authorization = f"Bearer {job.callback_token}"
+    report = {"status": "running", "progress": "50%"}
+    lost = await rig.post(rig.impatient(job.callback_url), report, authorization)
+    key = _unknown(lost)["key"]
+    async with rig.worker():
+        retried = await rig.post(
+            job.callback_url, report, authorization, **{"Idempotency-Key": key}
+        )
+        done = await rig.post(job.callback_url, SUCCEEDED, authorization)
+        result = await _result(handle)
+        [operation_id] = (await _state(handle)).operations
+
+    completion = Completion.model_validate(report)
+    assert key in lost.json()["error"]["message"]
+    assert update_id(operation_id, completion, "any", key) == update_id(
+        operation_id, completion, key
+    )
+    assert _code(retried) == (409, "duplicate_completion")
+    assert _code(done) == (200, None)
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["complete_operation"] * 2
+
+
+async def test_a_completion_sent_twice_or_whose_client_hung_up_is_applied_once(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+        job = await rig.job(handle)
+        assert job.callback_url is not None and job.callback_token is not None
+        authorization = f"Bearer {job.callback_token}"
+
+        async def applied() -> bool:
+            operations = (await _state(handle)).operations.values()
+            return all(op.status == "succeeded" for op in operations)
+
+        await _hang_up_once(job.callback_url, SUCCEEDED, {"Authorization": authorization}, applied)
+        twice = await asyncio.gather(
+            *(rig.post(job.callback_url, SUCCEEDED, authorization) for _ in "ab")
+        )
+        result = await _result(handle)
+
+    assert [_code(r) for r in twice] == [(409, "duplicate_completion")] * 2
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["complete_operation"]

@@ -1,5 +1,12 @@
 """Delivering verified completions, decisions and answers to the runs they are for, as Temporal
-Updates."""
+Updates.
+
+Every request is answered truthfully: with the run's outcome; with a refusal that recorded
+nothing; or, when the run did not answer in time after Temporal took the Update in, as unknown
+(504 `outcome_unknown`): Temporal holds an admitted Update until the run's worker takes it, so
+it may yet be applied. A retry is the same Update (its id comes from the request), so it is
+applied once and answered with what became of the first.
+"""
 
 from __future__ import annotations
 
@@ -46,9 +53,10 @@ from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 
 # How long one webhook call may wait for the run to take its completion, decision or answer
 # (an answer's Update returns once the job has it). A run whose worker is down never answers;
-# past this the caller gets a 503 and retries later (a retried completion or answer is the same
-# Update, so it cannot be applied twice; a retried decision that did get through is refused as
-# a duplicate, or by the run as already decided).
+# past this the caller gets a 504 `outcome_unknown` (Temporal holds the Update for the worker)
+# and retries later: a retried completion, decision or answer is the same Update, so it cannot
+# be applied twice (a decision's or a completion's copy is answered 409, already applied; an
+# answer's gets the first one's outcome).
 DELIVERY_TIMEOUT = timedelta(seconds=20)
 # How long a decision through a link not yet confirmed by its run is retried before a 503
 # (with the run's worker up, confirmation takes milliseconds).
@@ -188,18 +196,18 @@ def update_id(
     - A final report (`succeeded`, `failed`) is known by its body: an operation ends once, so
       two identical final reports are one, whatever the sender calls them.
     - A progress report (`running`, `input_required`) is known by the sender's id for it
-      (`report_id`), else by this request alone: two reports with the same body (`running`
-      50%, `input_required`, `running` 50% again) are two reports, and neither may be
-      answered with the other's outcome. A copy that would change nothing the operation
-      shows is refused by the run (`duplicate_report`) before it reaches its history.
+      (`report_id`), else by this request alone (its `delivery_id`, which the gateway hands a
+      sender whose outcome is unknown as the key to send again, as `Idempotency-Key`): two
+      reports with the same body (`running` 50%, `input_required`, `running` 50% again) are
+      two reports, and neither may be answered with the other's outcome. A copy that would
+      change nothing the operation shows is refused by the run (`duplicate_report`) before it
+      reaches its history.
     """
     if completion.status in ("succeeded", "failed"):
         text = json.dumps(completion.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         key = f"final\x00{text}"
-    elif report_id is not None:
-        key = f"report\x00{report_id}"
     else:
-        key = f"delivery\x00{delivery_id}"
+        key = f"report\x00{report_id or delivery_id}"
     return f"complete/{operation_id}/{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
@@ -231,8 +239,8 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or operation, 401 nonce mismatch, 409 already
                 resolved (expired and cancelled included), not applied, a duplicate or the
-                run has ended, 503 Temporal could not be reached or the run did not answer in
-                time.
+                run has ended, 503 Temporal could not be reached, 504 the run did not answer
+                in time (with the report's key: `report_id`, else `delivery_id`).
         """
         update = CompleteOperation(
             operation_id=claims.operation_id,
@@ -246,6 +254,7 @@ class TemporalDeliverer:
             update,
             id=update_id(claims.operation_id, completion, delivery_id, report_id),
             result_type=CompletionOutcome,
+            key=report_id or delivery_id,
         )
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was
@@ -264,9 +273,10 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or request, 401 nonce mismatch, 409 already
                 decided or expired, a duplicate of a decision already applied, or the run has
-                ended, 503 Temporal could not be reached or the run did not answer in time.
+                ended, 503 Temporal could not be reached, 504 the run did not answer in time.
         """
         delivery_id = uuid4().hex
+        id = decision_update_id(request_id, body)
         update = DecideInput(
             **body.model_dump(), request_id=request_id, nonce=claims.nonce, delivery_id=delivery_id
         )
@@ -275,11 +285,7 @@ class TemporalDeliverer:
         while True:
             try:
                 outcome = await self._update(
-                    claims,
-                    DECIDE_UPDATE,
-                    update,
-                    id=decision_update_id(request_id, body),
-                    result_type=DecideOutcome,
+                    claims, DECIDE_UPDATE, update, id=id, result_type=DecideOutcome
                 )
                 break
             except DeliveryRefused as refused:
@@ -309,10 +315,10 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or question, 401 nonce mismatch, 403 the question
                 is the model's to answer, 409 already answered, declined, expired or
-                cancelled, or the run has ended, 422 content that does not match the
-                question's schema, 503 Temporal could not be reached or the run did not answer
-                in time.
+                cancelled, or the run has ended, 422 content that does not match the question's
+                schema, 503 Temporal could not be reached, 504 the run did not answer in time.
         """
+        id = answer_update_id(question_id, body)
         delivery_id = uuid4().hex
         update = AnswerInput(
             **body.model_dump(),
@@ -320,13 +326,7 @@ class TemporalDeliverer:
             nonce=claims.nonce,
             delivery_id=delivery_id,
         )
-        return await self._update(
-            claims,
-            ANSWER_UPDATE,
-            update,
-            id=answer_update_id(question_id, body),
-            result_type=AnswerOutcome,
-        )
+        return await self._update(claims, ANSWER_UPDATE, update, id=id, result_type=AnswerOutcome)
 
     async def _update(
         self,
@@ -336,20 +336,24 @@ class TemporalDeliverer:
         *,
         id: str,
         result_type: type[_Outcome],
+        key: str | None = None,
     ) -> _Outcome:
         """The outcome of the Update `update` of the run `claims` names, with `arg` and Update
-        id `id`, bounded by the timeout; its failures raised as `DeliveryRefused`."""
+        id `id`, bounded by the timeout; its failures raised as `DeliveryRefused` (an unknown
+        outcome's with `key`, the request's idempotency key, if it has one the body is not)."""
         handle = self._client.get_workflow_handle(claims.workflow_id)
-        async with self._refusals(handle):
+        async with self._refusals(handle, key):
             outcome: _Outcome = await handle.execute_update(
                 update, arg, id=id, result_type=result_type
             )
         return outcome
 
     @contextlib.asynccontextmanager
-    async def _refusals(self, handle: WorkflowHandle[Any, Any]) -> AsyncIterator[None]:
+    async def _refusals(
+        self, handle: WorkflowHandle[Any, Any], key: str | None = None
+    ) -> AsyncIterator[None]:
         """Bound an Update call to the run `handle` names by the timeout, and turn its failures
-        into `DeliveryRefused`."""
+        into `DeliveryRefused` (an unknown outcome's with `key`)."""
         try:
             async with asyncio.timeout(self._timeout.total_seconds()):
                 yield
@@ -361,9 +365,9 @@ class TemporalDeliverer:
             self._reached = True
             raise await rpc_refusal(err, handle) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            raise DeliveryRefused(
-                503, "the run did not answer in time; retry later", code="run_unavailable"
-            ) from err
+            # Not a refusal: Temporal may have admitted the Update, and holds it for the run's
+            # worker, which may yet apply it.
+            raise _unknown(key) from err
         except TemporalError as err:
             raise DeliveryRefused(
                 503, f"could not deliver: {err}", code="temporal_unavailable"
@@ -375,6 +379,19 @@ class TemporalDeliverer:
             if self._reached or not self._client.service_client.config.lazy:
                 raise
             raise _unavailable() from err
+
+
+def _unknown(key: str | None) -> DeliveryRefused:
+    """The answer to a request the run did not answer in time after Temporal took it in."""
+    again = f"send it again with `Idempotency-Key: {key}`" if key is not None else "send it again"
+    return DeliveryRefused(
+        504,
+        "the run did not answer in time, so whether it took this is not known: Temporal holds "
+        f"it until the run's worker takes it, and it may yet be applied; {again} to learn what "
+        "became of it (it is applied once)",
+        code="outcome_unknown",
+        retry_with={"key": key} if key is not None else None,
+    )
 
 
 def _copy_refused(what: str) -> DeliveryRefused:
