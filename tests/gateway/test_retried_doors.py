@@ -8,7 +8,8 @@ whose answer is lost: to the gateway's timeout while no worker runs (504 `outcom
 never a 503 "retry later", with the key that makes the retry safe), to the client's timeout
 (`OutcomeUnknown`), or to a client that hangs up before reading. Each reaches one run, one
 message, one decision, one answer, one completion, and the retry is told what became of the
-first: the same message, "already applied", or the first one's outcome, never a refusal.
+first: the same message, "already applied", or the first one's outcome, never a refusal, and
+never "token expired" for something applied while its token was valid.
 
 While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
 no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
@@ -24,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -293,6 +294,16 @@ def _code(response: httpx.Response) -> tuple[int, str | None]:
     return response.status_code, response.json()["error"]["code"]
 
 
+def _expired(tokens: ResumeTokens, authorization: str) -> str:
+    """The `Authorization` of a token with the same claims as `authorization`'s (the same run,
+    subject and nonce: as genuine) that has expired: what a request retried after its token's
+    expiry carries."""
+    claims = tokens.verify(authorization.removeprefix("Bearer "))
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    expired = tokens.mint(claims.workflow_id, claims.operation_id, past, nonce=claims.nonce)
+    return f"Bearer {expired.token}"
+
+
 async def _hang_up_once(
     url: str, body: Any, headers: dict[str, str], reached: Callable[[], Awaitable[bool]]
 ) -> None:
@@ -482,7 +493,7 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
     assert await _accepted_updates(handle) == ["decide"]
 
 
-async def test_a_decision_sent_twice_or_whose_client_hung_up_is_applied_once(
+async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
     rig: Rig,
 ) -> None:
     async with rig.worker():
@@ -497,9 +508,20 @@ async def test_a_decision_sent_twice_or_whose_client_hung_up_is_applied_once(
         twice = await asyncio.gather(
             *(rig.post(link["url"], APPROVE, link["authorization"]) for _ in "ab")
         )
+        # The link's token has expired since (the same claims, an expiry in the past).
+        late = await rig.post(link["url"], APPROVE, _expired(rig.tokens, link["authorization"]))
+        other = await rig.post(
+            link["url"],
+            {**APPROVE, "comment": "another"},
+            _expired(rig.tokens, link["authorization"]),
+        )
         result = await _result(handle)
 
     assert [_code(r) for r in twice] == [(409, "duplicate_decision")] * 2
+    # Finding 9's kind: the same decision, applied while the token was valid, is told so.
+    assert _code(late) == (409, "duplicate_decision")
+    # Another decision through an expired link was never sent: expired it is.
+    assert _code(other) == (410, "token_expired")
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
     assert await _accepted_updates(handle) == ["decide"]
@@ -545,7 +567,7 @@ async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig
 # --- an answer to a question -----------------------------------------------------------------------
 
 
-async def test_an_answer_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
+async def test_an_answer_whose_answer_is_lost_or_retried_past_its_token_is_applied_once(
     rig: Rig,
 ) -> None:
     async with rig.worker():
@@ -556,17 +578,19 @@ async def test_an_answer_whose_answer_is_lost_while_no_worker_runs_is_applied_on
     lost = await rig.post(rig.impatient(link["url"]), CONFIRM, link["authorization"])
     async with rig.worker():
         retried = await rig.post(link["url"], CONFIRM, link["authorization"])
+        late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
     purges = await rig.purges()
 
     assert set(_unknown(lost)) == {"code", "message"}
     assert _code(retried) == (200, None) and retried.json()["delivered"] is True
+    assert (late.status_code, late.json()) == (200, retried.json())
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
     assert (await _accepted_updates(handle)).count("answer") == 1
 
 
-async def test_an_answer_sent_twice_or_whose_client_hung_up_is_applied_once(
+async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
     rig: Rig,
 ) -> None:
     async with rig.worker():
@@ -585,11 +609,14 @@ async def test_an_answer_sent_twice_or_whose_client_hung_up_is_applied_once(
         twice = await asyncio.gather(
             *(rig.post(link["url"], CONFIRM, link["authorization"]) for _ in "ab")
         )
+        late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
     purges = await rig.purges()
 
     assert [_code(r) for r in twice] == [(200, None)] * 2
     assert twice[0].json() == twice[1].json() and twice[0].json()["delivered"] is True
+    # Its token has expired since: the answer applied while it was valid is told so.
+    assert (late.status_code, late.json()) == (200, twice[0].json())
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
     assert (await _accepted_updates(handle)).count("answer") == 1
@@ -624,9 +651,11 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
 # --- a webhook's completion ------------------------------------------------------------------------
 
 
-async def test_a_completion_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
+async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_applied_once(
     rig: Rig,
 ) -> None:
+    """Finding 9: the first delivery got no answer in time (no worker) but was applied once a
+    worker came back; its retry, sent after the token had expired, got 410 `token_expired`."""
     async with rig.worker():
         handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
         job = await rig.job(handle)
@@ -635,12 +664,20 @@ async def test_a_completion_whose_answer_is_lost_while_no_worker_runs_is_applied
     lost = await rig.post(rig.impatient(job.callback_url), SUCCEEDED, authorization)
     async with rig.worker():
         retried = await rig.post(job.callback_url, SUCCEEDED, authorization)
+        late = await rig.post(job.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
+        other = await rig.post(
+            job.callback_url,
+            {"status": "running", "progress": "50%"},
+            _expired(rig.tokens, authorization),
+        )
         result = await _result(handle)
         state = await _state(handle)
 
     assert "key" in _unknown(lost)
     assert _code(retried) == (409, "duplicate_completion")
-    assert "already applied" in retried.json()["error"]["message"]
+    assert _code(late) == (409, "duplicate_completion")
+    assert "already applied" in late.json()["error"]["message"]
+    assert _code(other) == (410, "token_expired")
     assert result.status == "completed"
     [operation] = state.operations.values()
     assert (operation.status, operation.result) == ("succeeded", SUCCEEDED["result"])
@@ -664,6 +701,12 @@ async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_k
         retried = await rig.post(
             job.callback_url, report, authorization, **{"Idempotency-Key": key}
         )
+        late = await rig.post(
+            job.callback_url,
+            report,
+            _expired(rig.tokens, authorization),
+            **{"Idempotency-Key": key},
+        )
         done = await rig.post(job.callback_url, SUCCEEDED, authorization)
         result = await _result(handle)
         [operation_id] = (await _state(handle)).operations
@@ -674,12 +717,13 @@ async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_k
         operation_id, completion, key
     )
     assert _code(retried) == (409, "duplicate_completion")
+    assert _code(late) == (409, "duplicate_completion")
     assert _code(done) == (200, None)
     assert result.status == "completed"
     assert await _accepted_updates(handle) == ["complete_operation"] * 2
 
 
-async def test_a_completion_sent_twice_or_whose_client_hung_up_is_applied_once(
+async def test_a_completion_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
     rig: Rig,
 ) -> None:
     async with rig.worker():
@@ -696,8 +740,20 @@ async def test_a_completion_sent_twice_or_whose_client_hung_up_is_applied_once(
         twice = await asyncio.gather(
             *(rig.post(job.callback_url, SUCCEEDED, authorization) for _ in "ab")
         )
+        late = await rig.post(job.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
+        # An expired token is refused as such whatever else is wrong with the request.
+        malformed = await rig.post(
+            job.callback_url, {"status": "nonsense"}, _expired(rig.tokens, authorization)
+        )
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        elsewhere = rig.tokens.mint(handle.id, "op_other", past).token
+        misdirected = await rig.post(job.callback_url, SUCCEEDED, f"Bearer {elsewhere}")
         result = await _result(handle)
 
     assert [_code(r) for r in twice] == [(409, "duplicate_completion")] * 2
+    # Finding 9: its token has expired since; what was applied while it was valid is told so.
+    assert _code(late) == (409, "duplicate_completion")
+    assert _code(malformed) == (410, "token_expired")
+    assert _code(misdirected) == (410, "token_expired")
     assert result.status == "completed"
     assert await _accepted_updates(handle) == ["complete_operation"]

@@ -5,7 +5,9 @@ Every request is answered truthfully: with the run's outcome; with a refusal tha
 nothing; or, when the run did not answer in time after Temporal took the Update in, as unknown
 (504 `outcome_unknown`): Temporal holds an admitted Update until the run's worker takes it, so
 it may yet be applied. A retry is the same Update (its id comes from the request), so it is
-applied once and answered with what became of the first.
+applied once and answered with what became of the first. A request whose token has expired
+since its first delivery learns what became of that delivery, and applies nothing
+(`TemporalDeliverer` reads the run's Update under the request's id: `recall`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import contextlib
 import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 from uuid import uuid4
 
 from pydantic import BaseModel
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -63,8 +69,14 @@ DELIVERY_TIMEOUT = timedelta(seconds=20)
 NOT_READY_PATIENCE = timedelta(seconds=5)
 NOT_READY_RETRY = timedelta(milliseconds=200)
 # How long the run's description may take, asked for when Temporal refused an Update without
-# saying why in anything but words (see `rpc_refusal`).
+# saying why in anything but words (see `rpc_refusal`); and how long one look for an Update
+# (`TemporalDeliverer.recall`) may take.
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
+# How many runs of a chain (a run and those it continued as, newest first) a request whose
+# token has expired looks in for its earlier delivery's Update: Temporal keeps an Update's
+# outcome in the run that took it.
+RECALL_RUNS = 20
+_ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 
 _Outcome = TypeVar("_Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 
@@ -213,7 +225,12 @@ def update_id(
 
 class TemporalDeliverer:
     """Delivers completions with the run's `complete_operation` Update, decisions with its
-    `decide` Update and answers with its `answer` Update."""
+    `decide` Update and answers with its `answer` Update.
+
+    Given the claims of a token past its expiry (the gateway admits them for this deliverer
+    only), each sends nothing: it answers what became of the same request delivered earlier,
+    while the token was valid (`recall`), or refuses it as expired (410) if none was.
+    """
 
     def __init__(self, client: Client, *, timeout: timedelta = DELIVERY_TIMEOUT) -> None:
         self._client = client
@@ -239,23 +256,28 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or operation, 401 nonce mismatch, 409 already
                 resolved (expired and cancelled included), not applied, a duplicate or the
-                run has ended, 503 Temporal could not be reached, 504 the run did not answer
-                in time (with the report's key: `report_id`, else `delivery_id`).
+                run has ended, 410 the token has expired (and no earlier delivery of this
+                report was taken), 503 Temporal could not be reached, 504 the run did not
+                answer in time (with the report's key: `report_id`, else `delivery_id`).
         """
-        update = CompleteOperation(
-            operation_id=claims.operation_id,
-            nonce=claims.nonce,
-            delivery_id=delivery_id,
-            completion=completion,
-        )
-        outcome = await self._update(
-            claims,
-            COMPLETE_OPERATION_UPDATE,
-            update,
-            id=update_id(claims.operation_id, completion, delivery_id, report_id),
-            result_type=CompletionOutcome,
-            key=report_id or delivery_id,
-        )
+        id = update_id(claims.operation_id, completion, delivery_id, report_id)
+        if _expired(claims):
+            outcome = await self.recall(claims, id, CompletionOutcome)
+        else:
+            update = CompleteOperation(
+                operation_id=claims.operation_id,
+                nonce=claims.nonce,
+                delivery_id=delivery_id,
+                completion=completion,
+            )
+            outcome = await self._update(
+                claims,
+                COMPLETE_OPERATION_UPDATE,
+                update,
+                id=id,
+                result_type=CompletionOutcome,
+                key=report_id or delivery_id,
+            )
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was
             # cancelled first): it will never apply, so retrying cannot help.
@@ -273,7 +295,8 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or request, 401 nonce mismatch, 409 already
                 decided or expired, a duplicate of a decision already applied, or the run has
-                ended, 503 Temporal could not be reached, 504 the run did not answer in time.
+                ended, 410 the token has expired (and no earlier delivery of this decision was
+                taken), 503 Temporal could not be reached, 504 the run did not answer in time.
         """
         delivery_id = uuid4().hex
         id = decision_update_id(request_id, body)
@@ -284,9 +307,12 @@ class TemporalDeliverer:
         deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
         while True:
             try:
-                outcome = await self._update(
-                    claims, DECIDE_UPDATE, update, id=id, result_type=DecideOutcome
-                )
+                if _expired(claims):
+                    outcome = await self.recall(claims, id, DecideOutcome)
+                else:
+                    outcome = await self._update(
+                        claims, DECIDE_UPDATE, update, id=id, result_type=DecideOutcome
+                    )
                 break
             except DeliveryRefused as refused:
                 # A link used the moment it was posted: the run confirms it within moments,
@@ -315,10 +341,14 @@ class TemporalDeliverer:
         Raises:
             DeliveryRefused: 404 unknown run or question, 401 nonce mismatch, 403 the question
                 is the model's to answer, 409 already answered, declined, expired or
-                cancelled, or the run has ended, 422 content that does not match the question's
-                schema, 503 Temporal could not be reached, 504 the run did not answer in time.
+                cancelled, or the run has ended, 410 the token has expired (and no earlier
+                delivery of this answer was taken), 422 content that does not match the
+                question's schema, 503 Temporal could not be reached, 504 the run did not
+                answer in time.
         """
         id = answer_update_id(question_id, body)
+        if _expired(claims):
+            return await self.recall(claims, id, AnswerOutcome)
         delivery_id = uuid4().hex
         update = AnswerInput(
             **body.model_dump(),
@@ -327,6 +357,91 @@ class TemporalDeliverer:
             delivery_id=delivery_id,
         )
         return await self._update(claims, ANSWER_UPDATE, update, id=id, result_type=AnswerOutcome)
+
+    async def recall(
+        self, claims: ResumeClaims, update_id: str, result_type: type[_Outcome]
+    ) -> _Outcome:
+        """The outcome of the Update `update_id` that an earlier delivery of a request sent to
+        the run `claims` names, while the request's token was valid: what the request is
+        answered with once its token has expired. Nothing is sent to the run.
+
+        Sound where judging the token against the request's first delivery would not be: the
+        Update id is the request's identity (its body, or its sender's id for it), and the run
+        keeps its outcome, so the answer is the run's own record; and an expired token can only
+        read that record, never add to it.
+
+        Raises:
+            DeliveryRefused: 410 the token has expired and no run of the chain has the Update
+                (it never reached one, or a validator refused it: refusals leave none); 504 the
+                Update was taken in but has no outcome yet; the run's failure of the Update;
+                503 Temporal could not be reached.
+        """
+        workflow_id = claims.workflow_id
+        try:
+            async with asyncio.timeout(self._timeout.total_seconds()):
+                found = await self._find_update(workflow_id, update_id)
+                if found is None:
+                    raise DeliveryRefused(
+                        410,
+                        f"the token expired at {claims.expires_at.isoformat()}, and the run took "
+                        "no earlier delivery of this request",
+                        code="token_expired",
+                    )
+                run_id, completed = found
+                if not completed:
+                    raise DeliveryRefused(
+                        504,
+                        "the token has expired, and an earlier delivery of this request, taken "
+                        "in while it was valid, has no outcome yet: it may yet be applied; send "
+                        "it again later to learn what became of it",
+                        code="outcome_unknown",
+                    )
+                handle = self._client.get_workflow_handle(workflow_id, run_id=run_id or None)
+                update = handle.get_update_handle(update_id, result_type=result_type)
+                outcome: _Outcome = await update.result(rpc_timeout=DESCRIBE_TIMEOUT)
+        except WorkflowUpdateFailedError as err:
+            raise _rejected(err.cause) from err
+        except (RPCError, TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            raise _unavailable() from err
+        return outcome
+
+    async def _find_update(self, workflow_id: str, update_id: str) -> tuple[str, bool] | None:
+        """Which run of the chain `workflow_id` names holds the Update `update_id` (its run id,
+        "" for the latest), and whether it has its outcome; None if none does, of the chain's
+        newest `RECALL_RUNS`."""
+        completed = await self._update_stage(workflow_id, "", update_id)
+        if completed is not None:
+            return "", completed
+        escaped = workflow_id.replace("\\", "\\\\").replace('"', '\\"')
+        runs = self._client.list_workflows(f'WorkflowId = "{escaped}"', limit=RECALL_RUNS)
+        async for run in runs:
+            completed = await self._update_stage(workflow_id, run.run_id, update_id)
+            if completed is not None:
+                return run.run_id, completed
+        return None
+
+    async def _update_stage(self, workflow_id: str, run_id: str, update_id: str) -> bool | None:
+        """Whether the run (its latest, for "") has the Update `update_id`'s outcome: None if it
+        has no such Update, False if it has taken it in only."""
+        request = PollWorkflowExecutionUpdateRequest(
+            namespace=self._client.namespace,
+            update_ref=UpdateRef(
+                workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                update_id=update_id,
+            ),
+            identity=self._client.identity,
+            # Answered at once: an Update is past this stage as soon as Temporal has it.
+            wait_policy=WaitPolicy(lifecycle_stage=_ADMITTED),
+        )
+        try:
+            polled = await self._client.workflow_service.poll_workflow_execution_update(
+                request, timeout=DESCRIBE_TIMEOUT
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        return polled.HasField("outcome")
 
     async def _update(
         self,
@@ -379,6 +494,11 @@ class TemporalDeliverer:
             if self._reached or not self._client.service_client.config.lazy:
                 raise
             raise _unavailable() from err
+
+
+def _expired(claims: ResumeClaims) -> bool:
+    """Whether the token the claims are of has expired (the gateway admitted it for `recall`)."""
+    return claims.expires_at <= datetime.now(UTC)
 
 
 def _unknown(key: str | None) -> DeliveryRefused:
