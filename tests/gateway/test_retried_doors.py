@@ -206,14 +206,21 @@ class Rig:
 
     async def job(self, handle: WorkflowHandle[Any, Any]) -> JobRecord:
         """The run's export job, once its operation waits for its webhook."""
+        [job] = await self.jobs(handle, 1)
+        return job
 
-        async def started() -> JobRecord | None:
+    async def jobs(self, handle: WorkflowHandle[Any, Any], count: int) -> list[JobRecord]:
+        """The run's `count` export jobs, in the order they were started, once their
+        operations wait for their webhooks."""
+
+        async def started() -> list[JobRecord]:
             state = await _state(handle)
             running = [op for op in state.operations.values() if op.status == "running"]
             mine = [j for j in self.exports.jobs.values() if j.key.startswith(f"{handle.id}/")]
-            return mine[0] if mine and running and mine[0].callback_token else None
+            ready = len(mine) == len(running) == count and all(j.callback_token for j in mine)
+            return sorted(mine, key=lambda j: j.key) if ready else []
 
-        return await eventually(started, f"the export job of {handle.id}")
+        return await eventually(started, f"{count} export jobs of {handle.id}")
 
     async def purges(self) -> dict[str, int]:
         stats = (await self.http.get(f"{self.systems_url}/_test/stats")).json()
@@ -682,6 +689,42 @@ async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_
     [operation] = state.operations.values()
     assert (operation.status, operation.result) == ("succeeded", SUCCEEDED["result"])
     assert await _accepted_updates(handle) == ["complete_operation"]
+
+
+async def test_a_completion_retried_past_its_token_once_its_run_continued_as_new_is_told_so(
+    rig: Rig,
+) -> None:
+    """The run that applied a completion has continued as new since: the Update is looked for
+    in the runs of its chain."""
+    async with rig.worker():
+        handle = await rig.start(
+            EXPORT_TASK,
+            ["start_export"],
+            model="scripted:two-exports",
+            continue_as_new_after_events=10,
+        )
+        first, second = await rig.jobs(handle, 2)
+        assert first.callback_url and first.callback_token
+        assert second.callback_url and second.callback_token
+        authorization = f"Bearer {first.callback_token}"
+        applied = await rig.post(first.callback_url, SUCCEEDED, authorization)
+
+        async def continued() -> bool:
+            return (await _state(handle)).continued_as_new >= 1
+
+        await eventually(continued, "the run to continue as new while it waits")
+        late = await rig.post(first.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
+        valid = await rig.post(first.callback_url, SUCCEEDED, authorization)
+        done = await rig.post(second.callback_url, SUCCEEDED, f"Bearer {second.callback_token}")
+        result = await _result(handle)
+
+    assert _code(applied) == (200, None)
+    assert _code(late) == (409, "duplicate_completion")
+    # With its token still valid, the next run refuses it as it refuses any completion of an
+    # operation that has ended: no Update of its own has the id.
+    assert _code(valid) == (409, "operation_resolved")
+    assert _code(done) == (200, None)
+    assert result.status == "completed"
 
 
 async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_key(
