@@ -6,8 +6,9 @@ Checks run cheapest first and bad input never reaches a run: body size (413), to
 `Infinity` or `1e999`); only then is the completion, decision or answer delivered to the run
 (see `delivery`). A genuine token that has expired, on a request otherwise admitted, goes on
 to a deliverer that can tell what became of that request's earlier delivery (the
-`TemporalDeliverer`, which sends nothing then); elsewhere it is refused, 410. Each route's admission is a dependency over `Gate.admit`, whose own
-parameters (the route's path and headers) FastAPI checks before it runs.
+`TemporalDeliverer`, which sends nothing then); elsewhere it is refused, 410. Each route's
+admission is a dependency over `Gate.admit`, whose own parameters (the route's path and
+headers) FastAPI checks before it runs.
 """
 
 from __future__ import annotations
@@ -153,13 +154,17 @@ class Gate:
             Refused: 401 missing or not genuine; 410 expired, for a deliverer that cannot
                 recall.
         """
+        if credentials is None:
+            raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
         try:
-            return _verify(self.tokens, credentials), None
-        except Refused as refused:
-            if refused.code != "token_expired" or not isinstance(self.deliverer, TemporalDeliverer):
-                raise
-            assert credentials is not None  # an expired token was sent
-            return self.tokens.signed_claims(credentials.credentials), refused
+            return self.tokens.verify(credentials.credentials), None
+        except ExpiredToken as err:
+            expired = Refused(410, "token_expired", str(err))
+            if not isinstance(self.deliverer, TemporalDeliverer):
+                raise expired from None
+            return self.tokens.signed_claims(credentials.credentials), expired
+        except InvalidToken as err:
+            raise Refused(401, "invalid_token", str(err)) from None
 
     async def read_body(self, request: Request) -> bytes:
         """The request's body, read up to the gate's limit.
@@ -233,17 +238,6 @@ def json_body(model: type[BaseModel]) -> dict[str, Any]:
     the app adds `model`'s schema to the document's components itself)."""
     schema = {"$ref": SCHEMA_REF.format(model=model.__name__)}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def _verify(tokens: ResumeTokens, credentials: HTTPAuthorizationCredentials | None) -> ResumeClaims:
-    if credentials is None:
-        raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
-    try:
-        return tokens.verify(credentials.credentials)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
