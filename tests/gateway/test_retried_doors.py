@@ -13,7 +13,9 @@ never "token expired" for something applied while its token was valid.
 
 While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
 no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
-the gateway waits its usual 20 s.
+the gateway waits its usual 20 s. A retry past its token carries a token of the same claims
+(run, subject, nonce) whose expiry has passed: what the gateway sees of the first token once it
+has expired, without a test waiting for the clock.
 """
 
 from __future__ import annotations
