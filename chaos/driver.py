@@ -17,7 +17,8 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    With them, the classes of issue 22 (chaos.outsiders): jobs that ask in a crafted schema, a
    backtracking pattern (12) or a malformed one (13), by our own tool and by an MCP task; and
    questions that come while the model waits for operations (16) or while the checkpoint's
-   model call is in flight (17).
+   model call is in flight (17). And issue 39's doors into a thread (chaos.thread_doors, 18):
+   posts sent twice, with their answers lost, and while the threads' worker is stopped.
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -81,6 +82,7 @@ from chaos.runs import (
 from chaos.sizes import Size
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
 from chaos.streams import Streams
+from chaos.thread_doors import ThreadDoors
 from waitstate.mcp import McpServer
 from waitstate.mcp_tasks import McpTaskBackend
 from waitstate.tools.spec import ToolError
@@ -219,12 +221,15 @@ class Suite:
         rotated = asyncio.create_task(self._rotation(ctx, rotating))
         done = asyncio.Event()
         restarts = asyncio.create_task(self._restart_mcp(ctx.http, done))
+        doors = asyncio.create_task(ThreadDoors(self.stack, self.size).run())
         try:
             outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
             outcomes += await rotated
         finally:
             done.set()
             self.mcp_downtimes = await restarts
+            if (row := await doors) is not None:
+                self.checks.append(row)
         self.figures["phase A seconds"] = time.monotonic() - began
         self.outcomes += outcomes
         model = [o for o in outcomes if o.plan.phase == "M"]

@@ -69,6 +69,7 @@ from chaos.runs import (
     DECIDERS,
     EXPORT_TOOLS,
     LINK_RETRY_SECONDS,
+    SEND_AGAIN,
     Answer,
     Context,
     RunOutcome,
@@ -584,8 +585,8 @@ async def _link_answer(
     content: dict[str, Any],
     via: str,
 ) -> tuple[Answer, float]:
-    """An accept through the question's link, retried on 503 as the gateway says (the same body
-    is the same Update); and how long its sender waited for the outcome (s)."""
+    """An accept through the question's link, retried on 503 or 504 as the gateway says (the
+    same body is the same Update); and how long its sender waited for the outcome (s)."""
     body = {"action": "accept", "content": content, "responder": "chaos-link"}
     began = time.monotonic()
     deadline = began + ctx.result_timeout
@@ -598,7 +599,7 @@ async def _link_answer(
             if time.monotonic() > deadline:
                 raise
             continue
-        if response.status_code != 503 or time.monotonic() > deadline:
+        if response.status_code not in SEND_AGAIN or time.monotonic() > deadline:
             break
         await asyncio.sleep(LINK_RETRY_SECONDS)
     status = response.status_code

@@ -56,6 +56,9 @@ Reply = Literal["confirm", "refuse", "decline"]
 EXPORT_TOOLS = ["start_export", "verify_row_count", "upload_file", "notify_team"]
 REFUND_TOOLS = ["check_claim", "issue_refund"]
 LINK_RETRY_SECONDS = 2.0
+# The gateway's answers that ask for the same request again: 503 (nothing was recorded) and 504
+# `outcome_unknown` (it may yet be applied; the same request is the same Update, applied once).
+SEND_AGAIN = frozenset({503, 504})
 # How often a racing decision's run is asked whether its request is there yet (each query is a
 # workflow task on a worker: kept to a few runs).
 RACE_QUERY_EVERY = 0.05
@@ -743,8 +746,8 @@ async def _send_decision(
     status = response.status_code
     which = "escalation link" if notice.get("escalation") else "link"
     code = error_code(response)
-    # After a 503, the same decision again is the same Update: "duplicate_decision" then says
-    # the first attempt's was applied (the driver never sends one decision twice on purpose).
+    # After a 503 or 504, the same decision again is the same Update: "duplicate_decision" then
+    # says the first attempt's was applied (the driver never sends one decision twice on purpose).
     taken = status < 300 or code == "duplicate_decision"
     return Answer("decision", request_id, which, status, code, taken, decision)
 
@@ -753,8 +756,9 @@ async def _post_link(
     ctx: Context, target: dict[str, str], body: dict[str, Any], link: str
 ) -> tuple[httpx.Response, datetime]:
     """POST `body` to a gateway link (its `url`, with its `authorization`), again while the
-    gateway answers 503 (the run or Temporal is busy; it says to retry later, so we do) until
-    the context's result timeout: its last answer, and when that was sent.
+    gateway answers 503 or 504 (the run or Temporal is busy, or did not answer in time; it says
+    to send it again, so we do) until the context's result timeout: its last answer, and when
+    that was sent.
 
     Raises:
         RuntimeError: the gateway answered another 5xx to `link` ("a decision link").
@@ -765,7 +769,7 @@ async def _post_link(
         response = await _post(
             ctx, target["url"], json=body, headers={"Authorization": target["authorization"]}
         )
-        if response.status_code != 503 or time.monotonic() > deadline:
+        if response.status_code not in SEND_AGAIN or time.monotonic() > deadline:
             break
         await asyncio.sleep(LINK_RETRY_SECONDS)
     if response.status_code >= 500:
@@ -911,7 +915,7 @@ async def _update_answer(
 async def _link_answer(
     ctx: Context, notice: dict[str, Any], question_id: str, reply: Reply, via: str
 ) -> Answer:
-    """An answer through the question's link (the gateway), retried on 503 as the gateway says
+    """An answer through the question's link (the gateway), retried on 503 or 504 as the gateway says
     (the same body is the same Update: a retry learns the first one's outcome)."""
     action, content = REPLIES[reply]
     # The link's token lasts as long as the question's window (no escalation here).

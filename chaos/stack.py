@@ -71,6 +71,11 @@ MAIN_QUEUE = "chaos-main"
 GATEWAY_QUEUE = "chaos-gateway"
 EARLY_QUEUE = "chaos-early"
 SLOW_QUEUE = "chaos-slow"
+# The threads the gateway starts (chaos.thread_doors): their own task queue and worker, stopped
+# and started by their class alone, and the operator key that starts them.
+THREADS_QUEUE = "chaos-threads"
+THREADS_MODEL = "scripted:echo"
+OPERATOR_KEY = "chaos-operator-key-" + "t" * 24
 # Job durations of the early and slow systems (the main ones are the Stack's fields).
 EARLY_EXPORT_SECONDS = 1.5
 SLOW_JOB_SECONDS = 60.0
@@ -226,6 +231,7 @@ class Stack:
     gateway_worker: Service | None = None
     early_worker: Service | None = None
     slow_worker: Service | None = None
+    threads_worker: Service | None = None  # not started with the stack: its class starts it
     signing_key: str = OLD_KEY
     wire: HangingWire | None = None
     client: Client | None = None
@@ -315,7 +321,13 @@ class Stack:
         self.gateway = Service(
             "gateway",
             [sys.executable, "-m", "waitstate.gateway"],
-            {**base, "GATEWAY_PORT": "0"},
+            {
+                **base,
+                "GATEWAY_PORT": "0",
+                "WAITSTATE_OPERATOR_KEYS": f"chaos:{OPERATOR_KEY}",
+                "WAITSTATE_TASK_QUEUE": THREADS_QUEUE,
+                "WAITSTATE_MODEL": THREADS_MODEL,
+            },
             self.dir / "gateway.log",
             re.compile(r"gateway listening on (http://\S+)"),
         )
@@ -348,6 +360,7 @@ class Stack:
         )
         self.early_worker = self._worker("early-worker", env(EARLY_QUEUE, self.early_url))
         self.slow_worker = self._worker("slow-worker", env(SLOW_QUEUE, self.slow_url))
+        self.threads_worker = self._worker("threads-worker", env(THREADS_QUEUE, self.systems_url))
         await asyncio.gather(*(w.start() for w in [*self.signing_workers, self.gateway_worker]))
 
     async def _start_s3(self, base: dict[str, str]) -> dict[str, str]:
@@ -561,8 +574,8 @@ class Stack:
     async def close(self) -> None:
         """Stop every process (workers first, the server last) and the wire server."""
         others = [
-            *self.signing_workers, self.gateway_worker, self.gateway, self.mcp_server,
-            *self.systems,
+            *self.signing_workers, self.gateway_worker, self.threads_worker, self.gateway,
+            self.mcp_server, *self.systems,
         ]  # fmt: skip
         await asyncio.gather(*(s.stop() for s in others if s is not None))
         for store in (self.mcp_store, self.s3):

@@ -261,5 +261,6 @@ TEMPORAL_REFUSALS = [
     # Open: the Update met the run as it continued as new, and may be sent again.
     (rpc_error(RPCStatusCode.NOT_FOUND), RUNNING, 503, "run_unavailable"),
     (rpc_error(RPCStatusCode.UNAVAILABLE), RUNNING, 503, "temporal_unavailable"),
-    (WorkflowUpdateRPCTimeoutOrCancelledError(), RUNNING, 503, "run_unavailable"),
+    # No answer in time: Temporal may hold the Update for the run's worker. Not a refusal.
+    (WorkflowUpdateRPCTimeoutOrCancelledError(), RUNNING, 504, "outcome_unknown"),
 ]

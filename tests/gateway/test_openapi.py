@@ -55,7 +55,7 @@ ROUTES = (
         "complete_operation",
         "Completion",
         "Accepted",
-        {"200", "401", "404", "409", "410", "413", "422", "503"},
+        {"200", "401", "404", "409", "410", "413", "422", "503", "504"},
         "operation",
         {"status": "succeeded", "result": {"rows": 1}},
         (401, 404, 409, 503),
@@ -67,7 +67,7 @@ ROUTES = (
         "decide_approval",
         "DecisionBody",
         "DecisionAccepted",
-        {"200", "401", "403", "404", "409", "410", "413", "422", "503"},
+        {"200", "401", "403", "404", "409", "410", "413", "422", "503", "504"},
         "request",
         {"decision": "approve", "reviewer": "ana"},
         (401, 404, 409, 503),
@@ -80,7 +80,7 @@ ROUTES = (
         "answer_question",
         "AnswerBody",
         "AnswerAccepted",
-        {"200", "401", "403", "404", "409", "410", "413", "422", "503"},
+        {"200", "401", "403", "404", "409", "410", "413", "422", "503", "504"},
         "question",
         {"action": "accept", "content": {"region": "EMEA"}},
         (401, 403, 404, 409, 422, 503),
@@ -110,7 +110,7 @@ THREAD_ROUTES = (
         "operator key",
         "ThreadStart",
         ("201", "ThreadStarted"),
-        {"201", "401", "404", "409", "410", "413", "422", "429", "503"},
+        {"201", "401", "404", "409", "410", "413", "422", "429", "503", "504"},
     ),
     ThreadRoute(
         "post",
@@ -120,7 +120,7 @@ THREAD_ROUTES = (
         "thread token",
         "MessageBody",
         ("202", "MessageAccepted"),
-        {"202", "401", "404", "409", "410", "413", "422", "429", "503"},
+        {"202", "401", "404", "409", "410", "413", "422", "429", "503", "504"},
     ),
     ThreadRoute(
         "get",
@@ -245,7 +245,9 @@ def test_every_reference_resolves(doc: dict[str, Any]) -> None:
     prefix = "#/components/schemas/"
     assert refs and all(ref.startswith(prefix) for ref in refs)
     assert {ref.removeprefix(prefix) for ref in refs} <= set(schemas)
-    assert set(schemas["ErrorDetail"]["properties"]) == {"code", "message"}
+    # `key` and `thread_id` only with `outcome_unknown`: what its retry must carry.
+    assert set(schemas["ErrorDetail"]["properties"]) == {"code", "message", "key", "thread_id"}
+    assert schemas["ErrorDetail"]["required"] == ["code", "message"]
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.operation_id)

@@ -489,7 +489,7 @@ async def test_refused_decisions_never_reach_the_run(rig: Stack) -> None:
     assert_error(unknown_run, 404, "unknown_run")
 
 
-async def test_a_decision_while_the_worker_is_down_gets_503_and_its_retry_applies_once(
+async def test_a_decision_while_the_worker_is_down_is_unknown_and_its_retry_applies_once(
     rig: Stack, dev_env: WorkflowEnvironment
 ) -> None:
     # A gateway that waits 2 s for the run, not 20: the run's worker is down, so it never
@@ -509,7 +509,7 @@ async def test_a_decision_while_the_worker_is_down_gets_503_and_its_retry_applie
             retried = await rig.post(url, APPROVE, link["authorization"])
             result = await _result(handle)
 
-    assert_error(unanswered, 503, "run_unavailable")
+    assert_error(unanswered, 504, "outcome_unknown")
     # Temporal may still hand the first request's Update to the worker when it is back: then
     # the retry is its copy and gets 409. Either way the decision is applied once.
     assert (retried.status_code, retried.json().get("error", {}).get("code")) in {

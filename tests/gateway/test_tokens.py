@@ -141,6 +141,21 @@ def test_expired_token_with_a_bad_signature_is_invalid_not_expired() -> None:
         tokens().verify(token[:-1] + ("A" if token[-1] != "A" else "B"), now=NOW)
 
 
+def test_the_signed_claims_of_an_expired_token_are_read_and_a_forged_one_is_still_invalid() -> None:
+    past = datetime.now(UTC) - timedelta(days=1)
+    minted = tokens().mint("run-1", "op_1", past)
+
+    claims = tokens().signed_claims(minted.token)
+
+    assert (claims.workflow_id, claims.operation_id, claims.expires_at) == ("run-1", "op_1", past)
+    assert nonce_hash(claims.nonce) == minted.nonce_hash
+    forged = minted.token[:-1] + ("A" if minted.token[-1] != "A" else "B")
+    with pytest.raises(InvalidToken):
+        tokens().signed_claims(forged)
+    with pytest.raises(InvalidToken):
+        tokens().signed_claims(tokens().mint_thread("thread-1", past))
+
+
 def test_verify_defaults_to_the_current_time() -> None:
     valid = tokens().mint("run-1", "op_1", datetime.now(UTC) + timedelta(minutes=5)).token
     stale = tokens().mint("run-1", "op_1", datetime.now(UTC) - timedelta(minutes=5)).token

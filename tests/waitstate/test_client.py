@@ -166,8 +166,11 @@ async def test_decisions_are_applied_once_and_refusals_say_why(
             rejected = await client.decide(run_id, reject)
             outcome = await client.outcome(run_id)
             state = await client.query(run_id)
+    # The same decision again is the one applied (its content is its key), even now; another
+    # finds the run ended.
+    again = await client.decide(run_id, approve)
     with pytest.raises(RunEnded):
-        await client.decide(run_id, approve)
+        await client.decide(run_id, approve.model_copy(update={"comment": "once more"}))
     with pytest.raises(RunEnded):
         await client.open_requests(run_id)
     with pytest.raises(RunNotFound, match="no run with id no-such-run"):
@@ -177,6 +180,7 @@ async def test_decisions_are_applied_once_and_refusals_say_why(
 
     assert sorted(pending) == sorted([first, second])
     assert (applied.accepted, applied.status) == (True, "approved")
+    assert again == applied
     assert (rejected.accepted, rejected.status) == (True, "rejected")
     assert twice.value.reason == "request already approved"
     assert "apr-nope" in unknown.value.reason

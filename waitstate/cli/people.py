@@ -194,7 +194,8 @@ async def _answer(client: WaitstateClient, run_id: str, answer: AnswerInput) -> 
         "answer",
         late=f"run {run_id} did not answer within {ANSWER_TIMEOUT.total_seconds():g} s (is a "
         "worker running, or the job's system slow to take the answer?); the answer may "
-        f"still be applied: check with `status {run_id}`",
+        f"still be applied: run the same command again with --question {answer.question_id} "
+        "to learn what became of it (it is applied once)",
     )
 
 
@@ -212,8 +213,9 @@ async def decide(client: WaitstateClient, run_id: str, decision: DecideInput) ->
         run_id,
         verb,
         late=f"run {run_id} did not answer within {DECIDE_TIMEOUT.total_seconds():g} s "
-        f"(is a worker running?); the {verb} may still be applied when one runs: "
-        f"check with `status {run_id}`",
+        f"(is a worker running?); the {verb} may still be applied when one runs: run the same "
+        f"command again with --request {decision.request_id} to learn what became of it (it is "
+        "applied once)",
     )
 
 

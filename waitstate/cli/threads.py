@@ -17,6 +17,7 @@ from waitstate.client import (
     THREAD_TASK,
     MessageRefused,
     NotAnswered,
+    OutcomeUnknown,
     SentMessage,
     WaitstateClient,
     new_thread_id,
@@ -103,7 +104,8 @@ async def _send(
     """Send the message, starting the thread with `start` if it never ran.
 
     Raises:
-        CliError: the thread refused the message (saying which refusal) or did not answer.
+        CliError: the thread refused the message (saying which refusal), did not take it for
+            now, or did not answer (the key to send it again with: it is then one message).
         ClientError: the thread is closed (code 1), Temporal unreachable (code 2).
     """
     try:
@@ -113,10 +115,16 @@ async def _send(
     except MessageRefused as err:
         code = f" ({err.code})" if err.code else ""
         raise CliError(f"thread {thread_id} refused the message{code}: {err.reason}") from err
-    except NotAnswered as err:
+    except OutcomeUnknown as err:
         raise CliError(
             f"thread {thread_id} did not answer within {SEND_TIMEOUT.total_seconds():g} s (is a "
-            f"worker running?); the message may still be taken: check with `status {thread_id}`"
+            "worker running?); it may still take the message: send it again with "
+            f"--thread {thread_id} --key {err.key} (it is taken once)"
+        ) from err
+    except NotAnswered as err:
+        raise CliError(
+            f"thread {thread_id} took no message ({err.reason}); nothing was recorded: send it "
+            "again"
         ) from err
 
 

@@ -62,6 +62,28 @@ class NotAnswered(ClientError):
         self.reason = reason
 
 
+class OutcomeUnknown(NotAnswered):
+    """The run did not answer in time, after Temporal may have taken what was sent: Temporal
+    holds an Update it has admitted until a worker takes it, so it may yet be applied (or,
+    should the server lose it first, never). Not a refusal: send it again with `key`, and the
+    retry is answered with what became of it, never applied a second time.
+
+    `key` is the idempotency key the call was sent with: the caller's, or the one the client
+    chose for it (a thread message's `key`; a decision's or an answer's `update_id`).
+    """
+
+    def __init__(self, run_id: str, reason: str, key: str) -> None:
+        ClientError.__init__(
+            self,
+            f"run {run_id} did not answer ({reason}), so whether it took what was sent is not "
+            f"known; it may take it once a worker runs: send it again with key {key}, which it "
+            "takes once",
+        )
+        self.run_id = run_id
+        self.reason = reason
+        self.key = key
+
+
 class DecisionRefused(ClientError):
     """The run's validator refused a decision (no such request, already decided or expired);
     nothing was recorded."""

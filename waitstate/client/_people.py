@@ -22,7 +22,7 @@ from waitstate.client._errors import (
     AnswerRefused,
     ClientError,
     DecisionRefused,
-    NotAnswered,
+    OutcomeUnknown,
     RunEnded,
     RunNotFound,
     TemporalFailed,
@@ -30,12 +30,13 @@ from waitstate.client._errors import (
     first_line,
 )
 
-# How an Update's RPC failure tells a run that has ended from an unknown one (the gateway's).
-from waitstate.gateway.delivery import rpc_refusal
+# How an Update's RPC failure tells a run that has ended from an unknown one, and the Update ids
+# that make identical decisions and answers one (the gateway's).
+from waitstate.gateway.delivery import answer_update_id, decision_update_id, rpc_refusal
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
-from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome
-from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
+from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
+from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, InputRequest
 
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
 # never answers; the decision may still be applied once one runs.
@@ -43,6 +44,10 @@ DECIDE_TIMEOUT = timedelta(seconds=20)
 # How long `answer` waits for the run's `answer` Update, which returns once the job that asked
 # has the answer: the run's delivery to the job (retried) comes on top of a decision's round trip.
 ANSWER_TIMEOUT = timedelta(seconds=60)
+# What the Update ids the client gives decisions and answers sent without one begin with: its
+# own, so that they never share one with the gateway's (a link's decision and the CLI's are two
+# sends, and the second is refused as a second decision, as it always was).
+CLIENT_UPDATES = "client/"
 # What a run's `WaitingFor` says while a person's decision or answer is open.
 WAITING_FOR_PEOPLE = ("approval", "input")
 # How many runs `pending` queries at once.
@@ -173,21 +178,30 @@ class PeopleCalls(ClientBase):
         (`accepted` is False if it recorded the decision without applying it).
 
         Args:
-            update_id: Asking again under the same id gets the first answer, never a second
-                application.
+            update_id: The decision's idempotency key: asking again under the same id gets the
+                first answer, never a second application. Without one, the decision's own
+                content is its key (the request, the decision, the reviewer and the comment),
+                so the same decision sent again is the same Update.
 
         Raises:
             DecisionRefused: the run refused it (unknown request, already decided or expired).
             RunEnded: the run has ended.
             RunNotFound: no such run.
-            NotAnswered: the run did not answer within `answer_within`; the decision may still be
-                applied once its worker runs.
+            OutcomeUnknown: the run did not answer within `answer_within`; the decision may
+                still be applied once its worker runs: sent again with the error's `key` as
+                `update_id` (or, without one, the same decision), the retry gets its outcome.
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
+        if update_id is None:
+            body = DecisionBody(
+                decision=decision.decision, reviewer=decision.reviewer, comment=decision.comment
+            )
+            update_id = CLIENT_UPDATES + decision_update_id(decision.request_id, body)
         return await self._update(
             run_id,
             self._execute_update(run_id, DECIDE_UPDATE, decision, DecideOutcome, update_id),
+            update_id=update_id,
             what="decision",
             answer_within=answer_within,
             refused=lambda cause: DecisionRefused(run_id, first_line(cause)),
@@ -206,8 +220,9 @@ class PeopleCalls(ClientBase):
         says why, if the job did not take it).
 
         Args:
-            update_id: Sending again under the same id gets the first one's outcome, never a
-                second application.
+            update_id: The answer's idempotency key: sending again under the same id gets the
+                first one's outcome, never a second application. Without one, the answer's own
+                content is its key (the question, the action, the content and the responder).
 
         Raises:
             AnswerRefused: the run refused it (unknown question, already answered, declined,
@@ -215,8 +230,10 @@ class PeopleCalls(ClientBase):
                 the question's schema).
             RunEnded: the run has ended.
             RunNotFound: no such run.
-            NotAnswered: the run did not answer within `answer_within`; the answer may still
-                be applied (and delivered) once its worker runs.
+            OutcomeUnknown: the run did not answer within `answer_within`; the answer may
+                still be applied (and delivered) once its worker runs: sent again with the
+                error's `key` as `update_id` (or, without one, the same answer), the retry
+                gets its outcome.
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
@@ -225,16 +242,22 @@ class PeopleCalls(ClientBase):
             error_type = cause.type if isinstance(cause, ApplicationError) else None
             return AnswerRefused(run_id, first_line(cause), error_type)
 
+        if update_id is None:
+            body = AnswerBody(
+                action=answer.action, content=answer.content, responder=answer.responder
+            )
+            update_id = CLIENT_UPDATES + answer_update_id(answer.question_id, body)
         return await self._update(
             run_id,
             self._execute_update(run_id, ANSWER_UPDATE, answer, AnswerOutcome, update_id),
+            update_id=update_id,
             what="answer",
             answer_within=answer_within,
             refused=refused,
         )
 
     async def _execute_update(
-        self, run_id: str, update: str, arg: Any, result_type: type[_Result], update_id: str | None
+        self, run_id: str, update: str, arg: Any, result_type: type[_Result], update_id: str
     ) -> _Result:
         """The run's Update `update` with `arg`, its result read as `result_type`."""
         result: _Result = await self.handle(run_id).execute_update(
@@ -247,6 +270,7 @@ class PeopleCalls(ClientBase):
         run_id: str,
         update: Awaitable[_Result],
         *,
+        update_id: str,
         what: str,
         answer_within: timedelta,
         refused: Callable[[BaseException | None], ClientError],
@@ -254,7 +278,7 @@ class PeopleCalls(ClientBase):
         """The run's result of `update` (an Update call, not awaited yet) within
         `answer_within`, its failures turned into `ClientError`s: the run's validator refusing
         it (`refused(cause)`), the run ended or unknown, Temporal unreachable or refusing, or
-        no answer in time."""
+        no answer in time (`OutcomeUnknown`, with `update_id`)."""
         try:
             async with asyncio.timeout(answer_within.total_seconds()):
                 return await update
@@ -271,8 +295,9 @@ class PeopleCalls(ClientBase):
                 raise RunNotFound(run_id) from err
             raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            # Temporal may have admitted the Update: it holds it for the run's worker.
             seconds = f"no answer within {answer_within.total_seconds():g} s"
-            raise NotAnswered(run_id, seconds) from err
+            raise OutcomeUnknown(run_id, seconds, update_id) from err
 
 
 def _for_people(state: RunState) -> list[InputRequest]:

@@ -30,6 +30,7 @@ from waitstate.client._base import ClientBase
 from waitstate.client._errors import (
     ClientError,
     NotAnswered,
+    OutcomeUnknown,
     TemporalFailed,
     Unreachable,
     first_line,
@@ -99,15 +100,22 @@ class MessageRefused(ClientError):
 
 @dataclass(frozen=True)
 class SentMessage:
-    """A message the thread took: its id, and where it stands."""
+    """A message the thread took: its id, where it stands, and the key it is known by."""
 
     thread_id: str
     accepted: MessageAccepted
+    key: str | None = None
 
 
 def new_thread_id() -> str:
     """A fresh thread id."""
     return f"thread-{uuid.uuid4().hex[:12]}"
+
+
+def new_message_key() -> str:
+    """A fresh idempotency key, for a message sent without one: so that a send whose outcome
+    is unknown can be retried as the same message."""
+    return f"key-{uuid.uuid4().hex}"
 
 
 def thread_input(
@@ -146,21 +154,25 @@ class ThreadCalls(ClientBase):
         thread, `thread_input()`) if no run ever had that id, in one call.
 
         Args:
-            key: Idempotency key: a send retried with the same key is the same message.
+            key: Idempotency key: a send retried with the same key is the same message. Without
+                one, the send gets a fresh one (`SentMessage.key`, `OutcomeUnknown.key`).
             first: The message must be the thread's first: a thread that has messages (other
                 than this send's earlier copy, by `key`) refuses it, `thread_exists`.
 
         Raises:
             MessageRefused: the thread refused it (not a thread, busy under `reject`...).
             ThreadClosed: the thread has ended.
-            NotAnswered: the thread did not answer within `answer_within` (the message may
-                still be taken once a worker runs), or had its cap of messages in flight all
-                that time (nothing recorded).
+            OutcomeUnknown: the thread did not answer within `answer_within`, after Temporal
+                may have taken the message: it may still be taken once a worker runs; sent
+                again with the error's `key`, it is the same message.
+            NotAnswered: the thread had its cap of messages in flight all that time: nothing
+                was recorded.
             Unreachable, TemporalFailed: Temporal could not be reached, or refused the call.
         """
         run_input = start or thread_input()
         if run_input.thread is None:
             raise ValueError("a thread's input sets `thread` (see thread_input)")
+        key = key or new_message_key()
         send = SendMessage(text=text, key=key, sender=sender, first=first)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + answer_within.total_seconds()
@@ -183,7 +195,7 @@ class ThreadCalls(ClientBase):
                             start_workflow_operation=self._start(thread_id, run_input, task_queue),
                             result_type=MessageAccepted,
                         )
-                return SentMessage(thread_id, accepted)
+                return SentMessage(thread_id, accepted, key)
             except WorkflowAlreadyStartedError as err:  # ended, and ids are never reused
                 raise ThreadClosed(thread_id) from err
             except WorkflowUpdateFailedError as err:
@@ -220,8 +232,10 @@ class ThreadCalls(ClientBase):
                         raise ThreadClosed(thread_id) from err
                 raise TemporalFailed("Temporal refused the message", first_line(err)) from err
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                # Temporal may have admitted the Update: it holds it for a worker, which may
+                # take it later (the timeout is the caller's, not the server's).
                 seconds = f"no answer within {answer_within.total_seconds():g} s"
-                raise NotAnswered(thread_id, seconds) from err
+                raise OutcomeUnknown(thread_id, seconds, key) from err
 
     async def reply(
         self, thread_id: str, message_id: str, *, within: timedelta = REPLY_TIMEOUT

@@ -4,8 +4,11 @@ refusals and the count after it.
 Checks run cheapest first and bad input never reaches a run: body size (413), token (401,
 410), body (422: not JSON, not a valid body, or a number JSON cannot keep, as `NaN`,
 `Infinity` or `1e999`); only then is the completion, decision or answer delivered to the run
-(see `delivery`). Each route's admission is a dependency over `Gate.admit`, whose own
-parameters (the route's path and headers) FastAPI checks before it runs.
+(see `delivery`). A genuine token that has expired, on a request otherwise admitted, goes on
+to a deliverer that can tell what became of that request's earlier delivery (the
+`TemporalDeliverer`, which sends nothing then); elsewhere it is refused, 410. Each route's
+admission is a dependency over `Gate.admit`, whose own parameters (the route's path and
+headers) FastAPI checks before it runs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 from starlette.requests import ClientDisconnect
 
-from waitstate.gateway.delivery import Deliverer, DeliveryRefused
+from waitstate.gateway.delivery import Deliverer, DeliveryRefused, TemporalDeliverer
 from waitstate.gateway.refusals import REQUEST_LOG, Failed, Refused, code_for, describe
 from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
 from waitstate.schemas.operations import non_finite_at
@@ -127,11 +130,41 @@ class Gate:
                 422 the body.
         """
         body = await self.read_body(request)
-        claims = _verify(self.tokens, credentials)
+        claims, expired = self._verify(credentials)
         subjects = {subject} if isinstance(subject, str) else subject
-        if claims.operation_id not in subjects:
-            raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
-        return Admitted(claims, self.parse(body, model, invalid_code))
+        try:
+            if claims.operation_id not in subjects:
+                raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
+            parsed = self.parse(body, model, invalid_code)
+        except Refused:
+            # An expired token is refused as such whatever else is wrong: the checks after the
+            # token's are for a request the run may learn of.
+            if expired is not None:
+                raise expired from None
+            raise
+        return Admitted(claims, parsed)
+
+    def _verify(
+        self, credentials: HTTPAuthorizationCredentials | None
+    ) -> tuple[ResumeClaims, Refused | None]:
+        """The token's claims, and the refusal of its expiry if it has expired (its claims are
+        then handed on only to a deliverer that recalls, see `TemporalDeliverer`).
+
+        Raises:
+            Refused: 401 missing or not genuine; 410 expired, for a deliverer that cannot
+                recall.
+        """
+        if credentials is None:
+            raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
+        try:
+            return self.tokens.verify(credentials.credentials), None
+        except ExpiredToken as err:
+            expired = Refused(410, "token_expired", str(err))
+            if not isinstance(self.deliverer, TemporalDeliverer):
+                raise expired from None
+            return self.tokens.signed_claims(credentials.credentials), expired
+        except InvalidToken as err:
+            raise Refused(401, "invalid_token", str(err)) from None
 
     async def read_body(self, request: Request) -> bytes:
         """The request's body, read up to the gate's limit.
@@ -180,7 +213,7 @@ class Gate:
             return await delivery
         except DeliveryRefused as err:
             code = err.code or code_for(err.status_code)
-            raise Refused(err.status_code, code, err.message) from err
+            raise Refused(err.status_code, code, err.message, err.retry_with) from err
         except Exception as err:
             log.exception("delivering %s failed", what)
             raise Failed from err
@@ -205,17 +238,6 @@ def json_body(model: type[BaseModel]) -> dict[str, Any]:
     the app adds `model`'s schema to the document's components itself)."""
     schema = {"$ref": SCHEMA_REF.format(model=model.__name__)}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def _verify(tokens: ResumeTokens, credentials: HTTPAuthorizationCredentials | None) -> ResumeClaims:
-    if credentials is None:
-        raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
-    try:
-        return tokens.verify(credentials.credentials)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

@@ -31,15 +31,35 @@ log = logging.getLogger(REQUEST_LOG)
 _COMMON_ERRORS = {
     410: "The token has expired.",
     413: "The body is larger than the gateway accepts.",
-    503: "Temporal or the run could not be reached in time. Retry later.",
+    503: "Temporal or the run could not be reached, or did not take the request for now: "
+    "nothing was recorded. Retry later.",
 }
+# The answer of a route that sends a run something, when the run did not answer in time.
+OUTCOME_UNKNOWN = (
+    "`outcome_unknown`: the run did not answer in time, after Temporal took the request in, so "
+    "it may yet be applied (Temporal holds it until the run's worker takes it). Send it again "
+    "(with the answer's `key`, if it gives one): the retry is answered with what became of it, "
+    "and it is never applied twice."
+)
 
 
 class ErrorDetail(BaseModel):
-    """Why a request was refused."""
+    """Why a request was refused, or why its outcome is not known."""
 
     code: str = Field(description="Short snake_case reason, e.g. `token_expired`.")
     message: str = Field(description="For people: what was wrong and what to do.")
+    key: str | None = Field(
+        default=None,
+        description="With `outcome_unknown`: the idempotency key the request was sent with "
+        "(its own, or the one the gateway gave it): send the request again with it (a "
+        "message's or start's `key`, a report's `Idempotency-Key` header), and it is answered "
+        "as the same request, never applied twice.",
+    )
+    thread_id: str | None = Field(
+        default=None,
+        description="With `outcome_unknown` for a thread's start: the thread's id (the one the "
+        "gateway picked, if the start named none), to send again with the `key`.",
+    )
 
 
 class ErrorBody(BaseModel):
@@ -49,13 +69,18 @@ class ErrorBody(BaseModel):
 
 
 class Refused(Exception):
-    """A request refused on purpose, answered with `status` and the error shape by `refuse`."""
+    """A request refused on purpose, or whose outcome is unknown, answered with `status` and
+    the error shape by `refuse`; `retry_with` adds what a retry must carry (`key`, and a
+    start's `thread_id`) to the shape."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, retry_with: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.retry_with = dict(retry_with or {})
 
 
 class Failed(Exception):
@@ -79,13 +104,19 @@ def install(app: FastAPI, registry: CollectorRegistry) -> None:
     app.exception_handler(Exception)(_internal_error)
 
 
-def refuse(request: Request, status: int, code: str, message: str) -> JSONResponse:
-    """Log and count a refusal of `request`, and answer it."""
+def refuse(
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    retry_with: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """Log and count a refusal of `request`, and answer it (with `retry_with`'s fields)."""
     # %r: the path is the caller's text, and a decoded %0A must not forge a log line.
     path = redact(request.url.path)
     log.info("refused %s %r: %d %s: %s", request.method, path, status, code, message)
     request.app.state.refusals.labels(code=code, status=str(status)).inc()
-    response = _error(status, code, message)
+    response = _error(status, code, message, retry_with)
     if status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
     return response
@@ -118,7 +149,7 @@ def error_responses(descriptions: Mapping[int, str]) -> dict[int | str, dict[str
 
 
 async def _refused(request: Request, exc: Refused) -> JSONResponse:
-    return refuse(request, exc.status, exc.code, exc.message)
+    return refuse(request, exc.status, exc.code, exc.message, exc.retry_with)
 
 
 async def _failed(request: Request, exc: Failed) -> JSONResponse:
@@ -143,6 +174,9 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(500, "internal_error", "the gateway failed; retry later")
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message))
-    return JSONResponse(body.model_dump(), status_code=status)
+def _error(
+    status: int, code: str, message: str, retry_with: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, **(retry_with or {})))
+    # Fields that are not set are left out: an error is `{code, message}` unless it says more.
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status)

@@ -25,6 +25,7 @@ from waitstate.client import (
     ClientError,
     MessageRefused,
     NotAnswered,
+    OutcomeUnknown,
     RunNotFound,
     ThreadClosed,
     Unreachable,
@@ -187,12 +188,15 @@ class ThreadDesk:
         token_lifetime: How long a new thread's token stays valid.
         default_model: The model of a thread started without an agent (None: the run's
             default).
+        answer_within: How long a send waits for the thread to take the message; past it,
+            the outcome is unknown (504).
     """
 
     client: WaitstateClient
     operators: OperatorKeys
     token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
     default_model: str | None = None
+    answer_within: timedelta = DELIVERY_TIMEOUT
     _waits: _Waits = field(default_factory=_Waits, init=False, repr=False)
 
     @classmethod
@@ -223,7 +227,9 @@ class ThreadDesk:
 
         Raises:
             DeliveryRefused: 409 `thread_exists`, the thread's refusals, 503 Temporal or the
-                thread could not be reached.
+                thread could not be reached (nothing recorded), 504 the thread did not answer
+                in time (with the thread's id and the message's key, its own or the one the
+                client gave it: the retry with both is the same start).
         """
         thread_id = body.thread_id or new_thread_id()
         if await self._status(thread_id) is not None and not await self._is_retry(
@@ -245,7 +251,8 @@ class ThreadDesk:
 
         Raises:
             DeliveryRefused: 404 `unknown_thread`, 410 `thread_closed` (or closing), the
-                thread's refusals, 503 Temporal or the thread could not be reached.
+                thread's refusals, 503 Temporal or the thread could not be reached (nothing
+                recorded), 504 the thread did not answer in time (with the message's key).
         """
         status = await self._status(thread_id)
         if status is None:
@@ -322,11 +329,11 @@ class ThreadDesk:
                 key=body.key,
                 sender=body.sender,
                 start=start,
-                answer_within=DELIVERY_TIMEOUT,
+                answer_within=self.answer_within,
                 first=first,
             )
         except ClientError as err:
-            raise _refusal(thread_id, err) from err
+            raise _refusal(thread_id, err, start=first) from err
         return sent.accepted
 
     async def _status(self, thread_id: str) -> WorkflowExecutionStatus | None:
@@ -378,8 +385,10 @@ def _find(state: RunState, thread_id: str, message_id: str) -> ThreadMessage:
     )
 
 
-def _refusal(thread_id: str, err: ClientError) -> DeliveryRefused:
-    """What a client error means to the sender."""
+def _refusal(thread_id: str, err: ClientError, *, start: bool = False) -> DeliveryRefused:
+    """What a client error means to the sender (of a thread's `start`, or of its next message)."""
+    if isinstance(err, OutcomeUnknown):
+        return _unknown(thread_id, err.key, start)
     if isinstance(err, ThreadClosed):
         return _closed(thread_id)
     if isinstance(err, MessageRefused):
@@ -388,9 +397,11 @@ def _refusal(thread_id: str, err: ClientError) -> DeliveryRefused:
     if isinstance(err, RunNotFound):
         return DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
     if isinstance(err, NotAnswered):
+        # Nothing was recorded (an unknown outcome is `_unknown`'s): no worker answered a
+        # query, or the thread refused the message for now all that time.
         return DeliveryRefused(
             503,
-            f"thread {thread_id} did not answer in time; retry later",
+            f"thread {thread_id} did not answer in time; nothing was recorded: retry later",
             code="thread_unavailable",
         )
     if isinstance(err, Unreachable):
@@ -399,6 +410,21 @@ def _refusal(thread_id: str, err: ClientError) -> DeliveryRefused:
     # not to the sender.
     log.warning("thread %s: %s", thread_id, err)
     return _unavailable()
+
+
+def _unknown(thread_id: str, key: str, start: bool) -> DeliveryRefused:
+    """The answer to a message the thread did not answer in time: Temporal may hold it for the
+    thread's worker. Sent again with its key (and, a start, its thread id), it is the same
+    message, never a second one."""
+    again = f'`"thread_id": "{thread_id}"` and `"key": "{key}"`' if start else f'`"key": "{key}"`'
+    return DeliveryRefused(
+        504,
+        f"thread {thread_id} did not answer in time, so whether it took the message is not "
+        "known: Temporal holds it until the thread's worker takes it, and it may yet be taken; "
+        f"send it again with {again} to learn what became of it (it is taken once)",
+        code="outcome_unknown",
+        retry_with={"thread_id": thread_id, "key": key} if start else {"key": key},
+    )
 
 
 def _closed(thread_id: str) -> DeliveryRefused:

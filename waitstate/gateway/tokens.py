@@ -49,6 +49,8 @@ _VIEW_LABEL = b"waitstate view token\x00"
 PUBLISH_SCOPE = "publish"
 _PUBLISH_LABEL = b"waitstate publish token\x00"
 SESSION_SCOPE = "inbox"
+# A moment before any token's expiry: what `signed_claims` checks a token at.
+_NEVER = datetime.min.replace(tzinfo=UTC)
 _SESSION_LABEL = b"waitstate operator session\x00"
 
 
@@ -232,14 +234,17 @@ class ResumeTokens:
             ExpiredToken: the signature is valid but `now` (timezone-aware; default: the
                 current time) is at or past `expires_at`.
         """
-        claims, expires_at = self._open(token, _CLAIM_NAMES, b"", "resume token", now)
-        return ResumeClaims(
-            workflow_id=claims["wf"],
-            operation_id=claims["op"],
-            nonce=claims["nonce"],
-            expires_at=expires_at,
-            key_id=claims["kid"],
-        )
+        return _resume_claims(*self._open(token, _CLAIM_NAMES, b"", "resume token", now))
+
+    def signed_claims(self, token: str) -> ResumeClaims:
+        """The claims of a resume token this gateway's keys signed, whether or not it has
+        expired: what a request with an expired token may still learn about (what became of
+        its own earlier delivery). Never a reason to apply anything.
+
+        Raises:
+            InvalidToken: as `verify`.
+        """
+        return _resume_claims(*self._open(token, _CLAIM_NAMES, b"", "resume token", _NEVER))
 
     def mint_thread(self, thread_id: str, expires_at: datetime) -> str:
         """A thread token: it allows posting messages to the thread `thread_id` and reading
@@ -415,6 +420,16 @@ class ResumeTokens:
         if now >= expires_at:
             raise ExpiredToken(f"the token expired at {expires_at.isoformat()}")
         return claims, expires_at.astimezone(UTC)
+
+
+def _resume_claims(claims: Mapping[str, str], expires_at: datetime) -> ResumeClaims:
+    return ResumeClaims(
+        workflow_id=claims["wf"],
+        operation_id=claims["op"],
+        nonce=claims["nonce"],
+        expires_at=expires_at,
+        key_id=claims["kid"],
+    )
 
 
 def _mac(secret: bytes, message: bytes) -> bytes:

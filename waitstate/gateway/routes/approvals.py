@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
 from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
-from waitstate.gateway.refusals import Refused
+from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused
 from waitstate.gateway.routes.replies import Reply
 from waitstate.gateway.tokens import ResumeClaims, approval_subject
 from waitstate.schemas.approvals import ApprovalStatus, DecideOutcome, DecisionBody, DecisionKind
@@ -107,6 +107,7 @@ async def apply_decision(
         409: "Not applied: the request is already decided or has expired, this is a "
         "duplicate of a decision already applied, or the run has ended. Do not retry.",
         422: "The body is not JSON, or not a valid decision.",
+        504: OUTCOME_UNKNOWN + " The same decision is the key: send it again as it was.",
     },
     operation_id="decide_approval",
     summary="Decide on an approval request",

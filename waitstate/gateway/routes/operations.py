@@ -17,7 +17,7 @@ from pydantic import Field
 
 from waitstate.elicitation import schema_problem
 from waitstate.gateway.gate import Acceptance, Admitted, Credentials, GateDep, json_body
-from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused, error_responses
 from waitstate.schemas.operations import Completion, OperationStatus
 
 COMPLETE_PATH = "/v1/operations/{operation_id}/complete"
@@ -108,6 +108,7 @@ async def admitted_report(
             422: "The body is not JSON, or not a valid completion, or it asks a question "
             "whose `requested_schema` takes no answer (`invalid_question`: one flat object of "
             "plain fields, as MCP elicitation allows; no `$ref`; patterns RE2 accepts).",
+            504: OUTCOME_UNKNOWN + " The `key` goes in the `Idempotency-Key` header.",
         }
     ),
     operation_id="complete_operation",

@@ -70,6 +70,8 @@ _TITLES = {
     422: "The form could not be read",
     500: "Something went wrong",
     503: "Try again in a moment",
+    # Not a refusal: the run did not answer in time, and may yet apply what was sent.
+    504: "Not confirmed yet",
 }
 _LINK_HINT = (
     "Open this page from the link in the notice you were sent, whole: each link works for its "

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
 from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
+from waitstate.gateway.refusals import OUTCOME_UNKNOWN
 from waitstate.gateway.routes.replies import Reply
 from waitstate.gateway.tokens import question_subject
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome, QuestionStatus
@@ -66,6 +67,7 @@ async def admitted_answer(
         "cancelled (by another answer), or the run has ended. Do not retry.",
         422: "The body is not JSON, or not a valid answer: an `accept` carries content "
         "matching the question's `requested_schema`, a `decline` none.",
+        504: OUTCOME_UNKNOWN + " The same answer is the key: send it again as it was.",
     },
     operation_id="answer_question",
     summary="Answer an operation's question",

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from waitstate.gateway.gate import Gate, GateDep, json_body
-from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused, error_responses
 from waitstate.gateway.threads import (
     MAX_WAIT_SECONDS,
     MessageBody,
@@ -194,8 +194,10 @@ _DISABLED = "`threads_disabled`: this gateway serves no threads. "
             "(`invalid_thread`): an unknown field, an empty or too long text (32,000 "
             "characters), a bad `thread_id`, `key` or `sender`.",
             429: "The thread has too many messages waiting (`thread_full`).",
-            503: "Temporal or the thread could not be reached in time (no worker?). Retry "
-            "later: with the same `thread_id` and `key`, the retry starts one thread.",
+            503: "Temporal or the thread could not be reached in time (no worker?), and "
+            "nothing was recorded. Retry later: with the same `thread_id` and `key`, the retry "
+            "starts one thread.",
+            504: OUTCOME_UNKNOWN + " A start's answer gives its `thread_id` too: send both.",
         }
     ),
     operation_id="start_thread",
@@ -204,7 +206,8 @@ _DISABLED = "`threads_disabled`: this gateway serves no threads. "
     "first message, and the answer carries the thread's token, which posts its next messages "
     "and reads their replies (and nothing else) until it expires. A request that names a "
     "`thread_id` and a `key` may be retried: the retry gets the same thread and message "
-    "(`duplicate`), and a token.",
+    "(`duplicate`), and a token. An answer lost to a timeout (504 `outcome_unknown`) names "
+    "both, the gateway's picks if the request named none.",
     openapi_extra=json_body(ThreadStart),
 )
 async def start_thread(
@@ -285,6 +288,9 @@ async def renew_thread_token(
             "characters), a bad `key` or `sender`.",
             429: "The thread has too many messages waiting (`thread_full`): retry once it "
             "has answered some.",
+            503: "Temporal or the thread could not be reached, or the thread took no message "
+            "for now (a burst past its Updates in flight): nothing was recorded. Retry later.",
+            504: OUTCOME_UNKNOWN,
         }
     ),
     operation_id="post_message",
@@ -292,7 +298,8 @@ async def renew_thread_token(
     description="A person's next message to the thread, through its token. The agent answers "
     "each message in a turn of its own; read the reply with `GET "
     "/v1/threads/{thread_id}/messages/{message_id}?wait=30`. A retried post with the same "
-    "`key` is the same message.",
+    "`key` is the same message; a post without one is given one, which an answer lost to a "
+    "timeout (504 `outcome_unknown`) names.",
     openapi_extra=json_body(MessageBody),
 )
 async def post_message(
