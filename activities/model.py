@@ -3,6 +3,10 @@
 With a gateway to post to (`DeltaTarget`), a provider that streams hands the activity the
 answer's text as it is written, and the activity posts it to the gateway for the run's readers
 (`POST /v1/runs/{run_id}/deltas`): never into its result, never into the run's history.
+
+A call heartbeats (`activities.pulse`): by its stream's chunks while they come, from a side task
+while it waits in silence, so a worker lost mid-call is noticed within the call's heartbeat
+timeout (`workflows.policies.MODEL_HEARTBEAT`) rather than its start-to-close.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import read_listing
+from activities.pulse import progress, pulse
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name
@@ -123,6 +128,10 @@ class ModelActivities:
                 delay; `BLOB_STORE_UNAVAILABLE` when the blob store could not be read or
                 written. Its message is one line, and names the provider when the call failed.
         """
+        async with pulse():
+            return await self._reply(input)
+
+    async def _reply(self, input: ModelCallInput) -> ModelResponse:
         try:
             provider, model = self._providers.resolve(input.model)
         except UnknownModelError as err:
@@ -186,6 +195,7 @@ class ModelActivities:
                     tools,
                     settings,
                     on_text=publisher.add if publisher is not None else None,
+                    on_chunk=progress,
                     cache_key=cache_key(activity.info().workflow_id),
                 )
                 if publisher is not None:
@@ -381,11 +391,12 @@ async def _complete(
     settings: ModelSettings | None = None,
     *,
     on_text: Callable[[str], Awaitable[None]] | None = None,
+    on_chunk: Callable[[], None] | None = None,
     cache_key: str | None = None,
 ) -> ModelResponse:
     """One provider call within the attempt's deadline, its failures turned into Temporal's;
-    with `on_text`, an adapter of ours streams the answer's text to it; an adapter of ours is
-    given `cache_key` for its prompt cache."""
+    with `on_text`, an adapter of ours streams the answer's text to it (and calls `on_chunk` at
+    every chunk); an adapter of ours is given `cache_key` for its prompt cache."""
     limit = activity.info().start_to_close_timeout
     budget = limit - min(DEADLINE_MARGIN, limit / 10) if limit else None
     deadline = asyncio.timeout(budget.total_seconds() if budget else None)
@@ -399,6 +410,7 @@ async def _complete(
                     tools,
                     settings,
                     on_text=on_text,
+                    on_chunk=on_chunk,
                     cache_key=cache_key,
                 )
                 return await provider.answer(request)
