@@ -227,9 +227,9 @@ def rows(outcomes: list[RunOutcome]) -> list[Check]:
     ended = Counter(o.status for o in mine)
     taken = f"{min(took):.1f}-{max(took):.1f} s" if took else "never"
     check.outcome = (
-        f"{len(mine)} runs ({len(threads)} threads, {messages} messages): {calls} calls held at "
-        f"the model, {len(workers)} workers SIGKILLed under them; taken over {taken} after the "
-        f"kill; " + ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
+        f"{len(mine)} runs, {len(threads)} of them threads ({messages} messages): {calls} calls "
+        f"held at the model, workers SIGKILLed under them: {len(workers)}; taken over {taken} "
+        "after the kill; " + ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
     )
     return [check]
 
