@@ -41,7 +41,7 @@ from activities import (
     OperationActivities,
     ToolActivities,
 )
-from activities.model import DeltaTarget
+from activities.deltas import DeltaTarget
 from waitstate.activation_order import workflow_runner
 from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps

@@ -1,4 +1,10 @@
-"""MCP activities: list the tools a run was granted, once; call one of them."""
+"""MCP activities: list the tools a run was granted, once; call one of them.
+
+Both heartbeat while they run (`activities.pulse`: a call under `call_tool`'s, the listing under
+its own), so a worker lost mid-call is noticed within the heartbeat timeout; what a call records
+for its next attempt (that it sends, the task it created) goes through `pulse.beat`, which the
+side task then repeats.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp_resources import answer, offered
+from activities.pulse import beat, pulse
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.mcp import (
     McpConfigError,
@@ -68,6 +75,10 @@ class McpActivities:
             ApplicationError: non-retryable when a grant names an undeclared server or matches
                 no tool of its server; retryable when a server cannot be reached.
         """
+        async with pulse():
+            return await self._listing(input)
+
+    async def _listing(self, input: McpListInput) -> McpListing:
         tools: list[McpTool] = []
         for name, patterns in grants_by_server(input.grants).items():
             try:
@@ -189,7 +200,7 @@ class McpActivities:
             server = self._servers.get(server_name)
             async with _reached(server) as client:
                 await learn_header_params(client, tool_name, tool.definition.parameters)
-                activity.heartbeat("sending")
+                beat("sending")
                 try:
                     result = await client.session.call_tool(
                         tool_name, arguments, allow_input_required=True, allow_claimed=True
@@ -199,9 +210,7 @@ class McpActivities:
                         raise
                     refused = err
                 if isinstance(result, CreatedTask):
-                    activity.heartbeat(
-                        "task", result.task_id, _poll_interval(result.poll_interval_ms)
-                    )
+                    beat("task", result.task_id, _poll_interval(result.poll_interval_ms))
         except _NotReached as err:
             # Its session never opened: nothing was sent, the model may simply call again.
             if repeatable:
@@ -274,7 +283,7 @@ class McpActivities:
             header_params=bool(x_mcp_header_map(tool.definition.parameters)),
         )
         rounds = await Rounds.begin(self._blobs, pending, reply)
-        activity.heartbeat("rounds", rounds.job_id)
+        beat("rounds", rounds.job_id)
         return self._operation(input, rounds.job_id, ROUNDS_POLL, tool_name)
 
     async def _read(
@@ -447,7 +456,7 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
         except Exception as err:
             if time.monotonic() + delay > deadline:
                 raise _NotReached(err) from err
-            activity.heartbeat("connecting")
+            beat("connecting")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 4.0)
             continue

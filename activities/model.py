@@ -2,27 +2,29 @@
 
 With a gateway to post to (`DeltaTarget`), a provider that streams hands the activity the
 answer's text as it is written, and the activity posts it to the gateway for the run's readers
-(`POST /v1/runs/{run_id}/deltas`): never into its result, never into the run's history.
+(`activities.deltas`): never into its result, never into the run's history.
+
+A call heartbeats (`activities.pulse`): by its stream's chunks while they come, from a side task
+while it waits in silence, so a worker lost mid-call is noticed within the call's heartbeat
+timeout (`workflows.policies.MODEL_HEARTBEAT`) rather than its start-to-close.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.deltas import DeltaPublisher, DeltaTarget
 from activities.mcp import read_listing
+from activities.pulse import progress, pulse
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name
@@ -43,7 +45,6 @@ from waitstate.tools.spec import describe_errors
 from waitstate.tracing import chat_span
 
 if TYPE_CHECKING:
-    from waitstate.gateway.tokens import ResumeTokens
     from waitstate.tracing import Tracing
 
 _TRANSCRIPT = TypeAdapter(list[Message])
@@ -58,27 +59,8 @@ FAILURE_CHARS = 600
 # this margin, so a model that hangs fails with an error naming the provider and the limit
 # rather than Temporal's bare "activity StartToClose timeout".
 DEADLINE_MARGIN = timedelta(seconds=5)
-# A call's text goes to the gateway at most every DELTA_INTERVAL seconds, or as soon as
-# DELTA_BATCH_CHARS characters are waiting (a post carries at most that many), one post at a
-# time so they arrive in order. A post slower than DELTA_POST_TIMEOUT, or refused, drops the
-# call's remaining text: readers see the answer in `model.ended`'s turn anyway. An answered call
-# waits at most DELTA_DRAIN for its last text to go out, and only while the gateway answers.
-DELTA_INTERVAL = 0.1
-DELTA_BATCH_CHARS = 2_000
-DELTA_POST_TIMEOUT = 2.0
-DELTA_DRAIN = 0.5
 # A publish token outlives its call's attempt (its start-to-close timeout) by this much.
 PUBLISH_TOKEN_MARGIN = timedelta(minutes=1)
-
-
-@dataclass(frozen=True)
-class DeltaTarget:
-    """Where model calls post their text as it is written: the gateway at `gateway_url`,
-    with `tokens` to mint each call a publish token for its run."""
-
-    http: httpx.AsyncClient
-    tokens: ResumeTokens
-    gateway_url: str
 
 
 class ModelActivities:
@@ -123,6 +105,10 @@ class ModelActivities:
                 delay; `BLOB_STORE_UNAVAILABLE` when the blob store could not be read or
                 written. Its message is one line, and names the provider when the call failed.
         """
+        async with pulse():
+            return await self._reply(input)
+
+    async def _reply(self, input: ModelCallInput) -> ModelResponse:
         try:
             provider, model = self._providers.resolve(input.model)
         except UnknownModelError as err:
@@ -186,6 +172,7 @@ class ModelActivities:
                     tools,
                     settings,
                     on_text=publisher.add if publisher is not None else None,
+                    on_chunk=progress,
                     cache_key=cache_key(activity.info().workflow_id),
                 )
                 if publisher is not None:
@@ -216,7 +203,7 @@ class ModelActivities:
         cache.add(response.usage.cache_write_input_tokens, {**labels, "kind": "write"})
         return response
 
-    def _publisher(self, input: ModelCallInput, provider: Provider) -> _DeltaPublisher | None:
+    def _publisher(self, input: ModelCallInput, provider: Provider) -> DeltaPublisher | None:
         """What posts this call's text to the gateway, if there is one to post to and the
         provider can stream (our adapters take a `ModelRequest`; the protocol cannot)."""
         if self._deltas is None or not isinstance(provider, Adapter):
@@ -229,7 +216,7 @@ class ModelActivities:
         url = f"{self._deltas.gateway_url.rstrip('/')}/v1/runs/"
         url += f"{quote(info.workflow_id, safe='')}/deltas"
         call = f"{info.activity_id}.{info.attempt}"
-        return _DeltaPublisher(self._deltas.http, url, token, input.turn, call)
+        return DeltaPublisher(self._deltas.http, url, token, input.turn, call)
 
     def _check_output(self, agent_name: str, response: ModelResponse) -> None:
         """A final answer of an agent with an output type: normalized to its JSON if it
@@ -276,102 +263,6 @@ class ModelActivities:
             ) from None
 
 
-class _DeltaPublisher:
-    """Posts one model call's text to the gateway as it is written, in batches, one post at a
-    time. It never holds the call up: `add` only queues, and a post that fails, is refused or
-    is slow drops the call's text from then on (logged once)."""
-
-    def __init__(
-        self, http: httpx.AsyncClient, url: str, token: str, turn: int | None, call: str
-    ) -> None:
-        self._http = http
-        self._url = url
-        self._headers = {"Authorization": f"Bearer {token}"}
-        self._turn = turn
-        self._call = call
-        self._waiting: list[str] = []
-        self._chars = 0
-        self._full = asyncio.Event()  # DELTA_BATCH_CHARS are waiting, or the call is answered
-        self._finishing = False
-        self._dropped = False
-        self._last_post = 0.0  # time.monotonic() of the latest post
-        self._posting: asyncio.Task[None] | None = None
-
-    async def add(self, text: str) -> None:
-        """Queue a piece of the answer's text (the provider's `on_text`)."""
-        if self._dropped:
-            return
-        self._waiting.append(text)
-        self._chars += len(text)
-        if self._chars >= DELTA_BATCH_CHARS:
-            self._full.set()
-        if self._posting is None:
-            self._posting = asyncio.create_task(self._post_waiting())
-
-    async def finish(self) -> None:
-        """Post what is waiting, waiting for that at most `DELTA_DRAIN`."""
-        self._finishing = True
-        self._full.set()
-        if self._posting is None:
-            return
-        try:
-            await asyncio.wait_for(self._posting, DELTA_DRAIN)
-        except TimeoutError:  # wait_for cancelled the post
-            self._drop(f"no answer within {DELTA_DRAIN:g} s")
-        except Exception as err:  # a bug of ours: still never the call's failure
-            self._drop(f"{type(err).__name__}: {err}")
-
-    def stop(self) -> None:
-        """Give up on what is not posted yet (the call failed, or `finish` is done)."""
-        self._dropped = True
-        if self._posting is not None:
-            self._posting.cancel()
-
-    async def _post_waiting(self) -> None:
-        while self._waiting and not self._dropped:
-            due = self._last_post + DELTA_INTERVAL - time.monotonic()
-            if due > 0 and not self._finishing and not self._full.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), due)
-            text = "".join(self._waiting)
-            self._waiting.clear()
-            self._chars = 0
-            if not self._finishing:
-                self._full.clear()
-            self._last_post = time.monotonic()
-            for start in range(0, len(text), DELTA_BATCH_CHARS):
-                await self._post(text[start : start + DELTA_BATCH_CHARS])
-        self._posting = None
-
-    async def _post(self, text: str) -> None:
-        if self._dropped:
-            return
-        body = {"turn": self._turn, "call": self._call, "text": text}
-        try:
-            answer = await self._http.post(
-                self._url, json=body, headers=self._headers, timeout=DELTA_POST_TIMEOUT
-            )
-        except httpx.HTTPError as err:
-            self._drop(type(err).__name__)
-            return
-        except Exception as err:  # e.g. a malformed gateway URL: never the call's failure
-            self._drop(f"{type(err).__name__}: {err}")
-            return
-        if answer.status_code != 202:
-            self._drop(f"HTTP {answer.status_code}")
-
-    def _drop(self, why: str) -> None:
-        if not self._dropped:
-            # The URL names the run, never the token.
-            activity.logger.warning(
-                "the model's text is not streamed to %s (%s): the rest of it is dropped",
-                self._url,
-                why,
-            )
-        self._dropped = True
-        self._waiting.clear()
-
-
 async def _complete(
     provider: Provider,
     model: str,
@@ -381,11 +272,12 @@ async def _complete(
     settings: ModelSettings | None = None,
     *,
     on_text: Callable[[str], Awaitable[None]] | None = None,
+    on_chunk: Callable[[], None] | None = None,
     cache_key: str | None = None,
 ) -> ModelResponse:
     """One provider call within the attempt's deadline, its failures turned into Temporal's;
-    with `on_text`, an adapter of ours streams the answer's text to it; an adapter of ours is
-    given `cache_key` for its prompt cache."""
+    with `on_text`, an adapter of ours streams the answer's text to it (and calls `on_chunk` at
+    every chunk); an adapter of ours is given `cache_key` for its prompt cache."""
     limit = activity.info().start_to_close_timeout
     budget = limit - min(DEADLINE_MARGIN, limit / 10) if limit else None
     deadline = asyncio.timeout(budget.total_seconds() if budget else None)
@@ -399,6 +291,7 @@ async def _complete(
                     tools,
                     settings,
                     on_text=on_text,
+                    on_chunk=on_chunk,
                     cache_key=cache_key,
                 )
                 return await provider.answer(request)

@@ -1,4 +1,11 @@
-"""Tool activities: run a sync tool, or start a long tool's job."""
+"""Tool activities: run a sync tool, or start a long tool's job.
+
+A call heartbeats while it runs (`activities.pulse`): a sync tool may take minutes, and a worker
+lost under it is noticed within the call's heartbeat timeout (`workflows.policies.TOOL_HEARTBEAT`)
+rather than the run's `tool_timeout`. So a tool must not block the worker's event loop for that
+long (run blocking work with `asyncio.to_thread`): its heartbeats would stop, and the call be
+taken for lost and tried again.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpActivities, read_listing
+from activities.pulse import pulse
 from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
@@ -72,7 +80,8 @@ class ToolActivities:
         )
         with tool_span(self._tracing, call.name, call.id, operation_id) as span:
             span.arguments(call.arguments)
-            result = await self._call(input)
+            async with pulse():
+                result = await self._call(input)
             span.result(result)
         return result
 

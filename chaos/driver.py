@@ -18,7 +18,8 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    backtracking pattern (12) or a malformed one (13), by our own tool and by an MCP task; and
    questions that come while the model waits for operations (16) or while the checkpoint's
    model call is in flight (17). And issue 39's doors into a thread (chaos.thread_doors, 18):
-   posts sent twice, with their answers lost, and while the threads' worker is stopped.
+   posts sent twice, with their answers lost, and while the threads' worker is stopped; and
+   workers SIGKILLed under model calls held in flight (chaos.model_kills, 19).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -46,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from chaos import exactly_once, outsiders, streams
+from chaos import exactly_once, model_kills, outsiders, streams
 from chaos.exactly_once import (
     EARLY_COPIES,
     HOLD_START_ANSWERS,
@@ -64,6 +65,7 @@ from chaos.invariants import (
     refunds_once,
 )
 from chaos.model import Check, GatewayTarget
+from chaos.model_kills import ModelKills
 from chaos.outsiders import Outsiders
 from chaos.runs import (
     Answer,
@@ -110,6 +112,7 @@ class Suite:
     rotation: Rotation | None = None
     mcp_downtimes: list[float] = field(default_factory=list)
     issue22: Outsiders | None = None
+    issue39: ModelKills | None = None
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
@@ -117,6 +120,7 @@ class Suite:
         stack = self.stack
         assert stack.client is not None and stack.wire is not None
         self.issue22 = Outsiders(stack, self.size)
+        self.issue39 = ModelKills(stack, self.size, self.lock)
         async with httpx.AsyncClient(timeout=30) as http:
             # Every callback job of the mix reports progress; the early systems hold the
             # answers to starts past their jobs (and send each report twice).
@@ -219,12 +223,15 @@ class Suite:
         gateway = None if self.size.gateway_alone else asyncio.create_task(self._gateway())
         began = time.monotonic()
         rotated = asyncio.create_task(self._rotation(ctx, rotating))
+        assert self.issue39 is not None
+        killing = asyncio.create_task(self.issue39.run(ctx, "chaos-a", phase="A"))
         done = asyncio.Event()
         restarts = asyncio.create_task(self._restart_mcp(ctx.http, done))
         doors = asyncio.create_task(ThreadDoors(self.stack, self.size).run())
         try:
             outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
             outcomes += await rotated
+            outcomes += await killing
         finally:
             done.set()
             self.mcp_downtimes = await restarts
@@ -475,6 +482,7 @@ class Suite:
         self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
         if self.issue22 is not None:
             self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
+        self.checks += model_kills.rows(self.outcomes)
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)
@@ -566,7 +574,7 @@ def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
         return [o for o in outcomes if o.plan.question is not None]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
-    if name in exactly_once.ROWS or name in outsiders.ROWS:
+    if name in exactly_once.ROWS or name in outsiders.ROWS or name in model_kills.ROWS:
         return [o for o in outcomes if o.plan.klass == name]
     phases = {"1": "ABCL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
     return [o for o in outcomes if o.plan.phase and o.plan.phase in phases]

@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.opening import Opening
     from workflows.operations import OperationsBook
     from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import MODEL_RETRY, model_placement
+    from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
     from workflows.thread import Conversation, Interrupted, MessageFailed
     from workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
@@ -286,6 +286,7 @@ class AgentRunWorkflow:
                 result_type=ModelResponse,
                 summary=f"model {model} turn {turn}",
                 start_to_close_timeout=self._input.model_timeout,
+                heartbeat_timeout=MODEL_HEARTBEAT,
                 hands_back=True,
                 placement=model_placement(self._input),
             )

@@ -24,7 +24,7 @@ from waitstate.schemas.run import CALL_MODEL
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.memory import Memory
-from workflows.policies import MODEL_RETRY, model_placement
+from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
 from workflows.thread import Conversation
 from workflows.versions import Versions
 
@@ -123,6 +123,7 @@ class ApprovalAsides:
             result_type=ModelResponse,
             summary=f"model {self._input.model}: message {message_id} aside",
             start_to_close_timeout=self._input.model_timeout,
+            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
             placement=model_placement(self._input),
         )

@@ -47,6 +47,7 @@ from workflows.policies import (
     FINAL_CHECK_TIMEOUT,
     POLL_CHECK_TIMEOUT,
     RECONCILE_MIN,
+    TOOL_HEARTBEAT,
     TOOL_RETRY,
     long_poll_retry,
     poll_heartbeat,
@@ -461,6 +462,7 @@ async def call_activity_tool(
         result_type=ToolResult,
         summary=f"tool {tool_call.name}",
         start_to_close_timeout=input.tool_timeout,
+        heartbeat_timeout=TOOL_HEARTBEAT,
         retry_policy=TOOL_RETRY,
         activity_id=None if recorded else operation_id,
     )

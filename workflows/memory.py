@@ -12,7 +12,7 @@ from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, 
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from workflows import ledger
 from workflows.activity_calls import Failed, call
-from workflows.policies import CHECKPOINT_RETRY, model_placement
+from workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
 from workflows.versions import Versions
 
 
@@ -121,6 +121,7 @@ class Memory:
             ),
             result_type=ModelResponse,
             start_to_close_timeout=self._input.model_timeout,
+            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=CHECKPOINT_RETRY,
             summary=f"checkpoint {self._input.model}",
             placement=model_placement(self._input),

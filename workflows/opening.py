@@ -26,6 +26,7 @@ from workflows.policies import (
     AGENT_TIMEOUT,
     MCP_LISTING_RETRY,
     MCP_LISTING_TIMEOUT,
+    TOOL_HEARTBEAT,
 )
 
 
@@ -86,6 +87,7 @@ class Opening:
                 result_type=McpListing,
                 summary=f"MCP tools {', '.join(grants)}",
                 start_to_close_timeout=MCP_LISTING_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
             )
             if not isinstance(listing, StoreDown):
                 break

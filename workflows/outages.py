@@ -128,6 +128,7 @@ class StoreTries:
         result_type: type[T],
         summary: str,
         start_to_close_timeout: timedelta,
+        heartbeat_timeout: timedelta | None = None,
         hands_back: bool = False,
         placement: Placement = RUN_QUEUE,
     ) -> T | Failed | StoreDown:
@@ -142,6 +143,7 @@ class StoreTries:
                 result_type=result_type,
                 summary=summary,
                 start_to_close_timeout=start_to_close_timeout,
+                heartbeat_timeout=heartbeat_timeout,
                 retry_policy=self._retry_policy,
                 placement=placement,
             )
@@ -151,6 +153,7 @@ class StoreTries:
             result_type=result_type,
             summary=summary,
             start_to_close_timeout=start_to_close_timeout,
+            heartbeat_timeout=heartbeat_timeout,
             retry_policy=(
                 patient(self._retry_policy)
                 if self._handed_back

@@ -2,7 +2,8 @@
 
 An activity's options are recorded in the history of the run that scheduled it: a value
 changed here changes what new runs record, so a change of behaviour goes behind
-`workflow.patched` like any other (see `workflows/versions.py`). What a run's input sets (the
+`workflow.patched` like any other (see `workflows/versions.py`). A timeout alone needs none:
+replay does not compare them (docs/versions.md). What a run's input sets (the
 model's and the tools' `start_to_close`, an operation's poll interval) is not here.
 """
 
@@ -43,6 +44,18 @@ def model_placement(input: RunInput) -> Placement:
     return Placement(task_queue=input.model_task_queue, priority=priority)
 
 
+# A model call heartbeats (`activities.pulse`: by its stream's chunks, else from a side task
+# every third of this), so a worker lost mid-call is noticed within this, not the call's
+# start-to-close (the run's `model_timeout`, two minutes by default): the call is tried again a
+# second later (MODEL_RETRY) on any worker there is, and a thread's queued messages wait that
+# much, not minutes. 15 s plus that second leaves half of the 30 s in which a thread's message is
+# answered after its worker's loss to the retried call itself. Shorter would cost the server
+# more for little: it takes one heartbeat RPC per 80% of this (the SDK merges the rest), ~5-8 ms
+# of CPU each (DESIGN.md), for every call running past a third of it (shorter calls send none):
+# about 0.5 ms a second per long call at 15 s. Temporal does not compare an activity's timeouts
+# on replay: histories recorded without one replay with it, and need no patch (docs/versions.md).
+MODEL_HEARTBEAT = timedelta(seconds=15)
+
 # A checkpoint is worth a second try, not more: the ledger's own is written if the model fails.
 CHECKPOINT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
@@ -62,7 +75,7 @@ BACKGROUND_RETRY = RetryPolicy(
 # The agent's definition, as the worker has it: an agent it does not have fails the run at once.
 AGENT_TIMEOUT = timedelta(seconds=30)
 AGENT_RETRY = RetryPolicy(maximum_attempts=3)
-# The MCP tools a run was granted, listed once.
+# The MCP tools a run was granted, listed once; it heartbeats as a tool call does.
 MCP_LISTING_TIMEOUT = timedelta(seconds=60)
 MCP_LISTING_RETRY = RetryPolicy(maximum_attempts=5)
 
@@ -76,6 +89,11 @@ TOOL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=3,
 )
+# A tool call (a sync tool may take minutes, an MCP server's answer too; a long tool's start
+# is quick) heartbeats as a model call does, and for the same reasons: a worker lost under it is
+# noticed within this, not the run's `tool_timeout`. A tool that blocks the worker's event loop
+# longer than two thirds of it stops the heartbeats and is taken for lost (activities/tools.py).
+TOOL_HEARTBEAT = timedelta(seconds=15)
 # Asking an external system to stop a job: worth insisting, but not forever.
 CANCEL_TIMEOUT = timedelta(seconds=30)
 CANCEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)

@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities import ModelActivities
-from activities.model import DELTA_DRAIN, DeltaTarget
+from activities.deltas import DELTA_DRAIN, DeltaTarget
 from waitstate.blobs import LocalBlobStore
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import Message, ModelCallInput, ModelResponse

@@ -16,9 +16,11 @@ hazard), needs no worker (a run whose worker is down still streams what it did, 
 and Updates as they come), and a long poll (`wait_new_event`) brings each event as the server
 appends it. What it cannot carry is what is never in history: a model's text deltas.
 
-What a run's history holds came partly from outside (an Update's arguments): an event carries
-only ids, names and statuses picked from it (never a comment, a message's text, a nonce or an
-answer's content), each bounded.
+What a run's history holds came partly from outside (its start's summary, an Update's
+arguments): an event carries only ids, names and statuses picked from it (never the task, a
+comment, a message's text, a nonce or an answer's content), each bounded. Summaries are told as
+the workflow wrote them (a call's, a timer's), but not the run's own: its static summary is its
+task as its starter typed it, which only the Web UI shows, to those who may open it.
 """
 
 from __future__ import annotations
@@ -222,7 +224,8 @@ class _Reading:
             detail: dict[str, Any] = {"workflow": started.workflow_type.name}
             if started.continued_execution_run_id:
                 detail["continued_from"] = started.continued_execution_run_id
-            return "run.started", summary, detail
+            # Its summary is the task (`WaitstateClient.start`): the Web UI's, never a stream's.
+            return "run.started", "", detail
         if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activity = event.activity_task_scheduled_event_attributes.activity_type.name
             what = _ACTIVITY_KINDS.get(activity, "activity")

@@ -53,7 +53,8 @@ from waitstate.schemas import RunInput, RunResult, RunState, Step
 from waitstate.schemas.operations import PollHeartbeat
 from waitstate.schemas.run import POLL_OPERATION
 
-# The Web UI shows a run's task as its summary, cut to this length.
+# The Web UI shows a run's task as its summary, cut to this length: to those who may open the
+# Web UI (operators) only. The run's events leave it out (a view link is not an operator's).
 SUMMARY_CHARS = 200
 FOLLOW_INTERVAL = timedelta(seconds=0.25)
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).

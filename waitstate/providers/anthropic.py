@@ -116,7 +116,7 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             stream = await api.create(**asked, stream=True)
             url = stream.response.url
             try:
-                streamed = await _from_anthropic_stream(stream, request.on_text)
+                streamed = await _from_anthropic_stream(stream, request.on_text, request.on_chunk)
             except httpx2.TransportError as err:
                 # Older SDKs leave a connection lost while the events come untranslated.
                 raise self._no_response(CONNECTION_LOST, err, url) from err
@@ -354,10 +354,12 @@ def _usage(usage: AnthropicUsage) -> Usage:
 
 
 async def _from_anthropic_stream(
-    stream: AsyncStream[RawMessageStreamEvent], on_text: Callable[[str], Awaitable[None]]
+    stream: AsyncStream[RawMessageStreamEvent],
+    on_text: Callable[[str], Awaitable[None]],
+    on_chunk: Callable[[], None] | None = None,
 ) -> AnthropicMessage | None:
     """The message the API answers unstreamed, put together from the stream's events, each
-    piece of text handed to `on_text` as it comes; None if the stream ended before the message
+    piece of text handed to `on_text` as it comes, `on_chunk` called at every event; None if the stream ended before the message
     did (no `message_stop`: a truncated answer must not pass for a whole one)."""
     message: AnthropicMessage | None = None
     blocks: dict[int, ContentBlock] = {}  # a block's index -> the block as it was opened
@@ -368,6 +370,8 @@ async def _from_anthropic_stream(
     stopped = False
     async with stream:
         async for event in stream:
+            if on_chunk is not None:
+                on_chunk()
             if event.type == "message_start":
                 message = event.message
             elif event.type == "content_block_start":

@@ -97,6 +97,11 @@ class ModelRequest:
     # (the others ignore it). Set by the model activity only; what it is given is ephemeral:
     # the answer returned is the same either way.
     on_text: Callable[[str], Awaitable[None]] | None = None
+    # Called at every event of a streamed answer (its text, a tool call's arguments, thinking,
+    # usage): the model activity heartbeats on it, so a call whose stream flows is seen alive
+    # by its chunks (the activity throttles it: it must stay cheap). Providers that do not
+    # stream ignore it.
+    on_chunk: Callable[[], None] | None = None
     # Names the conversation for the provider's prompt cache (OpenAI's `prompt_cache_key`):
     # calls with the same key and the same prefix go where that prefix is cached. Set by the
     # model activity, one per run; adapters without such a key ignore it.

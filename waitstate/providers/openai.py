@@ -74,7 +74,7 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
                 stream_options={"include_usage": True},
             )
             try:
-                return await _from_openai_stream(stream, request.on_text)
+                return await _from_openai_stream(stream, request.on_text, request.on_chunk)
             except httpx.TransportError as err:
                 # The SDK leaves a connection lost while the chunks come untranslated.
                 raise self._no_response(CONNECTION_LOST, err, stream.response.url) from err
@@ -156,10 +156,12 @@ def _from_openai(response: ChatCompletion) -> ModelResponse:
 
 
 async def _from_openai_stream(
-    stream: AsyncStream[ChatCompletionChunk], on_text: Callable[[str], Awaitable[None]]
+    stream: AsyncStream[ChatCompletionChunk],
+    on_text: Callable[[str], Awaitable[None]],
+    on_chunk: Callable[[], None] | None = None,
 ) -> ModelResponse:
     """The reply `_from_openai` makes of the whole answer, put together from its chunks, each
-    piece of text handed to `on_text` as it comes."""
+    piece of text handed to `on_text` as it comes, `on_chunk` called at every chunk."""
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}  # a call's index -> its id, name and arguments so far
     finish_reason = ""
@@ -167,6 +169,8 @@ async def _from_openai_stream(
     model = ""
     async with stream:
         async for chunk in stream:
+            if on_chunk is not None:
+                on_chunk()
             model = chunk.model or model
             usage = chunk.usage or usage  # on the last chunk, which has no choices
             for choice in chunk.choices:

@@ -186,7 +186,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             stream: AsyncStream[ResponseStreamEvent] = await responses.create(**asked, stream=True)
             url = stream.response.url
             try:
-                streamed = await _from_stream(stream, request.on_text)
+                streamed = await _from_stream(stream, request.on_text, request.on_chunk)
             except openai.APIConnectionError as err:
                 # The SDK's own error for a connection lost part way, the transport's as its
                 # cause; said as the other adapters say it.
@@ -362,11 +362,13 @@ def _kept_items(response: Response) -> list[dict[str, Any]]:
 
 
 async def _from_stream(
-    stream: AsyncStream[ResponseStreamEvent], on_text: Callable[[str], Awaitable[None]]
+    stream: AsyncStream[ResponseStreamEvent],
+    on_text: Callable[[str], Awaitable[None]],
+    on_chunk: Callable[[], None] | None = None,
 ) -> Response | str:
     """The response the API answers unstreamed: the one its last event carries
     (`response.completed`, or `response.incomplete`), each piece of text handed to `on_text`
-    as it comes; else why there is none (the stream failed, or ended before the response did:
+    as it comes, `on_chunk` called at every event; else why there is none (the stream failed, or ended before the response did:
     a truncated answer must not pass for a whole one).
 
     The stream is read to its end, past the event that ends the response: one left early
@@ -379,6 +381,8 @@ async def _from_stream(
         async for event in stream:
             if ended is not None:
                 continue
+            if on_chunk is not None:
+                on_chunk()
             if event.type == "response.output_text.delta":
                 await on_text(event.delta)
             elif event.type in ("response.completed", "response.incomplete"):
