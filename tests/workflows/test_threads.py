@@ -19,7 +19,13 @@ from tests.rigs import WorkerProcess
 from tests.workflows import threads_app
 from waitstate.apps import load_apps
 from waitstate.cli.replay import replayer as agent_replayer
-from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
+from waitstate.client import (
+    MessageRefused,
+    NotAnswered,
+    ThreadClosed,
+    WaitstateClient,
+    thread_input,
+)
 from waitstate.names import THREAD_ID
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.threads import (
@@ -190,6 +196,42 @@ async def test_the_client_starts_a_thread_with_its_first_message_and_awaits_each
     assert [r.message_id for r in replies] == ["m1", "m2", "m3"]
     assert once.accepted.message_id == twice.accepted.message_id == "m4"
     assert state.thread is not None and state.thread.received == 4
+
+
+async def test_awaiting_a_reply_goes_on_through_queries_no_worker_answers(
+    dev_env: WorkflowEnvironment, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status query no worker answers in time (the worker is away, or one is starting) is no
+    answer yet: `reply` looks again until its own deadline, and has the reply once a worker
+    is back."""
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    start = thread_input(model="scripted:chat-echo")
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        first = await client.send_message("thread-away", "hello", start=start)
+        await client.reply("thread-away", first.accepted.message_id)
+    unanswered: list[NotAnswered] = []
+    query = WaitstateClient.query
+
+    async def counted(self: WaitstateClient, run_id: str) -> RunState:
+        try:
+            return await query(self, run_id)
+        except NotAnswered as err:
+            unanswered.append(err)
+            raise
+
+    monkeypatch.setattr(WaitstateClient, "query", counted)
+    awaiting = asyncio.create_task(
+        client.reply("thread-away", first.accepted.message_id, within=timedelta(seconds=90))
+    )
+
+    async def asked_in_vain() -> bool:
+        return bool(unanswered)
+
+    await eventually(asked_in_vain, "a query no worker answered", 60)
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        message = await awaiting
+
+    assert message.reply == "re: hello (1 seen)"
 
 
 async def test_a_burst_of_messages_past_the_cap_on_updates_in_flight_is_taken_whole(

@@ -189,12 +189,16 @@ class ThreadCalls(ClientBase):
                             thread_id
                         ).execute_update(SEND_MESSAGE_UPDATE, send, result_type=MessageAccepted)
                     else:
-                        accepted = await self._client.execute_update_with_start_workflow(
-                            SEND_MESSAGE_UPDATE,
-                            send,
-                            start_workflow_operation=self._start(thread_id, run_input, task_queue),
-                            result_type=MessageAccepted,
-                        )
+                        operation = self._start(thread_id, run_input, task_queue)
+                        try:
+                            accepted = await self._client.execute_update_with_start_workflow(
+                                SEND_MESSAGE_UPDATE,
+                                send,
+                                start_workflow_operation=operation,
+                                result_type=MessageAccepted,
+                            )
+                        finally:
+                            _settle(operation)
                 return SentMessage(thread_id, accepted, key)
             except WorkflowAlreadyStartedError as err:  # ended, and ids are never reused
                 raise ThreadClosed(thread_id) from err
@@ -255,9 +259,12 @@ class ThreadCalls(ClientBase):
         try:
             async with asyncio.timeout(within.total_seconds()):
                 while True:
-                    message = await self.message(thread_id, message_id)
-                    if message is not None and message.status in DONE:
-                        return message
+                    # A query no worker answers in time (one is starting, or took over a dead
+                    # one's runs) is no answer yet: look again until `within` has passed.
+                    with contextlib.suppress(NotAnswered):
+                        message = await self.message(thread_id, message_id)
+                        if message is not None and message.status in DONE:
+                            return message
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(pause):
                             await grew.wait()
@@ -298,3 +305,12 @@ class ThreadCalls(ClientBase):
             static_summary=f"thread{f' of {run_input.agent}' if run_input.agent else ''}",
             result_type=RunResult,
         )
+
+
+def _settle(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Take the outcome of an Update-with-Start's start, if it failed. The SDK keeps it in a
+    future only `workflow_handle()` reads; after a failed call (the thread had ended, say) nobody
+    reads it, and asyncio logs "Future exception was never retrieved" when it is collected."""
+    future = getattr(operation, "_workflow_handle", None)
+    if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
+        future.exception()
