@@ -32,6 +32,7 @@ from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefini
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import (
     BLOB_STORE_UNAVAILABLE,
+    LATER_MODEL_INVALID,
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
     MODEL_UNAVAILABLE,
@@ -127,6 +128,16 @@ class ModelActivities:
             provider, model = self._providers.resolve(input.model)
         except UnknownModelError as err:
             raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+        for later in input.later_models:
+            try:
+                self._providers.check(later)
+            except UnknownModelError as err:
+                raise failure(
+                    f"the model the run would go on with, {later!r} (its budget's degrade_to), "
+                    f"cannot be called on this worker: {err}",
+                    LATER_MODEL_INVALID,
+                    non_retryable=True,
+                ) from None
         try:
             tools = self._tools.definitions([n for n in input.tools if not is_mcp_name(n)])
         except KeyError as err:

@@ -257,6 +257,7 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     refs = app_refs(args.app, settings.apps)
     apps = _apps(refs, settings)
     checked = apps if refs or not args.agent else None
+    degrade_to = getattr(args, "degrade_to", None)
     try:
         fields: dict[str, Any] = {"task": args.task}
         if args.agent:
@@ -274,6 +275,11 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
             _check_model(fields["model"], checked)
         if checked is not None and "tools" in fields:
             checked.check_tools(fields["tools"])
+        if degrade_to is not None:
+            try:
+                _check_model(degrade_to, checked)
+            except AppError as err:
+                raise AppError(f"--degrade-to: {err}") from None
     except AppError as err:
         raise CliError(str(err), 2) from None
     finally:
@@ -283,9 +289,9 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
-    # `chat` and `send` start threads with this input too, without the budget's options.
+    # `chat` starts threads with this input too, without the budget's options.
     tokens = getattr(args, "budget_tokens", None)
-    on_exceed, degrade_to = getattr(args, "on_exceed", "stop"), getattr(args, "degrade_to", None)
+    on_exceed = getattr(args, "on_exceed", "stop")
     if tokens is not None:
         fields["budget"] = {"tokens": tokens, "on_exceed": on_exceed, "degrade_to": degrade_to}
     elif degrade_to or on_exceed != "stop":

@@ -129,9 +129,15 @@ class RunCalls(ClientBase):
         """Start a run, or find the run already started with that id: one id, one run, ever.
 
         Raises:
-            StartFailed: Temporal refused the start.
+            StartFailed: Temporal refused the start, or the input names a model the run could
+                never call (a spec not `provider:model`, a budget's degrade_to its dollar
+                limit has no price for): nothing was started.
         """
         run_id = run_id or new_run_id()
+        try:
+            run_input.check_models()
+        except ValueError as err:
+            raise StartFailed(run_id, str(err)) from None
         run_input = self._with_model_queue(run_input)
         attributes = [SearchAttributePair(AGENT_STATUS, "running")]
         if run_input.agent is not None:

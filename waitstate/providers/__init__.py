@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from waitstate.providers.base import Provider, ProviderError, UnknownModelError, parse_model_spec
+from waitstate.providers.base import (
+    NamedModels,
+    Provider,
+    ProviderError,
+    UnknownModelError,
+    parse_model_spec,
+)
 
 __all__ = ["Provider", "ProviderError", "Providers", "UnknownModelError", "parse_model_spec"]
 
@@ -42,6 +48,17 @@ class Providers:
                 )
             self._created[name] = factory()
         return self._created[name], model
+
+    def check(self, spec: str) -> None:
+        """Whether a call of `spec` could be made: its provider resolves (see `resolve`) and,
+        if it knows its models (`NamedModels`), has that one.
+
+        Raises:
+            UnknownModelError: it could not, saying why.
+        """
+        provider, model = self.resolve(spec)
+        if isinstance(provider, NamedModels):
+            provider.check_model(model)
 
     async def aclose(self) -> None:
         """Close every provider created so far."""

@@ -14,6 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
 
+# Checked wherever a run starts, as well as here: imported from where it was.
+from waitstate.schemas.run import parse_model_spec as parse_model_spec
+
 # HTTP statuses worth another attempt; every other 4xx means the request itself is wrong.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 # A provider's explanation is kept to this many characters, on one line: it ends up in a
@@ -77,6 +80,16 @@ class BackgroundProvider(Provider, Protocol):
         Raises:
             ProviderError: the provider refused or could not be asked.
         """
+        ...
+
+
+@runtime_checkable
+class NamedModels(Provider, Protocol):
+    """A provider that knows the models it has (the scripted one: its scripts), so a model it
+    does not have can be refused before a run would call it."""
+
+    def check_model(self, model: str) -> None:
+        """Raises UnknownModelError if this provider has no model `model`."""
         ...
 
 
@@ -231,21 +244,3 @@ def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
-
-
-def parse_model_spec(spec: str) -> tuple[str, str]:
-    """Split `provider:model` into its parts.
-
-    Raises:
-        ValueError: the spec is not of that form, or a part is blank or has spaces around it
-            (`anthropic: ` would otherwise reach the provider as a model named " ").
-    """
-    provider, sep, model = spec.partition(":")
-    if not sep or not provider.strip() or not model.strip():
-        raise ValueError(
-            f"model spec {spec!r} is not provider:model "
-            "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
-        )
-    if provider != provider.strip() or model != model.strip():
-        raise ValueError(f"model spec {spec!r} has spaces around the provider or model name")
-    return provider, model
