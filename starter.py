@@ -67,7 +67,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
     args = _parser().parse_args(argv)
-    settings = Settings.from_env()
+    try:
+        # What only a worker reads is left unread: the CLI runs none.
+        settings = Settings.from_env(worker=False)
+    except ValueError as err:  # a malformed variable, named in one line
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        exit_process(2)
     tracing = Tracing.from_settings(settings, SERVICE_STARTER)
     try:
         code = asyncio.run(args.command(args, settings, tracing))

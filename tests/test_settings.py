@@ -329,3 +329,41 @@ def test_model_calls_go_on_the_runs_queue_unless_a_model_queue_is_named_with_its
 def test_a_malformed_model_queue_or_rate_is_named(env: dict[str, str], says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WAITSTATE_MODEL_CALLS_PER_SECOND", "fast"),
+        ("WAITSTATE_MAX_CACHED_WORKFLOWS", "many"),
+        ("WAITSTATE_VERSIONING", "maybe"),
+        ("WAITSTATE_NOTICE_ROUTES", "finance"),
+        ("WAITSTATE_DEPLOYMENT", "a.b"),
+    ],
+)
+def test_a_process_that_runs_no_worker_leaves_what_only_a_worker_reads_unread(
+    variable: str, value: str
+) -> None:
+    env = {"WAITSTATE_MODEL_TASK_QUEUE": "models", variable: value}
+
+    with pytest.raises(ValueError, match=variable):
+        Settings.from_env(env)
+    settings = Settings.from_env(env, worker=False)
+
+    assert settings.model_task_queue == "models"  # a start puts it in the run's input
+    assert settings.model_calls_per_second is None and settings.max_cached_workflows == 100
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"GATEWAY_PORT": "gateway"}, "GATEWAY_PORT must be a port number (1-65535); got"),
+        ({"GATEWAY_PORT": "70000"}, "GATEWAY_PORT must be a port number (1-65535); got"),
+        ({"WAITSTATE_MODEL": "openai:"}, "WAITSTATE_MODEL: model spec 'openai:' is not"),
+        ({"WAITSTATE_MODEL": "gpt-4.1"}, "WAITSTATE_MODEL: model spec 'gpt-4.1' is not"),
+    ],
+)
+def test_a_malformed_variable_every_process_reads_is_named(env: dict[str, str], says: str) -> None:
+    for worker in (True, False):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            Settings.from_env(env, worker=worker)

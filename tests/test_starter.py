@@ -685,6 +685,37 @@ async def test_a_reader_that_goes_away_ends_the_cli_quietly(cli: Cli) -> None:
     assert (process.returncode, stderr.decode()) == (141, "")
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", [["status", "run-1"], ["run", "hello"], ["pending"]])
+async def test_a_malformed_variable_only_a_worker_reads_stops_no_command(
+    closed_port: int, command: list[str]
+) -> None:
+    address = f"127.0.0.1:{closed_port}"
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast"}
+
+    done = await Cli(env)(*command)
+
+    # It went on to what the command does: reach Temporal, which is not there.
+    assert_refused(done, f"error: cannot reach Temporal at {address}: ")
+    assert _one_error_line(done)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("GATEWAY_PORT", "gateway"), ("WAITSTATE_MODEL", "openai:")],
+)
+async def test_a_malformed_variable_the_cli_reads_is_one_line_naming_it(
+    closed_port: int, variable: str, value: str
+) -> None:
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}", variable: value}
+
+    done = await Cli(env)("status", "run-1")
+
+    assert_refused(done, variable)
+    assert _one_error_line(done).startswith(f"error: {variable}")
+
+
 CLUSTER_WIDE = ["replay-check", "versions"]
 
 
