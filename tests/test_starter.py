@@ -43,6 +43,7 @@ from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
 from waitstate.client import WaitstateClient
 from waitstate.gateway.tokens import ResumeTokens
+from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput
@@ -51,6 +52,8 @@ from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere
+# The CLI as its hints type it, here as where the CLI runs: the checkout.
+CLI_COMMAND = cli_command()
 
 
 @dataclass
@@ -345,9 +348,8 @@ async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
     done = await cli("answer", "run-1", "--question", "q_1", "--accept", accept)
 
     assert (done.code, done.stdout) == (2, "")
-    assert done.stderr.startswith("usage: waitstate answer ")
-    assert says in done.stderr.splitlines()[-1]
-    assert "cannot reach Temporal" not in done.stderr
+    assert says in _one_error_line(done)
+    assert _one_error_line(done).endswith(f"(usage: {CLI_COMMAND} answer --help)")
 
 
 @pytest.mark.subprocess
@@ -367,7 +369,7 @@ async def test_an_answer_accepts_or_declines_never_both(
     done = await cli("answer", "run-1", *args)
 
     assert (done.code, done.stdout) == (2, "")
-    assert done.stderr.splitlines()[-1] == f"waitstate answer: error: {says}"
+    assert _one_error_line(done) == f"error: {says} (usage: {CLI_COMMAND} answer --help)"
 
 
 async def test_an_answer_for_an_unknown_run_or_an_unreachable_server(
@@ -714,6 +716,32 @@ async def test_a_malformed_variable_the_cli_reads_is_one_line_naming_it(
 
     assert_refused(done, variable)
     assert _one_error_line(done).startswith(f"error: {variable}")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (["run", "hello", "--wiat"], "run"),
+        (["approve", "run-1", "--reqest", "apr-1"], "approve"),
+        (["--wiat", "status", "run-1"], "status"),
+        (["status"], "status"),
+        (["nosuch"], ""),
+    ],
+)
+async def test_a_mistyped_command_or_flag_is_one_line_pointing_at_its_usage(
+    closed_port: int, args: list[str], usage: str
+) -> None:
+    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})
+
+    done = await cli(*args)
+
+    assert (done.code, done.stdout) == (2, "")
+    help_command = " ".join(part for part in (CLI_COMMAND, usage, "--help") if part)
+    assert _one_error_line(done).endswith(f" (usage: {help_command})")
+    mistyped = next((arg for arg in args if arg.startswith("--")), None)
+    if mistyped is not None:
+        assert mistyped in done.stderr
 
 
 CLUSTER_WIDE = ["replay-check", "versions"]
