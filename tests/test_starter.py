@@ -323,6 +323,45 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert status.stdout.count("task: ") == 1
 
 
+async def test_status_exits_1_for_a_run_that_ended_without_its_answer(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str
+) -> None:
+    answered, stopped, cancelled = (f"run-{uuid.uuid4()}" for _ in range(3))
+    settings = Settings(demo_systems_url=systems, gateway_url="http://127.0.0.1:9")
+    async with make_worker(dev_env.client, task_queue, settings=settings):
+        await cli(
+            "run",
+            "hi",
+            "--model",
+            "scripted:echo",
+            "--tools",
+            "calculate",
+            "--id",
+            answered,
+            "--wait",
+        )
+        await cli(
+            "run", "loop", "--model", "scripted:forever", "--tools", "calculate",
+            "--budget-tokens", "300", "--id", stopped, "--wait",
+        )  # fmt: skip
+        ask = ("run", "publish", "--model", "scripted:ask-first", "--tools", "request_approval")
+        await cli(*ask, "--id", cancelled)
+        handle = dev_env.client.get_workflow_handle(cancelled)
+        await _open_requests(handle, 1)
+        waiting = await cli("status", cancelled)
+        await cli("cancel", cancelled)
+        async with asyncio.timeout(PATIENCE):
+            await WaitstateClient(dev_env.client).outcome(cancelled)
+        codes = {run_id: (await cli("status", run_id)).code for run_id in (answered, stopped)}
+        codes[cancelled] = (await cli("status", cancelled, "--json")).code
+    # No worker: what the history says of how it ended, the same way.
+    unanswered = await cli("status", stopped)
+
+    assert waiting.code == 0, "a run still going"
+    assert codes == {answered: 0, stopped: 1, cancelled: 1}
+    assert unanswered.code == 1 and "no worker answered" in unanswered.stdout
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("accept", "says"),

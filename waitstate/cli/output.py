@@ -30,6 +30,18 @@ _CONTROL_OR_NEWLINE = re.compile(f"[{_CONTROLS}\n]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
 
 
+# How a run may end without the answer it was started for: `run --wait`, `watch` and `status`
+# exit 1 for these (a run still going, or that answered or used its turns, is 0).
+ENDED_WITHOUT_ANSWER = frozenset(
+    {"failed", "cancelled", "approval_expired", "output_invalid", "budget_exceeded"}
+)
+
+
+def run_exit_code(status: str) -> int:
+    """The CLI's exit status for a run in `status`: 1 if it ended without its answer."""
+    return 1 if status in ENDED_WITHOUT_ANSWER else 0
+
+
 class CliError(Exception):
     """A one-line error for the user; `code` is the exit status."""
 

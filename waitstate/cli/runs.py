@@ -24,6 +24,7 @@ from waitstate.cli.output import (
     print_outcome,
     print_rejected,
     retry_line,
+    run_exit_code,
     step_line,
     usage_line,
     when,
@@ -94,7 +95,7 @@ async def _start_and_follow(
     else:
         print_outcome(state)
         print(f"web ui: {url}")
-    return 0 if state.status in ("completed", "max_turns") else 1
+    return run_exit_code(state.status)
 
 
 async def cmd_status(
@@ -115,14 +116,14 @@ async def cmd_status(
                 "temporal": _unanswered_json(status.unanswered),
             }
         )
-        return 0
+        return run_exit_code(state.status)
     print(f"run {args.run_id}: {state.status}")
     for retry in status.retrying:
         print(retry_line(retry))
     if status.unanswered is not None:
         _print_unanswered(status.unanswered, state)
         print(f"web ui: {settings.run_url(args.run_id)}")
-        return 0
+        return run_exit_code(state.status)
     if state.agent is not None:
         print(f"agent: {state.agent}")
     print(f"task: {state.task}")
@@ -189,7 +190,7 @@ async def cmd_status(
     if state.error:
         print(f"error: {one_line(state.error)}")
     print(f"web ui: {settings.run_url(args.run_id)}")
-    return 0
+    return run_exit_code(state.status)
 
 
 async def cmd_list(
@@ -229,7 +230,7 @@ async def cmd_watch(
     client = await WaitstateClient.connect(settings, tracing=tracing)
     state = await follow(client, args.run_id, quiet=False)
     print_outcome(state)
-    return 0 if state.status in ("completed", "max_turns") else 1
+    return run_exit_code(state.status)
 
 
 async def cmd_cancel(
