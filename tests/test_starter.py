@@ -318,7 +318,7 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert lines[1].startswith("no worker answered its status query (")
     assert lines[2:4] == ["task: hello", "model: scripted:echo"]
     assert re.fullmatch(r"started: 20\S+; ended: 20\S+", lines[4])
-    assert "usage: 1 model calls, " in status.stdout
+    assert "usage: 1 model call, " in status.stdout
     assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
     assert status.stdout.count("task: ") == 1
 
@@ -449,11 +449,11 @@ async def test_cleanup_once_prints_its_counts_and_schedule_creates_then_updates(
 
     assert (once.code, once.stderr) == (0, "")
     assert once.stdout.splitlines() == [
-        "examined 2 blobs, deleted 1 (18 bytes) of runs ended over 0:00:01 ago",
+        "examined 2 blobs, deleted 1 (18 bytes) of runs ended over 1 s ago",
         "kept: 0 of open runs, 0 recent, 1 unowned",
     ]
     assert await blobs.owners(gone) == []
-    assert created.stdout.startswith(f"schedule {SCHEDULE_ID} created: a blob cleanup every 12:00")
+    assert created.stdout.startswith(f"schedule {SCHEDULE_ID} created: a blob cleanup every 12 h")
     assert updated.stdout.startswith(f"schedule {SCHEDULE_ID} updated: a blob cleanup every 1 day")
     assert "for the namespace's retention after their runs end" in updated.stdout
     action = described.schedule.action

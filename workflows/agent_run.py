@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
+    from waitstate.wording import count_of
     from workflows import ledger
     from workflows.activity_calls import Failed
     from workflows.approvals import ApprovalDesk, ApprovalExpired
@@ -169,7 +170,7 @@ class AgentRunWorkflow:
                     ledger.out_of_turns(self._state, self._versions.hardened), None
                 )
             limit = self._input.max_turns
-            self._thread.replied(None, "max_turns", f"no answer in {limit} calls")
+            self._thread.replied(None, "max_turns", f"no answer in {count_of(limit, 'call')}")
             return None
         except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
             if not self._thread.on:
@@ -191,7 +192,8 @@ class AgentRunWorkflow:
                     await self._run_tools(reply.tool_calls)
                 elif not self._memory.unsent:
                     return self._thread.replied(reply.content)
-            self._thread.replied(None, "max_turns", f"no answer in {self._input.max_turns} calls")
+            limit = self._input.max_turns
+            self._thread.replied(None, "max_turns", f"no answer in {count_of(limit, 'call')}")
         except (ApprovalExpired, BudgetExceeded, MessageFailed) as err:
             self._thread.replied(None, "failed", str(err))
         finally:

@@ -35,6 +35,7 @@ from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing, run_span
+from waitstate.wording import count_of, span
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
 DEMO_APP = "examples.demo.app:app"
@@ -133,8 +134,9 @@ async def cmd_status(
         print(f"constraints: {one_line('; '.join(state.constraints))}")
     if (thread := state.thread) is not None:
         print(
-            f"thread: {thread.received} messages received; busy policy {thread.settings.busy}; "
-            f"closes after {thread.settings.close_after} with no message"
+            f"thread: {count_of(thread.received, 'message')} received; busy policy "
+            f"{thread.settings.busy}; closes after {span(thread.settings.close_after)} with no "
+            "message"
         )
         for message in thread.messages:  # the last ones it keeps, and every one queued
             outcome = ""
@@ -178,8 +180,8 @@ async def cmd_status(
         print(f"  remaining: {checkpoint.remaining}")
     if state.context_rebuilds or state.continued_as_new:
         print(
-            f"context rebuilt {state.context_rebuilds} times; "
-            f"continued as new {state.continued_as_new} times"
+            f"context rebuilt {count_of(state.context_rebuilds, 'time')}; "
+            f"continued as new {count_of(state.continued_as_new, 'time')}"
         )
     print("steps:")
     for step in state.steps:

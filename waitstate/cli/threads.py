@@ -25,6 +25,7 @@ from waitstate.schemas import RunInput
 from waitstate.schemas.threads import KEEP_MESSAGES, SendMessage, ThreadMessage, ThreadSettings
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
+from waitstate.wording import count_of
 
 
 async def cmd_chat(
@@ -185,7 +186,7 @@ def _print_reply(message: ThreadMessage) -> None:
         print(f"reply: {message.reply}")
     else:
         print(f"message {message.message_id} {message.status}: {one_line(message.error or '')}")
-    print(f"usage: {message.model_calls} model calls, {tokens_line(message.usage)}")
+    print(f"usage: {count_of(message.model_calls, 'model call')}, {tokens_line(message.usage)}")
 
 
 def _sent_json(sent: SentMessage) -> dict[str, Any]:
