@@ -178,12 +178,13 @@ def _parser() -> argparse.ArgumentParser:
         help="send a message to a thread (a conversation with an agent), and with --wait "
         "print the reply",
         description="Sends the message to the thread --thread names, or to a new thread. A "
-        "thread that never ran starts with its first message (as --agent's, or with --model); "
-        "one that ran keeps its agent and model; a closed one refuses every message. Prints "
-        "the thread and message ids and where the message stands. With --wait, also the "
-        "reply, and exit 1 when the message ended without one (max_turns, failed). With "
-        "--json, one object: thread_id, message_id, status, ahead, duplicate (with --wait: "
-        "status is how the message ended, and reply, usage, model_calls and error).",
+        "thread that never ran starts with its first message (as --agent's, or with --model), "
+        "and says so on stderr; one that ran keeps its agent and model; a closed one refuses "
+        "every message. Prints the thread and message ids and where the message stands. With "
+        "--wait, also the reply, and exit 1 when the message ended without one (max_turns, "
+        "failed). With --json, one object: thread_id, message_id, status, ahead, duplicate, "
+        "started (with --wait: status is how the message ended, and reply, usage, model_calls "
+        "and error).",
     )
     chat.add_argument("message", help="what to say")
     chat.add_argument(
