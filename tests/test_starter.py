@@ -590,6 +590,53 @@ async def test_a_jobs_question_and_a_reviewers_name_are_shown_not_obeyed(
     assert "run x: approved by admin" in asked_status.stdout.splitlines()
 
 
+def _region_tool() -> ToolSpec:
+    schema = {
+        "type": "object",
+        "properties": {"region": {"type": "string", "enum": ["EMEA", "APAC"]}},
+        "required": ["region"],
+    }
+    question = Question(key="region", message="Which region?", requested_schema=schema)
+    job = OneQuestionJob("region-1", question, Completion(status="succeeded", result={}))
+    long = LongSpec(
+        job, completion="poll", poll_interval=timedelta(seconds=0.2),
+        input=InputPolicy(answered_by="person"),
+    )  # fmt: skip
+    return ToolSpec(name="hostile_job", description="A job that asks.", args=_NoArgs, long=long)
+
+
+async def test_pending_prints_an_answer_command_that_works_as_pasted(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    run_id = f"run-{uuid.uuid4()}"
+    apps = Apps(scripts={"hostile": _hostile_script})
+    async with make_worker(dev_env.client, task_queue, tools=[_region_tool()], apps=apps):
+        await client.start(
+            RunInput(task="ask", model="scripted:hostile", tools=["hostile_job"]), run_id=run_id
+        )
+
+        async def asked() -> bool:
+            return bool(await client.open_questions(run_id))
+
+        await eventually(asked, "the job's question", PATIENCE)
+        pending = await cli("pending")
+        [accept] = [line.strip() for line in pending.stdout.splitlines() if "--accept" in line]
+        pasted = await asyncio.create_subprocess_shell(
+            accept, cwd=ROOT, env=cli.env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(PATIENCE):
+            out, err = await pasted.communicate()
+        assert (pasted.returncode, err.decode()) == (0, ""), out.decode()
+        async with asyncio.timeout(PATIENCE):
+            outcome = await client.outcome(run_id)
+
+    assert accept.startswith(f"{CLI_COMMAND} answer {run_id} --question ")
+    assert out.decode().endswith("; the job has it\n")
+    assert outcome.status == "completed"
+
+
 # --- Starting a run: bad arguments, and an id that is taken ------------------------------------
 
 

@@ -245,13 +245,25 @@ async def _applied(sending: Awaitable[_Outcome], run_id: str, what: str, late: s
 
 
 def how_to_answer(run_id: str, question: InputRequest) -> list[str]:
-    """A question's text and schema, and the commands that answer it."""
+    """A question's text and schema, and the commands that answer it, each working as pasted:
+    `--accept` with an example answer whose values are to be replaced (or, where no example
+    fits the schema, read from a file to write), and `--decline`."""
+    # Here, not at the top: its checker (jsonschema) costs every command ~0.1 s to load, and
+    # only those that show a question need it.
+    from waitstate.elicitation import answer_command, example_answer
+
     command = f"{cli_command()} answer {run_id} --question {question.question_id}"
     schema = json.dumps(question.requested_schema, separators=(",", ":"))
+    accept = answer_command(run_id, question.question_id, question.requested_schema)
+    if example_answer(question.requested_schema) is None:
+        how = "answer with a JSON object matching the schema, written to answer.json:"
+    else:
+        how = "answer (the values are examples: put yours in):"
     return [
         *question.message.splitlines(),
         f"answer schema: {schema}",
-        f"{command} --accept '{{...}}'",
+        how,
+        accept,
         f"{command} --decline",
     ]
 
