@@ -31,9 +31,12 @@ from tests.tiers import SUBPROCESS, needs
 from waitstate import (
     Completion,
     InputPolicy,
+    Job,
     LongSpec,
+    LongTool,
     Message,
     Question,
+    StartContext,
     ToolCall,
     ToolDefinition,
     ToolSpec,
@@ -46,6 +49,7 @@ from waitstate.gateway.tokens import ResumeTokens
 from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.operations import CompleteOperation
 from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
@@ -635,6 +639,83 @@ async def test_pending_prints_an_answer_command_that_works_as_pasted(
     assert accept.startswith(f"{CLI_COMMAND} answer {run_id} --question ")
     assert out.decode().endswith("; the job has it\n")
     assert outcome.status == "completed"
+
+
+class _ReportingJob(LongTool):
+    """A job completed by webhook, whose token the test keeps to report as the job would."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        assert context.callback_token is not None
+        self.tokens.append(context.callback_token)
+        return Job(job_id="job-1")
+
+    async def status(self, job_id: str) -> Completion:
+        return Completion(status="running")
+
+    async def cancel(self, job_id: str) -> None:
+        return None
+
+
+async def test_watch_shows_every_progress_report_though_the_next_replaced_it_in_the_state(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    tokens = ResumeTokens({"cli": "c" * 40}, "cli")
+    job = _ReportingJob()
+    long = LongSpec(job, completion="callback")
+    tool = ToolSpec(name="hostile_job", description="A job that reports.", args=_NoArgs, long=long)
+    settings = Settings(gateway_url="http://127.0.0.1:9")
+    apps = Apps(scripts={"hostile": _hostile_script})
+    worker = make_worker(
+        dev_env.client, task_queue, tools=[tool], apps=apps, settings=settings, tokens=tokens
+    )
+    async with worker:
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
+            RunInput(task="report", model="scripted:hostile", tools=["hostile_job"]),
+        )
+
+        async def started() -> str | None:
+            return job.tokens[0] if job.tokens else None
+
+        claims = tokens.verify(await eventually(started, "the job's start", PATIENCE))
+
+        async def report(delivery: str, completion: Completion) -> None:
+            update = CompleteOperation(
+                operation_id=claims.operation_id, nonce=claims.nonce, delivery_id=delivery,
+                completion=completion,
+            )  # fmt: skip
+            await handle.execute_update(AgentRunWorkflow.complete_operation, update)
+
+        # Two reports before anyone looks: the run's state keeps the second only.
+        await report("d1", Completion(status="running", progress="1 of 2"))
+        await report("d2", Completion(status="running", progress="2 of 2"))
+        watch = await cli.watch(handle.id)
+        lines: list[str] = []
+        try:
+            assert watch.stdout is not None
+            async with asyncio.timeout(PATIENCE):  # watch shows where the run is now
+                while not any(line.endswith(": 2 of 2") for line in lines):
+                    line = await watch.stdout.readline()
+                    assert line, "watch ended: " + "\n".join(lines)
+                    lines.append(line.decode().strip())
+            await report("d3", Completion(status="succeeded", result={"rows": 2}))
+            async with asyncio.timeout(PATIENCE):
+                out, _ = await watch.communicate()
+        finally:
+            if watch.returncode is None:
+                watch.kill()
+                await watch.wait()
+
+    lines += out.decode().splitlines()
+    progress = [line.strip() for line in lines if line.strip().startswith("operation ")]
+    assert progress == [
+        f"operation {claims.operation_id} (hostile_job): 1 of 2",
+        f"operation {claims.operation_id} (hostile_job): 2 of 2",
+    ]
 
 
 # --- Starting a run: bad arguments, and an id that is taken ------------------------------------
