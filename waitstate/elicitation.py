@@ -198,6 +198,13 @@ def example_answer(schema: object) -> dict[str, Any] | None:
     answer."""
     if schema_problem(schema) is not None or not isinstance(schema, Mapping):
         return None
+    try:
+        return _example_answer(schema)
+    except Exception:  # not expected (a bound that is NaN?); but a command to print, never raise
+        return None
+
+
+def _example_answer(schema: Mapping[str, Any]) -> dict[str, Any] | None:
     answer = {}
     for name, field in schema.get("properties", {}).items():
         value = _placeholder(field)

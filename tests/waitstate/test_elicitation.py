@@ -431,6 +431,9 @@ def test_an_example_answer_leaves_out_an_optional_field_no_placeholder_fits() ->
     assert example_answer(optional) == {"ok": False}
     assert example_answer(required) is None
     assert example_answer({"type": "array"}) is None  # a schema no question may ask
+    # A bound Python's JSON reads from a job's `NaN`: no example, and no exception.
+    nan = {"type": "object", "properties": {"n": {"type": "integer", "minimum": float("nan")}}}
+    assert example_answer(nan) is None
 
 
 @pytest.mark.parametrize(

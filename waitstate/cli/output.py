@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from waitstate.client import Retry
 from waitstate.schemas import RunState, Step, Usage
+from waitstate.schemas.run import TERMINAL_STATUSES
 from waitstate.wording import count_of
 
 # The exit status when stdout's reader went away (`status | head -1`): SIGPIPE's, as a shell
@@ -31,11 +32,10 @@ _CONTROL_OR_NEWLINE = re.compile(f"[{_CONTROLS}\n]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
 
 
-# How a run may end without the answer it was started for: `run --wait`, `watch` and `status`
-# exit 1 for these (a run still going, or that answered or used its turns, is 0).
-ENDED_WITHOUT_ANSWER = frozenset(
-    {"failed", "cancelled", "approval_expired", "output_invalid", "budget_exceeded"}
-)
+# How a run may end without the answer it was started for (failed, cancelled, approval_expired,
+# output_invalid, budget_exceeded): `run --wait`, `watch` and `status` exit 1 for these (a run
+# still going, or that answered or used its turns, is 0).
+ENDED_WITHOUT_ANSWER = TERMINAL_STATUSES - {"completed", "max_turns"}
 
 
 def run_exit_code(status: str) -> int:

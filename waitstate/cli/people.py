@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -252,7 +253,8 @@ def how_to_answer(run_id: str, question: InputRequest) -> list[str]:
     # only those that show a question need it.
     from waitstate.elicitation import answer_command, example_answer
 
-    command = f"{cli_command()} answer {run_id} --question {question.question_id}"
+    quoted = f"{shlex.quote(run_id)} --question {shlex.quote(question.question_id)}"
+    command = f"{cli_command()} answer {quoted}"
     schema = json.dumps(question.requested_schema, separators=(",", ":"))
     accept = answer_command(run_id, question.question_id, question.requested_schema)
     if example_answer(question.requested_schema) is None:

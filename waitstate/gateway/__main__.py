@@ -53,9 +53,7 @@ class _Server(uvicorn.Server):
             log.info("gateway listening on http://%s:%d", host, port)
 
 
-async def serve(
-    settings: Settings, tokens: ResumeTokens, sock: socket.socket | None = None
-) -> int:
+async def serve(settings: Settings, tokens: ResumeTokens, sock: socket.socket | None = None) -> int:
     """Connect to Temporal, then serve the gateway until SIGINT or SIGTERM, on `sock` (bound
     by `listen`; None: uvicorn binds GATEWAY_HOST:GATEWAY_PORT itself).
 
