@@ -115,6 +115,8 @@ async def test_a_port_another_process_holds_is_one_line_naming_it_and_gateway_po
             "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}",
             "GATEWAY_PORT": str(port),
             "WAITSTATE_TOKEN_KEYS": ":".join(KEY),
+            # Malformed, and only a worker's: the gateway goes on to its port.
+            "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast",
         }
         done = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "waitstate.gateway", env=env,

@@ -115,7 +115,7 @@ def main() -> None:
         stream=sys.stderr,
     )
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env(worker=False)  # what only a worker reads is not its to refuse
     except ValueError as err:
         sys.exit(f"gateway: {err}")
     if not settings.token_keys:
