@@ -32,7 +32,6 @@ from waitstate.schemas import Message, ModelCallInput, ModelResponse, ToolDefini
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import (
     BLOB_STORE_UNAVAILABLE,
-    LATER_MODEL_INVALID,
     MODEL_REQUEST_REJECTED,
     MODEL_SPEC_INVALID,
     MODEL_UNAVAILABLE,
@@ -125,19 +124,9 @@ class ModelActivities:
                 written. Its message is one line, and names the provider when the call failed.
         """
         try:
-            provider, model = self._providers.resolve(input.model)
-        except UnknownModelError as err:
-            raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
-        for later in input.later_models:
-            try:
-                self._providers.check(later)
-            except UnknownModelError as err:
-                raise failure(
-                    f"the model the run would go on with, {later!r} (its budget's degrade_to), "
-                    f"cannot be called on this worker: {err}",
-                    LATER_MODEL_INVALID,
-                    non_retryable=True,
-                ) from None
+            provider, model = self._providers.resolve(input.model, later=input.later_models)
+        except UnknownModelError as err:  # the run's model, or one it would go on with later
+            raise failure(str(err), err.failure_type, non_retryable=True) from None
         try:
             tools = self._tools.definitions([n for n in input.tools if not is_mcp_name(n)])
         except KeyError as err:

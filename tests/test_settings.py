@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from waitstate.notices import EmailRoute, OutboxRoute, SlackRoute, SmtpServer
-from waitstate.providers import Provider, Providers, UnknownModelError
+from waitstate.providers import LaterModelError, Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import ScriptedProvider
+from waitstate.schemas.errors import LATER_MODEL_INVALID, MODEL_SPEC_INVALID
 from waitstate.settings import Settings
 
 
@@ -134,6 +135,29 @@ def test_resolve_creates_providers_lazily() -> None:
     assert (provider.name, model) == ("scripted", "demo")
     with pytest.raises(UnknownModelError, match="OPENAI_API_KEY"):
         providers.resolve("openai:gpt-4.1")
+
+
+@pytest.mark.parametrize(
+    ("later", "says"),
+    [
+        ("mistral:large", "'mistral:large' cannot be called on this worker: unknown provider"),
+        ("scripted:nope", "'scripted:nope' cannot be called on this worker: no script named"),
+        ("openai:gpt-4.1-mini", "'openai:gpt-4.1-mini' cannot be called on this worker: openai: "),
+    ],
+)
+def test_resolve_checks_the_models_the_caller_would_go_on_with(later: str, says: str) -> None:
+    def unavailable() -> Provider:
+        raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+
+    providers = Providers({"openai": unavailable, "scripted": ScriptedProvider})
+
+    with pytest.raises(LaterModelError, match=re.escape(says)) as refused:
+        providers.resolve("scripted:demo", later=[later])
+    assert refused.value.failure_type == LATER_MODEL_INVALID
+    assert providers.resolve("scripted:demo", later=["scripted:echo"])[1] == "demo"
+    with pytest.raises(UnknownModelError) as own:  # the call's own model, named as it was
+        providers.resolve("mistral:large", later=[later])
+    assert own.value.failure_type == MODEL_SPEC_INVALID
 
 
 def test_the_gateway_counts_runs_every_30_seconds_unless_told_otherwise() -> None:

@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
-    from waitstate.wording import count_of
     from workflows import ledger
     from workflows.activity_calls import Failed
     from workflows.approvals import ApprovalDesk, ApprovalExpired
@@ -169,8 +168,7 @@ class AgentRunWorkflow:
                 return await self._finish(
                     ledger.out_of_turns(self._state, self._versions.hardened), None
                 )
-            limit = self._input.max_turns
-            self._thread.replied(None, "max_turns", f"no answer in {count_of(limit, 'call')}")
+            self._thread.out_of_turns()
             return None
         except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
             if not self._thread.on:
@@ -192,8 +190,7 @@ class AgentRunWorkflow:
                     await self._run_tools(reply.tool_calls)
                 elif not self._memory.unsent:
                     return self._thread.replied(reply.content)
-            limit = self._input.max_turns
-            self._thread.replied(None, "max_turns", f"no answer in {count_of(limit, 'call')}")
+            self._thread.out_of_turns()
         except (ApprovalExpired, BudgetExceeded, MessageFailed) as err:
             self._thread.replied(None, "failed", str(err))
         finally:
@@ -350,8 +347,7 @@ class AgentRunWorkflow:
         raise Interrupted
 
     async def _fail(self, turn: int, model: str, err: ActivityError) -> NoReturn:
-        """The model could not be called (`model`: the one the call asked, the run's or the
-        one its budget switched to): the run ends failed, saying why in one line."""
+        """The `model` the call asked could not be called: the run ends failed, saying why."""
         if self._versions.exactly_once:
             attempts = ""
             if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:

@@ -198,7 +198,7 @@ def model_failure(
     says how many were made (e.g. "gave up after 8 attempts"), or is empty. A model the run
     would go on with later that cannot be called is named by its own failure, not `spec`."""
     if isinstance(cause, ApplicationError) and cause.type == LATER_MODEL_INVALID:
-        what = cause.message
+        what = f"the model its budget degrades to, {cause.message}"
     elif isinstance(cause, ActivityTimeoutError):
         what = f"{spec} did not answer within {limit_seconds:g} s (model_timeout)"
     elif isinstance(cause, FailureError):

@@ -32,7 +32,7 @@ from waitstate.schemas.threads import (
     ThreadMessage,
     ThreadState,
 )
-from waitstate.wording import span
+from waitstate.wording import count_of, span
 from workflows import ledger
 from workflows.board import StatusBoard
 from workflows.memory import Memory
@@ -303,6 +303,10 @@ class Conversation:
         else:
             self._memory.unsent.append(Message(role="user", content=message.text))
         self._board.show()
+
+    def out_of_turns(self) -> None:
+        """The turn's message used the run's turns without an answer."""
+        self.replied(None, "max_turns", f"no answer in {count_of(self._input.max_turns, 'call')}")
 
     def replied(
         self, reply: str | None, status: MessageStatus = "replied", error: str | None = None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from waitstate.providers.base import (
+    LaterModelError,
     NamedModels,
     Provider,
     ProviderError,
@@ -12,7 +13,14 @@ from waitstate.providers.base import (
     parse_model_spec,
 )
 
-__all__ = ["Provider", "ProviderError", "Providers", "UnknownModelError", "parse_model_spec"]
+__all__ = [
+    "LaterModelError",
+    "Provider",
+    "ProviderError",
+    "Providers",
+    "UnknownModelError",
+    "parse_model_spec",
+]
 
 
 class Providers:
@@ -29,12 +37,14 @@ class Providers:
         """Provider names this registry knows."""
         return sorted(self._factories)
 
-    def resolve(self, spec: str) -> tuple[Provider, str]:
-        """The provider and model name of a spec like `openai:gpt-4.1`.
+    def resolve(self, spec: str, *, later: Sequence[str] = ()) -> tuple[Provider, str]:
+        """The provider and model name of a spec like `openai:gpt-4.1`, once each spec of
+        `later` (the models the caller would go on with) is checked too (`check`).
 
         Raises:
             UnknownModelError: malformed spec, unknown provider, or a provider that cannot be
                 created (e.g. its API key is not set).
+            LaterModelError: the same, of a spec of `later`.
         """
         try:
             name, model = parse_model_spec(spec)
@@ -47,6 +57,11 @@ class Providers:
                     f"unknown provider {name!r} in {spec!r}; known: {', '.join(self.names())}"
                 )
             self._created[name] = factory()
+        for other in later:
+            try:
+                self.check(other)
+            except UnknownModelError as err:
+                raise LaterModelError(f"{other!r} cannot be called on this worker: {err}") from None
         return self._created[name], model
 
     def check(self, spec: str) -> None:

@@ -13,6 +13,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, runtime_checkable
 
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
+from waitstate.schemas.errors import LATER_MODEL_INVALID, MODEL_SPEC_INVALID
 
 # Checked wherever a run starts, as well as here: imported from where it was.
 from waitstate.schemas.run import parse_model_spec as parse_model_spec
@@ -151,6 +152,16 @@ class Adapter(abc.ABC):
 
 class UnknownModelError(ValueError):
     """The model spec names no configured provider, model script, or a provider not set up."""
+
+    # What the model activity fails with for it (never retried: the request itself is wrong).
+    failure_type = MODEL_SPEC_INVALID
+
+
+class LaterModelError(UnknownModelError):
+    """A model the run would go on with later (a budget's `degrade_to`) cannot be called here:
+    the run fails at once, not when it would switch to it."""
+
+    failure_type = LATER_MODEL_INVALID
 
 
 class ProviderError(Exception):
