@@ -54,8 +54,11 @@ from waitstate.cli.threads import cmd_chat
 from waitstate.cli.versions import DEFAULT_LIMIT as VERSIONS_LIMIT
 from waitstate.cli.versions import cmd_versions
 from waitstate.client import REPLY_TIMEOUT, ClientError, Unreachable
+from waitstate.names import cli_command
 from waitstate.settings import Settings, exit_process
 from waitstate.tracing import SERVICE_STARTER, Tracing
+
+PROG = "waitstate"
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
@@ -66,8 +69,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.path.insert(0, os.getcwd())
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
-    args = _parser().parse_args(argv)
-    settings = Settings.from_env()
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # a mistyped flag: the command's parser says so, pointing at its own help
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        # What only a worker reads is left unread: the CLI runs none.
+        settings = Settings.from_env(worker=False)
+    except ValueError as err:  # a malformed variable, named in one line
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        exit_process(2)
     tracing = Tracing.from_settings(settings, SERVICE_STARTER)
     try:
         code = asyncio.run(args.command(args, settings, tracing))
@@ -90,8 +101,21 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     exit_process(code)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its commands' too), whose usage errors are one line, as every error of
+    the CLI is, ending with the command that shows the usage (argparse's: the usage, then the
+    error, on two lines or more)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix(PROG).strip()
+        usage = " ".join(part for part in (cli_command(), command, "--help") if part)
+        print(f"error: {one_line(message)} (usage: {usage})", file=sys.stderr)
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="waitstate", description=__doc__.split("\n")[0])
+    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser.set_defaults(parser=parser)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="start an agent run")
@@ -154,12 +178,13 @@ def _parser() -> argparse.ArgumentParser:
         help="send a message to a thread (a conversation with an agent), and with --wait "
         "print the reply",
         description="Sends the message to the thread --thread names, or to a new thread. A "
-        "thread that never ran starts with its first message (as --agent's, or with --model); "
-        "one that ran keeps its agent and model; a closed one refuses every message. Prints "
-        "the thread and message ids and where the message stands. With --wait, also the "
-        "reply, and exit 1 when the message ended without one (max_turns, failed). With "
-        "--json, one object: thread_id, message_id, status, ahead, duplicate (with --wait: "
-        "status is how the message ended, and reply, usage, model_calls and error).",
+        "thread that never ran starts with its first message (as --agent's, or with --model), "
+        "and says so on stderr; one that ran keeps its agent and model; a closed one refuses "
+        "every message. Prints the thread and message ids and where the message stands. With "
+        "--wait, also the reply, and exit 1 when the message ended without one (max_turns, "
+        "failed). With --json, one object: thread_id, message_id, status, ahead, duplicate, "
+        "started (with --wait: status is how the message ended, and reply, usage, model_calls "
+        "and error).",
     )
     chat.add_argument("message", help="what to say")
     chat.add_argument(
@@ -326,6 +351,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     versions.add_argument("--json", action="store_true", help="print one JSON object")
     versions.set_defaults(command=cmd_versions, markers=patch_markers)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)
     return parser
 
 

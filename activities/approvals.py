@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import httpx
 from temporalio import activity
 
+from waitstate.elicitation import answer_command
 from waitstate.gateway.tokens import approval_subject, question_subject
-from waitstate.names import cli_command
 from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import InputNotice
@@ -134,8 +134,9 @@ class ApprovalActivities:
             "message": request.message,
             "requested_schema": request.requested_schema,
             "expires_at": request.expires_at.isoformat(),
-            "cli": f"{cli_command()} answer {notice.workflow_id} --question "
-            f"{request.question_id} --accept '{{...}}'",
+            "cli": answer_command(
+                notice.workflow_id, request.question_id, request.requested_schema
+            ),
         }
         if self._tokens is not None and self._gateway_url:
             minted = self._tokens.mint(

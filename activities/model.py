@@ -110,9 +110,9 @@ class ModelActivities:
 
     async def _reply(self, input: ModelCallInput) -> ModelResponse:
         try:
-            provider, model = self._providers.resolve(input.model)
-        except UnknownModelError as err:
-            raise failure(str(err), MODEL_SPEC_INVALID, non_retryable=True) from None
+            provider, model = self._providers.resolve(input.model, later=input.later_models)
+        except UnknownModelError as err:  # the run's model, or one it would go on with later
+            raise failure(str(err), err.failure_type, non_retryable=True) from None
         try:
             tools = self._tools.definitions([n for n in input.tools if not is_mcp_name(n)])
         except KeyError as err:

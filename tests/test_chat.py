@@ -25,7 +25,7 @@ from waitstate.schemas.threads import MAX_KEY_CHARS, ThreadSettings
 
 APP = "tests.workflows.threads_app:app"
 CHAT_MODEL = "scripted:chat-echo"
-USAGE = re.compile(r"usage: 1 model calls, \d+ input \+ \d+ output tokens")
+USAGE = re.compile(r"usage: 1 model call, \d+ input \+ \d+ output tokens?")
 
 
 @pytest.fixture
@@ -78,8 +78,7 @@ async def test_a_conversation_through_the_cli_each_reply_awaited_and_status_list
     assert lines[0] == f"run {thread_id}: waiting"
     assert f"task: {THREAD_TASK}" in lines
     start = lines.index(
-        "thread: 3 messages received; busy policy queue; closes after 30 days, 0:00:00 with no "
-        "message"
+        "thread: 3 messages received; busy policy queue; closes after 30 days with no message"
     )
     assert lines[start + 1 : start + 4] == [
         "  m1 replied: hello -> re: hello (1 seen)",
@@ -116,7 +115,12 @@ async def test_json_and_a_repeated_key_which_is_one_message(
         again_plain = await cli("chat", "--thread", thread_id, "--key", "k-1", "once")
         state = await client.query(thread_id)
 
-    assert (once.code, once.stderr) == (0, "")
+    # A thread id that never ran starts a thread, and the CLI says so (a typo would otherwise
+    # start one quietly).
+    assert (once.code, once.stderr) == (
+        0,
+        f"thread {thread_id} is new: started it with this message\n",
+    )
     replied = json.loads(once.stdout)
     usage = replied.pop("usage")
     assert replied == {
@@ -125,6 +129,7 @@ async def test_json_and_a_repeated_key_which_is_one_message(
         "status": "replied",
         "ahead": 0,
         "duplicate": False,
+        "started": True,
         "reply": "re: once (1 seen)",
         "model_calls": 1,
         "error": None,
@@ -133,7 +138,12 @@ async def test_json_and_a_repeated_key_which_is_one_message(
     assert (at_once.code, at_once.stdout.splitlines()[1]) == (0, "message m1 (already sent)")
     # The same key again: the first send's message and its reply, nothing sent twice.
     assert (again.code, again.stderr) == (0, "")
-    assert json.loads(again.stdout) == {**replied, "usage": usage, "duplicate": True}
+    assert json.loads(again.stdout) == {
+        **replied,
+        "usage": usage,
+        "duplicate": True,
+        "started": False,
+    }
     assert (again_plain.code, again_plain.stderr) == (0, "")
     assert again_plain.stdout == f"thread {thread_id}\nmessage m1 (already sent)\n"
     assert other.code == 0
@@ -147,6 +157,7 @@ async def test_json_and_a_repeated_key_which_is_one_message(
         "status": "queued",
         "ahead": 0,
         "duplicate": False,
+        "started": False,
     }
     assert more.reply == "re: more (2 seen)"  # the thread's own model answered
     assert state.thread is not None and state.thread.received == 2

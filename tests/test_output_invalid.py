@@ -70,7 +70,7 @@ async def test_an_answer_that_never_validates_ends_the_run_output_invalid_and_th
     assert shown["error"].startswith("no answer matched")
 
     # `status`, text and JSON.
-    assert status.code == 0, status
+    assert status.code == 1, status  # it ended without its answer
     assert f"run {run_id}: output_invalid" in status.stdout
     assert f"rejected answer (turn 2): {PROSE}" in status.stdout
     assert f"error: {result.error}" in status.stdout

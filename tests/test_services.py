@@ -3,6 +3,7 @@ start's output, never an earlier start's."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -32,4 +33,27 @@ async def test_up_with_an_app_that_cannot_be_served_says_why_in_one_line(tmp_pat
         f"it does, or @tool(description=...) (see {tmp_path / 'worker.log'})\n"
     )
     assert "server started" in up.stdout and "worker started" not in up.stdout
+    assert down.returncode == 0, down.stderr
+
+
+async def test_up_with_the_demo_systems_port_taken_names_it_and_its_variable(
+    tmp_path: Path,
+) -> None:
+    services = Services(tmp_path)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", services.systems_port))
+        taken.listen()
+        try:
+            up = await services.services("up")
+        finally:
+            down = await services.services("down")
+
+    assert up.returncode == 1
+    assert up.stderr == (
+        f"error: systems exited at start: demo systems: cannot listen on "
+        f"127.0.0.1:{services.systems_port}: another process listens there; set "
+        "DEMO_SYSTEMS_URL to a free port (`make up` starts them on its port) "
+        f"(see {tmp_path / 'systems.log'})\n"
+    )
     assert down.returncode == 0, down.stderr

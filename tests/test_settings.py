@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from waitstate.notices import EmailRoute, OutboxRoute, SlackRoute, SmtpServer
-from waitstate.providers import Provider, Providers, UnknownModelError
+from waitstate.providers import LaterModelError, Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import ScriptedProvider
+from waitstate.schemas.errors import LATER_MODEL_INVALID, MODEL_SPEC_INVALID
 from waitstate.settings import Settings
 
 
@@ -134,6 +135,29 @@ def test_resolve_creates_providers_lazily() -> None:
     assert (provider.name, model) == ("scripted", "demo")
     with pytest.raises(UnknownModelError, match="OPENAI_API_KEY"):
         providers.resolve("openai:gpt-4.1")
+
+
+@pytest.mark.parametrize(
+    ("later", "says"),
+    [
+        ("mistral:large", "'mistral:large' cannot be called on this worker: unknown provider"),
+        ("scripted:nope", "'scripted:nope' cannot be called on this worker: no script named"),
+        ("openai:gpt-4.1-mini", "'openai:gpt-4.1-mini' cannot be called on this worker: openai: "),
+    ],
+)
+def test_resolve_checks_the_models_the_caller_would_go_on_with(later: str, says: str) -> None:
+    def unavailable() -> Provider:
+        raise UnknownModelError("openai: OPENAI_API_KEY is not set on the worker")
+
+    providers = Providers({"openai": unavailable, "scripted": ScriptedProvider})
+
+    with pytest.raises(LaterModelError, match=re.escape(says)) as refused:
+        providers.resolve("scripted:demo", later=[later])
+    assert refused.value.failure_type == LATER_MODEL_INVALID
+    assert providers.resolve("scripted:demo", later=["scripted:echo"])[1] == "demo"
+    with pytest.raises(UnknownModelError) as own:  # the call's own model, named as it was
+        providers.resolve("mistral:large", later=[later])
+    assert own.value.failure_type == MODEL_SPEC_INVALID
 
 
 def test_the_gateway_counts_runs_every_30_seconds_unless_told_otherwise() -> None:
@@ -329,3 +353,41 @@ def test_model_calls_go_on_the_runs_queue_unless_a_model_queue_is_named_with_its
 def test_a_malformed_model_queue_or_rate_is_named(env: dict[str, str], says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WAITSTATE_MODEL_CALLS_PER_SECOND", "fast"),
+        ("WAITSTATE_MAX_CACHED_WORKFLOWS", "many"),
+        ("WAITSTATE_VERSIONING", "maybe"),
+        ("WAITSTATE_NOTICE_ROUTES", "finance"),
+        ("WAITSTATE_DEPLOYMENT", "a.b"),
+    ],
+)
+def test_a_process_that_runs_no_worker_leaves_what_only_a_worker_reads_unread(
+    variable: str, value: str
+) -> None:
+    env = {"WAITSTATE_MODEL_TASK_QUEUE": "models", variable: value}
+
+    with pytest.raises(ValueError, match=variable):
+        Settings.from_env(env)
+    settings = Settings.from_env(env, worker=False)
+
+    assert settings.model_task_queue == "models"  # a start puts it in the run's input
+    assert settings.model_calls_per_second is None and settings.max_cached_workflows == 100
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"GATEWAY_PORT": "gateway"}, "GATEWAY_PORT must be a port number (1-65535); got"),
+        ({"GATEWAY_PORT": "70000"}, "GATEWAY_PORT must be a port number (1-65535); got"),
+        ({"WAITSTATE_MODEL": "openai:"}, "WAITSTATE_MODEL: model spec 'openai:' is not"),
+        ({"WAITSTATE_MODEL": "gpt-4.1"}, "WAITSTATE_MODEL: model spec 'gpt-4.1' is not"),
+    ],
+)
+def test_a_malformed_variable_every_process_reads_is_named(env: dict[str, str], says: str) -> None:
+    for worker in (True, False):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            Settings.from_env(env, worker=worker)

@@ -31,9 +31,12 @@ from tests.tiers import SUBPROCESS, needs
 from waitstate import (
     Completion,
     InputPolicy,
+    Job,
     LongSpec,
+    LongTool,
     Message,
     Question,
+    StartContext,
     ToolCall,
     ToolDefinition,
     ToolSpec,
@@ -43,14 +46,18 @@ from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
 from waitstate.client import WaitstateClient
 from waitstate.gateway.tokens import ResumeTokens
+from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.operations import CompleteOperation
 from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
 from workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere
+# The CLI as its hints type it, here as where the CLI runs: the checkout.
+CLI_COMMAND = cli_command()
 
 
 @dataclass
@@ -315,9 +322,48 @@ async def test_status_of_a_run_that_ended_while_no_worker_runs_reads_its_history
     assert lines[1].startswith("no worker answered its status query (")
     assert lines[2:4] == ["task: hello", "model: scripted:echo"]
     assert re.fullmatch(r"started: 20\S+; ended: 20\S+", lines[4])
-    assert "usage: 1 model calls, " in status.stdout
+    assert "usage: 1 model call, " in status.stdout
     assert any(line.startswith("answer: ") and line.endswith(" hello") for line in lines)
     assert status.stdout.count("task: ") == 1
+
+
+async def test_status_exits_1_for_a_run_that_ended_without_its_answer(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, systems: str
+) -> None:
+    answered, stopped, cancelled = (f"run-{uuid.uuid4()}" for _ in range(3))
+    settings = Settings(demo_systems_url=systems, gateway_url="http://127.0.0.1:9")
+    async with make_worker(dev_env.client, task_queue, settings=settings):
+        await cli(
+            "run",
+            "hi",
+            "--model",
+            "scripted:echo",
+            "--tools",
+            "calculate",
+            "--id",
+            answered,
+            "--wait",
+        )
+        await cli(
+            "run", "loop", "--model", "scripted:forever", "--tools", "calculate",
+            "--budget-tokens", "300", "--id", stopped, "--wait",
+        )  # fmt: skip
+        ask = ("run", "publish", "--model", "scripted:ask-first", "--tools", "request_approval")
+        await cli(*ask, "--id", cancelled)
+        handle = dev_env.client.get_workflow_handle(cancelled)
+        await _open_requests(handle, 1)
+        waiting = await cli("status", cancelled)
+        await cli("cancel", cancelled)
+        async with asyncio.timeout(PATIENCE):
+            await WaitstateClient(dev_env.client).outcome(cancelled)
+        codes = {run_id: (await cli("status", run_id)).code for run_id in (answered, stopped)}
+        codes[cancelled] = (await cli("status", cancelled, "--json")).code
+    # No worker: what the history says of how it ended, the same way.
+    unanswered = await cli("status", stopped)
+
+    assert waiting.code == 0, "a run still going"
+    assert codes == {answered: 0, stopped: 1, cancelled: 1}
+    assert unanswered.code == 1 and "no worker answered" in unanswered.stdout
 
 
 @pytest.mark.subprocess
@@ -345,9 +391,8 @@ async def test_an_answer_that_is_not_a_json_object_is_a_usage_error(
     done = await cli("answer", "run-1", "--question", "q_1", "--accept", accept)
 
     assert (done.code, done.stdout) == (2, "")
-    assert done.stderr.startswith("usage: waitstate answer ")
-    assert says in done.stderr.splitlines()[-1]
-    assert "cannot reach Temporal" not in done.stderr
+    assert says in _one_error_line(done)
+    assert _one_error_line(done).endswith(f"(usage: {CLI_COMMAND} answer --help)")
 
 
 @pytest.mark.subprocess
@@ -367,7 +412,7 @@ async def test_an_answer_accepts_or_declines_never_both(
     done = await cli("answer", "run-1", *args)
 
     assert (done.code, done.stdout) == (2, "")
-    assert done.stderr.splitlines()[-1] == f"waitstate answer: error: {says}"
+    assert _one_error_line(done) == f"error: {says} (usage: {CLI_COMMAND} answer --help)"
 
 
 async def test_an_answer_for_an_unknown_run_or_an_unreachable_server(
@@ -408,11 +453,11 @@ async def test_cleanup_once_prints_its_counts_and_schedule_creates_then_updates(
 
     assert (once.code, once.stderr) == (0, "")
     assert once.stdout.splitlines() == [
-        "examined 2 blobs, deleted 1 (18 bytes) of runs ended over 0:00:01 ago",
+        "examined 2 blobs, deleted 1 (18 bytes) of runs ended over 1 s ago",
         "kept: 0 of open runs, 0 recent, 1 unowned",
     ]
     assert await blobs.owners(gone) == []
-    assert created.stdout.startswith(f"schedule {SCHEDULE_ID} created: a blob cleanup every 12:00")
+    assert created.stdout.startswith(f"schedule {SCHEDULE_ID} created: a blob cleanup every 12 h")
     assert updated.stdout.startswith(f"schedule {SCHEDULE_ID} updated: a blob cleanup every 1 day")
     assert "for the namespace's retention after their runs end" in updated.stdout
     action = described.schedule.action
@@ -549,6 +594,130 @@ async def test_a_jobs_question_and_a_reviewers_name_are_shown_not_obeyed(
     assert "run x: approved by admin" in asked_status.stdout.splitlines()
 
 
+def _region_tool() -> ToolSpec:
+    schema = {
+        "type": "object",
+        "properties": {"region": {"type": "string", "enum": ["EMEA", "APAC"]}},
+        "required": ["region"],
+    }
+    question = Question(key="region", message="Which region?", requested_schema=schema)
+    job = OneQuestionJob("region-1", question, Completion(status="succeeded", result={}))
+    long = LongSpec(
+        job, completion="poll", poll_interval=timedelta(seconds=0.2),
+        input=InputPolicy(answered_by="person"),
+    )  # fmt: skip
+    return ToolSpec(name="hostile_job", description="A job that asks.", args=_NoArgs, long=long)
+
+
+async def test_pending_prints_an_answer_command_that_works_as_pasted(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    run_id = f"run-{uuid.uuid4()}"
+    apps = Apps(scripts={"hostile": _hostile_script})
+    async with make_worker(dev_env.client, task_queue, tools=[_region_tool()], apps=apps):
+        await client.start(
+            RunInput(task="ask", model="scripted:hostile", tools=["hostile_job"]), run_id=run_id
+        )
+
+        async def asked() -> bool:
+            return bool(await client.open_questions(run_id))
+
+        await eventually(asked, "the job's question", PATIENCE)
+        pending = await cli("pending")
+        [accept] = [line.strip() for line in pending.stdout.splitlines() if "--accept" in line]
+        pasted = await asyncio.create_subprocess_shell(
+            accept, cwd=ROOT, env=cli.env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(PATIENCE):
+            out, err = await pasted.communicate()
+        assert (pasted.returncode, err.decode()) == (0, ""), out.decode()
+        async with asyncio.timeout(PATIENCE):
+            outcome = await client.outcome(run_id)
+
+    assert accept.startswith(f"{CLI_COMMAND} answer {run_id} --question ")
+    assert out.decode().endswith("; the job has it\n")
+    assert outcome.status == "completed"
+
+
+class _ReportingJob(LongTool):
+    """A job completed by webhook, whose token the test keeps to report as the job would."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def start(self, args: Any, context: StartContext) -> Job:
+        assert context.callback_token is not None
+        self.tokens.append(context.callback_token)
+        return Job(job_id="job-1")
+
+    async def status(self, job_id: str) -> Completion:
+        return Completion(status="running")
+
+    async def cancel(self, job_id: str) -> None:
+        return None
+
+
+async def test_watch_shows_every_progress_report_though_the_next_replaced_it_in_the_state(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    tokens = ResumeTokens({"cli": "c" * 40}, "cli")
+    job = _ReportingJob()
+    long = LongSpec(job, completion="callback")
+    tool = ToolSpec(name="hostile_job", description="A job that reports.", args=_NoArgs, long=long)
+    settings = Settings(gateway_url="http://127.0.0.1:9")
+    apps = Apps(scripts={"hostile": _hostile_script})
+    worker = make_worker(
+        dev_env.client, task_queue, tools=[tool], apps=apps, settings=settings, tokens=tokens
+    )
+    async with worker:
+        handle = await start_run(
+            dev_env.client,
+            task_queue,
+            RunInput(task="report", model="scripted:hostile", tools=["hostile_job"]),
+        )
+
+        async def started() -> str | None:
+            return job.tokens[0] if job.tokens else None
+
+        claims = tokens.verify(await eventually(started, "the job's start", PATIENCE))
+
+        async def report(delivery: str, completion: Completion) -> None:
+            update = CompleteOperation(
+                operation_id=claims.operation_id, nonce=claims.nonce, delivery_id=delivery,
+                completion=completion,
+            )  # fmt: skip
+            await handle.execute_update(AgentRunWorkflow.complete_operation, update)
+
+        # Two reports before anyone looks: the run's state keeps the second only.
+        await report("d1", Completion(status="running", progress="1 of 2"))
+        await report("d2", Completion(status="running", progress="2 of 2"))
+        watch = await cli.watch(handle.id)
+        lines: list[str] = []
+        try:
+            assert watch.stdout is not None
+            async with asyncio.timeout(PATIENCE):  # watch shows where the run is now
+                while not any(line.endswith(": 2 of 2") for line in lines):
+                    line = await watch.stdout.readline()
+                    assert line, "watch ended: " + "\n".join(lines)
+                    lines.append(line.decode().strip())
+            await report("d3", Completion(status="succeeded", result={"rows": 2}))
+            async with asyncio.timeout(PATIENCE):
+                out, _ = await watch.communicate()
+        finally:
+            if watch.returncode is None:
+                watch.kill()
+                await watch.wait()
+
+    lines += out.decode().splitlines()
+    progress = [line.strip() for line in lines if line.strip().startswith("operation ")]
+    assert progress == [
+        f"operation {claims.operation_id} (hostile_job): 1 of 2",
+        f"operation {claims.operation_id} (hostile_job): 2 of 2",
+    ]
+
+
 # --- Starting a run: bad arguments, and an id that is taken ------------------------------------
 
 
@@ -683,6 +852,63 @@ async def test_a_reader_that_goes_away_ends_the_cli_quietly(cli: Cli) -> None:
         _, stderr = await process.communicate()
 
     assert (process.returncode, stderr.decode()) == (141, "")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", [["status", "run-1"], ["run", "hello"], ["pending"]])
+async def test_a_malformed_variable_only_a_worker_reads_stops_no_command(
+    closed_port: int, command: list[str]
+) -> None:
+    address = f"127.0.0.1:{closed_port}"
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast"}
+
+    done = await Cli(env)(*command)
+
+    # It went on to what the command does: reach Temporal, which is not there.
+    assert_refused(done, f"error: cannot reach Temporal at {address}: ")
+    assert _one_error_line(done)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("GATEWAY_PORT", "gateway"), ("WAITSTATE_MODEL", "openai:")],
+)
+async def test_a_malformed_variable_the_cli_reads_is_one_line_naming_it(
+    closed_port: int, variable: str, value: str
+) -> None:
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}", variable: value}
+
+    done = await Cli(env)("status", "run-1")
+
+    assert_refused(done, variable)
+    assert _one_error_line(done).startswith(f"error: {variable}")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (["run", "hello", "--wiat"], "run"),
+        (["approve", "run-1", "--reqest", "apr-1"], "approve"),
+        (["--wiat", "status", "run-1"], "status"),
+        (["status"], "status"),
+        (["nosuch"], ""),
+    ],
+)
+async def test_a_mistyped_command_or_flag_is_one_line_pointing_at_its_usage(
+    closed_port: int, args: list[str], usage: str
+) -> None:
+    cli = Cli({**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}"})
+
+    done = await cli(*args)
+
+    assert (done.code, done.stdout) == (2, "")
+    help_command = " ".join(part for part in (CLI_COMMAND, usage, "--help") if part)
+    assert _one_error_line(done).endswith(f" (usage: {help_command})")
+    mistyped = next((arg for arg in args if arg.startswith("--")), None)
+    if mistyped is not None:
+        assert mistyped in done.stderr
 
 
 CLUSTER_WIDE = ["replay-check", "versions"]

@@ -155,7 +155,8 @@ def load_apps(
 
     Raises:
         AppError: one line, for the first problem: an app that does not load, a tool or agent
-            name used twice, a tool without a description, an agent whose tools, model or output type no app provides, a
+            name used twice, a tool without a description, an agent whose tools, model, budget's
+            degrade_to or output type no app provides, a
             callback tool on a worker without token keys or gateway URL.
     """
     apps = Apps(refs=list(refs))
@@ -251,6 +252,17 @@ def _check_agent(apps: Apps, agent: Agent) -> None:
             apps.check_model(agent.model)
     except AppError as err:
         raise AppError(f"agent {agent.name!r}: {err}") from None
+    budget = agent.budget
+    if budget is not None and budget.degrade_to is not None:
+        try:
+            apps.check_model(budget.degrade_to)
+        except AppError as err:
+            raise AppError(f"agent {agent.name!r}: its budget's degrade_to: {err}") from None
+        if budget.degrades_unpriced():
+            raise AppError(
+                f"agent {agent.name!r}: its budget's degrade_to {budget.degrade_to!r} has no "
+                "price in the budget's table, and a dollar budget calls no model it cannot price"
+            )
     output = agent.output_type
     if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
         raise AppError(f"agent {agent.name!r}: output_type must be a pydantic model class")

@@ -20,6 +20,9 @@ what is refused changes what recorded runs do on replay, so it goes behind a pat
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,6 +31,7 @@ import re2  # type: ignore[import-untyped]  # google-re2 ships no type informati
 from jsonschema.exceptions import ValidationError
 
 from waitstate._untrusted import Limits, cut, kind_of, oversized, quote
+from waitstate.names import cli_command
 
 # What a question's schema may hold: MCP elicitation forms are small.
 MAX_SCHEMA_CHARS = 64_000
@@ -184,6 +188,81 @@ def _answer_problem(schema: Mapping[str, Any], content: object) -> str | None:
     return "; ".join(
         f"{_where(error, '(content)')}: {cut(error.message, _MESSAGE_CHARS)}" for error in errors
     )
+
+
+def example_answer(schema: object) -> dict[str, Any] | None:
+    """An answer to a question asked with `schema`, valid for it, whose values are placeholders
+    for a person to replace: each field's default, or its first choice, or a value of its kind
+    within its bounds (`"..."`, `0`, `false`); a field no placeholder fits (a pattern `"..."`
+    does not match) is left out. None if that field is required, or the schema takes no
+    answer."""
+    if schema_problem(schema) is not None or not isinstance(schema, Mapping):
+        return None
+    try:
+        return _example_answer(schema)
+    except Exception:  # not expected (a bound that is NaN?); but a command to print, never raise
+        return None
+
+
+def _example_answer(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    answer = {}
+    for name, field in schema.get("properties", {}).items():
+        value = _placeholder(field)
+        alone = {"type": "object", "properties": {name: field}}
+        if answer_problem(alone, {name: value}) is None:
+            answer[name] = value
+    if any(name not in answer for name in schema.get("required", [])):
+        return None
+    return answer if answer_problem(schema, answer) is None else None
+
+
+def answer_command(run_id: str, question_id: str, schema: object) -> str:
+    """The CLI's command that answers a question, as a person pastes it: `--accept` with an
+    example answer valid for `schema` (its values to replace), quoted for a POSIX shell; or,
+    where no example fits, `--accept` read from a file `answer.json`."""
+    command = f"{cli_command()} answer {shlex.quote(run_id)} --question {shlex.quote(question_id)}"
+    example = example_answer(schema)
+    if example is None:
+        return f'{command} --accept "$(cat answer.json)"'
+    return f"{command} --accept {shlex.quote(json.dumps(example, separators=(',', ':')))}"
+
+
+_FORMAT_EXAMPLES = {
+    "email": "name@example.com",
+    "uri": "https://example.com/",
+    "date": "2030-01-31",
+    "date-time": "2030-01-31T12:00:00Z",
+}
+
+
+def _placeholder(field: Mapping[str, Any]) -> Any:
+    """A value of `field`'s kind, within its bounds: what an example answer holds."""
+    if "default" in field:
+        return field["default"]
+    kind = field.get("type")
+    if kind == "boolean":
+        return False
+    if kind in ("number", "integer"):
+        low, high = field.get("minimum"), field.get("maximum")
+        value = low if low is not None else min(high, 0) if high is not None else 0
+        return math.ceil(value) if kind == "integer" else value
+    if kind == "array":
+        choices = _choices(field.get("items", {}))
+        return choices[: max(field.get("minItems", 0), 1 if choices else 0)]
+    if choices := _choices(field):
+        return choices[0]
+    if isinstance(format_ := field.get("format"), str) and format_ in _FORMAT_EXAMPLES:
+        return _FORMAT_EXAMPLES[format_]
+    length = max(3, field.get("minLength", 0))
+    return ("." * length)[: field.get("maxLength", length)]
+
+
+def _choices(field: Mapping[str, Any]) -> list[str]:
+    """A field's (or a multi-select's items') choices, in their order."""
+    if isinstance(enum := field.get("enum"), list):
+        return [choice for choice in enum if isinstance(choice, str)]
+    consts = field.get("oneOf", field.get("anyOf", []))
+    return [option["const"] for option in consts if isinstance(option, Mapping)]
 
 
 # --- the shape ---------------------------------------------------------------------------------

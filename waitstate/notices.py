@@ -250,7 +250,17 @@ def _message(notice: Mapping[str, Any]) -> _Message:
     page = page if isinstance(page, str) and page else None
     expires = ("Expires", _when(notice.get("expires_at")))
     if notice.get("kind") == "question":
+        # Here, not at the top: settings import this module in every process (the CLI's
+        # commands too), and the checker's jsonschema costs ~0.1 s to load.
+        from waitstate.elicitation import answer_command, example_answer
+
         question = _line(notice.get("question_id"))
+        schema = notice.get("requested_schema")
+        values = (
+            "the values are examples: put yours in"
+            if example_answer(schema) is not None
+            else "answer.json: a JSON object matching the form above"
+        )
         return _Message(
             subject=_line(f"Question from {tool} (run {run}){tag}", SUBJECT_CHARS),
             intro=f"An operation of run {run} asks {group} a question{escalated}.",
@@ -264,8 +274,7 @@ def _message(notice: Mapping[str, Any]) -> _Message:
             page=page,
             action="Open the question to answer it",
             fallback="No link was made (the worker has no token keys or gateway URL): answer "
-            f"with {cli_command()} answer {shlex.quote(run)} --question "
-            f"{shlex.quote(question)} --accept '{{...}}'",
+            f"with {answer_command(run, question, schema)} ({values})",
         )
     request = _line(notice.get("request_id"))
     return _Message(

@@ -24,6 +24,7 @@ from temporalio.runtime import Runtime
 
 from waitstate.converter import DATA_CONVERTER
 from waitstate.notices import EmailRoute, Route, SmtpServer, parse_routes, parse_smtp
+from waitstate.schemas.run import parse_model_spec
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_TASK_QUEUE = "waitstate-agents"
@@ -31,6 +32,23 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_DEPLOYMENT = "waitstate"
 DEFAULT_THREAD_TOKEN_LIFETIME = timedelta(days=30)
 MAX_THREAD_TOKEN_DAYS = 366.0
+# What only a worker reads (its cache, metrics, notices, versioning, model queue's rate, model
+# text streaming): a process that runs no worker (the CLI, a client program) leaves them unread,
+# so one malformed there stops the worker at its start and nothing else.
+WORKER_VARIABLES = frozenset(
+    {
+        "WAITSTATE_MAX_CACHED_WORKFLOWS",
+        "WAITSTATE_WORKER_METRICS",
+        "WAITSTATE_NOTICE_ROUTES",
+        "WAITSTATE_SMTP_URL",
+        "WAITSTATE_SMTP_FROM",
+        "WAITSTATE_VERSIONING",
+        "WAITSTATE_DEPLOYMENT",
+        "WAITSTATE_BUILD_ID",
+        "WAITSTATE_MODEL_CALLS_PER_SECOND",
+        "WAITSTATE_MODEL_DELTAS",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -127,12 +145,26 @@ class Settings:
     model_calls_per_second: float | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from `env` (default: the process environment)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, worker: bool = True) -> Settings:
+        """Read settings from `env` (default: the process environment).
+
+        Args:
+            worker: Read the variables only a worker reads (`WORKER_VARIABLES`); without, they
+                keep their defaults, and one malformed stops nothing.
+
+        Raises:
+            ValueError: a variable read is malformed; the message names it.
+        """
         env = os.environ if env is None else env
+        if not worker:
+            env = {name: value for name, value in env.items() if name not in WORKER_VARIABLES}
         openai_key = env.get("OPENAI_API_KEY") or None
         anthropic_key = env.get("ANTHROPIC_API_KEY") or None
         if model := env.get("WAITSTATE_MODEL"):
+            try:
+                parse_model_spec(model)
+            except ValueError as err:
+                raise ValueError(f"WAITSTATE_MODEL: {err}") from None
             default_model = model
         elif openai_key:
             default_model = "openai:gpt-4.1"
@@ -141,7 +173,7 @@ class Settings:
         else:
             default_model = "scripted:demo"
         ui_port = env.get("TEMPORAL_UI_PORT", "8233")
-        gateway_port = int(env.get("GATEWAY_PORT", "8787"))
+        gateway_port = _port(env, "GATEWAY_PORT", 8787)
         keys = parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
         operator_keys = parse_keys(
             env.get("WAITSTATE_OPERATOR_KEYS", ""), "WAITSTATE_OPERATOR_KEYS", "operator key"
@@ -166,7 +198,7 @@ class Settings:
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             anthropic_api_key=anthropic_key,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
-            max_cached_workflows=int(env.get("WAITSTATE_MAX_CACHED_WORKFLOWS", "100")),
+            max_cached_workflows=_count(env, "WAITSTATE_MAX_CACHED_WORKFLOWS", 100),
             state_dir=Path(env.get("WAITSTATE_STATE_DIR", ".temporal")),
             gateway_host=env.get("GATEWAY_HOST", "127.0.0.1"),
             gateway_port=gateway_port,
@@ -208,6 +240,34 @@ class Settings:
         """The Web UI page of a run."""
         url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
         return f"{url}/{run_id}/history" if run_id else url
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    """A port number (1-65535) from `env[name]`, or `default` if unset.
+
+    Raises:
+        ValueError: it is not one; the message names the variable.
+    """
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
+        raise ValueError(f"{name} must be a port number (1-65535); got {text!r}")
+    return int(text)
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number, 0 or more, from `env[name]`, or `default` if unset.
+
+    Raises:
+        ValueError: it is not one; the message names the variable.
+    """
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{name} must be a whole number, 0 or more; got {text!r}")
+    return int(text)
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

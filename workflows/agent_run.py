@@ -168,8 +168,7 @@ class AgentRunWorkflow:
                 return await self._finish(
                     ledger.out_of_turns(self._state, self._versions.hardened), None
                 )
-            limit = self._input.max_turns
-            self._thread.replied(None, "max_turns", f"no answer in {limit} calls")
+            self._thread.out_of_turns()
             return None
         except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
             if not self._thread.on:
@@ -191,7 +190,7 @@ class AgentRunWorkflow:
                     await self._run_tools(reply.tool_calls)
                 elif not self._memory.unsent:
                     return self._thread.replied(reply.content)
-            self._thread.replied(None, "max_turns", f"no answer in {self._input.max_turns} calls")
+            self._thread.out_of_turns()
         except (ApprovalExpired, BudgetExceeded, MessageFailed) as err:
             self._thread.replied(None, "failed", str(err))
         finally:
@@ -276,6 +275,7 @@ class AgentRunWorkflow:
             agent=self._input.agent,
             mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
             outages_waited_out=self._versions.hardened,
+            later_models=self._budget.later(),
         )
         # A blob store outage is waited out.
         tries = self._outages.tries("model call", MODEL_RETRY)
@@ -308,7 +308,7 @@ class AgentRunWorkflow:
                 await self._continue_as_new()
             await workflow.sleep(response.delay)
         if isinstance(response, Failed):
-            await self._fail(turn, response.error)
+            await self._fail(turn, model, response.error)
         self._state.turns = turn
         ledger.add_usage(self._state, response.usage)
         self._budget.charge(model)
@@ -347,8 +347,8 @@ class AgentRunWorkflow:
         self._thread.interrupt()
         raise Interrupted
 
-    async def _fail(self, turn: int, err: ActivityError) -> NoReturn:
-        """The model could not be called: the run ends failed, saying why in one line."""
+    async def _fail(self, turn: int, model: str, err: ActivityError) -> NoReturn:
+        """The `model` the call asked could not be called: the run ends failed, saying why."""
         if self._versions.exactly_once:
             attempts = ""
             if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
@@ -356,7 +356,7 @@ class AgentRunWorkflow:
             elif err.retry_state == RetryState.NON_RETRYABLE_FAILURE:
                 attempts = "not retried: the request itself was refused"
             limit = self._input.model_timeout.total_seconds()
-            reason = ledger.model_failure(self._input.model, err.cause or err, limit, attempts)
+            reason = ledger.model_failure(model, err.cause or err, limit, attempts)
         else:
             reason = str(err.cause or err)
         message = f"model call failed on turn {turn}: {reason}"

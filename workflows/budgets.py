@@ -35,6 +35,15 @@ class Budgets:
         spent = self._state.budget
         return spent.degraded_to if spent and spent.degraded_to else self._input.model
 
+    def later(self) -> list[str]:
+        """The models the run may go on with later: its budget's `degrade_to`, until it
+        switched to it (checked with each call before, so a worker that cannot call it fails
+        the run at once, not when the budget is nearly spent)."""
+        budget, spent = self._input.budget, self._state.budget
+        if budget is None or budget.on_exceed != "degrade" or budget.degrade_to is None:
+            return []
+        return [] if spent is not None and spent.degraded_to else [budget.degrade_to]
+
     async def check(self) -> str:
         """Before a model call: degrade, ask for more, or stop, as the budget declares; the
         model the call asks (`model`).

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from waitstate.schemas import RunState, RunStatus, Step, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.errors import LATER_MODEL_INVALID
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.run import Checkpoint, RejectedOutput
 
@@ -194,8 +195,11 @@ def model_failure(
 ) -> str:
     """Why the model could not be called, naming the provider, the limit and the attempts, in
     one bounded line. `cause` is the activity's failure (a timeout, or its error); `attempts`
-    says how many were made (e.g. "gave up after 8 attempts"), or is empty."""
-    if isinstance(cause, ActivityTimeoutError):
+    says how many were made (e.g. "gave up after 8 attempts"), or is empty. A model the run
+    would go on with later that cannot be called is named by its own failure, not `spec`."""
+    if isinstance(cause, ApplicationError) and cause.type == LATER_MODEL_INVALID:
+        what = f"the model its budget degrades to, {cause.message}"
+    elif isinstance(cause, ActivityTimeoutError):
         what = f"{spec} did not answer within {limit_seconds:g} s (model_timeout)"
     elif isinstance(cause, FailureError):
         what = f"{spec}: {cause.message}"

@@ -10,6 +10,7 @@ from temporalio import workflow
 
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
+from waitstate.wording import span
 from workflows import ledger
 from workflows.activity_calls import Failed, call
 from workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
@@ -91,7 +92,9 @@ class Memory:
             if not wait.checkpointed and self._versions.checkpoint_policy:
                 self._checkpoint_due = wait.label
         else:
-            ledger.step(self._state, "event", "context", f"transcript kept after waiting {waited}")
+            ledger.step(
+                self._state, "event", "context", f"transcript kept after waiting {span(waited)}"
+            )
 
     async def rebuild(self, event: str) -> None:
         """Start the model afresh from the ledger (see `ledger.rebuilt_context`)."""
@@ -104,7 +107,10 @@ class Memory:
         self.unsent = [Message(role="user", content=text)]
         self._state.context_rebuilds += 1
         ledger.step(
-            self._state, "event", "context", f"rebuilt from the ledger after waiting {waited}"
+            self._state,
+            "event",
+            "context",
+            f"rebuilt from the ledger after waiting {span(waited) if waited else 'a while'}",
         )
 
     async def _model_checkpoint(self, waiting_for: str) -> Checkpoint | None:

@@ -32,6 +32,7 @@ from waitstate.schemas.threads import (
     ThreadMessage,
     ThreadState,
 )
+from waitstate.wording import count_of, span
 from workflows import ledger
 from workflows.board import StatusBoard
 from workflows.memory import Memory
@@ -106,7 +107,7 @@ class Conversation:
             return  # the earlier send's message, answered again
         if self._closing:
             raise ApplicationError(
-                f"the thread is closing: no message for {thread.settings.close_after}",
+                f"the thread is closing: no message for {span(thread.settings.close_after)}",
                 type=THREAD_CLOSING,
             )
         # Under `reject` the agent has one message at a time: working on, or about to take.
@@ -275,7 +276,7 @@ class Conversation:
                     self._state,
                     "event",
                     "thread",
-                    f"closed: no message for {thread.settings.close_after}",
+                    f"closed: no message for {span(thread.settings.close_after)}",
                 )
                 return False
         return True
@@ -302,6 +303,10 @@ class Conversation:
         else:
             self._memory.unsent.append(Message(role="user", content=message.text))
         self._board.show()
+
+    def out_of_turns(self) -> None:
+        """The turn's message used the run's turns without an answer."""
+        self.replied(None, "max_turns", f"no answer in {count_of(self._input.max_turns, 'call')}")
 
     def replied(
         self, reply: str | None, status: MessageStatus = "replied", error: str | None = None

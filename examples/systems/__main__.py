@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import os
 import signal
+import sys
 from types import FrameType
 
 from fastapi import FastAPI
@@ -75,7 +78,17 @@ def main(argv: list[str] | None = None) -> None:
         pipeline_seconds=args.pipeline_seconds,
         webhook_retry=retry,
     )
-    asyncio.run(_serve(app, args.host, args.port))
+    try:
+        asyncio.run(_serve(app, args.host, args.port))
+    except OSError as err:  # the port could not be bound: say which, and what moves it
+        if err.errno == errno.EADDRINUSE:
+            why = "another process listens there"
+        else:
+            why = os.strerror(err.errno) if err.errno else str(err)
+        sys.exit(
+            f"demo systems: cannot listen on {args.host}:{args.port}: {why}; set "
+            "DEMO_SYSTEMS_URL to a free port (`make up` starts them on its port)"
+        )
 
 
 if __name__ == "__main__":

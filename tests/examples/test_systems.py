@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any, TypeVar
@@ -676,6 +677,26 @@ async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:
     assert code == 0
     assert "demo systems stopped" in rest
     assert "Traceback" not in rest
+
+
+@pytest.mark.subprocess
+async def test_a_port_another_process_holds_is_one_line_naming_it_and_demo_systems_url() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "examples.systems", "--port", str(port), cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            _, stderr = await process.communicate()
+
+    assert process.returncode == 1
+    assert stderr.decode().splitlines()[-1] == (
+        f"demo systems: cannot listen on 127.0.0.1:{port}: another process listens there; set "
+        "DEMO_SYSTEMS_URL to a free port (`make up` starts them on its port)"
+    )
 
 
 async def _first(items: list[T]) -> T | None:

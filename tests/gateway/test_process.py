@@ -3,7 +3,10 @@ its log holds."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -96,3 +99,34 @@ async def test_no_token_whole_or_partial_reaches_the_log(gateway: Running) -> No
     # The access log still says what was asked, without the query.
     assert text.count("POST /v1/operations/op_logged/complete?[redacted]") == 3, text
     assert "GET /healthz?[redacted]" in text
+
+
+@pytest.mark.subprocess
+async def test_a_port_another_process_holds_is_one_line_naming_it_and_gateway_port(
+    closed_port: int,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            # Nothing listens there: a gateway that got as far as Temporal would say so.
+            "TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}",
+            "GATEWAY_PORT": str(port),
+            "WAITSTATE_TOKEN_KEYS": ":".join(KEY),
+            # Malformed, and only a worker's: the gateway goes on to its port.
+            "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast",
+        }
+        done = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "waitstate.gateway", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            _, stderr = await done.communicate()
+
+    assert done.returncode == 1
+    assert stderr.decode().splitlines()[-1] == (
+        f"gateway: cannot listen on 127.0.0.1:{port}: another process listens there; set "
+        "GATEWAY_PORT to a free port"
+    )

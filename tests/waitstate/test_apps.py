@@ -307,6 +307,19 @@ def test_agent_with_an_unknown_script_is_refused_naming_the_scripts() -> None:
     )
 
 
+def test_agent_whose_budget_degrades_to_an_unknown_or_unpriced_model_is_refused() -> None:
+    module = "tests.waitstate.apps_for_tests.unknown_degrade_model"
+
+    assert load_error([f"{module}:unknown"]) == (
+        "agent 'saver': its budget's degrade_to: model 'delphi:pythia-1': unknown provider "
+        "'delphi'; known: anthropic, openai, openai-responses, scripted"
+    )
+    assert load_error([f"{module}:unpriced"]) == (
+        "agent 'spender': its budget's degrade_to 'scripted:echo' has no price in the budget's "
+        "table, and a dollar budget calls no model it cannot price"
+    )
+
+
 def test_agent_output_type_that_is_not_a_pydantic_model_is_refused() -> None:
     assert load_error([ref("output_not_a_model")]) == (
         "agent 'reporter': output_type must be a pydantic model class"

@@ -34,6 +34,7 @@ from waitstate.client import (
     NotAnswered,
     RunEnded,
     RunNotFound,
+    StartFailed,
     Unreachable,
     Wait,
     WaitstateClient,
@@ -42,6 +43,7 @@ from waitstate.client import (
 from waitstate.client._events import retries_of
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
+from waitstate.schemas.budgets import Budget, ModelPrice
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.settings import Settings
 
@@ -109,6 +111,37 @@ async def test_one_id_is_one_run_started_as_the_cli_starts_it(
     )
     assert started.task_queue.name == task_queue
     assert "AgentStatus" in started.search_attributes.indexed_fields
+
+
+@pytest.mark.parametrize(
+    ("budget", "named"),
+    [
+        (Budget(tokens=300, on_exceed="degrade", degrade_to="openai:"), "'openai:'"),
+        (Budget(tokens=300, on_exceed="degrade", degrade_to="openai: gpt-4.1"), "'openai: gpt"),
+        (
+            Budget(
+                usd=1.0,
+                prices={"scripted:echo": ModelPrice(input=1.0, output=1.0)},
+                on_exceed="degrade",
+                degrade_to="scripted:demo",
+            ),
+            "'scripted:demo' has no price",
+        ),
+    ],
+)
+async def test_a_start_naming_a_model_the_run_could_never_call_starts_nothing(
+    client: WaitstateClient, budget: Budget, named: str
+) -> None:
+    run_id = _run_id()
+    run = RunInput(task="echo me", model="scripted:echo", budget=budget)
+
+    with pytest.raises(StartFailed) as refused:
+        await client.start(run, run_id=run_id)
+
+    assert str(refused.value).startswith(f"could not start run {run_id}: budget's degrade_to")
+    assert named in str(refused.value)
+    with pytest.raises(RunNotFound):
+        await client.describe(run_id)
 
 
 async def test_a_run_nobody_serves_is_read_from_temporal_alone(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -20,9 +21,12 @@ from waitstate.elicitation import (
     MAX_OPTIONS,
     MAX_PATTERN_CHARS,
     MAX_PROPERTIES,
+    answer_command,
     answer_problem,
+    example_answer,
     schema_problem,
 )
+from waitstate.names import cli_command
 
 # The issue's crafted answer: Python's `re` backtracks on it for minutes.
 HOSTILE_PATTERN = "^(a+)+$"
@@ -374,3 +378,93 @@ def test_nothing_a_job_or_a_link_holder_sends_makes_a_check_raise(
     assert problem is None or isinstance(problem, str)
     assert isinstance(answered, str) or (problem is None and answered is None)
     json.dumps(answered)  # a sentence, whatever it quotes
+
+
+# --- the answer a person is shown how to give --------------------------------------------------
+
+
+FORM = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "enum": ["EMEA", "APAC"]},
+        "plan": {"type": "string", "oneOf": [{"const": "basic"}, {"const": "pro"}]},
+        "confirm": {"type": "boolean"},
+        "rows": {"type": "integer", "minimum": 1.5, "maximum": 10},
+        "ratio": {"type": "number", "maximum": -2},
+        "contact": {"type": "string", "format": "email"},
+        "day": {"type": "string", "format": "date"},
+        "tags": {
+            "type": "array",
+            "items": {"anyOf": [{"const": "a"}, {"const": "b"}]},
+            "minItems": 2,
+        },
+        "name": {"type": "string", "minLength": 5, "maxLength": 8},
+        "note": {"type": "string", "default": "it's fine"},
+    },
+    "required": ["region", "rows"],
+}
+
+
+def test_an_example_answer_is_valid_for_its_schema_each_value_a_placeholder() -> None:
+    example = example_answer(FORM)
+
+    assert example is not None and answer_problem(FORM, example) is None
+    assert example == {
+        "region": "EMEA",
+        "plan": "basic",
+        "confirm": False,
+        "rows": 2,
+        "ratio": -2,
+        "contact": "name@example.com",
+        "day": "2030-01-31",
+        "tags": ["a", "b"],
+        "name": ".....",
+        "note": "it's fine",
+    }
+
+
+def test_an_example_answer_leaves_out_an_optional_field_no_placeholder_fits() -> None:
+    code = {"type": "string", "pattern": "^[A-Z]{3}$"}
+    optional = {"type": "object", "properties": {"code": code, "ok": {"type": "boolean"}}}
+    required = {**optional, "required": ["code"]}
+
+    assert example_answer(optional) == {"ok": False}
+    assert example_answer(required) is None
+    assert example_answer({"type": "array"}) is None  # a schema no question may ask
+    # A bound Python's JSON reads from a job's `NaN`: no example, and no exception.
+    nan = {"type": "object", "properties": {"n": {"type": "integer", "minimum": float("nan")}}}
+    assert example_answer(nan) is None
+
+
+@pytest.mark.parametrize(
+    ("schema", "accept"),
+    [
+        (FORM, None),
+        (
+            {
+                "type": "object",
+                "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+                "required": ["code"],
+            },
+            '"$(cat answer.json)"',
+        ),
+    ],
+)
+def test_the_answer_command_works_as_pasted_into_a_shell(
+    schema: dict[str, Any], accept: str | None
+) -> None:
+    command = answer_command("run 1; rm -rf ~", "q_1", schema)
+
+    words = shlex.split(command)
+    assert words[:6] == [
+        cli_command(),
+        "answer",
+        "run 1; rm -rf ~",
+        "--question",
+        "q_1",
+        "--accept",
+    ]
+    if accept is None:
+        assert answer_problem(schema, json.loads(words[6])) is None
+    else:
+        assert command.endswith(f" --accept {accept}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tests.notice_servers import SLACK_PATH, SmtpStandIn, slack_webhook, smtp_server
+from waitstate.elicitation import answer_problem
 from waitstate.names import cli_command
 from waitstate.notices import (
     ARGUMENTS_CHARS,
@@ -73,7 +75,7 @@ def _question(**fields: Any) -> dict[str, Any]:
         "message": "Which quarter should the export cover?",
         "requested_schema": {"type": "object", "properties": {"quarter": {"type": "string"}}},
         "expires_at": "2030-01-02T13:00:00+00:00",
-        "cli": f"{cli_command()} answer run-2 --question q_1 --accept '{{...}}'",
+        "cli": f'{cli_command()} answer run-2 --question q_1 --accept \'{{"quarter":"..."}}\'',
         "page": "http://gateway.test/pages/questions/q_1?token=question-token",
         "answer": {"method": "POST", "authorization": "Bearer form-token"},
     }
@@ -251,6 +253,31 @@ async def test_without_a_page_link_the_email_says_how_to_decide_with_the_cli(
 
     [mail] = smtp.received
     assert f"{cli_command()} approve 'run 1; rm -rf ~' --request apr_1" in mail.part("plain")
+
+
+async def test_without_a_page_link_a_question_email_gives_a_command_that_works_as_pasted(
+    smtp: SmtpStandIn,
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "quarter": {"type": "string", "enum": ["Q3", "Q4"]},
+            "rows": {"type": "integer", "minimum": 1},
+        },
+        "required": ["quarter"],
+    }
+    notice = _question(requested_schema=schema)
+    del notice["page"], notice["answer"]
+
+    await EmailSender(_server(smtp), ["ops@example.com"]).send(notice)
+
+    [mail] = smtp.received
+    plain = " ".join(mail.part("plain").split())
+    command = plain.partition("answer with ")[2].partition(" (the values are examples")[0]
+    words = shlex.split(command)
+    assert words[:5] == [cli_command(), "answer", "run-2", "--question", "q_1"]
+    assert words[5] == "--accept" and len(words) == 7
+    assert answer_problem(schema, json.loads(words[6])) is None
 
 
 async def test_an_smtp_server_out_of_reach_fails_the_send(closed_port: int) -> None:

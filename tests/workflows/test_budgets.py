@@ -5,22 +5,25 @@ one call that crossed it."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from examples.demo.basic import demo_tools
 from tests.helpers import eventually, make_worker, replays, start_run
-from tests.workflows.runs import run_to_end
-from waitstate.apps import load_apps
+from tests.workflows.runs import RUN_ENDS_WITHIN, run_to_end
+from waitstate.apps import Apps, load_apps
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import ModelResponse, RunInput, RunState, Usage
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput
-from waitstate.schemas.budgets import RAISE_BUDGET, Budget, ModelPrice
+from waitstate.schemas.budgets import RAISE_BUDGET, Budget, BudgetState, ModelPrice
+from waitstate.schemas.errors import RUN_FAILED
 from waitstate.schemas.run import CALL_MODEL
 from workflows.agent_run import AgentRunWorkflow
 from workflows.search_attributes import AGENT_STATUS
@@ -172,6 +175,61 @@ async def test_a_run_goes_on_with_the_cheaper_model_then_stops_at_its_budget(
     assert sum(tokens[: switched - 1]) < 400 <= sum(tokens[:switched])  # at half, it switched
     assert result.status == "budget_exceeded"
     assert _crossed_by_the_last_call(tokens, 800)
+
+
+async def _failed(
+    env: WorkflowEnvironment, task_queue: str, run_input: RunInput, apps: Apps | None = None
+) -> tuple[str, RunState]:
+    """Run `run_input` until it fails: what it failed with, and the state it ended in."""
+    async with make_worker(env.client, task_queue, apps=apps, tools=demo_tools()):
+        handle = await start_run(env.client, task_queue, run_input)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), RUN_ENDS_WITHIN)
+        state: RunState = await handle.query(AgentRunWorkflow.status)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == RUN_FAILED
+    return cause.message, state
+
+
+@pytest.mark.parametrize("degrade_to", ["nosuch:model", "scripted:no-such-script"])
+async def test_a_model_to_degrade_to_that_the_worker_cannot_call_fails_the_run_at_once(
+    dev_env: WorkflowEnvironment, task_queue: str, degrade_to: str
+) -> None:
+    # Its form is sound, so no start refuses it: only the worker knows its providers and scripts.
+    budget = Budget(tokens=800, on_exceed="degrade", degrade_to=degrade_to)
+    message, state = await _failed(dev_env, task_queue, _looping(budget))
+
+    assert state.status == "failed"
+    assert state.usage.model_calls == 0, "it failed with its first call, not when it degraded"
+    assert message.startswith("model call failed on turn 1: ")
+    assert state.error is not None and repr(degrade_to) in state.error
+    assert LOOP not in state.error, "the model it could not call is named, not the run's"
+    assert state.budget is not None and state.budget.degraded_to is None
+
+
+async def test_a_failed_call_of_the_model_it_degraded_to_names_that_model(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    budget = Budget(
+        tokens=800, on_exceed="degrade", degrade_to="scripted:refusing-cheap", degrade_at=0.5
+    )
+    cheap = load_apps(["tests.workflows.budget_app:app"])
+    _, state = await _failed(dev_env, task_queue, _looping(budget), cheap)
+
+    assert state.budget is not None and state.budget.degraded_to == "scripted:refusing-cheap"
+    assert state.status == "failed"
+    assert state.error is not None and state.error.startswith("scripted:refusing-cheap: ")
+    assert LOOP not in state.error
+
+
+def test_dollars_spent_past_the_limit_never_read_as_under_it() -> None:
+    exceeded = BudgetState(usd=0.005, spent_usd=0.0054, exceeded=True)
+    under = BudgetState(usd=0.005, spent_usd=0.00499999)
+    whole = BudgetState(usd=1.0, spent_usd=0.12345)
+
+    assert exceeded.line() == "$0.0054 of $0.005"
+    assert under.line() == "$0.00499999 of $0.005"
+    assert whole.line() == "$0.1235 of $1.00"
 
 
 def test_a_price_counts_input_a_cache_served_or_took_at_its_own_rate() -> None:

@@ -12,6 +12,7 @@ from waitstate.cli.output import print_json
 from waitstate.client import Wait, WaitstateClient, fleet_report
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
+from waitstate.wording import count_of, span
 
 
 async def cmd_ops(
@@ -61,14 +62,14 @@ async def cmd_cleanup(
     """Run the blob cleanup once and print what it did, or (--schedule) create or update the
     schedule that runs it."""
     client = await WaitstateClient.connect(settings, tracing=tracing)
-    retention = "the namespace's retention" if args.retention is None else str(args.retention)
+    retention = "the namespace's retention" if args.retention is None else span(args.retention)
     if args.schedule:
         done = await client.schedule_blob_cleanup(every=args.every, retention=args.retention)
         if args.json:
             print_json({"schedule": SCHEDULE_ID, "done": done, "every": str(args.every)})
             return 0
         print(
-            f"schedule {SCHEDULE_ID} {done}: a blob cleanup every {args.every} on task queue "
+            f"schedule {SCHEDULE_ID} {done}: a blob cleanup every {span(args.every)} on task queue "
             f"{settings.task_queue}, keeping blobs for {retention} after their runs end"
         )
         return 0
@@ -77,8 +78,9 @@ async def cmd_cleanup(
         print_json(result.model_dump(mode="json"))
         return 0
     print(
-        f"examined {result.examined} blobs, deleted {result.deleted} "
-        f"({result.bytes_deleted} bytes) of runs ended over {result.retention} ago"
+        f"examined {count_of(result.examined, 'blob')}, deleted {result.deleted} "
+        f"({count_of(result.bytes_deleted, 'byte')}) of runs ended over {span(result.retention)} "
+        "ago"
     )
     print(
         f"kept: {result.kept_open} of open runs, {result.kept_recent} recent, "

@@ -9,7 +9,7 @@ import sys
 
 from waitstate.cli.output import CliError, one_line, retry_line, step_line
 from waitstate.cli.people import decide, how_to_answer
-from waitstate.client import ClientError, WaitstateClient
+from waitstate.client import ClientError, Report, WaitstateClient
 from waitstate.names import cli_command
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import DecideInput
@@ -25,15 +25,17 @@ async def follow(
     """Print each step as it happens until the run ends; return its final state."""
     seen: dict[str, float] = {}  # approval request id -> when it was first seen
     asked: set[str] = set()  # question ids shown
-    reported: dict[str, str] = {}  # operation id -> the job's progress last shown
+    shown = _Shown()
     async for progress in client.follow(run_id, retries=not quiet):
         if not quiet:
             for step in progress.steps:
                 print(step_line(step), flush=True)
             for retry in progress.retries:
                 print(f"  {retry_line(retry)}", flush=True)
+            for report in progress.reports:
+                shown.report(report, progress.state)
             if progress.state is not None:
-                _show_progress(progress.state, reported)
+                shown.latest(progress.state)
         if progress.state is not None:
             await _attend_approvals(client, run_id, progress.state, seen, quiet, auto_approve_after)
             if not quiet:
@@ -82,13 +84,29 @@ async def _attend_approvals(
                     print(f"  auto-approved request {request.request_id}", flush=True)
 
 
-def _show_progress(state: RunState, shown: dict[str, str]) -> None:
-    """Show each open operation's progress when its job reports something new."""
-    for op in state.operations.values():
-        if op.terminal or not op.progress or shown.get(op.operation_id) == op.progress:
-            continue
-        shown[op.operation_id] = op.progress
-        print(f"  operation {op.operation_id} ({op.tool}): {one_line(op.progress)}", flush=True)
+class _Shown:
+    """The jobs' progress shown: every report a job sent by webhook, from the run's history in
+    order (a second report can replace the first in the run's state before the next look), and
+    a polled job's latest (its poll's heartbeat, which no history keeps), when new."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}  # operation id -> the progress last shown
+
+    def report(self, report: Report, state: RunState | None) -> None:
+        op = state.operations.get(report.operation_id) if state is not None else None
+        self._show(report.operation_id, op.tool if op is not None else None, report.progress)
+
+    def latest(self, state: RunState) -> None:
+        for op in state.operations.values():
+            if op.completion == "poll" and not op.terminal and op.progress:
+                self._show(op.operation_id, op.tool, op.progress)
+
+    def _show(self, operation_id: str, tool: str | None, progress: str) -> None:
+        if self._last.get(operation_id) == progress:
+            return  # a copy of the report before, or a heartbeat that says nothing new
+        self._last[operation_id] = progress
+        of = f" ({tool})" if tool else ""
+        print(f"  operation {one_line(operation_id)}{of}: {one_line(progress)}", flush=True)
 
 
 def _show_questions(run_id: str, state: RunState, shown: set[str]) -> None:

@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from waitstate.client import Retry
 from waitstate.schemas import RunState, Step, Usage
+from waitstate.schemas.run import TERMINAL_STATUSES
+from waitstate.wording import count_of
 
 # The exit status when stdout's reader went away (`status | head -1`): SIGPIPE's, as a shell
 # reports a process that signal ended.
@@ -28,6 +30,17 @@ _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u
 _CONTROL = re.compile(f"[{_CONTROLS}]")
 _CONTROL_OR_NEWLINE = re.compile(f"[{_CONTROLS}\n]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
+
+
+# How a run may end without the answer it was started for (failed, cancelled, approval_expired,
+# output_invalid, budget_exceeded): `run --wait`, `watch` and `status` exit 1 for these (a run
+# still going, or that answered or used its turns, is 0).
+ENDED_WITHOUT_ANSWER = TERMINAL_STATUSES - {"completed", "max_turns"}
+
+
+def run_exit_code(status: str) -> int:
+    """The CLI's exit status for a run in `status`: 1 if it ended without its answer."""
+    return 1 if status in ENDED_WITHOUT_ANSWER else 0
 
 
 class CliError(Exception):
@@ -143,13 +156,13 @@ def tokens_line(usage: Usage) -> str:
     if usage.cache_write_input_tokens:
         cache.append(f"{usage.cache_write_input_tokens} written to cache")
     cached = f" ({', '.join(cache)})" if cache else ""
-    return f"{usage.input_tokens} input{cached} + {usage.output_tokens} output tokens"
+    return f"{usage.input_tokens} input{cached} + {count_of(usage.output_tokens, 'output token')}"
 
 
 def usage_line(state: RunState) -> str:
     """A run's model calls and tokens, and what it spent of its budget, if it has one."""
     usage = state.usage
-    line = f"usage: {usage.model_calls} model calls, {tokens_line(usage)}"
+    line = f"usage: {count_of(usage.model_calls, 'model call')}, {tokens_line(usage)}"
     budget = state.budget
     if budget is not None:
         line += f"; budget: {budget.line()}"
@@ -165,10 +178,13 @@ def usage_line(state: RunState) -> str:
 def print_outcome(state: RunState) -> None:
     """How a run ended: its status and counts, its answer, its rejected answer, its error."""
     tokens = state.usage.input_tokens + state.usage.output_tokens
-    print(
-        f"{state.status} after {state.turns} turns, {state.tool_calls} tool calls, "
-        f"{state.usage.model_calls} model calls, {tokens} tokens"
+    counts = (
+        count_of(state.turns, "turn"),
+        count_of(state.tool_calls, "tool call"),
+        count_of(state.usage.model_calls, "model call"),
+        count_of(tokens, "token"),
     )
+    print(f"{state.status} after {', '.join(counts)}")
     if state.final_output is not None:
         print(f"answer: {state.final_output}")
     print_rejected(state)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -247,13 +248,26 @@ async def _applied(sending: Awaitable[_Outcome], run_id: str, what: str, late: s
 
 
 def how_to_answer(run_id: str, question: InputRequest) -> list[str]:
-    """A question's text and schema, and the commands that answer it."""
-    command = f"{cli_command()} answer {run_id} --question {question.question_id}"
+    """A question's text and schema, and the commands that answer it, each working as pasted:
+    `--accept` with an example answer whose values are to be replaced (or, where no example
+    fits the schema, read from a file to write), and `--decline`."""
+    # Here, not at the top: its checker (jsonschema) costs every command ~0.1 s to load, and
+    # only those that show a question need it.
+    from waitstate.elicitation import answer_command, example_answer
+
+    quoted = f"{shlex.quote(run_id)} --question {shlex.quote(question.question_id)}"
+    command = f"{cli_command()} answer {quoted}"
     schema = json.dumps(question.requested_schema, separators=(",", ":"))
+    accept = answer_command(run_id, question.question_id, question.requested_schema)
+    if example_answer(question.requested_schema) is None:
+        how = "answer with a JSON object matching the schema, written to answer.json:"
+    else:
+        how = "answer (the values are examples: put yours in):"
     return [
         *question.message.splitlines(),
         f"answer schema: {schema}",
-        f"{command} --accept '{{...}}'",
+        how,
+        accept,
         f"{command} --decline",
     ]
 

@@ -24,6 +24,7 @@ from waitstate.cli.output import (
     print_outcome,
     print_rejected,
     retry_line,
+    run_exit_code,
     step_line,
     usage_line,
     when,
@@ -34,6 +35,7 @@ from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing, run_span
+from waitstate.wording import count_of, span
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
 DEMO_APP = "examples.demo.app:app"
@@ -94,7 +96,7 @@ async def _start_and_follow(
     else:
         print_outcome(state)
         print(f"web ui: {url}")
-    return 0 if state.status in ("completed", "max_turns") else 1
+    return run_exit_code(state.status)
 
 
 async def cmd_status(
@@ -115,14 +117,14 @@ async def cmd_status(
                 "temporal": _unanswered_json(status.unanswered),
             }
         )
-        return 0
+        return run_exit_code(state.status)
     print(f"run {args.run_id}: {state.status}")
     for retry in status.retrying:
         print(retry_line(retry))
     if status.unanswered is not None:
         _print_unanswered(status.unanswered, state)
         print(f"web ui: {settings.run_url(args.run_id)}")
-        return 0
+        return run_exit_code(state.status)
     if state.agent is not None:
         print(f"agent: {state.agent}")
     print(f"task: {state.task}")
@@ -132,8 +134,9 @@ async def cmd_status(
         print(f"constraints: {one_line('; '.join(state.constraints))}")
     if (thread := state.thread) is not None:
         print(
-            f"thread: {thread.received} messages received; busy policy {thread.settings.busy}; "
-            f"closes after {thread.settings.close_after} with no message"
+            f"thread: {count_of(thread.received, 'message')} received; busy policy "
+            f"{thread.settings.busy}; closes after {span(thread.settings.close_after)} with no "
+            "message"
         )
         for message in thread.messages:  # the last ones it keeps, and every one queued
             outcome = ""
@@ -177,8 +180,8 @@ async def cmd_status(
         print(f"  remaining: {checkpoint.remaining}")
     if state.context_rebuilds or state.continued_as_new:
         print(
-            f"context rebuilt {state.context_rebuilds} times; "
-            f"continued as new {state.continued_as_new} times"
+            f"context rebuilt {count_of(state.context_rebuilds, 'time')}; "
+            f"continued as new {count_of(state.continued_as_new, 'time')}"
         )
     print("steps:")
     for step in state.steps:
@@ -189,7 +192,7 @@ async def cmd_status(
     if state.error:
         print(f"error: {one_line(state.error)}")
     print(f"web ui: {settings.run_url(args.run_id)}")
-    return 0
+    return run_exit_code(state.status)
 
 
 async def cmd_list(
@@ -229,7 +232,7 @@ async def cmd_watch(
     client = await WaitstateClient.connect(settings, tracing=tracing)
     state = await follow(client, args.run_id, quiet=False)
     print_outcome(state)
-    return 0 if state.status in ("completed", "max_turns") else 1
+    return run_exit_code(state.status)
 
 
 async def cmd_cancel(
@@ -257,6 +260,7 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     refs = app_refs(args.app, settings.apps)
     apps = _apps(refs, settings)
     checked = apps if refs or not args.agent else None
+    degrade_to = getattr(args, "degrade_to", None)
     try:
         fields: dict[str, Any] = {"task": args.task}
         if args.agent:
@@ -274,6 +278,11 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
             _check_model(fields["model"], checked)
         if checked is not None and "tools" in fields:
             checked.check_tools(fields["tools"])
+        if degrade_to is not None:
+            try:
+                _check_model(degrade_to, checked)
+            except AppError as err:
+                raise AppError(f"--degrade-to: {err}") from None
     except AppError as err:
         raise CliError(str(err), 2) from None
     finally:
@@ -283,9 +292,9 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         fields["max_turns"] = args.max_turns
     if args.system_prompt:
         fields["system_prompt"] = args.system_prompt
-    # `chat` and `send` start threads with this input too, without the budget's options.
+    # `chat` starts threads with this input too, without the budget's options.
     tokens = getattr(args, "budget_tokens", None)
-    on_exceed, degrade_to = getattr(args, "on_exceed", "stop"), getattr(args, "degrade_to", None)
+    on_exceed = getattr(args, "on_exceed", "stop")
     if tokens is not None:
         fields["budget"] = {"tokens": tokens, "on_exceed": on_exceed, "degrade_to": degrade_to}
     elif degrade_to or on_exceed != "stop":

@@ -18,6 +18,7 @@ from waitstate.client import (
     MessageRefused,
     NotAnswered,
     OutcomeUnknown,
+    RunNotFound,
     SentMessage,
     WaitstateClient,
     new_thread_id,
@@ -26,6 +27,7 @@ from waitstate.schemas import RunInput
 from waitstate.schemas.threads import KEEP_MESSAGES, SendMessage, ThreadMessage, ThreadSettings
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
+from waitstate.wording import count_of
 
 
 async def cmd_chat(
@@ -37,20 +39,26 @@ async def cmd_chat(
     thread_id = _thread_id(args.thread)
     start = await _thread_start(args, settings)
     client = await WaitstateClient.connect(settings, tracing=tracing)
+    ran, existing = await _ran(client, args.thread)
     sent = await _send(client, thread_id, send, start)
-    if args.thread is not None and (args.agent or args.model):
-        await _check_existing(client, thread_id, args)
+    started = not ran and not sent.accepted.duplicate
+    if args.thread is not None and started:
+        # A thread id mistyped would otherwise start a thread quietly: say so.
+        print(f"thread {thread_id} is new: started it with this message", file=sys.stderr)
+    elif existing is not None and (args.agent or args.model):
+        _check_existing(thread_id, existing, args)
     if not args.json:
         _print_sent(sent)
     if not args.wait:
         if args.json:
-            print_json(_sent_json(sent))
+            print_json({**_sent_json(sent), "started": started})
         return 0
     message = await _reply(client, sent)
     if args.json:
         print_json(
             {
                 **_sent_json(sent),
+                "started": started,
                 "status": message.status,
                 "reply": message.reply,
                 "usage": message.usage.model_dump(mode="json"),
@@ -128,14 +136,20 @@ async def _send(
         ) from err
 
 
-async def _check_existing(
-    client: WaitstateClient, thread_id: str, args: argparse.Namespace
-) -> None:
+async def _ran(client: WaitstateClient, thread_id: str | None) -> tuple[bool, RunInput | None]:
+    """Whether the thread `--thread` names ever ran (no id given: it did not), and what it was
+    started with, if that can be read."""
+    if thread_id is None:
+        return False, None
+    try:
+        return True, await client.started_input(thread_id)
+    except RunNotFound:
+        return False, None
+
+
+def _check_existing(thread_id: str, existing: RunInput, args: argparse.Namespace) -> None:
     """A thread that already ran keeps the agent or model it started with: say so when the
     command named another (the message is sent all the same)."""
-    existing = await client.started_input(thread_id)
-    if existing is None:
-        return
     if args.agent:
         same = existing.agent == args.agent
     else:
@@ -193,7 +207,7 @@ def _print_reply(message: ThreadMessage) -> None:
         print(f"reply: {message.reply}")
     else:
         print(f"message {message.message_id} {message.status}: {one_line(message.error or '')}")
-    print(f"usage: {message.model_calls} model calls, {tokens_line(message.usage)}")
+    print(f"usage: {count_of(message.model_calls, 'model call')}, {tokens_line(message.usage)}")
 
 
 def _sent_json(sent: SentMessage) -> dict[str, Any]:

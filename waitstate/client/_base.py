@@ -49,13 +49,15 @@ class ClientBase:
     async def connect(
         cls, settings: Settings | None = None, *, tracing: Tracing | None = None
     ) -> Self:
-        """Connect as `settings` say (default: the environment's); with `tracing`, the runs it
-        starts and what it sends them carry the caller's trace.
+        """Connect as `settings` say (default: the environment's, without what only a worker
+        reads); with `tracing`, the runs it starts and what it sends them carry the caller's
+        trace.
 
         Raises:
             Unreachable: Temporal could not be reached.
+            ValueError: `settings` not given, a variable it reads is malformed.
         """
-        settings = settings or Settings.from_env()
+        settings = settings or Settings.from_env(worker=False)
         try:
             client = await connect(settings)
         except Exception as err:  # the SDK raises RuntimeError wrapping transport errors

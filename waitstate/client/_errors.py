@@ -45,7 +45,8 @@ class RunEnded(ClientError):
 
 
 class StartFailed(ClientError):
-    """Temporal refused to start the run."""
+    """The run was not started: Temporal refused it, or its input names a model it could never
+    call."""
 
     def __init__(self, run_id: str, reason: str) -> None:
         super().__init__(f"could not start run {run_id}: {reason}")

@@ -102,10 +102,12 @@ _ACTIVITY_KINDS = {
     run_names.RESOLVE_AGENT: "agent",
     run_names.LIST_MCP_TOOLS: "mcp.tools",
 }
+# A job's report to its operation (a webhook's: an Update, or a signal), its status and progress.
+REPORTED = "operation.reported"
 # An Update's or a signal's name -> the event it is.
 _HANDLER_KINDS = {
-    names.COMPLETE_OPERATION_UPDATE: "operation.reported",
-    names.OPERATION_COMPLETED_SIGNAL: "operation.reported",
+    names.COMPLETE_OPERATION_UPDATE: REPORTED,
+    names.OPERATION_COMPLETED_SIGNAL: REPORTED,
     names.DECIDE_UPDATE: "approval.decided",
     names.APPROVE_SIGNAL: "approval.decided",
     names.REJECT_SIGNAL: "approval.decided",
@@ -363,16 +365,21 @@ def told(run: str, events: Iterable[HistoryEvent]) -> tuple[list[RunEvent], str 
     return [e for event in events if (e := reading.take(event)) is not None], reading.next_run
 
 
-async def growth(client: Client, run_id: str, grew: asyncio.Event) -> None:
+async def growth(
+    client: Client, run_id: str, grew: asyncio.Event, reports: list[RunEvent] | None = None
+) -> None:
     """Set `grew` at each event of `run_id`'s history as Temporal appends it (its steps, its
     waits' ends, its Updates), into the runs it continues as: what a caller that looks at the
     run's state (`follow`, `reply`) looks again at once for, rather than at its next interval.
-    Returns when the chain ends, or quietly if the run cannot be read (the caller's interval
-    still holds)."""
+    With `reports`, each job's report with a progress (`operation.reported`) is added to it, in
+    order: the state shows only the latest. Returns when the chain ends, or quietly if the run
+    cannot be read (the caller's interval still holds)."""
     events = RunEvents(client)
     try:
         start, _ = await events.where(run_id, None)
-        async for _ in events.follow(run_id, start):
+        async for event in events.follow(run_id, start):
+            if reports is not None and event.kind == REPORTED and event.detail.get("progress"):
+                reports.append(event)
             grew.set()
     except (RunNotFound, RPCError):
         return

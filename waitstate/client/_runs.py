@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from temporalio.api.common.v1 import Payload
@@ -39,7 +39,7 @@ from waitstate.client._errors import (
     RunNotFound,
     StartFailed,
 )
-from waitstate.client._events import Retry, growth, retries_of
+from waitstate.client._events import Retry, RunEvent, growth, retries_of
 from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
@@ -107,6 +107,15 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class Report:
+    """A job's report of its progress to its operation (a webhook's), as its history has it."""
+
+    operation_id: str
+    status: str
+    progress: str
+
+
+@dataclass(frozen=True)
 class Progress:
     """One look at a run being followed: what is new since the last look."""
 
@@ -114,6 +123,9 @@ class Progress:
     retries: list[Retry]
     state: RunState | None  # the run's answer to its status query; None if nobody answered
     outcome: RunState | None  # set on the last look, once the run has ended
+    # Each report of a job's progress since the last look, in order (its state shows only the
+    # latest, which a second report can replace before the next look).
+    reports: list[Report] = field(default_factory=list)
 
 
 def new_run_id() -> str:
@@ -130,9 +142,15 @@ class RunCalls(ClientBase):
         """Start a run, or find the run already started with that id: one id, one run, ever.
 
         Raises:
-            StartFailed: Temporal refused the start.
+            StartFailed: Temporal refused the start, or the input names a model the run could
+                never call (a spec not `provider:model`, a budget's degrade_to its dollar
+                limit has no price for): nothing was started.
         """
         run_id = run_id or new_run_id()
+        try:
+            run_input.check_models()
+        except ValueError as err:
+            raise StartFailed(run_id, str(err)) from None
         run_input = self._with_model_queue(run_input)
         attributes = [SearchAttributePair(AGENT_STATUS, "running")]
         if run_input.agent is not None:
@@ -273,9 +291,10 @@ class RunCalls(ClientBase):
         wake: bool = True,
     ) -> AsyncIterator[Progress]:
         """Look at the run as soon as its history grows (with `wake`), and every `interval`,
-        until it ends: its new steps, and (with `retries`) each new attempt of a failing model
-        or tool call and the progress its polled jobs report (in the state's operations: what
-        no history event says). The last look carries the outcome, with the steps the run
+        until it ends: its new steps, each report of progress its jobs sent since (with
+        `wake`: from its history), and (with `retries`) each new attempt of a failing model or
+        tool call and the progress its polled jobs report (in the state's operations: what no
+        history event says). The last look carries the outcome, with the steps the run
         recorded.
 
         Raises:
@@ -287,7 +306,10 @@ class RunCalls(ClientBase):
         retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         result = asyncio.create_task(self.outcome(run_id))
         grew = asyncio.Event()
-        growing = asyncio.create_task(growth(self._client, run_id, grew)) if wake else None
+        reported: list[RunEvent] = []
+        growing = (
+            asyncio.create_task(growth(self._client, run_id, grew, reported)) if wake else None
+        )
         try:
             while True:
                 woken = asyncio.create_task(grew.wait())
@@ -311,10 +333,11 @@ class RunCalls(ClientBase):
                         new_retries = _new_retries(description, retries_shown)
                         if state is not None:
                             state = await self._with_progress(state, description)
+                reports, reported[:] = [_report(event) for event in reported], []
                 if not done:
-                    yield Progress(steps, new_retries, state, None)
+                    yield Progress(steps, new_retries, state, None, reports)
                     continue
-                yield Progress(steps, new_retries, state, _ended(state, result.result()))
+                yield Progress(steps, new_retries, state, _ended(state, result.result()), reports)
                 return
         finally:
             result.cancel()
@@ -426,6 +449,13 @@ def _ended(state: RunState | None, outcome: RunState) -> RunState:
     if outcome.rejected_output is not None:
         update["rejected_output"] = outcome.rejected_output
     return state.model_copy(update={**update, "final_output": outcome.final_output})
+
+
+def _report(event: RunEvent) -> Report:
+    """A job's report, from its `operation.reported` event."""
+    detail = event.detail
+    progress = str(detail.get("progress", ""))[:PROGRESS_CHARS]
+    return Report(str(detail.get("operation_id", "")), str(detail.get("status", "")), progress)
 
 
 def _new_retries(

@@ -10,7 +10,9 @@ WAITSTATE_OPERATOR_KEYS, WAITSTATE_THREAD_TOKEN_DAYS, WAITSTATE_TASK_QUEUE and W
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -51,8 +53,9 @@ class _Server(uvicorn.Server):
             log.info("gateway listening on http://%s:%d", host, port)
 
 
-async def serve(settings: Settings, tokens: ResumeTokens) -> int:
-    """Connect to Temporal, then serve the gateway until SIGINT or SIGTERM.
+async def serve(settings: Settings, tokens: ResumeTokens, sock: socket.socket | None = None) -> int:
+    """Connect to Temporal, then serve the gateway until SIGINT or SIGTERM, on `sock` (bound
+    by `listen`; None: uvicorn binds GATEWAY_HOST:GATEWAY_PORT itself).
 
     Returns:
         The process exit status: 0 after a clean stop, 1 if Temporal cannot be reached.
@@ -94,7 +97,7 @@ async def serve(settings: Settings, tokens: ResumeTokens) -> int:
     if settings.run_counts_seconds > 0:
         counting = asyncio.create_task(RunCounts(client, registry).run(settings.run_counts_seconds))
     try:
-        await _Server(config, events).serve()
+        await _Server(config, events).serve(sockets=[sock] if sock is not None else None)
     finally:
         if counting is not None:
             counting.cancel()
@@ -112,7 +115,7 @@ def main() -> None:
         stream=sys.stderr,
     )
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env(worker=False)  # what only a worker reads is not its to refuse
     except ValueError as err:
         sys.exit(f"gateway: {err}")
     if not settings.token_keys:
@@ -124,7 +127,41 @@ def main() -> None:
         tokens = ResumeTokens.from_settings(settings)
     except ValueError as err:
         sys.exit(f"gateway: {err}")  # e.g. a signing key that is not among the keys
-    exit_process(asyncio.run(serve(settings, tokens)))
+    try:
+        sock = listen(settings.gateway_host, settings.gateway_port)
+    except OSError as err:
+        sys.exit(f"gateway: {cannot_listen(settings.gateway_host, settings.gateway_port, err)}")
+    exit_process(asyncio.run(serve(settings, tokens, sock)))
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port`, here rather than by uvicorn: a port another process
+    holds is then an OSError to say in one line, where uvicorn logs it and stops with
+    `Application shutdown complete.` as its last word.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def cannot_listen(host: str, port: int, err: OSError) -> str:
+    """Why the gateway cannot listen on `host`:`port`, and the variable that moves it."""
+    if err.errno == errno.EADDRINUSE:
+        why = "another process listens there"
+    else:
+        why = os.strerror(err.errno) if err.errno else str(err)
+    return f"cannot listen on {host}:{port}: {why}; set GATEWAY_PORT to a free port"
 
 
 if __name__ == "__main__":

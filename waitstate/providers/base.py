@@ -13,6 +13,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, runtime_checkable
 
 from waitstate.schemas import Message, ModelResponse, ToolDefinition
+from waitstate.schemas.errors import LATER_MODEL_INVALID, MODEL_SPEC_INVALID
+
+# Checked wherever a run starts, as well as here: imported from where it was.
+from waitstate.schemas.run import parse_model_spec as parse_model_spec
 
 # HTTP statuses worth another attempt; every other 4xx means the request itself is wrong.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -80,6 +84,16 @@ class BackgroundProvider(Provider, Protocol):
         ...
 
 
+@runtime_checkable
+class NamedModels(Provider, Protocol):
+    """A provider that knows the models it has (the scripted one: its scripts), so a model it
+    does not have can be refused before a run would call it."""
+
+    def check_model(self, model: str) -> None:
+        """Raises UnknownModelError if this provider has no model `model`."""
+        ...
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     """One model call: the arguments of `Provider.complete`, as one value.
@@ -143,6 +157,16 @@ class Adapter(abc.ABC):
 
 class UnknownModelError(ValueError):
     """The model spec names no configured provider, model script, or a provider not set up."""
+
+    # What the model activity fails with for it (never retried: the request itself is wrong).
+    failure_type = MODEL_SPEC_INVALID
+
+
+class LaterModelError(UnknownModelError):
+    """A model the run would go on with later (a budget's `degrade_to`) cannot be called here:
+    the run fails at once, not when it would switch to it."""
+
+    failure_type = LATER_MODEL_INVALID
 
 
 class ProviderError(Exception):
@@ -236,21 +260,3 @@ def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
-
-
-def parse_model_spec(spec: str) -> tuple[str, str]:
-    """Split `provider:model` into its parts.
-
-    Raises:
-        ValueError: the spec is not of that form, or a part is blank or has spaces around it
-            (`anthropic: ` would otherwise reach the provider as a model named " ").
-    """
-    provider, sep, model = spec.partition(":")
-    if not sep or not provider.strip() or not model.strip():
-        raise ValueError(
-            f"model spec {spec!r} is not provider:model "
-            "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
-        )
-    if provider != provider.strip() or model != model.strip():
-        raise ValueError(f"model spec {spec!r} has spaces around the provider or model name")
-    return provider, model

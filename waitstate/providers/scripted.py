@@ -41,17 +41,21 @@ class ScriptedProvider(Adapter):
         """Names of the scripts it can play."""
         return sorted(self._scripts)
 
+    def check_model(self, model: str) -> None:
+        """Raises UnknownModelError if there is no script named `model`."""
+        if model not in self._scripts:
+            raise UnknownModelError(
+                f"no script named {model!r}; scripts: {', '.join(self.names())}"
+            )
+
     async def answer(self, request: ModelRequest) -> ModelResponse:
         """Answer with the script's next message (`settings` do not change a script).
 
         Raises:
             UnknownModelError: no script of that name.
         """
-        script = self._scripts.get(request.model)
-        if script is None:
-            raise UnknownModelError(
-                f"no script named {request.model!r}; scripts: {', '.join(self.names())}"
-            )
+        self.check_model(request.model)
+        script = self._scripts[request.model]
         messages = request.messages
         # The run's checkpoint question (what is done, what remains) is answered from the
         # question itself, whatever the script: any model must answer it.

@@ -18,6 +18,8 @@ from waitstate.schemas.messages import Usage
 OnExceed = Literal["stop", "approve", "degrade"]
 # The name a budget's approval request goes by (its "tool"), in notices, pages and the CLI.
 RAISE_BUDGET = "raise_budget"
+# The finest an amount of dollars is shown: a millionth of a cent.
+MAX_PLACES = 8
 
 
 class ModelPrice(BaseModel):
@@ -83,6 +85,16 @@ class Budget(BaseModel):
             raise ValueError("on_exceed 'degrade' needs degrade_to: the cheaper model spec")
         return self
 
+    def degrades_unpriced(self) -> bool:
+        """Whether it would go on with a model its dollar limit has no price for: the run
+        would then stop when it degrades, not go on."""
+        return (
+            self.usd is not None
+            and self.on_exceed == "degrade"
+            and self.degrade_to is not None
+            and self.degrade_to not in self.prices
+        )
+
 
 class BudgetState(BaseModel):
     """Where a run stands against its budget (in its state: `status`, `--json`)."""
@@ -111,5 +123,27 @@ class BudgetState(BaseModel):
         if self.tokens is not None:
             parts.append(f"{self.spent_tokens:,} of {self.tokens:,} tokens")
         if self.usd is not None:
-            parts.append(f"${self.spent_usd:.4f} of ${self.usd:.2f}")
+            spent, limit = dollars(self.spent_usd, self.usd)
+            parts.append(f"{spent} of {limit}")
         return "; ".join(parts)
+
+
+def dollars(spent: float, limit: float) -> tuple[str, str]:
+    """`spent` and `limit` in dollars: the limit as it was given, to the cent at least (`$1.00`,
+    `$0.005`); what was spent to a hundredth of a cent at least, and finer where that is needed
+    for the two to compare as the amounts do (spent past the limit never reads as under it)."""
+    given = _given_places(limit)
+    places = max(4, given)
+    while places < MAX_PLACES and (round(spent, places) >= round(limit, places)) != (
+        spent >= limit
+    ):
+        places += 1
+    return f"${spent:.{places}f}", f"${limit:.{max(2, given)}f}"
+
+
+def _given_places(amount: float) -> int:
+    """The decimal places `amount` was given with (0.005: 3), at most MAX_PLACES."""
+    for places in range(MAX_PLACES):
+        if round(amount, places) == amount:
+            return places
+    return MAX_PLACES

@@ -6,6 +6,9 @@ MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 MODEL_UNAVAILABLE = "ModelUnavailable"
 # The model spec names no known provider, or the provider is not configured.
 MODEL_SPEC_INVALID = "ModelSpecInvalid"
+# A model the run may go on with later (its budget's `degrade_to`) is one this worker cannot
+# call: checked with each call before it, so the run fails at once, not when it switches.
+LATER_MODEL_INVALID = "LaterModelInvalid"
 # A background response ended without an answer (failed, or cancelled at the provider):
 # asking for it again changes nothing.
 MODEL_RESPONSE_FAILED = "ModelResponseFailed"

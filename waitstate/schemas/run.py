@@ -72,6 +72,24 @@ def check_tenant(tenant: str | None) -> str | None:
     return tenant
 
 
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """Split `provider:model` into its parts.
+
+    Raises:
+        ValueError: the spec is not of that form, or a part is blank or has spaces around it
+            (`anthropic: ` would otherwise reach the provider as a model named " ").
+    """
+    provider, sep, model = spec.partition(":")
+    if not sep or not provider.strip() or not model.strip():
+        raise ValueError(
+            f"model spec {spec!r} is not provider:model "
+            "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
+        )
+    if provider != provider.strip() or model != model.strip():
+        raise ValueError(f"model spec {spec!r} has spaces around the provider or model name")
+    return provider, model
+
+
 class RunInput(BaseModel):
     """Everything a run needs to know; it travels in the workflow's start event."""
 
@@ -161,6 +179,34 @@ class RunInput(BaseModel):
         if self.agent is not None and self.agent_overrides is None:
             self.agent_overrides = sorted(self.model_fields_set & AGENT_FIELDS)
         return self
+
+    def model_specs(self) -> list[tuple[str, str]]:
+        """Every model spec the run may call, each with where it was given: its `model`, and
+        its budget's `degrade_to`."""
+        specs = [("model", self.model)]
+        if self.budget is not None and self.budget.degrade_to is not None:
+            specs.append(("budget's degrade_to", self.budget.degrade_to))
+        return specs
+
+    def check_models(self) -> None:
+        """What a start can check of the models the run may call, before the run meets one it
+        cannot: each spec's form (`provider:model`, no blank or padded name), and that a dollar
+        budget prices the model it degrades to. Not a validator: a run recorded with such an
+        input must still be read, to fail or replay as it did.
+
+        Raises:
+            ValueError: naming the spec and where it was given.
+        """
+        for where, spec in self.model_specs():
+            try:
+                parse_model_spec(spec)
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        if self.budget is not None and self.budget.degrades_unpriced():
+            raise ValueError(
+                f"budget's degrade_to: {self.budget.degrade_to!r} has no price in the budget's "
+                "table, and a dollar budget calls no model it cannot price"
+            )
 
 
 class Checkpoint(BaseModel):
@@ -296,6 +342,12 @@ class ModelCallInput(BaseModel):
         default=None,
         description="The model's reply to this very call, given before the blob store failed "
         "to keep the conversation: stored now, and the model is not asked again.",
+    )
+    later_models: list[str] = Field(
+        default_factory=list,
+        description="The model specs the run may go on with later (its budget's `degrade_to`, "
+        "until it switched): the call fails, not retried, if this worker cannot call one, so "
+        "the run ends at once rather than when it switches.",
     )
 
 

@@ -1,0 +1,44 @@
+"""What `run` starts a run with, from its arguments: every model spec checked before anything is
+started, the cheaper model of `--degrade-to` as the run's own."""
+
+from __future__ import annotations
+
+import pytest
+
+from starter import _parser
+from waitstate.cli.output import CliError
+from waitstate.cli.runs import _run_input
+from waitstate.settings import Settings
+
+BUDGET = ("--budget-tokens", "300", "--on-exceed", "degrade")
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("nosuch:model", "unknown provider 'nosuch'"),
+        ("openai:", "is not provider:model"),
+        ("openai: gpt-4.1", "has spaces around"),
+        ("scripted:no-such-script", "no script named 'no-such-script'"),
+    ],
+)
+async def test_a_degrade_model_no_run_could_call_is_a_bad_argument_naming_it(
+    spec: str, says: str
+) -> None:
+    args = _parser().parse_args(["run", "loop", *BUDGET, "--degrade-to", spec])
+
+    with pytest.raises(CliError) as refused:
+        await _run_input(args, Settings())
+
+    assert refused.value.code == 2
+    assert str(refused.value).startswith("--degrade-to: model ")
+    assert repr(spec) in str(refused.value) and says in str(refused.value)
+
+
+async def test_a_degrade_model_the_apps_have_goes_into_the_runs_budget() -> None:
+    args = _parser().parse_args(["run", "loop", *BUDGET, "--degrade-to", "scripted:echo"])
+
+    run_input = await _run_input(args, Settings())
+
+    assert run_input.budget is not None
+    assert (run_input.budget.on_exceed, run_input.budget.degrade_to) == ("degrade", "scripted:echo")
