@@ -15,8 +15,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import importlib.metadata
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -87,6 +89,11 @@ RUNS_STAY_ON = VersioningBehavior.PINNED
 _PLACEHOLDER_KEY = "not-needed"
 # What a worker serves when no app is named: the demo, run from a checkout.
 DEMO_APP = "examples.demo.app:app"
+# The checkout the worker runs from, whose commit (and uncommitted changes) name its build id.
+CHECKOUT = Path(__file__).resolve().parent
+# Each git command the build id asks (a hung one fails the worker's start, not its polls).
+GIT_TIMEOUT = timedelta(seconds=10)
+CHUNK = 1 << 20
 
 
 def build_providers(
@@ -163,28 +170,87 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
-def build_id(settings: Settings) -> str:
+def build_id(settings: Settings, checkout: Path = CHECKOUT) -> str:
     """The worker's build id: WAITSTATE_BUILD_ID, else the package's version and the commit of
     the checkout it runs from (`0.1.0+dd29af14cb4a`), else the version alone (an image without
-    its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one version share an id)."""
+    its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one version share an id).
+
+    A checkout with uncommitted changes (tracked files changed, or files git does not ignore
+    added) is not the commit's code: its id also names a digest of what differs
+    (`0.1.0+dd29af14cb4a.dirty-3f2a9c1b7e4d`), so an edited tree never polls as the version
+    of its commit and is never handed that version's runs. The same changes give the same id.
+
+    Raises:
+        BuildIdError: git names the commit but cannot say what differs from it.
+    """
     if settings.build_id:
         return settings.build_id
     version = importlib.metadata.version("waitstate")
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        commit = _git_bytes(checkout, "rev-parse", "--short=12", "HEAD").decode().strip()
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
         commit = ""
     if not commit:
         log.warning("no git commit found: build id %s is the version alone", version)
         return version
-    return f"{version}+{commit}"
+    changes = _uncommitted_digest(checkout)
+    if changes is None:
+        return f"{version}+{commit}"
+    log.warning("the checkout has uncommitted changes: build id names them (.dirty-%s)", changes)
+    return f"{version}+{commit}.dirty-{changes}"
+
+
+class BuildIdError(RuntimeError):
+    """The checkout's build id cannot be told (set WAITSTATE_BUILD_ID)."""
+
+
+def _uncommitted_digest(checkout: Path) -> str | None:
+    """A digest of the files the checkout holds otherwise than its commit (None: none): those
+    changed, added or deleted since HEAD, staged or not, and those git neither tracks nor
+    ignores, each by path and content (read in chunks: a large file costs time, not memory).
+    Only what the tree holds counts, not how it got there (staged or not, by which steps).
+
+    Raises:
+        BuildIdError: git did not answer.
+    """
+    try:
+        changed = _git_bytes(checkout, "diff", "HEAD", "--name-only", "--no-renames", "-z")
+        untracked = _git_bytes(checkout, "ls-files", "--others", "--exclude-standard", "-z")
+    except (OSError, subprocess.SubprocessError) as err:
+        raise BuildIdError(
+            f"cannot tell whether {checkout} has uncommitted changes ({type(err).__name__}): "
+            "set WAITSTATE_BUILD_ID"
+        ) from err
+    names = sorted(set(filter(None, (changed + untracked).split(b"\0"))))
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(b"\0path\0" + name + b"\0")
+        try:
+            with (checkout / os.fsdecode(name)).open("rb") as file:
+                while chunk := file.read(CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            digest.update(b"\0deleted")
+        except OSError:  # unreadable (a directory a submodule left, a socket): named only
+            digest.update(b"\0unreadable")
+    return digest.hexdigest()[:12]
+
+
+def _git_bytes(checkout: Path, *args: str) -> bytes:
+    """What a git command prints in `checkout` (names: short).
+
+    Raises:
+        OSError, subprocess.SubprocessError: git is missing, fails or hangs.
+    """
+    return subprocess.run(
+        ["git", "--no-optional-locks", *args],
+        cwd=checkout,
+        capture_output=True,
+        timeout=GIT_TIMEOUT.total_seconds(),
+        check=True,
+    ).stdout
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
@@ -288,6 +354,8 @@ def build_workers(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
+    # Both workers poll as one version (its build id is read from git once).
+    deployment = deployment_config(settings)
     runs = Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -311,7 +379,7 @@ def build_workers(
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        deployment_config=deployment_config(settings),
+        deployment_config=deployment,
         # The trace a run's start carries goes on through its workflow and activities.
         interceptors=[tracing.interceptor] if tracing is not None else [],
         # The sandbox would import the workflow's modules afresh for every run it builds
@@ -332,7 +400,7 @@ def build_workers(
         activities=[model.call_model],
         max_task_queue_activities_per_second=settings.model_calls_per_second,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        deployment_config=deployment_config(settings),
+        deployment_config=deployment,
         interceptors=[tracing.interceptor] if tracing is not None else [],
     )
     return [runs, model_calls]
@@ -411,18 +479,21 @@ async def main(argv: Sequence[str] | None = None) -> None:
             providers.resolve(f"{name}:warm-up")
     # The approval notices' connection pool (the apps' tools bring their own, in their deps).
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    worker, *others = build_workers(
-        client,
-        settings,
-        providers,
-        apps.tools,
-        http,
-        tokens=tokens,
-        agents=apps.agents,
-        tool_deps=apps.tool_deps,
-        mcp=apps.mcp,
-        tracing=tracing,
-    )
+    try:
+        worker, *others = build_workers(
+            client,
+            settings,
+            providers,
+            apps.tools,
+            http,
+            tokens=tokens,
+            agents=apps.agents,
+            tool_deps=apps.tool_deps,
+            mcp=apps.mcp,
+            tracing=tracing,
+        )
+    except BuildIdError as err:
+        _stop_at_start(str(err))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
