@@ -292,7 +292,8 @@ def _parser() -> argparse.ArgumentParser:
         "--limit",
         type=positive,
         default=DEFAULT_LIMIT,
-        help=f"replay at most this many runs (default: {DEFAULT_LIMIT})",
+        help=f"replay at most this many runs, the oldest first; a query listing more fails "
+        f"(exit 2) saying how many were left (default: {DEFAULT_LIMIT})",
     )
     replay.set_defaults(command=cmd_replay_check, workflows=worker_workflows)
 

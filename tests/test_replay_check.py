@@ -96,7 +96,6 @@ async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
     await _listed(client, query, 2)
 
     done = await cli("replay-check", "--query", query)
-    first = await cli("replay-check", "--query", query, "--limit", "1")
 
     assert done.code == 1, done.stdout + done.stderr
     failing, summary = done.stdout.splitlines()
@@ -110,11 +109,39 @@ async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
     assert good_id not in done.stdout
     assert summary == "replayed 2 runs: 1 ok, 1 does not replay"
     assert done.stderr == ""
-    # The limit bounds the runs replayed, and says that it did.
-    lines = first.stdout.splitlines()
-    assert lines[-2].startswith("replayed 1 run: ")
-    assert lines[-1] == "the query lists more than 1 runs: only the first were checked (--limit)"
-    assert first.code == (1 if lines[0].startswith(f"does not replay: {bad_id} ") else 0)
+
+
+async def test_a_bounded_gate_checks_the_oldest_runs_and_fails_for_those_it_left(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    # The oldest run is one the code cannot replay: a run of the version before, still listed
+    # when two newer ones (visibility lists the newest first) are.
+    bad_id, bad_run = await _earlier_run(client, task_queue)
+    newer = [await _completed_run(client, task_queue) for _ in range(2)]
+    query = f'TaskQueue = "{task_queue}"'
+    await _listed(client, query, 3)
+    good_only = f'{query} AND WorkflowId != "{bad_id}"'
+
+    oldest = await cli("replay-check", "--query", query, "--limit", "1")
+    cut = await cli("replay-check", "--query", good_only, "--limit", "1")
+    whole = await cli("replay-check", "--query", good_only, "--limit", "2")
+
+    failing, *rest = oldest.stdout.splitlines()
+    assert oldest.code == 1, oldest.stdout + oldest.stderr
+    assert failing.startswith(f"does not replay: {bad_id} (run {bad_run}): ")
+    assert rest == [
+        "replayed 1 run: 0 ok, 1 does not replay",
+        "not checked: 2 of the 3 runs the query lists (--limit 1: the oldest were checked)",
+    ]
+    # Every run it checked replays, and yet it did not check them all: not a pass.
+    assert (cut.code, cut.stderr) == (2, "")
+    assert cut.stdout.splitlines() == [
+        "replayed 1 run: 1 ok",
+        "not checked: 1 of the 2 runs the query lists (--limit 1: the oldest were checked)",
+    ]
+    assert (whole.code, whole.stdout) == (0, "replayed 2 runs: 2 ok\n")
+    assert all(workflow_id not in oldest.stdout + cut.stdout for workflow_id, _ in newer)
 
 
 async def test_the_default_lists_open_runs_and_runs_closed_within_the_window(
