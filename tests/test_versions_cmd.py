@@ -74,7 +74,7 @@ def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     return Cli(process_env(dev_env.client, task_queue))
 
 
-async def _taken(handle: WorkflowHandle[Any, Any]) -> None:
+async def taken(handle: WorkflowHandle[Any, Any]) -> None:
     """Wait until a worker has completed the run's first workflow task."""
 
     async def completed() -> bool:
@@ -86,13 +86,13 @@ async def _taken(handle: WorkflowHandle[Any, Any]) -> None:
     await eventually(completed, f"{handle.id}'s first workflow task")
 
 
-async def _counted(client: Client, query: str, count: int) -> None:
+async def counted(client: Client, query: str, count: int) -> None:
     """Wait until visibility counts `count` runs for `query` (it follows a run's state)."""
 
-    async def counted() -> bool:
+    async def as_many() -> bool:
         return (await client.count_workflows(query)).count == count
 
-    await eventually(counted, f"{count} runs counted for {query}")
+    await eventually(as_many, f"{count} runs counted for {query}")
 
 
 async def _open_runs_of_every_kind(
@@ -110,7 +110,7 @@ async def _open_runs_of_every_kind(
         client, task_queue=today, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
     ):
         handles.append(await start_run(client, today, TASK))
-        await _taken(handles[-1])
+        await taken(handles[-1])
     deployment = WorkerDeploymentConfig(
         version=version,
         use_worker_versioning=True,
@@ -123,8 +123,8 @@ async def _open_runs_of_every_kind(
         workflow_runner=RUNNER,
         deployment_config=deployment,
     ):
-        handles.append(await _pinned_run(client, versioned, version))
-        await _taken(handles[-1])
+        handles.append(await pinned_run(client, versioned, version))
+        await taken(handles[-1])
     for queue, earlier in ((old, RunOfAgentRun3), (oldest, RunBeforeAnyMarker)):
         async with Worker(client, task_queue=queue, workflows=[earlier]):
             handles.append(
@@ -132,16 +132,16 @@ async def _open_runs_of_every_kind(
                     earlier.run, TASK, id=f"run-{uuid.uuid4()}", task_queue=queue
                 )
             )
-            await _taken(handles[-1])
+            await taken(handles[-1])
     handles.append(await start_run(client, idle, TASK))
     ours = "TaskQueue IN ({})".format(", ".join(f'"{queue}"' for queue in queues))
-    await _counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
-    await _counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
-    await _counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
+    await counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
+    await counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
+    await counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
     return ours, handles
 
 
-async def _pinned_run(
+async def pinned_run(
     client: Client, task_queue: str, version: WorkerDeploymentVersion
 ) -> WorkflowHandle[Any, Any]:
     """A run pinned to `version`, started once the version's worker has made it known to the
@@ -200,7 +200,7 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
         client, task_queue=task_queue, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
     ):
         handle = await start_run(client, task_queue, TASK)
-        await _taken(handle)
+        await taken(handle)
     try:
         described = await handle.describe()
     finally:
@@ -216,7 +216,7 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     table = await cli("versions", "--query", ours)
     as_json = await cli("versions", "--query", ours, "--json")
     await open_runs.end()
-    await _counted(dev_env.client, f'{ours} AND ExecutionStatus = "Running"', 0)
+    await counted(dev_env.client, f'{ours} AND ExecutionStatus = "Running"', 0)
     after = await cli("versions", "--query", ours, "--json")
 
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
