@@ -318,9 +318,11 @@ def _parser() -> argparse.ArgumentParser:
         "runs started before the marker existed, and runs no worker has taken yet (they record "
         "the newest marker at their first task). A run records only the newest marker its code "
         "checks for, which implies every earlier one. Per deployment version: the open runs on "
-        "it (TemporalWorkerDeploymentVersion), and of them those pinned to it; a version that "
-        "is neither the deployment's current nor its ramping one and has no open run pinned to "
-        "it can stop (a run that auto-upgrades moves to the current one). Each number is a "
+        "it (TemporalWorkerDeploymentVersion), and of them those pinned to it; its state, as "
+        "its deployment describes it (current, ramping with its share of new runs, draining: "
+        "runs pinned to it are open, drained: none is, inactive: never current nor ramping); "
+        "and whether its workers can stop: neither current, ramping nor draining, with no open "
+        "run pinned to it (a run that auto-upgrades moves to the current one). Each number is a "
         "count of its own, taken one after another. See docs/versions.md.",
     )
     versions.add_argument(
