@@ -18,10 +18,12 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import logging
+import math
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -140,6 +142,18 @@ def build_providers(
             **(extra or {}),
         }
     )
+
+
+def warm_up(providers: Providers, settings: Settings) -> None:
+    """Load the SDK of each provider the worker is configured for, and build its client, now
+    rather than in its first call: a first call as slow as the next (the model queue's pace
+    counts calls from their start, a provider from their arrival)."""
+    for name, configured in (
+        ("openai", settings.openai_api_key or settings.openai_base_url),
+        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
+    ):
+        if configured:
+            providers.resolve(f"{name}:warm-up")
 
 
 class _SdkOptions(TypedDict):
@@ -394,16 +408,68 @@ def build_workers(
     # Every worker polls the model queue too: the server holds the queue to its rate however many
     # poll it, and no process of another kind must be deployed for runs' model calls to be taken.
     # The runs' queue keeps the model activity for runs started without the model queue.
+    # The server holds the fleet to the rate on average, but lets a second's worth through at
+    # once after an idle spell: each process also paces its own requests (ModelCallPace).
+    limit = settings.model_calls_per_second
+    pace = ModelCallPace(limit) if limit is not None else None
+    paced = ModelActivities(
+        providers,
+        registry,
+        blobs,
+        agents,
+        tracing=tracing,
+        deltas=deltas,
+        pace=None if pace is None else pace.turn,
+    )
     model_calls = Worker(
         client,
         task_queue=settings.model_task_queue,
-        activities=[model.call_model],
-        max_task_queue_activities_per_second=settings.model_calls_per_second,
+        activities=[paced.call_model],
+        max_task_queue_activities_per_second=None if pace is None else pace.per_second,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         deployment_config=deployment,
         interceptors=[tracing.interceptor] if tracing is not None else [],
     )
     return [runs, model_calls]
+
+
+class ModelCallPace:
+    """The requests to providers of one worker process's model calls, at most `limit` in any
+    one second: each sent at least `interval` after the one before, never in a burst.
+
+    Temporal's limit of the model queue (`max_task_queue_activities_per_second`) holds the fleet
+    to a rate on average, but it is a token bucket: after an idle spell it hands out about a
+    second's worth of calls at once (so does the SDK's per-worker limit), which a provider
+    counting calls per second sees as twice its limit. Calls the server hands this process
+    faster wait here, in order, a second or so at most: the server, told the same rate (the
+    activities' `per_second`), hands out no more than this process sends once the burst is
+    spent. The wait is taken just before the request, after the call's input is read from the
+    blob store, where a busy process would hold some calls back more than others.
+
+    `SLACK` is for what still varies between the wait and the request reaching the provider:
+    the request built and written, and now and then a connection opened first (after an idle
+    spell, when the pool's has expired) or an SDK client's first request (its platform headers
+    worked out: 80-90 ms more than the next, measured against the local stand-in). It keeps the
+    call after `limit` of them out of the first's second, as the provider counts them, at the
+    cost of a rate `limit / 1.1`.
+    """
+
+    SLACK = timedelta(milliseconds=100)
+
+    def __init__(self, limit: float) -> None:
+        self.interval = (1.0 + self.SLACK.total_seconds()) / limit
+        self.per_second = 1.0 / self.interval
+        self._last = -math.inf  # time.monotonic() of the last request's turn
+        self._turns = asyncio.Lock()  # waiters are let in first come, first served
+
+    async def turn(self) -> None:
+        """Wait for this request's turn: `interval` after the previous one's (as it came, not
+        as it was planned: a late wake-up moves the turns after it)."""
+        async with self._turns:
+            wait = self._last + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last = time.monotonic()
 
 
 def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -> Apps:
@@ -470,13 +536,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     if tracing is not None:
         log.info("traces to %s", settings.otlp_endpoint)
     providers = build_providers(settings, apps.providers, apps.scripts)
-    # Load the SDK of each provider this worker is configured for now, not in its first call.
-    for name, configured in (
-        ("openai", settings.openai_api_key or settings.openai_base_url),
-        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
-    ):
-        if configured:
-            providers.resolve(f"{name}:warm-up")
+    warm_up(providers, settings)
     # The approval notices' connection pool (the apps' tools bring their own, in their deps).
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
     try:
