@@ -210,7 +210,7 @@ def build_id(settings: Settings, checkout: Path = CHECKOUT) -> str:
     changes = _uncommitted_digest(checkout)
     if changes is None:
         return f"{version}+{commit}"
-    log.warning("the checkout has uncommitted changes: build id names them (.dirty-%s)", changes)
+    # Not logged: the worker logs the version it polls as, and the CLI says which it checks.
     return f"{version}+{commit}.dirty-{changes}"
 
 

@@ -203,16 +203,16 @@ async def cmd_replay_check(
         ) from err
     if args.query is not None and args.all_versions:
         raise CliError("argument --all-versions: not allowed with argument --query", code=2)
-    query = args.query
+    query, version = args.query, None
     if query is None:
         version = None if args.all_versions else _version(args, settings)
         query = default_query(args.closed_within, version)
-        if version is not None:
-            print(
-                f"checking the runs {one_line(version)} can meet: unpinned, or pinned to it "
-                "(--all-versions: every run)"
-            )
     client = await WaitstateClient.connect(settings, tracing=tracing)
+    if version is not None:
+        print(
+            f"checking the runs {one_line(version)} can meet: unpinned, or pinned to it "
+            "(--all-versions: every run)"
+        )
     listing = Listing(client.temporal, query, args.limit)
     replayed = failed = unfetched = 0
     async for outcome in replay_runs(listing, workflows):
