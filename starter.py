@@ -15,7 +15,7 @@ waitstate answer RUN_ID [--question Q] --decline [--responder NAME]
 waitstate cancel RUN_ID
 waitstate cleanup [--retention 7d]                      # delete ended runs' blobs once
 waitstate cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
-waitstate replay-check [--closed-within 7d | --query Q] [--limit N]   # before a deploy
+waitstate replay-check [--closed-within 7d [--all-versions] | --query Q] [--limit N]   # before a deploy
 waitstate versions [--query Q] [--limit N] [--json]   # open runs per patch and version
 
 This module is the entry point, and its parser the table of commands. The commands live in
@@ -311,15 +311,26 @@ def _parser() -> argparse.ArgumentParser:
         help="the open runs, and those closed this recently, e.g. 7d (default: 7d)",
     )
     which.add_argument(
-        "--query", help="a visibility list filter of your own, instead, e.g. 'WorkflowId = \"x\"'"
+        "--query",
+        help="a visibility list filter of your own, instead of the window and the version's "
+        "scope, e.g. 'WorkflowId = \"x\"'",
+    )
+    replay.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="check the window's runs pinned to any version, not only those this checkout's "
+        "version can meet (unpinned, or pinned to it)",
     )
     replay.add_argument(
         "--limit",
         type=positive,
         default=DEFAULT_LIMIT,
-        help=f"replay at most this many runs (default: {DEFAULT_LIMIT})",
+        help=f"replay at most this many runs, the oldest first; a query listing more fails "
+        f"(exit 2) saying how many were left (default: {DEFAULT_LIMIT})",
     )
-    replay.set_defaults(command=cmd_replay_check, workflows=worker_workflows)
+    replay.set_defaults(
+        command=cmd_replay_check, workflows=worker_workflows, version=worker_version
+    )
 
     versions = sub.add_parser(
         "versions",
@@ -332,9 +343,11 @@ def _parser() -> argparse.ArgumentParser:
         "runs started before the marker existed, and runs no worker has taken yet (they record "
         "the newest marker at their first task). A run records only the newest marker its code "
         "checks for, which implies every earlier one. Per deployment version: the open runs on "
-        "it (TemporalWorkerDeploymentVersion), and of them those pinned to it; a version that "
-        "is neither the deployment's current nor its ramping one and has no open run pinned to "
-        "it can stop (a run that auto-upgrades moves to the current one). Each number is a "
+        "it (TemporalWorkerDeploymentVersion), and of them those pinned to it; its state, as "
+        "its deployment describes it (current, ramping with its share of new runs, draining: "
+        "runs pinned to it are open, drained: none is, inactive: never current nor ramping); "
+        "and whether its workers can stop: neither current, ramping nor draining, with no open "
+        "run pinned to it (a run that auto-upgrades moves to the current one). Each number is a "
         "count of its own, taken one after another. See docs/versions.md.",
     )
     versions.add_argument(
@@ -363,6 +376,16 @@ def worker_workflows() -> list[type]:
     from worker import WORKFLOWS
 
     return list(WORKFLOWS)
+
+
+def worker_version(settings: Settings) -> str:
+    """The worker deployment version a worker of this checkout polls as, `deployment:build_id`
+    as visibility names it (WAITSTATE_DEPLOYMENT, and WAITSTATE_BUILD_ID or worker.py's build
+    id), which `replay-check` scopes its runs to. Imported when the command runs, as
+    `worker_workflows`."""
+    from worker import build_id
+
+    return f"{settings.deployment}:{build_id(settings)}"
 
 
 def patch_markers() -> list[str]:

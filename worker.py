@@ -15,11 +15,15 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import importlib.metadata
 import logging
+import math
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -87,6 +91,11 @@ RUNS_STAY_ON = VersioningBehavior.PINNED
 _PLACEHOLDER_KEY = "not-needed"
 # What a worker serves when no app is named: the demo, run from a checkout.
 DEMO_APP = "examples.demo.app:app"
+# The checkout the worker runs from, whose commit (and uncommitted changes) name its build id.
+CHECKOUT = Path(__file__).resolve().parent
+# Each git command the build id asks (a hung one fails the worker's start, not its polls).
+GIT_TIMEOUT = timedelta(seconds=10)
+CHUNK = 1 << 20
 
 
 def build_providers(
@@ -135,6 +144,18 @@ def build_providers(
     )
 
 
+def warm_up(providers: Providers, settings: Settings) -> None:
+    """Load the SDK of each provider the worker is configured for, and build its client, now
+    rather than in its first call: a first call as slow as the next (the model queue's pace
+    counts calls from their start, a provider from their arrival)."""
+    for name, configured in (
+        ("openai", settings.openai_api_key or settings.openai_base_url),
+        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
+    ):
+        if configured:
+            providers.resolve(f"{name}:warm-up")
+
+
 class _SdkOptions(TypedDict):
     """The options both SDK clients are built with."""
 
@@ -163,28 +184,87 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
-def build_id(settings: Settings) -> str:
+def build_id(settings: Settings, checkout: Path = CHECKOUT) -> str:
     """The worker's build id: WAITSTATE_BUILD_ID, else the package's version and the commit of
     the checkout it runs from (`0.1.0+dd29af14cb4a`), else the version alone (an image without
-    its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one version share an id)."""
+    its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one version share an id).
+
+    A checkout with uncommitted changes (tracked files changed, or files git does not ignore
+    added) is not the commit's code: its id also names a digest of what differs
+    (`0.1.0+dd29af14cb4a.dirty-3f2a9c1b7e4d`), so an edited tree never polls as the version
+    of its commit and is never handed that version's runs. The same changes give the same id.
+
+    Raises:
+        BuildIdError: git names the commit but cannot say what differs from it.
+    """
     if settings.build_id:
         return settings.build_id
     version = importlib.metadata.version("waitstate")
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        commit = _git_bytes(checkout, "rev-parse", "--short=12", "HEAD").decode().strip()
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
         commit = ""
     if not commit:
         log.warning("no git commit found: build id %s is the version alone", version)
         return version
-    return f"{version}+{commit}"
+    changes = _uncommitted_digest(checkout)
+    if changes is None:
+        return f"{version}+{commit}"
+    # Not logged: the worker logs the version it polls as, and the CLI says which it checks.
+    return f"{version}+{commit}.dirty-{changes}"
+
+
+class BuildIdError(RuntimeError):
+    """The checkout's build id cannot be told (set WAITSTATE_BUILD_ID)."""
+
+
+def _uncommitted_digest(checkout: Path) -> str | None:
+    """A digest of the files the checkout holds otherwise than its commit (None: none): those
+    changed, added or deleted since HEAD, staged or not, and those git neither tracks nor
+    ignores, each by path and content (read in chunks: a large file costs time, not memory).
+    Only what the tree holds counts, not how it got there (staged or not, by which steps).
+
+    Raises:
+        BuildIdError: git did not answer.
+    """
+    try:
+        changed = _git_bytes(checkout, "diff", "HEAD", "--name-only", "--no-renames", "-z")
+        untracked = _git_bytes(checkout, "ls-files", "--others", "--exclude-standard", "-z")
+    except (OSError, subprocess.SubprocessError) as err:
+        raise BuildIdError(
+            f"cannot tell whether {checkout} has uncommitted changes ({type(err).__name__}): "
+            "set WAITSTATE_BUILD_ID"
+        ) from err
+    names = sorted(set(filter(None, (changed + untracked).split(b"\0"))))
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(b"\0path\0" + name + b"\0")
+        try:
+            with (checkout / os.fsdecode(name)).open("rb") as file:
+                while chunk := file.read(CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            digest.update(b"\0deleted")
+        except OSError:  # unreadable (a directory a submodule left, a socket): named only
+            digest.update(b"\0unreadable")
+    return digest.hexdigest()[:12]
+
+
+def _git_bytes(checkout: Path, *args: str) -> bytes:
+    """What a git command prints in `checkout` (names: short).
+
+    Raises:
+        OSError, subprocess.SubprocessError: git is missing, fails or hangs.
+    """
+    return subprocess.run(
+        ["git", "--no-optional-locks", *args],
+        cwd=checkout,
+        capture_output=True,
+        timeout=GIT_TIMEOUT.total_seconds(),
+        check=True,
+    ).stdout
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
@@ -288,6 +368,8 @@ def build_workers(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
+    # Both workers poll as one version (its build id is read from git once).
+    deployment = deployment_config(settings)
     runs = Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -311,7 +393,7 @@ def build_workers(
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        deployment_config=deployment_config(settings),
+        deployment_config=deployment,
         # The trace a run's start carries goes on through its workflow and activities.
         interceptors=[tracing.interceptor] if tracing is not None else [],
         # The sandbox would import the workflow's modules afresh for every run it builds
@@ -326,16 +408,68 @@ def build_workers(
     # Every worker polls the model queue too: the server holds the queue to its rate however many
     # poll it, and no process of another kind must be deployed for runs' model calls to be taken.
     # The runs' queue keeps the model activity for runs started without the model queue.
+    # The server holds the fleet to the rate on average, but lets a second's worth through at
+    # once after an idle spell: each process also paces its own requests (ModelCallPace).
+    limit = settings.model_calls_per_second
+    pace = ModelCallPace(limit) if limit is not None else None
+    paced = ModelActivities(
+        providers,
+        registry,
+        blobs,
+        agents,
+        tracing=tracing,
+        deltas=deltas,
+        pace=None if pace is None else pace.turn,
+    )
     model_calls = Worker(
         client,
         task_queue=settings.model_task_queue,
-        activities=[model.call_model],
-        max_task_queue_activities_per_second=settings.model_calls_per_second,
+        activities=[paced.call_model],
+        max_task_queue_activities_per_second=None if pace is None else pace.per_second,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        deployment_config=deployment_config(settings),
+        deployment_config=deployment,
         interceptors=[tracing.interceptor] if tracing is not None else [],
     )
     return [runs, model_calls]
+
+
+class ModelCallPace:
+    """The requests to providers of one worker process's model calls, at most `limit` in any
+    one second: each sent at least `interval` after the one before, never in a burst.
+
+    Temporal's limit of the model queue (`max_task_queue_activities_per_second`) holds the fleet
+    to a rate on average, but it is a token bucket: after an idle spell it hands out about a
+    second's worth of calls at once (so does the SDK's per-worker limit), which a provider
+    counting calls per second sees as twice its limit. Calls the server hands this process
+    faster wait here, in order, a second or so at most: the server, told the same rate (the
+    activities' `per_second`), hands out no more than this process sends once the burst is
+    spent. The wait is taken just before the request, after the call's input is read from the
+    blob store, where a busy process would hold some calls back more than others.
+
+    `SLACK` is for what still varies between the wait and the request reaching the provider:
+    the request built and written, and now and then a connection opened first (after an idle
+    spell, when the pool's has expired) or an SDK client's first request (its platform headers
+    worked out: 80-90 ms more than the next, measured against the local stand-in). It keeps the
+    call after `limit` of them out of the first's second, as the provider counts them, at the
+    cost of a rate `limit / 1.1`.
+    """
+
+    SLACK = timedelta(milliseconds=100)
+
+    def __init__(self, limit: float) -> None:
+        self.interval = (1.0 + self.SLACK.total_seconds()) / limit
+        self.per_second = 1.0 / self.interval
+        self._last = -math.inf  # time.monotonic() of the last request's turn
+        self._turns = asyncio.Lock()  # waiters are let in first come, first served
+
+    async def turn(self) -> None:
+        """Wait for this request's turn: `interval` after the previous one's (as it came, not
+        as it was planned: a late wake-up moves the turns after it)."""
+        async with self._turns:
+            wait = self._last + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last = time.monotonic()
 
 
 def load(refs: Sequence[str], settings: Settings, tokens: ResumeTokens | None) -> Apps:
@@ -402,27 +536,24 @@ async def main(argv: Sequence[str] | None = None) -> None:
     if tracing is not None:
         log.info("traces to %s", settings.otlp_endpoint)
     providers = build_providers(settings, apps.providers, apps.scripts)
-    # Load the SDK of each provider this worker is configured for now, not in its first call.
-    for name, configured in (
-        ("openai", settings.openai_api_key or settings.openai_base_url),
-        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
-    ):
-        if configured:
-            providers.resolve(f"{name}:warm-up")
+    warm_up(providers, settings)
     # The approval notices' connection pool (the apps' tools bring their own, in their deps).
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    worker, *others = build_workers(
-        client,
-        settings,
-        providers,
-        apps.tools,
-        http,
-        tokens=tokens,
-        agents=apps.agents,
-        tool_deps=apps.tool_deps,
-        mcp=apps.mcp,
-        tracing=tracing,
-    )
+    try:
+        worker, *others = build_workers(
+            client,
+            settings,
+            providers,
+            apps.tools,
+            http,
+            tokens=tokens,
+            agents=apps.agents,
+            tool_deps=apps.tool_deps,
+            mcp=apps.mcp,
+            tracing=tracing,
+        )
+    except BuildIdError as err:
+        _stop_at_start(str(err))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -67,7 +67,8 @@ class ModelActivities:
     """Model calls, given the providers, the tool registry, and the blob store that holds
     conversations (shared by every worker, so any worker can take any turn); with `tracing`,
     each provider call is a span (`chat {model}`); with `deltas`, a streaming provider's text
-    goes to the gateway as it is written."""
+    goes to the gateway as it is written; with `pace`, each request to a provider waits for it
+    first (the model queue's rate, worker.py's `ModelCallPace`)."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class ModelActivities:
         *,
         tracing: Tracing | None = None,
         deltas: DeltaTarget | None = None,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._providers = providers
         self._tools = tools
@@ -85,6 +87,7 @@ class ModelActivities:
         self._agents = dict(agents or {})
         self._tracing = tracing
         self._deltas = deltas
+        self._pace = pace
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, input: ModelCallInput) -> ModelResponse:
@@ -161,6 +164,8 @@ class ModelActivities:
             chosen = (agent.temperature, agent.max_tokens, agent.thinking_tokens)
             settings = ModelSettings(*chosen) if chosen != (None, None, None) else None
         publisher = self._publisher(input, provider)
+        if self._pace is not None:  # the model queue's rate: as near the request as can be
+            await self._pace()
         with chat_span(self._tracing, provider.name, model) as span:
             span.request(input.system_prompt, conversation)
             try:

@@ -266,7 +266,7 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         8: f"figure 8: a conversation of {sizes.cache_messages} messages per provider and "
         "repetition, with and without caching",
         9: f"figure 9: {sizes.rate_runs} runs of one model call each, started at once, through "
-        "a model queue limited to 5 calls/s and polled by two worker processes",
+        "a model queue limited to 5 calls/s and polled by one worker process, then by two",
         10: f"figure 10: {sizes.notice_samples} runs awaiting an MCP task per way of waking "
         "and repetition",
     }

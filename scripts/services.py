@@ -44,12 +44,21 @@ SEARCH_ATTRIBUTES = {
     "AgentName": "Keyword",
     "ThreadId": "Keyword",
 }
+# One partition per task queue: a queue's rate limit (the model queue's,
+# WAITSTATE_MODEL_CALLS_PER_SECOND) is then held by one limiter, not split over four partitions
+# that each let their share through at once (docs/deploy.md, "Rate limits and fairness"). The dev
+# server takes dynamic config for every queue alike, and one process gains nothing from more.
+ONE_PARTITION = [
+    "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+    "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+]  # fmt: skip
 # Measured on a 2-core machine: the stock SQLite mode is fsync-bound and halves throughput;
 # WAL keeps it durable. The default transfer poll rate adds 35-45 ms to every workflow task hop.
 SERVER_TUNING = [
     "--sqlite-pragma", "journal_mode=wal",
     "--sqlite-pragma", "synchronous=full",
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=2000",
+    *ONE_PARTITION,
 ]  # fmt: skip
 START_TIMEOUT = 60.0
 # What the worker and the gateway read from the environment (waitstate/settings.py, the SDKs): a

@@ -39,6 +39,7 @@ from examples.demo.pipeline import EnrichmentPipeline, enrich_tool
 from examples.demo.refunds import refund_tools
 from examples.systems import DemoSystems, JobRecord, serving
 from examples.systems import create_app as systems_app
+from scripts.services import ONE_PARTITION
 from tests.helpers import TEST_BLOBS, eventually, make_worker, process_env, start_run
 from waitstate.apps import Apps
 from waitstate.client import RunEvents, WaitstateClient
@@ -101,6 +102,9 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
             'matching.wv.VersionDrainageStatusRefreshInterval="1s"',
             "--dynamic-config-value",
             'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
+            # One partition per task queue, as `make up` runs it: a queue's rate limit is held by
+            # one limiter (tests/test_worker_rate.py).
+            *ONE_PARTITION,
         ],
     )
     async with env:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from scripts.services import SERVER_TUNING
 from tests.helpers import eventually
 from tests.rigs import (
     EXPORT_TASK,
@@ -388,9 +389,12 @@ def test_compose_runs_the_processes_with_what_they_read() -> None:
     # The blob store is shared: a volume every worker mounts where WAITSTATE_BLOB_DIR points.
     assert f"blobs:{worker_settings.blob_dir}" in worker["volumes"]
     assert "blobs" in compose["volumes"]
-    # The dev server registers the runs' search attributes, as `make up` does.
+    # The dev server registers the runs' search attributes, and is tuned, as `make up`'s is
+    # (one partition per queue among it: the model queue's rate held by one limiter).
     command = temporal["command"]
     assert command[:3] == ["temporal", "server", "start-dev"]
+    pairs = list(zip(command, command[1:], strict=False))
+    assert all(pair in pairs for pair in zip(SERVER_TUNING[::2], SERVER_TUNING[1::2], strict=True))
     registered = {command[i + 1] for i, arg in enumerate(command) if arg == "--search-attribute"}
     kinds = {"KEYWORD": "Keyword", "INT": "Int", "DATETIME": "Datetime"}
     assert registered == {f"{k.name}={kinds[k.indexed_value_type.name]}" for k in SEARCH_ATTRIBUTES}

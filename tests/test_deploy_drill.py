@@ -2,14 +2,21 @@
 and a person's answer under version A of the worker; version B, whose `AgentRunWorkflow` cannot
 replay A's histories (no patch), is deployed beside it and made current with the `temporal` CLI
 as docs/deploy.md says. New runs go to B; A's runs finish on A; a run that continues as new
-moves to B. None fails, none is lost, none meets code it cannot replay."""
+moves to B. None fails, none is lost, none meets code it cannot replay.
+
+And the deploy as docs/deploy.md writes it: each of its shell blocks run, in order, as a script
+runs it (bash, no terminal), on a dev server of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import os
+import re
 import subprocess
+import textwrap
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,14 +24,18 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkerDeploymentConfig
 from temporalio.workflow import NondeterminismError
 
 from examples.demo.purges import PurgeService, purge_tool
 from examples.systems import create_app as systems_app
+from tests.docs import ROOT, between, page
 from tests.drill_app import AgentRunWorkflowB
 from tests.helpers import (
     TEST_BLOBS,
@@ -349,3 +360,149 @@ async def _replay(history: Any, workflow: type, *, expect_failure: bool = False)
         assert isinstance(result.replay_failure, NondeterminismError), result.replay_failure
     else:
         assert result.replay_failure is None, result.replay_failure
+
+
+# --- docs/deploy.md's commands, as a script runs them ------------------------------------------
+
+DEPLOY_STEPS = "### A deploy, step by step"
+# The deploy's two versions and the deployment they are of, as the page names them.
+PAGE_DEPLOYMENT = "waitstate"
+SCRIPT_WITHIN = 900  # seconds, a block: the page's own loops are bounded (a day for a drain)
+SCRIPT_QUEUE = "waitstate-agents"
+
+
+@workflow.defn(name="Waits", sandboxed=False)
+class Waits:
+    """A run that waits until it is told to end: it keeps version A draining meanwhile."""
+
+    def __init__(self) -> None:
+        self._done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self._done)
+
+    @workflow.signal
+    def end(self) -> None:
+        self._done = True
+
+
+def deploy_steps() -> list[str]:
+    """The shell blocks of docs/deploy.md's deploy, in order, as a script would hold them."""
+    steps = between(page("docs/deploy.md"), f"\n{DEPLOY_STEPS}\n", "\n### ")
+    blocks = re.findall(r"^( *)```sh\n(.*?)^\1```", steps, re.DOTALL | re.MULTILINE)
+    return [textwrap.dedent(block) for _, block in blocks]
+
+
+@pytest.mark.temporal  # a dev server of its own: the page's deployment name, as written
+@pytest.mark.subprocess  # bash, the `temporal` CLI and ours
+async def test_the_deploy_steps_run_as_written_in_a_script() -> None:
+    blocks = deploy_steps()
+    *steps, deletion = blocks
+    assert "delete-version" in deletion and not any("delete-version" in s for s in steps)
+    env = await WorkflowEnvironment.start_local(
+        data_converter=DATA_CONVERTER,
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        dev_server_extra_args=[
+            # As the suite's dev server: drainage checked every second, not every few minutes.
+            "--dynamic-config-value",
+            'matching.wv.VersionDrainageStatusRefreshInterval="1s"',
+            "--dynamic-config-value",
+            'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
+            # How long Temporal remembers a poller, and so refuses to delete its version: 5
+            # minutes by default, which the page's loop waits out.
+            "--dynamic-config-value",
+            'matching.PollerHistoryTTL="10s"',
+        ],
+    )
+    waiting_ended = False
+    async with env, contextlib.AsyncExitStack() as version_b:
+        client = env.client
+        shell = Script(client)
+        async with _polling(client, "A"):
+            # The first deploy: A made current, as the page says, and a run that starts on it.
+            await shell.retried(
+                "temporal worker deployment set-current-version "
+                f"--deployment-name {PAGE_DEPLOYMENT} --build-id A --yes"
+            )
+            waiting = await client.start_workflow(
+                Waits.run, id=f"waits-{uuid.uuid4()}", task_queue=SCRIPT_QUEUE
+            )
+            await version_b.enter_async_context(_polling(client, "B"))
+            await shell.retried(
+                f"temporal worker deployment describe-version --deployment-name "
+                f"{PAGE_DEPLOYMENT} --build-id B"
+            )
+            for block in steps:
+                if "--build-id A" in block and not waiting_ended:
+                    # B is current, and the steps turn to A: A's last run ends, A drains.
+                    await waiting.signal(Waits.end)
+                    waiting_ended = True
+                _succeeded(block, await shell(block))  # the next steps rely on this one's
+        # A's workers have stopped.
+        _succeeded(deletion, await shell(deletion))
+        assert waiting_ended and await asyncio.wait_for(waiting.result(), RUN_WITHIN) is None
+        described = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(
+                namespace=client.namespace, deployment_name=PAGE_DEPLOYMENT
+            )
+        )
+
+    # A is gone; B is the deployment's current version.
+    info = described.worker_deployment_info
+    assert [v.deployment_version.build_id for v in info.version_summaries] == ["B"]
+    assert info.routing_config.current_deployment_version.build_id == "B"
+
+
+def _succeeded(block: str, done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
+
+
+class Script:
+    """bash scripts from the checkout, the `temporal` CLI of the installed package on the PATH
+    and the dev server's address in TEMPORAL_ADDRESS, as an operator's deploy job would run."""
+
+    def __init__(self, client: Client) -> None:
+        path = f"{TEMPORAL_CLI.parent}{os.pathsep}{os.environ['PATH']}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
+            "PATH": path,
+            "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        }
+
+    async def __call__(self, script: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-e", "-c", script],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_WITHIN,
+            stdin=subprocess.DEVNULL,  # no terminal: nobody answers a prompt
+        )
+
+    async def retried(self, script: str) -> subprocess.CompletedProcess[str]:
+        """Run `script` until it succeeds: a version is known once its worker has polled."""
+
+        async def succeeded() -> subprocess.CompletedProcess[str] | None:
+            done = await self(script)
+            return done if done.returncode == 0 else None
+
+        return await eventually(succeeded, script, STEP_WITHIN)
+
+
+@asynccontextmanager
+async def _polling(client: Client, build_id: str) -> AsyncIterator[Worker]:
+    """A worker of version `build_id` of the page's deployment, its runs pinned to it."""
+    async with Worker(
+        client,
+        task_queue=SCRIPT_QUEUE,
+        workflows=[Waits],
+        deployment_config=WorkerDeploymentConfig(
+            version=WorkerDeploymentVersion(PAGE_DEPLOYMENT, build_id),
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.PINNED,
+        ),
+    ) as worker:
+        yield worker

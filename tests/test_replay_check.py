@@ -6,24 +6,32 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.workflow import NondeterminismError
 
 import starter
 from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.test_starter import Cli, assert_refused
+from tests.test_versions_cmd import counted, pinned_run, taken
 from tests.tiers import SUBPROCESS, needs
+from waitstate.activation_order import workflow_runner
 from waitstate.cli.replay import default_query, replayer
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
 from workflows.agent_run import AgentRunWorkflow
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
+# The version a deploy brings, for the queries that need one (none of their runs is pinned).
+VERSION = "waitstate:b"
+# The worker's runner (worker.py).
+RUNNER = workflow_runner()
 
 
 # Unsandboxed: the sandbox would import this module (and the CLI tests' imports) afresh; the
@@ -96,7 +104,6 @@ async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
     await _listed(client, query, 2)
 
     done = await cli("replay-check", "--query", query)
-    first = await cli("replay-check", "--query", query, "--limit", "1")
 
     assert done.code == 1, done.stdout + done.stderr
     failing, summary = done.stdout.splitlines()
@@ -110,11 +117,39 @@ async def test_a_run_the_code_cannot_replay_fails_the_gate_and_is_named(
     assert good_id not in done.stdout
     assert summary == "replayed 2 runs: 1 ok, 1 does not replay"
     assert done.stderr == ""
-    # The limit bounds the runs replayed, and says that it did.
-    lines = first.stdout.splitlines()
-    assert lines[-2].startswith("replayed 1 run: ")
-    assert lines[-1] == "the query lists more than 1 runs: only the first were checked (--limit)"
-    assert first.code == (1 if lines[0].startswith(f"does not replay: {bad_id} ") else 0)
+
+
+async def test_a_bounded_gate_checks_the_oldest_runs_and_fails_for_those_it_left(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    # The oldest run is one the code cannot replay: a run of the version before, still listed
+    # when two newer ones (visibility lists the newest first) are.
+    bad_id, bad_run = await _earlier_run(client, task_queue)
+    newer = [await _completed_run(client, task_queue) for _ in range(2)]
+    query = f'TaskQueue = "{task_queue}"'
+    await _listed(client, query, 3)
+    good_only = f'{query} AND WorkflowId != "{bad_id}"'
+
+    oldest = await cli("replay-check", "--query", query, "--limit", "1")
+    cut = await cli("replay-check", "--query", good_only, "--limit", "1")
+    whole = await cli("replay-check", "--query", good_only, "--limit", "2")
+
+    failing, *rest = oldest.stdout.splitlines()
+    assert oldest.code == 1, oldest.stdout + oldest.stderr
+    assert failing.startswith(f"does not replay: {bad_id} (run {bad_run}): ")
+    assert rest == [
+        "replayed 1 run: 0 ok, 1 does not replay",
+        "not checked: 2 of the 3 runs the query lists (--limit 1: the oldest were checked)",
+    ]
+    # Every run it checked replays, and yet it did not check them all: not a pass.
+    assert (cut.code, cut.stderr) == (2, "")
+    assert cut.stdout.splitlines() == [
+        "replayed 1 run: 1 ok",
+        "not checked: 1 of the 2 runs the query lists (--limit 1: the oldest were checked)",
+    ]
+    assert (whole.code, whole.stdout) == (0, "replayed 2 runs: 2 ok\n")
+    assert all(workflow_id not in oldest.stdout + cut.stdout for workflow_id, _ in newer)
 
 
 async def test_the_default_lists_open_runs_and_runs_closed_within_the_window(
@@ -134,14 +169,64 @@ async def test_the_default_lists_open_runs_and_runs_closed_within_the_window(
     # Visibility lists a run some time after it starts: both, before the queries that count.
     await eventually(both_listed, "the open run listed beside the closed one")
     try:
-        now = await _ids(client, f"{default_query(timedelta(days=7))} AND {ours}")
+        now = await _ids(client, f"{default_query(timedelta(days=7), VERSION)} AND {ours}")
         week_on = datetime.now(UTC) + timedelta(days=8)
-        later = await _ids(client, f"{default_query(timedelta(days=7), week_on)} AND {ours}")
+        later = await _ids(
+            client, f"{default_query(timedelta(days=7), VERSION, week_on)} AND {ours}"
+        )
     finally:
         await open_run.terminate("the test is over")
 
     assert now == {closed_id, open_run.id}
     assert later == {open_run.id}
+
+
+async def test_the_default_scope_is_the_runs_the_new_version_can_meet(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = dev_env.client
+    deployment = f"gate-{uuid.uuid4().hex[:8]}"
+    queues = [f"{task_queue}-{kind}" for kind in ("none", "a", "b")]
+    ours = "TaskQueue IN ({})".format(", ".join(f'"{queue}"' for queue in queues))
+    runs: list[WorkflowHandle[Any, Any]] = []
+    try:
+        # Each run waits for its first model call (no activity worker) once its first task is
+        # done: one on no version, one pinned to A (the version before), one pinned to B.
+        for queue, build in zip(queues, (None, "a", "b"), strict=True):
+            version = None if build is None else WorkerDeploymentVersion(deployment, build)
+            async with Worker(
+                client,
+                task_queue=queue,
+                workflows=[AgentRunWorkflow],
+                workflow_runner=RUNNER,
+                deployment_config=None
+                if version is None
+                else WorkerDeploymentConfig(
+                    version=version,
+                    use_worker_versioning=True,
+                    default_versioning_behavior=VersioningBehavior.PINNED,
+                ),
+            ):
+                runs.append(
+                    await start_run(client, queue, TASK)
+                    if version is None
+                    else await pinned_run(client, queue, version)
+                )
+                await taken(runs[-1])
+        await counted(client, f'{ours} AND TemporalWorkflowVersioningBehavior = "Pinned"', 2)
+        await counted(client, ours, 3)
+        scoped = await _ids(
+            client, f"{default_query(timedelta(days=7), f'{deployment}:b')} AND {ours}"
+        )
+        every = await _ids(client, f"{default_query(timedelta(days=7), None)} AND {ours}")
+    finally:
+        for handle in runs:
+            await handle.terminate("the test is over")
+
+    unversioned, on_a, on_b = (run.id for run in runs)
+    # B meets the run no version holds, and its own; the run pinned to A stays on A's workers.
+    assert scoped == {unversioned, on_b}
+    assert every == {unversioned, on_a, on_b}
 
 
 async def _ids(client: Client, query: str) -> set[str]:
@@ -154,6 +239,7 @@ async def _ids(client: Client, query: str) -> set[str]:
         (["--limit", "-3"], "argument --limit: must be 1 or more, got -3"),
         (["--closed-within", "0d"], "argument --closed-within: a duration must be more than 0"),
         (["--closed-within", "1d", "--query", "WorkflowId = 'x'"], "not allowed with argument"),
+        (["--all-versions", "--query", "WorkflowId = 'x'"], "not allowed with argument --query"),
     ],
 )
 async def test_bad_input_is_a_usage_error_and_nothing_is_replayed(

@@ -5,6 +5,7 @@ Temporal itself set (`TemporalChangeVersion` when the SDK records a patch marker
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,12 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkerDeploymentVersionStatus
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+    SetWorkerDeploymentRampingVersionRequest,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
     PinnedVersioningOverride,
@@ -21,7 +27,7 @@ from temporalio.common import (
     VersioningBehavior,
     WorkerDeploymentVersion,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -74,7 +80,7 @@ def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     return Cli(process_env(dev_env.client, task_queue))
 
 
-async def _taken(handle: WorkflowHandle[Any, Any]) -> None:
+async def taken(handle: WorkflowHandle[Any, Any]) -> None:
     """Wait until a worker has completed the run's first workflow task."""
 
     async def completed() -> bool:
@@ -86,13 +92,13 @@ async def _taken(handle: WorkflowHandle[Any, Any]) -> None:
     await eventually(completed, f"{handle.id}'s first workflow task")
 
 
-async def _counted(client: Client, query: str, count: int) -> None:
+async def counted(client: Client, query: str, count: int) -> None:
     """Wait until visibility counts `count` runs for `query` (it follows a run's state)."""
 
-    async def counted() -> bool:
+    async def as_many() -> bool:
         return (await client.count_workflows(query)).count == count
 
-    await eventually(counted, f"{count} runs counted for {query}")
+    await eventually(as_many, f"{count} runs counted for {query}")
 
 
 async def _open_runs_of_every_kind(
@@ -110,7 +116,7 @@ async def _open_runs_of_every_kind(
         client, task_queue=today, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
     ):
         handles.append(await start_run(client, today, TASK))
-        await _taken(handles[-1])
+        await taken(handles[-1])
     deployment = WorkerDeploymentConfig(
         version=version,
         use_worker_versioning=True,
@@ -123,8 +129,8 @@ async def _open_runs_of_every_kind(
         workflow_runner=RUNNER,
         deployment_config=deployment,
     ):
-        handles.append(await _pinned_run(client, versioned, version))
-        await _taken(handles[-1])
+        handles.append(await pinned_run(client, versioned, version))
+        await taken(handles[-1])
     for queue, earlier in ((old, RunOfAgentRun3), (oldest, RunBeforeAnyMarker)):
         async with Worker(client, task_queue=queue, workflows=[earlier]):
             handles.append(
@@ -132,16 +138,16 @@ async def _open_runs_of_every_kind(
                     earlier.run, TASK, id=f"run-{uuid.uuid4()}", task_queue=queue
                 )
             )
-            await _taken(handles[-1])
+            await taken(handles[-1])
     handles.append(await start_run(client, idle, TASK))
     ours = "TaskQueue IN ({})".format(", ".join(f'"{queue}"' for queue in queues))
-    await _counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
-    await _counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
-    await _counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
+    await counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
+    await counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
+    await counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
     return ours, handles
 
 
-async def _pinned_run(
+async def pinned_run(
     client: Client, task_queue: str, version: WorkerDeploymentVersion
 ) -> WorkflowHandle[Any, Any]:
     """A run pinned to `version`, started once the version's worker has made it known to the
@@ -200,7 +206,7 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
         client, task_queue=task_queue, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
     ):
         handle = await start_run(client, task_queue, TASK)
-        await _taken(handle)
+        await taken(handle)
     try:
         described = await handle.describe()
     finally:
@@ -216,7 +222,8 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     table = await cli("versions", "--query", ours)
     as_json = await cli("versions", "--query", ours, "--json")
     await open_runs.end()
-    await _counted(dev_env.client, f'{ours} AND ExecutionStatus = "Running"', 0)
+    await counted(dev_env.client, f'{ours} AND ExecutionStatus = "Running"', 0)
+    await _stands(dev_env.client, *on_ours.split(":"), "drained")
     after = await cli("versions", "--query", ours, "--json")
 
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
@@ -231,9 +238,11 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
         [STEER_APPROVALS, "0", "3"],
         [QUIET_TURNS, "2", "3"],
     ]
+    # The version was never current nor ramping, and a run is pinned to it (by hand): Temporal
+    # has it draining.
     assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
-        [on_ours, "1", "1"],
-        ["(none)", "4", "-"],
+        [on_ours, "1", "1", "draining", "no"],
+        ["(none)", "4", "-", "-", "-"],
     ]
     report = json.loads(as_json.stdout)
     assert as_json.code == 0
@@ -249,15 +258,36 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     ]
     mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
     assert mine == [
-        {"version": on_ours, "open_runs": 1, "pinned": 1},
-        {"version": None, "open_runs": 4, "pinned": 0},
+        {
+            "version": on_ours,
+            "open_runs": 1,
+            "pinned": 1,
+            "state": "draining",
+            "ramp_percentage": None,
+            "can_stop": False,
+        },
+        {
+            "version": None,
+            "open_runs": 4,
+            "pinned": 0,
+            "state": None,
+            "ramp_percentage": None,
+            "can_stop": None,
+        },
     ]
     assert (report["scanned"], report["unlisted"]) == (5, 0)
     # Once its runs have ended, the version is still listed (the deployment knows it), with
-    # no open run: its workers can stop.
+    # no open run, drained: its workers can stop.
     ended = json.loads(after.stdout)
     assert ended["open_runs"] == 0
-    assert {"version": on_ours, "open_runs": 0, "pinned": 0} in ended["versions"]
+    assert {
+        "version": on_ours,
+        "open_runs": 0,
+        "pinned": 0,
+        "state": "drained",
+        "ramp_percentage": None,
+        "can_stop": True,
+    } in ended["versions"]
     assert all(marker["recorded"] == marker["without"] == 0 for marker in ended["markers"])
 
 
@@ -269,7 +299,7 @@ async def test_the_limit_bounds_the_listing_and_says_so(open_runs: OpenRuns, cli
     # The counts stay exact: the version the listing may not have met is known to its
     # deployment.
     on_ours = open_runs.version
-    assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
+    assert [line.split()[:3] for line in lines if line.startswith((on_ours, "(none)"))] == [
         [on_ours, "1", "1"],
         ["(none)", "4", "-"],
     ]
@@ -277,6 +307,131 @@ async def test_the_limit_bounds_the_listing_and_says_so(open_runs: OpenRuns, cli
         "listed 1 of the 5 open runs to find the versions they are on (--limit 1); the counts "
         "are of all of them"
     )
+
+
+async def test_each_version_says_where_it_stands_and_whether_its_workers_can_stop(
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+) -> None:
+    client = dev_env.client
+    deployment = f"states-{uuid.uuid4().hex[:8]}"
+    builds = ("gone", "older", "now", "next", "idle")
+    async with contextlib.AsyncExitStack() as workers:
+        for build in builds:  # one worker per version, all polling the test's queue
+            await workers.enter_async_context(
+                Worker(
+                    client,
+                    task_queue=task_queue,
+                    workflows=[AgentRunWorkflow],
+                    workflow_runner=RUNNER,
+                    deployment_config=WorkerDeploymentConfig(
+                        version=WorkerDeploymentVersion(deployment, build),
+                        use_worker_versioning=True,
+                        default_versioning_behavior=VersioningBehavior.PINNED,
+                    ),
+                )
+            )
+        # `gone` was current and took no run; `older` was current and one run stays pinned to it
+        # (waiting for its model call: no activity worker); `now` is current, `next` ramps.
+        await _route(client, deployment, "gone")
+        await _route(client, deployment, "older")
+        waiting = await start_run(client, task_queue, TASK)
+        try:
+            await taken(waiting)
+            await _route(client, deployment, "now")
+            await _route(client, deployment, "next", ramp=10.0)
+            for build, state in (("gone", "drained"), ("older", "draining")):
+                await _stands(client, deployment, build, state)
+            ours = f'TaskQueue = "{task_queue}"'
+            await counted(client, f'{ours} AND TemporalWorkflowVersioningBehavior = "Pinned"', 1)
+            table = await cli("versions", "--query", ours)
+            as_json = await cli("versions", "--query", ours, "--json")
+        finally:
+            await waiting.terminate("the test is over")
+
+    assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("deployment version"))
+    assert header.split() == [
+        "deployment",
+        "version",
+        "open",
+        "runs",
+        "pinned",
+        "state",
+        "can",
+        "stop",
+    ]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(deployment)}
+    assert rows == {
+        f"{deployment}:gone": ["0", "0", "drained", "yes"],
+        f"{deployment}:older": ["1", "1", "draining", "no"],
+        f"{deployment}:now": ["0", "0", "current", "no"],
+        f"{deployment}:next": ["0", "0", "ramping", "10%", "no"],
+        f"{deployment}:idle": ["0", "0", "inactive", "yes"],
+    }
+    versions = {
+        v["version"]: (v["state"], v["ramp_percentage"], v["can_stop"])
+        for v in json.loads(as_json.stdout)["versions"]
+        if (v["version"] or "").startswith(deployment)
+    }
+    assert versions == {
+        f"{deployment}:gone": ("drained", None, True),
+        f"{deployment}:older": ("draining", None, False),
+        f"{deployment}:now": ("current", None, False),
+        f"{deployment}:next": ("ramping", 10.0, False),
+        f"{deployment}:idle": ("inactive", None, True),
+    }
+
+
+async def _route(client: Client, deployment: str, build: str, ramp: float | None = None) -> None:
+    """Make a version current, or ramping at `ramp` percent, once its worker has polled (until
+    then Temporal does not know it)."""
+    service = client.workflow_service
+
+    async def routed() -> bool:
+        try:
+            if ramp is None:
+                await service.set_worker_deployment_current_version(
+                    SetWorkerDeploymentCurrentVersionRequest(
+                        namespace=client.namespace, deployment_name=deployment, build_id=build
+                    )
+                )
+            else:
+                await service.set_worker_deployment_ramping_version(
+                    SetWorkerDeploymentRampingVersionRequest(
+                        namespace=client.namespace,
+                        deployment_name=deployment,
+                        build_id=build,
+                        percentage=ramp,
+                    )
+                )
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                return False
+            raise
+        return True
+
+    await eventually(routed, f"{deployment}:{build} routed")
+
+
+async def _stands(client: Client, deployment: str, build: str, state: str) -> None:
+    """Wait until the deployment describes the version as `state` (Temporal checks drainage
+    periodically: every second on the tests' dev server)."""
+    status = getattr(
+        WorkerDeploymentVersionStatus, f"WORKER_DEPLOYMENT_VERSION_STATUS_{state.upper()}"
+    )
+
+    async def reached() -> bool:
+        described = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        )
+        summaries = described.worker_deployment_info.version_summaries
+        return any(
+            summary.deployment_version.build_id == build and summary.status == status
+            for summary in summaries
+        )
+
+    await eventually(reached, f"{deployment}:{build} {state}")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
+from pathlib import Path
 
 import pytest
 from temporalio.common import VersioningBehavior
@@ -61,11 +62,52 @@ def test_a_versioned_worker_pins_its_runs_to_its_build() -> None:
     assert config.default_versioning_behavior == VersioningBehavior.PINNED
 
 
-@pytest.mark.subprocess  # git
-def test_the_build_id_is_the_package_version_and_the_checkout_commit() -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+def _git(checkout: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=checkout, capture_output=True, text=True, check=True
     ).stdout.strip()
 
-    assert build_id(Settings()) == f"{importlib.metadata.version('waitstate')}+{commit}"
-    assert build_id(Settings(build_id="set-by-ops")) == "set-by-ops"
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A git checkout of one commit, with a file git ignores."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "agent_run.py").write_text("STEPS = 1\n")
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "A")
+    return tmp_path
+
+
+@pytest.mark.subprocess  # git
+def test_the_build_id_is_the_package_version_and_the_checkout_commit(checkout: Path) -> None:
+    commit = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    (checkout / "worker.log").write_text("ignored by git: not a change")
+
+    assert build_id(Settings(), checkout) == f"{importlib.metadata.version('waitstate')}+{commit}"
+    assert build_id(Settings(build_id="set-by-ops"), checkout) == "set-by-ops"
+
+
+@pytest.mark.subprocess  # git
+def test_uncommitted_changes_change_the_build_id(checkout: Path) -> None:
+    clean = build_id(Settings(), checkout)
+    code = checkout / "agent_run.py"
+
+    code.write_text("STEPS = 2\n")  # an edit not committed
+    edited = build_id(Settings(), checkout)
+    again = build_id(Settings(), checkout)
+    code.write_text("STEPS = 3\n")
+    edited_otherwise = build_id(Settings(), checkout)
+    code.write_text("STEPS = 1\n")  # back to the commit's
+    restored = build_id(Settings(), checkout)
+    (checkout / "steps.py").write_text("EXTRA = True\n")  # a new file, not committed
+    added = build_id(Settings(), checkout)
+    _git(checkout, "add", "steps.py")  # staged: still not the commit's
+    staged = build_id(Settings(), checkout)
+
+    assert edited.startswith(f"{clean}.dirty-") and edited == again
+    assert len({clean, edited, edited_otherwise, added}) == 4
+    assert restored == clean
+    assert added.startswith(f"{clean}.dirty-") and staged == added
+    # An operator's WAITSTATE_BUILD_ID still wins.
+    assert build_id(Settings(build_id="set-by-ops"), checkout) == "set-by-ops"

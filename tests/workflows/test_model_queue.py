@@ -1,7 +1,8 @@
 """Model calls on a queue of their own (WAITSTATE_MODEL_TASK_QUEUE), served by the workers that
 poll it, and each carrying its run's tenant as the fairness key; runs without either call the
-model as they always did. The rate the server holds that queue to is measured by the bench
-(`python -m bench --only 9`), not here: tests are not timed."""
+model as they always did. How fast the calls go at the queue's rate is measured by the bench
+(`python -m bench --only 9`), not here: tests are not timed; that no second holds more than the
+rate is tests/test_model_rate.py's."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from temporalio.worker import Replayer
 
 from waitstate.activation_order import workflow_runner
 from waitstate.cli.output import CliError, one_line
+from waitstate.cli.versions import literal
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.names import AGENT_RUN
@@ -36,9 +38,21 @@ FETCH_TIMEOUT = timedelta(seconds=30)
 MESSAGE_LIMIT = 300
 # Core wraps the failure's own message (`[TMPRL1100] Nondeterminism error: ...`) in the debug
 # form of its structs: the first `message: "..."` in it is the one to show.
+# The search attributes Temporal sets on a run a versioned worker has taken.
+VERSIONING_BEHAVIOR = "TemporalWorkflowVersioningBehavior"
+DEPLOYMENT_VERSION = "TemporalWorkerDeploymentVersion"
+PINNED = '"Pinned"'
 _CORE_MESSAGE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
 
 WorkflowClasses = Sequence[type]
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One run a query listed."""
+
+    workflow_id: str
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -52,11 +66,25 @@ class Outcome:
     fetched: bool = True
 
 
-def default_query(closed_within: timedelta, now: datetime | None = None) -> str:
-    """The agent runs still open, and those closed within `closed_within` of `now`."""
+def default_query(
+    closed_within: timedelta, version: str | None, now: datetime | None = None
+) -> str:
+    """The agent runs still open, and those closed within `closed_within` of `now`; with
+    `version` (`deployment:build_id`, as visibility names it), only the runs that version can
+    meet: runs pinned to no version (runs of unversioned workers, runs no worker has taken yet,
+    runs that move to the current version) and runs pinned to it. A run pinned to another
+    version stays on that version's workers, however long it waits."""
     since = ((now or datetime.now(UTC)) - closed_within).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (
+    window = (
         f'WorkflowType = "{AGENT_RUN}" AND (ExecutionStatus = "Running" OR CloseTime > "{since}")'
+    )
+    if version is None:
+        return window
+    # Asked for by name, a run without the attribute: visibility stores need not agree on what
+    # `!=` makes of one.
+    return (
+        f"{window} AND ({VERSIONING_BEHAVIOR} IS NULL OR {VERSIONING_BEHAVIOR} != {PINNED}"
+        f" OR {DEPLOYMENT_VERSION} = {literal(version)})"
     )
 
 
@@ -74,9 +102,11 @@ def replayer(workflows: WorkflowClasses) -> Replayer:
 
 
 class Listing:
-    """The runs a query lists, at most `limit` of them, with each one's history fetched in turn
-    (one run's history in memory at a time). Runs whose history could not be fetched are kept
-    in `unfetched`; `more` says whether the query lists more runs than `limit`.
+    """The runs a query lists, every one of them counted (`listed`), and the `limit` of them
+    that started first replayed, oldest first, each one's history fetched in turn (one history in
+    memory at a time). The oldest are the ones to check when not all can be: the runs that have
+    waited longest are the likeliest to have been started by code older than the worker's.
+    Runs whose history could not be fetched are kept in `unfetched`.
     """
 
     def __init__(
@@ -87,29 +117,45 @@ class Listing:
         self._limit = limit
         self._fetch_timeout = fetch_timeout
         self.unfetched: list[Outcome] = []
-        self.more = False
+        self.listed = 0
+
+    @property
+    def cut(self) -> int:
+        """How many listed runs the limit left unchecked."""
+        return max(0, self.listed - self._limit)
 
     async def histories(self) -> AsyncIterator[WorkflowHistory]:
-        """The listed runs' histories, fetched one by one as they are asked for.
+        """The histories of the oldest `limit` listed runs, oldest first, fetched one by one as
+        they are asked for.
 
         Raises:
             CliError: the query is refused, or the listing fails (exit 2).
         """
-        listed = 0
+        for run in await self._oldest():
+            history = await self._fetch(run.workflow_id, run.run_id)
+            if history is not None:
+                yield history
+
+    async def _oldest(self) -> list[Listed]:
+        """The `limit` runs of the query that started first, oldest first, from a listing of
+        them all (which visibility gives in no order of ours: SQL stores take no ORDER BY). At
+        most `limit` are held: the newest is let go as an older one comes."""
+        newest_first: list[tuple[float, str, str]] = []  # a heap of the oldest, newest on top
         try:
-            # One more than the limit: to say that the limit cut the listing short.
-            async for execution in self._client.list_workflows(self._query, limit=self._limit + 1):
-                if listed == self._limit:
-                    self.more = True
-                    return
-                listed += 1
-                history = await self._fetch(execution.id, execution.run_id)
-                if history is not None:
-                    yield history
+            async for execution in self._client.list_workflows(self._query):
+                self.listed += 1
+                run = (-execution.start_time.timestamp(), execution.id, execution.run_id)
+                if len(newest_first) < self._limit:
+                    heapq.heappush(newest_first, run)
+                elif run > newest_first[0]:
+                    heapq.heapreplace(newest_first, run)
         except RPCError as err:
             if err.status == RPCStatusCode.INVALID_ARGUMENT:
                 raise CliError(f"the query is refused: {_first_line(err)}", code=2) from err
             raise CliError(f"could not list runs: {_first_line(err)}", code=2) from err
+        return [
+            Listed(workflow_id, run_id) for _, workflow_id, run_id in sorted(newest_first)[::-1]
+        ]
 
     async def _fetch(self, workflow_id: str, run_id: str) -> WorkflowHistory | None:
         handle = self._client.get_workflow_handle(workflow_id, run_id=run_id)
@@ -146,7 +192,8 @@ async def cmd_replay_check(
     args: argparse.Namespace, settings: Settings, tracing: Tracing | None = None
 ) -> int:
     """Replay the listed runs' histories on the worker's workflows: 0 when every one replays,
-    1 when any does not, 2 when a history could not be fetched (and none failed)."""
+    1 when any does not, 2 when any was not checked (its history could not be fetched, or the
+    query lists more runs than --limit) and none failed."""
     try:
         workflows = args.workflows()
     except ImportError as err:
@@ -154,8 +201,18 @@ async def cmd_replay_check(
             f"replay-check replays the worker's workflow code, which does not import here: {err}",
             code=2,
         ) from err
+    if args.query is not None and args.all_versions:
+        raise CliError("argument --all-versions: not allowed with argument --query", code=2)
+    query, version = args.query, None
+    if query is None:
+        version = None if args.all_versions else _version(args, settings)
+        query = default_query(args.closed_within, version)
     client = await WaitstateClient.connect(settings, tracing=tracing)
-    query = args.query if args.query is not None else default_query(args.closed_within)
+    if version is not None:
+        print(
+            f"checking the runs {one_line(version)} can meet: unpinned, or pinned to it "
+            "(--all-versions: every run)"
+        )
     listing = Listing(client.temporal, query, args.limit)
     replayed = failed = unfetched = 0
     async for outcome in replay_runs(listing, workflows):
@@ -168,11 +225,30 @@ async def cmd_replay_check(
                 failed += 1
                 print(f"does not replay: {_run(outcome)}: {outcome.problem}")
     print(_summary(replayed, failed, unfetched))
-    if listing.more:
-        print(f"the query lists more than {args.limit} runs: only the first were checked (--limit)")
+    if listing.cut:
+        print(
+            f"not checked: {listing.cut} of the {listing.listed} runs the query lists "
+            f"(--limit {args.limit}: the oldest were checked)"
+        )
     if failed:
         return 1
-    return 2 if unfetched else 0
+    return 2 if unfetched or listing.cut else 0
+
+
+def _version(args: argparse.Namespace, settings: Settings) -> str:
+    """The version the deploy brings, as a worker of this checkout would poll as it.
+
+    Raises:
+        CliError: it cannot be told (exit 2).
+    """
+    try:
+        return str(args.version(settings))
+    except (ImportError, RuntimeError) as err:
+        raise CliError(
+            f"replay-check cannot tell which version this checkout deploys ({err}); set "
+            "WAITSTATE_BUILD_ID, or check every version's runs with --all-versions",
+            code=2,
+        ) from err
 
 
 def positive(text: str) -> int:

@@ -22,6 +22,8 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from temporalio.api.deployment.v1 import RoutingConfig, WorkerDeploymentInfo
+from temporalio.api.enums.v1 import VersionDrainageStatus, WorkerDeploymentVersionStatus
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
     ListWorkerDeploymentsRequest,
@@ -63,12 +65,32 @@ class MarkerCount:
 
 
 @dataclass(frozen=True)
+class VersionState:
+    """Where a worker deployment version stands, as its deployment describes it.
+
+    Attributes:
+        state: `current` (new runs start on it), `ramping` (a share of them do), `draining`
+            (runs pinned to it are still open, as Temporal last checked), `drained` (none is),
+            `inactive` (never current nor ramping), or `created`.
+        ramp_percentage: The share of new runs it takes, while it ramps.
+    """
+
+    state: str
+    ramp_percentage: float | None = None
+
+
+@dataclass(frozen=True)
 class VersionCount:
-    """The open runs on one worker deployment version (`version` None: on none)."""
+    """The open runs on one worker deployment version (`version` None: on none), where the
+    version stands (`state` None: no deployment knows it) and whether its workers can stop:
+    neither current, ramping nor draining, with no open run pinned to it (None: unknown)."""
 
     version: str | None
     open_runs: int
     pinned: int
+    state: str | None = None
+    ramp_percentage: float | None = None
+    can_stop: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -129,17 +151,23 @@ async def versions_report(
         for index, marker in enumerate(markers)
     ]
     seen, scanned = await _versions_seen(client, base, limit)
-    seen |= await _deployment_versions(client)
-    versions = [
-        VersionCount(
-            version,
-            open_runs=await _count(client, f"{base} AND {_on(version)}"),
-            pinned=await _count(
-                client, f'{base} AND {_on(version)} AND {VERSIONING_BEHAVIOR} = "Pinned"'
-            ),
+    states = await _deployment_versions(client)
+    versions = []
+    for version in sorted(seen | states.keys()):
+        pinned = await _count(
+            client, f'{base} AND {_on(version)} AND {VERSIONING_BEHAVIOR} = "Pinned"'
         )
-        for version in sorted(seen)
-    ]
+        stands = states.get(version)
+        versions.append(
+            VersionCount(
+                version,
+                open_runs=await _count(client, f"{base} AND {_on(version)}"),
+                pinned=pinned,
+                state=None if stands is None else stands.state,
+                ramp_percentage=None if stands is None else stands.ramp_percentage,
+                can_stop=_can_stop(stands, pinned),
+            )
+        )
     unversioned = await _count(client, f"{base} AND {DEPLOYMENT_VERSION.name} IS NULL")
     versions.append(VersionCount(None, open_runs=unversioned, pinned=0))
     unlisted = max(0, total - sum(version.open_runs for version in versions))
@@ -174,18 +202,20 @@ def render(report: VersionsReport, limit: int) -> list[str]:
     lines = [f"open agent runs: {report.open_runs}", ""]
     marker_rows = [("patch marker", "recorded it", "without it or a newer one")]
     marker_rows += [(m.marker, str(m.recorded), str(m.without)) for m in report.markers]
-    lines += _table(marker_rows)
+    lines += _table(marker_rows, right=2)
     lines.append("")
-    version_rows = [("deployment version", "open runs", "pinned")]
+    version_rows = [("deployment version", "open runs", "pinned", "state", "can stop")]
     version_rows += [
         (
             "(none)" if v.version is None else one_line(v.version),
             str(v.open_runs),
             "-" if v.version is None else str(v.pinned),
+            _state_cell(v),
+            "-" if v.version is None else _CAN_STOP[v.can_stop],
         )
         for v in report.versions
     ]
-    lines += _table(version_rows)
+    lines += _table(version_rows, right=2)
     if report.scanned < report.open_runs:
         lines.append(
             f"listed {report.scanned} of the {report.open_runs} open runs to find the versions "
@@ -196,11 +226,28 @@ def render(report: VersionsReport, limit: int) -> list[str]:
     return lines
 
 
-def _table(rows: list[tuple[str, str, str]]) -> list[str]:
-    first = max(len(row[0]) for row in rows)
-    second = max(len(row[1]) for row in rows)
-    third = max(len(row[2]) for row in rows)
-    return [f"{a:<{first}}  {b:>{second}}  {c:>{third}}" for a, b, c in rows]
+_CAN_STOP = {True: "yes", False: "no", None: "?"}
+
+
+def _state_cell(count: VersionCount) -> str:
+    if count.state is None:
+        return "-"
+    if count.ramp_percentage is not None:
+        return f"{count.state} {count.ramp_percentage:g}%"
+    return count.state
+
+
+def _table(rows: Sequence[tuple[str, ...]], right: int) -> list[str]:
+    """Rows as columns, the first left-aligned, the next `right` right-aligned (numbers), the
+    rest left-aligned; no trailing spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if 0 < i <= right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _on(version: str | None) -> str:
@@ -233,11 +280,12 @@ async def _versions_seen(client: Client, base: str, limit: int) -> tuple[set[str
     return seen, scanned
 
 
-async def _deployment_versions(client: Client) -> set[str]:
-    """The versions the namespace's worker deployments know, so that a version no open run is
-    on is shown with 0 (it can stop). A server without Worker Deployments knows none."""
+async def _deployment_versions(client: Client) -> dict[str, VersionState]:
+    """The versions the namespace's worker deployments know, and where each stands, so that a
+    version no open run is on is shown too (it can stop). A server without Worker Deployments
+    knows none."""
     service = client.workflow_service
-    found: set[str] = set()
+    found: dict[str, VersionState] = {}
     names: list[str] = []
     page = b""
     try:
@@ -257,20 +305,68 @@ async def _deployment_versions(client: Client) -> set[str]:
     return found
 
 
-async def _versions_of(client: Client, deployment: str) -> set[str]:
-    """The versions of one worker deployment (none if it was deleted since it was listed)."""
+async def _versions_of(client: Client, deployment: str) -> dict[str, VersionState]:
+    """The versions of one worker deployment and where each stands (none if the deployment was
+    deleted since it was listed)."""
     try:
         described = await client.workflow_service.describe_worker_deployment(
             DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
         )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            return set()
+            return {}
         raise
-    versions = (
-        summary.deployment_version for summary in described.worker_deployment_info.version_summaries
-    )
-    return {f"{v.deployment_name}:{v.build_id}" for v in versions if v.build_id}
+    info = described.worker_deployment_info
+    routing = info.routing_config
+    found = {}
+    for summary in info.version_summaries:
+        version = summary.deployment_version
+        if not version.build_id:
+            continue
+        state = _STATES.get(summary.status) or _state_of_older_server(summary, routing)
+        ramping = state == "ramping"
+        found[f"{version.deployment_name}:{version.build_id}"] = VersionState(
+            state, round(routing.ramping_version_percentage, 2) if ramping else None
+        )
+    return found
+
+
+_STATES = {
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CURRENT: "current",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_RAMPING: "ramping",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINING: "draining",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINED: "drained",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_INACTIVE: "inactive",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CREATED: "created",
+}
+# The states in which no open run needs a version, as Temporal last checked.
+_IDLE = frozenset({"drained", "inactive", "created"})
+
+
+def _state_of_older_server(
+    summary: WorkerDeploymentInfo.WorkerDeploymentVersionSummary, routing: RoutingConfig
+) -> str:
+    """A version's state from a server that reports no status: from the deployment's routing
+    and the version's drainage."""
+    version = summary.deployment_version
+    if routing.current_deployment_version == version:
+        return "current"
+    if routing.ramping_deployment_version == version:
+        return "ramping"
+    drainage = summary.drainage_status
+    if drainage == VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINING:
+        return "draining"
+    if drainage == VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINED:
+        return "drained"
+    return "inactive"
+
+
+def _can_stop(stands: VersionState | None, pinned: int) -> bool | None:
+    """Whether a version's workers can stop: no new run goes to it, Temporal sees no open run
+    pinned to it, and visibility counts none (None: no deployment knows the version)."""
+    if stands is None:
+        return False if pinned else None
+    return stands.state in _IDLE and pinned == 0
 
 
 def _first_line(err: RPCError) -> str:
