@@ -494,9 +494,12 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
         result = await _result(handle)
 
     assert set(_unknown(lost)) == {"code", "message"}  # the decision itself is the key
-    # The first request's Update was applied once the worker was back; the retry shares it.
-    assert _code(retried) == (409, "duplicate_decision")
-    assert "already applied" in retried.json()["error"]["message"]
+    # When Temporal had taken the first request's Update in before the gateway gave up, it was
+    # applied once the worker was back and the retry shares it; when it had not (a loaded
+    # server), the retry is the one applied. Either way, one decision.
+    if _code(retried) != (200, None):
+        assert _code(retried) == (409, "duplicate_decision")
+        assert "already applied" in retried.json()["error"]["message"]
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
     assert await _accepted_updates(handle) == ["decide"]
