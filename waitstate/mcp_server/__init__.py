@@ -25,12 +25,13 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.auth import AccessToken, TokenVerifier
 from fastmcp.tools.base import Tool, ToolResult
 from mcp_types import SubscriptionsListenRequestParams, ToolAnnotations, ToolExecution
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.mcp_server import shapes
+from waitstate.mcp_server.guards import BoundedBody
 from waitstate.mcp_server.listen import TaskNotices
 from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
 
@@ -114,59 +115,6 @@ def agent_server(
 
 
 def http_app(server: FastMCP, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ASGIApp:
-    """The server's streamable HTTP app (at `/mcp`), refusing bodies over `max_body_bytes`."""
+    """The server's streamable HTTP app (at `/mcp`), refusing bodies over `max_body_bytes`
+    (`guards.BoundedBody`)."""
     return BoundedBody(server.http_app(), max_body_bytes)
-
-
-class BoundedBody:
-    """Refuses a request whose body is over `limit` bytes with 413, before it is parsed: by
-    its `Content-Length`, or, sent in chunks, once what arrived passes the limit."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self._app, self._limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self._limit:
-            await _too_large(send, self._limit)
-            return
-        received = 0
-        started = refused = False
-
-        async def bounded_receive() -> Message:
-            nonlocal received, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self._limit:
-                    # To the app, the client went away, and what it answers is dropped.
-                    refused = True
-                    if not started:
-                        await _too_large(send, self._limit)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if not refused:
-                started = True
-                await send(message)
-
-        await self._app(scope, bounded_receive, guarded_send)
-
-
-async def _too_large(send: Send, limit: int) -> None:
-    body = f'{{"error": "body_too_large", "message": "the body is over {limit} bytes"}}'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})

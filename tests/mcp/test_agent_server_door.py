@@ -1,0 +1,107 @@
+"""The door of waitstate's MCP server (`waitstate.mcp_server`), as a raw JSON-RPC client
+written from the 2026-07-28 spec meets it (`tests/mcp/wire.py`): what it refuses before a run
+could start, and what it says of itself. No Temporal: the server's client is a stand-in that
+records what it was asked, so "nothing started" is read from it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from examples.systems.serving import serving
+from tests.mcp import wire
+from tests.mcp.agents_app import APP
+from waitstate.apps import load_apps
+from waitstate.mcp_server import CallerKeys, agent_server, http_app
+
+ALICE = "a" * 40
+
+
+@dataclass
+class StandIn:
+    """The server's client: records every call, and answers none (nothing may be started)."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        async def record(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(name)
+            raise AssertionError(f"the door let a call reach the client: {name}")
+
+        return record
+
+
+@dataclass
+class Door:
+    url: str
+    client: StandIn
+
+
+@pytest.fixture
+async def door() -> AsyncIterator[Door]:
+    """The agents of `tests/mcp/agents_app.py`, served to alice, over a stand-in client."""
+    client = StandIn()
+
+    async def connect() -> Any:
+        return client
+
+    server = agent_server(
+        load_apps([APP]).agents, connect=connect, auth=CallerKeys({"alice": ALICE})
+    )
+    async with serving(http_app(server)) as root:
+        yield Door(f"{root}/mcp", client)
+
+
+@pytest.fixture
+def server_errors() -> Iterator[list[logging.LogRecord]]:
+    """What uvicorn logs as errors while the test runs (an exception in the app, with its
+    traceback, is one)."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+async def test_a_chunked_body_over_the_bound_is_refused_without_an_error(
+    door: Door, server_errors: list[logging.LogRecord]
+) -> None:
+    """No `Content-Length`: the body is counted as it arrives, refused with 413 once past
+    1 MiB, and never reaches MCP (which would fail on a body cut short, a traceback in the
+    log); a body under the bound, sent the same way, is served."""
+
+    async def chunks(count: int) -> AsyncIterator[bytes]:
+        for _ in range(count):
+            yield b" " * 65_536
+
+    request = wire.body("tools/list")
+    async with httpx.AsyncClient() as http:
+        refused = await http.post(
+            door.url, content=chunks(40), headers=wire.headers(request, ALICE)
+        )
+
+        async def padded() -> AsyncIterator[bytes]:
+            async for chunk in chunks(4):  # JSON allows whitespace before the value
+                yield chunk
+            yield httpx.Request("POST", door.url, json=request).content
+
+        served = await http.post(door.url, content=padded(), headers=wire.headers(request, ALICE))
+
+    assert refused.status_code == 413
+    assert refused.json()["error"] == "body_too_large"
+    assert served.status_code == 200, served.text
+    assert [r.getMessage() for r in server_errors] == []
+    assert door.client.calls == []
