@@ -17,9 +17,11 @@ from examples.systems.serving import serving
 from tests.mcp import wire
 from tests.mcp.agents_app import APP
 from waitstate.apps import load_apps
-from waitstate.mcp_server import CallerKeys, agent_server, http_app
+from waitstate.mcp_server import CallerKeys, agent_server, guards, http_app
+from waitstate.mcp_server.__main__ import main
 
 ALICE = "a" * 40
+IDE = "https://ide.example.com"
 
 
 @dataclass
@@ -53,7 +55,8 @@ async def door() -> AsyncIterator[Door]:
     server = agent_server(
         load_apps([APP]).agents, connect=connect, auth=CallerKeys({"alice": ALICE})
     )
-    async with serving(http_app(server)) as root:
+    origins = guards.parse_origins(f"{IDE}, http://10.0.0.7:8080")
+    async with serving(http_app(server, allowed_origins=origins)) as root:
         yield Door(f"{root}/mcp", client)
 
 
@@ -105,3 +108,68 @@ async def test_a_chunked_body_over_the_bound_is_refused_without_an_error(
     assert served.status_code == 200, served.text
     assert [r.getMessage() for r in server_errors] == []
     assert door.client.calls == []
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example.com",
+        "http://evil.example.com:8080",
+        "https://ide.example.com.evil.example",
+        "http://ide.example.com",  # the allowed origin is https
+        "http://10.0.0.7",  # the allowed one is on port 8080
+        "null",
+        "file://",
+        "http://localhost/path",
+        "http://user@localhost",
+        "http://localhost:99999",
+    ],
+)
+async def test_a_request_from_a_foreign_origin_is_refused(door: Door, origin: str) -> None:
+    """A browser's request from a page of another site (or one whose name resolves to this
+    host: DNS rebinding) is refused with 403 before it is read, the bearer notwithstanding."""
+    request = wire.body("tools/list")
+    async with httpx.AsyncClient() as http:
+        answer = await wire.send(http, door.url, request, ALICE, Origin=origin)
+
+    assert answer.status == 403
+    assert door.client.calls == []
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        None,  # not a browser
+        "http://localhost:3000",
+        "http://LOCALHOST",
+        "https://127.0.0.1:8443",
+        "http://127.0.0.2",
+        "http://[::1]:5173",
+        IDE,
+        f"{IDE}:443",
+        "http://10.0.0.7:8080",
+    ],
+)
+async def test_a_request_from_a_loopback_or_listed_origin_is_served(
+    door: Door, origin: str | None
+) -> None:
+    request = wire.body("tools/list")
+    extra = {} if origin is None else {"Origin": origin}
+    async with httpx.AsyncClient() as http:
+        answer = await wire.send(http, door.url, request, ALICE, **extra)
+
+    assert answer.status == 200
+    assert {tool["name"] for tool in answer.result["tools"]} >= {"approver", "echo"}
+
+
+@pytest.mark.parametrize(
+    "value", ["ide.example.com", "https://ide.example.com/", "null", "ftp://x"]
+)
+def test_an_allowed_origin_that_is_not_one_stops_the_server_before_it_starts(
+    value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAITSTATE_MCP_CALLER_KEYS", f"alice:{ALICE}")
+    monkeypatch.setenv("WAITSTATE_MCP_ALLOWED_ORIGINS", f"http://localhost:3000,{value}")
+
+    assert main(["--app", APP]) == 2
+    assert "is not an origin" in capsys.readouterr().err

@@ -16,7 +16,7 @@ Every request carries a bearer token (`Authorization: Bearer <secret>`): one of 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.mcp_server import shapes
-from waitstate.mcp_server.guards import BoundedBody
+from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices
 from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
 
@@ -114,7 +114,14 @@ def agent_server(
     return server
 
 
-def http_app(server: FastMCP, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ASGIApp:
-    """The server's streamable HTTP app (at `/mcp`), refusing bodies over `max_body_bytes`
+def http_app(
+    server: FastMCP,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_origins: Iterable[str] = (),
+) -> ASGIApp:
+    """The server's streamable HTTP app (at `/mcp`), refusing a browser's request from an
+    origin that is neither loopback nor one of `allowed_origins` (`guards.OriginGuard`, the
+    origins as `guards.parse_origins` gives them), and bodies over `max_body_bytes`
     (`guards.BoundedBody`)."""
-    return BoundedBody(server.http_app(), max_body_bytes)
+    return OriginGuard(BoundedBody(server.http_app(), max_body_bytes), allowed_origins)

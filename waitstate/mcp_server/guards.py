@@ -1,4 +1,5 @@
-"""What the MCP server's HTTP door refuses before a request reaches MCP: a body over its bound.
+"""What the MCP server's HTTP door refuses before a request reaches MCP: a browser's request
+from an origin it does not trust, and a body over its bound.
 
 Each answers once, with a plain HTTP status and a JSON body saying why, and the request never
 reaches the app under it: nothing is parsed, nothing is logged as a failure.
@@ -6,7 +7,10 @@ reaches the app under it: nothing is parsed, nothing is logged as a failure.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -15,6 +19,80 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # reads the refusal rather than a reset connection; past either bound the connection is closed.
 DRAIN_BYTES = 8 * 1_048_576
 DRAIN_SECONDS = 5.0
+LOOPBACK_NAMES = frozenset({"localhost"})
+MAX_ORIGIN_CHARS = 2_048
+
+
+class OriginGuard:
+    """Refuses with 403 a request whose `Origin` is neither a loopback origin nor one of
+    `allowed`: a browser's page on another site (or one whose name an attacker points at this
+    host: DNS rebinding) never reaches the server. A request without `Origin` (not from a
+    browser: an SDK, an IDE, another server) goes on; the bearer is what admits it."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str] = ()) -> None:
+        self._app = app
+        self._allowed = frozenset(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            origin = dict(scope.get("headers") or []).get(b"origin")
+            if origin is not None and not self._trusted(origin):
+                await refuse(
+                    send,
+                    403,
+                    "origin_refused",
+                    "requests from this origin are refused: the server's operator lists the "
+                    "origins it serves (WAITSTATE_MCP_ALLOWED_ORIGINS)",
+                )
+                return
+        await self._app(scope, receive, send)
+
+    def _trusted(self, origin: bytes) -> bool:
+        try:
+            normal = normal_origin(origin.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            return False
+        return _loopback(urlsplit(normal).hostname or "") or normal in self._allowed
+
+
+def parse_origins(text: str) -> frozenset[str]:
+    """The origins of `WAITSTATE_MCP_ALLOWED_ORIGINS` (`scheme://host[:port]`, comma-separated),
+    as `OriginGuard` compares them.
+
+    Raises:
+        ValueError: an entry is not an origin.
+    """
+    return frozenset(normal_origin(part.strip()) for part in text.split(",") if part.strip())
+
+
+def normal_origin(origin: str) -> str:
+    """`origin` as `scheme://host:port` (the scheme and host in lower case, the port always
+    said), so that equal origins compare equal.
+
+    Raises:
+        ValueError: it is not an `http` or `https` origin (`null`, a path, credentials...).
+    """
+    if len(origin) > MAX_ORIGIN_CHARS:
+        raise ValueError("an origin of over 2,048 characters")
+    parts = urlsplit(origin)
+    scheme = parts.scheme.lower()
+    port = parts.port  # raises ValueError for a port out of range
+    extra = parts.path or parts.query or parts.fragment or parts.username or parts.password
+    if scheme not in ("http", "https") or not parts.hostname or extra:
+        raise ValueError(f"{origin!r} is not an origin (scheme://host[:port])")
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
+
+
+def _loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class BoundedBody:
