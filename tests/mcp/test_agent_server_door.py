@@ -5,6 +5,7 @@ records what it was asked, so "nothing started" is read from it."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
+from mcp_types import INVALID_PARAMS, SERVER_INFO_META_KEY
 
 from examples.systems.serving import serving
 from tests.mcp import wire
@@ -173,3 +176,61 @@ def test_an_allowed_origin_that_is_not_one_stops_the_server_before_it_starts(
 
     assert main(["--app", APP]) == 2
     assert "is not an origin" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tasks", [True, False])
+async def test_a_call_of_a_tool_the_server_does_not_have_is_refused_as_unknown(
+    door: Door, tasks: bool
+) -> None:
+    request = wire.body("tools/call", {"name": "nope", "arguments": {"task": "x"}}, tasks=tasks)
+    async with httpx.AsyncClient() as http:
+        answer = await wire.send(http, door.url, request, ALICE)
+
+    assert answer.error["code"] == INVALID_PARAMS
+    assert "unknown tool 'nope'" in answer.error["message"]
+    assert door.client.calls == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"task": "hello", "Thread": "plans"}, "unknown arguments 'Thread'"),
+        ({"task": "hello", "thread": "plans", "priority": 1}, "unknown arguments 'priority'"),
+        ({"task": "hello", "b": 1, "a": 2}, "unknown arguments 'a', 'b'"),
+        ({}, "'task' is the agent's task"),
+        ({"task": ""}, "'task' is the agent's task"),
+        ({"task": 12}, "'task' is the agent's task"),
+        ({"task": "x" * 20_001}, "'task' is the agent's task"),
+        ({"task": "hello", "thread": "no spaces"}, "'thread' names a conversation"),
+        ({"task": "hello", "thread": ["plans"]}, "'thread' names a conversation"),
+    ],
+)
+async def test_arguments_outside_the_tools_input_schema_are_refused_and_start_nothing(
+    door: Door, arguments: dict[str, Any], says: str
+) -> None:
+    """The schema says `additionalProperties: false`: a misspelled `Thread` is refused, not
+    taken for a fresh run without its conversation."""
+    request = wire.call("listener", arguments)
+    async with httpx.AsyncClient() as http:
+        answer = await wire.send(http, door.url, request, ALICE)
+        listed = await wire.send(http, door.url, wire.body("tools/list"), ALICE)
+
+    assert answer.error["code"] == INVALID_PARAMS
+    assert says in answer.error["message"]
+    assert door.client.calls == []
+    [schema] = [t["inputSchema"] for t in listed.result["tools"] if t["name"] == "listener"]
+    assert schema["additionalProperties"] is False
+
+
+async def test_the_server_names_its_own_version_and_advertises_only_what_it_serves(
+    door: Door,
+) -> None:
+    async with httpx.AsyncClient() as http:
+        discovered = await wire.send(http, door.url, wire.body("server/discover"), ALICE)
+
+    info = discovered.result["_meta"][SERVER_INFO_META_KEY]
+    assert info == {"name": "waitstate", "version": importlib.metadata.version("waitstate")}
+    capabilities = discovered.result["capabilities"]
+    assert set(capabilities["extensions"]) == {TASKS_EXTENSION_ID}
+    assert "subscribe" not in capabilities.get("resources", {})
+    assert capabilities["tools"]["listChanged"] is True  # served by subscriptions/listen

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp
 from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
-from waitstate.mcp_server import shapes
+from waitstate.mcp_server import served, shapes
 from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices
 from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
@@ -100,7 +100,9 @@ def agent_server(
         notify: Callers may follow their tasks on a `subscriptions/listen` stream
             (`notifications/tasks`, see `listen.TaskNotices`) rather than only poll them.
     """
-    server = FastMCP(name, auth=auth)
+    server = FastMCP(name, version=served.version(), auth=auth)
+    served.advertise_only_what_is_served(server)
+    server.add_middleware(served.KnownTools())
     tasks = RunTasks(connect, agents, approvals=approvals, poll_interval=poll_interval)
     server.add_extension(tasks)
     if notify:

@@ -13,6 +13,8 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import mcp_types
@@ -111,6 +113,35 @@ def input_tool_schema(max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
         "required": ["task"],
         "additionalProperties": False,
     }
+
+
+@dataclass(frozen=True)
+class TaskArguments:
+    """The arguments of an agent's tool, checked against `input_tool_schema`."""
+
+    task: str
+    thread: str | None = None
+
+
+def task_arguments(arguments: Mapping[str, Any] | None) -> TaskArguments:
+    """The arguments of a call of an agent's tool, as its input schema allows them.
+
+    Raises:
+        Refused: an argument the schema does not have (`additionalProperties: false`: a
+            misspelled `Thread` is not taken for no thread), or one outside its bounds.
+    """
+    given = dict(arguments or {})
+    unknown = sorted(set(given) - {"task", "thread"})
+    if unknown:
+        names = ", ".join(repr(name[:64]) for name in unknown[:8])
+        raise Refused(f"unknown arguments {names}: an agent takes 'task' and 'thread'")
+    task = given.get("task")
+    if not isinstance(task, str) or not task.strip() or len(task) > MAX_TASK_CHARS:
+        raise Refused(f"'task' is the agent's task in words: 1 to {MAX_TASK_CHARS} characters")
+    thread = given.get("thread")
+    if thread is not None and not (isinstance(thread, str) and THREAD_NAME.fullmatch(thread)):
+        raise Refused("'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'")
+    return TaskArguments(task, thread)
 
 
 def output_schema(output_type: type[BaseModel] | None) -> dict[str, Any]:

@@ -174,21 +174,11 @@ class RunTasks(ServerExtension):
                 ),
                 data=missing_capability_error_data(),
             )
-        task = (params.arguments or {}).get("task")
-        if not isinstance(task, str) or not task.strip() or len(task) > shapes.MAX_TASK_CHARS:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"'task' is the agent's task in words: 1 to {shapes.MAX_TASK_CHARS} "
-                "characters",
-            )
-        thread = (params.arguments or {}).get("thread")
-        if thread is not None and not (
-            isinstance(thread, str) and shapes.THREAD_NAME.fullmatch(thread)
-        ):
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message="'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'",
-            )
+        try:
+            arguments = shapes.task_arguments(params.arguments)
+        except shapes.Refused as err:
+            raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
+        task, thread = arguments.task, arguments.thread
         caller = request_caller()
         if thread is not None:
             task_id = await self._send(caller, agent.name, thread, task)
