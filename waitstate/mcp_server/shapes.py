@@ -15,6 +15,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import mcp_types
@@ -196,6 +197,24 @@ def message_result(run_id: str, message: ThreadMessage, structured: bool) -> dic
         return tool_error(f"the message ended {message.status}: {message.error or 'no reply'}")
     counts = {"turns": message.model_calls}
     return _answered(run_id, message.reply or "", structured, message.usage, counts)
+
+
+def message_times(
+    message: ThreadMessage, state: RunState, approvals: bool
+) -> tuple[datetime, datetime]:
+    """When a thread's message was sent, and when its task last changed: the latest of its own
+    times (taken, answered) and, while it is not answered, of the thread's open requests for
+    the caller (their asking is the task's change to `input_required`)."""
+    times = [t for t in (message.sent_at, message.started_at, message.replied_at) if t]
+    if message.status in ("queued", "working"):
+        if approvals:
+            times += [r.requested_at for r in state.approvals.values() if r.open]
+        times += [
+            q.asked_at
+            for q in state.questions.values()
+            if q.open and q.policy.answered_by == "person"
+        ]
+    return message.sent_at, max(times)
 
 
 def tool_error(text: str) -> dict[str, Any]:

@@ -43,7 +43,10 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from waitstate.agents import Agent
 from waitstate.client import (
@@ -77,6 +80,8 @@ MAX_TASK_ID_CHARS = 160
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+# How long reading a run's last event may take (a task's `lastUpdatedAt`) before it is left out.
+LAST_EVENT_TIMEOUT = timedelta(seconds=5)
 # What a run waits for (its `WaitingFor`) when it waits for a person: only then is it asked
 # what it waits for (its `status` query), to show the caller.
 PERSON_WAITS = frozenset({"approval", "input"})
@@ -242,8 +247,15 @@ class RunTasks(ServerExtension):
             ClientError: the run is unknown, or Temporal could not be read.
         """
         description = await self.client.describe(run_id)
-        created = description.start_time or datetime.now(UTC)
-        updated = description.close_time or datetime.now(UTC)
+        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
+        if (thread := shapes.thread_of(task_id)) is not None:
+            return await self._message(run_id, task_id, thread[2], structured)
+        return await self._run(run_id, task_id, description, structured)
+
+    def _task(
+        self, task_id: str, created: datetime, updated: datetime
+    ) -> Callable[..., GetTaskResult]:
+        """Builds the task `task_id` in a status, created and last changed at those times."""
 
         def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
             return GetTaskResult(
@@ -256,20 +268,22 @@ class RunTasks(ServerExtension):
                 **payload,
             )
 
-        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
-        if (thread := shapes.thread_of(task_id)) is not None:
-            return await self._message(run_id, thread[2], structured, task)
-        return await self._run(run_id, description, structured, task)
+        return task
 
     async def _run(
         self,
         run_id: str,
+        task_id: str,
         description: WorkflowExecutionDescription,
         structured: bool,
-        task: Callable[..., GetTaskResult],
     ) -> GetTaskResult:
         """A task run's task: read from Temporal's description while it asks nothing of a
-        person (no worker replays it for a caller that polls), and asked otherwise."""
+        person (no worker replays it for a caller that polls), and asked otherwise. It was
+        created when the run's chain began, and last changed at the last event of its history
+        (its close, once it has ended)."""
+        created = _chain_start(description)
+        updated = description.close_time or await self._last_event(run_id, description) or created
+        task = self._task(task_id, created, updated)
         if description.status == WorkflowExecutionStatus.RUNNING:
             attributes = description.typed_search_attributes
             waiting_for = attributes.get(WAITING_FOR) or "none"
@@ -291,19 +305,47 @@ class RunTasks(ServerExtension):
             )
         return task("completed", result=shapes.result_of(run_id, outcome, structured))
 
+    async def _last_event(
+        self, run_id: str, description: WorkflowExecutionDescription
+    ) -> datetime | None:
+        """When the run's history last grew (its last event); None if it cannot be read."""
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=self.client.temporal.namespace,
+            execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
+            maximum_page_size=1,
+        )
+        try:
+            page = (
+                await self.client.temporal.workflow_service.get_workflow_execution_history_reverse(
+                    request, timeout=LAST_EVENT_TIMEOUT
+                )
+            )
+        except RPCError as err:
+            log.info("run %s: its last event not read (%s)", run_id, err.message)
+            return None
+        if not page.history.events:
+            return None
+        return page.history.events[0].event_time.ToDatetime(tzinfo=UTC)
+
     async def _message(
-        self, run_id: str, message_id: str, structured: bool, task: Callable[..., GetTaskResult]
+        self, run_id: str, task_id: str, message_id: str, structured: bool
     ) -> GetTaskResult:
         """A thread message's task: the thread is asked how its message stands (its reply is
-        the task's result), and what it waits for."""
+        the task's result), and what it waits for. It was created when the message was sent,
+        and last changed at the latest of its own times and of the thread's open requests'."""
         try:
             state = await self.client.query(run_id)
         except NotAnswered:
+            description = await self.client.describe(run_id)
+            when = description.close_time or _chain_start(description)
+            task = self._task(task_id, when, when)
             return task("working", status_message="waiting for a worker")
         messages = state.thread.messages if state.thread is not None else []
         message = next((m for m in messages if m.message_id == message_id), None)
         if message is None:  # older than what the thread keeps
             raise RunNotFound(run_id)
+        created, updated = shapes.message_times(message, state, self._approvals)
+        task = self._task(task_id, created, updated)
         if (result := shapes.message_result(run_id, message, structured)) is not None:
             return task("completed", result=result)
         return self._asking(state, f"message {message.status}", task)
@@ -448,3 +490,12 @@ def _fail(task_id: str, err: ClientError) -> NoReturn:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _chain_start(description: WorkflowExecutionDescription) -> datetime:
+    """When the run's chain of continue-as-new runs began (the task's creation): the
+    description's own start is its latest run's."""
+    extended = description.raw_description.workflow_extended_info
+    if extended.HasField("original_start_time"):
+        return extended.original_start_time.ToDatetime(tzinfo=UTC)
+    return description.start_time or datetime.now(UTC)
