@@ -20,7 +20,7 @@ from examples.systems.serving import serving
 from tests.mcp import wire
 from tests.mcp.agents_app import APP
 from waitstate.apps import load_apps
-from waitstate.mcp_server import CallerKeys, agent_server, guards, http_app
+from waitstate.mcp_server import CallerKeys, agent_server, guards, http_app, shapes
 from waitstate.mcp_server.__main__ import main
 
 ALICE = "a" * 40
@@ -234,3 +234,16 @@ async def test_the_server_names_its_own_version_and_advertises_only_what_it_serv
     assert set(capabilities["extensions"]) == {TASKS_EXTENSION_ID}
     assert "subscribe" not in capabilities.get("resources", {})
     assert capabilities["tools"]["listChanged"] is True  # served by subscriptions/listen
+
+
+@pytest.mark.parametrize("key", ["", "k" * 129, "has space", "é", "a/b", 12, ["k"], {"k": 1}])
+async def test_an_idempotency_key_that_is_not_one_is_refused_and_starts_nothing(
+    door: Door, key: Any
+) -> None:
+    request = wire.call("echo", {"task": "hello"}, key=key)
+    async with httpx.AsyncClient() as http:
+        answer = await wire.send(http, door.url, request, ALICE)
+
+    assert answer.error["code"] == INVALID_PARAMS
+    assert shapes.IDEMPOTENCY_KEY in answer.error["message"]
+    assert door.client.calls == []

@@ -7,7 +7,10 @@ waitstate's MCP server use it where an SDK would hide what is sent, or retry on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +22,8 @@ from mcp_types import (
     CLIENT_INFO_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
+
+from waitstate.mcp_server.shapes import IDEMPOTENCY_KEY
 
 VERSION = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
@@ -50,15 +55,18 @@ def body(
     *,
     id: int | str = 1,  # noqa: A002 - the JSON-RPC member's name
     tasks: bool = True,
+    key: Any = None,
 ) -> dict[str, Any]:
     """A request: `params` with the `_meta` every 2026-07-28 request carries (declaring the
-    tasks extension unless `tasks` is False)."""
+    tasks extension unless `tasks` is False), and the idempotency key `key` if given."""
     capabilities: dict[str, Any] = {"extensions": {TASKS: {}}} if tasks else {}
     meta: dict[str, Any] = {
         PROTOCOL_VERSION_META_KEY: VERSION,
         CLIENT_INFO_META_KEY: {"name": "raw-test-client", "version": "1"},
         CLIENT_CAPABILITIES_META_KEY: capabilities,
     }
+    if key is not None:
+        meta[IDEMPOTENCY_KEY] = key
     return {
         "jsonrpc": "2.0",
         "id": id,
@@ -67,9 +75,15 @@ def body(
     }
 
 
-def call(tool: str, arguments: dict[str, Any], *, id: int | str = 1) -> dict[str, Any]:  # noqa: A002
-    """A `tools/call` of `tool`."""
-    return body("tools/call", {"name": tool, "arguments": arguments}, id=id)
+def call(
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    key: Any = None,
+    id: int | str = 1,  # noqa: A002
+) -> dict[str, Any]:
+    """A `tools/call` of `tool`, with the idempotency key `key` if given."""
+    return body("tools/call", {"name": tool, "arguments": arguments}, id=id, key=key)
 
 
 def headers(request: dict[str, Any], secret: str | None) -> dict[str, str]:
@@ -104,22 +118,28 @@ async def send(
     return Answer(response.status_code, _message(response))
 
 
-async def send_unread(url: str, request: dict[str, Any], secret: str) -> asyncio.StreamWriter:
-    """Post `request` over a socket of its own and read nothing: the caller closes the returned
-    writer to drop the connection, its answer unread (an answer lost on the way)."""
+@asynccontextmanager
+async def unread(url: str, request: dict[str, Any], secret: str) -> AsyncIterator[None]:
+    """Post `request` over a socket of its own, and read nothing: the connection is dropped when
+    the block ends, the answer unread (an answer lost on the way)."""
     where = urlsplit(url)
     assert where.hostname is not None and where.port is not None
     _, writer = await asyncio.open_connection(where.hostname, where.port)
-    payload = json.dumps(request).encode()
-    lines = [
-        f"POST {where.path} HTTP/1.1",
-        f"Host: {where.hostname}:{where.port}",
-        f"Content-Length: {len(payload)}",
-        *(f"{name}: {value}" for name, value in headers(request, secret).items()),
-    ]
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-    await writer.drain()
-    return writer
+    try:
+        payload = json.dumps(request).encode()
+        lines = [
+            f"POST {where.path} HTTP/1.1",
+            f"Host: {where.hostname}:{where.port}",
+            f"Content-Length: {len(payload)}",
+            *(f"{name}: {value}" for name, value in headers(request, secret).items()),
+        ]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+        await writer.drain()
+        yield
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 def _message(response: httpx.Response) -> dict[str, Any] | None:

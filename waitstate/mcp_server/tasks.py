@@ -80,6 +80,10 @@ MAX_TASK_ID_CHARS = 160
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+KEY_REUSED = (
+    f"this idempotency key ('{shapes.IDEMPOTENCY_KEY}') was sent before with another call (another "
+    "agent, task or thread): a key names one call; give a new call a new key"
+)
 # How long reading a run's last event may take (a task's `lastUpdatedAt`) before it is left out.
 LAST_EVENT_TIMEOUT = timedelta(seconds=5)
 # What a run waits for (its `WaitingFor`) when it waits for a person: only then is it asked
@@ -181,21 +185,20 @@ class RunTasks(ServerExtension):
             )
         try:
             arguments = shapes.task_arguments(params.arguments)
+            # The request's whole `_meta` (the SDK's parsed params keep only its own keys).
+            key = shapes.idempotency_key(rc.meta if rc is not None else None)
         except shapes.Refused as err:
             raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
-        task, thread = arguments.task, arguments.thread
         caller = request_caller()
-        if thread is not None:
-            task_id = await self._send(caller, agent.name, thread, task)
+        if arguments.thread is not None:
+            run_id, task_id, again = await self._send(
+                caller, agent.name, arguments.thread, arguments.task, key
+            )
         else:
-            task_id = shapes.new_task_id()
-            run_id = shapes.run_id_of(caller, task_id)
-            try:
-                await self.client.start(RunInput(task=task, agent=agent.name), run_id=run_id)
-            except StartFailed as err:
-                raise MCPError(
-                    code=INTERNAL_ERROR, message=f"could not start the run: {err}"
-                ) from err
+            run_id, task_id, again = await self._start(caller, agent.name, arguments.task, key)
+        if again:
+            log.info("caller %s sent the call of task %s again (same key)", caller, task_id)
+            return await self._as_it_stands(run_id, task_id)
         log.info("caller %s created task %s", caller, task_id)
         now = _now()
         return CreateTaskResult(
@@ -207,13 +210,59 @@ class RunTasks(ServerExtension):
             poll_interval_ms=self._poll_ms,
         )
 
-    async def _send(self, caller: str, agent: str, thread: str, text: str) -> str:
+    async def _start(
+        self, caller: str, agent: str, task: str, key: str | None
+    ) -> tuple[str, str, bool]:
+        """Start a run of `agent` on `task` for `caller`: its run id, its task id, and whether
+        the same call, sent before with `key`, had started it.
+
+        Raises:
+            MCPError: `key` was sent before with another call, or Temporal refused the start.
+        """
+        task_id = shapes.new_task_id() if key is None else shapes.keyed_task_id(caller, key)
+        run_id = shapes.run_id_of(caller, task_id)
+        try:
+            started = await self.client.start(RunInput(task=task, agent=agent), run_id=run_id)
+        except StartFailed as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not start the run: {err}") from err
+        if started.existing:
+            try:
+                given = await self.client.started_input(run_id)
+            except ClientError as err:
+                raise MCPError(
+                    code=INTERNAL_ERROR, message=f"could not read the key's task: {err}"
+                ) from err
+            if given is None:
+                raise MCPError(
+                    code=INTERNAL_ERROR,
+                    message="could not read the call the key was first sent with: send it again",
+                )
+            if (given.agent, given.task) != (agent, task):
+                raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+        return run_id, task_id, started.existing
+
+    async def _send(
+        self, caller: str, agent: str, thread: str, text: str, key: str | None
+    ) -> tuple[str, str, bool]:
         """Send `text` to `caller`'s thread `thread` with `agent` (started with this message if
-        it never ran); the task id of the message."""
+        it never ran): the thread's run id, the message's task id, and whether the same call,
+        sent before with `key`, had sent it (the thread's own key, `shapes.message_key`).
+
+        Raises:
+            MCPError: `key` was sent before with another call, or the thread refused it.
+        """
         run_id = shapes.thread_run_id(caller, agent, thread)
+        message_key = None
+        if key is not None:
+            message_key = shapes.message_key(key, text)
+            await self._not_keyed_otherwise(caller, key, run_id, text)
         try:
             sent = await self.client.send_message(
-                run_id, text, sender=f"mcp:{caller}", start=thread_input(agent=agent)
+                run_id,
+                text,
+                key=message_key,
+                sender=f"mcp:{caller}",
+                start=thread_input(agent=agent),
             )
         except ThreadClosed:
             raise MCPError(
@@ -226,7 +275,49 @@ class RunTasks(ServerExtension):
             ) from None
         except ClientError as err:
             raise MCPError(code=INTERNAL_ERROR, message=f"could not send it: {err}") from err
-        return shapes.message_task_id(agent, thread, sent.accepted.message_id)
+        task_id = shapes.message_task_id(agent, thread, sent.accepted.message_id)
+        return run_id, task_id, sent.accepted.duplicate
+
+    async def _not_keyed_otherwise(self, caller: str, key: str, thread: str, text: str) -> None:
+        """Refuse `key` for a message of `text` to the run `thread` if it was sent before with
+        another call: one that started a task run, or another message to this thread (as far as
+        the thread remembers its keys). Where the thread cannot be asked (no worker answers), a
+        key sent again with another text is taken for another message, never for the first."""
+        keyed_run = shapes.run_id_of(caller, shapes.keyed_task_id(caller, key))
+        try:
+            await self.client.describe(keyed_run)
+        except RunNotFound:
+            pass
+        except ClientError as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not read Temporal: {err}") from err
+        else:
+            raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+        try:
+            state = await self.client.query(thread)
+        except RunNotFound:
+            return  # a thread that never ran has seen no key
+        except NotAnswered as err:
+            log.info("thread %s: its keys not read (%s)", thread, err)
+            return
+        keys = state.thread.keys if state.thread is not None else {}
+        if shapes.other_message_of(key, text, keys) is not None:
+            raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+
+    async def _as_it_stands(self, run_id: str, task_id: str) -> CreateTaskResult:
+        """The task a call sent again with its key had created, as it stands now."""
+        try:
+            current = await self.read(run_id, task_id)
+        except ClientError as err:
+            _fail(task_id, err)
+        return CreateTaskResult(
+            task_id=task_id,
+            status=current.status,
+            status_message=current.status_message,
+            created_at=current.created_at,
+            last_updated_at=current.last_updated_at,
+            ttl_ms=self._ttl_ms,
+            poll_interval_ms=self._poll_ms,
+        )
 
     # --- tasks/* ----------------------------------------------------------------------------
 
