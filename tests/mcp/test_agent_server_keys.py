@@ -3,7 +3,8 @@
 lost (the client dropped the connection before reading it, then sent it again), reaches one
 run, or one message of a thread, and answers with the same task. Sent from a raw JSON-RPC
 client over HTTP (`tests/mcp/wire.py`), as the SDKs would hide the retry; the runs are counted
-where they are, in Temporal, under the caller's workflow ids."""
+where they are, in Temporal, under the caller's workflow ids. And a caller finds its own tasks,
+and only its own, with `list_tasks`."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems.serving import serving
 from tests.helpers import eventually, make_worker
 from tests.mcp import wire
-from tests.mcp.agents_app import APP
+from tests.mcp.agents_app import APP, ASKS
 from waitstate.apps import load_apps
 from waitstate.client import RunNotFound, WaitstateClient
-from waitstate.mcp_server import CallerKeys, agent_server, http_app, shapes
+from waitstate.mcp_server import CallerKeys, agent_server, http_app, listing, shapes
 from waitstate.schemas.run import RunState
 
 ALICE = "a" * 40
@@ -200,3 +201,57 @@ async def test_two_callers_equal_keys_never_meet(served: Served) -> None:
     assert len(await served.task_runs("alice")) == len(await served.task_runs("bob")) == 1
     stolen = wire.body("tasks/get", {"taskId": alices.result["taskId"]})
     assert (await served.send(stolen, "bob")).error["code"] == INVALID_PARAMS
+
+
+async def test_a_caller_lists_its_own_tasks_and_no_one_elses(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`list_tasks`, a plain tool (no tasks extension needed): the caller's task runs, newest
+    first, a page at a time (here of one), by agent if asked; never another caller's."""
+    monkeypatch.setattr(listing, "PAGE", 1)
+    echoed = await served.send(wire.call("echo", {"task": "one"}, key="l-1"))
+    await served.until_done(echoed.result["taskId"])
+    asking = await served.send(wire.call("approver", {"task": ASKS}, key="l-2"))
+    await served.send(wire.call("echo", {"task": "bob's"}, key="l-1"), "bob")
+
+    async def page(caller: str, **arguments: Any) -> dict[str, Any]:
+        request = wire.body(
+            "tools/call", {"name": "list_tasks", "arguments": arguments}, tasks=False
+        )
+        answer = await served.send(request, caller)
+        assert not answer.result.get("isError"), answer
+        listed: dict[str, Any] = answer.result["structuredContent"]
+        return listed
+
+    async def both_listed() -> list[dict[str, Any]] | None:
+        """Every page of alice's listing, followed by its cursors, once both are listed."""
+        listed, cursor, pages = [], None, 0
+        while pages == 0 or cursor is not None:
+            found = await page("alice", **({"cursor": cursor} if cursor else {}))
+            assert len(found["tasks"]) <= 1
+            listed += found["tasks"]
+            cursor, pages = found.get("nextCursor"), pages + 1
+        return listed if len(listed) == 2 and pages >= 2 else None
+
+    async def asking_listed() -> dict[str, Any] | None:
+        [task] = (await page("alice", agent="approver"))["tasks"] or [None]
+        return task if task is not None and task["status"] == "input_required" else None
+
+    tasks = await eventually(both_listed, "alice's two tasks, one a page")
+    waiting = await eventually(asking_listed, "the approver's task waiting for alice")
+    bobs = await eventually(lambda: page("bob"), "bob's listing")
+    refused = [
+        await served.send(wire.body("tools/call", {"name": "list_tasks", "arguments": a}))
+        for a in ({"cursor": "not a cursor!"}, {"agent": "nobody"}, {"Agent": "echo"})
+    ]
+
+    assert [(t["taskId"], t["agent"]) for t in tasks] == [
+        (asking.result["taskId"], "approver"),
+        (echoed.result["taskId"], "echo"),
+    ]
+    assert tasks[1]["status"] == "completed"
+    assert waiting["taskId"] == asking.result["taskId"]
+    assert all(
+        t["taskId"] not in {echoed.result["taskId"], asking.result["taskId"]} for t in bobs["tasks"]
+    )
+    assert [answer.error["code"] for answer in refused] == [INVALID_PARAMS] * 3

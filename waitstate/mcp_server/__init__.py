@@ -30,10 +30,10 @@ from starlette.types import ASGIApp
 from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
-from waitstate.mcp_server import served, shapes
+from waitstate.mcp_server import listing, served, shapes
 from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices
-from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
+from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks, request_caller
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 
@@ -90,7 +90,8 @@ def agent_server(
     notify: bool = True,
     name: str = "waitstate",
 ) -> FastMCP:
-    """An MCP server of `agents`, each a task-required tool of its name.
+    """An MCP server of `agents`, each a task-required tool of its name, and `list_tasks`, with
+    which a caller finds its own tasks (`listing`).
 
     Args:
         connect: Returns the client its runs are started and read with (awaited when the server
@@ -111,6 +112,12 @@ def agent_server(
         server._mcp_server.add_request_handler(  # pyright: ignore[reportPrivateUsage]
             "subscriptions/listen", SubscriptionsListenRequestParams, TaskNotices(tasks)
         )
+    if listing.NAME in agents:
+        raise ValueError(f"an agent may not be named {listing.NAME!r}: the server's own tool")
+    # First in tools/list: the one tool any client may call plainly, with no argument.
+    server.add_tool(
+        listing.task_list(lambda: tasks.client, agents, approvals=approvals, caller=request_caller)
+    )
     for agent in agents.values():
         server.add_tool(agent_tool(agent))
     return server

@@ -17,7 +17,7 @@ import mcp_types
 from fastmcp import FastMCP
 from fastmcp.apps.config import UI_EXTENSION_ID
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-from fastmcp.tools.base import ToolResult
+from fastmcp.tools.base import Tool, ToolResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
@@ -29,9 +29,20 @@ def version() -> str:
     return importlib.metadata.version("waitstate")
 
 
+class CheckedTool(Tool):
+    """A tool whose arguments are checked against its input schema before it runs: one that
+    does not fit is the protocol error `-32602`, not a tool's failure (what an error raised
+    while it runs becomes)."""
+
+    def check_arguments(self, arguments: dict[str, Any]) -> None:
+        """Raise `MCPError(INVALID_PARAMS, ...)` saying what does not fit."""
+        raise NotImplementedError
+
+
 class KnownTools(Middleware):
     """A call of a tool the server does not have is refused with `-32602` (the spec's
-    "unknown tool"), before anything runs."""
+    "unknown tool"), and so is one whose arguments a `CheckedTool` refuses, before anything
+    runs."""
 
     async def on_call_tool(
         self,
@@ -40,11 +51,16 @@ class KnownTools(Middleware):
     ) -> ToolResult:
         name = context.message.name
         server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
-        if server is not None and await server.get_tool(name) is None:
+        if server is None:
+            return await call_next(context)
+        tool = await server.get_tool(name)
+        if tool is None:
             raise MCPError(
                 code=INVALID_PARAMS,
                 message=f"unknown tool {name[:MAX_NAME_SHOWN]!r}: tools/list names the tools",
             )
+        if isinstance(tool, CheckedTool):
+            tool.check_arguments(dict(context.message.arguments or {}))
         return await call_next(context)
 
 
