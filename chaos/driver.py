@@ -17,7 +17,8 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    With them, the classes of issue 22 (chaos.outsiders): jobs that ask in a crafted schema, a
    backtracking pattern (12) or a malformed one (13), by our own tool and by an MCP task; and
    questions that come while the model waits for operations (16) or while the checkpoint's
-   model call is in flight (17).
+   model call is in flight (17). And issue 39's (chaos.mcp_doors): calls of waitstate's own MCP
+   server sent again with their keys, twice, after a lost answer, and at once (18).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -62,6 +63,7 @@ from chaos.invariants import (
     interrupted_start,
     refunds_once,
 )
+from chaos.mcp_doors import McpDoors
 from chaos.model import Check, GatewayTarget
 from chaos.outsiders import Outsiders
 from chaos.runs import (
@@ -108,6 +110,7 @@ class Suite:
     rotation: Rotation | None = None
     mcp_downtimes: list[float] = field(default_factory=list)
     issue22: Outsiders | None = None
+    mcp_doors: McpDoors | None = None
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
@@ -115,6 +118,7 @@ class Suite:
         stack = self.stack
         assert stack.client is not None and stack.wire is not None
         self.issue22 = Outsiders(stack, self.size)
+        self.mcp_doors = McpDoors(stack.client, stack.systems_url, self.size)
         async with httpx.AsyncClient(timeout=30) as http:
             # Every callback job of the mix reports progress; the early systems hold the
             # answers to starts past their jobs (and send each report twice).
@@ -154,8 +158,14 @@ class Suite:
                 if load:
                     await self._load(ctx, rng)
                 else:
-                    await self._phase_a(ctx, rng)
-                    await self._phase_b(ctx, rng)
+                    # Class 18 from phase A on; its runs end before phase C's outages, which
+                    # meet no other run.
+                    doors = asyncio.create_task(self.mcp_doors.run(ctx.result_timeout))
+                    try:
+                        await self._phase_a(ctx, rng)
+                        await self._phase_b(ctx, rng)
+                    finally:
+                        await doors
                     await self._phase_c(ctx, rng)
             finally:
                 stop.set()
@@ -470,6 +480,8 @@ class Suite:
         self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
         if self.issue22 is not None:
             self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
+        if self.mcp_doors is not None:
+            self.checks += self.mcp_doors.rows()
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)

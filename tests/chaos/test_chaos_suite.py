@@ -14,6 +14,7 @@ import pytest
 
 from chaos.exactly_once import ROWS
 from chaos.invariants import INVARIANTS
+from chaos.mcp_doors import ROWS as ISSUE_39_ROWS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
@@ -44,11 +45,12 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     assert not missing, f"no row for fault classes {missing}:\n{output}"
     # Issue 11's classes (progress, expiry per mode, continue-as-new, key rotation, decisions
     # racing the policy), issue 22's (crafted schemas, a gateway outage that loses webhooks, a
-    # blob store outage, questions during a wait and during a checkpoint) and every
-    # invariant, each with something counted.
-    absent = [name for name in (*ROWS, *ISSUE_22_ROWS, *INVARIANTS) if name not in rows]
+    # blob store outage, questions during a wait and during a checkpoint), issue 39's (MCP
+    # calls sent again with their keys) and every invariant, each with something counted.
+    classes = (*ROWS, *ISSUE_22_ROWS, *ISSUE_39_ROWS)
+    absent = [name for name in (*classes, *INVARIANTS) if name not in rows]
     assert not absent, f"no row for {absent}:\n{output}"
-    counted = (*ROWS, *ISSUE_22_ROWS)
+    counted = classes
     uncounted = [name for name in counted if rows[name].split(" | ")[1].strip() == "0"]
     assert not uncounted, f"rows that counted nothing: {uncounted}:\n{output}"
     assert "passed" in done.stdout.splitlines()[-1], output
