@@ -19,6 +19,7 @@ from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
 from waitstate import (
     SCRIPTED_BANNER,
+    Agent,
     App,
     InputPolicy,
     Message,
@@ -46,6 +47,13 @@ RECONCILED_EXPORT_TIMEOUT = timedelta(seconds=60)
 # How long the model has to answer its purge's question (then the purge is told no): far longer
 # than a turn, short enough that a question the model never sees ends its run within the suite.
 MODEL_QUESTION_TIMEOUT = timedelta(seconds=60)
+# The agent class 18 (chaos.mcp_doors) calls over MCP: the demo's export, its model named (an
+# agent that names none gets the workers' default, here the wire stand-in's).
+EXPORTER = Agent(
+    "chaos-exporter",
+    model="scripted:demo",
+    tools=["start_export", "verify_row_count", "upload_file", "notify_team"],
+)
 
 
 def _call(turn: int, name: str, arguments: dict[str, Any]) -> Message:
@@ -124,6 +132,7 @@ def _tools(deps: DemoDeps) -> list[ToolSpec]:
 
 
 app = App(
+    agents=[EXPORTER],
     scripts={
         DELETE_SCRIPT: delete_script,
         PURGE_SCRIPT: purge_script,

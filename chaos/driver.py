@@ -18,8 +18,10 @@ A. The mixed runs (callback, polled, approval, plain tools), the model-fault run
    backtracking pattern (12) or a malformed one (13), by our own tool and by an MCP task; and
    questions that come while the model waits for operations (16) or while the checkpoint's
    model call is in flight (17). And issue 39's doors into a thread (chaos.thread_doors, 18):
-   posts sent twice, with their answers lost, and while the threads' worker is stopped; and
-   workers SIGKILLed under model calls held in flight (chaos.model_kills, 19).
+   posts sent twice, with their answers lost, and while the threads' worker is stopped;
+   workers SIGKILLed under model calls held in flight (chaos.model_kills, 19); and calls of
+   waitstate's own MCP server sent again with their keys, twice, after a lost answer, and at
+   once (chaos.mcp_doors, 20).
 B. Runs parked mid-wait (webhooks, polls, approvals, a run to cancel) while the dev server is
    stopped and restarted on the same SQLite file, once by SIGKILL and once by SIGTERM
    (class 2); then they are decided, cancelled or left to finish.
@@ -64,6 +66,7 @@ from chaos.invariants import (
     interrupted_start,
     refunds_once,
 )
+from chaos.mcp_doors import McpDoors
 from chaos.model import Check, GatewayTarget
 from chaos.model_kills import ModelKills
 from chaos.outsiders import Outsiders
@@ -113,6 +116,7 @@ class Suite:
     mcp_downtimes: list[float] = field(default_factory=list)
     issue22: Outsiders | None = None
     issue39: ModelKills | None = None
+    mcp_doors: McpDoors | None = None
 
     async def run(self, *, load: bool = False) -> list[Check]:
         """Every phase, then the table's rows."""
@@ -121,6 +125,7 @@ class Suite:
         assert stack.client is not None and stack.wire is not None
         self.issue22 = Outsiders(stack, self.size)
         self.issue39 = ModelKills(stack, self.size, self.lock)
+        self.mcp_doors = McpDoors(stack.client, stack.systems_url, self.size)
         async with httpx.AsyncClient(timeout=30) as http:
             # Every callback job of the mix reports progress; the early systems hold the
             # answers to starts past their jobs (and send each report twice).
@@ -160,8 +165,14 @@ class Suite:
                 if load:
                     await self._load(ctx, rng)
                 else:
-                    await self._phase_a(ctx, rng)
-                    await self._phase_b(ctx, rng)
+                    # Class 20 from phase A on; its runs end before phase C's outages, which
+                    # meet no other run.
+                    doors = asyncio.create_task(self.mcp_doors.run(ctx.result_timeout))
+                    try:
+                        await self._phase_a(ctx, rng)
+                        await self._phase_b(ctx, rng)
+                    finally:
+                        await doors
                     await self._phase_c(ctx, rng)
             finally:
                 stop.set()
@@ -483,6 +494,8 @@ class Suite:
         if self.issue22 is not None:
             self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
         self.checks += model_kills.rows(self.outcomes)
+        if self.mcp_doors is not None:
+            self.checks += self.mcp_doors.rows()
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)

@@ -67,6 +67,11 @@ class Size:
     # at the model while the workers holding them are SIGKILLed.
     model_kills: int = 0
 
+    # Issue 39 (chaos.mcp_doors): keys per way of sending a call again (twice, after a lost
+    # answer, at once), for task runs and for thread messages alike, on waitstate's own MCP
+    # server.
+    mcp_doors: int = 0
+
     @property
     def mcp_server(self) -> bool:
         """Whether the stack starts the demo's MCP server."""
@@ -77,14 +82,16 @@ SIZES = {
     "ci": Size(mixed=16, model_rounds=1, parked=3, cancels=1, kill_every=(2, 4),
                gateway_runs=3, fuzz_examples=40,
                crafted=1, crafted_mcp=True, wait_questions=2, checkpoint_questions=2,
-               lost_webhooks=3, store_runs=2, store_outage=150.0, thread_doors=3, model_kills=1),
+               lost_webhooks=3, store_runs=2, store_outage=150.0, thread_doors=3, model_kills=1,
+               mcp_doors=1),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,
                  early=6, expiry=2, can=8, can_expiry=2, races=9, rotations=2,
                  rotation_window=timedelta(seconds=30),
                  crafted=2, crafted_mcp=True, wait_questions=4, checkpoint_questions=4,
-                 lost_webhooks=6, store_runs=3, store_outage=180.0, thread_doors=8, model_kills=2),
+                 lost_webhooks=6, store_runs=3, store_outage=180.0, thread_doors=8, model_kills=2,
+                 mcp_doors=2),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
     "load": Size(mixed=862, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
                  gateway_runs=0, fuzz_examples=0, query_every=1.0, result_timeout=1200,

@@ -14,7 +14,8 @@ import pytest
 
 from chaos.exactly_once import ROWS
 from chaos.invariants import INVARIANTS
-from chaos.model_kills import ROWS as ISSUE_39_ROWS
+from chaos.mcp_doors import ROWS as MCP_DOORS
+from chaos.model_kills import ROWS as MODEL_KILLS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
 from chaos.thread_doors import ROW as THREAD_DOORS
 
@@ -47,9 +48,9 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     # Issue 11's classes (progress, expiry per mode, continue-as-new, key rotation, decisions
     # racing the policy), issue 22's (crafted schemas, a gateway outage that loses webhooks, a
     # blob store outage, questions during a wait and during a checkpoint), issue 39's (a
-    # thread's doors, worker kills during model calls) and every invariant, each with
-    # something counted.
-    classes = (*ROWS, *ISSUE_22_ROWS, THREAD_DOORS, *ISSUE_39_ROWS)
+    # thread's doors, worker kills during model calls, MCP calls sent again with their keys)
+    # and every invariant, each with something counted.
+    classes = (*ROWS, *ISSUE_22_ROWS, THREAD_DOORS, *MODEL_KILLS, *MCP_DOORS)
     absent = [name for name in (*classes, *INVARIANTS) if name not in rows]
     assert not absent, f"no row for {absent}:\n{output}"
     counted = classes

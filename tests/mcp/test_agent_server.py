@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems.serving import serving
 from tests.helpers import make_worker
+from tests.mcp import wire
 from tests.mcp.agents_app import APP, ASKS
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
@@ -129,6 +131,52 @@ async def test_a_task_is_read_from_temporal_alone_while_it_asks_nothing(
     )
 
 
+async def test_a_tasks_last_update_is_its_runs_last_change_not_the_reads_time(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """No worker runs, so the run's history holds still between two reads: `lastUpdatedAt`
+    is its last event's time both times (it was the read's own time), `createdAt` its start;
+    a cancel request is a change, and moves it to that event; once ended, it is the close."""
+    apps = load_apps([APP])
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+
+    async def connect() -> WaitstateClient:
+        return client
+
+    server = agent_server(apps.agents, connect=connect, auth=CallerKeys({"alice": ALICE}))
+    run_id = ""
+
+    async def last_event() -> datetime:
+        events = [e async for e in client.handle(run_id).fetch_history_events()]
+        return events[-1].event_time.ToDatetime(tzinfo=UTC)
+
+    async with serving(http_app(server)) as root, httpx.AsyncClient() as http:
+        url = f"{root}/mcp"
+
+        async def get(task_id: str) -> dict[str, Any]:
+            request = wire.body("tasks/get", {"taskId": task_id})
+            return (await wire.send(http, url, request, ALICE)).result
+
+        created = (await wire.send(http, url, wire.call("echo", {"task": "hi"}), ALICE)).result
+        run_id = shapes.run_id_of("alice", created["taskId"])
+        first, second = await get(created["taskId"]), await get(created["taskId"])
+        started = (await client.describe(run_id)).start_time
+        still = await last_event()
+        request = wire.body("tasks/cancel", {"taskId": created["taskId"]})
+        assert (await wire.send(http, url, request, ALICE)).status == 200
+        asked = await get(created["taskId"])
+        cancel_requested = await last_event()
+        await client.handle(run_id).terminate("the test is over")
+        ended = await get(created["taskId"])
+        closed = (await client.describe(run_id)).close_time
+
+    assert first["lastUpdatedAt"] == second["lastUpdatedAt"] == still.isoformat()
+    assert first["createdAt"] == ended["createdAt"] == started.isoformat()
+    assert cancel_requested > still
+    assert asked["lastUpdatedAt"] == cancel_requested.isoformat()
+    assert closed is not None and ended["lastUpdatedAt"] == closed.isoformat()
+
+
 async def test_a_call_naming_a_thread_is_a_message_in_the_callers_conversation(
     served: Served,
 ) -> None:
@@ -142,6 +190,7 @@ async def test_a_call_naming_a_thread_is_a_message_in_the_callers_conversation(
         with pytest.raises(McpError, match="not cancelled"):
             await task.cancel()
         third = await task.result()
+        answered = await task.status()
         with pytest.raises(McpError, match="'thread' names a conversation"):
             await alice.call_tool("listener", {"task": "x", "thread": "no spaces"})
 
@@ -157,6 +206,13 @@ async def test_a_call_naming_a_thread_is_a_message_in_the_callers_conversation(
     assert runs == {shapes.thread_run_id("alice", "listener", "plans")}
     assert bobs.structured_content["run_id"] == shapes.thread_run_id("bob", "listener", "plans")
     assert task.task_id == shapes.message_task_id("listener", "plans", "m3")
+    # The message's task was created when it was sent, and last changed when it was answered.
+    state = await served.client.query(shapes.thread_run_id("alice", "listener", "plans"))
+    assert state.thread is not None
+    [m3] = [m for m in state.thread.messages if m.message_id == "m3"]
+    assert m3.replied_at is not None
+    times = (answered.created_at, answered.last_updated_at)
+    assert times == (m3.sent_at.isoformat(), m3.replied_at.isoformat())
 
 
 async def test_a_caller_reaches_only_its_own_tasks(served: Served) -> None:

@@ -18,6 +18,7 @@ from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.messages import Usage
 from waitstate.schemas.questions import InputPolicy, InputRequest
 from waitstate.schemas.run import RunState
+from waitstate.schemas.threads import MAX_KEY_CHARS
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -178,3 +179,30 @@ def test_a_messages_task_id_names_its_callers_thread_and_nothing_else() -> None:
     assert shapes.run_id_of("bo", task_id) != shapes.run_id_of("ana", task_id)
     for not_a_message in ("abc", "a.b", "a.b.c.d", "a..b", "a.b c.d", shapes.new_task_id()):
         assert shapes.thread_of(not_a_message) is None
+
+
+def test_a_keyed_calls_task_is_named_by_its_caller_and_key_alone() -> None:
+    """The same caller and key name the same task, whatever else; another caller's equal key
+    another task; the id says nothing of the key, and names a task run (no `.`)."""
+    task_id = shapes.keyed_task_id("alice", "order-7")
+
+    assert task_id == shapes.keyed_task_id("alice", "order-7")
+    assert task_id != shapes.keyed_task_id("bob", "order-7")
+    assert task_id != shapes.keyed_task_id("alice", "order-8")
+    assert len(task_id) == len(shapes.new_task_id()) and "order" not in task_id
+    assert shapes.thread_of(task_id) is None
+    assert shapes.run_id_of("alice", task_id).startswith(f"{shapes.runs_of('alice')}-")
+
+
+def test_a_keyed_message_is_its_threads_key_for_that_text_only() -> None:
+    """The thread's key is made of the call's key and the message's text: the same call is the
+    same key; the key with another text is another key, found among the thread's keys."""
+    longest = "k" * 128
+    mine = shapes.message_key(longest, "hello")
+    keys = {mine: "m1", shapes.message_key("other", "hi"): "m2"}
+
+    assert mine == shapes.message_key(longest, "hello")
+    assert len(mine) <= MAX_KEY_CHARS
+    assert shapes.other_message_of(longest, "hello", keys) is None
+    assert shapes.other_message_of(longest, "hello!", keys) == "m1"
+    assert shapes.other_message_of("other", "hi", keys) is None

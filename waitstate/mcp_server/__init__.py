@@ -16,7 +16,7 @@ Every request carries a bearer token (`Authorization: Bearer <secret>`): one of 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -25,14 +25,15 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.auth import AccessToken, TokenVerifier
 from fastmcp.tools.base import Tool, ToolResult
 from mcp_types import SubscriptionsListenRequestParams, ToolAnnotations, ToolExecution
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from waitstate.agents import Agent
 from waitstate.client import WaitstateClient
 from waitstate.gateway.operators import OperatorKeys
-from waitstate.mcp_server import shapes
+from waitstate.mcp_server import listing, served, shapes
+from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices
-from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks
+from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks, request_caller
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 
@@ -89,7 +90,8 @@ def agent_server(
     notify: bool = True,
     name: str = "waitstate",
 ) -> FastMCP:
-    """An MCP server of `agents`, each a task-required tool of its name.
+    """An MCP server of `agents`, each a task-required tool of its name, and `list_tasks`, with
+    which a caller finds its own tasks (`listing`).
 
     Args:
         connect: Returns the client its runs are started and read with (awaited when the server
@@ -99,7 +101,9 @@ def agent_server(
         notify: Callers may follow their tasks on a `subscriptions/listen` stream
             (`notifications/tasks`, see `listen.TaskNotices`) rather than only poll them.
     """
-    server = FastMCP(name, auth=auth)
+    server = FastMCP(name, version=served.version(), auth=auth)
+    served.advertise_only_what_is_served(server)
+    server.add_middleware(served.KnownTools())
     tasks = RunTasks(connect, agents, approvals=approvals, poll_interval=poll_interval)
     server.add_extension(tasks)
     if notify:
@@ -108,65 +112,25 @@ def agent_server(
         server._mcp_server.add_request_handler(  # pyright: ignore[reportPrivateUsage]
             "subscriptions/listen", SubscriptionsListenRequestParams, TaskNotices(tasks)
         )
+    if listing.NAME in agents:
+        raise ValueError(f"an agent may not be named {listing.NAME!r}: the server's own tool")
+    # First in tools/list: the one tool any client may call plainly, with no argument.
+    server.add_tool(
+        listing.task_list(lambda: tasks.client, agents, approvals=approvals, caller=request_caller)
+    )
     for agent in agents.values():
         server.add_tool(agent_tool(agent))
     return server
 
 
-def http_app(server: FastMCP, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ASGIApp:
-    """The server's streamable HTTP app (at `/mcp`), refusing bodies over `max_body_bytes`."""
-    return BoundedBody(server.http_app(), max_body_bytes)
-
-
-class BoundedBody:
-    """Refuses a request whose body is over `limit` bytes with 413, before it is parsed: by
-    its `Content-Length`, or, sent in chunks, once what arrived passes the limit."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self._app, self._limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self._limit:
-            await _too_large(send, self._limit)
-            return
-        received = 0
-        started = refused = False
-
-        async def bounded_receive() -> Message:
-            nonlocal received, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self._limit:
-                    # To the app, the client went away, and what it answers is dropped.
-                    refused = True
-                    if not started:
-                        await _too_large(send, self._limit)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if not refused:
-                started = True
-                await send(message)
-
-        await self._app(scope, bounded_receive, guarded_send)
-
-
-async def _too_large(send: Send, limit: int) -> None:
-    body = f'{{"error": "body_too_large", "message": "the body is over {limit} bytes"}}'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})
+def http_app(
+    server: FastMCP,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_origins: Iterable[str] = (),
+) -> ASGIApp:
+    """The server's streamable HTTP app (at `/mcp`), refusing a browser's request from an
+    origin that is neither loopback nor one of `allowed_origins` (`guards.OriginGuard`, the
+    origins as `guards.parse_origins` gives them), and bodies over `max_body_bytes`
+    (`guards.BoundedBody`)."""
+    return OriginGuard(BoundedBody(server.http_app(), max_body_bytes), allowed_origins)

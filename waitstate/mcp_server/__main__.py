@@ -15,6 +15,7 @@ from waitstate.apps import AppError, app_refs, load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.mcp_server import CallerKeys, agent_server, http_app
+from waitstate.mcp_server.guards import parse_origins
 from waitstate.settings import Settings
 
 
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                 "no caller may call: set WAITSTATE_MCP_CALLER_KEYS (caller:secret, 32+ "
                 "characters each)"
             )
+        origins = parse_origins(settings.mcp_allowed_origins)
         apps = load_apps(refs, mcp_servers=parse_servers(settings.mcp_servers))
     except (AppError, McpConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     names = ", ".join(sorted(apps.agents))
     print(f"serving {names} at http://{args.host}:{args.port}/mcp", flush=True)
-    uvicorn.run(http_app(server), host=args.host, port=args.port, log_level="warning")
+    app = http_app(server, allowed_origins=origins)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

@@ -205,12 +205,12 @@ def _task_ids(requested: SubscriptionFilter, most: int) -> list[str]:
 
 def _base_kinds(requested: SubscriptionFilter) -> SubscriptionFilter:
     """The base change notifications asked for: honoured, though this server never changes
-    its tools, prompts or resources (so none is ever sent)."""
+    its tools, prompts or resources (so none is ever sent). Resource subscriptions are not: it
+    has no resource to subscribe to, and does not advertise them (`served`)."""
     return SubscriptionFilter(
         tools_list_changed=True if requested.tools_list_changed else None,
         prompts_list_changed=True if requested.prompts_list_changed else None,
         resources_list_changed=True if requested.resources_list_changed else None,
-        resource_subscriptions=list(requested.resource_subscriptions or []) or None,
     )
 
 

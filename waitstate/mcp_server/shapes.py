@@ -5,14 +5,23 @@ a run's state, so each mapping is tested without a server.
 A task's id is the caller's to hold, not a run id: the run's workflow id is derived from the
 caller and the task id (`run_id_of`), so a task id presented by another caller names a run
 that does not exist, and a run cannot be reached over MCP by its own id.
+
+A call that carries an idempotency key (`IDEMPOTENCY_KEY` in its `_meta`) names its task by it:
+a task run's id is derived from the caller and the key (`keyed_task_id`), and a thread
+message's idempotency key in its thread from the key and the message (`message_key`), so the
+same call sent again reaches the same run or the same message.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import mcp_types
@@ -34,6 +43,11 @@ MAX_COMMENT_CHARS = 5_000  # of a decision's comment (`DecideInput.comment`)
 MAX_ARGUMENTS_SHOWN = 1_000  # characters of a tool call's arguments, in an approval's message
 THREAD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 THREAD_PART = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# The idempotency key a call may carry in its `_meta` (namespaced: MCP defines none; SEP-3182's
+# `idempotencyKey` was proposed and closed), and what one may be.
+IDEMPOTENCY_KEY = "io.waitstate/idempotency-key"
+KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+KEY_PREFIX = "mcp:"  # of a thread message's key made from a call's (`message_key`)
 # An approval, asked as a form: the decision, and why (the agent reads the comment).
 DECISION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -50,13 +64,61 @@ def new_task_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+def idempotency_key(meta: Mapping[str, Any] | None) -> str | None:
+    """The idempotency key a request's `_meta` carries, or None.
+
+    Raises:
+        Refused: it is not a key: 1 to 128 letters, digits, `.`, `_`, `:` or `-`.
+    """
+    key = (meta or {}).get(IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    if not isinstance(key, str) or not KEY.fullmatch(key):
+        raise Refused(
+            f"'{IDEMPOTENCY_KEY}' is 1 to 128 letters, digits, '.', '_', ':' or '-' (a UUID, "
+            "say): one key for one call, sent again with it when its answer was lost"
+        )
+    return key
+
+
+def keyed_task_id(caller: str, key: str) -> str:
+    """The task id of `caller`'s call with the idempotency key `key`: a digest of both (as
+    long as `new_task_id`'s, and telling nothing of the key)."""
+    digest = hashlib.sha256(json.dumps([caller, key]).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def message_key(key: str, text: str) -> str:
+    """A thread message's idempotency key, from the call's `key` and the message's `text`: the
+    same call sent again is the same message; the key with another text is another key (see
+    `other_message_of`), so it can never be answered with the other's message."""
+    return f"{_key_prefix(key)}{_digest(text, 16)}"
+
+
+def other_message_of(key: str, text: str, keys: Mapping[str, str]) -> str | None:
+    """The message id a thread's `keys` give `key` for another text than `text`, if any: the
+    key was used for another message."""
+    prefix, mine = _key_prefix(key), message_key(key, text)
+    return next((m for k, m in keys.items() if k.startswith(prefix) and k != mine), None)
+
+
+def _key_prefix(key: str) -> str:
+    return f"{KEY_PREFIX}{_digest(key, 32)}:"
+
+
 def run_id_of(caller: str, task_id: str) -> str:
     """The workflow id of `caller`'s task `task_id`: a digest of the caller (never the caller's
     name, which the Web UI would show), then the task id; for a thread's message, the thread's
     (`thread_of`)."""
     if (thread := thread_of(task_id)) is not None:
         return _thread_run(caller, thread[0], thread[1])
-    return f"{RUN_PREFIX}{_digest(caller, 16)}-{task_id}"
+    return f"{runs_of(caller)}-{task_id}"
+
+
+def runs_of(caller: str) -> str:
+    """What the workflow ids of `caller`'s runs begin with: its task runs' with this and `-`,
+    its threads' with this and `.`."""
+    return f"{RUN_PREFIX}{_digest(caller, 16)}"
 
 
 def thread_run_id(caller: str, agent: str, thread: str) -> str:
@@ -65,7 +127,7 @@ def thread_run_id(caller: str, agent: str, thread: str) -> str:
 
 
 def _thread_run(caller: str, agent_digest: str, thread: str) -> str:
-    return f"{RUN_PREFIX}{_digest(caller, 16)}.{agent_digest}.{thread}"
+    return f"{runs_of(caller)}.{agent_digest}.{thread}"
 
 
 def message_task_id(agent: str, thread: str, message_id: str) -> str:
@@ -111,6 +173,35 @@ def input_tool_schema(max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
         "required": ["task"],
         "additionalProperties": False,
     }
+
+
+@dataclass(frozen=True)
+class TaskArguments:
+    """The arguments of an agent's tool, checked against `input_tool_schema`."""
+
+    task: str
+    thread: str | None = None
+
+
+def task_arguments(arguments: Mapping[str, Any] | None) -> TaskArguments:
+    """The arguments of a call of an agent's tool, as its input schema allows them.
+
+    Raises:
+        Refused: an argument the schema does not have (`additionalProperties: false`: a
+            misspelled `Thread` is not taken for no thread), or one outside its bounds.
+    """
+    given = dict(arguments or {})
+    unknown = sorted(set(given) - {"task", "thread"})
+    if unknown:
+        names = ", ".join(repr(name[:64]) for name in unknown[:8])
+        raise Refused(f"unknown arguments {names}: an agent takes 'task' and 'thread'")
+    task = given.get("task")
+    if not isinstance(task, str) or not task.strip() or len(task) > MAX_TASK_CHARS:
+        raise Refused(f"'task' is the agent's task in words: 1 to {MAX_TASK_CHARS} characters")
+    thread = given.get("thread")
+    if thread is not None and not (isinstance(thread, str) and THREAD_NAME.fullmatch(thread)):
+        raise Refused("'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'")
+    return TaskArguments(task, thread)
 
 
 def output_schema(output_type: type[BaseModel] | None) -> dict[str, Any]:
@@ -165,6 +256,24 @@ def message_result(run_id: str, message: ThreadMessage, structured: bool) -> dic
         return tool_error(f"the message ended {message.status}: {message.error or 'no reply'}")
     counts = {"turns": message.model_calls}
     return _answered(run_id, message.reply or "", structured, message.usage, counts)
+
+
+def message_times(
+    message: ThreadMessage, state: RunState, approvals: bool
+) -> tuple[datetime, datetime]:
+    """When a thread's message was sent, and when its task last changed: the latest of its own
+    times (taken, answered) and, while it is not answered, of the thread's open requests for
+    the caller (their asking is the task's change to `input_required`)."""
+    times = [t for t in (message.sent_at, message.started_at, message.replied_at) if t]
+    if message.status in ("queued", "working"):
+        if approvals:
+            times += [r.requested_at for r in state.approvals.values() if r.open]
+        times += [
+            q.asked_at
+            for q in state.questions.values()
+            if q.open and q.policy.answered_by == "person"
+        ]
+    return message.sent_at, max(times)
 
 
 def tool_error(text: str) -> dict[str, Any]:

@@ -43,7 +43,10 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from waitstate.agents import Agent
 from waitstate.client import (
@@ -77,6 +80,12 @@ MAX_TASK_ID_CHARS = 160
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+KEY_REUSED = (
+    f"this idempotency key ('{shapes.IDEMPOTENCY_KEY}') was sent before with another call (another "
+    "agent, task or thread): a key names one call; give a new call a new key"
+)
+# How long reading a run's last event may take (a task's `lastUpdatedAt`) before it is left out.
+LAST_EVENT_TIMEOUT = timedelta(seconds=5)
 # What a run waits for (its `WaitingFor`) when it waits for a person: only then is it asked
 # what it waits for (its `status` query), to show the caller.
 PERSON_WAITS = frozenset({"approval", "input"})
@@ -174,33 +183,22 @@ class RunTasks(ServerExtension):
                 ),
                 data=missing_capability_error_data(),
             )
-        task = (params.arguments or {}).get("task")
-        if not isinstance(task, str) or not task.strip() or len(task) > shapes.MAX_TASK_CHARS:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"'task' is the agent's task in words: 1 to {shapes.MAX_TASK_CHARS} "
-                "characters",
-            )
-        thread = (params.arguments or {}).get("thread")
-        if thread is not None and not (
-            isinstance(thread, str) and shapes.THREAD_NAME.fullmatch(thread)
-        ):
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message="'thread' names a conversation: 1 to 64 letters, digits, '_' or '-'",
-            )
+        try:
+            arguments = shapes.task_arguments(params.arguments)
+            # The request's whole `_meta` (the SDK's parsed params keep only its own keys).
+            key = shapes.idempotency_key(rc.meta if rc is not None else None)
+        except shapes.Refused as err:
+            raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
         caller = request_caller()
-        if thread is not None:
-            task_id = await self._send(caller, agent.name, thread, task)
+        if arguments.thread is not None:
+            run_id, task_id, again = await self._send(
+                caller, agent.name, arguments.thread, arguments.task, key
+            )
         else:
-            task_id = shapes.new_task_id()
-            run_id = shapes.run_id_of(caller, task_id)
-            try:
-                await self.client.start(RunInput(task=task, agent=agent.name), run_id=run_id)
-            except StartFailed as err:
-                raise MCPError(
-                    code=INTERNAL_ERROR, message=f"could not start the run: {err}"
-                ) from err
+            run_id, task_id, again = await self._start(caller, agent.name, arguments.task, key)
+        if again:
+            log.info("caller %s sent the call of task %s again (same key)", caller, task_id)
+            return await self._as_it_stands(run_id, task_id)
         log.info("caller %s created task %s", caller, task_id)
         now = _now()
         return CreateTaskResult(
@@ -212,13 +210,59 @@ class RunTasks(ServerExtension):
             poll_interval_ms=self._poll_ms,
         )
 
-    async def _send(self, caller: str, agent: str, thread: str, text: str) -> str:
+    async def _start(
+        self, caller: str, agent: str, task: str, key: str | None
+    ) -> tuple[str, str, bool]:
+        """Start a run of `agent` on `task` for `caller`: its run id, its task id, and whether
+        the same call, sent before with `key`, had started it.
+
+        Raises:
+            MCPError: `key` was sent before with another call, or Temporal refused the start.
+        """
+        task_id = shapes.new_task_id() if key is None else shapes.keyed_task_id(caller, key)
+        run_id = shapes.run_id_of(caller, task_id)
+        try:
+            started = await self.client.start(RunInput(task=task, agent=agent), run_id=run_id)
+        except StartFailed as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not start the run: {err}") from err
+        if started.existing:
+            try:
+                given = await self.client.started_input(run_id)
+            except ClientError as err:
+                raise MCPError(
+                    code=INTERNAL_ERROR, message=f"could not read the key's task: {err}"
+                ) from err
+            if given is None:
+                raise MCPError(
+                    code=INTERNAL_ERROR,
+                    message="could not read the call the key was first sent with: send it again",
+                )
+            if (given.agent, given.task) != (agent, task):
+                raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+        return run_id, task_id, started.existing
+
+    async def _send(
+        self, caller: str, agent: str, thread: str, text: str, key: str | None
+    ) -> tuple[str, str, bool]:
         """Send `text` to `caller`'s thread `thread` with `agent` (started with this message if
-        it never ran); the task id of the message."""
+        it never ran): the thread's run id, the message's task id, and whether the same call,
+        sent before with `key`, had sent it (the thread's own key, `shapes.message_key`).
+
+        Raises:
+            MCPError: `key` was sent before with another call, or the thread refused it.
+        """
         run_id = shapes.thread_run_id(caller, agent, thread)
+        message_key = None
+        if key is not None:
+            message_key = shapes.message_key(key, text)
+            await self._not_keyed_otherwise(caller, key, run_id, text)
         try:
             sent = await self.client.send_message(
-                run_id, text, sender=f"mcp:{caller}", start=thread_input(agent=agent)
+                run_id,
+                text,
+                key=message_key,
+                sender=f"mcp:{caller}",
+                start=thread_input(agent=agent),
             )
         except ThreadClosed:
             raise MCPError(
@@ -231,7 +275,49 @@ class RunTasks(ServerExtension):
             ) from None
         except ClientError as err:
             raise MCPError(code=INTERNAL_ERROR, message=f"could not send it: {err}") from err
-        return shapes.message_task_id(agent, thread, sent.accepted.message_id)
+        task_id = shapes.message_task_id(agent, thread, sent.accepted.message_id)
+        return run_id, task_id, sent.accepted.duplicate
+
+    async def _not_keyed_otherwise(self, caller: str, key: str, thread: str, text: str) -> None:
+        """Refuse `key` for a message of `text` to the run `thread` if it was sent before with
+        another call: one that started a task run, or another message to this thread (as far as
+        the thread remembers its keys). Where the thread cannot be asked (no worker answers), a
+        key sent again with another text is taken for another message, never for the first."""
+        keyed_run = shapes.run_id_of(caller, shapes.keyed_task_id(caller, key))
+        try:
+            await self.client.describe(keyed_run)
+        except RunNotFound:
+            pass
+        except ClientError as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"could not read Temporal: {err}") from err
+        else:
+            raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+        try:
+            state = await self.client.query(thread)
+        except RunNotFound:
+            return  # a thread that never ran has seen no key
+        except NotAnswered as err:
+            log.info("thread %s: its keys not read (%s)", thread, err)
+            return
+        keys = state.thread.keys if state.thread is not None else {}
+        if shapes.other_message_of(key, text, keys) is not None:
+            raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
+
+    async def _as_it_stands(self, run_id: str, task_id: str) -> CreateTaskResult:
+        """The task a call sent again with its key had created, as it stands now."""
+        try:
+            current = await self.read(run_id, task_id)
+        except ClientError as err:
+            _fail(task_id, err)
+        return CreateTaskResult(
+            task_id=task_id,
+            status=current.status,
+            status_message=current.status_message,
+            created_at=current.created_at,
+            last_updated_at=current.last_updated_at,
+            ttl_ms=self._ttl_ms,
+            poll_interval_ms=self._poll_ms,
+        )
 
     # --- tasks/* ----------------------------------------------------------------------------
 
@@ -252,8 +338,15 @@ class RunTasks(ServerExtension):
             ClientError: the run is unknown, or Temporal could not be read.
         """
         description = await self.client.describe(run_id)
-        created = description.start_time or datetime.now(UTC)
-        updated = description.close_time or datetime.now(UTC)
+        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
+        if (thread := shapes.thread_of(task_id)) is not None:
+            return await self._message(run_id, task_id, thread[2], structured)
+        return await self._run(run_id, task_id, description, structured)
+
+    def _task(
+        self, task_id: str, created: datetime, updated: datetime
+    ) -> Callable[..., GetTaskResult]:
+        """Builds the task `task_id` in a status, created and last changed at those times."""
 
         def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
             return GetTaskResult(
@@ -266,20 +359,22 @@ class RunTasks(ServerExtension):
                 **payload,
             )
 
-        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
-        if (thread := shapes.thread_of(task_id)) is not None:
-            return await self._message(run_id, thread[2], structured, task)
-        return await self._run(run_id, description, structured, task)
+        return task
 
     async def _run(
         self,
         run_id: str,
+        task_id: str,
         description: WorkflowExecutionDescription,
         structured: bool,
-        task: Callable[..., GetTaskResult],
     ) -> GetTaskResult:
         """A task run's task: read from Temporal's description while it asks nothing of a
-        person (no worker replays it for a caller that polls), and asked otherwise."""
+        person (no worker replays it for a caller that polls), and asked otherwise. It was
+        created when the run's chain began, and last changed at the last event of its history
+        (its close, once it has ended)."""
+        created = _chain_start(description)
+        updated = description.close_time or await self._last_event(run_id, description) or created
+        task = self._task(task_id, created, updated)
         if description.status == WorkflowExecutionStatus.RUNNING:
             attributes = description.typed_search_attributes
             waiting_for = attributes.get(WAITING_FOR) or "none"
@@ -301,19 +396,47 @@ class RunTasks(ServerExtension):
             )
         return task("completed", result=shapes.result_of(run_id, outcome, structured))
 
+    async def _last_event(
+        self, run_id: str, description: WorkflowExecutionDescription
+    ) -> datetime | None:
+        """When the run's history last grew (its last event); None if it cannot be read."""
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=self.client.temporal.namespace,
+            execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
+            maximum_page_size=1,
+        )
+        try:
+            page = (
+                await self.client.temporal.workflow_service.get_workflow_execution_history_reverse(
+                    request, timeout=LAST_EVENT_TIMEOUT
+                )
+            )
+        except RPCError as err:
+            log.info("run %s: its last event not read (%s)", run_id, err.message)
+            return None
+        if not page.history.events:
+            return None
+        return page.history.events[0].event_time.ToDatetime(tzinfo=UTC)
+
     async def _message(
-        self, run_id: str, message_id: str, structured: bool, task: Callable[..., GetTaskResult]
+        self, run_id: str, task_id: str, message_id: str, structured: bool
     ) -> GetTaskResult:
         """A thread message's task: the thread is asked how its message stands (its reply is
-        the task's result), and what it waits for."""
+        the task's result), and what it waits for. It was created when the message was sent,
+        and last changed at the latest of its own times and of the thread's open requests'."""
         try:
             state = await self.client.query(run_id)
         except NotAnswered:
+            description = await self.client.describe(run_id)
+            when = description.close_time or _chain_start(description)
+            task = self._task(task_id, when, when)
             return task("working", status_message="waiting for a worker")
         messages = state.thread.messages if state.thread is not None else []
         message = next((m for m in messages if m.message_id == message_id), None)
         if message is None:  # older than what the thread keeps
             raise RunNotFound(run_id)
+        created, updated = shapes.message_times(message, state, self._approvals)
+        task = self._task(task_id, created, updated)
         if (result := shapes.message_result(run_id, message, structured)) is not None:
             return task("completed", result=result)
         return self._asking(state, f"message {message.status}", task)
@@ -458,3 +581,12 @@ def _fail(task_id: str, err: ClientError) -> NoReturn:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _chain_start(description: WorkflowExecutionDescription) -> datetime:
+    """When the run's chain of continue-as-new runs began (the task's creation): the
+    description's own start is its latest run's."""
+    extended = description.raw_description.workflow_extended_info
+    if extended.HasField("original_start_time"):
+        return extended.original_start_time.ToDatetime(tzinfo=UTC)
+    return description.start_time or datetime.now(UTC)
