@@ -248,7 +248,8 @@ class Settings:
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    """A port number (1-65535) from `env[name]`, or `default` if unset.
+    """A port number (1-65535, or 0 for any free one) from `env[name]`, or `default` if
+    unset.
 
     Raises:
         ValueError: it is not one; the message names the variable.
@@ -256,8 +257,10 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name, "").strip()
     if not text:
         return default
-    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
-        raise ValueError(f"{name} must be a port number (1-65535); got {text!r}")
+    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) < 65536:
+        raise ValueError(
+            f"{name} must be a port number (1-65535, 0 for any free one); got {text!r}"
+        )
     return int(text)
 
 

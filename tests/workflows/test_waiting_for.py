@@ -6,7 +6,6 @@ the gateway, the demo purge service and a model over the OpenAI wire protocol.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -67,11 +66,10 @@ async def test_a_question_asked_during_the_checkpoint_call_is_what_the_run_waits
         openai_text("released"),
         openai_text("purged staging_events"),
     )
-    settings = dataclasses.replace(
-        stack.settings, openai_base_url=wire.openai_base_url, openai_api_key="test-key"
-    )
     worker = stack.worker(
-        tools=[purge_tool(PurgeService(stack.http, stack.systems_url))], settings=settings
+        tools=[purge_tool(PurgeService(stack.http, stack.systems_url))],
+        openai_base_url=wire.openai_base_url,
+        openai_api_key="test-key",
     )
     async with worker:
         handle = await stack.start(
