@@ -343,7 +343,7 @@ class _Unhurried(ScriptedProvider):
 async def _expiring_worker(rig: _Rig) -> AsyncIterator[str]:
     """A worker of our own, in this process, on a task queue of its own (yielded): its exports
     expire after SHORT_EXPIRY (the fleet's after an hour) and its models are `_Unhurried`."""
-    from worker import build_worker  # the production wiring; imported late, it is heavy
+    from waitstate.worker import build_worker  # the production wiring; imported late, it is heavy
 
     target = rig.target
     blobs = Path(tempfile.mkdtemp(prefix="waitstate-chaos-gateway-"))

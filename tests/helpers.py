@@ -42,9 +42,9 @@ from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
-from worker import build_providers, build_workers
-from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import (
+from waitstate.worker import build_providers, build_workers
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.versions import (
     CHECKPOINT_POLICY,
     EXACTLY_ONCE,
     HANDLERS_LAST,

@@ -57,8 +57,8 @@ from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMo
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -52,7 +52,7 @@ from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.operations import CompleteOperation
 from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere

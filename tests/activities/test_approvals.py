@@ -11,8 +11,8 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import ApprovalActivities
 from tests.rigs import Systems
+from waitstate.activities import ApprovalActivities
 from waitstate.gateway.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
 from waitstate.schemas.approvals import (
     ApprovalNotice,

@@ -51,7 +51,7 @@ from waitstate.gateway.delivery import TemporalDeliverer, decision_update_id
 from waitstate.gateway.tokens import ResumeTokens, approval_subject
 from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}
 RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure

@@ -63,7 +63,7 @@ from waitstate.schemas.approvals import DecideInput, DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody, AnswerInput
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APPS = ["tests.workflows.threads_app:app", "tests.workflows.questions_app:app"]
 CHAT_MODEL = "scripted:chat-echo"

@@ -29,7 +29,7 @@ from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, HEADERS, STYLE
 from waitstate.gateway.routes.timeline import END_KINDS, EVENT_KINDS, SCRIPT, TIMELINE_HEADERS
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 __all__ = ["rig"]
 

@@ -38,8 +38,8 @@ from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, learn_header_params, read_listing
-from activities.mcp_resources import (
+from waitstate.activities.mcp import McpActivities, learn_header_params, read_listing
+from waitstate.activities.mcp_resources import (
     GET_PROMPT,
     LIST_PROMPTS,
     LIST_RESOURCES,

@@ -22,8 +22,8 @@ from waitstate.schemas import RunResult
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerInput, InputPolicy, Question
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import WAITING_FOR
 
 CHANNEL_SCHEMA = {
     "type": "object",

@@ -37,7 +37,7 @@ from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
 from waitstate.tools import ToolError
 from waitstate.tools.spec import JobAnswer
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
 ROOTS = ["file:///srv/reports"]

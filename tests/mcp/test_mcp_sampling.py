@@ -21,7 +21,7 @@ from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message, ModelResponse, ToolDefinition, Usage
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.tools.spec import JobAnswer
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
 from waitstate.schemas.run import NOTIFY_APPROVAL
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
 
 DAY = timedelta(hours=24)
 RESULT_TIMEOUT = 60

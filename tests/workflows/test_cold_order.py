@@ -67,7 +67,7 @@ from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import CompleteOperation, Completion
 from waitstate.schemas.threads import THREAD_CLOSING, ThreadSettings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
 ATTEMPTS = 3

@@ -33,7 +33,7 @@ from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput, OnTimeout
 from waitstate.schemas.operations import Operation
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}
 RESULT_TIMEOUT = 90

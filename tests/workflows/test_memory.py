@@ -41,8 +41,8 @@ from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from waitstate.tools import ToolSpec
 from waitstate.tools.spec import Handler
-from workflows.agent_run import AgentRunWorkflow
-from workflows.ledger import LEDGER_CHARS
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.ledger import LEDGER_CHARS
 
 KEYS = {"state": "s" * 40}
 RESULT_TIMEOUT = 120

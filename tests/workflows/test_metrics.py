@@ -21,7 +21,7 @@ from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecisionSignal
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"metrics": "m" * 40}
 

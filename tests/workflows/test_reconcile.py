@@ -40,7 +40,7 @@ from waitstate.schemas.operations import Operation
 from waitstate.schemas.run import POLL_OPERATION
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"test": "t" * 40}
 # Every wait is bounded, so a regression fails instead of hanging; far below the timeouts.

@@ -32,8 +32,8 @@ from waitstate.schemas.run import CANCEL_OPERATION
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from waitstate.tools import Job, LongSpec, StartContext, ToolSpec
-from workflows.agent_run import AgentRunWorkflow
-from workflows.policies import MODEL_RETRY
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.policies import MODEL_RETRY
 
 Outage = Literal["read-only", "unreachable"]
 # The paths each outage takes: the model's reply in hand, kept by one activity that Temporal

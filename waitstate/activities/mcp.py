@@ -20,8 +20,8 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp_resources import answer, offered
-from activities.pulse import beat, pulse
+from waitstate.activities.mcp_resources import answer, offered
+from waitstate.activities.pulse import beat, pulse
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.mcp import (
     McpConfigError,

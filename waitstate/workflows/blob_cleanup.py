@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         NamespaceRetention,
     )
-    from workflows.policies import (
+    from waitstate.workflows.policies import (
         CLEAN_HEARTBEAT,
         CLEAN_RETRY,
         CLEAN_TIMEOUT,

@@ -18,10 +18,10 @@ from waitstate.schemas.run import (
     McpListing,
     McpListInput,
 )
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.outages import StoreDown, StoreOutages
-from workflows.policies import (
+from waitstate.workflows.activity_calls import Failed, call
+from waitstate.workflows.board import StatusBoard
+from waitstate.workflows.outages import StoreDown, StoreOutages
+from waitstate.workflows.policies import (
     AGENT_RETRY,
     AGENT_TIMEOUT,
     MCP_LISTING_RETRY,

@@ -22,9 +22,9 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.deltas import DeltaPublisher, DeltaTarget
-from activities.mcp import read_listing
-from activities.pulse import progress, pulse
+from waitstate.activities.deltas import DeltaPublisher, DeltaTarget
+from waitstate.activities.mcp import read_listing
+from waitstate.activities.pulse import progress, pulse
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name

@@ -44,22 +44,22 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
-    from workflows import ledger
-    from workflows.activity_calls import Failed
-    from workflows.approvals import ApprovalDesk, ApprovalExpired
-    from workflows.asides import ApprovalAsides
-    from workflows.background import BackgroundReplies
-    from workflows.board import StatusBoard
-    from workflows.budgets import BudgetExceeded, Budgets
-    from workflows.continuation import Continuation
-    from workflows.inputs import InputDesk
-    from workflows.memory import Memory
-    from workflows.opening import Opening
-    from workflows.operations import OperationsBook
-    from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
-    from workflows.thread import Conversation, Interrupted, MessageFailed
-    from workflows.versions import HANDLERS_LAST_MARKERS, Versions
+    from waitstate.workflows import ledger
+    from waitstate.workflows.activity_calls import Failed
+    from waitstate.workflows.approvals import ApprovalDesk, ApprovalExpired
+    from waitstate.workflows.asides import ApprovalAsides
+    from waitstate.workflows.background import BackgroundReplies
+    from waitstate.workflows.board import StatusBoard
+    from waitstate.workflows.budgets import BudgetExceeded, Budgets
+    from waitstate.workflows.continuation import Continuation
+    from waitstate.workflows.inputs import InputDesk
+    from waitstate.workflows.memory import Memory
+    from waitstate.workflows.opening import Opening
+    from waitstate.workflows.operations import OperationsBook
+    from waitstate.workflows.outages import StoreDown, StoreOutages
+    from waitstate.workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+    from waitstate.workflows.thread import Conversation, Interrupted, MessageFailed
+    from waitstate.workflows.versions import HANDLERS_LAST_MARKERS, Versions
 
 
 Answered = TypeVar("Answered")

@@ -11,10 +11,10 @@ from temporalio import workflow
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from waitstate.wording import span
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
-from workflows.versions import Versions
+from waitstate.workflows import ledger
+from waitstate.workflows.activity_calls import Failed, call
+from waitstate.workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
+from waitstate.workflows.versions import Versions
 
 
 @dataclass

@@ -23,9 +23,9 @@ from waitstate.schemas.run import (
     AwaitModelResponse,
     CancelModelResponse,
 )
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.policies import (
+from waitstate.workflows import ledger
+from waitstate.workflows.activity_calls import Failed, call
+from waitstate.workflows.policies import (
     BACKGROUND_FIRST_POLL,
     BACKGROUND_MAX_POLL,
     BACKGROUND_RETRY,

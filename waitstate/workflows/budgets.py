@@ -11,8 +11,8 @@ import json
 
 from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall
 from waitstate.schemas.budgets import RAISE_BUDGET, BudgetState
-from workflows import ledger, metrics
-from workflows.approvals import ApprovalDesk
+from waitstate.workflows import ledger, metrics
+from waitstate.workflows.approvals import ApprovalDesk
 
 
 class BudgetExceeded(Exception):

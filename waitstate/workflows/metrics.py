@@ -14,7 +14,7 @@ from temporalio import workflow
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import InputRequest
-from workflows.traces import wait_span
+from waitstate.workflows.traces import wait_span
 
 
 def wait_ended(

@@ -23,16 +23,16 @@ from temporalio.exceptions import ApplicationError
 from waitstate.schemas import RunState
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
-from workflows import ledger
-from workflows.activity_calls import RUN_QUEUE, Failed, Placement, call
-from workflows.board import StatusBoard
-from workflows.policies import (
+from waitstate.workflows import ledger
+from waitstate.workflows.activity_calls import RUN_QUEUE, Failed, Placement, call
+from waitstate.workflows.board import StatusBoard
+from waitstate.workflows.policies import (
     STORE_RETRY_FIRST,
     STORE_RETRY_MAX,
     leaving_outages,
     patient,
 )
-from workflows.versions import Versions
+from waitstate.workflows.versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")

@@ -35,12 +35,12 @@ from waitstate.schemas.operations import (
 )
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.inputs import InputDesk
-from workflows.metrics import cancel_failed, operation_finished, operation_reconciled
-from workflows.policies import (
+from waitstate.workflows import ledger
+from waitstate.workflows.activity_calls import Failed, call
+from waitstate.workflows.board import StatusBoard
+from waitstate.workflows.inputs import InputDesk
+from waitstate.workflows.metrics import cancel_failed, operation_finished, operation_reconciled
+from waitstate.workflows.policies import (
     CANCEL_RETRY,
     CANCEL_TIMEOUT,
     FINAL_CHECK_RETRY,
@@ -54,7 +54,7 @@ from workflows.policies import (
     poll_retry,
     reconcile_retry,
 )
-from workflows.versions import Versions
+from waitstate.workflows.versions import Versions
 
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"

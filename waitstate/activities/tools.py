@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp import McpActivities, read_listing
-from activities.pulse import pulse
+from waitstate.activities.mcp import McpActivities, read_listing
+from waitstate.activities.pulse import pulse
 from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name

@@ -14,7 +14,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelActivities, failure
+from waitstate.activities.model import ModelActivities, failure
 from waitstate.providers import ProviderError, Providers, UnknownModelError
 from waitstate.providers.base import BackgroundProvider, ResponseFailed
 from waitstate.schemas import ModelResponse

@@ -34,15 +34,15 @@ from waitstate.schemas.operations import (
     OperationStarted,
 )
 from waitstate.schemas.run import ParkedCall
-from workflows import ledger
-from workflows.activity_calls import Failed
-from workflows.board import StatusBoard
-from workflows.continuation import Continuation
-from workflows.inputs import InputDesk
-from workflows.jobs import Jobs, call_activity_tool, expected_duration
-from workflows.memory import Memory, Wait
-from workflows.thread import Conversation
-from workflows.versions import Versions
+from waitstate.workflows import ledger
+from waitstate.workflows.activity_calls import Failed
+from waitstate.workflows.board import StatusBoard
+from waitstate.workflows.continuation import Continuation
+from waitstate.workflows.inputs import InputDesk
+from waitstate.workflows.jobs import Jobs, call_activity_tool, expected_duration
+from waitstate.workflows.memory import Memory, Wait
+from waitstate.workflows.thread import Conversation
+from waitstate.workflows.versions import Versions
 
 
 class _Starting(NamedTuple):

@@ -26,14 +26,22 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from workflows import ledger
-from workflows.asides import ApprovalAsides
-from workflows.board import StatusBoard
-from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, notify, window
-from workflows.memory import Memory
-from workflows.metrics import approval_decided
-from workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
-from workflows.versions import Versions
+from waitstate.workflows import ledger
+from waitstate.workflows.asides import ApprovalAsides
+from waitstate.workflows.board import StatusBoard
+from waitstate.workflows.desk import (
+    Notice,
+    Notices,
+    escalate,
+    links_expiry,
+    notice_of,
+    notify,
+    window,
+)
+from waitstate.workflows.memory import Memory
+from waitstate.workflows.metrics import approval_decided
+from waitstate.workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
+from waitstate.workflows.versions import Versions
 
 
 class ApprovalExpired(Exception):
