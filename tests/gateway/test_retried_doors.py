@@ -2,20 +2,22 @@
 HTTP with a `TemporalDeliverer` and a thread desk, the client under it, the dev server, the demo
 systems, and a worker the tests stop and start again.
 
-For each door (a thread's start and its next message, a decision by link and by the client, an
-answer by link and by the client, a webhook's completion): the same request twice, and a request
-whose answer is lost: to the gateway's timeout while no worker runs (504 `outcome_unknown`,
-never a 503 "retry later", with the key that makes the retry safe), to the client's timeout
-(`OutcomeUnknown`), or to a client that hangs up before reading. Each reaches one run, one
-message, one decision, one answer, one completion, and the retry is told what became of the
-first: the same message, "already applied", or the first one's outcome, never a refusal, and
-never "token expired" for something applied while its token was valid.
+For each door (a thread's start and its next message, a decision by link, by the client and by
+the approval page's form, an answer by link, by the client and by the question page's form, a
+webhook's completion): the same request twice, and a request whose answer is lost: to the
+gateway's timeout while no worker runs (504 `outcome_unknown`, never a 503 "retry later", with
+the key that makes the retry safe), to the client's timeout (`OutcomeUnknown`), or to a client
+that hangs up before reading. Each reaches one run, one message, one decision, one answer, one
+completion, and the retry is told what became of the first: the same message, "already
+applied", or the first one's outcome, never a refusal, and never "token expired" for something
+applied while its token was valid.
 
 While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
 no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
 the gateway waits its usual 20 s. A retry past its token carries a token of the same claims
 (run, subject, nonce) whose expiry has passed: what the gateway sees of the first token once it
-has expired, without a test waiting for the clock.
+has expired, without a test waiting for the clock (a page's form sent back late carries it with
+the form key its page gave it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -56,6 +59,7 @@ from waitstate.gateway.delivery import (
     update_id,
 )
 from waitstate.gateway.operators import OperatorKeys
+from waitstate.gateway.pages.guard import form_key
 from waitstate.gateway.threads import ThreadDesk
 from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
@@ -79,6 +83,11 @@ SUCCEEDED = {
     "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
 }
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+UPDATE_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+# The headers a browser sends with a form from one of the gateway's pages.
+SAME_ORIGIN = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+# CONFIRM as the question page's form sends it (the purge's question has one checkbox).
+CONFIRM_FORM = {"action": "accept", "field:confirm": "true", "responder": "ana"}
 
 
 @dataclass
@@ -314,17 +323,25 @@ def _expired(tokens: ResumeTokens, authorization: str) -> str:
 
 
 async def _hang_up_once(
-    url: str, body: Any, headers: dict[str, str], reached: Callable[[], Awaitable[bool]]
+    url: str,
+    body: Any,
+    headers: dict[str, str],
+    reached: Callable[[], Awaitable[bool]],
+    *,
+    form: bool = False,
 ) -> None:
-    """POST `body` to `url` and hang up without reading the answer, once `reached` says the
-    request reached the run: a client whose answer is lost."""
+    """POST `body` to `url` (as JSON, or as a page's `form`) and hang up without reading the
+    answer, once `reached` says the request reached the run: a client whose answer is lost."""
     target = httpx.URL(url)
     assert target.port is not None
-    payload = json.dumps(body).encode()
+    if form:
+        payload, kind = urlencode(body).encode(), "application/x-www-form-urlencoded"
+    else:
+        payload, kind = json.dumps(body).encode(), "application/json"
     head = [
         f"POST {target.raw_path.decode()} HTTP/1.1",
         f"Host: {target.host}:{target.port}",
-        "Content-Type: application/json",
+        f"Content-Type: {kind}",
         f"Content-Length: {len(payload)}",
         *(f"{name}: {value}" for name, value in headers.items()),
     ]
@@ -336,6 +353,24 @@ async def _hang_up_once(
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+def _page_form(tokens: ResumeTokens, authorization: str, fields: dict[str, str]) -> dict[str, str]:
+    """The form a link's page sends back, filled in with `fields`: the link's token (that of
+    `authorization`) and the form key its page carries."""
+    token = authorization.removeprefix("Bearer ")
+    return {"token": token, "form_key": form_key(tokens, tokens.signed_claims(token)), **fields}
+
+
+async def _completed(handle: WorkflowHandle[Any, Any], update: str) -> bool:
+    """Whether the run has completed the Update whose id is `update` (its outcome is kept)."""
+    return any(
+        [
+            e.workflow_execution_update_completed_event_attributes.meta.update_id == update
+            async for e in handle.fetch_history_events()
+            if e.event_type == UPDATE_COMPLETED
+        ]
+    )
 
 
 # --- a thread's start ----------------------------------------------------------------------------
@@ -655,6 +690,168 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
     assert unknown.value.key == f"client/{answer_update_id(question.question_id, body)}"
     assert (retried.accepted, retried.delivered) == (True, True)
     assert again == retried
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+# --- a page's form -------------------------------------------------------------------------------
+
+
+async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands_once_expired(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await rig.notice(handle)
+        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
+        form = _page_form(rig.tokens, authorization, APPROVE)
+
+        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        # The link has expired since: its page's form, sent again as it was.
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
+            headers=SAME_ORIGIN,
+        )
+        result = await _result(handle)
+        state = await _state(handle)
+
+    # The decision that stands, as the link's second use shows it: approved by ana.
+    assert late.status_code == 409, late.text
+    assert "<title>This link was already used</title>" in late.text
+    assert "Approved by <b>ana</b> at" in late.text and 'name="decision"' not in late.text
+    decision = state.approvals[request_id].decision
+    assert decision is not None and (decision.decision, decision.reviewer) == ("approve", "ana")
+    assert result.status == "completed"
+    assert len(rig.systems.refunds) == 1
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await rig.notice(handle)
+        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
+            headers=SAME_ORIGIN,
+        )
+        untouched = (await _state(handle)).approvals[request_id]
+        # Nothing of the late form's stands in the way of the link while it is valid.
+        decided = await rig.http.post(
+            url, data=_page_form(rig.tokens, authorization, APPROVE), headers=SAME_ORIGIN
+        )
+        result = await _result(handle)
+
+    assert late.status_code == 410, late.text
+    assert "<title>This link has expired</title>" in late.text
+    assert (untouched.status, untouched.decision) == ("pending", None)
+    assert decided.status_code == 200, decided.text
+    assert "<title>Approved</title>" in decided.text
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_link_until_applied(
+    rig: Rig,
+) -> None:
+    """The page's form reached Temporal while no worker runs, and its answer was lost: the
+    form sent again once the link has expired says so ("Not confirmed yet", never expired),
+    and then shows the decision once the run has applied it."""
+    async with rig.worker():
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await rig.notice(handle)
+    request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+    url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+    update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
+    late_form = _page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE)
+
+    async def admitted() -> bool:
+        await until_the_update_is_admitted(rig.client, handle, update)
+        return True
+
+    await _hang_up_once(
+        url, _page_form(rig.tokens, authorization, APPROVE), SAME_ORIGIN, admitted, form=True
+    )
+    unconfirmed = await rig.http.post(url, data=late_form, headers=SAME_ORIGIN)
+    async with rig.worker():
+        await eventually(lambda: _completed(handle, update), "the decision applied")
+        late = await rig.http.post(url, data=late_form, headers=SAME_ORIGIN)
+        result = await _result(handle)
+
+    assert unconfirmed.status_code == 504, unconfirmed.text
+    assert "<title>Not confirmed yet</title>" in unconfirmed.text
+    assert late.status_code == 409, late.text
+    assert "Approved by <b>ana</b> at" in late.text
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_expired(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        notice = await rig.question_notice(handle)
+        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
+        url = f"{rig.gateway_url}/pages/questions/{question_id}"
+        # The page's answer is the link's JSON answer: one Update, known by its content.
+        update = answer_update_id(question_id, AnswerBody.model_validate(CONFIRM))
+        form = _page_form(rig.tokens, authorization, CONFIRM_FORM)
+
+        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
+            headers=SAME_ORIGIN,
+        )
+        result = await _result(handle)
+    purges = await rig.purges()
+
+    # The page the first form would have shown: the answer taken.
+    assert late.status_code == 200, late.text
+    assert "<title>Answered</title>" in late.text and "Answered by <b>ana</b>." in late.text
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
+    rig: Rig,
+) -> None:
+    async with rig.worker():
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        notice = await rig.question_notice(handle)
+        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
+        url = f"{rig.gateway_url}/pages/questions/{question_id}"
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
+            headers=SAME_ORIGIN,
+        )
+        untouched = (await _state(handle)).questions[question_id]
+        answered = await rig.http.post(
+            url, data=_page_form(rig.tokens, authorization, CONFIRM_FORM), headers=SAME_ORIGIN
+        )
+        result = await _result(handle)
+    purges = await rig.purges()
+
+    assert late.status_code == 410, late.text
+    assert "<title>This link has expired</title>" in late.text
+    assert (untouched.status, untouched.answer) == ("open", None)
+    assert answered.status_code == 200, answered.text
+    assert "<title>Answered</title>" in answered.text
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
     assert (await _accepted_updates(handle)).count("answer") == 1
