@@ -46,7 +46,7 @@ from waitstate.client import RunEvents, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
 from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer
+from waitstate.gateway.delivery import DELIVERY_TIMEOUT, TemporalDeliverer
 from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
@@ -183,12 +183,20 @@ class Stack:
     within: float
     waitstate: WaitstateClient
     _event_desk: EventDesk | None = None
+    # The gateway again, waiting less for a run (served with `impatient=`).
+    impatient_url: str = ""
 
     @property
     def event_desk(self) -> EventDesk:
         """The gateway's event desk (served with `events=True`)."""
         assert self._event_desk is not None, "the stack was served without events=True"
         return self._event_desk
+
+    def impatient(self, url: str) -> str:
+        """`url` (the gateway's), on the gateway that waits less for a run (served with
+        `impatient=`)."""
+        assert self.impatient_url, "the stack was served without impatient="
+        return url.replace(self.gateway_url, self.impatient_url)
 
     # --- the worker and its runs
 
@@ -303,10 +311,13 @@ class Stack:
 
     # --- the gateway, as people and systems use it
 
-    async def post(self, url: str, body: Any, authorization: str | None = None) -> httpx.Response:
-        """POST `body` as JSON to `url`, with that `Authorization` header (if any)."""
-        headers = {"Authorization": authorization} if authorization else {}
-        return await self.http.post(url, json=body, headers=headers)
+    async def post(
+        self, url: str, body: Any, authorization: str | None = None, **headers: str
+    ) -> httpx.Response:
+        """POST `body` as JSON to `url`, with that `Authorization` header (if any) and
+        `headers`."""
+        sent = {"Authorization": authorization} if authorization else {}
+        return await self.http.post(url, json=body, headers={**sent, **headers})
 
     async def approve_by_link(self, notice: dict[str, Any]) -> httpx.Response:
         """Approve, as "ana", through the decision link of an approval notice."""
@@ -360,6 +371,7 @@ async def serving_stack(
     thread_model: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     gateway_client: Client | None = None,
+    impatient: timedelta | None = None,
     within: float = 10,
 ) -> AsyncIterator[Stack]:
     """A `Stack` on the test's server and task queue: the demo systems app `systems` (default:
@@ -372,6 +384,9 @@ async def serving_stack(
         max_body_bytes: The gateway refuses larger bodies.
         gateway_client: What the gateway reaches Temporal with (a traced client, say);
             default: `client`.
+        impatient: The gateway is also served waiting this long for a run (its deliveries,
+            its threads' sends), at `Stack.impatient_url` (without the event desk): for
+            requests sent while no worker runs, whose outcome no wait would learn.
         within: Seconds each wait of the stack's and each HTTP call may take.
     """
     systems = systems if systems is not None else systems_app()
@@ -380,23 +395,34 @@ async def serving_stack(
     gateway_client = gateway_client or client
     operators = OperatorKeys({"ops": OPERATOR})
     event_desk = EventDesk(RunEvents(gateway_client), tokens, operators, "") if events else None
-    thread_desk = (
-        ThreadDesk(
-            WaitstateClient(gateway_client, task_queue=task_queue),
-            operators,
-            default_model=thread_model,
+
+    def gateway_waiting(timeout: timedelta, desk: EventDesk | None = None) -> FastAPI:
+        """The gateway app, waiting `timeout` for a run, serving the event `desk` (if any)."""
+        thread_desk = (
+            ThreadDesk(
+                WaitstateClient(gateway_client, task_queue=task_queue),
+                operators,
+                default_model=thread_model,
+                answer_within=timeout,
+            )
+            if thread_model
+            else None
         )
-        if thread_model
-        else None
-    )
-    gateway = gateway_app(
-        TemporalDeliverer(gateway_client),
-        tokens,
-        threads=thread_desk,
-        events=event_desk,
-        max_body_bytes=max_body_bytes,
-    )
-    async with serving(systems) as systems_url, serving(gateway) as gateway_url:
+        return gateway_app(
+            TemporalDeliverer(gateway_client, timeout=timeout),
+            tokens,
+            threads=thread_desk,
+            events=desk,
+            max_body_bytes=max_body_bytes,
+        )
+
+    gateway = gateway_waiting(DELIVERY_TIMEOUT, event_desk)
+    impatient_gateway = gateway_waiting(impatient) if impatient is not None else None
+    async with (
+        serving(systems) as systems_url,
+        serving(gateway) as gateway_url,
+        _serving_if(impatient_gateway) as impatient_url,
+    ):
         if event_desk is not None:
             event_desk.gateway_url = gateway_url  # its links point here, known once it serves
         settings = Settings(
@@ -422,7 +448,18 @@ async def serving_stack(
                 within,
                 waitstate,
                 event_desk,
+                impatient_url,
             )
+
+
+@asynccontextmanager
+async def _serving_if(app: FastAPI | None) -> AsyncIterator[str]:
+    """`serving(app)`: its URL; without an app, "" and nothing served."""
+    if app is None:
+        yield ""
+        return
+    async with serving(app) as url:
+        yield url
 
 
 async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:

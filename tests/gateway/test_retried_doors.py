@@ -2,20 +2,22 @@
 HTTP with a `TemporalDeliverer` and a thread desk, the client under it, the dev server, the demo
 systems, and a worker the tests stop and start again.
 
-For each door (a thread's start and its next message, a decision by link and by the client, an
-answer by link and by the client, a webhook's completion): the same request twice, and a request
-whose answer is lost: to the gateway's timeout while no worker runs (504 `outcome_unknown`,
-never a 503 "retry later", with the key that makes the retry safe), to the client's timeout
-(`OutcomeUnknown`), or to a client that hangs up before reading. Each reaches one run, one
-message, one decision, one answer, one completion, and the retry is told what became of the
-first: the same message, "already applied", or the first one's outcome, never a refusal, and
-never "token expired" for something applied while its token was valid.
+For each door (a thread's start and its next message, a decision by link, by the client and by
+the approval page's form, an answer by link, by the client and by the question page's form, a
+webhook's completion): the same request twice, and a request whose answer is lost: to the
+gateway's timeout while no worker runs (504 `outcome_unknown`, never a 503 "retry later", with
+the key that makes the retry safe), to the client's timeout (`OutcomeUnknown`), or to a client
+that hangs up before reading. Each reaches one run, one message, one decision, one answer, one
+completion, and the retry is told what became of the first: the same message, "already
+applied", or the first one's outcome, never a refusal, and never "token expired" for something
+applied while its token was valid.
 
 While no worker runs, requests go through a gateway that waits `PATIENCE` for the run, not 20 s:
 no worker ever answers them, so their outcome is unknown however long it waits. With a worker,
 the gateway waits its usual 20 s. A retry past its token carries a token of the same claims
 (run, subject, nonce) whose expiry has passed: what the gateway sees of the first token once it
-has expired, without a test waiting for the clock.
+has expired, without a test waiting for the clock (a page's form sent back late carries it with
+the form key its page gave it).
 """
 
 from __future__ import annotations
@@ -26,49 +28,42 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from examples.demo.basic import demo_tools
-from examples.demo.compliance import compliance_tools
-from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
-from examples.demo.refunds import refund_tools
-from examples.systems import DemoSystems, JobRecord, serving
-from examples.systems import create_app as systems_app
-from tests.helpers import eventually, first_question, make_worker, until_the_update_is_admitted
-from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
-from waitstate.apps import load_apps
-from waitstate.client import ClientError, OutcomeUnknown, WaitstateClient, thread_input
-from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import (
-    TemporalDeliverer,
-    answer_update_id,
-    decision_update_id,
-    update_id,
+from tests.helpers import eventually, first_question, until_the_update_is_admitted
+from tests.rigs import (
+    EXPORT_TASK,
+    EXPORT_TOOLS,
+    OPERATOR,
+    REFUND_TASK,
+    REFUND_TOOLS,
+    Stack,
+    serving_stack,
 )
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.threads import ThreadDesk
+from waitstate.apps import load_apps
+from waitstate.client import ClientError, OutcomeUnknown, thread_input
+from waitstate.gateway.delivery import answer_update_id, decision_update_id, update_id
+from waitstate.gateway.pages.guard import form_key
 from waitstate.gateway.tokens import ResumeTokens
-from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import DecideInput, DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody, AnswerInput
-from waitstate.settings import Settings
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APPS = ["tests.workflows.threads_app:app", "tests.workflows.questions_app:app"]
 CHAT_MODEL = "scripted:chat-echo"
 KEYS = {"doors": "d" * 40}
-OPERATOR = "operator-key-of-the-doors-0123456789abcdef"
 # How long the gateway that serves the requests sent while no worker runs waits for a run.
 PATIENCE = timedelta(seconds=2)
 RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
@@ -79,195 +74,97 @@ SUCCEEDED = {
     "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
 }
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-
-
-@dataclass
-class Rig:
-    """Two gateways over one dev server (the usual one, and one that waits `PATIENCE` for a run,
-    for requests sent while no worker runs), the client under them, and the demo systems: an
-    export service whose jobs never end (each test sends its export's webhook itself), and the
-    rest (the refunds, the purges, the notices' outbox)."""
-
-    client: Client
-    waitstate: WaitstateClient
-    http: httpx.AsyncClient
-    gateway_url: str
-    impatient_url: str
-    systems: DemoSystems
-    systems_url: str
-    exports: DemoSystems
-    exports_url: str
-    tokens: ResumeTokens
-    task_queue: str
-
-    def worker(self) -> AbstractAsyncContextManager[Worker]:
-        """The production worker wiring: the demo's tools, the export (its jobs never end), the
-        refund, the purge, and the threads' and the purge's models."""
-        settings = Settings(
-            gateway_url=self.gateway_url,
-            demo_systems_url=self.systems_url,
-            token_keys=KEYS,
-            token_signing_key="doors",
-        )
-        tools = [
-            *demo_tools(),
-            export_tool(ExportService(self.http, self.exports_url)),
-            *compliance_tools(self.http, self.systems_url),
-            *refund_tools(self.http, self.systems_url),
-            purge_tool(PurgeService(self.http, self.systems_url)),
-        ]
-        return make_worker(
-            self.client,
-            self.task_queue,
-            tools=tools,
-            settings=settings,
-            tokens=self.tokens,
-            apps=load_apps(APPS),
-        )
-
-    async def start(
-        self, task: str, tools: Sequence[str], **fields: Any
-    ) -> WorkflowHandle[Any, RunResult]:
-        return await self.client.start_workflow(
-            AgentRunWorkflow.run,
-            RunInput(task=task, tools=list(tools), **fields),
-            id=f"run-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
-
-    async def post(self, url: str, body: Any, authorization: str, **headers: str) -> httpx.Response:
-        return await self.http.post(
-            url, json=body, headers={"Authorization": authorization, **headers}
-        )
-
-    def impatient(self, url: str) -> str:
-        """`url`, on the gateway that waits `PATIENCE` for a run."""
-        return url.replace(self.gateway_url, self.impatient_url)
-
-    # --- threads ---------------------------------------------------------------------------
-
-    async def start_thread(self, body: dict[str, Any], gateway: str = "") -> httpx.Response:
-        return await self.post(f"{gateway or self.gateway_url}/v1/threads", body, OPERATOR_AUTH)
-
-    async def post_message(
-        self, thread_id: str, token: str, body: dict[str, Any], gateway: str = ""
-    ) -> httpx.Response:
-        url = f"{gateway or self.gateway_url}/v1/threads/{thread_id}/messages"
-        return await self.post(url, body, f"Bearer {token}")
-
-    async def thread(self, thread_id: str) -> RunState:
-        return await self.waitstate.query(thread_id)
-
-    async def received(self, thread_id: str) -> int:
-        """How many messages the thread has taken, all time."""
-        state = await self.thread(thread_id)
-        assert state.thread is not None
-        return state.thread.received
-
-    async def has_received(self, thread_id: str, count: int) -> bool:
-        """Whether the thread has taken `count` messages (False while it cannot say: not
-        started yet, or its first task not done)."""
-        with contextlib.suppress(ClientError):
-            return await self.received(thread_id) == count
-        return False
-
-    async def replied(self, thread_id: str, message_id: str) -> str:
-        """The reply to the message, once it has one."""
-        message = await self.waitstate.reply(thread_id, message_id, within=timedelta(seconds=30))
-        assert message.status == "replied", message
-        assert message.reply is not None
-        return message.reply
-
-    async def runs(self, workflow_id: str) -> int:
-        """How many runs Temporal has under the id."""
-        return len([r async for r in self.client.list_workflows(f'WorkflowId = "{workflow_id}"')])
-
-    # --- what runs wait for -------------------------------------------------------------------
-
-    async def notice(self, handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
-        """The run's approval notice, once its link is confirmed by the run."""
-
-        async def posted() -> dict[str, Any] | None:
-            requests = (await _state(handle)).approvals.values()
-            if not any(r.nonce_hash for r in requests):
-                return None
-            bodies = [e.body for e in self.systems.outbox if e.body["workflow_id"] == handle.id]
-            return bodies[0] if bodies else None
-
-        return await eventually(posted, f"the approval notice of {handle.id}")
-
-    async def question_notice(self, handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
-        """The run's question's notice (with its link), once the run asks it."""
-        question = await first_question(handle, "the purge's question")
-
-        async def posted() -> dict[str, Any] | None:
-            bodies = [e.body for e in self.systems.outbox]
-            return next((b for b in bodies if b.get("question_id") == question.question_id), None)
-
-        return await eventually(posted, "the question's notice")
-
-    async def job(self, handle: WorkflowHandle[Any, Any]) -> JobRecord:
-        """The run's export job, once its operation waits for its webhook."""
-        [job] = await self.jobs(handle, 1)
-        return job
-
-    async def jobs(self, handle: WorkflowHandle[Any, Any], count: int) -> list[JobRecord]:
-        """The run's `count` export jobs, in the order they were started, once their
-        operations wait for their webhooks."""
-
-        async def started() -> list[JobRecord]:
-            state = await _state(handle)
-            running = [op for op in state.operations.values() if op.status == "running"]
-            mine = [j for j in self.exports.jobs.values() if j.key.startswith(f"{handle.id}/")]
-            ready = len(mine) == len(running) == count and all(j.callback_token for j in mine)
-            return sorted(mine, key=lambda j: j.key) if ready else []
-
-        return await eventually(started, f"{count} export jobs of {handle.id}")
-
-    async def purges(self) -> dict[str, int]:
-        stats = (await self.http.get(f"{self.systems_url}/_test/stats")).json()
-        return dict(stats["purges"])
+UPDATE_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+# The headers a browser sends with a form from one of the gateway's pages.
+SAME_ORIGIN = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+# CONFIRM as the question page's form sends it (the purge's question has one checkbox).
+CONFIRM_FORM = {"action": "accept", "field:confirm": "true", "responder": "ana"}
 
 
 OPERATOR_AUTH = f"Bearer {OPERATOR}"
 
 
 @pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Rig]:
-    tokens = ResumeTokens(KEYS, "doors")
-    waitstate = WaitstateClient(dev_env.client, task_queue=task_queue)
+async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    """The stack with the thread desk, and its gateway also served waiting `PATIENCE` for a run
+    (`rig.impatient`), for requests sent while no worker runs."""
+    async with serving_stack(
+        dev_env.client,
+        task_queue,
+        KEYS,
+        "doors",
+        thread_model=CHAT_MODEL,
+        impatient=PATIENCE,
+        within=RESULT_WITHIN,
+    ) as stack:
+        yield stack
 
-    def gateway(patience: timedelta | None) -> Any:
-        desk = ThreadDesk(waitstate, OperatorKeys({"ops": OPERATOR}), default_model=CHAT_MODEL)
-        deliverer = TemporalDeliverer(dev_env.client)
-        if patience is not None:
-            desk.answer_within = patience
-            deliverer = TemporalDeliverer(dev_env.client, timeout=patience)
-        return create_app(deliverer, tokens, threads=desk)
 
-    systems, exports = systems_app(), systems_app()
-    async with (
-        httpx.AsyncClient(timeout=60) as http,
-        serving(systems) as systems_url,
-        serving(exports) as exports_url,
-        serving(gateway(None)) as gateway_url,
-        serving(gateway(PATIENCE)) as impatient_url,
-    ):
-        faults = await http.post(f"{exports_url}/_test/faults", json={"never_complete": True})
-        faults.raise_for_status()
-        yield Rig(
-            dev_env.client,
-            waitstate,
-            http,
-            gateway_url,
-            impatient_url,
-            systems.state.systems,
-            systems_url,
-            exports.state.systems,
-            exports_url,
-            tokens,
-            task_queue,
-        )
+def _worker(rig: Stack) -> AbstractAsyncContextManager[Worker]:
+    """The production worker wiring: the demo's tools, the purge's (its job asks a person to
+    confirm), and the threads' and the questions' apps."""
+    tools = [*rig.tools(), purge_tool(PurgeService(rig.http, rig.systems_url))]
+    return rig.worker(tools=tools, apps=load_apps(APPS))
+
+
+async def _export_run(
+    rig: Stack, tools: Sequence[str] = EXPORT_TOOLS, **fields: Any
+) -> WorkflowHandle[Any, RunResult]:
+    """An export run whose jobs never end: the test sends its export's webhook itself."""
+    await rig.faults(never_complete=True)
+    return await rig.start(EXPORT_TASK, tools, **fields)
+
+
+async def _notice(rig: Stack, handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    """The run's approval notice, once its link is confirmed by the run."""
+    [notice] = await rig.notices(handle, 1)
+    return notice
+
+
+async def _purges(rig: Stack) -> dict[str, int]:
+    return dict((await rig.stats())["purges"])
+
+
+# --- threads ---------------------------------------------------------------------------------------
+
+
+async def _start_thread(rig: Stack, body: dict[str, Any], gateway: str = "") -> httpx.Response:
+    return await rig.post(f"{gateway or rig.gateway_url}/v1/threads", body, OPERATOR_AUTH)
+
+
+async def _post_message(
+    rig: Stack, thread_id: str, token: str, body: dict[str, Any], gateway: str = ""
+) -> httpx.Response:
+    url = f"{gateway or rig.gateway_url}/v1/threads/{thread_id}/messages"
+    return await rig.post(url, body, f"Bearer {token}")
+
+
+async def _received(rig: Stack, thread_id: str) -> int:
+    """How many messages the thread has taken, all time."""
+    state = await rig.waitstate.query(thread_id)
+    assert state.thread is not None
+    return state.thread.received
+
+
+async def _has_received(rig: Stack, thread_id: str, count: int) -> bool:
+    """Whether the thread has taken `count` messages (False while it cannot say: not started
+    yet, or its first task not done)."""
+    with contextlib.suppress(ClientError):
+        return await _received(rig, thread_id) == count
+    return False
+
+
+async def _replied(rig: Stack, thread_id: str, message_id: str) -> str:
+    """The reply to the message, once it has one."""
+    message = await rig.waitstate.reply(thread_id, message_id, within=timedelta(seconds=30))
+    assert message.status == "replied", message
+    assert message.reply is not None
+    return message.reply
+
+
+async def _runs(rig: Stack, workflow_id: str) -> int:
+    """How many runs Temporal has under the id."""
+    return len([r async for r in rig.client.list_workflows(f'WorkflowId = "{workflow_id}"')])
 
 
 async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
@@ -314,17 +211,25 @@ def _expired(tokens: ResumeTokens, authorization: str) -> str:
 
 
 async def _hang_up_once(
-    url: str, body: Any, headers: dict[str, str], reached: Callable[[], Awaitable[bool]]
+    url: str,
+    body: Any,
+    headers: dict[str, str],
+    reached: Callable[[], Awaitable[bool]],
+    *,
+    form: bool = False,
 ) -> None:
-    """POST `body` to `url` and hang up without reading the answer, once `reached` says the
-    request reached the run: a client whose answer is lost."""
+    """POST `body` to `url` (as JSON, or as a page's `form`) and hang up without reading the
+    answer, once `reached` says the request reached the run: a client whose answer is lost."""
     target = httpx.URL(url)
     assert target.port is not None
-    payload = json.dumps(body).encode()
+    if form:
+        payload, kind = urlencode(body).encode(), "application/x-www-form-urlencoded"
+    else:
+        payload, kind = json.dumps(body).encode(), "application/json"
     head = [
         f"POST {target.raw_path.decode()} HTTP/1.1",
         f"Host: {target.host}:{target.port}",
-        "Content-Type: application/json",
+        f"Content-Type: {kind}",
         f"Content-Length: {len(payload)}",
         *(f"{name}: {value}" for name, value in headers.items()),
     ]
@@ -338,24 +243,42 @@ async def _hang_up_once(
         await writer.wait_closed()
 
 
+def _page_form(tokens: ResumeTokens, authorization: str, fields: dict[str, str]) -> dict[str, str]:
+    """The form a link's page sends back, filled in with `fields`: the link's token (that of
+    `authorization`) and the form key its page carries."""
+    token = authorization.removeprefix("Bearer ")
+    return {"token": token, "form_key": form_key(tokens, tokens.signed_claims(token)), **fields}
+
+
+async def _completed(handle: WorkflowHandle[Any, Any], update: str) -> bool:
+    """Whether the run has completed the Update whose id is `update` (its outcome is kept)."""
+    return any(
+        [
+            e.workflow_execution_update_completed_event_attributes.meta.update_id == update
+            async for e in handle.fetch_history_events()
+            if e.event_type == UPDATE_COMPLETED
+        ]
+    )
+
+
 # --- a thread's start ----------------------------------------------------------------------------
 
 
 async def test_a_start_whose_answer_is_lost_while_no_worker_runs_starts_one_thread(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     # No thread id, no key: the gateway picks both, and names them when it cannot tell.
-    lost = await rig.start_thread({"text": "hello"}, gateway=rig.impatient_url)
+    lost = await _start_thread(rig, {"text": "hello"}, gateway=rig.impatient_url)
     unknown = _unknown(lost)
     thread_id, key = unknown["thread_id"], unknown["key"]
     retry = {"text": "hello", "thread_id": thread_id, "key": key}
     # Still no worker: the thread cannot say whether this is its start's retry; nothing is sent.
-    too_soon = await rig.start_thread(retry, gateway=rig.impatient_url)
-    async with rig.worker():
-        await eventually(lambda: rig.has_received(thread_id, 1), "the start's message taken")
-        retried = await rig.start_thread(retry)
-        reply = await rig.replied(thread_id, "m1")
-        state = await rig.thread(thread_id)
+    too_soon = await _start_thread(rig, retry, gateway=rig.impatient_url)
+    async with _worker(rig):
+        await eventually(lambda: _has_received(rig, thread_id, 1), "the start's message taken")
+        retried = await _start_thread(rig, retry)
+        reply = await _replied(rig, thread_id, "m1")
+        state = await rig.waitstate.query(thread_id)
 
     assert (too_soon.status_code, too_soon.json()["error"]["code"]) == (503, "thread_unavailable")
     assert retried.status_code == 201, retried.text
@@ -365,25 +288,25 @@ async def test_a_start_whose_answer_is_lost_while_no_worker_runs_starts_one_thre
     assert reply == "re: hello (1 seen)"
     assert state.thread is not None and state.thread.received == 1
     assert [m.key for m in state.thread.messages] == [key]
-    assert await rig.runs(thread_id) == 1
+    assert await _runs(rig, thread_id) == 1
 
 
-async def test_a_start_sent_twice_or_whose_client_hung_up_starts_one_thread(rig: Rig) -> None:
+async def test_a_start_sent_twice_or_whose_client_hung_up_starts_one_thread(rig: Stack) -> None:
     thread_id = f"thread-doors-{uuid.uuid4().hex[:8]}"
     body = {"text": "hello", "thread_id": thread_id, "key": "start-1"}
     other = f"thread-doors-{uuid.uuid4().hex[:8]}"
     hung_up = {"text": "hello", "thread_id": other, "key": "start-2"}
-    async with rig.worker():
-        twice = await asyncio.gather(rig.start_thread(body), rig.start_thread(body))
+    async with _worker(rig):
+        twice = await asyncio.gather(_start_thread(rig, body), _start_thread(rig, body))
 
         await _hang_up_once(
             f"{rig.gateway_url}/v1/threads",
             hung_up,
             {"Authorization": OPERATOR_AUTH},
-            lambda: rig.has_received(other, 1),
+            lambda: _has_received(rig, other, 1),
         )
-        retried = await rig.start_thread(hung_up)
-        received = (await rig.received(thread_id), await rig.received(other))
+        retried = await _start_thread(rig, hung_up)
+        received = (await _received(rig, thread_id), await _received(rig, other))
 
     assert sorted(_code(r) for r in twice) == [(201, None)] * 2
     assert {r.json()["message"]["message_id"] for r in twice} == {"m1"}
@@ -396,28 +319,28 @@ async def test_a_start_sent_twice_or_whose_client_hung_up_starts_one_thread(rig:
         "duplicate": True,
     }
     assert received == (1, 1)
-    assert (await rig.runs(thread_id), await rig.runs(other)) == (1, 1)
+    assert (await _runs(rig, thread_id), await _runs(rig, other)) == (1, 1)
 
 
 # --- a thread's next message ---------------------------------------------------------------------
 
 
 async def test_a_message_whose_answer_is_lost_while_no_worker_runs_is_taken_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     """Finding 2: the post's Update was admitted by Temporal, held for a worker and taken once
     one came back; the gateway had answered 503 `thread_unavailable`, "retry later", and the
     retry was a second message."""
-    async with rig.worker():
-        started = await rig.start_thread({"text": "hello"})
+    async with _worker(rig):
+        started = await _start_thread(rig, {"text": "hello"})
         thread_id, token = started.json()["thread_id"], started.json()["thread_token"]
-        await rig.replied(thread_id, "m1")
-    lost = await rig.post_message(thread_id, token, {"text": "still there?"}, rig.impatient_url)
+        await _replied(rig, thread_id, "m1")
+    lost = await _post_message(rig, thread_id, token, {"text": "still there?"}, rig.impatient_url)
     key = _unknown(lost)["key"]
-    async with rig.worker():
-        retried = await rig.post_message(thread_id, token, {"text": "still there?", "key": key})
-        reply = await rig.replied(thread_id, retried.json()["message_id"])
-        state = await rig.thread(thread_id)
+    async with _worker(rig):
+        retried = await _post_message(rig, thread_id, token, {"text": "still there?", "key": key})
+        reply = await _replied(rig, thread_id, retried.json()["message_id"])
+        state = await rig.waitstate.query(thread_id)
 
     assert set(_unknown(lost)) == {"code", "message", "key"}
     assert _code(retried) == (202, None)
@@ -427,12 +350,12 @@ async def test_a_message_whose_answer_is_lost_while_no_worker_runs_is_taken_once
     assert [m.key for m in state.thread.messages][1:] == [key]
 
 
-async def test_a_message_sent_twice_or_whose_client_hung_up_is_taken_once(rig: Rig) -> None:
-    async with rig.worker():
-        started = await rig.start_thread({"text": "hello"})
+async def test_a_message_sent_twice_or_whose_client_hung_up_is_taken_once(rig: Stack) -> None:
+    async with _worker(rig):
+        started = await _start_thread(rig, {"text": "hello"})
         thread_id, token = started.json()["thread_id"], started.json()["thread_token"]
         twice = await asyncio.gather(
-            *(rig.post_message(thread_id, token, {"text": "once", "key": "k-1"}) for _ in "ab")
+            *(_post_message(rig, thread_id, token, {"text": "once", "key": "k-1"}) for _ in "ab")
         )
 
         url = f"{rig.gateway_url}/v1/threads/{thread_id}/messages"
@@ -441,11 +364,11 @@ async def test_a_message_sent_twice_or_whose_client_hung_up_is_taken_once(rig: R
             url,
             hung_up,
             {"Authorization": f"Bearer {token}"},
-            lambda: rig.has_received(thread_id, 3),
+            lambda: _has_received(rig, thread_id, 3),
         )
-        retried = await rig.post_message(thread_id, token, hung_up)
-        await rig.replied(thread_id, "m3")
-        state = await rig.thread(thread_id)
+        retried = await _post_message(rig, thread_id, token, hung_up)
+        await _replied(rig, thread_id, "m3")
+        state = await rig.waitstate.query(thread_id)
 
     assert [_code(r) for r in twice] == [(202, None)] * 2
     assert {r.json()["message_id"] for r in twice} == {"m2"}
@@ -457,21 +380,21 @@ async def test_a_message_sent_twice_or_whose_client_hung_up_is_taken_once(rig: R
 
 
 async def test_a_message_the_client_sends_is_keyed_and_its_lost_answer_names_the_key(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     """`WaitstateClient.send_message`: a send with no key is given one; one whose answer the
     client gave up on (`OutcomeUnknown`) is the same message when sent again with its key."""
     thread_id = f"thread-client-{uuid.uuid4().hex[:8]}"
-    async with rig.worker():
+    async with _worker(rig):
         start = thread_input(model=CHAT_MODEL)
         first = await rig.waitstate.send_message(thread_id, "hello", start=start)
-        await rig.replied(thread_id, "m1")
+        await _replied(rig, thread_id, "m1")
     with pytest.raises(OutcomeUnknown) as lost:
         await rig.waitstate.send_message(thread_id, "still there?", answer_within=PATIENCE)
-    async with rig.worker():
+    async with _worker(rig):
         again = await rig.waitstate.send_message(thread_id, "still there?", key=lost.value.key)
-        await rig.replied(thread_id, "m2")
-        received = await rig.received(thread_id)
+        await _replied(rig, thread_id, "m2")
+        received = await _received(rig, thread_id)
 
     assert first.key is not None and first.accepted.message_id == "m1"
     assert lost.value.key != first.key and lost.value.key in str(lost.value)
@@ -483,13 +406,13 @@ async def test_a_message_the_client_sends_is_keyed_and_its_lost_answer_names_the
 
 
 async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
-    async with rig.worker():
+    async with _worker(rig):
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        link = (await rig.notice(handle))["decision"]
+        link = (await _notice(rig, handle))["decision"]
     lost = await rig.post(rig.impatient(link["url"]), APPROVE, link["authorization"])
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.post(link["url"], APPROVE, link["authorization"])
         result = await _result(handle)
 
@@ -506,11 +429,11 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
 
 
 async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
-    async with rig.worker():
+    async with _worker(rig):
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        notice = await rig.notice(handle)
+        notice = await _notice(rig, handle)
         link = notice["decision"]
 
         async def decided() -> bool:
@@ -539,13 +462,13 @@ async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_app
     assert await _accepted_updates(handle) == ["decide"]
 
 
-async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig: Rig) -> None:
+async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
     """`WaitstateClient.decide`: the decision is its own key, so the same decision sent twice,
     or again after the client gave up on its answer, or after a caller hung up, is one Update."""
-    async with rig.worker():
+    async with _worker(rig):
         handles = [await rig.start(REFUND_TASK, REFUND_TOOLS) for _ in range(3)]
         twice, lost, hung_up = handles
-        requests = {h.id: (await rig.notice(h))["request_id"] for h in handles}
+        requests = {h.id: (await _notice(rig, h))["request_id"] for h in handles}
 
         def decision(handle: WorkflowHandle[Any, Any]) -> DecideInput:
             return DecideInput(request_id=requests[handle.id], decision="approve", reviewer="ana")
@@ -562,7 +485,7 @@ async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig
         again = await rig.waitstate.decide(hung_up.id, decision(hung_up))
     with pytest.raises(OutcomeUnknown) as unknown:
         await rig.waitstate.decide(lost.id, decision(lost), answer_within=PATIENCE)
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.waitstate.decide(lost.id, decision(lost), update_id=unknown.value.key)
         results = [await _result(h) for h in handles]
 
@@ -580,19 +503,19 @@ async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig
 
 
 async def test_an_answer_whose_answer_is_lost_or_retried_past_its_token_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
-    async with rig.worker():
+    async with _worker(rig):
         handle = await rig.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge"
         )
-        link = (await rig.question_notice(handle))["answer"]
+        link = (await rig.notice(handle.id, "question"))["answer"]
     lost = await rig.post(rig.impatient(link["url"]), CONFIRM, link["authorization"])
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.post(link["url"], CONFIRM, link["authorization"])
         late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
-    purges = await rig.purges()
+    purges = await _purges(rig)
 
     assert set(_unknown(lost)) == {"code", "message"}
     assert _code(retried) == (200, None) and retried.json()["delivered"] is True
@@ -603,13 +526,13 @@ async def test_an_answer_whose_answer_is_lost_or_retried_past_its_token_is_appli
 
 
 async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
-    async with rig.worker():
+    async with _worker(rig):
         handle = await rig.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge"
         )
-        notice = await rig.question_notice(handle)
+        notice = await rig.notice(handle.id, "question")
         link, question_id = notice["answer"], notice["question_id"]
 
         async def answered() -> bool:
@@ -623,7 +546,7 @@ async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_appl
         )
         late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
-    purges = await rig.purges()
+    purges = await _purges(rig)
 
     assert [_code(r) for r in twice] == [(200, None)] * 2
     assert twice[0].json() == twice[1].json() and twice[0].json()["delivered"] is True
@@ -634,8 +557,8 @@ async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_appl
     assert (await _accepted_updates(handle)).count("answer") == 1
 
 
-async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig: Rig) -> None:
-    async with rig.worker():
+async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
+    async with _worker(rig):
         handle = await rig.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge"
         )
@@ -645,11 +568,11 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
     )
     with pytest.raises(OutcomeUnknown) as unknown:
         await rig.waitstate.answer(handle.id, answer, answer_within=PATIENCE)
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.waitstate.answer(handle.id, answer)
         again = await rig.waitstate.answer(handle.id, answer)
         result = await _result(handle)
-    purges = await rig.purges()
+    purges = await _purges(rig)
 
     body = AnswerBody(action="accept", content={"confirm": True})
     assert unknown.value.key == f"client/{answer_update_id(question.question_id, body)}"
@@ -660,21 +583,183 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
     assert (await _accepted_updates(handle)).count("answer") == 1
 
 
+# --- a page's form -------------------------------------------------------------------------------
+
+
+async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands_once_expired(
+    rig: Stack,
+) -> None:
+    async with _worker(rig):
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await _notice(rig, handle)
+        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
+        form = _page_form(rig.tokens, authorization, APPROVE)
+
+        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        # The link has expired since: its page's form, sent again as it was.
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
+            headers=SAME_ORIGIN,
+        )
+        result = await _result(handle)
+        state = await _state(handle)
+
+    # The decision that stands, as the link's second use shows it: approved by ana.
+    assert late.status_code == 409, late.text
+    assert "<title>This link was already used</title>" in late.text
+    assert "Approved by <b>ana</b> at" in late.text and 'name="decision"' not in late.text
+    decision = state.approvals[request_id].decision
+    assert decision is not None and (decision.decision, decision.reviewer) == ("approve", "ana")
+    assert result.status == "completed"
+    assert len(rig.systems.refunds) == 1
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
+    rig: Stack,
+) -> None:
+    async with _worker(rig):
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await _notice(rig, handle)
+        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
+            headers=SAME_ORIGIN,
+        )
+        untouched = (await _state(handle)).approvals[request_id]
+        # Nothing of the late form's stands in the way of the link while it is valid.
+        decided = await rig.http.post(
+            url, data=_page_form(rig.tokens, authorization, APPROVE), headers=SAME_ORIGIN
+        )
+        result = await _result(handle)
+
+    assert late.status_code == 410, late.text
+    assert "<title>This link has expired</title>" in late.text
+    assert (untouched.status, untouched.decision) == ("pending", None)
+    assert decided.status_code == 200, decided.text
+    assert "<title>Approved</title>" in decided.text
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_link_until_applied(
+    rig: Stack,
+) -> None:
+    """The page's form reached Temporal while no worker runs, and its answer was lost: the
+    form sent again once the link has expired says so ("Not confirmed yet", never expired),
+    and then shows the decision once the run has applied it."""
+    async with _worker(rig):
+        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        notice = await _notice(rig, handle)
+    request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+    url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+    update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
+    late_form = _page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE)
+
+    async def admitted() -> bool:
+        await until_the_update_is_admitted(rig.client, handle, update)
+        return True
+
+    await _hang_up_once(
+        url, _page_form(rig.tokens, authorization, APPROVE), SAME_ORIGIN, admitted, form=True
+    )
+    unconfirmed = await rig.http.post(url, data=late_form, headers=SAME_ORIGIN)
+    async with _worker(rig):
+        await eventually(lambda: _completed(handle, update), "the decision applied")
+        late = await rig.http.post(url, data=late_form, headers=SAME_ORIGIN)
+        result = await _result(handle)
+
+    assert unconfirmed.status_code == 504, unconfirmed.text
+    assert "<title>Not confirmed yet</title>" in unconfirmed.text
+    assert late.status_code == 409, late.text
+    assert "Approved by <b>ana</b> at" in late.text
+    assert result.status == "completed"
+    assert await _accepted_updates(handle) == ["decide"]
+
+
+async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_expired(
+    rig: Stack,
+) -> None:
+    async with _worker(rig):
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        notice = await rig.notice(handle.id, "question")
+        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
+        url = f"{rig.gateway_url}/pages/questions/{question_id}"
+        # The page's answer is the link's JSON answer: one Update, known by its content.
+        update = answer_update_id(question_id, AnswerBody.model_validate(CONFIRM))
+        form = _page_form(rig.tokens, authorization, CONFIRM_FORM)
+
+        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
+            headers=SAME_ORIGIN,
+        )
+        result = await _result(handle)
+    purges = await _purges(rig)
+
+    # The page the first form would have shown: the answer taken.
+    assert late.status_code == 200, late.text
+    assert "<title>Answered</title>" in late.text and "Answered by <b>ana</b>." in late.text
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
+async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
+    rig: Stack,
+) -> None:
+    async with _worker(rig):
+        handle = await rig.start(
+            "purge the staging events", ["purge_dataset"], model="scripted:purge"
+        )
+        notice = await rig.notice(handle.id, "question")
+        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
+        url = f"{rig.gateway_url}/pages/questions/{question_id}"
+        late = await rig.http.post(
+            url,
+            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
+            headers=SAME_ORIGIN,
+        )
+        untouched = (await _state(handle)).questions[question_id]
+        answered = await rig.http.post(
+            url, data=_page_form(rig.tokens, authorization, CONFIRM_FORM), headers=SAME_ORIGIN
+        )
+        result = await _result(handle)
+    purges = await _purges(rig)
+
+    assert late.status_code == 410, late.text
+    assert "<title>This link has expired</title>" in late.text
+    assert (untouched.status, untouched.answer) == ("open", None)
+    assert answered.status_code == 200, answered.text
+    assert "<title>Answered</title>" in answered.text
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await _accepted_updates(handle)).count("answer") == 1
+
+
 # --- a webhook's completion ------------------------------------------------------------------------
 
 
 async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     """Finding 9: the first delivery got no answer in time (no worker) but was applied once a
     worker came back; its retry, sent after the token had expired, got 410 `token_expired`."""
-    async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
-        job = await rig.job(handle)
+    async with _worker(rig):
+        handle = await _export_run(rig)
+        [job] = await rig.jobs(handle, 1)
     assert job.callback_url is not None and job.callback_token is not None
     authorization = f"Bearer {job.callback_token}"
     lost = await rig.post(rig.impatient(job.callback_url), SUCCEEDED, authorization)
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.post(job.callback_url, SUCCEEDED, authorization)
         late = await rig.post(job.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
         other = await rig.post(
@@ -697,13 +782,13 @@ async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_
 
 
 async def test_a_completion_retried_past_its_token_once_its_run_continued_as_new_is_told_so(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     """The run that applied a completion has continued as new since: the Update is looked for
     in the runs of its chain."""
-    async with rig.worker():
-        handle = await rig.start(
-            EXPORT_TASK,
+    async with _worker(rig):
+        handle = await _export_run(
+            rig,
             ["start_export"],
             model="scripted:two-exports",
             continue_as_new_after_events=10,
@@ -734,19 +819,19 @@ async def test_a_completion_retried_past_its_token_once_its_run_continued_as_new
 
 
 async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_key(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
     """A progress report with no id of its sender's is given one when its outcome is unknown:
     sent again with it (`Idempotency-Key`), it is that report, not a second one."""
-    async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
-        job = await rig.job(handle)
+    async with _worker(rig):
+        handle = await _export_run(rig)
+        [job] = await rig.jobs(handle, 1)
     assert job.callback_url is not None and job.callback_token is not None
     authorization = f"Bearer {job.callback_token}"
     report = {"status": "running", "progress": "50%"}
     lost = await rig.post(rig.impatient(job.callback_url), report, authorization)
     key = _unknown(lost)["key"]
-    async with rig.worker():
+    async with _worker(rig):
         retried = await rig.post(
             job.callback_url, report, authorization, **{"Idempotency-Key": key}
         )
@@ -773,11 +858,11 @@ async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_k
 
 
 async def test_a_completion_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
-    rig: Rig,
+    rig: Stack,
 ) -> None:
-    async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
-        job = await rig.job(handle)
+    async with _worker(rig):
+        handle = await _export_run(rig)
+        [job] = await rig.jobs(handle, 1)
         assert job.callback_url is not None and job.callback_token is not None
         authorization = f"Bearer {job.callback_token}"
 

@@ -6,16 +6,18 @@ Checks run cheapest first and bad input never reaches a run: body size (413), to
 `Infinity` or `1e999`); only then is the completion, decision or answer delivered to the run
 (see `delivery`). A genuine token that has expired, on a request otherwise admitted, goes on
 to a deliverer that can tell what became of that request's earlier delivery (the
-`TemporalDeliverer`, which sends nothing then); elsewhere it is refused, 410. Each route's
+`TemporalDeliverer`, which sends nothing then); elsewhere it is refused, 410. The pages' forms
+admit their tokens with the same `Gate.verify` and `expiry_first`. Each route's
 admission is a dependency over `Gate.admit`, whose own parameters (the route's path and
 headers) FastAPI checks before it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
@@ -130,39 +132,32 @@ class Gate:
                 422 the body.
         """
         body = await self.read_body(request)
-        claims, expired = self._verify(credentials)
+        if credentials is None:
+            raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
+        claims, expired = self.verify(credentials.credentials)
         subjects = {subject} if isinstance(subject, str) else subject
-        try:
+        with expiry_first(expired):
             if claims.operation_id not in subjects:
                 raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
             parsed = self.parse(body, model, invalid_code)
-        except Refused:
-            # An expired token is refused as such whatever else is wrong: the checks after the
-            # token's are for a request the run may learn of.
-            if expired is not None:
-                raise expired from None
-            raise
         return Admitted(claims, parsed)
 
-    def _verify(
-        self, credentials: HTTPAuthorizationCredentials | None
-    ) -> tuple[ResumeClaims, Refused | None]:
-        """The token's claims, and the refusal of its expiry if it has expired (its claims are
-        then handed on only to a deliverer that recalls, see `TemporalDeliverer`).
+    def verify(self, token: str) -> tuple[ResumeClaims, Refused | None]:
+        """The claims of a resume token (a request's, or a page's form's), and the refusal of
+        its expiry if it has expired: its claims are then handed on only to a deliverer that
+        recalls (see `TemporalDeliverer`), and the checks after the token's run under
+        `expiry_first`.
 
         Raises:
-            Refused: 401 missing or not genuine; 410 expired, for a deliverer that cannot
-                recall.
+            Refused: 401 not genuine; 410 expired, for a deliverer that cannot recall.
         """
-        if credentials is None:
-            raise Refused(401, "missing_token", "send Authorization: Bearer <resume token>")
         try:
-            return self.tokens.verify(credentials.credentials), None
+            return self.tokens.verify(token), None
         except ExpiredToken as err:
             expired = Refused(410, "token_expired", str(err))
             if not isinstance(self.deliverer, TemporalDeliverer):
                 raise expired from None
-            return self.tokens.signed_claims(credentials.credentials), expired
+            return self.tokens.signed_claims(token), expired
         except InvalidToken as err:
             raise Refused(401, "invalid_token", str(err)) from None
 
@@ -222,6 +217,20 @@ class Gate:
         """Log a delivery the run took (`message % args`) and count it for `endpoint`."""
         log.info(message, *args)
         self.accepted.labels(endpoint=endpoint).inc()
+
+
+@contextlib.contextmanager
+def expiry_first(expired: Refused | None) -> Iterator[None]:
+    """Run the checks after a token's (`Gate.verify`): a refusal of theirs is the token's
+    expiry (`expired`), if it has expired. An expired token is refused as such whatever else is
+    wrong: the checks after the token's are for a request the run may learn of, and an expired
+    token's request can only learn what became of its earlier delivery."""
+    try:
+        yield
+    except Refused:
+        if expired is not None:
+            raise expired from None
+        raise
 
 
 def gate(request: Request) -> Gate:

@@ -13,6 +13,12 @@ key, `pages.guard`), then delivered through the JSON routes' own functions (`app
 `apply_answer`): one path from a token to the run. Every answer is a page with the headers of
 `pages.html.HEADERS`, refusals included (logged and counted as every refusal is).
 
+A form sent back after its link has expired goes the same way, as an expired token's request
+to a JSON route does: it applies nothing, and is answered with what became of the same decision
+or answer sent while the link was valid (the page of a decision that stands or an answer taken,
+or "Not confirmed yet" while it has no outcome); only if none was sent is it refused, expired.
+A page is shown (GET) for a link that has not expired only.
+
 The token is the one the request's notice carries for a form (`approval_subject(request_id)`,
 which allows either decision) or the question's; another is refused, a one-click link's too.
 The pages are not the API: they are left out of the OpenAPI document.
@@ -31,7 +37,7 @@ from temporalio.service import RPCError
 
 from waitstate.client import NotAnswered, RunNotFound, WaitstateClient, closed_status
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.gate import Admitted, Gate, GateDep
+from waitstate.gateway.gate import Admitted, Gate, GateDep, expiry_first
 from waitstate.gateway.pages import approval as approval_view
 from waitstate.gateway.pages import question as question_view
 from waitstate.gateway.pages.guard import cross_site, form_key, form_key_matches
@@ -40,8 +46,6 @@ from waitstate.gateway.refusals import Failed, Refused, describe, refuse
 from waitstate.gateway.routes.approvals import DECISIONS, apply_decision, decision_allowed
 from waitstate.gateway.routes.questions import ANSWERS, apply_answer
 from waitstate.gateway.tokens import (
-    ExpiredToken,
-    InvalidToken,
     ResumeClaims,
     approval_subject,
     nonce_hash,
@@ -144,9 +148,10 @@ async def decide_on_page(request_id: str, request: Request, gate: GateDep) -> HT
     """The approval page's form: the decision, applied as the JSON route applies it."""
     try:
         form = await _read_form(gate, request)
-        claims = _form_claims(gate, request, form, approval_subject(request_id), "request")
-        body = _decision(form)
-        decision_allowed(request_id, claims, body.decision)
+        claims, expired = _form_claims(gate, request, form, approval_subject(request_id), "request")
+        with expiry_first(expired):
+            body = _decision(form)
+            decision_allowed(request_id, claims, body.decision)
     except Refused as refused:
         return _refused(request, refused)
     try:
@@ -154,8 +159,9 @@ async def decide_on_page(request_id: str, request: Request, gate: GateDep) -> HT
     except Refused as refused:
         if refused.status != 409:
             return _refused(request, refused)
-        # Decided already (through this link before, or another), expired, or the run ended:
-        # the page says what became of the request, as the run has it now.
+        # Decided already (through this link before, or another; or this decision, sent again
+        # after the link expired), expired, or the run ended: the page says what became of the
+        # request, as the run has it now.
         run = await _read_quietly(gate, claims.workflow_id)
         approval = _approval_quietly(run, request_id)
         settled = (
@@ -222,13 +228,21 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
     delivered as the JSON route delivers it; refused content is shown again to correct."""
     try:
         form = await _read_form(gate, request)
-        claims = _form_claims(gate, request, form, question_subject(question_id), "question")
+        claims, expired = _form_claims(
+            gate, request, form, question_subject(question_id), "question"
+        )
         action = form.one("action")
-        if action not in ("accept", "decline"):
-            raise Refused(422, ANSWERS.invalid_code, "choose Accept or Decline")
+        with expiry_first(expired):
+            if action not in ("accept", "decline"):
+                raise Refused(422, ANSWERS.invalid_code, "choose Accept or Decline")
+        # Read for an expired link's form too: its answer is known by its content (see
+        # `TemporalDeliverer.recall`), typed as the question's schema says.
         run = await _read(gate, claims.workflow_id)
-        question = _question(run, question_id, claims)
+        with expiry_first(expired):
+            question = _question(run, question_id, claims)
         if question is None:
+            # Ended, and no worker answers for it: the form's content cannot be typed, so the
+            # earlier answer of an expired link's form is not looked for; the end is the news.
             raise Refused(409, "run_ended", f"the run has ended ({run.status})")
         content = (
             question_view.content_from(question.requested_schema, form.fields)
@@ -236,10 +250,11 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
             else None
         )
         responder = form.one("responder").strip() or "unknown"
-        try:
-            body = AnswerBody(action=action, content=content, responder=responder)
-        except ValidationError as err:
-            raise Refused(422, ANSWERS.invalid_code, describe(err.errors())) from None
+        with expiry_first(expired):
+            try:
+                body = AnswerBody(action=action, content=content, responder=responder)
+            except ValidationError as err:
+                raise Refused(422, ANSWERS.invalid_code, describe(err.errors())) from None
     except Refused as refused:
         return _refused(request, refused)
     target = _form_target(gate, question_id, form.one("token"), claims)
@@ -299,23 +314,36 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
 
 
 def _claims(gate: Gate, token: str, subject: str, kind: str) -> ResumeClaims:
-    """The claims of a page's token, which must be for `subject`.
+    """The claims of a page's token, which must be for `subject` and valid: a page is shown
+    for a link that has not expired only.
 
     Raises:
         Refused: 401 missing, malformed, forged, or for another `kind` of thing or another
             one; 410 expired.
     """
+    claims, expired = _link_claims(gate, token, subject, kind)
+    if expired is not None:
+        raise expired
+    return claims
+
+
+def _link_claims(
+    gate: Gate, token: str, subject: str, kind: str
+) -> tuple[ResumeClaims, Refused | None]:
+    """The claims of a page's token, which must be for `subject`, and the refusal of its
+    expiry if it has expired, as the JSON routes' (`Gate.verify`).
+
+    Raises:
+        Refused: 401 missing, malformed, forged, or for another `kind` of thing or another
+            one; 410 expired, where the gateway cannot recall (or it is for another one).
+    """
     if not token:
         raise Refused(401, "missing_token", "the link's token is missing")
-    try:
-        claims = gate.tokens.verify(token)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
-    if claims.operation_id != subject:
-        raise Refused(401, f"wrong_{kind}", f"this link was issued for another {kind}")
-    return claims
+    claims, expired = gate.verify(token)
+    with expiry_first(expired):
+        if claims.operation_id != subject:
+            raise Refused(401, f"wrong_{kind}", f"this link was issued for another {kind}")
+    return claims, expired
 
 
 async def _read_form(gate: Gate, request: Request) -> _Form:
@@ -346,22 +374,27 @@ async def _read_form(gate: Gate, request: Request) -> _Form:
 
 def _form_claims(
     gate: Gate, request: Request, form: _Form, subject: str, kind: str
-) -> ResumeClaims:
+) -> tuple[ResumeClaims, Refused | None]:
     """The claims of the token a page's form sent back, once the form is known to come from
-    the page: from this gateway's origin, with the page's form key.
+    the page: from this gateway's origin, with the page's form key; and the refusal of the
+    token's expiry if it has expired (see `_link_claims`): the form's request is then delivered
+    as the JSON routes deliver an expired token's, to learn what became of its earlier delivery.
 
     Raises:
-        Refused: 401 or 410 the token (see `_claims`), 403 a form from another site or
-            without the page's form key.
+        Refused: 401 or 410 the token (see `_link_claims`), 403 a form from another site or
+            without the page's form key (410 if the token has expired).
     """
-    claims = _claims(gate, form.one("token"), subject, kind)
-    if (why := cross_site(request.headers)) is not None:
-        raise Refused(403, "cross_site_form", why)
-    if not form_key_matches(gate.tokens, claims, form.one("form_key")):
-        raise Refused(
-            403, "invalid_form_key", "the form was not sent from this link's page; open it again"
-        )
-    return claims
+    claims, expired = _link_claims(gate, form.one("token"), subject, kind)
+    with expiry_first(expired):
+        if (why := cross_site(request.headers)) is not None:
+            raise Refused(403, "cross_site_form", why)
+        if not form_key_matches(gate.tokens, claims, form.one("form_key")):
+            raise Refused(
+                403,
+                "invalid_form_key",
+                "the form was not sent from this link's page; open it again",
+            )
+    return claims, expired
 
 
 def _form_target(gate: Gate, reply_to: str, token: str, claims: ResumeClaims) -> FormTarget:
