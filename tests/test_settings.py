@@ -381,8 +381,14 @@ def test_a_process_that_runs_no_worker_leaves_what_only_a_worker_reads_unread(
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"GATEWAY_PORT": "gateway"}, "GATEWAY_PORT must be a port number (1-65535, 0 for any free one); got"),
-        ({"GATEWAY_PORT": "70000"}, "GATEWAY_PORT must be a port number (1-65535, 0 for any free one); got"),
+        (
+            {"GATEWAY_PORT": "gateway"},
+            "GATEWAY_PORT must be a port number (1-65535, 0 for any free one); got",
+        ),
+        (
+            {"GATEWAY_PORT": "70000"},
+            "GATEWAY_PORT must be a port number (1-65535, 0 for any free one); got",
+        ),
         ({"WAITSTATE_MODEL": "openai:"}, "WAITSTATE_MODEL: model spec 'openai:' is not"),
         ({"WAITSTATE_MODEL": "gpt-4.1"}, "WAITSTATE_MODEL: model spec 'gpt-4.1' is not"),
     ],

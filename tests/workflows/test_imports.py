@@ -28,7 +28,9 @@ FORBIDDEN = (
 )
 
 
-@pytest.mark.parametrize("module", ["waitstate.workflows.agent_run", "waitstate.workflows.blob_cleanup"])
+@pytest.mark.parametrize(
+    "module", ["waitstate.workflows.agent_run", "waitstate.workflows.blob_cleanup"]
+)
 def test_workflow_module_imports_only_temporalio_stdlib_and_schemas(module: str) -> None:
     code = f"import sys, json; import {module}; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(
