@@ -47,6 +47,8 @@ from examples.systems import create_app as systems_app
 from tests.helpers import eventually, first_question, make_worker, until_the_update_is_admitted
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, REFUND_TASK, REFUND_TOOLS
 from waitstate.apps import load_apps
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import ClientError, OutcomeUnknown, WaitstateClient, thread_input
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import (
@@ -55,9 +57,7 @@ from waitstate.gateway.delivery import (
     decision_update_id,
     update_id,
 )
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.threads import ThreadDesk
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideInput, DecisionBody
 from waitstate.schemas.operations import Completion

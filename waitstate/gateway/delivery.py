@@ -36,7 +36,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
-from waitstate.gateway.tokens import ResumeClaims
+from waitstate.auth.tokens import ResumeClaims
 from waitstate.names import ANSWER_UPDATE, COMPLETE_OPERATION_UPDATE, DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
