@@ -50,13 +50,9 @@ from waitstate.apps import load_apps
 from waitstate.auth.operators import OperatorKeys
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import ClientError, OutcomeUnknown, WaitstateClient, thread_input
+from waitstate.client._updates import answer_update_id, decision_update_id
 from waitstate.gateway.app import create_app
-from waitstate.gateway.delivery import (
-    TemporalDeliverer,
-    answer_update_id,
-    decision_update_id,
-    update_id,
-)
+from waitstate.gateway.delivery import TemporalDeliverer, update_id
 from waitstate.gateway.threads import ThreadDesk
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideInput, DecisionBody
