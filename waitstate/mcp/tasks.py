@@ -25,9 +25,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waitstate.blobs import BlobStore
-from waitstate.mcp import McpServer
-from waitstate.mcp_notices import TaskWatch
-from waitstate.mcp_rounds import (
+from waitstate.mcp.notices import TaskWatch
+from waitstate.mcp.rounds import (
     ELICITATION,
     ROOTS_LIST,
     PendingCall,
@@ -41,7 +40,7 @@ from waitstate.mcp_rounds import (
     split_question_key,
     unknown_outcome_message,
 )
-from waitstate.mcp_sampling import (
+from waitstate.mcp.sampling import (
     ALLOW,
     SAMPLING,
     Sampler,
@@ -51,6 +50,7 @@ from waitstate.mcp_sampling import (
     decision_name,
     is_sampling,
 )
+from waitstate.mcp.servers import McpServer
 from waitstate.providers.base import ProviderError
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
@@ -275,7 +275,7 @@ def _short(text: str | None) -> str | None:
 
 class McpTaskBackend:
     """A server's tasks, and its plain calls that ask for input in rounds (`mrtr:` jobs, see
-    `waitstate.mcp_rounds`), as a long tool's backend: the poll, answer and cancel activities
+    `waitstate.mcp.rounds`), as a long tool's backend: the poll, answer and cancel activities
     use it.
 
     It keeps one session with the server from its first check until `aclose()` (a poll checks
@@ -334,7 +334,7 @@ class McpTaskBackend:
 
     async def changed(self, job_id: str, seconds: float) -> bool:
         """Wait until the server notifies a change of the task `job_id` (if it sends task
-        notifications: `waitstate.mcp_notices`), or `seconds` pass: whether it did. A poll waits
+        notifications: `waitstate.mcp.notices`), or `seconds` pass: whether it did. A poll waits
         on this between two checks; it never fails (a broken session is the next check's to
         find)."""
         if is_rounds_job(job_id) or self._server.over_stdio:
