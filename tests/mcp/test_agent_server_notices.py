@@ -22,8 +22,9 @@ from tests.mcp.test_agent_server import ALICE, BOB, Served
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
+from waitstate.mcp.extension import CreatedTask, Tasks
 from waitstate.mcp.notices import TASK_IDS, TaskWatch, _listen
-from waitstate.mcp.tasks import CreatedTask, McpTaskBackend, Tasks
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.mcp_server import CallerKeys, agent_server, http_app
 from waitstate.mcp_server.listen import MAX_TASKS
 from waitstate.tools.spec import JobAnswer

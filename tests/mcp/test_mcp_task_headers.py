@@ -20,7 +20,8 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from examples.systems import serving
 from tests.helpers import eventually
 from waitstate.mcp import McpServer
-from waitstate.mcp.tasks import CreatedTask, McpTaskBackend, Tasks, TaskState
+from waitstate.mcp.extension import CreatedTask, Tasks, TaskState
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.tools.spec import JobAnswer
 
 TASK = TaskConfig(mode="required", poll_interval=timedelta(milliseconds=200))

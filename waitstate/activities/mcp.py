@@ -174,7 +174,8 @@ class McpActivities:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 
-        from waitstate.mcp.tasks import CreatedTask, tool_result_text
+        from waitstate.mcp.extension import CreatedTask
+        from waitstate.mcp.tasks import tool_result_text
 
         if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
             return ToolResult(
@@ -443,7 +444,7 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
     """
     from mcp.shared.exceptions import MCPError
 
-    from waitstate.mcp.tasks import Tasks
+    from waitstate.mcp.extension import Tasks
 
     deadline = time.monotonic() + server.reach_within.total_seconds()
     delay = 0.5

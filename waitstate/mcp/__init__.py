@@ -3,6 +3,7 @@ with them.
 
     servers.py    the servers (McpServer, McpServers, WAITSTATE_MCP_SERVERS), their grants, their
                   sessions (a stdio server's one process)
+    extension.py  the tasks extension as the client declares it, and the tasks servers answer with
     tasks.py      a server's tasks and its rounds of input as a long tool's jobs (McpTaskBackend)
     rounds.py     rounds of input on a plain call (SEP-2322), recorded in the blob store
     sampling.py   servers' sampling requests, answered by the calling run's model

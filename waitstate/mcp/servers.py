@@ -302,7 +302,7 @@ class _StdioSession:
     ) -> None:
         from mcp import Client
 
-        from waitstate.mcp.tasks import Tasks
+        from waitstate.mcp.extension import Tasks
 
         command, *args = shlex.split(self._command)
         transport = _watched(_parameters(command, args), ended)
