@@ -43,14 +43,14 @@ from chaos.model import Check, GatewayTarget
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
-from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import (
+from waitstate.auth.tokens import (
     MintedToken,
     ResumeTokens,
     approval_subject,
     nonce_hash,
     question_subject,
 )
+from waitstate.client import WaitstateClient
 from waitstate.providers import Providers
 from waitstate.providers.base import ModelRequest
 from waitstate.providers.scripted import ScriptedProvider

@@ -31,10 +31,10 @@ from temporalio.worker import Replayer, Worker
 from examples.demo.basic import demo_tools
 from tests.upstream import pydantic_says
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
 from waitstate.schemas.operations import Completion, Operation

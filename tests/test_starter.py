@@ -42,10 +42,10 @@ from waitstate import (
     ToolSpec,
 )
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
 from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput

@@ -49,8 +49,8 @@ from waitstate.activities import (
 from waitstate.activities.deltas import DeltaTarget
 from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import BlobStore, open_blob_store
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Provider, Providers, UnknownModelError
 from waitstate.providers.scripted import Script, ScriptedProvider

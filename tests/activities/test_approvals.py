@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from tests.rigs import Systems
 from waitstate.activities import ApprovalActivities
-from waitstate.gateway.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
+from waitstate.auth.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
 from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,

@@ -21,8 +21,8 @@ from temporalio.testing import ActivityEnvironment
 
 from waitstate.activities import ModelActivities
 from waitstate.activities.deltas import DELTA_DRAIN, DeltaTarget
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import Message, ModelCallInput, ModelResponse
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text, responses_text

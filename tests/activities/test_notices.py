@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from tests.notice_servers import SlackStandIn, SmtpStandIn, slack_webhook, smtp_server
 from tests.rigs import Systems
 from waitstate.activities import ApprovalActivities
-from waitstate.gateway.tokens import ResumeTokens, approval_subject, question_subject
+from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.notices import NoticeError, SmtpServer, parse_routes
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest

@@ -26,9 +26,9 @@ from tests.rigs import Systems
 from tests.upstream import pydantic_says
 from waitstate.activities import ToolActivities
 from waitstate.activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
 from waitstate.blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import RUN_INPUT_INVALID

@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.rigs import OPERATOR, EventReader, Stack, bearer, serving_stack
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
 from waitstate.workflows.agent_run import AgentRunWorkflow
 

@@ -46,9 +46,10 @@ from tests.rigs import (
     Stack,
     serving_stack,
 )
+from waitstate.auth.tokens import ResumeTokens, approval_subject
+from waitstate.client._updates import decision_update_id
 from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer, decision_update_id
-from waitstate.gateway.tokens import ResumeTokens, approval_subject
+from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
 from waitstate.workflows.agent_run import AgentRunWorkflow

@@ -21,8 +21,8 @@ from waitstate.activities.mcp import McpActivities, read_listing
 from waitstate.apps import Apps, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.mcp_sampling import Sampler
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.sampling import Sampler
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import RunInput, RunResult, ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput, McpTool
 

@@ -29,8 +29,8 @@ from tests.mcp.runs import (
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
-from waitstate.mcp_rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest

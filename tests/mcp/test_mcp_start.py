@@ -22,7 +22,7 @@ from waitstate.activities.mcp import McpActivities
 from waitstate.activities.tools import ToolActivities
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput
 from waitstate.tools import ToolRegistry

@@ -40,10 +40,10 @@ from tests.helpers import (
     start_run,
 )
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, ROOT, Desk
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
 from waitstate.schemas.run import NOTIFY_APPROVAL

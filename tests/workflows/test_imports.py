@@ -24,6 +24,7 @@ FORBIDDEN = (
     "waitstate.tools",
     "waitstate.blobs",
     "waitstate.gateway",
+    "waitstate.auth",
     "waitstate.client",
 )
 

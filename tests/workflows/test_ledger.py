@@ -11,7 +11,7 @@ import pytest
 from temporalio.exceptions import ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunState, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, Decision
 from waitstate.schemas.operations import Completion, Operation

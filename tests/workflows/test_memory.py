@@ -33,7 +33,7 @@ from tests.helpers import (
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
 from tests.workflows.runs import run_to_end
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
 from waitstate.schemas.operations import CompleteOperation, Completion

@@ -23,7 +23,7 @@ from tests.helpers import callback_token, eventually, process_env, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
 from tests.workflows.runs import run_to_end
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Operation
 from waitstate.workflows.agent_run import AgentRunWorkflow

@@ -32,9 +32,9 @@ from examples.systems import WebhookRetry, serving
 from examples.systems import create_app as systems_app
 from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ServerProcess, service_port
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.run import POLL_OPERATION

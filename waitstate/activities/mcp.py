@@ -31,7 +31,7 @@ from waitstate.mcp import (
     grants_by_server,
     split_name,
 )
-from waitstate.mcp_rounds import unknown_outcome_message
+from waitstate.mcp.rounds import unknown_outcome_message
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
@@ -174,7 +174,8 @@ class McpActivities:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 
-        from waitstate.mcp_tasks import CreatedTask, tool_result_text
+        from waitstate.mcp.extension import CreatedTask
+        from waitstate.mcp.tasks import tool_result_text
 
         if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
             return ToolResult(
@@ -258,7 +259,7 @@ class McpActivities:
         """A call the server answered with a round of input requests (`input_required`): an
         operation whose job is the call's rounds, recorded in the blob store (the call, the
         round), which its poll asks, answers and sends again until the server answers
-        otherwise (`waitstate.mcp_rounds`). A first round past the bounds is the model's to
+        otherwise (`waitstate.mcp.rounds`). A first round past the bounds is the model's to
         read as the call's error.
 
         Raises:
@@ -267,7 +268,7 @@ class McpActivities:
         """
         from mcp.shared.inbound import x_mcp_header_map
 
-        from waitstate.mcp_rounds import PendingCall, Rounds, input_required_reply
+        from waitstate.mcp.rounds import PendingCall, Rounds, input_required_reply
 
         call = input.call
         server_name, tool_name = split_name(call.name)
@@ -390,7 +391,7 @@ async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) ->
     """
     from mcp.shared.inbound import x_mcp_header_map
 
-    from waitstate.mcp_tasks import learn_header_params as list_until
+    from waitstate.mcp.tasks import learn_header_params as list_until
 
     if x_mcp_header_map(schema):
         await list_until(client, tool)
@@ -443,7 +444,7 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
     """
     from mcp.shared.exceptions import MCPError
 
-    from waitstate.mcp_tasks import Tasks
+    from waitstate.mcp.extension import Tasks
 
     deadline = time.monotonic() + server.reach_within.total_seconds()
     delay = 0.5

@@ -35,7 +35,7 @@ from waitstate.tracing import tool_span
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from waitstate.gateway.tokens import ResumeTokens
+    from waitstate.auth.tokens import ResumeTokens
     from waitstate.tracing import Tracing
 
 INLINE_RESULT_BYTES = 1024
