@@ -539,3 +539,15 @@ async def accept(
         question_id=question.question_id, action="accept", content=content, responder=responder
     )
     return await handle.execute_update(AgentRunWorkflow.answer, answer)
+
+
+def package_files(root: Path) -> list[Path]:
+    """The `.py` files of the package `waitstate` under `root`, those of `workflows/` and
+    `activities/` included: the package reaches them through links (`waitstate/workflows`),
+    which `Path.rglob` does not follow."""
+    return sorted(
+        Path(folder) / name
+        for folder, _, names in os.walk(root / "waitstate", followlinks=True)
+        for name in names
+        if name.endswith(".py")
+    )

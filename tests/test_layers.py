@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import package_files
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "waitstate"
 
@@ -57,7 +59,7 @@ class Scan:
 
 def scan(root: Path) -> Scan:
     """Every import of every module under `root / PACKAGE`."""
-    files = {_module_name(path.relative_to(root)): path for path in (root / PACKAGE).rglob("*.py")}
+    files = {_module_name(path.relative_to(root)): path for path in package_files(root)}
     modules = frozenset(files)
     packages = {name for name, path in files.items() if path.name == "__init__.py"}
     statements = {

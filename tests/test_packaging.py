@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.docs import page, section
-from tests.helpers import eventually
+from tests.helpers import eventually, package_files
 from tests.rigs import ServerProcess, WorkerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
 
@@ -185,7 +185,7 @@ def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
     # the wheel.
     with zipfile.ZipFile(wheel) as built:
         in_wheel = set(built.namelist())
-    library = {path.relative_to(ROOT).as_posix() for path in (ROOT / "waitstate").rglob("*.py")}
+    library = {path.relative_to(ROOT).as_posix() for path in package_files(ROOT)}
     site = tmp_path / "site"
     _run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
@@ -209,7 +209,7 @@ def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
 
 def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
     found = []
-    files = sorted((ROOT / "waitstate").rglob("*.py"))
+    files = package_files(ROOT)
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -232,7 +232,7 @@ def test_only_the_worker_and_the_cli_entry_import_the_workflows_and_activities()
     # The rest reaches runs by name (waitstate/names.py): a client loads no workflow code.
     found = []
     worker_code = {ROOT / "waitstate" / "workflows", ROOT / "waitstate" / "activities"}
-    for path in sorted((ROOT / "waitstate").rglob("*.py")):
+    for path in package_files(ROOT):
         if path.parent in worker_code:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -23,7 +23,7 @@ import waitstate.cli.main as starter
 from tests.helpers import HISTORIES, eventually, first_unreplayable, recorded_patches
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOWS = ROOT / "waitstate" / "workflows"
+WORKFLOWS = ROOT / "workflows"
 DOC = ROOT / "docs" / "versions.md"
 PATCHED, DEPRECATED, REMOVED = "in service", "deprecated", "removed"
 # What each call says of its marker.
@@ -78,7 +78,7 @@ def markers_in_code() -> dict[str, str]:
     declares (its module-level string constants), with their status."""
     found: dict[str, str] = {}
     for path in sorted(WORKFLOWS.rglob("*.py")):
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        module = ".".join(("waitstate", *path.relative_to(ROOT).with_suffix("").parts))
         for marker, status in markers_in_source(path.read_text(), module).items():
             if found.get(marker) != PATCHED:
                 found[marker] = status

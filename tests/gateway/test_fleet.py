@@ -77,7 +77,7 @@ async def test_runs_are_counted_by_status_and_by_what_they_wait_for(
 def test_the_kinds_counted_are_every_kind_a_run_waits_for() -> None:
     # Each literal kind the workflows put in WaitingFor (ledger.wait_kind's two, and those
     # passed to the board by name) is one the gateway counts.
-    source = "\n".join(p.read_text() for p in (ROOT / "waitstate" / "workflows").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "workflows").glob("*.py"))
     named = set(re.findall(r'waiting\(\s*"([a-z_]+)"', source))
     named |= set(re.findall(r'return "([a-z_]+)" if any\(op\.completion', source))
     named |= set(re.findall(r'else "([a-z_]+)"\n', source)) & {"poll"}

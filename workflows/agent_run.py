@@ -44,22 +44,23 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
-    from waitstate.workflows import ledger
-    from waitstate.workflows.activity_calls import Failed
-    from waitstate.workflows.approvals import ApprovalDesk, ApprovalExpired
-    from waitstate.workflows.asides import ApprovalAsides
-    from waitstate.workflows.background import BackgroundReplies
-    from waitstate.workflows.board import StatusBoard
-    from waitstate.workflows.budgets import BudgetExceeded, Budgets
-    from waitstate.workflows.continuation import Continuation
-    from waitstate.workflows.inputs import InputDesk
-    from waitstate.workflows.memory import Memory
-    from waitstate.workflows.opening import Opening
-    from waitstate.workflows.operations import OperationsBook
-    from waitstate.workflows.outages import StoreDown, StoreOutages
-    from waitstate.workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
-    from waitstate.workflows.thread import Conversation, Interrupted, MessageFailed
-    from waitstate.workflows.versions import HANDLERS_LAST_MARKERS, Versions
+
+    from . import ledger
+    from .activity_calls import Failed
+    from .approvals import ApprovalDesk, ApprovalExpired
+    from .asides import ApprovalAsides
+    from .background import BackgroundReplies
+    from .board import StatusBoard
+    from .budgets import BudgetExceeded, Budgets
+    from .continuation import Continuation
+    from .inputs import InputDesk
+    from .memory import Memory
+    from .opening import Opening
+    from .operations import OperationsBook
+    from .outages import StoreDown, StoreOutages
+    from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+    from .thread import Conversation, Interrupted, MessageFailed
+    from .versions import HANDLERS_LAST_MARKERS, Versions
 
 
 Answered = TypeVar("Answered")

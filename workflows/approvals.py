@@ -26,10 +26,11 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from waitstate.workflows import ledger
-from waitstate.workflows.asides import ApprovalAsides
-from waitstate.workflows.board import StatusBoard
-from waitstate.workflows.desk import (
+
+from . import ledger
+from .asides import ApprovalAsides
+from .board import StatusBoard
+from .desk import (
     Notice,
     Notices,
     escalate,
@@ -38,10 +39,10 @@ from waitstate.workflows.desk import (
     notify,
     window,
 )
-from waitstate.workflows.memory import Memory
-from waitstate.workflows.metrics import approval_decided
-from waitstate.workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
-from waitstate.workflows.versions import Versions
+from .memory import Memory
+from .metrics import approval_decided
+from .policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
+from .versions import Versions
 
 
 class ApprovalExpired(Exception):

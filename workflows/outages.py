@@ -23,16 +23,17 @@ from temporalio.exceptions import ApplicationError
 from waitstate.schemas import RunState
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
-from waitstate.workflows import ledger
-from waitstate.workflows.activity_calls import RUN_QUEUE, Failed, Placement, call
-from waitstate.workflows.board import StatusBoard
-from waitstate.workflows.policies import (
+
+from . import ledger
+from .activity_calls import RUN_QUEUE, Failed, Placement, call
+from .board import StatusBoard
+from .policies import (
     STORE_RETRY_FIRST,
     STORE_RETRY_MAX,
     leaving_outages,
     patient,
 )
-from waitstate.workflows.versions import Versions
+from .versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")

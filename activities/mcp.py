@@ -20,8 +20,6 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from waitstate.activities.mcp_resources import answer, offered
-from waitstate.activities.pulse import beat, pulse
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.mcp import (
     McpConfigError,
@@ -46,6 +44,9 @@ from waitstate.schemas.run import (
     ToolCallInput,
 )
 from waitstate.tools.spec import error_result
+
+from .mcp_resources import answer, offered
+from .pulse import beat, pulse
 
 MCP_UNAVAILABLE = "McpServerUnavailable"
 # A task is polled at the server's pollIntervalMs, kept within these bounds.

@@ -34,15 +34,16 @@ from waitstate.schemas.operations import (
     OperationStarted,
 )
 from waitstate.schemas.run import ParkedCall
-from waitstate.workflows import ledger
-from waitstate.workflows.activity_calls import Failed
-from waitstate.workflows.board import StatusBoard
-from waitstate.workflows.continuation import Continuation
-from waitstate.workflows.inputs import InputDesk
-from waitstate.workflows.jobs import Jobs, call_activity_tool, expected_duration
-from waitstate.workflows.memory import Memory, Wait
-from waitstate.workflows.thread import Conversation
-from waitstate.workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed
+from .board import StatusBoard
+from .continuation import Continuation
+from .inputs import InputDesk
+from .jobs import Jobs, call_activity_tool, expected_duration
+from .memory import Memory, Wait
+from .thread import Conversation
+from .versions import Versions
 
 
 class _Starting(NamedTuple):

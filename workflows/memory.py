@@ -11,10 +11,11 @@ from temporalio import workflow
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from waitstate.wording import span
-from waitstate.workflows import ledger
-from waitstate.workflows.activity_calls import Failed, call
-from waitstate.workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
-from waitstate.workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed, call
+from .policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
+from .versions import Versions
 
 
 @dataclass

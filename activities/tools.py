@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from waitstate.activities.mcp import McpActivities, read_listing
-from waitstate.activities.pulse import pulse
 from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
@@ -31,6 +29,9 @@ from waitstate.tools import LongSpec, StartContext, ToolError, ToolRegistry, Too
 from waitstate.tools.function import RunContext
 from waitstate.tools.spec import error_result
 from waitstate.tracing import tool_span
+
+from .mcp import McpActivities, read_listing
+from .pulse import pulse
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

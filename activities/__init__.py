@@ -1,0 +1,21 @@
+"""Activities: thin adapters from providers and tools to Temporal."""
+
+from .agents import AgentActivities
+from .approvals import ApprovalActivities
+from .background import BackgroundActivities
+from .cleanup import CleanupActivities
+from .mcp import McpActivities
+from .model import ModelActivities
+from .operations import OperationActivities
+from .tools import ToolActivities
+
+__all__ = [
+    "AgentActivities",
+    "ApprovalActivities",
+    "BackgroundActivities",
+    "CleanupActivities",
+    "McpActivities",
+    "ModelActivities",
+    "OperationActivities",
+    "ToolActivities",
+]
