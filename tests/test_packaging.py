@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,22 +208,23 @@ def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
     assert "--app" in worker_usage.stdout
 
 
+def _absolute_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Each module a file imports by its absolute name (anywhere in it), with the line."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
 def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
-    found = []
     files = package_files(ROOT)
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            found += [
-                f"{path.relative_to(ROOT)}:{node.lineno}: {module}"
-                for module in modules
-                if module.split(".")[0] in NOT_THE_LIBRARY
-            ]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in files
+        for line, module in _absolute_imports(path)
+        if module.split(".")[0] in NOT_THE_LIBRARY
+    ]
 
     assert len(files) > 40
     assert found == []
@@ -230,24 +232,17 @@ def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
 
 def test_only_the_worker_and_the_cli_entry_import_the_workflows_and_activities() -> None:
     # The rest reaches runs by name (waitstate/names.py): a client loads no workflow code.
-    found = []
     worker_code = {ROOT / "waitstate" / "workflows", ROOT / "waitstate" / "activities"}
-    for path in package_files(ROOT):
-        if path.parent in worker_code:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            if any(m.split(".")[:2] in (["waitstate", "workflows"], ["waitstate", "activities"])
-                   for m in modules):  # fmt: skip
-                found.append(path.relative_to(ROOT).as_posix())
+    found = {
+        path.relative_to(ROOT).as_posix()
+        for path in package_files(ROOT)
+        if path.parent not in worker_code
+        for _, module in _absolute_imports(path)
+        if module.split(".")[:2] in (["waitstate", "workflows"], ["waitstate", "activities"])
+    }
 
     # The plugin and the CLI's replay and versions commands load them through these two.
-    assert sorted(set(found)) == ["waitstate/cli/main.py", "waitstate/worker.py"]
+    assert sorted(found) == ["waitstate/cli/main.py", "waitstate/worker.py"]
 
 
 @pytest.mark.subprocess
