@@ -1,13 +1,13 @@
 """Activities: thin adapters from providers and tools to Temporal."""
 
-from activities.agents import AgentActivities
-from activities.approvals import ApprovalActivities
-from activities.background import BackgroundActivities
-from activities.cleanup import CleanupActivities
-from activities.mcp import McpActivities
-from activities.model import ModelActivities
-from activities.operations import OperationActivities
-from activities.tools import ToolActivities
+from .agents import AgentActivities
+from .approvals import ApprovalActivities
+from .background import BackgroundActivities
+from .cleanup import CleanupActivities
+from .mcp import McpActivities
+from .model import ModelActivities
+from .operations import OperationActivities
+from .tools import ToolActivities
 
 __all__ = [
     "AgentActivities",

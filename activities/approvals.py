@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 import httpx
 from temporalio import activity
 
+from waitstate.auth.tokens import approval_subject, question_subject
 from waitstate.elicitation import answer_command
-from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import InputNotice
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 
 if TYPE_CHECKING:
-    from waitstate.gateway.tokens import MintedToken, ResumeTokens
+    from waitstate.auth.tokens import MintedToken, ResumeTokens
 
 
 class ApprovalActivities:

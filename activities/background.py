@@ -14,7 +14,6 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelActivities, failure
 from waitstate.providers import ProviderError, Providers, UnknownModelError
 from waitstate.providers.base import BackgroundProvider, ResponseFailed
 from waitstate.schemas import ModelResponse
@@ -31,6 +30,8 @@ from waitstate.schemas.run import (
     AwaitModelResponse,
     CancelModelResponse,
 )
+
+from .model import ModelActivities, failure
 
 # As the model call's failures: one line, small enough for Temporal to keep whole.
 FAILURE_CHARS = 600

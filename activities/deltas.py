@@ -14,7 +14,7 @@ import httpx
 from temporalio import activity
 
 if TYPE_CHECKING:
-    from waitstate.gateway.tokens import ResumeTokens
+    from waitstate.auth.tokens import ResumeTokens
 
 # A call's text goes to the gateway at most every DELTA_INTERVAL seconds, or as soon as
 # DELTA_BATCH_CHARS characters are waiting (a post carries at most that many), one post at a

@@ -20,8 +20,6 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp_resources import answer, offered
-from activities.pulse import beat, pulse
 from waitstate.blobs import BlobNotFound, BlobStore
 from waitstate.mcp import (
     McpConfigError,
@@ -31,7 +29,7 @@ from waitstate.mcp import (
     grants_by_server,
     split_name,
 )
-from waitstate.mcp_rounds import unknown_outcome_message
+from waitstate.mcp.rounds import unknown_outcome_message
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
@@ -46,6 +44,9 @@ from waitstate.schemas.run import (
     ToolCallInput,
 )
 from waitstate.tools.spec import error_result
+
+from .mcp_resources import answer, offered
+from .pulse import beat, pulse
 
 MCP_UNAVAILABLE = "McpServerUnavailable"
 # A task is polled at the server's pollIntervalMs, kept within these bounds.
@@ -174,7 +175,8 @@ class McpActivities:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 
-        from waitstate.mcp_tasks import CreatedTask, tool_result_text
+        from waitstate.mcp.extension import CreatedTask
+        from waitstate.mcp.tasks import tool_result_text
 
         if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
             return ToolResult(
@@ -258,7 +260,7 @@ class McpActivities:
         """A call the server answered with a round of input requests (`input_required`): an
         operation whose job is the call's rounds, recorded in the blob store (the call, the
         round), which its poll asks, answers and sends again until the server answers
-        otherwise (`waitstate.mcp_rounds`). A first round past the bounds is the model's to
+        otherwise (`waitstate.mcp.rounds`). A first round past the bounds is the model's to
         read as the call's error.
 
         Raises:
@@ -267,7 +269,7 @@ class McpActivities:
         """
         from mcp.shared.inbound import x_mcp_header_map
 
-        from waitstate.mcp_rounds import PendingCall, Rounds, input_required_reply
+        from waitstate.mcp.rounds import PendingCall, Rounds, input_required_reply
 
         call = input.call
         server_name, tool_name = split_name(call.name)
@@ -390,7 +392,7 @@ async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) ->
     """
     from mcp.shared.inbound import x_mcp_header_map
 
-    from waitstate.mcp_tasks import learn_header_params as list_until
+    from waitstate.mcp.tasks import learn_header_params as list_until
 
     if x_mcp_header_map(schema):
         await list_until(client, tool)
@@ -443,7 +445,7 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
     """
     from mcp.shared.exceptions import MCPError
 
-    from waitstate.mcp_tasks import Tasks
+    from waitstate.mcp.extension import Tasks
 
     deadline = time.monotonic() + server.reach_within.total_seconds()
     delay = 0.5

@@ -22,9 +22,6 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.deltas import DeltaPublisher, DeltaTarget
-from activities.mcp import read_listing
-from activities.pulse import progress, pulse
 from waitstate.agents import Agent
 from waitstate.blobs import BlobNotFound, BlobStore, BlobStoreUnavailable
 from waitstate.mcp import is_mcp_name
@@ -43,6 +40,10 @@ from waitstate.schemas.run import CALL_MODEL, StoreFailure
 from waitstate.tools import ToolRegistry
 from waitstate.tools.spec import describe_errors
 from waitstate.tracing import chat_span
+
+from .deltas import DeltaPublisher, DeltaTarget
+from .mcp import read_listing
+from .pulse import progress, pulse
 
 if TYPE_CHECKING:
     from waitstate.tracing import Tracing

@@ -72,7 +72,7 @@ class OperationActivities:
             return PolledCompletion(**polled.model_dump(), usage=sampler.usage)
         finally:
             if is_mcp_name(input.tool):  # made for this poll: its session ends with it
-                from waitstate.mcp_tasks import McpTaskBackend
+                from waitstate.mcp.tasks import McpTaskBackend
 
                 if isinstance(long.backend, McpTaskBackend):
                     await long.backend.aclose()
@@ -157,7 +157,7 @@ class OperationActivities:
             raise ApplicationError(str(err), type=ANSWER_REFUSED, non_retryable=True) from None
         finally:
             if is_mcp_name(input.tool):
-                from waitstate.mcp_tasks import McpTaskBackend
+                from waitstate.mcp.tasks import McpTaskBackend
 
                 if isinstance(long.backend, McpTaskBackend):
                     await long.backend.aclose()
@@ -176,8 +176,8 @@ class OperationActivities:
         """The long tool `name`; an MCP server's, made for this call, its sampling requests
         answered by `model` (the run's) where the server's policy allows it."""
         if is_mcp_name(name):  # a task of an MCP server: polled and cancelled on that server
-            from waitstate.mcp_sampling import Sampler
-            from waitstate.mcp_tasks import McpTaskBackend
+            from waitstate.mcp.sampling import Sampler
+            from waitstate.mcp.tasks import McpTaskBackend
 
             try:
                 server = self._mcp.get(split_name(name)[0])

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp import McpActivities, read_listing
-from activities.pulse import pulse
 from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
@@ -32,10 +30,13 @@ from waitstate.tools.function import RunContext
 from waitstate.tools.spec import error_result
 from waitstate.tracing import tool_span
 
+from .mcp import McpActivities, read_listing
+from .pulse import pulse
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from waitstate.gateway.tokens import ResumeTokens
+    from waitstate.auth.tokens import ResumeTokens
     from waitstate.tracing import Tracing
 
 INLINE_RESULT_BYTES = 1024

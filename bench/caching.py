@@ -25,8 +25,8 @@ from typing import Any
 import anthropic
 import openai
 
-from activities.model import cache_key
 from bench.figures import Row, Sizes
+from waitstate.activities.model import cache_key
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import Adapter, ModelRequest
 from waitstate.providers.openai import OpenAIProvider

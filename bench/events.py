@@ -35,8 +35,8 @@ from temporalio.worker import Worker
 
 from bench.figures import Row, Sizes, percentile
 from bench.stack import MODEL_NAME, Stack, new_id
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import Position, RunEvents, thread_input
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL
 from waitstate.settings import parse_keys
 

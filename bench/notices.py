@@ -42,8 +42,8 @@ from waitstate.schemas import ToolCall
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
 from waitstate.schemas.run import RunInput
 from waitstate.settings import Settings
-from worker import build_providers, build_worker
-from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+from waitstate.worker import build_providers, build_worker
+from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 CALLER = "bench"
 KEY = "n" * 40

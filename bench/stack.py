@@ -28,10 +28,10 @@ from bench.procs import Proc, start_python, start_server
 from bench.systems import BenchSystems
 from bench.worker import READY
 from scripts.services import free_port
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import ClientError, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 

@@ -50,7 +50,7 @@ async def main(side: str) -> None:
         await _serve(build_floor_worker(client, settings.task_queue, settings.max_cached_workflows))
         return
     from examples.demo.catalog import all_tools
-    from worker import build_providers, build_tokens, build_workers, warm_up
+    from waitstate.worker import build_providers, build_tokens, build_workers, warm_up
 
     providers = build_providers(settings)
     warm_up(providers, settings)  # as worker.py does: no first call pays for the SDK's import

@@ -89,7 +89,7 @@ from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS
 from chaos.streams import Streams
 from chaos.thread_doors import ThreadDoors
 from waitstate.mcp import McpServer
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.tools.spec import ToolError
 
 log = logging.getLogger("chaos")

@@ -43,14 +43,14 @@ from chaos.model import Check, GatewayTarget
 from examples.demo.basic import demo_tools
 from examples.demo.compliance import compliance_tools
 from examples.demo.exports import ExportService, export_tool
-from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import (
+from waitstate.auth.tokens import (
     MintedToken,
     ResumeTokens,
     approval_subject,
     nonce_hash,
     question_subject,
 )
+from waitstate.client import WaitstateClient
 from waitstate.providers import Providers
 from waitstate.providers.base import ModelRequest
 from waitstate.providers.scripted import ScriptedProvider
@@ -343,7 +343,7 @@ class _Unhurried(ScriptedProvider):
 async def _expiring_worker(rig: _Rig) -> AsyncIterator[str]:
     """A worker of our own, in this process, on a task queue of its own (yielded): its exports
     expire after SHORT_EXPIRY (the fleet's after an hour) and its models are `_Unhurried`."""
-    from worker import build_worker  # the production wiring; imported late, it is heavy
+    from waitstate.worker import build_worker  # the production wiring; imported late, it is heavy
 
     target = rig.target
     blobs = Path(tempfile.mkdtemp(prefix="waitstate-chaos-gateway-"))

@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED

@@ -37,7 +37,7 @@ from waitstate.client import thread_input
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.schemas.threads import ThreadSettings
-from workflows.policies import MODEL_RETRY
+from waitstate.workflows.policies import MODEL_RETRY
 
 ROW = "19 worker SIGKILL during model calls"
 ROWS = (ROW,)

@@ -88,8 +88,8 @@ from waitstate.schemas import RunInput
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.run import CALL_MODEL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import HeldReply, openai_text, openai_tool_calls
-from workflows.policies import MODEL_RETRY, STORE_RETRY_MAX
-from workflows.search_attributes import WAITING_FOR
+from waitstate.workflows.policies import MODEL_RETRY, STORE_RETRY_MAX
+from waitstate.workflows.search_attributes import WAITING_FOR
 
 CRAFTED_PATTERN = "12 crafted schema: a backtracking pattern"
 CRAFTED_MALFORMED = "13 crafted schema: malformed"

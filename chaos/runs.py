@@ -38,7 +38,7 @@ from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import AnswerInput, QuestionStatus
 from waitstate.schemas.run import NOTIFY_APPROVAL, TERMINAL_STATUSES
 from waitstate.testing.wire_server import error, openai_tool_calls
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 _T = TypeVar("_T")
 Category = Literal["callback", "polled", "approval", "plain", "model"]

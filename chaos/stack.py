@@ -51,7 +51,7 @@ from waitstate.blobs import BlobStore, LocalBlobStore
 from waitstate.blobs.s3 import S3BlobStore
 from waitstate.converter import DATA_CONVERTER
 from waitstate.settings import parse_blob_url
-from worker import DEMO_APP
+from waitstate.worker import DEMO_APP
 
 if TYPE_CHECKING:
     from obstore.store import S3Config

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 
 from chaos.model import Check
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import END_KINDS
 from waitstate.client._events import told
-from waitstate.gateway.tokens import ResumeTokens
 
 STREAMS = "streams: every event of every run, in order, across kills and restarts"
 ENDS = frozenset(END_KINDS)

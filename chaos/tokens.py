@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chaos.history import operation_nonce
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas.operations import Operation
 
 

@@ -10,7 +10,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from waitstate.names import AGENT_RUN
     from waitstate.schemas import RunInput, RunResult
-    from workflows.agent_run import AgentRunWorkflow
+    from waitstate.workflows.agent_run import AgentRunWorkflow
 
 # B's first command: a timer, before anything a run of version A does first.
 SETTLE = timedelta(milliseconds=10)

@@ -31,10 +31,10 @@ from temporalio.worker import Replayer, Worker
 from examples.demo.basic import demo_tools
 from tests.upstream import pydantic_says
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
 from waitstate.schemas.operations import Completion, Operation
@@ -42,9 +42,9 @@ from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
-from worker import build_providers, build_workers
-from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import (
+from waitstate.worker import build_providers, build_workers
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.versions import (
     CHECKPOINT_POLICY,
     EXACTLY_ONCE,
     HANDLERS_LAST,
@@ -539,3 +539,15 @@ async def accept(
         question_id=question.question_id, action="accept", content=content, responder=responder
     )
     return await handle.execute_update(AgentRunWorkflow.answer, answer)
+
+
+def package_files(root: Path) -> list[Path]:
+    """The `.py` files of the package `waitstate` under `root`, those of `workflows/` and
+    `activities/` included: the package reaches them through links (`waitstate/workflows`),
+    which `Path.rglob` does not follow."""
+    return sorted(
+        Path(folder) / name
+        for folder, _, names in os.walk(root / "waitstate", followlinks=True)
+        for name in names
+        if name.endswith(".py")
+    )

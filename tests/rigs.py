@@ -42,23 +42,23 @@ from examples.systems import create_app as systems_app
 from scripts.services import ONE_PARTITION
 from tests.helpers import TEST_BLOBS, eventually, make_worker, process_env, start_run
 from waitstate.apps import Apps
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import ResumeClaims, ResumeTokens
 from waitstate.client import RunEvents, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import DEFAULT_MAX_BODY_BYTES
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import DELIVERY_TIMEOUT, TemporalDeliverer
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
-from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
 from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMode
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -36,7 +36,7 @@ from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
-from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -61,9 +61,9 @@ from waitstate.schemas import RunResult
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.operations import Operation
 from waitstate.tools import ToolSpec
-from worker import WORKFLOWS, build_providers, build_worker
-from workflows.agent_run import AgentRunWorkflow
-from workflows.blob_cleanup import BlobCleanupWorkflow
+from waitstate.worker import WORKFLOWS, build_providers, build_worker
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
 
 # The purge's script: a job that asks a person to confirm mid-flight.
 QUESTIONS_APP = "tests.workflows.questions_app:app"

@@ -23,7 +23,7 @@ from tests.helpers import callback_token, eventually, quiet_history_length
 from tests.rigs import Services, free_port, port_open
 from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate.schemas import RunResult, RunState
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORT_TASK = "Export Q3 transactions and file them in the compliance folder"

@@ -15,7 +15,7 @@ from tests.upstream import pydantic_says
 from tests.workflows.agent_app import Report
 from waitstate.apps import load_apps
 from waitstate.schemas import RunResult
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.agent_app:app"
 # The scripted model `never-good` answers this to the `stubborn` agent (max_turns 2) each turn.

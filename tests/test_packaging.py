@@ -1,7 +1,8 @@
-"""Installing the project claims no generic top-level name a user's own project would have, and
-the library works installed beside a Temporal project: `waitstate` never imports the top-level
-`workflows`, `activities` or any other part of the checkout that is not the library, which a
-user's own `workflows.py` and `worker.py` (the layout of Temporal's samples) would shadow."""
+"""Installing the project adds one top-level name, `waitstate`, and its two commands
+(`waitstate`, `waitstate-worker`): a user's project keeps every other name for itself, the
+layout of Temporal's samples (`workflows.py`, `activities.py`, `worker.py`, `starter.py`)
+included, and the installed CLI works beside it. `waitstate` never imports any part of the
+checkout that is not the library."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,11 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.docs import page, section
-from tests.helpers import eventually
+from tests.helpers import eventually, package_files
 from tests.rigs import ServerProcess, WorkerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
 
 ROOT = Path(__file__).resolve().parent.parent
-# Names a user's project is likely to have for itself; the project keeps them inside `waitstate`.
-GENERIC = {"tools", "schemas", "settings", "examples", "gateway", "blobs", "providers"}
 # The checkout's top-level parts that are not the library: `waitstate` imports none of them.
 NOT_THE_LIBRARY = {
     "workflows", "activities", "worker", "starter", "examples", "chaos", "bench", "scripts",
@@ -74,6 +74,19 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+'''
+USER_ACTIVITIES = '''
+"""The user's own activities."""
+from temporalio import activity
+
+
+@activity.defn
+async def greet(name: str) -> str:
+    return f"Hello, {name}!"
+'''
+USER_STARTER = '''
+"""The user's own starter."""
+print("the user's starter")
 '''
 # ... and a script of theirs that runs an agent with the installed waitstate: argv is the
 # task, its tools and the run's id; it prints what it saw as one JSON object.
@@ -147,9 +160,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_install_adds_only_waitstate_and_what_the_documented_layout_names(
-    tmp_path: Path, wheel: Path
-) -> None:
+def test_install_adds_only_waitstate_and_its_two_commands(tmp_path: Path, wheel: Path) -> None:
     site = tmp_path / "site"
     _run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
@@ -160,10 +171,11 @@ def test_install_adds_only_waitstate_and_what_the_documented_layout_names(
         for path in site.iterdir()
         if not path.name.endswith(".dist-info") and path.name not in {"bin", "__pycache__"}
     }
+    commands = {path.name for path in (site / "bin").iterdir()}
 
-    assert installed == {"waitstate", "workflows", "activities", "worker", "starter"}
+    assert installed == {"waitstate"}
     assert installed <= _layout_names()
-    assert not installed & GENERIC
+    assert commands == {"waitstate", "waitstate-worker"}
 
 
 def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
@@ -174,7 +186,7 @@ def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
     # the wheel.
     with zipfile.ZipFile(wheel) as built:
         in_wheel = set(built.namelist())
-    library = {path.relative_to(ROOT).as_posix() for path in (ROOT / "waitstate").rglob("*.py")}
+    library = {path.relative_to(ROOT).as_posix() for path in package_files(ROOT)}
     site = tmp_path / "site"
     _run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
@@ -182,43 +194,61 @@ def test_the_wheel_holds_every_module_of_the_library_and_its_cli_runs_from_it(
     )  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = _run(
-        [sys.executable, "-c", "import starter, waitstate.cli.runs as r; print(r.__file__)"],
+        [sys.executable, "-c", "import waitstate.cli.runs as r; print(r.__file__)"],
         cwd=tmp_path,
         env=env,
     )
-    usage = _run([sys.executable, "-m", "starter", "--help"], cwd=tmp_path, env=env)
+    usage = _run([site / "bin" / "waitstate", "--help"], cwd=tmp_path, env=env)
+    worker_usage = _run([site / "bin" / "waitstate-worker", "--help"], cwd=tmp_path, env=env)
 
     assert sorted(library - in_wheel) == []
     assert where.stdout.strip() == str(site / "waitstate" / "cli" / "runs.py")
     for command in ("run", "status", "watch", "pending", "approve", "answer", "ops", "cleanup"):
         assert command in usage.stdout
+    assert "--app" in worker_usage.stdout
+
+
+def _absolute_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Each module a file imports by its absolute name (anywhere in it), with the line."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
 
 
 def test_no_module_of_the_library_imports_what_is_not_the_library() -> None:
-    found = []
-    files = sorted((ROOT / "waitstate").rglob("*.py"))
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            found += [
-                f"{path.relative_to(ROOT)}:{node.lineno}: {module}"
-                for module in modules
-                if module.split(".")[0] in NOT_THE_LIBRARY
-            ]
+    files = package_files(ROOT)
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in files
+        for line, module in _absolute_imports(path)
+        if module.split(".")[0] in NOT_THE_LIBRARY
+    ]
 
     assert len(files) > 40
     assert found == []
 
 
+def test_only_the_worker_and_the_cli_entry_import_the_workflows_and_activities() -> None:
+    # The rest reaches runs by name (waitstate/names.py): a client loads no workflow code.
+    worker_code = {ROOT / "waitstate" / "workflows", ROOT / "waitstate" / "activities"}
+    found = {
+        path.relative_to(ROOT).as_posix()
+        for path in package_files(ROOT)
+        if path.parent not in worker_code
+        for _, module in _absolute_imports(path)
+        if module.split(".")[:2] in (["waitstate", "workflows"], ["waitstate", "activities"])
+    }
+
+    # The plugin and the CLI's replay and versions commands load them through these two.
+    assert sorted(found) == ["waitstate/cli/main.py", "waitstate/worker.py"]
+
+
 @pytest.mark.subprocess
 def test_importing_every_module_of_the_library_loads_nothing_else_of_the_checkout() -> None:
-    # From the checkout's root, where `workflows` and the rest can be imported: whatever a
-    # module imports, at import time or through another, shows in sys.modules.
+    # From the checkout's root, where `worker` (its shim) and the rest can be imported:
+    # whatever a module imports, at import time or through another, shows in sys.modules.
     script = """
 import importlib, importlib.util, json, pkgutil, sys
 import waitstate
@@ -227,7 +257,7 @@ for name in names:
     importlib.import_module(name)
 print(json.dumps({
     "modules": names,
-    "importable": importlib.util.find_spec("workflows") is not None,
+    "importable": importlib.util.find_spec("worker") is not None,
     "loaded": sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])),
 }))
 """
@@ -263,6 +293,8 @@ def _user_project(path: Path) -> Path:
     path.mkdir()
     (path / "workflows.py").write_text(USER_WORKFLOWS)
     (path / "worker.py").write_text(USER_WORKER)
+    (path / "activities.py").write_text(USER_ACTIVITIES)
+    (path / "starter.py").write_text(USER_STARTER)
     (path / "run_agent.py").write_text(USER_AGENT)
     return path
 
@@ -318,6 +350,16 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
                 python, ["run_agent.py", EXPORT_TASK, EXPORT_TOOLS, f"beside-{task_queue}"],
                 project, env,
             )  # fmt: skip
+            # The installed CLI, in the project: its commands that load the worker's workflows
+            # and markers load waitstate's, not the project's `worker` or `workflows`.
+            waitstate = python.parent / "waitstate"
+            replayed = await _python(
+                waitstate,
+                ["replay-check", "--query", f"WorkflowId = 'beside-{task_queue}'"],
+                project,
+                env,
+            )
+            versions = await _python(waitstate, ["versions", "--json"], project, env)
             async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as http:
                 health = await http.get("/healthz")
 
@@ -348,6 +390,8 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
     assert "filed them at compliance/" in seen["outcome"]["final_output"]
     assert "tool" in seen["steps"]  # the run's own answer to the status query
     assert seen["result"] == "RunResult"
+    assert replayed.stdout == "replayed 1 run: 1 ok\n", replayed.stdout
+    assert json.loads(versions.stdout)["markers"], versions.stdout
     # The export's webhook went through the wheel's gateway, as the run's Update.
     assert health.json() == {"status": "ok"}
     [export] = [job for job in jobs.values() if job["kind"] == "export"]

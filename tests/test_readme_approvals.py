@@ -20,8 +20,8 @@ from tests.docs import between, page
 from tests.helpers import eventually, make_worker
 from waitstate import Message, RunInput, ToolCall, ToolDefinition
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.approvals import DecideInput
 from waitstate.settings import Settings
 

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.workflow import NondeterminismError
 
-import starter
+import waitstate.cli.main as starter
 from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.test_starter import Cli, assert_refused
 from tests.test_versions_cmd import counted, pinned_run, taken
@@ -25,7 +25,7 @@ from waitstate.activation_order import workflow_runner
 from waitstate.cli.replay import default_query, replayer
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
 # The version a deploy brings, for the queries that need one (none of their runs is pinned).

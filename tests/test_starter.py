@@ -42,17 +42,17 @@ from waitstate import (
     ToolSpec,
 )
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
 from waitstate.client import WaitstateClient
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.operations import CompleteOperation
 from waitstate.schemas.questions import AnswerInput
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere

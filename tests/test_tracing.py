@@ -22,7 +22,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-import starter
+import waitstate.cli.main as starter
 from examples.demo.purges import PurgeService, purge_tool
 from examples.systems import DemoSystems
 from examples.systems import create_app as systems_app
@@ -38,8 +38,8 @@ from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
 from waitstate.settings import Settings, otlp_traces_endpoint
 from waitstate.tracing import SERVICE_GATEWAY, SERVICE_STARTER, SERVICE_WORKER, Tracing
-from worker import build_providers, build_worker
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.worker import build_providers, build_worker
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"trace": "t" * 40}
 HISTORIES = Path(__file__).resolve().parent / "histories"

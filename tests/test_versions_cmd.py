@@ -37,8 +37,8 @@ from tests.tiers import SUBPROCESS, needs
 from waitstate.activation_order import workflow_runner
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
-from workflows.versions import (
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.versions import (
     CHECKPOINT_POLICY,
     EXACTLY_ONCE,
     HANDLERS_LAST,

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
-import starter
+import waitstate.cli.main as starter
 from tests.helpers import HISTORIES, eventually, first_unreplayable, recorded_patches
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,11 +78,11 @@ def markers_in_code() -> dict[str, str]:
     declares (its module-level string constants), with their status."""
     found: dict[str, str] = {}
     for path in sorted(WORKFLOWS.rglob("*.py")):
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        module = ".".join(("waitstate", *path.relative_to(ROOT).with_suffix("").parts))
         for marker, status in markers_in_source(path.read_text(), module).items():
             if found.get(marker) != PATCHED:
                 found[marker] = status
-    versions = importlib.import_module("workflows.versions")
+    versions = importlib.import_module("waitstate.workflows.versions")
     for name, value in vars(versions).items():
         if name.isupper() and isinstance(value, str):
             assert value in found, f"workflows/versions.py declares {name} = {value!r}, unused"
@@ -161,7 +161,7 @@ def test_the_page_counts_the_committed_histories_of_each_version() -> None:
 
 def test_a_patch_added_without_its_story_is_found() -> None:
     source = 'from temporalio import workflow\nif workflow.patched("agent-run-9"):\n    pass\n'
-    code = {**markers_in_code(), **markers_in_source(source, "workflows.versions")}
+    code = {**markers_in_code(), **markers_in_source(source, "waitstate.workflows.versions")}
 
     assert problems(code, markers_in_doc(DOC.read_text())) == [
         "'agent-run-9' is checked in workflows/ but has no section"

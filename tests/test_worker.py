@@ -14,7 +14,7 @@ from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.providers.scripted import ScriptedProvider
 from waitstate.settings import Settings
-from worker import build_id, build_providers, deployment_config
+from waitstate.worker import CHECKOUT, build_id, build_providers, deployment_config
 
 
 @pytest.mark.parametrize(
@@ -86,6 +86,19 @@ def test_the_build_id_is_the_package_version_and_the_checkout_commit(checkout: P
 
     assert build_id(Settings(), checkout) == f"{importlib.metadata.version('waitstate')}+{commit}"
     assert build_id(Settings(build_id="set-by-ops"), checkout) == "set-by-ops"
+
+
+@pytest.mark.subprocess  # git
+def test_an_installed_worker_is_named_by_the_version_alone_even_inside_a_repository(
+    checkout: Path,
+) -> None:
+    # A project's venv inside its own repository: the wheel's site-packages is no checkout.
+    site = checkout / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+
+    assert build_id(Settings(), site) == importlib.metadata.version("waitstate")
+    # Run from this checkout, the worker is named by this checkout's commit.
+    assert (CHECKOUT / "pyproject.toml").is_file() and (CHECKOUT / ".git").exists()
 
 
 @pytest.mark.subprocess  # git

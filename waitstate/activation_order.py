@@ -53,11 +53,11 @@ MARKERS_ATTRIBUTE = "handlers_last_markers"
 
 def workflow_runner() -> WorkflowRunner:
     """The runner the worker and every replayer of agent runs use: the sandbox, loading the
-    checkout's `workflows` modules once per process rather than once per run (worker.py), with
+    package's modules (`waitstate.workflows` among them) once per process rather than once per run, with
     handlers after resolutions for the runs that opt in."""
     return HandlersLast(
         SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", __name__)
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("waitstate")
         )
     )
 

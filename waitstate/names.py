@@ -1,13 +1,13 @@
 """The names a run's workflows answer to, in one place: their types, their handlers, their
 search attributes, and the function a traced worker hands them.
 
-The library (`waitstate/`) never imports the top-level `workflows` package: it is the
-worker's, and a user's project beside an installed waitstate may well have a `workflows.py` of
-its own (the layout of Temporal's samples), which would shadow it. So the client, the gateway
-and the blob cleanup start workflows, send Updates and read queries and search attributes by
-these names, with the result types given at each call; `workflows/` defines its workflows with
+The client, the gateway, the MCP server and the blob cleanup never import `waitstate.workflows`:
+its modules are the worker's to load (and the sandbox's to pass through), not every client's.
+So they start workflows, send Updates and read queries and search attributes by these names,
+with the result types given at each call; `waitstate/workflows/` defines its workflows with
 them, and `tests/waitstate/test_names.py` holds the workflows' definitions to them (handler
 names are their methods' names, so they are checked rather than repeated in the decorators).
+Only the worker, the plugin and the CLI's replay and versions commands load the workflows.
 
 Recorded histories and running workflows know these names: renaming one breaks them.
 """

@@ -44,22 +44,23 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
-    from workflows import ledger
-    from workflows.activity_calls import Failed
-    from workflows.approvals import ApprovalDesk, ApprovalExpired
-    from workflows.asides import ApprovalAsides
-    from workflows.background import BackgroundReplies
-    from workflows.board import StatusBoard
-    from workflows.budgets import BudgetExceeded, Budgets
-    from workflows.continuation import Continuation
-    from workflows.inputs import InputDesk
-    from workflows.memory import Memory
-    from workflows.opening import Opening
-    from workflows.operations import OperationsBook
-    from workflows.outages import StoreDown, StoreOutages
-    from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
-    from workflows.thread import Conversation, Interrupted, MessageFailed
-    from workflows.versions import HANDLERS_LAST_MARKERS, Versions
+
+    from . import ledger
+    from .activity_calls import Failed
+    from .approvals import ApprovalDesk, ApprovalExpired
+    from .asides import ApprovalAsides
+    from .background import BackgroundReplies
+    from .board import StatusBoard
+    from .budgets import BudgetExceeded, Budgets
+    from .continuation import Continuation
+    from .inputs import InputDesk
+    from .memory import Memory
+    from .opening import Opening
+    from .operations import OperationsBook
+    from .outages import StoreDown, StoreOutages
+    from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+    from .thread import Conversation, Interrupted, MessageFailed
+    from .versions import HANDLERS_LAST_MARKERS, Versions
 
 
 Answered = TypeVar("Answered")

@@ -26,14 +26,23 @@ from waitstate.schemas.errors import (
     APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
-from workflows import ledger
-from workflows.asides import ApprovalAsides
-from workflows.board import StatusBoard
-from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, notify, window
-from workflows.memory import Memory
-from workflows.metrics import approval_decided
-from workflows.policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
-from workflows.versions import Versions
+
+from . import ledger
+from .asides import ApprovalAsides
+from .board import StatusBoard
+from .desk import (
+    Notice,
+    Notices,
+    escalate,
+    links_expiry,
+    notice_of,
+    notify,
+    window,
+)
+from .memory import Memory
+from .metrics import approval_decided
+from .policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
+from .versions import Versions
 
 
 class ApprovalExpired(Exception):

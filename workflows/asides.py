@@ -21,12 +21,13 @@ from waitstate.schemas import (
 )
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.run import CALL_MODEL
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.memory import Memory
-from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
-from workflows.thread import Conversation
-from workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed, call
+from .memory import Memory
+from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+from .thread import Conversation
+from .versions import Versions
 
 # What the model is told of a call of its turn that has no result yet.
 AWAITING = (

@@ -23,9 +23,10 @@ from waitstate.schemas.run import (
     AwaitModelResponse,
     CancelModelResponse,
 )
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.policies import (
+
+from . import ledger
+from .activity_calls import Failed, call
+from .policies import (
     BACKGROUND_FIRST_POLL,
     BACKGROUND_MAX_POLL,
     BACKGROUND_RETRY,

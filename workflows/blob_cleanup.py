@@ -22,7 +22,8 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         NamespaceRetention,
     )
-    from workflows.policies import (
+
+    from .policies import (
         CLEAN_HEARTBEAT,
         CLEAN_RETRY,
         CLEAN_TIMEOUT,

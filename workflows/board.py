@@ -14,15 +14,16 @@ from temporalio.common import SearchAttributeUpdate
 from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.questions import InputRequest
-from workflows import ledger
-from workflows.memory import Memory, Wait
-from workflows.search_attributes import (
+
+from . import ledger
+from .memory import Memory, Wait
+from .search_attributes import (
     AGENT_STATUS,
     PENDING_OPERATIONS,
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
-from workflows.versions import Versions
+from .versions import Versions
 
 # What a run shows it waits for when several things are open at once (runs from HARDENED on):
 # a person's answer or decision before a system's report, since someone must act (it is what

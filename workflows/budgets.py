@@ -11,8 +11,9 @@ import json
 
 from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall
 from waitstate.schemas.budgets import RAISE_BUDGET, BudgetState
-from workflows import ledger, metrics
-from workflows.approvals import ApprovalDesk
+
+from . import ledger, metrics
+from .approvals import ApprovalDesk
 
 
 class BudgetExceeded(Exception):

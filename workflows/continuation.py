@@ -12,8 +12,9 @@ from temporalio import workflow
 
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import CarriedTurn, RunCarry
-from workflows.memory import Memory
-from workflows.versions import Versions
+
+from .memory import Memory
+from .versions import Versions
 
 # On a versioned worker, a run stays on the version that started it, and the run it continues as
 # new starts on the deployment's current version: between turns is where a run moves up, its

@@ -28,10 +28,11 @@ from waitstate.schemas.approvals import (
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
+
+from . import ledger
+from .activity_calls import Failed, call
+from .board import StatusBoard
+from .policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 
 # A request a person is asked to close: an approval, or a job's question.
 Request = ApprovalRequest | InputRequest

@@ -49,13 +49,14 @@ from waitstate.schemas.questions import (
     QuestionStatus,
 )
 from waitstate.schemas.run import ANSWER_OPERATION
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.desk import Notice, Notices, escalate, links_expiry, notice_of, window
-from workflows.metrics import question_asked, question_closed
-from workflows.policies import DELIVER_RETRY, DELIVER_TIMEOUT
-from workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed, call
+from .board import StatusBoard
+from .desk import Notice, Notices, escalate, links_expiry, notice_of, window
+from .metrics import question_asked, question_closed
+from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
+from .versions import Versions
 
 
 class InputDesk:

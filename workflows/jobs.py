@@ -35,12 +35,13 @@ from waitstate.schemas.operations import (
 )
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.inputs import InputDesk
-from workflows.metrics import cancel_failed, operation_finished, operation_reconciled
-from workflows.policies import (
+
+from . import ledger
+from .activity_calls import Failed, call
+from .board import StatusBoard
+from .inputs import InputDesk
+from .metrics import cancel_failed, operation_finished, operation_reconciled
+from .policies import (
     CANCEL_RETRY,
     CANCEL_TIMEOUT,
     FINAL_CHECK_RETRY,
@@ -54,7 +55,7 @@ from workflows.policies import (
     poll_retry,
     reconcile_retry,
 )
-from workflows.versions import Versions
+from .versions import Versions
 
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"

@@ -11,10 +11,11 @@ from temporalio import workflow
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from waitstate.wording import span
-from workflows import ledger
-from workflows.activity_calls import Failed, call
-from workflows.policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
-from workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed, call
+from .policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
+from .versions import Versions
 
 
 @dataclass

@@ -14,7 +14,8 @@ from temporalio import workflow
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.questions import InputRequest
-from workflows.traces import wait_span
+
+from .traces import wait_span
 
 
 def wait_ended(

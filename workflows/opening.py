@@ -18,10 +18,11 @@ from waitstate.schemas.run import (
     McpListing,
     McpListInput,
 )
-from workflows.activity_calls import Failed, call
-from workflows.board import StatusBoard
-from workflows.outages import StoreDown, StoreOutages
-from workflows.policies import (
+
+from .activity_calls import Failed, call
+from .board import StatusBoard
+from .outages import StoreDown, StoreOutages
+from .policies import (
     AGENT_RETRY,
     AGENT_TIMEOUT,
     MCP_LISTING_RETRY,

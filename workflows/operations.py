@@ -34,15 +34,16 @@ from waitstate.schemas.operations import (
     OperationStarted,
 )
 from waitstate.schemas.run import ParkedCall
-from workflows import ledger
-from workflows.activity_calls import Failed
-from workflows.board import StatusBoard
-from workflows.continuation import Continuation
-from workflows.inputs import InputDesk
-from workflows.jobs import Jobs, call_activity_tool, expected_duration
-from workflows.memory import Memory, Wait
-from workflows.thread import Conversation
-from workflows.versions import Versions
+
+from . import ledger
+from .activity_calls import Failed
+from .board import StatusBoard
+from .continuation import Continuation
+from .inputs import InputDesk
+from .jobs import Jobs, call_activity_tool, expected_duration
+from .memory import Memory, Wait
+from .thread import Conversation
+from .versions import Versions
 
 
 class _Starting(NamedTuple):

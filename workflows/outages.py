@@ -23,16 +23,17 @@ from temporalio.exceptions import ApplicationError
 from waitstate.schemas import RunState
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE
 from waitstate.schemas.run import StoreFailure, StoreOutage
-from workflows import ledger
-from workflows.activity_calls import RUN_QUEUE, Failed, Placement, call
-from workflows.board import StatusBoard
-from workflows.policies import (
+
+from . import ledger
+from .activity_calls import RUN_QUEUE, Failed, Placement, call
+from .board import StatusBoard
+from .policies import (
     STORE_RETRY_FIRST,
     STORE_RETRY_MAX,
     leaving_outages,
     patient,
 )
-from workflows.versions import Versions
+from .versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")

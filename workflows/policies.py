@@ -16,7 +16,8 @@ from temporalio.common import Priority, RetryPolicy
 
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE, OPERATION_STILL_RUNNING
 from waitstate.schemas.run import RunInput
-from workflows.activity_calls import RUN_QUEUE, Placement
+
+from .activity_calls import RUN_QUEUE, Placement
 
 # --- the model -------------------------------------------------------------------------------
 

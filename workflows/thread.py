@@ -33,10 +33,11 @@ from waitstate.schemas.threads import (
     ThreadState,
 )
 from waitstate.wording import count_of, span
-from workflows import ledger
-from workflows.board import StatusBoard
-from workflows.memory import Memory
-from workflows.versions import Versions
+
+from . import ledger
+from .board import StatusBoard
+from .memory import Memory
+from .versions import Versions
 
 # Messages a run answers before the thread continues as new: each run's history holds a bounded
 # number of turns (and a new run's first task comes no sooner than a second after its start on

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import ApprovalActivities
 from tests.rigs import Systems
-from waitstate.gateway.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
+from waitstate.activities import ApprovalActivities
+from waitstate.auth.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
 from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,

@@ -3,7 +3,7 @@ the MCP SDK wraps its own in, not "unhandled errors in a TaskGroup"."""
 
 from __future__ import annotations
 
-from activities.mcp import _why
+from waitstate.activities.mcp import _why
 
 
 def test_a_group_of_one_says_what_is_inside() -> None:

@@ -15,10 +15,10 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities import ModelActivities
-from activities.model import FAILURE_CHARS
 from tests.helpers import eventually, make_worker, provider_error, start_run
 from waitstate import Agent
+from waitstate.activities import ModelActivities
+from waitstate.activities.model import FAILURE_CHARS
 from waitstate.blobs import LocalBlobStore
 from waitstate.converter import DATA_CONVERTER
 from waitstate.providers import Providers
@@ -42,7 +42,7 @@ from waitstate.testing.wire_server import (
     responses_text,
 )
 from waitstate.tools import ToolRegistry
-from worker import build_providers
+from waitstate.worker import build_providers
 
 # Temporal keeps a retrying activity's last failure whole up to 4 KB and warns past 2 KB
 # (limit.mutableStateActivityFailureSize.error / .warn); these failures stay under the warning.

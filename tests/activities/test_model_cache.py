@@ -16,18 +16,18 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities import ModelActivities
-from activities.model import cache_key
 from tests.helpers import make_worker, start_run
 from waitstate import Completion, Job, LongSpec, LongTool, StartContext, ToolSpec
+from waitstate.activities import ModelActivities
+from waitstate.activities.model import cache_key
 from waitstate.blobs import LocalBlobStore
 from waitstate.providers import Providers
 from waitstate.schemas import Message, ModelCallInput, RunInput
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text
 from waitstate.tools import ToolRegistry
-from worker import build_providers
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.worker import build_providers
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 HELLO = ModelCallInput(
     model="openai:test-model",

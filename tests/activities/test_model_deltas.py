@@ -19,15 +19,15 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import ModelActivities
-from activities.deltas import DELTA_DRAIN, DeltaTarget
+from waitstate.activities import ModelActivities
+from waitstate.activities.deltas import DELTA_DRAIN, DeltaTarget
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import Message, ModelCallInput, ModelResponse
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text, responses_text
 from waitstate.tools import ToolRegistry
-from worker import build_providers
+from waitstate.worker import build_providers
 
 TOKENS = ResumeTokens({"k": "k" * 40}, "k")
 ANSWER = "Seventeen invoices matched; two await a signature before the quarter closes."

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import ApprovalActivities
 from tests.notice_servers import SlackStandIn, SmtpStandIn, slack_webhook, smtp_server
 from tests.rigs import Systems
-from waitstate.gateway.tokens import ResumeTokens, approval_subject, question_subject
+from waitstate.activities import ApprovalActivities
+from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.notices import NoticeError, SmtpServer, parse_routes
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest

@@ -11,10 +11,10 @@ import pytest
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
-from activities import OperationActivities
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tests.helpers import eventually
 from tests.rigs import Systems
+from waitstate.activities import OperationActivities
 from waitstate.schemas.errors import CANCEL_REFUSED, OPERATION_STILL_RUNNING
 from waitstate.schemas.operations import CancelOperationInput, Completion, PollOperationInput
 from waitstate.tools import Job, LongSpec, StartContext, ToolError, ToolRegistry, ToolSpec

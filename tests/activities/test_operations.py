@@ -15,11 +15,11 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import OperationActivities
 from examples.demo.pipeline import EnrichArgs, EnrichmentPipeline, enrich_tool
 from tests.helpers import EVENTUALLY_WITHIN, eventually
 from tests.one_question_job import OneQuestionJob
 from tests.rigs import Systems
+from waitstate.activities import OperationActivities
 from waitstate.schemas.errors import ANSWER_REFUSED, OPERATION_STILL_RUNNING, RUN_INPUT_INVALID
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,

@@ -20,15 +20,15 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import ModelActivities
-from activities import pulse as pulse_module
-from activities.pulse import beat, progress, pulse
+from waitstate.activities import ModelActivities
+from waitstate.activities import pulse as pulse_module
+from waitstate.activities.pulse import beat, progress, pulse
 from waitstate.blobs import LocalBlobStore
 from waitstate.schemas import Message, ModelCallInput
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, held
 from waitstate.tools import ToolRegistry
-from worker import build_providers
+from waitstate.worker import build_providers
 
 HANG = 30.0  # only turns a hang into a failure
 # A heartbeat timeout short enough for a test's side task to beat at once (every 0.1 s).

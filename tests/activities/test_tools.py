@@ -17,8 +17,6 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import ToolActivities
-from activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
 from examples.demo.basic import CalculateArgs, demo_tools
 from examples.demo.exports import ExportService, export_tool
 from examples.demo.pipeline import ENRICH_ETA, EnrichmentPipeline, enrich_tool
@@ -26,9 +24,11 @@ from examples.demo.refunds import refund_approval_policy, refund_tools
 from examples.systems.exports import ExportRequest
 from tests.rigs import Systems
 from tests.upstream import pydantic_says
+from waitstate.activities import ToolActivities
+from waitstate.activities.tools import INLINE_PREVIEW_CHARS, INLINE_RESULT_BYTES
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
 from waitstate.blobs.results import DEFAULT_PREVIEW_CHARS, DEFAULT_THRESHOLD
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import RUN_INPUT_INVALID

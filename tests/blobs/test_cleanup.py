@@ -25,15 +25,15 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities import CleanupActivities
 from tests.blobs.conftest import CREDENTIALS, REGION, S3Server
 from tests.helpers import eventually, make_worker
+from waitstate.activities import CleanupActivities
 from waitstate.blobs import BlobNotFound, LocalBlobStore, open_blob_store
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas.cleanup import CleanInput, CleanResult, CleanupInput
 from waitstate.schemas.errors import RETENTION_UNKNOWN
 from waitstate.settings import Settings
-from workflows.blob_cleanup import BlobCleanupWorkflow
+from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
 
 RETENTION = timedelta(days=7)
 

@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment
 
-from activities import ToolActivities
-from activities.tools import INLINE_RESULT_BYTES
+from waitstate.activities import ToolActivities
+from waitstate.activities.tools import INLINE_RESULT_BYTES
 from waitstate.blobs import BlobNotFound, BlobStoreUnavailable, LocalBlobStore, ref_for
 from waitstate.blobs.results import DEFAULT_THRESHOLD
 from waitstate.blobs.s3 import S3BlobStore

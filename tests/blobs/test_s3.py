@@ -38,7 +38,7 @@ from waitstate.blobs.s3 import S3BlobStore
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
 from waitstate.settings import Settings, parse_blob_url
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 DIGEST = hashlib.sha256(b"hello").hexdigest()
 

@@ -26,7 +26,7 @@ from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, Decisio
 from waitstate.schemas.messages import ToolCall
 from waitstate.schemas.run import RunState, Step
 from waitstate.tools.spec import ToolRegistry
-from workflows.ledger import preview
+from waitstate.workflows.ledger import preview
 
 # Seed 2's other approved refunds of C-118 (chaos-a-0012, -0010, -0050, -0060), in the order
 # the repeated run issued them, then chaos-a-0074's.

@@ -19,8 +19,8 @@ from waitstate.mcp import McpServer, McpServers
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput
-from worker import DEMO_APP
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.worker import DEMO_APP
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.helpers import assert_error, not_json
 from tests.rigs import GATEWAY_SECRET, MAX_BODY, OP, RUN, Gateway, bearer
+from waitstate.auth.tokens import ResumeClaims, ResumeTokens
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
 
 
 def the_one_reply(

@@ -24,9 +24,9 @@ from tests.rigs import (
     Gateway,
     RecordingDeliverer,
 )
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import DeliveryRefused
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.operations import Completion, CompletionOutcome
 
 URL = f"/v1/operations/{OP}/complete"

@@ -26,9 +26,9 @@ from tests.gateway.replies import (
 )
 from tests.helpers import assert_error
 from tests.rigs import RUN, Gateway, running_gateway
+from waitstate.auth.tokens import approval_subject
 from waitstate.gateway import delivery
 from waitstate.gateway.delivery import DeliveryRefused
-from waitstate.gateway.tokens import approval_subject
 from waitstate.names import DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.client import Client
 
+from waitstate.auth.tokens import ResumeClaims
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.delivery import DeliveryRefused, TemporalDeliverer, update_id
-from waitstate.gateway.tokens import ResumeClaims
 from waitstate.schemas.operations import Completion, OperationError
 
 DONE = Completion(status="succeeded", result={"rows": 7})

@@ -22,9 +22,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.rigs import OPERATOR, EventReader, Stack, bearer, serving_stack
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"deltas": "d" * 40}
 OPERATOR_AUTH = bearer(OPERATOR)

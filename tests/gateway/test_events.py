@@ -39,8 +39,8 @@ from tests.rigs import (
     bearer,
     serving_stack,
 )
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import Position, RunEvent, RunEvents, WaitstateClient
-from waitstate.gateway.tokens import ResumeTokens
 
 KEYS = {"events": "e" * 40}
 WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure

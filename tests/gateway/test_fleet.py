@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import eventually
 from waitstate.gateway.fleet import RUN_STATUSES, RunCounts
 from waitstate.schemas import RunInput
-from workflows.search_attributes import AGENT_STATUS, WAIT_KINDS, WAITING_FOR
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_KINDS, WAITING_FOR
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ import pytest
 
 from tests.helpers import assert_error
 from tests.rigs import MAX_BODY, OP, Gateway
+from waitstate.auth.tokens import approval_subject, question_subject
 from waitstate.gateway.delivery import DeliveryRefused
-from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import DecideOutcome
 from waitstate.schemas.questions import AnswerOutcome
 

@@ -36,14 +36,14 @@ from waitstate import (
     ToolSpec,
 )
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.gateway.pages import approval as approval_view
 from waitstate.gateway.pages import question as question_view
 from waitstate.gateway.pages.guard import cross_site
 from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, text
-from waitstate.gateway.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"pages": "p" * 40}
 WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import assert_error, eventually
 from tests.rigs import ServerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 
 KEY = ("proc", "p" * 40)
 

@@ -24,8 +24,9 @@ from tests.gateway.replies import (
 )
 from tests.helpers import assert_error
 from tests.rigs import RUN, Gateway, running_gateway
-from waitstate.gateway.delivery import DeliveryRefused, answer_update_id
-from waitstate.gateway.tokens import approval_subject, question_subject
+from waitstate.auth.tokens import approval_subject, question_subject
+from waitstate.client._updates import answer_update_id
+from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.names import ANSWER_UPDATE
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 

@@ -46,12 +46,13 @@ from tests.rigs import (
     Stack,
     serving_stack,
 )
+from waitstate.auth.tokens import ResumeTokens, approval_subject
+from waitstate.client._updates import decision_update_id
 from waitstate.gateway.app import create_app as gateway_app
-from waitstate.gateway.delivery import TemporalDeliverer, decision_update_id
-from waitstate.gateway.tokens import ResumeTokens, approval_subject
+from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"real": "r" * 40}
 RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure

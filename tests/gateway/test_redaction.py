@@ -7,8 +7,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from tests.rigs import GATEWAY_SECRET
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.redaction import REDACTED, RedactTokens, redact
-from waitstate.gateway.tokens import ResumeTokens
 
 TOKEN = (
     ResumeTokens({"k1": GATEWAY_SECRET}, "k1")

@@ -35,8 +35,8 @@ from tests.gateway.replies import (
 from tests.helpers import assert_error, not_json
 from tests.rigs import MAX_BODY, Gateway
 from tests.upstream import pydantic_says
+from waitstate.auth.tokens import approval_subject, question_subject
 from waitstate.gateway.delivery import DeliveryRefused
-from waitstate.gateway.tokens import approval_subject, question_subject
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,

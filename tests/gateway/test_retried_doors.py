@@ -51,15 +51,16 @@ from tests.rigs import (
     serving_stack,
 )
 from waitstate.apps import load_apps
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import ClientError, OutcomeUnknown, thread_input
-from waitstate.gateway.delivery import answer_update_id, decision_update_id, update_id
+from waitstate.client._updates import answer_update_id, decision_update_id
+from waitstate.gateway.delivery import update_id
 from waitstate.gateway.pages.guard import form_key
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunResult, RunState
 from waitstate.schemas.approvals import DecideInput, DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody, AnswerInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APPS = ["tests.workflows.threads_app:app", "tests.workflows.questions_app:app"]
 CHAT_MODEL = "scripted:chat-echo"

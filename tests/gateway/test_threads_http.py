@@ -26,12 +26,12 @@ from tests.helpers import assert_error
 from tests.rigs import OPERATOR, Gateway, Stack, serving_stack
 from tests.workflows import threads_app
 from waitstate.apps import load_apps
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import ResumeTokens, approval_subject
 from waitstate.client import thread_input
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.threads import MAX_WAIT_SECONDS, MAX_WAITS_PER_THREAD, ThreadDesk
-from waitstate.gateway.tokens import ResumeTokens, approval_subject
 from waitstate.schemas.threads import MAX_MESSAGE_CHARS, MAX_QUEUED, ThreadSettings
 
 APP = "tests.workflows.threads_app:app"

@@ -24,12 +24,12 @@ from temporalio.client import WorkflowHistory
 from tests.gateway.test_events import WITHIN, rig
 from tests.helpers import HISTORIES
 from tests.rigs import OPERATOR, REFUND_TASK, REFUND_TOOLS, EventReader, Gateway, Stack
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client._events import told
 from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, HEADERS, STYLE
 from waitstate.gateway.routes.timeline import END_KINDS, EVENT_KINDS, SCRIPT, TIMELINE_HEADERS
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 __all__ = ["rig"]
 

@@ -26,13 +26,13 @@ from tests.helpers import eventually, make_worker
 from tests.rigs import REFUND_TASK, REFUND_TOOLS
 from tests.workflows.threads_app import app as threads_app
 from waitstate.apps import Apps
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import RunEvents, WaitstateClient, thread_input
 from waitstate.client._events import told
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.streams import EventDesk
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.settings import Settings
 

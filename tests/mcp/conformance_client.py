@@ -38,8 +38,8 @@ from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, learn_header_params, read_listing
-from activities.mcp_resources import (
+from waitstate.activities.mcp import McpActivities, learn_header_params, read_listing
+from waitstate.activities.mcp_resources import (
     GET_PROMPT,
     LIST_PROMPTS,
     LIST_RESOURCES,
@@ -49,7 +49,8 @@ from activities.mcp_resources import (
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.mcp_tasks import McpTaskBackend, Tasks
+from waitstate.mcp.extension import Tasks
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import ToolCall, ToolCallInput, ToolDefinition
 from waitstate.schemas.builtin import MCP_SEPARATOR
 from waitstate.schemas.operations import Completion

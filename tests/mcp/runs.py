@@ -15,14 +15,14 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.mcp import McpActivities, read_listing
 from tests.helpers import make_worker, process_env, start_run
 from tests.rigs import WorkerProcess
+from waitstate.activities.mcp import McpActivities, read_listing
 from waitstate.apps import Apps, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.mcp_sampling import Sampler
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.sampling import Sampler
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import RunInput, RunResult, ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput, McpTool
 

@@ -1,6 +1,6 @@
 """Task notifications both ways: the MCP server of our agents (`waitstate.mcp_server.listen`)
 sends `notifications/tasks` on a `subscriptions/listen` stream naming its caller's tasks, and a
-run's task backend (`waitstate.mcp_notices`, `McpTaskBackend.changed`) wakes its poll on them,
+run's task backend (`waitstate.mcp.notices`, `McpTaskBackend.changed`) wakes its poll on them,
 over real HTTP with the runs on the dev server."""
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from tests.mcp.test_agent_server import ALICE, BOB, Served
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
-from waitstate.mcp_notices import TASK_IDS, TaskWatch, _listen
+from waitstate.mcp.extension import CreatedTask, Tasks
+from waitstate.mcp.notices import TASK_IDS, TaskWatch, _listen
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.mcp_server import CallerKeys, agent_server, http_app
 from waitstate.mcp_server.listen import MAX_TASKS
-from waitstate.mcp_tasks import CreatedTask, McpTaskBackend, Tasks
 from waitstate.tools.spec import JobAnswer
 
 

@@ -22,7 +22,7 @@ from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
 from waitstate.mcp_server import shapes
 from waitstate.schemas.run import CALL_TOOL
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 CALLER_KEY = "k" * 40
 AUTHORIZATION = "WAITSTATE_TEST_FLEET_AUTHORIZATION"

@@ -20,7 +20,7 @@ from waitstate.client import PendingRequest, WaitstateClient
 from waitstate.mcp import McpConfigError, McpServer, parse_servers
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.mcp.mcp_app:app"
 DBA = ApprovalPolicy(approvers="dba-on-call")

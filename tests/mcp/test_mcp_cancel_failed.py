@@ -14,7 +14,7 @@ from tests.helpers import replays, scheduled_activities, until_the_poll_has_hear
 from tests.mcp.runs import mcp_url, reports_apps, reports_run, tool_outcome
 from tests.rigs import ServerProcess
 from waitstate.schemas.run import CANCEL_OPERATION, POLL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 # The checks and cancels find the server gone in a second each: the cancel's five attempts,
 # with their backoff, take about 20 s.

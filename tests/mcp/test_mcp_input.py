@@ -17,13 +17,14 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import accept, eventually, first_question, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import reports_apps, reports_run, tool_outcome
-from waitstate.mcp_tasks import TaskState, completion_of
+from waitstate.mcp.extension import TaskState
+from waitstate.mcp.tasks import completion_of
 from waitstate.schemas import RunResult
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerInput, InputPolicy, Question
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import WAITING_FOR
 
 CHANNEL_SCHEMA = {
     "type": "object",

@@ -16,10 +16,10 @@ from fastmcp import FastMCP
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities
-from activities.mcp_resources import MAX_ANSWER_CHARS
 from examples.systems import serving
 from tests.mcp.runs import granted_tools, mcp_activities
+from waitstate.activities.mcp import McpActivities
+from waitstate.activities.mcp_resources import MAX_ANSWER_CHARS
 from waitstate.mcp import McpServer
 from waitstate.schemas import ToolCall, ToolDefinition
 from waitstate.schemas.run import McpTool, ToolCallInput

@@ -23,7 +23,7 @@ from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import mcp_url, reports_run, tool_outcome
 from tests.rigs import ServerProcess
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 @dataclass

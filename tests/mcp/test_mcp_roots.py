@@ -19,7 +19,8 @@ from mcp_types import InputRequiredResult, ListRootsRequest, ListRootsResult
 from examples.systems import serving
 from tests.helpers import eventually
 from waitstate.mcp import McpConfigError, McpServer
-from waitstate.mcp_tasks import CreatedTask, McpTaskBackend, Tasks
+from waitstate.mcp.extension import CreatedTask, Tasks
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas.operations import Completion
 
 TASK = TaskConfig(mode="required", poll_interval=timedelta(milliseconds=200))

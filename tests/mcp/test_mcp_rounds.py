@@ -29,15 +29,15 @@ from tests.mcp.runs import (
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
-from waitstate.mcp_rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
 from waitstate.tools import ToolError
 from waitstate.tools.spec import JobAnswer
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
 ROOTS = ["file:///srv/reports"]

@@ -16,12 +16,12 @@ from tests.helpers import accept, first_question, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import reports_apps, reports_run, started_call, tool_outcome
 from waitstate.mcp import McpConfigError, McpServer, SamplingPolicy, parse_servers
-from waitstate.mcp_sampling import Sampler, SamplingRefused
+from waitstate.mcp.sampling import Sampler, SamplingRefused
 from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message, ModelResponse, ToolDefinition, Usage
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.tools.spec import JobAnswer
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities
-from activities.tools import ToolActivities
 from tests.helpers import eventually
 from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import mcp_url
 from tests.rigs import ServerProcess
+from waitstate.activities.mcp import McpActivities
+from waitstate.activities.tools import ToolActivities
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
-from waitstate.mcp_tasks import McpTaskBackend
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput
 from waitstate.tools import ToolRegistry

@@ -17,7 +17,7 @@ from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.mcp.mcp_app:app"
 LISTING_ATTEMPTS = 5  # the listing's own retry policy

@@ -1,4 +1,4 @@
-"""The HTTP headers of the requests a run's task backend sends (`waitstate/mcp_tasks.py`), as a
+"""The HTTP headers of the requests a run's task backend sends (`waitstate/mcp/tasks.py`), as a
 real MCP server (fastmcp with its tasks extension, served in this process) receives them: the
 tasks extension says a client MUST name the task in `Mcp-Name` on `tasks/get`, `tasks/update`
 and `tasks/cancel`, and a server may refuse a request without it. And how the backend reads a
@@ -20,7 +20,8 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from examples.systems import serving
 from tests.helpers import eventually
 from waitstate.mcp import McpServer
-from waitstate.mcp_tasks import CreatedTask, McpTaskBackend, Tasks, TaskState
+from waitstate.mcp.extension import CreatedTask, Tasks, TaskState
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.tools.spec import JobAnswer
 
 TASK = TaskConfig(mode="required", poll_interval=timedelta(milliseconds=200))

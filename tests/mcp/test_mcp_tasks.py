@@ -14,7 +14,7 @@ from tests.helpers import eventually, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import reports_run, tool_outcome
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 async def _until_the_server_cancelled_the_task(url: str, before: dict[str, int]) -> None:

@@ -19,7 +19,7 @@ from waitstate.mcp import McpServer
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 async def test_a_run_lists_its_grant_once_and_calls_the_tool(

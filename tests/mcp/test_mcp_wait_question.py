@@ -15,7 +15,7 @@ from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import reports_apps, reports_run
 from tests.workflows.waiting_app import results_seen
 from waitstate.schemas.questions import InputPolicy
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.waiting_app:app"
 RESULT_TIMEOUT = 90

@@ -19,7 +19,7 @@ from tests.helpers import eventually, make_worker, start_run
 from tests.mcp.runs import cancelled_at_the_end
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 @pytest.mark.parametrize("interval", [timedelta(seconds=1), timedelta(minutes=10)])

@@ -15,9 +15,9 @@ from waitstate.schemas.cleanup import CleanResult, CleanupInput
 from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome
 from waitstate.schemas.threads import MessageAccepted, SendMessage
-from workflows import search_attributes, traces
-from workflows.agent_run import AgentRunWorkflow
-from workflows.blob_cleanup import BlobCleanupWorkflow
+from waitstate.workflows import search_attributes, traces
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
 
 
 def _definition(cls: type[Any]) -> Any:

@@ -29,7 +29,7 @@ from tests.helpers import eventually
 from tests.rigs import WorkerProcess, worker_process_beside
 from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"cold": "d" * 40}
 # What raced the timer, in the history: a predicate over its events.

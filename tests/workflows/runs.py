@@ -15,7 +15,7 @@ from waitstate.apps import Apps
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 # Bounds a run that should end by itself: it only turns a wedged run into a failure.
 RUN_ENDS_WITHIN = 120.0

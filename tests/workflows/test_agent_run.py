@@ -30,8 +30,8 @@ from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult, RunState
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS
 
 ALL_TOOLS = ["calculate", "count_words", "utc_now"]
 Run = Callable[..., Awaitable[tuple[RunResult, RunState, WorkflowHandle[Any, RunResult]]]]

@@ -22,7 +22,7 @@ from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.run import CALL_MODEL, RESOLVE_AGENT
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, anthropic_text, openai_text
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.agent_app:app"
 Ran = tuple[WorkflowHandle[Any, RunResult], RunResult, RunState]

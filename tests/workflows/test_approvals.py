@@ -40,16 +40,16 @@ from tests.helpers import (
     start_run,
 )
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, ROOT, Desk
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecisionSignal
 from waitstate.schemas.run import NOTIFY_APPROVAL
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
 
 DAY = timedelta(hours=24)
 RESULT_TIMEOUT = 60

@@ -22,7 +22,7 @@ from waitstate.schemas.errors import RUN_FAILED
 from waitstate.schemas.run import AWAIT_MODEL_RESPONSE, CALL_MODEL, CANCEL_MODEL_RESPONSE
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, responses_function_calls, responses_text
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 MODEL = "openai-responses:test-model?background"
 CALCULATE = ("call_1", "calculate", '{"expression": "17 * 23"}')

@@ -19,8 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import eventually
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
 from waitstate.schemas.approvals import ApprovalPolicy, DecisionSignal
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
 
 
 async def _listed(client: Client, query: str) -> list[Any]:

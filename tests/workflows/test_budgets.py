@@ -25,8 +25,8 @@ from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideI
 from waitstate.schemas.budgets import RAISE_BUDGET, Budget, BudgetState, ModelPrice
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.schemas.run import CALL_MODEL
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS
 
 LOOP = "scripted:forever"  # calls `calculate` every turn, never answers
 

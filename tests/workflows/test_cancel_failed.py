@@ -20,7 +20,7 @@ from examples.systems import serving
 from tests.helpers import make_worker, process_env, replays, start_run
 from tests.test_starter import Cli
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 60
 

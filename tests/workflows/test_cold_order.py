@@ -61,13 +61,13 @@ from tests.workflows.cold_order_steps import (
     until_the_timer_fired,
     update_accepted,
 )
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import MessageRefused, ThreadClosed, WaitstateClient, thread_input
 from waitstate.gateway.delivery import update_id
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import CompleteOperation, Completion
 from waitstate.schemas.threads import THREAD_CLOSING, ThreadSettings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 90
 ATTEMPTS = 3

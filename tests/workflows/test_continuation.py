@@ -14,7 +14,7 @@ from tests.rigs import EXPORT_TASK, REFUND_TOOLS, Desk, Stack
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 RESULT_TIMEOUT = 120
 

@@ -12,7 +12,7 @@ import pytest
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import InputPolicy, InputRequest
-from workflows.desk import escalate, links_expiry
+from waitstate.workflows.desk import escalate, links_expiry
 
 NOON = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

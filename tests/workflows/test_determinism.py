@@ -1,6 +1,6 @@
 """The workflow's modules stay deterministic without the sandbox's help.
 
-The worker loads `workflows/` once, passed through the sandbox (worker.py), so the sandbox no
+The worker loads `workflows/` (`waitstate.workflows`) once, passed through the sandbox (worker.py), so the sandbox no
 longer stops a workflow module from reading the clock, drawing random numbers or touching
 the outside world. This test does, from the source: time, randomness and waiting come from
 `workflow.*` only, and no module keeps state of its own between runs.
@@ -15,11 +15,12 @@ import pytest
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 MODULES = sorted(WORKFLOWS.glob("*.py"))
+assert MODULES, f"no workflow modules in {WORKFLOWS}"
 # What a workflow may not import: the clock, randomness, threads, processes, files, network.
 FORBIDDEN_IMPORTS = {
     "random", "secrets", "time", "uuid", "threading", "multiprocessing", "subprocess",
     "os", "socket", "signal", "tempfile", "shutil", "pathlib", "urllib", "http",
-    "httpx", "requests", "openai", "anthropic", "activities", "waitstate.providers",
+    "httpx", "requests", "openai", "anthropic", "waitstate.activities", "waitstate.providers",
     "waitstate.blobs", "waitstate.gateway", "waitstate.client", "waitstate.settings",
 }  # fmt: skip
 # Attribute calls that read the clock or the environment, whatever module they come from.

@@ -28,12 +28,12 @@ from tests.helpers import (
 )
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack, serving_stack
 from tests.workflows.cold_order_steps import in_one_task, update_accepted
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.converter import DATA_CONVERTER
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput, OnTimeout
 from waitstate.schemas.operations import Operation
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"old": "o" * 40, "new": "n" * 40}
 RESULT_TIMEOUT = 90

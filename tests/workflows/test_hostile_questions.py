@@ -39,7 +39,7 @@ from waitstate.schemas import RunResult
 from waitstate.schemas.operations import CompletionMode
 from waitstate.schemas.questions import InputPolicy, InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.hostile_app:app"
 # The crafted schema and answer: Python's `re` backtracks on them for minutes.

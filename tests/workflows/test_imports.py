@@ -19,16 +19,19 @@ FORBIDDEN = (
     "anthropic",
     "httpx",
     "httpx2",
-    "activities",
+    "waitstate.activities",
     "waitstate.providers",
     "waitstate.tools",
     "waitstate.blobs",
     "waitstate.gateway",
+    "waitstate.auth",
     "waitstate.client",
 )
 
 
-@pytest.mark.parametrize("module", ["workflows.agent_run", "workflows.blob_cleanup"])
+@pytest.mark.parametrize(
+    "module", ["waitstate.workflows.agent_run", "waitstate.workflows.blob_cleanup"]
+)
 def test_workflow_module_imports_only_temporalio_stdlib_and_schemas(module: str) -> None:
     code = f"import sys, json; import {module}; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(

@@ -11,13 +11,13 @@ import pytest
 from temporalio.exceptions import ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunState, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, Decision
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.run import Checkpoint
-from workflows import ledger
-from workflows.ledger import (
+from waitstate.workflows import ledger
+from waitstate.workflows.ledger import (
     FAILURE_CHARS,
     LEDGER_CHARS,
     PREVIEW_CHARS,

@@ -33,7 +33,7 @@ from tests.helpers import (
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
 from tests.workflows.runs import run_to_end
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
 from waitstate.schemas.operations import CompleteOperation, Completion
@@ -41,8 +41,8 @@ from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from waitstate.tools import ToolSpec
 from waitstate.tools.spec import Handler
-from workflows.agent_run import AgentRunWorkflow
-from workflows.ledger import LEDGER_CHARS
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.ledger import LEDGER_CHARS
 
 KEYS = {"state": "s" * 40}
 RESULT_TIMEOUT = 120

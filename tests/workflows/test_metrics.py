@@ -16,12 +16,12 @@ from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.helpers import eventually, process_env, start_run
 from tests.rigs import WorkerProcess
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import DecisionSignal
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"metrics": "m" * 40}
 

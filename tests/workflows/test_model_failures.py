@@ -16,7 +16,7 @@ from waitstate.schemas import RunInput
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, delayed, openai_text
-from workflows.policies import MODEL_RETRY
+from waitstate.workflows.policies import MODEL_RETRY
 
 
 async def _failure(

@@ -23,7 +23,7 @@ from waitstate.client._threads import DONE
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.schemas.threads import ThreadMessage
 from waitstate.testing.wire_server import WireServer, held
-from workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY
+from waitstate.workflows.policies import MODEL_HEARTBEAT, MODEL_RETRY
 
 APP = "tests.workflows.threads_app:app"  # an app with no callback tools: no gateway needed
 THREAD = "thread-beat"

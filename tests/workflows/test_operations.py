@@ -23,10 +23,10 @@ from tests.helpers import callback_token, eventually, process_env, replays
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack
 from tests.test_starter import Cli
 from tests.workflows.runs import run_to_end
-from waitstate.gateway.tokens import ResumeTokens
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Operation
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 # Every wait in these tests is bounded, so a regression fails instead of hanging CI.
 RESULT_TIMEOUT = 60

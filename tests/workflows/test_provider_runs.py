@@ -30,7 +30,7 @@ from waitstate.testing.wire_server import (
     responses_function_calls,
     responses_text,
 )
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 
 def _settings(server: WireServer) -> Settings:

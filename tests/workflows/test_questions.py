@@ -36,8 +36,8 @@ from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
 from waitstate.schemas.questions import InputPolicy, InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import WAITING_FOR
 
 APP = "tests.workflows.questions_app:app"
 MCP_APP = "tests.mcp.mcp_app:app"

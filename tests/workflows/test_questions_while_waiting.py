@@ -15,7 +15,7 @@ from tests.rigs import Stack
 from tests.workflows.waiting_app import results_seen
 from waitstate.apps import load_apps
 from waitstate.schemas.questions import InputPolicy
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.waiting_app:app"
 # Long enough for the model to answer many times over; short enough that a run whose wait

@@ -32,15 +32,15 @@ from examples.systems import WebhookRetry, serving
 from examples.systems import create_app as systems_app
 from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ServerProcess, service_port
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.operations import Operation
 from waitstate.schemas.run import POLL_OPERATION
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"test": "t" * 40}
 # Every wait is bounded, so a regression fails instead of hanging; far below the timeouts.

@@ -28,7 +28,7 @@ from tests.helpers import committed_histories, make_worker
 from tests.rigs import time_skipping_server
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.schemas import RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parent.parent / "histories"
 ALL_TOOLS = ["calculate", "count_words", "utc_now"]

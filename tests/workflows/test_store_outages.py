@@ -13,6 +13,8 @@ no time, so the outage lasts as many tries as the test wants."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import shutil
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -32,8 +34,8 @@ from waitstate.schemas.run import CANCEL_OPERATION
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
 from waitstate.tools import Job, LongSpec, StartContext, ToolSpec
-from workflows.agent_run import AgentRunWorkflow
-from workflows.policies import MODEL_RETRY
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.policies import MODEL_RETRY
 
 Outage = Literal["read-only", "unreachable"]
 # The paths each outage takes: the model's reply in hand, kept by one activity that Temporal
@@ -45,6 +47,9 @@ HISTORIES = {
 CONTINUED = "blob_store_outage_continued_as_new"  # the last run of the chain
 # Longer than a failure's 4 KB that Temporal keeps for a retrying activity: the reply handed
 # back to the run must come through whole.
+# Far more than the outage takes to outlast the model call's retries (time is skipped, but each
+# attempt is a real activity): only turns a hang into a failure.
+OUTAGE_WITHIN = 90.0
 LONG_REPLY = "The export runs; meanwhile I noted: " + "x" * 6000
 
 
@@ -87,7 +92,17 @@ class Store:
 
     def come_back(self) -> None:
         self.taken.unlink()
-        self.away.rename(self.taken)
+        while True:
+            try:
+                self.away.rename(self.taken)
+                return
+            except OSError as err:
+                if err.errno != errno.ENOTEMPTY:
+                    raise
+            # The worker's store, retrying, made the directory again the moment the file was
+            # gone, and wrote to it: what it wrote is kept, then the store is back whole.
+            shutil.copytree(self.taken, self.away, dirs_exist_ok=True)
+            shutil.rmtree(self.taken)
 
 
 @dataclass
@@ -174,7 +189,9 @@ async def _through_an_outage(
         ended = asyncio.create_task(handle.result())
         try:
             # As `status` shows it: tried again by the run, or (the reply in hand) by Temporal.
-            during = await eventually(long_enough, "the outage to last long enough")
+            during = await eventually(
+                long_enough, "the outage to last long enough", within=OUTAGE_WITHIN
+            )
             store.come_back()
             jobs.done = True
             result = await ended

@@ -17,8 +17,8 @@ from waitstate.apps import load_apps
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client import WaitstateClient, thread_input
 from waitstate.schemas.threads import MAX_QUEUED
-from workflows.agent_run import AgentRunWorkflow
-from workflows.thread import MESSAGES_PER_RUN
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.thread import MESSAGES_PER_RUN
 
 APP = "tests.workflows.threads_app:app"
 MESSAGES = 1000

@@ -20,7 +20,7 @@ from waitstate.schemas.approvals import ApprovalRequest, DecisionSignal
 from waitstate.schemas.questions import AnswerInput, InputRequest
 from waitstate.schemas.threads import ThreadMessage
 from waitstate.settings import Settings
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.steering_app:app"
 SOON = timedelta(seconds=30)

@@ -35,9 +35,9 @@ from waitstate.schemas.threads import (
     ThreadMessage,
     ThreadSettings,
 )
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
-from workflows.thread import MESSAGES_PER_RUN
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+from waitstate.workflows.thread import MESSAGES_PER_RUN
 
 APP = "tests.workflows.threads_app:app"
 CHAT = RunInput(task="a conversation", model="scripted:chat-echo", thread=ThreadSettings())

@@ -33,8 +33,8 @@ from waitstate.testing.wire_server import (
     openai_text,
     openai_tool_calls,
 )
-from workflows.agent_run import AgentRunWorkflow
-from workflows.search_attributes import AGENT_STATUS, WAITING_FOR
+from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.search_attributes import AGENT_STATUS, WAITING_FOR
 
 MODEL = "slow-model"
 # Bounds the checkpoint's hold; the test releases it as soon as the question is recorded.

@@ -28,7 +28,7 @@ from waitstate.activation_order import workflow_runner
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import RunInput
 from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
-from workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"crash": "c" * 40}
 RESULT_TIMEOUT = 90

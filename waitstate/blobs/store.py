@@ -9,7 +9,7 @@ each blob's owners (the runs it was written for) and a delete that no racing put
 (`waitstate.blobs.owners`). Beside the blobs, a store keeps *records*: small values under names
 of the caller's choosing, each written once (the first write wins, atomically, and every later
 one is refused), for state that workers must find by name and never overwrite, such as the
-rounds of an MCP call that asks for input (`waitstate.mcp_rounds`). Records are not blobs: no
+rounds of an MCP call that asks for input (`waitstate.mcp.rounds`). Records are not blobs: no
 reference names them, `refs` does not list them and the cleanup never deletes them.
 `LocalBlobStore` keeps blobs in a directory; `S3BlobStore` (`waitstate.blobs.s3`) in
 S3-compatible object storage, with the digest as the object key and ranged GETs for slices. Both

@@ -2,8 +2,8 @@
 replayed on the workflow code at hand before it is deployed. A run the code cannot replay is a
 run the deploy would break (docs/versions.md): the command names each one and exits 1.
 
-The workflow classes are given by the caller (`starter.py` passes the worker's): the library
-never imports the checkout's `workflows` (see `waitstate/names.py`).
+The workflow classes are given by the caller (the CLI passes the worker's, imported when the
+command runs: see `waitstate/names.py`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ The numbers come from search attributes Temporal keeps for every run:
   version has run one of the run's tasks, and `TemporalWorkflowVersioningBehavior` (`Pinned`
   or `AutoUpgrade`). Runs of unversioned workers, and runs no worker has taken yet, have none.
 
-The markers, oldest first, are given by the caller (`starter.py` passes those of
-`workflows/versions.py`): the library never imports the checkout's `workflows`.
+The markers, oldest first, are given by the caller (the CLI passes those of
+`waitstate/workflows/versions.py`, imported when the command runs).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ set from the start, a summary and details for the Web UI. Nothing here prints; f
 
 What it does is kept by concern, and imported from here: one run (`_runs`: start, status,
 follow, list, cancel), threads (`_threads`: send a message, await its reply), people (`_people`: pending requests and questions, decide, answer), the
-fleet (`_fleet`: the fleet at a glance, the blob cleanup), and the errors (`_errors`).
+fleet (`_fleet`: the fleet at a glance, the blob cleanup), what its Updates share with the
+gateway's deliveries (`_updates`: decisions' and answers' Update ids, what an Update's RPC
+failure means), and the errors (`_errors`).
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ from waitstate.client._errors import (
 )
 
 # How an Update's RPC failure tells a run that has ended from an unknown one, and the Update ids
-# that make identical decisions and answers one (the gateway's).
-from waitstate.gateway.delivery import answer_update_id, decision_update_id, rpc_refusal
+# that make identical decisions and answers one (the gateway's deliveries use them too).
+from waitstate.client._updates import answer_update_id, decision_update_id, rpc_refusal
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
@@ -289,9 +289,9 @@ class PeopleCalls(ClientBase):
             if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                 raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
             refusal = await rpc_refusal(err, self.handle(run_id))
-            if refusal.code == "run_ended":
+            if refusal == "run_ended":
                 raise RunEnded(run_id) from err
-            if refusal.code == "unknown_run":
+            if refusal == "unknown_run":
                 raise RunNotFound(run_id) from err
             raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:

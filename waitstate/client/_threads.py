@@ -36,7 +36,7 @@ from waitstate.client._errors import (
     first_line,
 )
 from waitstate.client._events import growth
-from waitstate.gateway.delivery import DESCRIBE_TIMEOUT, rpc_refusal
+from waitstate.client._updates import DESCRIBE_TIMEOUT, rpc_refusal
 from waitstate.names import AGENT_NAME, AGENT_RUN, AGENT_STATUS, SEND_MESSAGE_UPDATE, THREAD_ID
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.threads import MessageAccepted, SendMessage, ThreadMessage, ThreadSettings
@@ -221,18 +221,18 @@ class ThreadCalls(ClientBase):
                 if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
                 refusal = await rpc_refusal(err, thread)
-                if plain and refusal.code in ("unknown_run", "run_ended", "run_unavailable"):
+                if plain and refusal in ("unknown_run", "run_ended", "run_unavailable"):
                     # Not started, ended, or continued as new under the Update: Update-with-Start
                     # starts it, says it ended, or reaches the next run.
                     plain = False
                     continue
                 # The update met the run as it continued as new: the next run takes it.
-                if refusal.code in ("run_ended", "run_unavailable"):
+                if refusal in ("run_ended", "run_unavailable"):
                     ended += 1
                     if ended < SEND_ATTEMPTS:
                         await asyncio.sleep(SEND_RETRY)
                         continue
-                    if refusal.code == "run_ended":
+                    if refusal == "run_ended":
                         raise ThreadClosed(thread_id) from err
                 raise TemporalFailed("Temporal refused the message", first_line(err)) from err
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:

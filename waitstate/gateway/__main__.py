@@ -20,13 +20,13 @@ import sys
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.fleet import RunCounts
 from waitstate.gateway.redaction import RedactTokens
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tracing import SERVICE_GATEWAY, Tracing
 

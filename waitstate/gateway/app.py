@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import RunEvent
 from waitstate.gateway import refusals
 from waitstate.gateway.delivery import Deliverer
@@ -30,7 +31,6 @@ from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import MessageBody, ThreadDesk, ThreadStart
-from waitstate.gateway.tokens import ResumeTokens
 from waitstate.schemas.approvals import DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody

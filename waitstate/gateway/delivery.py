@@ -28,7 +28,6 @@ from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -36,7 +35,14 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
-from waitstate.gateway.tokens import ResumeClaims
+from waitstate.auth.tokens import ResumeClaims
+from waitstate.client._updates import (
+    DESCRIBE_TIMEOUT,
+    RpcRefusal,
+    answer_update_id,
+    decision_update_id,
+    rpc_refusal,
+)
 from waitstate.names import ANSWER_UPDATE, COMPLETE_OPERATION_UPDATE, DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
@@ -68,10 +74,6 @@ DELIVERY_TIMEOUT = timedelta(seconds=20)
 # (with the run's worker up, confirmation takes milliseconds).
 NOT_READY_PATIENCE = timedelta(seconds=5)
 NOT_READY_RETRY = timedelta(milliseconds=200)
-# How long the run's description may take, asked for when Temporal refused an Update without
-# saying why in anything but words (see `rpc_refusal`); and how long one look for an Update
-# (`TemporalDeliverer.recall`) may take.
-DESCRIBE_TIMEOUT = timedelta(seconds=5)
 # How many runs of a chain (a run and those it continued as, newest first) a request whose
 # token has expired looks in for its earlier delivery's Update: Temporal keeps an Update's
 # outcome in the run that took it.
@@ -79,6 +81,14 @@ RECALL_RUNS = 20
 _ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 
 _Outcome = TypeVar("_Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
+
+# What an Update's RPC failure (`rpc_refusal`) tells its sender, but Temporal unavailable
+# (`_unavailable`): (HTTP status, message); its error code is the refusal's name.
+_RPC_REFUSALS: dict[RpcRefusal, tuple[int, str]] = {
+    "unknown_run": (404, "unknown run"),
+    "run_ended": (409, "the run has ended"),
+    "run_unavailable": (503, "the run did not take it; retry later"),
+}
 
 # ApplicationError types of the Update validators -> (HTTP status, error code). The type names
 # of the Updates are distinct, so one table serves them all.
@@ -170,30 +180,6 @@ class Deliverer(Protocol):
             DeliveryRefused: the run refused it, or could not be reached.
         """
         ...
-
-
-def decision_update_id(request_id: str, body: DecisionBody) -> str:
-    """The Update id for one decision on an approval request: identical decisions share it.
-
-    So a burst of them (a double click, a link opened twice, a retry) is one Update, not one
-    each: Temporal caps a run's in-flight Updates (10 by default) and refuses the excess with
-    RESOURCE_EXHAUSTED, which would reach the sender as a 503. The copies get the first one's
-    outcome, which carries its delivery id (see `TemporalDeliverer.decide`).
-    """
-    return f"decide/{request_id}/{_digest(body)}"
-
-
-def answer_update_id(question_id: str, body: AnswerBody) -> str:
-    """The Update id for one answer to a question: identical answers share it, as identical
-    decisions do (see `decision_update_id`), and get its one outcome (see
-    `TemporalDeliverer.answer`)."""
-    return f"answer/{question_id}/{_digest(body)}"
-
-
-def _digest(body: BaseModel) -> str:
-    """A short hash of a body's canonical JSON: equal bodies, equal digests."""
-    text = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def update_id(
@@ -478,7 +464,7 @@ class TemporalDeliverer:
             raise _rejected(err.cause) from err
         except RPCError as err:
             self._reached = True
-            raise await rpc_refusal(err, handle) from err
+            raise await _rpc_refused(err, handle) from err
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
             # Not a refusal: Temporal may have admitted the Update, and holds it for the run's
             # worker, which may yet apply it.
@@ -529,30 +515,15 @@ def _rejected(cause: BaseException) -> DeliveryRefused:
     return DeliveryRefused(409, message or "the run refused the update", code="refused")
 
 
-async def rpc_refusal(err: RPCError, handle: WorkflowHandle[Any, Any]) -> DeliveryRefused:
-    """What an RPC failure of an Update to the run `handle` names means to its sender: the run
-    has ended (409), there is no such run (404), the run did not take it for now, or Temporal is
-    unavailable (503).
-
-    Temporal refuses an Update with NOT_FOUND (or FAILED_PRECONDITION) alike when the run had
-    ended before it arrived, when the run ended while it was in flight (a second decision racing
-    the first, which let the run finish), and when no such run exists; only its message, in
-    words that are Temporal's to change, tells them apart. So the run is described instead.
-    """
-    if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
-        # Unreachable server, overload, auth to Temporal...: the caller should try again later.
+async def _rpc_refused(err: RPCError, handle: WorkflowHandle[Any, Any]) -> DeliveryRefused:
+    """What an RPC failure of an Update to the run `handle` names means to its sender (the
+    client's `rpc_refusal`), in HTTP: the run has ended (409), there is no such run (404), the
+    run did not take it for now, or Temporal is unavailable (503)."""
+    refusal = await rpc_refusal(err, handle)
+    if refusal == "temporal_unavailable":
         return _unavailable()
-    try:
-        description = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
-    except RPCError as described:
-        if described.status == RPCStatusCode.NOT_FOUND:
-            return DeliveryRefused(404, "unknown run", code="unknown_run")
-        return _unavailable()
-    if description.status not in (None, WorkflowExecutionStatus.RUNNING):
-        return DeliveryRefused(409, "the run has ended", code="run_ended")
-    # Open (the Update met the run as it continued as new, and the next run did not get it):
-    # sent again, it reaches the run.
-    return DeliveryRefused(503, "the run did not take it; retry later", code="run_unavailable")
+    status, message = _RPC_REFUSALS[refusal]
+    return DeliveryRefused(status, message, code=refusal)
 
 
 def _unavailable() -> DeliveryRefused:

@@ -28,9 +28,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 from starlette.requests import ClientDisconnect
 
+from waitstate.auth.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
 from waitstate.gateway.delivery import Deliverer, DeliveryRefused, TemporalDeliverer
 from waitstate.gateway.refusals import REQUEST_LOG, Failed, Refused, code_for, describe
-from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
 from waitstate.schemas.operations import non_finite_at
 
 if TYPE_CHECKING:

@@ -28,9 +28,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import Position, RunEvent, RunEvents
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.tokens import ResumeTokens
 
 if TYPE_CHECKING:
     from waitstate.settings import Settings

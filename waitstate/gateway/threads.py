@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from waitstate.auth.operators import OperatorKeys
 from waitstate.client import (
     ClientError,
     MessageRefused,
@@ -34,7 +35,6 @@ from waitstate.client import (
     thread_input,
 )
 from waitstate.gateway.delivery import DELIVERY_TIMEOUT, DeliveryRefused
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.gateway.refusals import REQUEST_LOG
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import RunStatus

@@ -28,8 +28,8 @@ from mcp_types import SubscriptionsListenRequestParams, ToolAnnotations, ToolExe
 from starlette.types import ASGIApp
 
 from waitstate.agents import Agent
+from waitstate.auth.operators import OperatorKeys
 from waitstate.client import WaitstateClient
-from waitstate.gateway.operators import OperatorKeys
 from waitstate.mcp_server import listing, served, shapes
 from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices

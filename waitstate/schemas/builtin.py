@@ -17,7 +17,7 @@ ANSWER_QUESTION = "answer_question"
 # The tool that reads slices of results passed by reference, and the prefix of references
 # (waitstate/blobs/ defines them; repeated here so workflows need not import it).
 READ_REF = "read_ref"
-# An MCP server's tools reach the model as `SERVER__TOOL` (waitstate/mcp.py).
+# An MCP server's tools reach the model as `SERVER__TOOL` (waitstate/mcp/servers.py).
 MCP_SEPARATOR = "__"
 REF_PREFIX = "ref://blobs/"
 # The built-ins every run with a long tool is offered, to check and wait for its operations.

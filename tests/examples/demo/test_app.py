@@ -8,7 +8,7 @@ from pathlib import Path
 
 import waitstate
 from waitstate.apps import load_apps
-from worker import DEMO_APP
+from waitstate.worker import DEMO_APP
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from starter import _parser
+from waitstate.cli.main import _parser
 from waitstate.cli.output import CliError
 from waitstate.cli.runs import _run_input
 from waitstate.settings import Settings

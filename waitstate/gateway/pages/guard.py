@@ -17,7 +17,7 @@ import hmac
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from waitstate.gateway.tokens import ResumeClaims, ResumeTokens
+from waitstate.auth.tokens import ResumeClaims, ResumeTokens
 
 # The subject a form key is minted for: no route takes a token for it (a subject with a slash
 # is never one path segment, and none starts so), and only a digest of its MAC is shown.

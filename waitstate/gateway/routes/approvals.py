@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
+from waitstate.auth.tokens import ResumeClaims, approval_subject
 from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
 from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused
 from waitstate.gateway.routes.replies import Reply
-from waitstate.gateway.tokens import ResumeClaims, approval_subject
 from waitstate.schemas.approvals import ApprovalStatus, DecideOutcome, DecisionBody, DecisionKind
 
 DECISION_PATH = "/v1/approvals/{request_id}/decision"

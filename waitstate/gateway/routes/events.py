@@ -35,12 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError
 
+from waitstate.auth.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
 from waitstate.client import BadPosition, Position, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses
 from waitstate.gateway.routes.threads import OperatorCredentials
 from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
-from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
 
 EVENTS_PATH = "/v1/runs/{run_id}/events"
 VIEW_LINK_PATH = "/v1/runs/{run_id}/view-link"

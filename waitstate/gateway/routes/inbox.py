@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Cookie, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from waitstate.auth.tokens import ExpiredToken, InvalidToken
 from waitstate.client import ClientError, PendingQuestion, PendingRequest, WaitstateClient
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.gate import Gate, GateDep
@@ -43,7 +44,6 @@ from waitstate.gateway.pages.html import (
 )
 from waitstate.gateway.pages.question import content_from, fields
 from waitstate.gateway.refusals import REQUEST_LOG, Refused
-from waitstate.gateway.tokens import ExpiredToken, InvalidToken
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput
 

@@ -35,6 +35,12 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from waitstate.auth.tokens import (
+    ResumeClaims,
+    approval_subject,
+    nonce_hash,
+    question_subject,
+)
 from waitstate.client import NotAnswered, RunNotFound, WaitstateClient, closed_status
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.gate import Admitted, Gate, GateDep, expiry_first
@@ -45,12 +51,6 @@ from waitstate.gateway.pages.html import HEADERS, FormTarget, banner, ended, err
 from waitstate.gateway.refusals import Failed, Refused, describe, refuse
 from waitstate.gateway.routes.approvals import DECISIONS, apply_decision, decision_allowed
 from waitstate.gateway.routes.questions import ANSWERS, apply_answer
-from waitstate.gateway.tokens import (
-    ResumeClaims,
-    approval_subject,
-    nonce_hash,
-    question_subject,
-)
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
 from waitstate.schemas.questions import AnswerBody, InputRequest

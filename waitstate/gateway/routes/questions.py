@@ -15,10 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Security
 from pydantic import Field
 
+from waitstate.auth.tokens import question_subject
 from waitstate.gateway.gate import Acceptance, Admitted, Credentials, Gate, GateDep
 from waitstate.gateway.refusals import OUTCOME_UNKNOWN
 from waitstate.gateway.routes.replies import Reply
-from waitstate.gateway.tokens import question_subject
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome, QuestionStatus
 
 ANSWER_PATH = "/v1/questions/{question_id}/answer"

@@ -16,9 +16,9 @@ from fastapi import APIRouter, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
+from waitstate.auth.tokens import ResumeClaims
 from waitstate.gateway.gate import Acceptance, Admitted, Gate, json_body
 from waitstate.gateway.refusals import Refused, error_responses
-from waitstate.gateway.tokens import ResumeClaims
 
 _Body = TypeVar("_Body", bound=BaseModel)
 _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from waitstate.auth.tokens import ExpiredToken, InvalidToken, ThreadClaims
 from waitstate.gateway.gate import Gate, GateDep, json_body
 from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused, error_responses
 from waitstate.gateway.threads import (
@@ -35,7 +36,6 @@ from waitstate.gateway.threads import (
     ThreadToken,
     ThreadView,
 )
-from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ThreadClaims
 from waitstate.schemas.threads import MessageAccepted, ThreadMessage
 
 THREADS_PATH = "/v1/threads"

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from temporalio.service import RPCError
 
+from waitstate.auth.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken, ViewClaims
 from waitstate.client import END_KINDS, EVENT_KINDS, RunNotFound
 from waitstate.gateway.gate import GateDep
 from waitstate.gateway.pages.html import (
@@ -40,7 +41,6 @@ from waitstate.gateway.pages.html import (
 from waitstate.gateway.refusals import Refused, refuse
 from waitstate.gateway.routes.events import MAX_RUN_ID_CHARS
 from waitstate.gateway.streams import EventDesk
-from waitstate.gateway.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken, ViewClaims
 
 TIMELINE_PAGE = "/pages/runs/{run_id}"
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from waitstate.gateway.tokens import ExpiredToken, InvalidToken, ResumeTokens
+from waitstate.auth.tokens import ExpiredToken, InvalidToken, ResumeTokens
 
 TOKENS = ResumeTokens({"old": "o" * 40, "new": "n" * 40}, "new")
 LATER = datetime(2030, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from waitstate.gateway.tokens import (
+from waitstate.auth.tokens import (
     MAX_TOKEN_CHARS,
     ExpiredToken,
     InvalidToken,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from waitstate.gateway.operators import OperatorKeys
-from waitstate.gateway.tokens import MAX_TOKEN_CHARS
+from waitstate.auth.operators import OperatorKeys
+from waitstate.auth.tokens import MAX_TOKEN_CHARS
 
 OPS = "ops-key-0123456789abcdef0123456789abcdef"
 CI = "ci-key-0123456789abcdef0123456789abcdef0"

@@ -12,22 +12,18 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import mcp_types
-from mcp.client import ClaimContext, ClientExtension, ResultClaim
-from mcp.client.extension import NotificationBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams, Result
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParams
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waitstate.blobs import BlobStore
-from waitstate.mcp import McpServer
-from waitstate.mcp_notices import TaskWatch
-from waitstate.mcp_rounds import (
+from waitstate.mcp.extension import CreatedTask, Tasks, TaskState
+from waitstate.mcp.notices import TaskWatch
+from waitstate.mcp.rounds import (
     ELICITATION,
     ROOTS_LIST,
     PendingCall,
@@ -41,7 +37,7 @@ from waitstate.mcp_rounds import (
     split_question_key,
     unknown_outcome_message,
 )
-from waitstate.mcp_sampling import (
+from waitstate.mcp.sampling import (
     ALLOW,
     SAMPLING,
     Sampler,
@@ -51,6 +47,7 @@ from waitstate.mcp_sampling import (
     decision_name,
     is_sampling,
 )
+from waitstate.mcp.servers import McpServer
 from waitstate.providers.base import ProviderError
 from waitstate.schemas.operations import Completion, OperationError
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
@@ -58,7 +55,6 @@ from waitstate.tools.spec import Job, JobAnswer, StartContext, ToolError
 
 log = logging.getLogger("waitstate.mcp.tasks")
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # The `_meta` key of an elicitation result that carries why the run declined on its own.
 DECLINE_REASON_META = "io.waitstate/reason"
 # Closing a session is bounded: one whose server died under it must not hold its activity (and
@@ -71,32 +67,6 @@ MAX_LISTING_PAGES = 20
 # again from 1: send n's ids start past n times this many, so that no send reuses an id of an
 # earlier send of the call (SEP-2322: a retry's JSON-RPC id MUST differ from the request's).
 IDS_PER_SEND = 1_000
-TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
-
-
-class _TaskFields(Result):
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(alias="taskId")
-    status: TaskStatus
-    ttl_ms: int | None = Field(default=None, alias="ttlMs")
-    status_message: str | None = Field(default=None, alias="statusMessage")
-    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
-
-
-class CreatedTask(_TaskFields):
-    """A `tools/call` the server runs as a task."""
-
-    result_type: Literal["task"] = Field(alias="resultType")
-
-
-class TaskState(_TaskFields):
-    """A `tasks/get` answer: the task, and its result, error or input requests."""
-
-    result_type: Literal["complete"] = Field(alias="resultType")
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    input_requests: dict[str, Any] | None = Field(default=None, alias="inputRequests")
 
 
 class _TaskParams(RequestParams):
@@ -128,34 +98,6 @@ class _UpdateTask(mcp_types.Request[_UpdateParams, Literal["tasks/update"]]):
     method: Literal["tasks/update"] = "tasks/update"
     name_param = "taskId"
     params: _UpdateParams
-
-
-async def _not_here(task: CreatedTask, context: ClaimContext) -> CallToolResult:
-    # Calls are made with allow_claimed=True: the run, not the SDK, waits for the task.
-    raise RuntimeError(f"task {task.task_id} is the run's to wait for")
-
-
-class Tasks(ClientExtension):
-    """Tells the server this client drives tasks itself (it may then answer with one); with a
-    `watch`, the session takes the server's task notifications to it."""
-
-    identifier = TASKS_EXTENSION
-
-    def __init__(self, watch: TaskWatch | None = None) -> None:
-        self._watch = watch
-
-    def notifications(self) -> Sequence[NotificationBinding[Any]]:
-        return () if self._watch is None else (self._watch.binding(),)
-
-    def claims(self) -> Sequence[ResultClaim[Any]]:
-        return (
-            ResultClaim(
-                result_type="task",
-                model=CreatedTask,
-                resolve=_not_here,
-                protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS),
-            ),
-        )
 
 
 def tool_result_text(result: CallToolResult) -> str:
@@ -275,7 +217,7 @@ def _short(text: str | None) -> str | None:
 
 class McpTaskBackend:
     """A server's tasks, and its plain calls that ask for input in rounds (`mrtr:` jobs, see
-    `waitstate.mcp_rounds`), as a long tool's backend: the poll, answer and cancel activities
+    `waitstate.mcp.rounds`), as a long tool's backend: the poll, answer and cancel activities
     use it.
 
     It keeps one session with the server from its first check until `aclose()` (a poll checks
@@ -334,7 +276,7 @@ class McpTaskBackend:
 
     async def changed(self, job_id: str, seconds: float) -> bool:
         """Wait until the server notifies a change of the task `job_id` (if it sends task
-        notifications: `waitstate.mcp_notices`), or `seconds` pass: whether it did. A poll waits
+        notifications: `waitstate.mcp.notices`), or `seconds` pass: whether it did. A poll waits
         on this between two checks; it never fails (a broken session is the next check's to
         find)."""
         if is_rounds_job(job_id) or self._server.over_stdio:

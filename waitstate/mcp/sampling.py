@@ -20,8 +20,8 @@ from typing import Any
 import mcp_types
 from pydantic import ValidationError
 
-from waitstate.mcp import SamplingPolicy
-from waitstate.mcp_rounds import split_question_key
+from waitstate.mcp.rounds import split_question_key
+from waitstate.mcp.servers import SamplingPolicy
 from waitstate.providers.base import ModelSettings, Provider
 from waitstate.schemas import Message, Usage
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question

@@ -33,7 +33,8 @@ from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.questions import InputPolicy
 
-log = logging.getLogger(__name__)
+# The package's logger (notices.py logs under it too), as when the servers were waitstate/mcp.py.
+log = logging.getLogger("waitstate.mcp")
 # How long a stdio server's process has to answer once started.
 STDIO_START_WITHIN = timedelta(seconds=30)
 # MCP's JSON-RPC code for a connection that closed (mcp_types.CONNECTION_CLOSED).
@@ -301,7 +302,7 @@ class _StdioSession:
     ) -> None:
         from mcp import Client
 
-        from waitstate.mcp_tasks import Tasks
+        from waitstate.mcp.extension import Tasks
 
         command, *args = shlex.split(self._command)
         transport = _watched(_parameters(command, args), ended)

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from waitstate.gateway.tokens import MAX_TOKEN_CHARS
+from waitstate.auth.tokens import MAX_TOKEN_CHARS
 
 
 class OperatorKeys:
