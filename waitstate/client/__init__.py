@@ -11,6 +11,11 @@ set from the start, a summary and details for the Web UI. Nothing here prints; f
     started = await client.start(RunInput(task="What is 17 * 23?", model="scripted:demo"))
     outcome = await client.outcome(started.run_id)
 
+It is the one road into a run: the gateway (its webhooks, links, pages and inbox), the MCP
+server and the CLI translate their protocol to it and its errors back, and nothing else in
+`waitstate` starts a run or sends one an Update, a signal or a cancel
+(`tests/test_one_road.py`).
+
 What it does is kept by concern, and imported from here: one run (`_runs`: start, status,
 follow, list, cancel), threads (`_threads`: send a message, await its reply), people
 (`_people`: pending requests and questions, decide, answer), operations (`_operations`: a
