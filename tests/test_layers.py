@@ -86,9 +86,14 @@ def scan(root: Path) -> Scan:
             loaded = []
             for target, imported in _targets(node, name, name in packages):
                 module = _nearest(target, modules)
-                # A re-export of a re-export... (`waitstate` -> `waitstate.mcp` -> servers).
-                while module is not None and module not in loaded:
-                    loaded.append(module)
+                # A re-export of a re-export... (`waitstate` -> `waitstate.mcp` -> servers),
+                # followed for each name (`from waitstate.client import A, B`: A's module, and
+                # B's).
+                chain: list[str] = []
+                while module is not None and module not in chain:
+                    chain.append(module)
+                    if module not in loaded:
+                        loaded.append(module)
                     module = reexports.get((module, imported)) if imported else None
             if loaded:
                 imports.append(

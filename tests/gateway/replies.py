@@ -193,7 +193,7 @@ class FakeClient(Generic[Outcome]):
     handle: FakeHandle[Outcome]
     workflow_ids: list[str] = field(default_factory=list)
 
-    def get_workflow_handle(self, workflow_id: str) -> FakeHandle[Outcome]:
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle[Outcome]:
         self.workflow_ids.append(workflow_id)
         return self.handle
 

@@ -27,7 +27,7 @@ from tests.gateway.replies import (
 from tests.helpers import assert_error
 from tests.rigs import RUN, Gateway, running_gateway
 from waitstate.auth.tokens import approval_subject
-from waitstate.gateway import delivery
+from waitstate.client import _people
 from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.names import DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
@@ -129,7 +129,7 @@ async def test_a_link_used_before_its_run_confirmed_it_is_retried_until_it_is() 
 
 
 async def test_a_link_its_run_never_confirms_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delivery, "NOT_READY_PATIENCE", timedelta(milliseconds=300))
+    monkeypatch.setattr(_people, "NOT_READY_PATIENCE", timedelta(milliseconds=300))
     deliverer, client = deliverer_for(DecideOutcome, *[_not_ready() for _ in range(10)])
 
     with pytest.raises(DeliveryRefused) as refused:

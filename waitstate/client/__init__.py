@@ -11,28 +11,40 @@ set from the start, a summary and details for the Web UI. Nothing here prints; f
     started = await client.start(RunInput(task="What is 17 * 23?", model="scripted:demo"))
     outcome = await client.outcome(started.run_id)
 
+It is the one road into a run: the gateway (its webhooks, links, pages and inbox), the MCP
+server and the CLI translate their protocol to it and its errors back, and nothing else in
+`waitstate` starts a run or sends one an Update, a signal or a cancel
+(`tests/test_one_road.py`).
+
 What it does is kept by concern, and imported from here: one run (`_runs`: start, status,
-follow, list, cancel), threads (`_threads`: send a message, await its reply), people (`_people`: pending requests and questions, decide, answer), the
-fleet (`_fleet`: the fleet at a glance, the blob cleanup), what its Updates share with the
-gateway's deliveries (`_updates`: decisions' and answers' Update ids, what an Update's RPC
-failure means), and the errors (`_errors`).
+follow, list, cancel), threads (`_threads`: send a message, await its reply), people
+(`_people`: pending requests and questions, decide, answer), operations (`_operations`: a
+job's completion or progress report), the fleet (`_fleet`: the fleet at a glance, the blob
+cleanup), how Updates are sent and read back (`_updates`: Update ids, what an Update's failure
+means, copies told apart, `recall` of an earlier Update's outcome), and the errors
+(`_errors`).
 """
 
 from __future__ import annotations
 
 from waitstate.client._base import QUERY_TIMEOUT, closed_status
 from waitstate.client._errors import (
+    AlreadyApplied,
     AnswerRefused,
     CleanupFailed,
     ClientError,
+    CompletionRefused,
     DecisionRefused,
     NotAnswered,
     OutcomeUnknown,
     RunEnded,
     RunNotFound,
+    RunUnavailable,
     StartFailed,
     TemporalFailed,
     Unreachable,
+    UpdateNotFound,
+    UpdateRefused,
 )
 from waitstate.client._events import (
     END_KINDS,
@@ -57,9 +69,12 @@ from waitstate.client._fleet import (
     Wait,
     fleet_report,
 )
+from waitstate.client._operations import COMPLETE_TIMEOUT, OperationCalls
 from waitstate.client._people import (
     ANSWER_TIMEOUT,
     DECIDE_TIMEOUT,
+    NOT_READY_PATIENCE,
+    NOT_READY_RETRY,
     PENDING_QUERIES_AT_ONCE,
     WAITING_FOR_PEOPLE,
     Pending,
@@ -93,6 +108,14 @@ from waitstate.client._threads import (
     new_thread_id,
     thread_input,
 )
+from waitstate.client._updates import (
+    RECALL_RUNS,
+    RECALL_TIMEOUT,
+    answer_update_id,
+    completion_update_id,
+    decision_update_id,
+    refuse_copy,
+)
 
 __all__ = [
     "END_KINDS",
@@ -112,7 +135,22 @@ __all__ = [
     "new_thread_id",
     "thread_input",
     "ANSWER_TIMEOUT",
+    "COMPLETE_TIMEOUT",
     "DECIDE_TIMEOUT",
+    "NOT_READY_PATIENCE",
+    "NOT_READY_RETRY",
+    "RECALL_RUNS",
+    "RECALL_TIMEOUT",
+    "AlreadyApplied",
+    "CompletionRefused",
+    "OperationCalls",
+    "RunUnavailable",
+    "UpdateNotFound",
+    "UpdateRefused",
+    "answer_update_id",
+    "completion_update_id",
+    "decision_update_id",
+    "refuse_copy",
     "FAILED_EXECUTIONS",
     "FAILED_STATUSES",
     "FAILURE_WINDOW",
@@ -158,12 +196,13 @@ __all__ = [
 ]
 
 
-class WaitstateClient(RunCalls, ThreadCalls, PeopleCalls, FleetCalls):
-    """Starts, reads, decides and cancels agent runs over a Temporal client.
+class WaitstateClient(RunCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls):
+    """Starts, reads, decides and cancels agent runs over a Temporal client: the one road into a
+    run (whatever starts a run or sends it an Update, a signal or a cancel goes through it).
 
-    Args:
-        client: Connected with the waitstate data converter (`settings.connect`).
-        task_queue: Where `start` puts runs unless told otherwise.
-        model_task_queue: Where the model calls of the runs it starts go, unless their input
-            names a queue (None: the runs' own queue); `connect` takes WAITSTATE_MODEL_TASK_QUEUE.
+        Args:
+            client: Connected with the waitstate data converter (`settings.connect`).
+            task_queue: Where `start` puts runs unless told otherwise.
+            model_task_queue: Where the model calls of the runs it starts go, unless their input
+                names a queue (None: the runs' own queue); `connect` takes WAITSTATE_MODEL_TASK_QUEUE.
     """

@@ -44,6 +44,9 @@ class ClientBase:
         self._client = client
         self._task_queue = task_queue
         self._model_task_queue = model_task_queue
+        # Whether Temporal has answered an Update of this client's yet: until then, a Temporal
+        # client connected lazily may fail a call for having no connection (see `_send_update`).
+        self._reached = False
 
     @classmethod
     async def connect(

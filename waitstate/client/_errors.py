@@ -85,29 +85,94 @@ class OutcomeUnknown(NotAnswered):
         self.key = key
 
 
-class DecisionRefused(ClientError):
-    """The run's validator refused a decision (no such request, already decided or expired);
-    nothing was recorded."""
+class RunUnavailable(TemporalFailed):
+    """The run did not take an Update for now: it met the run as it continued as new, and the
+    next run did not get it. Nothing was recorded; sent again, it reaches the run."""
 
-    def __init__(self, run_id: str, reason: str) -> None:
-        super().__init__(f"run {run_id} refused the decision: {reason}")
+    def __init__(self, run_id: str, what: str) -> None:
+        super().__init__(
+            f"run {run_id} did not take the {what}",
+            "it met the run as it continued as new; send it again",
+        )
         self.run_id = run_id
-        self.reason = reason
 
 
-class AnswerRefused(ClientError):
-    """The run's validator refused an answer (no such question, already closed, the model's to
-    answer, content that does not match its schema); nothing was recorded.
+class UpdateRefused(ClientError):
+    """The run's validator refused an Update (a decision, an answer, a completion: `what`), or
+    the run failed it; nothing was recorded.
 
-    `error_type` is the refusal's `ApplicationError` type (`waitstate.schemas.errors`, e.g.
-    `QUESTION_INVALID_ANSWER`), for callers that act on it.
+    `reason` is the first line of the run's message, `detail` all of it; `error_type` is the
+    refusal's `ApplicationError` type (`waitstate.schemas.errors`, e.g.
+    `QUESTION_INVALID_ANSWER`), for callers that act on it (the gateway says it in HTTP).
     """
 
-    def __init__(self, run_id: str, reason: str, error_type: str | None = None) -> None:
-        super().__init__(f"run {run_id} refused the answer: {reason}")
+    def __init__(
+        self,
+        run_id: str,
+        reason: str,
+        error_type: str | None = None,
+        *,
+        what: str = "update",
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(f"run {run_id} refused the {what}: {reason}")
         self.run_id = run_id
         self.reason = reason
         self.error_type = error_type
+        self.what = what
+        self.detail = reason if detail is None else detail
+
+
+class DecisionRefused(UpdateRefused):
+    """The run's validator refused a decision (no such request, already decided or expired, a
+    link's nonce that is not the request's); nothing was recorded."""
+
+    def __init__(
+        self, run_id: str, reason: str, error_type: str | None = None, *, detail: str | None = None
+    ) -> None:
+        super().__init__(run_id, reason, error_type, what="decision", detail=detail)
+
+
+class AnswerRefused(UpdateRefused):
+    """The run's validator refused an answer (no such question, already closed, the model's to
+    answer, content that does not match its schema); nothing was recorded."""
+
+    def __init__(
+        self, run_id: str, reason: str, error_type: str | None = None, *, detail: str | None = None
+    ) -> None:
+        super().__init__(run_id, reason, error_type, what="answer", detail=detail)
+
+
+class CompletionRefused(UpdateRefused):
+    """The run's validator refused an operation's completion (no such operation, a token's
+    nonce that is not the operation's, already resolved, a report that changes nothing);
+    nothing was recorded."""
+
+    def __init__(
+        self, run_id: str, reason: str, error_type: str | None = None, *, detail: str | None = None
+    ) -> None:
+        super().__init__(run_id, reason, error_type, what="completion", detail=detail)
+
+
+class AlreadyApplied(ClientError):
+    """A copy of a decision or completion (`what`) already applied: it shared the first one's
+    Update id, so Temporal answered it with the first one's outcome, which carries the first
+    one's delivery id, not this one's. This one applied nothing."""
+
+    def __init__(self, run_id: str, what: str) -> None:
+        super().__init__(f"run {run_id} already applied this {what}: this copy applied nothing")
+        self.run_id = run_id
+        self.what = what
+
+
+class UpdateNotFound(ClientError):
+    """No run of the chain has the Update asked for (`recall`): it never reached one, or a
+    validator refused it (refusals leave none)."""
+
+    def __init__(self, run_id: str, update_id: str) -> None:
+        super().__init__(f"run {run_id} has no Update {update_id}")
+        self.run_id = run_id
+        self.update_id = update_id
 
 
 def first_line(err: BaseException | None) -> str:

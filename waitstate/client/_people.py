@@ -1,41 +1,28 @@
 """What runs wait for people to do: the open approval requests and questions, and the
-decisions and answers sent to them as Updates."""
+decisions and answers sent to them as Updates (through `_updates`), for the CLI, the MCP server
+and the gateway's links, pages and inbox alike."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
 
-from temporalio.client import (
-    WorkflowExecutionStatus,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from waitstate.client._base import closed_status
+from waitstate.client._errors import AnswerRefused, ClientError, DecisionRefused, RunEnded
+from waitstate.client._updates import (
+    UpdateCalls,
+    answer_update_id,
+    decision_update_id,
+    refuse_copy,
 )
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
-
-from waitstate.client._base import ClientBase, closed_status
-from waitstate.client._errors import (
-    AnswerRefused,
-    ClientError,
-    DecisionRefused,
-    OutcomeUnknown,
-    RunEnded,
-    RunNotFound,
-    TemporalFailed,
-    Unreachable,
-    first_line,
-)
-
-# How an Update's RPC failure tells a run that has ended from an unknown one, and the Update ids
-# that make identical decisions and answers one (the gateway's deliveries use them too).
-from waitstate.client._updates import answer_update_id, decision_update_id, rpc_refusal
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
+from waitstate.schemas.errors import APPROVAL_NOT_READY
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, InputRequest
 
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
@@ -44,6 +31,10 @@ DECIDE_TIMEOUT = timedelta(seconds=20)
 # How long `answer` waits for the run's `answer` Update, which returns once the job that asked
 # has the answer: the run's delivery to the job (retried) comes on top of a decision's round trip.
 ANSWER_TIMEOUT = timedelta(seconds=60)
+# How long a decision through a link its run has not confirmed yet is sent again before its
+# refusal (`approval_not_ready`) is raised, and how often.
+NOT_READY_PATIENCE = timedelta(seconds=5)
+NOT_READY_RETRY = timedelta(milliseconds=200)
 # What the Update ids the client gives decisions and answers sent without one begin with: its
 # own, so that they never share one with the gateway's (a link's decision and the CLI's are two
 # sends, and the second is refused as a second decision, as it always was).
@@ -52,8 +43,6 @@ CLIENT_UPDATES = "client/"
 WAITING_FOR_PEOPLE = ("approval", "input")
 # How many runs `pending` queries at once.
 PENDING_QUERIES_AT_ONCE = 8
-
-_Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True)
@@ -80,7 +69,7 @@ class Pending:
     questions: list[PendingQuestion]
 
 
-class PeopleCalls(ClientBase):
+class PeopleCalls(UpdateCalls):
     """What `WaitstateClient` does for people: find what runs wait for them to decide or
     answer, and send their decisions and answers."""
 
@@ -177,6 +166,11 @@ class PeopleCalls(ClientBase):
         """Send a decision as the run's `decide` Update and return what the run did with it
         (`accepted` is False if it recorded the decision without applying it).
 
+        A decision through a link (with the link token's `nonce`) that its run has not
+        confirmed yet is sent again for up to `NOT_READY_PATIENCE` (with the run's worker up,
+        confirmation takes milliseconds). A decision with a `delivery_id` is told apart from
+        its copies: one answered with another delivery's outcome is refused (`AlreadyApplied`).
+
         Args:
             update_id: The decision's idempotency key: asking again under the same id gets the
                 first answer, never a second application. Without one, the decision's own
@@ -184,9 +178,13 @@ class PeopleCalls(ClientBase):
                 so the same decision sent again is the same Update.
 
         Raises:
-            DecisionRefused: the run refused it (unknown request, already decided or expired).
+            DecisionRefused: the run refused it (unknown request, already decided or expired,
+                a link's nonce that is not the request's, a link still not confirmed), with
+                the refusal's `error_type`.
+            AlreadyApplied: a copy of a decision with another `delivery_id`, already applied.
             RunEnded: the run has ended.
             RunNotFound: no such run.
+            RunUnavailable: the run did not take it for now; send it again.
             OutcomeUnknown: the run did not answer within `answer_within`; the decision may
                 still be applied once its worker runs: sent again with the error's `key` as
                 `update_id` (or, without one, the same decision), the retry gets its outcome.
@@ -198,14 +196,32 @@ class PeopleCalls(ClientBase):
                 decision=decision.decision, reviewer=decision.reviewer, comment=decision.comment
             )
             update_id = CLIENT_UPDATES + decision_update_id(decision.request_id, body)
-        return await self._update(
-            run_id,
-            self._execute_update(run_id, DECIDE_UPDATE, decision, DecideOutcome, update_id),
-            update_id=update_id,
-            what="decision",
-            answer_within=answer_within,
-            refused=lambda cause: DecisionRefused(run_id, first_line(cause)),
-        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
+        while True:
+            try:
+                outcome = await self._send_update(
+                    run_id,
+                    DECIDE_UPDATE,
+                    decision,
+                    DecideOutcome,
+                    update_id=update_id,
+                    what="decision",
+                    answer_within=answer_within,
+                    refused=DecisionRefused,
+                )
+                break
+            except DecisionRefused as refused:
+                # A link used the moment it was posted: the run confirms it within moments,
+                # or after a worker restart. Refused Updates leave no trace, so asking again
+                # (same Update id) is safe.
+                if refused.error_type != APPROVAL_NOT_READY or loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(NOT_READY_RETRY.total_seconds())
+        # The same decision got there first (Temporal answered this one, which reused its
+        # Update id, with its outcome): a copy, not applied.
+        refuse_copy(run_id, "decision", decision.delivery_id, outcome.delivery_id)
+        return outcome
 
     async def answer(
         self,
@@ -219,6 +235,11 @@ class PeopleCalls(ClientBase):
         the run did with it once the job that asked has it (`delivered` is False, and `reason`
         says why, if the job did not take it).
 
+        Copies of an answer (a link used twice, a retry) share its Update, so it is applied
+        once, and they get its outcome: unlike a decision's copy, an answer's is not refused,
+        because the Update lasts until the job has the answer, long enough for a sender to
+        time out and retry, and the retry must learn what became of its answer.
+
         Args:
             update_id: The answer's idempotency key: sending again under the same id gets the
                 first one's outcome, never a second application. Without one, the answer's own
@@ -226,10 +247,12 @@ class PeopleCalls(ClientBase):
 
         Raises:
             AnswerRefused: the run refused it (unknown question, already answered, declined,
-                expired or cancelled, the model's to answer, or content that does not match
-                the question's schema).
+                expired or cancelled, the model's to answer, a link's nonce that is not the
+                question's, or content that does not match the question's schema), with the
+                refusal's `error_type`.
             RunEnded: the run has ended.
             RunNotFound: no such run.
+            RunUnavailable: the run did not take it for now; send it again.
             OutcomeUnknown: the run did not answer within `answer_within`; the answer may
                 still be applied (and delivered) once its worker runs: sent again with the
                 error's `key` as `update_id` (or, without one, the same answer), the retry
@@ -237,67 +260,21 @@ class PeopleCalls(ClientBase):
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
-
-        def refused(cause: BaseException | None) -> ClientError:
-            error_type = cause.type if isinstance(cause, ApplicationError) else None
-            return AnswerRefused(run_id, first_line(cause), error_type)
-
         if update_id is None:
             body = AnswerBody(
                 action=answer.action, content=answer.content, responder=answer.responder
             )
             update_id = CLIENT_UPDATES + answer_update_id(answer.question_id, body)
-        return await self._update(
+        return await self._send_update(
             run_id,
-            self._execute_update(run_id, ANSWER_UPDATE, answer, AnswerOutcome, update_id),
+            ANSWER_UPDATE,
+            answer,
+            AnswerOutcome,
             update_id=update_id,
             what="answer",
             answer_within=answer_within,
-            refused=refused,
+            refused=AnswerRefused,
         )
-
-    async def _execute_update(
-        self, run_id: str, update: str, arg: Any, result_type: type[_Result], update_id: str
-    ) -> _Result:
-        """The run's Update `update` with `arg`, its result read as `result_type`."""
-        result: _Result = await self.handle(run_id).execute_update(
-            update, arg, id=update_id, result_type=result_type
-        )
-        return result
-
-    async def _update(
-        self,
-        run_id: str,
-        update: Awaitable[_Result],
-        *,
-        update_id: str,
-        what: str,
-        answer_within: timedelta,
-        refused: Callable[[BaseException | None], ClientError],
-    ) -> _Result:
-        """The run's result of `update` (an Update call, not awaited yet) within
-        `answer_within`, its failures turned into `ClientError`s: the run's validator refusing
-        it (`refused(cause)`), the run ended or unknown, Temporal unreachable or refusing, or
-        no answer in time (`OutcomeUnknown`, with `update_id`)."""
-        try:
-            async with asyncio.timeout(answer_within.total_seconds()):
-                return await update
-        except WorkflowUpdateFailedError as err:
-            # The run's validator refused it: nothing was recorded.
-            raise refused(err.cause) from err
-        except RPCError as err:
-            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                raise Unreachable(f"cannot reach Temporal: {first_line(err)}") from err
-            refusal = await rpc_refusal(err, self.handle(run_id))
-            if refusal == "run_ended":
-                raise RunEnded(run_id) from err
-            if refusal == "unknown_run":
-                raise RunNotFound(run_id) from err
-            raise TemporalFailed(f"Temporal refused the {what}", first_line(err)) from err
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            # Temporal may have admitted the Update: it holds it for the run's worker.
-            seconds = f"no answer within {answer_within.total_seconds():g} s"
-            raise OutcomeUnknown(run_id, seconds, update_id) from err
 
 
 def _for_people(state: RunState) -> list[InputRequest]:

@@ -241,7 +241,7 @@ async def _fields(request: Request) -> dict[str, list[str]]:
 def _client(gate: Gate) -> WaitstateClient:
     deliverer = gate.deliverer
     assert isinstance(deliverer, TemporalDeliverer), "the inbox reads runs through Temporal"
-    return WaitstateClient(deliverer.client)
+    return deliverer.runs
 
 
 async def _listing(gate: Gate, operator: str, session: str, news: Html | None = None) -> str:

@@ -236,7 +236,7 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
             if action not in ("accept", "decline"):
                 raise Refused(422, ANSWERS.invalid_code, "choose Accept or Decline")
         # Read for an expired link's form too: its answer is known by its content (see
-        # `TemporalDeliverer.recall`), typed as the question's schema says.
+        # `WaitstateClient.recall`), typed as the question's schema says.
         run = await _read(gate, claims.workflow_id)
         with expiry_first(expired):
             question = _question(run, question_id, claims)
@@ -428,7 +428,7 @@ def _reader(gate: Gate) -> WaitstateClient:
     if not isinstance(deliverer, TemporalDeliverer):
         raise Refused(503, "pages_unavailable", "this gateway does not read runs")
     # The gateway holds no other client: the pages read the runs the deliverer writes to.
-    return WaitstateClient(deliverer.client)
+    return deliverer.runs
 
 
 async def _read(gate: Gate, workflow_id: str) -> _Run:
