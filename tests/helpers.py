@@ -44,15 +44,7 @@ from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from waitstate.worker import build_providers, build_workers
 from waitstate.workflows.agent_run import AgentRunWorkflow
-from waitstate.workflows.versions import (
-    CHECKPOINT_POLICY,
-    EXACTLY_ONCE,
-    HANDLERS_LAST,
-    HARDENED,
-    MID_FLIGHT_INPUT,
-    QUIET_TURNS,
-    STEER_APPROVALS,
-)
+from waitstate.workflows.versions import MARKERS
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
@@ -297,8 +289,9 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     """The run's history replays on today's code, and a history of the path it took (`name`)
     is committed under tests/histories/, which test_replay checks every later change against:
     a path without one fails, so no new path that waits goes unrecorded. With
-    WAITSTATE_RECORD_HISTORIES=1 the run's history is kept there: as `<name>.json`, or
-    `<name>.<patch>.json` for a run of a newer workflow version (the newest patch it records).
+    WAITSTATE_RECORD_HISTORIES=1 the run's history is kept there: as `<name>.json` for a run of
+    the 1.0 baseline, or `<name>.<patch>.json` for a run of a later patch (the newest of
+    `MARKERS` it records).
     A history already kept is never written again."""
     history = await handle.fetch_history()
     replayer = agent_replayer([AgentRunWorkflow])
@@ -310,23 +303,9 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
             "WAITSTATE_RECORD_HISTORIES=1 (docs/versions.md) and commit the new file"
         )
         return
+    # The newest marker the run records names its history (none since the 1.0 baseline).
     patches = recorded_patches(history.events)
-    patch = next(
-        (
-            p
-            for p in (
-                QUIET_TURNS,
-                STEER_APPROVALS,
-                HANDLERS_LAST,
-                HARDENED,
-                MID_FLIGHT_INPUT,
-                CHECKPOINT_POLICY,
-                EXACTLY_ONCE,
-            )
-            if p in patches
-        ),
-        None,
-    )
+    patch = next((p for p in reversed(MARKERS) if p in patches), None)
     path = HISTORIES / (f"{name}.json" if patch is None else f"{name}.{patch}.json")
     if not path.exists():
         path.write_text(history.to_json())

@@ -391,7 +391,8 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
     assert "tool" in seen["steps"]  # the run's own answer to the status query
     assert seen["result"] == "RunResult"
     assert replayed.stdout == "replayed 1 run: 1 ok\n", replayed.stdout
-    assert json.loads(versions.stdout)["markers"], versions.stdout
+    # waitstate's markers (none since the 1.0 baseline), read without the project's modules.
+    assert json.loads(versions.stdout)["markers"] == [], versions.stdout
     # The export's webhook went through the wheel's gateway, as the run's Update.
     assert health.json() == {"status": "ok"}
     [export] = [job for job in jobs.values() if job["kind"] == "export"]

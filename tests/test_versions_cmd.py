@@ -1,7 +1,12 @@
-"""`starter.py versions`, as an operator runs it before retiring a patch or stopping a version's
+"""`waitstate versions`, as an operator runs it before retiring a patch or stopping a version's
 workers: in a subprocess against the real dev server, counting runs whose search attributes
 Temporal itself set (`TemporalChangeVersion` when the SDK records a patch marker,
-`TemporalWorkerDeploymentVersion` when a versioned worker runs a task)."""
+`TemporalWorkerDeploymentVersion` when a versioned worker runs a task).
+
+Since the 1.0 baseline the agent run checks for no marker (workflows/versions.py): the command
+lists none, and a run of today's code records none. How runs are counted per marker, for the
+next patch, is checked with the report's function given markers of the test's own, recorded
+by stand-in runs."""
 
 from __future__ import annotations
 
@@ -35,39 +40,35 @@ from tests.helpers import eventually, process_env, start_run
 from tests.test_starter import Cli, assert_refused
 from tests.tiers import SUBPROCESS, needs
 from waitstate.activation_order import workflow_runner
+from waitstate.cli.versions import MarkerCount, versions_report
 from waitstate.names import AGENT_RUN
 from waitstate.schemas import RunInput
 from waitstate.workflows.agent_run import AgentRunWorkflow
-from waitstate.workflows.versions import (
-    CHECKPOINT_POLICY,
-    EXACTLY_ONCE,
-    HANDLERS_LAST,
-    HARDENED,
-    MID_FLIGHT_INPUT,
-    QUIET_TURNS,
-    STEER_APPROVALS,
-)
+from waitstate.workflows.versions import MARKERS
 
 TASK = RunInput(task="What is 1234 * 5678?", tools=["calculate"])
 CHANGE_VERSION = SearchAttributeKey.for_keyword_list("TemporalChangeVersion")
 # The worker's runner (worker.py).
 RUNNER = workflow_runner()
+# Stand-ins for the next patches after the baseline, oldest first.
+NEXT_PATCH = "agent-run-next"
+NEWER_PATCH = "agent-run-newer"
 
 
 # Unsandboxed: they read nothing but the patch API and wait.
 @workflow.defn(name=AGENT_RUN, sandboxed=False)
-class RunOfAgentRun3:
-    """An open run started while `agent-run-3` was the newest marker: it recorded that one."""
+class RunOfNextPatch:
+    """An open run started while `NEXT_PATCH` was the newest marker: it recorded that one."""
 
     @workflow.run
     async def run(self, run_input: RunInput) -> None:
-        workflow.patched(CHECKPOINT_POLICY)
+        workflow.patched(NEXT_PATCH)
         await workflow.wait_condition(lambda: False)
 
 
 @workflow.defn(name=AGENT_RUN, sandboxed=False)
 class RunBeforeAnyMarker:
-    """An open run started before the first marker: it records none."""
+    """An open run of the baseline, on code of its own: it records none."""
 
     @workflow.run
     async def run(self, run_input: RunInput) -> None:
@@ -105,13 +106,13 @@ async def _open_runs_of_every_kind(
     client: Client, task_queue: str, version: WorkerDeploymentVersion
 ) -> tuple[str, list[WorkflowHandle[Any, Any]]]:
     """Five open runs, each on a task queue of the test's own: two of today's code (one on a
-    worker of deployment `version`, pinned to it), one of `agent-run-3`, one from before any
-    marker, one no worker has taken. Returns the filter that lists them, and their handles."""
+    worker of deployment `version`, pinned to it), one of a stand-in `NEXT_PATCH`, one of
+    stand-in code with no marker, one no worker has taken. Returns the filter that lists them, and their handles."""
     queues = [f"{task_queue}-{kind}" for kind in ("today", "versioned", "old", "oldest", "idle")]
     today, versioned, old, oldest, idle = queues
     handles: list[WorkflowHandle[Any, Any]] = []
-    # No activity worker: today's runs record their marker at their first task, then wait for
-    # their first model call for as long as the test needs.
+    # No activity worker: today's runs take their first task, then wait for their first model
+    # call for as long as the test needs.
     async with Worker(
         client, task_queue=today, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
     ):
@@ -131,7 +132,7 @@ async def _open_runs_of_every_kind(
     ):
         handles.append(await pinned_run(client, versioned, version))
         await taken(handles[-1])
-    for queue, earlier in ((old, RunOfAgentRun3), (oldest, RunBeforeAnyMarker)):
+    for queue, earlier in ((old, RunOfNextPatch), (oldest, RunBeforeAnyMarker)):
         async with Worker(client, task_queue=queue, workflows=[earlier]):
             handles.append(
                 await client.start_workflow(
@@ -142,7 +143,7 @@ async def _open_runs_of_every_kind(
     handles.append(await start_run(client, idle, TASK))
     ours = "TaskQueue IN ({})".format(", ".join(f'"{queue}"' for queue in queues))
     await counted(client, f'{ours} AND ExecutionStatus = "Running"', 5)
-    await counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 3)
+    await counted(client, f"{ours} AND TemporalChangeVersion IS NOT NULL", 1)
     await counted(client, f"{ours} AND TemporalWorkerDeploymentVersion IS NOT NULL", 1)
     return ours, handles
 
@@ -196,11 +197,11 @@ async def open_runs(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncItera
         await runs.end()
 
 
-async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
+async def test_a_run_of_the_baseline_records_no_marker(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     # What the command counts by: the SDK (temporalio 1.35) upserts TemporalChangeVersion when
-    # `workflow.patched` first returns true, and a new run checks the newest marker first.
+    # `workflow.patched` first returns true; since 1.0 the agent run calls it for no marker.
     client = dev_env.client
     async with Worker(
         client, task_queue=task_queue, workflows=[AgentRunWorkflow], workflow_runner=RUNNER
@@ -212,7 +213,8 @@ async def test_the_sdk_records_our_newest_marker_as_the_runs_change_version(
     finally:
         await handle.terminate("the test is over")
 
-    assert described.typed_search_attributes.get(CHANGE_VERSION) == [QUIET_TURNS]
+    assert MARKERS == ()
+    assert not described.typed_search_attributes.get(CHANGE_VERSION)
 
 
 async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
@@ -229,15 +231,7 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     assert (table.code, table.stderr) == (0, ""), table.stdout + table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "open agent runs: 5"
-    assert [line.split()[:3] for line in lines[3:10]] == [
-        [EXACTLY_ONCE, "0", "2"],
-        [CHECKPOINT_POLICY, "1", "2"],
-        [MID_FLIGHT_INPUT, "0", "3"],
-        [HARDENED, "0", "3"],
-        [HANDLERS_LAST, "0", "3"],
-        [STEER_APPROVALS, "0", "3"],
-        [QUIET_TURNS, "2", "3"],
-    ]
+    assert lines[2] == "patch markers: none (every run has the 1.0 baseline)"
     # The version was never current nor ramping, and a run is pinned to it (by hand): Temporal
     # has it draining.
     assert [line.split() for line in lines if line.startswith((on_ours, "(none)"))] == [
@@ -247,15 +241,7 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
     report = json.loads(as_json.stdout)
     assert as_json.code == 0
     assert report["open_runs"] == 5
-    assert report["markers"] == [
-        {"marker": EXACTLY_ONCE, "recorded": 0, "without": 2},
-        {"marker": CHECKPOINT_POLICY, "recorded": 1, "without": 2},
-        {"marker": MID_FLIGHT_INPUT, "recorded": 0, "without": 3},
-        {"marker": HARDENED, "recorded": 0, "without": 3},
-        {"marker": HANDLERS_LAST, "recorded": 0, "without": 3},
-        {"marker": STEER_APPROVALS, "recorded": 0, "without": 3},
-        {"marker": QUIET_TURNS, "recorded": 2, "without": 3},
-    ]
+    assert report["markers"] == []
     mine = [v for v in report["versions"] if v["version"] in (on_ours, None)]
     assert mine == [
         {
@@ -288,7 +274,23 @@ async def test_open_runs_are_counted_per_marker_and_per_deployment_version(
         "ramp_percentage": None,
         "can_stop": True,
     } in ended["versions"]
-    assert all(marker["recorded"] == marker["without"] == 0 for marker in ended["markers"])
+    assert ended["markers"] == []
+
+
+async def test_open_runs_are_counted_per_marker_once_the_code_checks_for_some(
+    dev_env: WorkflowEnvironment, open_runs: OpenRuns
+) -> None:
+    # The counts the next patch's lifecycle reads: of the five runs, one recorded NEXT_PATCH;
+    # the four others recorded neither it nor a newer one, and none recorded NEWER_PATCH.
+    report = await versions_report(
+        dev_env.client, [NEXT_PATCH, NEWER_PATCH], open_runs.query, limit=10
+    )
+
+    assert report.open_runs == 5
+    assert report.markers == [
+        MarkerCount(NEXT_PATCH, recorded=1, without=4),
+        MarkerCount(NEWER_PATCH, recorded=0, without=5),
+    ]
 
 
 async def test_the_limit_bounds_the_listing_and_says_so(open_runs: OpenRuns, cli: Cli) -> None:

@@ -33,15 +33,15 @@ CALLS = {"patched": PATCHED, "deprecate_patch": DEPRECATED}
 _SECTION = re.compile(r"^## `([^`]+)`", re.MULTILINE)
 _STATUS = re.compile(r"^Status: (in service|deprecated|removed)\b", re.MULTILINE)
 _SINCE = re.compile(r"^Since [0-9a-f]{7,40} \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", re.MULTILINE)
-# "The histories in `tests/histories/` are runs of every version: 16 with no marker, 10 of
-# `exactly-once-v2` (...), 27 of `agent-run-3`, ..."
+# "The histories in `tests/histories/` are runs of every version: 160 with no marker, 10 of
+# `agent-run-9` (...), ..."
 _KEPT = re.compile(r"(\d+) (?:with no marker|of `([^`]+)`)")
 
 
 def markers_in_source(source: str, module: str) -> dict[str, str]:
     """The markers a workflow module's `patched`/`deprecate_patch` calls name, with what the
     call makes of each (in service, deprecated). A marker named by a constant is read from
-    the module (`workflows.versions.HARDENED`).
+    the module (`workflows.versions.SOME_PATCH`).
 
     Raises:
         AssertionError: a call whose marker cannot be told from the source.
@@ -124,16 +124,21 @@ def test_every_marker_in_the_code_has_its_story_and_its_status() -> None:
     code, doc = markers_in_code(), markers_in_doc(DOC.read_text())
 
     assert problems(code, doc) == []
-    # The seven of issue 25's time, all still in service.
-    assert list(doc) == [
-        "exactly-once-v2",
-        "agent-run-3",
-        "agent-run-4",
-        "agent-run-5",
-        "agent-run-6",
-        "agent-run-7",
-        "agent-run-8",
-    ]
+    # The 1.0 baseline: no marker in the code; the seven of before it, folded into it, keep
+    # their stories, removed.
+    assert code == {}
+    assert doc == {
+        marker: REMOVED
+        for marker in (
+            "exactly-once-v2",
+            "agent-run-3",
+            "agent-run-4",
+            "agent-run-5",
+            "agent-run-6",
+            "agent-run-7",
+            "agent-run-8",
+        )
+    }
 
 
 def test_versions_counts_runs_by_every_marker_in_the_docs_order() -> None:
@@ -168,33 +173,44 @@ def test_a_patch_added_without_its_story_is_found() -> None:
     ]
 
 
-def test_a_marker_deprecated_or_removed_in_the_code_but_not_in_the_doc_is_found() -> None:
-    doc = markers_in_doc(DOC.read_text())
-    code = markers_in_code()
-    deprecated = {**code, "exactly-once-v2": DEPRECATED}
-    removed = {marker: status for marker, status in code.items() if marker != "agent-run-3"}
-    retired_in_doc = {**doc, "exactly-once-v2": REMOVED}
+# A page with a marker after the baseline, for the checks that need one in service.
+NEXT = """
+## `agent-run-9`: the next patch
 
+Since 0123456 (2027-01-04 09:00 UTC).
+
+Status: in service (`workflow.patched`, step (a) of the lifecycle).
+
+Why: a behaviour that changes what a run issues.
+"""
+
+
+def test_a_marker_deprecated_or_removed_in_the_code_but_not_in_the_doc_is_found() -> None:
+    doc = markers_in_doc(DOC.read_text() + NEXT)
+    code = {**markers_in_code(), "agent-run-9": PATCHED}
+    deprecated = {**code, "agent-run-9": DEPRECATED}
+    removed = markers_in_code()
+    retired_in_doc = {**doc, "agent-run-9": REMOVED}
+
+    assert problems(code, doc) == []
     assert problems(deprecated, doc) == [
-        "'exactly-once-v2' is deprecated in the code, in service in the doc"
+        "'agent-run-9' is deprecated in the code, in service in the doc"
     ]
     assert problems(removed, doc) == [
-        "'agent-run-3' is in service in the doc, but no code checks for it"
+        "'agent-run-9' is in service in the doc, but no code checks for it"
     ]
     assert problems(code, retired_in_doc) == [
-        "'exactly-once-v2' is in service in the code, removed in the doc"
+        "'agent-run-9' is in service in the code, removed in the doc"
     ]
 
 
 def test_a_section_without_its_status_or_its_date_is_refused() -> None:
-    text = DOC.read_text()
-
-    for missing in ("Status: in service", "Since b296435 (2026-12-01 03:35 UTC)"):
-        broken = text.replace(missing, "", 1)
+    for missing in ("Status: in service", "Since 0123456 (2027-01-04 09:00 UTC)"):
+        broken = DOC.read_text() + NEXT.replace(missing, "", 1)
         try:
             markers_in_doc(broken)
         except AssertionError as err:
-            assert "'exactly-once-v2'" in str(err)
+            assert "'agent-run-9'" in str(err)
         else:
             raise AssertionError(f"a section without {missing!r} was taken")
 

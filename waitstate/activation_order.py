@@ -28,13 +28,17 @@ server hands them to the next run (or tells their senders the run has ended), as
 an Update that comes after the task that ended the run. Signals stay in the first half, in
 the SDK's order (a signal is an event of the history: not to be dropped).
 
-A workflow opts in with a patch marker: its class names, in `handlers_last_markers`, the
-markers whose runs get handlers last, and a run that records one of them in its first
-activation has them from its second on (the agent run's `agent-run-6`, and every newer one:
-workflows/versions.py). The marker is in the history, so a replay knows how the run was
-written, and runs recorded before the marker keep the SDK's order. Every worker and replayer
-of such runs must use this runner: `workflow_runner()` builds the one the worker,
-`replay-check`, the chaos suite and the tests share.
+A workflow opts in one of two ways, each giving a run handlers last from its second activation
+on (its first, which starts it, is left whole):
+
+- every run: its class sets `handlers_last = True` (the agent run, since the 1.0 baseline);
+- by patch marker, for a workflow whose recorded runs predate the fix: its class names, in
+  `handlers_last_markers`, the markers whose runs get handlers last, and a run that records
+  one of them in its first activation has them. The marker is in the history, so a replay
+  knows how the run was written, and runs recorded before it keep the SDK's order.
+
+Every worker and replayer of such runs must use this runner: `workflow_runner()` builds the
+one the worker, `replay-check`, the chaos suite and the tests share.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, Workflo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info, _Definition
 
+# The class attribute that gives every run handlers last.
+ALWAYS_ATTRIBUTE = "handlers_last"
 # The class attribute naming the patch markers of the runs that get handlers last.
 MARKERS_ATTRIBUTE = "handlers_last_markers"
 
@@ -74,8 +80,9 @@ class HandlersLast(WorkflowRunner):
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         instance = self._runner.create_instance(det)
+        always = getattr(det.defn.cls, ALWAYS_ATTRIBUTE, False) is True
         markers = frozenset(getattr(det.defn.cls, MARKERS_ATTRIBUTE, ()))
-        return _Instance(instance, markers) if markers else instance
+        return _Instance(instance, markers, always) if always or markers else instance
 
     def set_worker_level_failure_exception_types(self, types: Any) -> None:
         self._runner.set_worker_level_failure_exception_types(types)
@@ -140,10 +147,12 @@ def joined(
 
 
 class _Instance(WorkflowInstance):
-    def __init__(self, instance: WorkflowInstance, markers: frozenset[str]) -> None:
+    def __init__(self, instance: WorkflowInstance, markers: frozenset[str], always: bool) -> None:
         self._instance = instance
         self._markers = markers
-        # Set once the run records (or, replaying, re-records) one of the markers.
+        self._always = always
+        # Set after the first activation (`always`), or once the run records (or, replaying,
+        # re-records) one of the markers.
         self._handlers_last = False
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
@@ -155,7 +164,7 @@ class _Instance(WorkflowInstance):
             if not completion.HasField("failed") and not ends(completion):
                 completion = joined(completion, self._instance.activate(halves[1]))
         if not self._handlers_last:
-            self._handlers_last = any(
+            self._handlers_last = self._always or any(
                 command.HasField("set_patch_marker")
                 and command.set_patch_marker.patch_id in self._markers
                 for command in completion.successful.commands

@@ -60,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
     from .outages import StoreDown, StoreOutages
     from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
     from .thread import Conversation, Interrupted, MessageFailed
-    from .versions import HANDLERS_LAST_MARKERS, Versions
 
 
 Answered = TypeVar("Answered")
@@ -74,8 +73,9 @@ class AgentRunWorkflow:
     webhook through the gateway, or for a polling activity, and never for the model.
     """
 
-    # Runs of these markers get their handlers after their resolutions (the worker's runner).
-    handlers_last_markers = HANDLERS_LAST_MARKERS
+    # Every run gets its handlers after its resolutions (the worker's runner,
+    # waitstate/activation_order.py).
+    handlers_last = True
 
     @workflow.init
     def __init__(self, input: RunInput) -> None:
@@ -86,28 +86,24 @@ class AgentRunWorkflow:
             if input.carry
             else RunState(task=input.task, model=input.model, constraints=list(input.constraints))
         )
-        self._versions = versions = Versions.of_this_run()
-        self._memory = Memory(input, self._state, versions)
-        self._board = StatusBoard(self._state, self._memory, versions)
-        self._continuation = Continuation(input, self._state, self._memory, versions)
-        self._inputs = InputDesk(self._state, versions, self._board)
-        self._thread = Conversation(input, self._state, versions, self._memory, self._board)
+        self._memory = Memory(input, self._state)
+        self._board = StatusBoard(self._state, self._memory)
+        self._continuation = Continuation(input, self._state, self._memory)
+        self._inputs = InputDesk(self._state, self._board)
+        self._thread = Conversation(input, self._state, self._memory, self._board)
         self._ops = OperationsBook(
             input,
             self._state,
-            versions,
             self._board,
             self._memory,
             self._continuation,
             self._inputs,
             self._thread,
         )
-        self._asides = ApprovalAsides(input, self._state, versions, self._memory, self._thread)
-        self._desk = ApprovalDesk(
-            input, self._state, versions, self._board, self._memory, self._asides
-        )
+        self._asides = ApprovalAsides(input, self._state, self._memory, self._thread)
+        self._desk = ApprovalDesk(input, self._state, self._board, self._memory, self._asides)
         self._budget = Budgets(input, self._state, self._desk)
-        self._outages = StoreOutages(self._state, versions, self._board)
+        self._outages = StoreOutages(self._state, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
         self._background = BackgroundReplies(input, self._state)
 
@@ -166,9 +162,7 @@ class AgentRunWorkflow:
                     continue
                 answer = None
             if not self._thread.on:
-                return await self._finish(
-                    ledger.out_of_turns(self._state, self._versions.hardened), None
-                )
+                return await self._finish(ledger.out_of_turns(self._state), None)
             self._thread.out_of_turns()
             return None
         except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
@@ -272,10 +266,9 @@ class AgentRunWorkflow:
             transcript_ref=self._memory.transcript_ref,
             new_messages=self._memory.unsent,
             tools=self._model_tools(),
-            turn=None if self._versions.checkpoint_policy else turn,
             agent=self._input.agent,
             mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
-            outages_waited_out=self._versions.hardened,
+            outages_waited_out=True,
             later_models=self._budget.later(),
         )
         # A blob store outage is waited out.
@@ -322,11 +315,10 @@ class AgentRunWorkflow:
             self._memory.unsent.append(
                 Message(role="user", content=OUTPUT_INVALID.format(errors=response.output_error))
             )
-            if self._versions.hardened:
-                self._state.rejected_output = ledger.rejected_output(
-                    turn, reply.content, response.output_error
-                )
-        elif self._versions.hardened and not reply.tool_calls:
+            self._state.rejected_output = ledger.rejected_output(
+                turn, reply.content, response.output_error
+            )
+        elif not reply.tool_calls:
             self._state.rejected_output = None  # an answer that validated
         ledger.step(self._state, "model", model, detail)
         return reply
@@ -350,16 +342,13 @@ class AgentRunWorkflow:
 
     async def _fail(self, turn: int, model: str, err: ActivityError) -> NoReturn:
         """The `model` the call asked could not be called: the run ends failed, saying why."""
-        if self._versions.exactly_once:
-            attempts = ""
-            if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
-                attempts = f"gave up after {MODEL_RETRY.maximum_attempts} attempts"
-            elif err.retry_state == RetryState.NON_RETRYABLE_FAILURE:
-                attempts = "not retried: the request itself was refused"
-            limit = self._input.model_timeout.total_seconds()
-            reason = ledger.model_failure(model, err.cause or err, limit, attempts)
-        else:
-            reason = str(err.cause or err)
+        attempts = ""
+        if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+            attempts = f"gave up after {MODEL_RETRY.maximum_attempts} attempts"
+        elif err.retry_state == RetryState.NON_RETRYABLE_FAILURE:
+            attempts = "not retried: the request itself was refused"
+        limit = self._input.model_timeout.total_seconds()
+        reason = ledger.model_failure(model, err.cause or err, limit, attempts)
         message = f"model call failed on turn {turn}: {reason}"
         if self._thread.on:  # the message fails, not the thread
             self._thread.replied(None, "failed", message)
@@ -367,11 +356,9 @@ class AgentRunWorkflow:
         self._state.error = reason
         await self._ops.end_pending("cancelled")
         self._board.set_status("failed")
-        if self._versions.exactly_once:
-            # The reason says it all; the chained causes would carry their tracebacks into a
-            # failure Temporal could refuse as too large.
-            raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None
-        raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from err
+        # The reason says it all; the chained causes would carry their tracebacks into a
+        # failure Temporal could refuse as too large.
+        raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None
 
     def _model_tools(self) -> list[str]:
         """The run's tools (its MCP grants as the tools listed for them), plus `read_ref` once

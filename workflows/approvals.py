@@ -10,7 +10,6 @@ from temporalio.exceptions import ApplicationError
 
 from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
-    ApprovalNoticeSent,
     ApprovalPolicy,
     ApprovalRequest,
     DecideInput,
@@ -23,7 +22,6 @@ from waitstate.schemas.builtin import RequestApprovalArgs
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
-    APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
 )
 
@@ -35,14 +33,13 @@ from .desk import (
     Notices,
     escalate,
     links_expiry,
+    new_nonce,
     notice_of,
-    notify,
     window,
 )
 from .memory import Memory
 from .metrics import approval_decided
-from .policies import NOTIFY_TIMEOUT, NOTIFY_TIMEOUT_V1
-from .versions import Versions
+from .policies import NOTIFY_TIMEOUT
 
 
 class ApprovalExpired(Exception):
@@ -58,7 +55,6 @@ class ApprovalDesk:
         self,
         input: RunInput,
         state: RunState,
-        versions: Versions,
         board: StatusBoard,
         memory: Memory,
         asides: ApprovalAsides,
@@ -66,7 +62,6 @@ class ApprovalDesk:
         self._input = input
         self._asides = asides
         self._state = state
-        self._versions = versions
         self._board = board
         self._memory = memory
         # The nonces of open requests' links; only their hashes go into the state.
@@ -93,8 +88,6 @@ class ApprovalDesk:
     ) -> ApprovalRequest:
         """Ask a person, wait (holding no worker) for the decision or the timeout policy
         (`checkpoint`: the model commits what is done and what remains first)."""
-        if not self._versions.exactly_once:
-            return await self._ask_v1(call, reason, policy)
         if checkpoint:
             # Before the request exists, so that a slow checkpoint does not eat into its window
             # (how long a person takes is never known: always worth one).
@@ -118,11 +111,10 @@ class ApprovalDesk:
 
     async def _window(self, request: ApprovalRequest, mirror: bool = False) -> bool:
         """`window` for the request; a thread's message that comes meanwhile is answered aside
-        (from STEER_APPROVALS on), and the window goes on to its deadline."""
+        and the window goes on to its deadline."""
         while True:
-            armed = self._versions.handlers_last
             wake = None if mirror else self._asides  # (mirrored: the wait is for its timer)
-            closed = await window(request, mirror=mirror, armed=armed, wake=wake)
+            closed = await window(request, mirror=mirror, wake=wake)
             if closed or not self._asides.wanted():
                 return closed
             await self._asides.answer(request)
@@ -144,12 +136,11 @@ class ApprovalDesk:
             policy=policy,
             sent_to=[policy.approvers],
         )
-        if self._versions.exactly_once:
-            # The run chooses the links' nonce, so a link works the moment it is posted, and
-            # keeps working whichever key signs the escalation's links.
-            nonce = self._versions.nonce()
-            self._link_nonces[request.request_id] = nonce
-            request.nonce_hash = ledger.nonce_hash(nonce)
+        # The run chooses the links' nonce, so a link works the moment it is posted, and
+        # keeps working whichever key signs the escalation's links.
+        nonce = new_nonce()
+        self._link_nonces[request.request_id] = nonce
+        request.nonce_hash = ledger.nonce_hash(nonce)
         self._state.approvals[request.request_id] = request
         ledger.step(
             self._state,
@@ -161,7 +152,7 @@ class ApprovalDesk:
 
     def _mirrors_escalation(self, request: ApprovalRequest) -> bool:
         """Whether a decision was applied in the workflow task in which the window ended: the
-        run then escalates in form only (runs from MID_FLIGHT_INPUT on).
+        run then escalates in form only.
 
         In that task the window's timer and the decision may be seen in either order (a
         worker that rebuilds the run may see the timer first, a replay sees the decision
@@ -172,8 +163,7 @@ class ApprovalDesk:
         """
         decision = request.decision
         return (
-            self._versions.mid_flight_input
-            and request.policy.on_timeout == "escalate"
+            request.policy.on_timeout == "escalate"
             and not request.escalated
             and decision is not None
             and not decision.by_policy
@@ -189,11 +179,8 @@ class ApprovalDesk:
         policy = request.policy
         if policy.on_timeout == "escalate" and not request.escalated:
             escalate(self._state, request, f"approval {request.request_id}")
-            if not self._versions.checkpoint_policy:
-                self._board.show()
             if request.expires_at > workflow.now():
-                # From CHECKPOINT_POLICY on, the run shows its new deadline once the escalation
-                # is sent, not at once: a decision that reaches a worker in the same task as the
+                # The run shows its new deadline once the escalation is sent, not at once: a decision that reaches a worker in the same task as the
                 # window's timer may be seen before or after it (the SDK orders the two one way
                 # for a worker that rebuilds the run, and the other way on replay), and the
                 # escalation must leave nothing in history unless it outlived that task.
@@ -202,10 +189,10 @@ class ApprovalDesk:
                         request,
                         policy.escalate_to,
                         escalation=True,
-                        show_when_done=self._versions.checkpoint_policy,
+                        show_when_done=True,
                     )
                 )
-            elif self._versions.checkpoint_policy:
+            else:
                 self._board.show()
             if await self._window(request, mirror=mirror):
                 return
@@ -257,14 +244,13 @@ class ApprovalDesk:
         escalation: bool,
         show_when_done: bool = False,
     ) -> Notice:
-        v2 = self._versions.exactly_once
         return notice_of(
             request,
             recipient,
             escalation=escalation,
             nonce=self._link_nonces.get(request.request_id),
-            links_expire_at=links_expiry(request.requested_at, request.policy) if v2 else None,
-            timeout=NOTIFY_TIMEOUT if v2 else NOTIFY_TIMEOUT_V1,
+            links_expire_at=links_expiry(request.requested_at, request.policy),
+            timeout=NOTIFY_TIMEOUT,
             show_when_done=show_when_done,
         )
 
@@ -275,13 +261,6 @@ class ApprovalDesk:
         request = self._state.approvals.get(input.request_id)
         if request is None:
             raise ApplicationError(f"no approval request {input.request_id}", type=APPROVAL_UNKNOWN)
-        if input.nonce is not None and request.nonce_hash is None and request.open:
-            # Runs from before EXACTLY_ONCE: the links were posted, but the run has not yet
-            # recorded the notify activity's answer (a fast click, or a worker that died in
-            # between): not a forgery.
-            raise ApplicationError(
-                "the request's links are not confirmed yet; retry shortly", type=APPROVAL_NOT_READY
-            )
         if input.nonce is not None and request.nonce_hash != ledger.nonce_hash(input.nonce):
             raise ApplicationError(
                 "link was not issued for this request", type=APPROVAL_NONCE_MISMATCH
@@ -324,44 +303,3 @@ class ApprovalDesk:
             f"approval {request.request_id} {request.status} by {reviewer}",
         )
         approval_decided(request)
-
-    # --- runs recorded before EXACTLY_ONCE: their approvals as they were, so they replay ---
-
-    async def _ask_v1(self, call: ToolCall, reason: str, policy: ApprovalPolicy) -> ApprovalRequest:
-        request = self._request(call, reason, policy)
-        label = f"approval of {call.name} from {policy.approvers}"
-        await self._memory.checkpoint(label)
-        with self._board.waiting(
-            "approval", f"waiting for approval: {reason}", label, until=request.expires_at
-        ):
-            await self._notify_v1(request, policy.approvers, escalation=False)
-            if not await self._decided_v1(request):
-                await self._on_timeout_v1(request)
-        return request
-
-    async def _decided_v1(self, request: ApprovalRequest) -> bool:
-        try:
-            await workflow.wait_condition(
-                lambda: not request.open, timeout=request.expires_at - workflow.now()
-            )
-        except TimeoutError:
-            return False
-        return True
-
-    async def _on_timeout_v1(self, request: ApprovalRequest) -> None:
-        policy = request.policy
-        if policy.on_timeout == "escalate" and not request.escalated:
-            escalate(self._state, request, f"approval {request.request_id}", from_now=True)
-            await self._notify_v1(request, policy.escalate_to, escalation=True)
-            self._board.show()
-            if await self._decided_v1(request):
-                return
-        self._time_out(request)
-
-    async def _notify_v1(
-        self, request: ApprovalRequest, recipient: str, *, escalation: bool
-    ) -> None:
-        """Tell `recipient`, in the run's own coroutine; the links' nonce is the notice's."""
-        sent = await notify(self._notice(request, recipient, escalation=escalation))
-        if isinstance(sent, ApprovalNoticeSent):
-            request.nonce_hash = sent.nonce_hash or request.nonce_hash

@@ -1,4 +1,4 @@
-"""Steering during an approval wait (from STEER_APPROVALS on): a thread's message that comes
+"""Steering during an approval wait: a thread's message that comes
 while a tool call of the turn waits for a person's decision is answered at once, in a model
 call of its own, and the wait goes on untouched.
 
@@ -27,7 +27,6 @@ from .activity_calls import Failed, call
 from .memory import Memory
 from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
 from .thread import Conversation
-from .versions import Versions
 
 # What the model is told of a call of its turn that has no result yet.
 AWAITING = (
@@ -53,13 +52,11 @@ class ApprovalAsides:
         self,
         input: RunInput,
         state: RunState,
-        versions: Versions,
         memory: Memory,
         thread: Conversation,
     ) -> None:
         self._input = input
         self._state = state
-        self._versions = versions
         self._memory = memory
         self._thread = thread
         # The tool calls of the turn under way (the model's last message), and the tools the
@@ -75,7 +72,7 @@ class ApprovalAsides:
 
     def wanted(self) -> bool:
         """Whether a message waits to be answered aside."""
-        return self._versions.steer_approvals and self._thread.steering(nested=True)
+        return self._thread.steering(nested=True)
 
     async def answer(self, request: ApprovalRequest) -> None:
         """Answer the next queued message now: the model sees the turn's calls pending (this

@@ -23,9 +23,8 @@ from .search_attributes import (
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
-from .versions import Versions
 
-# What a run shows it waits for when several things are open at once (runs from HARDENED on):
+# What a run shows it waits for when several things are open at once:
 # a person's answer or decision before a system's report, since someone must act (it is what
 # `starter.py pending` and the Web UI's WaitingFor="input" filter look for).
 PRECEDENCE = ("input", "approval", "webhook", "poll")
@@ -37,10 +36,9 @@ class StatusBoard:
     what the run does. It only shows: what to do before a wait (a checkpoint) is the caller's
     (`Memory.before_wait`)."""
 
-    def __init__(self, state: RunState, memory: Memory, versions: Versions) -> None:
+    def __init__(self, state: RunState, memory: Memory) -> None:
         self._state = state
         self._memory = memory
-        self._versions = versions
         self._waits: list[Wait] = []
 
     def set_status(self, status: RunStatus) -> None:
@@ -64,8 +62,8 @@ class StatusBoard:
         checkpointed: bool = True,
     ) -> Iterator[Wait]:
         """While the block runs, the run is `waiting` for `kind` (approval, webhook, poll); the
-        Web UI shows `details`. Of nested and concurrent waits, runs from HARDENED on show the
-        first by `PRECEDENCE` (see `show`), earlier runs the latest. `began` is when a wait
+        Web UI shows `details`. Of nested and concurrent waits, the run shows the first by
+        `PRECEDENCE` (see `show`). `began` is when a wait
         taken over from the previous run (continue-as-new) began."""
         if until is not None:
             details = f"{details} (expires {until.strftime('%Y-%m-%d %H:%M UTC')})"
@@ -88,10 +86,7 @@ class StatusBoard:
         """Bring status, search attributes and the Web UI's details up to date."""
         kind, details = self._waiting_for()
         status: RunStatus = "waiting" if self._waits else "running"
-        if self._versions.quiet_turns:  # with the other attributes, in one upsert
-            self._state.status = status
-        else:
-            self.set_status(status)
+        self._state.status = status  # AgentStatus with the other attributes, in one upsert
         pending = [op for op in self._state.operations.values() if not op.terminal]
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
         deadlines = [op.expires_at for op in pending]
@@ -103,10 +98,9 @@ class StatusBoard:
         expires = min(deadlines) if self._waits and deadlines else None
         current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []
-        if self._versions.quiet_turns:
-            shown_status, kind = self._shown(status, kind)
-            if current.get(AGENT_STATUS) != shown_status:
-                updates.append(AGENT_STATUS.value_set(shown_status))
+        shown_status, kind = self._shown(status, kind)
+        if current.get(AGENT_STATUS) != shown_status:
+            updates.append(AGENT_STATUS.value_set(shown_status))
         if current.get(WAITING_FOR) != kind:
             updates.append(WAITING_FOR.value_set(kind))
         if current.get(PENDING_OPERATIONS) != len(pending):
@@ -120,11 +114,11 @@ class StatusBoard:
         workflow.set_current_details(details)
 
     def _quiet(self) -> bool:
-        """Whether the run is a thread of QUIET_TURNS on."""
-        return self._versions.quiet_turns and self._state.thread is not None
+        """Whether the run is a thread (whose turns are quiet, see `_shown`)."""
+        return self._state.thread is not None
 
     def _shown(self, status: RunStatus, kind: str) -> tuple[RunStatus, str]:
-        """The AgentStatus and WaitingFor the search attributes show (from QUIET_TURNS on). A
+        """The AgentStatus and WaitingFor the search attributes show. A
         thread answering a message in a turn that waits for nothing else shows what it shows
         idle, `waiting` for a `message`: a turn takes seconds, and a visibility write per
         message would cost each message more than the rest of its way to the model. What a
@@ -134,26 +128,25 @@ class StatusBoard:
         return status, kind
 
     def _deadline(self, wait: ApprovalRequest | InputRequest) -> datetime:
-        """When a person's wait ends for good. From HARDENED on, that of an escalating wait's
-        second window from the start: escalating is its policy, not an overdue wait, and so
+        """When a person's wait ends for good; that of an escalating wait's second window
+        from the start: escalating is its policy, not an overdue wait, and so
         escalating (or hearing that the escalation's notice went out) changes no search
         attribute. A command issued as a timer fires or a notice completes could otherwise
         come before or after a decision's Update in the same workflow task, in one order live
         and the other on replay (the SDK puts Updates first in an activation)."""
-        if self._versions.hardened and wait.policy.on_timeout == "escalate" and not wait.escalated:
+        if wait.policy.on_timeout == "escalate" and not wait.escalated:
             return wait.expires_at + wait.policy.timeout
         return wait.expires_at
 
     def _waiting_for(self) -> tuple[str, str]:
         """What the run waits for (`none` while it works) and the Web UI's details of it.
 
-        Runs from HARDENED on derive it from what is open, whatever order things opened in:
-        a person's question (not one the model answers) or an approval outranks a system's
-        report, and an operation wait is a webhook's while any pending operation completes by
-        callback. Earlier runs show their latest wait.
+        Derived from what is open, whatever order things opened in: a person's question (not
+        one the model answers) or an approval outranks a system's report, and an operation
+        wait is a webhook's while any pending operation completes by callback.
         """
         if not self._waits:
-            outage = self._state.store_outage if self._versions.hardened else None
+            outage = self._state.store_outage
             if outage is None:
                 return "none", ""
             # Not a wait for anyone: the run works on as soon as the store is back.
@@ -163,8 +156,6 @@ class StatusBoard:
                 f"{outage.next_try_at.strftime('%H:%M:%S UTC')}"
             )
         latest = self._waits[-1]
-        if not self._versions.hardened:
-            return latest.kind, latest.details
         kinds = {wait.kind for wait in self._waits}
         if any(q.open and q.policy.answered_by == "person" for q in self._state.questions.values()):
             kinds.add("input")

@@ -14,7 +14,6 @@ from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import CarriedTurn, RunCarry
 
 from .memory import Memory
-from .versions import Versions
 
 # On a versioned worker, a run stays on the version that started it, and the run it continues as
 # new starts on the deployment's current version: between turns is where a run moves up, its
@@ -29,11 +28,10 @@ KEEP_CLOSED = 20
 class Continuation:
     """Decides when the run continues as new, and carries it over."""
 
-    def __init__(self, input: RunInput, state: RunState, memory: Memory, versions: Versions):
+    def __init__(self, input: RunInput, state: RunState, memory: Memory):
         self._input = input
         self._state = state
         self._memory = memory
-        self._versions = versions
         # Set when the run continues as new while it waits between turns: the wait's start.
         self.waiting_since: datetime | None = input.carry.waiting_since if input.carry else None
         # The tool calls of the turn in progress still running, and those of them parked in a
@@ -50,9 +48,9 @@ class Continuation:
         )
 
     def due_while_waiting(self) -> bool:
-        """Whether a wait should end to continue as new (runs from EXACTLY_ONCE on: a chatty
-        job's progress reports grow the history while the run waits)."""
-        return self._versions.exactly_once and self.due()
+        """Whether a wait should end to continue as new (a chatty job's progress reports grow
+        the history while the run waits)."""
+        return self.due()
 
     def call_began(self, call_id: str) -> None:
         self._turn_open.add(call_id)

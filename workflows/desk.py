@@ -10,6 +10,7 @@ for itself (as it decides what a decision or an answer is).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -55,22 +56,19 @@ async def window(
     *,
     op: Operation | None = None,
     mirror: bool = False,
-    armed: bool = False,
     wake: Wakes | None = None,
 ) -> bool:
     """Wait, holding no worker, for the request to close by its deadline (not at all once the
-    deadline has passed, unless `armed`), or for `op` (the job that asked) to end; whether it
+    deadline has passed, but for a moment), or for `op` (the job that asked) to end; whether it
     closed. `wake`: its wish ends the wait too, the request still open (its caller answers a
     thread's message, then waits on). `mirror`: wait as if the request were still open (an
     approval decided as its window ended, see `ApprovalDesk._mirrors_escalation`).
 
-    `armed` (from HANDLERS_LAST on): an open request's timer is started even when its deadline
-    has passed (for a moment), so what the run issues does not depend on the activation's time.
-    A worker that applies a timer's firing to answer a query does so at the query's time, which
-    no workflow task of the history has; a replay applies it at the next task's, later."""
-    remaining = request.expires_at - workflow.now()
-    if armed:
-        remaining = max(remaining, MOMENT)
+    An open request's timer is started even when its deadline has passed (for a moment), so
+    what the run issues does not depend on the activation's time. A worker that applies a
+    timer's firing to answer a query does so at the query's time, which no workflow task of
+    the history has; a replay applies it at the next task's, later."""
+    remaining = max(request.expires_at - workflow.now(), MOMENT)
     if (request.open or mirror) and remaining > timedelta(0):
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -85,6 +83,12 @@ async def window(
     return not request.open
 
 
+def new_nonce() -> str:
+    """A fresh nonce for a token or a link, chosen by the run: 96 random bits, as 16 base64url
+    characters (the run keeps only its hash, `ledger.nonce_hash`)."""
+    return base64.urlsafe_b64encode(workflow.uuid4().bytes[:12]).decode("ascii")
+
+
 def expiry_summary(request: Request) -> str:
     """What a request's window timer is called in the run's history (its summary: metadata,
     which replay does not compare), by which a reader of the run's events tells that the
@@ -95,14 +99,12 @@ def expiry_summary(request: Request) -> str:
     return f"question {request.question_id} expires"
 
 
-def escalate(state: RunState, request: Request, name: str, *, from_now: bool = False) -> None:
+def escalate(state: RunState, request: Request, name: str) -> None:
     """Open the request's second window, for its policy's `escalate_to`: to the deadline the
-    links were minted with (the first window's links stay valid meanwhile), or, for approvals
-    of runs from before EXACTLY_ONCE, `from_now`."""
+    links were minted with (the first window's links stay valid meanwhile)."""
     policy = request.policy
     request.escalated = True
-    start = workflow.now() if from_now else request.expires_at
-    request.expires_at = start + policy.timeout
+    request.expires_at = request.expires_at + policy.timeout
     request.sent_to.append(policy.escalate_to)
     ledger.step(state, "event", request.tool, f"{name} escalated to {policy.escalate_to}")
 

@@ -8,8 +8,7 @@ closed once (answered, declined, expired or cancelled), and its answer delivered
 duplicate or late answer is refused before it reaches the run's history.
 
 A job's schema and a link holder's answer are untrusted: both are checked by
-`waitstate.elicitation`, in bounded time. From HARDENED on, a question whose schema no answer
-could fit is refused when asked (recorded, counted, and the job told no with the reason)
+`waitstate.elicitation`, in bounded time. A question whose schema no answer could fit is refused when asked (recorded, counted, and the job told no with the reason)
 instead of staying open; an answer that cannot be checked is refused, never raised.
 """
 
@@ -53,10 +52,9 @@ from waitstate.schemas.run import ANSWER_OPERATION
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
-from .desk import Notice, Notices, escalate, links_expiry, notice_of, window
+from .desk import Notice, Notices, escalate, links_expiry, new_nonce, notice_of, window
 from .metrics import question_asked, question_closed
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
-from .versions import Versions
 
 
 class InputDesk:
@@ -66,9 +64,8 @@ class InputDesk:
     and cancels the operation when `attend` says to; this desk never reaches back.
     """
 
-    def __init__(self, state: RunState, versions: Versions, board: StatusBoard) -> None:
+    def __init__(self, state: RunState, board: StatusBoard) -> None:
         self._state = state
-        self._versions = versions
         self._board = board
         # Answers that came while the run continues as new (their attendants had stopped).
         self._late: list[asyncio.Task[None]] = []
@@ -122,10 +119,10 @@ class InputDesk:
             if question.key in asked:
                 continue
             asked.add(question.key)
-            if self._versions.hardened and (problem := schema_problem(question.requested_schema)):
+            if problem := schema_problem(question.requested_schema):
                 recorded.append(self._refuse(op, question, policy, problem))
                 continue
-            nonce = self._versions.nonce()  # before the question's id: both are random draws
+            nonce = new_nonce()  # before the question's id: both are random draws
             request = _request(
                 op,
                 question,
@@ -228,7 +225,7 @@ class InputDesk:
 
     async def _answered(self, op: Operation, request: InputRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
-        await window(request, op=op, armed=self._versions.handlers_last)
+        await window(request, op=op)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open
@@ -399,8 +396,7 @@ def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestion
     valid against the requested schema; a decline carries none. Checked in bounded time (RE2
     for patterns, limits on sizes), never raising (a raise in the model's answer would fail
     the workflow task), and in all runs (a validator is not replayed, so it may refuse more
-    than it did). A schema the run would refuse today (a question asked before HARDENED)
-    takes only a decline."""
+    than it did)."""
     if answer.action == "decline":
         return "a decline carries no content" if answer.content else None
     if answer.content is None:

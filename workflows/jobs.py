@@ -55,7 +55,6 @@ from .policies import (
     poll_retry,
     reconcile_retry,
 )
-from .versions import Versions
 
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"
@@ -67,11 +66,8 @@ class Jobs:
     report is applied here to the operations in the run's state; the operations book reads
     that state (it never hands this part anything but operations)."""
 
-    def __init__(
-        self, state: RunState, versions: Versions, board: StatusBoard, inputs: InputDesk
-    ) -> None:
+    def __init__(self, state: RunState, board: StatusBoard, inputs: InputDesk) -> None:
         self._state = state
-        self._versions = versions
         self._board = board
         self._inputs = inputs
         self._watchers: dict[str, asyncio.Task[None]] = {}
@@ -105,10 +101,10 @@ class Jobs:
             watcher.cancel()
 
     def ended(self, op: Operation) -> bool:
-        """Whether the operation has ended, as the model is told of it: in runs from HARDENED
-        on, once its job's cancel (if it was sent one) was answered, so what it is told of
+        """Whether the operation has ended, as the model is told of it: once
+        its job's cancel (if it was sent one) was answered, so what it is told of
         the job is true (cancelled, or the cancel failed and the job may still run)."""
-        return op.terminal and not (self._versions.hardened and op.cancel == "owed")
+        return op.terminal and op.cancel != "owed"
 
     async def cancels_sent(self) -> None:
         """Wait until every cancel the run owes a job has been answered (or given up on)."""
@@ -117,14 +113,8 @@ class Jobs:
     async def _watch(self, op: Operation) -> None:
         """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
         remaining = max(op.expires_at - workflow.now(), timedelta(seconds=1))
-        if op.completion == "callback" and self._versions.hardened:
-            await self._reconcile(op)
-            return
         if op.completion == "callback":
-            try:
-                await workflow.wait_condition(lambda: op.terminal, timeout=remaining)
-            except TimeoutError:
-                await self.end(op, "expired")
+            await self._reconcile(op)
             return
         while True:
             try:
@@ -133,7 +123,7 @@ class Jobs:
                 return  # cancelled: the run continues as new, or ends
             if isinstance(polled, Failed) or polled.status != "input_required":
                 break
-            # The job asks a question (runs from MID_FLIGHT_INPUT on): recorded and routed,
+            # The job asks a question: recorded and routed,
             # then the poll goes on.
             if op.terminal:
                 return
@@ -147,7 +137,7 @@ class Jobs:
             out_of_time = (
                 isinstance(err.cause, ActivityTimeoutError) or workflow.now() >= op.expires_at
             )
-            if self._versions.hardened and (out_of_time or err.retry_state == RetryState.TIMEOUT):
+            if out_of_time or err.retry_state == RetryState.TIMEOUT:
                 # Also a long poll whose server stopped retrying because the next check would
                 # come past the expiry (failing with that check's "still running"): the job has
                 # not failed, the operation's time is up.
@@ -170,7 +160,7 @@ class Jobs:
             tool=op.tool,
             job_id=op.job_id,
             poll_interval_seconds=op.poll_interval_seconds,
-            known_questions=self._inputs.keys(op) if self._versions.mid_flight_input else None,
+            known_questions=self._inputs.keys(op),
             model=self._state.model or None,  # answers an MCP server's sampling, if allowed
         )
         # A long interval: each check one attempt; a short one: a heartbeating loop.
@@ -198,7 +188,7 @@ class Jobs:
         return polled
 
     async def _reconcile(self, op: Operation) -> None:
-        """A callback operation (runs from HARDENED on): it ends by its webhook; if none came
+        """A callback operation: it ends by its webhook; if none came
         within `reconcile_seconds`, its job's status is checked then and every
         `reconcile_seconds` after, in case a webhook was lost (the sender gave up, the gateway
         was down), so a lost webhook costs minutes, not the timeout. Whichever of a check and a
@@ -228,7 +218,7 @@ class Jobs:
         return op.terminal
 
     async def _expire(self, op: Operation) -> None:
-        """The operation's time is up (runs from HARDENED on): unless its job's status says
+        """The operation's time is up: unless its job's status says
         it ended (its report was lost, or came after the last check), it expires and its job
         is sent a cancel. A job that finished is never expired and cancelled."""
         # Until the expiry itself: checks stop early (a retry would run past it), and a poll's
@@ -321,9 +311,8 @@ class Jobs:
         )
         if op.terminal:
             operation_finished(op)
-            if self._versions.mid_flight_input:
-                self._inputs.operation_ended(op)
-        elif self._versions.mid_flight_input and completion.questions:
+            self._inputs.operation_ended(op)
+        elif completion.questions:
             self._attend(op, self._inputs.ask(op, completion.questions))
         self._board.show()
 
@@ -345,36 +334,25 @@ class Jobs:
             return
         op.status = "expired" if status == "expired" else "cancelled"
         op.resolved_at = workflow.now()
-        if self._versions.hardened:
-            # The truth so far: the cancel is asked for; `_send_cancel` says how it went.
-            reason = why or (
-                f"no completion by {op.expires_at.isoformat()}"
-                if op.status == "expired"
-                else "the run was cancelled"
-            )
-            message = reason + CANCEL_ASKED
-        else:
-            message = why or (
-                f"no completion by {op.expires_at.isoformat()}; the job was cancelled"
-                if op.status == "expired"
-                else "the run was cancelled; the job was cancelled"
-            )
+        # The truth so far: the cancel is asked for; `_send_cancel` says how it went.
+        reason = why or (
+            f"no completion by {op.expires_at.isoformat()}"
+            if op.status == "expired"
+            else "the run was cancelled"
+        )
+        message = reason + CANCEL_ASKED
         op.error = OperationError(code=op.status, message=message, retryable=op.status == "expired")
         ledger.step(self._state, "event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
         operation_finished(op)
-        if self._versions.mid_flight_input:
-            self._inputs.operation_ended(op)
+        self._inputs.operation_ended(op)
         self._board.show()
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
-        if self._versions.exactly_once:
-            # A task of its own, not the watcher's: a watcher is cancelled when the run
-            # continues as new, and the cancel must outlive it (`cancels_sent`).
-            op.cancel = "owed"
-            self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
-            return
-        await self._send_cancel(op)
+        # A task of its own, not the watcher's: a watcher is cancelled when the run
+        # continues as new, and the cancel must outlive it (`cancels_sent`).
+        op.cancel = "owed"
+        self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
 
     async def _send_cancel(self, op: Operation) -> None:
         try:
@@ -392,20 +370,17 @@ class Jobs:
                 retry_policy=CANCEL_RETRY,
             )
         except ActivityError as err:
-            # Cancelled with its watcher: only runs from before EXACTLY_ONCE, whose cancels
-            # their watchers sent, lose one this way.
+            # Cancelled (the run ended meanwhile): the cancel is given up on.
             sent = Failed(err)
         if isinstance(sent, Failed):
             # The job may run on with nobody waiting for it: an orphan risk, worth an alert.
             workflow.logger.warning("could not cancel job %s: %s", op.job_id, sent.reason)
             cancel_failed(op)
-        if self._versions.hardened:
-            self._cancel_answered(op, sent)
-        if self._versions.exactly_once:
-            op.cancel = "failed" if isinstance(sent, Failed) else "sent"
+        self._cancel_answered(op, sent)
+        op.cancel = "failed" if isinstance(sent, Failed) else "sent"
 
     def _cancel_answered(self, op: Operation, sent: Failed | None) -> None:
-        """Say in the operation's error how its job's cancel went (runs from HARDENED on): the
+        """Say in the operation's error how its job's cancel went: the
         model reads it in the operation's outcome, the operator in `status`."""
         if op.error is None or not op.error.message.endswith(CANCEL_ASKED):
             return
@@ -429,24 +404,17 @@ class Jobs:
 
 async def call_activity_tool(
     input: RunInput,
-    versions: Versions,
     tool_call: ToolCall,
     operation_id: str,
     in_flight: list[str],
-    nonce: str | None,
+    nonce: str,
     approved_by: str | None,
 ) -> ToolResult | Failed:
     """The `call_tool` activity: a sync tool's result, or a long tool's start."""
-    # Runs from CHECKPOINT_POLICY on let the activity read these from its own info (the
-    # operation's id is the activity's, which the Web UI shows).
-    recorded = not versions.checkpoint_policy
     return await call(
         CALL_TOOL,
         ToolCallInput(
             call=tool_call,
-            workflow_id=workflow.info().workflow_id if recorded else None,
-            operation_id=operation_id if recorded else None,
-            started_at=workflow.now() if recorded else None,
             in_flight=in_flight.count(tool_call.name),
             run_in_flight=len(in_flight),
             run_max_in_flight=input.max_in_flight,
@@ -465,7 +433,9 @@ async def call_activity_tool(
         start_to_close_timeout=input.tool_timeout,
         heartbeat_timeout=TOOL_HEARTBEAT,
         retry_policy=TOOL_RETRY,
-        activity_id=None if recorded else operation_id,
+        # The activity reads the workflow id and its start from its own info; the operation's
+        # id is the activity's, which the Web UI shows.
+        activity_id=operation_id,
     )
 
 

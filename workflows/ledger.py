@@ -208,11 +208,11 @@ def model_failure(
     return preview(f"{what}; {attempts}" if attempts else what, FAILURE_CHARS)
 
 
-def out_of_turns(state: RunState, hardened: bool) -> RunStatus:
-    """How a run that used its turns ends: `output_invalid` (runs from HARDENED on) when its
-    last answer was refused by the agent's output type, saying why; else `max_turns`."""
+def out_of_turns(state: RunState) -> RunStatus:
+    """How a run that used its turns ends: `output_invalid` when its last answer was refused
+    by the agent's output type, saying why; else `max_turns`."""
     rejected = state.rejected_output
-    if not hardened or rejected is None or rejected.turn != state.turns:
+    if rejected is None or rejected.turn != state.turns:
         return "max_turns"
     state.error = output_never_valid(state.turns, rejected)
     return "output_invalid"

@@ -15,7 +15,6 @@ from waitstate.wording import span
 from . import ledger
 from .activity_calls import Failed, call
 from .policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
-from .versions import Versions
 
 
 @dataclass
@@ -35,10 +34,9 @@ class Wait:
 class Memory:
     """The conversation a run's model sees, and how it survives long waits."""
 
-    def __init__(self, input: RunInput, state: RunState, versions: Versions) -> None:
+    def __init__(self, input: RunInput, state: RunState) -> None:
         self._input = input
         self._state = state
-        self._versions = versions
         if input.carry is not None:
             # Continued as new: the conversation goes on where the previous run left it.
             self.transcript_ref = input.carry.transcript_ref
@@ -62,11 +60,9 @@ class Memory:
 
     def worth_checkpoint(self, expected: timedelta | None) -> bool:
         """Whether to checkpoint before a wait expected to last `expected` (None: a person,
-        however long they take). Runs from CHECKPOINT_POLICY on write one only before a wait
-        known to be long, so a short poll costs no model call; if a wait turns out long, the
-        checkpoint is written before the rebuilt context needs it (`rebuild`)."""
-        if not self._versions.checkpoint_policy:
-            return True
+        however long they take): only before a wait known to be long, so a short poll costs
+        no model call; if a wait turns out long, the checkpoint is written before the rebuilt
+        context needs it (`rebuild`)."""
         return expected is None or expected > self._input.rebuild_after
 
     async def before_wait(self, waiting_for: str, expected: timedelta | None) -> bool:
@@ -79,18 +75,16 @@ class Memory:
 
     async def checkpoint(self, waiting_for: str) -> None:
         """Commit what is done and what remains: written by the model in one call, or built
-        from the ledger (the call failed, or runs before CHECKPOINT_POLICY with the scripted
-        model)."""
+        from the ledger (the call failed)."""
         checkpoint = self._ledger_checkpoint(waiting_for)
-        if self._versions.checkpoint_policy or not self._input.model.startswith("scripted:"):
-            checkpoint = await self._model_checkpoint(waiting_for) or checkpoint
+        checkpoint = await self._model_checkpoint(waiting_for) or checkpoint
         self._state.checkpoint = checkpoint
 
     def waited(self, wait: Wait, waited: timedelta) -> None:
         """A wait ended after `waited`: past `rebuild_after`, the transcript is left behind."""
         if waited > self._input.rebuild_after:
             self.long_wait = max(self.long_wait or waited, waited)
-            if not wait.checkpointed and self._versions.checkpoint_policy:
+            if not wait.checkpointed:
                 self._checkpoint_due = wait.label
         else:
             ledger.step(
@@ -124,7 +118,6 @@ class Memory:
                     Message(role="user", content=ledger.checkpoint_prompt(self._state, waiting_for))
                 ],
                 tools=[],
-                turn=None if self._versions.checkpoint_policy else self._state.turns,
             ),
             result_type=ModelResponse,
             start_to_close_timeout=self._input.model_timeout,

@@ -4,8 +4,7 @@ them and tells the model of them.
 A start activity returns an operation, whose job `Jobs` (workflows/jobs.py) watches until it
 ends. The book holds reports that beat the start's answer, in order, until the start is
 confirmed; answers `get_operation_status` and `wait_for_operations`; and between turns waits
-for an operation to change and tells the model (in runs from HARDENED on, a question for the
-model ends a wait for operations too).
+for an operation to change and tells the model (a question for the model ends a wait for operations too).
 """
 
 from __future__ import annotations
@@ -39,18 +38,18 @@ from . import ledger
 from .activity_calls import Failed
 from .board import StatusBoard
 from .continuation import Continuation
+from .desk import new_nonce
 from .inputs import InputDesk
 from .jobs import Jobs, call_activity_tool, expected_duration
 from .memory import Memory, Wait
 from .thread import Conversation
-from .versions import Versions
 
 
 class _Starting(NamedTuple):
     """A long tool's start in flight: the tool, and the hash of the nonce its token carries."""
 
     tool: str
-    nonce_hash: str | None
+    nonce_hash: str
 
 
 class OperationsBook:
@@ -60,7 +59,6 @@ class OperationsBook:
         self,
         input: RunInput,
         state: RunState,
-        versions: Versions,
         board: StatusBoard,
         memory: Memory,
         continuation: Continuation,
@@ -69,13 +67,12 @@ class OperationsBook:
     ) -> None:
         self._input = input
         self._state = state
-        self._versions = versions
         self._board = board
         self._memory = memory
         self._continuation = continuation
         self._inputs = inputs
         self._thread = thread
-        self._jobs = Jobs(state, versions, board, inputs)
+        self._jobs = Jobs(state, board, inputs)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
         # the start is confirmed; then each is applied.
@@ -95,14 +92,12 @@ class OperationsBook:
         next run would not watch them; it sends one still `owed`, to be sure)."""
         await self._inputs.hand_over()
         self._jobs.stop_watching()
-        if self._versions.exactly_once:
-            await self._jobs.cancels_sent()
+        await self._jobs.cancels_sent()
 
     async def end_pending(self, status: str) -> None:
         """The run ends: every pending operation is cancelled, and its job sent a cancel."""
         await asyncio.gather(*(self._jobs.end(op, status) for op in self.pending()))
-        if self._versions.exactly_once:
-            await self._jobs.cancels_sent()
+        await self._jobs.cancels_sent()
 
     def pending(self) -> list[Operation]:
         return [op for op in self._state.operations.values() if not op.terminal]
@@ -116,9 +111,7 @@ class OperationsBook:
         starting = self._starting.get(update.operation_id)
         if op is None and starting is not None:
             # The job reports before its start is confirmed: held, unless it cannot apply.
-            if starting.nonce_hash is not None and starting.nonce_hash != ledger.nonce_hash(
-                update.nonce
-            ):
+            if starting.nonce_hash != ledger.nonce_hash(update.nonce):
                 raise ApplicationError(
                     "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
                 )
@@ -187,13 +180,11 @@ class OperationsBook:
         operation_id = f"op_{workflow.uuid4().hex[:16]}"
         # Chosen here, not derived from a signing key, so that every token minted for the
         # operation carries it whichever key signs it, and an early report can be checked.
-        nonce = self._versions.nonce() if self._versions.exactly_once else None
-        self._starting[operation_id] = _Starting(
-            call.name, ledger.nonce_hash(nonce) if nonce else None
-        )
+        nonce = new_nonce()
+        self._starting[operation_id] = _Starting(call.name, ledger.nonce_hash(nonce))
         try:
             result = await call_activity_tool(
-                self._input, self._versions, call, operation_id, in_flight, nonce, approved_by
+                self._input, call, operation_id, in_flight, nonce, approved_by
             )
         finally:
             self._starting.pop(operation_id, None)
@@ -363,8 +354,6 @@ class OperationsBook:
         waiting: contextlib.AbstractContextManager[Wait],
     ) -> ToolResult | ParkedCall:
         def done() -> bool:
-            if not self._versions.hardened:
-                return all(op.terminal for op in ops)
             # A question for the model ends the wait: it is the model's to answer.
             return (
                 all(self._jobs.ended(op) for op in ops)
@@ -454,27 +443,15 @@ class OperationsBook:
         return True
 
     def _unreported(self) -> list[Operation]:
-        if self._versions.hardened:
-            # An end, once its cancel (if any) was answered; a question for the model it has not
-            # been told of. A question for a person is theirs: no model turn is spent on it.
-            return [
-                op
-                for op in self._state.operations.values()
-                if op.mode == "handle"
-                and (
-                    (self._jobs.ended(op) and op.reported_status != op.status)
-                    or self._asks_model_anew(op)
-                )
-            ]
+        # An end, once its cancel (if any) was answered; a question for the model it has not
+        # been told of. A question for a person is theirs: no model turn is spent on it.
         return [
             op
             for op in self._state.operations.values()
             if op.mode == "handle"
-            and op.reported_status != op.status
-            and op.status != "running"
-            # A question for a person is theirs to answer: no model turn is spent on it.
-            and not (
-                op.status == "input_required" and op.asking and not self._inputs.asks_model(op)
+            and (
+                (self._jobs.ended(op) and op.reported_status != op.status)
+                or self._asks_model_anew(op)
             )
         ]
 
@@ -496,6 +473,4 @@ class OperationsBook:
     def _asks_anew(self, op: Operation, completion: Completion) -> bool:
         """Whether a report asks a question the job has not asked before."""
         asked = set(self._inputs.keys(op))
-        return self._versions.mid_flight_input and any(
-            q.key not in asked for q in completion.questions or ()
-        )
+        return any(q.key not in asked for q in completion.questions or ())

@@ -4,9 +4,8 @@ until the store is back; never charged to the call's own retries, never the end 
 A read-only or full directory, or object storage out of reach, is an infrastructure fault:
 what the run had (an accepted completion, the model's reply) is not lost, only not stored yet.
 The run calls the activities that keep the conversation (the model's, the MCP listing's)
-through `StoreOutages`. In runs from HARDENED on, their retry policy leaves
-`BLOB_STORE_UNAVAILABLE` to the run, which counts the attempts that failed otherwise against
-the policy's budget; earlier runs call them as they did.
+through `StoreOutages`: their retry policy leaves `BLOB_STORE_UNAVAILABLE` to the run, which
+counts the attempts that failed otherwise against the policy's budget.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from .policies import (
     leaving_outages,
     patient,
 )
-from .versions import Versions
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -57,16 +55,15 @@ class StoreOutages:
     first), sleeps `delay`, and tries again.
     """
 
-    def __init__(self, state: RunState, versions: Versions, board: StatusBoard) -> None:
+    def __init__(self, state: RunState, board: StatusBoard) -> None:
         self._state = state
-        self._versions = versions
         self._board = board
 
     def tries(self, what: str, retry_policy: RetryPolicy) -> StoreTries:
         """The tries of one call, for people `what` (`model call`), under its own
         `retry_policy`: its attempts that failed otherwise before an outage are spent,
         whichever activity spent them."""
-        return StoreTries(self, what, retry_policy, hardened=self._versions.hardened)
+        return StoreTries(self, what, retry_policy)
 
     def note(self, what: str, error: str, delay: timedelta) -> None:
         """A try of `what` met the outage: it is shown, with when the next try comes."""
@@ -108,11 +105,8 @@ class StoreOutages:
 class StoreTries:
     """One call's tries through an outage (see `StoreOutages.tries`)."""
 
-    def __init__(
-        self, outages: StoreOutages, what: str, retry_policy: RetryPolicy, *, hardened: bool
-    ) -> None:
+    def __init__(self, outages: StoreOutages, what: str, retry_policy: RetryPolicy) -> None:
         self._outages = outages
-        self._hardened = hardened
         self._what = what
         self._retry_policy = retry_policy
         self._spent = 0
@@ -133,21 +127,9 @@ class StoreTries:
         hands_back: bool = False,
         placement: Placement = RUN_QUEUE,
     ) -> T | Failed | StoreDown:
-        """`activity`'s result, `Failed` for any failure but the store's, or `StoreDown`
-        (runs before HARDENED: never; any failure is `Failed`, the store's spending the call's
-        retries as before). `hands_back`: the activity may hand back work it did before the
+        """`activity`'s result, `Failed` for any failure but the store's, or `StoreDown`.
+        `hands_back`: the activity may hand back work it did before the
         store failed (`StoreFailure.answered`). `placement`: its queue and priority."""
-        if not self._hardened:
-            return await call(
-                activity,
-                arg,
-                result_type=result_type,
-                summary=summary,
-                start_to_close_timeout=start_to_close_timeout,
-                heartbeat_timeout=heartbeat_timeout,
-                retry_policy=self._retry_policy,
-                placement=placement,
-            )
         result: T | Failed = await call(
             activity,
             arg,

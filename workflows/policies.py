@@ -24,7 +24,7 @@ from .activity_calls import RUN_QUEUE, Placement
 # Provider SDKs never retry on their own (max_retries=0): this policy owns every attempt.
 # A provider's retry-after reaches it as the ApplicationError's next_retry_delay. What cannot
 # succeed on a retry (a refused request, a bad model spec) the activity raises non-retryable.
-# A blob store outage is no failure of the model's: runs from HARDENED on wait it out without
+# A blob store outage is no failure of the model's: runs wait it out without
 # spending these attempts (workflows/outages.py).
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -150,8 +150,6 @@ def reconcile_retry(every: timedelta) -> RetryPolicy:
 # window cannot spare. Retried a while; if it still fails, the request stands (the CLI can
 # answer it) and the failure is logged.
 NOTIFY_TIMEOUT = timedelta(seconds=12)
-# Approvals of runs from before EXACTLY_ONCE gave their notices 30 s.
-NOTIFY_TIMEOUT_V1 = timedelta(seconds=30)
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 # An answer goes to the job once: the job keeps the first answer to a key, so a retry after a
 # lost reply is safe; a refusal (the job ended, the key is unknown) is final.

@@ -37,7 +37,6 @@ from waitstate.wording import count_of, span
 from . import ledger
 from .board import StatusBoard
 from .memory import Memory
-from .versions import Versions
 
 # Messages a run answers before the thread continues as new: each run's history holds a bounded
 # number of turns (and a new run's first task comes no sooner than a second after its start on
@@ -65,13 +64,11 @@ class Conversation:
         self,
         input: RunInput,
         state: RunState,
-        versions: Versions,
         memory: Memory,
         board: StatusBoard,
     ) -> None:
         self._input = input
         self._state = state
-        self._versions = versions
         self._memory = memory
         self._board = board
         self._closing = False
@@ -176,12 +173,11 @@ class Conversation:
         return self.on and self._thread.settings.busy == "interrupt"
 
     def steering(self, nested: bool = False) -> bool:
-        """Whether a message waits while the turn waits for operations (from HANDLERS_LAST
-        on): between turns, it is answered aside (`take_aside`) and the wait goes on.
+        """Whether a message waits while the turn waits for operations: between turns, it is
+        answered aside (`take_aside`) and the wait goes on.
         `nested`: also while the turn is itself an aside's (an approval's wait in it)."""
         return (
-            self._versions.handlers_last
-            and self.on
+            self.on
             and (nested or self._aside is None)
             and self._working() is not None
             and bool(self._queued())

@@ -106,7 +106,7 @@ async def test_an_answer_that_fails_the_output_type_goes_back_and_the_corrected_
 async def test_an_answer_that_never_validates_ends_the_run_output_invalid(run: Run) -> None:
     _, result, state = await run(task="report", agent="stubborn")
 
-    # Runs from HARDENED on (the CLI's view of it: tests/test_output_invalid.py).
+    # (The CLI's view of it: tests/test_output_invalid.py.)
     assert result.status == "output_invalid"
     assert result.final_output is None
     assert result.rejected_output == state.rejected_output

@@ -172,7 +172,7 @@ async def test_an_escalating_request_shows_its_final_deadline_and_escalates_upse
 ) -> None:
     # A command issued as the window's timer fires or as the escalation's notice completes can
     # land before or after a decision's Update in the same workflow task, one way live and the
-    # other on replay; from agent-run-5 on, escalating changes no search attribute.
+    # other on replay; escalating changes no search attribute.
     async with desk.worker():
         handle, request = await _refund_asking(desk)
         await desk.env.sleep(DAY + timedelta(minutes=1))

@@ -1,8 +1,7 @@
 """A cold worker's ordering of a timer and what races it (issue 24, item 6): the worker dies
 while the run waits, the wait's timer fires (into a workflow task for the dead worker) and an
 Update or a cancel request comes before a worker is back. The new worker rebuilds the run and
-gets the timer and the other in one workflow task. Runs from agent-run-6 on apply the timer
-first, as a worker that was up would have, live and on replay alike (handlers after
+gets the timer and the other in one workflow task. Every run applies the timer first, as a worker that was up would have, live and on replay alike (handlers after
 resolutions, waitstate/activation_order.py); the history they write must replay.
 
 Each case runs with a worker that died before the timer's task reached it (SIGKILL) and one
@@ -16,7 +15,7 @@ that took that task and died holding it (SIGSTOP, then SIGKILL: the task waits o
 - A thread's message against the thread's idle time (`close_after`).
 - A status query that reaches the new worker with the window's timer before the workflow task
   that delivers it: an SDK behaviour (docs/reliability.md), reproduced on plain temporalio in
-  test_split_activation.py; here on the question desk, where runs from agent-run-6 on replay.
+  test_split_activation.py; here on the question desk, where every run replays.
 
 The approval desk's case is test_worker_crash's
 `test_a_decision_waiting_for_a_worker_when_the_window_passed_replays`. A polled operation has no
@@ -98,7 +97,7 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_is_too_late
 ) -> None:
     """The question's window passes and a person answers while no worker is up; a new worker
     rebuilds the run with both in one task. It applies the window's timer first, as a worker
-    that was up would have (agent-run-6, handlers after resolutions): the declared outcome
+    that was up would have (handlers after resolutions): the declared outcome
     stands (`escalate` opens a second window, in which the answer is taken; `decline` and
     `cancel` close the question, and the answer is refused as too late), and the history
     replays."""
@@ -160,10 +159,10 @@ async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_a_h
     the retried task brings the answer. A replay gets the timer and the answer in one activation,
     at a later time (docs/reliability.md, docs/upstream/split-activation.md).
 
-    Runs from agent-run-6 on apply the timer first there too (waitstate/activation_order.py),
-    and the second window's timer is started whatever the time (`window(armed=True)`), so the
-    history replays. On 8a637ef, and on agent-run-5 runs, it does not: the run is stuck for
-    good."""
+    Every run applies the timer first there too (waitstate/activation_order.py), and the
+    second window's timer is started whatever the time (`window`), so the history replays.
+    Without handlers last (on 8a637ef, and the runs of before agent-run-6, folded into 1.0), it
+    does not: the run is stuck for good."""
     app = "tests.workflows.cold_order_app:escalate_later"
     async with cold_worker_serving(dev_env.client, task_queue, tmp_path, app) as cold:
         for attempt in range(ATTEMPTS):
@@ -344,7 +343,7 @@ async def test_a_message_waiting_for_a_worker_when_the_thread_closed_is_refused_
 ) -> None:
     """A conversation's message against the thread's idle time (`close_after`): the thread's
     timer fires and a person writes while no worker is up. The new worker applies the timer
-    first (agent-run-6): the thread closes, the message is refused (the sender is told, and
+    first (handlers after resolutions): the thread closes, the message is refused (the sender is told, and
     nothing of it is recorded), and the history replays."""
     app = "tests.workflows.threads_app:app"
     client = WaitstateClient(dev_env.client, task_queue=task_queue)

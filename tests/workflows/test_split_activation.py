@@ -62,7 +62,7 @@ from temporalio.workflow import NondeterminismError
 from tests.helpers import first_unreplayable
 from waitstate.activation_order import HandlersLast
 
-# The patch marker the opted-in workflow records (the agent run's is in workflows/versions.py).
+# The patch marker the opted-in workflow records (the agent run opts in every run instead).
 HANDLERS_LAST = "handlers-last"
 
 # No waitstate code, nor the test rigs (the first worker's process imports this module).

@@ -145,7 +145,7 @@ async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wai
 
         request = await eventually(asked, "the approval request")
         second = await client.send_message(thread_id, "how is it going?")
-        # (Before STEER_APPROVALS, the message waited for the decision: this ran out.)
+        # (Before agent-run-7, folded into 1.0, the message waited for the decision.)
         answered = await client.reply(thread_id, second.accepted.message_id, within=SOON)
         while_waiting = await client.message(thread_id, first.accepted.message_id)
         still_open = await asked()

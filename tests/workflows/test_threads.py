@@ -267,7 +267,7 @@ async def test_a_burst_of_messages_past_the_cap_on_updates_in_flight_is_taken_wh
 async def test_a_threads_turns_write_no_search_attribute_of_their_own(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    # From QUIET_TURNS on, a message answered in a turn that waits for nothing else leaves the
+    # A message answered in a turn that waits for nothing else leaves the
     # thread's search attributes as they are (`waiting` for a `message`): no upsert, no
     # visibility write, per message. `status` still says what it does.
     client = WaitstateClient(dev_env.client, task_queue=task_queue)

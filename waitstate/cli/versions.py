@@ -6,8 +6,9 @@ The numbers come from search attributes Temporal keeps for every run:
 
 - `TemporalChangeVersion`, the keyword list of the patch markers the run has recorded, upserted
   by the SDK when `workflow.patched(marker)` first returns true in a run. A run records only
-  the newest marker its code checks for (`Versions.of_this_run`), which implies every earlier
-  one; a run started before a marker existed never records it.
+  the newest marker its code checks for, which implies every earlier one; a run started
+  before a marker existed never records it. (Since the 1.0 baseline the agent run checks for
+  none: the table of markers is then empty.)
 - `TemporalWorkerDeploymentVersion` (`deployment:build_id`), set once a worker of a deployment
   version has run one of the run's tasks, and `TemporalWorkflowVersioningBehavior` (`Pinned`
   or `AutoUpgrade`). Runs of unversioned workers, and runs no worker has taken yet, have none.
@@ -200,9 +201,12 @@ async def cmd_versions(
 def render(report: VersionsReport, limit: int) -> list[str]:
     """The report as the table `versions` prints."""
     lines = [f"open agent runs: {report.open_runs}", ""]
-    marker_rows = [("patch marker", "recorded it", "without it or a newer one")]
-    marker_rows += [(m.marker, str(m.recorded), str(m.without)) for m in report.markers]
-    lines += _table(marker_rows, right=2)
+    if report.markers:
+        marker_rows = [("patch marker", "recorded it", "without it or a newer one")]
+        marker_rows += [(m.marker, str(m.recorded), str(m.without)) for m in report.markers]
+        lines += _table(marker_rows, right=2)
+    else:
+        lines.append("patch markers: none (every run has the 1.0 baseline)")
     lines.append("")
     version_rows = [("deployment version", "open runs", "pinned", "state", "can stop")]
     version_rows += [

@@ -85,7 +85,7 @@ class PeopleCalls(UpdateCalls):
     async def waiting_for_people(self) -> Pending:
         """The open approval requests, and the open questions for a person, of runs waiting
         for one (`WaitingFor` is `approval` or `input`: a person's question or approval
-        outranks a job's webhook or poll, in runs from agent-run-5 on); runs whose worker does
+        outranks a job's webhook or poll); runs whose worker does
         not answer are left out.
 
         Raises:

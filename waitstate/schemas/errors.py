@@ -18,7 +18,7 @@ RUN_INPUT_INVALID = "RunInputInvalid"
 RUN_FAILED = "RunFailed"
 # The blob store could not be read or written (an outage: read-only, full, unreachable). The
 # name of `waitstate.blobs.BlobStoreUnavailable`, which an activity that lets it through is
-# failed with; runs from agent-run-5 wait it out instead of spending a call's retries on it.
+# failed with; runs wait it out instead of spending a call's retries on it.
 BLOB_STORE_UNAVAILABLE = "BlobStoreUnavailable"
 
 # Completions refused by the run's Update validator (nothing is written to history).

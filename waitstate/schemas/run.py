@@ -240,7 +240,7 @@ class Step(BaseModel):
 
 
 class StoreOutage(BaseModel):
-    """The blob store is unavailable and a call waits for it (runs from agent-run-5 on)."""
+    """The blob store is unavailable and a call waits for it."""
 
     call: str = Field(description="What waits, e.g. `model call`.")
     since: datetime
@@ -323,7 +323,7 @@ class ModelCallInput(BaseModel):
     tools: list[str] = Field(description="Tool names; the activity resolves their definitions.")
     turn: int | None = Field(
         default=None,
-        description="The run's turn (runs from CHECKPOINT_POLICY on leave it to the summary).",
+        description="The run's turn (runs since 1.0 leave it to the summary, so it is None).",
     )
     agent: str | None = Field(
         default=None,
@@ -335,7 +335,7 @@ class ModelCallInput(BaseModel):
     )
     outages_waited_out: bool = Field(
         default=False,
-        description="The run waits blob store outages out (runs from agent-run-5 on): a "
+        description="The run waits blob store outages out (every run since 1.0): a "
         "failure on the store says which attempt met it, and hands back the model's reply.",
     )
     answered: ModelResponse | None = Field(
@@ -430,8 +430,8 @@ class ToolCallInput(BaseModel):
     """Input of the `call_tool` activity."""
 
     call: ToolCall
-    # Runs from CHECKPOINT_POLICY on leave these three out (their history is the smaller for
-    # it): the activity reads the run's id, its own id (the operation's) and the time it was
+    # Runs leave these three out (their history is the smaller for it; set by runs from before
+    # 1.0, and by tests that call the activity directly): the activity reads the run's id, its own id (the operation's) and the time it was
     # first scheduled from its own info.
     operation_id: str | None = Field(
         default=None, description="The operation's id, should the tool be a long one."
