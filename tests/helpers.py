@@ -156,6 +156,16 @@ async def eventually(
         ) from None
 
 
+async def accepted_updates(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The names of the Updates the run (its whole chain, for a handle without a run id)
+    accepted, in order."""
+    return [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+
+
 async def first_question(handle: WorkflowHandle[Any, Any], what: str) -> InputRequest:
     """The first question the run shows in its status, once it shows one (`what` names it
     in the failure message)."""

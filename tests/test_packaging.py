@@ -22,13 +22,12 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
 from tests.docs import page, section
-from tests.helpers import eventually, package_files
+from tests.helpers import accepted_updates, eventually, package_files
 from tests.rigs import ServerProcess, WorkerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
 
@@ -397,11 +396,5 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
     assert health.json() == {"status": "ok"}
     [export] = [job for job in jobs.values() if job["kind"] == "export"]
     assert [hook["status_code"] for hook in export["webhooks"]] == [200]
-    updates = [
-        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        async for event in dev_env.client.get_workflow_handle(
-            f"beside-{task_queue}"
-        ).fetch_history_events()
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-    ]
+    updates = await accepted_updates(dev_env.client.get_workflow_handle(f"beside-{task_queue}"))
     assert updates == ["complete_operation"]

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -32,6 +32,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems import serving
 from tests.helpers import (
     MALFORMED_COMPLETIONS,
+    accepted_updates,
     assert_error,
     eventually,
     quiet_history_length,
@@ -59,7 +60,6 @@ RESULT_WITHIN = 60.0  # far more than a run takes: only turns a hang into a fail
 # A valid body for each endpoint, to send with tokens that must be refused.
 SUCCEEDED = {"status": "succeeded", "result": {"file": "exports/transactions-2025-Q3.csv"}}
 APPROVE = {"decision": "approve", "reviewer": "ana", "comment": "fine by me"}
-UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 
 
 @pytest.fixture
@@ -78,15 +78,6 @@ async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
 
 async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
     return await asyncio.wait_for(handle.result(), RESULT_WITHIN)
-
-
-async def _accepted_updates(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """The names of the Updates the run accepted, in order."""
-    return [
-        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        async for e in handle.fetch_history_events()
-        if e.event_type == UPDATE_ACCEPTED
-    ]
 
 
 def _answers(responses: Sequence[httpx.Response]) -> list[tuple[int, str | None]]:
@@ -164,7 +155,7 @@ async def test_each_report_is_applied_and_answered_with_the_operations_status(ri
     assert result.status == "completed"
     succeeded = ended[operation.operation_id]
     assert (succeeded.status, succeeded.result) == ("succeeded", result_body)
-    assert await _accepted_updates(handle) == ["complete_operation"] * 3
+    assert await accepted_updates(handle) == ["complete_operation"] * 3
 
 
 async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Stack) -> None:
@@ -191,7 +182,7 @@ async def test_identical_completions_apply_once_and_later_ones_get_409(rig: Stac
     assert last.status_code == 200
     assert result.status == "completed"
     assert_error(after_the_end, 409, "run_ended")
-    assert await _accepted_updates(handle) == ["complete_operation"] * 2, "one per operation"
+    assert await accepted_updates(handle) == ["complete_operation"] * 2, "one per operation"
 
 
 async def test_refused_completions_never_reach_the_run(
@@ -288,7 +279,7 @@ async def test_refused_completions_never_reach_the_run(
     assert after == before, "refused requests add nothing to the run's history"
     assert genuine not in caplog.text and genuine.split(".")[1] not in caplog.text
     assert accepted.status_code == 200, "and the run still takes the genuine webhook"
-    assert await _accepted_updates(handle) == ["complete_operation"]
+    assert await accepted_updates(handle) == ["complete_operation"]
     assert result.status == "completed"
     assert_error(unknown_run, 404, "unknown_run")
 
@@ -361,7 +352,7 @@ async def test_a_decision_through_a_link_is_applied_once(rig: Stack) -> None:
     assert result.status == "completed"
     assert [r.claim_id for r in rig.systems.refunds] == ["C-118"], "the approved one, once"
     assert_error(after_the_end, 409, "run_ended")
-    assert await _accepted_updates(handle) == ["decide", "decide"]
+    assert await accepted_updates(handle) == ["decide", "decide"]
 
 
 async def test_a_one_click_link_allows_its_own_decision_only(rig: Stack) -> None:
@@ -370,12 +361,12 @@ async def test_a_one_click_link_allows_its_own_decision_only(rig: Stack) -> None
         notices = await rig.notices(handle, 2)
         first, second = sorted(notices, key=lambda n: n["arguments"]["claim_id"])
         approve, reject = first["links"]["approve"], first["links"]["reject"]
-        before = await _accepted_updates(handle)
+        before = await accepted_updates(handle)
         crossed = await rig.post(reject["url"], APPROVE, reject["authorization"])
         also_crossed = await rig.post(
             approve["url"], {"decision": "reject"}, approve["authorization"]
         )
-        refused_added = await _accepted_updates(handle)
+        refused_added = await accepted_updates(handle)
         approved = await rig.post(approve["url"], approve["body"], approve["authorization"])
         other = second["links"]["reject"]
         rejected = await rig.post(other["url"], other["body"], other["authorization"])
@@ -519,7 +510,7 @@ async def test_a_decision_while_the_worker_is_down_is_unknown_and_its_retry_appl
     }
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_a_decision_in_flight_when_its_run_ends_gets_409_run_ended(rig: Stack) -> None:
@@ -540,7 +531,7 @@ async def test_a_decision_in_flight_when_its_run_ends_gets_409_run_ended(rig: St
     assert description.status == WorkflowExecutionStatus.TERMINATED
     assert_error(in_flight, 409, "run_ended")
     assert rig.systems.refunds == []
-    assert await _accepted_updates(handle) == []
+    assert await accepted_updates(handle) == []
 
 
 async def _admitted(client: Client, workflow_id: str, update_id: str) -> bool:

@@ -40,7 +40,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples.demo.purges import PurgeService, purge_tool
-from tests.helpers import eventually, first_question, until_the_update_is_admitted
+from tests.helpers import accepted_updates, eventually, first_question, until_the_update_is_admitted
 from tests.rigs import (
     EXPORT_TASK,
     EXPORT_TOOLS,
@@ -74,7 +74,6 @@ SUCCEEDED = {
     "status": "succeeded",
     "result": {"file": "exports/transactions-2025-Q3.csv", "rows": 7},
 }
-UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 UPDATE_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
 # The headers a browser sends with a form from one of the gateway's pages.
 SAME_ORIGIN = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
@@ -177,15 +176,6 @@ async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
     return await asyncio.wait_for(handle.result(), RESULT_WITHIN)
 
 
-async def _accepted_updates(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """The names of the Updates the run (its whole chain) accepted, in order."""
-    return [
-        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        async for e in handle.fetch_history_events()
-        if e.event_type == UPDATE_ACCEPTED
-    ]
-
-
 def _unknown(response: httpx.Response) -> dict[str, str]:
     """The fields of a 504 `outcome_unknown` answer (in the gateway's error shape)."""
     assert response.status_code == 504, response.text
@@ -249,6 +239,17 @@ def _page_form(tokens: ResumeTokens, authorization: str, fields: dict[str, str])
     `authorization`) and the form key its page carries."""
     token = authorization.removeprefix("Bearer ")
     return {"token": token, "form_key": form_key(tokens, tokens.signed_claims(token)), **fields}
+
+
+async def _send_form(
+    rig: Stack, url: str, authorization: str, fields: dict[str, str], *, expired: bool = False
+) -> httpx.Response:
+    """The link's page's form, filled in with `fields`, posted as a browser posts it; with
+    `expired`, carrying an expired copy of the link's token (see `_expired`)."""
+    if expired:
+        authorization = _expired(rig.tokens, authorization)
+    form = _page_form(rig.tokens, authorization, fields)
+    return await rig.http.post(url, data=form, headers=SAME_ORIGIN)
 
 
 async def _completed(handle: WorkflowHandle[Any, Any], update: str) -> bool:
@@ -426,7 +427,7 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
         assert "already applied" in retried.json()["error"]["message"]
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
@@ -460,7 +461,7 @@ async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_app
     assert _code(other) == (410, "token_expired")
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
@@ -497,7 +498,7 @@ async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig
     # One claim's refund for all three (its key is the claim's): each run applied one decision.
     assert [r.status for r in results] == ["completed"] * 3
     for handle in handles:
-        assert await _accepted_updates(handle) == ["decide"], handle.id
+        assert await accepted_updates(handle) == ["decide"], handle.id
 
 
 # --- an answer to a question -----------------------------------------------------------------------
@@ -523,7 +524,7 @@ async def test_an_answer_whose_answer_is_lost_or_retried_past_its_token_is_appli
     assert (late.status_code, late.json()) == (200, retried.json())
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await _accepted_updates(handle)).count("answer") == 1
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
@@ -555,7 +556,7 @@ async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_appl
     assert (late.status_code, late.json()) == (200, twice[0].json())
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await _accepted_updates(handle)).count("answer") == 1
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
@@ -581,7 +582,7 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
     assert again == retried
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await _accepted_updates(handle)).count("answer") == 1
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 # --- a page's form -------------------------------------------------------------------------------
@@ -600,11 +601,7 @@ async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands
 
         await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
         # The link has expired since: its page's form, sent again as it was.
-        late = await rig.http.post(
-            url,
-            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
-            headers=SAME_ORIGIN,
-        )
+        late = await _send_form(rig, url, authorization, APPROVE, expired=True)
         result = await _result(handle)
         state = await _state(handle)
 
@@ -616,7 +613,7 @@ async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands
     assert decision is not None and (decision.decision, decision.reviewer) == ("approve", "ana")
     assert result.status == "completed"
     assert len(rig.systems.refunds) == 1
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
@@ -627,16 +624,10 @@ async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refuse
         notice = await _notice(rig, handle)
         request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
         url = f"{rig.gateway_url}/pages/approvals/{request_id}"
-        late = await rig.http.post(
-            url,
-            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE),
-            headers=SAME_ORIGIN,
-        )
+        late = await _send_form(rig, url, authorization, APPROVE, expired=True)
         untouched = (await _state(handle)).approvals[request_id]
         # Nothing of the late form's stands in the way of the link while it is valid.
-        decided = await rig.http.post(
-            url, data=_page_form(rig.tokens, authorization, APPROVE), headers=SAME_ORIGIN
-        )
+        decided = await _send_form(rig, url, authorization, APPROVE)
         result = await _result(handle)
 
     assert late.status_code == 410, late.text
@@ -645,7 +636,7 @@ async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refuse
     assert decided.status_code == 200, decided.text
     assert "<title>Approved</title>" in decided.text
     assert result.status == "completed"
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_link_until_applied(
@@ -680,7 +671,7 @@ async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_li
     assert late.status_code == 409, late.text
     assert "Approved by <b>ana</b> at" in late.text
     assert result.status == "completed"
-    assert await _accepted_updates(handle) == ["decide"]
+    assert await accepted_updates(handle) == ["decide"]
 
 
 async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_expired(
@@ -698,11 +689,7 @@ async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_ex
         form = _page_form(rig.tokens, authorization, CONFIRM_FORM)
 
         await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
-        late = await rig.http.post(
-            url,
-            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
-            headers=SAME_ORIGIN,
-        )
+        late = await _send_form(rig, url, authorization, CONFIRM_FORM, expired=True)
         result = await _result(handle)
     purges = await _purges(rig)
 
@@ -711,7 +698,7 @@ async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_ex
     assert "<title>Answered</title>" in late.text and "Answered by <b>ana</b>." in late.text
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await _accepted_updates(handle)).count("answer") == 1
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
@@ -724,15 +711,9 @@ async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused
         notice = await rig.notice(handle.id, "question")
         question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
         url = f"{rig.gateway_url}/pages/questions/{question_id}"
-        late = await rig.http.post(
-            url,
-            data=_page_form(rig.tokens, _expired(rig.tokens, authorization), CONFIRM_FORM),
-            headers=SAME_ORIGIN,
-        )
+        late = await _send_form(rig, url, authorization, CONFIRM_FORM, expired=True)
         untouched = (await _state(handle)).questions[question_id]
-        answered = await rig.http.post(
-            url, data=_page_form(rig.tokens, authorization, CONFIRM_FORM), headers=SAME_ORIGIN
-        )
+        answered = await _send_form(rig, url, authorization, CONFIRM_FORM)
         result = await _result(handle)
     purges = await _purges(rig)
 
@@ -743,7 +724,7 @@ async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused
     assert "<title>Answered</title>" in answered.text
     assert result.status == "completed"
     assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await _accepted_updates(handle)).count("answer") == 1
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 # --- a webhook's completion ------------------------------------------------------------------------
@@ -779,7 +760,7 @@ async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_
     assert result.status == "completed"
     [operation] = state.operations.values()
     assert (operation.status, operation.result) == ("succeeded", SUCCEEDED["result"])
-    assert await _accepted_updates(handle) == ["complete_operation"]
+    assert await accepted_updates(handle) == ["complete_operation"]
 
 
 async def test_a_completion_retried_past_its_token_once_its_run_continued_as_new_is_told_so(
@@ -855,7 +836,7 @@ async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_k
     assert _code(late) == (409, "duplicate_completion")
     assert _code(done) == (200, None)
     assert result.status == "completed"
-    assert await _accepted_updates(handle) == ["complete_operation"] * 2
+    assert await accepted_updates(handle) == ["complete_operation"] * 2
 
 
 async def test_a_completion_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
@@ -891,4 +872,4 @@ async def test_a_completion_sent_twice_hung_up_on_or_retried_past_its_token_is_a
     assert _code(malformed) == (410, "token_expired")
     assert _code(misdirected) == (410, "token_expired")
     assert result.status == "completed"
-    assert await _accepted_updates(handle) == ["complete_operation"]
+    assert await accepted_updates(handle) == ["complete_operation"]
