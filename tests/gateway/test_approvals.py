@@ -14,26 +14,19 @@ decision recorded but not applied, a refusal of no known type, a run ending mid-
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
 
 from tests.gateway.replies import (
     deliverer_for,
     link_claims,
-    update_failed,
 )
 from tests.helpers import assert_error
 from tests.rigs import RUN, Gateway, running_gateway
 from waitstate.auth.tokens import approval_subject
-from waitstate.client import _people
 from waitstate.gateway.delivery import DeliveryRefused
 from waitstate.names import DECIDE_UPDATE
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
-from waitstate.schemas.errors import (
-    APPROVAL_NOT_READY,
-)
 
 REQUEST = "apr_1"
 URL = f"/v1/approvals/{REQUEST}/decision"
@@ -110,33 +103,6 @@ async def test_identical_decisions_share_one_update_and_copies_are_refused() -> 
     ids = [update_id for _, _, update_id in client.handle.updates]
     assert len(set(ids)) == 1 and ids[0].startswith(f"decide/{REQUEST}/")
     assert (copy.value.status_code, copy.value.code) == (409, "duplicate_decision")
-
-
-def _not_ready() -> WorkflowUpdateFailedError:
-    return update_failed(APPROVAL_NOT_READY, "the request's links are not confirmed yet")
-
-
-async def test_a_link_used_before_its_run_confirmed_it_is_retried_until_it_is() -> None:
-    # Found by the chaos suite: a link used the moment it reached the outbox, or while the
-    # run's worker restarted, must not be refused as a forgery.
-    outcome = DecideOutcome(accepted=True, status="approved")
-    deliverer, client = deliverer_for(DecideOutcome, _not_ready(), _not_ready(), outcome)
-
-    assert await deliverer.decide(CLAIMS, REQUEST, BODY) == outcome
-
-    ids = {update_id for _, _, update_id in client.handle.updates}
-    assert len(client.handle.updates) == 3 and len(ids) == 1
-
-
-async def test_a_link_its_run_never_confirms_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_people, "NOT_READY_PATIENCE", timedelta(milliseconds=300))
-    deliverer, client = deliverer_for(DecideOutcome, *[_not_ready() for _ in range(10)])
-
-    with pytest.raises(DeliveryRefused) as refused:
-        await deliverer.decide(CLAIMS, REQUEST, BODY)
-
-    assert (refused.value.status_code, refused.value.code) == (503, "approval_not_ready")
-    assert 2 <= len(client.handle.updates) < 10
 
 
 async def test_decide_returns_an_outcome_the_run_did_not_accept() -> None:

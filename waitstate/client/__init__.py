@@ -73,8 +73,6 @@ from waitstate.client._operations import COMPLETE_TIMEOUT, OperationCalls
 from waitstate.client._people import (
     ANSWER_TIMEOUT,
     DECIDE_TIMEOUT,
-    NOT_READY_PATIENCE,
-    NOT_READY_RETRY,
     PENDING_QUERIES_AT_ONCE,
     WAITING_FOR_PEOPLE,
     Pending,
@@ -137,8 +135,6 @@ __all__ = [
     "ANSWER_TIMEOUT",
     "COMPLETE_TIMEOUT",
     "DECIDE_TIMEOUT",
-    "NOT_READY_PATIENCE",
-    "NOT_READY_RETRY",
     "RECALL_RUNS",
     "RECALL_TIMEOUT",
     "AlreadyApplied",

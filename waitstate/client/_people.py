@@ -22,7 +22,6 @@ from waitstate.client._updates import (
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
-from waitstate.schemas.errors import APPROVAL_NOT_READY
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, InputRequest
 
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
@@ -31,10 +30,6 @@ DECIDE_TIMEOUT = timedelta(seconds=20)
 # How long `answer` waits for the run's `answer` Update, which returns once the job that asked
 # has the answer: the run's delivery to the job (retried) comes on top of a decision's round trip.
 ANSWER_TIMEOUT = timedelta(seconds=60)
-# How long a decision through a link its run has not confirmed yet is sent again before its
-# refusal (`approval_not_ready`) is raised, and how often.
-NOT_READY_PATIENCE = timedelta(seconds=5)
-NOT_READY_RETRY = timedelta(milliseconds=200)
 # What the Update ids the client gives decisions and answers sent without one begin with: its
 # own, so that they never share one with the gateway's (a link's decision and the CLI's are two
 # sends, and the second is refused as a second decision, as it always was).
@@ -166,10 +161,8 @@ class PeopleCalls(UpdateCalls):
         """Send a decision as the run's `decide` Update and return what the run did with it
         (`accepted` is False if it recorded the decision without applying it).
 
-        A decision through a link (with the link token's `nonce`) that its run has not
-        confirmed yet is sent again for up to `NOT_READY_PATIENCE` (with the run's worker up,
-        confirmation takes milliseconds). A decision with a `delivery_id` is told apart from
-        its copies: one answered with another delivery's outcome is refused (`AlreadyApplied`).
+        A decision with a `delivery_id` is told apart from its copies: one answered with
+        another delivery's outcome is refused (`AlreadyApplied`).
 
         Args:
             update_id: The decision's idempotency key: asking again under the same id gets the
@@ -179,8 +172,7 @@ class PeopleCalls(UpdateCalls):
 
         Raises:
             DecisionRefused: the run refused it (unknown request, already decided or expired,
-                a link's nonce that is not the request's, a link still not confirmed), with
-                the refusal's `error_type`.
+                a link's nonce that is not the request's), with the refusal's `error_type`.
             AlreadyApplied: a copy of a decision with another `delivery_id`, already applied.
             RunEnded: the run has ended.
             RunNotFound: no such run.
@@ -196,28 +188,16 @@ class PeopleCalls(UpdateCalls):
                 decision=decision.decision, reviewer=decision.reviewer, comment=decision.comment
             )
             update_id = CLIENT_UPDATES + decision_update_id(decision.request_id, body)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + NOT_READY_PATIENCE.total_seconds()
-        while True:
-            try:
-                outcome = await self._send_update(
-                    run_id,
-                    DECIDE_UPDATE,
-                    decision,
-                    DecideOutcome,
-                    update_id=update_id,
-                    what="decision",
-                    answer_within=answer_within,
-                    refused=DecisionRefused,
-                )
-                break
-            except DecisionRefused as refused:
-                # A link used the moment it was posted: the run confirms it within moments,
-                # or after a worker restart. Refused Updates leave no trace, so asking again
-                # (same Update id) is safe.
-                if refused.error_type != APPROVAL_NOT_READY or loop.time() >= deadline:
-                    raise
-                await asyncio.sleep(NOT_READY_RETRY.total_seconds())
+        outcome = await self._send_update(
+            run_id,
+            DECIDE_UPDATE,
+            decision,
+            DecideOutcome,
+            update_id=update_id,
+            what="decision",
+            answer_within=answer_within,
+            refused=DecisionRefused,
+        )
         # The same decision got there first (Temporal answered this one, which reused its
         # Update id, with its outcome): a copy, not applied.
         refuse_copy(run_id, "decision", decision.delivery_id, outcome.delivery_id)
