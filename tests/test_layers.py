@@ -268,7 +268,7 @@ def test_the_scan_reads_every_kind_of_import() -> None:
         for target in imp.targets
     }
 
-    assert len(found.modules) > 150
+    assert len(found.modules) > 140  # a floor: merging modules lowers the count
     assert kinds["waitstate.gateway.delivery", "waitstate.client._updates"] == (False, False)
     assert kinds["waitstate.mcp.servers", "waitstate.mcp.extension"] == (True, False)
     assert kinds["waitstate.auth.tokens", "waitstate.settings"] == (False, True)

@@ -7,8 +7,7 @@ is in `test_replies.py`.
 What these and those prove about runs is proved again against real runs, through the real
 deliverer, in `test_real_server.py`, except the answers to outcomes no run gives today (a
 decision recorded but not applied, a refusal of no known type, a run ending mid-Update: in
-`test_replies.py`) and the retries of a decision through a link its run has not confirmed yet
-(here).
+`test_replies.py`).
 """
 
 from __future__ import annotations

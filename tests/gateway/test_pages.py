@@ -37,8 +37,8 @@ from waitstate import (
 )
 from waitstate.apps import Apps
 from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
-from waitstate.gateway.pages import approval as approval_view
-from waitstate.gateway.pages import question as question_view
+from waitstate.gateway.pages import fields as question_fields
+from waitstate.gateway.pages import request as request_view
 from waitstate.gateway.pages.guard import cross_site
 from waitstate.gateway.pages.html import CONTENT_SECURITY_POLICY, text
 from waitstate.schemas import RunResult, RunState
@@ -497,7 +497,7 @@ def test_what_came_from_outside_is_escaped_everywhere_on_the_approval_page() -> 
         policy=ApprovalPolicy(approvers=HOSTILE),
     )
 
-    page = approval_view.page(
+    page = request_view.page(
         title="Approval requested",
         workflow_id=HOSTILE,
         request_id="req-1",
@@ -519,11 +519,11 @@ def test_an_unchecked_box_is_false_an_empty_one_left_out_and_numbers_are_numbers
         "field:contact": ["  "],
     }
 
-    content = question_view.content_from(SCHEMA, form)
+    content = question_fields.content_from(SCHEMA, form)
 
     assert content == {"rows": 1000.0, "notify": False, "contact": "  "}
-    assert question_view.content_from(SCHEMA, {"field:rows": ["NaN"]})["rows"] == "NaN"
-    assert question_view.content_from(SCHEMA, {"field:rows": ["-7"]})["rows"] == -7
+    assert question_fields.content_from(SCHEMA, {"field:rows": ["NaN"]})["rows"] == "NaN"
+    assert question_fields.content_from(SCHEMA, {"field:rows": ["-7"]})["rows"] == -7
 
 
 @pytest.mark.parametrize(

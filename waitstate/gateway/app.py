@@ -2,8 +2,8 @@
 approval requests, answer the questions operations' jobs ask, and talk in threads, here.
 
     POST /v1/operations/{operation_id}/complete      routes/operations.py
-    POST /v1/approvals/{request_id}/decision         routes/approvals.py
-    POST /v1/questions/{question_id}/answer          routes/questions.py
+    POST /v1/approvals/{request_id}/decision         routes/requests.py
+    POST /v1/questions/{question_id}/answer          routes/requests.py
     POST /v1/threads, .../{thread_id}/messages       routes/threads.py
     GET  /v1/threads/{thread_id}[/messages/{id}]     routes/threads.py
     GET  /v1/runs/{run_id}/events, POST .../view-link routes/events.py

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from waitstate.schemas.questions import PersonRequest
+
 OnTimeout = Literal["escalate", "default", "fail"]
 DecisionKind = Literal["approve", "reject"]
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired"]
@@ -71,8 +73,14 @@ class DecideOutcome(BaseModel):
     delivery_id: str = Field(default="", description="Of the decision the run applied.")
 
 
-class ApprovalRequest(BaseModel):
-    """One request for a person's decision, as the run tracks it."""
+class ApprovalRequest(PersonRequest):
+    """One request for a person's decision, as the run tracks it: a question whose answer is
+    fixed (`Decision`: approve or reject, with a comment)."""
+
+    noun = "approval"
+    _id_field = "request_id"
+    _opened_field = "requested_at"
+    _recipients_field = "policy.approvers"
 
     request_id: str
     tool: str

@@ -10,7 +10,8 @@ stays pydantic-only (questions and answers are checked by `waitstate.elicitation
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from operator import attrgetter
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -69,8 +70,45 @@ class Answer(BaseModel):
     by_policy: bool = Field(default=False, description="Applied by on_timeout, not by anyone.")
 
 
-class InputRequest(BaseModel):
+class PersonRequest(BaseModel):
+    """A request to a person, as the run tracks it: one model for every kind. A question asks
+    for an answer that fits its job's schema; an approval (`ApprovalRequest`) is a question
+    whose answer is fixed, approve or reject with a comment.
+
+    Each kind keeps its own fields, under the names runs' histories record (a base class with
+    fields would reorder them); what every request is, pages, notices and desks read here.
+    """
+
+    # Each kind names what every request has: what it is called, and its fields' names.
+    noun: ClassVar[str]
+    _id_field: ClassVar[str]
+    _opened_field: ClassVar[str]
+    _recipients_field: ClassVar[str]
+
+    @property
+    def ref(self) -> str:
+        """Its id in the run, which people answer by."""
+        return str(getattr(self, self._id_field))
+
+    @property
+    def opened_at(self) -> datetime:
+        """When the run asked it."""
+        opened: datetime = getattr(self, self._opened_field)
+        return opened
+
+    @property
+    def addressed_to(self) -> str:
+        """Who its policy sends it to first."""
+        return str(attrgetter(self._recipients_field)(self))
+
+
+class InputRequest(PersonRequest):
     """One question of one operation, as the run tracks it."""
+
+    noun = "question"
+    _id_field = "question_id"
+    _opened_field = "asked_at"
+    _recipients_field = "policy.recipients"
 
     question_id: str
     operation_id: str

@@ -1,26 +1,24 @@
-"""The gateway's routes, one router per family: reports on operations, decisions on approval
-requests, answers to questions, people's messages to threads, runs' events, the pages a person
-opens (an approval's or a question's link, a run's timeline, the operators' inbox), and health
-and metrics."""
+"""The gateway's routes, one router per family: reports on operations, people's replies to
+their requests (decisions on approval requests, answers to questions), people's messages to
+threads, runs' events, the pages a person opens (an approval's or a question's link, a run's
+timeline, the operators' inbox), and health and metrics."""
 
 from fastapi import APIRouter
 
 from waitstate.gateway.routes import (
-    approvals,
     events,
     health,
     inbox,
     operations,
     pages,
-    questions,
+    requests,
     threads,
     timeline,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
     operations.router,
-    approvals.router,
-    questions.router,
+    requests.router,
     threads.router,
     events.router,
     pages.router,

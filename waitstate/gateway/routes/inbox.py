@@ -31,6 +31,7 @@ from waitstate.auth.tokens import ExpiredToken, InvalidToken
 from waitstate.client import ClientError, PendingQuestion, PendingRequest, WaitstateClient
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.gate import Gate, GateDep
+from waitstate.gateway.pages.fields import content_from, fields
 from waitstate.gateway.pages.guard import cross_site
 from waitstate.gateway.pages.html import (
     HEADERS,
@@ -42,7 +43,6 @@ from waitstate.gateway.pages.html import (
     text,
     when,
 )
-from waitstate.gateway.pages.question import content_from, fields
 from waitstate.gateway.refusals import REQUEST_LOG, Refused
 from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.questions import AnswerInput

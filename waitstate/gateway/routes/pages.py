@@ -1,5 +1,6 @@
-"""The pages a person opens from a notice's link, and the forms they send from them: the approval
-request's page, to approve or reject it, and the question's page, to answer it.
+"""The pages a person opens from a notice's link, and the forms they send from them: the page of
+a request to a person (`pages.request`), an approval request's to approve or reject it, a
+question's to answer it.
 
     GET  /pages/approvals/{request_id}?token=<the request's token>
     POST /pages/approvals/{request_id}            the page's form
@@ -14,10 +15,9 @@ key, `pages.guard`), then delivered through the JSON routes' own functions (`app
 `pages.html.HEADERS`, refusals included (logged and counted as every refusal is).
 
 A form sent back after its link has expired goes the same way, as an expired token's request
-to a JSON route does: it applies nothing, and is answered with what became of the same decision
-or answer sent while the link was valid (the page of a decision that stands or an answer taken,
-or "Not confirmed yet" while it has no outcome); only if none was sent is it refused, expired.
-A page is shown (GET) for a link that has not expired only.
+to a JSON route does: it applies nothing, and is answered with what became of the same reply
+sent while the link was valid (or "Not confirmed yet" while it has no outcome); only if none was
+sent is it refused, expired. A page is shown (GET) for a link that has not expired only.
 
 The token is the one the request's notice carries for a form (`approval_subject(request_id)`,
 which allows either decision) or the question's; another is refused, a one-click link's too.
@@ -26,6 +26,7 @@ The pages are not the API: they are left out of the OpenAPI document.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote
 
@@ -44,16 +45,21 @@ from waitstate.auth.tokens import (
 from waitstate.client import NotAnswered, RunNotFound, WaitstateClient, closed_status
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.gate import Admitted, Gate, GateDep, expiry_first
-from waitstate.gateway.pages import approval as approval_view
-from waitstate.gateway.pages import question as question_view
+from waitstate.gateway.pages import request as request_view
+from waitstate.gateway.pages.fields import content_from
 from waitstate.gateway.pages.guard import cross_site, form_key, form_key_matches
-from waitstate.gateway.pages.html import HEADERS, FormTarget, banner, ended, error, text
+from waitstate.gateway.pages.html import HEADERS, FormTarget, Html, banner, ended, error, text
 from waitstate.gateway.refusals import Failed, Refused, describe, refuse
-from waitstate.gateway.routes.approvals import DECISIONS, apply_decision, decision_allowed
-from waitstate.gateway.routes.questions import ANSWERS, apply_answer
+from waitstate.gateway.routes.requests import (
+    ANSWERS,
+    DECISIONS,
+    apply_answer,
+    apply_decision,
+    decision_allowed,
+)
 from waitstate.schemas import RunState
-from waitstate.schemas.approvals import ApprovalRequest, DecisionBody
-from waitstate.schemas.questions import AnswerBody, InputRequest
+from waitstate.schemas.approvals import DecideOutcome, DecisionBody
+from waitstate.schemas.questions import AnswerBody, AnswerOutcome, InputRequest
 
 APPROVAL_PAGE = "/pages/approvals/{request_id}"
 QUESTION_PAGE = "/pages/questions/{question_id}"
@@ -106,7 +112,56 @@ class _Form:
         return values[0] if values else ""
 
 
-# --- the approval page -------------------------------------------------------------------------
+# What a page's request is: an approval request or a question.
+Asking = request_view.Request
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A kind of request to a person, as its page's routes find it in a run: its page's kind,
+    the subject of its links' tokens, where the run's state keeps it, and what it is called
+    (`approval request`: its refusals' code starts with the first word, its token is a
+    link's for the last)."""
+
+    kind: request_view.Kind
+    subject: Callable[[str], str]
+    table: Callable[[RunState], Mapping[str, Asking]]
+    called: str
+
+    @property
+    def token_kind(self) -> str:
+        return self.called.rpartition(" ")[2]
+
+    def found(self, run: _Run, request_id: str, claims: ResumeClaims) -> Asking | None:
+        """The run's request (None: the run has ended and cannot say).
+
+        Raises:
+            Refused: 404 the run has no such request, 401 the token is not its link's, 403 a
+                question the model is to answer.
+        """
+        if run.state is None:
+            return None
+        found = self.table(run.state).get(request_id)
+        if found is None:
+            code = f"{self.called.partition(' ')[0]}_unknown"
+            raise Refused(404, code, f"the run has no such {self.called}")
+        if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
+            raise Refused(401, "nonce_mismatch", f"this link is not the {self.token_kind}'s")
+        if isinstance(found, InputRequest) and found.policy.answered_by != "person":
+            raise Refused(403, "question_not_yours", "this question is the agent's to answer")
+        return found
+
+    def quietly(self, run: _Run | None, request_id: str) -> Asking | None:
+        """The run's request, if the run could say."""
+        return self.table(run.state).get(request_id) if run is not None and run.state else None
+
+
+_APPROVALS = _Asked(
+    request_view.APPROVAL, approval_subject, lambda state: state.approvals, "approval request"
+)
+_QUESTIONS = _Asked(
+    request_view.QUESTION, question_subject, lambda state: state.questions, "question"
+)
 
 
 @router.get(APPROVAL_PAGE, response_class=HTMLResponse)
@@ -114,30 +169,41 @@ async def approval_page(
     request_id: str, request: Request, gate: GateDep, token: str = ""
 ) -> HTMLResponse:
     """The approval request, and the form to decide on it while it is open."""
+    return await _show(_APPROVALS, request_id, request, gate, token)
+
+
+@router.get(QUESTION_PAGE, response_class=HTMLResponse)
+async def question_page(
+    question_id: str, request: Request, gate: GateDep, token: str = ""
+) -> HTMLResponse:
+    """The question, and the form to answer it, built from its schema, while it is open."""
+    return await _show(_QUESTIONS, question_id, request, gate, token)
+
+
+async def _show(
+    asked: _Asked, request_id: str, request: Request, gate: GateDep, token: str
+) -> HTMLResponse:
     try:
-        claims = _claims(gate, token, approval_subject(request_id), "request")
+        # Shown for a link that has not expired only.
+        claims, expired = _link_claims(gate, token, asked.subject(request_id), asked.token_kind)
+        if expired is not None:
+            raise expired
         run = await _read(gate, claims.workflow_id)
-        approval = _approval(run, request_id, claims)
+        found = asked.found(run, request_id, claims)
     except Refused as refused:
         return _refused(request, refused)
-    if approval is None:
-        return _page(
-            approval_view.page(
-                title="Approval request: closed",
-                workflow_id=claims.workflow_id,
-                request_id=request_id,
-                request=None,
-                run_status=run.status,
-                news=ended(run.status, "this request"),
-            )
-        )
+    kind = asked.kind
     return _page(
-        approval_view.page(
-            title=approval_view.title_of(approval, run.status),
+        request_view.page(
+            title=request_view.title_of(found, run.status)
+            if found is not None
+            else f"{kind.named}: closed",
             workflow_id=claims.workflow_id,
             request_id=request_id,
-            request=approval,
+            request=found,
+            kind=kind,
             run_status=run.status,
+            news=ended(run.status, f"this {kind.noun}") if found is None else None,
             form=_form_target(gate, request_id, token, claims),
         )
     )
@@ -154,72 +220,8 @@ async def decide_on_page(request_id: str, request: Request, gate: GateDep) -> HT
             decision_allowed(request_id, claims, body.decision)
     except Refused as refused:
         return _refused(request, refused)
-    try:
-        outcome = await apply_decision(gate, request_id, Admitted(claims, body))
-    except Refused as refused:
-        if refused.status != 409:
-            return _refused(request, refused)
-        # Decided already (through this link before, or another; or this decision, sent again
-        # after the link expired), expired, or the run ended: the page says what became of the
-        # request, as the run has it now.
-        run = await _read_quietly(gate, claims.workflow_id)
-        approval = _approval_quietly(run, request_id)
-        settled = (
-            run is not None
-            and approval is not None
-            and not approval_view.decidable(approval, run.status)
-        )
-        page = approval_view.page(
-            title=_not_applied_title(approval),
-            workflow_id=claims.workflow_id,
-            request_id=request_id,
-            request=approval,
-            run_status=run.status if run is not None else "unknown",
-            news=None if settled else banner("no", text(refused.message)),
-        )
-        return _refused(request, refused, page)
-    except Failed:
-        return _failed()
-    run = await _read_quietly(gate, claims.workflow_id)
-    return _page(
-        approval_view.page(
-            title="Approved" if outcome.status == "approved" else "Rejected",
-            workflow_id=claims.workflow_id,
-            request_id=request_id,
-            request=_approval_quietly(run, request_id),
-            run_status=run.status if run is not None else "unknown",
-            news=approval_view.applied(outcome.status, body.reviewer),
-        )
-    )
-
-
-# --- the question page -------------------------------------------------------------------------
-
-
-@router.get(QUESTION_PAGE, response_class=HTMLResponse)
-async def question_page(
-    question_id: str, request: Request, gate: GateDep, token: str = ""
-) -> HTMLResponse:
-    """The question, and the form to answer it, built from its schema, while it is open."""
-    try:
-        claims = _claims(gate, token, question_subject(question_id), "question")
-        run = await _read(gate, claims.workflow_id)
-        question = _question(run, question_id, claims)
-    except Refused as refused:
-        return _refused(request, refused)
-    return _page(
-        question_view.page(
-            title=question_view.title_of(question, run.status)
-            if question is not None
-            else "Question: closed",
-            workflow_id=claims.workflow_id,
-            question_id=question_id,
-            question=question,
-            run_status=run.status,
-            news=ended(run.status, "this question") if question is None else None,
-            form=_form_target(gate, question_id, token, claims),
-        )
-    )
+    applying = apply_decision(gate, request_id, Admitted(claims, body))
+    return await _sent(gate, request, claims, _APPROVALS, request_id, applying, body.reviewer)
 
 
 @router.post(QUESTION_PAGE, response_class=HTMLResponse)
@@ -239,15 +241,13 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
         # `WaitstateClient.recall`), typed as the question's schema says.
         run = await _read(gate, claims.workflow_id)
         with expiry_first(expired):
-            question = _question(run, question_id, claims)
-        if question is None:
+            question = _QUESTIONS.found(run, question_id, claims)
+        if not isinstance(question, InputRequest):
             # Ended, and no worker answers for it: the form's content cannot be typed, so the
             # earlier answer of an expired link's form is not looked for; the end is the news.
             raise Refused(409, "run_ended", f"the run has ended ({run.status})")
         content = (
-            question_view.content_from(question.requested_schema, form.fields)
-            if action == "accept"
-            else None
+            content_from(question.requested_schema, form.fields) if action == "accept" else None
         )
         responder = form.one("responder").strip() or "unknown"
         with expiry_first(expired):
@@ -258,73 +258,79 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
     except Refused as refused:
         return _refused(request, refused)
     target = _form_target(gate, question_id, form.one("token"), claims)
-    try:
-        outcome = await apply_answer(gate, question_id, Admitted(claims, body))
-    except Refused as refused:
-        if refused.status == 422:
-            # Content that does not fit the schema: the form again, as it was sent, to correct.
-            page = question_view.page(
-                title=question_view.title_of(question, run.status),
-                workflow_id=claims.workflow_id,
-                question_id=question_id,
-                question=question,
-                run_status=run.status,
-                news=question_view.refused(refused.message),
-                form=target,
-                values=content or {},
-                responder=form.one("responder"),
-            )
-            return _refused(request, refused, page)
-        if refused.status != 409:
-            return _refused(request, refused)
-        # Answered already (through this link before, with other content), expired,
-        # cancelled, or the run ended: the page says what became of the question.
-        now = await _read_quietly(gate, claims.workflow_id)
-        closed = _question_quietly(now, question_id)
-        settled = (
-            now is not None
-            and closed is not None
-            and not question_view.answerable(closed, now.status)
-        )
-        page = question_view.page(
-            title=_not_taken_title(closed),
+
+    def corrected(refused: Refused) -> str | None:
+        if refused.status != 422:
+            return None
+        # Content that does not fit the schema: the form again, as it was sent, to correct.
+        return request_view.page(
+            title=request_view.title_of(question, run.status),
             workflow_id=claims.workflow_id,
-            question_id=question_id,
-            question=closed,
-            run_status=now.status if now is not None else "unknown",
-            news=None if settled else banner("no", text(refused.message)),
+            request_id=question_id,
+            request=question,
+            run_status=run.status,
+            news=request_view.refused(refused.message),
+            form=target,
+            values=content or {},
+            responder=form.one("responder"),
         )
-        return _refused(request, refused, page)
-    except Failed:
-        return _failed()
-    now = await _read_quietly(gate, claims.workflow_id)
-    return _page(
-        question_view.page(
-            title="Declined" if outcome.status == "declined" else "Answered",
-            workflow_id=claims.workflow_id,
-            question_id=question_id,
-            question=_question_quietly(now, question_id),
-            run_status=now.status if now is not None else "unknown",
-            news=question_view.applied(outcome, body.responder),
-        )
+
+    applying = apply_answer(gate, question_id, Admitted(claims, body))
+    return await _sent(
+        gate, request, claims, _QUESTIONS, question_id, applying, body.responder, corrected
     )
 
 
+async def _sent(
+    gate: Gate,
+    request: Request,
+    claims: ResumeClaims,
+    asked: _Asked,
+    request_id: str,
+    applying: Awaitable[DecideOutcome | AnswerOutcome],
+    who: str,
+    corrected: Callable[[Refused], str | None] = lambda refused: None,
+) -> HTMLResponse:
+    """The page of a reply sent to the run (`applying`, by `who`): applied, or not applied
+    (409: closed already, through this link before or another, or this reply sent again after
+    the link expired; expired, cancelled, or the run ended), with the request as the run has it
+    now; or refused, with the form again if `corrected` gives it."""
+    refusal: Refused | None = None
+    news: Html | None
+    try:
+        outcome = await applying
+    except Refused as refused:
+        if (page := corrected(refused)) is not None or refused.status != 409:
+            return _refused(request, refused, page)
+        refusal = refused
+    except Failed:
+        return _failed()
+    run = await _read_quietly(gate, claims.workflow_id)
+    found = asked.quietly(run, request_id)
+    run_status = run.status if run is not None else "unknown"
+    if refusal is None:
+        title, news = request_view.done_title(outcome.status), request_view.applied(outcome, who)
+    else:
+        title = _not_applied_title(found, asked.kind)
+        settled = (
+            found is not None
+            and run is not None
+            and not request_view.open_to_person(found, run.status)
+        )
+        news = None if settled else banner("no", text(refusal.message))
+    page = request_view.page(
+        title=title,
+        workflow_id=claims.workflow_id,
+        request_id=request_id,
+        request=found,
+        kind=asked.kind,
+        run_status=run_status,
+        news=news,
+    )
+    return _page(page) if refusal is None else _refused(request, refusal, page)
+
+
 # --- what both pages do ------------------------------------------------------------------------
-
-
-def _claims(gate: Gate, token: str, subject: str, kind: str) -> ResumeClaims:
-    """The claims of a page's token, which must be for `subject` and valid: a page is shown
-    for a link that has not expired only.
-
-    Raises:
-        Refused: 401 missing, malformed, forged, or for another `kind` of thing or another
-            one; 410 expired.
-    """
-    claims, expired = _link_claims(gate, token, subject, kind)
-    if expired is not None:
-        raise expired
-    return claims
 
 
 def _link_claims(
@@ -465,63 +471,12 @@ async def _read_quietly(gate: Gate, workflow_id: str) -> _Run | None:
         return None
 
 
-def _approval(run: _Run, request_id: str, claims: ResumeClaims) -> ApprovalRequest | None:
-    """The run's request `request_id` (None: the run has ended and cannot say).
-
-    Raises:
-        Refused: 404 the run has no such request, 401 the token is not its links'.
-    """
-    if run.state is None:
-        return None
-    found = run.state.approvals.get(request_id)
-    if found is None:
-        raise Refused(404, "approval_unknown", "the run has no such approval request")
-    if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
-        raise Refused(401, "nonce_mismatch", "this link is not the request's")
-    return found
-
-
-def _approval_quietly(run: _Run | None, request_id: str) -> ApprovalRequest | None:
-    return run.state.approvals.get(request_id) if run is not None and run.state else None
-
-
-def _question(run: _Run, question_id: str, claims: ResumeClaims) -> InputRequest | None:
-    """The run's question `question_id` (None: the run has ended and cannot say).
-
-    Raises:
-        Refused: 404 the run has no such question, 401 the token is not its link's, 403 the
-            question is the model's to answer.
-    """
-    if run.state is None:
-        return None
-    found = run.state.questions.get(question_id)
-    if found is None:
-        raise Refused(404, "question_unknown", "the run has no such question")
-    if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
-        raise Refused(401, "nonce_mismatch", "this link is not the question's")
-    if found.policy.answered_by != "person":
-        raise Refused(403, "question_not_yours", "this question is the agent's to answer")
-    return found
-
-
-def _not_applied_title(approval: ApprovalRequest | None) -> str:
-    if approval is not None and approval.status == "expired":
-        return "This request has expired"
-    if approval is not None and approval.status in ("approved", "rejected"):
+def _not_applied_title(found: Asking | None, kind: request_view.Kind) -> str:
+    if found is not None and found.status in request_view.CLOSED:
         return "This link was already used"
+    if found is not None and found.status == "expired":
+        return f"This {kind.noun} has expired"
     return "Not applied"
-
-
-def _not_taken_title(question: InputRequest | None) -> str:
-    if question is not None and question.status in ("answered", "declined"):
-        return "This link was already used"
-    if question is not None and question.status == "expired":
-        return "This question has expired"
-    return "Not applied"
-
-
-def _question_quietly(run: _Run | None, question_id: str) -> InputRequest | None:
-    return run.state.questions.get(question_id) if run is not None and run.state else None
 
 
 def _page(page: str, status: int = 200) -> HTMLResponse:
