@@ -12,7 +12,7 @@ from waitstate.auth.tokens import approval_subject, question_subject
 from waitstate.elicitation import answer_command
 from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
-from waitstate.schemas.questions import InputNotice
+from waitstate.schemas.questions import QuestionNotice
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class ApprovalActivities:
         return sent
 
     @activity.defn(name=NOTIFY_INPUT)
-    async def notify_input(self, notice: InputNotice) -> None:
+    async def notify_input(self, notice: QuestionNotice) -> None:
         """Post an operation's question and the link to answer it (one token for the question,
         with the nonce the run chose: the escalation's notice carries the same link)."""
         request = notice.request

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from waitstate.schemas.approvals import ApprovalPolicy
     from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
     from waitstate.schemas.operations import Completion, CompletionMode, OperationError, ResultMode
-    from waitstate.schemas.questions import InputPolicy, Question
+    from waitstate.schemas.questions import InputPolicy, Question, QuestionPolicy
     from waitstate.schemas.run import RunInput, RunResult, RunState
     from waitstate.settings import run_program
     from waitstate.tools.function import RunContext, tool
@@ -60,6 +60,7 @@ _EXPORTS = {
     "OperationError": "waitstate.schemas.operations",
     "ResultMode": "waitstate.schemas.operations",
     "InputPolicy": "waitstate.schemas.questions",
+    "QuestionPolicy": "waitstate.schemas.questions",
     "Question": "waitstate.schemas.questions",
     "RunInput": "waitstate.schemas.run",
     "RunResult": "waitstate.schemas.run",
@@ -97,6 +98,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "Question",
+    "QuestionPolicy",
     "ResultMode",
     "RunContext",
     "RunInput",

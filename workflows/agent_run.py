@@ -53,12 +53,12 @@ with workflow.unsafe.imports_passed_through():
     from .board import StatusBoard
     from .budgets import BudgetExceeded, Budgets
     from .continuation import Continuation
-    from .inputs import InputDesk
     from .memory import Memory
     from .opening import Opening
     from .operations import OperationsBook
     from .outages import StoreDown, StoreOutages
     from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+    from .questions import QuestionDesk as InputDesk
     from .thread import Conversation, Interrupted, MessageFailed
 
 

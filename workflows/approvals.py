@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
@@ -31,15 +30,20 @@ from .board import StatusBoard
 from .desk import (
     Notice,
     Notices,
+    Refusals,
     escalate,
     links_expiry,
     new_nonce,
     notice_of,
+    reply_to,
     window,
 )
 from .memory import Memory
 from .metrics import approval_decided
 from .policies import NOTIFY_TIMEOUT
+
+# How a decision is refused (`ApprovalDesk.validate`).
+_REFUSALS = Refusals(APPROVAL_UNKNOWN, APPROVAL_NONCE_MISMATCH, APPROVAL_DECIDED)
 
 
 class ApprovalExpired(Exception):
@@ -258,15 +262,13 @@ class ApprovalDesk:
 
     def validate(self, input: DecideInput) -> None:
         """Refuse a decision that cannot apply (nothing is written to the run's history)."""
-        request = self._state.approvals.get(input.request_id)
-        if request is None:
-            raise ApplicationError(f"no approval request {input.request_id}", type=APPROVAL_UNKNOWN)
-        if input.nonce is not None and request.nonce_hash != ledger.nonce_hash(input.nonce):
-            raise ApplicationError(
-                "link was not issued for this request", type=APPROVAL_NONCE_MISMATCH
-            )
-        if not request.open:
-            raise ApplicationError(f"request already {request.status}", type=APPROVAL_DECIDED)
+        reply_to(
+            self._state.approvals,
+            input.request_id,
+            input.nonce,
+            called="approval request",
+            refusals=_REFUSALS,
+        )
 
     def decide(self, input: DecideInput) -> DecideOutcome:
         """Apply a validated decision."""

@@ -13,7 +13,7 @@ from temporalio.common import SearchAttributeUpdate
 
 from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
-from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.questions import QuestionRequest
 
 from . import ledger
 from .memory import Memory, Wait
@@ -90,7 +90,7 @@ class StatusBoard:
         pending = [op for op in self._state.operations.values() if not op.terminal]
         # The earliest deadline of anything the run waits on: past it, the wait is overdue.
         deadlines = [op.expires_at for op in pending]
-        waits: list[ApprovalRequest | InputRequest] = [
+        waits: list[ApprovalRequest | QuestionRequest] = [
             r for r in self._state.approvals.values() if r.open
         ]
         waits += [q for q in self._state.questions.values() if q.open]
@@ -127,7 +127,7 @@ class StatusBoard:
             return "waiting", "message"
         return status, kind
 
-    def _deadline(self, wait: ApprovalRequest | InputRequest) -> datetime:
+    def _deadline(self, wait: ApprovalRequest | QuestionRequest) -> datetime:
         """When a person's wait ends for good; that of an escalating wait's second window
         from the start: escalating is its policy, not an overdue wait, and so
         escalating (or hearing that the escalation's notice went out) changes no search

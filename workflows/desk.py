@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import (
@@ -27,7 +28,7 @@ from waitstate.schemas.approvals import (
     ApprovalRequest,
 )
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
+from waitstate.schemas.questions import QuestionNotice, QuestionPolicy, QuestionRequest
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
 
 from . import ledger
@@ -36,7 +37,8 @@ from .board import StatusBoard
 from .policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 
 # A request a person is asked to close: an approval, or a job's question.
-Request = ApprovalRequest | InputRequest
+Request = ApprovalRequest | QuestionRequest
+R = TypeVar("R", ApprovalRequest, QuestionRequest)
 
 
 # The shortest wait an armed window takes once its deadline has passed.
@@ -94,9 +96,43 @@ def expiry_summary(request: Request) -> str:
     which replay does not compare), by which a reader of the run's events tells that the
     window passed with the request still open (`approval.expired`, `question.expired`): a
     request closed in time cancels its timer, so only an open one's fires."""
-    if isinstance(request, ApprovalRequest):
-        return f"approval {request.request_id} expires"
-    return f"question {request.question_id} expires"
+    return f"{request.noun} {request.ref} expires"
+
+
+def reply_to(
+    requests: Mapping[str, R], ref: str, nonce: str | None, *, called: str, refusals: Refusals
+) -> R:
+    """The open request `ref` a person's reply (a decision, an answer) is to, checked as every
+    desk checks it (a validator's checks: nothing is written to the run's history). `called`:
+    what a request is called in a refusal (`approval request`, `question`).
+
+    Raises:
+        ApplicationError: no such request (`refusals.unknown`), a link's nonce that is not
+            its links' (`refusals.mismatch`), or `refusals.more`'s check; then, a request no
+            longer open (`refusals.closed`).
+    """
+    request = requests.get(ref)
+    if request is None:
+        raise ApplicationError(f"no {called} {ref}", type=refusals.unknown)
+    this = called.rpartition(" ")[2]
+    if nonce is not None and request.nonce_hash != ledger.nonce_hash(nonce):
+        raise ApplicationError(f"link was not issued for this {this}", type=refusals.mismatch)
+    if refusals.more is not None:
+        refusals.more(request)
+    if not request.open:
+        raise ApplicationError(f"{this} already {request.status}", type=refusals.closed)
+    return request
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """The error types of a desk's refusals of a reply (see `reply_to`), and what it checks
+    besides, before the request's being open (a question the model is to answer)."""
+
+    unknown: str
+    mismatch: str
+    closed: str
+    more: Callable[[Any], None] | None = None
 
 
 def escalate(state: RunState, request: Request, name: str) -> None:
@@ -109,7 +145,7 @@ def escalate(state: RunState, request: Request, name: str) -> None:
     ledger.step(state, "event", request.tool, f"{name} escalated to {policy.escalate_to}")
 
 
-def links_expiry(opened: datetime, policy: ApprovalPolicy | InputPolicy) -> datetime:
+def links_expiry(opened: datetime, policy: ApprovalPolicy | QuestionPolicy) -> datetime:
     """When a request's links stop working: at the end of its last window."""
     windows = 2 if policy.on_timeout == "escalate" else 1
     return opened + policy.timeout * windows
@@ -125,7 +161,7 @@ class Notice:
     """
 
     activity: str
-    argument: ApprovalNotice | InputNotice
+    argument: ApprovalNotice | QuestionNotice
     result_type: type[Any]
     summary: str
     timeout: timedelta
@@ -163,7 +199,7 @@ def notice_of(
         )
     return Notice(
         activity=NOTIFY_INPUT,
-        argument=InputNotice(request=request, **common),
+        argument=QuestionNotice(request=request, **common),
         result_type=type(None),
         summary=f"notify {recipient}: question of {request.tool}",
         timeout=timeout,

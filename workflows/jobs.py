@@ -33,13 +33,12 @@ from waitstate.schemas.operations import (
     PolledCompletion,
     PollOperationInput,
 )
-from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.questions import QuestionRequest
 from waitstate.schemas.run import CALL_TOOL, CANCEL_OPERATION, POLL_OPERATION
 
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
-from .inputs import InputDesk
 from .metrics import cancel_failed, operation_finished, operation_reconciled
 from .policies import (
     CANCEL_RETRY,
@@ -55,6 +54,7 @@ from .policies import (
     poll_retry,
     reconcile_retry,
 )
+from .questions import QuestionDesk
 
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"
@@ -66,7 +66,7 @@ class Jobs:
     report is applied here to the operations in the run's state; the operations book reads
     that state (it never hands this part anything but operations)."""
 
-    def __init__(self, state: RunState, board: StatusBoard, inputs: InputDesk) -> None:
+    def __init__(self, state: RunState, board: StatusBoard, inputs: QuestionDesk) -> None:
         self._state = state
         self._board = board
         self._inputs = inputs
@@ -316,15 +316,15 @@ class Jobs:
             self._attend(op, self._inputs.ask(op, completion.questions))
         self._board.show()
 
-    def _attend(self, op: Operation, requests: list[InputRequest]) -> None:
-        """Attend to the questions of an operation, each in a task of its own (the input desk
+    def _attend(self, op: Operation, requests: list[QuestionRequest]) -> None:
+        """Attend to the questions of an operation, each in a task of its own (the question desk
         waits for its answer and delivers it); one nobody answered may cancel the operation."""
         for request in requests:
             self._questions[request.question_id] = asyncio.create_task(
                 self._attend_one(op, request)
             )
 
-    async def _attend_one(self, op: Operation, request: InputRequest) -> None:
+    async def _attend_one(self, op: Operation, request: QuestionRequest) -> None:
         async for why in self._inputs.attend(op, request):
             await self.end(op, "cancelled", why)
 

@@ -13,7 +13,7 @@ from temporalio import workflow
 
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.questions import QuestionRequest
 
 from .traces import wait_span
 
@@ -93,14 +93,14 @@ def operation_reconciled(op: Operation) -> None:
     ).add(1, {"tool": op.tool, "outcome": op.status, "completion": op.completion})
 
 
-def question_asked(request: InputRequest) -> None:
+def question_asked(request: QuestionRequest) -> None:
     """Count a question a job asked, by tool and by who answers it."""
     workflow.metric_meter().create_counter(
         "waitstate_questions_asked", "Questions operations' jobs asked"
     ).add(1, {"tool": request.tool, "answered_by": request.policy.answered_by})
 
 
-def question_closed(request: InputRequest) -> None:
+def question_closed(request: QuestionRequest) -> None:
     """A question that closed: counted by tool and outcome, timed, traced from the ask."""
     wait_ended(
         "question",

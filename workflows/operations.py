@@ -39,9 +39,9 @@ from .activity_calls import Failed
 from .board import StatusBoard
 from .continuation import Continuation
 from .desk import new_nonce
-from .inputs import InputDesk
 from .jobs import Jobs, call_activity_tool, expected_duration
 from .memory import Memory, Wait
+from .questions import QuestionDesk as InputDesk
 from .thread import Conversation
 
 

@@ -26,7 +26,7 @@ from waitstate.client import (
 )
 from waitstate.names import cli_command
 from waitstate.schemas.approvals import DecideInput, DecideOutcome
-from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, QuestionRequest
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
 
@@ -132,7 +132,7 @@ async def _one_open_request(client: WaitstateClient, run_id: str) -> str:
 
 async def _open_question(
     client: WaitstateClient, run_id: str, question_id: str | None, operation_id: str | None
-) -> InputRequest | None:
+) -> QuestionRequest | None:
     """The open question to answer: `question_id`'s, else the run's one open question for a
     person (of `operation_id` if given).
 
@@ -247,7 +247,7 @@ async def _applied(sending: Awaitable[_Outcome], run_id: str, what: str, late: s
     return outcome
 
 
-def how_to_answer(run_id: str, question: InputRequest) -> list[str]:
+def how_to_answer(run_id: str, question: QuestionRequest) -> list[str]:
     """A question's text and schema, and the commands that answer it, each working as pasted:
     `--accept` with an example answer whose values are to be replaced (or, where no example
     fits the schema, read from a file to write), and `--decline`."""

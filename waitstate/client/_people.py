@@ -5,14 +5,23 @@ and the gateway's links, pages and inbox alike."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from waitstate.client._base import closed_status
-from waitstate.client._errors import AnswerRefused, ClientError, DecisionRefused, RunEnded
+from waitstate.client._errors import (
+    AnswerRefused,
+    ClientError,
+    DecisionRefused,
+    RunEnded,
+    UpdateRefused,
+)
 from waitstate.client._updates import (
     UpdateCalls,
     answer_update_id,
@@ -22,7 +31,7 @@ from waitstate.client._updates import (
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
-from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, InputRequest
+from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, QuestionRequest
 
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
 # never answers; the decision may still be applied once one runs.
@@ -53,7 +62,7 @@ class PendingQuestion:
     """An open question of a run's operation that waits for a person's answer."""
 
     run_id: str
-    question: InputRequest
+    question: QuestionRequest
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,34 @@ class Pending:
 
     approvals: list[PendingRequest]
     questions: list[PendingQuestion]
+
+
+_Outcome = TypeVar("_Outcome", DecideOutcome, AnswerOutcome)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A person's reply to a request (a decision, an answer), as the client sends it: the run's
+    Update for it, what it is called, its refusal, and its key when the sender gives none."""
+
+    update: str
+    what: str
+    refused: Callable[..., UpdateRefused]
+    key: Callable[[Any], str]
+
+
+def _decision_key(decision: DecideInput) -> str:
+    body = DecisionBody.model_validate(decision.model_dump(include=set(DecisionBody.model_fields)))
+    return decision_update_id(decision.request_id, body)
+
+
+def _answer_key(answer: AnswerInput) -> str:
+    body = AnswerBody.model_validate(answer.model_dump(include=set(AnswerBody.model_fields)))
+    return answer_update_id(answer.question_id, body)
+
+
+_DECISIONS = _Reply(DECIDE_UPDATE, "decision", DecisionRefused, _decision_key)
+_ANSWERS = _Reply(ANSWER_UPDATE, "answer", AnswerRefused, _answer_key)
 
 
 class PeopleCalls(UpdateCalls):
@@ -133,7 +170,7 @@ class PeopleCalls(UpdateCalls):
         state = await self._running_state(run_id)
         return [request for request in state.approvals.values() if request.open]
 
-    async def open_questions(self, run_id: str) -> list[InputRequest]:
+    async def open_questions(self, run_id: str) -> list[QuestionRequest]:
         """The run's open questions that its tools' policies give to a person.
 
         Raises:
@@ -183,20 +220,8 @@ class PeopleCalls(UpdateCalls):
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
-        if update_id is None:
-            body = DecisionBody(
-                decision=decision.decision, reviewer=decision.reviewer, comment=decision.comment
-            )
-            update_id = CLIENT_UPDATES + decision_update_id(decision.request_id, body)
-        outcome = await self._send_update(
-            run_id,
-            DECIDE_UPDATE,
-            decision,
-            DecideOutcome,
-            update_id=update_id,
-            what="decision",
-            answer_within=answer_within,
-            refused=DecisionRefused,
+        outcome = await self._reply(
+            _DECISIONS, DecideOutcome, run_id, decision, update_id, answer_within
         )
         # The same decision got there first (Temporal answered this one, which reused its
         # Update id, with its outcome): a copy, not applied.
@@ -240,24 +265,32 @@ class PeopleCalls(UpdateCalls):
             Unreachable: Temporal could not be reached.
             TemporalFailed: Temporal refused the call (e.g. permission denied).
         """
-        if update_id is None:
-            body = AnswerBody(
-                action=answer.action, content=answer.content, responder=answer.responder
-            )
-            update_id = CLIENT_UPDATES + answer_update_id(answer.question_id, body)
+        return await self._reply(_ANSWERS, AnswerOutcome, run_id, answer, update_id, answer_within)
+
+    async def _reply(
+        self,
+        reply: _Reply,
+        outcome: type[_Outcome],
+        run_id: str,
+        sent: BaseModel,
+        update_id: str | None,
+        answer_within: timedelta,
+    ) -> _Outcome:
+        """Send a person's reply (`sent`) as the run's Update for `reply`; without an
+        `update_id`, the reply's own content is its key (see `decide` and `answer`)."""
         return await self._send_update(
             run_id,
-            ANSWER_UPDATE,
-            answer,
-            AnswerOutcome,
-            update_id=update_id,
-            what="answer",
+            reply.update,
+            sent,
+            outcome,
+            update_id=update_id or CLIENT_UPDATES + reply.key(sent),
+            what=reply.what,
             answer_within=answer_within,
-            refused=AnswerRefused,
+            refused=reply.refused,
         )
 
 
-def _for_people(state: RunState) -> list[InputRequest]:
+def _for_people(state: RunState) -> list[QuestionRequest]:
     """The run's open questions that its tools' policies give to a person."""
     return [
         question

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from waitstate.schemas.builtin import GET_OPERATION_STATUS
 from waitstate.schemas.messages import Usage
-from waitstate.schemas.questions import InputPolicy, Question
+from waitstate.schemas.questions import Question, QuestionPolicy
 
 OperationStatus = Literal[
     "running", "input_required", "succeeded", "failed", "expired", "cancelled"
@@ -134,7 +134,7 @@ class Operation(BaseModel):
         description="The open questions (ids) the model was last told of with that status.",
     )
     late_completions: int = Field(default=0, description="Completions refused after it ended.")
-    input: InputPolicy | None = Field(
+    input: QuestionPolicy | None = Field(
         default=None, description="Who answers the job's questions (the tool's policy)."
     )
     asking: list[dict[str, Any]] = Field(
@@ -196,7 +196,7 @@ class OperationStarted(BaseModel):
         "was lost (the tool's `reconcile_every`; None: checked only before it would expire).",
     )
     nonce_hash: str | None = Field(default=None, description="Callback only; never the token.")
-    input: InputPolicy | None = Field(
+    input: QuestionPolicy | None = Field(
         default=None, description="Who answers the job's questions, if it asks any."
     )
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 QuestionStatus = Literal["open", "answered", "declined", "expired", "cancelled", "refused"]
 AnswerAction = Literal["accept", "decline"]
 Responder = Literal["person", "model"]
-InputTimeout = Literal["decline", "cancel", "escalate"]
+QuestionTimeout = Literal["decline", "cancel", "escalate"]
 # What is kept of a job's question text and schema (the rest is the job's to keep).
 MAX_MESSAGE_CHARS = 5_000
 
@@ -40,7 +40,7 @@ class Question(BaseModel):
     )
 
 
-class InputPolicy(BaseModel):
+class QuestionPolicy(BaseModel):
     """Who answers a tool's questions, how long they wait, and what happens when nobody does.
 
     Declared by the operator per long tool (`LongSpec.input`) or per MCP server
@@ -51,7 +51,7 @@ class InputPolicy(BaseModel):
         default="person", description="`person` (notice, link, CLI) or `model` (a built-in tool)."
     )
     timeout: timedelta = timedelta(hours=1)
-    on_timeout: InputTimeout = Field(
+    on_timeout: QuestionTimeout = Field(
         default="decline",
         description="`decline`: the job is told no answer is coming; `cancel`: the operation "
         "is cancelled; `escalate`: `escalate_to` is told and gets a second window, then decline.",
@@ -102,7 +102,7 @@ class PersonRequest(BaseModel):
         return str(attrgetter(self._recipients_field)(self))
 
 
-class InputRequest(PersonRequest):
+class QuestionRequest(PersonRequest):
     """One question of one operation, as the run tracks it."""
 
     noun = "question"
@@ -121,7 +121,7 @@ class InputRequest(PersonRequest):
     )
     asked_at: datetime
     expires_at: datetime
-    policy: InputPolicy
+    policy: QuestionPolicy
     status: QuestionStatus = "open"
     escalated: bool = False
     sent_to: list[str] = Field(default_factory=list)
@@ -190,11 +190,11 @@ class AnswerBody(BaseModel):
     responder: str = Field(default="unknown", max_length=200)
 
 
-class InputNotice(BaseModel):
+class QuestionNotice(BaseModel):
     """Input of the `notify_input` activity: who to tell about which question."""
 
     workflow_id: str
-    request: InputRequest
+    request: QuestionRequest
     recipient: str
     escalation: bool = False
     nonce: str | None = Field(default=None, description="The run's nonce for the link's token.")
@@ -226,3 +226,12 @@ class AnswerQuestionArgs(BaseModel):
     content: dict[str, Any] | None = Field(
         default=None, description="The answer, matching the question's requested_schema."
     )
+
+
+# The names before 1.0, when a question to a person was called input (README, Changelog). The
+# wire keeps that word where runs record it: the `notify_input` activity, `WaitingFor` `input`,
+# a long tool's `input` policy.
+InputRequest = QuestionRequest
+InputPolicy = QuestionPolicy
+InputNotice = QuestionNotice
+InputTimeout = QuestionTimeout

@@ -14,7 +14,7 @@ from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import BUILTIN_TOOLS
 from waitstate.schemas.operations import Completion, CompletionMode, ResultMode
-from waitstate.schemas.questions import AnswerAction, InputPolicy
+from waitstate.schemas.questions import AnswerAction, QuestionPolicy
 
 ToolKind = Literal["sync", "long", "builtin"]
 # A callback job's status is checked this often in case its webhook was lost: a lost webhook
@@ -153,7 +153,7 @@ class LongSpec:
     poll_interval: timedelta = timedelta(seconds=5)
     max_in_flight: int | None = None
     eta: timedelta | None = None
-    input: InputPolicy | None = None
+    input: QuestionPolicy | None = None
     reconcile_every: timedelta | None = DEFAULT_RECONCILE_EVERY
 
     def __post_init__(self) -> None:

@@ -27,10 +27,10 @@ from waitstate.gateway.pages.html import (
     when,
 )
 from waitstate.schemas.approvals import ApprovalRequest, DecideOutcome
-from waitstate.schemas.questions import AnswerOutcome, InputRequest
+from waitstate.schemas.questions import AnswerOutcome, QuestionRequest
 from waitstate.schemas.run import TERMINAL_STATUSES
 
-Request = ApprovalRequest | InputRequest
+Request = ApprovalRequest | QuestionRequest
 
 _APPROVAL = """$details
 <h2>Reason</h2>
@@ -211,7 +211,7 @@ def state(request: Request, run_status: str) -> Html:
         )
     if request.status == "cancelled":
         return banner("no", Html("This question was cancelled: it is no longer asked."))
-    if isinstance(request, InputRequest) and request.status == "refused":
+    if isinstance(request, QuestionRequest) and request.status == "refused":
         return banner(
             "no",
             render(
@@ -264,7 +264,7 @@ def _closed(request: Request) -> _Closed | None:
     return _Closed(answer.by_policy, answer.responder, answer.answered_at, _delivery(request))
 
 
-def _delivery(question: InputRequest) -> Html:
+def _delivery(question: QuestionRequest) -> Html:
     if question.answer is None or question.answer.action != "accept":
         return Html("")
     if question.delivery == "sent":
@@ -293,7 +293,7 @@ def _asked(workflow_id: str, request: Request) -> Html:
         ("Expires", when(request.expires_at)),
         ("Status", request.status),
     ]
-    if isinstance(request, InputRequest):
+    if isinstance(request, QuestionRequest):
         return render(_QUESTION, details=details(rows), message=request.message)
     return render(
         _APPROVAL,

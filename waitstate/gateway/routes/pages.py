@@ -59,7 +59,7 @@ from waitstate.gateway.routes.requests import (
 )
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
-from waitstate.schemas.questions import AnswerBody, AnswerOutcome, InputRequest
+from waitstate.schemas.questions import AnswerBody, AnswerOutcome, QuestionRequest
 
 APPROVAL_PAGE = "/pages/approvals/{request_id}"
 QUESTION_PAGE = "/pages/questions/{question_id}"
@@ -147,7 +147,7 @@ class _Asked:
             raise Refused(404, code, f"the run has no such {self.called}")
         if found.nonce_hash is not None and found.nonce_hash != nonce_hash(claims.nonce):
             raise Refused(401, "nonce_mismatch", f"this link is not the {self.token_kind}'s")
-        if isinstance(found, InputRequest) and found.policy.answered_by != "person":
+        if isinstance(found, QuestionRequest) and found.policy.answered_by != "person":
             raise Refused(403, "question_not_yours", "this question is the agent's to answer")
         return found
 
@@ -242,7 +242,7 @@ async def answer_on_page(question_id: str, request: Request, gate: GateDep) -> H
         run = await _read(gate, claims.workflow_id)
         with expiry_first(expired):
             question = _QUESTIONS.found(run, question_id, claims)
-        if not isinstance(question, InputRequest):
+        if not isinstance(question, QuestionRequest):
             # Ended, and no worker answers for it: the form's content cannot be typed, so the
             # earlier answer of an expired link's form is not looked for; the end is the news.
             raise Refused(409, "run_ended", f"the run has ended ({run.status})")

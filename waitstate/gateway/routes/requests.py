@@ -211,6 +211,11 @@ async def admitted_answer(
     return await ANSWERS.admit(gate, request, credentials, question_subject(question_id))
 
 
+# A route's body, once the gate admitted it (see `admitted_decision`, `admitted_answer`).
+AdmittedDecision = Annotated[Admitted[DecisionBody], Security(admitted_decision)]
+AdmittedAnswer = Annotated[Admitted[AnswerBody], Security(admitted_answer)]
+
+
 def decision_allowed(request_id: str, claims: ResumeClaims, decision: DecisionKind) -> None:
     """Check that a token of the request's links allows `decision`: the form's token allows
     either, a one-click link's (approve, say) its own decision only.
@@ -284,11 +289,7 @@ async def apply_answer(
     description="A person approves or rejects what a run asked to do, through the token "
     "of the request's links.",
 )
-async def decide(
-    request_id: str,
-    admitted: Annotated[Admitted[DecisionBody], Security(admitted_decision)],
-    gate: GateDep,
-) -> DecisionAccepted:
+async def decide(request_id: str, admitted: AdmittedDecision, gate: GateDep) -> DecisionAccepted:
     outcome = await apply_decision(gate, request_id, admitted)
     return DecisionAccepted(request_id=request_id, approval_status=outcome.status)
 
@@ -316,11 +317,7 @@ async def decide(
     "answer (a link used twice, a retry with the same body) are applied once and get its "
     "outcome.",
 )
-async def answer(
-    question_id: str,
-    admitted: Annotated[Admitted[AnswerBody], Security(admitted_answer)],
-    gate: GateDep,
-) -> AnswerAccepted:
+async def answer(question_id: str, admitted: AdmittedAnswer, gate: GateDep) -> AnswerAccepted:
     outcome = await apply_answer(gate, question_id, admitted)
     return AnswerAccepted(
         question_id=question_id,

@@ -1,4 +1,4 @@
-"""The input desk: questions that operations' jobs ask mid-flight, routed to whoever the tool's
+"""The question desk: questions that operations' jobs ask mid-flight, routed to whoever the tool's
 policy names (a person: notice with a signed link, and the CLI; or the model: the built-in
 `answer_question`), each with a timer and a declared outcome, and the answers delivered to
 the jobs by an activity.
@@ -42,9 +42,9 @@ from waitstate.schemas.questions import (
     AnswerOutcome,
     AnswerQuestionArgs,
     DeliverAnswer,
-    InputPolicy,
-    InputRequest,
     Question,
+    QuestionPolicy,
+    QuestionRequest,
     QuestionStatus,
 )
 from waitstate.schemas.run import ANSWER_OPERATION
@@ -52,12 +52,35 @@ from waitstate.schemas.run import ANSWER_OPERATION
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
-from .desk import Notice, Notices, escalate, links_expiry, new_nonce, notice_of, window
+from .desk import (
+    Notice,
+    Notices,
+    Refusals,
+    escalate,
+    links_expiry,
+    new_nonce,
+    notice_of,
+    reply_to,
+    window,
+)
 from .metrics import question_asked, question_closed
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
 
 
-class InputDesk:
+def _persons(request: QuestionRequest) -> None:
+    """Refuse a person's answer to a question its tool's policy gives to the model."""
+    if request.policy.answered_by != "person":
+        raise ApplicationError(
+            f"question {request.question_id} is the model's to answer (the tool's policy)",
+            type=QUESTION_NOT_YOURS,
+        )
+
+
+# How an answer is refused (`QuestionDesk.validate`), before its content is checked.
+_REFUSALS = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED, _persons)
+
+
+class QuestionDesk:
     """Every question of one run's operations, from the job's asking to the answer's delivery.
 
     The jobs' part attends to each question this desk records (`attend`, in a task of its own),
@@ -73,7 +96,7 @@ class InputDesk:
 
     # --- the run's life ------------------------------------------------------------------
 
-    def taken_over(self) -> list[InputRequest]:
+    def taken_over(self) -> list[QuestionRequest]:
         """The questions a previous run handed over that need attending: the open ones, and
         answers it recorded but had not delivered."""
         return [r for r in self._state.questions.values() if r.open or _undelivered(r)]
@@ -108,12 +131,12 @@ class InputDesk:
 
     # --- asking --------------------------------------------------------------------------
 
-    def ask(self, op: Operation, questions: list[Question]) -> list[InputRequest]:
+    def ask(self, op: Operation, questions: list[Question]) -> list[QuestionRequest]:
         """The job asks: each question not asked before is recorded and routed per the
         tool's policy. Returns the questions to attend to, in the order asked."""
-        recorded: list[InputRequest] = []
+        recorded: list[QuestionRequest] = []
         asked = set(self.keys(op))
-        policy = op.input or InputPolicy()
+        policy = op.input or QuestionPolicy()
         now = workflow.now()
         for question in questions:
             if question.key in asked:
@@ -148,8 +171,8 @@ class InputDesk:
         return recorded
 
     def _refuse(
-        self, op: Operation, question: Question, policy: InputPolicy, problem: str
-    ) -> InputRequest:
+        self, op: Operation, question: Question, policy: QuestionPolicy, problem: str
+    ) -> QuestionRequest:
         """A question no answer could fit (its schema): never open, so nothing waits on it; the
         job is told no, with the reason, as a decline by the policy."""
         now = workflow.now()
@@ -181,7 +204,7 @@ class InputDesk:
                 self._close(request, "cancelled", f"{op.operation_id} {op.status}")
         self._refresh(op)
 
-    async def attend(self, op: Operation, request: InputRequest) -> AsyncIterator[str]:
+    async def attend(self, op: Operation, request: QuestionRequest) -> AsyncIterator[str]:
         """Wait for the answer (or the timeout policy), then deliver it to the job.
 
         Yields, once at most, why the operation is to be cancelled (nobody answered, and the
@@ -194,7 +217,7 @@ class InputDesk:
         if request.answer is not None and request.delivery != "sent":
             await self._deliver(op, request)
 
-    async def _wait_for_answer(self, op: Operation, request: InputRequest) -> AsyncIterator[str]:
+    async def _wait_for_answer(self, op: Operation, request: QuestionRequest) -> AsyncIterator[str]:
         policy = request.policy
         if policy.answered_by == "model":
             if not await self._answered(op, request) and (cancel := self._time_out(request)):
@@ -223,14 +246,14 @@ class InputDesk:
             if cancel := self._time_out(request):
                 yield cancel
 
-    async def _answered(self, op: Operation, request: InputRequest) -> bool:
+    async def _answered(self, op: Operation, request: QuestionRequest) -> bool:
         """Whether the question closed by its deadline (at once if that has passed)."""
         await window(request, op=op)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open
 
-    def _time_out(self, request: InputRequest) -> str | None:
+    def _time_out(self, request: QuestionRequest) -> str | None:
         """Nobody answered in time: the job is told no (`decline`, and after an escalation's
         second window), or the operation is to be cancelled (`cancel`: returns why)."""
         until = request.expires_at.isoformat()
@@ -247,20 +270,13 @@ class InputDesk:
 
     def validate(self, input: AnswerInput) -> None:
         """Refuse an answer that cannot apply (nothing is written to the run's history)."""
-        request = self._state.questions.get(input.question_id)
-        if request is None:
-            raise ApplicationError(f"no question {input.question_id}", type=QUESTION_UNKNOWN)
-        if input.nonce is not None and request.nonce_hash != ledger.nonce_hash(input.nonce):
-            raise ApplicationError(
-                "link was not issued for this question", type=QUESTION_NONCE_MISMATCH
-            )
-        if request.policy.answered_by != "person":
-            raise ApplicationError(
-                f"question {request.question_id} is the model's to answer (the tool's policy)",
-                type=QUESTION_NOT_YOURS,
-            )
-        if not request.open:
-            raise ApplicationError(f"question already {request.status}", type=QUESTION_CLOSED)
+        request = reply_to(
+            self._state.questions,
+            input.question_id,
+            input.nonce,
+            called="question",
+            refusals=_REFUSALS,
+        )
         if problem := answer_problems(request.requested_schema, input):
             raise ApplicationError(f"invalid answer: {problem}", type=QUESTION_INVALID_ANSWER)
 
@@ -313,12 +329,12 @@ class InputDesk:
             is_error=not outcome.delivered,
         )
 
-    def _apply(self, request: InputRequest, answer: Answer) -> None:
+    def _apply(self, request: QuestionRequest, answer: Answer) -> None:
         request.answer = answer
         status: QuestionStatus = "answered" if answer.action == "accept" else "declined"
         self._close(request, status, f"{status} by {answer.responder}")
 
-    def _close(self, request: InputRequest, status: QuestionStatus, why: str) -> None:
+    def _close(self, request: QuestionRequest, status: QuestionStatus, why: str) -> None:
         request.status = status
         ledger.step(
             self._state,
@@ -330,7 +346,7 @@ class InputDesk:
         question_closed(request)
         self._refresh(self._state.operations[request.operation_id])
 
-    async def _deliver(self, op: Operation, request: InputRequest) -> None:
+    async def _deliver(self, op: Operation, request: QuestionRequest) -> None:
         """The `answer_operation` activity: the answer, to the job that asked."""
         assert request.answer is not None
         request.delivery = "sending"
@@ -381,7 +397,7 @@ class InputDesk:
 
     # --- telling people ------------------------------------------------------------------
 
-    def _notice(self, request: InputRequest, recipient: str, *, escalation: bool) -> Notice:
+    def _notice(self, request: QuestionRequest, recipient: str, *, escalation: bool) -> Notice:
         return notice_of(
             request,
             recipient,
@@ -405,10 +421,10 @@ def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestion
 
 
 def _request(
-    op: Operation, question: Question, policy: InputPolicy, now: datetime, **fields: Any
-) -> InputRequest:
+    op: Operation, question: Question, policy: QuestionPolicy, now: datetime, **fields: Any
+) -> QuestionRequest:
     """The record of a question `op`'s job asks `now`, under `policy`, with a new id."""
-    return InputRequest(
+    return QuestionRequest(
         question_id=f"q_{workflow.uuid4().hex[:12]}",
         operation_id=op.operation_id,
         tool=op.tool,
@@ -420,12 +436,12 @@ def _request(
     )
 
 
-def _undelivered(request: InputRequest) -> bool:
+def _undelivered(request: QuestionRequest) -> bool:
     """An answer (or the policy's decline) the job has not been given yet."""
     return request.answer is not None and request.delivery not in ("sent", "failed")
 
 
-def _outcome(request: InputRequest, delivery_id: str) -> AnswerOutcome:
+def _outcome(request: QuestionRequest, delivery_id: str) -> AnswerOutcome:
     return AnswerOutcome(
         accepted=True,
         status=request.status,
