@@ -27,23 +27,9 @@ from waitstate.schemas.errors import (
 from . import ledger
 from .asides import ApprovalAsides
 from .board import StatusBoard
-from .desk import (
-    Notice,
-    Notices,
-    Refusals,
-    escalate,
-    links_expiry,
-    new_nonce,
-    notice_of,
-    reply_to,
-    window,
-)
+from .desk import Desk, Notices, Refusals, escalate, new_nonce, window
 from .memory import Memory
 from .metrics import approval_decided
-from .policies import NOTIFY_TIMEOUT
-
-# How a decision is refused (`ApprovalDesk.validate`).
-_REFUSALS = Refusals(APPROVAL_UNKNOWN, APPROVAL_NONCE_MISMATCH, APPROVAL_DECIDED)
 
 
 class ApprovalExpired(Exception):
@@ -52,8 +38,13 @@ class ApprovalExpired(Exception):
     status: RunStatus = "approval_expired"
 
 
-class ApprovalDesk:
-    """Every approval request of one run, from the question to the decision."""
+class ApprovalDesk(Desk[ApprovalRequest]):
+    """Every approval request of one run, from the question to the decision: the desk of
+    questions whose answer is fixed (approve or reject), whose timeout policy is `on_timeout`
+    (escalate, a default decision, expire or fail)."""
+
+    called = "approval request"
+    refusals = Refusals(APPROVAL_UNKNOWN, APPROVAL_NONCE_MISMATCH, APPROVAL_DECIDED)
 
     def __init__(
         self,
@@ -65,8 +56,7 @@ class ApprovalDesk:
     ) -> None:
         self._input = input
         self._asides = asides
-        self._state = state
-        self._board = board
+        super().__init__(state, board)
         self._memory = memory
         # The nonces of open requests' links; only their hashes go into the state.
         self._link_nonces: dict[str, str] = {}
@@ -240,35 +230,17 @@ class ApprovalDesk:
 
     # --- telling people ------------------------------------------------------------------
 
-    def _notice(
-        self,
-        request: ApprovalRequest,
-        recipient: str,
-        *,
-        escalation: bool,
-        show_when_done: bool = False,
-    ) -> Notice:
-        return notice_of(
-            request,
-            recipient,
-            escalation=escalation,
-            nonce=self._link_nonces.get(request.request_id),
-            links_expire_at=links_expiry(request.requested_at, request.policy),
-            timeout=NOTIFY_TIMEOUT,
-            show_when_done=show_when_done,
-        )
+    def _requests(self) -> dict[str, ApprovalRequest]:
+        return self._state.approvals
+
+    def _link_nonce(self, request: ApprovalRequest) -> str | None:
+        return self._link_nonces.get(request.request_id)
 
     # --- decisions -----------------------------------------------------------------------
 
     def validate(self, input: DecideInput) -> None:
         """Refuse a decision that cannot apply (nothing is written to the run's history)."""
-        reply_to(
-            self._state.approvals,
-            input.request_id,
-            input.nonce,
-            called="approval request",
-            refusals=_REFUSALS,
-        )
+        self._reply_to(input.request_id, input.nonce)
 
     def decide(self, input: DecideInput) -> DecideOutcome:
         """Apply a validated decision."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -97,42 +97,6 @@ def expiry_summary(request: Request) -> str:
     window passed with the request still open (`approval.expired`, `question.expired`): a
     request closed in time cancels its timer, so only an open one's fires."""
     return f"{request.noun} {request.ref} expires"
-
-
-def reply_to(
-    requests: Mapping[str, R], ref: str, nonce: str | None, *, called: str, refusals: Refusals
-) -> R:
-    """The open request `ref` a person's reply (a decision, an answer) is to, checked as every
-    desk checks it (a validator's checks: nothing is written to the run's history). `called`:
-    what a request is called in a refusal (`approval request`, `question`).
-
-    Raises:
-        ApplicationError: no such request (`refusals.unknown`), a link's nonce that is not
-            its links' (`refusals.mismatch`), or `refusals.more`'s check; then, a request no
-            longer open (`refusals.closed`).
-    """
-    request = requests.get(ref)
-    if request is None:
-        raise ApplicationError(f"no {called} {ref}", type=refusals.unknown)
-    this = called.rpartition(" ")[2]
-    if nonce is not None and request.nonce_hash != ledger.nonce_hash(nonce):
-        raise ApplicationError(f"link was not issued for this {this}", type=refusals.mismatch)
-    if refusals.more is not None:
-        refusals.more(request)
-    if not request.open:
-        raise ApplicationError(f"{this} already {request.status}", type=refusals.closed)
-    return request
-
-
-@dataclass(frozen=True)
-class Refusals:
-    """The error types of a desk's refusals of a reply (see `reply_to`), and what it checks
-    besides, before the request's being open (a question the model is to answer)."""
-
-    unknown: str
-    mismatch: str
-    closed: str
-    more: Callable[[Any], None] | None = None
 
 
 def escalate(state: RunState, request: Request, name: str) -> None:
@@ -259,3 +223,78 @@ class Notices:
             return  # cancelled because the request closed: nothing is lost
         if notice.show_when_done:
             self._board.show()
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """The error types of a desk's refusals of a reply (see `Desk._reply_to`)."""
+
+    unknown: str
+    mismatch: str
+    closed: str
+
+
+class Desk(Generic[R]):
+    """A desk of requests to people, of one kind (approvals, questions): what every desk does
+    alike, over one model (`PersonRequest`), beside the wait they share (`window`, `escalate`,
+    `Notices`). A desk keeps only its policy: what a reply is (a decision, or an answer that
+    fits a schema) and what a timeout does.
+
+    Attributes:
+        called: What a refusal calls a request (`approval request`, `question`).
+        refusals: The error types of its refusals of a reply.
+    """
+
+    called: ClassVar[str]
+    refusals: ClassVar[Refusals]
+
+    def __init__(self, state: RunState, board: StatusBoard) -> None:
+        self._state = state
+        self._board = board
+
+    def _requests(self) -> Mapping[str, R]:
+        """The run's requests of this desk, by id."""
+        raise NotImplementedError
+
+    def _link_nonce(self, request: R) -> str | None:
+        """The nonce the run chose for the request's links (None: the activity chooses it)."""
+        raise NotImplementedError
+
+    def _also_refuse(self, request: R) -> None:
+        """A desk's own check of a reply, before the request's being open (see `_reply_to`)."""
+
+    def _reply_to(self, ref: str, nonce: str | None) -> R:
+        """The open request `ref` a person's reply (a decision, an answer) is to, checked as a
+        validator checks it (nothing is written to the run's history).
+
+        Raises:
+            ApplicationError: no such request (`refusals.unknown`), a link's nonce that is not
+                its links' (`refusals.mismatch`), the desk's own check (`_also_refuse`), a
+                request no longer open (`refusals.closed`).
+        """
+        request = self._requests().get(ref)
+        if request is None:
+            raise ApplicationError(f"no {self.called} {ref}", type=self.refusals.unknown)
+        this = self.called.rpartition(" ")[2]
+        if nonce is not None and request.nonce_hash != ledger.nonce_hash(nonce):
+            raise ApplicationError(
+                f"link was not issued for this {this}", type=self.refusals.mismatch
+            )
+        self._also_refuse(request)
+        if not request.open:
+            raise ApplicationError(f"{this} already {request.status}", type=self.refusals.closed)
+        return request
+
+    def _notice(
+        self, request: R, recipient: str, *, escalation: bool, show_when_done: bool = False
+    ) -> Notice:
+        """The notice that tells `recipient` of `request`, with links that work until its last
+        window ends."""
+        return notice_of(
+            request,
+            recipient,
+            escalation=escalation,
+            nonce=self._link_nonce(request),
+            links_expire_at=links_expiry(request.opened_at, request.policy),
+            show_when_done=show_when_done,
+        )

@@ -52,44 +52,23 @@ from waitstate.schemas.run import ANSWER_OPERATION
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
-from .desk import (
-    Notice,
-    Notices,
-    Refusals,
-    escalate,
-    links_expiry,
-    new_nonce,
-    notice_of,
-    reply_to,
-    window,
-)
+from .desk import Desk, Notices, Refusals, escalate, new_nonce, window
 from .metrics import question_asked, question_closed
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
 
 
-def _persons(request: QuestionRequest) -> None:
-    """Refuse a person's answer to a question its tool's policy gives to the model."""
-    if request.policy.answered_by != "person":
-        raise ApplicationError(
-            f"question {request.question_id} is the model's to answer (the tool's policy)",
-            type=QUESTION_NOT_YOURS,
-        )
-
-
-# How an answer is refused (`QuestionDesk.validate`), before its content is checked.
-_REFUSALS = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED, _persons)
-
-
-class QuestionDesk:
+class QuestionDesk(Desk[QuestionRequest]):
     """Every question of one run's operations, from the job's asking to the answer's delivery.
 
     The jobs' part attends to each question this desk records (`attend`, in a task of its own),
     and cancels the operation when `attend` says to; this desk never reaches back.
     """
 
+    called = "question"
+    refusals = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED)
+
     def __init__(self, state: RunState, board: StatusBoard) -> None:
-        self._state = state
-        self._board = board
+        super().__init__(state, board)
         # Answers that came while the run continues as new (their attendants had stopped).
         self._late: list[asyncio.Task[None]] = []
         self._handed_over = False
@@ -270,13 +249,7 @@ class QuestionDesk:
 
     def validate(self, input: AnswerInput) -> None:
         """Refuse an answer that cannot apply (nothing is written to the run's history)."""
-        request = reply_to(
-            self._state.questions,
-            input.question_id,
-            input.nonce,
-            called="question",
-            refusals=_REFUSALS,
-        )
+        request = self._reply_to(input.question_id, input.nonce)
         if problem := answer_problems(request.requested_schema, input):
             raise ApplicationError(f"invalid answer: {problem}", type=QUESTION_INVALID_ANSWER)
 
@@ -397,14 +370,19 @@ class QuestionDesk:
 
     # --- telling people ------------------------------------------------------------------
 
-    def _notice(self, request: QuestionRequest, recipient: str, *, escalation: bool) -> Notice:
-        return notice_of(
-            request,
-            recipient,
-            escalation=escalation,
-            nonce=request.link_nonce,
-            links_expire_at=links_expiry(request.asked_at, request.policy),
-        )
+    def _requests(self) -> dict[str, QuestionRequest]:
+        return self._state.questions
+
+    def _link_nonce(self, request: QuestionRequest) -> str | None:
+        return request.link_nonce
+
+    def _also_refuse(self, request: QuestionRequest) -> None:
+        """Refuse a person's answer to a question its tool's policy gives to the model."""
+        if request.policy.answered_by != "person":
+            raise ApplicationError(
+                f"question {request.question_id} is the model's to answer (the tool's policy)",
+                type=QUESTION_NOT_YOURS,
+            )
 
 
 def answer_problems(schema: dict[str, Any], answer: AnswerInput | AnswerQuestionArgs) -> str | None:
