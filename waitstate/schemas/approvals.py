@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from waitstate.schemas.questions import PersonRequest
+from waitstate.schemas.questions import PersonNotice, PersonRequest
 
 OnTimeout = Literal["escalate", "default", "fail"]
 DecisionKind = Literal["approve", "reject"]
@@ -105,21 +105,8 @@ class ApprovalRequest(PersonRequest):
         return self.status == "pending"
 
 
-class ApprovalNotice(BaseModel):
+class ApprovalNotice(PersonNotice[ApprovalRequest]):
     """Input of the `notify_approval` activity: who to tell, about what."""
-
-    workflow_id: str
-    request: ApprovalRequest
-    recipient: str
-    escalation: bool = False
-    nonce: str | None = Field(
-        default=None,
-        description="Chosen by the run for the request: every link token carries it, whichever "
-        "key signs it. Not a secret (a token needs the key).",
-    )
-    links_expire_at: datetime | None = Field(
-        default=None, description="The request's last deadline: its links are valid until then."
-    )
 
 
 class ApprovalNoticeSent(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from operator import attrgetter
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -102,6 +102,9 @@ class PersonRequest(BaseModel):
         return str(attrgetter(self._recipients_field)(self))
 
 
+_Asked = TypeVar("_Asked", bound=PersonRequest)
+
+
 class QuestionRequest(PersonRequest):
     """One question of one operation, as the run tracks it."""
 
@@ -190,15 +193,28 @@ class AnswerBody(BaseModel):
     responder: str = Field(default="unknown", max_length=200)
 
 
-class QuestionNotice(BaseModel):
-    """Input of the `notify_input` activity: who to tell about which question."""
+class PersonNotice(BaseModel, Generic[_Asked]):
+    """Input of a notifying activity (`notify_approval`, `notify_input`): who to tell, about
+    which request to a person."""
 
     workflow_id: str
-    request: QuestionRequest
+    request: _Asked
     recipient: str
     escalation: bool = False
-    nonce: str | None = Field(default=None, description="The run's nonce for the link's token.")
-    links_expire_at: datetime
+    nonce: str | None = Field(
+        default=None,
+        description="Chosen by the run for the request: every link token carries it, whichever "
+        "key signs it. Not a secret (a token needs the key).",
+    )
+    links_expire_at: datetime | None = Field(
+        default=None, description="The request's last deadline: its links are valid until then."
+    )
+
+
+class QuestionNotice(PersonNotice[QuestionRequest]):
+    """Input of the `notify_input` activity: who to tell about which question."""
+
+    links_expire_at: datetime  # every question's notice says it
 
 
 class DeliverAnswer(BaseModel):
