@@ -66,10 +66,10 @@ class Jobs:
     report is applied here to the operations in the run's state; the operations book reads
     that state (it never hands this part anything but operations)."""
 
-    def __init__(self, state: RunState, board: StatusBoard, inputs: QuestionDesk) -> None:
+    def __init__(self, state: RunState, board: StatusBoard, desk: QuestionDesk) -> None:
         self._state = state
         self._board = board
-        self._inputs = inputs
+        self._desk = desk
         self._watchers: dict[str, asyncio.Task[None]] = {}
         # The questions the jobs asked, each attended to until answered (by question id).
         self._questions: dict[str, asyncio.Task[None]] = {}
@@ -85,7 +85,7 @@ class Jobs:
         for op in self._state.operations.values():
             if op.cancel == "owed":  # the previous run could not send it
                 self._cancels[op.operation_id] = asyncio.create_task(self._send_cancel(op))
-        for request in self._inputs.taken_over():
+        for request in self._desk.taken_over():
             self._attend(self._state.operations[request.operation_id], [request])
 
     def watch(self, op: Operation) -> None:
@@ -160,7 +160,7 @@ class Jobs:
             tool=op.tool,
             job_id=op.job_id,
             poll_interval_seconds=op.poll_interval_seconds,
-            known_questions=self._inputs.keys(op),
+            known_questions=self._desk.keys(op),
             model=self._state.model or None,  # answers an MCP server's sampling, if allowed
         )
         # A long interval: each check one attempt; a short one: a heartbeating loop.
@@ -271,7 +271,7 @@ class Jobs:
             job_id=op.job_id,
             poll_interval_seconds=op.reconcile_seconds or RECONCILE_MIN.total_seconds(),
             once=True,
-            known_questions=self._inputs.keys(op),
+            known_questions=self._desk.keys(op),
         )
         summary = f"check {op.tool} {op.job_id} before it expires"
         until, retry = FINAL_CHECK_TIMEOUT, FINAL_CHECK_RETRY
@@ -311,9 +311,9 @@ class Jobs:
         )
         if op.terminal:
             operation_finished(op)
-            self._inputs.operation_ended(op)
+            self._desk.operation_ended(op)
         elif completion.questions:
-            self._attend(op, self._inputs.ask(op, completion.questions))
+            self._attend(op, self._desk.ask(op, completion.questions))
         self._board.show()
 
     def _attend(self, op: Operation, requests: list[QuestionRequest]) -> None:
@@ -325,7 +325,7 @@ class Jobs:
             )
 
     async def _attend_one(self, op: Operation, request: QuestionRequest) -> None:
-        async for why in self._inputs.attend(op, request):
+        async for why in self._desk.attend(op, request):
             await self.end(op, "cancelled", why)
 
     async def end(self, op: Operation, status: str, why: str | None = None) -> None:
@@ -344,7 +344,7 @@ class Jobs:
         op.error = OperationError(code=op.status, message=message, retryable=op.status == "expired")
         ledger.step(self._state, "event", op.tool, f"{op.operation_id} {op.status}", is_error=True)
         operation_finished(op)
-        self._inputs.operation_ended(op)
+        self._desk.operation_ended(op)
         self._board.show()
         watcher = self._watchers.get(op.operation_id)
         if watcher is not None and watcher is not asyncio.current_task():
