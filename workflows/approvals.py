@@ -9,6 +9,8 @@ from temporalio import workflow
 
 from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
+    ApprovalNotice,
+    ApprovalNoticeSent,
     ApprovalPolicy,
     ApprovalRequest,
     DecideInput,
@@ -23,11 +25,12 @@ from waitstate.schemas.errors import (
     APPROVAL_NONCE_MISMATCH,
     APPROVAL_UNKNOWN,
 )
+from waitstate.schemas.run import NOTIFY_APPROVAL
 
 from . import ledger
 from .asides import ApprovalAsides
 from .board import StatusBoard
-from .desk import Desk, Notices, Refusals, escalate, new_nonce, window
+from .desk import Desk, Notices, Notifying, Refusals, escalate, new_nonce, window
 from .memory import Memory
 from .metrics import approval_decided
 
@@ -45,6 +48,7 @@ class ApprovalDesk(Desk[ApprovalRequest]):
 
     called = "approval request"
     refusals = Refusals(APPROVAL_UNKNOWN, APPROVAL_NONCE_MISMATCH, APPROVAL_DECIDED)
+    notifying = Notifying(NOTIFY_APPROVAL, ApprovalNotice, ApprovalNoticeSent, "approval for")
 
     def __init__(
         self,

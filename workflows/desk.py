@@ -21,15 +21,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from waitstate.schemas import RunState
-from waitstate.schemas.approvals import (
-    ApprovalNotice,
-    ApprovalNoticeSent,
-    ApprovalPolicy,
-    ApprovalRequest,
-)
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.operations import Operation
-from waitstate.schemas.questions import QuestionNotice, QuestionPolicy, QuestionRequest
-from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
+from waitstate.schemas.questions import PersonNotice, QuestionPolicy, QuestionRequest
 
 from . import ledger
 from .activity_calls import Failed, call
@@ -125,7 +119,7 @@ class Notice:
     """
 
     activity: str
-    argument: ApprovalNotice | QuestionNotice
+    argument: PersonNotice[Any]
     result_type: type[Any]
     summary: str
     timeout: timedelta
@@ -133,43 +127,15 @@ class Notice:
     show_when_done: bool = False
 
 
-def notice_of(
-    request: Request,
-    recipient: str,
-    *,
-    escalation: bool,
-    nonce: str | None,
-    links_expire_at: datetime | None,
-    timeout: timedelta = NOTIFY_TIMEOUT,
-    show_when_done: bool = False,
-) -> Notice:
-    """The notice that tells `recipient` of `request`, with links signed over `nonce` (None:
-    the notifying activity chooses it) that work until `links_expire_at`."""
-    common = {
-        "workflow_id": workflow.info().workflow_id,
-        "recipient": recipient,
-        "escalation": escalation,
-        "nonce": nonce,
-        "links_expire_at": links_expire_at,
-    }
-    if isinstance(request, ApprovalRequest):
-        return Notice(
-            activity=NOTIFY_APPROVAL,
-            argument=ApprovalNotice(request=request, **common),
-            result_type=ApprovalNoticeSent,
-            summary=f"notify {recipient}: approval for {request.tool}",
-            timeout=timeout,
-            show_when_done=show_when_done,
-        )
-    return Notice(
-        activity=NOTIFY_INPUT,
-        argument=QuestionNotice(request=request, **common),
-        result_type=type(None),
-        summary=f"notify {recipient}: question of {request.tool}",
-        timeout=timeout,
-        told=request.told,
-        show_when_done=show_when_done,
-    )
+@dataclass(frozen=True)
+class Notifying:
+    """How a desk tells people of its requests: the activity, its input's model and result's
+    type, and what the activity's summary calls a request of the tool (`approval for`)."""
+
+    activity: str
+    notice: type[PersonNotice[Any]]
+    result_type: type[Any]
+    about: str
 
 
 async def notify(notice: Notice) -> Any:
@@ -243,10 +209,12 @@ class Desk(Generic[R]):
     Attributes:
         called: What a refusal calls a request (`approval request`, `question`).
         refusals: The error types of its refusals of a reply.
+        notifying: How it tells people of a request.
     """
 
     called: ClassVar[str]
     refusals: ClassVar[Refusals]
+    notifying: ClassVar[Notifying]
 
     def __init__(self, state: RunState, board: StatusBoard) -> None:
         self._state = state
@@ -259,6 +227,10 @@ class Desk(Generic[R]):
     def _link_nonce(self, request: R) -> str | None:
         """The nonce the run chose for the request's links (None: the activity chooses it)."""
         raise NotImplementedError
+
+    def _told(self, request: R) -> list[str] | None:
+        """The list of whom the request's notices were sent, kept by the run (None: not kept)."""
+        return None
 
     def _also_refuse(self, request: R) -> None:
         """A desk's own check of a reply, before the request's being open (see `_reply_to`)."""
@@ -290,11 +262,21 @@ class Desk(Generic[R]):
     ) -> Notice:
         """The notice that tells `recipient` of `request`, with links that work until its last
         window ends."""
-        return notice_of(
-            request,
-            recipient,
+        notifying = self.notifying
+        argument = notifying.notice(
+            workflow_id=workflow.info().workflow_id,
+            request=request,
+            recipient=recipient,
             escalation=escalation,
             nonce=self._link_nonce(request),
             links_expire_at=links_expiry(request.opened_at, request.policy),
+        )
+        return Notice(
+            activity=notifying.activity,
+            argument=argument,
+            result_type=notifying.result_type,
+            summary=f"notify {recipient}: {notifying.about} {request.tool}",
+            timeout=NOTIFY_TIMEOUT,
+            told=self._told(request),
             show_when_done=show_when_done,
         )

@@ -43,16 +43,17 @@ from waitstate.schemas.questions import (
     AnswerQuestionArgs,
     DeliverAnswer,
     Question,
+    QuestionNotice,
     QuestionPolicy,
     QuestionRequest,
     QuestionStatus,
 )
-from waitstate.schemas.run import ANSWER_OPERATION
+from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
 
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
-from .desk import Desk, Notices, Refusals, escalate, new_nonce, window
+from .desk import Desk, Notices, Notifying, Refusals, escalate, new_nonce, window
 from .metrics import question_asked, question_closed
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
 
@@ -66,6 +67,7 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     called = "question"
     refusals = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED)
+    notifying = Notifying(NOTIFY_INPUT, QuestionNotice, type(None), "question of")
 
     def __init__(self, state: RunState, board: StatusBoard) -> None:
         super().__init__(state, board)
@@ -375,6 +377,9 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     def _link_nonce(self, request: QuestionRequest) -> str | None:
         return request.link_nonce
+
+    def _told(self, request: QuestionRequest) -> list[str]:
+        return request.told
 
     def _also_refuse(self, request: QuestionRequest) -> None:
         """Refuse a person's answer to a question its tool's policy gives to the model."""
