@@ -1,10 +1,12 @@
-"""What the approval desk and the question desk share: a person's wait.
+"""The desk of requests to people, one model for both kinds: an approval is a question whose
+answer is fixed (approve or reject). `Desk` is what the approval desk and the question desk
+are alike, and this module the wait they share.
 
-A request (an approval, or a job's question for a person) opens a window with a timer; its
-recipients are told by notices with a signed link, each sent beside the window; a policy that
-escalates opens a second window, to a second recipient, once the first passed; and whatever
-is still open when the last window passes gets the policy's outcome, which each desk decides
-for itself (as it decides what a decision or an answer is).
+A request opens a window with a timer; its recipients are told by notices with a signed link,
+each sent beside the window; a policy that escalates opens a second window, to a second
+recipient, once the first passed; and whatever is still open when the last window passes gets
+the policy's outcome. What stays a desk's own is its policy: what a reply is (a decision, an
+answer that fits a schema), what a timeout does, and how it tells people (`Notifying`).
 """
 
 from __future__ import annotations
