@@ -176,7 +176,7 @@ class McpActivities:
         from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 
         from waitstate.mcp.extension import CreatedTask
-        from waitstate.mcp.tasks import tool_result_text
+        from waitstate.mcp.results import tool_result_text
 
         if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
             return ToolResult(
@@ -392,7 +392,7 @@ async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) ->
     """
     from mcp.shared.inbound import x_mcp_header_map
 
-    from waitstate.mcp.tasks import learn_header_params as list_until
+    from waitstate.mcp.round_trips import learn_header_params as list_until
 
     if x_mcp_header_map(schema):
         await list_until(client, tool)

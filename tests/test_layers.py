@@ -270,7 +270,7 @@ def test_the_scan_reads_every_kind_of_import() -> None:
 
     assert len(found.modules) > 150
     assert kinds["waitstate.gateway.delivery", "waitstate.client._updates"] == (False, False)
-    assert kinds["waitstate.mcp.servers", "waitstate.mcp.extension"] == (True, False)
+    assert kinds["waitstate.mcp.servers", "waitstate.mcp.sessions"] == (True, False)
     assert kinds["waitstate.auth.tokens", "waitstate.settings"] == (False, True)
     # `from waitstate.mcp import McpServers`: the package, and the module it re-exports it from.
     assert kinds["waitstate.worker", "waitstate.mcp"] == (False, False)
