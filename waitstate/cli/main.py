@@ -48,9 +48,12 @@ from waitstate.cli.threads import cmd_chat
 from waitstate.cli.versions import DEFAULT_LIMIT as VERSIONS_LIMIT
 from waitstate.cli.versions import cmd_versions
 from waitstate.client import REPLY_TIMEOUT, ClientError, Unreachable
+from waitstate.deployment import build_id
 from waitstate.names import cli_command
 from waitstate.settings import Settings, exit_process
 from waitstate.tracing import SERVICE_STARTER, Tracing
+from waitstate.workflows.served import WORKFLOWS
+from waitstate.workflows.versions import MARKERS
 
 PROG = "waitstate"
 
@@ -364,29 +367,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def worker_workflows() -> list[type]:
-    """The workflow classes the worker registers (waitstate/worker.py), which `replay-check`
-    replays histories on. Imported when the command runs: the worker's wiring loads every
-    provider SDK, which the CLI's other commands do not need."""
-    from waitstate.worker import WORKFLOWS
-
+    """The workflow classes the worker registers (waitstate/workflows/served.py), which
+    `replay-check` replays histories on."""
     return list(WORKFLOWS)
 
 
 def worker_version(settings: Settings) -> str:
     """The worker deployment version a worker of this checkout polls as, `deployment:build_id`
     as visibility names it (WAITSTATE_DEPLOYMENT, and WAITSTATE_BUILD_ID or the worker's build
-    id), which `replay-check` scopes its runs to. Imported when the command runs, as
-    `worker_workflows`."""
-    from waitstate.worker import build_id
-
+    id), which `replay-check` scopes its runs to."""
     return f"{settings.deployment}:{build_id(settings)}"
 
 
 def patch_markers() -> list[str]:
     """The patch markers the worker's workflows check for, oldest first, which `versions`
     counts runs by (`waitstate.workflows.versions.MARKERS`; tests/test_versions_doc.py checks the docs list them)."""
-    from waitstate.workflows.versions import MARKERS
-
     return list(MARKERS)
 
 
