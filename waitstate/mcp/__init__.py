@@ -12,7 +12,7 @@ with them.
     notices.py    a server's task notifications, which wake a poll
 
 This package exports what a worker's or an app's declarations need, from `servers` only: the
-other modules need the `mcp` SDK, and are imported only by workers that call MCP servers.
+other modules need the `mcp` SDK, and only workers import them (their MCP activities).
 waitstate as an MCP server is `waitstate.mcp_server`.
 """
 

@@ -3,7 +3,7 @@ answer a `tools/call` with a task; the task is then polled with `tasks/get` and 
 `tasks/cancel`, from any process (over streamable HTTP a task is reachable by id, without the
 session that created it).
 
-Imported only by workers that call MCP servers (it needs the `mcp` SDK).
+Imported only by workers (it needs the `mcp` SDK).
 """
 
 from __future__ import annotations

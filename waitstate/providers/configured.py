@@ -26,7 +26,8 @@ def build_providers(
     def make_openai() -> Provider:
         options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
         # Each SDK is imported on first use: Anthropic's alone holds ~45 MB of a worker's
-        # memory and takes seconds to load, for workers that may never call it.
+        # memory and takes seconds to load (2.5 s), for workers that may never call it.
+        # optional: openai, loaded by a worker whose models use it
         import openai
 
         from waitstate.providers.openai import OpenAIProvider
@@ -36,6 +37,7 @@ def build_providers(
     def make_openai_responses() -> Provider:
         # The same key and server as `openai:`, over the Responses API (`/v1/responses`).
         options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
+        # optional: openai, loaded by a worker whose models use it
         import openai
 
         from waitstate.providers.openai_responses import OpenAIResponsesProvider
@@ -44,6 +46,7 @@ def build_providers(
 
     def make_anthropic() -> Provider:
         options = _sdk_options("anthropic", settings.anthropic_api_key, settings.anthropic_base_url)
+        # optional: anthropic, loaded by a worker whose models use it
         import anthropic
 
         from waitstate.providers.anthropic import AnthropicProvider
