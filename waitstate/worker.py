@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import httpx
 from temporalio.client import Client
@@ -101,39 +101,31 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
+class WorkerParts(TypedDict, total=False):
+    """What `build_worker` passes on to `build_workers` as it is (see there)."""
+
+    tokens: ResumeTokens | None
+    task_queue: str | None
+    agents: Mapping[str, Agent] | None
+    tool_deps: Mapping[str, Any] | None
+    mcp: McpServers | None
+    tracing: Tracing | None
+    workflows: Sequence[type] | None
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     providers: Providers,
     tools: Sequence[ToolSpec],
     http: httpx.AsyncClient,
-    *,
-    tokens: ResumeTokens | None = None,
-    task_queue: str | None = None,
-    agents: Mapping[str, Agent] | None = None,
-    tool_deps: Mapping[str, Any] | None = None,
-    mcp: McpServers | None = None,
-    tracing: Tracing | None = None,
-    workflows: Sequence[type] | None = None,
+    **parts: Unpack[WorkerParts],
 ) -> Worker:
     """The worker of the runs' task queue alone (see `build_workers`): for tests and drills
     whose runs call the model on their own queue."""
     # Not built at all, the model queue's worker: one built and never run still holds its queue.
     alone = dataclasses.replace(settings, model_task_queue=None, model_calls_per_second=None)
-    return build_workers(
-        client,
-        alone,
-        providers,
-        tools,
-        http,
-        tokens=tokens,
-        task_queue=task_queue,
-        agents=agents,
-        tool_deps=tool_deps,
-        mcp=mcp,
-        tracing=tracing,
-        workflows=workflows,
-    )[0]
+    return build_workers(client, alone, providers, tools, http, **parts)[0]
 
 
 def build_workers(
