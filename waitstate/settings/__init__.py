@@ -149,7 +149,7 @@ class Settings:
     trace_content: bool = False
     # WAITSTATE_VERSIONING=1: the worker joins the worker deployment `deployment`
     # (WAITSTATE_DEPLOYMENT) as version `build_id` (WAITSTATE_BUILD_ID; None: the package's
-    # version and the checkout's commit, see `worker.build_id`). Off: unversioned workers,
+    # version and the checkout's commit, see `waitstate.deployment.build_id`). Off: unversioned workers,
     # which take every task of their queue (what the dev stack runs; docs/deploy.md says why).
     versioning: bool = False
     # Stream OpenAI(-compatible) and Anthropic models' text to the gateway for runs' readers (off:
