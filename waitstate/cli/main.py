@@ -57,10 +57,6 @@ PROG = "waitstate"
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
-    # Apps load by reference from the working directory, as uvicorn loads `module:app`: run as
-    # the installed `waitstate` script, the interpreter put the script's directory first instead.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
     parser = _parser()
