@@ -60,10 +60,6 @@ PROG = "waitstate"
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
-    # Apps load by reference from the working directory, as uvicorn loads `module:app`: run as
-    # the installed `waitstate` script, the interpreter put the script's directory first instead.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
     parser = _parser()
@@ -84,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = err.code
     except ClientError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
-        code = 2 if isinstance(err, Unreachable) else 1
+        code = exit_code(err)
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:
@@ -96,6 +92,14 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except BrokenPipeError:
         code = reader_gone()
     exit_process(code)
+
+
+def exit_code(err: ClientError) -> int:
+    """The CLI's exit status for what the client raised: the one place it is decided (a
+    command may word the message with what it knows, never the status). 2: Temporal could not
+    be reached (nothing was sent; as a usage error, the command can go again unchanged once it
+    is up); 1: anything else the client refused or could not do."""
+    return 2 if isinstance(err, Unreachable) else 1
 
 
 class _Parser(argparse.ArgumentParser):
