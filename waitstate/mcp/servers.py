@@ -119,9 +119,7 @@ class McpServer:
     reach_within: timedelta = timedelta(seconds=30)
     roots: Sequence[str] = ()
     sampling: SamplingPolicy | None = None
-    _stdio: StdioSlot = field(
-        default_factory=lambda: StdioSlot(), init=False, repr=False, compare=False
-    )
+    _stdio: StdioSlot = field(default_factory=StdioSlot, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or SEPARATOR in self.name or not _is_name(self.name):
