@@ -7,7 +7,6 @@ and an interrupted attempt; and a server that asks for ever, or too much, fails 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,21 +16,20 @@ from mcp_types import InputRequiredResult
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import accept, eventually, replays, scheduled_activities, start_run
+from tests.helpers import accept, eventually, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import (
     StartedCall,
     reports_apps,
     reports_run,
+    reports_run_on_a_process,
     started_call,
     tool_outcome,
-    worker_process,
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
 from waitstate.mcp.rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
 from waitstate.mcp.tasks import McpTaskBackend
-from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
@@ -94,31 +92,22 @@ async def test_a_person_answers_two_rounds_and_the_run_gets_the_calls_result(
 async def test_a_worker_restarted_between_rounds_sends_each_round_once(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
 ) -> None:
-    worker = worker_process(dev_env, task_queue, tmp_path, f"reports={reports_url}")
-    before = await task_events(reports_url)
-    await worker.start()
-    try:
-        handle = await start_run(
-            dev_env.client,
-            task_queue,
-            RunInput(task="budget", model="scripted:mcp-budget", tools=["reports__*"]),
-            workflow_id=f"mcp-rounds-{uuid.uuid4()}",
-        )
-        amount = await _open_question(handle, "1/answer")
-        await worker.kill()  # mid-poll: the round lives in the blob store, not the worker
-        await worker.start()
-        await accept(handle, amount, {"amount": 300})
-        confirm = await _open_question(handle, "2/answer")
-        await worker.kill()
-        await worker.start()
-        await accept(handle, confirm, {"confirm": False})
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-    finally:
-        await worker.stop()
+    async with reports_run_on_a_process(
+        dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-budget", "budget"
+    ) as run:
+        amount = await _open_question(run.handle, "1/answer")
+        await run.worker.kill()  # mid-poll: the round lives in the blob store, not the worker
+        await run.worker.start()
+        await accept(run.handle, amount, {"amount": 300})
+        confirm = await _open_question(run.handle, "2/answer")
+        await run.worker.kill()
+        await run.worker.start()
+        await accept(run.handle, confirm, {"confirm": False})
+        result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)
 
     got = tool_outcome(result)
     assert got["result"] == {"team": "data", "amount": 300, "approved": False}
-    events = await task_events_since(reports_url, before)
+    events = await run.server_events()
     assert events["approve_budget called"] == 3
     assert events["approve_budget approved"] == 1
 
