@@ -7,6 +7,8 @@ and an interrupted attempt; and a server that asks for ever, or too much, fails 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -112,21 +114,26 @@ async def test_a_worker_restarted_between_rounds_sends_each_round_once(
     assert events["approve_budget approved"] == 1
 
 
-async def _start(
+@asynccontextmanager
+async def _started(
     url: str, tmp_path: Path, tool: str, arguments: dict[str, Any], **listed: Any
-) -> StartedCall:
-    """The `call_tool` activity's call of `tool` (its listing changed by `listed`)."""
+) -> AsyncIterator[StartedCall]:
+    """The `call_tool` activity's call of `tool` (its listing changed by `listed`), its backend
+    closed when the block ends."""
     server = McpServer("reports", url=url, roots=ROOTS)
-    return await started_call(server, tmp_path, tool, arguments, **listed)
+    started = await started_call(server, tmp_path, tool, arguments, **listed)
+    try:
+        yield started
+    finally:
+        await started.backend.aclose()
 
 
 async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
+        backend, job = started.backend, started.job_id
         asked = await backend.status(job)
         await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 7}))
         # A second answer to the question is ignored (the first stands); a question no round
@@ -141,8 +148,6 @@ async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
         assert await Rounds(started.blobs, job).claim_send(1)
         outcome = await backend.status(job)
         again = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert started.result.operation is not None
     assert started.result.operation.poll_interval_seconds == 1.0
@@ -159,16 +164,13 @@ async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
 async def test_a_repeatable_call_is_sent_again_when_its_send_was_claimed(
     reports_url: str, tmp_path: Path
 ) -> None:
-    started = await _start(
+    async with _started(
         reports_url, tmp_path, "approve_budget", {"team": "ops"}, idempotent=True
-    )
-    backend, job = started.backend, started.job_id
-    try:
+    ) as started:
+        backend, job = started.backend, started.job_id
         await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 9}))
         assert await Rounds(started.blobs, job).claim_send(1)
         second = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert second.status == "input_required"
     assert [q.message for q in second.questions or []] == ["Approve 9 for ops?"]
@@ -196,12 +198,11 @@ async def test_a_server_that_asks_for_ever_fails_the_call_after_the_last_round(
 
 
 async def test_an_oversize_request_state_fails_the_call(reports_url: str, tmp_path: Path) -> None:
-    at_once = await _start(reports_url, tmp_path / "a", "swell_state", {"at_once": True})
-    later = await _start(reports_url, tmp_path / "b", "swell_state", {})
-    try:
+    async with (
+        _started(reports_url, tmp_path / "a", "swell_state", {"at_once": True}) as at_once,
+        _started(reports_url, tmp_path / "b", "swell_state", {}) as later,
+    ):
         swelled = await later.backend.status(later.job_id)
-    finally:
-        await later.backend.aclose()
 
     # The first round: the model reads why the call failed.
     assert at_once.result.is_error and at_once.result.operation is None
@@ -217,9 +218,8 @@ async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"}) as started:
+        backend, job = started.backend, started.job_id
         asked = await backend.status(job)
         await backend.answer(
             job, JobAnswer(key="1/title", action="accept", content={"title": "Q3"})
@@ -227,8 +227,6 @@ async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
         waiting = await backend.status(job)
         await backend.cancel(job)
         cancelled = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     # Only the elicitation is a question; the sampling request is named, and never answered.
     assert [q.key for q in asked.questions or []] == ["1/title"]
@@ -305,16 +303,13 @@ async def test_an_answer_mcp_cannot_carry_fails_the_call_unsent(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
+        backend, job = started.backend, started.job_id
         # A form of the server's may allow an object; an elicitation's answer holds no such
         # value.
         nested = JobAnswer(key="1/answer", action="accept", content={"amount": {"eur": 5}})
         await backend.answer(job, nested)
         outcome = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert outcome.status == "failed" and outcome.error is not None
     assert outcome.error.code == "answer_invalid"
