@@ -46,7 +46,6 @@ from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
     APPROVAL_NONCE_MISMATCH,
-    APPROVAL_NOT_READY,
     APPROVAL_UNKNOWN,
     OPERATION_NONCE_MISMATCH,
     OPERATION_RESOLVED,
@@ -89,7 +88,6 @@ _REJECTIONS = {
     APPROVAL_UNKNOWN: (404, "approval_unknown"),
     APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
     APPROVAL_DECIDED: (409, "approval_decided"),
-    APPROVAL_NOT_READY: (503, "approval_not_ready"),
     QUESTION_UNKNOWN: (404, "question_unknown"),
     QUESTION_NONCE_MISMATCH: (401, "nonce_mismatch"),
     QUESTION_CLOSED: (409, "question_closed"),
@@ -262,16 +260,13 @@ class TemporalDeliverer:
     async def decide(
         self, claims: ResumeClaims, request_id: str, body: DecisionBody
     ) -> DecideOutcome:
-        """Send the decision as the run's `decide` Update and wait for the run's outcome (a
-        link its run has not confirmed yet is tried again for a few seconds: see
-        `WaitstateClient.decide`).
+        """Send the decision as the run's `decide` Update and wait for the run's outcome.
 
         Raises:
             DeliveryRefused: 404 unknown run or request, 401 nonce mismatch, 409 already
                 decided or expired, a duplicate of a decision already applied, or the run has
                 ended, 410 the token has expired (and no earlier delivery of this decision was
-                taken), 503 Temporal could not be reached or the link is still not confirmed,
-                504 the run did not answer in time.
+                taken), 503 Temporal could not be reached, 504 the run did not answer in time.
         """
         delivery_id = uuid4().hex
         id = decision_update_id(request_id, body)

@@ -36,8 +36,6 @@ CANCEL_REFUSED = "CancelRefused"
 APPROVAL_UNKNOWN = "ApprovalUnknown"  # no such request in this run -> HTTP 404
 APPROVAL_NONCE_MISMATCH = "ApprovalNonceMismatch"  # link token not issued for it -> HTTP 401
 APPROVAL_DECIDED = "ApprovalDecided"  # already decided or expired -> HTTP 409
-# A link used before the run recorded that its request was sent: the gateway retries, then 503.
-APPROVAL_NOT_READY = "ApprovalNotReady"
 
 # Answers refused by the `answer` Update's validator.
 QUESTION_UNKNOWN = "QuestionUnknown"  # no such question in this run -> HTTP 404
