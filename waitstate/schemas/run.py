@@ -321,10 +321,6 @@ class ModelCallInput(BaseModel):
     )
     new_messages: list[Message]
     tools: list[str] = Field(description="Tool names; the activity resolves their definitions.")
-    turn: int | None = Field(
-        default=None,
-        description="The run's turn (runs since 1.0 leave it to the summary, so it is None).",
-    )
     agent: str | None = Field(
         default=None,
         description="The run's agent: its model settings apply, and a final answer must "
@@ -332,11 +328,6 @@ class ModelCallInput(BaseModel):
     )
     mcp_listing: str | None = Field(
         default=None, description="The run's MCP listing (a blob reference), for MCP tools."
-    )
-    outages_waited_out: bool = Field(
-        default=False,
-        description="The run waits blob store outages out (every run since 1.0): a "
-        "failure on the store says which attempt met it, and hands back the model's reply.",
     )
     answered: ModelResponse | None = Field(
         default=None,
@@ -427,21 +418,10 @@ class RunCarry(BaseModel):
 
 
 class ToolCallInput(BaseModel):
-    """Input of the `call_tool` activity."""
+    """Input of the `call_tool` activity. The run's id, the operation's (the activity's own id)
+    and the time the call was first scheduled are the activity's info, not sent."""
 
     call: ToolCall
-    # Runs leave these three out (their history is the smaller for it; set by runs from before
-    # 1.0, and by tests that call the activity directly): the activity reads the run's id, its own id (the operation's) and the time it was
-    # first scheduled from its own info.
-    operation_id: str | None = Field(
-        default=None, description="The operation's id, should the tool be a long one."
-    )
-    workflow_id: str | None = Field(
-        default=None, description="Identifies the run, e.g. for idempotency keys."
-    )
-    started_at: datetime | None = Field(
-        default=None, description="workflow.now() at the call: expiries count from it."
-    )
     in_flight: int = Field(default=0, description="This run's pending operations of this tool.")
     run_in_flight: int = Field(default=0, description="This run's pending operations, all tools.")
     run_max_in_flight: int = Field(default=8, description="The run's limit of pending operations.")
