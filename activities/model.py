@@ -142,6 +142,9 @@ class ModelActivities:
         ref = await _stored(input, self._blobs.put(stored, activity.info().workflow_id), response)
         response.transcript_ref = ref.removeprefix(REF_PREFIX)
         response.usage = response.usage.model_copy(update={"model_calls": 0})
+        # Why the provider stopped and how it names its model are for the trace and the
+        # metrics (read above); the run never reads them, so its history goes without them.
+        response.stop_reason = response.model = ""
         if response.message.provider_items is not None:
             # The provider's own items (a reasoning model's encrypted reasoning: kilobytes a
             # turn) go back to it from the stored transcript; the run never reads them, so its

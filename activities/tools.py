@@ -82,7 +82,8 @@ class ToolActivities:
             async with pulse():
                 result = await self._call(input)
             span.result(result)
-        return result
+        # The run has the call: its id and name would only lengthen the run's history.
+        return result.model_copy(update={"tool_call_id": "", "name": ""})
 
     async def _call(self, input: ToolCallInput) -> ToolResult:
         if is_mcp_name(input.call.name):

@@ -447,8 +447,10 @@ class ToolCallInput(BaseModel):
 class ToolResult(BaseModel):
     """What a tool call gives back to the model."""
 
-    tool_call_id: str
-    name: str
+    # The call's: the `call_tool` activity leaves both to the run, which has the call (its
+    # history is the shorter for it; results of runs before 1.0 carry them, to the same end).
+    tool_call_id: str = ""
+    name: str = ""
     content: str
     is_error: bool = False
     operation: OperationStarted | None = Field(
