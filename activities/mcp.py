@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import x_mcp_header_map
+from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
 from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -29,7 +32,10 @@ from waitstate.mcp import (
     grants_by_server,
     split_name,
 )
-from waitstate.mcp.rounds import unknown_outcome_message
+from waitstate.mcp.extension import CreatedTask, Tasks
+from waitstate.mcp.results import tool_result_text
+from waitstate.mcp.round_trips import learn_header_params as list_until
+from waitstate.mcp.rounds import PendingCall, Rounds, input_required_reply, unknown_outcome_message
 from waitstate.providers.base import shorten
 from waitstate.schemas import ToolCall, ToolDefinition, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded, ApprovalPolicy
@@ -172,12 +178,6 @@ class McpActivities:
             return error_result(call, f"arguments are not valid JSON ({err.msg}); send an object")
         if not isinstance(arguments, dict):
             return error_result(call, "arguments must be a JSON object")
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, CallToolResult, InputRequiredResult
-
-        from waitstate.mcp.extension import CreatedTask
-        from waitstate.mcp.tasks import tool_result_text
-
         if input.approved_by is None and (needed := self._approval(call, tool)) is not None:
             return ToolResult(
                 tool_call_id=call.id, name=call.name, content="", approval_needed=needed
@@ -267,10 +267,6 @@ class McpActivities:
             BlobStoreUnavailable: the rounds could not be recorded (the attempt is retried: a
                 call that may not be repeated is then reported of unknown outcome).
         """
-        from mcp.shared.inbound import x_mcp_header_map
-
-        from waitstate.mcp.rounds import PendingCall, Rounds, input_required_reply
-
         call = input.call
         server_name, tool_name = split_name(call.name)
         reply = input_required_reply(first, 0, server_name, tool_name)
@@ -298,9 +294,6 @@ class McpActivities:
             ApplicationError: non-retryable when the server refused the request; retryable
                 when it could not be reached.
         """
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
-
         refused: MCPError | None = None
         try:
             server = self._servers.get(server_name)
@@ -390,10 +383,6 @@ async def learn_header_params(client: Any, tool: str, schema: dict[str, Any]) ->
     Raises:
         Exception: the server refused the listing, or could not be reached.
     """
-    from mcp.shared.inbound import x_mcp_header_map
-
-    from waitstate.mcp.tasks import learn_header_params as list_until
-
     if x_mcp_header_map(schema):
         await list_until(client, tool)
 
@@ -443,10 +432,6 @@ async def _reached(server: McpServer) -> AsyncIterator[Any]:
     Raises:
         _NotReached: every try failed to open a session.
     """
-    from mcp.shared.exceptions import MCPError
-
-    from waitstate.mcp.extension import Tasks
-
     deadline = time.monotonic() + server.reach_within.total_seconds()
     delay = 0.5
     while True:

@@ -10,6 +10,8 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waitstate.blobs import BlobStore
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
+from waitstate.mcp.sampling import Sampler
+from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.providers import Providers, UnknownModelError
 from waitstate.schemas.errors import (
     ANSWER_REFUSED,
@@ -71,11 +73,9 @@ class OperationActivities:
             # What the run's model spent answering the job's requests: for the run's usage.
             return PolledCompletion(**polled.model_dump(), usage=sampler.usage)
         finally:
-            if is_mcp_name(input.tool):  # made for this poll: its session ends with it
-                from waitstate.mcp.tasks import McpTaskBackend
-
-                if isinstance(long.backend, McpTaskBackend):
-                    await long.backend.aclose()
+            # An MCP server's backend is made for this poll: its session ends with it.
+            if is_mcp_name(input.tool) and isinstance(long.backend, McpTaskBackend):
+                await long.backend.aclose()
 
     async def _poll(self, input: PollOperationInput, long: LongSpec) -> Completion:
         if input.once:
@@ -156,11 +156,8 @@ class OperationActivities:
         except ToolError as err:
             raise ApplicationError(str(err), type=ANSWER_REFUSED, non_retryable=True) from None
         finally:
-            if is_mcp_name(input.tool):
-                from waitstate.mcp.tasks import McpTaskBackend
-
-                if isinstance(long.backend, McpTaskBackend):
-                    await long.backend.aclose()
+            if is_mcp_name(input.tool) and isinstance(long.backend, McpTaskBackend):
+                await long.backend.aclose()
 
     @activity.defn(name=CANCEL_OPERATION)
     async def cancel_operation(self, input: CancelOperationInput) -> None:
@@ -176,9 +173,6 @@ class OperationActivities:
         """The long tool `name`; an MCP server's, made for this call, its sampling requests
         answered by `model` (the run's) where the server's policy allows it."""
         if is_mcp_name(name):  # a task of an MCP server: polled and cancelled on that server
-            from waitstate.mcp.sampling import Sampler
-            from waitstate.mcp.tasks import McpTaskBackend
-
             try:
                 server = self._mcp.get(split_name(name)[0])
             except McpConfigError as err:

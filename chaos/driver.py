@@ -127,37 +127,17 @@ class Suite:
         self.issue39 = ModelKills(stack, self.size, self.lock)
         self.mcp_doors = McpDoors(stack.client, stack.systems_url, self.size)
         async with httpx.AsyncClient(timeout=30) as http:
-            # Every callback job of the mix reports progress; the early systems hold the
-            # answers to starts past their jobs (and send each report twice).
-            await _faults(http, stack.systems_url, progress_reports=PROGRESS_REPORTS)
-            await _faults(
-                http,
-                stack.early_url,
-                hold_start_answers_seconds=HOLD_START_ANSWERS,
-                progress_reports=PROGRESS_REPORTS,
-                duplicate_webhooks=EARLY_COPIES,
-            )
+            await fault_the_systems(http, stack)
             outbox = Outbox(stack.systems_url, http, every=self.size.query_every)
             watcher = asyncio.create_task(outbox.watch())
-            ctx = Context(
-                stack.client,
-                MAIN_QUEUE,
-                stack.systems_url,
+            ctx = stack_context(
+                stack,
                 http,
-                stack.wire,
                 rng,
                 outbox,
+                every_queue=True,
                 query_every=self.size.query_every,
                 result_timeout=self.size.result_timeout,
-                queues={"main": MAIN_QUEUE, "early": EARLY_QUEUE, "slow": SLOW_QUEUE},
-                systems={
-                    "main": stack.systems_url,
-                    "early": stack.early_url,
-                    "slow": stack.slow_url,
-                },
-                gateway_url=stack.gateway_url,
-                token_keys=dict(TOKEN_KEYS),
-                streams=Streams(stack.gateway_url, dict(TOKEN_KEYS)),
             )
             stop = asyncio.Event()
             kills = asyncio.create_task(self._kill_workers(rng, stop))
@@ -596,6 +576,57 @@ def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
 async def _faults(http: httpx.AsyncClient, systems_url: str, **faults: Any) -> None:
     answer = await http.post(f"{systems_url}/_test/faults", json=faults)
     answer.raise_for_status()
+
+
+async def fault_the_systems(http: httpx.AsyncClient, stack: Stack) -> None:
+    """The suite's faults of `stack`'s demo systems: every callback job of the mix reports
+    progress; the early systems hold the answers to starts past their jobs (and send each
+    report twice)."""
+    await _faults(http, stack.systems_url, progress_reports=PROGRESS_REPORTS)
+    await _faults(
+        http,
+        stack.early_url,
+        hold_start_answers_seconds=HOLD_START_ANSWERS,
+        progress_reports=PROGRESS_REPORTS,
+        duplicate_webhooks=EARLY_COPIES,
+    )
+
+
+def stack_context(
+    stack: Stack,
+    http: httpx.AsyncClient,
+    rng: random.Random,
+    outbox: Outbox,
+    *,
+    every_queue: bool,
+    **options: Any,
+) -> Context:
+    """What driving a run on `stack` needs: its main queue, systems, model server and gateway;
+    with `every_queue`, also its other queues and systems, its token keys, and every run's
+    event stream read (`options`: the Context's others)."""
+    if every_queue:
+        options |= {
+            "queues": {"main": MAIN_QUEUE, "early": EARLY_QUEUE, "slow": SLOW_QUEUE},
+            "systems": {
+                "main": stack.systems_url,
+                "early": stack.early_url,
+                "slow": stack.slow_url,
+            },
+            "token_keys": dict(TOKEN_KEYS),
+            "streams": Streams(stack.gateway_url, dict(TOKEN_KEYS)),
+        }
+    assert stack.client is not None and stack.wire is not None
+    return Context(
+        stack.client,
+        MAIN_QUEUE,
+        stack.systems_url,
+        http,
+        stack.wire,
+        rng,
+        outbox,
+        gateway_url=stack.gateway_url,
+        **options,
+    )
 
 
 async def _stats(http: httpx.AsyncClient, urls: list[str]) -> dict[str, Any]:

@@ -25,20 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from chaos import mcp_wire
 from chaos.app import EXPORTER
 from chaos.model import Check
 from chaos.sizes import Size
@@ -64,7 +62,6 @@ ANSWER_WITHIN = 60.0
 RETRY_PAUSE = 0.5
 ACTIVITY_TIMEOUT = RunInput.model_fields["model_timeout"].default.total_seconds()
 LOOK_WITHIN = 120.0  # for what is there to be read (Temporal's list lags; the server restarts)
-VERSION = "2026-07-28"
 
 
 @dataclass
@@ -217,14 +214,14 @@ class McpDoors:
             call.took = time.monotonic() - began
 
     async def _sent(self, http: httpx.AsyncClient, url: str, call: Call) -> None:
-        request = _request(call)
+        request = mcp_wire.call(AGENT, call.arguments, key=call.key)
         if call.fault == "twice":
             await self._answered(http, url, request, call)
             await self._answered(http, url, request, call)
         elif call.fault == "together":
             await asyncio.gather(*(self._answered(http, url, request, call) for _ in range(2)))
         else:
-            async with _unread(url, request, self._secret):
+            async with mcp_wire.unread(url, request, self._secret):
                 try:
                     await self._exists(call)
                 except TimeoutError:  # dropped all the same: what is there tells the rest
@@ -236,13 +233,13 @@ class McpDoors:
     ) -> None:
         """Send `request` until it is answered with a task: an error is sent again, but a
         refusal of the call itself (`-32602`), which is final."""
-        headers = _headers(request, self._secret)
+        headers = mcp_wire.headers(request, self._secret)
         while True:
             try:
                 response = await http.post(
                     url, json=request, headers=headers, timeout=ANSWER_WITHIN
                 )
-                message = _message(response) or {}
+                message = mcp_wire.message(response) or {}
             except httpx.HTTPError as err:
                 message = {"error": {"message": f"{type(err).__name__}: {err}"}}
             result = message.get("result") or {}
@@ -280,12 +277,12 @@ class McpDoors:
 
     async def _ended(self, http: httpx.AsyncClient, url: str, call: Call) -> None:
         """Until the call's task has ended (`tasks/get`)."""
-        request = _body("tasks/get", {"taskId": call.answers[0]})
-        headers = _headers(request, self._secret)
+        request = mcp_wire.body("tasks/get", {"taskId": call.answers[0]})
+        headers = mcp_wire.headers(request, self._secret)
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 response = await http.post(url, json=request, headers=headers)
-                task = ((_message(response) or {}).get("result")) or {}
+                task = ((mcp_wire.message(response) or {}).get("result")) or {}
                 if task.get("status") in ("completed", "failed", "cancelled"):
                     return
             await asyncio.sleep(RETRY_PAUSE)
@@ -332,72 +329,3 @@ class McpDoors:
                     continue
                 messages[thread] = state.thread.received if state.thread else 0
         return Found(runs, jobs, messages)
-
-
-# --- the wire: a raw JSON-RPC client of the 2026-07-28 streamable HTTP transport -------------
-
-
-def _request(call: Call) -> dict[str, Any]:
-    params = {"name": AGENT, "arguments": call.arguments}
-    return _body("tools/call", params, key=call.key)
-
-
-def _body(method: str, params: dict[str, Any], key: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientInfo": {"name": "chaos", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {
-            "extensions": {"io.modelcontextprotocol/tasks": {}}
-        },
-    }
-    if key is not None:
-        meta[shapes.IDEMPOTENCY_KEY] = key
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
-
-
-def _headers(request: dict[str, Any], secret: str) -> dict[str, str]:
-    params = request["params"]
-    name = params.get("name") or params.get("taskId")
-    return {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "Authorization": f"Bearer {secret}",
-        "Mcp-Protocol-Version": VERSION,
-        "Mcp-Method": request["method"],
-        **({"Mcp-Name": str(name)} if name else {}),
-    }
-
-
-def _message(response: httpx.Response) -> dict[str, Any] | None:
-    """The JSON-RPC message of an answer: its JSON body, or its SSE stream's first result."""
-    kind = response.headers.get("content-type", "")
-    if kind.startswith("application/json"):
-        found: dict[str, Any] = response.json()
-        return found
-    for line in response.text.splitlines():
-        if line.startswith("data:") and line[5:].strip():
-            event: dict[str, Any] = json.loads(line[5:])
-            if "result" in event or "error" in event:
-                return event
-    return None
-
-
-@asynccontextmanager
-async def _unread(url: str, request: dict[str, Any], secret: str) -> AsyncIterator[None]:
-    """`request` posted over a connection of its own that is dropped when the block ends, its
-    answer never read."""
-    where = urlsplit(url)
-    assert where.hostname is not None and where.port is not None
-    _, writer = await asyncio.open_connection(where.hostname, where.port)
-    try:
-        payload = json.dumps(request).encode()
-        head = [f"POST {where.path} HTTP/1.1", f"Host: {where.hostname}:{where.port}"]
-        head += [f"Content-Length: {len(payload)}"]
-        head += [f"{k}: {v}" for k, v in _headers(request, secret).items()]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
-        await writer.drain()
-        yield
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()

@@ -118,6 +118,58 @@ async def main() -> None:
 waitstate.run_program(main())  # not asyncio.run: the interpreter's teardown can abort a client
 """
 
+# ... an app of theirs (a tool and an agent), served by the installed `waitstate-worker` ...
+USER_APP = '''
+"""The user's own agent: one tool, the deterministic model's demo script (offline)."""
+from waitstate import Agent, App, tool
+
+
+@tool
+async def calculate(expression: str) -> str:
+    """Multiply two whole numbers: `a * b`."""
+    a, b = expression.split("*")
+    return str(int(a) * int(b))
+
+
+app = App(
+    agents=[
+        Agent(
+            "multiplier",
+            instructions="Multiply what you are asked to.",
+            model="scripted:demo",
+            tools=[calculate],
+        )
+    ]
+)
+'''
+# ... and by a worker of their own with `WaitstatePlugin`, beside their own workflow: argv is
+# the task queue; it says "hello" once its own workflow ran, then serves until stopped.
+USER_PLUGIN_WORKER = """
+import asyncio
+import os
+import sys
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import greet
+from waitstate.plugin import WaitstatePlugin
+from workflows import SayHello
+
+
+async def main() -> None:
+    queue = sys.argv[1]
+    plugin = WaitstatePlugin(["user_app:app"])
+    client = await Client.connect(os.environ["TEMPORAL_ADDRESS"], plugins=[plugin])
+    async with Worker(client, task_queue=queue, workflows=[SayHello], activities=[greet]):
+        said = await client.execute_workflow(SayHello.run, "Ada", id=f"hello-{queue}", task_queue=queue)
+        print(said, flush=True)
+        await asyncio.Event().wait()
+
+
+asyncio.run(main())
+"""
+
 # Where the project's interpreter finds waitstate, from the project (as `-m waitstate.gateway`).
 WHERE = "import json, sys, waitstate; print(json.dumps({'waitstate': waitstate.__file__, 'path': sys.path}))"
 
@@ -295,6 +347,8 @@ def _user_project(path: Path) -> Path:
     (path / "activities.py").write_text(USER_ACTIVITIES)
     (path / "starter.py").write_text(USER_STARTER)
     (path / "run_agent.py").write_text(USER_AGENT)
+    (path / "user_app.py").write_text(USER_APP)
+    (path / "plugin_worker.py").write_text(USER_PLUGIN_WORKER)
     return path
 
 
@@ -398,3 +452,81 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
     assert [hook["status_code"] for hook in export["webhooks"]] == [200]
     updates = await accepted_updates(dev_env.client.get_workflow_handle(f"beside-{task_queue}"))
     assert updates == ["complete_operation"]
+
+
+async def _serving(
+    command: list[str | Path], cwd: Path, env: dict[str, str], log: Path, says: str
+) -> asyncio.subprocess.Process:
+    """A process of the project's, started, once its log says `says`."""
+    with log.open("ab") as out:
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=cwd, env=env, stdout=out, stderr=out
+        )
+
+    async def said() -> bool:
+        text = await asyncio.to_thread(log.read_text, errors="replace")
+        assert process.returncode is None, text
+        return says in text
+
+    await eventually(said, f"{command[0]} to say {says!r}", within=STEP_WITHIN)
+    return process
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_the_installed_commands_and_a_users_plugin_worker_serve_the_users_agent(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, wheel: Path
+) -> None:
+    # Nothing of the checkout: the wheel's two commands, run in the user's project, serve and
+    # run the user's agent; then the user's own worker serves it with the plugin.
+    python = _fresh_venv(tmp_path / "venv", wheel)
+    project = _user_project(tmp_path / "project")
+    bin = python.parent
+    drop = {"PYTHONPATH", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "WAITSTATE_MODEL", "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items() if k not in drop} | {
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "WAITSTATE_STATE_DIR": str(tmp_path / "state"),
+    }
+    served = env | {"WAITSTATE_TASK_QUEUE": task_queue}
+    worker = await _serving(
+        [bin / "waitstate-worker", "--app", "user_app:app"],
+        project,
+        served,
+        tmp_path / "worker.log",
+        "worker polling",
+    )
+    try:
+        ran = await _python(
+            bin / "waitstate",
+            ["run", "What is 17 * 23?", "--agent", "multiplier", "--wait", "--json"],
+            project,
+            served,
+        )
+    finally:
+        await _stop(worker)
+
+    theirs = f"{task_queue}-theirs"
+    plugged = env | {"WAITSTATE_TASK_QUEUE": theirs}
+    worker = await _serving(
+        [python, "plugin_worker.py", theirs], project, plugged, tmp_path / "theirs.log", "Hello"
+    )
+    try:
+        beside = await _python(
+            bin / "waitstate",
+            ["run", "What is 6 * 7?", "--agent", "multiplier", "--wait", "--json"],
+            project,
+            plugged,
+        )
+    finally:
+        await _stop(worker)
+
+    first, second = json.loads(ran.stdout), json.loads(beside.stdout)
+    assert first["status"] == "completed", ran.stdout
+    assert "calculate -> 391" in first["final_output"], ran.stdout
+    assert second["status"] == "completed", beside.stdout
+    assert "calculate -> 42" in second["final_output"], beside.stdout
+    assert "Hello, Ada!" in (tmp_path / "theirs.log").read_text()

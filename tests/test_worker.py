@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from temporalio.common import VersioningBehavior
 
+from waitstate.deployment import CHECKOUT, build_id, deployment_config
 from waitstate.providers import UnknownModelError
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.providers.scripted import ScriptedProvider
 from waitstate.settings import Settings
-from waitstate.worker import CHECKOUT, build_id, build_providers, deployment_config
+from waitstate.worker import build_providers
 
 
 @pytest.mark.parametrize(

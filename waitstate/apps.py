@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,11 @@ def load_app(ref: str) -> App:
     module_name, sep, attribute = ref.partition(":")
     if not sep or not module_name or not attribute:
         raise AppError(f"app {ref!r} is not module:attribute (e.g. reports.app:app)")
+    # Apps load by reference from the working directory, as uvicorn loads `module:app`: run as
+    # an installed command (`waitstate-worker`, `waitstate`), the interpreter put the script's
+    # directory first instead.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # an app's own import error, whatever it is, fails the load

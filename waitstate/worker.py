@@ -15,25 +15,19 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
-import importlib.metadata
 import logging
 import math
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
-from typing import Any, NoReturn, TypedDict
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import httpx
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker import Worker
 
 from waitstate.activation_order import workflow_runner
 from waitstate.activities import (
@@ -51,15 +45,31 @@ from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import BlobStore, open_blob_store
+from waitstate.deployment import BuildIdError, deployment_config
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
-from waitstate.providers import Provider, Providers, UnknownModelError
-from waitstate.providers.scripted import Script, ScriptedProvider
+from waitstate.providers import Providers
+from waitstate.providers.configured import build_providers, warm_up
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
 from waitstate.tracing import SERVICE_WORKER, Tracing
-from waitstate.workflows.agent_run import AgentRunWorkflow
-from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
+from waitstate.workflows.served import WORKFLOWS
+
+__all__ = [
+    "DEMO_APP",
+    "WORKFLOWS",
+    "ModelCallPace",
+    "RunParts",
+    "build_providers",
+    "build_tokens",
+    "build_worker",
+    "build_workers",
+    "load",
+    "main",
+    "run_parts",
+    "serve",
+    "warm_up",
+]
 
 log = logging.getLogger("waitstate.worker")
 # Waits last seconds to days: their histograms get buckets from 1 s to a week (ms), where the
@@ -74,107 +84,13 @@ WAIT_BUCKETS_MS = [
     21_600_000, 43_200_000, 86_400_000, 172_800_000, 604_800_000,
 ]  # fmt: skip
 
-# What the worker runs; `starter.py replay-check` replays histories on the same classes.
-WORKFLOWS: list[type] = [AgentRunWorkflow, BlobCleanupWorkflow]
 
 # On SIGTERM, in-flight model and tool calls get this long to finish before they are cancelled
 # (and retried by another worker); `scripts/services.py down` waits longer than this.
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 
-# What a versioned worker's runs do when a new version becomes current: each stays on the version
-# that started it (its history replays on that code alone) and moves to the current one when it
-# continues as new (`workflows/continuation.py`). Set here, not in `@workflow.defn`: the SDK sends
-# a workflow's own behaviour from unversioned workers too, and the server refuses their tasks.
-RUNS_STAY_ON = VersioningBehavior.PINNED
-
-# OpenAI-compatible servers (vLLM, Ollama) usually ignore the key, but the SDK insists on one.
-_PLACEHOLDER_KEY = "not-needed"
 # What a worker serves when no app is named: the demo, run from a checkout.
 DEMO_APP = "examples.demo.app:app"
-# The checkout the worker runs from, whose commit (and uncommitted changes) name its build id;
-# installed from a wheel, the site-packages directory, which has no `.git` of its own.
-CHECKOUT = Path(__file__).resolve().parents[1]
-# Each git command the build id asks (a hung one fails the worker's start, not its polls).
-GIT_TIMEOUT = timedelta(seconds=10)
-CHUNK = 1 << 20
-
-
-def build_providers(
-    settings: Settings,
-    extra: Mapping[str, Callable[[], Provider]] | None = None,
-    scripts: Mapping[str, Script] | None = None,
-) -> Providers:
-    """Providers per the settings, and the apps' own (`extra`, and `scripts` for the scripted
-    model); SDK clients never retry (Temporal's retry policy does)."""
-
-    def make_openai() -> Provider:
-        options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
-        # Each SDK is imported on first use: Anthropic's alone holds ~45 MB of a worker's
-        # memory and takes seconds to load, for workers that may never call it.
-        import openai
-
-        from waitstate.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(openai.AsyncOpenAI(**options))
-
-    def make_openai_responses() -> Provider:
-        # The same key and server as `openai:`, over the Responses API (`/v1/responses`).
-        options = _sdk_options("openai", settings.openai_api_key, settings.openai_base_url)
-        import openai
-
-        from waitstate.providers.openai_responses import OpenAIResponsesProvider
-
-        return OpenAIResponsesProvider(openai.AsyncOpenAI(**options))
-
-    def make_anthropic() -> Provider:
-        options = _sdk_options("anthropic", settings.anthropic_api_key, settings.anthropic_base_url)
-        import anthropic
-
-        from waitstate.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(anthropic.AsyncAnthropic(**options))
-
-    return Providers(
-        {
-            "openai": make_openai,
-            "openai-responses": make_openai_responses,
-            "anthropic": make_anthropic,
-            "scripted": lambda: ScriptedProvider(scripts),
-            **(extra or {}),
-        }
-    )
-
-
-def warm_up(providers: Providers, settings: Settings) -> None:
-    """Load the SDK of each provider the worker is configured for, and build its client, now
-    rather than in its first call: a first call as slow as the next (the model queue's pace
-    counts calls from their start, a provider from their arrival)."""
-    for name, configured in (
-        ("openai", settings.openai_api_key or settings.openai_base_url),
-        ("anthropic", settings.anthropic_api_key or settings.anthropic_base_url),
-    ):
-        if configured:
-            providers.resolve(f"{name}:warm-up")
-
-
-class _SdkOptions(TypedDict):
-    """The options both SDK clients are built with."""
-
-    api_key: str
-    base_url: str | None
-    max_retries: int
-
-
-def _sdk_options(name: str, api_key: str | None, base_url: str | None) -> _SdkOptions:
-    """The client options of provider `name`'s SDK: its key (`<NAME>_API_KEY`), or a base URL
-    whose server may take none; no retries of the SDK's own.
-
-    Raises:
-        UnknownModelError: neither the key nor a base URL is set.
-    """
-    if not (api_key or base_url):
-        raise UnknownModelError(f"{name}: {name.upper()}_API_KEY is not set on the worker")
-    return _SdkOptions(api_key=api_key or _PLACEHOLDER_KEY, base_url=base_url, max_retries=0)
 
 
 def build_tokens(settings: Settings) -> ResumeTokens | None:
@@ -185,103 +101,16 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
-def build_id(settings: Settings, checkout: Path = CHECKOUT) -> str:
-    """The worker's build id: WAITSTATE_BUILD_ID, else the package's version and the commit of
-    the checkout it runs from (`0.1.0+dd29af14cb4a`), else the version alone (installed from a
-    wheel, or an image without its `.git`: set WAITSTATE_BUILD_ID there, or two builds of one
-    version share an id).
+class WorkerParts(TypedDict, total=False):
+    """What `build_worker` passes on to `build_workers` as it is (see there)."""
 
-    A checkout with uncommitted changes (tracked files changed, or files git does not ignore
-    added) is not the commit's code: its id also names a digest of what differs
-    (`0.1.0+dd29af14cb4a.dirty-3f2a9c1b7e4d`), so an edited tree never polls as the version
-    of its commit and is never handed that version's runs. The same changes give the same id.
-
-    Raises:
-        BuildIdError: git names the commit but cannot say what differs from it.
-    """
-    if settings.build_id:
-        return settings.build_id
-    version = importlib.metadata.version("waitstate")
-    commit = ""
-    # Only the checkout's own repository names the build (not one an installed wheel's
-    # site-packages happens to sit in).
-    if (checkout / ".git").exists():
-        try:
-            commit = _git_bytes(checkout, "rev-parse", "--short=12", "HEAD").decode().strip()
-        except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
-            commit = ""
-    if not commit:
-        log.warning("no git commit found: build id %s is the version alone", version)
-        return version
-    changes = _uncommitted_digest(checkout)
-    if changes is None:
-        return f"{version}+{commit}"
-    # Not logged: the worker logs the version it polls as, and the CLI says which it checks.
-    return f"{version}+{commit}.dirty-{changes}"
-
-
-class BuildIdError(RuntimeError):
-    """The checkout's build id cannot be told (set WAITSTATE_BUILD_ID)."""
-
-
-def _uncommitted_digest(checkout: Path) -> str | None:
-    """A digest of the files the checkout holds otherwise than its commit (None: none): those
-    changed, added or deleted since HEAD, staged or not, and those git neither tracks nor
-    ignores, each by path and content (read in chunks: a large file costs time, not memory).
-    Only what the tree holds counts, not how it got there (staged or not, by which steps).
-
-    Raises:
-        BuildIdError: git did not answer.
-    """
-    try:
-        changed = _git_bytes(checkout, "diff", "HEAD", "--name-only", "--no-renames", "-z")
-        untracked = _git_bytes(checkout, "ls-files", "--others", "--exclude-standard", "-z")
-    except (OSError, subprocess.SubprocessError) as err:
-        raise BuildIdError(
-            f"cannot tell whether {checkout} has uncommitted changes ({type(err).__name__}): "
-            "set WAITSTATE_BUILD_ID"
-        ) from err
-    names = sorted(set(filter(None, (changed + untracked).split(b"\0"))))
-    if not names:
-        return None
-    digest = hashlib.sha256()
-    for name in names:
-        digest.update(b"\0path\0" + name + b"\0")
-        try:
-            with (checkout / os.fsdecode(name)).open("rb") as file:
-                while chunk := file.read(CHUNK):
-                    digest.update(chunk)
-        except FileNotFoundError:
-            digest.update(b"\0deleted")
-        except OSError:  # unreadable (a directory a submodule left, a socket): named only
-            digest.update(b"\0unreadable")
-    return digest.hexdigest()[:12]
-
-
-def _git_bytes(checkout: Path, *args: str) -> bytes:
-    """What a git command prints in `checkout` (names: short).
-
-    Raises:
-        OSError, subprocess.SubprocessError: git is missing, fails or hangs.
-    """
-    return subprocess.run(
-        ["git", "--no-optional-locks", *args],
-        cwd=checkout,
-        capture_output=True,
-        timeout=GIT_TIMEOUT.total_seconds(),
-        check=True,
-    ).stdout
-
-
-def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
-    """The worker deployment version the worker joins (None: versioning is off)."""
-    if not settings.versioning:
-        return None
-    return WorkerDeploymentConfig(
-        version=WorkerDeploymentVersion(settings.deployment, build_id(settings)),
-        use_worker_versioning=True,
-        default_versioning_behavior=RUNS_STAY_ON,
-    )
+    tokens: ResumeTokens | None
+    task_queue: str | None
+    agents: Mapping[str, Agent] | None
+    tool_deps: Mapping[str, Any] | None
+    mcp: McpServers | None
+    tracing: Tracing | None
+    workflows: Sequence[type] | None
 
 
 def build_worker(
@@ -290,33 +119,13 @@ def build_worker(
     providers: Providers,
     tools: Sequence[ToolSpec],
     http: httpx.AsyncClient,
-    *,
-    tokens: ResumeTokens | None = None,
-    task_queue: str | None = None,
-    agents: Mapping[str, Agent] | None = None,
-    tool_deps: Mapping[str, Any] | None = None,
-    mcp: McpServers | None = None,
-    tracing: Tracing | None = None,
-    workflows: Sequence[type] | None = None,
+    **parts: Unpack[WorkerParts],
 ) -> Worker:
     """The worker of the runs' task queue alone (see `build_workers`): for tests and drills
     whose runs call the model on their own queue."""
     # Not built at all, the model queue's worker: one built and never run still holds its queue.
     alone = dataclasses.replace(settings, model_task_queue=None, model_calls_per_second=None)
-    return build_workers(
-        client,
-        alone,
-        providers,
-        tools,
-        http,
-        tokens=tokens,
-        task_queue=task_queue,
-        agents=agents,
-        tool_deps=tool_deps,
-        mcp=mcp,
-        tracing=tracing,
-        workflows=workflows,
-    )[0]
+    return build_workers(client, alone, providers, tools, http, **parts)[0]
 
 
 def build_workers(

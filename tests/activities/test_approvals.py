@@ -4,55 +4,33 @@ deadline. Run in an ActivityEnvironment, with the demo systems' outbox over real
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from tests.activities.approval_notices import ASKED, LINKS_EXPIRE_AT, NONCE, approval_notice
 from tests.rigs import Systems
 from waitstate.activities import ApprovalActivities
 from waitstate.auth.tokens import ResumeClaims, ResumeTokens, approval_subject, nonce_hash
 from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,
-    ApprovalPolicy,
-    ApprovalRequest,
     OnTimeout,
 )
 
 TOKENS = ResumeTokens({"k1": "k" * 40}, "k1")
 GATEWAY = "http://gateway.test/"
-NONCE = "nonce-of-the-request"
-ASKED = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 DECISION_URL = "http://gateway.test/v1/approvals/apr_1/decision"
-# The request's last deadline as the run gives it (any time will do: the run's word wins).
-LINKS_EXPIRE_AT = ASKED + timedelta(hours=30)
 
 
 def _notice(
     on_timeout: OnTimeout = "escalate", *, escalation: bool = False, **fields: Any
 ) -> ApprovalNotice:
-    policy = ApprovalPolicy(timeout=timedelta(hours=24), on_timeout=on_timeout)
-    request = ApprovalRequest(
-        request_id="apr_1",
-        tool="issue_refund",
-        tool_call_id="call_1",
-        arguments={"claim_id": "C-118", "amount": 420.0},
-        reason='issue_refund {"claim_id":"C-118","amount":420.0}',
-        requested_at=ASKED,
-        expires_at=ASKED + policy.timeout,
-        policy=policy,
-    )
-    given: dict[str, Any] = {"nonce": NONCE, "links_expire_at": LINKS_EXPIRE_AT}
-    return ApprovalNotice(
-        workflow_id="run-1",
-        request=request,
-        recipient="managers" if escalation else "approvers",
-        escalation=escalation,
-        **{**given, **fields},
-    )
+    recipient = "managers" if escalation else "approvers"
+    return approval_notice(recipient, on_timeout=on_timeout, escalation=escalation, **fields)
 
 
 async def _notify(

@@ -8,24 +8,22 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from tests.activities.approval_notices import ASKED, LINKS_EXPIRE_AT, NONCE, approval_notice
 from tests.notice_servers import SlackStandIn, SmtpStandIn, slack_webhook, smtp_server
 from tests.rigs import Systems
 from waitstate.activities import ApprovalActivities
 from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.notices import NoticeError, SmtpServer, parse_routes
-from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, ApprovalRequest
+from waitstate.schemas.approvals import ApprovalNotice
 from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
 
 TOKENS = ResumeTokens({"k1": "k" * 40}, "k1")
 GATEWAY = "http://gateway.test"
-ASKED = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-LINKS_EXPIRE_AT = ASKED + timedelta(hours=30)
-NONCE = "nonce-of-the-request"
 APPROVAL_PAGE = re.compile(r"http://gateway\.test/pages/approvals/apr_1\?token=([\w.-]+)")
 QUESTION_PAGE = re.compile(r"http://gateway\.test/pages/questions/q_1\?token=([\w.-]+)")
 
@@ -67,25 +65,8 @@ ROUTES = "claims-team=email:claims@example.com,ops@example.com;finance=slack:SLA
 
 
 def _approval(recipient: str, *, escalation: bool = False) -> ApprovalNotice:
-    policy = ApprovalPolicy(timeout=timedelta(hours=24), on_timeout="escalate")
-    request = ApprovalRequest(
-        request_id="apr_1",
-        tool="issue_refund",
-        tool_call_id="call_1",
-        arguments={"claim_id": "C-118", "amount": 420.0},
-        reason="<script>alert(1)</script> wants a refund",
-        requested_at=ASKED,
-        expires_at=ASKED + policy.timeout,
-        policy=policy,
-    )
-    return ApprovalNotice(
-        workflow_id="run-1",
-        request=request,
-        recipient=recipient,
-        escalation=escalation,
-        nonce=NONCE,
-        links_expire_at=LINKS_EXPIRE_AT,
-    )
+    reason = "<script>alert(1)</script> wants a refund"
+    return approval_notice(recipient, reason=reason, escalation=escalation)
 
 
 def _question(recipient: str) -> InputNotice:

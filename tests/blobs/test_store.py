@@ -213,7 +213,7 @@ async def test_a_5_mb_blob(store: LocalBlobStore, monkeypatch: pytest.MonkeyPatc
     def spy_open(path: Path, mode: str) -> Spy:
         return Spy(path.open(mode))
 
-    monkeypatch.setattr("waitstate.blobs.store.open", spy_open, raising=False)
+    monkeypatch.setattr("waitstate.blobs.local.open", spy_open, raising=False)
     offset = 3 * 1024 * 1024 + 17
     assert await store.get(ref, offset, 4000) == data[offset : offset + 4000]
     assert reads == [4000]

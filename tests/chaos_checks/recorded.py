@@ -35,12 +35,17 @@ import httpx
 from temporalio.client import WorkflowHistory
 
 from chaos import exactly_once
-from chaos.driver import MODEL_FAULTS, _faults, _short_timeouts, _stats, _task_states
-from chaos.exactly_once import EARLY_COPIES, HOLD_START_ANSWERS, PROGRESS_REPORTS
+from chaos.driver import (
+    MODEL_FAULTS,
+    _short_timeouts,
+    _stats,
+    _task_states,
+    fault_the_systems,
+    stack_context,
+)
 from chaos.invariants import check_model_fault, check_run
 from chaos.runs import (
     Answer,
-    Context,
     Outbox,
     RunOutcome,
     RunPlan,
@@ -54,8 +59,8 @@ from chaos.runs import (
     question_plans,
 )
 from chaos.sizes import SIZES
-from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, SLOW_QUEUE, TOKEN_KEYS, Stack
-from chaos.streams import StreamRead, Streams
+from chaos.stack import Stack
+from chaos.streams import StreamRead
 from chaos.streams import check as streams_check
 from chaos.streams import expected as streams_expected
 from waitstate.schemas import RunInput, RunState
@@ -176,32 +181,10 @@ async def _record(names: list[str]) -> int:
     assert set(names) <= set(chosen), f"no such runs: {set(names) - set(chosen)}"
     async with Stack(mcp=True) as stack, httpx.AsyncClient(timeout=30) as http:
         assert stack.client is not None and stack.wire is not None
-        # As the suite sets them: every callback job reports progress; the early systems hold
-        # the answers to starts past their jobs (and send each report twice).
-        await _faults(http, stack.systems_url, progress_reports=PROGRESS_REPORTS)
-        await _faults(
-            http,
-            stack.early_url,
-            hold_start_answers_seconds=HOLD_START_ANSWERS,
-            progress_reports=PROGRESS_REPORTS,
-            duplicate_webhooks=EARLY_COPIES,
-        )
+        await fault_the_systems(http, stack)  # as the suite sets them
         outbox = Outbox(stack.systems_url, http)
         watcher = asyncio.create_task(outbox.watch())
-        ctx = Context(
-            stack.client,
-            MAIN_QUEUE,
-            stack.systems_url,
-            http,
-            stack.wire,
-            random.Random(SEED),
-            outbox,
-            queues={"main": MAIN_QUEUE, "early": EARLY_QUEUE, "slow": SLOW_QUEUE},
-            systems={"main": stack.systems_url, "early": stack.early_url, "slow": stack.slow_url},
-            gateway_url=stack.gateway_url,
-            token_keys=dict(TOKEN_KEYS),
-            streams=Streams(stack.gateway_url, dict(TOKEN_KEYS)),
-        )
+        ctx = stack_context(stack, http, random.Random(SEED), outbox, every_queue=True)
         try:
             outcomes = await asyncio.gather(*(drive(ctx, plan) for plan in chosen.values()))
         finally:

@@ -21,11 +21,12 @@ import sys
 
 import httpx
 
+from chaos.driver import stack_context
 from chaos.invariants import check_run
 from chaos.model_kills import ModelKills, rows
-from chaos.runs import Context, Outbox, RunOutcome
+from chaos.runs import Outbox, RunOutcome
 from chaos.sizes import SIZES
-from chaos.stack import MAIN_QUEUE, Stack
+from chaos.stack import Stack
 from tests.chaos_checks.recorded import OUTCOMES, _dumped, _read, load, stats
 
 SEED = 39
@@ -46,16 +47,7 @@ async def _record() -> int:
         assert stack.client is not None and stack.wire is not None
         outbox = Outbox(stack.systems_url, http)
         watcher = asyncio.create_task(outbox.watch())
-        ctx = Context(
-            stack.client,
-            MAIN_QUEUE,
-            stack.systems_url,
-            http,
-            stack.wire,
-            random.Random(SEED),
-            outbox,
-            gateway_url=stack.gateway_url,
-        )
+        ctx = stack_context(stack, http, random.Random(SEED), outbox, every_queue=False)
         try:
             outcomes = await ModelKills(stack, size, asyncio.Lock()).run(ctx, PREFIX, phase="A")
         finally:

@@ -16,7 +16,7 @@ from waitstate.client import (
     ThreadClosed,
     Unreachable,
 )
-from waitstate.gateway.threads import _refusal
+from waitstate.gateway.delivery import refusal
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ from waitstate.gateway.threads import _refusal
 def test_each_client_error_is_a_status_and_a_code(
     error: ClientError, status: int, code: str
 ) -> None:
-    refused = _refusal("t", error)
+    refused = refusal(error, thread_id="t")
 
     assert (refused.status_code, refused.code) == (status, code)
     assert refused.message
@@ -47,8 +47,10 @@ def test_each_client_error_is_a_status_and_a_code(
 
 
 def test_an_unknown_outcome_is_no_refusal_and_names_what_makes_its_retry_safe() -> None:
-    message = _refusal("t", OutcomeUnknown("t", "no answer within 20 s", "key-1"))
-    start = _refusal("t", OutcomeUnknown("t", "no answer within 20 s", "key-2"), start=True)
+    message = refusal(OutcomeUnknown("t", "no answer within 20 s", "key-1"), thread_id="t")
+    start = refusal(
+        OutcomeUnknown("t", "no answer within 20 s", "key-2"), thread_id="t", start=True
+    )
 
     assert (message.status_code, message.code) == (504, "outcome_unknown")
     assert message.retry_with == {"key": "key-1"}

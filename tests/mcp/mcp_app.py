@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import App, McpServer, Message, Script, ToolCall, ToolDefinition
-from waitstate.mcp.tasks import tool_result_text
+from waitstate.mcp.results import tool_result_text
 
 
 def add_numbers(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:

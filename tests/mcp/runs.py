@@ -7,26 +7,45 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from fastmcp import FastMCP
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from tests.helpers import make_worker, process_env, start_run
+from tests.mcp.mcp_app import task_events, task_events_since
 from tests.rigs import WorkerProcess
 from waitstate.activities.mcp import McpActivities, read_listing
+from waitstate.agents import Agent
 from waitstate.apps import Apps, load_apps
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer, McpServers
 from waitstate.mcp.sampling import Sampler
 from waitstate.mcp.tasks import McpTaskBackend
+from waitstate.mcp_server import CallerKeys, agent_server
 from waitstate.schemas import RunInput, RunResult, ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.run import McpListInput, McpTool
 
 APP = "tests.mcp.mcp_app:app"
+AGENTS_APP = "tests.mcp.agents_app:app"
+
+
+def agents_server(
+    client: Any, callers: dict[str, str], agents: Mapping[str, Agent] | None = None, **options: Any
+) -> FastMCP:
+    """waitstate's MCP server of `agents` (by default the test agents app's,
+    `tests/mcp/agents_app.py`) over `client`, for `callers` (their keys, by id); `options`:
+    `agent_server`'s others."""
+
+    async def connect() -> Any:
+        return client
+
+    agents = load_apps([AGENTS_APP]).agents if agents is None else agents
+    return agent_server(agents, connect=connect, auth=CallerKeys(callers), **options)
 
 
 def mcp_url(port: int) -> str:
@@ -74,6 +93,37 @@ def worker_process(
         WAITSTATE_BLOB_DIR=str(tmp_path / "blobs"),
     )
     return WorkerProcess(variables, tmp_path / "worker.log")
+
+
+@dataclasses.dataclass
+class ProcessRun:
+    """A run on a worker process of its own, which the test may kill and start again."""
+
+    worker: WorkerProcess
+    handle: WorkflowHandle[Any, RunResult]
+    url: str
+    before: dict[str, int]
+
+    async def server_events(self) -> dict[str, int]:
+        """The MCP test server's task events since the run started (`task_events_since`)."""
+        return await task_events_since(self.url, self.before)
+
+
+@asynccontextmanager
+async def reports_run_on_a_process(
+    env: WorkflowEnvironment, task_queue: str, tmp_path: Path, url: str, model: str, task: str
+) -> AsyncIterator[ProcessRun]:
+    """A run of `model` granted the tools of the MCP server at `url` (declared as `reports`),
+    started on a worker process of its own (`worker_process`); the process is stopped when
+    the block ends."""
+    before = await task_events(url)
+    worker = worker_process(env, task_queue, tmp_path, f"reports={url}")
+    await worker.start()
+    try:
+        run = RunInput(task=task, model=model, tools=["reports__*"])
+        yield ProcessRun(worker, await start_run(env.client, task_queue, run), url, before)
+    finally:
+        await worker.stop()
 
 
 def tool_outcome(result: RunResult) -> dict[str, Any]:

@@ -23,10 +23,11 @@ from fastmcp_tasks.models import MISSING_REQUIRED_CLIENT_CAPABILITY, missing_cap
 from mcp.shared.exceptions import MCPError as McpError
 from temporalio.testing import WorkflowEnvironment
 
+from chaos import mcp_wire as wire
 from examples.systems.serving import serving
 from tests.helpers import make_worker
-from tests.mcp import wire
 from tests.mcp.agents_app import APP, ASKS
+from tests.mcp.runs import agents_server
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
@@ -47,13 +48,7 @@ async def served(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator
     """The agents of `tests/mcp/agents_app.py`, served to alice and bob, and a worker."""
     apps = load_apps([APP])
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
-
-    async def connect() -> WaitstateClient:
-        return client
-
-    server = agent_server(
-        apps.agents, connect=connect, auth=CallerKeys({"alice": ALICE, "bob": BOB})
-    )
+    server = agents_server(client, {"alice": ALICE, "bob": BOB})
     worker = make_worker(dev_env.client, task_queue, apps=apps)
     async with worker, serving(http_app(server)) as root:
         yield Served(f"{root}/mcp", client)

@@ -1,5 +1,5 @@
 """The door of waitstate's MCP server (`waitstate.mcp_server`), as a raw JSON-RPC client
-written from the 2026-07-28 spec meets it (`tests/mcp/wire.py`): what it refuses before a run
+written from the 2026-07-28 spec meets it (`chaos/mcp_wire.py`): what it refuses before a run
 could start, and what it says of itself. No Temporal: the server's client is a stand-in that
 records what it was asked, so "nothing started" is read from it."""
 
@@ -16,11 +16,11 @@ import pytest
 from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
 from mcp_types import INVALID_PARAMS, SERVER_INFO_META_KEY
 
+from chaos import mcp_wire as wire
 from examples.systems.serving import serving
-from tests.mcp import wire
 from tests.mcp.agents_app import APP
-from waitstate.apps import load_apps
-from waitstate.mcp_server import CallerKeys, agent_server, guards, http_app, shapes
+from tests.mcp.runs import agents_server
+from waitstate.mcp_server import guards, http_app, shapes
 from waitstate.mcp_server.__main__ import main
 
 ALICE = "a" * 40
@@ -51,13 +51,7 @@ class Door:
 async def door() -> AsyncIterator[Door]:
     """The agents of `tests/mcp/agents_app.py`, served to alice, over a stand-in client."""
     client = StandIn()
-
-    async def connect() -> Any:
-        return client
-
-    server = agent_server(
-        load_apps([APP]).agents, connect=connect, auth=CallerKeys({"alice": ALICE})
-    )
+    server = agents_server(client, {"alice": ALICE})
     origins = guards.parse_origins(f"{IDE}, http://10.0.0.7:8080")
     async with serving(http_app(server, allowed_origins=origins)) as root:
         yield Door(f"{root}/mcp", client)

@@ -2,7 +2,7 @@
 (`io.waitstate/idempotency-key` in `_meta`), the same call twice, or a call whose answer was
 lost (the client dropped the connection before reading it, then sent it again), reaches one
 run, or one message of a thread, and answers with the same task. Sent from a raw JSON-RPC
-client over HTTP (`tests/mcp/wire.py`), as the SDKs would hide the retry; the runs are counted
+client over HTTP (`chaos/mcp_wire.py`), as the SDKs would hide the retry; the runs are counted
 where they are, in Temporal, under the caller's workflow ids. And a caller finds its own tasks,
 and only its own, with `list_tasks`."""
 
@@ -19,13 +19,14 @@ from mcp_types import INVALID_PARAMS
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from chaos import mcp_wire as wire
 from examples.systems.serving import serving
 from tests.helpers import eventually, make_worker
-from tests.mcp import wire
 from tests.mcp.agents_app import APP, ASKS
+from tests.mcp.runs import agents_server
 from waitstate.apps import load_apps
 from waitstate.client import RunNotFound, WaitstateClient
-from waitstate.mcp_server import CallerKeys, agent_server, http_app, listing, shapes
+from waitstate.mcp_server import http_app, listing, shapes
 from waitstate.schemas.run import RunState
 
 ALICE = "a" * 40
@@ -76,13 +77,8 @@ async def served(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator
     """The agents of `tests/mcp/agents_app.py`, served to alice and bob, and a worker."""
     apps = load_apps([APP])
     client = WaitstateClient(dev_env.client, task_queue=task_queue)
-
-    async def connect() -> WaitstateClient:
-        return client
-
     callers = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in SECRETS}
-    keys = CallerKeys({callers[name]: secret for name, secret in SECRETS.items()})
-    server = agent_server(apps.agents, connect=connect, auth=keys)
+    server = agents_server(client, {callers[name]: key for name, key in SECRETS.items()})
     worker = make_worker(dev_env.client, task_queue, apps=apps)
     async with worker, serving(http_app(server)) as root, httpx.AsyncClient() as http:
         yield Served(f"{root}/mcp", client, http, callers)

@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from examples.systems.serving import serving
 from tests.helpers import eventually, make_worker
 from tests.mcp.agents_app import APP, ASKS
+from tests.mcp.runs import agents_server
 from tests.mcp.test_agent_server import ALICE, BOB, Served
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
@@ -25,7 +26,7 @@ from waitstate.mcp import McpServer
 from waitstate.mcp.extension import CreatedTask, Tasks
 from waitstate.mcp.notices import TASK_IDS, TaskWatch, _listen
 from waitstate.mcp.tasks import McpTaskBackend
-from waitstate.mcp_server import CallerKeys, agent_server, http_app
+from waitstate.mcp_server import http_app
 from waitstate.mcp_server.listen import MAX_TASKS
 from waitstate.tools.spec import JobAnswer
 
@@ -66,16 +67,7 @@ class Recording(Tasks):
 async def _serve(env: WorkflowEnvironment, task_queue: str, notify: bool) -> Any:
     apps = load_apps([APP])
     client = WaitstateClient(env.client, task_queue=task_queue)
-
-    async def connect() -> WaitstateClient:
-        return client
-
-    server = agent_server(
-        apps.agents,
-        connect=connect,
-        auth=CallerKeys({"alice": ALICE, "bob": BOB}),
-        notify=notify,
-    )
+    server = agents_server(client, {"alice": ALICE, "bob": BOB}, notify=notify)
     return make_worker(env.client, task_queue, apps=apps), http_app(server), client
 
 

@@ -35,12 +35,13 @@ from examples.systems.serving import serving
 from tests.docs import between, page
 from tests.mcp import conformance
 from tests.mcp.agents_app import APP
+from tests.mcp.runs import agents_server
 from tests.rigs import ROOT
 from tests.tiers import SUBPROCESS, TEMPORAL, needs
 from waitstate import Agent
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
-from waitstate.mcp_server import CallerKeys, agent_server, http_app
+from waitstate.mcp_server import http_app
 
 SECRET = "c" * 40
 # Each scenario run, at the protocol versions the suite lists it for (none: an extension's).
@@ -171,11 +172,7 @@ async def served(dev_env: WorkflowEnvironment, conformance_suite: Path) -> Async
     apps = load_apps([APP])
     agents = {**apps.agents, "failing_job": Agent("failing_job", model="scripted:echo")}
     client = WaitstateClient(dev_env.client, task_queue="conformance-agents")
-
-    async def connect() -> WaitstateClient:
-        return client
-
-    server = agent_server(agents, connect=connect, auth=CallerKeys({"suite": SECRET}))
+    server = agents_server(client, {"suite": SECRET}, agents)
     async with serving(WithBearer(http_app(server), SECRET)) as root:
         yield Served(f"{root}/mcp", conformance_suite)
 

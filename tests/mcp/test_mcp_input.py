@@ -18,7 +18,7 @@ from tests.helpers import accept, eventually, first_question, replays, scheduled
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import reports_apps, reports_run, tool_outcome
 from waitstate.mcp.extension import TaskState
-from waitstate.mcp.tasks import completion_of
+from waitstate.mcp.results import completion_of
 from waitstate.schemas import RunResult
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerInput, InputPolicy, Question

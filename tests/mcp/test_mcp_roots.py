@@ -20,6 +20,7 @@ from examples.systems import serving
 from tests.helpers import eventually
 from waitstate.mcp import McpConfigError, McpServer
 from waitstate.mcp.extension import CreatedTask, Tasks
+from waitstate.mcp.sessions import list_roots
 from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.schemas.operations import Completion
 
@@ -80,7 +81,7 @@ async def test_a_tasks_roots_request_is_answered_from_the_declaration(
 async def test_the_session_answers_roots_list_from_the_declaration() -> None:
     server = McpServer("roots", url="http://127.0.0.1:9/mcp", roots=ROOTS)
 
-    listed: Any = await server.list_roots(None)
+    listed: Any = await list_roots(server, None)
 
     assert [str(root.uri) for root in listed.roots] == ROOTS
 

@@ -7,7 +7,8 @@ and an interrupted attempt; and a server that asks for ever, or too much, fails 
 from __future__ import annotations
 
 import asyncio
-import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,21 +18,20 @@ from mcp_types import InputRequiredResult
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import accept, eventually, replays, scheduled_activities, start_run
+from tests.helpers import accept, eventually, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import (
     StartedCall,
     reports_apps,
     reports_run,
+    reports_run_on_a_process,
     started_call,
     tool_outcome,
-    worker_process,
 )
 from waitstate.blobs import LocalBlobStore
 from waitstate.mcp import McpServer
 from waitstate.mcp.rounds import MAX_ROUNDS, PendingCall, Reply, Rounds
 from waitstate.mcp.tasks import McpTaskBackend
-from waitstate.schemas import RunInput
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CALL_TOOL
@@ -94,50 +94,46 @@ async def test_a_person_answers_two_rounds_and_the_run_gets_the_calls_result(
 async def test_a_worker_restarted_between_rounds_sends_each_round_once(
     dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
 ) -> None:
-    worker = worker_process(dev_env, task_queue, tmp_path, f"reports={reports_url}")
-    before = await task_events(reports_url)
-    await worker.start()
-    try:
-        handle = await start_run(
-            dev_env.client,
-            task_queue,
-            RunInput(task="budget", model="scripted:mcp-budget", tools=["reports__*"]),
-            workflow_id=f"mcp-rounds-{uuid.uuid4()}",
-        )
-        amount = await _open_question(handle, "1/answer")
-        await worker.kill()  # mid-poll: the round lives in the blob store, not the worker
-        await worker.start()
-        await accept(handle, amount, {"amount": 300})
-        confirm = await _open_question(handle, "2/answer")
-        await worker.kill()
-        await worker.start()
-        await accept(handle, confirm, {"confirm": False})
-        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-    finally:
-        await worker.stop()
+    async with reports_run_on_a_process(
+        dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-budget", "budget"
+    ) as run:
+        amount = await _open_question(run.handle, "1/answer")
+        await run.worker.kill()  # mid-poll: the round lives in the blob store, not the worker
+        await run.worker.start()
+        await accept(run.handle, amount, {"amount": 300})
+        confirm = await _open_question(run.handle, "2/answer")
+        await run.worker.kill()
+        await run.worker.start()
+        await accept(run.handle, confirm, {"confirm": False})
+        result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)
 
     got = tool_outcome(result)
     assert got["result"] == {"team": "data", "amount": 300, "approved": False}
-    events = await task_events_since(reports_url, before)
+    events = await run.server_events()
     assert events["approve_budget called"] == 3
     assert events["approve_budget approved"] == 1
 
 
-async def _start(
+@asynccontextmanager
+async def _started(
     url: str, tmp_path: Path, tool: str, arguments: dict[str, Any], **listed: Any
-) -> StartedCall:
-    """The `call_tool` activity's call of `tool` (its listing changed by `listed`)."""
+) -> AsyncIterator[StartedCall]:
+    """The `call_tool` activity's call of `tool` (its listing changed by `listed`), its backend
+    closed when the block ends."""
     server = McpServer("reports", url=url, roots=ROOTS)
-    return await started_call(server, tmp_path, tool, arguments, **listed)
+    started = await started_call(server, tmp_path, tool, arguments, **listed)
+    try:
+        yield started
+    finally:
+        await started.backend.aclose()
 
 
 async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
+        backend, job = started.backend, started.job_id
         asked = await backend.status(job)
         await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 7}))
         # A second answer to the question is ignored (the first stands); a question no round
@@ -152,8 +148,6 @@ async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
         assert await Rounds(started.blobs, job).claim_send(1)
         outcome = await backend.status(job)
         again = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert started.result.operation is not None
     assert started.result.operation.poll_interval_seconds == 1.0
@@ -170,16 +164,13 @@ async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
 async def test_a_repeatable_call_is_sent_again_when_its_send_was_claimed(
     reports_url: str, tmp_path: Path
 ) -> None:
-    started = await _start(
+    async with _started(
         reports_url, tmp_path, "approve_budget", {"team": "ops"}, idempotent=True
-    )
-    backend, job = started.backend, started.job_id
-    try:
+    ) as started:
+        backend, job = started.backend, started.job_id
         await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 9}))
         assert await Rounds(started.blobs, job).claim_send(1)
         second = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert second.status == "input_required"
     assert [q.message for q in second.questions or []] == ["Approve 9 for ops?"]
@@ -207,12 +198,11 @@ async def test_a_server_that_asks_for_ever_fails_the_call_after_the_last_round(
 
 
 async def test_an_oversize_request_state_fails_the_call(reports_url: str, tmp_path: Path) -> None:
-    at_once = await _start(reports_url, tmp_path / "a", "swell_state", {"at_once": True})
-    later = await _start(reports_url, tmp_path / "b", "swell_state", {})
-    try:
+    async with (
+        _started(reports_url, tmp_path / "a", "swell_state", {"at_once": True}) as at_once,
+        _started(reports_url, tmp_path / "b", "swell_state", {}) as later,
+    ):
         swelled = await later.backend.status(later.job_id)
-    finally:
-        await later.backend.aclose()
 
     # The first round: the model reads why the call failed.
     assert at_once.result.is_error and at_once.result.operation is None
@@ -228,9 +218,8 @@ async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"}) as started:
+        backend, job = started.backend, started.job_id
         asked = await backend.status(job)
         await backend.answer(
             job, JobAnswer(key="1/title", action="accept", content={"title": "Q3"})
@@ -238,8 +227,6 @@ async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
         waiting = await backend.status(job)
         await backend.cancel(job)
         cancelled = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     # Only the elicitation is a question; the sampling request is named, and never answered.
     assert [q.key for q in asked.questions or []] == ["1/title"]
@@ -316,16 +303,13 @@ async def test_an_answer_mcp_cannot_carry_fails_the_call_unsent(
     reports_url: str, tmp_path: Path
 ) -> None:
     before = await task_events(reports_url)
-    started = await _start(reports_url, tmp_path, "approve_budget", {"team": "ops"})
-    backend, job = started.backend, started.job_id
-    try:
+    async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
+        backend, job = started.backend, started.job_id
         # A form of the server's may allow an object; an elicitation's answer holds no such
         # value.
         nested = JobAnswer(key="1/answer", action="accept", content={"amount": {"eur": 5}})
         await backend.answer(job, nested)
         outcome = await backend.status(job)
-    finally:
-        await backend.aclose()
 
     assert outcome.status == "failed" and outcome.error is not None
     assert outcome.error.code == "answer_invalid"

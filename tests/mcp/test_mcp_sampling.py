@@ -5,7 +5,6 @@ bounds, with a provider that records what it is asked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ from tests.mcp.mcp_app import task_events
 from tests.mcp.runs import reports_apps, reports_run, started_call, tool_outcome
 from waitstate.mcp import McpConfigError, McpServer, SamplingPolicy, parse_servers
 from waitstate.mcp.sampling import Sampler, SamplingRefused
-from waitstate.providers.base import ModelSettings
-from waitstate.schemas import Message, ModelResponse, ToolDefinition, Usage
+from waitstate.providers.base import Adapter, ModelRequest, ModelSettings
+from waitstate.schemas import Message, ModelResponse, Usage
 from waitstate.schemas.run import CALL_MODEL
 from waitstate.tools.spec import JobAnswer
 from waitstate.workflows.agent_run import AgentRunWorkflow
@@ -134,7 +133,7 @@ def _allow(key: str, allow: bool) -> JobAnswer:
     return JobAnswer(key=key, action="accept", content={"allow": allow}, responder="ana")
 
 
-class Recording:
+class Recording(Adapter):
     """A provider that records what it is asked, and answers `reply`."""
 
     name = "recording"
@@ -143,16 +142,9 @@ class Recording:
         self.reply = reply
         self.asked: list[tuple[str, list[Message], ModelSettings | None]] = []
 
-    async def complete(
-        self,
-        model: str,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        settings: ModelSettings | None = None,
-    ) -> ModelResponse:
-        assert not tools
-        self.asked.append((system_prompt, list(messages), settings))
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        assert not request.tools
+        self.asked.append((request.system_prompt, list(request.messages), request.settings))
         message = Message(role="assistant", content=self.reply)
         return ModelResponse(message=message, usage=Usage(input_tokens=12, output_tokens=3))
 

@@ -23,7 +23,7 @@ from tests.mcp.runs import APP, tool_outcome, worker_process
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.mcp import McpServer
-from waitstate.mcp.tasks import tool_result_text
+from waitstate.mcp.results import tool_result_text
 from waitstate.schemas import RunInput, RunResult
 from waitstate.schemas.run import CALL_MODEL, CALL_TOOL, LIST_MCP_TOOLS, POLL_OPERATION
 

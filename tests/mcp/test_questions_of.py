@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from waitstate.elicitation import schema_problem
-from waitstate.mcp.tasks import MAX_URL_CHARS, questions_of
+from waitstate.mcp.results import MAX_URL_CHARS, questions_of
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS
 
 FORM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}

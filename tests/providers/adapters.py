@@ -3,17 +3,23 @@ on each real SDK client, and what the providers' tests send them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anthropic
 import openai
+import pytest
 
 from waitstate.providers.anthropic import AnthropicProvider
-from waitstate.providers.base import Provider
+from waitstate.providers.base import ModelRequest, Provider
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.providers.openai_responses import OpenAIResponsesProvider
-from waitstate.schemas import Message, ToolCall, ToolDefinition
+from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition
+from waitstate.testing.wire_server import WireServer
+
+P = TypeVar("P", bound=Provider)
 
 PROVIDERS = ["openai", "anthropic"]
 # Every adapter over an SDK: what fails alike for all of them (test_errors.py).
@@ -83,3 +89,41 @@ class Pieces(list[str]):
 
     async def __call__(self, text: str) -> None:
         self.append(text)
+
+
+def adapter_fixture(name: str, kind: type[P]) -> Callable[..., AsyncIterator[P]]:
+    """A `provider` fixture: the named adapter (of class `kind`) on the wire server."""
+
+    @pytest.fixture
+    async def provider(wire: WireServer) -> AsyncIterator[P]:
+        async with connected(name, wire.url) as provider:
+            assert isinstance(provider, kind)
+            yield provider
+
+    return provider
+
+
+@dataclass
+class BothWays:
+    """One reply answered unstreamed, then streamed: both answers, the streamed text's pieces,
+    and the two requests' bodies."""
+
+    plain: ModelResponse
+    streamed: ModelResponse
+    pieces: Pieces
+    unstreamed: dict[str, Any]
+    asked: dict[str, Any]
+
+
+async def answered_both_ways(
+    wire: WireServer, provider: Provider, model: str, reply: dict[str, Any]
+) -> BothWays:
+    """`reply` given by the wire server to one unstreamed and one streamed call of `model`."""
+    wire.enqueue(reply, reply)
+    plain = await provider.answer(ModelRequest(model, "Be terse.", HELLO, [LOOKUP]))
+    pieces = Pieces()
+    streamed = await provider.answer(
+        ModelRequest(model, "Be terse.", HELLO, [LOOKUP], on_text=pieces)
+    )
+    unstreamed, asked = (request.body for request in wire.requests)
+    return BothWays(plain, streamed, pieces, unstreamed, asked)

@@ -6,14 +6,19 @@ no answer (another attempt may succeed)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
 
-from tests.providers.adapters import HELLO, LOOKUP, Pieces, connected
+from tests.providers.adapters import (
+    HELLO,
+    LOOKUP,
+    Pieces,
+    adapter_fixture,
+    answered_both_ways,
+)
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelRequest, ProviderError
 from waitstate.testing.wire_server import (
@@ -21,20 +26,13 @@ from waitstate.testing.wire_server import (
     anthropic_events,
     anthropic_text,
     anthropic_tool_use,
-    broken_off,
-    error,
-    error_event,
 )
 
 CALLS = [("toolu_1", "lookup", {"city": "Paris"}), ("toolu_2", "lookup", {})]
 TEXT = "The weather in Paris is sunny, in Oslo it snows."
 
 
-@pytest.fixture
-async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
-    async with connected("anthropic", wire.url) as provider:
-        assert isinstance(provider, AnthropicProvider)
-        yield provider
+provider = adapter_fixture("anthropic", AnthropicProvider)
 
 
 @pytest.mark.parametrize(
@@ -53,15 +51,10 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
 async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_order(
     wire: WireServer, provider: AnthropicProvider, reply: dict[str, Any]
 ) -> None:
-    wire.enqueue(reply, reply)
-    plain = await provider.answer(ModelRequest("claude-test", "Be terse.", HELLO, [LOOKUP]))
-    pieces = Pieces()
+    both = await answered_both_ways(wire, provider, "claude-test", reply)
+    streamed, pieces, unstreamed, asked = both.streamed, both.pieces, both.unstreamed, both.asked
 
-    streamed = await provider.answer(
-        ModelRequest("claude-test", "Be terse.", HELLO, [LOOKUP], on_text=pieces)
-    )
-
-    assert streamed == plain
+    assert streamed == both.plain
     assert streamed.usage.input_tokens == reply["usage"]["input_tokens"]
     assert streamed.usage.output_tokens == reply["usage"]["output_tokens"]
     assert streamed.stop_reason == reply["stop_reason"]
@@ -72,7 +65,6 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
     text = "".join(b["text"] for b in blocks if b["type"] == "text")
     assert "".join(pieces) == streamed.message.content == text
     assert len(pieces) == (4 if text else 0)  # the wire server sends a text in four pieces
-    unstreamed, asked = (request.body for request in wire.requests)
     assert "stream" not in unstreamed
     assert asked["stream"] is True
     assert {k: v for k, v in asked.items() if k != "stream"} == unstreamed
@@ -139,51 +131,6 @@ async def test_a_streamed_tool_input_that_is_not_a_json_object_is_an_empty_one(
         ("toolu_1", "{}"),
         ("toolu_2", "{}"),
     ]
-
-
-async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
-    wire: WireServer, provider: AnthropicProvider
-) -> None:
-    wire.enqueue(error(429, "slow down", {"retry-after": "3"}))
-    pieces = Pieces()
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
-
-    assert (caught.value.status, caught.value.retry_after) == (429, 3.0)
-    assert "slow down" in str(caught.value)
-    assert pieces == []
-
-
-async def test_a_stream_broken_off_fails_the_call_as_one_that_got_no_answer(
-    wire: WireServer, provider: AnthropicProvider
-) -> None:
-    # message_start, content_block_start, ping, then two pieces of the text.
-    wire.enqueue(broken_off(5, anthropic_text(TEXT)))
-    pieces = Pieces()
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
-
-    assert caught.value.status is None and caught.value.retryable
-    assert "Connection lost." in str(caught.value)
-    assert f"{wire.url}/v1/messages" in str(caught.value)
-    assert len(pieces) == 2 and TEXT.startswith("".join(pieces))
-
-
-async def test_an_error_event_fails_the_call_as_one_that_got_no_answer(
-    wire: WireServer, provider: AnthropicProvider
-) -> None:
-    wire.enqueue(error_event(5, 529, "Overloaded", anthropic_text(TEXT)))
-    pieces = Pieces()
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("claude-test", "", HELLO, [], on_text=pieces))
-
-    # Not the stream's own 200, which would make it a refusal never worth another attempt.
-    assert caught.value.status is None and caught.value.retryable
-    assert "Overloaded" in str(caught.value)
-    assert len(pieces) == 2
 
 
 async def test_a_stream_that_ends_before_its_message_does_is_no_answer() -> None:

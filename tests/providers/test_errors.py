@@ -5,18 +5,39 @@ succeed, and keeps the provider's retry hint."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import openai
 import pytest
 
-from tests.providers.adapters import HELLO, SDK_PROVIDERS, connected
-from waitstate.providers.base import MESSAGE_CHARS, Provider, ProviderError
-from waitstate.testing.wire_server import WireServer, delayed, error
+from tests.providers.adapters import HELLO, SDK_PROVIDERS, Pieces, connected
+from waitstate.providers.base import MESSAGE_CHARS, ModelRequest, Provider, ProviderError
+from waitstate.testing.wire_server import (
+    WireServer,
+    anthropic_text,
+    broken_off,
+    delayed,
+    error,
+    error_event,
+    openai_text,
+    responses_text,
+)
 
 # The SDKs' own errors for a call that got no answer (`ProviderError`'s cause), by kind: the
 # connection failed, or the answer did not come in time (a kind of the first).
 CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
 TIMEOUTS = (openai.APITimeoutError, anthropic.APITimeoutError)
+SUNNY = "The weather in Paris is sunny."
+# Per adapter: the path it posts to, a reply with SUNNY as its text, and how many events its
+# stream of that reply sends before two pieces of the text have gone (the openai role's chunk;
+# Responses' created, in_progress, item and content part opened; Anthropic's message_start,
+# content_block_start and ping).
+STREAMS = {
+    "openai": ("/v1/chat/completions", openai_text(SUNNY), 3),
+    "openai-responses": ("/v1/responses", responses_text(SUNNY), 6),
+    "anthropic": ("/v1/messages", anthropic_text(SUNNY), 5),
+}
 
 
 async def _failure(provider: Provider) -> ProviderError:
@@ -122,3 +143,46 @@ async def test_a_server_that_does_not_answer_in_time_is_retryable(
     assert str(failure).startswith(f"{name}: no response: {sdk.message} ")
     assert f"({wire.url}/v1/" in str(failure)
     assert len(wire.requests) == 1
+
+
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
+async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
+    wire: WireServer, name: str
+) -> None:
+    wire.enqueue(error(429, "slow down", {"retry-after": "3"}))
+    pieces = Pieces()
+
+    async with connected(name, wire.url) as provider:
+        with pytest.raises(ProviderError) as caught:
+            await provider.answer(ModelRequest("test-model", "", HELLO, [], on_text=pieces))
+
+    assert (caught.value.status, caught.value.retry_after) == (429, 3.0)
+    assert caught.value.retryable and "slow down" in str(caught.value)
+    assert pieces == []  # no text comes from a refusal
+
+
+@pytest.mark.parametrize("name", SDK_PROVIDERS)
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (lambda events, reply: broken_off(events, reply), "Connection lost."),
+        (lambda events, reply: error_event(events, 500, "boom", reply), "boom"),
+        (lambda events, reply: error_event(events, 529, "Overloaded", reply), "Overloaded"),
+    ],
+    ids=["broken-off", "error-event", "overloaded-event"],
+)
+async def test_a_stream_that_fails_part_way_fails_the_call_as_one_that_got_no_answer(
+    wire: WireServer, name: str, fault: Any, said: str
+) -> None:
+    path, reply, events = STREAMS[name]
+    wire.enqueue(fault(events, reply))
+    pieces = Pieces()
+
+    async with connected(name, wire.url) as provider:
+        with pytest.raises(ProviderError) as caught:
+            await provider.answer(ModelRequest("test-model", "", HELLO, [], on_text=pieces))
+
+    # Not the stream's own 200, which would make it a refusal never worth another attempt.
+    assert caught.value.status is None and caught.value.retryable
+    assert said in str(caught.value) and f"{wire.url}{path}" in str(caught.value)
+    assert len(pieces) == 2 and SUNNY.startswith("".join(pieces))

@@ -4,20 +4,13 @@ test_adapters.py; its failures: test_errors.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
-from tests.providers.adapters import CONVERSATION, LOOKUP, connected
+from tests.providers.adapters import CONVERSATION, LOOKUP, adapter_fixture
 from waitstate.providers.base import ModelSettings, Provider
+from waitstate.providers.openai import OpenAIProvider
 from waitstate.schemas import Message
 from waitstate.testing.wire_server import WireServer, openai_text
 
-
-@pytest.fixture
-async def provider(wire: WireServer) -> AsyncIterator[Provider]:
-    async with connected("openai", wire.url) as provider:
-        yield provider
+provider = adapter_fixture("openai", OpenAIProvider)
 
 
 async def test_conversation_converts_to_chat_completions_request(

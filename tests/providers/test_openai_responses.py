@@ -6,12 +6,9 @@ test_openai_responses_streaming.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from tests.providers.adapters import CONVERSATION, HELLO, LOOKUP, connected
+from tests.providers.adapters import CONVERSATION, HELLO, LOOKUP, adapter_fixture, connected
 from waitstate.providers.base import ModelRequest, ModelSettings
 from waitstate.providers.openai_responses import MAX_ITEMS_CHARS, OpenAIResponsesProvider
 from waitstate.schemas import Message, ToolCall
@@ -26,11 +23,7 @@ from waitstate.testing.wire_server import (
 PARIS = ("call_1", "lookup", '{"city": "Paris"}')
 
 
-@pytest.fixture
-async def provider(wire: WireServer) -> AsyncIterator[OpenAIResponsesProvider]:
-    async with connected("openai-responses", wire.url) as provider:
-        assert isinstance(provider, OpenAIResponsesProvider)
-        yield provider
+provider = adapter_fixture("openai-responses", OpenAIResponsesProvider)
 
 
 async def _ask(

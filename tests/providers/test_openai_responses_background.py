@@ -5,11 +5,10 @@ until they are given, cancelled; the reply as a foreground call gives it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.providers.adapters import HELLO, LOOKUP, connected
+from tests.providers.adapters import HELLO, LOOKUP, adapter_fixture
 from waitstate.providers import ProviderError, UnknownModelError
 from waitstate.providers.base import ModelRequest, ResponseFailed
 from waitstate.providers.openai_responses import OpenAIResponsesProvider
@@ -19,11 +18,7 @@ from waitstate.testing.wire_server import WireServer, responses_text
 BACKGROUND = "gpt-test?background"
 
 
-@pytest.fixture
-async def provider(wire: WireServer) -> AsyncIterator[OpenAIResponsesProvider]:
-    async with connected("openai-responses", wire.url) as provider:
-        assert isinstance(provider, OpenAIResponsesProvider)
-        yield provider
+provider = adapter_fixture("openai-responses", OpenAIResponsesProvider)
 
 
 def _calls(wire: WireServer) -> list[str]:

@@ -4,20 +4,17 @@ is the one the same answer gives unstreamed, reasoning items included."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.providers.adapters import HELLO, LOOKUP, Pieces, connected
-from waitstate.providers.base import ModelRequest, ProviderError
+from tests.providers.adapters import (
+    adapter_fixture,
+    answered_both_ways,
+)
 from waitstate.providers.openai_responses import OpenAIResponsesProvider
 from waitstate.testing.wire_server import (
-    BrokenStream,
     WireServer,
-    broken_off,
-    error,
-    error_event,
     responses_events,
     responses_function_calls,
     responses_text,
@@ -27,11 +24,7 @@ CALLS = [("call_1", "lookup", '{"city": "Paris"}'), ("call_2", "lookup", '{"city
 SUNNY = "The weather in Paris is sunny."
 
 
-@pytest.fixture
-async def provider(wire: WireServer) -> AsyncIterator[OpenAIResponsesProvider]:
-    async with connected("openai-responses", wire.url) as provider:
-        assert isinstance(provider, OpenAIResponsesProvider)
-        yield provider
+provider = adapter_fixture("openai-responses", OpenAIResponsesProvider)
 
 
 @pytest.mark.parametrize(
@@ -47,14 +40,10 @@ async def provider(wire: WireServer) -> AsyncIterator[OpenAIResponsesProvider]:
 async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_order(
     wire: WireServer, provider: OpenAIResponsesProvider, reply: dict[str, Any]
 ) -> None:
-    wire.enqueue(reply, reply)
-    plain = await provider.answer(ModelRequest("gpt-test", "Be terse.", HELLO, [LOOKUP]))
-    pieces = Pieces()
-    streamed = await provider.answer(
-        ModelRequest("gpt-test", "Be terse.", HELLO, [LOOKUP], on_text=pieces)
-    )
+    both = await answered_both_ways(wire, provider, "gpt-test", reply)
+    streamed, pieces, unstreamed, asked = both.streamed, both.pieces, both.unstreamed, both.asked
 
-    assert streamed == plain
+    assert streamed == both.plain
     assert streamed.usage.input_tokens == reply["usage"]["input_tokens"]
     assert streamed.usage.output_tokens == reply["usage"]["output_tokens"]
     assert [(c.id, c.name, c.arguments) for c in streamed.message.tool_calls] == [
@@ -65,7 +54,6 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
     texts = [i["content"][0]["text"] for i in reply["output"] if i["type"] == "message"]
     assert "".join(pieces) == streamed.message.content == "".join(texts)
     assert len(pieces) == (4 if texts else 0)  # the wire server sends a text in four pieces
-    unstreamed, asked = (request.body for request in wire.requests)
     assert "stream" not in unstreamed and asked["stream"] is True
     assert {k: v for k, v in asked.items() if k != "stream"} == unstreamed
 
@@ -82,40 +70,3 @@ async def test_the_wire_servers_events_are_the_responses_apis() -> None:
     assert done == body["output"]  # each item closed whole, in order
     assert kinds.count("response.output_text.delta") == 3  # "Hi." in pieces of one
     assert "response.function_call_arguments.done" in kinds
-
-
-async def test_a_refused_streamed_call_fails_as_an_unstreamed_one(
-    wire: WireServer, provider: OpenAIResponsesProvider
-) -> None:
-    wire.enqueue(error(429, "slow down", {"retry-after": "3"}))
-
-    async def on_text(text: str) -> None:
-        raise AssertionError("no text comes from a refusal")
-
-    with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("gpt-test", "", HELLO, [], on_text=on_text))
-
-    assert (caught.value.status, caught.value.retry_after) == (429, 3.0)
-    assert caught.value.retryable and "slow down" in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("fault", "said"),
-    [
-        (broken_off(6, responses_text(SUNNY)), "Connection lost."),
-        (error_event(6, 500, "boom", responses_text(SUNNY)), "boom"),
-    ],
-    ids=["broken-off", "error-event"],
-)
-async def test_a_stream_that_fails_part_way_fails_the_call_as_one_that_got_no_answer(
-    wire: WireServer, provider: OpenAIResponsesProvider, fault: BrokenStream, said: str
-) -> None:
-    # created, in_progress, the message's item and content part opened, two pieces of its text
-    wire.enqueue(fault)
-    pieces = Pieces()
-    with pytest.raises(ProviderError) as caught:
-        await provider.answer(ModelRequest("gpt-test", "", HELLO, [], on_text=pieces))
-
-    assert caught.value.status is None and caught.value.retryable
-    assert said in str(caught.value) and "/v1/responses" in str(caught.value)
-    assert len(pieces) == 2 and SUNNY.startswith("".join(pieces))

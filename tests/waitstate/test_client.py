@@ -255,6 +255,46 @@ async def test_follow_shows_each_step_then_the_outcome(
         await anext(client.follow("no-such-run"))
 
 
+async def test_follow_asks_again_for_the_final_steps_when_a_busy_worker_does_not_answer(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    client: WaitstateClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The last look is the only one that can show a run's final steps: a worker too busy to
+    # answer its first query (as under load) must not cost the follower the steps.
+    run_id = _run_id()
+    run = RunInput(task="What is 2 ** 10?", tools=["calculate", "utc_now", "count_words"])
+    async with make_worker(dev_env.client, task_queue):
+        await client.start(run, run_id=run_id)
+        await client.outcome(run_id)
+        query = client.query
+        asked: list[timedelta] = []
+
+        async def busy_once(
+            run_id: str, *, rpc_timeout: timedelta = timedelta(seconds=5)
+        ) -> RunState:
+            asked.append(rpc_timeout)
+            if len(asked) == 1:
+                raise NotAnswered(run_id, "deadline exceeded")
+            return await query(run_id, rpc_timeout=rpc_timeout)
+
+        monkeypatch.setattr(client, "query", busy_once)
+        looks = [progress async for progress in client.follow(run_id)]
+
+    assert len(looks) == 1 and looks[0].outcome is not None
+    assert looks[0].outcome.status == "completed"
+    assert [step.name for step in looks[0].steps] == [
+        "scripted:demo",
+        "calculate",
+        "utc_now",
+        "scripted:demo",
+        "count_words",
+        "scripted:demo",
+    ]
+    assert asked[1] > asked[0]  # asked again, waiting longer
+
+
 async def test_the_fleet_shows_a_wait_and_a_failure(
     dev_env: WorkflowEnvironment, task_queue: str, client: WaitstateClient, systems: str
 ) -> None:

@@ -1,8 +1,9 @@
 """Content-addressed blob storage, and large results kept by reference instead of in history."""
 
+from waitstate.blobs.local import LocalBlobStore
 from waitstate.blobs.refs import REF_PREFIX, BlobNotFound, BlobStoreUnavailable, parse_ref, ref_for
 from waitstate.blobs.results import shrink
-from waitstate.blobs.store import BlobStore, LocalBlobStore
+from waitstate.blobs.store import BlobStore
 from waitstate.settings import Settings, parse_blob_url
 
 

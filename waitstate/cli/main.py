@@ -48,19 +48,18 @@ from waitstate.cli.threads import cmd_chat
 from waitstate.cli.versions import DEFAULT_LIMIT as VERSIONS_LIMIT
 from waitstate.cli.versions import cmd_versions
 from waitstate.client import REPLY_TIMEOUT, ClientError, Unreachable
+from waitstate.deployment import build_id
 from waitstate.names import cli_command
 from waitstate.settings import Settings, exit_process
 from waitstate.tracing import SERVICE_STARTER, Tracing
+from waitstate.workflows.served import WORKFLOWS
+from waitstate.workflows.versions import MARKERS
 
 PROG = "waitstate"
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of `starter.py` and the `waitstate` console script."""
-    # Apps load by reference from the working directory, as uvicorn loads `module:app`: run as
-    # the installed `waitstate` script, the interpreter put the script's directory first instead.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     sys.stdout = cast(TextIO, VisibleText(sys.stdout))
     sys.stderr = cast(TextIO, VisibleText(sys.stderr))
     parser = _parser()
@@ -81,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = err.code
     except ClientError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
-        code = 2 if isinstance(err, Unreachable) else 1
+        code = exit_code(err)
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:
@@ -93,6 +92,14 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except BrokenPipeError:
         code = reader_gone()
     exit_process(code)
+
+
+def exit_code(err: ClientError) -> int:
+    """The CLI's exit status for what the client raised: the one place it is decided (a
+    command may word the message with what it knows, never the status). 2: Temporal could not
+    be reached (nothing was sent; as a usage error, the command can go again unchanged once it
+    is up); 1: anything else the client refused or could not do."""
+    return 2 if isinstance(err, Unreachable) else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -364,29 +371,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def worker_workflows() -> list[type]:
-    """The workflow classes the worker registers (waitstate/worker.py), which `replay-check`
-    replays histories on. Imported when the command runs: the worker's wiring loads every
-    provider SDK, which the CLI's other commands do not need."""
-    from waitstate.worker import WORKFLOWS
-
+    """The workflow classes the worker registers (waitstate/workflows/served.py), which
+    `replay-check` replays histories on."""
     return list(WORKFLOWS)
 
 
 def worker_version(settings: Settings) -> str:
     """The worker deployment version a worker of this checkout polls as, `deployment:build_id`
     as visibility names it (WAITSTATE_DEPLOYMENT, and WAITSTATE_BUILD_ID or the worker's build
-    id), which `replay-check` scopes its runs to. Imported when the command runs, as
-    `worker_workflows`."""
-    from waitstate.worker import build_id
-
+    id), which `replay-check` scopes its runs to."""
     return f"{settings.deployment}:{build_id(settings)}"
 
 
 def patch_markers() -> list[str]:
     """The patch markers the worker's workflows check for, oldest first, which `versions`
     counts runs by (`waitstate.workflows.versions.MARKERS`; tests/test_versions_doc.py checks the docs list them)."""
-    from waitstate.workflows.versions import MARKERS
-
     return list(MARKERS)
 
 

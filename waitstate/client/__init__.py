@@ -69,6 +69,7 @@ from waitstate.client._fleet import (
     Wait,
     fleet_report,
 )
+from waitstate.client._follow import FOLLOW_INTERVAL, FollowCalls, Progress, Report
 from waitstate.client._operations import COMPLETE_TIMEOUT, OperationCalls
 from waitstate.client._people import (
     ANSWER_TIMEOUT,
@@ -83,12 +84,8 @@ from waitstate.client._people import (
     PeopleCalls,
 )
 from waitstate.client._runs import (
-    FOLLOW_INTERVAL,
     PROGRESS_CHARS,
     SUMMARY_CHARS,
-    Progress,
-    Report,
-    RunCalls,
     RunStatus,
     RunSummary,
     StartedRun,
@@ -196,7 +193,7 @@ __all__ = [
 ]
 
 
-class WaitstateClient(RunCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls):
+class WaitstateClient(FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls):
     """Starts, reads, decides and cancels agent runs over a Temporal client: the one road into a
     run (whatever starts a run or sends it an Update, a signal or a cancel goes through it).
 

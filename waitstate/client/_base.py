@@ -3,9 +3,12 @@ query, its description."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, Self
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -26,6 +29,8 @@ from waitstate.names import AGENT_RUN, STATUS_QUERY
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.settings import DEFAULT_TASK_QUEUE, Settings, connect
 from waitstate.tracing import Tracing
+
+log = logging.getLogger("waitstate.client")
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 AGENT_RUNS = f'WorkflowType = "{AGENT_RUN}"'
@@ -111,17 +116,42 @@ class ClientBase:
             raise NotAnswered(run_id, first_line(err)) from err
         return state
 
-    async def describe(self, run_id: str) -> WorkflowExecutionDescription:
-        """What Temporal alone knows of the run (its latest in a chain): no worker needed.
+    async def describe(
+        self, run_id: str, *, rpc_timeout: timedelta | None = None
+    ) -> WorkflowExecutionDescription:
+        """What Temporal alone knows of the run (its latest in a chain): no worker needed;
+        within `rpc_timeout`, if given.
 
         Raises:
             RunNotFound: no such run.
             TemporalFailed: Temporal could not describe it.
         """
         try:
-            return await self.handle(run_id).describe()
+            return await self.handle(run_id).describe(rpc_timeout=rpc_timeout)
         except RPCError as err:
             self._raise(err, run_id, f"could not look up run {run_id}")
+
+    async def last_changed(
+        self, description: WorkflowExecutionDescription, *, rpc_timeout: timedelta
+    ) -> datetime | None:
+        """When the described run's history last grew (its last event), read within
+        `rpc_timeout`; None if it cannot be read then (a look that may go without)."""
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=self.temporal.namespace,
+            execution=WorkflowExecution(workflow_id=description.id, run_id=description.run_id),
+            maximum_page_size=1,
+        )
+        service = self.temporal.workflow_service
+        try:
+            page = await service.get_workflow_execution_history_reverse(
+                request, timeout=rpc_timeout
+            )
+        except RPCError as err:
+            log.info("run %s: its last event not read (%s)", description.id, err.message)
+            return None
+        if not page.history.events:
+            return None
+        return page.history.events[0].event_time.ToDatetime(tzinfo=UTC)
 
     @staticmethod
     def _raise(err: RPCError, run_id: str | None, doing: str) -> NoReturn:

@@ -1,12 +1,11 @@
-"""One run at a time: start it, read its state and its calls being retried, follow it to its
-end, list recent runs, cancel one."""
+"""One run at a time: start it, read its state and its calls being retried, list recent runs,
+cancel one (following one to its end is `_follow.py`'s)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from temporalio.api.common.v1 import Payload
@@ -33,13 +32,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate.client._base import AGENT_RUNS, QUERY_TIMEOUT, ClientBase, closed_status
 from waitstate.client._errors import (
-    ClientError,
     NotAnswered,
     RunEnded,
     RunNotFound,
     StartFailed,
 )
-from waitstate.client._events import Retry, RunEvent, growth, retries_of
+from waitstate.client._events import Retry, retries_of
 from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
@@ -49,14 +47,13 @@ from waitstate.names import (
     WAIT_EXPIRES_AT,
     WAITING_FOR,
 )
-from waitstate.schemas import RunInput, RunResult, RunState, Step
+from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.operations import PollHeartbeat
 from waitstate.schemas.run import POLL_OPERATION
 
 # The Web UI shows a run's task as its summary, cut to this length: to those who may open the
 # Web UI (operators) only. The run's events leave it out (a view link is not an operator's).
 SUMMARY_CHARS = 200
-FOLLOW_INTERVAL = timedelta(seconds=0.25)
 # A job's progress, as a reader is shown it, is cut to this length (a job's text is untrusted).
 PROGRESS_CHARS = 500
 
@@ -104,28 +101,6 @@ class RunSummary:
     closed: datetime | None
     agent: str | None = None
     thread: bool = False  # a thread (a run that takes messages), not a task
-
-
-@dataclass(frozen=True)
-class Report:
-    """A job's report of its progress to its operation (a webhook's), as its history has it."""
-
-    operation_id: str
-    status: str
-    progress: str
-
-
-@dataclass(frozen=True)
-class Progress:
-    """One look at a run being followed: what is new since the last look."""
-
-    steps: list[Step]
-    retries: list[Retry]
-    state: RunState | None  # the run's answer to its status query; None if nobody answered
-    outcome: RunState | None  # set on the last look, once the run has ended
-    # Each report of a job's progress since the last look, in order (its state shows only the
-    # latest, which a second report can replace before the next look).
-    reports: list[Report] = field(default_factory=list)
 
 
 def new_run_id() -> str:
@@ -282,68 +257,6 @@ class RunCalls(ClientBase):
             rejected_output=result.rejected_output,
         )
 
-    async def follow(
-        self,
-        run_id: str,
-        *,
-        retries: bool = True,
-        interval: timedelta = FOLLOW_INTERVAL,
-        wake: bool = True,
-    ) -> AsyncIterator[Progress]:
-        """Look at the run as soon as its history grows (with `wake`), and every `interval`,
-        until it ends: its new steps, each report of progress its jobs sent since (with
-        `wake`: from its history), and (with `retries`) each new attempt of a failing model or
-        tool call and the progress its polled jobs report (in the state's operations: what no
-        history event says). The last look carries the outcome, with the steps the run
-        recorded.
-
-        Raises:
-            RunNotFound: no such run.
-            TemporalFailed: the outcome could not be read.
-        """
-        await self.describe(run_id)
-        shown = 0
-        retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
-        result = asyncio.create_task(self.outcome(run_id))
-        grew = asyncio.Event()
-        reported: list[RunEvent] = []
-        growing = (
-            asyncio.create_task(growth(self._client, run_id, grew, reported)) if wake else None
-        )
-        try:
-            while True:
-                woken = asyncio.create_task(grew.wait())
-                done, _ = await asyncio.wait(
-                    {result, woken}, timeout=interval.total_seconds(), return_when="FIRST_COMPLETED"
-                )
-                woken.cancel()
-                grew.clear()
-                done &= {result}
-                try:
-                    state: RunState | None = await self.query(run_id)
-                except ClientError:
-                    state = None
-                steps: list[Step] = []
-                if state is not None:
-                    steps, shown = state.steps[shown:], len(state.steps)
-                new_retries = []
-                if retries and not done:
-                    description = await self._look(run_id)
-                    if description is not None:
-                        new_retries = _new_retries(description, retries_shown)
-                        if state is not None:
-                            state = await self._with_progress(state, description)
-                reports, reported[:] = [_report(event) for event in reported], []
-                if not done:
-                    yield Progress(steps, new_retries, state, None, reports)
-                    continue
-                yield Progress(steps, new_retries, state, _ended(state, result.result()), reports)
-                return
-        finally:
-            result.cancel()
-            if growing is not None:
-                growing.cancel()
-
     async def list_runs(self, *, limit: int = 20, threads: bool = False) -> list[RunSummary]:
         """Recent runs, newest first; only threads if `threads` (a thread's continued runs
         are one listing each: its latest is the one running).
@@ -438,33 +351,6 @@ class RunCalls(ClientBase):
         except Exception:  # a heartbeat this client cannot read is no progress, not an error
             return None
         return PollHeartbeat.read(values, PROGRESS_CHARS)
-
-
-def _ended(state: RunState | None, outcome: RunState) -> RunState:
-    """A followed run's final state: the query's has the steps; the outcome knows how it
-    ended."""
-    if state is None:
-        return outcome
-    update: dict[str, object] = {"status": outcome.status, "error": outcome.error}
-    if outcome.rejected_output is not None:
-        update["rejected_output"] = outcome.rejected_output
-    return state.model_copy(update={**update, "final_output": outcome.final_output})
-
-
-def _report(event: RunEvent) -> Report:
-    """A job's report, from its `operation.reported` event."""
-    detail = event.detail
-    progress = str(detail.get("progress", ""))[:PROGRESS_CHARS]
-    return Report(str(detail.get("operation_id", "")), str(detail.get("status", "")), progress)
-
-
-def _new_retries(
-    description: WorkflowExecutionDescription, shown: set[tuple[str, int]]
-) -> list[Retry]:
-    """Attempts of failing calls not in `shown` yet, then added to it."""
-    new = [r for r in retries_of(description) if (r.activity_id, r.attempt) not in shown]
-    shown.update((retry.activity_id, retry.attempt) for retry in new)
-    return new
 
 
 def _activity_state(state: PendingActivityState.ValueType) -> str:

@@ -1,6 +1,6 @@
 """Delivering verified completions, decisions and answers to the runs they are for: an adapter
 over `WaitstateClient` (`complete_operation`, `decide`, `answer`, `recall`), which sends them as
-Updates, with its errors said in HTTP in one table (`_refusal`).
+Updates, with the client's errors said in HTTP in one place (`refusal`, which the thread routes use too).
 
 Every request is answered truthfully: with the run's outcome; with a refusal that recorded
 nothing; or, when the run did not answer in time after Temporal took the Update in, as unknown
@@ -13,6 +13,7 @@ since its first delivery learns what became of that delivery, and applies nothin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
@@ -24,10 +25,14 @@ from waitstate.auth.tokens import ResumeClaims
 from waitstate.client import (
     AlreadyApplied,
     ClientError,
+    MessageRefused,
+    NotAnswered,
     OutcomeUnknown,
     RunEnded,
     RunNotFound,
     RunUnavailable,
+    TemporalFailed,
+    ThreadClosed,
     UpdateNotFound,
     UpdateRefused,
     WaitstateClient,
@@ -36,6 +41,7 @@ from waitstate.client import (
     decision_update_id,
     refuse_copy,
 )
+from waitstate.gateway.refusals import REQUEST_LOG
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
@@ -54,6 +60,15 @@ from waitstate.schemas.errors import (
 )
 from waitstate.schemas.operations import CompleteOperation, Completion, CompletionOutcome
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
+from waitstate.schemas.threads import (
+    NOT_A_THREAD,
+    THREAD_BUSY,
+    THREAD_CLOSING,
+    THREAD_EXISTS,
+    THREAD_FULL,
+)
+
+log = logging.getLogger(REQUEST_LOG)
 
 # How long one webhook call may wait for the run to take its completion, decision or answer
 # (an answer's Update returns once the job has it). A run whose worker is down never answers;
@@ -64,8 +79,8 @@ from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 DELIVERY_TIMEOUT = timedelta(seconds=20)
 
 # The refusals of the runs' Update validators, by `ApplicationError` type (a `ClientError`'s
-# `error_type`) -> (HTTP status, error code). The type names of the Updates are distinct, so
-# one table serves them all.
+# `error_type`, a `MessageRefused`'s `code`) -> (HTTP status, error code). The type names of
+# the Updates are distinct, so one table serves them all.
 _REJECTIONS = {
     OPERATION_UNKNOWN: (404, "operation_unknown"),
     OPERATION_NONCE_MISMATCH: (401, "nonce_mismatch"),
@@ -80,6 +95,12 @@ _REJECTIONS = {
     QUESTION_CLOSED: (409, "question_closed"),
     QUESTION_NOT_YOURS: (403, "question_not_yours"),
     QUESTION_INVALID_ANSWER: (422, "invalid_answer"),
+    # A thread's refusals of a message (its `send_message` validator's types).
+    THREAD_BUSY: (409, THREAD_BUSY),
+    NOT_A_THREAD: (409, NOT_A_THREAD),
+    THREAD_FULL: (429, THREAD_FULL),
+    THREAD_CLOSING: (410, THREAD_CLOSING),
+    THREAD_EXISTS: (409, THREAD_EXISTS),
 }
 
 
@@ -167,7 +188,7 @@ update_id = completion_update_id
 class TemporalDeliverer:
     """Delivers completions, decisions and answers through `WaitstateClient`
     (`complete_operation`, `decide`, `answer`: the runs' Updates), and says what the client
-    raises in HTTP (`_refusal`).
+    raises in HTTP (`refusal`).
 
     Given the claims of a token past its expiry (the gateway admits them for this deliverer
     only), each sends nothing: it answers what became of the same request delivered earlier,
@@ -231,7 +252,7 @@ class TemporalDeliverer:
                     run_id, update, update_id=id, key=key, answer_within=self._timeout
                 )
         except ClientError as err:
-            raise _refusal(err, claims, recalled, key=key) from err
+            raise refusal(err, expired_at=_expiry(claims, recalled), key=key) from err
         if not outcome.applied:
             # The run recorded it without applying it (e.g. the operation expired or was
             # cancelled first): it will never apply, so retrying cannot help.
@@ -270,7 +291,7 @@ class TemporalDeliverer:
                 run_id, update, update_id=id, answer_within=self._timeout
             )
         except ClientError as err:
-            raise _refusal(err, claims, recalled) from err
+            raise refusal(err, expired_at=_expiry(claims, recalled)) from err
 
     async def answer(
         self, claims: ResumeClaims, question_id: str, body: AnswerBody
@@ -302,11 +323,16 @@ class TemporalDeliverer:
                 run_id, update, update_id=id, answer_within=self._timeout
             )
         except ClientError as err:
-            raise _refusal(err, claims, recalled) from err
+            raise refusal(err, expired_at=_expiry(claims, recalled)) from err
 
     async def _recall(self, run_id: str, update_id: str, result_type: type[_Outcome]) -> _Outcome:
         """The outcome of an earlier delivery of this request, while its token was valid."""
         return await self._runs.recall(run_id, update_id, result_type, answer_within=self._timeout)
+
+
+def _expiry(claims: ResumeClaims, recalled: bool) -> datetime | None:
+    """When the request's token expired, if it had (so it was answered by `recall`)."""
+    return claims.expires_at if recalled else None
 
 
 def _expired(claims: ResumeClaims) -> bool:
@@ -314,21 +340,38 @@ def _expired(claims: ResumeClaims) -> bool:
     return claims.expires_at <= datetime.now(UTC)
 
 
-def _refusal(
-    err: ClientError, claims: ResumeClaims, recalled: bool, *, key: str | None = None
+def refusal(
+    err: ClientError,
+    *,
+    thread_id: str | None = None,
+    start: bool = False,
+    expired_at: datetime | None = None,
+    key: str | None = None,
 ) -> DeliveryRefused:
-    """What the client's error means to the sender of a request with `claims`, in HTTP: the one
-    mapping of every delivery's failures.
+    """What a `WaitstateClient` error means to whoever sent the gateway a request, in HTTP: the
+    one mapping of the gateway's deliveries (completions, decisions, answers) and of its
+    threads' messages and reads.
 
-    `recalled`: the request's token had expired, so it was answered from an earlier delivery
-    (`recall`), and is told so. `key` is the request's idempotency key where it has one its body
-    is not (a report's), told with an unknown outcome.
+    Args:
+        err: What the client raised.
+        thread_id: The thread the request was for (its messages' refusals are said as the
+            thread's); None for a delivery to a run.
+        start: The request was a thread's start: a retry must carry its `thread_id` too.
+        expired_at: The request's token had expired then, so it was answered from an earlier
+            delivery (`recall`), and is told so.
+        key: The request's idempotency key where it has one its body is not (a report's),
+            told with an unknown outcome.
     """
     if isinstance(err, UpdateRefused):
         # The run's validator refused it (or the run failed it): nothing was recorded. One of
         # no known type: e.g. the run completed while the Update was in flight.
         status, code = _REJECTIONS.get(err.error_type or "", (409, "refused"))
         return DeliveryRefused(status, err.detail or "the run refused the update", code=code)
+    if isinstance(err, MessageRefused):
+        status, code = _REJECTIONS.get(err.code or "", (409, "message_refused"))
+        return DeliveryRefused(status, err.reason, code=code)
+    if isinstance(err, ThreadClosed):
+        return thread_closed(err.thread_id)
     if isinstance(err, AlreadyApplied):
         # Temporal answered it, as it reused the Update id of the first, with the first one's
         # outcome.
@@ -336,13 +379,13 @@ def _refusal(
             409, f"duplicate {err.what}: already applied", code=f"duplicate_{err.what}"
         )
     if isinstance(err, UpdateNotFound):
+        when = f" at {expired_at.isoformat()}" if expired_at is not None else ""
         return DeliveryRefused(
             410,
-            f"the token expired at {claims.expires_at.isoformat()}, and the run took no earlier "
-            "delivery of this request",
+            f"the token expired{when}, and the run took no earlier delivery of this request",
             code="token_expired",
         )
-    if isinstance(err, OutcomeUnknown) and recalled:
+    if isinstance(err, OutcomeUnknown) and expired_at is not None:
         return DeliveryRefused(
             504,
             "the token has expired, and an earlier delivery of this request, taken in while it "
@@ -351,15 +394,60 @@ def _refusal(
             code="outcome_unknown",
         )
     if isinstance(err, OutcomeUnknown):
+        if thread_id is not None:
+            return _unknown_message(thread_id, err.key, start)
         return _unknown(key)
     if isinstance(err, RunEnded):
         return DeliveryRefused(409, "the run has ended", code="run_ended")
     if isinstance(err, RunNotFound):
+        if thread_id is not None:
+            return DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
         return DeliveryRefused(404, "unknown run", code="unknown_run")
     if isinstance(err, RunUnavailable):
         return DeliveryRefused(503, "the run did not take it; retry later", code="run_unavailable")
-    # Unreachable, TemporalFailed (overload, permissions...): the sender should retry later.
+    if isinstance(err, NotAnswered) and thread_id is not None:
+        # Nothing was recorded (an unknown outcome is said above): no worker answered a
+        # query, or the thread refused the message for now all that time.
+        return DeliveryRefused(
+            503,
+            f"thread {thread_id} did not answer in time; nothing was recorded: retry later",
+            code="thread_unavailable",
+        )
+    if isinstance(err, TemporalFailed):
+        # Temporal refused the call (overload, permissions...): said in the log, not to the
+        # sender.
+        log.warning("%s", err)
+    # Unreachable, TemporalFailed: the sender should retry later.
+    return temporal_unavailable()
+
+
+def thread_closed(thread_id: str) -> DeliveryRefused:
+    """The answer to a message for a thread that has ended."""
+    return DeliveryRefused(
+        410,
+        f"thread {thread_id} is closed: it takes no message; start a new thread",
+        code="thread_closed",
+    )
+
+
+def temporal_unavailable() -> DeliveryRefused:
+    """The answer to a request Temporal could not take for now: nothing was recorded."""
     return DeliveryRefused(503, "Temporal is unavailable; retry later", code="temporal_unavailable")
+
+
+def _unknown_message(thread_id: str, key: str, start: bool) -> DeliveryRefused:
+    """The answer to a message the thread did not answer in time: Temporal may hold it for the
+    thread's worker. Sent again with its key (and, a start, its thread id), it is the same
+    message, never a second one."""
+    again = f'`"thread_id": "{thread_id}"` and `"key": "{key}"`' if start else f'`"key": "{key}"`'
+    return DeliveryRefused(
+        504,
+        f"thread {thread_id} did not answer in time, so whether it took the message is not "
+        "known: Temporal holds it until the thread's worker takes it, and it may yet be taken; "
+        f"send it again with {again} to learn what became of it (it is taken once)",
+        code="outcome_unknown",
+        retry_with={"thread_id": thread_id, "key": key} if start else {"key": key},
+    )
 
 
 def _unknown(key: str | None) -> DeliveryRefused:

@@ -10,9 +10,9 @@ refusals and failures.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,7 +21,10 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from waitstate.auth.tokens import ExpiredToken, InvalidToken
 from waitstate.gateway.redaction import redact
+
+C = TypeVar("C")
 
 # The name the gateway's request log has always had, whichever module writes a line: it is in
 # every line `python -m waitstate.gateway` prints, and what operators' filters select.
@@ -81,6 +84,20 @@ class Refused(Exception):
         self.code = code
         self.message = message
         self.retry_with = dict(retry_with or {})
+
+
+def verified(verify: Callable[[str], C], token: str) -> C:
+    """The claims `verify` (one of the token service's `verify_*`) finds in `token`.
+
+    Raises:
+        Refused: 410 the token has expired; 401 it is not genuine, or of another kind.
+    """
+    try:
+        return verify(token)
+    except ExpiredToken as err:
+        raise Refused(410, "token_expired", str(err)) from None
+    except InvalidToken as err:
+        raise Refused(401, "invalid_token", str(err)) from None
 
 
 class Failed(Exception):

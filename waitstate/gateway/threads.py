@@ -10,7 +10,6 @@ same way (`Gate.deliver`).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,39 +18,30 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate.auth.operators import OperatorKeys
 from waitstate.client import (
     ClientError,
-    MessageRefused,
-    NotAnswered,
-    OutcomeUnknown,
     RunNotFound,
-    ThreadClosed,
-    Unreachable,
     WaitstateClient,
     new_thread_id,
     thread_input,
 )
-from waitstate.gateway.delivery import DELIVERY_TIMEOUT, DeliveryRefused
-from waitstate.gateway.refusals import REQUEST_LOG
+from waitstate.gateway.delivery import (
+    DELIVERY_TIMEOUT,
+    DeliveryRefused,
+    refusal,
+    thread_closed,
+)
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.run import RunStatus
 from waitstate.schemas.threads import (
-    NOT_A_THREAD,
-    THREAD_BUSY,
-    THREAD_CLOSING,
-    THREAD_EXISTS,
-    THREAD_FULL,
     MessageAccepted,
     MessageFields,
     ThreadMessage,
     ThreadState,
 )
 from waitstate.settings import DEFAULT_THREAD_TOKEN_LIFETIME, Settings
-
-log = logging.getLogger(REQUEST_LOG)
 
 # How long a reader may wait for a reply in one request (`?wait=`), and how often the thread is
 # looked at meanwhile: doubling from the first to the last, as the client does.
@@ -68,14 +58,6 @@ MAX_AGENT_CHARS = 200
 # A message is done when the thread has answered it, or ended it without an answer.
 _OPEN_MESSAGES = frozenset({"queued", "working"})
 _OPEN_RUNS: frozenset[RunStatus] = frozenset({"running", "waiting"})
-# The thread's refusals (its `send_message` validator's types) -> (HTTP status, error code).
-_REFUSALS = {
-    THREAD_BUSY: 409,
-    NOT_A_THREAD: 409,
-    THREAD_FULL: 429,
-    THREAD_CLOSING: 410,
-    THREAD_EXISTS: 409,
-}
 
 
 class MessageBody(MessageFields):
@@ -258,7 +240,7 @@ class ThreadDesk:
         if status is None:
             raise DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
         if status != WorkflowExecutionStatus.RUNNING:
-            raise _closed(thread_id)
+            raise thread_closed(thread_id)
         return await self._send(thread_id, body, self._start_input(None))
 
     async def open_thread(self, thread_id: str) -> None:
@@ -272,7 +254,7 @@ class ThreadDesk:
         if status is None:
             raise DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
         if status != WorkflowExecutionStatus.RUNNING:
-            raise _closed(thread_id)
+            raise thread_closed(thread_id)
         await self._query(thread_id)  # a task is no thread
 
     async def view(self, thread_id: str) -> ThreadView:
@@ -333,17 +315,17 @@ class ThreadDesk:
                 first=first,
             )
         except ClientError as err:
-            raise _refusal(thread_id, err, start=first) from err
+            raise refusal(err, thread_id=thread_id, start=first) from err
         return sent.accepted
 
     async def _status(self, thread_id: str) -> WorkflowExecutionStatus | None:
         """The status Temporal has for the id's latest run; None if no run has it."""
         try:
-            description = await self.client.handle(thread_id).describe(rpc_timeout=DESCRIBE_TIMEOUT)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return None
-            raise _unavailable() from err
+            description = await self.client.describe(thread_id, rpc_timeout=DESCRIBE_TIMEOUT)
+        except RunNotFound:
+            return None
+        except ClientError as err:
+            raise refusal(err, thread_id=thread_id) from err
         return description.status
 
     async def _is_retry(self, thread_id: str, key: str | None) -> bool:
@@ -364,7 +346,7 @@ class ThreadDesk:
         try:
             state = await self.client.query(thread_id)
         except ClientError as err:
-            raise _refusal(thread_id, err) from err
+            raise refusal(err, thread_id=thread_id) from err
         if state.thread is None:
             raise DeliveryRefused(
                 409, f"run {thread_id} is a task, not a thread", code="not_a_thread"
@@ -383,57 +365,3 @@ def _find(state: RunState, thread_id: str, message_id: str) -> ThreadMessage:
         "last messages)",
         code="unknown_message",
     )
-
-
-def _refusal(thread_id: str, err: ClientError, *, start: bool = False) -> DeliveryRefused:
-    """What a client error means to the sender (of a thread's `start`, or of its next message)."""
-    if isinstance(err, OutcomeUnknown):
-        return _unknown(thread_id, err.key, start)
-    if isinstance(err, ThreadClosed):
-        return _closed(thread_id)
-    if isinstance(err, MessageRefused):
-        code = err.code if err.code in _REFUSALS else "message_refused"
-        return DeliveryRefused(_REFUSALS.get(err.code or "", 409), err.reason, code=code)
-    if isinstance(err, RunNotFound):
-        return DeliveryRefused(404, f"no thread {thread_id}", code="unknown_thread")
-    if isinstance(err, NotAnswered):
-        # Nothing was recorded (an unknown outcome is `_unknown`'s): no worker answered a
-        # query, or the thread refused the message for now all that time.
-        return DeliveryRefused(
-            503,
-            f"thread {thread_id} did not answer in time; nothing was recorded: retry later",
-            code="thread_unavailable",
-        )
-    if isinstance(err, Unreachable):
-        return _unavailable()
-    # TemporalFailed: Temporal refused the call (overload, permissions...): said in the log,
-    # not to the sender.
-    log.warning("thread %s: %s", thread_id, err)
-    return _unavailable()
-
-
-def _unknown(thread_id: str, key: str, start: bool) -> DeliveryRefused:
-    """The answer to a message the thread did not answer in time: Temporal may hold it for the
-    thread's worker. Sent again with its key (and, a start, its thread id), it is the same
-    message, never a second one."""
-    again = f'`"thread_id": "{thread_id}"` and `"key": "{key}"`' if start else f'`"key": "{key}"`'
-    return DeliveryRefused(
-        504,
-        f"thread {thread_id} did not answer in time, so whether it took the message is not "
-        "known: Temporal holds it until the thread's worker takes it, and it may yet be taken; "
-        f"send it again with {again} to learn what became of it (it is taken once)",
-        code="outcome_unknown",
-        retry_with={"thread_id": thread_id, "key": key} if start else {"key": key},
-    )
-
-
-def _closed(thread_id: str) -> DeliveryRefused:
-    return DeliveryRefused(
-        410,
-        f"thread {thread_id} is closed: it takes no message; start a new thread",
-        code="thread_closed",
-    )
-
-
-def _unavailable() -> DeliveryRefused:
-    return DeliveryRefused(503, "Temporal is unavailable; retry later", code="temporal_unavailable")

@@ -4,7 +4,7 @@ session among them, `waitstate.mcp.servers`), and the tasks a server answers wit
 a call it runs as a task; `TaskState`, a `tasks/get` answer). Polling, answering and cancelling
 them is `waitstate.mcp.tasks`'s.
 
-Imported only by workers that call MCP servers (it needs the `mcp` SDK).
+Imported only by workers (it needs the `mcp` SDK).
 """
 
 from __future__ import annotations

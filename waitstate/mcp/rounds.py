@@ -17,8 +17,7 @@ once, so any worker, after any restart, finds where the call stands:
     mrtr/<id>/sending/<n>       send n is being made (whoever wrote it makes it)
 
 Reply n's requests are round n + 1's questions, keyed `<round>/<the server's key>` so that a
-server's key asked again in a later round is a new question. Imported only by workers that call
-MCP servers.
+server's key asked again in a later round is a new question. Imported only by workers.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ run's conversation is never shown to it, whatever `includeContext` asks); an ans
 the policy's tokens; a poll answers at most `max_requests`; a prompt over `max_prompt_chars`
 is refused. A refused request is left open, and the call waits for it until it expires.
 
-Imported only by workers that call MCP servers.
+Imported only by workers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MCP servers as tool sources: which servers a worker may call, and its sessions with them.
+"""MCP servers as tool sources: which servers a worker may call, and which of their tools a run
+is granted.
 
 An operator declares servers by name, in `WAITSTATE_MCP_SERVERS` or in an app
 (`App(mcp_servers=[McpServer(...)])`); a run may use only those. Their tools reach the model as
@@ -6,18 +7,12 @@ An operator declares servers by name, in `WAITSTATE_MCP_SERVERS` or in an app
 (`reports__*`). Headers (credentials) are read from the worker's environment when a call is
 made: they are never part of a run's input or history.
 
-A server over streamable HTTP gets a session per call (its tasks are reachable by id from any
-session). A server over stdio is a process of the worker, and its tasks live in it: the worker
-keeps one process per stdio server, shared by every call, poll, answer and cancel, started on
-first use, started again if it ends, and closed with the worker (`McpServers.aclose`).
-"""
+The sessions with them (`McpServer.connect`) are `waitstate.mcp.sessions`'s, on the `mcp` SDK:
+this module loads none of it, so the CLI and an app's module can declare servers cheaply."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import fnmatch
-import logging
 import os
 import shlex
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -27,18 +22,22 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
+
+    from waitstate.mcp.sessions import StdioSession
 
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.questions import InputPolicy
 
-# The package's logger (notices.py logs under it too), as when the servers were waitstate/mcp.py.
-log = logging.getLogger("waitstate.mcp")
-# How long a stdio server's process has to answer once started.
-STDIO_START_WITHIN = timedelta(seconds=30)
-# MCP's JSON-RPC code for a connection that closed (mcp_types.CONNECTION_CLOSED).
-CONNECTION_CLOSED = -32000
+
+@dataclass
+class StdioSlot:
+    """Where a worker keeps its one session with a stdio server's process, once it started it
+    (`waitstate.mcp.sessions`): the worker's, not part of the declaration (neither compared nor
+    shown)."""
+
+    session: StdioSession | None = None
 
 
 class McpConfigError(ValueError):
@@ -120,7 +119,7 @@ class McpServer:
     reach_within: timedelta = timedelta(seconds=30)
     roots: Sequence[str] = ()
     sampling: SamplingPolicy | None = None
-    _stdio: _StdioSession | None = field(default=None, init=False, repr=False, compare=False)
+    _stdio: StdioSlot = field(default_factory=StdioSlot, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or SEPARATOR in self.name or not _is_name(self.name):
@@ -150,25 +149,13 @@ class McpServer:
                 f"MCP server {self.name!r}: roots is a list of file:// URIs, e.g. "
                 '["file:///srv/reports"]'
             )
-        # Frozen: set once here. The process of a stdio server is the worker's, not part of the
-        # declaration (it is neither compared nor shown).
+        # Frozen: set once here.
         object.__setattr__(self, "require_approval", patterns)
         object.__setattr__(self, "roots", tuple(self.roots))
-        object.__setattr__(
-            self,
-            "_stdio",
-            _StdioSession(self.name, self.command, self.list_roots) if self.command else None,
-        )
 
     def roots_listed(self) -> dict[str, Any]:
         """What a `roots/list` request is answered (a `ListRootsResult`, as JSON)."""
         return {"roots": [{"uri": root} for root in self.roots]}
-
-    async def list_roots(self, context: Any) -> Any:
-        """The session's answer to the server's `roots/list`: `roots`."""
-        from mcp_types import ListRootsResult
-
-        return ListRootsResult.model_validate(self.roots_listed())
 
     def approval_pattern(self, tool: str) -> str | None:
         """The first of `require_approval` that `tool` (the server's own name) matches."""
@@ -210,201 +197,17 @@ class McpServer:
             ConnectionError: the stdio server's process could not be started, or gave no
                 session.
         """
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
+        # optional: the mcp SDK (~0.9 s to load), loaded by a process's first session, never by
+        # the CLI or an app's module, which only declare servers.
+        from waitstate.mcp.sessions import open_session
 
-        if self._stdio is not None:
-            yield await self._stdio.client()
-            return
-        assert self.url is not None
-        # The SDK's own defaults: a server may hold a response stream open for minutes.
-        timeout = httpx2.Timeout(30.0, read=300.0)
-        async with httpx2.AsyncClient(headers=self.headers(), timeout=timeout) as http:
-            transport = streamable_http_client(self.url, http_client=http)
-            async with Client(
-                transport,
-                read_timeout_seconds=read_timeout,
-                cache=None,
-                extensions=extensions,
-                list_roots_callback=self.list_roots,
-            ) as client:
-                yield client
+        async with open_session(self, self._stdio, read_timeout, extensions) as client:
+            yield client
 
     async def aclose(self) -> None:
         """End the process of a stdio server, if the worker started one (a no-op for HTTP)."""
-        if self._stdio is not None:
-            await self._stdio.aclose()
-
-
-@dataclass
-class _Life:
-    """One process of a stdio server, and the task that holds its session open."""
-
-    ready: asyncio.Future[Client]
-    stop: asyncio.Event
-    ended: asyncio.Event  # its stdout closed: the process is gone
-    owner: asyncio.Task[None]
-
-    def over(self) -> bool:
-        if self.ended.is_set() or self.owner.done():
-            return True
-        return self.ready.done() and (self.ready.cancelled() or self.ready.exception() is not None)
-
-
-class _StdioSession:
-    """The one session a worker process keeps with a stdio server.
-
-    A stdio server's tasks live in its process: a `tasks/get` sent to another process of the
-    same command finds nothing. So every activity of the worker shares one process, started on
-    first use, started again once it ended (the next use finds `ended` set), and closed by
-    `aclose()`. The session is entered and left by a task of its own (the SDK's session must
-    be left by the task that entered it); activities send their requests on it concurrently.
-    """
-
-    def __init__(self, name: str, command: str, list_roots: Any) -> None:
-        self._name = name
-        self._command = command
-        self._list_roots = list_roots
-        self._life: _Life | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ending: set[asyncio.Task[None]] = set()
-
-    async def client(self) -> Client:
-        """The session, its process started if none runs.
-
-        Raises:
-            ConnectionError: the process could not be started, or gave no session.
-        """
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new event loop: the old one's session cannot serve it
-            self._loop, self._life, self._ending = loop, None, set()
-        life = self._life
-        if life is None or life.over():
-            if life is not None:
-                life.stop.set()
-                self._ending.add(life.owner)
-                life.owner.add_done_callback(self._ending.discard)
-            life = self._life = self._start(loop)
-        # Shielded: a caller cancelled while the process starts leaves it starting for others.
-        return await asyncio.shield(life.ready)
-
-    def _start(self, loop: asyncio.AbstractEventLoop) -> _Life:
-        ready: asyncio.Future[Client] = loop.create_future()
-        # Read here too: a start whose callers were all cancelled fails unread, not unheard.
-        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
-        stop, ended = asyncio.Event(), asyncio.Event()
-        owner = loop.create_task(self._own(ready, stop, ended), name=f"mcp stdio {self._name}")
-        return _Life(ready, stop, ended, owner)
-
-    async def _own(
-        self, ready: asyncio.Future[Client], stop: asyncio.Event, ended: asyncio.Event
-    ) -> None:
-        from mcp import Client
-
-        from waitstate.mcp.extension import Tasks
-
-        command, *args = shlex.split(self._command)
-        transport = _watched(_parameters(command, args), ended)
-        try:
-            async with contextlib.AsyncExitStack() as session:
-                try:
-                    # A process that never answers must not hold every caller.
-                    async with asyncio.timeout(STDIO_START_WITHIN.total_seconds()):
-                        client = await session.enter_async_context(
-                            Client(
-                                transport,
-                                cache=None,
-                                extensions=[Tasks()],
-                                list_roots_callback=self._list_roots,
-                            )
-                        )
-                except Exception as err:
-                    raise self._not_started(err) from None
-                ready.set_result(client)
-                log.info("MCP server %r: started %s", self._name, self._command)
-                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(ended.wait())]
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for wait in waits:
-                        wait.cancel()
-                if ended.is_set() and not stop.is_set():
-                    log.warning(
-                        "MCP server %r (stdio) ended; its tasks ended with it. The next call "
-                        "starts it again",
-                        self._name,
-                    )
-        except Exception as err:
-            if not ready.done():
-                ready.set_exception(err)
-            else:
-                log.warning("MCP server %r (stdio): its session ended: %s", self._name, err)
-        finally:
-            ended.set()
-            if not ready.done():
-                ready.cancel()
-
-    def _not_started(self, err: Exception) -> ConnectionError:
-        """Why the process gave no session, in one line (the SDK wraps its errors in groups)."""
-        while isinstance(err, ExceptionGroup) and len(err.exceptions) == 1:
-            err = err.exceptions[0]
-        if isinstance(err, TimeoutError):
-            why = f"did not answer within {STDIO_START_WITHIN.total_seconds():g} s"
-        elif getattr(getattr(err, "error", None), "code", None) == CONNECTION_CLOSED:
-            why = "ended before it answered"
-        else:
-            why = f"could not be started: {err or type(err).__name__}"
-        return ConnectionError(f"MCP server {self._name!r} over stdio ({self._command}) {why}")
-
-    async def aclose(self) -> None:
-        """Close the session and end the process (its tasks end with it)."""
-        if self._loop is not asyncio.get_running_loop():
-            return
-        life, self._life = self._life, None
-        owners = set(self._ending)
-        if life is not None:
-            life.stop.set()
-            owners.add(life.owner)
-        # The SDK bounds a process's shutdown (stdin closed, then SIGTERM, then SIGKILL).
-        for owner in owners:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await owner
-
-
-def _parameters(command: str, args: list[str]) -> StdioServerParameters:
-    from mcp import StdioServerParameters
-
-    return StdioServerParameters(command=command, args=args)
-
-
-@asynccontextmanager
-async def _watched(parameters: StdioServerParameters, ended: asyncio.Event) -> AsyncIterator[Any]:
-    """The stdio transport, with `ended` set once the server's stdout closes (its process is
-    gone), so that the next use starts another instead of failing on a dead one."""
-    import anyio
-    from mcp.client.stdio import stdio_client
-    from mcp.shared.message import SessionMessage
-
-    async with stdio_client(parameters) as (read, write):
-        forward, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-
-        async def pump() -> None:
-            try:
-                async with forward:
-                    async for message in read:
-                        await forward.send(message)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                ended.set()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(pump)
-            try:
-                yield receive, write
-            finally:
-                group.cancel_scope.cancel()
+        if self._stdio.session is not None:
+            await self._stdio.session.aclose()
 
 
 def _words(command: str) -> list[str]:

@@ -45,7 +45,8 @@ from pydantic import BaseModel
 from waitstate.client import ClientError, RunNotFound
 from waitstate.client._events import growth
 from waitstate.mcp_server import shapes
-from waitstate.mcp_server.tasks import MAX_TASK_ID_CHARS, RunTasks, request_caller
+from waitstate.mcp_server.errors import MAX_TASK_ID_CHARS, refusal
+from waitstate.mcp_server.tasks import RunTasks, request_caller
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -146,7 +147,7 @@ class TaskNotices:
             except RunNotFound:
                 continue
             except ClientError as err:
-                raise MCPError(INTERNAL_ERROR, f"could not read the tasks: {err}") from err
+                raise refusal(err) from err
             runs[task_id] = run_id
         return runs
 

@@ -13,10 +13,10 @@ any fastmcp token verifier), and a task id reaches only the run of the caller th
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from fastmcp.server.dependencies import get_access_token, get_http_request
 from fastmcp.server.extensions import (
@@ -43,29 +43,28 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
-from temporalio.service import RPCError
 
 from waitstate.agents import Agent
 from waitstate.client import (
     AnswerRefused,
     ClientError,
     DecisionRefused,
-    MessageRefused,
     NotAnswered,
     RunEnded,
     RunNotFound,
-    StartFailed,
-    ThreadClosed,
     WaitstateClient,
     thread_input,
 )
 from waitstate.mcp_server import shapes
-from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
-from waitstate.schemas.errors import QUESTION_INVALID_ANSWER
-from waitstate.schemas.run import RunInput, RunState
+from waitstate.mcp_server.errors import (
+    MAX_TASK_ID_CHARS,
+    fail,
+    is_invalid_answer,
+    not_found,
+    refusal,
+)
+from waitstate.mcp_server.reading import TaskReader
+from waitstate.schemas.run import RunInput
 
 if TYPE_CHECKING:
     from fastmcp.server.context import Context
@@ -75,7 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("waitstate.mcp_server")
 
 _TASK_METHOD_VERSIONS = frozenset(MODERN_PROTOCOL_VERSIONS)
-MAX_TASK_ID_CHARS = 160
 # A task's handle lives as long as its run is kept: Temporal's retention of closed runs, which
 # the server's operator sets (the dev server keeps them a day).
 DEFAULT_TTL = timedelta(days=30)
@@ -84,16 +82,6 @@ KEY_REUSED = (
     f"this idempotency key ('{shapes.IDEMPOTENCY_KEY}') was sent before with another call (another "
     "agent, task or thread): a key names one call; give a new call a new key"
 )
-# How long reading a run's last event may take (a task's `lastUpdatedAt`) before it is left out.
-LAST_EVENT_TIMEOUT = timedelta(seconds=5)
-# What a run waits for (its `WaitingFor`) when it waits for a person: only then is it asked
-# what it waits for (its `status` query), to show the caller.
-PERSON_WAITS = frozenset({"approval", "input"})
-_CLOSED_AS_FAILED = {
-    WorkflowExecutionStatus.FAILED,
-    WorkflowExecutionStatus.TERMINATED,
-    WorkflowExecutionStatus.TIMED_OUT,
-}
 
 
 class RunTasks(ServerExtension):
@@ -126,6 +114,9 @@ class RunTasks(ServerExtension):
         self._approvals = approvals
         self._poll_ms = int(poll_interval.total_seconds() * 1000)
         self._ttl_ms = int(ttl.total_seconds() * 1000)
+        self._reader = TaskReader(
+            self._agents, approvals=approvals, ttl_ms=self._ttl_ms, poll_ms=self._poll_ms
+        )
 
     def clone(self) -> RunTasks:
         """An unbound copy of the same configuration (its client is connected in its own
@@ -223,15 +214,13 @@ class RunTasks(ServerExtension):
         run_id = shapes.run_id_of(caller, task_id)
         try:
             started = await self.client.start(RunInput(task=task, agent=agent), run_id=run_id)
-        except StartFailed as err:
-            raise MCPError(code=INTERNAL_ERROR, message=f"could not start the run: {err}") from err
+        except ClientError as err:
+            raise refusal(err) from err
         if started.existing:
             try:
                 given = await self.client.started_input(run_id)
             except ClientError as err:
-                raise MCPError(
-                    code=INTERNAL_ERROR, message=f"could not read the key's task: {err}"
-                ) from err
+                raise refusal(err) from err
             if given is None:
                 raise MCPError(
                     code=INTERNAL_ERROR,
@@ -264,17 +253,8 @@ class RunTasks(ServerExtension):
                 sender=f"mcp:{caller}",
                 start=thread_input(agent=agent),
             )
-        except ThreadClosed:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"the thread {thread!r} is closed: it takes no more messages; name another",
-            ) from None
-        except MessageRefused as err:
-            raise MCPError(
-                code=INVALID_PARAMS, message=f"the thread refused it: {err.reason}"
-            ) from None
         except ClientError as err:
-            raise MCPError(code=INTERNAL_ERROR, message=f"could not send it: {err}") from err
+            raise refusal(err, thread=thread) from err
         task_id = shapes.message_task_id(agent, thread, sent.accepted.message_id)
         return run_id, task_id, sent.accepted.duplicate
 
@@ -289,7 +269,7 @@ class RunTasks(ServerExtension):
         except RunNotFound:
             pass
         except ClientError as err:
-            raise MCPError(code=INTERNAL_ERROR, message=f"could not read Temporal: {err}") from err
+            raise refusal(err) from err
         else:
             raise MCPError(code=INVALID_PARAMS, message=KEY_REUSED)
         try:
@@ -308,7 +288,7 @@ class RunTasks(ServerExtension):
         try:
             current = await self.read(run_id, task_id)
         except ClientError as err:
-            _fail(task_id, err)
+            fail(err, task_id)
         return CreateTaskResult(
             task_id=task_id,
             status=current.status,
@@ -328,127 +308,16 @@ class RunTasks(ServerExtension):
         try:
             return await self.read(run_id, params.task_id)
         except ClientError as err:
-            _fail(params.task_id, err)
+            fail(err, params.task_id)
 
     async def read(self, run_id: str, task_id: str) -> GetTaskResult:
         """The task `task_id`, of the run `run_id`: what `tasks/get` answers, and each task
-        notification carries.
+        notification carries (see `reading.TaskReader`).
 
         Raises:
             ClientError: the run is unknown, or Temporal could not be read.
         """
-        description = await self.client.describe(run_id)
-        structured = self._structured(description.typed_search_attributes.get(AGENT_NAME))
-        if (thread := shapes.thread_of(task_id)) is not None:
-            return await self._message(run_id, task_id, thread[2], structured)
-        return await self._run(run_id, task_id, description, structured)
-
-    def _task(
-        self, task_id: str, created: datetime, updated: datetime
-    ) -> Callable[..., GetTaskResult]:
-        """Builds the task `task_id` in a status, created and last changed at those times."""
-
-        def task(status: shapes.TaskStatus, **payload: Any) -> GetTaskResult:
-            return GetTaskResult(
-                task_id=task_id,
-                status=status,
-                created_at=created.isoformat(),
-                last_updated_at=updated.isoformat(),
-                ttl_ms=self._ttl_ms,
-                poll_interval_ms=self._poll_ms,
-                **payload,
-            )
-
-        return task
-
-    async def _run(
-        self,
-        run_id: str,
-        task_id: str,
-        description: WorkflowExecutionDescription,
-        structured: bool,
-    ) -> GetTaskResult:
-        """A task run's task: read from Temporal's description while it asks nothing of a
-        person (no worker replays it for a caller that polls), and asked otherwise. It was
-        created when the run's chain began, and last changed at the last event of its history
-        (its close, once it has ended)."""
-        created = _chain_start(description)
-        updated = description.close_time or await self._last_event(run_id, description) or created
-        task = self._task(task_id, created, updated)
-        if description.status == WorkflowExecutionStatus.RUNNING:
-            attributes = description.typed_search_attributes
-            waiting_for = attributes.get(WAITING_FOR) or "none"
-            if waiting_for not in PERSON_WAITS:
-                status = attributes.get(AGENT_STATUS) or "running"
-                return task("working", status_message=shapes.wait_message(status, waiting_for))
-            try:
-                state = await self.client.query(run_id)
-            except NotAnswered:
-                return task("working", status_message="waiting for a worker")
-            return self._asking(state, shapes.working_message(state), task)
-        outcome = await self.client.outcome(run_id)
-        if description.status == WorkflowExecutionStatus.CANCELED:
-            return task("cancelled", status_message="the run was cancelled")
-        if description.status in _CLOSED_AS_FAILED:
-            error = outcome.error or "the run failed"
-            return task(
-                "failed", status_message=error, error={"code": INTERNAL_ERROR, "message": error}
-            )
-        return task("completed", result=shapes.result_of(run_id, outcome, structured))
-
-    async def _last_event(
-        self, run_id: str, description: WorkflowExecutionDescription
-    ) -> datetime | None:
-        """When the run's history last grew (its last event); None if it cannot be read."""
-        request = GetWorkflowExecutionHistoryReverseRequest(
-            namespace=self.client.temporal.namespace,
-            execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
-            maximum_page_size=1,
-        )
-        try:
-            page = (
-                await self.client.temporal.workflow_service.get_workflow_execution_history_reverse(
-                    request, timeout=LAST_EVENT_TIMEOUT
-                )
-            )
-        except RPCError as err:
-            log.info("run %s: its last event not read (%s)", run_id, err.message)
-            return None
-        if not page.history.events:
-            return None
-        return page.history.events[0].event_time.ToDatetime(tzinfo=UTC)
-
-    async def _message(
-        self, run_id: str, task_id: str, message_id: str, structured: bool
-    ) -> GetTaskResult:
-        """A thread message's task: the thread is asked how its message stands (its reply is
-        the task's result), and what it waits for. It was created when the message was sent,
-        and last changed at the latest of its own times and of the thread's open requests'."""
-        try:
-            state = await self.client.query(run_id)
-        except NotAnswered:
-            description = await self.client.describe(run_id)
-            when = description.close_time or _chain_start(description)
-            task = self._task(task_id, when, when)
-            return task("working", status_message="waiting for a worker")
-        messages = state.thread.messages if state.thread is not None else []
-        message = next((m for m in messages if m.message_id == message_id), None)
-        if message is None:  # older than what the thread keeps
-            raise RunNotFound(run_id)
-        created, updated = shapes.message_times(message, state, self._approvals)
-        task = self._task(task_id, created, updated)
-        if (result := shapes.message_result(run_id, message, structured)) is not None:
-            return task("completed", result=result)
-        return self._asking(state, f"message {message.status}", task)
-
-    def _asking(
-        self, state: RunState, message: str, task: Callable[..., GetTaskResult]
-    ) -> GetTaskResult:
-        """`input_required` with what the run asks of the caller, or `working`."""
-        requests = shapes.input_requests_of(state, self._approvals)
-        if requests:
-            return task("input_required", status_message=message, input_requests=requests)
-        return task("working", status_message=message)
+        return await self._reader.read(self.client, run_id, task_id)
 
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
@@ -494,13 +363,13 @@ class RunTasks(ServerExtension):
                         update_id = f"mcp-{params.task_id}-{key}"
                         await self.client.answer(run_id, answer, update_id=update_id)
                     except AnswerRefused as err:
-                        if err.error_type == QUESTION_INVALID_ANSWER:
-                            raise MCPError(code=INVALID_PARAMS, message=err.reason) from None
+                        if is_invalid_answer(err):
+                            raise refusal(err) from None
                         log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
         except RunEnded:
             pass  # a task that ended takes nothing more
         except ClientError as err:
-            _fail(params.task_id, err)
+            fail(err, params.task_id)
         return UpdateTaskResult()
 
     async def _cancel(
@@ -520,7 +389,7 @@ class RunTasks(ServerExtension):
         except RunEnded:
             pass
         except ClientError as err:
-            _fail(params.task_id, err)
+            fail(err, params.task_id)
         log.info("caller %s cancelled task %s", request_caller(), params.task_id)
         return CancelTaskResult()
 
@@ -531,11 +400,6 @@ class RunTasks(ServerExtension):
         if self._client is None:
             raise MCPError(code=INTERNAL_ERROR, message="the server is not connected to Temporal")
         return self._client
-
-    def _structured(self, agent: str | None) -> bool:
-        """Whether the agent answers in its output type (its answer is parsed)."""
-        found = self._agents.get(agent or "")
-        return found is not None and found.output_type is not None
 
     def _run_of(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> str:
         """The run of the caller's task `task_id`, once the request is one of the extension's:
@@ -556,7 +420,7 @@ class RunTasks(ServerExtension):
                 message=f"{MCP_NAME_HEADER} header does not match the request's 'taskId'",
             )
         if not task_id or len(task_id) > MAX_TASK_ID_CHARS:
-            _not_found(task_id)
+            raise not_found(task_id)
         return shapes.run_id_of(request_caller(), task_id)
 
 
@@ -568,25 +432,5 @@ def request_caller() -> str:
     return token.client_id
 
 
-def _not_found(task_id: str) -> NoReturn:
-    """One answer for an unknown task and another caller's: neither says it exists."""
-    raise MCPError(code=INVALID_PARAMS, message=f"Task {task_id[:MAX_TASK_ID_CHARS]} not found")
-
-
-def _fail(task_id: str, err: ClientError) -> NoReturn:
-    if isinstance(err, RunNotFound):
-        _not_found(task_id)
-    raise MCPError(code=INTERNAL_ERROR, message=str(err)) from err
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat()
-
-
-def _chain_start(description: WorkflowExecutionDescription) -> datetime:
-    """When the run's chain of continue-as-new runs began (the task's creation): the
-    description's own start is its latest run's."""
-    extended = description.raw_description.workflow_extended_info
-    if extended.HasField("original_start_time"):
-        return extended.original_start_time.ToDatetime(tzinfo=UTC)
-    return description.start_time or datetime.now(UTC)

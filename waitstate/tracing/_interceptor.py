@@ -1,8 +1,7 @@
 """Temporal's OpenTelemetry interceptor, with what waitstate adds: spans of a run's waits, and
 no spans for status queries.
 
-Imported only when tracing is on (`waitstate.tracing.Tracing`), so a worker without it never
-loads OpenTelemetry.
+A process whose tracing is off builds none (`waitstate.tracing.Tracing`): no span is made.
 """
 
 from __future__ import annotations

@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError
 
-from waitstate.auth.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken
+from waitstate.auth.tokens import MAX_TOKEN_CHARS
 from waitstate.client import BadPosition, Position, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
-from waitstate.gateway.refusals import Refused, error_responses
+from waitstate.gateway.refusals import Refused, error_responses, verified
 from waitstate.gateway.routes.threads import OperatorCredentials
 from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
 
@@ -105,6 +105,23 @@ def _desk(gate: GateDep) -> EventDesk:
     return gate.events
 
 
+async def _where(desk: EventDesk, run_id: str, after: Position | None) -> tuple[Position, bool]:
+    """Where a reader of `run_id` starts after `after`, and whether it has anything to read
+    (`RunEvents.where`).
+
+    Raises:
+        Refused: 404 no such run; 503 Temporal could not be reached.
+    """
+    try:
+        return await desk.events.where(run_id, after)
+    except RunNotFound:
+        raise Refused(404, "run_not_found", f"no run {run_id!r}") from None
+    except RPCError as err:
+        raise Refused(
+            503, "temporal_unavailable", f"Temporal could not be reached: {err}"
+        ) from None
+
+
 def _reader(desk: EventDesk, run_id: str, presented: str | None) -> None:
     """Checks that `presented` may read `run_id`'s events: its view token, or an operator key."""
     if not presented:
@@ -113,12 +130,7 @@ def _reader(desk: EventDesk, run_id: str, presented: str | None) -> None:
         raise Refused(401, "invalid_token", "not a view token")
     if desk.operators.identify(presented) is not None:
         return
-    try:
-        claims = desk.tokens.verify_view(presented)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
+    claims = verified(desk.tokens.verify_view, presented)
     if claims.run_id != run_id:
         raise Refused(401, "wrong_run", "token was issued for another run")
 
@@ -178,14 +190,7 @@ async def run_events(
         raise Refused(400, "bad_position", str(err)) from None
     if desk.open_streams >= desk.max_streams:
         raise Refused(503, "too_many_streams", "the gateway holds as many streams as it may")
-    try:
-        start, more = await desk.events.where(run_id, position)
-    except RunNotFound:
-        raise Refused(404, "run_not_found", f"no run {run_id!r}") from None
-    except RPCError as err:
-        raise Refused(
-            503, "temporal_unavailable", f"Temporal could not be reached: {err}"
-        ) from None
+    start, more = await _where(desk, run_id, position)
     if not more:
         return Response(status_code=204)
     return StreamingResponse(
@@ -268,14 +273,7 @@ async def view_link(run_id: str, gate: GateDep, credentials: OperatorCredentials
         raise Refused(401, "invalid_operator_key", "not an operator key of this gateway")
     if len(run_id) > MAX_RUN_ID_CHARS:
         raise Refused(404, "run_not_found", "no run has so long an id")
-    try:
-        await desk.events.where(run_id, None)
-    except RunNotFound:
-        raise Refused(404, "run_not_found", f"no run {run_id!r}") from None
-    except RPCError as err:
-        raise Refused(
-            503, "temporal_unavailable", f"Temporal could not be reached: {err}"
-        ) from None
+    await _where(desk, run_id, None)  # the run exists
     expires_at = datetime.now(UTC) + desk.view_lifetime
     token = desk.tokens.mint_view(run_id, expires_at)
     return ViewLink(
@@ -333,12 +331,7 @@ async def run_deltas(
     body = await _delta_body(request)
     if credentials is None:
         raise Refused(401, "missing_token", "send Authorization: Bearer <publish token>")
-    try:
-        claims = desk.tokens.verify_publish(credentials.credentials)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
+    claims = verified(desk.tokens.verify_publish, credentials.credentials)
     if claims.run_id != run_id:
         raise Refused(401, "wrong_run", "token was issued for another run")
     delta = gate.parse(body, DeltaBody, "invalid_delta")

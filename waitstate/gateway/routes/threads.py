@@ -24,9 +24,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from waitstate.auth.tokens import ExpiredToken, InvalidToken, ThreadClaims
+from waitstate.auth.tokens import ThreadClaims
 from waitstate.gateway.gate import Gate, GateDep, json_body
-from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused, error_responses
+from waitstate.gateway.refusals import OUTCOME_UNKNOWN, Refused, error_responses, verified
 from waitstate.gateway.threads import (
     MAX_WAIT_SECONDS,
     MessageBody,
@@ -95,12 +95,7 @@ def _thread_claims(
     """The claims of the request's thread token, once it is found valid for `thread_id`."""
     if credentials is None:
         raise Refused(401, "missing_token", "send Authorization: Bearer <thread token>")
-    try:
-        claims = gate.tokens.verify_thread(credentials.credentials)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
+    claims = verified(gate.tokens.verify_thread, credentials.credentials)
     if claims.thread_id != thread_id:
         raise Refused(401, "wrong_thread", "token was issued for another thread")
     return claims

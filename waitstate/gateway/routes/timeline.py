@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from temporalio.service import RPCError
 
-from waitstate.auth.tokens import MAX_TOKEN_CHARS, ExpiredToken, InvalidToken, ViewClaims
+from waitstate.auth.tokens import MAX_TOKEN_CHARS, ViewClaims
 from waitstate.client import END_KINDS, EVENT_KINDS, RunNotFound
 from waitstate.gateway.gate import GateDep
 from waitstate.gateway.pages.html import (
@@ -38,7 +38,7 @@ from waitstate.gateway.pages.html import (
     render,
     when,
 )
-from waitstate.gateway.refusals import Refused, refuse
+from waitstate.gateway.refusals import Refused, refuse, verified
 from waitstate.gateway.routes.events import MAX_RUN_ID_CHARS
 from waitstate.gateway.streams import EventDesk
 
@@ -232,12 +232,7 @@ def _claims(desk: EventDesk, run_id: str, token: str) -> ViewClaims:
         raise Refused(401, "missing_token", "the link's token is missing")
     if len(run_id) > MAX_RUN_ID_CHARS or len(token) > MAX_TOKEN_CHARS:
         raise Refused(401, "invalid_token", "not a view token")
-    try:
-        claims = desk.tokens.verify_view(token)
-    except ExpiredToken as err:
-        raise Refused(410, "token_expired", str(err)) from None
-    except InvalidToken as err:
-        raise Refused(401, "invalid_token", str(err)) from None
+    claims = verified(desk.tokens.verify_view, token)
     if claims.run_id != run_id:
         raise Refused(401, "wrong_run", "this link was issued for another run")
     return claims

@@ -1,5 +1,7 @@
 """The one place the environment is read, and the one `connect()` every entry point uses.
 
+How each variable's text becomes a value, checked, is `waitstate.settings.values`.
+
 Run behaviour (model, tools, max turns, timeouts) travels in each run's input, not here.
 """
 
@@ -8,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import sys
 import traceback
 from collections.abc import Coroutine, Mapping
@@ -16,22 +17,39 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from waitstate.converter import DATA_CONVERTER
-from waitstate.notices import EmailRoute, Route, SmtpServer, parse_routes, parse_smtp
+from waitstate.notices import Route, SmtpServer, parse_routes
 from waitstate.schemas.run import parse_model_spec
+from waitstate.settings import values
+from waitstate.settings.values import (
+    DEFAULT_DEPLOYMENT,
+    DEFAULT_TASK_QUEUE,
+    DEFAULT_THREAD_TOKEN_LIFETIME,
+    otlp_traces_endpoint,
+    parse_blob_url,
+    parse_keys,
+)
+
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "DEFAULT_THREAD_TOKEN_LIFETIME",
+    "WORKER_VARIABLES",
+    "Settings",
+    "connect",
+    "exit_process",
+    "otlp_traces_endpoint",
+    "parse_blob_url",
+    "parse_keys",
+    "run_program",
+]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-DEFAULT_TASK_QUEUE = "waitstate-agents"
 DEFAULT_NAMESPACE = "default"
-DEFAULT_DEPLOYMENT = "waitstate"
-DEFAULT_THREAD_TOKEN_LIFETIME = timedelta(days=30)
-MAX_THREAD_TOKEN_DAYS = 366.0
 # What only a worker reads (its cache, metrics, notices, versioning, model queue's rate, model
 # text streaming): a process that runs no worker (the CLI, a client program) leaves them unread,
 # so one malformed there stops the worker at its start and nothing else.
@@ -131,7 +149,7 @@ class Settings:
     trace_content: bool = False
     # WAITSTATE_VERSIONING=1: the worker joins the worker deployment `deployment`
     # (WAITSTATE_DEPLOYMENT) as version `build_id` (WAITSTATE_BUILD_ID; None: the package's
-    # version and the checkout's commit, see `worker.build_id`). Off: unversioned workers,
+    # version and the checkout's commit, see `waitstate.deployment.build_id`). Off: unversioned workers,
     # which take every task of their queue (what the dev stack runs; docs/deploy.md says why).
     versioning: bool = False
     # Stream OpenAI(-compatible) and Anthropic models' text to the gateway for runs' readers (off:
@@ -177,8 +195,8 @@ class Settings:
         else:
             default_model = "scripted:demo"
         ui_port = env.get("TEMPORAL_UI_PORT", "8233")
-        gateway_port = _port(env, "GATEWAY_PORT", 8787)
-        keys = parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
+        gateway_port = values.port(env, "GATEWAY_PORT", 8787)
+        keys = values.parse_token_keys(env.get("WAITSTATE_TOKEN_KEYS", ""))
         operator_keys = parse_keys(
             env.get("WAITSTATE_OPERATOR_KEYS", ""), "WAITSTATE_OPERATOR_KEYS", "operator key"
         )
@@ -186,8 +204,8 @@ class Settings:
             env.get("WAITSTATE_MCP_CALLER_KEYS", ""), "WAITSTATE_MCP_CALLER_KEYS", "caller key"
         )
         notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
-        smtp = _smtp(env, notice_routes)
-        model_task_queue, model_rate = _model_queue(env)
+        smtp = values.smtp_server(env, notice_routes)
+        model_task_queue, model_rate = values.model_queue(env)
         if blob_url := env.get("WAITSTATE_BLOB_URL", "").strip() or None:
             parse_blob_url(blob_url)  # a bad URL stops the process here, not at its first blob
         return cls(
@@ -202,7 +220,7 @@ class Settings:
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             anthropic_api_key=anthropic_key,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
-            max_cached_workflows=_count(env, "WAITSTATE_MAX_CACHED_WORKFLOWS", 100),
+            max_cached_workflows=values.count(env, "WAITSTATE_MAX_CACHED_WORKFLOWS", 100),
             state_dir=Path(env.get("WAITSTATE_STATE_DIR", ".temporal")),
             gateway_host=env.get("GATEWAY_HOST", "127.0.0.1"),
             gateway_port=gateway_port,
@@ -212,13 +230,13 @@ class Settings:
             operator_keys=operator_keys,
             mcp_caller_keys=mcp_caller_keys,
             mcp_allowed_origins=env.get("WAITSTATE_MCP_ALLOWED_ORIGINS", ""),
-            thread_token_lifetime=_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
+            thread_token_lifetime=values.lifetime_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
             approvals_outbox_url=env.get("APPROVALS_OUTBOX_URL") or None,
             notice_routes=notice_routes,
             smtp=smtp,
             worker_metrics_address=env.get("WAITSTATE_WORKER_METRICS") or None,
-            run_counts_seconds=_seconds(env, "WAITSTATE_RUN_COUNTS_SECONDS", 30.0),
+            run_counts_seconds=values.seconds(env, "WAITSTATE_RUN_COUNTS_SECONDS", 30.0),
             blob_dir=Path(
                 env.get("WAITSTATE_BLOB_DIR")
                 or Path(env.get("WAITSTATE_STATE_DIR", ".temporal")) / "blobs"
@@ -228,10 +246,10 @@ class Settings:
             otlp_endpoint=otlp_traces_endpoint(env),
             otel_service_name=env.get("OTEL_SERVICE_NAME") or None,
             trace_content=env.get("WAITSTATE_TRACE_CONTENT", "").lower() in ("1", "true", "yes"),
-            versioning=_switch(env, "WAITSTATE_VERSIONING"),
-            model_deltas=_switch(env, "WAITSTATE_MODEL_DELTAS"),
-            deployment=_deployment_name(env.get("WAITSTATE_DEPLOYMENT", "").strip()),
-            build_id=_build_id(env.get("WAITSTATE_BUILD_ID", "").strip()),
+            versioning=values.switch(env, "WAITSTATE_VERSIONING"),
+            model_deltas=values.switch(env, "WAITSTATE_MODEL_DELTAS"),
+            deployment=values.deployment_name(env.get("WAITSTATE_DEPLOYMENT", "").strip()),
+            build_id=values.checked_build_id(env.get("WAITSTATE_BUILD_ID", "").strip()),
             model_task_queue=model_task_queue,
             model_calls_per_second=model_rate,
         )
@@ -245,243 +263,6 @@ class Settings:
         """The Web UI page of a run."""
         url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
         return f"{url}/{run_id}/history" if run_id else url
-
-
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    """A port number (1-65535, or 0 for any free one) from `env[name]`, or `default` if
-    unset.
-
-    Raises:
-        ValueError: it is not one; the message names the variable.
-    """
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) < 65536:
-        raise ValueError(
-            f"{name} must be a port number (1-65535, 0 for any free one); got {text!r}"
-        )
-    return int(text)
-
-
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
-    """A whole number, 0 or more, from `env[name]`, or `default` if unset.
-
-    Raises:
-        ValueError: it is not one; the message names the variable.
-    """
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    if not (text.isascii() and text.isdigit()):
-        raise ValueError(f"{name} must be a whole number, 0 or more; got {text!r}")
-    return int(text)
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    """A number of seconds (0 or more) from `env[name]`, or `default` if unset.
-
-    Raises:
-        ValueError: it is not such a number; the message names the variable.
-    """
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise ValueError(f"{name} must be a number of seconds, 0 or more; got {text!r}")
-    return value
-
-
-def _days(env: Mapping[str, str], name: str) -> timedelta:
-    """A thread token's lifetime from `env[name]`, in days (default 30).
-
-    Raises:
-        ValueError: it is not a number of days over 0 and at most a year (366).
-    """
-    text = env.get(name, "").strip()
-    if not text:
-        return DEFAULT_THREAD_TOKEN_LIFETIME
-    try:
-        days = float(text)
-    except ValueError:
-        days = -1.0
-    if not 0 < days <= MAX_THREAD_TOKEN_DAYS:  # also refuses nan
-        raise ValueError(
-            f"{name} must be a number of days over 0 and at most {MAX_THREAD_TOKEN_DAYS:g}; "
-            f"got {text!r}"
-        )
-    return timedelta(days=days)
-
-
-def _switch(env: Mapping[str, str], name: str) -> bool:
-    """An on/off variable: `1`, `true`, `yes` or `on` (any case) turn it on; unset, empty, `0`,
-    `false`, `no` or `off` leave it off.
-
-    Raises:
-        ValueError: any other value; the message names the variable.
-    """
-    text = env.get(name, "").strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be 1 or 0 (true or false); got {text!r}")
-
-
-def _model_queue(env: Mapping[str, str]) -> tuple[str | None, float | None]:
-    """WAITSTATE_MODEL_TASK_QUEUE and WAITSTATE_MODEL_CALLS_PER_SECOND, checked.
-
-    Raises:
-        ValueError: the rate is not a number over 0, or is set without the model queue (on the
-            runs' own queue it would hold tool calls and polls too), or the model queue is the
-            runs' own; the message names the variable.
-    """
-    queue = env.get("WAITSTATE_MODEL_TASK_QUEUE", "").strip() or None
-    text = env.get("WAITSTATE_MODEL_CALLS_PER_SECOND", "").strip()
-    if queue is not None and queue == env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE):
-        raise ValueError(
-            f"WAITSTATE_MODEL_TASK_QUEUE must differ from WAITSTATE_TASK_QUEUE ({queue!r}): "
-            "leave it unset for model calls on the runs' own queue"
-        )
-    if not text:
-        return queue, None
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = -1.0
-    if not 0 < rate < float("inf"):  # also refuses nan
-        raise ValueError(
-            f"WAITSTATE_MODEL_CALLS_PER_SECOND must be a number of calls per second over 0; "
-            f"got {text!r}"
-        )
-    if queue is None:
-        raise ValueError(
-            "WAITSTATE_MODEL_CALLS_PER_SECOND needs WAITSTATE_MODEL_TASK_QUEUE: the limit is "
-            "the model queue's (on the runs' own queue it would hold every tool call too)"
-        )
-    return queue, rate
-
-
-def _smtp(env: Mapping[str, str], routes: Mapping[str, tuple[Route, ...]]) -> SmtpServer | None:
-    """The SMTP server of WAITSTATE_SMTP_URL and WAITSTATE_SMTP_FROM (None: unset).
-
-    Raises:
-        ValueError: either is malformed, or a route sends email and WAITSTATE_SMTP_URL is
-            unset: the worker stops at start, not at its first notice.
-    """
-    if url := env.get("WAITSTATE_SMTP_URL", "").strip():
-        return parse_smtp(url, env.get("WAITSTATE_SMTP_FROM"))
-    for group, destinations in routes.items():
-        if any(isinstance(destination, EmailRoute) for destination in destinations):
-            raise ValueError(
-                f"WAITSTATE_NOTICE_ROUTES sends group {group!r} email, and WAITSTATE_SMTP_URL "
-                "is not set (set it, and WAITSTATE_SMTP_FROM)"
-            )
-    return None
-
-
-def _deployment_name(name: str) -> str:
-    """WAITSTATE_DEPLOYMENT, checked (empty: the default).
-
-    Raises:
-        ValueError: it holds a `.`, which Temporal reserves to join the name to a build id.
-    """
-    if "." in name:
-        raise ValueError(f"WAITSTATE_DEPLOYMENT must not contain '.'; got {name!r}")
-    return name or DEFAULT_DEPLOYMENT
-
-
-def _build_id(build_id: str) -> str | None:
-    """WAITSTATE_BUILD_ID, checked (empty: None, the worker derives one).
-
-    Raises:
-        ValueError: it is longer than the 255 characters Temporal takes.
-    """
-    if len(build_id) > 255:
-        raise ValueError(f"WAITSTATE_BUILD_ID must be at most 255 characters; got {build_id!r}")
-    return build_id or None
-
-
-def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
-    """Where OTLP/HTTP traces go per the standard OTEL_* variables, or None: tracing is off."""
-    disabled = env.get("OTEL_SDK_DISABLED", "").lower() == "true"
-    if disabled or env.get("OTEL_TRACES_EXPORTER", "").lower() == "none":
-        return None
-    if traces := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return traces
-    if base := env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return f"{base.rstrip('/')}/v1/traces"
-    return None
-
-
-def parse_token_keys(value: str) -> dict[str, str]:
-    """Parse `kid:secret,kid2:secret2` (the first is the default signing key).
-
-    Raises:
-        ValueError: an entry is not `kid:secret`, or a secret is shorter than 32 characters.
-    """
-    return parse_keys(value, "WAITSTATE_TOKEN_KEYS")
-
-
-def parse_keys(value: str, variable: str, what: str = "token key") -> dict[str, str]:
-    """Parse the keys `kid:secret,kid2:secret2` of `variable` (resume-token keys, operator
-    keys), in their order.
-
-    Raises:
-        ValueError: an entry is not `kid:secret`, or a secret is shorter than 32 characters;
-            the message names the variable or the key's id (`what` it is), never a secret.
-    """
-    keys: dict[str, str] = {}
-    for entry in filter(None, (part.strip() for part in value.split(","))):
-        key_id, sep, secret = entry.partition(":")
-        if not sep or not key_id or not secret:
-            raise ValueError(f"{variable} entries must be kid:secret")
-        if len(secret) < 32:
-            raise ValueError(f"{what} {key_id!r} is too short: use at least 32 characters")
-        keys[key_id] = secret
-    return keys
-
-
-# S3's rules for bucket names (3-63 lowercase letters, digits, dots, hyphens), with the
-# underscores that GCS also allows.
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
-
-
-def parse_blob_url(url: str) -> tuple[str, str]:
-    """The bucket and the key prefix (no leading or trailing `/`; may be empty) of `url`.
-
-    `url` is `s3://BUCKET` or `s3://BUCKET/PREFIX`, the form WAITSTATE_BLOB_URL takes.
-
-    Raises:
-        ValueError: `url` is not of that form; the message says what is wrong.
-    """
-    expected = "expected s3://BUCKET or s3://BUCKET/PREFIX"
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "s3":
-        raise ValueError(f"WAITSTATE_BLOB_URL {url!r} is not an s3:// URL; {expected}")
-    if "@" in parts.netloc:  # the URL is not repeated: it holds a secret
-        raise ValueError(
-            "WAITSTATE_BLOB_URL must not hold credentials: set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY instead"
-        )
-    if not _BUCKET.fullmatch(parts.netloc):
-        raise ValueError(
-            f"WAITSTATE_BLOB_URL {url!r} does not name a bucket ({parts.netloc!r}: 3-63 "
-            f"lowercase letters, digits, '.', '-' or '_'); {expected}. An S3-compatible "
-            "server's address goes in AWS_ENDPOINT_URL"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError(f"WAITSTATE_BLOB_URL {url!r} has a query or fragment; {expected}")
-    prefix = parts.path.strip("/")
-    if prefix and any(segment in ("", ".", "..") for segment in prefix.split("/")):
-        raise ValueError(
-            f"WAITSTATE_BLOB_URL {url!r} has an empty, '.' or '..' segment in its prefix"
-        )
-    return parts.netloc, prefix
 
 
 async def connect(settings: Settings | None = None, runtime: Runtime | None = None) -> Client:

@@ -1,7 +1,8 @@
 """A raw JSON-RPC client of the MCP 2026-07-28 wire (streamable HTTP, stateless), written from
 the spec rather than an SDK: what a request carries (`_meta`, the routing headers, the bearer),
 and how an answer is read (a JSON body, or one event of an SSE stream). The tests of
-waitstate's MCP server use it where an SDK would hide what is sent, or retry on its own.
+waitstate's MCP server use it where an SDK would hide what is sent, or retry on its own, and
+the suite's class 18 (`chaos.mcp_doors`) to send a call again as a client that retries does.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ async def send(
     response = await http.post(
         url, json=request, headers={**headers(request, secret), **extra_headers}
     )
-    return Answer(response.status_code, _message(response))
+    return Answer(response.status_code, message(response))
 
 
 @asynccontextmanager
@@ -142,7 +143,7 @@ async def unread(url: str, request: dict[str, Any], secret: str) -> AsyncIterato
             await writer.wait_closed()
 
 
-def _message(response: httpx.Response) -> dict[str, Any] | None:
+def message(response: httpx.Response) -> dict[str, Any] | None:
     """The JSON-RPC message of an answer: its JSON body, or the first `message` event of its
     SSE stream that carries one."""
     kind = response.headers.get("content-type", "")

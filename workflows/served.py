@@ -1,0 +1,8 @@
+"""The workflows a worker serves, which `waitstate replay-check` replays histories on: the worker
+(`waitstate/worker.py`) and the CLI import them from here.
+"""
+
+from .agent_run import AgentRunWorkflow
+from .blob_cleanup import BlobCleanupWorkflow
+
+WORKFLOWS: tuple[type, ...] = (AgentRunWorkflow, BlobCleanupWorkflow)
