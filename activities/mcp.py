@@ -355,7 +355,7 @@ class McpActivities:
             timeout = min(timeout, timedelta(milliseconds=ttl_ms))
         if input.operation_timeout is not None:
             timeout = min(timeout, input.operation_timeout)
-        expires_at = (input.started_at or activity.info().scheduled_time) + timeout
+        expires_at = activity.info().scheduled_time + timeout
         activity.metric_meter().create_counter(
             "waitstate_operations_started", "Long-tool jobs started"
         ).add(1, {"tool": input.call.name})

@@ -142,6 +142,9 @@ class ModelActivities:
         ref = await _stored(input, self._blobs.put(stored, activity.info().workflow_id), response)
         response.transcript_ref = ref.removeprefix(REF_PREFIX)
         response.usage = response.usage.model_copy(update={"model_calls": 0})
+        # Why the provider stopped and how it names its model are for the trace and the
+        # metrics (read above); the run never reads them, so its history goes without them.
+        response.stop_reason = response.model = ""
         if response.message.provider_items is not None:
             # The provider's own items (a reasoning model's encrypted reasoning: kilobytes a
             # turn) go back to it from the stored transcript; the run never reads them, so its
@@ -222,7 +225,8 @@ class ModelActivities:
         url = f"{self._deltas.gateway_url.rstrip('/')}/v1/runs/"
         url += f"{quote(info.workflow_id, safe='')}/deltas"
         call = f"{info.activity_id}.{info.attempt}"
-        return DeltaPublisher(self._deltas.http, url, token, input.turn, call)
+        # Readers place a delta by its call; the turn is theirs to tell (from the run's events).
+        return DeltaPublisher(self._deltas.http, url, token, None, call)
 
     def _check_output(self, agent_name: str, response: ModelResponse) -> None:
         """A final answer of an agent with an output type: normalized to its JSON if it
@@ -344,9 +348,9 @@ async def _stored(
     input: ModelCallInput, step: Awaitable[T], answered: ModelResponse | None = None
 ) -> T:
     """A step on the blob store, whose outage fails the attempt as `BLOB_STORE_UNAVAILABLE`
-    (counted in `waitstate_blob_store_errors`). For a run that waits outages out, the failure
-    tells it which attempt met the outage and the model's reply, if `answered` already (not
-    when the run handed the reply in: it has it)."""
+    (counted in `waitstate_blob_store_errors`). The failure tells the run (which waits
+    outages out) which attempt met the outage and the model's reply, if `answered` already
+    (not when the run handed the reply in: it has it)."""
     try:
         return await step
     except BlobStoreUnavailable as err:
@@ -355,7 +359,7 @@ async def _stored(
             "waitstate_blob_store_errors", "Activity attempts the blob store failed"
         ).add(1, {"activity": info.activity_type})
         details = []
-        if input.outages_waited_out and input.answered is None:
+        if input.answered is None:
             # A try with the reply in hand is retried by Temporal: nothing to hand back.
             details = [StoreFailure(attempt=info.attempt, answered=answered)]
         raise ApplicationError(

@@ -75,16 +75,15 @@ class ToolActivities:
         exception propagates so the workflow's retry policy applies.
         """
         call = input.call
-        # The id of the operation a long tool's call starts (the activity's, in older runs).
-        operation_id = (
-            (input.operation_id or activity.info().activity_id) if self._tracing else None
-        )
+        # The id of the operation a long tool's call starts: the activity's.
+        operation_id = activity.info().activity_id if self._tracing else None
         with tool_span(self._tracing, call.name, call.id, operation_id) as span:
             span.arguments(call.arguments)
             async with pulse():
                 result = await self._call(input)
             span.result(result)
-        return result
+        # The run has the call: its id and name would only lengthen the run's history.
+        return result.model_copy(update={"tool_call_id": "", "name": ""})
 
     async def _call(self, input: ToolCallInput) -> ToolResult:
         if is_mcp_name(input.call.name):
@@ -104,7 +103,7 @@ class ToolActivities:
                 ),
             )
         if spec.long is None:
-            workflow_id = input.workflow_id or activity.info().workflow_id or ""
+            workflow_id = activity.info().workflow_id or ""
             context = RunContext(
                 run_id=workflow_id,
                 tool_call_id=input.call.id,
@@ -155,9 +154,9 @@ class ToolActivities:
         if input.operation_timeout is not None:
             timeout = min(timeout, input.operation_timeout)
         info = activity.info()
-        workflow_id = input.workflow_id or info.workflow_id or ""
-        operation_id = input.operation_id or info.activity_id
-        expires_at = (input.started_at or info.scheduled_time) + timeout
+        workflow_id = info.workflow_id or ""
+        operation_id = info.activity_id
+        expires_at = info.scheduled_time + timeout
         context = StartContext(
             idempotency_key=f"{workflow_id}/{call.id}", operation_id=operation_id
         )

@@ -240,8 +240,8 @@ async def callback_token(
         [call] = DATA_CONVERTER.payload_converter.from_payloads(
             scheduled.input.payloads, [ToolCallInput]
         )
-        # Runs from the checkpoint policy on give the operation's id as the activity's.
-        if (call.operation_id or scheduled.activity_id) == operation.operation_id:
+        # The operation's id is the activity's.
+        if scheduled.activity_id == operation.operation_id:
             nonce = call.nonce
     return tokens.mint(handle.id, operation.operation_id, operation.expires_at, nonce=nonce).token
 

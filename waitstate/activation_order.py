@@ -43,6 +43,7 @@ one the worker, `replay-check`, the chaos suite and the tests share.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
@@ -154,8 +155,22 @@ class _Instance(WorkflowInstance):
         # Set after the first activation (`always`), or once the run records (or, replaying,
         # re-records) one of the markers.
         self._handlers_last = False
+        # The SDK asks for a command's contexts once per payload in each of its three encoding
+        # (and three decoding) passes, and a sandboxed instance answers each ask by compiling
+        # and running code in the sandbox: 2 ms of a two-call run's CPU. Between activations
+        # no workflow code runs, so no command's context can change: the answers are kept from
+        # the end of one activation to the start of the next (the completion's encoding and
+        # the next activation's decoding).
+        self._contexts: dict[tuple[str, Any], Any] = {}
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        self._contexts.clear()
+        try:
+            return self._activate(act)
+        finally:
+            self._contexts.clear()
+
+    def _activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         halves = split(act) if self._handlers_last else None
         if halves is None:
             completion = self._instance.activate(act)
@@ -180,7 +195,18 @@ class _Instance(WorkflowInstance):
         return self._instance.get_thread_id()
 
     def get_serialization_context(self, command_info: Any) -> Any:
-        return self._instance.get_serialization_context(command_info)
+        return self._kept("serialization", command_info, self._instance.get_serialization_context)
 
     def get_external_store_context(self, command_info: Any) -> Any:
-        return self._instance.get_external_store_context(command_info)
+        return self._kept("store", command_info, self._instance.get_external_store_context)
+
+    def _kept(self, kind: str, command_info: Any, ask: Callable[[Any], Any]) -> Any:
+        key = (kind, None if command_info is None else _command_key(command_info))
+        if key not in self._contexts:
+            self._contexts[key] = ask(command_info)
+        return self._contexts[key]
+
+
+def _command_key(command_info: Any) -> tuple[int, int]:
+    """A command by its type and sequence number (unique in a run for each type)."""
+    return (command_info.command_type, command_info.command_seq)

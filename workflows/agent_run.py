@@ -268,7 +268,6 @@ class AgentRunWorkflow:
             tools=self._model_tools(),
             agent=self._input.agent,
             mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
-            outages_waited_out=True,
             later_models=self._budget.later(),
         )
         # A blob store outage is waited out.

@@ -116,7 +116,6 @@ class ApprovalAsides:
                 tools=self._tools,
                 agent=self._input.agent,
                 mcp_listing=self._input.mcp_listing.ref if self._input.mcp_listing else None,
-                outages_waited_out=True,
             ),
             result_type=ModelResponse,
             summary=f"model {self._input.model}: message {message_id} aside",

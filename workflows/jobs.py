@@ -410,8 +410,9 @@ async def call_activity_tool(
     nonce: str,
     approved_by: str | None,
 ) -> ToolResult | Failed:
-    """The `call_tool` activity: a sync tool's result, or a long tool's start."""
-    return await call(
+    """The `call_tool` activity: a sync tool's result, or a long tool's start (named after
+    `tool_call`, which the activity leaves to the run)."""
+    result = await call(
         CALL_TOOL,
         ToolCallInput(
             call=tool_call,
@@ -437,6 +438,9 @@ async def call_activity_tool(
         # id is the activity's, which the Web UI shows.
         activity_id=operation_id,
     )
+    if isinstance(result, Failed):
+        return result
+    return result.model_copy(update={"tool_call_id": tool_call.id, "name": tool_call.name})
 
 
 def expected_duration(op: Operation) -> timedelta:

@@ -35,7 +35,6 @@ HELLO = ModelCallInput(
     model="openai:test-model",
     new_messages=[Message(role="user", content="hello")],
     tools=[],
-    turn=3,
 )
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -91,7 +90,7 @@ async def test_the_answers_text_goes_to_the_gateway_in_order_with_a_publish_toke
     assert response.message.content == ANSWER
     bodies = [json.loads(post.content) for post in posts]
     assert posts and "".join(body["text"] for body in bodies) == ANSWER
-    assert {(body["turn"], body["call"]) for body in bodies} == {(3, "test.1")}
+    assert {(body["turn"], body["call"]) for body in bodies} == {(None, "test.1")}
     for post in posts:
         assert post.method == "POST"
         assert str(post.url) == "http://gateway.test/v1/runs/test/deltas"

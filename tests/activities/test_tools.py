@@ -75,16 +75,26 @@ def _activities(
 
 
 def _call(name: str, arguments: dict[str, Any] | str, **fields: Any) -> ToolCallInput:
-    """A call as the run sends it (run id, operation id and time given unless `fields` say)."""
+    """A call as the run sends it (its run id, operation id and time are the activity's)."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    given = {"workflow_id": "run-1", "operation_id": "op_1", "started_at": STARTED, "nonce": NONCE}
+    given = {"nonce": NONCE}
     return ToolCallInput(
         call=ToolCall(id="call_1", name=name, arguments=text), **{**given, **fields}
     )
 
 
+def _env() -> ActivityEnvironment:
+    """The activity as a run schedules it: run-1's operation op_1 (the activity's id), at
+    STARTED."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, workflow_id="run-1", activity_id="op_1", scheduled_time=STARTED
+    )
+    return env
+
+
 async def _run(activities: ToolActivities, call: ToolCallInput) -> ToolResult:
-    return await ActivityEnvironment().run(activities.call_tool, call)
+    return await _env().run(activities.call_tool, call)
 
 
 # --- sync tools ---------------------------------------------------------------------------
@@ -95,7 +105,8 @@ async def test_a_sync_tool_answers_with_its_result(systems: Systems, tmp_path: P
         _activities(_tools(systems), tmp_path), _call("calculate", {"expression": "6 * 7"})
     )
 
-    assert result == ToolResult(tool_call_id="call_1", name="calculate", content="42")
+    # The call's id and name are the run's to add (it has the call): not recorded twice.
+    assert result == ToolResult(content="42")
 
 
 @pytest.mark.parametrize(
@@ -168,7 +179,7 @@ async def test_a_result_past_the_threshold_reaches_the_model_as_a_preview_and_a_
     ref = trailer.split("the full result is ", 1)[1].split(";", 1)[0]
     assert await store.get(ref) == whole.encode()
     # Both are the run's: a blob cleanup keeps them while it may read them.
-    run = ActivityEnvironment().info.workflow_id
+    run = _env().info.workflow_id
     assert await store.owners(ref) == await store.owners(result.content_ref) == [run]
     # The history's preview keeps that line in sight: the run offers read_ref when it sees it.
     assert result.content == f"{shrunk[:INLINE_PREVIEW_CHARS]}…\n{trailer}"
@@ -262,14 +273,14 @@ async def test_a_retried_start_finds_the_same_job_and_mints_the_same_token(
 async def test_what_the_call_leaves_out_is_read_from_the_activity_info(
     systems: Systems, tmp_path: Path
 ) -> None:
-    # Runs from the checkpoint policy on send neither run id, operation id nor start time.
+    # A run sends neither its id, the operation's nor the time: the activity's info has them.
     await systems.faults(never_complete=True)
     env = ActivityEnvironment()
     scheduled = datetime(2031, 6, 1, 8, 30, tzinfo=UTC)
     env.info = dataclasses.replace(
         env.info, workflow_id="run-from-info", activity_id="op_from_info", scheduled_time=scheduled
     )
-    call = _call("start_export", EXPORT, workflow_id=None, operation_id=None, started_at=None)
+    call = _call("start_export", EXPORT)
 
     result = await env.run(_activities(_tools(systems), tmp_path).call_tool, call)
 

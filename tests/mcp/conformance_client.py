@@ -134,7 +134,7 @@ async def call_every_tool_answering(worker: Worker, context: dict[str, Any]) -> 
         operations = []
         for n, (name, tool) in enumerate(tools.items()):
             call = ToolCall(id=f"call_{n}", name=name, arguments="{}")
-            input = ToolCallInput(call=call, workflow_id="conformance", operation_id=f"op_{n}")
+            input = ToolCallInput(call=call)
             result = await env.run(activities.call, input, tool)
             log.info("called %s: %s", name, result.operation or result.content[:200])
             if result.operation is not None:

@@ -190,7 +190,7 @@ async def started_call(
     tools = await granted_tools(activities, [name], tmp_path / "blobs")
     granted = tools[name].model_copy(update=listed)
     call = ToolCall(id="call_1", name=name, arguments=json.dumps(arguments))
-    input = ToolCallInput(call=call, workflow_id="run-1", operation_id="op_1")
+    input = ToolCallInput(call=call)
     result = await ActivityEnvironment().run(activities.call, input, granted)
     blobs = LocalBlobStore(tmp_path / "blobs")
     return StartedCall(result, McpTaskBackend(server, blobs, sampler), blobs)

@@ -43,8 +43,6 @@ async def _activities(
 def _call(name: str, arguments: dict[str, Any], listing: str) -> ToolCallInput:
     return ToolCallInput(
         call=ToolCall(id="call_1", name=name, arguments=json.dumps(arguments)),
-        workflow_id="run-1",
-        operation_id="op_1",
         mcp_listing=listing,
     )
 
