@@ -156,6 +156,22 @@ def test_the_signed_claims_of_an_expired_token_are_read_and_a_forged_one_is_stil
         tokens().signed_claims(tokens().mint_thread("thread-1", past))
 
 
+def test_a_token_has_one_spelling_its_unused_bits_set_is_not_it() -> None:
+    # A 32-byte MAC is 43 base64url characters: the last carries 4 bits of it and 2 unused.
+    # Setting those decodes to the same MAC; the token is refused all the same, so no one can
+    # present a valid token under a second string.
+    minted = tokens().mint("run-1", "op_1", NOW + timedelta(hours=1)).token
+    payload, signature = minted.split(".")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(signature[-1])
+    assert last % 4 == 0  # the canonical spelling leaves them clear
+    respelled = f"{payload}.{signature[:-1]}{alphabet[last + 1]}"
+
+    assert tokens().verify(minted, now=NOW).operation_id == "op_1"
+    with pytest.raises(InvalidToken, match="not a resume token"):
+        tokens().verify(respelled, now=NOW)
+
+
 def test_verify_defaults_to_the_current_time() -> None:
     valid = tokens().mint("run-1", "op_1", datetime.now(UTC) + timedelta(minutes=5)).token
     stale = tokens().mint("run-1", "op_1", datetime.now(UTC) - timedelta(minutes=5)).token

@@ -441,4 +441,14 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes `text` encodes, if it is their one encoding: a last character whose unused
+    low bits are set (`...B` for `...A`) decodes to the same bytes, and would make a second
+    string of one token.
+
+    Raises:
+        ValueError: `text` is not the canonical base64url of any bytes.
+    """
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64encode(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
