@@ -15,7 +15,7 @@ def open_blob_store(settings: Settings) -> BlobStore:
         ValueError: `blob_url` is not an `s3://BUCKET/PREFIX` URL.
     """
     if settings.blob_url:
-        # Imported only by the processes that use it (the object-store client is native code).
+        # optional: obstore, loaded only by the processes that use object storage (native code).
         from waitstate.blobs.s3 import S3BlobStore
 
         bucket, prefix = parse_blob_url(settings.blob_url)

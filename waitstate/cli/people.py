@@ -251,8 +251,8 @@ def how_to_answer(run_id: str, question: QuestionRequest) -> list[str]:
     """A question's text and schema, and the commands that answer it, each working as pasted:
     `--accept` with an example answer whose values are to be replaced (or, where no example
     fits the schema, read from a file to write), and `--decline`."""
-    # Here, not at the top: its checker (jsonschema) costs every command ~0.1 s to load, and
-    # only those that show a question need it.
+    # optional: jsonschema, here, not at the top: the checker costs every command ~0.1 s to
+    # load, and only those that show a question need it.
     from waitstate.elicitation import answer_command, example_answer
 
     quoted = f"{shlex.quote(run_id)} --question {shlex.quote(question.question_id)}"
