@@ -30,6 +30,7 @@ from tests.docs import page, section
 from tests.helpers import accepted_updates, eventually, package_files
 from tests.rigs import ServerProcess, WorkerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
+from waitstate.cli.runs import NO_TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 # The checkout's top-level parts that are not the library: `waitstate` imports none of them.
@@ -506,6 +507,8 @@ async def test_the_installed_commands_and_a_users_plugin_worker_serve_the_users_
             project,
             served,
         )
+        # Without an agent, the installed CLI imports no app of its own here: it says so.
+        bare = await _python(bin / "waitstate", ["run", "What is 2 * 3?"], project, served)
     finally:
         await _stop(worker)
 
@@ -530,3 +533,4 @@ async def test_the_installed_commands_and_a_users_plugin_worker_serve_the_users_
     assert second["status"] == "completed", beside.stdout
     assert "calculate -> 42" in second["final_output"], beside.stdout
     assert "Hello, Ada!" in (tmp_path / "theirs.log").read_text()
+    assert NO_TOOLS in bare.stderr, bare.stderr

@@ -39,6 +39,10 @@ from waitstate.wording import count_of, span
 
 # The apps the CLI checks names against when none is named: the demo's, from a checkout.
 DEMO_APP = "examples.demo.app:app"
+NO_TOOLS = (
+    "no app is importable here, so the run gets no tools: name its agent (--agent), its "
+    "tools, or its app (--app or WAITSTATE_APPS)"
+)
 
 
 async def cmd_run(
@@ -270,6 +274,10 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         else:
             fields["model"] = settings.default_model
             fields["tools"] = [spec.name for spec in apps.tools] if apps is not None else []
+            if apps is None and not getattr(args, "tools", None):
+                # An installed CLI outside a checkout imports no app of its own: say so, not
+                # start a run that silently has no tools.
+                print(NO_TOOLS, file=sys.stderr)
         if args.model:
             fields["model"] = args.model
         if args.tools:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from waitstate.cli import runs
 from waitstate.cli.main import _parser
 from waitstate.cli.output import CliError
-from waitstate.cli.runs import _run_input
+from waitstate.cli.runs import NO_TOOLS, _run_input
 from waitstate.settings import Settings
 
 BUDGET = ("--budget-tokens", "300", "--on-exceed", "degrade")
@@ -42,3 +43,28 @@ async def test_a_degrade_model_the_apps_have_goes_into_the_runs_budget() -> None
 
     assert run_input.budget is not None
     assert (run_input.budget.on_exceed, run_input.budget.degrade_to) == ("degrade", "scripted:echo")
+
+
+async def test_a_run_without_an_agent_where_no_app_imports_is_told_it_gets_no_tools(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As an installed CLI outside a checkout: the demo's app is not there to import.
+    monkeypatch.setattr(runs, "DEMO_APP", "no_such_module_here:app")
+    bare = _parser().parse_args(["run", "what is 2 + 2?"])
+    named = _parser().parse_args(["run", "what is 2 + 2?", "--tools", "calculate"])
+
+    bare_input = await _run_input(bare, Settings())
+    told = capsys.readouterr().err
+    named_input = await _run_input(named, Settings())
+
+    assert bare_input.tools == [] and told.strip() == NO_TOOLS
+    assert named_input.tools == ["calculate"] and capsys.readouterr().err == ""
+
+
+async def test_a_run_without_an_agent_in_a_checkout_gets_the_demos_tools_and_no_notice(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_input = await _run_input(_parser().parse_args(["run", "what is 2 + 2?"]), Settings())
+
+    assert "calculate" in run_input.tools
+    assert capsys.readouterr().err == ""
