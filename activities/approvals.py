@@ -10,7 +10,8 @@ from temporalio import activity
 
 from waitstate.auth.tokens import approval_subject, question_subject
 from waitstate.elicitation import answer_command
-from waitstate.notices import NoticeRouter, NoticeRoutes, SmtpServer
+from waitstate.notices import NoticeRoutes, SmtpServer
+from waitstate.notices.senders import NoticeRouter
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import QuestionNotice
 from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT

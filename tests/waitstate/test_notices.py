@@ -18,21 +18,16 @@ from tests.notice_servers import SLACK_PATH, SmtpStandIn, slack_webhook, smtp_se
 from waitstate.elicitation import answer_problem
 from waitstate.names import cli_command
 from waitstate.notices import (
-    ARGUMENTS_CHARS,
-    SUBJECT_CHARS,
-    TEXT_CHARS,
     EmailRoute,
-    EmailSender,
     NoticeError,
-    NoticeRouter,
     OutboxRoute,
-    Sender,
     SlackRoute,
-    SlackSender,
     SmtpServer,
     parse_routes,
     parse_smtp,
 )
+from waitstate.notices.messages import ARGUMENTS_CHARS, SUBJECT_CHARS, TEXT_CHARS
+from waitstate.notices.senders import EmailSender, NoticeRouter, Sender, SlackSender
 
 PAGE = "http://gateway.test/pages/approvals/apr_1?token=page-token"
 HOSTILE = "<script>alert(1)</script> & <!channel> <https://evil.test|click>"
