@@ -3,9 +3,10 @@
 Runs whose model (the suite's model server, over the OpenAI wire protocol) holds its first call
 unanswered until the call's retry arrives: plain runs (the model then calls `calculate` and
 answers) and threads (their first message's call is held, a second message queued behind it).
-Under the suite's kill lock (no other kill meanwhile: each call's takeover is this class's),
-they are started, and once every held call has reached the model, every worker holding one is
-SIGKILLed, then started again after a pause. The calls keep the runs' default model timeout (two
+Under the suite's kill lock, held until every killed call has ended (no other kill meanwhile,
+not even under a call's retry: each call's takeover is this class's), they are started, and once
+every held call has reached the model, every worker holding one is SIGKILLed, then started
+again after a pause. The calls keep the runs' default model timeout (two
 minutes): what takes them over is their heartbeat timeout.
 
 What holds, per run: it completes, every message of a thread is answered, once; the model was
@@ -133,7 +134,7 @@ class ModelKills:
         self, ctx: Context, held: list[Held], killed: dict[str, list[dict[str, Any]]]
     ) -> None:
         """SIGKILL every worker holding a call, start them again after a pause, and wait until
-        every call was taken over (its next attempt started, or it ended)."""
+        every call has ended (taken over by its next attempt, which ran to its end)."""
         victims = list({id(h.worker): h.worker for h in held}.values())
         at = datetime.now(UTC)
         await asyncio.gather(*(w.kill(signal.SIGKILL) for w in victims))
@@ -193,18 +194,14 @@ async def _started_call(handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str
 
 
 async def _taken_over(ctx: Context, call: Held) -> None:
-    """Until the killed call's next attempt has started, or the call has ended."""
+    """Until the killed call has ended: its next attempt has not only started but finished, so
+    the kill lock, held until then, keeps every other class's kill off that attempt too (a
+    worker killed under the retry would make the model be asked once more, and the retry be
+    taken over a heartbeat timeout later, neither this class's doing)."""
     handle = ctx.client.get_workflow_handle(call.plan.id, run_id=call.run)
     while True:
-        with_call = [
-            p
-            for p in (await handle.describe()).raw_description.pending_activities
-            if p.activity_id == call.activity
-        ]
-        if not with_call or (
-            with_call[0].attempt > 1
-            and with_call[0].state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-        ):
+        pending = (await handle.describe()).raw_description.pending_activities
+        if all(p.activity_id != call.activity for p in pending):
             return
         await asyncio.sleep(ctx.query_every)
 
