@@ -7,12 +7,15 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually
-from waitstate.gateway.fleet import RUN_STATUSES, RunCounts
+from waitstate.client import run_status
+from waitstate.gateway.fleet import RUN_STATUSES, RunCounts, status_query
 from waitstate.schemas import RunInput
 from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_KINDS, WAITING_FOR
 
@@ -69,9 +72,49 @@ async def test_runs_are_counted_by_status_and_by_what_they_wait_for(
             return waiting >= before + 2 and status >= waiting_before + 2
 
         await eventually(counted, "the two runs counted as waiting for approval")
+        failed_before = _value(registry, "waitstate_runs", "status", "failed")
     finally:
         for handle in handles:
             await handle.terminate("counted")
+
+    # Ended by Temporal, their AgentStatus still says `waiting`: they count as failed, no
+    # longer as waiting (a completed run, whose status is not upserted as it ends, the same).
+    async def ended() -> bool:
+        await counts.refresh()
+        status = _value(registry, "waitstate_runs", "status", "waiting")
+        failed = _value(registry, "waitstate_runs", "status", "failed")
+        return status <= waiting_before and failed >= failed_before + 2
+
+    await eventually(ended, "the two terminated runs counted as failed, not waiting")
+
+
+@pytest.mark.parametrize(
+    ("agent_status", "execution", "shown"),
+    [
+        ("waiting", WorkflowExecutionStatus.RUNNING, "waiting"),
+        (None, WorkflowExecutionStatus.RUNNING, "running"),
+        ("running", WorkflowExecutionStatus.COMPLETED, "completed"),
+        ("waiting", WorkflowExecutionStatus.COMPLETED, "completed"),
+        ("completed", WorkflowExecutionStatus.COMPLETED, "completed"),
+        ("max_turns", WorkflowExecutionStatus.COMPLETED, "max_turns"),
+        ("running", WorkflowExecutionStatus.TERMINATED, "failed"),
+        ("cancelled", WorkflowExecutionStatus.CANCELED, "cancelled"),
+        ("waiting", WorkflowExecutionStatus.CONTINUED_AS_NEW, "waiting"),
+    ],
+)
+def test_a_runs_status_is_its_own_ending_else_temporals(
+    agent_status: str | None, execution: WorkflowExecutionStatus, shown: str
+) -> None:
+    assert run_status(agent_status, execution) == shown
+
+
+def test_each_status_is_counted_by_the_query_that_finds_what_run_status_says() -> None:
+    assert status_query("waiting") == "ExecutionStatus = 'Running' AND AgentStatus = 'waiting'"
+    assert status_query("completed") == (
+        "ExecutionStatus IN ('Completed') AND "
+        "(AgentStatus IN ('running', 'waiting') OR AgentStatus = 'completed')"
+    )
+    assert status_query("max_turns") == "AgentStatus = 'max_turns'"
 
 
 def test_the_kinds_counted_are_every_kind_a_run_waits_for() -> None:

@@ -27,7 +27,7 @@ means, copies told apart, `recall` of an earlier Update's outcome), and the erro
 
 from __future__ import annotations
 
-from waitstate.client._base import QUERY_TIMEOUT, closed_status
+from waitstate.client._base import GOING_STATUSES, QUERY_TIMEOUT, closed_status, run_status
 from waitstate.client._errors import (
     AlreadyApplied,
     AnswerRefused,
@@ -116,6 +116,7 @@ __all__ = [
     "END_KINDS",
     "EVENT_KINDS",
     "BadPosition",
+    "GOING_STATUSES",
     "Position",
     "RunEvent",
     "RunEvents",
@@ -185,6 +186,7 @@ __all__ = [
     "closed_status",
     "fleet_report",
     "new_run_id",
+    "run_status",
     "started_with",
 ]
 

@@ -11,7 +11,7 @@ from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
 
 from waitstate.cleanup import DEFAULT_EVERY, clean_blobs, schedule_blob_cleanup
-from waitstate.client._base import AGENT_RUNS, ClientBase, closed_status
+from waitstate.client._base import AGENT_RUNS, ClientBase, run_status
 from waitstate.client._errors import CleanupFailed, first_line
 from waitstate.names import AGENT_STATUS, PENDING_OPERATIONS, WAIT_EXPIRES_AT, WAITING_FOR
 from waitstate.schemas.cleanup import CleanResult
@@ -115,7 +115,7 @@ def fleet_report(fleet: Fleet) -> FleetReport:
     failures = [
         FailedRun(run.run_id, status, run.closed)
         for run in fleet.closed
-        if (status := run.agent_status or closed_status(run.execution_status)) in FAILED_STATUSES
+        if (status := run_status(run.agent_status, run.execution_status)) in FAILED_STATUSES
         or run.execution_status in FAILED_EXECUTIONS
     ]
     return FleetReport(

@@ -30,7 +30,13 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
-from waitstate.client._base import AGENT_RUNS, QUERY_TIMEOUT, ClientBase, closed_status
+from waitstate.client._base import (
+    AGENT_RUNS,
+    QUERY_TIMEOUT,
+    ClientBase,
+    closed_status,
+    run_status,
+)
 from waitstate.client._errors import (
     NotAnswered,
     RunEnded,
@@ -269,7 +275,7 @@ class RunCalls(ClientBase):
         try:
             async for execution in self._client.list_workflows(query, limit=limit):
                 attributes = execution.typed_search_attributes
-                status = attributes.get(AGENT_STATUS) or closed_status(execution.status)
+                status = run_status(attributes.get(AGENT_STATUS), execution.status)
                 runs.append(
                     RunSummary(
                         execution.id,

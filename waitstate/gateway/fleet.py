@@ -1,4 +1,4 @@
-"""What the fleet's runs are doing, for the dashboard: runs by `AgentStatus`, and open runs by
+"""What the fleet's runs are doing, for the dashboard: runs by status, and open runs by
 what they wait for (`WaitingFor`), counted by Temporal's visibility store and exported as
 gauges on the gateway's /metrics.
 
@@ -17,12 +17,36 @@ from typing import get_args
 from prometheus_client import CollectorRegistry, Gauge
 from temporalio.client import Client
 
+from waitstate.client import GOING_STATUSES
 from waitstate.names import AGENT_RUN, AGENT_STATUS, WAIT_KINDS, WAITING_FOR
 from waitstate.schemas.run import RunStatus
 
 log = logging.getLogger("waitstate.gateway")
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 _RUNS = f"WorkflowType = '{AGENT_RUN}'"
+# Temporal's closed statuses each of ours stands for when a run's AgentStatus is still one of a
+# run going (as `closed_status` reads them).
+_ENDED_AS = {
+    "completed": ("Completed",),
+    "cancelled": ("Canceled",),
+    "failed": ("Failed", "Terminated", "TimedOut"),
+}
+
+
+def status_query(status: str) -> str:
+    """The visibility query of the runs `waitstate.client.run_status` says are in `status`: a
+    run still going by its AgentStatus; a completed one by Temporal's status, whatever
+    AgentStatus it showed last (none is upserted as it completes); the other endings by theirs."""
+    going = ", ".join(f"'{s}'" for s in GOING_STATUSES)
+    if status in GOING_STATUSES:
+        return f"ExecutionStatus = 'Running' AND {AGENT_STATUS.name} = '{status}'"
+    if status in _ENDED_AS:
+        executions = ", ".join(f"'{e}'" for e in _ENDED_AS[status])
+        return (
+            f"ExecutionStatus IN ({executions}) AND "
+            f"({AGENT_STATUS.name} IN ({going}) OR {AGENT_STATUS.name} = '{status}')"
+        )
+    return f"{AGENT_STATUS.name} = '{status}'"
 
 
 class RunCounts:
@@ -32,7 +56,7 @@ class RunCounts:
         self._client = client
         self.by_status = Gauge(
             "waitstate_runs",
-            "Runs by AgentStatus (ended ones until the namespace's retention removes them)",
+            "Runs by status (AgentStatus; ExecutionStatus for a run that completed or Temporal ended)",
             ["status"],
             registry=registry,
         )
@@ -51,9 +75,7 @@ class RunCounts:
     async def refresh(self) -> None:
         """Count once (one visibility query per status and per kind of wait)."""
         for status in RUN_STATUSES:
-            counted = await self._client.count_workflows(
-                f"{_RUNS} AND {AGENT_STATUS.name} = '{status}'"
-            )
+            counted = await self._client.count_workflows(f"{_RUNS} AND {status_query(status)}")
             self.by_status.labels(status=status).set(counted.count)
         for kind in WAIT_KINDS:
             counted = await self._client.count_workflows(
