@@ -389,7 +389,7 @@ def test_the_report_counts_runs_finds_the_oldest_and_overdue_waits_and_failures(
     assert report.recent_failures == [
         FailedRun("failed", "failed", closed_at),
         FailedRun("expired", "approval_expired", closed_at),
-        FailedRun("killed", "waiting", closed_at),
+        FailedRun("killed", "failed", closed_at),  # terminated: no longer shown waiting
         FailedRun("crashed", "failed", closed_at),
     ]
 
