@@ -311,9 +311,8 @@ def _subsequence(wanted: list[str], kinds: list[str]) -> bool:
     return all(kind in found for kind in wanted)
 
 
-@workflow.defn(sandboxed=False)
-class Hops:
-    """Waits for a `go`, then continues as new with one hop fewer, until none is left."""
+class _Gated:
+    """A workflow that waits for a person's `go` (a signal) somewhere in its run."""
 
     def __init__(self) -> None:
         self._go = False
@@ -321,6 +320,11 @@ class Hops:
     @workflow.signal
     def go(self) -> None:
         self._go = True
+
+
+@workflow.defn(sandboxed=False)
+class Hops(_Gated):
+    """Waits for a `go`, then continues as new with one hop fewer, until none is left."""
 
     @workflow.update
     def refused(self) -> None:
@@ -347,13 +351,7 @@ async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
             Hops.run, 1, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
         )
         start, more = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         for _ in range(2):
             signalled = len([e for e in followed if e.kind == "signal"])
             await handle.signal(Hops.go)
@@ -399,13 +397,7 @@ async def test_an_update_refused_by_its_validator_loses_no_event_of_those_writte
             Hops.run, 0, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
         )
         start, _ = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         await eventually(_async(lambda: bool(followed)), "the run's start")
         for _ in range(3):
             with pytest.raises(WorkflowUpdateFailedError):
@@ -428,15 +420,8 @@ async def held() -> None:
 
 
 @workflow.defn(sandboxed=False)
-class Breaks:
+class Breaks(_Gated):
     """Starts a held activity, takes a `go`, and ends once the activity did."""
-
-    def __init__(self) -> None:
-        self._go = False
-
-    @workflow.signal
-    def go(self) -> None:
-        self._go = True
 
     @workflow.run
     async def run(self) -> None:
@@ -468,13 +453,7 @@ async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
             lambda: _retry_in_flight(handle), "a workflow task's third try"
         )
         start, _ = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         await eventually(_async(lambda: "signal" in _kinds(followed)), "the signal")
         RELEASE.set()  # the activity ends, written where the try in flight was
         ended = await eventually(lambda: _activity_ended(handle), "the activity's end written")
@@ -525,6 +504,20 @@ async def _activity_ended(handle: WorkflowHandle[Any, Any]) -> list[int] | None:
         ids[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
         ids[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED],
     ]
+
+
+def _following(
+    events: RunEvents, workflow_id: str, start: Position
+) -> tuple[list[RunEvent], asyncio.Task[None]]:
+    """Follow the run's events from `start` in a task: the list it appends each event to as it
+    reads it, and the task (it ends with the run's chain)."""
+    followed: list[RunEvent] = []
+
+    async def follow() -> None:
+        async for event in events.follow(workflow_id, start):
+            followed.append(event)
+
+    return followed, asyncio.create_task(follow())
 
 
 def _kinds(events: list[RunEvent]) -> list[str]:
