@@ -108,6 +108,12 @@ class ProcessRun:
         """The MCP test server's task events since the run started (`task_events_since`)."""
         return await task_events_since(self.url, self.before)
 
+    async def restart_worker(self) -> None:
+        """Kill the worker process (SIGKILL: whatever it was doing is cut short) and start
+        another in its place."""
+        await self.worker.kill()
+        await self.worker.start()
+
 
 @asynccontextmanager
 async def reports_run_on_a_process(

@@ -98,12 +98,10 @@ async def test_a_worker_restarted_between_rounds_sends_each_round_once(
         dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-budget", "budget"
     ) as run:
         amount = await _open_question(run.handle, "1/answer")
-        await run.worker.kill()  # mid-poll: the round lives in the blob store, not the worker
-        await run.worker.start()
+        await run.restart_worker()  # mid-poll: the round lives in the blob store, not the worker
         await accept(run.handle, amount, {"amount": 300})
         confirm = await _open_question(run.handle, "2/answer")
-        await run.worker.kill()
-        await run.worker.start()
+        await run.restart_worker()
         await accept(run.handle, confirm, {"confirm": False})
         result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)
 
