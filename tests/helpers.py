@@ -8,11 +8,12 @@ import dataclasses
 import json
 import os
 import random
+import socket
 import string
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -557,6 +558,26 @@ async def accept(
         question_id=question.question_id, action="accept", content=content, responder=responder
     )
     return await handle.execute_update(AgentRunWorkflow.answer, answer)
+
+
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A port of 127.0.0.1 another process (this one) listens on while the block runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+async def exit_and_last_error(*command: str, **options: Any) -> tuple[int | None, str]:
+    """Run `command` (`options`: `cwd`, `env`) to its end, within a minute: its exit status and
+    the last line it wrote to stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, **options
+    )
+    async with asyncio.timeout(60):
+        _, stderr = await process.communicate()
+    return process.returncode, stderr.decode().splitlines()[-1]
 
 
 def package_files(root: Path) -> list[Path]:
