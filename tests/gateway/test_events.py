@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -342,14 +343,22 @@ class Hops(_Gated):
         workflow.continue_as_new(hops - 1)
 
 
+@asynccontextmanager
+async def _hops(
+    env: WorkflowEnvironment, task_queue: str, hops: int
+) -> AsyncIterator[WorkflowHandle[Any, int]]:
+    """A `Hops` run of `hops` hops, on a worker of its own while the block runs."""
+    async with Worker(env.client, task_queue=task_queue, workflows=[Hops]):
+        yield await env.client.start_workflow(
+            Hops.run, hops, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
+        )
+
+
 async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     events = RunEvents(dev_env.client)
-    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
-        handle = await dev_env.client.start_workflow(
-            Hops.run, 1, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with _hops(dev_env, task_queue, 1) as handle:
         start, more = await events.where(handle.id, None)
         followed, following = _following(events, handle.id, start)
         for _ in range(2):
@@ -392,10 +401,7 @@ async def test_an_update_refused_by_its_validator_loses_no_event_of_those_writte
     # A refused Update's workflow task is speculative: Temporal sends its events after the
     # written ones while it runs, then drops them, and the next events written take their ids.
     events = RunEvents(dev_env.client)
-    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
-        handle = await dev_env.client.start_workflow(
-            Hops.run, 0, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with _hops(dev_env, task_queue, 0) as handle:
         start, _ = await events.where(handle.id, None)
         followed, following = _following(events, handle.id, start)
         await eventually(_async(lambda: bool(followed)), "the run's start")
