@@ -1,7 +1,8 @@
 """Temporal External Storage against a reference the activity writes itself: history bytes,
 worker CPU, store traffic, and how long a run the store lacks a payload of stays stuck. (What
 a store outage at an activity's completion does is asserted by
-tests/blobs/test_external_storage.py, not measured again here.)
+tests/blobs/test_external_storage.py, over this module's driver and chain, not measured again
+here.)
 
 Plain temporalio (1.35), no code of waitstate's, one dev server (`temporal server start-dev`
 from the venv's `temporal` binary). docs/upstream/external-storage.md has the figures.
@@ -40,15 +41,17 @@ from temporalio.worker import Replayer, Worker
 
 TEMPORAL = Path(sys.executable).parent / "temporal"
 CALLS = 10
+THRESHOLD = 4096  # External Storage keeps the payloads over this many bytes
 
 
-class DirectoryDriver(StorageDriver):
-    """Payloads as files named by the SHA-256 of their bytes; counts its traffic."""
+class CountingDriver(StorageDriver):
+    """Payloads as files under `root` named by the SHA-256 of their bytes, counting each store
+    and fetch; `down` fails every store, `forgetful` every fetch."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.stored = self.retrieved = 0
-        self.missing = False
+        self.stores = self.fetches = 0
+        self.down = self.forgetful = False
 
     def name(self) -> str:
         return "dir"
@@ -56,25 +59,27 @@ class DirectoryDriver(StorageDriver):
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
     ) -> list[StorageDriverClaim]:
+        if self.down:
+            raise OSError("the store is down")
         claims = []
         for payload in payloads:
             data = payload.SerializeToString()
             digest = hashlib.sha256(data).hexdigest()
             (self.root / digest).write_bytes(data)
-            self.stored += 1
+            self.stores += 1
             claims.append(StorageDriverClaim({"sha256": digest}))
         return claims
 
     async def retrieve(
         self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
     ) -> list[Payload]:
-        if self.missing:
-            raise KeyError("no such payload in this store")
+        if self.forgetful:
+            raise KeyError("not in this store")
         out = []
         for claim in claims:
             payload = Payload()
             payload.ParseFromString((self.root / claim.claim_data["sha256"]).read_bytes())
-            self.retrieved += 1
+            self.fetches += 1
             out.append(payload)
         return out
 
@@ -111,15 +116,23 @@ async def consume(text: str) -> int:
     return len(text)
 
 
+@dataclass
+class Calls:
+    """How many times a `Chain` calls the tool, and whether the tool returns a reference."""
+
+    count: int = CALLS
+    by_ref: bool = False
+
+
 @workflow.defn
 class Chain:
     @workflow.run
-    async def run(self, by_ref: bool) -> int:
+    async def run(self, calls: Calls) -> int:
         total = 0
-        for _ in range(CALLS):
+        for _ in range(calls.count):
             text = await workflow.execute_activity(
                 produce,
-                by_ref,
+                calls.by_ref,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
                     maximum_attempts=3, initial_interval=timedelta(seconds=0.1)
@@ -129,6 +142,27 @@ class Chain:
                 consume, text, start_to_close_timeout=timedelta(seconds=30)
             )
         return total
+
+
+def storing(env: WorkflowEnvironment, driver: CountingDriver | None) -> Client:
+    """A client of `env`'s server whose payloads over THRESHOLD go to `driver` through External
+    Storage (with no driver: every payload inline, as by default)."""
+    converter = DataConverter.default
+    if driver is not None:
+        converter = DataConverter(
+            external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=THRESHOLD)
+        )
+    return Client(env.client.service_client, namespace="default", data_converter=converter)
+
+
+def chain_worker(client: Client, task_queue: str, *, max_cached_workflows: int = 1000) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[Chain],
+        activities=[produce, consume],
+        max_cached_workflows=max_cached_workflows,
+    )
 
 
 async def history_bytes(client: Client, workflow_id: str) -> tuple[int, object]:
@@ -147,32 +181,23 @@ async def run_one(env: WorkflowEnvironment, mode: str, size: int, cache: int) ->
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         SHARED = Shared(root, size)
-        driver = DirectoryDriver(root)
-        converter = DataConverter.default
-        if mode == "extstore":
-            converter = DataConverter(
-                external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=4096)
-            )
-        client = Client(env.client.service_client, namespace="default", data_converter=converter)
+        driver = CountingDriver(root)
+        client = storing(env, driver if mode == "extstore" else None)
         queue = f"q-{uuid.uuid4()}"
         workflow_id = f"m-{uuid.uuid4()}"
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[Chain],
-            activities=[produce, consume],
-            max_cached_workflows=cache,
-        ):
+        async with chain_worker(client, queue, max_cached_workflows=cache):
             cpu = time.process_time()
             result = await client.execute_workflow(
-                Chain.run, mode == "byref", id=workflow_id, task_queue=queue
+                Chain.run, Calls(by_ref=mode == "byref"), id=workflow_id, task_queue=queue
             )
             cpu = time.process_time() - cpu
         assert result == CALLS * (size // 64) * 64, result
         size_bytes, history = await history_bytes(client, workflow_id)
-        run_traffic = (driver.stored, driver.retrieved)
+        run_traffic = (driver.stores, driver.fetches)
         replay_cpu = time.process_time()
-        await Replayer(workflows=[Chain], data_converter=converter).replay_workflow(history)
+        await Replayer(workflows=[Chain], data_converter=client.data_converter).replay_workflow(
+            history
+        )
         replay_cpu = time.process_time() - replay_cpu
         return {
             "mode": mode,
@@ -182,7 +207,7 @@ async def run_one(env: WorkflowEnvironment, mode: str, size: int, cache: int) ->
             "cpu_ms": round(cpu * 1000),
             "stored": run_traffic[0],
             "retrieved": run_traffic[1],
-            "replay_retrieved": driver.retrieved - run_traffic[1],
+            "replay_retrieved": driver.fetches - run_traffic[1],
             "replay_cpu_ms": round(replay_cpu * 1000),
         }
 
@@ -193,18 +218,13 @@ async def missing(env: WorkflowEnvironment) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         SHARED = Shared(root, 65_536)
-        driver = DirectoryDriver(root)
-        driver.missing = True
-        converter = DataConverter(
-            external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=4096)
-        )
-        client = Client(env.client.service_client, namespace="default", data_converter=converter)
+        driver = CountingDriver(root)
+        driver.forgetful = True
+        client = storing(env, driver)
         queue = f"q-{uuid.uuid4()}"
-        async with Worker(
-            client, task_queue=queue, workflows=[Chain], activities=[produce, consume]
-        ):
+        async with chain_worker(client, queue):
             handle = await client.start_workflow(
-                Chain.run, False, id=f"n-{uuid.uuid4()}", task_queue=queue
+                Chain.run, Calls(), id=f"n-{uuid.uuid4()}", task_queue=queue
             )
             await asyncio.sleep(15)
             status = (await handle.describe()).status

@@ -8,12 +8,13 @@ import dataclasses
 import json
 import os
 import random
+import socket
 import string
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -38,7 +39,7 @@ from waitstate.converter import DATA_CONVERTER
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
 from waitstate.schemas.operations import Completion, Operation
-from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputRequest
+from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
 from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
@@ -396,6 +397,24 @@ async def call_tool(registry: ToolRegistry, name: str, **arguments: Any) -> tupl
 # --- the gateway's answers ------------------------------------------------------------------
 
 
+def text_question(
+    question_id: str, tool: str, key: str, message: str, asked_at: datetime, policy: InputPolicy
+) -> InputRequest:
+    """A question of operation op-1's `tool` asking for one text field, `key`, within the hour
+    from `asked_at`."""
+    return InputRequest(
+        question_id=question_id,
+        operation_id="op-1",
+        tool=tool,
+        key=key,
+        message=message,
+        requested_schema={"type": "object", "properties": {key: {"type": "string"}}},
+        asked_at=asked_at,
+        expires_at=asked_at + timedelta(hours=1),
+        policy=policy,
+    )
+
+
 def not_json(model: type[BaseModel], body: bytes) -> str:
     """What the gateway says of a `body` that is not JSON, read as a `model`: the whole body's
     name (ours) and pydantic's reason."""
@@ -440,6 +459,17 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     if code is not None:
         assert body["error"]["code"] == code
     return str(body["error"]["message"])
+
+
+def assert_page(response: httpx.Response, status: int, headers: dict[str, str]) -> str:
+    """The HTML page `response` is, once it is known to be one with `status` and `headers`
+    (and no stack trace)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    for name, value in headers.items():
+        assert response.headers[name] == value, name
+    assert "Traceback" not in response.text
+    return response.text
 
 
 def random_request(
@@ -528,6 +558,26 @@ async def accept(
         question_id=question.question_id, action="accept", content=content, responder=responder
     )
     return await handle.execute_update(AgentRunWorkflow.answer, answer)
+
+
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A port of 127.0.0.1 another process (this one) listens on while the block runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+async def exit_and_last_error(*command: str, **options: Any) -> tuple[int | None, str]:
+    """Run `command` (`options`: `cwd`, `env`) to its end, within a minute: its exit status and
+    the last line it wrote to stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, **options
+    )
+    async with asyncio.timeout(60):
+        _, stderr = await process.communicate()
+    return process.returncode, stderr.decode().splitlines()[-1]
 
 
 def package_files(root: Path) -> list[Path]:

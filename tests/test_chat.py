@@ -8,10 +8,12 @@ import asyncio
 import json
 import re
 import uuid
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from tests.helpers import eventually, make_worker, process_env, start_run
 from tests.test_starter import HOSTILE, PATIENCE, RAW_CONTROL, SHOWN, Cli, Done, assert_refused
@@ -36,6 +38,16 @@ def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
     return Cli(env)
 
 
+@pytest.fixture
+def client(dev_env: WorkflowEnvironment, task_queue: str) -> WaitstateClient:
+    return WaitstateClient(dev_env.client, task_queue=task_queue)
+
+
+def _worker(env: WorkflowEnvironment, task_queue: str) -> AbstractAsyncContextManager[Worker]:
+    """The production worker wiring, serving the threads' app."""
+    return make_worker(env.client, task_queue, apps=load_apps([APP]))
+
+
 def _thread_id() -> str:
     return f"thread-{uuid.uuid4().hex[:12]}"
 
@@ -51,7 +63,7 @@ def _sent(done: Done) -> tuple[str, str, list[str]]:
 async def test_a_conversation_through_the_cli_each_reply_awaited_and_status_lists_it(
     dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         first = await cli("chat", "hello", "--wait")  # a new thread, of the default model
         thread_id, first_line, first_reply = _sent(first)
         second = await cli("chat", "--thread", thread_id, "how are you?", "--wait")
@@ -95,12 +107,11 @@ async def test_a_conversation_through_the_cli_each_reply_awaited_and_status_list
 
 
 async def test_json_and_a_repeated_key_which_is_one_message(
-    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, client: WaitstateClient
 ) -> None:
-    client = WaitstateClient(dev_env.client, task_queue=task_queue)
     thread_id = _thread_id()
     once_args = ("chat", "--thread", thread_id, "--key", "k-1", "once", "--wait", "--json")
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         once = await cli(*once_args)
         # The same key again at once: the thread knows it.
         at_once = await cli("chat", "--thread", thread_id, "--key", "k-1", "once")
@@ -164,9 +175,8 @@ async def test_json_and_a_repeated_key_which_is_one_message(
 
 
 async def test_a_refused_message_says_why_and_which_refusal(
-    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, client: WaitstateClient
 ) -> None:
-    client = WaitstateClient(dev_env.client, task_queue=task_queue)
     thread_id = _thread_id()
     # Both wait for a person's approval: a `reject` thread busy with its first message, and a
     # task run, open, that takes no message at all.
@@ -176,7 +186,7 @@ async def test_a_refused_message_says_why_and_which_refusal(
         tools=["request_approval"],
         thread=ThreadSettings(busy="reject"),
     )
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         first = await client.send_message(thread_id, "publish the report", start=asking)
         task = await start_run(
             dev_env.client,
@@ -218,14 +228,13 @@ async def test_a_refused_message_says_why_and_which_refusal(
 
 
 async def test_a_closed_thread_refuses_a_message_saying_it_is_closed(
-    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, client: WaitstateClient
 ) -> None:
-    client = WaitstateClient(dev_env.client, task_queue=task_queue)
     thread_id = _thread_id()
     start = thread_input(
         model=CHAT_MODEL, settings=ThreadSettings(close_after=timedelta(seconds=1))
     )
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         sent = await client.send_message(thread_id, "hello", start=start)
         await client.reply(thread_id, sent.accepted.message_id)
         await asyncio.wait_for(client.handle(thread_id).result(), PATIENCE)
@@ -262,7 +271,7 @@ async def test_a_message_that_ends_without_a_reply_exits_1_with_its_error(
 async def test_a_hostile_reply_is_shown_not_obeyed(
     dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
 ) -> None:
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         chat = await cli("chat", HOSTILE, "--wait")
         thread_id = _sent(chat)[0]
         status = await cli("status", thread_id)
@@ -295,13 +304,12 @@ async def test_a_bad_message_or_thread_id_is_a_bad_argument(cli: Cli) -> None:
 
 
 async def test_list_finds_the_threads_by_their_search_attribute(
-    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli
+    dev_env: WorkflowEnvironment, task_queue: str, cli: Cli, client: WaitstateClient
 ) -> None:
     """A thread is started with `ThreadId` set to its id (the Web UI filters on it too:
     `ThreadId IS NOT NULL`); `list --threads` lists threads and no task; `list` marks them."""
-    client = WaitstateClient(dev_env.client, task_queue=task_queue)
     thread_id = _thread_id()
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+    async with _worker(dev_env, task_queue):
         sent = await client.send_message(thread_id, "hello", start=thread_input(model=CHAT_MODEL))
         await client.reply(thread_id, sent.accepted.message_id)
         task = await start_run(

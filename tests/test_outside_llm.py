@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.rigs import Services, port_open, service_port
-from tests.test_own_agent import _check_the_story, _run_approving_from_the_cli, shown_files
+from tests.test_own_agent import _check_the_story, _run_approving_from_the_cli, documented_app
 from tests.tiers import SUBPROCESS, TEMPORAL, needs
 
 MODEL = "outside-responses"
@@ -100,14 +100,8 @@ def outside_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideLlm
 def app_on_the_outside_llm(
     tmp_path_factory: pytest.TempPathFactory, outside_llm: OutsideLlm
 ) -> Iterator[Services]:
-    package = tmp_path_factory.mktemp("reports-app")
-    (package / "reports").mkdir()
-    (package / "reports" / "__init__.py").write_text("")
-    for path, text in shown_files().items():
-        (package / path).write_text(text)
     env: dict[str, str | None] = {
-        "PYTHONPATH": str(package),
-        "WAITSTATE_APPS": "reports.app:app",
+        **documented_app(tmp_path_factory),
         "OPENAI_BASE_URL": outside_llm.url,
         "OPENAI_API_KEY": "test-key",
         # The model's text streamed to the gateway as it is written: the fake LLM's stream too.

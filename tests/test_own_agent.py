@@ -42,6 +42,19 @@ def shown_files() -> dict[str, str]:
     return files_shown(section(page("docs/agents.md"), "## Your own agent"))
 
 
+def documented_app(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The app the section shows (one file, reports/app.py), written out as a package of its
+    own: the environment a worker serves it in."""
+    files = shown_files()
+    assert list(files) == ["reports/app.py"]
+    package = tmp_path_factory.mktemp("reports-app")
+    (package / "reports").mkdir()
+    (package / "reports" / "__init__.py").write_text("")
+    for path, text in files.items():
+        (package / path).write_text(text)
+    return {"PYTHONPATH": str(package), "WAITSTATE_APPS": "reports.app:app"}
+
+
 @pytest.fixture(scope="module")
 def wire() -> Iterator[WireServer]:
     with WireServer() as server:
@@ -51,16 +64,8 @@ def wire() -> Iterator[WireServer]:
 @pytest.fixture(scope="module")
 @needs(TEMPORAL, SUBPROCESS)
 def own_app(tmp_path_factory: pytest.TempPathFactory, wire: WireServer) -> Iterator[Services]:
-    package = tmp_path_factory.mktemp("reports-app")
-    files = shown_files()
-    assert list(files) == ["reports/app.py"]
-    (package / "reports").mkdir()
-    (package / "reports" / "__init__.py").write_text("")
-    for path, text in files.items():
-        (package / path).write_text(text)
     env: dict[str, str | None] = {
-        "PYTHONPATH": str(package),
-        "WAITSTATE_APPS": "reports.app:app",
+        **documented_app(tmp_path_factory),
         "OPENAI_BASE_URL": wire.openai_base_url,
         "OPENAI_API_KEY": "test-key",
     }

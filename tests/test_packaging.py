@@ -16,7 +16,8 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -455,28 +456,37 @@ async def test_the_wheel_beside_a_temporal_project_runs_an_agent_and_serves_the_
     assert updates == ["complete_operation"]
 
 
+@asynccontextmanager
 async def _serving(
     command: list[str | Path], cwd: Path, env: dict[str, str], log: Path, says: str
-) -> asyncio.subprocess.Process:
-    """A process of the project's, started, once its log says `says`."""
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process of the project's, started, once its log says `says`; stopped when the block
+    ends."""
     with log.open("ab") as out:
         process = await asyncio.create_subprocess_exec(
             *command, cwd=cwd, env=env, stdout=out, stderr=out
         )
+    try:
 
-    async def said() -> bool:
-        text = await asyncio.to_thread(log.read_text, errors="replace")
-        assert process.returncode is None, text
-        return says in text
+        async def said() -> bool:
+            text = await asyncio.to_thread(log.read_text, errors="replace")
+            assert process.returncode is None, text
+            return says in text
 
-    await eventually(said, f"{command[0]} to say {says!r}", within=STEP_WITHIN)
-    return process
+        await eventually(said, f"{command[0]} to say {says!r}", within=STEP_WITHIN)
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 30)
 
 
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.terminate()
-        await asyncio.wait_for(process.wait(), 30)
+async def _multiply(
+    cli: Path, question: str, project: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`waitstate run QUESTION --agent multiplier --wait --json`, the user's agent."""
+    args = ["run", question, "--agent", "multiplier", "--wait", "--json"]
+    return await _python(cli, args, project, env)
 
 
 async def test_the_installed_commands_and_a_users_plugin_worker_serve_the_users_agent(
@@ -493,39 +503,19 @@ async def test_the_installed_commands_and_a_users_plugin_worker_serve_the_users_
         "WAITSTATE_STATE_DIR": str(tmp_path / "state"),
     }
     served = env | {"WAITSTATE_TASK_QUEUE": task_queue}
-    worker = await _serving(
-        [bin / "waitstate-worker", "--app", "user_app:app"],
-        project,
-        served,
-        tmp_path / "worker.log",
-        "worker polling",
-    )
-    try:
-        ran = await _python(
-            bin / "waitstate",
-            ["run", "What is 17 * 23?", "--agent", "multiplier", "--wait", "--json"],
-            project,
-            served,
-        )
+    installed_worker = [bin / "waitstate-worker", "--app", "user_app:app"]
+    async with _serving(
+        installed_worker, project, served, tmp_path / "worker.log", "worker polling"
+    ):
+        ran = await _multiply(bin / "waitstate", "What is 17 * 23?", project, served)
         # Without an agent, the installed CLI imports no app of its own here: it says so.
         bare = await _python(bin / "waitstate", ["run", "What is 2 * 3?"], project, served)
-    finally:
-        await _stop(worker)
 
     theirs = f"{task_queue}-theirs"
     plugged = env | {"WAITSTATE_TASK_QUEUE": theirs}
-    worker = await _serving(
-        [python, "plugin_worker.py", theirs], project, plugged, tmp_path / "theirs.log", "Hello"
-    )
-    try:
-        beside = await _python(
-            bin / "waitstate",
-            ["run", "What is 6 * 7?", "--agent", "multiplier", "--wait", "--json"],
-            project,
-            plugged,
-        )
-    finally:
-        await _stop(worker)
+    plugin = [python, "plugin_worker.py", theirs]
+    async with _serving(plugin, project, plugged, tmp_path / "theirs.log", "Hello"):
+        beside = await _multiply(bin / "waitstate", "What is 6 * 7?", project, plugged)
 
     first, second = json.loads(ran.stdout), json.loads(beside.stdout)
     assert first["status"] == "completed", ran.stdout

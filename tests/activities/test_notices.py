@@ -8,19 +8,19 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
 from tests.activities.approval_notices import ASKED, LINKS_EXPIRE_AT, NONCE, approval_notice
+from tests.helpers import text_question
 from tests.notice_servers import SlackStandIn, SmtpStandIn, slack_webhook, smtp_server
 from tests.rigs import Systems
 from waitstate.activities import ApprovalActivities
 from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
 from waitstate.notices import NoticeError, SmtpServer, parse_routes
 from waitstate.schemas.approvals import ApprovalNotice
-from waitstate.schemas.questions import InputNotice, InputPolicy, InputRequest
+from waitstate.schemas.questions import InputNotice, InputPolicy
 
 TOKENS = ResumeTokens({"k1": "k" * 40}, "k1")
 GATEWAY = "http://gateway.test"
@@ -70,16 +70,13 @@ def _approval(recipient: str, *, escalation: bool = False) -> ApprovalNotice:
 
 
 def _question(recipient: str) -> InputNotice:
-    request = InputRequest(
-        question_id="q_1",
-        operation_id="op-1",
-        tool="export_transactions",
-        key="quarter",
-        message="Which quarter should the export cover?",
-        requested_schema={"type": "object", "properties": {"quarter": {"type": "string"}}},
-        asked_at=ASKED,
-        expires_at=ASKED + timedelta(hours=1),
-        policy=InputPolicy(recipients=recipient),
+    request = text_question(
+        "q_1",
+        "export_transactions",
+        "quarter",
+        "Which quarter should the export cover?",
+        ASKED,
+        InputPolicy(recipients=recipient),
     )
     return InputNotice(
         workflow_id="run-2",

@@ -11,6 +11,7 @@ from typing import Any
 
 from playwright.async_api import Browser, ConsoleMessage, Page, Request, expect
 
+from examples.systems.jobs import JobRecord
 from tests.gateway.test_events import WITHIN, rig
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, EventReader, Stack
 
@@ -45,6 +46,14 @@ async def _kinds(page: Page) -> list[str]:
     return kinds
 
 
+async def _report(rig: Stack, job: JobRecord, body: dict[str, Any]) -> None:
+    """Report on the job through its callback, as its system would; the gateway takes it."""
+    auth = {"Authorization": f"Bearer {job.callback_token}"}
+    assert job.callback_url is not None
+    sent = await rig.http.post(job.callback_url, json=body, headers=auth)
+    assert sent.status_code == 200, sent.text
+
+
 async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
     rig: Stack, browser: Browser
 ) -> None:
@@ -64,21 +73,12 @@ async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
         job = await rig.job(handle.id)
         await expect(status).to_contain_text("waiting for webhook", timeout=TIMEOUT_MS)
         reports = page.locator("#events dd[data-kind='operation.reported']")
-        auth = {"Authorization": f"Bearer {job.callback_token}"}
         for seen, progress in enumerate(("40%", "80%"), start=1):
-            sent = await rig.http.post(
-                job.callback_url, json={"status": "running", "progress": progress}, headers=auth
-            )
-            assert sent.status_code == 200, sent.text
+            await _report(rig, job, {"status": "running", "progress": progress})
             await expect(reports).to_have_count(seen, timeout=TIMEOUT_MS)
             await expect(reports.last).to_contain_text(f"progress: {progress}", timeout=TIMEOUT_MS)
             await expect(reports.last).to_contain_text("status: running", timeout=TIMEOUT_MS)
-        done = await rig.http.post(
-            job.callback_url,
-            json={"status": "succeeded", "result": {"file": "x.csv", "rows": 7}},
-            headers=auth,
-        )
-        assert done.status_code == 200, done.text
+        await _report(rig, job, {"status": "succeeded", "result": {"file": "x.csv", "rows": 7}})
         result = await asyncio.wait_for(handle.result(), WITHIN)
         await expect(status).to_have_text("The run has ended: completed.", timeout=TIMEOUT_MS)
         await expect(page.locator("#status")).to_have_class("banner ok", timeout=TIMEOUT_MS)
@@ -115,12 +115,7 @@ async def test_what_an_event_carries_goes_into_the_page_as_text(
         await page.goto(link["url"])
         job = await rig.job(handle.id)
         hostile = '<img src=x onerror="document.title=1">\u202e'
-        sent = await rig.http.post(
-            job.callback_url,
-            json={"status": "running", "progress": hostile},
-            headers={"Authorization": f"Bearer {job.callback_token}"},
-        )
-        assert sent.status_code == 200, sent.text
+        await _report(rig, job, {"status": "running", "progress": hostile})
         report = page.locator("#events dd[data-kind='operation.reported']")
         await expect(report).to_contain_text(
             'progress: <img src=x onerror="document.title=1">', timeout=TIMEOUT_MS

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +15,7 @@ from fastapi import FastAPI
 
 from examples.systems import DemoSystems, WebhookRetry, create_app, serving
 from tests.examples.systems_helpers import Receiver, idle, set_faults, stats, systems_app_fixture
-from tests.helpers import eventually
+from tests.helpers import eventually, exit_and_last_error, taken_port
 
 EXPORT_SECONDS = 0.2
 PIPELINE_SECONDS = 0.3
@@ -681,19 +680,12 @@ async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:
 
 @pytest.mark.subprocess
 async def test_a_port_another_process_holds_is_one_line_naming_it_and_demo_systems_url() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "examples.systems", "--port", str(port), cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        async with asyncio.timeout(60):
-            _, stderr = await process.communicate()
+    with taken_port() as port:
+        command = (sys.executable, "-m", "examples.systems", "--port", str(port))
+        code, said = await exit_and_last_error(*command, cwd=ROOT)
 
-    assert process.returncode == 1
-    assert stderr.decode().splitlines()[-1] == (
+    assert code == 1
+    assert said == (
         f"demo systems: cannot listen on 127.0.0.1:{port}: another process listens there; set "
         "DEMO_SYSTEMS_URL to a free port (`make up` starts them on its port)"
     )

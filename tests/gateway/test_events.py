@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -311,9 +312,8 @@ def _subsequence(wanted: list[str], kinds: list[str]) -> bool:
     return all(kind in found for kind in wanted)
 
 
-@workflow.defn(sandboxed=False)
-class Hops:
-    """Waits for a `go`, then continues as new with one hop fewer, until none is left."""
+class _Gated:
+    """A workflow that waits for a person's `go` (a signal) somewhere in its run."""
 
     def __init__(self) -> None:
         self._go = False
@@ -321,6 +321,11 @@ class Hops:
     @workflow.signal
     def go(self) -> None:
         self._go = True
+
+
+@workflow.defn(sandboxed=False)
+class Hops(_Gated):
+    """Waits for a `go`, then continues as new with one hop fewer, until none is left."""
 
     @workflow.update
     def refused(self) -> None:
@@ -338,22 +343,24 @@ class Hops:
         workflow.continue_as_new(hops - 1)
 
 
+@asynccontextmanager
+async def _hops(
+    env: WorkflowEnvironment, task_queue: str, hops: int
+) -> AsyncIterator[WorkflowHandle[Any, int]]:
+    """A `Hops` run of `hops` hops, on a worker of its own while the block runs."""
+    async with Worker(env.client, task_queue=task_queue, workflows=[Hops]):
+        yield await env.client.start_workflow(
+            Hops.run, hops, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
+        )
+
+
 async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     events = RunEvents(dev_env.client)
-    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
-        handle = await dev_env.client.start_workflow(
-            Hops.run, 1, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with _hops(dev_env, task_queue, 1) as handle:
         start, more = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         for _ in range(2):
             signalled = len([e for e in followed if e.kind == "signal"])
             await handle.signal(Hops.go)
@@ -394,18 +401,9 @@ async def test_an_update_refused_by_its_validator_loses_no_event_of_those_writte
     # A refused Update's workflow task is speculative: Temporal sends its events after the
     # written ones while it runs, then drops them, and the next events written take their ids.
     events = RunEvents(dev_env.client)
-    async with Worker(dev_env.client, task_queue=task_queue, workflows=[Hops]):
-        handle = await dev_env.client.start_workflow(
-            Hops.run, 0, id=f"hops-{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with _hops(dev_env, task_queue, 0) as handle:
         start, _ = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         await eventually(_async(lambda: bool(followed)), "the run's start")
         for _ in range(3):
             with pytest.raises(WorkflowUpdateFailedError):
@@ -428,15 +426,8 @@ async def held() -> None:
 
 
 @workflow.defn(sandboxed=False)
-class Breaks:
+class Breaks(_Gated):
     """Starts a held activity, takes a `go`, and ends once the activity did."""
-
-    def __init__(self) -> None:
-        self._go = False
-
-    @workflow.signal
-    def go(self) -> None:
-        self._go = True
 
     @workflow.run
     async def run(self) -> None:
@@ -468,13 +459,7 @@ async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
             lambda: _retry_in_flight(handle), "a workflow task's third try"
         )
         start, _ = await events.where(handle.id, None)
-        followed: list[RunEvent] = []
-
-        async def follow() -> None:
-            async for event in events.follow(handle.id, start):
-                followed.append(event)
-
-        following = asyncio.create_task(follow())
+        followed, following = _following(events, handle.id, start)
         await eventually(_async(lambda: "signal" in _kinds(followed)), "the signal")
         RELEASE.set()  # the activity ends, written where the try in flight was
         ended = await eventually(lambda: _activity_ended(handle), "the activity's end written")
@@ -525,6 +510,20 @@ async def _activity_ended(handle: WorkflowHandle[Any, Any]) -> list[int] | None:
         ids[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
         ids[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED],
     ]
+
+
+def _following(
+    events: RunEvents, workflow_id: str, start: Position
+) -> tuple[list[RunEvent], asyncio.Task[None]]:
+    """Follow the run's events from `start` in a task: the list it appends each event to as it
+    reads it, and the task (it ends with the run's chain)."""
+    followed: list[RunEvent] = []
+
+    async def follow() -> None:
+        async for event in events.follow(workflow_id, start):
+            followed.append(event)
+
+    return followed, asyncio.create_task(follow())
 
 
 def _kinds(events: list[RunEvent]) -> list[str]:

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tests.helpers import assert_page
 from tests.one_question_job import OneQuestionJob
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, Stack, serving_stack
 from tests.upstream import jsonschema_says
@@ -125,12 +126,14 @@ def _action(page: str) -> str:
 def _assert_page(response: httpx.Response, status: int) -> str:
     """The page `response` is, once it is known to be one with `status` and the pages' headers
     (and no stack trace)."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "text/html; charset=utf-8"
-    for name, value in SECURITY_HEADERS.items():
-        assert response.headers[name] == value, name
-    assert "Traceback" not in response.text
-    return response.text
+    return assert_page(response, status, SECURITY_HEADERS)
+
+
+async def _opened(rig: Stack, handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str, str]:
+    """The run's approval link (its URL, request id and token), and the form key its page
+    carries once opened (which applies nothing)."""
+    url, request_id, token = await rig.approval_link(handle.id)
+    return url, request_id, token, _form_key((await rig.http.get(url)).text)
 
 
 async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
@@ -172,8 +175,7 @@ async def test_the_approval_page_shows_the_request_and_opening_it_applies_nothin
 async def test_a_form_from_another_site_or_without_the_pages_key_is_refused(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        url, request_id, token = await rig.approval_link(handle.id)
-        key = _form_key((await rig.http.get(url)).text)
+        url, request_id, token, key = await _opened(rig, handle)
         post_url = f"{rig.gateway_url}/pages/approvals/{request_id}"
         approve = {"token": token, "decision": "approve", "reviewer": "mallory"}
         attempts = {
@@ -206,8 +208,7 @@ async def test_approving_on_the_page_lets_the_run_go_on_and_the_link_is_then_use
 ) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        url, request_id, token = await rig.approval_link(handle.id)
-        key = _form_key((await rig.http.get(url)).text)
+        url, request_id, token, key = await _opened(rig, handle)
         form = {
             "token": token,
             "form_key": key,
@@ -245,8 +246,7 @@ async def test_approving_on_the_page_lets_the_run_go_on_and_the_link_is_then_use
 async def test_rejecting_on_the_page_with_a_reason_tells_the_run(rig: Stack) -> None:
     async with rig.worker():
         handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        url, request_id, token = await rig.approval_link(handle.id)
-        key = _form_key((await rig.http.get(url)).text)
+        url, request_id, token, key = await _opened(rig, handle)
         rejected = await rig.http.post(
             f"{rig.gateway_url}/pages/approvals/{request_id}",
             data={

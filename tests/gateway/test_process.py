@@ -3,9 +3,7 @@ its log holds."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +14,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import assert_error, eventually
+from tests.helpers import assert_error, eventually, exit_and_last_error, taken_port
 from tests.rigs import ServerProcess, service_port
 from tests.tiers import SUBPROCESS, needs
 from waitstate.auth.tokens import ResumeTokens
@@ -105,10 +103,7 @@ async def test_no_token_whole_or_partial_reaches_the_log(gateway: Running) -> No
 async def test_a_port_another_process_holds_is_one_line_naming_it_and_gateway_port(
     closed_port: int,
 ) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         env = {
             **os.environ,
             # Nothing listens there: a gateway that got as far as Temporal would say so.
@@ -118,15 +113,10 @@ async def test_a_port_another_process_holds_is_one_line_naming_it_and_gateway_po
             # Malformed, and only a worker's: the gateway goes on to its port.
             "WAITSTATE_MODEL_CALLS_PER_SECOND": "fast",
         }
-        done = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "waitstate.gateway", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        async with asyncio.timeout(60):
-            _, stderr = await done.communicate()
+        code, said = await exit_and_last_error(sys.executable, "-m", "waitstate.gateway", env=env)
 
-    assert done.returncode == 1
-    assert stderr.decode().splitlines()[-1] == (
+    assert code == 1
+    assert said == (
         f"gateway: cannot listen on 127.0.0.1:{port}: another process listens there; set "
         "GATEWAY_PORT to a free port"
     )

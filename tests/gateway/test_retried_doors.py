@@ -28,6 +28,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -121,8 +122,40 @@ async def _notice(rig: Stack, handle: WorkflowHandle[Any, Any]) -> dict[str, Any
     return notice
 
 
-async def _purges(rig: Stack) -> dict[str, int]:
-    return dict((await rig.stats())["purges"])
+async def _refund_run(rig: Stack) -> WorkflowHandle[Any, RunResult]:
+    """A refund run: its refund waits for a person's decision."""
+    return await rig.start(REFUND_TASK, REFUND_TOOLS)
+
+
+async def _purge_run(rig: Stack) -> WorkflowHandle[Any, RunResult]:
+    """A purge run: its job asks a person to confirm (one question, one checkbox)."""
+    return await rig.start("purge the staging events", ["purge_dataset"], model="scripted:purge")
+
+
+async def _callback(rig: Stack, handle: WorkflowHandle[Any, Any]) -> tuple[str, str]:
+    """The URL and `Authorization` of the run's one export job's webhook."""
+    [job] = await rig.jobs(handle, 1)
+    assert job.callback_url is not None and job.callback_token is not None
+    return job.callback_url, f"Bearer {job.callback_token}"
+
+
+async def _assert_refunded_once(
+    rig: Stack, handle: WorkflowHandle[Any, Any], result: RunResult
+) -> None:
+    """The refund run completed, having applied one decision and refunded once."""
+    assert result.status == "completed"
+    assert len(rig.systems.refunds) == 1
+    assert await accepted_updates(handle) == ["decide"]
+
+
+async def _assert_answered_once(
+    rig: Stack, handle: WorkflowHandle[Any, Any], result: RunResult
+) -> None:
+    """The purge run completed, its question asked once and answered once."""
+    purges = dict((await rig.stats())["purges"])
+    assert result.status == "completed"
+    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
+    assert (await accepted_updates(handle)).count("answer") == 1
 
 
 # --- threads ---------------------------------------------------------------------------------------
@@ -250,6 +283,34 @@ async def _send_form(
         authorization = _expired(rig.tokens, authorization)
     form = _page_form(rig.tokens, authorization, fields)
     return await rig.http.post(url, data=form, headers=SAME_ORIGIN)
+
+
+async def _approval_page(rig: Stack, handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str]:
+    """The run's approval: its request id, its link's `Authorization`, and its page's URL."""
+    notice = await _notice(rig, handle)
+    request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
+    return request_id, authorization, f"{rig.gateway_url}/pages/approvals/{request_id}"
+
+
+async def _question_page(rig: Stack, handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str]:
+    """The run's question: its id, its link's `Authorization`, and its page's URL."""
+    notice = await rig.notice(handle.id, "question")
+    question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
+    return question_id, authorization, f"{rig.gateway_url}/pages/questions/{question_id}"
+
+
+async def _hang_up_on_form(
+    rig: Stack,
+    handle: WorkflowHandle[Any, Any],
+    url: str,
+    authorization: str,
+    fields: dict[str, str],
+    update: str,
+) -> None:
+    """Send the link's page's form, filled in with `fields`, and hang up without reading the
+    answer once the run has completed its Update (`update`)."""
+    form = _page_form(rig.tokens, authorization, fields)
+    await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
 
 
 async def _completed(handle: WorkflowHandle[Any, Any], update: str) -> bool:
@@ -411,7 +472,7 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        handle = await _refund_run(rig)
         link = (await _notice(rig, handle))["decision"]
     lost = await rig.post(rig.impatient(link["url"]), APPROVE, link["authorization"])
     async with _worker(rig):
@@ -425,16 +486,14 @@ async def test_a_decision_whose_answer_is_lost_while_no_worker_runs_is_applied_o
     if _code(retried) != (200, None):
         assert _code(retried) == (409, "duplicate_decision")
         assert "already applied" in retried.json()["error"]["message"]
-    assert result.status == "completed"
-    assert len(rig.systems.refunds) == 1
-    assert await accepted_updates(handle) == ["decide"]
+    await _assert_refunded_once(rig, handle, result)
 
 
 async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
+        handle = await _refund_run(rig)
         notice = await _notice(rig, handle)
         link = notice["decision"]
 
@@ -459,16 +518,14 @@ async def test_a_decision_sent_twice_hung_up_on_or_retried_past_its_token_is_app
     assert _code(late) == (409, "duplicate_decision")
     # Another decision through an expired link was never sent: expired it is.
     assert _code(other) == (410, "token_expired")
-    assert result.status == "completed"
-    assert len(rig.systems.refunds) == 1
-    assert await accepted_updates(handle) == ["decide"]
+    await _assert_refunded_once(rig, handle, result)
 
 
 async def test_a_decision_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
     """`WaitstateClient.decide`: the decision is its own key, so the same decision sent twice,
     or again after the client gave up on its answer, or after a caller hung up, is one Update."""
     async with _worker(rig):
-        handles = [await rig.start(REFUND_TASK, REFUND_TOOLS) for _ in range(3)]
+        handles = [await _refund_run(rig) for _ in range(3)]
         twice, lost, hung_up = handles
         requests = {h.id: (await _notice(rig, h))["request_id"] for h in handles}
 
@@ -508,32 +565,25 @@ async def test_an_answer_whose_answer_is_lost_or_retried_past_its_token_is_appli
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(
-            "purge the staging events", ["purge_dataset"], model="scripted:purge"
-        )
+        handle = await _purge_run(rig)
         link = (await rig.notice(handle.id, "question"))["answer"]
     lost = await rig.post(rig.impatient(link["url"]), CONFIRM, link["authorization"])
     async with _worker(rig):
         retried = await rig.post(link["url"], CONFIRM, link["authorization"])
         late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
-    purges = await _purges(rig)
 
     assert set(_unknown(lost)) == {"code", "message"}
     assert _code(retried) == (200, None) and retried.json()["delivered"] is True
     assert (late.status_code, late.json()) == (200, retried.json())
-    assert result.status == "completed"
-    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await accepted_updates(handle)).count("answer") == 1
+    await _assert_answered_once(rig, handle, result)
 
 
 async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_applied_once(
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(
-            "purge the staging events", ["purge_dataset"], model="scripted:purge"
-        )
+        handle = await _purge_run(rig)
         notice = await rig.notice(handle.id, "question")
         link, question_id = notice["answer"], notice["question_id"]
 
@@ -548,22 +598,17 @@ async def test_an_answer_sent_twice_hung_up_on_or_retried_past_its_token_is_appl
         )
         late = await rig.post(link["url"], CONFIRM, _expired(rig.tokens, link["authorization"]))
         result = await _result(handle)
-    purges = await _purges(rig)
 
     assert [_code(r) for r in twice] == [(200, None)] * 2
     assert twice[0].json() == twice[1].json() and twice[0].json()["delivered"] is True
     # Its token has expired since: the answer applied while it was valid is told so.
     assert (late.status_code, late.json()) == (200, twice[0].json())
-    assert result.status == "completed"
-    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await accepted_updates(handle)).count("answer") == 1
+    await _assert_answered_once(rig, handle, result)
 
 
 async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig: Stack) -> None:
     async with _worker(rig):
-        handle = await rig.start(
-            "purge the staging events", ["purge_dataset"], model="scripted:purge"
-        )
+        handle = await _purge_run(rig)
         question = await first_question(handle, "the purge's question")
     answer = AnswerInput(
         question_id=question.question_id, action="accept", content={"confirm": True}
@@ -574,15 +619,12 @@ async def test_an_answer_the_client_sends_again_gets_the_first_ones_outcome(rig:
         retried = await rig.waitstate.answer(handle.id, answer)
         again = await rig.waitstate.answer(handle.id, answer)
         result = await _result(handle)
-    purges = await _purges(rig)
 
     body = AnswerBody(action="accept", content={"confirm": True})
     assert unknown.value.key == f"client/{answer_update_id(question.question_id, body)}"
     assert (retried.accepted, retried.delivered) == (True, True)
     assert again == retried
-    assert result.status == "completed"
-    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await accepted_updates(handle)).count("answer") == 1
+    await _assert_answered_once(rig, handle, result)
 
 
 # --- a page's form -------------------------------------------------------------------------------
@@ -592,14 +634,10 @@ async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        notice = await _notice(rig, handle)
-        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
-        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        handle = await _refund_run(rig)
+        request_id, authorization, url = await _approval_page(rig, handle)
         update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
-        form = _page_form(rig.tokens, authorization, APPROVE)
-
-        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        await _hang_up_on_form(rig, handle, url, authorization, APPROVE, update)
         # The link has expired since: its page's form, sent again as it was.
         late = await _send_form(rig, url, authorization, APPROVE, expired=True)
         result = await _result(handle)
@@ -611,32 +649,7 @@ async def test_a_decision_on_the_page_whose_answer_is_lost_is_shown_as_it_stands
     assert "Approved by <b>ana</b> at" in late.text and 'name="decision"' not in late.text
     decision = state.approvals[request_id].decision
     assert decision is not None and (decision.decision, decision.reviewer) == ("approve", "ana")
-    assert result.status == "completed"
-    assert len(rig.systems.refunds) == 1
-    assert await accepted_updates(handle) == ["decide"]
-
-
-async def test_a_decision_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
-    rig: Stack,
-) -> None:
-    async with _worker(rig):
-        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        notice = await _notice(rig, handle)
-        request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
-        url = f"{rig.gateway_url}/pages/approvals/{request_id}"
-        late = await _send_form(rig, url, authorization, APPROVE, expired=True)
-        untouched = (await _state(handle)).approvals[request_id]
-        # Nothing of the late form's stands in the way of the link while it is valid.
-        decided = await _send_form(rig, url, authorization, APPROVE)
-        result = await _result(handle)
-
-    assert late.status_code == 410, late.text
-    assert "<title>This link has expired</title>" in late.text
-    assert (untouched.status, untouched.decision) == ("pending", None)
-    assert decided.status_code == 200, decided.text
-    assert "<title>Approved</title>" in decided.text
-    assert result.status == "completed"
-    assert await accepted_updates(handle) == ["decide"]
+    await _assert_refunded_once(rig, handle, result)
 
 
 async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_link_until_applied(
@@ -646,10 +659,8 @@ async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_li
     form sent again once the link has expired says so ("Not confirmed yet", never expired),
     and then shows the decision once the run has applied it."""
     async with _worker(rig):
-        handle = await rig.start(REFUND_TASK, REFUND_TOOLS)
-        notice = await _notice(rig, handle)
-    request_id, authorization = notice["request_id"], notice["decision"]["authorization"]
-    url = f"{rig.gateway_url}/pages/approvals/{request_id}"
+        handle = await _refund_run(rig)
+        request_id, authorization, url = await _approval_page(rig, handle)
     update = decision_update_id(request_id, DecisionBody.model_validate(APPROVE))
     late_form = _page_form(rig.tokens, _expired(rig.tokens, authorization), APPROVE)
 
@@ -670,61 +681,82 @@ async def test_a_decision_on_the_page_is_not_confirmed_yet_through_an_expired_li
     assert "<title>Not confirmed yet</title>" in unconfirmed.text
     assert late.status_code == 409, late.text
     assert "Approved by <b>ana</b> at" in late.text
-    assert result.status == "completed"
-    assert await accepted_updates(handle) == ["decide"]
+    await _assert_refunded_once(rig, handle, result)
 
 
 async def test_an_answer_on_the_page_whose_answer_is_lost_is_shown_taken_once_expired(
     rig: Stack,
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(
-            "purge the staging events", ["purge_dataset"], model="scripted:purge"
-        )
-        notice = await rig.notice(handle.id, "question")
-        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
-        url = f"{rig.gateway_url}/pages/questions/{question_id}"
+        handle = await _purge_run(rig)
+        question_id, authorization, url = await _question_page(rig, handle)
         # The page's answer is the link's JSON answer: one Update, known by its content.
         update = answer_update_id(question_id, AnswerBody.model_validate(CONFIRM))
-        form = _page_form(rig.tokens, authorization, CONFIRM_FORM)
-
-        await _hang_up_once(url, form, SAME_ORIGIN, lambda: _completed(handle, update), form=True)
+        await _hang_up_on_form(rig, handle, url, authorization, CONFIRM_FORM, update)
         late = await _send_form(rig, url, authorization, CONFIRM_FORM, expired=True)
         result = await _result(handle)
-    purges = await _purges(rig)
 
     # The page the first form would have shown: the answer taken.
     assert late.status_code == 200, late.text
     assert "<title>Answered</title>" in late.text and "Answered by <b>ana</b>." in late.text
-    assert result.status == "completed"
-    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await accepted_updates(handle)).count("answer") == 1
+    await _assert_answered_once(rig, handle, result)
 
 
-async def test_an_answer_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
-    rig: Stack,
+@dataclass(frozen=True)
+class _Page:
+    """A link's page whose form is the door: a decision's or an answer's."""
+
+    start: Callable[[Stack], Awaitable[WorkflowHandle[Any, RunResult]]]
+    page: Callable[[Stack, WorkflowHandle[Any, Any]], Awaitable[tuple[str, str, str]]]
+    fields: dict[str, str]
+    # The request's (or question's) status and outcome while nothing is applied, and then.
+    pending: Callable[[RunState, str], tuple[str, Any]]
+    untouched: tuple[str, None]
+    taken: str  # the title of the page once the form is taken
+    applied_once: Callable[[Stack, WorkflowHandle[Any, Any], RunResult], Awaitable[None]]
+
+
+PAGES = {
+    "decision": _Page(
+        _refund_run,
+        _approval_page,
+        APPROVE,
+        lambda state, i: (state.approvals[i].status, state.approvals[i].decision),
+        ("pending", None),
+        "<title>Approved</title>",
+        _assert_refunded_once,
+    ),
+    "answer": _Page(
+        _purge_run,
+        _question_page,
+        CONFIRM_FORM,
+        lambda state, i: (state.questions[i].status, state.questions[i].answer),
+        ("open", None),
+        "<title>Answered</title>",
+        _assert_answered_once,
+    ),
+}
+
+
+@pytest.mark.parametrize("door", PAGES.values(), ids=PAGES.keys())
+async def test_a_form_on_the_page_first_sent_once_its_link_expired_is_refused_as_expired(
+    rig: Stack, door: _Page
 ) -> None:
     async with _worker(rig):
-        handle = await rig.start(
-            "purge the staging events", ["purge_dataset"], model="scripted:purge"
-        )
-        notice = await rig.notice(handle.id, "question")
-        question_id, authorization = notice["question_id"], notice["answer"]["authorization"]
-        url = f"{rig.gateway_url}/pages/questions/{question_id}"
-        late = await _send_form(rig, url, authorization, CONFIRM_FORM, expired=True)
-        untouched = (await _state(handle)).questions[question_id]
-        answered = await _send_form(rig, url, authorization, CONFIRM_FORM)
+        handle = await door.start(rig)
+        item_id, authorization, url = await door.page(rig, handle)
+        late = await _send_form(rig, url, authorization, door.fields, expired=True)
+        untouched = door.pending(await _state(handle), item_id)
+        # Nothing of the late form's stands in the way of the link while it is valid.
+        taken = await _send_form(rig, url, authorization, door.fields)
         result = await _result(handle)
-    purges = await _purges(rig)
 
     assert late.status_code == 410, late.text
     assert "<title>This link has expired</title>" in late.text
-    assert (untouched.status, untouched.answer) == ("open", None)
-    assert answered.status_code == 200, answered.text
-    assert "<title>Answered</title>" in answered.text
-    assert result.status == "completed"
-    assert (purges["questions_asked"], purges["answers_applied"]) == (1, 1)
-    assert (await accepted_updates(handle)).count("answer") == 1
+    assert untouched == door.untouched
+    assert taken.status_code == 200, taken.text
+    assert door.taken in taken.text
+    await door.applied_once(rig, handle, result)
 
 
 # --- a webhook's completion ------------------------------------------------------------------------
@@ -737,15 +769,13 @@ async def test_a_completion_whose_answer_is_lost_then_retried_past_its_token_is_
     worker came back; its retry, sent after the token had expired, got 410 `token_expired`."""
     async with _worker(rig):
         handle = await _export_run(rig)
-        [job] = await rig.jobs(handle, 1)
-    assert job.callback_url is not None and job.callback_token is not None
-    authorization = f"Bearer {job.callback_token}"
-    lost = await rig.post(rig.impatient(job.callback_url), SUCCEEDED, authorization)
+        url, authorization = await _callback(rig, handle)
+    lost = await rig.post(rig.impatient(url), SUCCEEDED, authorization)
     async with _worker(rig):
-        retried = await rig.post(job.callback_url, SUCCEEDED, authorization)
-        late = await rig.post(job.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
+        retried = await rig.post(url, SUCCEEDED, authorization)
+        late = await rig.post(url, SUCCEEDED, _expired(rig.tokens, authorization))
         other = await rig.post(
-            job.callback_url,
+            url,
             {"status": "running", "progress": "50%"},
             _expired(rig.tokens, authorization),
         )
@@ -807,23 +837,19 @@ async def test_a_progress_report_whose_answer_is_lost_is_applied_once_with_its_k
     sent again with it (`Idempotency-Key`), it is that report, not a second one."""
     async with _worker(rig):
         handle = await _export_run(rig)
-        [job] = await rig.jobs(handle, 1)
-    assert job.callback_url is not None and job.callback_token is not None
-    authorization = f"Bearer {job.callback_token}"
+        url, authorization = await _callback(rig, handle)
     report = {"status": "running", "progress": "50%"}
-    lost = await rig.post(rig.impatient(job.callback_url), report, authorization)
+    lost = await rig.post(rig.impatient(url), report, authorization)
     key = _unknown(lost)["key"]
     async with _worker(rig):
-        retried = await rig.post(
-            job.callback_url, report, authorization, **{"Idempotency-Key": key}
-        )
+        retried = await rig.post(url, report, authorization, **{"Idempotency-Key": key})
         late = await rig.post(
-            job.callback_url,
+            url,
             report,
             _expired(rig.tokens, authorization),
             **{"Idempotency-Key": key},
         )
-        done = await rig.post(job.callback_url, SUCCEEDED, authorization)
+        done = await rig.post(url, SUCCEEDED, authorization)
         result = await _result(handle)
         [operation_id] = (await _state(handle)).operations
 
@@ -844,26 +870,20 @@ async def test_a_completion_sent_twice_hung_up_on_or_retried_past_its_token_is_a
 ) -> None:
     async with _worker(rig):
         handle = await _export_run(rig)
-        [job] = await rig.jobs(handle, 1)
-        assert job.callback_url is not None and job.callback_token is not None
-        authorization = f"Bearer {job.callback_token}"
+        url, authorization = await _callback(rig, handle)
 
         async def applied() -> bool:
             operations = (await _state(handle)).operations.values()
             return all(op.status == "succeeded" for op in operations)
 
-        await _hang_up_once(job.callback_url, SUCCEEDED, {"Authorization": authorization}, applied)
-        twice = await asyncio.gather(
-            *(rig.post(job.callback_url, SUCCEEDED, authorization) for _ in "ab")
-        )
-        late = await rig.post(job.callback_url, SUCCEEDED, _expired(rig.tokens, authorization))
+        await _hang_up_once(url, SUCCEEDED, {"Authorization": authorization}, applied)
+        twice = await asyncio.gather(*(rig.post(url, SUCCEEDED, authorization) for _ in "ab"))
+        late = await rig.post(url, SUCCEEDED, _expired(rig.tokens, authorization))
         # An expired token is refused as such whatever else is wrong with the request.
-        malformed = await rig.post(
-            job.callback_url, {"status": "nonsense"}, _expired(rig.tokens, authorization)
-        )
+        malformed = await rig.post(url, {"status": "nonsense"}, _expired(rig.tokens, authorization))
         past = datetime.now(UTC) - timedelta(seconds=1)
         elsewhere = rig.tokens.mint(handle.id, "op_other", past).token
-        misdirected = await rig.post(job.callback_url, SUCCEEDED, f"Bearer {elsewhere}")
+        misdirected = await rig.post(url, SUCCEEDED, f"Bearer {elsewhere}")
         result = await _result(handle)
 
     assert [_code(r) for r in twice] == [(409, "duplicate_completion")] * 2

@@ -18,11 +18,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urljoin
 
-import httpx
 from temporalio.client import WorkflowHistory
 
 from tests.gateway.test_events import WITHIN, rig
-from tests.helpers import HISTORIES
+from tests.helpers import HISTORIES, assert_page
 from tests.rigs import OPERATOR, REFUND_TASK, REFUND_TOOLS, EventReader, Gateway, Stack
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.client._events import told
@@ -42,16 +41,6 @@ def _digest(source: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode()
 
 
-def _assert_page(response: httpx.Response, status: int, headers: dict[str, str]) -> str:
-    """The page `response` is, once it is known to be one with `status` and `headers`."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "text/html; charset=utf-8"
-    for name, value in headers.items():
-        assert response.headers[name] == value, name
-    assert "Traceback" not in response.text
-    return response.text
-
-
 def _attribute(page: str, name: str) -> str:
     found = re.search(rf'<dl id="events"[^>]* {name}="([^"]*)"', page)
     assert found is not None, page
@@ -69,7 +58,7 @@ async def test_a_view_links_page_is_the_runs_timeline_under_the_pages_headers(ri
             )
     await handle.terminate("the test has what it needs")
 
-    page = _assert_page(opened, 200, TIMELINE_HEADERS)
+    page = assert_page(opened, 200, TIMELINE_HEADERS)
     assert link["url"] == f"{rig.gateway_url}/pages/runs/{handle.id}?token={link['token']}"
     assert "<title>Run timeline</title>" in page
     assert f"<dd>{handle.id}</dd>" in page
@@ -132,7 +121,7 @@ async def test_a_run_id_from_outside_is_shown_as_text_and_linked_encoded(rig: St
     finally:
         await handle.terminate("the test has what it needs")
 
-    page = _assert_page(opened, 200, TIMELINE_HEADERS)
+    page = assert_page(opened, 200, TIMELINE_HEADERS)
     assert "<img" not in page and "\u202e" not in page
     assert html.escape(handle.id.replace("\u202e", "\\u202e"), quote=True) in page
     assert _attribute(page, "data-events").startswith(
@@ -183,7 +172,7 @@ async def test_a_link_that_is_not_the_runs_view_link_is_refused_with_a_page(rig:
         "an unknown run's": 404,
     }
     for what, response in answers.items():
-        shown = _assert_page(response, statuses[what], dict(HEADERS))
+        shown = assert_page(response, statuses[what], dict(HEADERS))
         assert 'id="events"' not in shown and token not in shown, what
         assert "<script>" in shown  # the pages' own, which the pages' policy names
     assert "<title>This link has expired</title>" in answers["expired"].text
@@ -198,5 +187,5 @@ async def test_a_gateway_that_streams_no_events_has_no_timelines(gw: Gateway) ->
     soon = datetime.now(UTC) + timedelta(hours=1)
     response = await gw.client.get(f"/pages/runs/run-a?token={gw.tokens.mint_view('run-a', soon)}")
 
-    _assert_page(response, 404, dict(HEADERS))
+    assert_page(response, 404, dict(HEADERS))
     assert "this gateway streams no events" in response.text

@@ -28,7 +28,9 @@ from waitstate.mcp.sampling import Sampler
 from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.mcp_server import CallerKeys, agent_server
 from waitstate.schemas import RunInput, RunResult, ToolCall, ToolCallInput, ToolResult
+from waitstate.schemas.operations import Completion
 from waitstate.schemas.run import McpListInput, McpTool
+from waitstate.tools.spec import JobAnswer
 
 APP = "tests.mcp.mcp_app:app"
 AGENTS_APP = "tests.mcp.agents_app:app"
@@ -108,6 +110,12 @@ class ProcessRun:
         """The MCP test server's task events since the run started (`task_events_since`)."""
         return await task_events_since(self.url, self.before)
 
+    async def restart_worker(self) -> None:
+        """Kill the worker process (SIGKILL: whatever it was doing is cut short) and start
+        another in its place."""
+        await self.worker.kill()
+        await self.worker.start()
+
 
 @asynccontextmanager
 async def reports_run_on_a_process(
@@ -172,6 +180,17 @@ class StartedCall:
     def job_id(self) -> str:
         assert self.result.operation is not None, self.result
         return self.result.operation.job_id
+
+    async def status(self) -> Completion:
+        """The operation's status, as its poll activity reads it."""
+        return await self.backend.status(self.job_id)
+
+    async def answer(self, answer: JobAnswer) -> None:
+        """Send a person's answer to one of the operation's questions."""
+        await self.backend.answer(self.job_id, answer)
+
+    async def cancel(self) -> None:
+        await self.backend.cancel(self.job_id)
 
 
 async def started_call(

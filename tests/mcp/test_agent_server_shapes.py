@@ -11,6 +11,7 @@ import mcp_types
 import pytest
 from pydantic import BaseModel
 
+from tests.helpers import text_question
 from tests.mcp.agents_app import APP
 from waitstate.mcp_server import __main__ as served
 from waitstate.mcp_server import shapes
@@ -38,17 +39,8 @@ def _approval(request_id: str, status: Any = "pending") -> ApprovalRequest:
 
 
 def _question(question_id: str, answered_by: Any = "person") -> InputRequest:
-    return InputRequest(
-        question_id=question_id,
-        operation_id="op-1",
-        tool="reports__publish",
-        key="channel",
-        message="Which channel?",
-        requested_schema={"type": "object", "properties": {"channel": {"type": "string"}}},
-        asked_at=NOW,
-        expires_at=NOW + timedelta(hours=1),
-        policy=InputPolicy(answered_by=answered_by),
-    )
+    policy = InputPolicy(answered_by=answered_by)
+    return text_question(question_id, "reports__publish", "channel", "Which channel?", NOW, policy)
 
 
 def test_open_approvals_and_a_persons_questions_are_elicitations() -> None:

@@ -21,8 +21,7 @@ async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
         dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-render-slow", "render"
     ) as run:
         await until_the_poll_has_heartbeated(run.handle)
-        await run.worker.kill()
-        await run.worker.start()
+        await run.restart_worker()
         result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)
     events = await run.server_events()
 

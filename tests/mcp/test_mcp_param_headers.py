@@ -19,9 +19,10 @@ from temporalio.testing import ActivityEnvironment
 
 from examples.systems import serving
 from tests.mcp.runs import granted_tools, mcp_activities
+from waitstate.activities.mcp import McpActivities
 from waitstate.mcp import McpServer
 from waitstate.schemas import ToolCall
-from waitstate.schemas.run import ToolCallInput
+from waitstate.schemas.run import McpTool, ToolCallInput
 
 
 def _server() -> FastMCP:
@@ -43,15 +44,26 @@ async def url() -> AsyncIterator[str]:
         yield f"{served}/mcp"
 
 
+# The model's call of the revenue tool, for EMEA.
+EMEA = ToolCallInput(
+    call=ToolCall(id="c1", name="regions__revenue", arguments=json.dumps({"region": "emea"}))
+)
+
+
+async def _revenue(url: str, tmp_path: Path) -> tuple[McpActivities, McpTool]:
+    """The MCP activities of the server at `url` (as `regions`), and their listing of its
+    revenue tool, kept under `tmp_path`."""
+    activities = mcp_activities(tmp_path, McpServer("regions", url=url))
+    tools = await granted_tools(activities, ["regions__revenue"], tmp_path)
+    return activities, tools["regions__revenue"]
+
+
 async def test_a_tool_with_header_parameters_is_called_with_its_headers(
     url: str, tmp_path: Path
 ) -> None:
-    activities = mcp_activities(tmp_path, McpServer("regions", url=url))
-    env = ActivityEnvironment()
-    tool = (await granted_tools(activities, ["regions__revenue"], tmp_path))["regions__revenue"]
-    call = ToolCall(id="c1", name="regions__revenue", arguments=json.dumps({"region": "emea"}))
+    activities, tool = await _revenue(url, tmp_path)
 
-    result = await env.run(activities.call, ToolCallInput(call=call), tool)
+    result = await ActivityEnvironment().run(activities.call, EMEA, tool)
 
     assert "x-mcp-header" in json.dumps(tool.definition.parameters)
     assert (result.content, result.is_error) == ("revenue of emea: 1200", False)
@@ -62,16 +74,13 @@ async def test_a_call_the_server_refuses_fails_as_refused_not_as_an_unknown_outc
 ) -> None:
     # The schema of the listing (no header parameters any more): the session sends no
     # Mcp-Param-Region, and the server refuses the request itself (not the tool: no result).
-    activities = mcp_activities(tmp_path, McpServer("regions", url=url))
-    env = ActivityEnvironment()
-    tool = (await granted_tools(activities, ["regions__revenue"], tmp_path))["regions__revenue"]
+    activities, tool = await _revenue(url, tmp_path)
     stale = tool.model_copy(
         update={"definition": tool.definition.model_copy(update={"parameters": {"type": "object"}})}
     )
-    call = ToolCall(id="c1", name="regions__revenue", arguments=json.dumps({"region": "emea"}))
 
     with pytest.raises(ApplicationError) as raised:
-        await env.run(activities.call, ToolCallInput(call=call), stale)
+        await ActivityEnvironment().run(activities.call, EMEA, stale)
 
     assert raised.value.type == "McpRequestRefused" and raised.value.non_retryable
     assert "Mcp-Param-Region" in str(raised.value)

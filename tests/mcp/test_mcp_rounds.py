@@ -98,12 +98,10 @@ async def test_a_worker_restarted_between_rounds_sends_each_round_once(
         dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-budget", "budget"
     ) as run:
         amount = await _open_question(run.handle, "1/answer")
-        await run.worker.kill()  # mid-poll: the round lives in the blob store, not the worker
-        await run.worker.start()
+        await run.restart_worker()  # mid-poll: the round lives in the blob store, not the worker
         await accept(run.handle, amount, {"amount": 300})
         confirm = await _open_question(run.handle, "2/answer")
-        await run.worker.kill()
-        await run.worker.start()
+        await run.restart_worker()
         await accept(run.handle, confirm, {"confirm": False})
         result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)
 
@@ -133,21 +131,20 @@ async def test_a_send_an_interrupted_attempt_claimed_is_not_made_again(
 ) -> None:
     before = await task_events(reports_url)
     async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
-        backend, job = started.backend, started.job_id
-        asked = await backend.status(job)
-        await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 7}))
+        asked = await started.status()
+        await started.answer(JobAnswer(key="1/answer", action="accept", content={"amount": 7}))
         # A second answer to the question is ignored (the first stands); a question no round
         # asked is refused.
-        await backend.answer(job, JobAnswer(key="1/answer", action="decline"))
+        await started.answer(JobAnswer(key="1/answer", action="decline"))
         with pytest.raises(ToolError, match="asked no question '1/other'"):
-            await backend.answer(job, JobAnswer(key="1/other", action="decline"))
+            await started.answer(JobAnswer(key="1/other", action="decline"))
         with pytest.raises(ToolError, match="asked no question '5/answer'"):
-            await backend.answer(job, JobAnswer(key="5/answer", action="decline"))
+            await started.answer(JobAnswer(key="5/answer", action="decline"))
         # An attempt claimed the send of round 1's answers, then died (before or after sending:
         # nobody can tell).
-        assert await Rounds(started.blobs, job).claim_send(1)
-        outcome = await backend.status(job)
-        again = await backend.status(job)
+        assert await Rounds(started.blobs, started.job_id).claim_send(1)
+        outcome = await started.status()
+        again = await started.status()
 
     assert started.result.operation is not None
     assert started.result.operation.poll_interval_seconds == 1.0
@@ -167,10 +164,9 @@ async def test_a_repeatable_call_is_sent_again_when_its_send_was_claimed(
     async with _started(
         reports_url, tmp_path, "approve_budget", {"team": "ops"}, idempotent=True
     ) as started:
-        backend, job = started.backend, started.job_id
-        await backend.answer(job, JobAnswer(key="1/answer", action="accept", content={"amount": 9}))
-        assert await Rounds(started.blobs, job).claim_send(1)
-        second = await backend.status(job)
+        await started.answer(JobAnswer(key="1/answer", action="accept", content={"amount": 9}))
+        assert await Rounds(started.blobs, started.job_id).claim_send(1)
+        second = await started.status()
 
     assert second.status == "input_required"
     assert [q.message for q in second.questions or []] == ["Approve 9 for ops?"]
@@ -202,7 +198,7 @@ async def test_an_oversize_request_state_fails_the_call(reports_url: str, tmp_pa
         _started(reports_url, tmp_path / "a", "swell_state", {"at_once": True}) as at_once,
         _started(reports_url, tmp_path / "b", "swell_state", {}) as later,
     ):
-        swelled = await later.backend.status(later.job_id)
+        swelled = await later.status()
 
     # The first round: the model reads why the call failed.
     assert at_once.result.is_error and at_once.result.operation is None
@@ -219,14 +215,11 @@ async def test_a_sampling_request_is_left_open_until_the_rounds_are_cancelled(
 ) -> None:
     before = await task_events(reports_url)
     async with _started(reports_url, tmp_path, "draft_with_sampling", {"topic": "q3"}) as started:
-        backend, job = started.backend, started.job_id
-        asked = await backend.status(job)
-        await backend.answer(
-            job, JobAnswer(key="1/title", action="accept", content={"title": "Q3"})
-        )
-        waiting = await backend.status(job)
-        await backend.cancel(job)
-        cancelled = await backend.status(job)
+        asked = await started.status()
+        await started.answer(JobAnswer(key="1/title", action="accept", content={"title": "Q3"}))
+        waiting = await started.status()
+        await started.cancel()
+        cancelled = await started.status()
 
     # Only the elicitation is a question; the sampling request is named, and never answered.
     assert [q.key for q in asked.questions or []] == ["1/title"]
@@ -304,12 +297,11 @@ async def test_an_answer_mcp_cannot_carry_fails_the_call_unsent(
 ) -> None:
     before = await task_events(reports_url)
     async with _started(reports_url, tmp_path, "approve_budget", {"team": "ops"}) as started:
-        backend, job = started.backend, started.job_id
         # A form of the server's may allow an object; an elicitation's answer holds no such
         # value.
         nested = JobAnswer(key="1/answer", action="accept", content={"amount": {"eur": 5}})
-        await backend.answer(job, nested)
-        outcome = await backend.status(job)
+        await started.answer(nested)
+        outcome = await started.status()
 
     assert outcome.status == "failed" and outcome.error is not None
     assert outcome.error.code == "answer_invalid"

@@ -111,16 +111,15 @@ async def test_a_request_a_person_refused_is_left_open_and_the_model_not_asked(
     started = await started_call(
         server, tmp_path, "summary_by_model", {"topic": "q3"}, sampler=sampler
     )
-    backend, job = started.backend, started.job_id
     try:
-        asked = await backend.status(job)
+        asked = await started.status()
         [question] = asked.questions or []
-        await backend.answer(job, _allow(question.key, False))
-        refused = await backend.status(job)
-        await backend.answer(job, _allow(question.key, True))  # the first decision stands
-        still = await backend.status(job)
+        await started.answer(_allow(question.key, False))
+        refused = await started.status()
+        await started.answer(_allow(question.key, True))  # the first decision stands
+        still = await started.status()
     finally:
-        await backend.aclose()
+        await started.backend.aclose()
 
     assert question.key == "1/allow-sampling:draft"
     assert refused.status == "input_required" and not refused.questions

@@ -56,6 +56,19 @@ CONVERSATION = [
 ]
 
 
+async def conversation_sent(
+    wire: WireServer, provider: Provider, model: str, path: str
+) -> dict[str, Any]:
+    """The body of the request `provider` sends to `path` for CONVERSATION (system prompt "You
+    are terse.", the LOOKUP tool), asking `model`."""
+    await provider.complete(model, "You are terse.", CONVERSATION, [LOOKUP])
+    request = wire.requests[-1]
+    assert request.path == path
+    body: dict[str, Any] = request.body
+    assert body["model"] == model
+    return body
+
+
 @asynccontextmanager
 async def connected(name: str, root: str, read_within: float = 30) -> AsyncIterator[Provider]:
     """The named adapter on its SDK client, for the server at `root` (e.g. the wire server's
@@ -113,6 +126,19 @@ class BothWays:
     pieces: Pieces
     unstreamed: dict[str, Any]
     asked: dict[str, Any]
+
+    def assert_alike(
+        self, tokens: tuple[int, int], calls: list[tuple[str, str, str]], text: str
+    ) -> None:
+        """The streamed answer is the unstreamed one, with the reply's `tokens` (in, out), its
+        tool `calls` (id, name, arguments) and its `text`, whose pieces came in order: the four
+        the wire server sends a text in (none without text)."""
+        assert self.streamed == self.plain
+        usage = self.streamed.usage
+        assert (usage.input_tokens, usage.output_tokens) == tokens
+        assert [(c.id, c.name, c.arguments) for c in self.streamed.message.tool_calls] == calls
+        assert "".join(self.pieces) == self.streamed.message.content == text
+        assert len(self.pieces) == (4 if text else 0)
 
 
 async def answered_both_ways(

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.providers.adapters import CONVERSATION, LOOKUP, uncached_anthropic
+from tests.providers.adapters import conversation_sent, uncached_anthropic
 from waitstate.providers.anthropic import AnthropicProvider
 from waitstate.providers.base import ModelSettings
 from waitstate.schemas import Message
@@ -24,11 +24,7 @@ async def provider(wire: WireServer) -> AsyncIterator[AnthropicProvider]:
 async def test_conversation_converts_to_messages_request(
     wire: WireServer, provider: AnthropicProvider
 ) -> None:
-    await provider.complete("claude-test", "You are terse.", CONVERSATION, [LOOKUP])
-
-    body = wire.requests[-1].body
-    assert wire.requests[-1].path == "/v1/messages"
-    assert body["model"] == "claude-test"
+    body = await conversation_sent(wire, provider, "claude-test", "/v1/messages")
     assert body["system"] == "You are terse."
     assert body["messages"] == [
         {"role": "user", "content": "Weather in Paris and Oslo?"},

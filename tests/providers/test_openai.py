@@ -4,7 +4,7 @@ test_adapters.py; its failures: test_errors.py)."""
 
 from __future__ import annotations
 
-from tests.providers.adapters import CONVERSATION, LOOKUP, adapter_fixture
+from tests.providers.adapters import adapter_fixture, conversation_sent
 from waitstate.providers.base import ModelSettings, Provider
 from waitstate.providers.openai import OpenAIProvider
 from waitstate.schemas import Message
@@ -16,11 +16,7 @@ provider = adapter_fixture("openai", OpenAIProvider)
 async def test_conversation_converts_to_chat_completions_request(
     wire: WireServer, provider: Provider
 ) -> None:
-    await provider.complete("gpt-test", "You are terse.", CONVERSATION, [LOOKUP])
-
-    body = wire.requests[-1].body
-    assert wire.requests[-1].path == "/v1/chat/completions"
-    assert body["model"] == "gpt-test"
+    body = await conversation_sent(wire, provider, "gpt-test", "/v1/chat/completions")
     assert body["messages"] == [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Weather in Paris and Oslo?"},

@@ -8,7 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.providers.adapters import CONVERSATION, HELLO, LOOKUP, adapter_fixture, connected
+from tests.providers.adapters import (
+    HELLO,
+    LOOKUP,
+    adapter_fixture,
+    connected,
+    conversation_sent,
+)
 from waitstate.providers.base import ModelRequest, ModelSettings
 from waitstate.providers.openai_responses import MAX_ITEMS_CHARS, OpenAIResponsesProvider
 from waitstate.schemas import Message, ToolCall
@@ -35,12 +41,7 @@ async def _ask(
 async def test_conversation_converts_to_input_items(
     wire: WireServer, provider: OpenAIResponsesProvider
 ) -> None:
-    await provider.complete("gpt-test", "You are terse.", CONVERSATION, [LOOKUP])
-
-    request = wire.requests[-1]
-    assert request.path == "/v1/responses"
-    body = request.body
-    assert body["model"] == "gpt-test"
+    body = await conversation_sent(wire, provider, "gpt-test", "/v1/responses")
     assert body["instructions"] == "You are terse."
     # Stateless: nothing kept by OpenAI, the reasoning handed to us instead.
     assert body["store"] is False
