@@ -155,7 +155,15 @@ def question_subject(question_id: str) -> str:
 
 
 class ResumeTokens:
-    """Mints and verifies resume tokens and thread tokens with a set of keys (key id -> secret)."""
+    """Mints and verifies resume tokens and thread tokens with a set of keys (key id -> secret).
+
+    The scoped tokens (thread, view and publish tokens, and operator sessions) each name one
+    thing, and fail alike: a `mint_*` raises ValueError if `expires_at` is naive or the thing
+    it names is empty; a `verify_*` raises InvalidToken if the token is malformed, names an
+    unknown key id, has a bad signature or is a token of another kind (a resume token among
+    them), and ExpiredToken if the signature is valid but `now` (default: the current time) is
+    at or past its `expires_at`.
+    """
 
     def __init__(self, keys: Mapping[str, str], signing_key_id: str) -> None:
         """Accept tokens signed by any of `keys`; sign new ones with `signing_key_id`.
@@ -248,44 +256,23 @@ class ResumeTokens:
 
     def mint_thread(self, thread_id: str, expires_at: datetime) -> str:
         """A thread token: it allows posting messages to the thread `thread_id` and reading
-        them, and nothing else, until `expires_at` (timezone-aware).
-
-        Raises:
-            ValueError: `expires_at` is naive, or `thread_id` is empty.
-        """
+        them, and nothing else, until `expires_at` (timezone-aware); fails as the class says."""
         return self._mint_scoped(_THREAD, thread_id, expires_at)
 
     def verify_thread(self, token: str, now: datetime | None = None) -> ThreadClaims:
-        """The claims of a thread token this gateway's keys signed and that has not expired.
-
-        Raises:
-            InvalidToken: malformed, unknown key id, bad signature, or not a thread token (a
-                resume token among them).
-            ExpiredToken: the signature is valid but `now` (default: the current time) is at
-                or past `expires_at`.
-        """
+        """The claims of an unexpired thread token of these keys; fails as the class says."""
         thread_id, expires_at, key_id = self._open_scoped(_THREAD, token, now)
         return ThreadClaims(thread_id=thread_id, expires_at=expires_at, key_id=key_id)
 
     def mint_view(self, run_id: str, expires_at: datetime) -> str:
         """A view token: it allows reading the events of the run `run_id` (and of the runs it
         continues as), and nothing else, until `expires_at` (timezone-aware). It may travel in
-        a link's query string, as a browser's event stream cannot send a header.
-
-        Raises:
-            ValueError: `expires_at` is naive, or `run_id` is empty.
-        """
+        a link's query string, as a browser's event stream cannot send a header. Fails as the
+        class says."""
         return self._mint_scoped(_VIEW, run_id, expires_at)
 
     def verify_view(self, token: str, now: datetime | None = None) -> ViewClaims:
-        """The claims of a view token this gateway's keys signed and that has not expired.
-
-        Raises:
-            InvalidToken: malformed, unknown key id, bad signature, or not a view token (a
-                resume or thread token among them).
-            ExpiredToken: the signature is valid but `now` (default: the current time) is at
-                or past `expires_at`.
-        """
+        """The claims of an unexpired view token of these keys; fails as the class says."""
         run_id, expires_at, key_id = self._open_scoped(_VIEW, token, now)
         return ViewClaims(run_id=run_id, expires_at=expires_at, key_id=key_id)
 
@@ -293,42 +280,23 @@ class ResumeTokens:
         """A publish token: it allows handing the gateway the model's text of the run `run_id`
         as it is written (`POST /v1/runs/{run_id}/deltas`), and nothing else, until
         `expires_at` (timezone-aware). Workers mint it per model call; it never enters a run's
-        history.
-
-        Raises:
-            ValueError: `expires_at` is naive, or `run_id` is empty.
-        """
+        history. Fails as the class says."""
         return self._mint_scoped(_PUBLISH, run_id, expires_at)
 
     def verify_publish(self, token: str, now: datetime | None = None) -> PublishClaims:
-        """The claims of a publish token this gateway's keys signed and that has not expired.
-
-        Raises:
-            InvalidToken: malformed, unknown key id, bad signature, or not a publish token (a
-                view token among them).
-            ExpiredToken: the signature is valid but `now` (default: the current time) is at
-                or past `expires_at`.
-        """
+        """The claims of an unexpired publish token of these keys; fails as the class says."""
         run_id, expires_at, key_id = self._open_scoped(_PUBLISH, token, now)
         return PublishClaims(run_id=run_id, expires_at=expires_at, key_id=key_id)
 
     def mint_session(self, operator: str, expires_at: datetime) -> str:
         """An operator's inbox session: what the inbox page's cookie holds once an operator
         signed in with their key (`operator` is the key's id, never the key), until
-        `expires_at` (timezone-aware).
-
-        Raises:
-            ValueError: `expires_at` is naive, or `operator` is empty.
-        """
+        `expires_at` (timezone-aware); fails as the class says."""
         return self._mint_scoped(_SESSION, operator, expires_at)
 
     def verify_session(self, token: str, now: datetime | None = None) -> str:
-        """The operator (key id) of an inbox session this gateway's keys signed, unexpired.
-
-        Raises:
-            InvalidToken: malformed, unknown key id, bad signature, or not a session.
-            ExpiredToken: the session has expired.
-        """
+        """The operator (key id) of an unexpired inbox session of these keys; fails as the class
+        says."""
         operator, _, _ = self._open_scoped(_SESSION, token, now)
         return operator
 

@@ -126,7 +126,11 @@ class DeliveryRefused(Exception):
 
 
 class Deliverer(Protocol):
-    """Hands completions, decisions and answers to the runs they are for."""
+    """Hands completions, decisions and answers to the runs they are for.
+
+    Each method raises `DeliveryRefused` if the run refused what it was handed, or could not be
+    reached.
+    """
 
     async def complete(
         self,
@@ -143,9 +147,6 @@ class Deliverer(Protocol):
             delivery_id: Unique to this HTTP request.
             report_id: The sender's id for the report (its `Webhook-Id` or `Idempotency-Key`),
                 kept by the report's retries and copies.
-
-        Raises:
-            DeliveryRefused: the run refused it, or could not be reached.
         """
         ...
 
@@ -157,9 +158,6 @@ class Deliverer(Protocol):
         Returns:
             What the run did; `accepted` is False if it recorded the decision without
             applying it.
-
-        Raises:
-            DeliveryRefused: the run refused it, or could not be reached.
         """
         ...
 
@@ -171,9 +169,6 @@ class Deliverer(Protocol):
         Returns:
             What the run did, once the job that asked has the answer; `delivered` is False
             (and `reason` says why) if the job did not take it.
-
-        Raises:
-            DeliveryRefused: the run refused it, or could not be reached.
         """
         ...
 

@@ -64,6 +64,7 @@ from waitstate.mcp_server.errors import (
     refusal,
 )
 from waitstate.mcp_server.reading import TaskReader
+from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.run import RunInput
 
 if TYPE_CHECKING:
@@ -350,22 +351,18 @@ class RunTasks(ServerExtension):
             raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
         try:
             await self.client.describe(run_id)  # another's task, or none, is not found
-            for key, decision in decisions.items():
-                if decision is not None:
-                    try:
-                        update_id = f"mcp-{params.task_id}-{key}"
-                        await self.client.decide(run_id, decision, update_id=update_id)
-                    except DecisionRefused as err:
-                        log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
-            for key, answer in answers.items():
-                if answer is not None:
-                    try:
-                        update_id = f"mcp-{params.task_id}-{key}"
-                        await self.client.answer(run_id, answer, update_id=update_id)
-                    except AnswerRefused as err:
-                        if is_invalid_answer(err):
-                            raise refusal(err) from None
-                        log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
+            # The decisions first, then the answers; a response that decides nothing is None.
+            for key, response in [*decisions.items(), *answers.items()]:
+                update_id = f"mcp-{params.task_id}-{key}"
+                try:
+                    if isinstance(response, DecideInput):
+                        await self.client.decide(run_id, response, update_id=update_id)
+                    elif response is not None:
+                        await self.client.answer(run_id, response, update_id=update_id)
+                except (DecisionRefused, AnswerRefused) as err:
+                    if isinstance(err, AnswerRefused) and is_invalid_answer(err):
+                        raise refusal(err) from None
+                    log.info("task %s: %s ignored: %s", params.task_id, key, err.reason)
         except RunEnded:
             pass  # a task that ended takes nothing more
         except ClientError as err:

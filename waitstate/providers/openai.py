@@ -16,6 +16,10 @@ from openai.types.chat import (
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
+from openai.types.chat.completion_create_params import (
+    CompletionCreateParamsBase,
+    CompletionCreateParamsStreaming,
+)
 
 from waitstate.providers.base import ModelRequest
 from waitstate.providers.sdk import CONNECTION_LOST, SdkProvider
@@ -37,42 +41,29 @@ class OpenAIProvider(SdkProvider[openai.AsyncOpenAI]):
             ProviderError: the API answered with an error status, or could not be reached, or
                 the stream broke off.
         """
-        settings, tools = request.settings, request.tools
-        messages = _to_openai_messages(request.system_prompt, request.messages)
-        offered = [_to_openai_tool(tool) for tool in tools] if tools else openai.omit
-        temperature = (
-            settings.temperature
-            if settings is not None and settings.temperature is not None
-            else openai.omit
-        )
-        max_tokens = (
-            settings.max_tokens
-            if settings is not None and settings.max_tokens is not None
-            else openai.omit
-        )
-        cache_key = request.cache_key or openai.omit
+        settings = request.settings
+        params: CompletionCreateParamsBase = {
+            "model": request.model,
+            "messages": _to_openai_messages(request.system_prompt, request.messages),
+        }
+        if request.tools:
+            params["tools"] = [_to_openai_tool(tool) for tool in request.tools]
+        if settings is not None and settings.temperature is not None:
+            params["temperature"] = settings.temperature
+        if settings is not None and settings.max_tokens is not None:
+            params["max_completion_tokens"] = settings.max_tokens
+        if request.cache_key:
+            params["prompt_cache_key"] = request.cache_key
         completions = self._client.chat.completions
         try:
             if request.on_text is None:
-                response = await completions.create(
-                    model=request.model,
-                    messages=messages,
-                    tools=offered,
-                    temperature=temperature,
-                    max_completion_tokens=max_tokens,
-                    prompt_cache_key=cache_key,
-                )
-                return _from_openai(response)
-            stream = await completions.create(
-                model=request.model,
-                messages=messages,
-                tools=offered,
-                temperature=temperature,
-                max_completion_tokens=max_tokens,
-                prompt_cache_key=cache_key,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
+                return _from_openai(await completions.create(**params))
+            streamed: CompletionCreateParamsStreaming = {
+                **params,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            stream = await completions.create(**streamed)
             try:
                 return await _from_openai_stream(stream, request.on_text, request.on_chunk)
             except httpx.TransportError as err:

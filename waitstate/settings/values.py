@@ -4,8 +4,9 @@ variable and never repeats a secret. `Settings.from_env` reads the environment t
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -54,16 +55,8 @@ def seconds(env: Mapping[str, str], name: str, default: float) -> float:
     Raises:
         ValueError: it is not such a number; the message names the variable.
     """
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise ValueError(f"{name} must be a number of seconds, 0 or more; got {text!r}")
-    return value
+    value = _number(env, name, lambda value: value >= 0, "a number of seconds, 0 or more")
+    return default if value is None else value
 
 
 def lifetime_days(env: Mapping[str, str], name: str) -> timedelta:
@@ -72,19 +65,13 @@ def lifetime_days(env: Mapping[str, str], name: str) -> timedelta:
     Raises:
         ValueError: it is not a number of days over 0 and at most a year (366).
     """
-    text = env.get(name, "").strip()
-    if not text:
-        return DEFAULT_THREAD_TOKEN_LIFETIME
-    try:
-        days = float(text)
-    except ValueError:
-        days = -1.0
-    if not 0 < days <= MAX_THREAD_TOKEN_DAYS:  # also refuses nan
-        raise ValueError(
-            f"{name} must be a number of days over 0 and at most {MAX_THREAD_TOKEN_DAYS:g}; "
-            f"got {text!r}"
-        )
-    return timedelta(days=days)
+    days = _number(
+        env,
+        name,
+        lambda days: 0 < days <= MAX_THREAD_TOKEN_DAYS,
+        f"a number of days over 0 and at most {MAX_THREAD_TOKEN_DAYS:g}",
+    )
+    return DEFAULT_THREAD_TOKEN_LIFETIME if days is None else timedelta(days=days)
 
 
 def switch(env: Mapping[str, str], name: str) -> bool:
@@ -102,6 +89,26 @@ def switch(env: Mapping[str, str], name: str) -> bool:
     raise ValueError(f"{name} must be 1 or 0 (true or false); got {text!r}")
 
 
+def _number(
+    env: Mapping[str, str], name: str, fits: Callable[[float], bool], wanted: str
+) -> float | None:
+    """The number `env[name]` says, or None if unset.
+
+    Raises:
+        ValueError: it is not a number that `fits` (nan never does): "`name` must be `wanted`".
+    """
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if math.isnan(value) or not fits(value):
+        raise ValueError(f"{name} must be {wanted}; got {text!r}")
+    return value
+
+
 def model_queue(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     """WAITSTATE_MODEL_TASK_QUEUE and WAITSTATE_MODEL_CALLS_PER_SECOND, checked.
 
@@ -111,23 +118,19 @@ def model_queue(env: Mapping[str, str]) -> tuple[str | None, float | None]:
             runs' own; the message names the variable.
     """
     queue = env.get("WAITSTATE_MODEL_TASK_QUEUE", "").strip() or None
-    text = env.get("WAITSTATE_MODEL_CALLS_PER_SECOND", "").strip()
     if queue is not None and queue == env.get("WAITSTATE_TASK_QUEUE", DEFAULT_TASK_QUEUE):
         raise ValueError(
             f"WAITSTATE_MODEL_TASK_QUEUE must differ from WAITSTATE_TASK_QUEUE ({queue!r}): "
             "leave it unset for model calls on the runs' own queue"
         )
-    if not text:
+    rate = _number(
+        env,
+        "WAITSTATE_MODEL_CALLS_PER_SECOND",
+        lambda rate: 0 < rate < float("inf"),
+        "a number of calls per second over 0",
+    )
+    if rate is None:
         return queue, None
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = -1.0
-    if not 0 < rate < float("inf"):  # also refuses nan
-        raise ValueError(
-            f"WAITSTATE_MODEL_CALLS_PER_SECOND must be a number of calls per second over 0; "
-            f"got {text!r}"
-        )
     if queue is None:
         raise ValueError(
             "WAITSTATE_MODEL_CALLS_PER_SECOND needs WAITSTATE_MODEL_TASK_QUEUE: the limit is "

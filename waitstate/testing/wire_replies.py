@@ -8,9 +8,9 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict, Unpack
 
 from waitstate.testing.wire_thinking import thinking_blocks, thinks
 
@@ -79,44 +79,69 @@ Reply: TypeAlias = dict[str, Any] | ErrorReply | DelayedReply | HeldReply | Brok
 `HeldReply` or a `BrokenStream`."""
 
 
-def openai_text(
-    text: str,
-    *,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cached_tokens: int = 0,
-    model: str | None = None,
-) -> dict[str, Any]:
+class OpenAIUsage(TypedDict, total=False):
+    """The keywords every OpenAI body builder takes (Chat Completions' here, the Responses
+    API's in `waitstate.testing.wire_responses`): what the body reports, and who answered.
+
+    Keys:
+        input_tokens: Reported as the input tokens (default 10).
+        output_tokens: Reported as the output tokens (default 5).
+        cached_tokens: Reported as the cached tokens of the input (default 0).
+        model: The answering model; None (the default) echoes the request's model.
+    """
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    model: str | None
+
+
+class AnthropicOptions(TypedDict, total=False):
+    """The keywords every Messages body builder takes: its thinking, what it reports, and who
+    answered.
+
+    Keys:
+        thinking: With it, a thinking block of this text comes first, signed
+            (`waitstate.testing.wire_thinking`).
+        redacted_thinking: With it, a redacted_thinking block whose data holds it comes next.
+        input_tokens: Reported as `usage.input_tokens` (default 10; as Anthropic counts them:
+            the input neither read from nor written to the cache).
+        output_tokens: Reported as `usage.output_tokens` (default 5).
+        cache_read_tokens: Reported as `usage.cache_read_input_tokens` (default 0).
+        cache_write_tokens: Reported as `usage.cache_creation_input_tokens` (default 0).
+        model: The answering model; None (the default) echoes the request's model.
+    """
+
+    thinking: str | None
+    redacted_thinking: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    model: str | None
+
+
+def openai_text(text: str, **usage: Unpack[OpenAIUsage]) -> dict[str, Any]:
     """Build a Chat Completions body whose message is `text`.
 
     Args:
         text: The assistant's answer.
-        input_tokens: Reported as `usage.prompt_tokens`.
-        output_tokens: Reported as `usage.completion_tokens`.
-        cached_tokens: Reported as `usage.prompt_tokens_details.cached_tokens` (of the input).
-        model: The answering model; None echoes the request's model.
+        **usage: As `OpenAIUsage` says (reported as `usage.prompt_tokens`,
+            `usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`).
     """
     message = {"role": "assistant", "content": text, "refusal": None}
-    return _openai_body(message, "stop", input_tokens, output_tokens, cached_tokens, model)
+    return _openai_body(message, "stop", usage)
 
 
 def openai_tool_calls(
-    calls: Iterable[tuple[str, str, str]],
-    *,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cached_tokens: int = 0,
-    model: str | None = None,
+    calls: Iterable[tuple[str, str, str]], **usage: Unpack[OpenAIUsage]
 ) -> dict[str, Any]:
     """Build a Chat Completions body that calls tools.
 
     Args:
         calls: `(call_id, name, arguments)` triples; `arguments` is sent as written,
             so it may be malformed JSON on purpose.
-        input_tokens: Reported as `usage.prompt_tokens`.
-        output_tokens: Reported as `usage.completion_tokens`.
-        cached_tokens: Reported as `usage.prompt_tokens_details.cached_tokens` (of the input).
-        model: The answering model; None echoes the request's model.
+        **usage: As for `openai_text`.
     """
     message = {
         "role": "assistant",
@@ -127,74 +152,40 @@ def openai_tool_calls(
             for call_id, name, arguments in calls
         ],
     }
-    return _openai_body(message, "tool_calls", input_tokens, output_tokens, cached_tokens, model)
+    return _openai_body(message, "tool_calls", usage)
 
 
-def anthropic_text(
-    text: str,
-    *,
-    thinking: str | None = None,
-    redacted_thinking: str | None = None,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cache_read_tokens: int = 0,
-    cache_write_tokens: int = 0,
-    model: str | None = None,
-) -> dict[str, Any]:
+def anthropic_text(text: str, **options: Unpack[AnthropicOptions]) -> dict[str, Any]:
     """Build a Messages body whose content is one text block.
 
     Args:
         text: The assistant's answer.
-        thinking: With it, a thinking block of this text comes first, signed
-            (`waitstate.testing.wire_thinking`).
-        redacted_thinking: With it, a redacted_thinking block whose data holds it comes next.
-        input_tokens: Reported as `usage.input_tokens` (as Anthropic counts them: the input
-            neither read from nor written to the cache).
-        output_tokens: Reported as `usage.output_tokens`.
-        cache_read_tokens: Reported as `usage.cache_read_input_tokens`.
-        cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
-        model: The answering model; None echoes the request's model.
+        **options: As `AnthropicOptions` says.
     """
-    content = [*thinking_blocks(thinking, redacted_thinking), {"type": "text", "text": text}]
-    usage = _anthropic_usage(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-    return _anthropic_body(content, "end_turn", usage, model)
+    return _anthropic_body([{"type": "text", "text": text}], "end_turn", options)
 
 
 def anthropic_tool_use(
     calls: Iterable[tuple[str, str, dict[str, Any]]],
     *,
     text: str = "",
-    thinking: str | None = None,
-    redacted_thinking: str | None = None,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cache_read_tokens: int = 0,
-    cache_write_tokens: int = 0,
-    model: str | None = None,
+    **options: Unpack[AnthropicOptions],
 ) -> dict[str, Any]:
     """Build a Messages body that calls tools.
 
     Args:
         calls: `(tool_use_id, name, input)` triples.
         text: Optional text block sent before the tool_use blocks.
-        thinking: With it, a thinking block of this text comes first, signed; the server then
-            refuses a request with thinking on that brings these calls' results back without
-            it (`waitstate.testing.wire_thinking`).
-        redacted_thinking: With it, a redacted_thinking block whose data holds it comes next.
-        input_tokens: Reported as `usage.input_tokens` (the uncached input).
-        output_tokens: Reported as `usage.output_tokens`.
-        cache_read_tokens: Reported as `usage.cache_read_input_tokens`.
-        cache_write_tokens: Reported as `usage.cache_creation_input_tokens`.
-        model: The answering model; None echoes the request's model.
+        **options: As `AnthropicOptions` says; with `thinking`, the server refuses a request
+            with thinking on that brings these calls' results back without it
+            (`waitstate.testing.wire_thinking`).
     """
-    content = thinking_blocks(thinking, redacted_thinking)
-    content += [{"type": "text", "text": text}] if text else []
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     content += [
         {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
         for call_id, name, tool_input in calls
     ]
-    usage = _anthropic_usage(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-    return _anthropic_body(content, "tool_use", usage, model)
+    return _anthropic_body(content, "tool_use", options)
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> ErrorReply:
@@ -231,11 +222,17 @@ def error_event(
 def error_body(protocol: WireProtocol, reply: ErrorReply) -> dict[str, Any]:
     """The JSON body of an error reply, in the shape of the request's protocol."""
     if protocol == "openai":
-        kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-        code = "rate_limit_exceeded" if reply.status == 429 else None
-        return {"error": {"message": reply.message, "type": kind, "param": None, "code": code}}
+        return openai_error_body(reply)
     kind = _ANTHROPIC_ERROR_TYPES.get(reply.status, "api_error")
     return {"type": "error", "error": {"type": kind, "message": reply.message}}
+
+
+def openai_error_body(reply: ErrorReply, param: str | None = None) -> dict[str, Any]:
+    """The JSON body of an error reply, as OpenAI's APIs shape it (`param`: the request
+    parameter at fault, if the reply names one)."""
+    kind = "server_error" if reply.status >= 500 else "invalid_request_error"
+    code = "rate_limit_exceeded" if reply.status == 429 else None
+    return {"error": {"message": reply.message, "type": kind, "param": param, "code": code}}
 
 
 def default_reply(protocol: WireProtocol, body: dict[str, Any]) -> dict[str, Any]:
@@ -258,13 +255,9 @@ def _default_openai_reply(
         if m.get("role") == "assistant"
         for call in m.get("tool_calls") or []
     }
-    answered = []
-    for m in reversed(messages):
-        if m.get("role") != "tool":
-            break
-        answered.append(called.get(m.get("tool_call_id")) or "unknown tool")
+    answered = answered_calls(messages, called, lambda m: m.get("role") == "tool", "tool_call_id")
     if answered:
-        return openai_text(_received_text(reversed(answered)))
+        return openai_text(received_text(answered))
     if tools and not called:
         name = tools[0].get("function", {}).get("name", "")
         return openai_tool_calls([(f"call_{uuid.uuid4().hex[:24]}", name, "{}")])
@@ -288,7 +281,7 @@ def _default_anthropic_reply(
         if block.get("type") == "tool_result"
     ]
     if answered:
-        return anthropic_text(_received_text(answered), thinking=thinking)
+        return anthropic_text(received_text(answered), thinking=thinking)
     if tools and not called:
         name = tools[0].get("name", "")
         call_id = f"toolu_{uuid.uuid4().hex[:24]}"
@@ -301,20 +294,31 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def _received_text(tool_names: Iterable[str]) -> str:
+def answered_calls(
+    items: list[dict[str, Any]],
+    called: Mapping[Any, Any],
+    is_result: Callable[[dict[str, Any]], bool],
+    call_key: str,
+) -> list[str]:
+    """The names of the calls the results at the end of `items` answer, in order: each result's
+    call, found under `call_key`, named by `called` ("unknown tool" if it has no name)."""
+    answered = []
+    for item in reversed(items):
+        if not is_result(item):
+            break
+        answered.append(called.get(item.get(call_key)) or "unknown tool")
+    return answered[::-1]
+
+
+def received_text(tool_names: Iterable[str]) -> str:
+    """What the default rule answers to the results of the tools `tool_names`."""
     names = list(tool_names)
     plural = "" if len(names) == 1 else "s"
     return f"Received {len(names)} tool result{plural} ({', '.join(names)})."
 
 
-def _openai_body(
-    message: dict[str, Any],
-    finish_reason: str,
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int,
-    model: str | None,
-) -> dict[str, Any]:
+def _openai_body(message: dict[str, Any], finish_reason: str, usage: OpenAIUsage) -> dict[str, Any]:
+    input_tokens, output_tokens, cached_tokens, model = openai_usage(usage)
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -332,32 +336,34 @@ def _openai_body(
     }
 
 
-def _anthropic_usage(
-    input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int
-) -> dict[str, int]:
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cache_read_input_tokens": cache_read_tokens,
-        "cache_creation_input_tokens": cache_write_tokens,
-    }
+def openai_usage(usage: OpenAIUsage) -> tuple[int, int, int, str | None]:
+    """`usage`'s input, output and cached tokens and model, defaults filled in."""
+    return (
+        usage.get("input_tokens", 10),
+        usage.get("output_tokens", 5),
+        usage.get("cached_tokens", 0),
+        usage.get("model"),
+    )
 
 
 def _anthropic_body(
-    content: list[dict[str, Any]],
-    stop_reason: str,
-    usage: dict[str, int],
-    model: str | None,
+    content: list[dict[str, Any]], stop_reason: str, options: AnthropicOptions
 ) -> dict[str, Any]:
+    thought = thinking_blocks(options.get("thinking"), options.get("redacted_thinking"))
     return {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
         "role": "assistant",
-        "content": content,
-        "model": model,
+        "content": [*thought, *content],
+        "model": options.get("model"),
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": usage,
+        "usage": {
+            "input_tokens": options.get("input_tokens", 10),
+            "output_tokens": options.get("output_tokens", 5),
+            "cache_read_input_tokens": options.get("cache_read_tokens", 0),
+            "cache_creation_input_tokens": options.get("cache_write_tokens", 0),
+        },
     }
 
 

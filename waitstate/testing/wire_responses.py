@@ -9,9 +9,17 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
-from waitstate.testing.wire_replies import ErrorReply, _pieces
+from waitstate.testing.wire_replies import (
+    ErrorReply,
+    OpenAIUsage,
+    _pieces,
+    answered_calls,
+    openai_error_body,
+    openai_usage,
+    received_text,
+)
 
 RESPONSES_PATH = "/v1/responses"
 
@@ -24,26 +32,17 @@ class ParamError(ErrorReply):
 
 
 def responses_text(
-    text: str,
-    *,
-    reasoning: str | None = None,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cached_tokens: int = 0,
-    model: str | None = None,
+    text: str, *, reasoning: str | None = None, **usage: Unpack[OpenAIUsage]
 ) -> dict[str, Any]:
     """Build a Responses body whose output is one assistant message of `text`.
 
     Args:
         text: The assistant's answer.
         reasoning: With it, a `reasoning` item comes first, whose `encrypted_content` it is.
-        input_tokens: Reported as `usage.input_tokens`.
-        output_tokens: Reported as `usage.output_tokens`.
-        cached_tokens: Reported as `usage.input_tokens_details.cached_tokens`.
-        model: The answering model; None echoes the request's model.
+        **usage: As `OpenAIUsage` says (reported as `usage.input_tokens`,
+            `usage.output_tokens` and `usage.input_tokens_details.cached_tokens`).
     """
-    output = [*_reasoning(reasoning), _message(text)]
-    return _body(output, input_tokens, output_tokens, cached_tokens, model)
+    return _body([*_reasoning(reasoning), _message(text)], usage)
 
 
 def responses_function_calls(
@@ -51,10 +50,7 @@ def responses_function_calls(
     *,
     text: str = "",
     reasoning: str | None = None,
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    cached_tokens: int = 0,
-    model: str | None = None,
+    **usage: Unpack[OpenAIUsage],
 ) -> dict[str, Any]:
     """Build a Responses body that calls functions.
 
@@ -63,10 +59,7 @@ def responses_function_calls(
             may be malformed JSON on purpose. Each item gets an `fc_` id of its own.
         text: With it, an assistant message comes before the calls.
         reasoning: With it, a `reasoning` item comes first, whose `encrypted_content` it is.
-        input_tokens: Reported as `usage.input_tokens`.
-        output_tokens: Reported as `usage.output_tokens`.
-        cached_tokens: Reported as `usage.input_tokens_details.cached_tokens`.
-        model: The answering model; None echoes the request's model.
+        **usage: As for `responses_text`.
     """
     output = [*_reasoning(reasoning), *([_message(text)] if text else [])]
     output += [
@@ -80,7 +73,7 @@ def responses_function_calls(
         }
         for call_id, name, arguments in calls
     ]
-    return _body(output, input_tokens, output_tokens, cached_tokens, model)
+    return _body(output, usage)
 
 
 def param_error(status: int, message: str, param: str) -> ParamError:
@@ -92,10 +85,7 @@ def param_error(status: int, message: str, param: str) -> ParamError:
 
 def responses_error_body(reply: ErrorReply) -> dict[str, Any]:
     """The JSON body of an error reply, as the Responses API shapes it."""
-    kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-    code = "rate_limit_exceeded" if reply.status == 429 else None
-    param = reply.param if isinstance(reply, ParamError) else None
-    return {"error": {"message": reply.message, "type": kind, "param": param, "code": code}}
+    return openai_error_body(reply, reply.param if isinstance(reply, ParamError) else None)
 
 
 def responses_error_event(reply: ErrorReply, sequence_number: int) -> dict[str, Any]:
@@ -117,15 +107,11 @@ def default_responses_reply(body: dict[str, Any]) -> dict[str, Any]:
     items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
     called = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
-    answered = []
-    for item in reversed(items):
-        if item.get("type") != "function_call_output":
-            break
-        answered.append(called.get(item.get("call_id")) or "unknown tool")
+    answered = answered_calls(
+        items, called, lambda i: i.get("type") == "function_call_output", "call_id"
+    )
     if answered:
-        names = list(reversed(answered))
-        plural = "" if len(names) == 1 else "s"
-        return responses_text(f"Received {len(names)} tool result{plural} ({', '.join(names)}).")
+        return responses_text(received_text(answered))
     if tools and not called:
         name = str(tools[0].get("name", ""))
         return responses_function_calls([(f"call_{uuid.uuid4().hex[:24]}", name, "{}")])
@@ -221,13 +207,8 @@ def _message(text: str) -> dict[str, Any]:
     }
 
 
-def _body(
-    output: list[dict[str, Any]],
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int,
-    model: str | None,
-) -> dict[str, Any]:
+def _body(output: list[dict[str, Any]], usage: OpenAIUsage) -> dict[str, Any]:
+    input_tokens, output_tokens, cached_tokens, model = openai_usage(usage)
     return {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",

@@ -140,6 +140,8 @@ def _field(field_id: str, name: str, field: Mapping[str, Any], required: bool, v
         attributes = Html(attributes + render(' aria-describedby="$id-hint"', id=field_id))
     label_html = render('<label for="$id">$label$mark</label>', id=field_id, label=label, mark=mark)
     shown = "" if value is None or isinstance(value, bool | list | dict) else str(value)
+    # What every kind of box says of itself: which field it is, and its checks.
+    box_of = {"id": field_id, "name": FIELD_PREFIX + name, "attributes": attributes}
     if kind == "string" and ("enum" in field or "oneOf" in field):
         options = _choices(field, "oneOf")
         listed = join(
@@ -155,27 +157,19 @@ def _field(field_id: str, name: str, field: Mapping[str, Any], required: bool, v
             ]
         )
         box = render(
-            '<select id="$id" name="$name"$attributes>$options</select>',
-            id=field_id,
-            name=FIELD_PREFIX + name,
-            attributes=attributes,
-            options=listed,
+            '<select id="$id" name="$name"$attributes>$options</select>', **box_of, options=listed
         )
     elif kind == "string" and _long(field):
         box = render(
             '<textarea id="$id" name="$name" rows="4"$attributes>$value</textarea>',
-            id=field_id,
-            name=FIELD_PREFIX + name,
-            attributes=attributes,
+            **box_of,
             value=shown,
         )
     else:
         box = render(
             '<input id="$id" name="$name" type="$type"$attributes value="$value">',
-            id=field_id,
-            name=FIELD_PREFIX + name,
+            **box_of,
             type=_input_type(field),
-            attributes=attributes,
             value=shown,
         )
     return render(

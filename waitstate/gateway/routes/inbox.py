@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from urllib.parse import parse_qs
@@ -104,63 +105,53 @@ async def sign_in(request: Request, gate: GateDep) -> Response:
 async def decide(
     request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
 ) -> Response:
-    admitted = await _admitted(request, gate, session)
-    if isinstance(admitted, Response):
-        return admitted
-    operator, session, sent = admitted
-    form = {name: values[0] for name, values in sent.items() if values}
-    run_id, request_id = form.get("run_id", ""), form.get("request_id", "")
-    decision = form.get("decision", "")
-    if decision not in ("approve", "reject") or not run_id or not request_id:
-        return _page(_error("Not a decision", "approve or reject one request"), 422)
+    posted = await _posted(request, gate, session, "request_id", "decision", _DECISIONS)
+    if isinstance(posted, Response):
+        return posted
+    run_id, request_id, operator = posted.run_id, posted.item_id, posted.operator
     decided = DecideInput(
         request_id=request_id,
-        decision=decision,
+        decision=posted.action,
         reviewer=f"operator:{operator}",
-        comment=form.get("reason", "")[:MAX_REASON_CHARS],
+        comment=posted.form.get("reason", "")[:MAX_REASON_CHARS],
     )
     try:
         outcome = await _client(gate).decide(run_id, decided)
     except ClientError as err:
         news = banner("no", text(f"{request_id} of {run_id}: {err}"))
     else:
-        verb = "approved" if decision == "approve" else "rejected"
+        verb = "approved" if posted.action == "approve" else "rejected"
         if outcome.accepted:
             said = f"{request_id} of {run_id}: {verb} by operator:{operator}."
         else:
             said = f"{request_id} of {run_id}: not applied ({outcome.status}). {outcome.reason}"
         news = banner("ok" if outcome.accepted else "no", text(said))
-    log.info("inbox: operator %s sent %s on %s of %s", operator, decision, request_id, run_id)
-    return _page(await _listing(gate, operator, session, news))
+    return await _sent(gate, posted, news)
 
 
 @router.post(f"{INBOX}/answer", response_class=HTMLResponse)
 async def answer(
     request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
 ) -> Response:
-    admitted = await _admitted(request, gate, session)
-    if isinstance(admitted, Response):
-        return admitted
-    operator, session, sent = admitted
-    form = {name: values[0] for name, values in sent.items() if values}
-    run_id, question_id = form.get("run_id", ""), form.get("question_id", "")
-    action = form.get("action", "")
-    if action not in ("accept", "decline") or not run_id or not question_id:
-        return _page(_error("Not an answer", "accept or decline one question"), 422)
+    posted = await _posted(request, gate, session, "question_id", "action", _ANSWERS)
+    if isinstance(posted, Response):
+        return posted
+    action, run_id, question_id = posted.action, posted.run_id, posted.item_id
     client = _client(gate)
     try:
         state = await client.query(run_id)
         question = state.questions.get(question_id)
         if question is None:
             raise ClientError(f"run {run_id} has no question {question_id}")
-        content = content_from(question.requested_schema, sent) if action == "accept" else None
+        schema = question.requested_schema
+        content = content_from(schema, posted.sent) if action == "accept" else None
         outcome = await client.answer(
             run_id,
             AnswerInput(
                 question_id=question_id,
                 action=action,
                 content=content,
-                responder=f"operator:{operator}",
+                responder=f"operator:{posted.operator}",
             ),
         )
     except ClientError as err:
@@ -170,8 +161,7 @@ async def answer(
         if outcome.reason:
             said += f" ({outcome.reason})"
         news = banner("ok" if outcome.accepted else "no", text(said + "."))
-    log.info("inbox: operator %s sent %s on %s of %s", operator, action, question_id, run_id)
-    return _page(await _listing(gate, operator, session, news))
+    return await _sent(gate, posted, news)
 
 
 @router.post(f"{INBOX}/signout", response_class=HTMLResponse)
@@ -199,6 +189,66 @@ async def _admitted(
     if not hmac.compare_digest(key.encode(), _form_key(session).encode()):
         return _page(_error("Not sent from this page", "the form's key does not match"), 403)
     return operator, session, sent
+
+
+@dataclass(frozen=True)
+class _Posted:
+    """An inbox form's POST that passed: who sent it, with which session, every field's values
+    (`sent`) and the first of each (`form`), and the run, item and action it names."""
+
+    operator: str
+    session: str
+    sent: dict[str, list[str]]
+    form: dict[str, str]
+    run_id: str
+    item_id: str
+    action: str
+
+
+@dataclass(frozen=True)
+class _Actions:
+    """What a form may do to its item, and what a form that does none of it is told."""
+
+    allowed: tuple[str, ...]
+    refused: str
+    why: str
+
+
+_DECISIONS = _Actions(("approve", "reject"), "Not a decision", "approve or reject one request")
+_ANSWERS = _Actions(("accept", "decline"), "Not an answer", "accept or decline one question")
+
+
+async def _posted(
+    request: Request,
+    gate: Gate,
+    session: str | None,
+    item_field: str,
+    action_field: str,
+    actions: _Actions,
+) -> _Posted | Response:
+    """An inbox form's POST naming a run, an item (its `item_field`) and one of `actions` (its
+    `action_field`); or the page that refuses it, as `_admitted`, or as naming none of them."""
+    admitted = await _admitted(request, gate, session)
+    if isinstance(admitted, Response):
+        return admitted
+    operator, session, sent = admitted
+    form = {name: values[0] for name, values in sent.items() if values}
+    run_id, item_id, action = form.get("run_id"), form.get(item_field), form.get(action_field)
+    if action not in actions.allowed or not run_id or not item_id:
+        return _page(_error(actions.refused, actions.why), 422)
+    return _Posted(operator, session, sent, form, run_id, item_id, action)
+
+
+async def _sent(gate: Gate, posted: _Posted, news: Html) -> Response:
+    """The inbox again, with `news` of what became of `posted`."""
+    log.info(
+        "inbox: operator %s sent %s on %s of %s",
+        posted.operator,
+        posted.action,
+        posted.item_id,
+        posted.run_id,
+    )
+    return _page(await _listing(gate, posted.operator, posted.session, news))
 
 
 def operators_configured(gate: Gate) -> None:
