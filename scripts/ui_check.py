@@ -18,8 +18,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
-# Without these, Chromium keeps trying to reach Google's hosts, which this machine cannot.
-CHROMIUM_FLAGS = [
+# Headless, and without these Chromium keeps trying to reach Google's hosts, which this machine
+# cannot (the browser tests start it with these too: tests/browser/conftest.py).
+OFFLINE_FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -28,6 +29,9 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+]
+CHROMIUM_FLAGS = [
+    *OFFLINE_FLAGS,
     "--hide-scrollbars",
     "--window-size=1600,1000",
     "--virtual-time-budget=10000",

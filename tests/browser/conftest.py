@@ -11,22 +11,14 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, async_playwright
 
+from scripts.ui_check import OFFLINE_FLAGS
 from tests.gateway.test_pages import rig
 from tests.tiers import SUBPROCESS, needs
 
 CHROMIUM = Path("/usr/bin/chromium")
-# Without these, Chromium keeps trying to reach Google's hosts, which this machine cannot
-# (the flags of scripts/ui_check.py).
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+# Headless and offline: without these, Chromium keeps trying to reach Google's hosts, which this
+# machine cannot.
+CHROMIUM_FLAGS = OFFLINE_FLAGS
 
 __all__ = ["browser", "chromium", "rig"]
 
