@@ -41,7 +41,7 @@ from .continuation import Continuation
 from .desk import new_nonce
 from .jobs import Jobs, call_activity_tool, expected_duration
 from .memory import Memory, Wait
-from .questions import QuestionDesk as InputDesk
+from .questions import QuestionDesk
 from .thread import Conversation
 
 
@@ -62,7 +62,7 @@ class OperationsBook:
         board: StatusBoard,
         memory: Memory,
         continuation: Continuation,
-        inputs: InputDesk,
+        questions: QuestionDesk,
         thread: Conversation,
     ) -> None:
         self._input = input
@@ -70,9 +70,9 @@ class OperationsBook:
         self._board = board
         self._memory = memory
         self._continuation = continuation
-        self._inputs = inputs
+        self._questions = questions
         self._thread = thread
-        self._jobs = Jobs(state, board, inputs)
+        self._jobs = Jobs(state, board, questions)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
         # the start is confirmed; then each is applied.
@@ -90,7 +90,7 @@ class OperationsBook:
         """Before continue-as-new: the next run watches the pending operations itself, and
         the cancels in flight are this run's to finish (their operations have ended, so the
         next run would not watch them; it sends one still `owed`, to be sure)."""
-        await self._inputs.hand_over()
+        await self._questions.hand_over()
         self._jobs.stop_watching()
         await self._jobs.cancels_sent()
 
@@ -282,12 +282,12 @@ class OperationsBook:
                 await workflow.wait_condition(
                     lambda: (
                         self._jobs.ended(op)
-                        or self._inputs.asks_model(op)
+                        or self._questions.asks_model(op)
                         or self._thread.wakes()
                         or self._continuation.turn_must_continue()
                     )
                 )
-            if not (self._jobs.ended(op) or self._inputs.asks_model(op) or self._thread.wakes()):
+            if not (self._jobs.ended(op) or self._questions.asks_model(op) or self._thread.wakes()):
                 wait.parked = True  # the next run goes on waiting
                 return parked
             self._thread.woke()
@@ -472,5 +472,5 @@ class OperationsBook:
 
     def _asks_anew(self, op: Operation, completion: Completion) -> bool:
         """Whether a report asks a question the job has not asked before."""
-        asked = set(self._inputs.keys(op))
+        asked = set(self._questions.keys(op))
         return any(q.key not in asked for q in completion.questions or ())

@@ -48,7 +48,7 @@ from waitstate.schemas.questions import (
     QuestionRequest,
     QuestionStatus,
 )
-from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
+from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_QUESTION
 
 from . import ledger
 from .activity_calls import Failed, call
@@ -67,7 +67,7 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     called = "question"
     refusals = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED)
-    notifying = Notifying(NOTIFY_INPUT, QuestionNotice, type(None), "question of")
+    notifying = Notifying(NOTIFY_QUESTION, QuestionNotice, type(None), "question of")
     shows_escalation_once_told = False
 
     def __init__(self, state: RunState, board: StatusBoard) -> None:
