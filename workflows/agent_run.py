@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from .opening import Opening
     from .operations import OperationsBook
     from .outages import StoreDown, StoreOutages
+    from .parts import RunParts
     from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
     from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
@@ -89,19 +90,12 @@ class AgentRunWorkflow:
         self._memory = Memory(input, self._state)
         self._board = StatusBoard(self._state, self._memory)
         self._continuation = Continuation(input, self._state, self._memory)
-        self._questions = QuestionDesk(self._state, self._board)
-        self._thread = Conversation(input, self._state, self._memory, self._board)
-        self._ops = OperationsBook(
-            input,
-            self._state,
-            self._board,
-            self._memory,
-            self._continuation,
-            self._questions,
-            self._thread,
-        )
-        self._asides = ApprovalAsides(input, self._state, self._memory, self._thread)
-        self._approvals = ApprovalDesk(input, self._state, self._board, self._memory, self._asides)
+        run = RunParts(input, self._state, self._memory, self._board)
+        self._questions = QuestionDesk(run)
+        self._thread = Conversation(run)
+        self._ops = OperationsBook(run, self._continuation, self._questions, self._thread)
+        self._asides = ApprovalAsides(run, self._thread)
+        self._approvals = ApprovalDesk(run, self._asides)
         self._budget = Budgets(input, self._state, self._approvals)
         self._outages = StoreOutages(self._state, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)

@@ -7,7 +7,7 @@ import json
 
 from temporalio import workflow
 
-from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
+from waitstate.schemas import RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,
@@ -29,10 +29,9 @@ from waitstate.schemas.run import NOTIFY_APPROVAL
 
 from . import ledger
 from .asides import ApprovalAsides
-from .board import StatusBoard
 from .desk import Desk, Notifying, Refusals, new_nonce, window
-from .memory import Memory
 from .metrics import approval_decided
+from .parts import RunParts
 
 
 class ApprovalExpired(Exception):
@@ -51,18 +50,9 @@ class ApprovalDesk(Desk[ApprovalRequest]):
     notifying = Notifying(NOTIFY_APPROVAL, ApprovalNotice, ApprovalNoticeSent, "approval for")
     shows_escalation_once_told = True
 
-    def __init__(
-        self,
-        input: RunInput,
-        state: RunState,
-        board: StatusBoard,
-        memory: Memory,
-        asides: ApprovalAsides,
-    ) -> None:
-        self._input = input
+    def __init__(self, run: RunParts, asides: ApprovalAsides) -> None:
+        super().__init__(run)
         self._asides = asides
-        super().__init__(state, board)
-        self._memory = memory
         # The nonces of open requests' links; only their hashes go into the state.
         self._link_nonces: dict[str, str] = {}
 

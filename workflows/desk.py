@@ -30,6 +30,7 @@ from waitstate.schemas.questions import PersonNotice, QuestionPolicy, QuestionRe
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
+from .parts import Part
 from .policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 
 # A request a person is asked to close: an approval, or a job's question.
@@ -202,7 +203,7 @@ class Refusals:
     closed: str
 
 
-class Desk(Generic[R]):
+class Desk(Part, Generic[R]):
     """A desk of requests to people, of one kind (approvals, questions): what every desk does
     alike, over one model (`PersonRequest`), and the one wait they share (`_waiting` and
     `_windows`, over `window`, `escalate` and `Notices`). A desk keeps only its policy: what a
@@ -224,10 +225,6 @@ class Desk(Generic[R]):
     refusals: ClassVar[Refusals]
     notifying: ClassVar[Notifying]
     shows_escalation_once_told: ClassVar[bool]
-
-    def __init__(self, state: RunState, board: StatusBoard) -> None:
-        self._state = state
-        self._board = board
 
     def _requests(self) -> Mapping[str, R]:
         """The run's requests of this desk, by id."""

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from waitstate.schemas import Message, RunInput, RunState, ToolCall, ToolResult
+from waitstate.schemas import Message, ToolCall, ToolResult
 from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
@@ -36,11 +36,11 @@ from waitstate.schemas.run import ParkedCall
 
 from . import ledger
 from .activity_calls import Failed
-from .board import StatusBoard
 from .continuation import Continuation
 from .desk import new_nonce
 from .jobs import Jobs, call_activity_tool, expected_duration
-from .memory import Memory, Wait
+from .memory import Wait
+from .parts import Part, RunParts
 from .questions import QuestionDesk
 from .thread import Conversation
 
@@ -52,27 +52,21 @@ class _Starting(NamedTuple):
     nonce_hash: str
 
 
-class OperationsBook:
+class OperationsBook(Part):
     """Every operation of one run: started, watched (by `Jobs`), reported, ended."""
 
     def __init__(
         self,
-        input: RunInput,
-        state: RunState,
-        board: StatusBoard,
-        memory: Memory,
+        run: RunParts,
         continuation: Continuation,
         questions: QuestionDesk,
         thread: Conversation,
     ) -> None:
-        self._input = input
-        self._state = state
-        self._board = board
-        self._memory = memory
+        super().__init__(run)
         self._continuation = continuation
         self._questions = questions
         self._thread = thread
-        self._jobs = Jobs(state, board, questions)
+        self._jobs = Jobs(run.state, run.board, questions)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
         # the start is confirmed; then each is applied.

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     # workflow, once per worker, not in the middle of a run.
     from waitstate.elicitation import answer_problem, schema_problem
 
-from waitstate.schemas import RunState, ToolCall, ToolResult
+from waitstate.schemas import ToolCall, ToolResult
 from waitstate.schemas.errors import (
     QUESTION_CLOSED,
     QUESTION_INVALID_ANSWER,
@@ -52,9 +52,9 @@ from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_QUESTION
 
 from . import ledger
 from .activity_calls import Failed, call
-from .board import StatusBoard
 from .desk import Desk, Notifying, Refusals, new_nonce, window
 from .metrics import question_asked, question_closed
+from .parts import RunParts
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
 
 
@@ -70,8 +70,8 @@ class QuestionDesk(Desk[QuestionRequest]):
     notifying = Notifying(NOTIFY_QUESTION, QuestionNotice, type(None), "question of")
     shows_escalation_once_told = False
 
-    def __init__(self, state: RunState, board: StatusBoard) -> None:
-        super().__init__(state, board)
+    def __init__(self, run: RunParts) -> None:
+        super().__init__(run)
         # Answers that came while the run continues as new (their attendants had stopped).
         self._late: list[asyncio.Task[None]] = []
         self._handed_over = False
