@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from .operations import OperationsBook
     from .outages import StoreDown, StoreOutages
     from .parts import RunParts
-    from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+    from .policies import MODEL_RETRY, model_call
     from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
 
@@ -272,10 +272,8 @@ class AgentRunWorkflow:
                 request,
                 result_type=ModelResponse,
                 summary=f"model {model} turn {turn}",
-                start_to_close_timeout=self._input.model_timeout,
-                heartbeat_timeout=MODEL_HEARTBEAT,
                 hands_back=True,
-                placement=model_placement(self._input),
+                **model_call(self._input),
             )
             if self._thread.interruptible():
                 response = await self._unless_interrupted(calling)

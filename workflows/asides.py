@@ -23,7 +23,7 @@ from waitstate.schemas.run import CALL_MODEL
 from . import ledger
 from .activity_calls import Failed, call
 from .parts import Part, RunParts
-from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+from .policies import MODEL_RETRY, model_call
 from .thread import Conversation
 
 # What the model is told of a call of its turn that has no result yet.
@@ -109,10 +109,8 @@ class ApprovalAsides(Part):
             ),
             result_type=ModelResponse,
             summary=f"model {self._input.model}: message {message_id} aside",
-            start_to_close_timeout=self._input.model_timeout,
-            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
-            placement=model_placement(self._input),
+            **model_call(self._input),
         )
 
     def told(self) -> list[Message]:
