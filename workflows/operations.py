@@ -304,12 +304,10 @@ class OperationsBook(Part):
 
     def get_status(self, call: ToolCall) -> ToolResult:
         """`get_operation_status`: answered from the run's own state."""
-        args = ledger.arguments(call, GetOperationStatusArgs)
-        if isinstance(args, ToolResult):
-            return args
-        op = self._state.operations.get(args.operation_id)
-        if op is None:
-            return ledger.error_result(call, f"no operation {args.operation_id!r} in this run")
+        named = ledger.named(call, GetOperationStatusArgs, self._state.operations, "operation")
+        if isinstance(named, ToolResult):
+            return named
+        _, op = named
         self._told(op)
         return ToolResult(
             tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())

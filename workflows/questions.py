@@ -260,12 +260,10 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     async def answer_by_model(self, call: ToolCall) -> ToolResult:
         """The built-in `answer_question`: the model answers a question its policy gives it."""
-        args = ledger.arguments(call, AnswerQuestionArgs)
-        if isinstance(args, ToolResult):
-            return args
-        request = self._state.questions.get(args.question_id)
-        if request is None:
-            return ledger.error_result(call, f"no question {args.question_id!r} in this run")
+        named = ledger.named(call, AnswerQuestionArgs, self._state.questions, "question")
+        if isinstance(named, ToolResult):
+            return named
+        args, request = named
         if request.policy.answered_by != "model":
             return ledger.error_result(
                 call, f"question {request.question_id} is for a person to answer, not you"
@@ -313,9 +311,7 @@ class QuestionDesk(Desk[QuestionRequest]):
         sent = await call(
             ANSWER_OPERATION,
             DeliverAnswer(
-                operation_id=op.operation_id,
-                tool=op.tool,
-                job_id=op.job_id,
+                **ledger.job_of(op),
                 key=request.key,
                 action=request.answer.action,
                 content=request.answer.content,
