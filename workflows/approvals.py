@@ -129,7 +129,7 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             call.name,
-            f"approval {request.request_id} requested from {policy.approvers}",
+            f"{self._named(request)} requested from {policy.approvers}",
         )
         return request
 
@@ -171,7 +171,7 @@ class ApprovalDesk(Desk[ApprovalRequest]):
                 self._state,
                 "event",
                 request.tool,
-                f"approval {request.request_id} {request.status} by default",
+                f"{self._named(request)} {request.status} by default",
             )
             return
         request.status = "expired"
@@ -180,12 +180,12 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             request.tool,
-            f"approval {request.request_id} expired",
+            f"{self._named(request)} expired",
             is_error=True,
         )
         if policy.on_timeout == "fail":
             raise ApprovalExpired(
-                f"approval {request.request_id} for {request.tool} expired at "
+                f"{self._named(request)} for {request.tool} expired at "
                 f"{request.expires_at.isoformat()} with no decision: {request.reason}"
             )
 
@@ -238,6 +238,6 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             request.tool,
-            f"approval {request.request_id} {request.status} by {reviewer}",
+            f"{self._named(request)} {request.status} by {reviewer}",
         )
         approval_decided(request)
