@@ -14,7 +14,7 @@ from waitstate.notices import NoticeRoutes, SmtpServer
 from waitstate.notices.senders import NoticeRouter
 from waitstate.schemas.approvals import ApprovalNotice, ApprovalNoticeSent, DecisionKind
 from waitstate.schemas.questions import QuestionNotice
-from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_INPUT
+from waitstate.schemas.run import NOTIFY_APPROVAL, NOTIFY_QUESTION
 
 if TYPE_CHECKING:
     from waitstate.auth.tokens import MintedToken, ResumeTokens
@@ -119,7 +119,7 @@ class ApprovalActivities:
         )
         return sent
 
-    @activity.defn(name=NOTIFY_INPUT)
+    @activity.defn(name=NOTIFY_QUESTION)
     async def notify_input(self, notice: QuestionNotice) -> None:
         """Post an operation's question and the link to answer it (one token for the question,
         with the nonce the run chose: the escalation's notice carries the same link)."""

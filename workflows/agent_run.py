@@ -57,8 +57,9 @@ with workflow.unsafe.imports_passed_through():
     from .opening import Opening
     from .operations import OperationsBook
     from .outages import StoreDown, StoreOutages
-    from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
-    from .questions import QuestionDesk as InputDesk
+    from .parts import RunParts
+    from .policies import MODEL_RETRY, model_call
+    from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
 
 
@@ -89,20 +90,13 @@ class AgentRunWorkflow:
         self._memory = Memory(input, self._state)
         self._board = StatusBoard(self._state, self._memory)
         self._continuation = Continuation(input, self._state, self._memory)
-        self._inputs = InputDesk(self._state, self._board)
-        self._thread = Conversation(input, self._state, self._memory, self._board)
-        self._ops = OperationsBook(
-            input,
-            self._state,
-            self._board,
-            self._memory,
-            self._continuation,
-            self._inputs,
-            self._thread,
-        )
-        self._asides = ApprovalAsides(input, self._state, self._memory, self._thread)
-        self._desk = ApprovalDesk(input, self._state, self._board, self._memory, self._asides)
-        self._budget = Budgets(input, self._state, self._desk)
+        run = RunParts(input, self._state, self._memory, self._board)
+        self._questions = QuestionDesk(run)
+        self._thread = Conversation(run)
+        self._ops = OperationsBook(run, self._continuation, self._questions, self._thread)
+        self._asides = ApprovalAsides(run, self._thread)
+        self._approvals = ApprovalDesk(run, self._asides)
+        self._budget = Budgets(input, self._state, self._approvals)
         self._outages = StoreOutages(self._state, self._board)
         self._opening = Opening(input, self._state, self._board, self._outages)
         self._background = BackgroundReplies(input, self._state)
@@ -220,21 +214,21 @@ class AgentRunWorkflow:
     @workflow.signal
     def approve(self, decision: DecisionSignal) -> None:
         """A person approves a request; unknown or already decided ones are recorded, ignored."""
-        self._desk.decide_by_signal("approve", decision)
+        self._approvals.decide_by_signal("approve", decision)
 
     @workflow.signal
     def reject(self, decision: DecisionSignal) -> None:
         """A person rejects a request, with a reason in `comment`."""
-        self._desk.decide_by_signal("reject", decision)
+        self._approvals.decide_by_signal("reject", decision)
 
     @workflow.update
     def decide(self, input: DecideInput) -> DecideOutcome:
         """Approve or reject, with a synchronous answer (the CLI, approval links)."""
-        return self._desk.decide(input)
+        return self._approvals.decide(input)
 
     @decide.validator
     def _validate_decision(self, input: DecideInput) -> None:
-        self._desk.validate(input)
+        self._approvals.validate(input)
 
     @workflow.update
     def send_message(self, send: SendMessage) -> MessageAccepted:
@@ -249,11 +243,11 @@ class AgentRunWorkflow:
     async def answer(self, input: AnswerInput) -> AnswerOutcome:
         """A person answers an operation's question (the CLI, a question's link): applied
         once, and answered once the job has it."""
-        return await self._inputs.answer(input)
+        return await self._questions.answer(input)
 
     @answer.validator
     def _validate_answer(self, input: AnswerInput) -> None:
-        self._inputs.validate(input)
+        self._questions.validate(input)
 
     # --- the model --------------------------------------------------------------------------
 
@@ -278,10 +272,8 @@ class AgentRunWorkflow:
                 request,
                 result_type=ModelResponse,
                 summary=f"model {model} turn {turn}",
-                start_to_close_timeout=self._input.model_timeout,
-                heartbeat_timeout=MODEL_HEARTBEAT,
                 hands_back=True,
-                placement=model_placement(self._input),
+                **model_call(self._input),
             )
             if self._thread.interruptible():
                 response = await self._unless_interrupted(calling)
@@ -367,7 +359,7 @@ class AgentRunWorkflow:
             tools = [n for n in tools if SEPARATOR not in n] + self._input.mcp_listing.names
         if self._state.references and READ_REF not in tools:
             tools.append(READ_REF)
-        if self._inputs.model_answers() and ANSWER_QUESTION not in tools:
+        if self._questions.model_answers() and ANSWER_QUESTION not in tools:
             tools.append(ANSWER_QUESTION)
         return tools
 
@@ -446,14 +438,14 @@ class AgentRunWorkflow:
             allowed = ", ".join(self._input.tools) or "none"
             return ledger.error_result(call, f"unknown tool {call.name!r}; available: {allowed}")
         if call.name == REQUEST_APPROVAL:
-            return await self._desk.request_approval(call)
+            return await self._approvals.request_approval(call)
         if call.name == ANSWER_QUESTION:
-            return await self._inputs.answer_by_model(call)
+            return await self._questions.answer_by_model(call)
         result, operation_id = await self._ops.start(call, approved_by=None)
         if result.approval_needed is not None:
             # The tool declared that this call needs a person's approval: it has not run.
             needed = result.approval_needed
-            request = await self._desk.ask(call, needed.reason, needed.policy)
+            request = await self._approvals.ask(call, needed.reason, needed.policy)
             if request.status != "approved":
                 outcome = {"ran": False, **ledger.approval_outcome(request)}
                 return ledger.error_result(call, ledger.to_json(outcome))

@@ -7,7 +7,7 @@ import json
 
 from temporalio import workflow
 
-from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall, ToolResult
+from waitstate.schemas import RunStatus, ToolCall, ToolResult
 from waitstate.schemas.approvals import (
     ApprovalNotice,
     ApprovalNoticeSent,
@@ -29,10 +29,9 @@ from waitstate.schemas.run import NOTIFY_APPROVAL
 
 from . import ledger
 from .asides import ApprovalAsides
-from .board import StatusBoard
-from .desk import Desk, Notices, Notifying, Refusals, escalate, new_nonce, window
-from .memory import Memory
+from .desk import Desk, Notifying, Refusals, new_nonce, window
 from .metrics import approval_decided
+from .parts import RunParts
 
 
 class ApprovalExpired(Exception):
@@ -49,19 +48,11 @@ class ApprovalDesk(Desk[ApprovalRequest]):
     called = "approval request"
     refusals = Refusals(APPROVAL_UNKNOWN, APPROVAL_NONCE_MISMATCH, APPROVAL_DECIDED)
     notifying = Notifying(NOTIFY_APPROVAL, ApprovalNotice, ApprovalNoticeSent, "approval for")
+    shows_escalation_once_told = True
 
-    def __init__(
-        self,
-        input: RunInput,
-        state: RunState,
-        board: StatusBoard,
-        memory: Memory,
-        asides: ApprovalAsides,
-    ) -> None:
-        self._input = input
+    def __init__(self, run: RunParts, asides: ApprovalAsides) -> None:
+        super().__init__(run)
         self._asides = asides
-        super().__init__(state, board)
-        self._memory = memory
         # The nonces of open requests' links; only their hashes go into the state.
         self._link_nonces: dict[str, str] = {}
 
@@ -93,21 +84,15 @@ class ApprovalDesk(Desk[ApprovalRequest]):
         request = self._request(call, reason, policy)
         label = f"approval of {call.name} from {policy.approvers}"
         details = f"waiting for approval: {reason}"
-        with (
-            self._board.waiting("approval", details, label, until=request.expires_at),
-            Notices(self._board) as notices,
-        ):
-            notices.send(self._notice(request, policy.approvers, escalation=False))
-            try:
-                if not await self._window(request):
-                    await self._escalate_or_time_out(request, notices)
-                elif self._mirrors_escalation(request):
-                    await self._escalate_or_time_out(request, notices, mirror=True)
-            finally:
-                self._link_nonces.pop(request.request_id, None)
+        try:
+            with self._waiting(request, "approval", details, label) as notices:
+                if not await self._windows(request, notices):
+                    self._time_out(request)
+        finally:
+            self._link_nonces.pop(request.request_id, None)
         return request
 
-    async def _window(self, request: ApprovalRequest, mirror: bool = False) -> bool:
+    async def _window(self, request: ApprovalRequest, *, mirror: bool = False) -> bool:
         """`window` for the request; a thread's message that comes meanwhile is answered aside
         and the window goes on to its deadline."""
         while True:
@@ -144,7 +129,7 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             call.name,
-            f"approval {request.request_id} requested from {policy.approvers}",
+            f"{self._named(request)} requested from {policy.approvers}",
         )
         return request
 
@@ -169,34 +154,6 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             and decision.decided_at >= request.expires_at
         )
 
-    async def _escalate_or_time_out(
-        self, request: ApprovalRequest, notices: Notices, mirror: bool = False
-    ) -> None:
-        """The window passed with the request open: escalate once, then apply `on_timeout`
-        (`mirror`: the request was decided as the window ended; see `_mirrors_escalation`)."""
-        policy = request.policy
-        if policy.on_timeout == "escalate" and not request.escalated:
-            escalate(self._state, request, f"approval {request.request_id}")
-            if request.expires_at > workflow.now():
-                # The run shows its new deadline once the escalation is sent, not at once: a decision that reaches a worker in the same task as the
-                # window's timer may be seen before or after it (the SDK orders the two one way
-                # for a worker that rebuilds the run, and the other way on replay), and the
-                # escalation must leave nothing in history unless it outlived that task.
-                notices.send(
-                    self._notice(
-                        request,
-                        policy.escalate_to,
-                        escalation=True,
-                        show_when_done=True,
-                    )
-                )
-            else:
-                self._board.show()
-            if await self._window(request, mirror=mirror):
-                return
-        # Nothing was awaited since `window` found the request open: it still is.
-        self._time_out(request)
-
     def _time_out(self, request: ApprovalRequest) -> None:
         """Apply the request's `on_timeout` (`default` or expire; `fail` ends the run)."""
         policy = request.policy
@@ -214,7 +171,7 @@ class ApprovalDesk(Desk[ApprovalRequest]):
                 self._state,
                 "event",
                 request.tool,
-                f"approval {request.request_id} {request.status} by default",
+                f"{self._named(request)} {request.status} by default",
             )
             return
         request.status = "expired"
@@ -223,12 +180,12 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             request.tool,
-            f"approval {request.request_id} expired",
+            f"{self._named(request)} expired",
             is_error=True,
         )
         if policy.on_timeout == "fail":
             raise ApprovalExpired(
-                f"approval {request.request_id} for {request.tool} expired at "
+                f"{self._named(request)} for {request.tool} expired at "
                 f"{request.expires_at.isoformat()} with no decision: {request.reason}"
             )
 
@@ -236,6 +193,9 @@ class ApprovalDesk(Desk[ApprovalRequest]):
 
     def _requests(self) -> dict[str, ApprovalRequest]:
         return self._state.approvals
+
+    def _named(self, request: ApprovalRequest) -> str:
+        return f"approval {request.request_id}"
 
     def _link_nonce(self, request: ApprovalRequest) -> str | None:
         return self._link_nonces.get(request.request_id)
@@ -278,6 +238,6 @@ class ApprovalDesk(Desk[ApprovalRequest]):
             self._state,
             "event",
             request.tool,
-            f"approval {request.request_id} {request.status} by {reviewer}",
+            f"{self._named(request)} {request.status} by {reviewer}",
         )
         approval_decided(request)

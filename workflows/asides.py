@@ -15,8 +15,6 @@ from waitstate.schemas import (
     Message,
     ModelCallInput,
     ModelResponse,
-    RunInput,
-    RunState,
     ToolCall,
 )
 from waitstate.schemas.approvals import ApprovalRequest
@@ -24,8 +22,8 @@ from waitstate.schemas.run import CALL_MODEL
 
 from . import ledger
 from .activity_calls import Failed, call
-from .memory import Memory
-from .policies import MODEL_HEARTBEAT, MODEL_RETRY, model_placement
+from .parts import Part, RunParts
+from .policies import MODEL_RETRY, model_call
 from .thread import Conversation
 
 # What the model is told of a call of its turn that has no result yet.
@@ -45,19 +43,11 @@ TOLD_CHARS = 4000
 NO_WORDS = "(working on it: waiting for approval of {tool}; the answer comes once it is decided)"
 
 
-class ApprovalAsides:
+class ApprovalAsides(Part):
     """Answers a thread's messages while a call of the turn waits for an approval."""
 
-    def __init__(
-        self,
-        input: RunInput,
-        state: RunState,
-        memory: Memory,
-        thread: Conversation,
-    ) -> None:
-        self._input = input
-        self._state = state
-        self._memory = memory
+    def __init__(self, run: RunParts, thread: Conversation) -> None:
+        super().__init__(run)
         self._thread = thread
         # The tool calls of the turn under way (the model's last message), and the tools the
         # model had for it.
@@ -119,10 +109,8 @@ class ApprovalAsides:
             ),
             result_type=ModelResponse,
             summary=f"model {self._input.model}: message {message_id} aside",
-            start_to_close_timeout=self._input.model_timeout,
-            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
-            placement=model_placement(self._input),
+            **model_call(self._input),
         )
 
     def told(self) -> list[Message]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -30,6 +30,7 @@ from waitstate.schemas.questions import PersonNotice, QuestionPolicy, QuestionRe
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
+from .parts import Part
 from .policies import NOTIFY_RETRY, NOTIFY_TIMEOUT
 
 # A request a person is asked to close: an approval, or a job's question.
@@ -202,25 +203,28 @@ class Refusals:
     closed: str
 
 
-class Desk(Generic[R]):
+class Desk(Part, Generic[R]):
     """A desk of requests to people, of one kind (approvals, questions): what every desk does
-    alike, over one model (`PersonRequest`), beside the wait they share (`window`, `escalate`,
-    `Notices`). A desk keeps only its policy: what a reply is (a decision, or an answer that
-    fits a schema) and what a timeout does.
+    alike, over one model (`PersonRequest`), and the one wait they share (`_waiting` and
+    `_windows`, over `window`, `escalate` and `Notices`). A desk keeps only its policy: what a
+    reply is (a decision, or an answer that fits a schema), what may end a window early
+    (`_window`) and what a timeout does.
 
     Attributes:
         called: What a refusal calls a request (`approval request`, `question`).
         refusals: The error types of its refusals of a reply.
         notifying: How it tells people of a request.
+        shows_escalation_once_told: How an escalation's new deadline is shown. True (approvals):
+            once the escalation's notice was sent or given up on, and with no notice when the
+            second window has passed already (see `ApprovalDesk._mirrors_escalation`); False
+            (questions): at once, the notice sent whatever the deadline. Each desk's recorded
+            histories replay only their own way.
     """
 
     called: ClassVar[str]
     refusals: ClassVar[Refusals]
     notifying: ClassVar[Notifying]
-
-    def __init__(self, state: RunState, board: StatusBoard) -> None:
-        self._state = state
-        self._board = board
+    shows_escalation_once_told: ClassVar[bool]
 
     def _requests(self) -> Mapping[str, R]:
         """The run's requests of this desk, by id."""
@@ -233,6 +237,20 @@ class Desk(Generic[R]):
     def _told(self, request: R) -> list[str] | None:
         """The list of whom the request's notices were sent, kept by the run (None: not kept)."""
         return None
+
+    def _named(self, request: R) -> str:
+        """What the run's ledger calls the request."""
+        raise NotImplementedError
+
+    async def _window(self, request: R, *, mirror: bool = False) -> bool:
+        """`window` for the request, with what may end it early at this desk; whether the
+        request closed (`mirror`: see `window`)."""
+        raise NotImplementedError
+
+    def _mirrors_escalation(self, request: R) -> bool:
+        """Whether the request, closed as its first window ended, escalates in form only (see
+        `ApprovalDesk._mirrors_escalation`)."""
+        return False
 
     def _also_refuse(self, request: R) -> None:
         """A desk's own check of a reply, before the request's being open (see `_reply_to`)."""
@@ -282,3 +300,48 @@ class Desk(Generic[R]):
             told=self._told(request),
             show_when_done=show_when_done,
         )
+
+    # --- the wait ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _waiting(self, request: R, kind: str, details: str, label: str) -> Iterator[Notices]:
+        """While the block runs, the run shows that it waits for the request, and whoever it is
+        sent to and was not told yet (by a run before this one, continued as new) is told;
+        its notices are cancelled as the block ends (the request closed, or timed out)."""
+        with (
+            self._board.waiting(kind, details, label, until=request.expires_at),
+            Notices(self._board) as notices,
+        ):
+            first, told = request.sent_to[0], self._told(request) or []
+            for recipient in [r for r in request.sent_to if r not in told]:
+                notices.send(self._notice(request, recipient, escalation=recipient != first))
+            yield notices
+
+    async def _windows(self, request: R, notices: Notices) -> bool:
+        """Wait for the request to close through its windows: the first, then, if its policy
+        escalates and it has not yet, a second, its recipient told (by `notices`). Whether it
+        closed; if not, nothing was awaited since a window found it open, and the caller
+        applies the desk's timeout outcome."""
+        closed = await self._window(request)
+        mirror = closed and self._mirrors_escalation(request)
+        if closed and not mirror:
+            return True
+        policy = request.policy
+        if policy.on_timeout != "escalate" or request.escalated:
+            return False
+        escalate(self._state, request, self._named(request))
+        if not self.shows_escalation_once_told:
+            notices.send(self._notice(request, policy.escalate_to, escalation=True))
+            self._board.show()
+        elif request.expires_at > workflow.now():
+            # Shown once the escalation is sent, not at once: a decision that reaches a worker
+            # in the same task as the window's timer may be seen before or after it (the SDK
+            # orders the two one way for a worker that rebuilds the run, and the other way on
+            # replay), and the escalation must leave nothing in history unless it outlived
+            # that task.
+            notices.send(
+                self._notice(request, policy.escalate_to, escalation=True, show_when_done=True)
+            )
+        else:
+            self._board.show()
+        return await self._window(request, mirror=mirror)

@@ -156,9 +156,7 @@ class Jobs:
     async def _poll(self, op: Operation, remaining: timedelta) -> Completion | Failed:
         interval = timedelta(seconds=op.poll_interval_seconds)
         poll = PollOperationInput(
-            operation_id=op.operation_id,
-            tool=op.tool,
-            job_id=op.job_id,
+            **ledger.job_of(op),
             poll_interval_seconds=op.poll_interval_seconds,
             known_questions=self._desk.keys(op),
             model=self._state.model or None,  # answers an MCP server's sampling, if allowed
@@ -266,9 +264,7 @@ class Jobs:
         attempt of one activity: the job still running is a retryable error. None if the
         check was cancelled (the operation ended meanwhile)."""
         check = PollOperationInput(
-            operation_id=op.operation_id,
-            tool=op.tool,
-            job_id=op.job_id,
+            **ledger.job_of(op),
             poll_interval_seconds=op.reconcile_seconds or RECONCILE_MIN.total_seconds(),
             once=True,
             known_questions=self._desk.keys(op),
@@ -359,9 +355,7 @@ class Jobs:
             sent = await call(
                 CANCEL_OPERATION,
                 CancelOperationInput(
-                    operation_id=op.operation_id,
-                    tool=op.tool,
-                    job_id=op.job_id,
+                    **ledger.job_of(op),
                     reason="expired" if op.status == "expired" else "cancelled",
                 ),
                 result_type=type(None),

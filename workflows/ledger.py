@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from typing import Literal, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, FailureError
@@ -23,6 +23,7 @@ from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.run import Checkpoint, RejectedOutput
 
 Args = TypeVar("Args", bound=BaseModel)
+Named = TypeVar("Named")
 
 PREVIEW_CHARS = 160
 # The ledger's lines, and the rebuilt context made of them, are bounded, so a rebuilt context
@@ -86,6 +87,36 @@ def arguments(call: ToolCall, schema: type[Args]) -> Args | ToolResult:
         return schema.model_validate_json(call.arguments or "{}")
     except ValueError as err:
         return error_result(call, f"invalid arguments for {call.name}: {err}")
+
+
+class JobOf(TypedDict):
+    """What names an operation's job to the activities that reach its system (its polls and
+    checks, its cancel, the answers to its questions)."""
+
+    operation_id: str
+    tool: str
+    job_id: str
+
+
+def job_of(op: Operation) -> JobOf:
+    """The fields that name `op`'s job to its system."""
+    return JobOf(operation_id=op.operation_id, tool=op.tool, job_id=op.job_id)
+
+
+def named(
+    call: ToolCall, schema: type[Args], items: Mapping[str, Named], noun: str
+) -> tuple[Args, Named] | ToolResult:
+    """A built-in tool's arguments and what of the run they name by `<noun>_id` (an operation,
+    a question), from `items`; or, where the model got either wrong, the result that tells it
+    so."""
+    args = arguments(call, schema)
+    if isinstance(args, ToolResult):
+        return args
+    key = str(getattr(args, f"{noun}_id"))
+    item = items.get(key)
+    if item is None:
+        return error_result(call, f"no {noun} {key!r} in this run")
+    return args, item
 
 
 def same_report(status: str, progress: str | None, completion: Completion) -> bool:

@@ -14,7 +14,7 @@ from waitstate.wording import span
 
 from . import ledger
 from .activity_calls import Failed, call
-from .policies import CHECKPOINT_RETRY, MODEL_HEARTBEAT, model_placement
+from .policies import CHECKPOINT_RETRY, model_call
 
 
 @dataclass
@@ -120,11 +120,9 @@ class Memory:
                 tools=[],
             ),
             result_type=ModelResponse,
-            start_to_close_timeout=self._input.model_timeout,
-            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=CHECKPOINT_RETRY,
             summary=f"checkpoint {self._input.model}",
-            placement=model_placement(self._input),
+            **model_call(self._input),
         )
         if isinstance(response, Failed):
             return None

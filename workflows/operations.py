@@ -17,7 +17,7 @@ from typing import NamedTuple
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from waitstate.schemas import Message, RunInput, RunState, ToolCall, ToolResult
+from waitstate.schemas import Message, ToolCall, ToolResult
 from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
@@ -36,12 +36,12 @@ from waitstate.schemas.run import ParkedCall
 
 from . import ledger
 from .activity_calls import Failed
-from .board import StatusBoard
 from .continuation import Continuation
 from .desk import new_nonce
 from .jobs import Jobs, call_activity_tool, expected_duration
-from .memory import Memory, Wait
-from .questions import QuestionDesk as InputDesk
+from .memory import Wait
+from .parts import Part, RunParts
+from .questions import QuestionDesk
 from .thread import Conversation
 
 
@@ -52,27 +52,21 @@ class _Starting(NamedTuple):
     nonce_hash: str
 
 
-class OperationsBook:
+class OperationsBook(Part):
     """Every operation of one run: started, watched (by `Jobs`), reported, ended."""
 
     def __init__(
         self,
-        input: RunInput,
-        state: RunState,
-        board: StatusBoard,
-        memory: Memory,
+        run: RunParts,
         continuation: Continuation,
-        inputs: InputDesk,
+        questions: QuestionDesk,
         thread: Conversation,
     ) -> None:
-        self._input = input
-        self._state = state
-        self._board = board
-        self._memory = memory
+        super().__init__(run)
         self._continuation = continuation
-        self._inputs = inputs
+        self._questions = questions
         self._thread = thread
-        self._jobs = Jobs(state, board, inputs)
+        self._jobs = Jobs(run.state, run.board, questions)
         # A webhook can beat the start activity's answer (the job finished fast, or the worker
         # died after the external system accepted it): its reports wait here, in order, until
         # the start is confirmed; then each is applied.
@@ -90,7 +84,7 @@ class OperationsBook:
         """Before continue-as-new: the next run watches the pending operations itself, and
         the cancels in flight are this run's to finish (their operations have ended, so the
         next run would not watch them; it sends one still `owed`, to be sure)."""
-        await self._inputs.hand_over()
+        await self._questions.hand_over()
         self._jobs.stop_watching()
         await self._jobs.cancels_sent()
 
@@ -282,12 +276,12 @@ class OperationsBook:
                 await workflow.wait_condition(
                     lambda: (
                         self._jobs.ended(op)
-                        or self._inputs.asks_model(op)
+                        or self._questions.asks_model(op)
                         or self._thread.wakes()
                         or self._continuation.turn_must_continue()
                     )
                 )
-            if not (self._jobs.ended(op) or self._inputs.asks_model(op) or self._thread.wakes()):
+            if not (self._jobs.ended(op) or self._questions.asks_model(op) or self._thread.wakes()):
                 wait.parked = True  # the next run goes on waiting
                 return parked
             self._thread.woke()
@@ -310,12 +304,10 @@ class OperationsBook:
 
     def get_status(self, call: ToolCall) -> ToolResult:
         """`get_operation_status`: answered from the run's own state."""
-        args = ledger.arguments(call, GetOperationStatusArgs)
-        if isinstance(args, ToolResult):
-            return args
-        op = self._state.operations.get(args.operation_id)
-        if op is None:
-            return ledger.error_result(call, f"no operation {args.operation_id!r} in this run")
+        named = ledger.named(call, GetOperationStatusArgs, self._state.operations, "operation")
+        if isinstance(named, ToolResult):
+            return named
+        _, op = named
         self._told(op)
         return ToolResult(
             tool_call_id=call.id, name=call.name, content=ledger.to_json(op.outcome())
@@ -472,5 +464,5 @@ class OperationsBook:
 
     def _asks_anew(self, op: Operation, completion: Completion) -> bool:
         """Whether a report asks a question the job has not asked before."""
-        asked = set(self._inputs.keys(op))
+        asked = set(self._questions.keys(op))
         return any(q.key not in asked for q in completion.questions or ())

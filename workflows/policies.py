@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from typing import TypedDict
 
 from temporalio.common import Priority, RetryPolicy
 
@@ -32,6 +33,24 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=8,
 )
+
+
+class ModelCallOptions(TypedDict):
+    """The options every model call of a run is scheduled with (its turns, checkpoints,
+    asides), but its retry policy."""
+
+    start_to_close_timeout: timedelta
+    heartbeat_timeout: timedelta
+    placement: Placement
+
+
+def model_call(input: RunInput) -> ModelCallOptions:
+    """The run's model calls' options: its `model_timeout`, `MODEL_HEARTBEAT`, its placement."""
+    return ModelCallOptions(
+        start_to_close_timeout=input.model_timeout,
+        heartbeat_timeout=MODEL_HEARTBEAT,
+        placement=model_placement(input),
+    )
 
 
 def model_placement(input: RunInput) -> Placement:

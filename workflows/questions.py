@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     # workflow, once per worker, not in the middle of a run.
     from waitstate.elicitation import answer_problem, schema_problem
 
-from waitstate.schemas import RunState, ToolCall, ToolResult
+from waitstate.schemas import ToolCall, ToolResult
 from waitstate.schemas.errors import (
     QUESTION_CLOSED,
     QUESTION_INVALID_ANSWER,
@@ -48,13 +48,13 @@ from waitstate.schemas.questions import (
     QuestionRequest,
     QuestionStatus,
 )
-from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_INPUT
+from waitstate.schemas.run import ANSWER_OPERATION, NOTIFY_QUESTION
 
 from . import ledger
 from .activity_calls import Failed, call
-from .board import StatusBoard
-from .desk import Desk, Notices, Notifying, Refusals, escalate, new_nonce, window
+from .desk import Desk, Notifying, Refusals, new_nonce, window
 from .metrics import question_asked, question_closed
+from .parts import RunParts
 from .policies import DELIVER_RETRY, DELIVER_TIMEOUT
 
 
@@ -67,10 +67,11 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     called = "question"
     refusals = Refusals(QUESTION_UNKNOWN, QUESTION_NONCE_MISMATCH, QUESTION_CLOSED)
-    notifying = Notifying(NOTIFY_INPUT, QuestionNotice, type(None), "question of")
+    notifying = Notifying(NOTIFY_QUESTION, QuestionNotice, type(None), "question of")
+    shows_escalation_once_told = False
 
-    def __init__(self, state: RunState, board: StatusBoard) -> None:
-        super().__init__(state, board)
+    def __init__(self, run: RunParts) -> None:
+        super().__init__(run)
         # Answers that came while the run continues as new (their attendants had stopped).
         self._late: list[asyncio.Task[None]] = []
         self._handed_over = False
@@ -199,37 +200,21 @@ class QuestionDesk(Desk[QuestionRequest]):
             await self._deliver(op, request)
 
     async def _wait_for_answer(self, op: Operation, request: QuestionRequest) -> AsyncIterator[str]:
-        policy = request.policy
-        if policy.answered_by == "model":
-            if not await self._answered(op, request) and (cancel := self._time_out(request)):
+        if request.policy.answered_by == "model":
+            if not await self._window(request) and (cancel := self._time_out(request)):
                 yield cancel
             return
         details = f"waiting for an answer: {ledger.preview(request.message)}"
         label = f"answer to {request.question_id} ({op.tool})"
-        with (
-            self._board.waiting("input", details, label, until=request.expires_at),
-            Notices(self._board) as notices,
-        ):
-            # Whoever was not told yet: everyone, unless a previous run (which continued as new)
-            # told them.
-            for recipient in [r for r in request.sent_to if r not in request.told]:
-                notices.send(
-                    self._notice(request, recipient, escalation=recipient != policy.recipients)
-                )
-            if await self._answered(op, request):
-                return
-            if policy.on_timeout == "escalate" and not request.escalated:
-                escalate(self._state, request, request.question_id)
-                notices.send(self._notice(request, policy.escalate_to, escalation=True))
-                self._board.show()
-                if await self._answered(op, request):
-                    return
-            if cancel := self._time_out(request):
+        with self._waiting(request, "input", details, label) as notices:
+            if not await self._windows(request, notices) and (cancel := self._time_out(request)):
                 yield cancel
 
-    async def _answered(self, op: Operation, request: QuestionRequest) -> bool:
-        """Whether the question closed by its deadline (at once if that has passed)."""
-        await window(request, op=op)
+    async def _window(self, request: QuestionRequest, *, mirror: bool = False) -> bool:
+        """`window` for the question, which its operation's end closes too (at once if its
+        deadline has passed)."""
+        op = self._state.operations[request.operation_id]
+        await window(request, op=op, mirror=mirror)
         if request.open and op.terminal:
             self.operation_ended(op)
         return not request.open
@@ -275,12 +260,10 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     async def answer_by_model(self, call: ToolCall) -> ToolResult:
         """The built-in `answer_question`: the model answers a question its policy gives it."""
-        args = ledger.arguments(call, AnswerQuestionArgs)
-        if isinstance(args, ToolResult):
-            return args
-        request = self._state.questions.get(args.question_id)
-        if request is None:
-            return ledger.error_result(call, f"no question {args.question_id!r} in this run")
+        named = ledger.named(call, AnswerQuestionArgs, self._state.questions, "question")
+        if isinstance(named, ToolResult):
+            return named
+        args, request = named
         if request.policy.answered_by != "model":
             return ledger.error_result(
                 call, f"question {request.question_id} is for a person to answer, not you"
@@ -328,9 +311,7 @@ class QuestionDesk(Desk[QuestionRequest]):
         sent = await call(
             ANSWER_OPERATION,
             DeliverAnswer(
-                operation_id=op.operation_id,
-                tool=op.tool,
-                job_id=op.job_id,
+                **ledger.job_of(op),
                 key=request.key,
                 action=request.answer.action,
                 content=request.answer.content,
@@ -374,6 +355,9 @@ class QuestionDesk(Desk[QuestionRequest]):
 
     def _requests(self) -> dict[str, QuestionRequest]:
         return self._state.questions
+
+    def _named(self, request: QuestionRequest) -> str:
+        return request.question_id
 
     def _link_nonce(self, request: QuestionRequest) -> str | None:
         return request.link_nonce

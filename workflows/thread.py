@@ -15,7 +15,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from waitstate.schemas import Message, RunInput, RunState
+from waitstate.schemas import Message
 from waitstate.schemas.threads import (
     KEEP_KEYS,
     KEEP_MESSAGES,
@@ -35,8 +35,7 @@ from waitstate.schemas.threads import (
 from waitstate.wording import count_of, span
 
 from . import ledger
-from .board import StatusBoard
-from .memory import Memory
+from .parts import Part, RunParts
 
 # Messages a run answers before the thread continues as new: each run's history holds a bounded
 # number of turns (and a new run's first task comes no sooner than a second after its start on
@@ -57,20 +56,11 @@ class MessageFailed(Exception):
     under `fail`): the message ends `failed`, the thread goes on."""
 
 
-class Conversation:
+class Conversation(Part):
     """The thread's messages: accepted by the `send_message` update, taken one at a time."""
 
-    def __init__(
-        self,
-        input: RunInput,
-        state: RunState,
-        memory: Memory,
-        board: StatusBoard,
-    ) -> None:
-        self._input = input
-        self._state = state
-        self._memory = memory
-        self._board = board
+    def __init__(self, run: RunParts) -> None:
+        super().__init__(run)
         self._closing = False
         self._answered = 0  # messages this run answered
         # The messages that ended a wait of a turn already (each ends one, once).
@@ -78,8 +68,8 @@ class Conversation:
         # The message answered aside while the turn waits for operations (see `take_aside`).
         self._aside: ThreadMessage | None = None
         self._outer: list[ThreadMessage | None] = []  # the asides an aside was taken in
-        if input.thread is not None and state.thread is None:
-            state.thread = ThreadState(settings=input.thread, idle_since=workflow.now())
+        if run.input.thread is not None and run.state.thread is None:
+            run.state.thread = ThreadState(settings=run.input.thread, idle_since=workflow.now())
 
     @property
     def on(self) -> bool:

@@ -20,7 +20,7 @@ from examples.demo.exports import ExportService, export_tool
 from examples.demo.purges import PurgeService, purge_tool
 from tests.workflows.hostile_app import export_once
 from tests.workflows.questions_app import purge
-from waitstate import App, InputPolicy, ToolSpec
+from waitstate import App, QuestionPolicy, ToolSpec
 from waitstate.schemas.questions import InputTimeout
 
 WINDOW = timedelta(seconds=3)
@@ -35,7 +35,7 @@ def _deps() -> DemoDeps:
 
 def _app(on_timeout: InputTimeout, window: timedelta = WINDOW) -> App:
     def tools(deps: DemoDeps) -> list[ToolSpec]:
-        policy = InputPolicy(timeout=window, on_timeout=on_timeout)
+        policy = QuestionPolicy(timeout=window, on_timeout=on_timeout)
         return [purge_tool(PurgeService(deps.http, deps.systems_url), input=policy)]
 
     return App(scripts={"purge": purge}, tools=tools, deps=_deps)

@@ -24,11 +24,11 @@ from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import (
     App,
     Completion,
-    InputPolicy,
     Job,
     JobAnswer,
     LongSpec,
     Message,
+    QuestionPolicy,
     StartContext,
     ToolDefinition,
     ToolError,
@@ -166,7 +166,7 @@ class AskingJobs:
 
 
 def ask_tool(
-    backend: AskingJobs, completion: CompletionMode, policy: InputPolicy | None = None
+    backend: AskingJobs, completion: CompletionMode, policy: QuestionPolicy | None = None
 ) -> ToolSpec:
     """`ask_job`: a job that asks its question by webhook or when polled."""
     return ToolSpec(
@@ -177,7 +177,7 @@ def ask_tool(
             backend=backend,
             completion=completion,
             poll_interval=timedelta(seconds=0.5),
-            input=policy or InputPolicy(),
+            input=policy or QuestionPolicy(),
         ),
     )
 

@@ -16,11 +16,11 @@ from waitstate import (
     App,
     ApprovalPolicy,
     Completion,
-    InputPolicy,
     Job,
     LongSpec,
     Message,
     Question,
+    QuestionPolicy,
     Script,
     StartContext,
     ToolDefinition,
@@ -34,16 +34,18 @@ class NoArgs(BaseModel):
 
 
 class Exports:
-    """The jobs behind `start_export` (polled): running until a test sets `done`."""
+    """The jobs behind `start_export` (polled): running until a test sets `done`, each
+    expected to take `eta_seconds`."""
 
-    def __init__(self) -> None:
+    def __init__(self, eta_seconds: int = 3600) -> None:
+        self.eta_seconds = eta_seconds
         self.started = 0
         self.cancelled = 0
         self.done = False
 
     async def start(self, args: Any, context: StartContext) -> Job:
         self.started += 1
-        return Job(job_id=f"export-{self.started}", eta_seconds=3600)
+        return Job(job_id=f"export-{self.started}", eta_seconds=self.eta_seconds)
 
     async def status(self, job_id: str) -> Completion:
         if self.done:
@@ -111,7 +113,7 @@ def _asking_export() -> ToolSpec:
             backend=ASKS,
             completion="poll",
             poll_interval=timedelta(seconds=0.2),
-            input=InputPolicy(answered_by="person"),
+            input=QuestionPolicy(answered_by="person"),
         ),
     )
 

@@ -11,7 +11,7 @@ import pytest
 
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
-from waitstate.schemas.questions import InputPolicy, InputRequest
+from waitstate.schemas.questions import QuestionPolicy, QuestionRequest
 from waitstate.workflows.desk import escalate, links_expiry
 
 NOON = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -31,8 +31,8 @@ def _approval(policy: ApprovalPolicy) -> ApprovalRequest:
     )
 
 
-def _question(policy: InputPolicy) -> InputRequest:
-    return InputRequest(
+def _question(policy: QuestionPolicy) -> QuestionRequest:
+    return QuestionRequest(
         question_id="q_1",
         operation_id="op_1",
         tool="export",
@@ -56,7 +56,7 @@ def _question(policy: InputPolicy) -> InputRequest:
             "approvers",
         ),
         (
-            _question(InputPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="boss")),
+            _question(QuestionPolicy(timeout=HOUR, on_timeout="escalate", escalate_to="boss")),
             "q_1",
             "export",
             "operators",
@@ -64,7 +64,7 @@ def _question(policy: InputPolicy) -> InputRequest:
     ],
 )
 def test_an_escalation_opens_a_second_window_from_the_first_deadline(
-    request_: ApprovalRequest | InputRequest, name: str, tool: str, first: str
+    request_: ApprovalRequest | QuestionRequest, name: str, tool: str, first: str
 ) -> None:
     state = RunState(task="t")
 
@@ -82,12 +82,12 @@ def test_an_escalation_opens_a_second_window_from_the_first_deadline(
         (ApprovalPolicy(timeout=HOUR, on_timeout="escalate"), 2),
         (ApprovalPolicy(timeout=HOUR, on_timeout="fail"), 1),
         (ApprovalPolicy(timeout=HOUR, on_timeout="default"), 1),
-        (InputPolicy(timeout=HOUR, on_timeout="escalate"), 2),
-        (InputPolicy(timeout=HOUR, on_timeout="decline"), 1),
-        (InputPolicy(timeout=HOUR, on_timeout="cancel"), 1),
+        (QuestionPolicy(timeout=HOUR, on_timeout="escalate"), 2),
+        (QuestionPolicy(timeout=HOUR, on_timeout="decline"), 1),
+        (QuestionPolicy(timeout=HOUR, on_timeout="cancel"), 1),
     ],
 )
 def test_links_work_until_the_last_window_ends(
-    policy: ApprovalPolicy | InputPolicy, windows: int
+    policy: ApprovalPolicy | QuestionPolicy, windows: int
 ) -> None:
     assert links_expiry(NOON, policy) == NOON + windows * HOUR

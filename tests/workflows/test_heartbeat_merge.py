@@ -261,6 +261,18 @@ async def heartbeat_merge(
     return Outcome(result, events, replay.replay_failure, fails_at)
 
 
+# What follows the activity's completion: its task, which completed with no command, then the
+# Update's, scheduled at once.
+QUIET_TASK_THEN_UPDATES = [
+    "WORKFLOW_TASK_SCHEDULED",
+    "WORKFLOW_TASK_STARTED",
+    "WORKFLOW_TASK_COMPLETED",
+    "WORKFLOW_TASK_SCHEDULED",
+    "WORKFLOW_TASK_STARTED",
+    "WORKFLOW_TASK_COMPLETED",
+]
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize("mode", ["kill", "nocache"])
 async def test_a_rebuilt_run_applies_the_update_first_and_the_history_does_not_replay(
@@ -270,14 +282,7 @@ async def test_a_rebuilt_run_applies_the_update_first_and_the_history_does_not_r
     names = [name for _, name in outcome.events]
     # The activity's task completed with no command, the Update's task was scheduled at once.
     i = names.index("ACTIVITY_TASK_COMPLETED")
-    assert names[i + 1 : i + 7] == [
-        "WORKFLOW_TASK_SCHEDULED",
-        "WORKFLOW_TASK_STARTED",
-        "WORKFLOW_TASK_COMPLETED",
-        "WORKFLOW_TASK_SCHEDULED",
-        "WORKFLOW_TASK_STARTED",
-        "WORKFLOW_TASK_COMPLETED",
-    ]
+    assert names[i + 1 : i + 7] == QUIET_TASK_THEN_UPDATES
     assert names[i + 7] == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
     # The rebuilt run ran the Update first: its handler saw no "activity", upserted nothing.
     assert outcome.result == ["poke", "update", "activity"]
@@ -312,14 +317,7 @@ async def test_with_handlers_last_the_rebuilt_run_applies_the_activity_first_and
     outcome = await heartbeat_merge(dev_env, poke=True, mode=mode, handlers_last=True)
     names = [name for _, name in outcome.events]
     i = names.index("ACTIVITY_TASK_COMPLETED")
-    assert names[i + 1 : i + 7] == [
-        "WORKFLOW_TASK_SCHEDULED",
-        "WORKFLOW_TASK_STARTED",
-        "WORKFLOW_TASK_COMPLETED",
-        "WORKFLOW_TASK_SCHEDULED",
-        "WORKFLOW_TASK_STARTED",
-        "WORKFLOW_TASK_COMPLETED",
-    ]
+    assert names[i + 1 : i + 7] == QUIET_TASK_THEN_UPDATES
     assert outcome.result == ["poke", "activity", "update"]
     assert "WORKFLOW_PROPERTIES_MODIFIED" in names
     assert outcome.replay_failure is None

@@ -37,7 +37,7 @@ from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
 from waitstate.schemas.operations import CompletionMode
-from waitstate.schemas.questions import InputPolicy, InputRequest
+from waitstate.schemas.questions import QuestionPolicy, QuestionRequest
 from waitstate.schemas.run import ANSWER_OPERATION
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
@@ -69,7 +69,7 @@ def cli(stack: Stack) -> Cli:
     return Cli(process_env(stack.client, stack.task_queue))
 
 
-async def _link(stack: Stack, question: InputRequest) -> dict[str, str]:
+async def _link(stack: Stack, question: QuestionRequest) -> dict[str, str]:
     async def posted() -> dict[str, str] | None:
         entries = (await stack.http.get(f"{stack.systems_url}/approvals/outbox")).json()
         bodies = [entry["body"] for entry in entries]
@@ -184,7 +184,7 @@ async def _asking(
     stack: Stack,
     reports_url: str,
     completion: CompletionMode = "callback",
-    policy: InputPolicy | None = None,
+    policy: QuestionPolicy | None = None,
 ) -> AsyncIterator[AskingJobs]:
     """A worker in the test's process with `ask_job` over a job system of the test's own, whose
     jobs ask in the schemas of MALFORMED, by webhook through the real gateway or when polled."""
@@ -266,7 +266,7 @@ async def test_a_polled_question_in_a_malformed_schema_is_declined_and_never_wed
 ) -> None:
     # A question the model would have been given: before, its answer raised in the workflow
     # (`'int' object is not iterable`) and the run's task failed on every retry.
-    policy = InputPolicy(answered_by=answered_by)
+    policy = QuestionPolicy(answered_by=answered_by)
     async with _asking(stack, reports_url, "poll", policy) as jobs:
         handle = await stack.start("type-12", ["ask_job"], model="scripted:ask-job")
         result = await asyncio.wait_for(handle.result(), FINISHES)

@@ -34,7 +34,7 @@ from tests.tiers import SUBPROCESS, needs
 from waitstate.apps import load_apps
 from waitstate.mcp import McpServer
 from waitstate.schemas import RunResult
-from waitstate.schemas.questions import InputPolicy, InputRequest
+from waitstate.schemas.questions import QuestionPolicy, QuestionRequest
 from waitstate.schemas.run import ANSWER_OPERATION, CANCEL_OPERATION
 from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.search_attributes import WAITING_FOR
@@ -55,7 +55,7 @@ def cli(dev_env: WorkflowEnvironment, task_queue: str) -> Cli:
 
 
 @asynccontextmanager
-async def _worker(stack: Stack, policy: InputPolicy | None = None) -> AsyncIterator[Worker]:
+async def _worker(stack: Stack, policy: QuestionPolicy | None = None) -> AsyncIterator[Worker]:
     backend = PurgeService(stack.http, stack.systems_url)
     tool = purge_tool(backend) if policy is None else purge_tool(backend, input=policy)
     worker = stack.worker(tools=[tool], apps=load_apps([APP]))
@@ -63,7 +63,7 @@ async def _worker(stack: Stack, policy: InputPolicy | None = None) -> AsyncItera
         yield running
 
 
-async def _notice(stack: Stack, question: InputRequest) -> dict[str, Any]:
+async def _notice(stack: Stack, question: QuestionRequest) -> dict[str, Any]:
     async def posted() -> dict[str, Any] | None:
         entries = (await stack.http.get(f"{stack.systems_url}/approvals/outbox")).json()
         bodies = [entry["body"] for entry in entries]
@@ -72,7 +72,7 @@ async def _notice(stack: Stack, question: InputRequest) -> dict[str, Any]:
     return await eventually(posted, "the question's notice in the outbox")
 
 
-async def _notices(stack: Stack, question: InputRequest) -> list[dict[str, Any]]:
+async def _notices(stack: Stack, question: QuestionRequest) -> list[dict[str, Any]]:
     entries = (await stack.http.get(f"{stack.systems_url}/approvals/outbox")).json()
     return [e["body"] for e in entries if e["body"].get("question_id") == question.question_id]
 
@@ -169,7 +169,7 @@ async def test_a_person_answers_through_the_cli_and_pending_lists_the_question(
 
 
 async def test_the_model_answers_when_the_policy_gives_it_the_question(stack: Stack) -> None:
-    async with _worker(stack, InputPolicy(answered_by="model")):
+    async with _worker(stack, QuestionPolicy(answered_by="model")):
         handle = await stack.start(
             "purge the staging events", ["purge_dataset"], model="scripted:purge-confirming"
         )
@@ -220,7 +220,7 @@ async def test_a_question_open_when_the_run_continues_as_new_is_answered_in_the_
 async def test_an_unanswered_question_expires_under_its_declared_outcome(
     stack: Stack, on_timeout: Any
 ) -> None:
-    policy = InputPolicy(timeout=timedelta(seconds=2), on_timeout=on_timeout)
+    policy = QuestionPolicy(timeout=timedelta(seconds=2), on_timeout=on_timeout)
     before = await _purges(stack)
     async with _worker(stack, policy):
         handle = await stack.start(

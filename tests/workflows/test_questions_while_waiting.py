@@ -14,7 +14,7 @@ from tests.helpers import replays
 from tests.rigs import Stack
 from tests.workflows.waiting_app import results_seen
 from waitstate.apps import load_apps
-from waitstate.schemas.questions import InputPolicy
+from waitstate.schemas.questions import QuestionPolicy
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.waiting_app:app"
@@ -27,7 +27,7 @@ RESULT_TIMEOUT = 90
 async def test_a_question_for_the_model_ends_its_wait_for_operations_and_is_answered(
     stack: Stack,
 ) -> None:
-    policy = InputPolicy(answered_by="model", timeout=QUESTION_TIMEOUT, on_timeout="decline")
+    policy = QuestionPolicy(answered_by="model", timeout=QUESTION_TIMEOUT, on_timeout="decline")
     tool = purge_tool(PurgeService(stack.http, stack.systems_url), input=policy, mode="handle")
     worker = stack.worker(tools=[tool], apps=load_apps([APP]))
     async with worker:

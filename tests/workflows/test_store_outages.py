@@ -26,14 +26,14 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker, replays, scheduled_activities, start_run
+from tests.workflows.steering_app import Exports
 from waitstate import tool
 from waitstate.client import RunStatus, WaitstateClient
 from waitstate.schemas import TERMINAL_STATUSES, RunInput, RunResult, RunState
-from waitstate.schemas.operations import Completion
 from waitstate.schemas.run import CANCEL_OPERATION
 from waitstate.settings import Settings
 from waitstate.testing.wire_server import WireServer, openai_text, openai_tool_calls
-from waitstate.tools import Job, LongSpec, StartContext, ToolSpec
+from waitstate.tools import LongSpec, ToolSpec
 from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.policies import MODEL_RETRY
 
@@ -57,25 +57,8 @@ class NoArgs(BaseModel):
     pass
 
 
-@dataclass
-class Jobs:
-    """A job system the run's long tool starts a job on; it reports the job done when told."""
-
-    started: int = 0
-    cancelled: int = 0
-    done: bool = False
-
-    async def start(self, args: Any, context: StartContext) -> Job:
-        self.started += 1
-        return Job(job_id="job-1", eta_seconds=60)
-
-    async def status(self, job_id: str) -> Completion:
-        if self.done:
-            return Completion(status="succeeded", result={"rows": 3})
-        return Completion(status="running")
-
-    async def cancel(self, job_id: str) -> None:
-        self.cancelled += 1
+# A job system the run's long tool starts a job on; it reports the job done when told.
+JOB_ETA_SECONDS = 60
 
 
 class Store:
@@ -120,7 +103,7 @@ async def _through_an_outage(
     task_queue: str,
     wire: WireServer,
     store: Store,
-    jobs: Jobs,
+    jobs: Exports,
     history: str,
     continue_after: int | None = None,
 ) -> Outcome:
@@ -203,7 +186,7 @@ async def _through_an_outage(
     return Outcome(result, state, during, activities)
 
 
-def _check(outcome: Outcome, wire: WireServer, jobs: Jobs) -> None:
+def _check(outcome: Outcome, wire: WireServer, jobs: Exports) -> None:
     """The run went on once the store was back: the model asked once per turn, the job never
     cancelled, the outage shown while it lasted and noted in the steps."""
     result, state, during = outcome.result, outcome.state, outcome.during
@@ -239,7 +222,7 @@ async def test_a_blob_store_outage_longer_than_the_models_retries_is_waited_out(
     tmp_path: Path,
     outage: Outage,
 ) -> None:
-    jobs = Jobs()
+    jobs = Exports(eta_seconds=JOB_ETA_SECONDS)
     store = Store(tmp_path / "blobs", outage)
 
     outcome = await _through_an_outage(
@@ -256,7 +239,7 @@ async def test_an_outage_that_outgrows_the_history_goes_on_in_a_continued_run(
 ) -> None:
     # On the dev server, in real time (a few seconds of the run's backoff): the time-skipping
     # server does not move a run continued as new along.
-    jobs = Jobs()
+    jobs = Exports(eta_seconds=JOB_ETA_SECONDS)
     store = Store(tmp_path / "blobs", "unreachable")
 
     outcome = await _through_an_outage(

@@ -17,7 +17,7 @@ from tests.workflows import steering_app
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient, thread_input
 from waitstate.schemas.approvals import ApprovalRequest, DecisionSignal
-from waitstate.schemas.questions import AnswerInput, InputRequest
+from waitstate.schemas.questions import AnswerInput, QuestionRequest
 from waitstate.schemas.threads import ThreadMessage
 from waitstate.settings import Settings
 from waitstate.workflows.agent_run import AgentRunWorkflow
@@ -97,7 +97,7 @@ async def test_a_message_while_a_jobs_question_waits_for_a_person_is_answered(
         ):
             first = await client.send_message(thread_id, "export please", start=start)
 
-            async def asked() -> InputRequest | None:
+            async def asked() -> QuestionRequest | None:
                 state = await client.query(thread_id)
                 return next((q for q in state.questions.values() if q.open), None)
 

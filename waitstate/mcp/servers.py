@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
-from waitstate.schemas.questions import InputPolicy
+from waitstate.schemas.questions import QuestionPolicy
 
 
 @dataclass
@@ -115,7 +115,7 @@ class McpServer:
     require_approval: Sequence[str] = ()
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     task_timeout: timedelta = timedelta(hours=1)
-    input: InputPolicy = field(default_factory=InputPolicy)
+    input: QuestionPolicy = field(default_factory=QuestionPolicy)
     reach_within: timedelta = timedelta(seconds=30)
     roots: Sequence[str] = ()
     sampling: SamplingPolicy | None = None

@@ -154,7 +154,10 @@ CANCEL_OPERATION = "cancel_operation"
 NOTIFY_APPROVAL = "notify_approval"
 RESOLVE_AGENT = "resolve_agent"
 LIST_MCP_TOOLS = "list_mcp_tools"
-NOTIFY_INPUT = "notify_input"
+# A question's notice: its activity keeps the name of a question's old name, "input", which
+# histories record.
+NOTIFY_QUESTION = "notify_input"
+NOTIFY_INPUT = NOTIFY_QUESTION  # the old name, until waitstate/client/_events.py moves off it
 ANSWER_OPERATION = "answer_operation"
 AWAIT_MODEL_RESPONSE = "await_model_response"
 CANCEL_MODEL_RESPONSE = "cancel_model_response"
