@@ -98,7 +98,7 @@ _ACTIVITY_KINDS = {
     run_names.CANCEL_OPERATION: "operation.cancel",
     run_names.ANSWER_OPERATION: "question.deliver",
     run_names.NOTIFY_APPROVAL: "approval.notice",
-    run_names.NOTIFY_INPUT: "question.notice",
+    run_names.NOTIFY_QUESTION: "question.notice",
     run_names.RESOLVE_AGENT: "agent",
     run_names.LIST_MCP_TOOLS: "mcp.tools",
 }

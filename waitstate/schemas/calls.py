@@ -157,7 +157,6 @@ LIST_MCP_TOOLS = "list_mcp_tools"
 # A question's notice: its activity keeps the name of a question's old name, "input", which
 # histories record.
 NOTIFY_QUESTION = "notify_input"
-NOTIFY_INPUT = NOTIFY_QUESTION  # the old name, until waitstate/client/_events.py moves off it
 ANSWER_OPERATION = "answer_operation"
 AWAIT_MODEL_RESPONSE = "await_model_response"
 CANCEL_MODEL_RESPONSE = "cancel_model_response"
