@@ -119,9 +119,9 @@ def test_each_status_is_counted_by_the_query_that_finds_what_run_status_says() -
 
 def test_the_kinds_counted_are_every_kind_a_run_waits_for() -> None:
     # Each literal kind the workflows put in WaitingFor (ledger.wait_kind's two, and those
-    # passed to the board by name) is one the gateway counts.
+    # passed to the board, or to a desk's wait, by name) is one the gateway counts.
     source = "\n".join(p.read_text() for p in (ROOT / "workflows").glob("*.py"))
-    named = set(re.findall(r'waiting\(\s*"([a-z_]+)"', source))
+    named = set(re.findall(r'waiting\(\s*(?:request, )?"([a-z_]+)"', source))
     named |= set(re.findall(r'return "([a-z_]+)" if any\(op\.completion', source))
     named |= set(re.findall(r'else "([a-z_]+)"\n', source)) & {"poll"}
     named |= set(re.findall(r'"([a-z_]+)", ""', source))
