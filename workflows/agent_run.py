@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from .operations import OperationsBook
     from .outages import StoreDown, StoreOutages
     from .parts import RunParts
+    from .plan import Plan
     from .policies import MODEL_RETRY, model_call
     from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
@@ -80,26 +81,31 @@ class AgentRunWorkflow:
 
     @workflow.init
     def __init__(self, input: RunInput) -> None:
-        self._input = input
+        self._plan = Plan(input)  # resolved once, by the opening
         # Continued as new: the ledger, the conversation and pending operations go on.
         self._state = (
             input.carry.state
             if input.carry
             else RunState(task=input.task, model=input.model, constraints=list(input.constraints))
         )
-        self._memory = Memory(input, self._state)
+        self._memory = Memory(self._plan, self._state)
         self._board = StatusBoard(self._state, self._memory)
-        self._continuation = Continuation(input, self._state, self._memory)
-        run = RunParts(input, self._state, self._memory, self._board)
+        self._continuation = Continuation(self._plan, self._state, self._memory)
+        run = RunParts(self._plan, self._state, self._memory, self._board)
         self._questions = QuestionDesk(run)
         self._thread = Conversation(run)
         self._ops = OperationsBook(run, self._continuation, self._questions, self._thread)
         self._asides = ApprovalAsides(run, self._thread)
         self._approvals = ApprovalDesk(run, self._asides)
-        self._budget = Budgets(input, self._state, self._approvals)
+        self._budget = Budgets(self._plan, self._state, self._approvals)
         self._outages = StoreOutages(self._state, self._board)
-        self._opening = Opening(input, self._state, self._board, self._outages)
-        self._background = BackgroundReplies(input, self._state)
+        self._opening = Opening(self._plan, self._state, self._board, self._outages)
+        self._background = BackgroundReplies(self._plan, self._state)
+
+    @property
+    def _input(self) -> RunInput:
+        """The run's input, as resolved (see `Plan`)."""
+        return self._plan.input
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
@@ -161,7 +167,7 @@ class AgentRunWorkflow:
             return None
         except (ApprovalExpired, BudgetExceeded) as ended:  # the run ends (a message fails)
             if not self._thread.on:
-                self._state.error = str(ended)
+                ledger.failed(self._state, str(ended))
                 return await self._finish(ended.status, None)
             self._thread.replied(None, "failed", str(ended))
             return None
@@ -344,7 +350,7 @@ class AgentRunWorkflow:
         if self._thread.on:  # the message fails, not the thread
             self._thread.replied(None, "failed", message)
             raise MessageFailed(message)
-        self._state.error = reason
+        ledger.failed(self._state, reason)
         await self._ops.end_pending("cancelled")
         self._board.set_status("failed")
         # The reason says it all; the chained causes would carry their tracebacks into a
@@ -412,9 +418,9 @@ class AgentRunWorkflow:
             # The turn waited long: its results become the Event of a rebuilt context, since
             # the tool calls they answer are in the transcript being left behind.
             await self._memory.rebuild("; ".join(lines + [m.content for m in self._asides.told()]))
-            self._state.completed.extend(lines)
+            ledger.done(self._state, lines)
             return
-        self._state.completed.extend(lines)
+        ledger.done(self._state, lines)
         self._memory.unsent.extend(
             Message(
                 role="tool",
@@ -459,7 +465,7 @@ class AgentRunWorkflow:
     async def _finish(self, status: RunStatus, output: str | None) -> RunResult:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._state.final_output = output
+        ledger.answered(self._state, output)
         self._board.set_status(status)
         return RunResult(
             status=status,
@@ -476,4 +482,6 @@ class AgentRunWorkflow:
     ) -> NoReturn:
         await self._ops.hand_over()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._ops.trim(turn)
+        self._approvals.trim()
         self._continuation.continue_as_new(answer, turn)

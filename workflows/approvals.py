@@ -29,6 +29,7 @@ from waitstate.schemas.run import NOTIFY_APPROVAL
 
 from . import ledger
 from .asides import ApprovalAsides
+from .continuation import KEEP_CLOSED
 from .desk import Desk, Notifying, Refusals, new_nonce, window
 from .metrics import approval_decided
 from .parts import RunParts
@@ -55,6 +56,13 @@ class ApprovalDesk(Desk[ApprovalRequest]):
         self._asides = asides
         # The nonces of open requests' links; only their hashes go into the state.
         self._link_nonces: dict[str, str] = {}
+
+    def trim(self) -> None:
+        """Bound what continue-as-new carries of the requests: every open one, and the latest
+        `KEEP_CLOSED` decided ones."""
+        requests = self._state.approvals
+        for key in [k for k, r in requests.items() if not r.open][:-KEEP_CLOSED]:
+            del requests[key]
 
     # --- asking --------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 from temporalio.exceptions import ActivityError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunState
+from waitstate.schemas import ModelCallInput, ModelResponse, RunState
 from waitstate.schemas.run import (
     AWAIT_MODEL_RESPONSE,
     CANCEL_MODEL_RESPONSE,
@@ -26,6 +26,7 @@ from waitstate.schemas.run import (
 
 from . import ledger
 from .activity_calls import Failed, call
+from .plan import Plan
 from .policies import (
     BACKGROUND_FIRST_POLL,
     BACKGROUND_MAX_POLL,
@@ -41,8 +42,8 @@ Reply = TypeVar("Reply")
 class BackgroundReplies:
     """The waits of one run's model calls for their background responses."""
 
-    def __init__(self, input: RunInput, state: RunState) -> None:
-        self._input = input
+    def __init__(self, plan: Plan, state: RunState) -> None:
+        self._plan = plan
         self._state = state
 
     async def awaited(
@@ -71,7 +72,7 @@ class BackgroundReplies:
                 wait,
                 result_type=ModelResponse,
                 summary=f"model {request.model} background {response_id}",
-                schedule_to_close_timeout=self._input.model_timeout,
+                schedule_to_close_timeout=self._plan.input.model_timeout,
                 heartbeat_timeout=poll_heartbeat(BACKGROUND_MAX_POLL),
                 retry_policy=BACKGROUND_RETRY,
             )

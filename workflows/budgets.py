@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
-from waitstate.schemas import RunInput, RunState, RunStatus, ToolCall
+from waitstate.schemas import RunState, RunStatus, ToolCall
 from waitstate.schemas.budgets import RAISE_BUDGET, BudgetState
 
 from . import ledger, metrics
 from .approvals import ApprovalDesk
+from .plan import Plan
 
 
 class BudgetExceeded(Exception):
@@ -26,21 +27,21 @@ class BudgetExceeded(Exception):
 class Budgets:
     """Keeps the run within its budget."""
 
-    def __init__(self, input: RunInput, state: RunState, desk: ApprovalDesk) -> None:
-        self._input = input
+    def __init__(self, plan: Plan, state: RunState, desk: ApprovalDesk) -> None:
+        self._plan = plan
         self._state = state
         self._desk = desk
 
     def model(self) -> str:
         """The model the next call asks: the run's, or the cheaper one it degraded to."""
         spent = self._state.budget
-        return spent.degraded_to if spent and spent.degraded_to else self._input.model
+        return spent.degraded_to if spent and spent.degraded_to else self._plan.input.model
 
     def later(self) -> list[str]:
         """The models the run may go on with later: its budget's `degrade_to`, until it
         switched to it (checked with each call before, so a worker that cannot call it fails
         the run at once, not when the budget is nearly spent)."""
-        budget, spent = self._input.budget, self._state.budget
+        budget, spent = self._plan.input.budget, self._state.budget
         if budget is None or budget.on_exceed != "degrade" or budget.degrade_to is None:
             return []
         return [] if spent is not None and spent.degraded_to else [budget.degrade_to]
@@ -54,9 +55,9 @@ class Budgets:
                 model its dollar budget has no price for).
             ApprovalExpired: a request to raise it expired under on_timeout `fail`.
         """
-        budget = self._input.budget
+        budget = self._plan.input.budget
         if budget is None:
-            return self._input.model
+            return self._plan.input.model
         if self._state.budget is None:  # the first call: the limits as declared
             self._state.budget = BudgetState(tokens=budget.tokens, usd=budget.usd)
         spent = self._state.budget
@@ -92,7 +93,7 @@ class Budgets:
         """Count what the run's model calls spent since the last count against the budget:
         every call (its turns, its checkpoints, an MCP server's sampling), its tokens at
         `model`'s price (the model the run asks now)."""
-        budget, spent = self._input.budget, self._state.budget
+        budget, spent = self._plan.input.budget, self._state.budget
         if budget is None or spent is None:
             return
         usage = self._state.usage
@@ -104,7 +105,7 @@ class Budgets:
     async def _raised(self, spent: BudgetState) -> bool:
         """Ask a person to raise the budget by as much again (the approval desk, under the
         budget's approval policy); whether they did."""
-        budget = self._input.budget
+        budget = self._plan.input.budget
         assert budget is not None
         raise_by = {"tokens": budget.tokens, "usd": budget.usd}
         call = ToolCall(

@@ -10,10 +10,12 @@ from typing import NoReturn
 
 from temporalio import workflow
 
-from waitstate.schemas import RunInput, RunState
+from waitstate.schemas import RunState
 from waitstate.schemas.run import CarriedTurn, RunCarry
 
+from . import ledger
 from .memory import Memory
+from .plan import Plan
 
 # On a versioned worker, a run stays on the version that started it, and the run it continues as
 # new starts on the deployment's current version: between turns is where a run moves up, its
@@ -28,8 +30,9 @@ KEEP_CLOSED = 20
 class Continuation:
     """Decides when the run continues as new, and carries it over."""
 
-    def __init__(self, input: RunInput, state: RunState, memory: Memory):
-        self._input = input
+    def __init__(self, plan: Plan, state: RunState, memory: Memory):
+        self._plan = plan
+        input = plan.input
         self._state = state
         self._memory = memory
         # Set when the run continues as new while it waits between turns: the wait's start.
@@ -42,7 +45,7 @@ class Continuation:
     def due(self) -> bool:
         """Temporal suggests it, or the history passed `continue_as_new_after_events`."""
         info = workflow.info()
-        limit = self._input.continue_as_new_after_events
+        limit = self._plan.input.continue_as_new_after_events
         return info.is_continue_as_new_suggested() or (
             limit is not None and info.get_current_history_length() >= limit
         )
@@ -80,11 +83,10 @@ class Continuation:
     ) -> NoReturn:
         """Hand the ledger, the conversation reference, pending operations and an unfinished
         turn to a new run (same workflow id: completions and decisions sent later reach it).
-        The caller has waited for its handlers and cancels."""
-        keep = {
-            i for parked in (turn.parked.values() if turn else []) for i in parked.operation_ids
-        }
-        self._trim(keep)
+        The caller has waited for its handlers and cancels, and had each part trim what it
+        writes (what is carried is bounded: recent steps and lines, every open item, a few
+        closed ones)."""
+        ledger.trim(self._state, KEEP_STEPS)
         self._state.continued_as_new += 1
         carry = RunCarry(
             state=self._state,
@@ -95,20 +97,6 @@ class Continuation:
             waiting_since=self.waiting_since,
         )
         workflow.continue_as_new(
-            self._input.model_copy(update={"carry": carry}),
+            self._plan.input.model_copy(update={"carry": carry}),
             initial_versioning_behavior=UPGRADE_ON_CONTINUE,
         )
-
-    def _trim(self, keep: set[str]) -> None:
-        """Bound what is carried: recent steps and lines, every open item, a few closed ones,
-        and the operations an unfinished turn waits on (`keep`)."""
-        state = self._state
-        state.steps = state.steps[-KEEP_STEPS:]
-        state.completed = state.completed[-KEEP_STEPS:]
-        closed = [k for k, op in state.operations.items() if op.terminal and k not in keep]
-        closed = closed[:-KEEP_CLOSED]
-        decided = [k for k, r in state.approvals.items() if not r.open][:-KEEP_CLOSED]
-        for key in closed:
-            del state.operations[key]
-        for key in decided:
-            del state.approvals[key]

@@ -182,7 +182,7 @@ class Jobs:
             **timing,
         )
         if isinstance(polled, PolledCompletion) and polled.usage is not None:
-            self._state.usage += polled.usage  # the run's model, answering the job's requests
+            ledger.spent(self._state, polled.usage)  # the run's model, answering the job
         return polled
 
     async def _reconcile(self, op: Operation) -> None:

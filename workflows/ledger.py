@@ -221,6 +221,39 @@ def step(
     )
 
 
+def done(state: RunState, lines: Iterable[str]) -> None:
+    """Add finished tool calls' and changed operations' lines (`RunState.completed`)."""
+    state.completed.extend(lines)
+
+
+def failed(state: RunState, reason: str) -> None:
+    """Record why the run (not a thread's message) ends failed or cut short."""
+    state.error = reason
+
+
+def answered(state: RunState, output: str | None) -> None:
+    """Record the run's answer: its final output, or a thread's latest reply."""
+    state.final_output = output
+
+
+def spent(state: RunState, usage: Usage) -> None:
+    """Add tokens the run's model spent outside a turn (a job's requests answered by it)."""
+    state.usage += usage
+
+
+def context_rebuilt(state: RunState, detail: str) -> None:
+    """Count a context rebuilt from the ledger, and say why in the run's progress."""
+    state.context_rebuilds += 1
+    step(state, "event", "context", detail)
+
+
+def trim(state: RunState, keep: int) -> None:
+    """Bound what continue-as-new carries of the progress and the finished lines: the latest
+    `keep` of each."""
+    state.steps = state.steps[-keep:]
+    state.completed = state.completed[-keep:]
+
+
 def model_failure(
     spec: str, cause: BaseException | None, limit_seconds: float, attempts: str
 ) -> str:
@@ -245,7 +278,7 @@ def out_of_turns(state: RunState) -> RunStatus:
     rejected = state.rejected_output
     if rejected is None or rejected.turn != state.turns:
         return "max_turns"
-    state.error = output_never_valid(state.turns, rejected)
+    failed(state, output_never_valid(state.turns, rejected))
     return "output_invalid"
 
 

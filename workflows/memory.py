@@ -14,6 +14,7 @@ from waitstate.wording import span
 
 from . import ledger
 from .activity_calls import Failed, call
+from .plan import Plan
 from .policies import CHECKPOINT_RETRY, model_call
 
 
@@ -34,8 +35,9 @@ class Wait:
 class Memory:
     """The conversation a run's model sees, and how it survives long waits."""
 
-    def __init__(self, input: RunInput, state: RunState) -> None:
-        self._input = input
+    def __init__(self, plan: Plan, state: RunState) -> None:
+        self._plan = plan
+        input = plan.input
         self._state = state
         if input.carry is not None:
             # Continued as new: the conversation goes on where the previous run left it.
@@ -52,6 +54,10 @@ class Memory:
         self.long_wait: timedelta | None = None
         # A long wait that had no checkpoint before it: written before the context is rebuilt.
         self._checkpoint_due: str | None = None
+
+    @property
+    def _input(self) -> RunInput:
+        return self._plan.input
 
     def new_turn(self, transcript_ref: str | None) -> None:
         """The model answered: everything it was sent is in the transcript `transcript_ref`."""
@@ -100,11 +106,8 @@ class Memory:
         text = ledger.rebuilt_context(self._state, event, self._state.checkpoint)
         self.transcript_ref = None
         self.unsent = [Message(role="user", content=text)]
-        self._state.context_rebuilds += 1
-        ledger.step(
+        ledger.context_rebuilt(
             self._state,
-            "event",
-            "context",
             f"rebuilt from the ledger after waiting {span(waited) if waited else 'a while'}",
         )
 

@@ -8,7 +8,7 @@ from typing import NoReturn
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from waitstate.schemas import RunInput, RunState
+from waitstate.schemas import RunState
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.errors import RUN_FAILED
 from waitstate.schemas.run import (
@@ -19,9 +19,11 @@ from waitstate.schemas.run import (
     McpListInput,
 )
 
+from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
 from .outages import StoreDown, StoreOutages
+from .plan import Plan
 from .policies import (
     AGENT_RETRY,
     AGENT_TIMEOUT,
@@ -35,17 +37,20 @@ class Opening:
     """The run's opening: its agent, its MCP tools (not again in a run continued as new)."""
 
     def __init__(
-        self, input: RunInput, state: RunState, board: StatusBoard, outages: StoreOutages
+        self, plan: Plan, state: RunState, board: StatusBoard, outages: StoreOutages
     ) -> None:
-        self._input = input
+        self._plan = plan
         self._state = state
         self._board = board
         self._outages = outages
 
     async def open(self) -> None:
-        if self._input.agent is not None and self._input.carry is None:
-            await self._take_agent(self._input.agent)
-        if self._input.mcp_listing is None and any(SEPARATOR in n for n in self._input.tools):
+        input = self._plan.input
+        if input.agent is not None and input.carry is None:
+            await self._take_agent(input.agent)
+        if self._plan.input.mcp_listing is None and any(
+            SEPARATOR in n for n in self._plan.input.tools
+        ):
             await self._list_mcp_tools()
 
     async def _take_agent(self, name: str) -> None:
@@ -61,23 +66,21 @@ class Opening:
         )
         if isinstance(config, Failed):
             self._fail(config)
-        # In place: the run's parts hold this very input.
-        overrides = self._input.agent_overrides or ()
-        for field, value in config.defaults().items():
-            if field not in overrides:
-                setattr(self._input, field, value)
+        overrides = self._plan.input.agent_overrides or ()
+        resolved = {f: v for f, v in config.defaults().items() if f not in overrides}
         # A thread of the agent takes messages as the agent says, unless its starter said.
         thread = self._state.thread
         if config.thread is not None and thread is not None and "thread" not in overrides:
-            self._input.thread = thread.settings = config.thread
+            resolved["thread"] = thread.settings = config.thread
+        self._plan.resolve(**resolved)
         self._state.agent = name
-        self._state.model = self._input.model
-        self._state.constraints = list(self._input.constraints)
+        self._state.model = self._plan.input.model
+        self._state.constraints = list(self._plan.input.constraints)
 
     async def _list_mcp_tools(self) -> None:
         """List the MCP tools the run was granted, once: every turn, worker and continued run
         then sees the same definitions (kept by reference)."""
-        grants = [name for name in self._input.tools if SEPARATOR in name]
+        grants = [name for name in self._plan.input.tools if SEPARATOR in name]
         # The listing is kept in the blob store: an outage of it is waited out.
         tries = self._outages.tries("listing of MCP tools", MCP_LISTING_RETRY)
         request = McpListInput(grants=grants)
@@ -95,11 +98,11 @@ class Opening:
             await workflow.sleep(listing.delay)
         if isinstance(listing, Failed):
             self._fail(listing)
-        self._input.mcp_listing = listing  # in place: carried on by continue-as-new
+        self._plan.resolve(mcp_listing=listing)  # carried on by continue-as-new
 
     def _fail(self, failed: Failed) -> NoReturn:
         """What the run was started with cannot be served (an unknown agent, an MCP grant no
         server answers): it ends failed at once, saying why in one line."""
-        self._state.error = failed.message
+        ledger.failed(self._state, failed.message)
         self._board.set_status("failed")
         raise ApplicationError(failed.message, type=RUN_FAILED, non_retryable=True) from None

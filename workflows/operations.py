@@ -32,11 +32,11 @@ from waitstate.schemas.operations import (
     Operation,
     OperationStarted,
 )
-from waitstate.schemas.run import ParkedCall
+from waitstate.schemas.run import CarriedTurn, ParkedCall
 
 from . import ledger
 from .activity_calls import Failed
-from .continuation import Continuation
+from .continuation import KEEP_CLOSED, Continuation
 from .desk import new_nonce
 from .jobs import Jobs, call_activity_tool, expected_duration
 from .memory import Wait
@@ -87,6 +87,16 @@ class OperationsBook(Part):
         await self._questions.hand_over()
         self._jobs.stop_watching()
         await self._jobs.cancels_sent()
+
+    def trim(self, turn: CarriedTurn | None) -> None:
+        """Bound what continue-as-new carries of the operations: every open one, the ones an
+        unfinished turn waits on, and the latest `KEEP_CLOSED` closed ones."""
+        parked = turn.parked.values() if turn else []
+        keep = {i for call in parked for i in call.operation_ids}
+        ops = self._state.operations
+        closed = [k for k, op in ops.items() if op.terminal and k not in keep][:-KEEP_CLOSED]
+        for key in closed:
+            del ops[key]
 
     async def end_pending(self, status: str) -> None:
         """The run ends: every pending operation is cancelled, and its job sent a cancel."""
@@ -428,9 +438,14 @@ class OperationsBook(Part):
             await self._memory.rebuild(update)
         else:
             self._memory.unsent.append(Message(role="user", content=update))
-        self._state.completed.extend(
-            ledger.completed_line(f"{op.tool} ({op.operation_id})", ledger.to_json(op.outcome()))
-            for op in changed
+        ledger.done(
+            self._state,
+            (
+                ledger.completed_line(
+                    f"{op.tool} ({op.operation_id})", ledger.to_json(op.outcome())
+                )
+                for op in changed
+            ),
         )
         return True
 

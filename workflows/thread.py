@@ -68,8 +68,10 @@ class Conversation(Part):
         # The message answered aside while the turn waits for operations (see `take_aside`).
         self._aside: ThreadMessage | None = None
         self._outer: list[ThreadMessage | None] = []  # the asides an aside was taken in
-        if run.input.thread is not None and run.state.thread is None:
-            run.state.thread = ThreadState(settings=run.input.thread, idle_since=workflow.now())
+        if run.plan.input.thread is not None and run.state.thread is None:
+            run.state.thread = ThreadState(
+                settings=run.plan.input.thread, idle_since=workflow.now()
+            )
 
     @property
     def on(self) -> bool:
@@ -283,10 +285,7 @@ class Conversation(Part):
         if idle > self._input.rebuild_after:
             self._memory.transcript_ref = None
             self._memory.unsent = [Message(role="user", content=self._rebuilt(message))]
-            self._state.context_rebuilds += 1
-            ledger.step(
-                self._state, "event", "context", f"rebuilt from the ledger after {idle} idle"
-            )
+            ledger.context_rebuilt(self._state, f"rebuilt from the ledger after {idle} idle")
         else:
             self._memory.unsent.append(Message(role="user", content=message.text))
         self._board.show()
@@ -315,7 +314,7 @@ class Conversation(Part):
             self._thread.idle_since = message.replied_at
         self._answered += 1
         self._trim()
-        self._state.final_output = reply
+        ledger.answered(self._state, reply)
         ledger.step(self._state, "event", "reply", f"{message.message_id} {message.status}")
 
     def run_is_full(self) -> bool:

@@ -316,7 +316,25 @@ class StoreOutage(BaseModel):
 
 
 class RunState(BaseModel):
-    """Where a run is: returned by the `status` query and, once closed, by the CLI."""
+    """Where a run is: returned by the `status` query and, once closed, by the CLI.
+
+    Each field the run changes has one writer (a part of `workflows/`, or its ledger's
+    functions); the others ask it. `tests/workflows/test_state_writers.py` holds the code to
+    this list.
+
+    Writers:
+        status: StatusBoard
+        agent, model, constraints: Opening
+        turns, tool_calls, references, rejected_output: AgentRunWorkflow
+        steps, completed, usage, error, final_output, context_rebuilds: ledger
+        checkpoint: Memory
+        operations: OperationsBook
+        approvals, ignored_decisions: ApprovalDesk
+        questions: QuestionDesk
+        budget: Budgets
+        store_outage: StoreOutages
+        continued_as_new: Continuation
+    """
 
     status: RunStatus = "running"
     agent: str | None = None
