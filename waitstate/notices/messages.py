@@ -66,37 +66,33 @@ def compose(notice: Mapping[str, Any]) -> Message:
             if example_answer(schema) is not None
             else "answer.json: a JSON object matching the form above"
         )
-        return Message(
-            subject=one_line(f"Question from {tool} (run {run}){tag}", SUBJECT_CHARS),
-            intro=f"An operation of run {run} asks {group} a question{escalated}.",
-            facts=(
-                ("Question", _text(notice.get("message"))),
-                ("Asked by", f"{tool}, in run {run}"),
-                expires,
-                ("Question id", question),
-            ),
-            detail=("The answer's form (JSON schema)", _json(notice.get("requested_schema"))),
-            page=page,
-            action="Open the question to answer it",
-            fallback="No link was made (the worker has no token keys or gateway URL): answer "
-            f"with {answer_command(run, question, schema)} ({values})",
+        subject = f"Question from {tool} (run {run})"
+        intro = f"An operation of run {run} asks {group} a question"
+        said = ("Question", _text(notice.get("message")))
+        asked_by, named = f"{tool}, in run {run}", ("Question id", question)
+        detail = ("The answer's form (JSON schema)", _json(schema))
+        action = "Open the question to answer it"
+        otherwise = f"answer with {answer_command(run, question, schema)} ({values})"
+    else:
+        request = one_line(notice.get("request_id"))
+        subject = f"Approval needed: {tool} (run {run})"
+        intro = f"Run {run} asks {group} to approve a call of {tool}"
+        said = ("Reason", _text(notice.get("reason")))
+        asked_by, named = f"run {run}", ("Request id", request)
+        detail = ("Arguments", _json(notice.get("arguments")))
+        action = "Open the request to approve or reject it"
+        otherwise = (
+            f"decide with {cli_command()} approve {shlex.quote(run)} "
+            f"--request {shlex.quote(request)} (or reject)"
         )
-    request = one_line(notice.get("request_id"))
     return Message(
-        subject=one_line(f"Approval needed: {tool} (run {run}){tag}", SUBJECT_CHARS),
-        intro=f"Run {run} asks {group} to approve a call of {tool}{escalated}.",
-        facts=(
-            ("Reason", _text(notice.get("reason"))),
-            ("Asked by", f"run {run}"),
-            expires,
-            ("Request id", request),
-        ),
-        detail=("Arguments", _json(notice.get("arguments"))),
+        subject=one_line(subject + tag, SUBJECT_CHARS),
+        intro=intro + escalated + ".",
+        facts=(said, ("Asked by", asked_by), expires, named),
+        detail=detail,
         page=page,
-        action="Open the request to approve or reject it",
-        fallback="No link was made (the worker has no token keys or gateway URL): decide with "
-        f"{cli_command()} approve {shlex.quote(run)} --request {shlex.quote(request)} "
-        "(or reject)",
+        action=action,
+        fallback="No link was made (the worker has no token keys or gateway URL): " + otherwise,
     )
 
 
