@@ -418,9 +418,9 @@ class AgentRunWorkflow:
             # The turn waited long: its results become the Event of a rebuilt context, since
             # the tool calls they answer are in the transcript being left behind.
             await self._memory.rebuild("; ".join(lines + [m.content for m in self._asides.told()]))
-            ledger.done(self._state, lines)
+            ledger.add_completed(self._state, lines)
             return
-        ledger.done(self._state, lines)
+        ledger.add_completed(self._state, lines)
         self._memory.unsent.extend(
             Message(
                 role="tool",

@@ -221,7 +221,7 @@ def step(
     )
 
 
-def done(state: RunState, lines: Iterable[str]) -> None:
+def add_completed(state: RunState, lines: Iterable[str]) -> None:
     """Add finished tool calls' and changed operations' lines (`RunState.completed`)."""
     state.completed.extend(lines)
 

@@ -438,7 +438,7 @@ class OperationsBook(Part):
             await self._memory.rebuild(update)
         else:
             self._memory.unsent.append(Message(role="user", content=update))
-        ledger.done(
+        ledger.add_completed(
             self._state,
             (
                 ledger.completed_line(
