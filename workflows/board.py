@@ -29,12 +29,6 @@ from .search_attributes import (
 # `starter.py pending` and the Web UI's WaitingFor="input" filter look for).
 PRECEDENCE = ("input", "approval", "webhook", "poll")
 SYSTEM_KINDS = frozenset({"webhook", "poll"})
-# The endings Temporal's own ExecutionStatus tells (Completed), so no AgentStatus upsert (a
-# history event) marks them: a run that completes costs the events of a plain workflow, and
-# readers take a closed run's status from ExecutionStatus while its AgentStatus is one of a
-# run still going (`waitstate.client.run_status`). The other endings (`max_turns`, ...) are
-# the run's own, and upserted; `failed` and `cancelled` too, said before the run ends.
-TOLD_BY_TEMPORAL = frozenset({"completed"})
 
 
 class StatusBoard:
@@ -51,8 +45,6 @@ class StatusBoard:
         self._state.status = status
         if self._quiet() and status == "running":
             return  # a thread at work shows what it shows idle (see `_shown`)
-        if status in TOLD_BY_TEMPORAL:
-            return
         # AgentStatus filters the Web UI's list; skip the upsert (a history event) when the
         # value is already set.
         if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:

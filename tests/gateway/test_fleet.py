@@ -78,7 +78,7 @@ async def test_runs_are_counted_by_status_and_by_what_they_wait_for(
             await handle.terminate("counted")
 
     # Ended by Temporal, their AgentStatus still says `waiting`: they count as failed, no
-    # longer as waiting (a completed run, whose status is not upserted as it ends, the same).
+    # longer as waiting.
     async def ended() -> bool:
         await counts.refresh()
         status = _value(registry, "waitstate_runs", "status", "waiting")
@@ -110,10 +110,12 @@ def test_a_runs_status_is_its_own_ending_else_temporals(
 
 def test_each_status_is_counted_by_the_query_that_finds_what_run_status_says() -> None:
     assert status_query("waiting") == "ExecutionStatus = 'Running' AND AgentStatus = 'waiting'"
-    assert status_query("completed") == (
-        "ExecutionStatus IN ('Completed') AND "
-        "(AgentStatus IN ('running', 'waiting') OR AgentStatus = 'completed')"
+    assert status_query("failed") == (
+        "(AgentStatus = 'failed' OR "
+        "(ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut') AND "
+        "AgentStatus IN ('running', 'waiting')))"
     )
+    assert status_query("completed") == "AgentStatus = 'completed'"
     assert status_query("max_turns") == "AgentStatus = 'max_turns'"
 
 

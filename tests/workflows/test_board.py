@@ -18,7 +18,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ROOT, Stack
-from waitstate.client import run_status
 from waitstate.schemas.approvals import ApprovalPolicy, DecisionSignal
 from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.search_attributes import AGENT_STATUS, WAIT_EXPIRES_AT, WAITING_FOR
@@ -73,10 +72,7 @@ async def test_waiting_runs_are_found_by_what_they_wait_for(stack: Stack) -> Non
         assert run.typed_search_attributes.get(WAIT_EXPIRES_AT) is not None, kind
         assert results[kind].status == "completed", kind
         attributes = finished[kind].typed_search_attributes
-        # No upsert as it completes (1.0): it shows what it showed last, and readers take
-        # Temporal's status for it.
-        assert attributes.get(AGENT_STATUS) == "running", kind
-        assert run_status(attributes.get(AGENT_STATUS), finished[kind].status) == "completed"
+        assert attributes.get(AGENT_STATUS) == "completed", kind
         assert attributes.get(WAITING_FOR) == "none", kind
 
 

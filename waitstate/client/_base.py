@@ -171,16 +171,15 @@ def closed_status(status: WorkflowExecutionStatus | None) -> str:
     }.get(status, "failed")
 
 
-# The AgentStatus of a run still going. A run that completes leaves it as it was (1.0: no
-# upsert, no history event, at the end), as does one Temporal ended (terminated, timed out).
+# The AgentStatus of a run still going: what a run Temporal ended (terminated, timed out)
+# still shows, since it had no chance to say how it ended.
 GOING_STATUSES = ("running", "waiting")
 CONTINUED = WorkflowExecutionStatus.CONTINUED_AS_NEW
 
 
 def run_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str:
-    """A run's status from visibility: its `AgentStatus` while it runs, or when it ended in a
-    way only the run can tell (`max_turns`, `approval_expired`, ...); else, once closed,
-    Temporal's (`completed`, `failed`, `cancelled`)."""
+    """A run's status from visibility: its `AgentStatus`, unless it closed while that still
+    says it is going (Temporal ended it): then Temporal's (`failed`, `cancelled`...)."""
     if execution in (None, WorkflowExecutionStatus.RUNNING, CONTINUED):
         return agent_status or "running"  # a continued run: as it was when it handed over
     if agent_status is None or agent_status in GOING_STATUSES:

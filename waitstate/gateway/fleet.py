@@ -24,27 +24,23 @@ from waitstate.schemas.run import RunStatus
 log = logging.getLogger("waitstate.gateway")
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 _RUNS = f"WorkflowType = '{AGENT_RUN}'"
-# Temporal's closed statuses each of ours stands for when a run's AgentStatus is still one of a
-# run going (as `closed_status` reads them).
-_ENDED_AS = {
-    "completed": ("Completed",),
-    "cancelled": ("Canceled",),
-    "failed": ("Failed", "Terminated", "TimedOut"),
-}
+# Temporal's statuses of a run it ended (terminated, timed out) while its AgentStatus still
+# said it was going: counted as `failed`, as `waitstate.client.run_status` reads them.
+_ENDED_BY_TEMPORAL = ("Failed", "Terminated", "TimedOut")
 
 
 def status_query(status: str) -> str:
     """The visibility query of the runs `waitstate.client.run_status` says are in `status`: a
-    run still going by its AgentStatus; a completed one by Temporal's status, whatever
-    AgentStatus it showed last (none is upserted as it completes); the other endings by theirs."""
+    run still going by its AgentStatus, while it runs; a failed one by its AgentStatus, or by
+    Temporal's status when Temporal ended it; the other endings by their AgentStatus."""
     going = ", ".join(f"'{s}'" for s in GOING_STATUSES)
     if status in GOING_STATUSES:
         return f"ExecutionStatus = 'Running' AND {AGENT_STATUS.name} = '{status}'"
-    if status in _ENDED_AS:
-        executions = ", ".join(f"'{e}'" for e in _ENDED_AS[status])
+    if status == "failed":
+        ended = ", ".join(f"'{e}'" for e in _ENDED_BY_TEMPORAL)
         return (
-            f"ExecutionStatus IN ({executions}) AND "
-            f"({AGENT_STATUS.name} IN ({going}) OR {AGENT_STATUS.name} = '{status}')"
+            f"({AGENT_STATUS.name} = 'failed' OR "
+            f"(ExecutionStatus IN ({ended}) AND {AGENT_STATUS.name} IN ({going})))"
         )
     return f"{AGENT_STATUS.name} = '{status}'"
 
@@ -56,7 +52,7 @@ class RunCounts:
         self._client = client
         self.by_status = Gauge(
             "waitstate_runs",
-            "Runs by status (AgentStatus; ExecutionStatus for a run that completed or Temporal ended)",
+            "Runs by AgentStatus (failed: also runs Temporal ended while they ran)",
             ["status"],
             registry=registry,
         )
