@@ -301,8 +301,9 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     is committed under tests/histories/, which test_replay checks every later change against:
     a path without one fails, so no new path that waits goes unrecorded. With
     WAITSTATE_RECORD_HISTORIES=1 the run's history is kept there: as `<name>.json` for a run of
-    the 1.0 baseline, or `<name>.<patch>.json` for a run of a later patch (the newest of
-    `MARKERS` it records).
+    the 1.0 baseline as first recorded, `<name>.revision-<n>.json` for a run of a later
+    revision (`RunInput.revision`), or `<name>.<patch>.json` for a run of a later patch (the
+    newest of `MARKERS` it records).
     A history already kept is never written again."""
     history = await handle.fetch_history()
     replayer = agent_replayer([AgentRunWorkflow])
@@ -314,17 +315,35 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
             "WAITSTATE_RECORD_HISTORIES=1 (docs/versions.md) and commit the new file"
         )
         return
+    await keep_history(name, history)
+
+
+async def keep_history(name: str, history: WorkflowHistory) -> Path:
+    """Keeps a history of the path `name` under tests/histories/, named by its version (see
+    `replays`), unless one of that version is kept already: a history is never recorded
+    again."""
     # The newest marker the run records names its history (none since the 1.0 baseline).
     patches = recorded_patches(history.events)
-    patch = next((p for p in reversed(MARKERS) if p in patches), None)
-    path = HISTORIES / (f"{name}.json" if patch is None else f"{name}.{patch}.json")
+    version = next((p for p in reversed(MARKERS) if p in patches), None)
+    if version is None and (revision := await recorded_revision(history)) > 0:
+        version = f"revision-{revision}"
+    path = HISTORIES / (f"{name}.json" if version is None else f"{name}.{version}.json")
     if not path.exists():
         path.write_text(history.to_json())
+    return path
+
+
+async def recorded_revision(history: WorkflowHistory) -> int:
+    """The revision of the run's behaviour its history was recorded with (its input's)."""
+    started = history.events[0].workflow_execution_started_event_attributes
+    [run_input] = await DATA_CONVERTER.decode(started.input.payloads, [RunInput])
+    assert isinstance(run_input, RunInput)
+    return run_input.recorded_revision()
 
 
 def committed_histories(name: str) -> list[Path]:
     """The committed histories of the path `name`, of every workflow version it was recorded
-    in (`<name>.json`, `<name>.<patch>.json`)."""
+    in (`<name>.json`, `<name>.revision-<n>.json`, `<name>.<patch>.json`)."""
     return sorted([*HISTORIES.glob(f"{name}.json"), *HISTORIES.glob(f"{name}.*.json")])
 
 

@@ -7,6 +7,7 @@ removed."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import re
 import uuid
@@ -20,7 +21,14 @@ from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
 import waitstate.cli.main as starter
-from tests.helpers import HISTORIES, eventually, first_unreplayable, recorded_patches
+from tests.helpers import (
+    HISTORIES,
+    eventually,
+    first_unreplayable,
+    recorded_patches,
+    recorded_revision,
+)
+from waitstate.schemas.run import REVISION
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / "workflows"
@@ -290,3 +298,33 @@ async def test_the_lifecycles_steps_replay_as_the_doc_says(
     assert fails_at is not None and fails_at[1] == "MARKER_RECORDED", fails_at
     # ... and not those that recorded it with `deprecate_patch`.
     assert await _replays(deprecated, Removed) is None
+
+
+# "### Revision 1: a run that completes upserts no status as it ends"
+_REVISION_SECTION = re.compile(r"^### Revision (\d+): ", re.MULTILINE)
+# "..., of which 87 of revision 0 and 4 of revision 1."
+_REVISION_KEPT = re.compile(r"(\d+) of revision (\d+)")
+
+
+def test_every_revision_has_its_story_and_its_histories() -> None:
+    versions = importlib.import_module("waitstate.workflows.versions")
+    declared = sorted(
+        value
+        for name, value in vars(versions).items()
+        if name.isupper() and isinstance(value, int) and not isinstance(value, bool)
+    )
+    text = DOC.read_text()
+    said = " ".join(text.split("are runs of every version:")[1].split("\n\n")[0].split())
+    kept: dict[int, int] = {}
+    for path in sorted(HISTORIES.glob("*.json")):
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        revision = asyncio.run(recorded_revision(history))
+        kept[revision] = kept.get(revision, 0) + 1
+        # Named by its revision, so a new revision's recordings sit beside the old ones.
+        assert (".revision-" in path.name) == (revision > 0), path.name
+
+    # Each revision the workflows branch on has its section, the newest is what starts get.
+    assert declared == list(range(1, REVISION + 1))
+    assert [int(n) for n in _REVISION_SECTION.findall(text)] == declared
+    assert {int(r): int(n) for n, r in _REVISION_KEPT.findall(said)} == kept
+    assert set(kept) == {0, *declared}  # every revision has histories of its own

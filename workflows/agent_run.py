@@ -466,7 +466,7 @@ class AgentRunWorkflow:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
         ledger.answered(self._state, output)
-        self._board.set_status(status)
+        self._board.end(status, self._input.recorded_revision())
         return RunResult(
             status=status,
             final_output=output,

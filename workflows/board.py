@@ -15,7 +15,7 @@ from waitstate.schemas import RunState, RunStatus
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.questions import QuestionRequest
 
-from . import ledger
+from . import ledger, versions
 from .memory import Memory, Wait
 from .search_attributes import (
     AGENT_STATUS,
@@ -49,6 +49,16 @@ class StatusBoard:
         # value is already set.
         if workflow.info().typed_search_attributes.get(AGENT_STATUS) != status:
             workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+
+    def end(self, status: RunStatus, revision: int) -> None:
+        """The run's last status. From revision `COMPLETED_UNMARKED` on, a run that completes
+        leaves the `AgentStatus` it showed: Temporal's ExecutionStatus says it completed
+        (`waitstate.client.run_status` reads both), and the upsert would be its history's one
+        event more than a plain workflow's. The endings only the run can tell are shown."""
+        if status == "completed" and revision >= versions.COMPLETED_UNMARKED:
+            self._state.status = status
+            return
+        self.set_status(status)
 
     @contextlib.contextmanager
     def waiting(

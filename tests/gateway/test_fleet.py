@@ -115,7 +115,10 @@ def test_each_status_is_counted_by_the_query_that_finds_what_run_status_says() -
         "(ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut') AND "
         "AgentStatus IN ('running', 'waiting')))"
     )
-    assert status_query("completed") == "AgentStatus = 'completed'"
+    assert status_query("completed") == (
+        "(AgentStatus = 'completed' OR "
+        "(ExecutionStatus = 'Completed' AND AgentStatus IN ('running', 'waiting')))"
+    )
     assert status_query("max_turns") == "AgentStatus = 'max_turns'"
 
 

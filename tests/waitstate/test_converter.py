@@ -9,6 +9,7 @@ from typing import Any
 
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
+from waitstate.schemas.run import REVISION
 
 
 def _recorded(value: Any) -> dict[str, Any]:
@@ -58,3 +59,20 @@ def test_a_run_input_is_recorded_whole() -> None:
     assert recorded["max_turns"] == RunInput.model_fields["max_turns"].default
     assert recorded["approval"]["on_timeout"] == run.approval.on_timeout
     assert _round_trip(run) == run
+
+
+def test_a_run_input_records_its_revision_and_one_recorded_without_reads_as_0() -> None:
+    started = RunInput(task="t")
+    recorded = _recorded(started)
+    before_revisions = {k: v for k, v in recorded.items() if k != "revision"}
+    [payload] = DATA_CONVERTER.payload_converter.to_payloads([started])
+    payload.data = json.dumps(before_revisions).encode()
+    [old] = DATA_CONVERTER.payload_converter.from_payloads([payload], [RunInput])
+
+    assert recorded["revision"] == REVISION
+    assert _round_trip(started).recorded_revision() == REVISION
+    assert _round_trip(RunInput(task="t", revision=0)).recorded_revision() == 0
+    # An input recorded before revisions replays as 0; the input it continues as new with
+    # (a copy, as `Continuation` makes it) is recorded with the newest.
+    assert old.recorded_revision() == 0
+    assert _round_trip(old.model_copy(update={"task": "next"})).recorded_revision() == REVISION

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
@@ -26,6 +27,7 @@ from tests.helpers import (
 from tests.upstream import pydantic_says
 from tests.workflows.runs import run_to_end
 from waitstate.activation_order import workflow_runner
+from waitstate.client import run_status
 from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas import ModelCallInput, ModelResponse, RunInput, RunResult, RunState
 from waitstate.schemas.errors import RUN_FAILED
@@ -88,7 +90,23 @@ async def test_demo_run_calls_tools_and_answers(run: Run) -> None:
         (3, "model", "scripted:demo"),
     ]
     assert state.status == "completed"
+    # Revision 1: no upsert as it completes; Temporal's status says it, `run_status` reads both.
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "running"
+    assert run_status("running", description.status) == "completed"
+    events = [e.event_type for e in (await handle.fetch_history()).events]
+    assert events[-2] == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED  # no upsert before the end
+
+
+async def test_a_run_of_revision_0_upserts_completed_as_it_ends(run: Run) -> None:
+    """The behaviour of histories recorded before revisions were carried, kept for a run
+    started with it: its last command is the `completed` upsert."""
+    result, _, handle = await run(task="What is 1234 * 5678?", model="scripted:demo", revision=0)
+    description = await handle.describe()
+    events = [e.event_type for e in (await handle.fetch_history()).events]
+
+    assert result.status == "completed"
     assert description.typed_search_attributes.get(AGENT_STATUS) == "completed"
+    assert events[-2] == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 
 
 async def test_tool_calls_of_one_turn_run_concurrently(run: Run) -> None:

@@ -1,7 +1,8 @@
 """Replay: today's workflow code must reproduce the commands of recorded histories exactly.
 
-A change that would break runs in flight fails here. To record the committed histories again
-(only when a change is deliberately incompatible and guarded by `workflow.patched`):
+A change that would break runs in flight fails here. To record the scenarios' histories of a
+new version (a `workflow.patched` marker or an input revision; a history already kept is never
+written again):
 
     .venv/bin/python -m tests.workflows.test_replay
 
@@ -24,7 +25,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.helpers import committed_histories, make_worker
+from tests.helpers import committed_histories, keep_history, make_worker
 from tests.rigs import time_skipping_server
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.schemas import RunInput
@@ -273,8 +274,8 @@ async def _record_all() -> None:
     async with time_skipping_server() as env:
         for name in SCENARIOS:
             history = await _record(env.client, f"record-{uuid.uuid4()}", name)
-            (HISTORIES / f"{name}.json").write_text(history.to_json())
-            print(f"recorded {name}: {len(history.events)} events")
+            path = await keep_history(name, history)
+            print(f"{path.name}: {len(history.events)} events")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ _ENDED_BY_TEMPORAL = ("Failed", "Terminated", "TimedOut")
 def status_query(status: str) -> str:
     """The visibility query of the runs `waitstate.client.run_status` says are in `status`: a
     run still going by its AgentStatus, while it runs; a failed one by its AgentStatus, or by
-    Temporal's status when Temporal ended it; the other endings by their AgentStatus."""
+    Temporal's status when Temporal ended it; a completed one by its AgentStatus, or (from
+    revision 1, which upserts none as it completes) by Temporal's; the other endings by their
+    AgentStatus."""
     going = ", ".join(f"'{s}'" for s in GOING_STATUSES)
     if status in GOING_STATUSES:
         return f"ExecutionStatus = 'Running' AND {AGENT_STATUS.name} = '{status}'"
@@ -41,6 +43,11 @@ def status_query(status: str) -> str:
         return (
             f"({AGENT_STATUS.name} = 'failed' OR "
             f"(ExecutionStatus IN ({ended}) AND {AGENT_STATUS.name} IN ({going})))"
+        )
+    if status == "completed":  # since revision 1 a run that completes upserts no status
+        return (
+            f"({AGENT_STATUS.name} = 'completed' OR "
+            f"(ExecutionStatus = 'Completed' AND {AGENT_STATUS.name} IN ({going})))"
         )
     return f"{AGENT_STATUS.name} = '{status}'"
 

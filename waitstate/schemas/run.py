@@ -156,6 +156,11 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     return provider, model
 
 
+# The newest revision of the agent run's behaviour that a run's input carries (docs/versions.md,
+# "Revisions"): 1, a run that completes upserts no `AgentStatus` as it ends.
+REVISION = 1
+
+
 class RunInput(BaseModel):
     """Everything a run needs to know; it travels in the workflow's start event."""
 
@@ -235,6 +240,15 @@ class RunInput(BaseModel):
         "tenants share the model queue fairly where the server balances by key.",
     )
 
+    revision: int = Field(
+        default=REVISION,
+        ge=0,
+        le=REVISION,
+        description="The revision of the run's behaviour it was started with (docs/versions.md): "
+        "the newest unless set. A run recorded before revisions were carried has none and "
+        "replays as 0 (`recorded_revision`); the run it continues as new gets the newest.",
+    )
+
     @field_validator("tenant")
     @classmethod
     def _check_tenant(cls, tenant: str | None) -> str | None:
@@ -245,6 +259,12 @@ class RunInput(BaseModel):
         if self.agent is not None and self.agent_overrides is None:
             self.agent_overrides = sorted(self.model_fields_set & AGENT_FIELDS)
         return self
+
+    def recorded_revision(self) -> int:
+        """The revision the run was started with: 0 for an input recorded before revisions
+        were carried, which has no `revision` (its history must replay as it was recorded;
+        the input is recorded whole, so every later one has it)."""
+        return self.revision if "revision" in self.model_fields_set else 0
 
     def model_specs(self) -> list[tuple[str, str]]:
         """Every model spec the run may call, each with where it was given: its `model`, and
