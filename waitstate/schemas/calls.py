@@ -5,7 +5,7 @@ names."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,11 @@ DEFAULT_SYSTEM_PROMPT = (
     "when a tool returns an error, read it and correct your call. "
     "Answer the task plainly when you are done."
 )
+
+# The run's MCP listing as the activities it calls get it: a reference to the stored `McpListing`.
+McpListingRef = Annotated[
+    str | None, Field(description="The run's MCP listing (a blob reference), for MCP tools.")
+]
 
 
 class ModelCallInput(BaseModel):
@@ -40,9 +45,7 @@ class ModelCallInput(BaseModel):
         description="The run's agent: its model settings apply, and a final answer must "
         "validate against its output type.",
     )
-    mcp_listing: str | None = Field(
-        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
-    )
+    mcp_listing: McpListingRef = None
     answered: ModelResponse | None = Field(
         default=None,
         description="The model's reply to this very call, given before the blob store failed "
@@ -111,9 +114,7 @@ class ToolCallInput(BaseModel):
         description="Chosen by the run for a callback operation: every token minted for it "
         "carries this nonce, whichever key signs it. Not a secret (a token needs the key).",
     )
-    mcp_listing: str | None = Field(
-        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
-    )
+    mcp_listing: McpListingRef = None
 
 
 class ToolResult(BaseModel):
