@@ -201,15 +201,14 @@ class AgentConfig(BaseModel):
             "max_turns": self.max_turns,
             "constraints": list(self.constraints),
         }
-        if self.model is not None:
-            fields["model"] = self.model
-        if self.operation_timeout is not None:
-            fields["operation_timeout"] = self.operation_timeout
-        if self.budget is not None:
-            fields["budget"] = self.budget
-        if self.tenant is not None:
-            fields["tenant"] = self.tenant
-        return fields
+        # The optional ones only where the agent sets them: unset, the run keeps its own.
+        optional = {
+            "model": self.model,
+            "operation_timeout": self.operation_timeout,
+            "budget": self.budget,
+            "tenant": self.tenant,
+        }
+        return fields | {name: value for name, value in optional.items() if value is not None}
 
 
 class McpListing(BaseModel):
