@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
@@ -47,18 +47,25 @@ class Placement:
 RUN_QUEUE = Placement()
 
 
+class CallOptions(TypedDict, total=False):
+    """What `call` passes on to `workflow.execute_activity` as it is (each None if not given,
+    as there)."""
+
+    start_to_close_timeout: timedelta | None
+    schedule_to_close_timeout: timedelta | None
+    heartbeat_timeout: timedelta | None
+    retry_policy: RetryPolicy | None
+    activity_id: str | None
+
+
 async def call(
     activity: str,
     arg: Any,
     *,
     result_type: type[T],
     summary: str,
-    start_to_close_timeout: timedelta | None = None,
-    schedule_to_close_timeout: timedelta | None = None,
-    heartbeat_timeout: timedelta | None = None,
-    retry_policy: RetryPolicy | None = None,
-    activity_id: str | None = None,
     placement: Placement = RUN_QUEUE,
+    **options: Unpack[CallOptions],
 ) -> T | Failed:
     """Run `activity` with `arg`: its result, or `Failed`.
 
@@ -71,13 +78,9 @@ async def call(
             arg,
             result_type=result_type,
             summary=summary,
-            start_to_close_timeout=start_to_close_timeout,
-            schedule_to_close_timeout=schedule_to_close_timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            retry_policy=retry_policy,
-            activity_id=activity_id,
             task_queue=placement.task_queue,
             priority=placement.priority,
+            **options,
         )
     except ActivityError as err:
         if is_cancelled_exception(err):

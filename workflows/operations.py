@@ -211,21 +211,14 @@ class OperationsBook(Part):
         self, call: ToolCall, operation_id: str, started: OperationStarted
     ) -> ToolResult | ParkedCall:
         """Register a started job, watch it, and answer the call per the tool's mode."""
+        # Everything the start said of the job, as it said it, and the run's own bookkeeping.
         op = Operation(
+            **dict(started),
             operation_id=operation_id,
             tool=call.name,
             tool_call_id=call.id,
             turn=self._state.turns,
-            completion=started.completion,
-            mode=started.mode,
-            job_id=started.job_id,
             started_at=workflow.now(),
-            expires_at=started.expires_at,
-            eta_seconds=started.eta_seconds,
-            poll_interval_seconds=started.poll_interval_seconds,
-            reconcile_seconds=started.reconcile_seconds,
-            nonce_hash=started.nonce_hash,
-            input=started.input,
         )
         self._state.operations[op.operation_id] = op
         # Reports that beat the start's answer, in the order they came.

@@ -217,7 +217,7 @@ async def test_delivery_refusals_pass_through(
 
     response = await gw.client.post(URL, json=SUCCEEDED, headers=gw.auth())
 
-    assert assert_error(response, refusal.status_code, code) == refusal.message
+    assert assert_error(response, refusal.status, code) == refusal.message
     assert len(gw.deliverer.calls) == 1
 
 

@@ -101,7 +101,7 @@ async def test_identical_decisions_share_one_update_and_copies_are_refused() -> 
 
     ids = [update_id for _, _, update_id in client.handle.updates]
     assert len(set(ids)) == 1 and ids[0].startswith(f"decide/{REQUEST}/")
-    assert (copy.value.status_code, copy.value.code) == (409, "duplicate_decision")
+    assert (copy.value.status, copy.value.code) == (409, "duplicate_decision")
 
 
 async def test_decide_returns_an_outcome_the_run_did_not_accept() -> None:

@@ -42,4 +42,4 @@ async def test_a_temporal_never_reached_is_a_503_not_a_crash(closed_port: int) -
     with pytest.raises(DeliveryRefused) as refused:
         await deliverer.complete(claims, HALF, "d1")
 
-    assert (refused.value.status_code, refused.value.code) == (503, "temporal_unavailable")
+    assert (refused.value.status, refused.value.code) == (503, "temporal_unavailable")

@@ -357,7 +357,7 @@ async def test_a_replys_token_is_refused_by_the_other_endpoints(
 def passed_on(refused: DeliveryRefused, code: str, id: str) -> Any:
     """A case of a refusal the caller gets as the run gave it: its status and message, and
     `code` (the refusal's own, else its status's)."""
-    return pytest.param(refused, refused.status_code, code, refused.message, id=id)
+    return pytest.param(refused, refused.status, code, refused.message, id=id)
 
 
 # What the run (or the deliverer on its behalf) answers, passed on to the caller.

@@ -40,7 +40,7 @@ def test_each_client_error_is_a_status_and_a_code(
 ) -> None:
     refused = refusal(error, thread_id="t")
 
-    assert (refused.status_code, refused.code) == (status, code)
+    assert (refused.status, refused.code) == (status, code)
     assert refused.message
     assert "permission denied" not in refused.message  # Temporal's own words stay in the log
     assert refused.retry_with == {}
@@ -52,9 +52,9 @@ def test_an_unknown_outcome_is_no_refusal_and_names_what_makes_its_retry_safe() 
         OutcomeUnknown("t", "no answer within 20 s", "key-2"), thread_id="t", start=True
     )
 
-    assert (message.status_code, message.code) == (504, "outcome_unknown")
+    assert (message.status, message.code) == (504, "outcome_unknown")
     assert message.retry_with == {"key": "key-1"}
     assert "key-1" in message.message
-    assert (start.status_code, start.code) == (504, "outcome_unknown")
+    assert (start.status, start.code) == (504, "outcome_unknown")
     assert start.retry_with == {"thread_id": "t", "key": "key-2"}
     assert "key-2" in start.message and "t" in start.message

@@ -87,31 +87,34 @@ class ResumeClaims:
     key_id: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScopedClaims:
+    """What every verified scoped token (thread, view, publish) says besides what it names:
+    until when it is valid, and the id of the key that signed it."""
+
+    expires_at: datetime
+    key_id: str
+
+
 @dataclass(frozen=True)
-class ThreadClaims:
+class ThreadClaims(ScopedClaims):
     """What a verified thread token says: which thread it may talk in, until when."""
 
     thread_id: str
-    expires_at: datetime
-    key_id: str
 
 
 @dataclass(frozen=True)
-class ViewClaims:
+class ViewClaims(ScopedClaims):
     """What a verified view token says: which run's events it may read, until when."""
 
     run_id: str
-    expires_at: datetime
-    key_id: str
 
 
 @dataclass(frozen=True)
-class PublishClaims:
+class PublishClaims(ScopedClaims):
     """What a verified publish token says: which run's model text it may hand the gateway."""
 
     run_id: str
-    expires_at: datetime
-    key_id: str
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from waitstate.client import (
     decision_update_id,
     refuse_copy,
 )
-from waitstate.gateway.refusals import REQUEST_LOG
+from waitstate.gateway.refusals import REQUEST_LOG, Refused, code_for
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionBody
 from waitstate.schemas.errors import (
     APPROVAL_DECIDED,
@@ -105,24 +105,21 @@ _REJECTIONS = {
 _Outcome = TypeVar("_Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
 
 
-class DeliveryRefused(Exception):
+class DeliveryRefused(Refused):
     """The run did not take the completion, decision or answer, or did not answer in time
-    (`outcome_unknown`); `status_code` is the HTTP answer, `retry_with` what a retry must
-    carry (`key`, a start's `thread_id`)."""
+    (`outcome_unknown`): a refusal the routes answer as it is, its `status` the HTTP answer
+    (`code`, if not given, its status's: `code_for`), `retry_with` what a retry must carry
+    (`key`, a start's `thread_id`)."""
 
     def __init__(
         self,
-        status_code: int,
+        status: int,
         message: str,
         *,
         code: str | None = None,
         retry_with: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.code = code
-        self.retry_with = dict(retry_with or {})
+        super().__init__(status, code or code_for(status), message, retry_with)
 
 
 class Deliverer(Protocol):

@@ -29,8 +29,8 @@ from pydantic_core import from_json
 from starlette.requests import ClientDisconnect
 
 from waitstate.auth.tokens import ExpiredToken, InvalidToken, ResumeClaims, ResumeTokens
-from waitstate.gateway.delivery import Deliverer, DeliveryRefused, TemporalDeliverer
-from waitstate.gateway.refusals import REQUEST_LOG, Failed, Refused, code_for, describe
+from waitstate.gateway.delivery import Deliverer, TemporalDeliverer
+from waitstate.gateway.refusals import REQUEST_LOG, Failed, Refused, describe
 from waitstate.schemas.operations import non_finite_at
 
 if TYPE_CHECKING:
@@ -206,9 +206,8 @@ class Gate:
         """
         try:
             return await delivery
-        except DeliveryRefused as err:
-            code = err.code or code_for(err.status_code)
-            raise Refused(err.status_code, code, err.message, err.retry_with) from err
+        except Refused:
+            raise
         except Exception as err:
             log.exception("delivering %s failed", what)
             raise Failed from err

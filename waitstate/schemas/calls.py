@@ -5,7 +5,7 @@ names."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,11 @@ DEFAULT_SYSTEM_PROMPT = (
     "when a tool returns an error, read it and correct your call. "
     "Answer the task plainly when you are done."
 )
+
+# The run's MCP listing as the activities it calls get it: a reference to the stored `McpListing`.
+McpListingRef = Annotated[
+    str | None, Field(description="The run's MCP listing (a blob reference), for MCP tools.")
+]
 
 
 class ModelCallInput(BaseModel):
@@ -40,9 +45,7 @@ class ModelCallInput(BaseModel):
         description="The run's agent: its model settings apply, and a final answer must "
         "validate against its output type.",
     )
-    mcp_listing: str | None = Field(
-        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
-    )
+    mcp_listing: McpListingRef = None
     answered: ModelResponse | None = Field(
         default=None,
         description="The model's reply to this very call, given before the blob store failed "
@@ -111,9 +114,7 @@ class ToolCallInput(BaseModel):
         description="Chosen by the run for a callback operation: every token minted for it "
         "carries this nonce, whichever key signs it. Not a secret (a token needs the key).",
     )
-    mcp_listing: str | None = Field(
-        default=None, description="The run's MCP listing (a blob reference), for MCP tools."
-    )
+    mcp_listing: McpListingRef = None
 
 
 class ToolResult(BaseModel):
@@ -200,15 +201,14 @@ class AgentConfig(BaseModel):
             "max_turns": self.max_turns,
             "constraints": list(self.constraints),
         }
-        if self.model is not None:
-            fields["model"] = self.model
-        if self.operation_timeout is not None:
-            fields["operation_timeout"] = self.operation_timeout
-        if self.budget is not None:
-            fields["budget"] = self.budget
-        if self.tenant is not None:
-            fields["tenant"] = self.tenant
-        return fields
+        # The optional ones only where the agent sets them: unset, the run keeps its own.
+        optional = {
+            "model": self.model,
+            "operation_timeout": self.operation_timeout,
+            "budget": self.budget,
+            "tenant": self.tenant,
+        }
+        return fields | {name: value for name, value in optional.items() if value is not None}
 
 
 class McpListing(BaseModel):

@@ -56,14 +56,14 @@ SESSION_LIFETIME = timedelta(hours=12)
 MAX_FORM_BYTES = 16_384
 MAX_REASON_CHARS = 2_000
 _FORM_LABEL = b"waitstate inbox form\x00"
+# The operator's inbox session token, as its cookie brings it (None: signed out).
+InboxSession = Annotated[str | None, Cookie(alias=COOKIE)]
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get(INBOX, response_class=HTMLResponse)
-async def inbox(
-    gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
-) -> Response:
+async def inbox(gate: GateDep, session: InboxSession = None) -> Response:
     operators_configured(gate)
     operator = _operator(gate, session)
     if operator is None:
@@ -102,9 +102,7 @@ async def sign_in(request: Request, gate: GateDep) -> Response:
 
 
 @router.post(f"{INBOX}/decide", response_class=HTMLResponse)
-async def decide(
-    request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
-) -> Response:
+async def decide(request: Request, gate: GateDep, session: InboxSession = None) -> Response:
     posted = await _posted(request, gate, session, "request_id", "decision", _DECISIONS)
     if isinstance(posted, Response):
         return posted
@@ -130,9 +128,7 @@ async def decide(
 
 
 @router.post(f"{INBOX}/answer", response_class=HTMLResponse)
-async def answer(
-    request: Request, gate: GateDep, session: Annotated[str | None, Cookie(alias=COOKIE)] = None
-) -> Response:
+async def answer(request: Request, gate: GateDep, session: InboxSession = None) -> Response:
     posted = await _posted(request, gate, session, "question_id", "action", _ANSWERS)
     if isinstance(posted, Response):
         return posted
