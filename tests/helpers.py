@@ -38,6 +38,7 @@ from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
@@ -412,6 +413,21 @@ def text_question(
         asked_at=asked_at,
         expires_at=asked_at + timedelta(hours=1),
         policy=policy,
+    )
+
+
+def approval_request(
+    request_id: str, tool: str, asked_at: datetime, policy: ApprovalPolicy, **fields: Any
+) -> ApprovalRequest:
+    """Request `request_id` to approve a call of `tool` (call_1, for the reason `tool`), asked
+    at `asked_at` and open for `policy`'s timeout; `fields`: its others (e.g. `arguments`)."""
+    given: dict[str, Any] = {
+        "tool_call_id": "call_1",
+        "reason": tool,
+        "expires_at": asked_at + policy.timeout,
+    }
+    return ApprovalRequest(
+        request_id=request_id, tool=tool, requested_at=asked_at, policy=policy, **given | fields
     )
 
 
