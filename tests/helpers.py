@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
+from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
@@ -414,6 +415,23 @@ def text_question(
         expires_at=asked_at + timedelta(hours=1),
         policy=policy,
     )
+
+
+@workflow.defn(sandboxed=False)
+class OpenUntilEnded:
+    """A run that stays open until it is told to `end` (a run owning blobs, keeping a version
+    draining...)."""
+
+    def __init__(self) -> None:
+        self._ended = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self._ended)
+
+    @workflow.signal
+    def end(self) -> None:
+        self._ended = True
 
 
 def approval_request(
