@@ -59,29 +59,29 @@ class CountingDriver(StorageDriver):
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
     ) -> list[StorageDriverClaim]:
-        if self.down:
-            raise OSError("the store is down")
-        claims = []
-        for payload in payloads:
-            data = payload.SerializeToString()
-            digest = hashlib.sha256(data).hexdigest()
-            (self.root / digest).write_bytes(data)
-            self.stores += 1
-            claims.append(StorageDriverClaim({"sha256": digest}))
-        return claims
+        return [self._write(payload) for payload in payloads]
 
     async def retrieve(
         self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
     ) -> list[Payload]:
+        return [self._read(claim) for claim in claims]
+
+    def _write(self, payload: Payload) -> StorageDriverClaim:
+        if self.down:
+            raise OSError("the store is down")
+        data = payload.SerializeToString()
+        digest = hashlib.sha256(data).hexdigest()
+        (self.root / digest).write_bytes(data)
+        self.stores += 1
+        return StorageDriverClaim({"sha256": digest})
+
+    def _read(self, claim: StorageDriverClaim) -> Payload:
         if self.forgetful:
             raise KeyError("not in this store")
-        out = []
-        for claim in claims:
-            payload = Payload()
-            payload.ParseFromString((self.root / claim.claim_data["sha256"]).read_bytes())
-            self.fetches += 1
-            out.append(payload)
-        return out
+        payload = Payload()
+        payload.ParseFromString((self.root / claim.claim_data["sha256"]).read_bytes())
+        self.fetches += 1
+        return payload
 
 
 @dataclass

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
+from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
@@ -38,6 +39,7 @@ from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
+from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.operations import Completion, Operation
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome, InputPolicy, InputRequest
 from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION, RunInput, RunResult, ToolCallInput
@@ -431,6 +433,38 @@ def text_question(
         asked_at=asked_at,
         expires_at=asked_at + timedelta(hours=1),
         policy=policy,
+    )
+
+
+@workflow.defn(sandboxed=False)
+class OpenUntilEnded:
+    """A run that stays open until it is told to `end` (a run owning blobs, keeping a version
+    draining...)."""
+
+    def __init__(self) -> None:
+        self._ended = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self._ended)
+
+    @workflow.signal
+    def end(self) -> None:
+        self._ended = True
+
+
+def approval_request(
+    request_id: str, tool: str, asked_at: datetime, policy: ApprovalPolicy, **fields: Any
+) -> ApprovalRequest:
+    """Request `request_id` to approve a call of `tool` (call_1, for the reason `tool`), asked
+    at `asked_at` and open for `policy`'s timeout; `fields`: its others (e.g. `arguments`)."""
+    given: dict[str, Any] = {
+        "tool_call_id": "call_1",
+        "reason": tool,
+        "expires_at": asked_at + policy.timeout,
+    }
+    return ApprovalRequest(
+        request_id=request_id, tool=tool, requested_at=asked_at, policy=policy, **given | fields
     )
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHandle
@@ -39,6 +38,7 @@ from tests.docs import ROOT, between, page
 from tests.drill_app import AgentRunWorkflowB
 from tests.helpers import (
     TEST_BLOBS,
+    OpenUntilEnded,
     callback_token,
     eventually,
     first_question,
@@ -371,22 +371,6 @@ SCRIPT_WITHIN = 900  # seconds, a block: the page's own loops are bounded (a day
 SCRIPT_QUEUE = "waitstate-agents"
 
 
-@workflow.defn(name="Waits", sandboxed=False)
-class Waits:
-    """A run that waits until it is told to end: it keeps version A draining meanwhile."""
-
-    def __init__(self) -> None:
-        self._done = False
-
-    @workflow.run
-    async def run(self) -> None:
-        await workflow.wait_condition(lambda: self._done)
-
-    @workflow.signal
-    def end(self) -> None:
-        self._done = True
-
-
 def deploy_steps() -> list[str]:
     """The shell blocks of docs/deploy.md's deploy, in order, as a script would hold them."""
     steps = between(page("docs/deploy.md"), f"\n{DEPLOY_STEPS}\n", "\n### ")
@@ -425,8 +409,9 @@ async def test_the_deploy_steps_run_as_written_in_a_script() -> None:
                 "temporal worker deployment set-current-version "
                 f"--deployment-name {PAGE_DEPLOYMENT} --build-id A --yes"
             )
+            # A run that waits until it is told to end: it keeps version A draining meanwhile.
             waiting = await client.start_workflow(
-                Waits.run, id=f"waits-{uuid.uuid4()}", task_queue=SCRIPT_QUEUE
+                OpenUntilEnded.run, id=f"waits-{uuid.uuid4()}", task_queue=SCRIPT_QUEUE
             )
             await version_b.enter_async_context(_polling(client, "B"))
             await shell.retried(
@@ -436,7 +421,7 @@ async def test_the_deploy_steps_run_as_written_in_a_script() -> None:
             for block in steps:
                 if "--build-id A" in block and not waiting_ended:
                     # B is current, and the steps turn to A: A's last run ends, A drains.
-                    await waiting.signal(Waits.end)
+                    await waiting.signal(OpenUntilEnded.end)
                     waiting_ended = True
                 _succeeded(block, await shell(block))  # the next steps rely on this one's
         # A's workers have stopped.
@@ -498,7 +483,7 @@ async def _polling(client: Client, build_id: str) -> AsyncIterator[Worker]:
     async with Worker(
         client,
         task_queue=SCRIPT_QUEUE,
-        workflows=[Waits],
+        workflows=[OpenUntilEnded],
         deployment_config=WorkerDeploymentConfig(
             version=WorkerDeploymentVersion(PAGE_DEPLOYMENT, build_id),
             use_worker_versioning=True,

@@ -3,7 +3,6 @@ webhooks."""
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Self
 
 from examples.systems.approvals_outbox import Outbox, OutboxEntry
@@ -55,12 +54,7 @@ class DemoSystems:
         self.webhooks.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.long_jobs.cancel_tasks()
         await self.webhooks.aclose()
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, ApprovalRequest, OnTimeout
+from tests.helpers import approval_request
+from waitstate.schemas.approvals import ApprovalNotice, ApprovalPolicy, OnTimeout
 
 NONCE = "nonce-of-the-request"
 ASKED = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -25,15 +26,9 @@ def approval_notice(
     """The notice of run-1's request apr_1 (24 hours to decide) to `recipient`; `fields`: the
     notice's others (e.g. `links_expire_at=None`)."""
     policy = ApprovalPolicy(timeout=timedelta(hours=24), on_timeout=on_timeout)
-    request = ApprovalRequest(
-        request_id="apr_1",
-        tool="issue_refund",
-        tool_call_id="call_1",
-        arguments={"claim_id": "C-118", "amount": 420.0},
-        reason=reason,
-        requested_at=ASKED,
-        expires_at=ASKED + policy.timeout,
-        policy=policy,
+    arguments = {"claim_id": "C-118", "amount": 420.0}
+    request = approval_request(
+        "apr_1", "issue_refund", ASKED, policy, arguments=arguments, reason=reason
     )
     given: dict[str, Any] = {"nonce": NONCE, "links_expire_at": LINKS_EXPIRE_AT}
     return ApprovalNotice(

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -278,6 +279,18 @@ def _resigned(token: str, secret: str, label: bytes, **changes: str) -> str:
     return f"{text}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
 
 
+def _assert_label_and_scope_are_signed(
+    verify: Callable[..., object], token: str, kind: str, other_label: bytes
+) -> None:
+    """`token`'s claims signed under `other_label`, or under its `kind`'s own label with another
+    scope, are refused by `verify`."""
+    with pytest.raises(InvalidToken, match="signature"):
+        verify(_resigned(token, OLD, other_label), now=NOW)
+    own_label = f"waitstate {kind} token\x00".encode()
+    with pytest.raises(InvalidToken, match=f"not a {kind} token"):
+        verify(_resigned(token, OLD, own_label, scope="admin"), now=NOW)
+
+
 def test_a_thread_token_round_trips_to_its_thread() -> None:
     token = tokens().mint_thread("thread-a", EXPIRES)
 
@@ -303,11 +316,7 @@ def test_thread_claims_signed_as_a_resume_token_are_not_a_thread_token() -> None
     # or under another scope, are refused.
     token = tokens().mint_thread("thread-a", EXPIRES)
 
-    with pytest.raises(InvalidToken, match="signature"):
-        tokens().verify_thread(_resigned(token, OLD, b""), now=NOW)
-    other_scope = _resigned(token, OLD, b"waitstate thread token\x00", scope="admin")
-    with pytest.raises(InvalidToken, match="not a thread token"):
-        tokens().verify_thread(other_scope, now=NOW)
+    _assert_label_and_scope_are_signed(tokens().verify_thread, token, "thread", b"")
 
 
 def test_a_thread_token_for_another_thread_cannot_be_made_from_one() -> None:
@@ -370,11 +379,9 @@ def test_a_view_token_is_no_other_kind_and_no_other_kind_is_one() -> None:
         with pytest.raises(InvalidToken, match="not a view token"):
             tokens().verify_view(other, now=NOW)
     # Its claims under a thread token's label, or under another scope, are refused.
-    with pytest.raises(InvalidToken, match="signature"):
-        tokens().verify_view(_resigned(view, OLD, b"waitstate thread token\x00"), now=NOW)
-    admin = _resigned(view, OLD, b"waitstate view token\x00", scope="admin")
-    with pytest.raises(InvalidToken, match="not a view token"):
-        tokens().verify_view(admin, now=NOW)
+    _assert_label_and_scope_are_signed(
+        tokens().verify_view, view, "view", b"waitstate thread token\x00"
+    )
 
 
 def test_a_view_token_for_another_run_cannot_be_made_from_one_and_it_expires() -> None:

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio import workflow
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -26,7 +25,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.blobs.conftest import CREDENTIALS, REGION, S3Server
-from tests.helpers import eventually, make_worker
+from tests.helpers import OpenUntilEnded, eventually, make_worker
 from waitstate.activities import CleanupActivities
 from waitstate.blobs import BlobNotFound, LocalBlobStore, open_blob_store
 from waitstate.converter import DATA_CONVERTER
@@ -36,22 +35,6 @@ from waitstate.settings import Settings
 from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
 
 RETENTION = timedelta(days=7)
-
-
-@workflow.defn(sandboxed=False)
-class RunStandIn:
-    """A run that owns blobs: open until told to end."""
-
-    def __init__(self) -> None:
-        self._ended = False
-
-    @workflow.run
-    async def run(self) -> None:
-        await workflow.wait_condition(lambda: self._ended)
-
-    @workflow.signal
-    def end(self) -> None:
-        self._ended = True
 
 
 @pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.subprocess)])
@@ -83,9 +66,9 @@ async def metered(
     yield client, buffer
 
 
-async def _end(run: WorkflowHandle[RunStandIn, None]) -> None:
+async def _end(run: WorkflowHandle[OpenUntilEnded, None]) -> None:
     """End the run, and wait until it has (by describing it, which skips no time)."""
-    await run.signal(RunStandIn.end)
+    await run.signal(OpenUntilEnded.end)
 
     async def closed() -> bool:
         return (await run.describe()).status == WorkflowExecutionStatus.COMPLETED
@@ -117,11 +100,13 @@ async def test_only_blobs_of_runs_ended_past_the_retention_are_deleted_and_count
     runs_queue = f"{task_queue}-runs"
     run_ids = {kind: f"{kind}-{task_queue}" for kind in ("open", "recent", "past")}
     async with (
-        Worker(env.client, task_queue=runs_queue, workflows=[RunStandIn]),
+        Worker(env.client, task_queue=runs_queue, workflows=[OpenUntilEnded]),
         make_worker(worker_client, task_queue, settings=settings),
     ):
         runs = {
-            kind: await env.client.start_workflow(RunStandIn.run, id=run_id, task_queue=runs_queue)
+            kind: await env.client.start_workflow(
+                OpenUntilEnded.run, id=run_id, task_queue=runs_queue
+            )
             for kind, run_id in run_ids.items()
         }
         of_open = await store.put(b"of the open run", run_ids["open"])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
@@ -50,11 +50,16 @@ def driver(tmp_path: Path) -> CountingDriver:
     return CountingDriver(tmp_path / "store")
 
 
+@pytest.fixture
+def client(dev_env: WorkflowEnvironment, driver: CountingDriver) -> Client:
+    """A client whose large payloads go to `driver`."""
+    return storing(dev_env, driver)
+
+
 async def test_a_store_down_when_an_activity_completes_runs_the_activity_again(
-    dev_env: WorkflowEnvironment, task_queue: str, driver: CountingDriver, shared: Shared
+    client: Client, task_queue: str, driver: CountingDriver, shared: Shared
 ) -> None:
     driver.down = True
-    client = storing(dev_env, driver)
     async with chain_worker(client, task_queue):
         with pytest.raises(WorkflowFailureError) as failed:
             await client.execute_workflow(
@@ -96,10 +101,9 @@ async def test_a_replay_from_the_start_fetches_every_stored_payload_again(
 
 
 async def test_a_payload_the_store_lacks_leaves_the_run_stuck_retrying_its_workflow_task(
-    dev_env: WorkflowEnvironment, task_queue: str, driver: CountingDriver, shared: Shared
+    client: Client, task_queue: str, driver: CountingDriver, shared: Shared
 ) -> None:
     driver.forgetful = True
-    client = storing(dev_env, driver)
     async with chain_worker(client, task_queue):
         handle = await client.start_workflow(
             Chain.run, Calls(1), id=f"chain-{uuid.uuid4()}", task_queue=task_queue

@@ -10,10 +10,12 @@ import asyncio
 from typing import Any
 
 from playwright.async_api import Browser, ConsoleMessage, Page, Request, expect
+from temporalio.client import WorkflowHandle
 
 from examples.systems.jobs import JobRecord
 from tests.gateway.test_events import WITHIN, rig
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, EventReader, Stack
+from waitstate.schemas import RunResult
 
 __all__ = ["rig"]
 
@@ -39,6 +41,18 @@ async def _page(browser: Browser) -> tuple[Page, list[str], list[str]]:
     return page, said, requested
 
 
+async def _viewing_an_export(
+    rig: Stack, browser: Browser
+) -> tuple[WorkflowHandle[Any, RunResult], dict[str, Any], tuple[Page, list[str], list[str]]]:
+    """An export run, its view link, and a new page (as `_page` gives it) that opened the link."""
+    handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
+    link = await rig.view_link(handle.id)
+    page, said, requested = await _page(browser)
+    opened = await page.goto(link["url"])
+    assert opened is not None and opened.status == 200
+    return handle, link, (page, said, requested)
+
+
 async def _kinds(page: Page) -> list[str]:
     kinds: list[str] = await page.locator("#events dd").evaluate_all(
         "rows => rows.map((row) => row.dataset.kind)"
@@ -58,11 +72,7 @@ async def test_a_view_links_page_shows_an_operations_progress_as_it_is_reported(
     rig: Stack, browser: Browser
 ) -> None:
     async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
-        link = await rig.view_link(handle.id)
-        page, said, requested = await _page(browser)
-        opened = await page.goto(link["url"])
-        assert opened is not None and opened.status == 200
+        handle, link, (page, said, requested) = await _viewing_an_export(rig, browser)
         await expect(page.locator("h1")).to_have_text("Run timeline", timeout=TIMEOUT_MS)
         await expect(page.locator("main > dl").first).to_contain_text(handle.id, timeout=TIMEOUT_MS)
         await page.evaluate("window.loadedOnce = true")  # gone if the page were loaded again
@@ -109,10 +119,7 @@ async def test_what_an_event_carries_goes_into_the_page_as_text(
     rig: Stack, browser: Browser
 ) -> None:
     async with rig.worker():
-        handle = await rig.start(EXPORT_TASK, EXPORT_TOOLS)
-        link = await rig.view_link(handle.id)
-        page, said, _ = await _page(browser)
-        await page.goto(link["url"])
+        handle, _, (page, said, _) = await _viewing_an_export(rig, browser)
         job = await rig.job(handle.id)
         hostile = '<img src=x onerror="document.title=1">\u202e'
         await _report(rig, job, {"status": "running", "progress": hostile})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -22,7 +22,8 @@ from chaos.invariants import REFUNDS, check_run, refunds_once
 from chaos.runs import RunOutcome, _refund
 from examples.demo.refunds import refund_tools
 from examples.systems import create_app, serving
-from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, Decision
+from tests.helpers import approval_request
+from waitstate.schemas.approvals import ApprovalPolicy, Decision
 from waitstate.schemas.messages import ToolCall
 from waitstate.schemas.run import RunState, Step
 from waitstate.tools.spec import ToolRegistry
@@ -65,14 +66,12 @@ async def systems() -> AsyncIterator[Systems]:
 def approved(*steps: Step) -> RunOutcome:
     """chaos-a-0074 as it ended: its refund approved by a person, then these steps."""
     now = datetime.now(UTC)
-    request = ApprovalRequest(
-        request_id="req-1",
-        tool="issue_refund",
+    request = approval_request(
+        "req-1",
+        "issue_refund",
+        now,
+        ApprovalPolicy(),  # a day to decide
         tool_call_id="call_1_0",
-        reason="issue_refund",
-        requested_at=now,
-        expires_at=now + timedelta(days=1),
-        policy=ApprovalPolicy(),
         status="approved",
         decision=Decision(decision="approve", reviewer="chaos-signal", decided_at=now),
     )

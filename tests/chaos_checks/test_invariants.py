@@ -57,6 +57,14 @@ def tag(outcome: RunOutcome) -> str:
     return f"{outcome.plan.id} ({outcome.plan.kind})"
 
 
+def passing(name: str, invariant: str) -> tuple[RunOutcome, dict[str, Any]]:
+    """Fresh copies of the recorded outcome `name` and of the systems' records, which
+    `invariant` passes as they were recorded: the test then plants its violation."""
+    outcome, found = load(name), stats()
+    assert check_run(outcome, found)[invariant] == []
+    return outcome, found
+
+
 def only(outcome: RunOutcome) -> Any:
     """The run's one operation (or approval request, or question)."""
     assert outcome.state is not None
@@ -120,8 +128,7 @@ def test_every_recorded_run_keeps_every_invariant(name: str) -> None:
 
 
 def test_read_flags_a_state_or_history_that_could_not_be_read() -> None:
-    outcome = load("export")
-    assert check_run(outcome, stats())[READ] == []
+    outcome, _ = passing("export", READ)
 
     outcome.state = None
     assert check_run(outcome, stats())[READ] == [f"{tag(outcome)}: no state"]
@@ -161,8 +168,7 @@ async def test_replays_flags_a_history_of_the_chain_that_does_not_replay(
 
 
 def test_terminal_flags_a_run_that_never_ended() -> None:
-    outcome = load("export")
-    assert check_run(outcome, stats())[TERMINAL] == []
+    outcome, _ = passing("export", TERMINAL)
 
     outcome.status, outcome.seconds = "stuck", 150.2  # as `drive` reports one
 
@@ -173,8 +179,7 @@ def test_terminal_flags_a_run_that_never_ended() -> None:
 
 
 def test_expected_flags_a_run_that_ended_otherwise_or_a_driver_failure() -> None:
-    outcome = load("export")
-    assert check_run(outcome, stats())[EXPECTED] == []
+    outcome, _ = passing("export", EXPECTED)
     assert outcome.state is not None
 
     outcome.status, outcome.state.error = "failed", "model call failed after 3 attempts"
@@ -188,8 +193,7 @@ def test_expected_flags_a_run_that_ended_otherwise_or_a_driver_failure() -> None
 
 
 def test_expected_flags_an_operation_that_ended_otherwise_than_its_plan() -> None:
-    outcome = load("expiry-poll-await")  # its operations must expire
-    assert check_run(outcome, stats())[EXPECTED] == []
+    outcome, _ = passing("expiry-poll-await", EXPECTED)  # its operations must expire
     op = only(outcome)
 
     op.status, op.error = "succeeded", None
@@ -204,8 +208,7 @@ def test_expected_flags_an_operation_that_ended_otherwise_than_its_plan() -> Non
 
 
 def test_jobs_flags_a_key_that_made_two_jobs_and_an_operation_without_its_job() -> None:
-    outcome, found = load("export"), stats()
-    assert check_run(outcome, found)[JOBS] == []
+    outcome, found = passing("export", JOBS)
     key, _, _ = job_of(outcome, found)
 
     found["keys"][key]["jobs_created"] = 2
@@ -217,8 +220,7 @@ def test_jobs_flags_a_key_that_made_two_jobs_and_an_operation_without_its_job() 
 
 
 def test_jobs_flags_a_cancelled_operations_job_never_told_and_still_running() -> None:
-    outcome, found = load("cancelled-exports"), stats()
-    assert check_run(outcome, found)[JOBS] == []
+    outcome, found = passing("cancelled-exports", JOBS)
     assert outcome.state is not None
     op = next(iter(outcome.state.operations.values()))
     key = f"{outcome.plan.id}/{op.tool_call_id}"
@@ -233,8 +235,7 @@ def test_jobs_flags_a_cancelled_operations_job_never_told_and_still_running() ->
 
 
 def test_jobs_flags_an_mcp_task_made_twice_or_never_finished() -> None:
-    outcome, found = load("mcp-task"), stats()
-    assert check_run(outcome, found)[JOBS] == []
+    outcome, found = passing("mcp-task", JOBS)
     task = found["mcp"][outcome.plan.id]
     op = only(outcome)
 
@@ -250,8 +251,7 @@ def test_jobs_flags_an_mcp_task_made_twice_or_never_finished() -> None:
 
 
 def test_finished_flags_a_finished_job_told_to_stop_or_ended_otherwise_by_the_run() -> None:
-    outcome, found = load("export"), stats()
-    assert check_run(outcome, found)[FINISHED] == []
+    outcome, found = passing("export", FINISHED)
     key, job_id, _ = job_of(outcome, found)
     op = only(outcome)
     where = f"job {job_id} (succeeded)"
@@ -285,8 +285,7 @@ def test_finished_flags_a_report_refused_that_lost_the_jobs_end() -> None:
 
 
 def test_completions_flags_a_final_completion_accepted_twice() -> None:
-    outcome = load("export")
-    assert check_run(outcome, stats())[COMPLETIONS] == []
+    outcome, _ = passing("export", COMPLETIONS)
     op = only(outcome)
 
     accepted_again(outcome, "complete_operation")  # its last: `succeeded`
@@ -323,8 +322,7 @@ def test_completions_flags_an_operation_the_ledger_applied_twice() -> None:
 
 
 def test_approvals_flags_a_decision_accepted_or_applied_twice() -> None:
-    outcome = load("ask-link")
-    assert check_run(outcome, stats())[APPROVALS] == []
+    outcome, _ = passing("ask-link", APPROVALS)
     assert outcome.state is not None
     request = only(outcome)
     [applied] = [s for s in outcome.state.steps if s.detail.endswith("approved by chaos-link")]
@@ -353,8 +351,7 @@ def test_approvals_flags_a_request_that_is_not_the_first_decision_sent_or_never_
 
 
 def test_approvals_flags_a_timeout_policy_not_applied_or_a_person_deciding() -> None:
-    outcome = load("ask-timeout-fail")  # nobody decides; the policy fails the run
-    assert check_run(outcome, stats())[APPROVALS] == []
+    outcome, _ = passing("ask-timeout-fail", APPROVALS)  # nobody decides; the policy fails the run
     request = only(outcome)
     assert request.status == "expired" and request.decision is None
 
@@ -373,8 +370,7 @@ def test_approvals_flags_a_timeout_policy_not_applied_or_a_person_deciding() -> 
 
 
 def test_final_flags_a_decision_changed_after_it_was_applied() -> None:
-    outcome = load("ask-link")
-    assert check_run(outcome, stats())[FINAL] == []
+    outcome, _ = passing("ask-link", FINAL)
     assert outcome.state is not None
     request = only(outcome)
 
@@ -403,8 +399,7 @@ def test_final_flags_a_decision_the_sender_was_told_was_accepted_but_is_not_the_
 
 
 def test_final_flags_a_run_that_expired_for_want_of_a_decision_a_person_made() -> None:
-    outcome = load("ask-timeout-fail")
-    assert check_run(outcome, stats())[FINAL] == []
+    outcome, _ = passing("ask-timeout-fail", FINAL)
     assert outcome.state is not None
     request = only(outcome)
     requested = outcome.state.steps.index(
@@ -432,8 +427,7 @@ def test_final_flags_a_run_that_expired_for_want_of_a_decision_a_person_made() -
 
 
 def test_genuine_flags_a_webhook_refused_as_forged_or_unknown() -> None:
-    outcome, found = load("export"), stats()
-    assert check_run(outcome, found)[GENUINE] == []
+    outcome, found = passing("export", GENUINE)
     _, job_id, job = job_of(outcome, found)
 
     gateway_answer(job["webhooks"][0], 401, "invalid_token")
@@ -471,8 +465,7 @@ def test_genuine_flags_a_link_refused_as_forged_but_not_a_late_completion() -> N
 
 
 def test_refused_flags_completions_in_history_that_every_report_was_refused() -> None:
-    outcome, found = load("export"), stats()
-    assert check_run(outcome, found)[REFUSED] == []
+    outcome, found = passing("export", REFUSED)
     _, _, job = job_of(outcome, found)
 
     for attempt in job["webhooks"]:
@@ -499,8 +492,7 @@ def test_refused_takes_a_report_never_answered_as_maybe_applied() -> None:
 
 
 def test_refused_flags_a_decision_in_history_whose_sender_was_refused() -> None:
-    outcome = load("ask-link")
-    assert check_run(outcome, stats())[REFUSED] == []
+    outcome, _ = passing("ask-link", REFUSED)
     request = only(outcome)
     [link] = [a for a in outcome.answers if a.via == "link"]
 
@@ -518,8 +510,7 @@ def test_refused_flags_a_decision_in_history_whose_sender_was_refused() -> None:
 
 
 def test_questions_flags_a_question_asked_or_answered_twice_by_the_task() -> None:
-    outcome, found = load("mcp-question-repeat"), stats()
-    assert check_run(outcome, found)[QUESTIONS] == []
+    outcome, found = passing("mcp-question-repeat", QUESTIONS)
     seen = found["mcp"][f"delete:{outcome.plan.id}"]
     assert seen == {"asked": 1, "answered": 1, "deleted": 1}
 

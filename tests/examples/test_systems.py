@@ -20,6 +20,7 @@ from tests.helpers import eventually, exit_and_last_error, taken_port
 EXPORT_SECONDS = 0.2
 PIPELINE_SECONDS = 0.3
 ROOT = Path(__file__).resolve().parents[2]
+COMMAND = (sys.executable, "-m", "examples.systems")  # the demo systems from the command line
 T = TypeVar("T")
 
 
@@ -643,9 +644,7 @@ async def test_shutdown_cancels_running_jobs() -> None:
 @pytest.mark.subprocess
 async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "examples.systems",
+        *COMMAND,
         "--port",
         "0",
         "--export-seconds",
@@ -681,8 +680,7 @@ async def test_command_line_serves_and_stops_cleanly_on_sigterm() -> None:
 @pytest.mark.subprocess
 async def test_a_port_another_process_holds_is_one_line_naming_it_and_demo_systems_url() -> None:
     with taken_port() as port:
-        command = (sys.executable, "-m", "examples.systems", "--port", str(port))
-        code, said = await exit_and_last_error(*command, cwd=ROOT)
+        code, said = await exit_and_last_error(*COMMAND, "--port", str(port), cwd=ROOT)
 
     assert code == 1
     assert said == (

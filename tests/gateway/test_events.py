@@ -360,7 +360,7 @@ async def test_a_reader_follows_a_run_into_the_runs_it_continues_as(
     events = RunEvents(dev_env.client)
     async with _hops(dev_env, task_queue, 1) as handle:
         start, more = await events.where(handle.id, None)
-        followed, following = _following(events, handle.id, start)
+        followed, following = await _following(events, handle.id, start)
         for _ in range(2):
             signalled = len([e for e in followed if e.kind == "signal"])
             await handle.signal(Hops.go)
@@ -402,8 +402,7 @@ async def test_an_update_refused_by_its_validator_loses_no_event_of_those_writte
     # written ones while it runs, then drops them, and the next events written take their ids.
     events = RunEvents(dev_env.client)
     async with _hops(dev_env, task_queue, 0) as handle:
-        start, _ = await events.where(handle.id, None)
-        followed, following = _following(events, handle.id, start)
+        followed, following = await _following(events, handle.id)
         await eventually(_async(lambda: bool(followed)), "the run's start")
         for _ in range(3):
             with pytest.raises(WorkflowUpdateFailedError):
@@ -458,8 +457,7 @@ async def test_an_event_written_while_a_workflow_task_is_retried_is_not_lost(
         in_flight = await eventually(
             lambda: _retry_in_flight(handle), "a workflow task's third try"
         )
-        start, _ = await events.where(handle.id, None)
-        followed, following = _following(events, handle.id, start)
+        followed, following = await _following(events, handle.id)
         await eventually(_async(lambda: "signal" in _kinds(followed)), "the signal")
         RELEASE.set()  # the activity ends, written where the try in flight was
         ended = await eventually(lambda: _activity_ended(handle), "the activity's end written")
@@ -512,11 +510,13 @@ async def _activity_ended(handle: WorkflowHandle[Any, Any]) -> list[int] | None:
     ]
 
 
-def _following(
-    events: RunEvents, workflow_id: str, start: Position
+async def _following(
+    events: RunEvents, workflow_id: str, start: Position | None = None
 ) -> tuple[list[RunEvent], asyncio.Task[None]]:
-    """Follow the run's events from `start` in a task: the list it appends each event to as it
-    reads it, and the task (it ends with the run's chain)."""
+    """Follow the run's events from `start` (its first, by default) in a task: the list it
+    appends each event to as it reads it, and the task (it ends with the run's chain)."""
+    if start is None:
+        start, _ = await events.where(workflow_id, None)
     followed: list[RunEvent] = []
 
     async def follow() -> None:

@@ -59,6 +59,16 @@ async def _rest(reader: AsyncIterator[Read]) -> list[str]:
         return [event.kind async for event in reader]
 
 
+async def _joined(feeds: Feeds, run: Appended, count: int) -> list[AsyncIterator[Read]]:
+    """`count` readers of `run` from its start, each past its first event (run.started): all
+    have joined its one feed."""
+    readers = [feeds.read(RUN, START) for _ in range(count)]
+    await run.append("run.started")
+    for reader in readers:
+        assert await _take(reader, 1) == ["run.started"]
+    return readers
+
+
 async def test_readers_of_a_run_share_one_reading_and_a_late_one_gets_what_it_missed() -> None:
     run = Appended()
     feeds = Feeds(run)
@@ -98,11 +108,7 @@ async def test_a_reader_too_far_behind_is_let_go_and_the_others_read_on(
 ) -> None:
     monkeypatch.setattr(streams, "MAX_BEHIND", 3)
     run = Appended()
-    feeds = Feeds(run)
-    slow, quick = feeds.read(RUN, START), feeds.read(RUN, START)
-    await run.append("run.started")
-    await _take(slow, 1)  # both joined
-    await _take(quick, 1)
+    slow, quick = await _joined(Feeds(run), run, 2)
     quick_took = []
     for kind in ("a", "b", "c", "d", "e"):  # the quick one takes each as it comes
         await run.append(kind)
@@ -142,16 +148,13 @@ async def test_a_delta_reaches_the_readers_of_the_moment_only_and_is_never_kept(
     run = Appended()
     feeds = Feeds(run)
     assert feeds.publish(RUN, _delta("nobody reads")) == 0  # no feed: dropped
-    first, second = feeds.read(RUN, START), feeds.read(RUN, START)
-    await run.append("run.started")
-    took = [await _take(first, 1), await _take(second, 1)]  # both joined
+    first, second = await _joined(feeds, run, 2)
 
     reached = feeds.publish(RUN, _delta("Hel"))
     other_run = feeds.publish("r2", _delta("not theirs"))
     late = feeds.read(RUN, START)  # joins after the delta: gets the events only
     await run.append("model.ended", "run.completed", end=True)
 
-    assert took == [["run.started"], ["run.started"]]
     assert (reached, other_run) == (2, 0)
     for reader in (first, second):
         async with asyncio.timeout(10):
@@ -169,9 +172,7 @@ async def test_deltas_count_towards_a_slow_readers_bound(monkeypatch: pytest.Mon
     monkeypatch.setattr(streams, "MAX_BEHIND", 3)
     run = Appended()
     feeds = Feeds(run)
-    slow = feeds.read(RUN, START)
-    await run.append("run.started")
-    await _take(slow, 1)
+    [slow] = await _joined(feeds, run, 1)
     reached = [feeds.publish(RUN, _delta(text)) for text in ("a", "b", "c", "d")]
 
     # Three waiting when the fourth came: it is let go (its stream ends after those three).

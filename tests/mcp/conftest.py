@@ -5,16 +5,18 @@ MCP conformance suite the conformance tests run."""
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from examples.tasks_store import REDELIVERY_TIMEOUT
 from tests.mcp import conformance
-from tests.mcp.runs import mcp_url
+from tests.mcp.runs import ReportsProcess, mcp_url, reports_run_on_a_process
 from tests.rigs import ServerProcess, free_port, python_server
 from tests.tiers import SUBPROCESS, needs
 
@@ -74,3 +76,12 @@ async def restartable_reports(tasks_store: str, tmp_path: Path) -> AsyncIterator
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+def reports_process(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, reports_url: str
+) -> ReportsProcess:
+    """Runs of a model granted the MCP test server's tools, each on a worker process of its own
+    (`reports_run_on_a_process`): `async with reports_process(model, task) as run`."""
+    return functools.partial(reports_run_on_a_process, dev_env, task_queue, tmp_path, reports_url)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,11 @@ async def reports_run_on_a_process(
         yield ProcessRun(worker, await start_run(env.client, task_queue, run), url, before)
     finally:
         await worker.stop()
+
+
+# `reports_run_on_a_process` on the test's dev server, task queue, directory and MCP test
+# server (the `reports_process` fixture): given the model and the task.
+ReportsProcess = Callable[[str, str], AbstractAsyncContextManager[ProcessRun]]
 
 
 def tool_outcome(result: RunResult) -> dict[str, Any]:

@@ -4,22 +4,17 @@ wait, and the server made exactly one task."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
-from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import until_the_poll_has_heartbeated
-from tests.mcp.runs import reports_run_on_a_process
+from tests.mcp.runs import ReportsProcess
 
 RESULT_TIMEOUT = 90
 
 
 async def test_a_worker_killed_mid_poll_leaves_one_task_finished_by_the_next(
-    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
+    reports_process: ReportsProcess,
 ) -> None:
-    async with reports_run_on_a_process(
-        dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-render-slow", "render"
-    ) as run:
+    async with reports_process("scripted:mcp-render-slow", "render") as run:
         await until_the_poll_has_heartbeated(run.handle)
         await run.restart_worker()
         result = await asyncio.wait_for(run.handle.result(), RESULT_TIMEOUT)

@@ -21,10 +21,10 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import accept, eventually, replays, scheduled_activities
 from tests.mcp.mcp_app import task_events, task_events_since
 from tests.mcp.runs import (
+    ReportsProcess,
     StartedCall,
     reports_apps,
     reports_run,
-    reports_run_on_a_process,
     started_call,
     tool_outcome,
 )
@@ -92,11 +92,9 @@ async def test_a_person_answers_two_rounds_and_the_run_gets_the_calls_result(
 
 
 async def test_a_worker_restarted_between_rounds_sends_each_round_once(
-    dev_env: WorkflowEnvironment, task_queue: str, reports_url: str, tmp_path: Path
+    reports_process: ReportsProcess,
 ) -> None:
-    async with reports_run_on_a_process(
-        dev_env, task_queue, tmp_path, reports_url, "scripted:mcp-budget", "budget"
-    ) as run:
+    async with reports_process("scripted:mcp-budget", "budget") as run:
         amount = await _open_question(run.handle, "1/answer")
         await run.restart_worker()  # mid-poll: the round lives in the blob store, not the worker
         await accept(run.handle, amount, {"amount": 300})

@@ -3,6 +3,7 @@ on each real SDK client, and what the providers' tests send them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -139,6 +140,14 @@ class BothWays:
         assert [(c.id, c.name, c.arguments) for c in self.streamed.message.tool_calls] == calls
         assert "".join(self.pieces) == self.streamed.message.content == text
         assert len(self.pieces) == (4 if text else 0)
+
+    def assert_asked_alike(self, **streaming: Any) -> None:
+        """The streamed call asked what the unstreamed one did, and `streaming` besides (the
+        stream flag and its options), which the unstreamed one did not send."""
+        assert not streaming.keys() & self.unstreamed.keys(), self.unstreamed
+        assert {k: v for k, v in self.asked.items() if k not in streaming} == self.unstreamed
+        sent = {k: self.asked.get(k) for k in streaming}
+        assert json.dumps(sent) == json.dumps(streaming), sent  # as sent: `true`, never `1`
 
 
 async def answered_both_ways(

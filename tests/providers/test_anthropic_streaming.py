@@ -52,7 +52,6 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
     wire: WireServer, provider: AnthropicProvider, reply: dict[str, Any]
 ) -> None:
     both = await answered_both_ways(wire, provider, "claude-test", reply)
-    unstreamed, asked = both.unstreamed, both.asked
 
     blocks = reply["content"]
     both.assert_alike(
@@ -61,9 +60,7 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
         "".join(b["text"] for b in blocks if b["type"] == "text"),
     )
     assert both.streamed.stop_reason == reply["stop_reason"]
-    assert "stream" not in unstreamed
-    assert asked["stream"] is True
-    assert {k: v for k, v in asked.items() if k != "stream"} == unstreamed
+    both.assert_asked_alike(stream=True)
 
 
 async def test_the_wire_servers_events_are_anthropics(wire: WireServer) -> None:

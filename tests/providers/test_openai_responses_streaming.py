@@ -41,7 +41,6 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
     wire: WireServer, provider: OpenAIResponsesProvider, reply: dict[str, Any]
 ) -> None:
     both = await answered_both_ways(wire, provider, "gpt-test", reply)
-    unstreamed, asked = both.unstreamed, both.asked
 
     both.assert_alike(
         (reply["usage"]["input_tokens"], reply["usage"]["output_tokens"]),
@@ -52,8 +51,7 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
         ],
         "".join(i["content"][0]["text"] for i in reply["output"] if i["type"] == "message"),
     )
-    assert "stream" not in unstreamed and asked["stream"] is True
-    assert {k: v for k, v in asked.items() if k != "stream"} == unstreamed
+    both.assert_asked_alike(stream=True)
 
 
 async def test_the_wire_servers_events_are_the_responses_apis() -> None:

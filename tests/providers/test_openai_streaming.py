@@ -45,7 +45,6 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
     wire: WireServer, provider: OpenAIProvider, reply: dict[str, Any]
 ) -> None:
     both = await answered_both_ways(wire, provider, "gpt-test", reply)
-    unstreamed, asked = both.unstreamed, both.asked
 
     message = reply["choices"][0]["message"]
     both.assert_alike(
@@ -56,9 +55,7 @@ async def test_a_streamed_answer_is_the_unstreamed_one_and_its_text_comes_in_ord
         ],
         message["content"] or "",
     )
-    assert "stream" not in unstreamed and "stream_options" not in unstreamed
-    assert asked["stream"] is True and asked["stream_options"] == {"include_usage": True}
-    assert {k: v for k, v in asked.items() if not k.startswith("stream")} == unstreamed
+    both.assert_asked_alike(stream=True, stream_options={"include_usage": True})
 
 
 async def test_the_wire_servers_chunks_are_openais() -> None:

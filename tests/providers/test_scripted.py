@@ -41,15 +41,8 @@ async def converse(
             break
         for call in reply.tool_calls:
             result = await registry.run(call)
-            messages.append(
-                Message(
-                    role="tool",
-                    name=result.name,
-                    tool_call_id=result.tool_call_id,
-                    content=result.content,
-                    is_error=result.is_error,
-                )
-            )
+            answer = result.model_dump(include={"name", "tool_call_id", "content", "is_error"})
+            messages.append(Message(role="tool", **answer))
     return messages
 
 

@@ -29,6 +29,8 @@ from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.search_attributes import AGENT_STATUS
 
 LOOP = "scripted:forever"  # calls `calculate` every turn, never answers
+# The app of the cheaper models runs degrade to (scripted:forever-cheap, scripted:refusing-cheap).
+CHEAP = "tests.workflows.budget_app:app"
 
 
 def _looping(budget: Budget, **fields: Any) -> RunInput:
@@ -54,6 +56,11 @@ async def _call_tokens(handle: WorkflowHandle[Any, Any]) -> list[int]:
                 )
                 tokens.append(response.usage.input_tokens + response.usage.output_tokens)
     return tokens
+
+
+def _degrading_at_half(to: str) -> RunInput:
+    """A looping run of 800 tokens that goes on with the model `to` from 400 on."""
+    return _looping(Budget(tokens=800, on_exceed="degrade", degrade_to=to, degrade_at=0.5))
 
 
 def _crossed_by_the_last_call(tokens: list[int], limit: int) -> bool:
@@ -159,12 +166,12 @@ async def test_a_request_to_raise_it_that_nobody_answers_stops_the_run(
 async def test_a_run_goes_on_with_the_cheaper_model_then_stops_at_its_budget(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    budget = Budget(
-        tokens=800, on_exceed="degrade", degrade_to="scripted:forever-cheap", degrade_at=0.5
-    )
-    cheap = load_apps(["tests.workflows.budget_app:app"])
     handle, result, state = await run_to_end(
-        dev_env, task_queue, _looping(budget), apps=cheap, tools=demo_tools()
+        dev_env,
+        task_queue,
+        _degrading_at_half("scripted:forever-cheap"),
+        apps=load_apps([CHEAP]),
+        tools=demo_tools(),
     )
     tokens = await _call_tokens(handle)
     models = [step.name for step in state.steps if step.kind == "model"]
@@ -210,11 +217,9 @@ async def test_a_model_to_degrade_to_that_the_worker_cannot_call_fails_the_run_a
 async def test_a_failed_call_of_the_model_it_degraded_to_names_that_model(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    budget = Budget(
-        tokens=800, on_exceed="degrade", degrade_to="scripted:refusing-cheap", degrade_at=0.5
+    _, state = await _failed(
+        dev_env, task_queue, _degrading_at_half("scripted:refusing-cheap"), load_apps([CHEAP])
     )
-    cheap = load_apps(["tests.workflows.budget_app:app"])
-    _, state = await _failed(dev_env, task_queue, _looping(budget), cheap)
 
     assert state.budget is not None and state.budget.degraded_to == "scripted:refusing-cheap"
     assert state.status == "failed"

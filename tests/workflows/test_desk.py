@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.helpers import approval_request
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import QuestionPolicy, QuestionRequest
@@ -19,14 +20,13 @@ HOUR = timedelta(hours=1)
 
 
 def _approval(policy: ApprovalPolicy) -> ApprovalRequest:
-    return ApprovalRequest(
-        request_id="r1",
-        tool="delete_user",
+    return approval_request(
+        "r1",
+        "delete_user",
+        NOON,
+        policy,
         tool_call_id="c1",
         reason="cleanup",
-        requested_at=NOON,
-        expires_at=NOON + policy.timeout,
-        policy=policy,
         sent_to=[policy.approvers],
     )
 

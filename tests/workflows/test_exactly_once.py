@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -48,6 +49,15 @@ class Outbox:
     posts: list[dict[str, Any]] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
+    async def first_notice(self) -> dict[str, Any]:
+        """The first notice posted here, once one is."""
+
+        async def posted() -> list[dict[str, Any]]:
+            return self.posts
+
+        [notice, *_] = await eventually(posted, "the notice reached the outbox")
+        return notice
+
 
 @pytest.fixture
 async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
@@ -63,6 +73,16 @@ async def _ask_first(rig: Stack, policy: ApprovalPolicy) -> WorkflowHandle[Any, 
     return await rig.start(
         "ask first", ["request_approval"], model="scripted:ask-first", approval=policy
     )
+
+
+@asynccontextmanager
+async def _asked_first(
+    rig: Stack, outbox: Outbox, policy: ApprovalPolicy
+) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """A worker whose approval notices go to `outbox`, and on it the run that asks first under
+    `policy` (`_ask_first`)."""
+    async with rig.worker(approvals_outbox_url=outbox.url):
+        yield await _ask_first(rig, policy)
 
 
 @pytest.fixture
@@ -277,13 +297,8 @@ async def test_a_decision_made_while_the_notice_outlasts_the_window_is_final(
     policy = ApprovalPolicy(
         timeout=timedelta(seconds=2), on_timeout=on_timeout, default_decision="reject"
     )
-    async with rig.worker(approvals_outbox_url=held_outbox.url):
-        handle = await _ask_first(rig, policy)
-
-        async def notice_posted() -> bool:
-            return bool(held_outbox.posts)
-
-        await eventually(notice_posted, "the notice reached the outbox")
+    async with _asked_first(rig, held_outbox, policy) as handle:
+        await held_outbox.first_notice()
         [request] = (await _state(handle)).approvals.values()
         # Ana decides (as the CLI does) while the notice is still being posted.
         outcome = await handle.execute_update(
@@ -343,6 +358,20 @@ async def _chatty_export(
     return handle, result, state, await _continuations(handle)
 
 
+async def _chatty_handled_export(
+    rig: Stack, model: str, continue_as_new_after_events: int
+) -> tuple[WorkflowHandle[Any, RunResult], RunResult, RunState, list[tuple[str, RunInput]]]:
+    """`_chatty_export` of `model`, whose exports the run holds as handles (`start_export`
+    only), continuing as new after that many events."""
+    return await _chatty_export(
+        rig,
+        ["start_export"],
+        model=model,
+        operation_mode="handle",
+        continue_as_new_after_events=continue_as_new_after_events,
+    )
+
+
 async def _replays_with_a_turn_carried(
     rig: Stack,
     handle: WorkflowHandle[Any, RunResult],
@@ -387,13 +416,7 @@ async def test_progress_while_a_turn_waits_continues_the_run_as_new_mid_turn(rig
 async def test_progress_while_handles_run_continues_the_run_as_new_between_turns(
     rig: Stack,
 ) -> None:
-    handle, result, state, continued = await _chatty_export(
-        rig,
-        ["start_export"],
-        model="scripted:two-exports",
-        operation_mode="handle",
-        continue_as_new_after_events=40,
-    )
+    handle, result, state, continued = await _chatty_handled_export(rig, "scripted:two-exports", 40)
     stats = await rig.stats()
 
     assert sorted(op.status for op in state.operations.values()) == ["succeeded", "succeeded"]
@@ -404,13 +427,7 @@ async def test_progress_while_handles_run_continues_the_run_as_new_between_turns
 
 
 async def test_wait_for_operations_goes_on_in_the_next_run(rig: Stack) -> None:
-    handle, result, _, continued = await _chatty_export(
-        rig,
-        ["start_export"],
-        model="scripted:check-and-wait",
-        operation_mode="handle",
-        continue_as_new_after_events=30,
-    )
+    handle, result, _, continued = await _chatty_handled_export(rig, "scripted:check-and-wait", 30)
 
     assert result.status == "completed", result.error
     assert result.final_output is not None
@@ -473,14 +490,8 @@ async def test_a_link_works_though_the_run_never_heard_its_notice_was_sent(
     rig: Stack, failing_outbox: Outbox
 ) -> None:
     policy = ApprovalPolicy(timeout=timedelta(minutes=10), on_timeout="fail")
-    async with rig.worker(approvals_outbox_url=failing_outbox.url):
-        handle = await _ask_first(rig, policy)
-
-        async def posted() -> list[dict[str, Any]]:
-            return failing_outbox.posts
-
-        [notice, *_] = await eventually(posted, "the notice reached the outbox")
-        answer = await rig.approve_by_link(notice)
+    async with _asked_first(rig, failing_outbox, policy) as handle:
+        answer = await rig.approve_by_link(await failing_outbox.first_notice())
         result = await _result(handle)
 
     assert answer.status_code == 200, answer.text
@@ -502,8 +513,7 @@ async def test_a_decision_taken_with_the_windows_end_by_a_rebuilding_worker_repl
     # met by the chaos suite after a worker was killed in the middle of that task, is not
     # reproduced here.
     policy = ApprovalPolicy(timeout=timedelta(seconds=2), on_timeout="escalate")
-    async with rig.worker(approvals_outbox_url=held_outbox.url):
-        handle = await _ask_first(rig, policy)
+    async with _asked_first(rig, held_outbox, policy) as handle:
 
         async def asked() -> ApprovalRequest | None:
             return next(iter((await _state(handle)).approvals.values()), None)

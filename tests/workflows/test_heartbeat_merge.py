@@ -47,13 +47,12 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
 # The parked activity, the checkout's root and the waits are the split-activation reproduction's.
 from tests.helpers import first_unreplayable
-from tests.workflows.test_split_activation import HANDLERS_LAST, ROOT, WAIT, parked
-from waitstate.activation_order import HandlersLast
+from tests.workflows.test_split_activation import HANDLERS_LAST, ROOT, WAIT, opted_in, parked
 
 
 @workflow.defn(name="HeartbeatMerge", sandboxed=False)
@@ -99,14 +98,9 @@ class HeartbeatMergeHandlersLast(HeartbeatMerge):
         return await super().run(activities)
 
 
-def _workflow(handlers_last: bool) -> type:
-    return HeartbeatMergeHandlersLast if handlers_last else HeartbeatMerge
-
-
-def _runner(handlers_last: bool) -> WorkflowRunner:
-    return (
-        HandlersLast(UnsandboxedWorkflowRunner()) if handlers_last else UnsandboxedWorkflowRunner()
-    )
+def _opted(handlers_last: bool) -> dict[str, Any]:
+    """The worker's (or replayer's) workflow and runner, opted in to the fix or not."""
+    return opted_in(handlers_last, HeartbeatMerge, HeartbeatMergeHandlersLast)
 
 
 async def first_worker(target: str, namespace: str, task_queue: str, handlers_last: str) -> None:
@@ -116,8 +110,7 @@ async def first_worker(target: str, namespace: str, task_queue: str, handlers_la
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[_workflow(last)],
-        unsandboxed_workflow_runner=_runner(last),
+        **_opted(last),
         identity="W1",
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     ):
@@ -189,8 +182,7 @@ async def heartbeat_merge(
         nocache = Worker(
             client,
             task_queue=task_queue,
-            workflows=[_workflow(handlers_last)],
-            unsandboxed_workflow_runner=_runner(handlers_last),
+            **_opted(handlers_last),
             identity="W0",
             max_cached_workflows=0,
         )
@@ -225,8 +217,7 @@ async def heartbeat_merge(
                 async with Worker(
                     client,
                     task_queue=task_queue,
-                    workflows=[_workflow(handlers_last)],
-                    unsandboxed_workflow_runner=_runner(handlers_last),
+                    **_opted(handlers_last),
                     identity="W2",
                 ):
                     assert (
@@ -253,9 +244,7 @@ async def heartbeat_merge(
         for e in history.events
         if e.event_id >= 5
     ]
-    replayer = Replayer(
-        workflows=[_workflow(handlers_last)], unsandboxed_workflow_runner=_runner(handlers_last)
-    )
+    replayer = Replayer(**_opted(handlers_last))
     replay = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     fails_at = await first_unreplayable(replayer, history)
     return Outcome(result, events, replay.replay_failure, fails_at)

@@ -128,15 +128,18 @@ class SplitActivationHandlersLast(SplitActivation):
         return await super().run(activities, quiet_branch)
 
 
-def opted(handlers_last: bool) -> dict[str, Any]:
-    """The worker's (or replayer's) workflow and runner, opted in to the fix or not."""
+def opted_in(handlers_last: bool, plain: type, fixed: type) -> dict[str, Any]:
+    """A worker's (or replayer's) workflow and runner: `fixed` on the fix's runner if
+    `handlers_last`, else `plain` on the plain one."""
     runner: WorkflowRunner = UnsandboxedWorkflowRunner()
     if handlers_last:
         runner = HandlersLast(runner)
-    return {
-        "workflows": [SplitActivationHandlersLast if handlers_last else SplitActivation],
-        "unsandboxed_workflow_runner": runner,
-    }
+    return {"workflows": [fixed if handlers_last else plain], "unsandboxed_workflow_runner": runner}
+
+
+def opted(handlers_last: bool) -> dict[str, Any]:
+    """The worker's (or replayer's) workflow and runner, opted in to the fix or not."""
+    return opted_in(handlers_last, SplitActivation, SplitActivationHandlersLast)
 
 
 async def sticky_worker(target: str, namespace: str, task_queue: str, handlers_last: str) -> None:

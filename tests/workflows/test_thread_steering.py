@@ -18,12 +18,34 @@ from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient, thread_input
 from waitstate.schemas.approvals import ApprovalRequest, DecisionSignal
 from waitstate.schemas.questions import AnswerInput, QuestionRequest
+from waitstate.schemas.run import RunState
 from waitstate.schemas.threads import ThreadMessage
 from waitstate.settings import Settings
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
 APP = "tests.workflows.steering_app:app"
 SOON = timedelta(seconds=30)
+
+
+def _assert_both_replied(state: RunState) -> None:
+    """The thread's two messages, m1 and m2, both have their reply."""
+    assert state.thread is not None
+    assert [(m.message_id, m.status) for m in state.thread.messages] == [
+        ("m1", "replied"),
+        ("m2", "replied"),
+    ]
+
+
+async def _open_approval(client: WaitstateClient, thread_id: str) -> ApprovalRequest | None:
+    state = await client.query(thread_id)
+    return next((r for r in state.approvals.values() if r.open), None)
+
+
+async def _approve(dev_env: WorkflowEnvironment, thread_id: str, request: ApprovalRequest) -> None:
+    """dana approves `request`."""
+    await dev_env.client.get_workflow_handle(thread_id).signal(
+        AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id, reviewer="dana")
+    )
 
 
 @pytest.mark.parametrize("mode", ["handle", "await"])
@@ -72,11 +94,7 @@ async def test_a_message_during_an_operations_wait_is_answered_and_the_wait_goes
     assert (exports.started, exports.cancelled) == (1, 0)
     (op,) = state.operations.values()
     assert op.status == "succeeded"
-    assert state.thread is not None
-    assert [(m.message_id, m.status) for m in state.thread.messages] == [
-        ("m1", "replied"),
-        ("m2", "replied"),
-    ]
+    _assert_both_replied(state)
 
 
 async def test_a_message_while_a_jobs_question_waits_for_a_person_is_answered(
@@ -140,8 +158,7 @@ async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wai
         first = await client.send_message(thread_id, "delete please", start=start)
 
         async def asked() -> ApprovalRequest | None:
-            state = await client.query(thread_id)
-            return next((r for r in state.approvals.values() if r.open), None)
+            return await _open_approval(client, thread_id)
 
         request = await eventually(asked, "the approval request")
         second = await client.send_message(thread_id, "how is it going?")
@@ -150,10 +167,7 @@ async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wai
         while_waiting = await client.message(thread_id, first.accepted.message_id)
         still_open = await asked()
         ran_before = deletions.ran
-        await dev_env.client.get_workflow_handle(thread_id).signal(
-            AgentRunWorkflow.approve,
-            DecisionSignal(request_id=request.request_id, reviewer="dana"),
-        )
+        await _approve(dev_env, thread_id, request)
         replied = await client.reply(thread_id, first.accepted.message_id)
         state = await client.query(thread_id)
         await replays(dev_env.client.get_workflow_handle(thread_id), "thread_steered_approval")
@@ -172,11 +186,7 @@ async def test_a_message_while_a_call_waits_for_approval_is_answered_and_the_wai
     assert replied.reply.startswith("deleted; told: While your calls were pending")
     assert "how is it going?" in replied.reply and "re: how is it going?" in replied.reply
     assert state.approvals[request.request_id].status == "approved"
-    assert state.thread is not None
-    assert [(m.message_id, m.status) for m in state.thread.messages] == [
-        ("m1", "replied"),
-        ("m2", "replied"),
-    ]
+    _assert_both_replied(state)
 
 
 async def test_a_message_during_an_approval_wait_of_an_aside_turn_is_answered_too(
@@ -201,8 +211,7 @@ async def test_a_message_during_an_approval_wait_of_an_aside_turn_is_answered_to
             return any(op.status == "running" for op in state.operations.values())
 
         async def asked() -> ApprovalRequest | None:
-            state = await client.query(thread_id)
-            return next((r for r in state.approvals.values() if r.open), None)
+            return await _open_approval(client, thread_id)
 
         await eventually(job_running, "the export job running")
         second = await client.send_message(thread_id, "delete please")
@@ -210,10 +219,7 @@ async def test_a_message_during_an_approval_wait_of_an_aside_turn_is_answered_to
         third = await client.send_message(thread_id, "how is it going?")
         answered = await client.reply(thread_id, third.accepted.message_id, within=SOON)
         waiting = [await client.message(thread_id, m.accepted.message_id) for m in (first, second)]
-        await dev_env.client.get_workflow_handle(thread_id).signal(
-            AgentRunWorkflow.approve,
-            DecisionSignal(request_id=request.request_id, reviewer="dana"),
-        )
+        await _approve(dev_env, thread_id, request)
         deleted = await client.reply(thread_id, second.accepted.message_id, within=SOON)
         exports.done = True
         exported = await client.reply(thread_id, first.accepted.message_id, within=SOON)
