@@ -21,13 +21,8 @@ from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
 import waitstate.cli.main as starter
-from tests.helpers import (
-    HISTORIES,
-    eventually,
-    first_unreplayable,
-    recorded_patches,
-    recorded_revision,
-)
+from tests import helpers
+from tests.helpers import HISTORIES, eventually, first_unreplayable, recorded_patches
 from waitstate.schemas.run import REVISION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,7 +313,7 @@ def test_every_revision_has_its_story_and_its_histories() -> None:
     kept: dict[int, int] = {}
     for path in sorted(HISTORIES.glob("*.json")):
         history = WorkflowHistory.from_json(path.stem, path.read_text())
-        revision = asyncio.run(recorded_revision(history))
+        revision = asyncio.run(helpers.recorded_revision(history))
         kept[revision] = kept.get(revision, 0) + 1
         # Named by its revision, so a new revision's recordings sit beside the old ones.
         assert (".revision-" in path.name) == (revision > 0), path.name

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
+
+from waitstate.gateway.listening import listen
 
 
 @contextlib.asynccontextmanager
@@ -41,7 +42,7 @@ async def start_server(
         OSError: the port could not be bound.
         RuntimeError: the server stopped while starting.
     """
-    sock = _listen(host, port)
+    sock = listen(host, port)
     server = uvicorn.Server(uvicorn.Config(app, host=host, log_level=log_level))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -51,21 +52,3 @@ async def start_server(
             raise RuntimeError("the server stopped while starting")
         await asyncio.sleep(0.01)
     return server, task, f"http://{host}:{sock.getsockname()[1]}"
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    # Bound here rather than by uvicorn: a busy port is an OSError to the caller (uvicorn would
-    # call sys.exit inside the task), and port 0 tells us which port it got. The protocol comes
-    # from getaddrinfo, as when asyncio binds: asyncio sets TCP_NODELAY only on sockets whose
-    # `proto` says TCP, and without it every answer waits ~40 ms for a delayed ACK.
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    return sock

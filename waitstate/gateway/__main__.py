@@ -10,9 +10,7 @@ WAITSTATE_OPERATOR_KEYS, WAITSTATE_THREAD_TOKEN_DAYS, WAITSTATE_TASK_QUEUE and W
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import os
 import signal
 import socket
 import sys
@@ -24,6 +22,7 @@ from waitstate.auth.tokens import ResumeTokens
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.gateway.fleet import RunCounts
+from waitstate.gateway.listening import cannot_listen, listen
 from waitstate.gateway.redaction import RedactTokens
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
@@ -132,36 +131,6 @@ def main() -> None:
     except OSError as err:
         sys.exit(f"gateway: {cannot_listen(settings.gateway_host, settings.gateway_port, err)}")
     exit_process(asyncio.run(serve(settings, tokens, sock)))
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to `host`:`port`, here rather than by uvicorn: a port another process
-    holds is then an OSError to say in one line, where uvicorn logs it and stops with
-    `Application shutdown complete.` as its last word.
-
-    Raises:
-        OSError: the address cannot be bound.
-    """
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def cannot_listen(host: str, port: int, err: OSError) -> str:
-    """Why the gateway cannot listen on `host`:`port`, and the variable that moves it."""
-    if err.errno == errno.EADDRINUSE:
-        why = "another process listens there"
-    else:
-        why = os.strerror(err.errno) if err.errno else str(err)
-    return f"cannot listen on {host}:{port}: {why}; set GATEWAY_PORT to a free port"
 
 
 if __name__ == "__main__":
