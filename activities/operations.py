@@ -9,6 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waitstate.blobs import BlobStore
+from waitstate.cancelling import keep_cancellation
 from waitstate.mcp import McpConfigError, McpServers, is_mcp_name, split_name
 from waitstate.mcp.sampling import Sampler
 from waitstate.mcp.tasks import McpTaskBackend
@@ -89,7 +90,10 @@ class OperationActivities:
                 status = await _status(long, input.job_id)
             except Exception as err:
                 # Transient (unreachable, 5xx): keep checking and heartbeating; the
-                # operation's expiry, not an outage, decides when to give up.
+                # operation's expiry, not an outage, decides when to give up. It comes as
+                # this poll's cancellation, which a backend's library may have handed back
+                # as its failure: the poll ends then, or it would hold the worker's shutdown.
+                keep_cancellation(err)
                 activity.logger.warning("status check of %s failed: %s", input.job_id, err)
                 status = None
             if status is not None and _answers(status, input):
@@ -114,6 +118,7 @@ class OperationActivities:
         try:
             status = await _status(long, input.job_id)
         except Exception as err:
+            keep_cancellation(err)  # as in `_poll`
             activity.logger.warning("status check of %s failed: %s", input.job_id, err)
             raise ApplicationError(
                 f"could not check {input.job_id}: {str(err)[:500] or type(err).__name__}"

@@ -28,6 +28,8 @@ from typing import Any
 
 from temporalio import activity
 
+from waitstate.cancelling import ended
+
 # Beats per heartbeat timeout: the side task's interval is a third of it, so a beat delayed by a
 # busy event loop, or merged by the SDK into the next, still reaches the server in time.
 BEATS_PER_TIMEOUT = 3
@@ -63,8 +65,8 @@ async def pulse() -> AsyncIterator[None]:
     finally:
         side.cancel()
         _CURRENT.reset(token)
-        with contextlib.suppress(asyncio.CancelledError):
-            await side
+        if (err := await ended(side)) is not None:
+            raise err
 
 
 def beat(*details: Any) -> None:

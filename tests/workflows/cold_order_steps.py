@@ -6,11 +6,11 @@ the replay of the history the worker that came back wrote."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
@@ -21,6 +21,7 @@ from temporalio.api.workflowservice.v1 import (
     ResetStickyTaskQueueRequest,
 )
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from examples.systems import DemoSystems
@@ -28,12 +29,21 @@ from examples.systems import create_app as systems_app
 from tests.helpers import eventually
 from tests.rigs import WorkerProcess, worker_process_beside
 from waitstate.activation_order import workflow_runner
+from waitstate.client import NotAnswered, WaitstateClient
 from waitstate.converter import DATA_CONVERTER
+from waitstate.schemas.run import RunState
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
 KEYS = {"cold": "d" * 40}
 # What raced the timer, in the history: a predicate over its events.
 Racer = Callable[[HistoryEvent], bool]
+# A query of a run that ended is answered by a worker that replays the whole run first: the one
+# just started, cold, on a loaded machine. The time it may take, and the time to ask again in
+# when the server gave up on an answer first ("context canceled" once, in a full suite's run).
+ENDED_QUERY_TIMEOUT = timedelta(seconds=60)
+ENDED_QUERY_WITHIN = 180.0
+_GAVE_UP = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)
+T = TypeVar("T")
 
 
 class Cold(NamedTuple):
@@ -178,3 +188,33 @@ async def replay_failure(history: WorkflowHistory) -> Exception | None:
         data_converter=DATA_CONVERTER,
     ).replay_workflow(history, raise_on_replay_failure=False)
     return replay.replay_failure
+
+
+async def ended_status(handle: WorkflowHandle[Any, Any]) -> RunState:
+    """The status query's answer for the run `handle`, which ended: asked again when the server
+    gave up waiting for a worker's answer (an ended run's state no longer changes)."""
+    return await _asked_again(
+        lambda: handle.query(AgentRunWorkflow.status, rpc_timeout=ENDED_QUERY_TIMEOUT),
+        f"run {handle.id}'s status",
+    )
+
+
+async def ended_thread_status(client: WaitstateClient, thread_id: str) -> RunState:
+    """`ended_status`, asked through the client (`WaitstateClient.query`), of a thread's run."""
+    return await _asked_again(
+        lambda: client.query(thread_id, rpc_timeout=ENDED_QUERY_TIMEOUT),
+        f"thread {thread_id}'s status",
+    )
+
+
+async def _asked_again(ask: Callable[[], Awaitable[T]], what: str) -> T:
+    async def answered() -> T | None:
+        try:
+            return await ask()
+        except (RPCError, NotAnswered) as err:
+            rpc = err if isinstance(err, RPCError) else err.__cause__
+            if isinstance(rpc, RPCError) and rpc.status in _GAVE_UP:
+                return None
+            raise
+
+    return await eventually(answered, what, within=ENDED_QUERY_WITHIN)

@@ -53,6 +53,8 @@ from tests.workflows.cold_order_steps import (
     cancel_requested,
     cold_worker_serving,
     die_as_the_timer_fires,
+    ended_status,
+    ended_thread_status,
     in_one_task,
     query_parked_on_the_dead_worker,
     replay_failure,
@@ -117,7 +119,7 @@ async def test_an_answer_waiting_for_a_worker_when_the_window_passed_is_too_late
         asyncio.gather(answering, return_exceptions=True), RESULT_TIMEOUT
     )
     result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-    state = await handle.query(AgentRunWorkflow.status)
+    state = await ended_status(handle)
     history = await handle.fetch_history()
     failure = await replay_failure(history)
     outcome = request.node.callspec.params["cold_worker"]
@@ -188,7 +190,7 @@ async def test_a_query_that_applied_the_windows_timer_before_its_task_leaves_a_h
         answered = await asyncio.wait_for(query, RESULT_TIMEOUT)
         await asyncio.wait_for(asyncio.gather(answering, return_exceptions=True), RESULT_TIMEOUT)
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await handle.query(AgentRunWorkflow.status)
+        state = await ended_status(handle)
         history = await handle.fetch_history()
     failure = await replay_failure(history)
 
@@ -261,7 +263,7 @@ async def test_a_completion_waiting_for_a_worker_when_the_operation_expired_is_a
         await cold.worker.start()
         outcome = await asyncio.wait_for(completing, RESULT_TIMEOUT)
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await handle.query(AgentRunWorkflow.status)
+        state = await ended_status(handle)
         history = await handle.fetch_history()
         stats = (await systems.get("/_test/stats")).json()
     failure = await replay_failure(history)
@@ -308,7 +310,7 @@ async def test_a_cancel_waiting_for_a_worker_when_the_window_passed_ends_the_run
         await cold.worker.start()
         with pytest.raises(WorkflowFailureError) as ended:
             await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await handle.query(AgentRunWorkflow.status)
+        state = await ended_status(handle)
         history = await handle.fetch_history()
         stats = (await systems.get("/_test/stats")).json()
     failure = await replay_failure(history)
@@ -365,7 +367,7 @@ async def test_a_message_waiting_for_a_worker_when_the_thread_closed_is_refused_
             asyncio.gather(sending, return_exceptions=True), RESULT_TIMEOUT
         )
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-        state = await client.query(thread_id)
+        state = await ended_thread_status(client, thread_id)
         history = await handle.fetch_history()
     failure = await replay_failure(history)
 

@@ -23,6 +23,7 @@ from mcp_types import (
 from pydantic import BaseModel, ValidationError
 
 from waitstate.blobs import BlobStore
+from waitstate.cancelling import keep_cancellation
 from waitstate.mcp.extension import CreatedTask
 from waitstate.mcp.results import questions_of, result_completion
 from waitstate.mcp.rounds import (
@@ -198,11 +199,11 @@ class CallRounds:
                 return
             await self._broken_send(rounds, call, n + 1, err)
             return
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                await self.aclose()
-                raise
+        except asyncio.CancelledError as err:
+            # The SDK cancels a session whose server went away: a broken send, unless this
+            # check itself is being cancelled (told apart once the session's scope is left).
+            await self.aclose()
+            keep_cancellation(err)
             await self._broken_send(rounds, call, n + 1, ConnectionError("session ended"))
             return
         except ValidationError as err:

@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, ListRootsResult
 
+from waitstate.cancelling import ended
 from waitstate.mcp.extension import Tasks
 
 # The package's logger, as when the servers were waitstate/mcp.py.
@@ -222,10 +223,11 @@ class StdioSession:
         if life is not None:
             life.stop.set()
             owners.add(life.owner)
-        # The SDK bounds a process's shutdown (stdin closed, then SIGTERM, then SIGKILL).
+        # The SDK bounds a process's shutdown (stdin closed, then SIGTERM, then SIGKILL). An
+        # owner's end is awaited, not its outcome (it logged its failure); a cancellation of
+        # the caller meanwhile is the caller's, and leaves the processes ending.
         for owner in owners:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await owner
+            await ended(owner)
 
 
 def _parameters(command: str, args: list[str]) -> StdioServerParameters:

@@ -9,7 +9,6 @@ Imported only by workers (it needs the `mcp` SDK).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from contextlib import AsyncExitStack
@@ -21,6 +20,7 @@ from mcp_types import CONNECTION_CLOSED, RequestParams
 from pydantic import ConfigDict, Field
 
 from waitstate.blobs import BlobStore
+from waitstate.cancelling import keep_cancellation
 from waitstate.mcp.extension import Tasks, TaskState
 from waitstate.mcp.notices import TaskWatch
 from waitstate.mcp.results import (
@@ -193,13 +193,11 @@ class McpTaskBackend(CallRounds):
                     "restart ends them): the task is gone, and may be started again"
                 ) from None
             raise ToolError(f"MCP server {self._server.name!r}: {err}") from None
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as err:
             # The SDK cancels a session whose server went away: a failed check, unless this
             # check itself is being cancelled (still so once the session's scope is left).
             await self.aclose()
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
+            keep_cancellation(err)
             raise ConnectionError(f"MCP server {self._server.name!r} ended the session") from None
         except BaseException:
             await self.aclose()  # the session may be broken: the next check opens another
@@ -356,18 +354,33 @@ class McpTaskBackend(CallRounds):
         session, self._session, self._client = self._session, None, None
         self._watch.close()
         self._watch = TaskWatch()
-        if session is not None:
-            # Also when the poll itself is being cancelled (its operation expired): the
-            # cancellation is the poll's to report, not the closing's.
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                async with asyncio.timeout(CLOSE_WITHIN_SECONDS):
-                    await session.aclose()
+        if session is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_WITHIN_SECONDS):
+                await session.aclose()
+        except (Exception, asyncio.CancelledError) as err:
+            # A broken session's closing fails, or ends with the cancellation the SDK made of
+            # it: nobody's business. A cancellation of this task (its poll's operation
+            # expired, the worker is shutting down) is: it ends the task, whatever the close
+            # made of it.
+            keep_cancellation(err)
+            log.debug("MCP server %r: closing the session: %r", self._server.name, err)
+        else:
+            keep_cancellation()
 
     async def _connected(self) -> Any:
         if self._client is None:
             session = AsyncExitStack()
-            self._client = await session.enter_async_context(
-                self._server.connect(extensions=[Tasks(self._watch)])
-            )
+            try:
+                self._client = await session.enter_async_context(
+                    self._server.connect(extensions=[Tasks(self._watch)])
+                )
+            except Exception as err:
+                # Cancelled while the connection fails (its server is down), the SDK's task
+                # group raises the failure and drops the cancellation: a poll that took it
+                # for one more failed check would go on for ever.
+                keep_cancellation(err)
+                raise
             self._session = session
         return self._client

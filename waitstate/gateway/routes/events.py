@@ -23,7 +23,6 @@ open.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
@@ -36,6 +35,7 @@ from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError
 
 from waitstate.auth.tokens import MAX_TOKEN_CHARS
+from waitstate.cancelling import ended
 from waitstate.client import BadPosition, Position, RunNotFound
 from waitstate.gateway.gate import SCHEMA_REF, GateDep
 from waitstate.gateway.refusals import Refused, error_responses, verified
@@ -239,8 +239,7 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
         desk.open_streams -= 1
         for task in (reading, closing):
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reading
+        await ended(reading)  # its failure ends the stream as its end does
 
 
 @router.post(
