@@ -38,7 +38,7 @@ class DownServer:
         self.attempts += 1
         if self.attempts > 1:  # refused at once: a poll that goes on can still be stopped
             self.again.set()
-            raise ConnectionRefusedError("All connection attempts failed")
+            raise ConnectionRefusedError("the reports server is down")
         async with anyio.create_task_group() as group:
             group.start_soon(self._request)
             self.connecting.set()
@@ -49,7 +49,7 @@ class DownServer:
         try:
             await anyio.sleep_forever()
         finally:
-            raise ConnectionRefusedError("All connection attempts failed")
+            raise ConnectionRefusedError("the reports server is down")
 
 
 async def test_a_poll_cancelled_while_its_server_is_down_ends_cancelled(
