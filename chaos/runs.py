@@ -389,7 +389,13 @@ def cancel_plan(wid: str, queue: Queue = "main") -> RunPlan:
     )  # fmt: skip
 
 
+# The hung call's model timeout: the timeout is what cuts it, and its retry comes soon after.
 MODEL_TIMEOUT = timedelta(seconds=2)
+# The other faults' (a 429, two 500s, malformed arguments): long enough that the fault's answer
+# reaches the call on a loaded machine. At 2 s the call's own deadline (1.8 s) could pass before
+# the 429 was read, and the retry then came after the retry policy's first second, not after
+# the 429's retry-after, which the call never saw ("retried 0.98s after a 429", once).
+ANSWERED_FAULT_TIMEOUT = timedelta(seconds=20)
 TOOL_TIMEOUT = timedelta(seconds=10)
 RETRY_AFTER = 2
 
@@ -401,7 +407,7 @@ def model_plan(wid: str, fault: ModelFault) -> RunPlan:
         task="add two and two",
         model=f"openai:{wid}",
         tools=["calculate"],
-        model_timeout=MODEL_TIMEOUT,
+        model_timeout=MODEL_TIMEOUT if fault == "hang" else ANSWERED_FAULT_TIMEOUT,
         # A worker killed holding its `calculate` call must not cost the run two minutes.
         tool_timeout=TOOL_TIMEOUT,
     )
