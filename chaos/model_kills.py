@@ -3,11 +3,11 @@
 Runs whose model (the suite's model server, over the OpenAI wire protocol) holds its first call
 unanswered until the call's retry arrives: plain runs (the model then calls `calculate` and
 answers) and threads (their first message's call is held, a second message queued behind it).
-Under the suite's kill lock, held until every killed call has ended (no other kill meanwhile,
-not even under a call's retry: each call's takeover is this class's), they are started, and once
-every held call has reached the model, every worker holding one is SIGKILLed, then started
-again after a pause. The calls keep the runs' default model timeout (two
-minutes): what takes them over is their heartbeat timeout.
+Under the suite's kill lock, held until the runs have ended (no other kill meanwhile, not under
+a call's retry nor under a later turn's call: each call's takeover is this class's), they are
+started, and once every held call has reached the model, every worker holding one is
+SIGKILLed, then started again after a pause. The calls keep the runs' default model timeout
+(two minutes): what takes them over is their heartbeat timeout.
 
 What holds, per run: it completes, every message of a thread is answered, once; the model was
 asked once per turn, plus once for each call a kill cut short (nothing asked twice, nothing
@@ -97,6 +97,9 @@ class ModelKills:
             ctx.wire.hang_until_retry(plan.id)  # its first call, until its retry arrives
         killed: dict[str, list[dict[str, Any]]] = {plan.id: [] for plan in plans}
         notes: list[str] = []
+        # The lock is held until the runs have ended: another class's kill under any of their
+        # calls (a thread's second message's, a run's last turn's) would make its model be asked
+        # once more, not this class's doing.
         async with self.lock:
             runs = [asyncio.create_task(drive(ctx, plan)) for plan in plans]
             try:
@@ -104,7 +107,7 @@ class ModelKills:
                 await bounded(ctx, self._kill(ctx, held, killed))
             except Exception as err:  # noqa: BLE001 - the class's failure is its runs' problem
                 notes.append(f"driver: the kills: {type(err).__name__}: {err}")
-        outcomes = list(await asyncio.gather(*runs))
+            outcomes = list(await asyncio.gather(*runs))
         for outcome in outcomes:
             outcome.facts["killed"] = killed[outcome.plan.id]
             outcome.facts["asked"] = _asked(ctx, outcome.plan.id)
@@ -194,8 +197,8 @@ async def _started_call(handle: WorkflowHandle[Any, Any]) -> tuple[str, str, str
 
 
 async def _taken_over(ctx: Context, call: Held) -> None:
-    """Until the killed call has ended: its next attempt has not only started but finished, so
-    the kill lock, held until then, keeps every other class's kill off that attempt too (a
+    """Until the killed call has ended: its next attempt has not only started but finished (the
+    kill lock, held until the runs end, keeps every other class's kill off that attempt: a
     worker killed under the retry would make the model be asked once more, and the retry be
     taken over a heartbeat timeout later, neither this class's doing)."""
     handle = ctx.client.get_workflow_handle(call.plan.id, run_id=call.run)
