@@ -30,6 +30,7 @@ from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.budgets import Budget
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
 from waitstate.schemas.threads import ThreadSettings
+from waitstate.schemas.tree import DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, sub_agent_tool
 from waitstate.tools.spec import ToolSpec
 
 
@@ -66,6 +67,12 @@ class Agent:
         tenant: Whose agent it is (None: its app's `tenant`): its runs' model calls carry it as
             their fairness key on the model queue (docs/deploy.md#rate-limits-and-fairness);
             a run's starter may set its own. At most 64 bytes.
+        sub_agents: Agents (of any loaded app, by name) a run of it may start, each a run of
+            its own that it waits for holding no worker: its model calls `agent_<name>` with
+            the sub-agent's task, several at once to run them in parallel (docs/trees.md).
+        max_children: Sub-agents one run of it may have running at once (at most 1,000).
+        max_depth: For a tree whose root is a run of it: the levels of sub-agents below the
+            root (at most 10); a call that would go deeper is refused to the model.
     """
 
     name: str
@@ -84,10 +91,17 @@ class Agent:
     description: str = ""
     budget: Budget | None = None
     tenant: str | None = None
+    sub_agents: Sequence[str] = ()
+    max_children: int = DEFAULT_MAX_CHILDREN
+    max_depth: int = DEFAULT_MAX_DEPTH
 
     def tool_names(self) -> list[str]:
         """The names of its tools, in order."""
         return [t if isinstance(t, str) else t.name for t in self.tools]
+
+    def sub_agent_tools(self) -> list[str]:
+        """The tools by which its runs start their sub-agents, in order."""
+        return [sub_agent_tool(name) for name in self.sub_agents]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,13 @@ from waitstate.providers.base import Provider, parse_model_spec
 from waitstate.providers.scripted import SCRIPTS, Script
 from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
 from waitstate.schemas.run import check_tenant
+from waitstate.schemas.tree import (
+    MAX_CHILDREN_LIMIT,
+    MAX_DEPTH_LIMIT,
+    SubAgentTask,
+    sub_agent_tool,
+    tool_name_ok,
+)
 from waitstate.tools.spec import ToolSpec
 
 # The providers every worker has (worker.build_providers); apps may add more.
@@ -175,6 +182,7 @@ def load_apps(
     owner = {name: "the worker's built-ins" for name in WORKER_TOOLS}
     for ref in refs:
         _add(apps, ref, load_app(ref), owner)
+    _add_sub_agent_tools(apps, owner)
     for agent in apps.agents.values():
         _check_agent(apps, agent)
     if not callbacks_configured:
@@ -250,6 +258,59 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
         if name in apps.scripts or name in SCRIPTS:
             raise AppError(f"app {ref!r}: script {name!r} is already declared")
         apps.scripts[name] = script
+
+
+def _add_sub_agent_tools(apps: Apps, owner: dict[str, str]) -> None:
+    """Register the tool by which runs start each agent some agent lists as a sub-agent
+    (answered by the run itself: it starts the child run), checking the names."""
+    for agent in apps.agents.values():
+        if not 1 <= agent.max_children <= MAX_CHILDREN_LIMIT:
+            raise AppError(
+                f"agent {agent.name!r}: max_children must be 1 to {MAX_CHILDREN_LIMIT}, "
+                f"got {agent.max_children}"
+            )
+        if not 1 <= agent.max_depth <= MAX_DEPTH_LIMIT:
+            raise AppError(
+                f"agent {agent.name!r}: max_depth must be 1 to {MAX_DEPTH_LIMIT}, "
+                f"got {agent.max_depth}"
+            )
+        for name in agent.sub_agents:
+            sub = apps.agents.get(name)
+            if sub is None:
+                known = ", ".join(sorted(apps.agents))
+                raise AppError(
+                    f"agent {agent.name!r}: sub-agent {name!r} is no loaded app's agent; "
+                    f"known: {known}"
+                )
+            tool = sub_agent_tool(name)
+            if not tool_name_ok(name):
+                raise AppError(
+                    f"agent {agent.name!r}: sub-agent {name!r}: its tool {tool!r} must be at "
+                    "most 64 letters, digits, '_' and '-', as providers take tool names"
+                )
+            if tool in owner:
+                if owner[tool] != "sub-agents":
+                    raise AppError(f"tool {tool!r} ({owner[tool]}) is kept for sub-agent {name!r}")
+                continue
+            owner[tool] = "sub-agents"
+            apps.tools.append(
+                ToolSpec(
+                    name=tool,
+                    description=sub_agent_description(sub),
+                    args=SubAgentTask,
+                    builtin=True,
+                )
+            )
+
+
+def sub_agent_description(agent: Agent) -> str:
+    """What a parent's model reads of sub-agent `agent`: its description, else its
+    instructions' first line."""
+    about = agent.description.strip() or agent.instructions.strip().split("\n")[0]
+    return (
+        f"Start the agent {agent.name!r} on a task and get its answer: {about} It runs on its "
+        "own; call it several times in one turn to run several at once."
+    )
 
 
 def _check_agent(apps: Apps, agent: Agent) -> None:

@@ -7,6 +7,10 @@ its default decodes to that same default. A run's input (`RunInput`, with whatev
 across continue-as-new) is recorded whole: its defaults are policy (timeouts, turns, approval),
 and a run keeps the policy it was started with even if a later release changes a default.
 Only its unset fields (None) are left out: a field whose default is None keeps that default.
+And a run of an agent, as it starts, leaves out what its agent's definition will set
+(`AGENT_FIELDS` its starter did not set, at their defaults): its opening replaces them with the
+definition the `resolve_agent` activity records, before they are read. A continued run's input
+(`carry` set) is resolved already, and recorded whole.
 Omitted defaults are therefore part of the replay contract of activity inputs and results:
 changing one of those defaults is a workflow change, like any other.
 """
@@ -26,7 +30,7 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 
-from waitstate.schemas.run import RunInput
+from waitstate.schemas.run import AGENT_FIELDS, RunInput
 
 # Recorded with every field, defaults included.
 RECORDED_WHOLE: tuple[type[Any], ...] = (RunInput,)
@@ -44,8 +48,26 @@ class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
         """Serialize `value`; a `RECORDED_WHOLE` value keeps its defaults."""
         whole = isinstance(value, RECORDED_WHOLE)
         # Whole, but for what is unset (None): nothing to keep of it.
-        data = _SERIALIZER.to_json(value, exclude_defaults=not whole, exclude_none=whole)
+        data = _SERIALIZER.to_json(
+            value,
+            exclude_defaults=not whole,
+            exclude_none=whole,
+            exclude=_agents_own(value) if whole else None,
+        )
         return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
+
+
+def _agents_own(value: Any) -> set[str] | None:
+    """The fields a starting run of an agent leaves to the agent's definition (see the module's
+    docstring): those its starter did not set, at their defaults."""
+    if not isinstance(value, RunInput) or value.agent is None or value.carry is not None:
+        return None
+    fields = RunInput.model_fields
+    return {
+        name
+        for name in AGENT_FIELDS - set(value.agent_overrides or ())
+        if getattr(value, name) == fields[name].get_default(call_default_factory=True)
+    } or None
 
 
 class CompactPayloadConverter(CompositePayloadConverter):

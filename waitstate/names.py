@@ -42,8 +42,8 @@ SEND_MESSAGE_UPDATE = "send_message"  # SendMessage -> MessageAccepted (threads)
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 WAITING_FOR = SearchAttributeKey.for_keyword("WaitingFor")
 # What WaitingFor holds: an operation's webhook or poll, a person's decision or answer, a
-# thread's next message; `none` while the run works (a model turn, a tool call).
-WAIT_KINDS = ("webhook", "poll", "approval", "input", "message", "none")
+# thread's next message, its sub-agents; `none` while the run works (a model turn, a tool call).
+WAIT_KINDS = ("webhook", "poll", "approval", "input", "message", "agents", "none")
 PENDING_OPERATIONS = SearchAttributeKey.for_int("PendingOperations")
 WAIT_EXPIRES_AT = SearchAttributeKey.for_datetime("WaitExpiresAt")
 # Set when a run of a named agent starts (by the client, never upserted by the run).
@@ -51,6 +51,10 @@ AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 # Set when a thread starts, to its id (by the client, never upserted by the run); continued
 # runs keep it. `ThreadId IS NOT NULL` lists the threads.
 THREAD_ID = SearchAttributeKey.for_keyword("ThreadId")
+
+# Temporal's own, set on every child workflow (and a root, to itself): `RootWorkflowId = 'ROOT'`
+# lists every node of an agent tree, its root among them.
+ROOT_WORKFLOW_ID = "RootWorkflowId"
 
 SEARCH_ATTRIBUTES = (
     AGENT_STATUS,

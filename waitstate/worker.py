@@ -259,7 +259,7 @@ def run_parts(
     tool = ToolActivities(
         registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
     )
-    agent = AgentActivities(agents or {}, settings.default_model)
+    agent = AgentActivities(agents or {}, settings.default_model, blobs)
     operations = OperationActivities(registry, mcp, blobs, providers)
     # Each approver group's notices go where WAITSTATE_NOTICE_ROUTES says (the outbox if unset).
     approvals = ApprovalActivities(
@@ -278,6 +278,7 @@ def run_parts(
         deltas,
         [
             agent.resolve_agent,
+            agent.store_answer,
             servers.list_mcp_tools,
             model.call_model,
             background.await_model_response,

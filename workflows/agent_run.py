@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from .policies import MODEL_RETRY, model_call
     from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
+    from .tree import SubAgents
 
 
 Answered = TypeVar("Answered")
@@ -101,6 +102,7 @@ class AgentRunWorkflow:
         self._outages = StoreOutages(self._state, self._board)
         self._opening = Opening(self._plan, self._state, self._board, self._outages)
         self._background = BackgroundReplies(self._plan, self._state)
+        self._tree = SubAgents(run)
 
     @property
     def _input(self) -> RunInput:
@@ -447,6 +449,8 @@ class AgentRunWorkflow:
             return await self._approvals.request_approval(call)
         if call.name == ANSWER_QUESTION:
             return await self._questions.answer_by_model(call)
+        if self._tree.owns(call.name):
+            return await self._tree.run(call)
         result, operation_id = await self._ops.start(call, approved_by=None)
         if result.approval_needed is not None:
             # The tool declared that this call needs a person's approval: it has not run.
@@ -466,13 +470,14 @@ class AgentRunWorkflow:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
         ledger.answered(self._state, output)
+        output = await self._tree.answer_for_parent(output)  # a sub-agent's: by reference
         self._board.end(status, self._input.recorded_revision())
         return RunResult(
             status=status,
             final_output=output,
             turns=self._state.turns,
             tool_calls=self._state.tool_calls,
-            usage=self._state.usage,
+            usage=self._tree.usage(),
             error=self._state.error,
             rejected_output=self._state.rejected_output if status == "output_invalid" else None,
         )

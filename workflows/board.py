@@ -27,7 +27,7 @@ from .search_attributes import (
 # What a run shows it waits for when several things are open at once:
 # a person's answer or decision before a system's report, since someone must act (it is what
 # `starter.py pending` and the Web UI's WaitingFor="input" filter look for).
-PRECEDENCE = ("input", "approval", "webhook", "poll")
+PRECEDENCE = ("input", "approval", "webhook", "poll", "agents")
 SYSTEM_KINDS = frozenset({"webhook", "poll"})
 
 

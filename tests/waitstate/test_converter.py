@@ -1,5 +1,6 @@
 """The data converter: activity inputs and results are recorded without their defaults and
-decode to the same values; a run's input is recorded whole."""
+decode to the same values; a run's input is recorded whole, but for what a starting run's agent
+will set."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from waitstate.converter import DATA_CONVERTER
 from waitstate.schemas import DEFAULT_SYSTEM_PROMPT, Message, ModelCallInput, RunInput, ToolCall
-from waitstate.schemas.run import REVISION
+from waitstate.schemas.run import REVISION, RunCarry, RunState
+from waitstate.schemas.threads import ThreadSettings
 
 
 def _recorded(value: Any) -> dict[str, Any]:
@@ -76,3 +78,31 @@ def test_a_run_input_records_its_revision_and_one_recorded_without_reads_as_0() 
     # (a copy, as `Continuation` makes it) is recorded with the newest.
     assert old.recorded_revision() == 0
     assert _round_trip(old.model_copy(update={"task": "next"})).recorded_revision() == REVISION
+
+
+def test_a_starting_run_of_an_agent_leaves_out_what_its_agent_will_set() -> None:
+    starting = RunInput(task="Export Q3", agent="exporter", max_turns=3)
+    # Set after it was made (as the CLI makes a thread of an agent): kept, not at its default.
+    thread = starting.model_copy(update={"thread": ThreadSettings()})
+
+    recorded = _recorded(starting)
+
+    # What the opening replaces from the agent's recorded definition is left out...
+    for left in ("system_prompt", "tools", "approval", "constraints", "model"):
+        assert left not in recorded, left
+    # ...but what its starter set, and the run's own policy, are kept.
+    assert recorded["max_turns"] == 3
+    assert recorded["tool_timeout"] == "PT2M"
+    assert recorded["agent_overrides"] == ["max_turns"]
+    assert _round_trip(starting) == starting
+    assert _recorded(thread)["thread"] == ThreadSettings().model_dump(mode="json")
+    assert _round_trip(thread).thread == ThreadSettings()
+
+
+def test_a_continued_run_of_an_agent_is_recorded_whole() -> None:
+    resolved = RunInput(task="t", agent="exporter", system_prompt="Be brief.")
+    carry = RunCarry(state=RunState(task="t"), unsent=[])
+    continued = RunInput(task="t", agent="exporter", carry=carry)
+
+    assert _recorded(resolved)["system_prompt"] == "Be brief."
+    assert _recorded(continued)["system_prompt"] == DEFAULT_SYSTEM_PROMPT

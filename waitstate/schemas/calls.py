@@ -191,6 +191,9 @@ class AgentConfig(BaseModel):
     )
     budget: Budget | None = None
     tenant: str | None = None
+    sub_agents: list[str] = Field(default_factory=list)
+    max_children: int | None = None
+    max_depth: int | None = None
 
     def defaults(self) -> dict[str, Any]:
         """The `RunInput` fields it sets, by name."""
@@ -207,6 +210,9 @@ class AgentConfig(BaseModel):
             "operation_timeout": self.operation_timeout,
             "budget": self.budget,
             "tenant": self.tenant,
+            "sub_agents": self.sub_agents or None,
+            "max_children": self.max_children,
+            "max_depth": self.max_depth,
         }
         return fields | {name: value for name, value in optional.items() if value is not None}
 

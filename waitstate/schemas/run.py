@@ -41,6 +41,7 @@ from waitstate.schemas.messages import Message, ToolCall, Usage
 from waitstate.schemas.operations import Operation, ResultMode
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.threads import ThreadSettings, ThreadState
+from waitstate.schemas.tree import MAX_CHILDREN_LIMIT, MAX_DEPTH_LIMIT, TreeLink, TreeState
 
 # Its own names, and those of `calls` that were defined here before it moved.
 __all__ = [
@@ -114,6 +115,9 @@ AGENT_FIELDS = frozenset(
         "thread",
         "budget",
         "tenant",
+        "sub_agents",
+        "max_children",
+        "max_depth",
     }
 )
 # Temporal's limit on a fairness key, which a tenant is on the model queue.
@@ -239,6 +243,26 @@ class RunInput(BaseModel):
         description="Whose run this is: its model calls carry it as their fairness key, so "
         "tenants share the model queue fairly where the server balances by key.",
     )
+    sub_agents: list[str] | None = Field(
+        default=None,
+        description="The agents the run may start, each a run of its own, by the tool "
+        "`agent_<name>` (waitstate/schemas/tree.py).",
+    )
+    max_children: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_CHILDREN_LIMIT,
+        description="Sub-agents the run may have running at once (None: 10).",
+    )
+    max_depth: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DEPTH_LIMIT,
+        description="For a tree's root: the levels below it the tree may grow to (None: 3).",
+    )
+    tree: TreeLink | None = Field(
+        default=None, description="Set for a sub-agent's run, by its parent: where it is."
+    )
 
     revision: int = Field(
         default=REVISION,
@@ -354,6 +378,7 @@ class RunState(BaseModel):
         budget: Budgets
         store_outage: StoreOutages
         continued_as_new: Continuation
+        tree: SubAgents
     """
 
     status: RunStatus = "running"
@@ -394,6 +419,9 @@ class RunState(BaseModel):
     )
     budget: BudgetState | None = Field(
         default=None, description="What it spent against its budget (None: it has none)."
+    )
+    tree: TreeState | None = Field(
+        default=None, description="The sub-agents it started (None: it started none)."
     )
     error: str | None = None
 

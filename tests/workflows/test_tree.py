@@ -1,0 +1,194 @@
+"""Agent trees on the dev server: sub-agents as child workflows, fanned out in one turn and
+waited for holding no worker; the tree's limits; long answers by reference; cancel that reaches
+every node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker, replays, start_run
+from tests.workflows.runs import run_to_end
+from waitstate.apps import load_apps
+from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.approvals import DecisionSignal
+from waitstate.schemas.builtin import REF_PREFIX
+from waitstate.workflows.agent_run import AgentRunWorkflow
+
+APP = "tests.workflows.tree_app:app"
+CHILD_EVENTS = {
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED,
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED,
+}
+
+
+async def _nodes(env: WorkflowEnvironment, root: str, count: int) -> list[Any]:
+    """The runs below `root` (Temporal's RootWorkflowId), once the list view shows `count`."""
+
+    async def listed() -> list[Any] | None:
+        query = f"RootWorkflowId = '{root}' AND WorkflowId != '{root}'"
+        found = [w async for w in env.client.list_workflows(query)]
+        return found if len(found) == count else None
+
+    return await eventually(listed, f"{count} nodes of {root} in the list view", within=20)
+
+
+async def test_a_lead_fans_out_to_its_sub_agents_and_answers_with_all_they_said(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    handle, result, state = await run_to_end(
+        dev_env, task_queue, RunInput(task="survey fan=3", agent="lead"), apps=load_apps([APP])
+    )
+
+    await replays(handle, "tree_lead_fan_out")
+    assert result.status == "completed", result
+    assert "combined 3" in (result.final_output or "")
+    for part in (1, 2, 3):
+        assert f"notes on part {part}" in (result.final_output or "")
+    assert state.tree is not None and state.tree.started == 3
+    children = list(state.tree.children.values())
+    assert [c.node for c in children] == ["researcher-1", "researcher-2", "researcher-3"]
+    assert {c.status for c in children} == {"completed"}
+    # Each a run of its own, a child of the lead's, found by the tree's root.
+    nodes = await _nodes(dev_env, handle.id, 3)
+    assert sorted(n.id for n in nodes) == sorted(c.run_id for c in children)
+    for node in nodes:
+        described = await dev_env.client.get_workflow_handle(node.id).describe()
+        assert described.parent_id == handle.id
+        assert described.status == WorkflowExecutionStatus.COMPLETED
+    # All three ran at once: each was started before any ended.
+    events = [e async for e in handle.fetch_history_events()]
+    kinds = [e.event_type for e in events if e.event_type in CHILD_EVENTS]
+    last_start = max(
+        i
+        for i, k in enumerate(kinds)
+        if k == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    )
+    first_end = kinds.index(EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED)
+    assert last_start < first_end
+    # The lead's usage is its own and its children's.
+    own = state.usage
+    assert result.usage.output_tokens == own.output_tokens + sum(
+        c.usage.output_tokens for c in children
+    )
+
+
+async def test_a_tree_three_levels_deep_lists_every_node_under_its_root(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    handle, result, _ = await run_to_end(
+        dev_env, task_queue, RunInput(task="deep fan=2", agent="deep-lead"), apps=load_apps([APP])
+    )
+
+    assert result.status == "completed", result
+    nodes = await _nodes(dev_env, handle.id, 6)  # 2 teams, 2 researchers each
+    paths = sorted(n.id.removeprefix(f"{handle.id}/") for n in nodes)
+    assert paths == [
+        "team-1",
+        "team-1/researcher-1",
+        "team-1/researcher-2",
+        "team-2",
+        "team-2/researcher-1",
+        "team-2/researcher-2",
+    ]
+    assert result.final_output is not None and result.final_output.count("notes on") == 4
+
+
+async def test_a_call_past_the_trees_depth_or_the_runs_children_is_refused_to_the_model(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    _, deep, _ = await run_to_end(
+        dev_env, task_queue, RunInput(task="deep fan=1", agent="too-deep"), apps=apps
+    )
+    # The team is one level below the root, the tree's limit: its own sub-agent is refused.
+    assert deep.status == "completed"
+    assert "goes 1 deep at most" in (deep.final_output or "")
+
+    _, narrow, state = await run_to_end(
+        dev_env, task_queue, RunInput(task="wide fan=3", agent="narrow-lead"), apps=apps
+    )
+    assert narrow.status == "completed"
+    assert state.tree is not None and state.tree.started == 2
+    assert "2 sub-agents of this run are running, its limit" in (narrow.final_output or "")
+
+
+async def test_a_long_answer_reaches_the_parent_by_reference_and_its_history_stays_small(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    handle, result, _ = await run_to_end(
+        dev_env, task_queue, RunInput(task="long fan=2", agent="long-lead"), apps=load_apps([APP])
+    )
+
+    assert result.status == "completed", result
+    assert result.final_output is not None and result.final_output.count(REF_PREFIX) == 2
+    per_child = 0
+    async for event in handle.fetch_history_events():
+        if event.event_type in CHILD_EVENTS:
+            per_child += event.ByteSize()
+    assert per_child / 2 < 2_048, per_child
+
+
+async def test_cancelling_the_root_cancels_every_node_and_what_they_wait_for(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        root = await start_run(
+            dev_env.client, task_queue, RunInput(task="ask fan=3", agent="asking-lead")
+        )
+        nodes = await _nodes(dev_env, root.id, 3)
+
+        async def all_asking() -> bool:
+            for node in nodes:
+                state: RunState = await dev_env.client.get_workflow_handle(node.id).query(
+                    AgentRunWorkflow.status
+                )
+                if not any(r.open for r in state.approvals.values()):
+                    return False
+            return True
+
+        await eventually(all_asking, "every asker's approval request")
+        await root.cancel()
+        with contextlib.suppress(WorkflowFailureError):
+            await asyncio.wait_for(root.result(), 10)
+        assert (await root.describe()).status == WorkflowExecutionStatus.CANCELED
+        for node in nodes:
+            child = dev_env.client.get_workflow_handle(node.id)
+            assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
+            state = await child.query(AgentRunWorkflow.status)
+            assert state.status == "cancelled"
+
+
+async def test_a_sub_agent_cancelled_alone_is_told_to_its_parents_model(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        root = await start_run(
+            dev_env.client, task_queue, RunInput(task="ask fan=2", agent="asking-lead")
+        )
+        nodes = sorted((await _nodes(dev_env, root.id, 2)), key=lambda n: n.id)
+        first, second = (dev_env.client.get_workflow_handle(n.id) for n in nodes)
+
+        async def asking(handle: Any) -> str | None:
+            state: RunState = await handle.query(AgentRunWorkflow.status)
+            return next((r.request_id for r in state.approvals.values() if r.open), None)
+
+        await eventually(lambda: asking(first), "the first asker's request")
+        request = await eventually(lambda: asking(second), "the second asker's request")
+        await first.cancel()
+        await second.signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id=request, reviewer="ana")
+        )
+        result = await asyncio.wait_for(root.result(), 20)
+
+    assert result.status == "completed"
+    said = result.final_output or ""
+    assert "cancelled" in said and "decided" in said, said

@@ -1,0 +1,112 @@
+"""Agent trees: an agent that starts agents. Each sub-agent is a run of its own (a child
+workflow, with its own history, tools, waits and approvals); its parent waits for it holding no
+worker, and gets its answer as the result of the tool call that started it.
+
+A run's sub-agents are tools to its model, `agent_<name>`, taking the sub-agent's task. What
+links a node to its tree travels in its input (`TreeLink`); what a parent knows of its children
+is in its state (`TreeState`). Workflows import these, so they stay pydantic-only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from waitstate.schemas.messages import Usage
+
+# The tool by which a run starts a sub-agent: `agent_<name>` (a name of letters, digits, `_`
+# and `-`, as every provider takes tool names).
+SUB_AGENT_PREFIX = "agent_"
+# Children one run may have running at once, unless its agent says: Temporal's limit on a
+# run's pending children is 2,000, and a tree's history keeps far under it.
+DEFAULT_MAX_CHILDREN = 10
+MAX_CHILDREN_LIMIT = 1_000
+# Levels below the root a tree may grow to, unless the root's agent says.
+DEFAULT_MAX_DEPTH = 3
+MAX_DEPTH_LIMIT = 10
+# A sub-agent's task, at most: what the parent's model writes into its call.
+MAX_TASK_CHARS = 20_000
+# A child's answer over this many bytes reaches its parent as a preview and a reference
+# (`ref://blobs/...`, read with read_ref): the parent's history grows little per child.
+ANSWER_INLINE_BYTES = 512
+ANSWER_PREVIEW_CHARS = 160
+# The activity that keeps a child's long answer in the blob store.
+STORE_ANSWER = "store_answer"
+
+NodeStatus = Literal["running", "ended"]
+
+
+def sub_agent_tool(agent: str) -> str:
+    """The tool name by which a run starts agent `agent`."""
+    return f"{SUB_AGENT_PREFIX}{agent}"
+
+
+def tool_name_ok(agent: str) -> bool:
+    """Whether `agent` can be named in a tool (letters, digits, `_`, `-`; 64 in all)."""
+    name = sub_agent_tool(agent)
+    return len(name) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
+
+
+class SubAgentTask(BaseModel):
+    """The arguments of a sub-agent's tool: what the parent's model asks it to do."""
+
+    task: str = Field(
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="The sub-agent's task, complete in itself: it sees nothing else of yours.",
+    )
+
+
+class TreeLink(BaseModel):
+    """Where a sub-agent's run is in its tree (set by its parent; None for a root)."""
+
+    root: str = Field(description="The root run's workflow id.")
+    parent: str = Field(description="The parent run's workflow id.")
+    path: list[str] = Field(description="The node names from below the root to this one.")
+    max_depth: int = Field(ge=1, le=MAX_DEPTH_LIMIT, description="The root's limit.")
+
+    @property
+    def depth(self) -> int:
+        return len(self.path)
+
+    def line(self) -> str:
+        """The node's path as people read it: `lead/researcher-2/fetcher-1`."""
+        return "/".join(self.path)
+
+
+class ChildRecord(BaseModel):
+    """One child of a run, as its parent knows it."""
+
+    run_id: str
+    agent: str
+    node: str = Field(description="Its name in the tree's paths: `<agent>-<n>`.")
+    task: str = Field(description="The start of its task.")
+    status: str = Field(default="running", description="`running`, or how its run ended.")
+    usage: Usage = Field(
+        default_factory=Usage, description="What its subtree spent, once it ended."
+    )
+
+
+class TreeState(BaseModel):
+    """A parent's children: those it started, by workflow id, oldest first."""
+
+    started: int = 0
+    children: dict[str, ChildRecord] = Field(default_factory=dict)
+
+    def running(self) -> int:
+        return sum(1 for child in self.children.values() if child.status == "running")
+
+    def usage(self) -> Usage:
+        """What its children's subtrees spent, those that ended."""
+        total = Usage()
+        for child in self.children.values():
+            total = total + child.usage
+        return total
+
+
+class StoreAnswer(BaseModel):
+    """What a child asks the `store_answer` activity: keep its long answer for its parent."""
+
+    text: str
+    owner: str = Field(description="The parent's workflow id, which reads it.")
