@@ -8,6 +8,7 @@ from .mcp import McpActivities
 from .model import ModelActivities
 from .operations import OperationActivities
 from .tools import ToolActivities
+from .trees import TreeActivities
 
 __all__ = [
     "AgentActivities",
@@ -18,4 +19,5 @@ __all__ = [
     "ModelActivities",
     "OperationActivities",
     "ToolActivities",
+    "TreeActivities",
 ]

@@ -36,6 +36,7 @@ REJECT_SIGNAL = "reject"  # DecisionSignal
 DECIDE_UPDATE = "decide"  # DecideInput -> DecideOutcome
 ANSWER_UPDATE = "answer"  # AnswerInput -> AnswerOutcome
 SEND_MESSAGE_UPDATE = "send_message"  # SendMessage -> MessageAccepted (threads)
+TREE_BUDGET_UPDATE = "tree_budget"  # BudgetAsk -> BudgetAnswer (a node of its tree reserves)
 
 # --- search attributes: what makes runs filterable in the Web UI's list view -----------------
 

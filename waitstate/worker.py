@@ -39,6 +39,7 @@ from waitstate.activities import (
     ModelActivities,
     OperationActivities,
     ToolActivities,
+    TreeActivities,
 )
 from waitstate.activities.deltas import DeltaTarget
 from waitstate.agents import Agent
@@ -272,6 +273,7 @@ def run_parts(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
+    trees = TreeActivities(client)
     return RunParts(
         registry,
         blobs,
@@ -279,6 +281,7 @@ def run_parts(
         [
             agent.resolve_agent,
             agent.store_answer,
+            trees.reserve_tree_budget,
             servers.list_mcp_tools,
             model.call_model,
             background.await_model_response,

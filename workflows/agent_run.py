@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
+    from waitstate.schemas.tree import BudgetAnswer, BudgetAsk
 
     from . import ledger
     from .activity_calls import Failed
@@ -246,6 +247,11 @@ class AgentRunWorkflow:
     @send_message.validator
     def _validate_message(self, send: SendMessage) -> None:
         self._thread.validate(send)
+
+    @workflow.update
+    async def tree_budget(self, ask: BudgetAsk) -> BudgetAnswer:
+        """A node of this run's tree reserves its next model call from this run's budget."""
+        return await self._budget.grant(ask)
 
     @workflow.update
     async def answer(self, input: AnswerInput) -> AnswerOutcome:
@@ -470,6 +476,7 @@ class AgentRunWorkflow:
         await self._ops.end_pending("cancelled")
         await workflow.wait_condition(workflow.all_handlers_finished)
         ledger.answered(self._state, output)
+        await self._budget.report_final()  # a node under its root's budget: its last spend
         output = await self._tree.answer_for_parent(output)  # a sub-agent's: by reference
         self._board.end(status, self._input.recorded_revision())
         return RunResult(

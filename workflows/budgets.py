@@ -3,18 +3,36 @@ checked before each call from what it has already spent, and its declared `on_ex
 
 A run without a budget does nothing here, so every run recorded before budgets replays as it
 ran.
+
+A tree's root with a budget keeps it for the whole tree: each model call of a node below it
+reserves from the root first (`reserve_tree_budget`, an Update to the root that also tells it
+what the node spent since its last one), and the root grants it while the tree is under its
+budget, by the same rules as its own calls (`grant`). So the tree spends past its budget by at
+most the one call in flight of each node.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-from waitstate.schemas import RunState, RunStatus, ToolCall
-from waitstate.schemas.budgets import RAISE_BUDGET, BudgetState
+from temporalio import workflow
+
+from waitstate.schemas import RunState, RunStatus, ToolCall, Usage
+from waitstate.schemas.budgets import RAISE_BUDGET, Budget, BudgetState
+from waitstate.schemas.tree import (
+    RESERVE_TREE_BUDGET,
+    BudgetAnswer,
+    BudgetAsk,
+    TreeBudget,
+    TreeReserve,
+)
 
 from . import ledger, metrics
+from .activity_calls import Failed, call
 from .approvals import ApprovalDesk
 from .plan import Plan
+from .policies import TREE_BUDGET_RETRY, TREE_BUDGET_TIMEOUT
 
 
 class BudgetExceeded(Exception):
@@ -31,11 +49,18 @@ class Budgets:
         self._plan = plan
         self._state = state
         self._desk = desk
+        # A root's grants and its own checks, one at a time: a raise asks a person once.
+        self._turns = asyncio.Lock()
 
     def model(self) -> str:
         """The model the next call asks: the run's, or the cheaper one it degraded to."""
         spent = self._state.budget
-        return spent.degraded_to if spent and spent.degraded_to else self._plan.input.model
+        if spent and spent.degraded_to:
+            return spent.degraded_to
+        tree = self._state.tree_budget
+        if tree is not None and tree.degraded_to:
+            return tree.degraded_to
+        return self._plan.input.model
 
     def later(self) -> list[str]:
         """The models the run may go on with later: its budget's `degrade_to`, until it
@@ -55,13 +80,31 @@ class Budgets:
                 model its dollar budget has no price for).
             ApprovalExpired: a request to raise it expired under on_timeout `fail`.
         """
+        link = self._plan.input.tree
+        if link is not None and link.budget:
+            return await self._reserve()
         budget = self._plan.input.budget
         if budget is None:
             return self._plan.input.model
+        async with self._turns:
+            spent = self._started(budget)
+            self.charge(self.model())
+            await self._keep(budget, spent)
+            if budget.usd is not None and self.model() not in budget.prices:
+                spent.exceeded = True
+                raise BudgetExceeded(
+                    f"no price for {self.model()} in the budget's table: its dollar budget could "
+                    "not be kept"
+                )
+            return self.model()
+
+    def _started(self, budget: Budget) -> BudgetState:
         if self._state.budget is None:  # the first call: the limits as declared
             self._state.budget = BudgetState(tokens=budget.tokens, usd=budget.usd)
-        spent = self._state.budget
-        self.charge(self.model())
+        return self._state.budget
+
+    async def _keep(self, budget: Budget, spent: BudgetState) -> None:
+        """Degrade, ask for more, or stop, as the budget declares, from what is spent."""
         if (
             budget.on_exceed == "degrade"
             and spent.degraded_to is None
@@ -81,13 +124,85 @@ class Budgets:
                 metrics.budget_reached(budget.on_exceed, "stopped")
                 ledger.step(self._state, "event", "budget", f"exceeded: spent {spent.line()}")
                 raise BudgetExceeded(f"budget exceeded: spent {spent.line()}")
-        if budget.usd is not None and self.model() not in budget.prices:
-            spent.exceeded = True
-            raise BudgetExceeded(
-                f"no price for {self.model()} in the budget's table: its dollar budget could "
-                "not be kept"
-            )
+
+    async def grant(self, ask: BudgetAsk) -> BudgetAnswer:
+        """A node's reservation, at the root: count what it spent, and grant its next call
+        while the tree is under the budget (degrading it, or asking a person to raise the
+        budget, as declared)."""
+        budget = self._plan.input.budget
+        if budget is None:
+            return BudgetAnswer(granted=True)
+        async with self._turns:
+            spent = self._started(budget)
+            tree = self._state.tree_budget = self._state.tree_budget or TreeBudget()
+            tree.spent[ask.node] = tree.spent.get(ask.node, Usage()) + ask.spent
+            if (price := budget.prices.get(ask.model)) is not None:
+                spent.spent_usd += price.cost(ask.spent)
+            self.charge(self.model())
+            if ask.final:
+                return BudgetAnswer(granted=False, spent=spent.line())
+            try:
+                await self._keep(budget, spent)
+            except BudgetExceeded:
+                return BudgetAnswer(granted=False, spent=spent.line())
+            model = spent.degraded_to or ask.model
+            if budget.usd is not None and model not in budget.prices:
+                return BudgetAnswer(granted=False, spent=f"no price for {model}: {spent.line()}")
+            return BudgetAnswer(granted=True, model=spent.degraded_to, spent=spent.line())
+
+    async def _reserve(self, final: bool = False) -> str:
+        """A node's reservation of its next call from its root (with what it spent since its
+        last): the model the call asks.
+
+        Raises:
+            BudgetExceeded: the root refused it (the tree spent its budget), or could not be
+                asked.
+        """
+        link = self._plan.input.tree
+        assert link is not None
+        tree = self._state.tree_budget = self._state.tree_budget or TreeBudget()
+        tree.asks += 1
+        ask = BudgetAsk(
+            node=link.line(),
+            model=self.model(),
+            spent=self._state.usage - tree.reported,
+            final=final,
+        )
+        reserve = TreeReserve(
+            root=link.root,
+            update_id=f"{workflow.info().workflow_id}/budget-{tree.asks}",
+            ask=ask,
+        )
+        answer = await call(
+            RESERVE_TREE_BUDGET,
+            reserve,
+            result_type=BudgetAnswer,
+            summary=f"tree budget: {'final report' if final else 'reserve'}",
+            start_to_close_timeout=TREE_BUDGET_TIMEOUT,
+            retry_policy=TREE_BUDGET_RETRY,
+        )
+        if isinstance(answer, Failed):
+            raise BudgetExceeded(f"the tree's budget could not be reserved: {answer.message}")
+        tree.reported = self._state.usage
+        if answer.model is not None and tree.degraded_to is None:
+            tree.degraded_to = answer.model
+            ledger.step(self._state, "event", "budget", f"the tree goes on with {answer.model}")
+        if not answer.granted and not final:
+            ledger.step(self._state, "event", "budget", f"the tree's budget: {answer.spent}")
+            raise BudgetExceeded(f"the tree's budget is spent: {answer.spent}")
         return self.model()
+
+    async def report_final(self) -> None:
+        """A node under its root's budget, as it ends: what its last calls spent."""
+        link = self._plan.input.tree
+        tree = self._state.tree_budget
+        spent = self._state.usage - (tree.reported if tree is not None else Usage())
+        if link is None or not link.budget or not (spent.input_tokens or spent.output_tokens):
+            return
+        try:
+            await self._reserve(final=True)
+        except BudgetExceeded as err:
+            ledger.step(self._state, "event", "budget", str(err))
 
     def charge(self, model: str) -> None:
         """Count what the run's model calls spent since the last count against the budget:
@@ -97,7 +212,10 @@ class Budgets:
         if budget is None or spent is None:
             return
         usage = self._state.usage
+        tree = self._state.tree_budget
+        below = tree.descendants() if tree is not None else Usage()
         spent.spent_tokens = usage.input_tokens + usage.output_tokens
+        spent.spent_tokens += below.input_tokens + below.output_tokens
         if (price := budget.prices.get(model)) is not None:
             spent.spent_usd += price.cost(usage - spent.priced)
         spent.priced = usage

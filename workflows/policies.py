@@ -93,6 +93,11 @@ BACKGROUND_RETRY = RetryPolicy(
 # --- what a run starts with ------------------------------------------------------------------
 
 # The agent's definition, as the worker has it: an agent it does not have fails the run at once.
+# A node's reservation from its root's budget: an Update the root answers at once, unless it
+# asks a person to raise the budget; retried (the same Update, applied once) while the root's
+# worker is away, for as long as it takes: no call of the tree starts unreserved.
+TREE_BUDGET_TIMEOUT = timedelta(minutes=2)
+TREE_BUDGET_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 AGENT_TIMEOUT = timedelta(seconds=30)
 AGENT_RETRY = RetryPolicy(maximum_attempts=3)
 # The MCP tools a run was granted, listed once; it heartbeats as a tool call does.

@@ -126,7 +126,14 @@ class SubAgents(Part):
             run_id=run_id, agent=agent, node=node, task=ledger.preview(args.task, TASK_PREVIEW)
         )
         tree.children[run_id] = record
-        child = TreeLink(root=self.root(), parent=parent, path=[*path, node], max_depth=max_depth)
+        budgeted = link.budget if link is not None else self._input.budget is not None
+        child = TreeLink(
+            root=self.root(),
+            parent=parent,
+            path=[*path, node],
+            max_depth=max_depth,
+            budget=budgeted,
+        )
         extra = {"tenant": self._input.tenant} if self._input.tenant is not None else {}
         input = RunInput(
             task=args.task,

@@ -15,6 +15,7 @@ from waitstate.schemas.cleanup import CleanResult, CleanupInput
 from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome
 from waitstate.schemas.threads import MessageAccepted, SendMessage
+from waitstate.schemas.tree import BudgetAnswer, BudgetAsk
 from waitstate.workflows import search_attributes, traces
 from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.blob_cleanup import BlobCleanupWorkflow
@@ -40,6 +41,7 @@ def test_the_agent_run_answers_to_the_library_names_with_the_types_it_reads() ->
         names.DECIDE_UPDATE: ([DecideInput], DecideOutcome),
         names.ANSWER_UPDATE: ([AnswerInput], AnswerOutcome),
         names.SEND_MESSAGE_UPDATE: ([SendMessage], MessageAccepted),
+        names.TREE_BUDGET_UPDATE: ([BudgetAsk], BudgetAnswer),
     }
     assert {name: signal.arg_types for name, signal in definition.signals.items()} == {
         names.OPERATION_COMPLETED_SIGNAL: [CompleteOperation],

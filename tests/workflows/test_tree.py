@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -14,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker, replays, start_run
 from tests.workflows.runs import run_to_end
+from tests.workflows.tree_app import TREE_BUDGET_TOKENS
 from waitstate.apps import load_apps
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
@@ -192,3 +194,55 @@ async def test_a_sub_agent_cancelled_alone_is_told_to_its_parents_model(
     assert result.status == "completed"
     said = result.final_output or ""
     assert "cancelled" in said and "decided" in said, said
+
+
+async def _call_tokens(env: WorkflowEnvironment, run_id: str) -> list[int]:
+    """The tokens of each model call of run `run_id`, oldest first (from its history)."""
+    tokens = []
+    async for event in env.client.get_workflow_handle(run_id).fetch_history_events():
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            continue
+        payloads = event.activity_task_completed_event_attributes.result.payloads
+        if not payloads:
+            continue
+        usage = json.loads(payloads[0].data).get("usage") if payloads[0].data[:1] == b"{" else None
+        if isinstance(usage, dict) and {"input_tokens", "output_tokens"} & set(usage):
+            tokens.append(usage.get("input_tokens", 0) + usage.get("output_tokens", 0))
+    return tokens
+
+
+async def test_a_root_budget_holds_its_tree_to_one_call_in_flight_per_child_over_20_runs(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    overspent = []
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        for batch in range(4):  # 20 runs, 5 at a time
+            roots = [
+                await start_run(
+                    dev_env.client, task_queue, RunInput(task="spend fan=10", agent="budget-lead")
+                )
+                for _ in range(5)
+            ]
+            for root in roots:
+                result = await asyncio.wait_for(root.result(), 120)
+                state: RunState = await root.query(AgentRunWorkflow.status)
+                assert result.status == "budget_exceeded", (batch, result)
+                assert state.tree is not None and len(state.tree.children) == 10
+                children = list(state.tree.children.values())
+                assert {c.status for c in children} == {"budget_exceeded"}
+                spent = sum(await _call_tokens(dev_env, root.id))
+                bound = 0
+                for child in children:
+                    calls = await _call_tokens(dev_env, child.run_id)
+                    spent += sum(calls)
+                    bound += max(calls, default=0)  # its one call in flight, at most its largest
+                    # Told to the root: what each node spent, counted once.
+                    assert state.tree_budget is not None
+                    node = state.tree_budget.spent[child.node]
+                    assert node.input_tokens + node.output_tokens == sum(calls)
+                assert state.budget is not None and state.budget.spent_tokens == spent
+                overspent.append(spent - TREE_BUDGET_TOKENS)
+                assert spent - TREE_BUDGET_TOKENS <= bound, (spent, bound)
+    assert len(overspent) == 20
+    print(f"tree overspend over 20 runs (tokens past {TREE_BUDGET_TOKENS}): {sorted(overspent)}")

@@ -13,8 +13,9 @@ import re
 from collections.abc import Sequence
 
 from tests.script_steps import call, tool_results
-from waitstate import Agent, App, Message, ToolCall, ToolDefinition
+from waitstate import Agent, App, Message, ToolCall, ToolDefinition, tool
 from waitstate.providers.scripted import SCRIPTED_BANNER
+from waitstate.schemas.budgets import Budget
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
 
@@ -64,6 +65,20 @@ def asking_leaf(messages: Sequence[Message], tools: Sequence[ToolDefinition]) ->
     return Message(role="assistant", content=f"decided: {results[-1].content}")
 
 
+@tool
+async def tick(n: int) -> int:
+    """Count one more."""
+    return n + 1
+
+
+def spender(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Never answers: calls `tick` every turn (for max_turns), spending more each turn."""
+    return call(len(tool_results(messages)), "tick", {"n": len(messages)})
+
+
+# A tree of 10 spenders under a root budget of 6,000 tokens: spent long before max_turns.
+TREE_BUDGET_TOKENS = 6_000
+
 app = App(
     agents=[
         Agent("lead", model="scripted:tree-lead", sub_agents=["researcher"]),
@@ -76,11 +91,19 @@ app = App(
         Agent("long-researcher", model="scripted:tree-long-leaf"),
         Agent("asking-lead", model="scripted:tree-lead", sub_agents=["asker"]),
         Agent("asker", model="scripted:tree-asking-leaf", tools=["request_approval"]),
+        Agent(
+            "budget-lead",
+            model="scripted:tree-lead",
+            sub_agents=["spender"],
+            budget=Budget(tokens=TREE_BUDGET_TOKENS),
+        ),
+        Agent("spender", model="scripted:tree-spender", tools=[tick], max_turns=40),
     ],
     scripts={
         "tree-lead": lead,
         "tree-leaf": leaf,
         "tree-long-leaf": long_leaf,
         "tree-asking-leaf": asking_leaf,
+        "tree-spender": spender,
     },
 )

@@ -41,7 +41,13 @@ from waitstate.schemas.messages import Message, ToolCall, Usage
 from waitstate.schemas.operations import Operation, ResultMode
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.threads import ThreadSettings, ThreadState
-from waitstate.schemas.tree import MAX_CHILDREN_LIMIT, MAX_DEPTH_LIMIT, TreeLink, TreeState
+from waitstate.schemas.tree import (
+    MAX_CHILDREN_LIMIT,
+    MAX_DEPTH_LIMIT,
+    TreeBudget,
+    TreeLink,
+    TreeState,
+)
 
 # Its own names, and those of `calls` that were defined here before it moved.
 __all__ = [
@@ -379,6 +385,7 @@ class RunState(BaseModel):
         store_outage: StoreOutages
         continued_as_new: Continuation
         tree: SubAgents
+        tree_budget: Budgets
     """
 
     status: RunStatus = "running"
@@ -422,6 +429,11 @@ class RunState(BaseModel):
     )
     tree: TreeState | None = Field(
         default=None, description="The sub-agents it started (None: it started none)."
+    )
+    tree_budget: TreeBudget | None = Field(
+        default=None,
+        description="Its tree's budget: a root's, what each node spent; a node's, what it "
+        "reported (None: no tree budget).",
     )
     error: str | None = None
 

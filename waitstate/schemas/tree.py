@@ -33,6 +33,9 @@ ANSWER_INLINE_BYTES = 512
 ANSWER_PREVIEW_CHARS = 160
 # The activity that keeps a child's long answer in the blob store.
 STORE_ANSWER = "store_answer"
+# The activity by which a node under its root's budget reserves its next model call, and the
+# root's Update it sends (`BudgetAsk` -> `BudgetAnswer`).
+RESERVE_TREE_BUDGET = "reserve_tree_budget"
 
 NodeStatus = Literal["running", "ended"]
 
@@ -65,6 +68,10 @@ class TreeLink(BaseModel):
     parent: str = Field(description="The parent run's workflow id.")
     path: list[str] = Field(description="The node names from below the root to this one.")
     max_depth: int = Field(ge=1, le=MAX_DEPTH_LIMIT, description="The root's limit.")
+    budget: bool = Field(
+        default=False,
+        description="The root has a budget: every model call of the tree reserves from it.",
+    )
 
     @property
     def depth(self) -> int:
@@ -105,8 +112,58 @@ class TreeState(BaseModel):
         return total
 
 
+class TreeBudget(BaseModel):
+    """A tree's budget as a node keeps it: a budgeted root, what each node below it reported it
+    spent; a node below one, what it reported so far."""
+
+    spent: dict[str, Usage] = Field(
+        default_factory=dict, description="A root's: what each node spent, by its path."
+    )
+    reported: Usage = Field(
+        default_factory=Usage, description="A node's: what it told its root it spent."
+    )
+    asks: int = Field(default=0, description="A node's: its reservations so far.")
+    degraded_to: str | None = Field(
+        default=None, description="A node's: the model its root's budget degraded it to."
+    )
+
+    def descendants(self) -> Usage:
+        """What the nodes below a budgeted root told it they spent."""
+        total = Usage()
+        for usage in self.spent.values():
+            total = total + usage
+        return total
+
+
 class StoreAnswer(BaseModel):
     """What a child asks the `store_answer` activity: keep its long answer for its parent."""
 
     text: str
     owner: str = Field(description="The parent's workflow id, which reads it.")
+
+
+class BudgetAsk(BaseModel):
+    """A node's reservation of its next model call from its root's budget, with what it spent
+    since its last one (`final`: it ends, and reserves nothing)."""
+
+    node: str = Field(description="Its path below the root.")
+    model: str = Field(description="The model its spending was at, and its next call asks.")
+    spent: Usage = Field(default_factory=Usage)
+    final: bool = False
+
+
+class BudgetAnswer(BaseModel):
+    """The root's answer: whether the call may start, and with which model."""
+
+    granted: bool
+    model: str | None = Field(default=None, description="The model to go on with, if degraded.")
+    spent: str = Field(default="", description="What the tree spent, in words.")
+
+
+class TreeReserve(BaseModel):
+    """What the `reserve_tree_budget` activity is asked: send `ask` to the root, as the Update
+    `update_id` (a retried activity sends the same one: Temporal applies it once)."""
+
+    root: str
+    update_id: str
+    ask: BudgetAsk
