@@ -41,7 +41,7 @@ from waitstate import (
     ToolDefinition,
     ToolSpec,
 )
-from waitstate.apps import Apps
+from waitstate.apps import Apps, load_apps
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import LocalBlobStore
 from waitstate.cleanup import SCHEDULE_ID
@@ -939,3 +939,38 @@ async def test_the_cluster_wide_commands_say_an_unreachable_cluster_is_exit_2(
 
     assert_refused(done, "error: cannot reach Temporal at ")
     assert done.stderr.startswith("error: cannot reach Temporal at ")
+
+
+async def test_status_shows_a_runs_tree_node_by_node(
+    cli: Cli, dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    apps = load_apps(["tests.workflows.tree_app:app"])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        started = await client.start(RunInput(task="deep fan=2", agent="deep-lead"))
+        await client.outcome(started.run_id)
+        nodes = await eventually(
+            lambda: _listed(client, started.run_id, 7), "the tree's nodes in the list view"
+        )
+        status = await cli("status", started.run_id)
+        as_json = json.loads((await cli("status", started.run_id, "--json")).stdout)
+
+    assert len(nodes) == 7
+    assert status.code == 0, status.stderr
+    assert "sub-agents (6, below this run):" in status.stdout
+    lines = status.stdout.splitlines()
+    start = lines.index("sub-agents (6, below this run):")
+    assert [line.split(";")[0] for line in lines[start + 1 : start + 7]] == [
+        "  team-1 [team] completed",
+        "    researcher-1 [researcher] completed",
+        "    researcher-2 [researcher] completed",
+        "  team-2 [team] completed",
+        "    researcher-1 [researcher] completed",
+        "    researcher-2 [researcher] completed",
+    ]
+    assert [node["path"] for node in as_json["nodes"]] == [n.path for n in nodes[1:]]
+
+
+async def _listed(client: WaitstateClient, run_id: str, count: int) -> list[Any] | None:
+    nodes = await client.tree(run_id)
+    return nodes if len(nodes) == count else None

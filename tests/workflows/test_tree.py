@@ -17,6 +17,8 @@ from tests.helpers import eventually, make_worker, replays, start_run
 from tests.workflows.runs import run_to_end
 from tests.workflows.tree_app import TREE_BUDGET_TOKENS
 from waitstate.apps import load_apps
+from waitstate.client import TreeNode, WaitstateClient
+from waitstate.client._events import told as told_events
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
 from waitstate.schemas.builtin import REF_PREFIX
@@ -100,6 +102,49 @@ async def test_a_tree_three_levels_deep_lists_every_node_under_its_root(
         "team-2/researcher-2",
     ]
     assert result.final_output is not None and result.final_output.count("notes on") == 4
+
+
+async def test_the_tree_reads_as_nodes_with_their_paths_and_on_the_parents_stream(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        client = WaitstateClient(dev_env.client, task_queue=task_queue)
+        started = await client.start(RunInput(task="deep fan=2", agent="deep-lead"))
+        await client.outcome(started.run_id)
+        nodes = await eventually(
+            lambda: _all_listed(client, started.run_id), "the tree's 7 nodes", within=20
+        )
+        events = [
+            e
+            async for e in dev_env.client.get_workflow_handle(started.run_id).fetch_history_events()
+        ]
+
+    assert [(n.path, n.agent, n.status, n.depth) for n in nodes] == [
+        ("", "deep-lead", "completed", 0),
+        ("team-1", "team", "completed", 1),
+        ("team-1/researcher-1", "researcher", "completed", 2),
+        ("team-1/researcher-2", "researcher", "completed", 2),
+        ("team-2", "team", "completed", 1),
+        ("team-2/researcher-1", "researcher", "completed", 2),
+        ("team-2/researcher-2", "researcher", "completed", 2),
+    ]
+    assert all(n.usage is not None and n.usage.model_calls >= 1 for n in nodes)
+    told, _ = told_events("run", events)
+    children = [(e.kind, e.detail["node"]) for e in told if e.kind.startswith("subagent.")]
+    assert sorted(children) == [
+        ("subagent.completed", "team-1"),
+        ("subagent.completed", "team-2"),
+        ("subagent.started", "team-1"),
+        ("subagent.started", "team-2"),
+    ]
+    # The child's task (the parent's model wrote it) is not on the stream.
+    assert not any("deep fan=2" in e.model_dump_json() for e in told)
+
+
+async def _all_listed(client: WaitstateClient, run_id: str) -> list[TreeNode] | None:
+    nodes = await client.tree(run_id)
+    return nodes if len(nodes) == 7 else None
 
 
 async def test_a_call_past_the_trees_depth_or_the_runs_children_is_refused_to_the_model(

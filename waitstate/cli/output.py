@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from waitstate.client import Retry
+from waitstate.client import Retry, TreeNode
 from waitstate.schemas import RunState, Step, Usage
 from waitstate.schemas.run import TERMINAL_STATUSES
 from waitstate.wording import count_of
@@ -157,6 +157,20 @@ def tokens_line(usage: Usage) -> str:
         cache.append(f"{usage.cache_write_input_tokens} written to cache")
     cached = f" ({', '.join(cache)})" if cache else ""
     return f"{usage.input_tokens} input{cached} + {count_of(usage.output_tokens, 'output token')}"
+
+
+def tree_line(node: TreeNode) -> str:
+    """A node of a run's tree, indented by its depth: its name and agent, how it stands, what
+    it waits for and what it spent itself."""
+    name = node.path.rsplit("/", 1)[-1]
+    line = f"{'  ' * node.depth}{name} [{node.agent or 'run'}] {node.status}"
+    if node.waiting_for not in (None, "none") and node.status == "waiting":
+        line += f" for {node.waiting_for}"
+    if node.open_requests:
+        line += f" ({count_of(node.open_requests, 'open request')}: decide it with its run id {node.run_id})"
+    if node.usage is not None:
+        line += f"; {count_of(node.usage.model_calls, 'model call')}, {tokens_line(node.usage)}"
+    return one_line(line)
 
 
 def usage_line(state: RunState) -> str:

@@ -26,10 +26,11 @@ from waitstate.cli.output import (
     retry_line,
     run_exit_code,
     step_line,
+    tree_line,
     usage_line,
     when,
 )
-from waitstate.client import Unanswered, WaitstateClient, new_run_id, started_with
+from waitstate.client import TreeNode, Unanswered, WaitstateClient, new_run_id, started_with
 from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState
@@ -110,6 +111,7 @@ async def cmd_status(
     client = await WaitstateClient.connect(settings, tracing=tracing)
     status = await client.status(args.run_id)
     state = status.state
+    nodes = await client.tree(args.run_id) if state.tree is not None else []
     if args.json:
         retrying = [dataclasses.asdict(retry) for retry in status.retrying]
         print_json(
@@ -119,6 +121,7 @@ async def cmd_status(
                 "retrying": retrying,
                 "worker_answered": status.unanswered is None,
                 "temporal": _unanswered_json(status.unanswered),
+                "nodes": [_node_json(node) for node in nodes[1:]],
             }
         )
         return run_exit_code(state.status)
@@ -152,6 +155,10 @@ async def cmd_status(
                 f"  {message.message_id} {message.status}: "
                 f"{one_line(preview(message.text))}{outcome}"
             )
+    if nodes[1:]:
+        print(f"sub-agents ({len(nodes) - 1}, below this run):")
+        for node in nodes[1:]:
+            print(tree_line(node))
     if state.completed:
         print("completed:")
         for line in state.completed[-20:]:
@@ -396,6 +403,11 @@ def _print_unanswered(unanswered: Unanswered, state: RunState) -> None:
     print(f"waiting for: {waiting}{until}; pending operations: {pending}")
     for activity in unanswered.pending_activities:
         print(f"pending activity: {activity}")
+
+
+def _node_json(node: TreeNode) -> dict[str, Any]:
+    usage = node.usage.model_dump(mode="json") if node.usage is not None else None
+    return {**dataclasses.asdict(node), "usage": usage}
 
 
 def _unanswered_json(unanswered: Unanswered | None) -> dict[str, Any] | None:

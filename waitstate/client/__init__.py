@@ -103,6 +103,7 @@ from waitstate.client._threads import (
     new_thread_id,
     thread_input,
 )
+from waitstate.client._trees import TREE_LIMIT, TREE_QUERIES_AT_ONCE, TreeCalls, TreeNode
 from waitstate.client._updates import (
     RECALL_RUNS,
     RECALL_TIMEOUT,
@@ -123,6 +124,10 @@ __all__ = [
     "REPLY_TIMEOUT",
     "SEND_TIMEOUT",
     "THREAD_TASK",
+    "TREE_LIMIT",
+    "TREE_QUERIES_AT_ONCE",
+    "TreeCalls",
+    "TreeNode",
     "MessageRefused",
     "SentMessage",
     "ThreadCalls",
@@ -191,7 +196,7 @@ __all__ = [
 ]
 
 
-class WaitstateClient(FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls):
+class WaitstateClient(FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls, TreeCalls):
     """Starts, reads, decides and cancels agent runs over a Temporal client: the one road into a
     run (whatever starts a run or sends it an Update, a signal or a cancel goes through it).
 

@@ -44,6 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate import names
 from waitstate.client._errors import RunNotFound
+from waitstate.client._tree_events import CHILD_EVENTS, CHILD_KINDS, child_event
 from waitstate.schemas import run as run_names
 
 log = logging.getLogger("waitstate.client.events")
@@ -154,6 +155,7 @@ EVENT_KINDS = tuple(
             "update.completed",
             "signal",
             "status",
+            *CHILD_KINDS,
         ]
     )
 )
@@ -266,6 +268,8 @@ class _Reading:
             return "run.continued", "", {"next_run": self.next_run}
         if kind in _ENDS:
             return f"run.{_ENDS[kind]}", "", {}
+        if kind in CHILD_EVENTS:  # a sub-agent's run
+            return child_event(event, MAX_FIELD_CHARS)
         return None
 
     def _update_accepted(self, event: HistoryEvent) -> tuple[str, str, dict[str, Any]]:
