@@ -9,6 +9,7 @@ import contextlib
 import json
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
@@ -17,10 +18,10 @@ from tests.helpers import eventually, make_worker, replays, start_run
 from tests.workflows.runs import run_to_end
 from tests.workflows.tree_app import TREE_BUDGET_TOKENS
 from waitstate.apps import load_apps
-from waitstate.client import TreeNode, WaitstateClient
+from waitstate.client import DecisionRefused, TreeNode, WaitstateClient
 from waitstate.client._events import told as told_events
 from waitstate.schemas import RunInput, RunState
-from waitstate.schemas.approvals import DecisionSignal
+from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecisionSignal
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
@@ -291,3 +292,35 @@ async def test_a_root_budget_holds_its_tree_to_one_call_in_flight_per_child_over
                 assert spent - TREE_BUDGET_TOKENS <= bound, (spent, bound)
     assert len(overspent) == 20
     print(f"tree overspend over 20 runs (tokens past {TREE_BUDGET_TOKENS}): {sorted(overspent)}")
+
+
+async def test_a_sub_agents_requests_are_listed_and_decided_at_the_root(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    apps = load_apps([APP])
+    async with make_worker(dev_env.client, task_queue, apps=apps):
+        client = WaitstateClient(dev_env.client, task_queue=task_queue)
+        started = await client.start(RunInput(task="ask fan=2", agent="asking-lead"))
+
+        async def both() -> list[ApprovalRequest] | None:
+            requests = await client.open_requests(started.run_id)
+            return requests if len(requests) == 2 else None
+
+        requests = await eventually(both, "both askers' requests, at the root")
+        assert sorted(r.reason.split("]")[0] for r in requests) == ["[asker-1", "[asker-2"]
+        # Decided at the root: each reaches the node that asked, once.
+        for request in requests:
+            outcome = await client.decide(
+                started.run_id,
+                DecideInput(request_id=request.request_id, decision="approve", reviewer="ana"),
+            )
+            assert outcome.accepted
+        with pytest.raises(DecisionRefused):
+            await client.decide(
+                started.run_id,
+                DecideInput(request_id="no-such-request", decision="approve", reviewer="ana"),
+            )
+        result = await client.outcome(started.run_id)
+
+    assert result.status == "completed"
+    assert (result.final_output or "").count("decided") == 2

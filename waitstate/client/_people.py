@@ -31,6 +31,7 @@ from waitstate.client._updates import (
 from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, WAITING_FOR
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import ApprovalRequest, DecideInput, DecideOutcome, DecisionBody
+from waitstate.schemas.errors import APPROVAL_UNKNOWN, QUESTION_UNKNOWN
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome, QuestionRequest
 
 # How long `decide` waits for the run to answer its `decide` Update. A run whose worker is down
@@ -85,6 +86,8 @@ class _Reply:
     what: str
     refused: Callable[..., UpdateRefused]
     key: Callable[[Any], str]
+    ref: Callable[[Any], str]  # the request's or question's id
+    unknown: str  # the run's refusal of an id it does not have
 
 
 def _decision_key(decision: DecideInput) -> str:
@@ -97,8 +100,22 @@ def _answer_key(answer: AnswerInput) -> str:
     return answer_update_id(answer.question_id, body)
 
 
-_DECISIONS = _Reply(DECIDE_UPDATE, "decision", DecisionRefused, _decision_key)
-_ANSWERS = _Reply(ANSWER_UPDATE, "answer", AnswerRefused, _answer_key)
+_DECISIONS = _Reply(
+    DECIDE_UPDATE,
+    "decision",
+    DecisionRefused,
+    _decision_key,
+    lambda decision: decision.request_id,
+    APPROVAL_UNKNOWN,
+)
+_ANSWERS = _Reply(
+    ANSWER_UPDATE,
+    "answer",
+    AnswerRefused,
+    _answer_key,
+    lambda answer: answer.question_id,
+    QUESTION_UNKNOWN,
+)
 
 
 class PeopleCalls(UpdateCalls):
@@ -160,7 +177,8 @@ class PeopleCalls(UpdateCalls):
         return pending
 
     async def open_requests(self, run_id: str) -> list[ApprovalRequest]:
-        """The run's open approval requests.
+        """The run's open approval requests, and those of its sub-agents' runs below it (each
+        reason led by the asking node's path, `[team-1/researcher-2]`), decided at the run.
 
         Raises:
             RunNotFound: no such run.
@@ -168,17 +186,57 @@ class PeopleCalls(UpdateCalls):
             NotAnswered: no worker answered.
         """
         state = await self._running_state(run_id)
-        return [request for request in state.approvals.values() if request.open]
+        requests = [request for request in state.approvals.values() if request.open]
+        if state.tree is not None:
+            for path, below in await self._asking_below(run_id):
+                requests += [
+                    r.model_copy(update={"reason": f"[{path}] {r.reason}"})
+                    for r in below.approvals.values()
+                    if r.open
+                ]
+        return requests
 
     async def open_questions(self, run_id: str) -> list[QuestionRequest]:
-        """The run's open questions that its tools' policies give to a person.
+        """The run's open questions that its tools' policies give to a person, and those of its
+        sub-agents' runs below it (each message led by the asking node's path), answered at the
+        run.
 
         Raises:
             RunNotFound: no such run.
             RunEnded: the run has ended.
             NotAnswered: no worker answered.
         """
-        return _for_people(await self._running_state(run_id))
+        state = await self._running_state(run_id)
+        questions = _for_people(state)
+        if state.tree is not None:
+            for path, below in await self._asking_below(run_id):
+                questions += [
+                    q.model_copy(update={"message": f"[{path}] {q.message}"})
+                    for q in _for_people(below)
+                ]
+        return questions
+
+    async def _asking_below(self, run_id: str) -> list[tuple[str, RunState]]:
+        """The runs of the tree below `run_id` that wait for a person, by path, with their
+        states (those whose worker does not answer are left out)."""
+        if '"' in run_id or "\\" in run_id:
+            return []
+        kinds = ", ".join(f'"{kind}"' for kind in WAITING_FOR_PEOPLE)
+        query = (
+            f'WorkflowId STARTS_WITH "{run_id}/" AND {WAITING_FOR.name} IN ({kinds}) '
+            'AND ExecutionStatus = "Running"'
+        )
+        try:
+            ids = [execution.id async for execution in self._client.list_workflows(query)]
+        except RPCError as err:
+            self._raise(err, None, f"could not list the runs below {run_id}")
+        found = []
+        for below in ids:
+            try:
+                found.append((below.removeprefix(f"{run_id}/"), await self.query(below)))
+            except ClientError:
+                continue
+        return found
 
     async def _running_state(self, run_id: str) -> RunState:
         """The state of a run that is still running (RunEnded otherwise)."""
@@ -277,17 +335,32 @@ class PeopleCalls(UpdateCalls):
         answer_within: timedelta,
     ) -> _Outcome:
         """Send a person's reply (`sent`) as the run's Update for `reply`; without an
-        `update_id`, the reply's own content is its key (see `decide` and `answer`)."""
-        return await self._send_update(
-            run_id,
-            reply.update,
-            sent,
-            outcome,
-            update_id=update_id or CLIENT_UPDATES + reply.key(sent),
-            what=reply.what,
-            answer_within=answer_within,
-            refused=reply.refused,
-        )
+        `update_id`, the reply's own content is its key (see `decide` and `answer`). A reply to
+        a request the run does not have, which a run of its tree below it has, goes there:
+        a tree's requests are decided at its root."""
+
+        async def send(to: str) -> _Outcome:
+            return await self._send_update(
+                to,
+                reply.update,
+                sent,
+                outcome,
+                update_id=update_id or CLIENT_UPDATES + reply.key(sent),
+                what=reply.what,
+                answer_within=answer_within,
+                refused=reply.refused,
+            )
+
+        try:
+            return await send(run_id)
+        except UpdateRefused as err:
+            if err.error_type != reply.unknown:
+                raise
+            ref = reply.ref(sent)
+            for path, state in await self._asking_below(run_id):
+                if ref in state.approvals or ref in state.questions:
+                    return await send(f"{run_id}/{path}")
+            raise
 
 
 def _for_people(state: RunState) -> list[QuestionRequest]:
