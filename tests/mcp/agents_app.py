@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from tests.mcp.mcp_app import one_call
+from tests.workflows.tree_app import lead
 from waitstate import Agent, App, Message, ToolDefinition
 from waitstate.schemas.approvals import ApprovalPolicy
 
@@ -42,11 +43,18 @@ app = App(
             tools=["request_approval"],
             approval=ApprovalPolicy(approvers="fleet-leads"),
         ),
+        Agent(
+            "approver-lead",
+            description="Has an approver (a sub-agent) ask a person, then says what it heard.",
+            model="scripted:mcp-tree-lead",
+            sub_agents=["approver"],
+        ),
         Agent("echo", model="scripted:echo"),
         Agent("listener", model="scripted:listener"),
         Agent("echo-json", model="scripted:verbatim", output_type=Echoed, max_turns=1),
     ],
     scripts={
+        "mcp-tree-lead": lead,
         "call-approver": one_call("fleet__approver", {"task": ASKS}),
         "verbatim": verbatim,
         "listener": listener,

@@ -82,6 +82,22 @@ async def test_an_agent_runs_as_a_task_through_its_approval(served: Served, deci
     assert structured["run_id"].startswith(shapes.RUN_PREFIX)
 
 
+async def test_a_sub_agents_approval_is_asked_and_decided_in_its_roots_task(
+    served: Served,
+) -> None:
+    seen: list[str] = []
+    async with Client(served.url, auth=ALICE, elicitation_handler=_decide("approve", seen)) as mcp:
+        result = await mcp.call_tool("approver-lead", {"task": f"{ASKS} fan=1"})
+
+    # Asked in the root's task, with the path of the node that asks; decided there, applied
+    # where it was asked.
+    assert len(seen) == 1 and "[approver-1]" in seen[0], seen
+    structured = result.structured_content
+    assert structured is not None
+    assert '"approval":"approved","reviewer":"mcp:alice"' in structured["answer"]
+    assert (await served.client.outcome(structured["run_id"])).status == "completed"
+
+
 async def test_an_agent_with_an_output_type_answers_in_structured_content(served: Served) -> None:
     async with Client(served.url, auth=ALICE) as mcp:
         tools = {tool.name: tool for tool in await mcp.list_tools()}

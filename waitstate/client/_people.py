@@ -185,16 +185,8 @@ class PeopleCalls(UpdateCalls):
             RunEnded: the run has ended.
             NotAnswered: no worker answered.
         """
-        state = await self._running_state(run_id)
-        requests = [request for request in state.approvals.values() if request.open]
-        if state.tree is not None:
-            for path, below in await self._asking_below(run_id):
-                requests += [
-                    r.model_copy(update={"reason": f"[{path}] {r.reason}"})
-                    for r in below.approvals.values()
-                    if r.open
-                ]
-        return requests
+        state = await self.with_requests_below(run_id, await self._running_state(run_id))
+        return [request for request in state.approvals.values() if request.open]
 
     async def open_questions(self, run_id: str) -> list[QuestionRequest]:
         """The run's open questions that its tools' policies give to a person, and those of its
@@ -206,15 +198,28 @@ class PeopleCalls(UpdateCalls):
             RunEnded: the run has ended.
             NotAnswered: no worker answered.
         """
-        state = await self._running_state(run_id)
-        questions = _for_people(state)
-        if state.tree is not None:
-            for path, below in await self._asking_below(run_id):
-                questions += [
-                    q.model_copy(update={"message": f"[{path}] {q.message}"})
-                    for q in _for_people(below)
-                ]
-        return questions
+        return _for_people(
+            await self.with_requests_below(run_id, await self._running_state(run_id))
+        )
+
+    async def with_requests_below(self, run_id: str, state: RunState) -> RunState:
+        """`state` (the run's) with the open approval requests and questions of the runs of its
+        tree below it besides its own, each led by the asking node's path: what a person
+        deciding at the run sees (a decision or answer sent to the run goes to the node that
+        asked, see `decide`)."""
+        if state.tree is None:
+            return state
+        approvals = dict(state.approvals)
+        questions = dict(state.questions)
+        for path, below in await self._asking_below(run_id):
+            for request in below.approvals.values():
+                if request.open:
+                    reason = f"[{path}] {request.reason}"
+                    approvals[request.request_id] = request.model_copy(update={"reason": reason})
+            for question in _for_people(below):
+                message = f"[{path}] {question.message}"
+                questions[question.question_id] = question.model_copy(update={"message": message})
+        return state.model_copy(update={"approvals": approvals, "questions": questions})
 
     async def _asking_below(self, run_id: str) -> list[tuple[str, RunState]]:
         """The runs of the tree below `run_id` that wait for a person, by path, with their

@@ -109,11 +109,13 @@ class TaskReader:
         if description.status == WorkflowExecutionStatus.RUNNING:
             attributes = description.typed_search_attributes
             waiting_for = attributes.get(WAITING_FOR) or "none"
-            if waiting_for not in PERSON_WAITS:
+            if waiting_for not in (*PERSON_WAITS, TREE_WAIT):
                 status = attributes.get(AGENT_STATUS) or "running"
                 return task("working", status_message=shapes.wait_message(status, waiting_for))
             try:
                 state = await client.query(run_id)
+                # A tree's root asks what the nodes below it ask (decided here, they go there).
+                state = await client.with_requests_below(run_id, state)
             except NotAnswered:
                 return task("working", status_message="waiting for a worker")
             return self._asking(state, shapes.working_message(state), task)
@@ -158,6 +160,10 @@ class TaskReader:
         if requests:
             return task("input_required", status_message=message, input_requests=requests)
         return task("working", status_message=message)
+
+
+# What a tree's root waits for while its sub-agents work (and maybe ask a person).
+TREE_WAIT = "agents"
 
 
 def chain_start(description: WorkflowExecutionDescription) -> datetime:
