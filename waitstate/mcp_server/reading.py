@@ -150,6 +150,8 @@ class TaskReader:
         task = self._task(task_id, created, updated)
         if (result := shapes.message_result(run_id, message, structured)) is not None:
             return task("completed", result=result)
+        # A message answered by a tree asks what the nodes below the thread ask.
+        state = await client.with_requests_below(run_id, state)
         return self._asking(state, f"message {message.status}", task)
 
     def _asking(
