@@ -32,7 +32,7 @@ from . import ledger, metrics
 from .activity_calls import Failed, call
 from .approvals import ApprovalDesk
 from .plan import Plan
-from .policies import TREE_BUDGET_RETRY, TREE_BUDGET_TIMEOUT
+from .policies import TREE_BUDGET_CALL
 
 
 class BudgetExceeded(Exception):
@@ -178,8 +178,7 @@ class Budgets:
             reserve,
             result_type=BudgetAnswer,
             summary=f"tree budget: {'final report' if final else 'reserve'}",
-            start_to_close_timeout=TREE_BUDGET_TIMEOUT,
-            retry_policy=TREE_BUDGET_RETRY,
+            **TREE_BUDGET_CALL,
         )
         if isinstance(answer, Failed):
             raise BudgetExceeded(f"the tree's budget could not be reserved: {answer.message}")

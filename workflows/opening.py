@@ -25,8 +25,7 @@ from .board import StatusBoard
 from .outages import StoreDown, StoreOutages
 from .plan import Plan
 from .policies import (
-    AGENT_RETRY,
-    AGENT_TIMEOUT,
+    AGENT_CALL,
     MCP_LISTING_RETRY,
     MCP_LISTING_TIMEOUT,
     TOOL_HEARTBEAT,
@@ -61,8 +60,7 @@ class Opening:
             name,
             result_type=AgentConfig,
             summary=f"agent {name}",
-            start_to_close_timeout=AGENT_TIMEOUT,
-            retry_policy=AGENT_RETRY,
+            **AGENT_CALL,
         )
         if isinstance(config, Failed):
             self._fail(config)

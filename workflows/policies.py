@@ -18,7 +18,7 @@ from temporalio.common import Priority, RetryPolicy
 from waitstate.schemas.errors import BLOB_STORE_UNAVAILABLE, OPERATION_STILL_RUNNING
 from waitstate.schemas.run import RunInput
 
-from .activity_calls import RUN_QUEUE, Placement
+from .activity_calls import RUN_QUEUE, CallOptions, Placement
 
 # --- the model -------------------------------------------------------------------------------
 
@@ -96,10 +96,14 @@ BACKGROUND_RETRY = RetryPolicy(
 # A node's reservation from its root's budget: an Update the root answers at once, unless it
 # asks a person to raise the budget; retried (the same Update, applied once) while the root's
 # worker is away, for as long as it takes: no call of the tree starts unreserved.
-TREE_BUDGET_TIMEOUT = timedelta(minutes=2)
-TREE_BUDGET_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
+TREE_BUDGET_CALL = CallOptions(
+    start_to_close_timeout=timedelta(minutes=2),
+    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+)
 AGENT_TIMEOUT = timedelta(seconds=30)
 AGENT_RETRY = RetryPolicy(maximum_attempts=3)
+# The agent's definition at a run's start, and a sub-agent's long answer kept at its end.
+AGENT_CALL = CallOptions(start_to_close_timeout=AGENT_TIMEOUT, retry_policy=AGENT_RETRY)
 # The MCP tools a run was granted, listed once; it heartbeats as a tool call does.
 MCP_LISTING_TIMEOUT = timedelta(seconds=60)
 MCP_LISTING_RETRY = RetryPolicy(maximum_attempts=5)

@@ -43,7 +43,7 @@ from waitstate.schemas.tree import (
 from . import ledger
 from .activity_calls import Failed, call
 from .parts import Part
-from .policies import AGENT_RETRY, AGENT_TIMEOUT
+from .policies import AGENT_CALL
 
 # Of a child's task, what its parent's state and the Web UI's summary show.
 TASK_PREVIEW = 120
@@ -81,8 +81,7 @@ class SubAgents(Part):
             StoreAnswer(text=output, owner=link.parent),
             result_type=str,
             summary="answer for the parent",
-            start_to_close_timeout=AGENT_TIMEOUT,
-            retry_policy=AGENT_RETRY,
+            **AGENT_CALL,
         )
         if isinstance(stored, Failed):
             return (

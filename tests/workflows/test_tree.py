@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually, make_worker, replays, start_run
@@ -33,6 +34,35 @@ CHILD_EVENTS = {
 }
 
 
+async def _run(env: WorkflowEnvironment, task_queue: str, task: str, agent: str) -> Any:
+    """A run of `agent` on `task` to its end, on a worker serving the tree app: its handle,
+    result and last state."""
+    return await run_to_end(
+        env, task_queue, RunInput(task=task, agent=agent), apps=load_apps([APP])
+    )
+
+
+@contextlib.asynccontextmanager
+async def _client_started(
+    env: WorkflowEnvironment, task_queue: str, task: str, agent: str
+) -> AsyncIterator[tuple[WaitstateClient, str]]:
+    """A run of `agent` on `task` started through the client, on a worker serving the tree
+    app (while it runs): the client and the run's id."""
+    async with make_worker(env.client, task_queue, apps=load_apps([APP])):
+        client = WaitstateClient(env.client, task_queue=task_queue)
+        started = await client.start(RunInput(task=task, agent=agent))
+        yield client, started.run_id
+
+
+@contextlib.asynccontextmanager
+async def _started(
+    env: WorkflowEnvironment, task_queue: str, task: str, agent: str
+) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """A run of `agent` on `task`, started on a worker serving the tree app (while it runs)."""
+    async with make_worker(env.client, task_queue, apps=load_apps([APP])):
+        yield await start_run(env.client, task_queue, RunInput(task=task, agent=agent))
+
+
 async def _nodes(env: WorkflowEnvironment, root: str, count: int) -> list[Any]:
     """The runs below `root` (Temporal's RootWorkflowId), once the list view shows `count`."""
 
@@ -47,9 +77,7 @@ async def _nodes(env: WorkflowEnvironment, root: str, count: int) -> list[Any]:
 async def test_a_lead_fans_out_to_its_sub_agents_and_answers_with_all_they_said(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    handle, result, state = await run_to_end(
-        dev_env, task_queue, RunInput(task="survey fan=3", agent="lead"), apps=load_apps([APP])
-    )
+    handle, result, state = await _run(dev_env, task_queue, "survey fan=3", "lead")
 
     await replays(handle, "tree_lead_fan_out")
     assert result.status == "completed", result
@@ -87,9 +115,7 @@ async def test_a_lead_fans_out_to_its_sub_agents_and_answers_with_all_they_said(
 async def test_a_tree_three_levels_deep_lists_every_node_under_its_root(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    handle, result, _ = await run_to_end(
-        dev_env, task_queue, RunInput(task="deep fan=2", agent="deep-lead"), apps=load_apps([APP])
-    )
+    handle, result, _ = await _run(dev_env, task_queue, "deep fan=2", "deep-lead")
 
     assert result.status == "completed", result
     nodes = await _nodes(dev_env, handle.id, 6)  # 2 teams, 2 researchers each
@@ -108,18 +134,10 @@ async def test_a_tree_three_levels_deep_lists_every_node_under_its_root(
 async def test_the_tree_reads_as_nodes_with_their_paths_and_on_the_parents_stream(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        client = WaitstateClient(dev_env.client, task_queue=task_queue)
-        started = await client.start(RunInput(task="deep fan=2", agent="deep-lead"))
-        await client.outcome(started.run_id)
-        nodes = await eventually(
-            lambda: _all_listed(client, started.run_id), "the tree's 7 nodes", within=20
-        )
-        events = [
-            e
-            async for e in dev_env.client.get_workflow_handle(started.run_id).fetch_history_events()
-        ]
+    async with _client_started(dev_env, task_queue, "deep fan=2", "deep-lead") as (client, root):
+        await client.outcome(root)
+        nodes = await eventually(lambda: _all_listed(client, root), "the tree's 7 nodes", within=20)
+        events = [e async for e in dev_env.client.get_workflow_handle(root).fetch_history_events()]
 
     assert [(n.path, n.agent, n.status, n.depth) for n in nodes] == [
         ("", "deep-lead", "completed", 0),
@@ -151,17 +169,12 @@ async def _all_listed(client: WaitstateClient, run_id: str) -> list[TreeNode] | 
 async def test_a_call_past_the_trees_depth_or_the_runs_children_is_refused_to_the_model(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    apps = load_apps([APP])
-    _, deep, _ = await run_to_end(
-        dev_env, task_queue, RunInput(task="deep fan=1", agent="too-deep"), apps=apps
-    )
+    _, deep, _ = await _run(dev_env, task_queue, "deep fan=1", "too-deep")
     # The team is one level below the root, the tree's limit: its own sub-agent is refused.
     assert deep.status == "completed"
     assert "goes 1 deep at most" in (deep.final_output or "")
 
-    _, narrow, state = await run_to_end(
-        dev_env, task_queue, RunInput(task="wide fan=3", agent="narrow-lead"), apps=apps
-    )
+    _, narrow, state = await _run(dev_env, task_queue, "wide fan=3", "narrow-lead")
     assert narrow.status == "completed"
     assert state.tree is not None and state.tree.started == 2
     assert "2 sub-agents of this run are running, its limit" in (narrow.final_output or "")
@@ -170,9 +183,7 @@ async def test_a_call_past_the_trees_depth_or_the_runs_children_is_refused_to_th
 async def test_a_long_answer_reaches_the_parent_by_reference_and_its_history_stays_small(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    handle, result, _ = await run_to_end(
-        dev_env, task_queue, RunInput(task="long fan=2", agent="long-lead"), apps=load_apps([APP])
-    )
+    handle, result, _ = await _run(dev_env, task_queue, "long fan=2", "long-lead")
 
     assert result.status == "completed", result
     assert result.final_output is not None and result.final_output.count(REF_PREFIX) == 2
@@ -186,11 +197,7 @@ async def test_a_long_answer_reaches_the_parent_by_reference_and_its_history_sta
 async def test_cancelling_the_root_cancels_every_node_and_what_they_wait_for(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        root = await start_run(
-            dev_env.client, task_queue, RunInput(task="ask fan=3", agent="asking-lead")
-        )
+    async with _started(dev_env, task_queue, "ask fan=3", "asking-lead") as root:
         nodes = await _nodes(dev_env, root.id, 3)
 
         async def all_asking() -> bool:
@@ -217,11 +224,7 @@ async def test_cancelling_the_root_cancels_every_node_and_what_they_wait_for(
 async def test_a_sub_agent_cancelled_alone_is_told_to_its_parents_model(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        root = await start_run(
-            dev_env.client, task_queue, RunInput(task="ask fan=2", agent="asking-lead")
-        )
+    async with _started(dev_env, task_queue, "ask fan=2", "asking-lead") as root:
         nodes = sorted((await _nodes(dev_env, root.id, 2)), key=lambda n: n.id)
         first, second = (dev_env.client.get_workflow_handle(n.id) for n in nodes)
 
@@ -297,13 +300,10 @@ async def test_a_root_budget_holds_its_tree_to_one_call_in_flight_per_child_over
 async def test_a_sub_agents_requests_are_listed_and_decided_at_the_root(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    apps = load_apps([APP])
-    async with make_worker(dev_env.client, task_queue, apps=apps):
-        client = WaitstateClient(dev_env.client, task_queue=task_queue)
-        started = await client.start(RunInput(task="ask fan=2", agent="asking-lead"))
+    async with _client_started(dev_env, task_queue, "ask fan=2", "asking-lead") as (client, root):
 
         async def both() -> list[ApprovalRequest] | None:
-            requests = await client.open_requests(started.run_id)
+            requests = await client.open_requests(root)
             return requests if len(requests) == 2 else None
 
         requests = await eventually(both, "both askers' requests, at the root")
@@ -311,16 +311,16 @@ async def test_a_sub_agents_requests_are_listed_and_decided_at_the_root(
         # Decided at the root: each reaches the node that asked, once.
         for request in requests:
             outcome = await client.decide(
-                started.run_id,
+                root,
                 DecideInput(request_id=request.request_id, decision="approve", reviewer="ana"),
             )
             assert outcome.accepted
         with pytest.raises(DecisionRefused):
             await client.decide(
-                started.run_id,
+                root,
                 DecideInput(request_id="no-such-request", decision="approve", reviewer="ana"),
             )
-        result = await client.outcome(started.run_id)
+        result = await client.outcome(root)
 
     assert result.status == "completed"
     assert (result.final_output or "").count("decided") == 2

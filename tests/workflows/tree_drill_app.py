@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import httpx
 
+from examples.demo.app import DemoDeps
 from examples.demo.catalog import all_tools
-from tests.script_steps import call, tool_results
+from tests.mcp.mcp_app import one_call
 from tests.workflows.tree_app import lead
 from waitstate import Agent, App, Message, ToolDefinition
 from waitstate.tools import ToolSpec
@@ -24,31 +24,12 @@ from waitstate.tools import ToolSpec
 LEAVES = ["drill-exporter", "drill-enricher", "drill-asker", "drill-noter"]
 
 
-@dataclass
-class DrillDeps:
-    http: httpx.AsyncClient
-    url: str
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
+def _deps() -> DemoDeps:
+    return DemoDeps(httpx.AsyncClient(timeout=10), os.environ["TREE_DRILL_SYSTEMS_URL"])
 
 
-def _deps() -> DrillDeps:
-    return DrillDeps(httpx.AsyncClient(timeout=10), os.environ["TREE_DRILL_SYSTEMS_URL"])
-
-
-def _tools(deps: DrillDeps) -> Sequence[ToolSpec]:
-    return all_tools(deps.http, deps.url)
-
-
-def _one_call(name: str, arguments: dict[str, str]):  # type: ignore[no-untyped-def]
-    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-        results = tool_results(messages)
-        if not results:
-            return call(0, name, arguments)
-        return Message(role="assistant", content=f"{name}: {results[-1].content[:200]}")
-
-    return script
+def _tools(deps: DemoDeps) -> Sequence[ToolSpec]:
+    return all_tools(deps.http, deps.systems_url)
 
 
 def _noter(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -75,9 +56,9 @@ app = App(
     deps=_deps,
     scripts={
         "drill-lead": lead,
-        "drill-export": _one_call("start_export", {"dataset": "transactions", "period": "2025-Q3"}),
-        "drill-enrich": _one_call("enrich_dataset", {"dataset": "transactions"}),
-        "drill-ask": _one_call("request_approval", {"action": "publish", "reason": "a drill"}),
+        "drill-export": one_call("start_export", {"dataset": "transactions", "period": "2025-Q3"}),
+        "drill-enrich": one_call("enrich_dataset", {"dataset": "transactions"}),
+        "drill-ask": one_call("request_approval", {"action": "publish", "reason": "a drill"}),
         "drill-note": _noter,
     },
 )
