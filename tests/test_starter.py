@@ -974,3 +974,23 @@ async def test_status_shows_a_runs_tree_node_by_node(
 async def _listed(client: WaitstateClient, run_id: str, count: int) -> list[Any] | None:
     nodes = await client.tree(run_id)
     return nodes if len(nodes) == count else None
+
+
+@pytest.mark.subprocess
+async def test_a_tree_followed_by_run_wait_shows_its_nodes_and_approves_what_they_ask(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    app = "tests.workflows.tree_app:app"
+    cli = Cli(process_env(dev_env.client, task_queue, WAITSTATE_APPS=app))
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([app])):
+        done = await cli(
+            "run", "ask fan=2", "--agent", "asking-lead", "--wait", "--auto-approve-after", "0.2"
+        )
+
+    assert done.code == 0, done.stdout + done.stderr
+    for node in ("asker-1", "asker-2"):
+        assert f"sub-agent {node} [asker]: waiting for approval" in done.stdout
+        assert f"sub-agent {node} [asker]: completed" in done.stdout
+    assert done.stdout.count("auto-approved request") == 2
+    answer = next(line for line in done.stdout.splitlines() if line.startswith("answer: "))
+    assert answer.count('"approval":"approved"') == 2, answer

@@ -26,20 +26,27 @@ async def follow(
     seen: dict[str, float] = {}  # approval request id -> when it was first seen
     asked: set[str] = set()  # question ids shown
     shown = _Shown()
+    nodes: dict[str, str] = {}  # a tree's node -> how it was last shown
     async for progress in client.follow(run_id, retries=not quiet):
+        state = progress.state
         if not quiet:
             for step in progress.steps:
                 print(step_line(step), flush=True)
             for retry in progress.retries:
                 print(f"  {retry_line(retry)}", flush=True)
             for report in progress.reports:
-                shown.report(report, progress.state)
-            if progress.state is not None:
-                shown.latest(progress.state)
-        if progress.state is not None:
-            await _attend_approvals(client, run_id, progress.state, seen, quiet, auto_approve_after)
+                shown.report(report, state)
+            if state is not None:
+                shown.latest(state)
+        if state is not None and state.tree is not None and progress.outcome is None:
             if not quiet:
-                _show_questions(run_id, progress.state, asked)
+                await _show_tree(client, run_id, nodes)
+            # What the nodes below ask is asked here, and decided here.
+            state = await client.with_requests_below(run_id, state)
+        if state is not None:
+            await _attend_approvals(client, run_id, state, seen, quiet, auto_approve_after)
+            if not quiet:
+                _show_questions(run_id, state, asked)
         if progress.outcome is not None:
             return progress.outcome
     raise AssertionError("follow ended without the run's outcome")
@@ -82,6 +89,19 @@ async def _attend_approvals(
             else:
                 if not quiet:
                     print(f"  auto-approved request {request.request_id}", flush=True)
+
+
+async def _show_tree(client: WaitstateClient, run_id: str, shown: dict[str, str]) -> None:
+    """Each node of the run's tree whose status or wait changed since it was last shown."""
+    try:
+        nodes = await client.tree(run_id)
+    except ClientError:
+        return
+    for node in nodes[1:]:
+        now = node.status if node.status != "waiting" else f"waiting for {node.waiting_for}"
+        if shown.get(node.path) != now:
+            shown[node.path] = now
+            print(f"  sub-agent {one_line(node.path)} [{node.agent}]: {now}", flush=True)
 
 
 class _Shown:
