@@ -20,7 +20,7 @@ from waitstate.client import GOING_STATUSES, ClientError, WaitstateClient
 from waitstate.names import cli_command
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
-from waitstate.settings import Settings
+from waitstate.settings import Settings, exit_process
 
 # The demo app is the checkout's (examples/ is not installed), as the worker of `make up` loads it.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -101,4 +101,6 @@ async def _attend(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--approve-after", type=float, default=5.0, metavar="SECONDS")
-    sys.exit(asyncio.run(main(parser.parse_args().approve_after)))
+    # A process that used a Temporal client ends without interpreter teardown, as the CLI's
+    # does (`exit_process` says why).
+    exit_process(asyncio.run(main(parser.parse_args().approve_after)))
