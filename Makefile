@@ -16,7 +16,7 @@ JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # PYTHONDONTWRITEBYTECODE, and then every process would compile every module again.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lock up down status demo mcp-demo test test-fast test-latest chaos bench lint typecheck ui-check clean
+.PHONY: install lock up down status demo tree-demo mcp-demo test test-fast test-latest chaos bench lint typecheck ui-check clean
 
 # uv installs exactly uv.lock (hashes checked); uv itself comes from PyPI, pinned, into a venv of
 # its own (.venv-uv) so that syncing .venv never removes it. Nothing downloads a Python.
@@ -77,6 +77,9 @@ demo: up  ## run the demo agents to completion and print their answers and Web U
 	@echo
 	@echo "A refund over \$$100 needs a person's sign-off; this demo approves it after $(APPROVE_AFTER) s."
 	$(VENV)/bin/waitstate run "Issue a refund of \$$420 for claim C-118 if the claim is valid" --wait --auto-approve-after $(APPROVE_AFTER)
+
+tree-demo: up  ## a research lead that starts its researchers at once, one waiting for a webhook, one for approval
+	$(PY) scripts/tree_demo.py --approve-after $(APPROVE_AFTER)
 
 mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool and its destructive one
 	WAITSTATE_DEMO_MCP=1 $(PY) scripts/services.py up

@@ -845,6 +845,11 @@ class Services:
     ) -> subprocess.CompletedProcess[str]:
         return await self._run([sys.executable, "starter.py", *args], env=env)
 
+    async def python(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`python ARGS` from the checkout, in the services' environment (a script of
+        `scripts/`, say)."""
+        return await self._run([sys.executable, *args])
+
     async def _run(
         self, command: list[str], env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:

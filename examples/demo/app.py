@@ -13,6 +13,7 @@ import httpx
 
 from examples.demo.catalog import TOOL_NAMES, all_tools
 from examples.demo.purges import PurgeService, purge_tool
+from examples.demo.research import RESEARCH_AGENTS, payment_history_tool
 from waitstate import (
     SCRIPTED_BANNER,
     Agent,
@@ -90,6 +91,8 @@ app = App(
             model="scripted:mcp-report",
             tools=["reports__build_report", "reports__delete_dataset"],
         ),
+        # `make tree-demo`: a lead and its researchers (examples/demo/research.py).
+        *RESEARCH_AGENTS,
     ],
     # The demo's MCP server (examples/mcp_server.py), which `make mcp-demo` starts. Its
     # questions go to a person; unanswered for a minute (`DEMO_MCP_ANSWER_SECONDS`), the task
@@ -109,6 +112,8 @@ app = App(
         *all_tools(deps.http, deps.systems_url),
         # In no agent's list: runs of the demo agent never purge; other runs name it.
         purge_tool(PurgeService(deps.http, deps.systems_url)),
+        # The payments researcher's (a person approves each read).
+        payment_history_tool(deps.http, deps.systems_url),
     ],
     deps=_deps,
 )

@@ -133,6 +133,102 @@ async def test_demo_without_tools_says_so() -> None:
     assert reply.message.content == f"{SCRIPTED_BANNER} Task: 'hi'. Results: no tools were used."
 
 
+def offered(*names: str) -> list[ToolDefinition]:
+    """Tools of these names, as the model sees them (their schemas do not matter here)."""
+    return [ToolDefinition(name=name, description=name, parameters={}) for name in names]
+
+
+def result(call_id: str, name: str, content: object) -> Message:
+    text = content if isinstance(content, str) else json.dumps(content)
+    return Message(role="tool", tool_call_id=call_id, name=name, content=text)
+
+
+async def test_demo_as_a_lead_starts_every_sub_agent_at_once_then_reports_what_each_said() -> None:
+    tools = offered("agent_researcher", "agent_data-researcher")
+    task = [Message(role="user", content="Research claim C-118")]
+
+    plan = (await complete("demo", task, tools)).message
+
+    assert plan.content.startswith("Plan: researcher, data-researcher")
+    assert calls(plan) == [
+        ("agent_researcher", {"task": "As researcher, your part of: Research claim C-118"}),
+        (
+            "agent_data-researcher",
+            {"task": "As data-researcher, your part of: Research claim C-118"},
+        ),
+    ]
+    found = {"agent": "researcher-1", "status": "completed", "answer": f"{SCRIPTED_BANNER} x"}
+    failed = {"agent": "data-researcher-2", "status": "failed", "error": "no export"}
+    first, second = plan.tool_calls
+    said = [
+        *task,
+        plan,
+        result(first.id, first.name, found),
+        result(second.id, second.name, failed),
+    ]
+    report = (await complete("demo", said, tools)).message
+
+    assert report.tool_calls == []
+    assert report.content == (
+        f"{SCRIPTED_BANNER} Report: Research claim C-118\n"
+        "- researcher-1: x\n- data-researcher-2: no export"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "content", "answer"),
+    [
+        (
+            "check_claim",
+            {"claim_id": "C-118", "valid": True, "amount": 420.0, "customer": "Dana Whitfield"},
+            "Claim C-118 is valid: $420 for Dana Whitfield.",
+        ),
+        (
+            "read_payment_history",
+            {"claim_id": "C-118", "refunds": [{"refund_id": "rfd_1"}], "refunded": 420.0},
+            "Refunded on claim C-118 so far: $420 (1 refund).",
+        ),
+        (
+            "read_payment_history",
+            "rejected by ana: not for this audit",
+            'The payments on claim C-118 could not be read: {"error": '
+            '"rejected by ana: not for this audit"}.',
+        ),
+    ],
+)
+async def test_demo_researches_the_claim_its_task_names(
+    tool: str, content: object, answer: str
+) -> None:
+    tools = offered(tool)
+    task = [Message(role="user", content="As researcher, your part of: research claim c-118")]
+
+    ask = (await complete("demo", task, tools)).message
+    assert calls(ask) == [(tool, {"claim_id": "C-118"})]
+    said = [*task, ask, result(ask.tool_calls[0].id, tool, content)]
+    reply = (await complete("demo", said, tools)).message
+
+    assert reply.content == f"{SCRIPTED_BANNER} {answer}"
+
+
+async def test_demo_exports_and_checks_the_count_without_filing_when_it_has_no_tools_to() -> None:
+    tools = offered("start_export", "verify_row_count")
+    said = [Message(role="user", content="Research the Q3 transactions export")]
+    done = [
+        ("start_export", {"status": "succeeded", "result": {"file": "f.csv", "rows": 7}}),
+        ("verify_row_count", {"file": "f.csv", "rows": 7, "matches": True}),
+    ]
+    for tool, content in done:
+        ask = (await complete("demo", said, tools)).message
+        assert [name for name, _ in calls(ask)] == [tool]
+        said += [ask, result(ask.tool_calls[0].id, tool, content)]
+    reply = (await complete("demo", said, tools)).message
+
+    assert reply.content == (
+        f"{SCRIPTED_BANNER} Exported 7 transactions rows for 2025-Q3 to f.csv; "
+        "the row count checks out."
+    )
+
+
 async def test_forever_never_answers() -> None:
     messages = await converse("forever", max_turns=20)
 

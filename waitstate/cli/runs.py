@@ -34,6 +34,7 @@ from waitstate.client import TreeNode, Unanswered, WaitstateClient, new_run_id, 
 from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.providers.base import parse_model_spec
 from waitstate.schemas import RunInput, RunState
+from waitstate.schemas.tree import sub_agent_tool
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing, run_span
 from waitstate.wording import count_of, span
@@ -262,7 +263,7 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
     A run of a named agent is checked here only against apps named by --app or WAITSTATE_APPS
     (the worker may serve others): without them the worker checks, and fails the run at once
     if a name is unknown. A run without an agent gets every tool of the apps (the demo's when
-    none is named) unless --tools says otherwise.
+    none is named) but those that start sub-agents, unless --tools says otherwise.
     """
     if not args.task.strip():
         raise CliError("the task is empty: say what the agent should do", 2)
@@ -280,7 +281,7 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
                 checked.agent(args.agent)
         else:
             fields["model"] = settings.default_model
-            fields["tools"] = [spec.name for spec in apps.tools] if apps is not None else []
+            fields["tools"] = _every_tool(apps) if apps is not None else []
             if apps is None and not getattr(args, "tools", None):
                 # An installed CLI outside a checkout imports no app of its own: say so, not
                 # start a run that silently has no tools.
@@ -318,6 +319,13 @@ async def _run_input(args: argparse.Namespace, settings: Settings) -> RunInput:
         return RunInput(**fields)
     except ValidationError as err:
         raise invalid("run", err) from None
+
+
+def _every_tool(apps: Apps) -> list[str]:
+    """The apps' tools but those that start sub-agents: only a run of an agent that lists them
+    can start them (a run without one refuses every call of them)."""
+    starts = {sub_agent_tool(name) for agent in apps.agents.values() for name in agent.sub_agents}
+    return [spec.name for spec in apps.tools if spec.name not in starts]
 
 
 def _run_id(given: str | None) -> str:

@@ -16,6 +16,7 @@ from waitstate.providers.base import Adapter, ModelRequest, UnknownModelError
 from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
 from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
 from waitstate.schemas.run import CHECKPOINT_PROMPT
+from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
 SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
 
@@ -197,9 +198,10 @@ def _from_rebuilt(messages: Sequence[Message], tool: str) -> str | None:
     return found
 
 
-def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
+def _export(messages: Sequence[Message], task: str, turn: int, offered: set[str]) -> Message:
     """Export a dataset (a long tool: the run waits for its webhook), verify the row count,
-    file it in a folder, notify the team, answer."""
+    file it in a folder, notify the team, answer; without the tools to file it, answer once
+    the count is verified."""
     dataset = m.group(1).lower() if (m := _DATASET.search(task)) else "transactions"
     quarter = _QUARTER.search(task)
     period = f"{quarter.group(2) or '2025'}-Q{quarter.group(1)}" if quarter else "2025-Q3"
@@ -212,8 +214,12 @@ def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
         return _answer(f"The {dataset} export for {period} did not finish: {json.dumps(reason)}.")
     result = export.get("result") or {}
     file, rows = str(result.get("file", "")), int(result.get("rows", 0))
-    if _outcome(messages, "verify_row_count") is None:
+    checked = _outcome(messages, "verify_row_count")
+    if checked is None and "verify_row_count" in offered:
         return _calls(turn, ("verify_row_count", {"file": file, "expected_rows": rows}))
+    if not {"upload_file", "notify_team"} <= offered:
+        count = "" if checked is None else f"; {_checked(checked)}"
+        return _answer(f"Exported {rows} {dataset} rows for {period} to {file}{count}.")
     upload = _outcome(messages, "upload_file")
     if upload is None:
         return _calls(turn, ("upload_file", {"file": file, "folder": folder}))
@@ -225,6 +231,13 @@ def _export(messages: Sequence[Message], task: str, turn: int) -> Message:
         f"Exported {rows} {dataset} rows for {period}, verified the row count, filed them at "
         f"{path} and notified the {folder} team."
     )
+
+
+def _checked(count: dict[str, Any]) -> str:
+    """What a `verify_row_count` result says."""
+    if count.get("matches"):
+        return "the row count checks out"
+    return f"but the file holds {count.get('rows', count)} rows"
 
 
 _REFUND_TASK = re.compile(r"\brefund", re.IGNORECASE)
@@ -253,17 +266,75 @@ def _refund(messages: Sequence[Message], task: str, turn: int) -> Message:
     return _answer(f"Refunded ${amount:g} for claim {claim_id} (refund {refund['refund_id']}).")
 
 
+def _lead(messages: Sequence[Message], task: str, agents: list[str]) -> Message:
+    """Say the plan and start every sub-agent at once, each on its part of the task; once all
+    have answered, report what each found."""
+    results = [m for m in messages if m.role == "tool"]
+    if not results:
+        names = [agent.removeprefix(SUB_AGENT_PREFIX) for agent in agents]
+        plan = f"Plan: {', '.join(names)} each research their part at once; then I report."
+        parts = [
+            (f"{SUB_AGENT_PREFIX}{n}", {"task": f"As {n}, your part of: {task}"}) for n in names
+        ]
+        return _calls(0, *parts).model_copy(update={"content": plan})
+    lines = []
+    for result in results:
+        try:
+            found = json.loads(result.content)
+        except json.JSONDecodeError:
+            found = {"agent": result.name, "error": result.content}
+        said = str(found.get("answer") or found.get("error") or found.get("status"))
+        lines.append(f"- {found.get('agent')}: {said.removeprefix(SCRIPTED_BANNER).strip()}")
+    return _answer("\n".join([f"Report: {task}", *lines]))
+
+
+def _claim(messages: Sequence[Message], task: str, turn: int) -> Message:
+    """Look the task's claim up, and answer with what the claims desk holds."""
+    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
+    claim = _outcome(messages, "check_claim")
+    if claim is None:
+        return _calls(turn, ("check_claim", {"claim_id": claim_id}))
+    if "valid" not in claim:
+        return _answer(f"Claim {claim_id} could not be read: {json.dumps(claim)}.")
+    valid = "valid" if claim["valid"] else f"not valid ({claim.get('reason')})"
+    return _answer(
+        f"Claim {claim_id} is {valid}: ${claim.get('amount', 0):g} for {claim.get('customer')}."
+    )
+
+
+def _paid(messages: Sequence[Message], task: str, turn: int) -> Message:
+    """Read what was refunded on the task's claim (a person approves the read first)."""
+    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
+    history = _outcome(messages, "read_payment_history")
+    if history is None:
+        return _calls(turn, ("read_payment_history", {"claim_id": claim_id}))
+    if "refunded" not in history:
+        return _answer(
+            f"The payments on claim {claim_id} could not be read: {json.dumps(history)}."
+        )
+    count = len(history.get("refunds", []))
+    refunds = "1 refund" if count == 1 else f"{count} refunds"
+    return _answer(f"Refunded on claim {claim_id} so far: ${history['refunded']:g} ({refunds}).")
+
+
 def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
-    """The demo. An export task (any wording with export/extract/dump) runs the export
-    scenario, a refund task the refund scenario; anything else calls two tools at once, then
-    a third, then answers."""
+    """The demo. An agent with sub-agents starts each once, then reports what they found; an
+    export task (any wording with export/extract/dump) runs the export scenario, a refund task
+    the refund scenario, a task naming a claim reads its payments or looks it up; anything else
+    calls two tools at once, then a third, then answers."""
     offered = {t.name for t in tools}
     task = _task(messages)
     turn = _turn(messages)
+    if agents := [t.name for t in tools if t.name.startswith(SUB_AGENT_PREFIX)]:
+        return _lead(messages, task, agents)
     if _EXPORT_TASK.search(task) and "start_export" in offered:
-        return _export(messages, task, turn)
+        return _export(messages, task, turn, offered)
     if _REFUND_TASK.search(task) and "issue_refund" in offered:
         return _refund(messages, task, turn)
+    if _CLAIM.search(task) and "read_payment_history" in offered:
+        return _paid(messages, task, turn)
+    if _CLAIM.search(task) and "check_claim" in offered:
+        return _claim(messages, task, turn)
     if turn == 0:
         match = _ARITHMETIC.search(task)
         expression = match.group(0).strip() if match else "6 * 7"

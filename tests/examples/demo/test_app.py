@@ -39,12 +39,22 @@ def test_every_public_name_resolves() -> None:
 async def test_the_demo_app_loads_with_its_agents_and_every_demo_tool() -> None:
     apps = load_apps([DEMO_APP])
     try:
-        assert list(apps.agents) == ["demo", "reporter"]
-        # Every tool but the purge, whose runs name it (its job asks a person to confirm).
+        researchers = ["researcher", "data-researcher", "payments-researcher"]
+        assert list(apps.agents) == ["demo", "reporter", "research-lead", *researchers]
+        # Every tool but the purge, whose runs name it (its job asks a person to confirm), the
+        # payments researcher's, and those that start the research lead's researchers.
+        starts = {f"agent_{name}" for name in researchers}
         assert set(apps.agents["demo"].tool_names()) == {s.name for s in apps.tools} - {
-            "purge_dataset"
+            "purge_dataset",
+            "read_payment_history",
+            *starts,
         }
-        assert len(apps.tools) == 11
+        assert len(apps.tools) == 15
+        assert apps.agents["research-lead"].sub_agents == researchers
+        # They run on the worker's default model, as the demo agent does.
+        assert {apps.agents[name].model for name in ["demo", "research-lead", *researchers]} == {
+            None
+        }
         assert apps.agents["reporter"].tool_names() == [
             "reports__build_report",
             "reports__delete_dataset",

@@ -67,4 +67,7 @@ async def test_a_run_without_an_agent_in_a_checkout_gets_the_demos_tools_and_no_
     run_input = await _run_input(_parser().parse_args(["run", "what is 2 + 2?"]), Settings())
 
     assert "calculate" in run_input.tools
+    # Not those that start the research lead's researchers: a run without an agent has none.
+    assert "read_payment_history" in run_input.tools
+    assert [name for name in run_input.tools if name.startswith("agent_")] == []
     assert capsys.readouterr().err == ""
