@@ -93,6 +93,12 @@ def test_run_url(run_id: str | None, url: str) -> None:
     assert Settings.from_env({}).run_url("run-1", run_id) == url
 
 
+def test_a_sub_agents_run_url_keeps_its_id_one_segment() -> None:
+    url = Settings.from_env({}).run_url("run-1/researcher-2")
+
+    assert url == "http://127.0.0.1:8233/namespaces/default/workflows/run-1%2Fresearcher-2"
+
+
 @pytest.mark.parametrize("spec", ["demo", "scripted:", ":demo", ""])
 def test_resolve_rejects_malformed_specs(spec: str) -> None:
     with pytest.raises(UnknownModelError, match="is not provider:model"):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -260,8 +261,9 @@ class Settings:
         return self.approvals_outbox_url or f"{self.demo_systems_url}/approvals/outbox"
 
     def run_url(self, workflow_id: str, run_id: str | None = None) -> str:
-        """The Web UI page of a run."""
-        url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
+        """The Web UI page of a run (its id escaped as one path segment, as the Web UI's own links
+        do: a sub-agent's, `root/researcher-1`, holds a slash)."""
+        url = f"{self.ui_url}/namespaces/{self.namespace}/workflows/{quote(workflow_id, safe='')}"
         return f"{url}/{run_id}/history" if run_id else url
 
 
