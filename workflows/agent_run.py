@@ -395,6 +395,12 @@ class AgentRunWorkflow:
                 if done is not None:
                     return done
                 return await self._ops.resume(call, carried.parked[call.id])
+            except (asyncio.CancelledError, ActivityError) as err:
+                # The run is cancelled: it ends once the turn's sub-agents have (each ends its
+                # own jobs and children first), whichever call's cancel came back first.
+                if is_cancelled_exception(err):
+                    await self._tree.settled()
+                raise
             finally:
                 self._continuation.call_ended(call.id)
 

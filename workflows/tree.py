@@ -59,6 +59,12 @@ class SubAgents(Part):
     def owns(self, name: str) -> bool:
         return name.startswith(SUB_AGENT_PREFIX) and name in self.tools()
 
+    async def settled(self) -> None:
+        """Once none of the run's sub-agents runs (at once, if it started none)."""
+        tree = self._state.tree
+        if tree is not None and tree.running():
+            await workflow.wait_condition(lambda: tree.running() == 0)
+
     def root(self) -> str:
         """The workflow id of the tree's root (this run's, if it is the root)."""
         link = self._input.tree
