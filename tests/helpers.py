@@ -320,6 +320,19 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     await keep_history(name, history)
 
 
+def committed_history(name: str, text: str) -> WorkflowHistory:
+    """The committed history `name` (its JSON `text`), under the workflow id it was recorded
+    with where its commands name it (a tree's children are `<parent id>/<node>`: replayed
+    under another id, the child it starts would not be the recorded one); else `name`."""
+    workflow_id = name
+    for event in json.loads(text)["events"]:
+        started = event.get("startChildWorkflowExecutionInitiatedEventAttributes")
+        if started is not None:
+            workflow_id = str(started["workflowId"]).rsplit("/", 1)[0]
+            break
+    return WorkflowHistory.from_json(workflow_id, text)
+
+
 async def keep_history(name: str, history: WorkflowHistory) -> Path:
     """Keeps a history of the path `name` under tests/histories/, named by its version (see
     `replays`), unless one of that version is kept already: a history is never recorded

@@ -18,7 +18,6 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -26,7 +25,7 @@ import waitstate.cli.main as starter
 from examples.demo.purges import PurgeService, purge_tool
 from examples.systems import DemoSystems
 from examples.systems import create_app as systems_app
-from tests.helpers import eventually, quiet_history_length, start_run
+from tests.helpers import committed_history, eventually, quiet_history_length, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, Stack, serving_stack
 from tests.workflows.questions_app import app as QUESTIONS
 from waitstate.activation_order import workflow_runner
@@ -336,7 +335,7 @@ async def test_committed_histories_replay_with_tracing_on(
     name: str, exporter: InMemorySpanExporter
 ) -> None:
     tracing = _tracing(exporter, SERVICE_WORKER)
-    history = WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
+    history = committed_history(name, (HISTORIES / f"{name}.json").read_text())
     replayer = Replayer(
         workflow_runner=workflow_runner(),
         workflows=[AgentRunWorkflow],

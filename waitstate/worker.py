@@ -46,6 +46,7 @@ from waitstate.agents import Agent
 from waitstate.apps import AppError, Apps, app_refs, load_apps
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.blobs import BlobStore, open_blob_store
+from waitstate.client import WaitstateClient
 from waitstate.deployment import BuildIdError, deployment_config
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Providers
@@ -273,7 +274,7 @@ def run_parts(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
-    trees = TreeActivities(client)
+    trees = TreeActivities(WaitstateClient(client, task_queue=settings.task_queue))
     return RunParts(
         registry,
         blobs,

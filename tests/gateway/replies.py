@@ -197,6 +197,11 @@ class FakeClient(Generic[Outcome]):
         self.workflow_ids.append(workflow_id)
         return self.handle
 
+    async def list_workflows(self, query: str, **_: Any) -> AsyncIterator[Any]:
+        """No run has sub-agents here: a request a run does not know is no node's below it."""
+        for nothing in ():
+            yield nothing
+
 
 def deliverer_for(
     outcome: type[Outcome], *script: Scripted[Outcome]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import fnmatch
-import json
 import uuid
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.helpers import committed_histories, keep_history, make_worker
+from tests.helpers import committed_histories, committed_history, keep_history, make_worker
 from tests.rigs import time_skipping_server
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.schemas import RunInput
@@ -79,19 +78,9 @@ async def test_fresh_history_replays(
 COMMITTED = {path.stem: path.read_text() for path in sorted(HISTORIES.glob("*.json"))}
 
 
-def _recorded_id(name: str, text: str) -> str:
-    """The workflow id the history was recorded under, where its commands name it (a tree's
-    children are `<parent id>/<node>`); else `name`."""
-    for event in json.loads(text)["events"]:
-        started = event.get("startChildWorkflowExecutionInitiatedEventAttributes")
-        if started is not None:
-            return str(started["workflowId"]).rsplit("/", 1)[0]
-    return name
-
-
 @pytest.mark.parametrize("name", sorted(COMMITTED))
 async def test_committed_history_replays(name: str) -> None:
-    history = WorkflowHistory.from_json(_recorded_id(name, COMMITTED[name]), COMMITTED[name])
+    history = committed_history(name, COMMITTED[name])
 
     result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
 

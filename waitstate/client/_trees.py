@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio.client import WorkflowExecution
 from temporalio.service import RPCError
 
 from waitstate.client._base import run_status
 from waitstate.client._errors import ClientError
-from waitstate.client._runs import RunCalls
-from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
+from waitstate.client._updates import UpdateCalls
+from waitstate.names import AGENT_NAME, AGENT_STATUS, TREE_BUDGET_UPDATE, WAITING_FOR
 from waitstate.schemas import Usage
+from waitstate.schemas.tree import BudgetAnswer, BudgetAsk
 
 # How many nodes' states `tree` asks at once, and how many nodes it reads at most.
 TREE_QUERIES_AT_ONCE = 8
 TREE_LIMIT = 2_000
+# How long a node's reservation waits for its root's answer (a raise asks a person: longer).
+RESERVE_TIMEOUT = timedelta(seconds=90)
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,36 @@ class TreeNode:
         return 0 if not self.path else self.path.count("/") + 1
 
 
-class TreeCalls(RunCalls):
-    """What `WaitstateClient` reads of a run's tree."""
+class TreeCalls(UpdateCalls):
+    """What `WaitstateClient` reads of a run's tree, and a node's reservations from its root's
+    budget."""
+
+    async def reserve(
+        self,
+        root: str,
+        ask: BudgetAsk,
+        *,
+        update_id: str,
+        answer_within: timedelta = RESERVE_TIMEOUT,
+    ) -> BudgetAnswer:
+        """Send a node's reservation (and what it spent) to its tree's root, as the root's
+        `tree_budget` Update under `update_id`: sent again under the same id, it is counted
+        once, and gets the first answer.
+
+        Raises:
+            UpdateRefused, RunEnded, RunNotFound: the root cannot grant it.
+            RunUnavailable, OutcomeUnknown, Unreachable: not answered for now; send it again.
+            TemporalFailed: Temporal refused the call.
+        """
+        return await self._send_update(
+            root,
+            TREE_BUDGET_UPDATE,
+            ask,
+            BudgetAnswer,
+            update_id=update_id,
+            what="budget reservation",
+            answer_within=answer_within,
+        )
 
     async def tree(self, run_id: str) -> list[TreeNode]:
         """The run and every node below it, the run first, then by path.
