@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +18,12 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     from bench.floor import RETRY, TIMEOUT, ModelInput
-    from bench.tree_text import combined, leaf_answer, part_task
+    from bench.tree_text import combined, fan_of, leaf_answer, part_task
 
 FLOOR_TREE = "FloorTreeWorkflow"
 FLOOR_LEAF = "FloorLeafWorkflow"
 FLOOR_TREE_MODEL = "floor_tree_model"
 LEAF_TOOL = "leaf"
-_FAN = re.compile(r"fan=(\d+)")
 
 
 @dataclass
@@ -98,7 +96,6 @@ async def tree_model(input: ModelInput) -> dict[str, Any]:
     answers = [m["content"] for m in input.messages if m["role"] == "tool"]
     if answers:
         return {"role": "assistant", "content": combined(answers)}
-    found = _FAN.search(task)
     calls = [
         {
             "id": f"call_{i}",
@@ -108,6 +105,6 @@ async def tree_model(input: ModelInput) -> dict[str, Any]:
                 "arguments": json.dumps({"task": part_task(task, i + 1)}),
             },
         }
-        for i in range(int(found.group(1)) if found else 1)
+        for i in range(fan_of(task))
     ]
     return {"role": "assistant", "tool_calls": calls}

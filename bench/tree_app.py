@@ -10,16 +10,14 @@ The floor's tree (bench/floor_tree.py) moves the same strings (bench/tree_text.p
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 
-from bench.tree_text import combined, leaf_answer, part_task
+from bench.tree_text import combined, fan_of, leaf_answer, part_task
 from waitstate import Agent, App, Message, ToolCall, ToolDefinition
 from waitstate.schemas.tree import sub_agent_tool
 
 LEAD = "bench-lead"
 LEAF = "bench-leaf"
-FAN = re.compile(r"fan=(\d+)")
 
 
 def _task(messages: Sequence[Message]) -> str:
@@ -31,14 +29,13 @@ def lead(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     task = _task(messages)
     results = [m for m in messages if m.role == "tool"]
     if not results:
-        found = FAN.search(task)
         calls = [
             ToolCall(
                 id=f"call_{i}",
                 name=sub_agent_tool(LEAF),
                 arguments=json.dumps({"task": part_task(task, i + 1)}),
             )
-            for i in range(int(found.group(1)) if found else 1)
+            for i in range(fan_of(task))
         ]
         return Message(role="assistant", tool_calls=calls)
     answers = [str(json.loads(r.content).get("answer") or r.content) for r in results]

@@ -1,9 +1,19 @@
-"""The strings figure 11's trees move, the same on both sides: each child's task, each leaf's
-answer and the lead's answer. Plain functions, so the floor imports no agent code."""
+"""The strings figure 11's trees move, the same on both sides: the lead's fan-out read from its
+task, each child's task, each leaf's answer and the lead's answer. Plain functions, so the
+floor imports no agent code."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+_FAN = re.compile(r"fan=(\d+)")
+
+
+def fan_of(task: str) -> int:
+    """The children a lead's task asks for (`fan=N`; 1 if it says none)."""
+    found = _FAN.search(task)
+    return int(found.group(1)) if found else 1
 
 
 def part_task(task: str, part: int) -> str:
