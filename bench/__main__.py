@@ -28,11 +28,12 @@ from bench.notices import figure10
 from bench.procs import ROOT, machine
 from bench.rates import figure9
 from bench.stack import Stack
+from bench.trees import figure11
 from waitstate.settings import exit_process
 
-# Figures 7 and 9 live in modules of their own (the gateway's readers; the model queue's
-# limit), beside the others.
-EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9}
+# Figures 7, 9 and 11 live in modules of their own (the gateway's readers; the model queue's
+# limit; agent trees), beside the others.
+EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11}
 # Figures that need no services: the stack is not started for them alone.
 STACKLESS = {8: figure8, 10: figure10}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
@@ -269,6 +270,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         "a model queue limited to 5 calls/s and polled by one worker process, then by two",
         10: f"figure 10: {sizes.notice_samples} runs awaiting an MCP task per way of waking "
         "and repetition",
+        11: f"figure 11: a lead's turn fanning out to {sizes.tree_children} sub-agents (floor: "
+        "child workflows) at once, after a warm-up tree of 2, per side and repetition",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

@@ -67,6 +67,7 @@ class Sizes:
     cache_messages: int = 20  # figure 8: the messages of the conversation
     rate_runs: int = 100  # figure 9: runs of one model call each, through the limited queue
     notice_samples: int = 8  # figure 10: calling runs per way of waking, per repetition
+    tree_children: int = 100  # figure 11: the children of one lead's turn, all at once
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -87,6 +88,7 @@ QUICK = Sizes(
     cache_messages=4,
     rate_runs=12,
     notice_samples=2,
+    tree_children=5,
 )
 
 

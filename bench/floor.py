@@ -273,10 +273,13 @@ def build_floor_worker(client: Client, task_queue: str, max_cached: int) -> Work
         systems_url,
         tool_schemas(http, systems_url),
     )
+    # Figure 11's tree: its module imports this one's timeouts, so it is imported here.
+    from bench.floor_tree import FloorLeafWorkflow, FloorTreeWorkflow, tree_model
+
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[FloorWorkflow, FloorChatWorkflow],
-        activities=[acts.call_model, acts.call_tool],
+        workflows=[FloorWorkflow, FloorChatWorkflow, FloorTreeWorkflow, FloorLeafWorkflow],
+        activities=[acts.call_model, acts.call_tool, tree_model],
         max_cached_workflows=max_cached,
     )

@@ -125,14 +125,16 @@ class Stack:
         self.systems.close()
         shutil.rmtree(self.state, ignore_errors=True)
 
-    async def lease(self, side: Side, label: str, *, bytecode: bool = True) -> tuple[str, Proc]:
+    async def lease(
+        self, side: Side, label: str, *, bytecode: bool = True, apps: str = ""
+    ) -> tuple[str, Proc]:
         """A worker process of `side` and the task queue it polls: a fresh one, or in shared
         mode the side's one worker. `bytecode` False: a worker that compiles every module it
         imports from source (no bytecode cache read or written), as in many container
-        images."""
-        if not self.shared or not bytecode:
+        images. `apps` (ours): the apps it serves (WAITSTATE_APPS), in a fresh worker."""
+        if not self.shared or not bytecode or apps:
             queue = new_id(label)
-            return queue, await self.worker(side, queue, bytecode=bytecode)
+            return queue, await self.worker(side, queue, bytecode=bytecode, apps=apps)
         if side not in self._leased:
             queue = new_id(f"shared-{side}")
             self._leased[side] = (queue, await self.worker(side, queue))
@@ -143,9 +145,11 @@ class Stack:
         if all(worker is not leased for _, leased in self._leased.values()):
             await asyncio.to_thread(worker.stop)
 
-    async def worker(self, side: Side, task_queue: str, *, bytecode: bool = True) -> Proc:
-        """A fresh worker process for `side`, polling `task_queue`."""
-        env = self.worker_env(task_queue)
+    async def worker(
+        self, side: Side, task_queue: str, *, bytecode: bool = True, apps: str = ""
+    ) -> Proc:
+        """A fresh worker process for `side`, polling `task_queue` (serving `apps`, ours)."""
+        env = self.worker_env(task_queue) | ({"WAITSTATE_APPS": apps} if apps else {})
         if not bytecode:
             # Neither written nor read: an empty cache prefix hides the checkout's .pyc files.
             cache = Path(tempfile.mkdtemp(prefix="no-bytecode-", dir=self.state))

@@ -6,7 +6,8 @@
 
 Both read TEMPORAL_ADDRESS, WAITSTATE_TASK_QUEUE, OPENAI_BASE_URL, DEMO_SYSTEMS_URL and
 WAITSTATE_MAX_CACHED_WORKFLOWS (ours reads the rest of worker.py's settings too, the model queue
-and its rate included: it polls that queue too, as worker.py does), print
+and its rate included: it polls that queue too, as worker.py does; and WAITSTATE_APPS, the
+apps whose agents it serves besides the demo's tools), print
 "bench worker ready" once polling, and stop on SIGTERM.
 """
 
@@ -50,15 +51,23 @@ async def main(side: str) -> None:
         await _serve(build_floor_worker(client, settings.task_queue, settings.max_cached_workflows))
         return
     from examples.demo.catalog import all_tools
+    from waitstate.apps import app_refs, load_apps
     from waitstate.worker import build_providers, build_tokens, build_workers, warm_up
 
-    providers = build_providers(settings)
+    # The apps a figure names (WAITSTATE_APPS, figure 11's agents), loaded as worker.py loads
+    # them; none for the other figures, whose runs name their model and tools themselves.
+    apps = load_apps(app_refs(env=settings.apps))
+    providers = build_providers(settings, apps.providers, apps.scripts)
     warm_up(providers, settings)  # as worker.py does: no first call pays for the SDK's import
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    tools = [*all_tools(http, settings.demo_systems_url), chunk_tool()]
-    workers = build_workers(client, settings, providers, tools, http, tokens=build_tokens(settings))
+    tools = [*all_tools(http, settings.demo_systems_url), chunk_tool(), *apps.tools]
+    workers = build_workers(
+        client, settings, providers, tools, http, tokens=build_tokens(settings),
+        agents=apps.agents, tool_deps=apps.tool_deps, mcp=apps.mcp,
+    )  # fmt: skip
     await _serve(*workers)
     await providers.aclose()
+    await apps.aclose()
     await http.aclose()
 
 

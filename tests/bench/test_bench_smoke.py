@@ -42,6 +42,10 @@ EXPECTED_METRICS = [
     f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)",
     "model calls started per second, burst included",
     "wake after an MCP task ends, notified (floor: polling every 2 s)",
+    f"{QUICK.tree_children}-child fan-out: start → the root's result",
+    "worker CPU per fan-out",
+    "parent history per child",
+    "history of every node (parent and children) per child",
 ]
 
 
@@ -95,4 +99,10 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     # Caching bills a conversation's input for less than its whole.
     billed = rows[f"billed input, {QUICK.cache_messages} messages, anthropic (floor: uncached)"]
     assert 0 < float(billed[4].rstrip("×")) < 1, billed
+    # A lead's turn started its sub-agents, and the floor its child workflows; the parent's
+    # history per child is measured on both sides.
+    for metric in (f"{QUICK.tree_children}-child fan-out: start → the root's result",
+                   "worker CPU per fan-out", "parent history per child"):  # fmt: skip
+        fan = rows[metric]
+        assert float(fan[2].replace(",", "")) > 0 and float(fan[3].replace(",", "")) > 0, fan
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
