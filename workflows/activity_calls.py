@@ -65,23 +65,37 @@ async def call(
     result_type: type[T],
     summary: str,
     placement: Placement = RUN_QUEUE,
+    local: bool = False,
     **options: Unpack[CallOptions],
 ) -> T | Failed:
-    """Run `activity` with `arg`: its result, or `Failed`.
+    """Run `activity` with `arg`: its result, or `Failed`. A `local` one runs in the worker
+    that runs the workflow, recorded as one marker (no task of its own, no placement).
 
     Raises:
         ActivityError: the activity was cancelled (the run is being cancelled).
     """
     try:
-        result: T = await workflow.execute_activity(
-            activity,
-            arg,
-            result_type=result_type,
-            summary=summary,
-            task_queue=placement.task_queue,
-            priority=placement.priority,
-            **options,
-        )
+        if local:
+            result: T = await workflow.execute_local_activity(
+                activity,
+                arg,
+                result_type=result_type,
+                summary=summary,
+                start_to_close_timeout=options.get("start_to_close_timeout"),
+                schedule_to_close_timeout=options.get("schedule_to_close_timeout"),
+                retry_policy=options.get("retry_policy"),
+                activity_id=options.get("activity_id"),
+            )
+        else:
+            result = await workflow.execute_activity(
+                activity,
+                arg,
+                result_type=result_type,
+                summary=summary,
+                task_queue=placement.task_queue,
+                priority=placement.priority,
+                **options,
+            )
     except ActivityError as err:
         if is_cancelled_exception(err):
             raise

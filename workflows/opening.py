@@ -54,12 +54,15 @@ class Opening:
 
     async def _take_agent(self, name: str) -> None:
         """Record the agent's definition (as the worker has it now) and let it set every field
-        the run's input left unset; an agent the worker does not have fails the run at once."""
+        the run's input left unset; an agent the worker does not have fails the run at once.
+        A sub-agent's run takes it by a local activity: one event, no task of its own, for
+        each of a tree's many nodes (runs before trees took it by an activity, and still do)."""
         config = await call(
             RESOLVE_AGENT,
             name,
             result_type=AgentConfig,
             summary=f"agent {name}",
+            local=self._plan.input.tree is not None,
             **AGENT_CALL,
         )
         if isinstance(config, Failed):

@@ -84,7 +84,7 @@ class SubAgents(Part):
             return output
         stored = await call(
             STORE_ANSWER,
-            StoreAnswer(text=output, owner=link.parent),
+            StoreAnswer(text=output, owner=link.parent_id),
             result_type=str,
             summary="answer for the parent",
             **AGENT_CALL,
@@ -134,7 +134,7 @@ class SubAgents(Part):
         budgeted = link.budget if link is not None else self._input.budget is not None
         child = TreeLink(
             root=self.root(),
-            parent=parent,
+            parent=parent if parent != self.root() else None,
             path=[*path, node],
             max_depth=max_depth,
             budget=budgeted,

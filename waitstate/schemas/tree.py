@@ -65,13 +65,19 @@ class TreeLink(BaseModel):
     """Where a sub-agent's run is in its tree (set by its parent; None for a root)."""
 
     root: str = Field(description="The root run's workflow id.")
-    parent: str = Field(description="The parent run's workflow id.")
+    parent: str | None = Field(
+        default=None, description="The parent run's workflow id (None: the root's)."
+    )
     path: list[str] = Field(description="The node names from below the root to this one.")
     max_depth: int = Field(ge=1, le=MAX_DEPTH_LIMIT, description="The root's limit.")
     budget: bool = Field(
         default=False,
         description="The root has a budget: every model call of the tree reserves from it.",
     )
+
+    @property
+    def parent_id(self) -> str:
+        return self.parent or self.root
 
     @property
     def depth(self) -> int:
