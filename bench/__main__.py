@@ -28,12 +28,13 @@ from bench.notices import figure10
 from bench.procs import ROOT, machine
 from bench.rates import figure9
 from bench.stack import Stack
+from bench.tree_cancel import figure12
 from bench.trees import figure11
 from waitstate.settings import exit_process
 
 # Figures 7, 9 and 11 live in modules of their own (the gateway's readers; the model queue's
 # limit; agent trees), beside the others.
-EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11}
+EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11, 12: figure12}
 # Figures that need no services: the stack is not started for them alone.
 STACKLESS = {8: figure8, 10: figure10}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
@@ -272,6 +273,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         "and repetition",
         11: f"figure 11: a lead's turn fanning out to {sizes.tree_children} sub-agents (floor: "
         "child workflows) at once, after a warm-up tree of 2, per side and repetition",
+        12: f"figure 12: {sizes.cancel_trials} trees of {sizes.cancel_children} children waiting "
+        "for approvals, cancelled, per repetition (ours alone)",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

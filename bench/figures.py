@@ -68,6 +68,8 @@ class Sizes:
     rate_runs: int = 100  # figure 9: runs of one model call each, through the limited queue
     notice_samples: int = 8  # figure 10: calling runs per way of waking, per repetition
     tree_children: int = 100  # figure 11: the children of one lead's turn, all at once
+    cancel_children: int = 50  # figure 12: the waiting children of a tree cancelled
+    cancel_trials: int = 10  # figure 12: trees cancelled per repetition (its p99's samples)
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -89,6 +91,8 @@ QUICK = Sizes(
     rate_runs=12,
     notice_samples=2,
     tree_children=5,
+    cancel_children=3,
+    cancel_trials=2,
 )
 
 

@@ -14,10 +14,13 @@ from collections.abc import Sequence
 
 from bench.tree_text import combined, fan_of, leaf_answer, part_task
 from waitstate import Agent, App, Message, ToolCall, ToolDefinition
-from waitstate.schemas.tree import sub_agent_tool
+from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
 LEAD = "bench-lead"
 LEAF = "bench-leaf"
+# Figure 12's: a lead over children that each wait for a person's approval.
+WAITING_LEAD = "bench-waiting-lead"
+WAITER = "bench-waiter"
 
 
 def _task(messages: Sequence[Message]) -> str:
@@ -29,10 +32,11 @@ def lead(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     task = _task(messages)
     results = [m for m in messages if m.role == "tool"]
     if not results:
+        child = next(t.name for t in tools if t.name.startswith(SUB_AGENT_PREFIX))
         calls = [
             ToolCall(
                 id=f"call_{i}",
-                name=sub_agent_tool(LEAF),
+                name=child,
                 arguments=json.dumps({"task": part_task(task, i + 1)}),
             )
             for i in range(fan_of(task))
@@ -47,10 +51,27 @@ def leaf(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     return Message(role="assistant", content=leaf_answer(_task(messages)))
 
 
+def waiter(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Asks a person's approval, then answers with the decision."""
+    results = [m for m in messages if m.role == "tool"]
+    if results:
+        return Message(role="assistant", content=results[-1].content)
+    action = json.dumps({"action": "publish", "reason": _task(messages)})
+    call = ToolCall(id="call_ask", name="request_approval", arguments=action)
+    return Message(role="assistant", tool_calls=[call])
+
+
 app = App(
     agents=[
         Agent(LEAD, model="scripted:bench-lead", sub_agents=[LEAF], max_children=100),
         Agent(LEAF, model="scripted:bench-leaf", description="Takes notes on one part."),
+        Agent(WAITING_LEAD, model="scripted:bench-lead", sub_agents=[WAITER], max_children=100),
+        Agent(
+            WAITER,
+            model="scripted:bench-waiter",
+            tools=["request_approval"],
+            description="Asks a person first.",
+        ),
     ],
-    scripts={"bench-lead": lead, "bench-leaf": leaf},
+    scripts={"bench-lead": lead, "bench-leaf": leaf, "bench-waiter": waiter},
 )

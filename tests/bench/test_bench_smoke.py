@@ -46,6 +46,8 @@ EXPECTED_METRICS = [
     "worker CPU per fan-out",
     "parent history per child",
     "history of every node (parent and children) per child",
+    f"cancel → every node closed, p99 of {QUICK.cancel_trials} trees",
+    "model calls scheduled or started after the cancel",
 ]
 
 
@@ -105,4 +107,8 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
                    "worker CPU per fan-out", "parent history per child"):  # fmt: skip
         fan = rows[metric]
         assert float(fan[2].replace(",", "")) > 0 and float(fan[3].replace(",", "")) > 0, fan
+    # A tree cancelled: its nodes closed, and no model call came after the cancel.
+    closed = rows[f"cancel → every node closed, p99 of {QUICK.cancel_trials} trees"]
+    assert float(closed[2]) > 0 and closed[6] == "met", closed
+    assert rows["model calls scheduled or started after the cancel"][2] == "0"
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
