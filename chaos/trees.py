@@ -122,7 +122,8 @@ class Trees:
         ]
 
     async def until_parked(self, ctx: Context) -> None:
-        """Until every parked lead's children wait (or the result timeout: the row says so)."""
+        """Until every parked lead's children wait, or the result timeout (a lead whose children
+        never all waited fails its act, a problem the invariants report)."""
         with contextlib.suppress(TimeoutError):
             await bounded(ctx, asyncio.gather(*(e.wait() for e in self._parked)))
 
