@@ -230,9 +230,12 @@ def _lead_saw_once(tree: Tree) -> list[str]:
     return found
 
 
-def jobs_once(tree: Tree, keys: dict[str, dict[str, Any]], jobs: dict[str, Any]) -> list[str]:
+def jobs_once(
+    tree: Tree, keys: dict[str, dict[str, Any]], jobs: dict[str, Any], *, cancelled: bool = False
+) -> list[str]:
     """The tree's jobs (the demo systems' records under its nodes' idempotency keys, each
-    `<node>/<call>`): one per key, none still running."""
+    `<node>/<call>`): one per key, none still running; for a tree `cancelled` while its jobs
+    ran, each sent a cancel and ended cancelled (one that ended otherwise ran on past it)."""
     found = []
     for key, record in sorted(keys.items()):
         if not key.startswith(f"{tree.root}/"):
@@ -244,6 +247,11 @@ def jobs_once(tree: Tree, keys: dict[str, dict[str, Any]], jobs: dict[str, Any])
             found.append(
                 f"{tree.root}: job {record['job_id']} under {key} still {status} "
                 f"(cancels sent {record['cancels']})"
+            )
+        elif cancelled and (status != "cancelled" or record["cancels"] < 1):
+            found.append(
+                f"{tree.root}: job {record['job_id']} under {key} ended {status}, "
+                f"{record['cancels']} cancels sent"
             )
     return found
 

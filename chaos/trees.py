@@ -435,7 +435,7 @@ def violations(outcome: RunOutcome, tree: Tree | None, stats: dict[str, Any]) ->
     found = [] if outcome.status == wanted else [f"{plan.id}: ended {outcome.status}"]
     found += tree.unread + checks.started_once(tree) + checks.closed(tree)
     found += checks.delivered_once(tree, completes=not cancel)
-    found += checks.jobs_once(tree, stats.get("keys", {}), stats.get("jobs", {}))
+    found += checks.jobs_once(tree, stats.get("keys", {}), stats.get("jobs", {}), cancelled=cancel)
     if tree.closing is None:
         found.append(f"{plan.id}: nodes still open {CLOSE_TIMEOUT:.0f} s after the root ended")
     if cancel:

@@ -170,6 +170,19 @@ def test_a_job_made_twice_or_left_running_is_flagged() -> None:
     ]
 
 
+def test_a_cancelled_trees_job_that_ran_on_past_the_cancel_is_flagged() -> None:
+    keys = {
+        f"{B}/call_0_0": {"jobs_created": 1, "job_id": "exp-1", "cancels": 1},
+        f"{B}/call_0_1": {"jobs_created": 1, "job_id": "exp-2", "cancels": 0},
+    }
+    jobs = {"exp-1": {"status": "cancelled"}, "exp-2": {"status": "succeeded"}}
+
+    assert jobs_once(_tree(), keys, jobs) == []
+    assert jobs_once(_tree(), keys, jobs, cancelled=True) == [
+        f"{ROOT}: job exp-2 under {B}/call_0_1 ended succeeded, 0 cancels sent"
+    ]
+
+
 def test_a_cancelled_tree_left_open_or_calling_its_model_after_the_cancel_is_flagged() -> None:
     tree = _tree()
     tree.status = "cancelled"
