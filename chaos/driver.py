@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from chaos import exactly_once, model_kills, outsiders, streams, trees
+from chaos import exactly_once, model_kills, outsiders, streams, tree_rows
 from chaos.exactly_once import (
     EARLY_COPIES,
     HOLD_START_ANSWERS,
@@ -504,7 +504,7 @@ class Suite:
             if self.mcp_doors is not None:
                 self.checks += self.mcp_doors.rows()
         if self.trees is not None:
-            self.checks += trees.rows(self.outcomes, stats, self.trees.kills)
+            self.checks += tree_rows.rows(self.outcomes, stats, self.trees.kills)
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)
@@ -596,7 +596,7 @@ def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
         return [o for o in outcomes if o.plan.question is not None]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
-    if name in (*exactly_once.ROWS, *outsiders.ROWS, *model_kills.ROWS, *trees.ROWS):
+    if name in (*exactly_once.ROWS, *outsiders.ROWS, *model_kills.ROWS, *tree_rows.ROWS):
         return [o for o in outcomes if o.plan.klass == name]
     phases = {"1": "ABCL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
     return [o for o in outcomes if o.plan.phase and o.plan.phase in phases]

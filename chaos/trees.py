@@ -1,5 +1,6 @@
 """Fault classes 21-23 (agent trees): workers and the server killed mid-tree, and trees cancelled
-mid-flight. The agents are chaos.tree_app's; the invariants chaos.tree_checks'.
+mid-flight. The agents are chaos.tree_app's; the invariants chaos.tree_checks', the rows
+chaos.tree_rows'.
 
 21. A lead fans out to `size.tree_fan` sub-agents in one turn (round robin: one answers at once,
     one waits for two exports' webhooks, one polls an enrichment, one waits for an approval the
@@ -11,9 +12,9 @@ mid-flight. The agents are chaos.tree_app's; the invariants chaos.tree_checks'.
 22. Leads parked mid-tree (exports running, approvals open) through phase B's restarts of the
     dev server, SIGKILL then SIGTERM; their approvals are decided once it is back.
 23. A three-level tree (top, two teams, an exporter and an asker under each) on the slow queue,
-    whose jobs outlast everything here: once every leaf waits, the root is cancelled, and the
-    slow queue's worker is SIGKILLed around the cancel (down when it is requested, or right
-    after), then started again.
+    whose jobs last 60 s: once every leaf waits, the root is cancelled, and the slow queue's
+    worker is SIGKILLed around the cancel (down when it is requested, or right after), then
+    started again; the kill lock is held from the tree's start until then, one tree at a time.
 
 What a tree left is read once its root has ended: every node (listed by `RootWorkflowId`) and
 its history, until each is closed (at most `CLOSE_TIMEOUT`). The tree's budget (what its nodes
@@ -28,7 +29,6 @@ import functools
 import random
 import signal
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,30 +39,19 @@ from temporalio.service import RPCError
 
 from chaos import tree_checks as checks
 from chaos.history import replay_failures
-from chaos.model import Check
 from chaos.runs import Act, Context, RunOutcome, RunPlan, bounded, drive, until, until_answered
 from chaos.sizes import Size
 from chaos.stack import Service, Stack
 from chaos.tree_app import ASKER, EXPORTER, LEAD, TOP, fan_of
 from chaos.tree_checks import Execution, Tree
+from chaos.tree_rows import CLOSE_TIMEOUT, ROW_CANCEL, ROW_KILLS, ROW_RESTART
 from waitstate.client import ClientError
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
 
 _T = TypeVar("_T")
-ROW_KILLS = "21 worker SIGKILL mid-tree (children running, waiting, just finished)"
-ROW_RESTART = "22 dev server SIGKILL+SIGTERM restart mid-tree"
-ROW_CANCEL = "23 tree cancelled mid-flight (3 levels), its worker SIGKILLed around the cancel"
-# workflows/tree.py's promise that a cancelled run waits for its children's cancels: its own row,
-# so that the issue's invariants (row 23) are read apart from it.
-ROW_WAITS = "23b a cancelled node closes once its children have (as workflows/tree.py says)"
-ROWS = (ROW_KILLS, ROW_RESTART, ROW_CANCEL, ROW_WAITS)
-# The moments of a tree its workers are killed at, in order.
-MOMENTS = ("running", "waiting", "finished")
 # How long a killed worker stays down (as class 1's).
 KILL_PAUSE = (0.5, 2.0)
-# How long a tree's nodes may take to close once its root has ended.
-CLOSE_TIMEOUT = 90.0
 # How often the lead's history is read for an asker's end (the "just finished" kill).
 WATCH_EVERY = 0.1
 # The cancelled trees' fan-out at each level: 2 teams, each an exporter and an asker.
@@ -92,14 +81,35 @@ class Trees:
             self._lead(f"{prefix}-tree-kill-{i:02d}", ROW_KILLS, phase, self._play_kills)
             for i in range(self.size.trees)
         ]
+        growing = [self.drive(ctx, p) for p in plans]
         for i in range(self.size.tree_cancels):
             run = RunInput(task=f"cancel {prefix}-{i} fan={CANCEL_FAN}", agent=TOP)
             wid = f"{prefix}-tree-cancel-{i:02d}"
-            plans.append(
-                RunPlan(wid, "tree-cancel", "plain", run, "cancelled", phase=phase,
-                        klass=ROW_CANCEL, queue="slow", act=self._play_cancel)
-            )  # fmt: skip
-        return list(await asyncio.gather(*(self.drive(ctx, p) for p in plans)))
+            plan = RunPlan(wid, "tree-cancel", "plain", run, "cancelled", phase=phase,
+                           klass=ROW_CANCEL, queue="slow")  # fmt: skip
+            growing.append(self._cancelled(ctx, plan))
+        return list(await asyncio.gather(*growing))
+
+    async def _cancelled(self, ctx: Context, plan: RunPlan) -> RunOutcome:
+        """A cancelled tree, driven holding the kill lock from its start until its cancel is in
+        and its worker is back: no other class's kill, and no wait for one, comes between its
+        leaves' waits and the cancel (its exporters' jobs last 60 s: a cancel that waited for
+        the lock past them found them ended, in a run of the whole suite)."""
+        cancelled = asyncio.Event()
+
+        async def act(
+            ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
+        ) -> None:
+            try:
+                await self._play_cancel(ctx, plan, outcome)
+            finally:
+                cancelled.set()
+
+        plan.act = act
+        async with self.lock:
+            driving = asyncio.create_task(self.drive(ctx, plan))
+            await cancelled.wait()
+        return await driving
 
     def parked(self, prefix: str, hold: asyncio.Event, *, phase: str) -> list[RunPlan]:
         """Class 22's leads: their acts wait for `hold` (the server's restarts done) before
@@ -187,32 +197,32 @@ class Trees:
             )
         )
 
-    async def _play_cancel(
-        self, ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
-    ) -> None:
+    async def _play_cancel(self, ctx: Context, plan: RunPlan, outcome: RunOutcome) -> None:
         """Once every leaf waits, cancel the root with the slow worker down, or kill it right
-        after the cancel; then start it again."""
+        after the cancel; then start it again. The caller holds the kill lock. The jobs running
+        then are in `facts["cancel"]["jobs"]`: each must end cancelled."""
         rng = random.Random(f"{self.seed}/{plan.id}")
         leaves = await bounded(ctx, _leaves_waiting(ctx, plan.id))
+        jobs = await _running_jobs(ctx, leaves)
         down = int(plan.id.rsplit("-", 1)[1]) % 2 == 0
         worker = self.stack.slow_worker
         assert worker is not None
-        async with self.lock:
-            if down:
-                killed_at = datetime.now(UTC)
-                await worker.kill(signal.SIGKILL)
-            await _again(lambda: ctx.runs.cancel(plan.id))
-            cancelled_at = datetime.now(UTC)
-            if not down:
-                await worker.kill(signal.SIGKILL)
-                killed_at = datetime.now(UTC)
-            await asyncio.sleep(rng.uniform(*KILL_PAUSE))
-            await worker.start()
+        if down:
+            killed_at = datetime.now(UTC)
+            await worker.kill(signal.SIGKILL)
+        await _again(lambda: ctx.runs.cancel(plan.id))
+        cancelled_at = datetime.now(UTC)
+        if not down:
+            await worker.kill(signal.SIGKILL)
+            killed_at = datetime.now(UTC)
+        await asyncio.sleep(rng.uniform(*KILL_PAUSE))
+        await worker.start()
         outcome.facts["cancel"] = {
             "worker": "down at the cancel" if down else "killed right after the cancel",
             "killed_at": killed_at.isoformat(),
             "cancelled_at": cancelled_at.isoformat(),
-            "leaves": leaves,
+            "leaves": len(leaves),
+            "jobs": jobs,
         }
 
     async def _kill(
@@ -318,9 +328,9 @@ async def _approve(
     out.facts.setdefault("decisions", []).append(f"{run_id}: {said}")
 
 
-async def _leaves_waiting(ctx: Context, root: str) -> int:
+async def _leaves_waiting(ctx: Context, root: str) -> list[str]:
     """Until each team's exporter has its jobs running and its asker its approval open; the
-    number of leaves."""
+    leaves' workflow ids."""
     teams = await _children(ctx, root, CANCEL_FAN)
     leaves = [leaf for team in teams for leaf in await _children(ctx, team, CANCEL_FAN)]
 
@@ -330,7 +340,16 @@ async def _leaves_waiting(ctx: Context, root: str) -> int:
         return lambda s: any(r.open for r in s.approvals.values())
 
     await asyncio.gather(*(until(ctx, ctx.runs.handle(leaf), waits(leaf)) for leaf in leaves))
-    return len(leaves)
+    return leaves
+
+
+async def _running_jobs(ctx: Context, leaves: list[str]) -> list[str]:
+    """The job ids of the leaves' operations still running."""
+    jobs = []
+    for leaf in leaves:
+        state = await until(ctx, ctx.runs.handle(leaf), lambda s: True)
+        jobs += [op.job_id for op in state.operations.values() if not op.terminal and op.job_id]
+    return jobs
 
 
 async def _listed(client: Client, root: str) -> dict[str, list[tuple[str, str]]]:
@@ -391,92 +410,3 @@ async def read_tree(ctx: Context, outcome: RunOutcome) -> Tree:
             chain = [e.history for e in executions]
             tree.unread += await replay_failures(node, chain, ctx.nondeterministic)
     return tree
-
-
-# --- the rows ------------------------------------------------------------------------------
-
-
-def rows(
-    outcomes: list[RunOutcome], stats: dict[str, Any], kills: list[dict[str, Any]]
-) -> list[Check]:
-    """The three rows: each tree against its class's invariants (chaos.tree_checks)."""
-    found = []
-    for name in (ROW_KILLS, ROW_RESTART, ROW_CANCEL):
-        mine = [o for o in outcomes if o.plan.klass == name]
-        if not mine:
-            continue
-        check = Check(name, attempts=len(mine))
-        trees = [o.facts.get("tree") for o in mine]
-        for outcome, tree in zip(mine, trees, strict=True):
-            check.violations += violations(outcome, tree, stats)
-        check.outcome = _said(name, mine, [t for t in trees if t is not None], stats, kills)
-        found.append(check)
-    cancelled = [t for o in outcomes if o.plan.klass == ROW_CANCEL and (t := o.facts.get("tree"))]
-    if cancelled:
-        waits = Check(ROW_WAITS, attempts=len(cancelled))
-        for tree in cancelled:
-            waits.violations += checks.waited_for_children(tree)
-        parents = {parent for t in cancelled for parent, _, _ in checks.child_ends(t)}
-        waits.outcome = (
-            f"{len(cancelled)} trees, {len(parents)} parents: "
-            f"{len(waits.violations)} closed before a child had"
-        )
-        found.append(waits)
-    return found
-
-
-def violations(outcome: RunOutcome, tree: Tree | None, stats: dict[str, Any]) -> list[str]:
-    """What the run's tree broke of its class's invariants."""
-    plan = outcome.plan
-    if tree is None:
-        return [f"{plan.id}: its tree was never read"]
-    cancel = plan.klass == ROW_CANCEL
-    wanted = "cancelled" if cancel else "completed"
-    found = [] if outcome.status == wanted else [f"{plan.id}: ended {outcome.status}"]
-    found += tree.unread + checks.started_once(tree) + checks.closed(tree)
-    found += checks.delivered_once(tree, completes=not cancel)
-    found += checks.jobs_once(tree, stats.get("keys", {}), stats.get("jobs", {}), cancelled=cancel)
-    if tree.closing is None:
-        found.append(f"{plan.id}: nodes still open {CLOSE_TIMEOUT:.0f} s after the root ended")
-    if cancel:
-        found += checks.model_calls_after_cancel(tree)[1]
-    return found
-
-
-def _moment(moment: str, kills: list[dict[str, Any]]) -> str:
-    """`2 finished (children ended 1-3 of 4 started; 0.1 s at most after an asker's end)`."""
-    if not kills:
-        return f"0 {moment}"
-    ended = [k["ended"] for k in kills]
-    started = max(k["started"] for k in kills)
-    late = [k["late"] for k in kills if k["late"] is not None]
-    after = f"; {max(late):.1f} s at most after an asker's end" if late else ""
-    return (
-        f"{len(kills)} {moment} (children ended {min(ended)}-{max(ended)} of {started} "
-        f"started{after})"
-    )
-
-
-def _said(
-    name: str,
-    mine: list[RunOutcome],
-    trees: list[Tree],
-    stats: dict[str, Any],
-    kills: list[dict[str, Any]],
-) -> str:
-    nodes = sum(len(t.nodes) for t in trees)
-    keys = {k: v for t in trees for k, v in checks.tree_keys(t, stats.get("keys", {})).items()}
-    ended = Counter(o.status for o in mine)
-    closing = [t.closing for t in trees if t.closing is not None]
-    what = f"{len(mine)} trees, {nodes} nodes, {len(keys)} jobs"
-    if name == ROW_KILLS:
-        what += f"; {len(kills)} kills ({sum(k['workers'] for k in kills)} workers): "
-        what += ", ".join(_moment(m, [k for k in kills if k["moment"] == m]) for m in MOMENTS)
-    if name == ROW_CANCEL:
-        after = sum(checks.model_calls_after_cancel(t)[0] for t in trees)
-        cancels = sum(v["cancels"] for v in keys.values())
-        what += f"; {cancels} job cancels sent; model calls started after the cancel: {after}"
-        if closing:
-            what += f"; every node closed {max(closing):.1f} s after the root at most"
-    statuses = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
-    return f"{what}; {statuses}; tree budget: not built, not checked"

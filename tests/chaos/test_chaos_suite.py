@@ -18,7 +18,7 @@ from chaos.mcp_doors import ROWS as MCP_DOORS
 from chaos.model_kills import ROWS as MODEL_KILLS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
 from chaos.thread_doors import ROW as THREAD_DOORS
-from chaos.trees import ROW_KILLS, ROW_RESTART
+from chaos.tree_rows import ROW_KILLS, ROW_RESTART
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
