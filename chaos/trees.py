@@ -5,10 +5,10 @@ chaos.tree_rows'.
 21. A lead fans out to `size.tree_fan` sub-agents in one turn (round robin: one answers at once,
     one waits for two exports' webhooks, one polls an enrichment, one waits for an approval the
     driver gives). Under the suite's kill lock, the main queue's workers are SIGKILLed at three
-    moments of each tree: once its children are started (running), once its askers wait for
-    their approvals (waiting), and the moment the lead's history records an asker's end (just
-    finished: both workers, so the one holding the lead's next workflow task dies with it).
-    Class 1's random kills go on meanwhile.
+    moments of each tree: once its children are started (running: the lock held from the
+    tree's start), once its askers wait for their approvals (waiting), and the moment the
+    lead's history records an asker's end (just finished: both workers, so the one holding the
+    lead's next workflow task dies with it). Class 1's random kills go on meanwhile.
 22. Leads parked mid-tree (exports running, approvals open) through phase B's restarts of the
     dev server, SIGKILL then SIGTERM; their approvals are decided once it is back.
 23. A three-level tree (top, two teams, an exporter and an asker under each) on the slow queue,
@@ -50,6 +50,8 @@ from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
 
 _T = TypeVar("_T")
+# A tree's part, played holding the kill lock until it sets its event (or ends).
+Play = Callable[[Context, RunPlan, RunOutcome, asyncio.Event], Awaitable[None]]
 # How long a killed worker stays down (as class 1's).
 KILL_PAUSE = (0.5, 2.0)
 # How often the lead's history is read for an asker's end (the "just finished" kill).
@@ -71,44 +73,42 @@ class Trees:
 
     # --- the plans ------------------------------------------------------------------------
 
-    def _lead(self, wid: str, klass: str, phase: str, act: Act) -> RunPlan:
-        run = RunInput(task=f"survey {wid} fan={self.size.tree_fan}", agent=LEAD)
-        return RunPlan(wid, "tree-lead", "plain", run, phase=phase, klass=klass, act=act)
-
     async def run(self, ctx: Context, prefix: str, *, phase: str) -> list[RunOutcome]:
         """Classes 21 and 23, at once: their runs' outcomes, each with what its tree left."""
-        plans = [
-            self._lead(f"{prefix}-tree-kill-{i:02d}", ROW_KILLS, phase, self._play_kills)
-            for i in range(self.size.trees)
-        ]
-        growing = [self.drive(ctx, p) for p in plans]
+        growing = []
+        for i in range(self.size.trees):
+            run = RunInput(task=f"survey {prefix}-{i} fan={self.size.tree_fan}", agent=LEAD)
+            wid = f"{prefix}-tree-kill-{i:02d}"
+            plan = RunPlan(wid, "tree-lead", "plain", run, phase=phase, klass=ROW_KILLS)
+            growing.append(self._locked(ctx, plan, self._play_kills))
         for i in range(self.size.tree_cancels):
             run = RunInput(task=f"cancel {prefix}-{i} fan={CANCEL_FAN}", agent=TOP)
             wid = f"{prefix}-tree-cancel-{i:02d}"
             plan = RunPlan(wid, "tree-cancel", "plain", run, "cancelled", phase=phase,
                            klass=ROW_CANCEL, queue="slow")  # fmt: skip
-            growing.append(self._cancelled(ctx, plan))
+            growing.append(self._locked(ctx, plan, self._play_cancel))
         return list(await asyncio.gather(*growing))
 
-    async def _cancelled(self, ctx: Context, plan: RunPlan) -> RunOutcome:
-        """A cancelled tree, driven holding the kill lock from its start until its cancel is in
-        and its worker is back: no other class's kill, and no wait for one, comes between its
-        leaves' waits and the cancel (its exporters' jobs last 60 s: a cancel that waited for
-        the lock past them found them ended, in a run of the whole suite)."""
-        cancelled = asyncio.Event()
+    async def _locked(self, ctx: Context, plan: RunPlan, play: Play) -> RunOutcome:
+        """A tree driven holding the kill lock from its start until `play` says (its `release`
+        set, or its end): no other class's kill, and no wait for one, comes between the tree's
+        start and its first moment (a lead's children running; a cancelled tree's leaves
+        waiting, whose exporters' jobs last 60 s: a cancel that waited for the lock past them
+        found them ended, in a run of the whole suite). One tree at a time, so."""
+        release = asyncio.Event()
 
         async def act(
             ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
         ) -> None:
             try:
-                await self._play_cancel(ctx, plan, outcome)
+                await play(ctx, plan, outcome, release)
             finally:
-                cancelled.set()
+                release.set()
 
         plan.act = act
         async with self.lock:
             driving = asyncio.create_task(self.drive(ctx, plan))
-            await cancelled.wait()
+            await release.wait()
         return await driving
 
     def parked(self, prefix: str, hold: asyncio.Event, *, phase: str) -> list[RunPlan]:
@@ -126,10 +126,14 @@ class Trees:
 
             return play
 
-        return [
-            self._lead(f"{prefix}-tree-parked-{i:02d}", ROW_RESTART, phase, act())
-            for i in range(self.size.tree_parked)
-        ]
+        plans = []
+        for i in range(self.size.tree_parked):
+            run = RunInput(task=f"survey {prefix}-{i} fan={self.size.tree_fan}", agent=LEAD)
+            wid = f"{prefix}-tree-parked-{i:02d}"
+            plans.append(
+                RunPlan(wid, "tree-lead", "plain", run, phase=phase, klass=ROW_RESTART, act=act())
+            )
+        return plans
 
     async def until_parked(self, ctx: Context) -> None:
         """Until every parked lead's children wait, or the result timeout (a lead whose children
@@ -146,13 +150,15 @@ class Trees:
     # --- the driver's parts ---------------------------------------------------------------
 
     async def _play_kills(
-        self, ctx: Context, plan: RunPlan, handle: WorkflowHandle[Any, Any], outcome: RunOutcome
+        self, ctx: Context, plan: RunPlan, outcome: RunOutcome, release: asyncio.Event
     ) -> None:
-        """Kill at the three moments; decide the askers' approvals once they all wait."""
+        """Kill at the three moments; decide the askers' approvals once they all wait. Called
+        holding the kill lock, which it gives back (`release`) after the first kill."""
         rng = random.Random(f"{self.seed}/{plan.id}")
         children = await _children(ctx, plan.id, self.size.tree_fan)
         askers = [c for c in children if c.startswith(f"{plan.id}/{ASKER}-")]
-        await self._kill(ctx, plan.id, "running", rng.random() < 0.5, rng)
+        await self._kill_now(ctx, plan.id, "running", rng.random() < 0.5, rng)
+        release.set()
         notices = await bounded(ctx, asyncio.gather(*(ctx.outbox.request(a) for a in askers)))
         await self._kill(ctx, plan.id, "waiting", rng.random() < 0.5, rng)
         # The lock from before the approvals: no other kill comes between an asker's end and
@@ -197,7 +203,9 @@ class Trees:
             )
         )
 
-    async def _play_cancel(self, ctx: Context, plan: RunPlan, outcome: RunOutcome) -> None:
+    async def _play_cancel(
+        self, ctx: Context, plan: RunPlan, outcome: RunOutcome, release: asyncio.Event
+    ) -> None:
         """Once every leaf waits, cancel the root with the slow worker down, or kill it right
         after the cancel; then start it again. The caller holds the kill lock. The jobs running
         then are in `facts["cancel"]["jobs"]`: each must end cancelled."""
