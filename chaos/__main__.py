@@ -1,8 +1,10 @@
-"""The reliability suite: `python -m chaos --size ci|full|load [--seed N]`.
+"""The reliability suite: `python -m chaos --size ci|full|load [--seed N] [--only trees]`.
 
 Starts a real stack (dev server on SQLite, gateway, demo systems, workers), runs agent runs
 while injecting faults, prints a table of fault classes and invariants, and exits 1 on any
-violation (2 if the stack could not be started). See chaos/driver.py for the phases.
+violation (2 if the stack could not be started). See chaos/driver.py for the phases. `--only
+trees` runs the agent trees' classes alone (chaos.trees), under class 1's kills and phase B's
+server restarts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import logging
 import sys
 import time
+from dataclasses import replace
 from typing import Literal
 
 from chaos.driver import Suite
@@ -26,11 +29,15 @@ from waitstate.settings import exit_process
 DEFAULT_SEED = 20261129
 
 
-async def _main(size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"]) -> int:
+async def _main(
+    size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"], only: str | None = None
+) -> int:
     began = time.monotonic()
     # Waiting runs are evicted from the workers' cache under load, as in production.
     cache = 200 if size == "load" else 100
     chosen = SIZES[size]
+    if only is not None:  # phase B then parks the chosen classes' runs alone
+        chosen = replace(chosen, parked=0, cancels=0)
     async with Stack(
         keep=keep,
         max_cached_workflows=cache,
@@ -42,7 +49,7 @@ async def _main(size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"]) -
         where = f", blobs in {S3_BLOBS} at {stack.s3_url}" if blobs == "s3" else ""
         print(f"stack up in {up:.1f}s (state in {stack.dir}{where})", flush=True)
         suite = Suite(stack, chosen, seed)
-        checks: list[Check] = await suite.run(load=size == "load")
+        checks: list[Check] = await suite.run(load=size == "load", only=only)
         suite.figures["blobs stored"] = await _count(stack.blob_store())
     wall = time.monotonic() - began
     print()
@@ -53,7 +60,8 @@ async def _main(size: str, seed: int, keep: bool, blobs: Literal["dir", "s3"]) -
     runs = len(suite.outcomes)
     failed = [c for c in checks if not c.ok]
     verdict = "FAILED" if failed else "passed"
-    print(f"chaos --size {size} --seed {seed}: {runs} runs, {verdict}, wall {wall:.0f}s")
+    which = f" --only {only}" if only else ""
+    print(f"chaos --size {size} --seed {seed}{which}: {runs} runs, {verdict}, wall {wall:.0f}s")
     return 1 if failed else 0
 
 
@@ -74,11 +82,14 @@ def main() -> int:
         default="dir",
         help="the workers' blob store: a directory, or a bucket of an S3 server (moto's)",
     )
+    parser.add_argument(
+        "--only", choices=["trees"], help="run these classes alone (with the worker kills)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print(f"chaos --size {args.size} --seed {args.seed} --blobs {args.blobs}", flush=True)
     try:
-        return asyncio.run(_main(args.size, args.seed, args.keep, args.blobs))
+        return asyncio.run(_main(args.size, args.seed, args.keep, args.blobs, args.only))
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@ with both): the demo's scripts name fixed datasets, and the suite needs one per 
 demo systems' and MCP server's records (`delete:NAME`, a purge's dataset) tell the runs apart;
 and issue 22's rows need the demo's long tools declared otherwise (a purge whose question the
 model answers, an export whose status is checked every few seconds in case its webhook was
-lost)."""
+lost). The tree rows' agents and their lead's script are chaos.tree_app's."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from chaos import tree_app
 from examples.demo.app import DemoDeps
 from examples.demo.app import app as demo_app
 from examples.demo.exports import ExportService, export_tool
@@ -132,8 +133,9 @@ def _tools(deps: DemoDeps) -> list[ToolSpec]:
 
 
 app = App(
-    agents=[EXPORTER],
+    agents=[EXPORTER, *tree_app.AGENTS],
     scripts={
+        **tree_app.SCRIPTS,
         DELETE_SCRIPT: delete_script,
         PURGE_SCRIPT: purge_script,
         WAIT_AND_ANSWER_SCRIPT: wait_and_answer_script,

@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from chaos import exactly_once, model_kills, outsiders, streams
+from chaos import exactly_once, model_kills, outsiders, streams, tree_rows
 from chaos.exactly_once import (
     EARLY_COPIES,
     HOLD_START_ANSWERS,
@@ -88,6 +88,7 @@ from chaos.sizes import Size
 from chaos.stack import EARLY_QUEUE, MAIN_QUEUE, NEW_KEY, SLOW_QUEUE, TOKEN_KEYS, Stack
 from chaos.streams import Streams
 from chaos.thread_doors import ThreadDoors
+from chaos.trees import Trees
 from waitstate.mcp import McpServer
 from waitstate.mcp.tasks import McpTaskBackend
 from waitstate.tools.spec import ToolError
@@ -117,15 +118,20 @@ class Suite:
     issue22: Outsiders | None = None
     issue39: ModelKills | None = None
     mcp_doors: McpDoors | None = None
+    trees: Trees | None = None
+    only: str | None = None  # `--only trees`: the tree classes' rows, and the invariants'
 
-    async def run(self, *, load: bool = False) -> list[Check]:
-        """Every phase, then the table's rows."""
+    async def run(self, *, load: bool = False, only: str | None = None) -> list[Check]:
+        """Every phase, then the table's rows (`only="trees"`: the tree classes alone, with
+        class 1's kills and phase B's restarts)."""
         rng = random.Random(self.seed)
+        self.only = only
         stack = self.stack
         assert stack.client is not None and stack.wire is not None
         self.issue22 = Outsiders(stack, self.size)
         self.issue39 = ModelKills(stack, self.size, self.lock)
         self.mcp_doors = McpDoors(stack.client, stack.systems_url, self.size)
+        self.trees = Trees(stack, self.size, self.lock, self.seed)
         async with httpx.AsyncClient(timeout=30) as http:
             await fault_the_systems(http, stack)
             outbox = Outbox(stack.systems_url, http, every=self.size.query_every)
@@ -144,6 +150,8 @@ class Suite:
             try:
                 if load:
                     await self._load(ctx, rng)
+                elif only == "trees":
+                    await self._trees_alone(ctx, rng)
                 else:
                     # Class 20 from phase A on; its runs end before phase C's outages, which
                     # meet no other run.
@@ -160,7 +168,7 @@ class Suite:
                 watcher.cancel()
                 assert ctx.streams is not None
                 await ctx.streams.close()
-            if self.size.gateway_alone and not load:
+            if self.size.gateway_alone and not load and only is None:
                 self.checks += await self._gateway()
             runs = [o for o in self.outcomes if o.plan.phase in ("A", "B", "C", "L")]
             moments = ", ".join(f"{n} in {p}" for p, n in sorted(Counter(killed).items()))
@@ -178,7 +186,7 @@ class Suite:
                 base = stack.mcp_url.removesuffix("/mcp")
                 stats["mcp"] = (await http.get(f"{base}/_test/stats")).json()
                 stats["mcp_tasks"] = await _task_states(stack.mcp_url, runs)
-            if self.size.mcp:
+            if self.size.mcp and only is None:
                 self.checks.insert(1, _mcp_row(runs, stats["mcp"], self.mcp_downtimes))
                 if self.size.questions:
                     self.checks.insert(2, _question_row(runs, stats["mcp"]))
@@ -219,10 +227,13 @@ class Suite:
         done = asyncio.Event()
         restarts = asyncio.create_task(self._restart_mcp(ctx.http, done))
         doors = asyncio.create_task(ThreadDoors(self.stack, self.size).run())
+        assert self.trees is not None
+        growing = asyncio.create_task(self.trees.run(ctx, "chaos-a", phase="A"))
         try:
             outcomes = await asyncio.gather(*(drive(ctx, p) for p in [*plans, *models]))
             outcomes += await rotated
             outcomes += await killing
+            outcomes += await growing
         finally:
             done.set()
             self.mcp_downtimes = await restarts
@@ -332,7 +343,12 @@ class Suite:
         self.phase = "B"
         began = time.monotonic()
         tasks = [asyncio.create_task(drive(ctx, p, hold=hold)) for p in plans]
+        assert self.trees is not None
+        parked = self.trees.parked("chaos-b", hold, phase="B")
+        tasks += [asyncio.create_task(self.trees.drive(ctx, p)) for p in parked]
+        plans += parked
         await self._until_waiting(ctx, plans)
+        await self.trees.until_parked(ctx)
         async with self.lock:
             downtime = [
                 await self.stack.restart_server(signal.SIGKILL, pause=1.0),
@@ -359,6 +375,16 @@ class Suite:
                 f"{_refusals(outcomes)}",
             )
         )
+
+    async def _trees_alone(self, ctx: Context, rng: random.Random) -> None:
+        """`--only trees`: the tree classes of phase A, then phase B with its trees alone
+        (the suite's size then parks no other run)."""
+        assert self.trees is not None
+        self.phase = "A"
+        began = time.monotonic()
+        self.outcomes += await self.trees.run(ctx, "chaos-a", phase="A")
+        self.figures["phase A seconds"] = time.monotonic() - began
+        await self._phase_b(ctx, rng)
 
     # --- phase C: issue 22's outages ----------------------------------------------------------
 
@@ -470,12 +496,15 @@ class Suite:
                 rows[name].violations += problems
                 by_run.setdefault(outcome.plan.id, []).extend(problems)
         rows[REFUNDS].violations += refunds_once(stats, refunds)
-        self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
-        if self.issue22 is not None:
-            self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
-        self.checks += model_kills.rows(self.outcomes)
-        if self.mcp_doors is not None:
-            self.checks += self.mcp_doors.rows()
+        if self.only is None:
+            self.checks += exactly_once.rows(self.outcomes, stats, self.rotation)
+            if self.issue22 is not None:
+                self.checks += self.issue22.rows(self.outcomes, stats, self.stack.worker_logs())
+            self.checks += model_kills.rows(self.outcomes)
+            if self.mcp_doors is not None:
+                self.checks += self.mcp_doors.rows()
+        if self.trees is not None:
+            self.checks += tree_rows.rows(self.outcomes, stats, self.trees.kills)
         # A fault row also counts the violations of the runs it was aimed at.
         for check in self.checks:
             runs = _runs_of(check.name, self.outcomes)
@@ -567,7 +596,7 @@ def _runs_of(name: str, outcomes: list[RunOutcome]) -> list[RunOutcome]:
         return [o for o in outcomes if o.plan.question is not None]
     if name == PROGRESS_AFTER:  # every callback run of the main systems
         return [o for o in outcomes if o.plan.queue == "main" and o.plan.category == "callback"]
-    if name in exactly_once.ROWS or name in outsiders.ROWS or name in model_kills.ROWS:
+    if name in (*exactly_once.ROWS, *outsiders.ROWS, *model_kills.ROWS, *tree_rows.ROWS):
         return [o for o in outcomes if o.plan.klass == name]
     phases = {"1": "ABCL", "5": "M", "2": "B", "load:": "L"}.get(name.split(" ")[0], "")
     return [o for o in outcomes if o.plan.phase and o.plan.phase in phases]

@@ -85,9 +85,14 @@ def check_run(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, list[str]
 
 
 def run_keys(outcome: RunOutcome, stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The systems' records of this run's jobs, by idempotency key (`{run}/{tool_call_id}`)."""
+    """The systems' records of this run's jobs, by idempotency key (`{run}/{tool_call_id}`):
+    its own, not its sub-agents' (`{run}/{node}/{tool_call_id}`, chaos.trees checks those)."""
     prefix = f"{outcome.plan.id}/"
-    return {k: v for k, v in stats["keys"].items() if k.startswith(prefix)}
+    return {
+        k: v
+        for k, v in stats["keys"].items()
+        if k.startswith(prefix) and "/" not in k[len(prefix) :]
+    }
 
 
 def operations_by_key(outcome: RunOutcome) -> dict[str, Any]:

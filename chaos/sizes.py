@@ -71,6 +71,12 @@ class Size:
     # answer, at once), for task runs and for thread messages alike, on waitstate's own MCP
     # server.
     mcp_doors: int = 0
+    # Agent trees (chaos.trees): leads killed under mid-tree, and how many sub-agents each
+    # starts; leads parked through the server's restarts; three-level trees cancelled.
+    trees: int = 0
+    tree_fan: int = 4
+    tree_parked: int = 0
+    tree_cancels: int = 0
 
     @property
     def mcp_server(self) -> bool:
@@ -83,7 +89,7 @@ SIZES = {
                gateway_runs=3, fuzz_examples=40,
                crafted=1, crafted_mcp=True, wait_questions=2, checkpoint_questions=2,
                lost_webhooks=3, store_runs=2, store_outage=150.0, thread_doors=3, model_kills=1,
-               mcp_doors=1),
+               mcp_doors=1, trees=2, tree_fan=4, tree_parked=1),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,
@@ -91,7 +97,7 @@ SIZES = {
                  rotation_window=timedelta(seconds=30),
                  crafted=2, crafted_mcp=True, wait_questions=4, checkpoint_questions=4,
                  lost_webhooks=6, store_runs=3, store_outage=180.0, thread_doors=8, model_kills=2,
-                 mcp_doors=2),
+                 mcp_doors=2, trees=4, tree_fan=8, tree_parked=2, tree_cancels=4),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
     "load": Size(mixed=862, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
                  gateway_runs=0, fuzz_examples=0, query_every=1.0, result_timeout=1200,

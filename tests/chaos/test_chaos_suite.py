@@ -18,6 +18,7 @@ from chaos.mcp_doors import ROWS as MCP_DOORS
 from chaos.model_kills import ROWS as MODEL_KILLS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
 from chaos.thread_doors import ROW as THREAD_DOORS
+from chaos.tree_rows import ROW_KILLS, ROW_RESTART
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
@@ -48,9 +49,18 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     # Issue 11's classes (progress, expiry per mode, continue-as-new, key rotation, decisions
     # racing the policy), issue 22's (crafted schemas, a gateway outage that loses webhooks, a
     # blob store outage, questions during a wait and during a checkpoint), issue 39's (a
-    # thread's doors, worker kills during model calls, MCP calls sent again with their keys)
-    # and every invariant, each with something counted.
-    classes = (*ROWS, *ISSUE_22_ROWS, THREAD_DOORS, *MODEL_KILLS, *MCP_DOORS)
+    # thread's doors, worker kills during model calls, MCP calls sent again with their keys),
+    # the agent trees' kills and restarts (their cancels run in `full`) and every invariant,
+    # each with something counted.
+    classes = (
+        *ROWS,
+        *ISSUE_22_ROWS,
+        THREAD_DOORS,
+        *MODEL_KILLS,
+        *MCP_DOORS,
+        ROW_KILLS,
+        ROW_RESTART,
+    )
     absent = [name for name in (*classes, *INVARIANTS) if name not in rows]
     assert not absent, f"no row for {absent}:\n{output}"
     counted = classes
