@@ -89,7 +89,7 @@ SIZES = {
                gateway_runs=3, fuzz_examples=40,
                crafted=1, crafted_mcp=True, wait_questions=2, checkpoint_questions=2,
                lost_webhooks=3, store_runs=2, store_outage=150.0, thread_doors=3, model_kills=1,
-               mcp_doors=1, trees=2, tree_fan=4, tree_parked=1),
+               mcp_doors=1, trees=2, tree_fan=4, tree_parked=1, tree_cancels=1),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,

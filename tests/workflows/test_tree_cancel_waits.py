@@ -6,8 +6,8 @@ which ends the gather (and the run) while the other calls still wait for their c
 
 Here a lead waits for two sub-agents: an asker, cancelled at once, and an enricher whose job's
 cancel takes seconds. The lead is cancelled; it must close after both children, with both
-ends in its history. Marked xfail (strict) until workflows/ waits for every call: the mark then
-fails the test, and goes."""
+ends in its history. It failed until a cancelled run's calls waited for the turn's sub-agents
+(`SubAgents.settled`), and passes since."""
 
 from __future__ import annotations
 
@@ -37,10 +37,6 @@ CHILD_ENDS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cancelled parent closes once its first sub-agent has (chaos row 23b)",
-)
 async def test_a_cancelled_lead_closes_once_every_child_has(
     dev_env: WorkflowEnvironment, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
