@@ -77,6 +77,7 @@ class Size:
     tree_fan: int = 4
     tree_parked: int = 0
     tree_cancels: int = 0
+    tree_budgets: int = 0  # leads under a tree budget, their workers killed while they spend
 
     @property
     def mcp_server(self) -> bool:
@@ -89,7 +90,8 @@ SIZES = {
                gateway_runs=3, fuzz_examples=40,
                crafted=1, crafted_mcp=True, wait_questions=2, checkpoint_questions=2,
                lost_webhooks=3, store_runs=2, store_outage=150.0, thread_doors=3, model_kills=1,
-               mcp_doors=1, trees=2, tree_fan=4, tree_parked=1, tree_cancels=1),
+               mcp_doors=1, trees=2, tree_fan=4, tree_parked=1, tree_cancels=1,
+               tree_budgets=1),
     "full": Size(mixed=81, model_rounds=4, parked=8, cancels=2, kill_every=(3, 8),
                  gateway_runs=10, fuzz_examples=300, parked_seconds=15.0, gateway_alone=True,
                  mcp=True, questions=6, mcp_restarts=2,
@@ -97,7 +99,8 @@ SIZES = {
                  rotation_window=timedelta(seconds=30),
                  crafted=2, crafted_mcp=True, wait_questions=4, checkpoint_questions=4,
                  lost_webhooks=6, store_runs=3, store_outage=180.0, thread_doors=8, model_kills=2,
-                 mcp_doors=2, trees=4, tree_fan=8, tree_parked=2, tree_cancels=4),
+                 mcp_doors=2, trees=4, tree_fan=8, tree_parked=2, tree_cancels=4,
+                 tree_budgets=3),
     # 1,000 runs in all: 862 of the mix and 138 of issue 11's classes.
     "load": Size(mixed=862, model_rounds=0, parked=0, cancels=0, kill_every=(10, 20),
                  gateway_runs=0, fuzz_examples=0, query_every=1.0, result_timeout=1200,

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 from waitstate import SCRIPTED_BANNER, Agent, Message, ToolCall, ToolDefinition
+from waitstate.schemas.budgets import Budget
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
 LEAD_SCRIPT = "chaos-tree-lead"
@@ -27,6 +28,10 @@ ASKER = "chaos-tree-asker"  # a person's approval
 LEAD = "chaos-tree-lead"  # fans out to every leaf
 TOP = "chaos-tree-top"  # fans out to teams, each to an exporter and an asker
 TEAM = "chaos-tree-team"
+# The budget row's: a lead under a tree budget, whose spenders call the model until it is spent.
+BUDGET_LEAD = "chaos-tree-budget-lead"
+SPENDER = "chaos-tree-spender"
+TREE_BUDGET_TOKENS = 2_500
 # The line the lead's answer opens with: `combined N`, then one line per result.
 COMBINED = "combined"
 _FAN = re.compile(r"fan=(\d+)")
@@ -97,5 +102,12 @@ AGENTS = [
     Agent(LEAD, model=f"scripted:{LEAD_SCRIPT}", sub_agents=[QUICK, EXPORTER, ENRICHER, ASKER]),
     Agent(TOP, model=f"scripted:{LEAD_SCRIPT}", sub_agents=[TEAM]),
     Agent(TEAM, model=f"scripted:{LEAD_SCRIPT}", sub_agents=[EXPORTER, ASKER]),
+    Agent(SPENDER, model="scripted:forever", tools=["calculate"], max_turns=60),
+    Agent(
+        BUDGET_LEAD,
+        model=f"scripted:{LEAD_SCRIPT}",
+        sub_agents=[SPENDER],
+        budget=Budget(tokens=TREE_BUDGET_TOKENS),
+    ),
 ]
 SCRIPTS = {LEAD_SCRIPT: lead_script}

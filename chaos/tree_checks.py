@@ -22,6 +22,7 @@ Per tree:
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -325,3 +326,37 @@ def _model_starts(history: list[Any]) -> list[tuple[datetime, int]]:
                 when = event.event_time.ToDatetime(tzinfo=UTC)
                 starts.append((when, max(1, attributes.attempt)))
     return starts
+
+
+def budget_kept(tree: Tree, budget: int, counted: int | None) -> tuple[tuple[int, int], list[str]]:
+    """A tree under a root budget of `budget` tokens spends past it by at most one model call
+    in flight per node (each node reserves from the root before each call): what it spent past
+    the budget and that bound, from every node's model calls in its histories; and the root's
+    count (`counted`, its state's `budget.spent_tokens`) must be what the nodes spent, each
+    call counted once, whatever the kills retried."""
+    spent, bound = 0, budget
+    for executions in tree.nodes.values():
+        calls = [c for e in executions for c in _model_tokens(e.history)]
+        spent += sum(calls)
+        bound += max(calls, default=0)
+    found = []
+    if spent > bound:
+        found.append(f"{tree.root}: the tree spent {spent:,} tokens, past its bound {bound:,}")
+    if counted is not None and counted != spent:
+        found.append(f"{tree.root}: the root counted {counted:,} tokens; its nodes spent {spent:,}")
+    return (spent - budget, bound - budget), found
+
+
+def _model_tokens(history: list[Any]) -> list[int]:
+    """The tokens of each model call a history records (its results' usage)."""
+    tokens = []
+    for event in history:
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            continue
+        payloads = event.activity_task_completed_event_attributes.result.payloads
+        if not payloads or payloads[0].data[:1] != b"{":
+            continue
+        usage = json.loads(payloads[0].data).get("usage")
+        if isinstance(usage, dict) and {"input_tokens", "output_tokens"} & set(usage):
+            tokens.append(int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)))
+    return tokens

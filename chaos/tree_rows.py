@@ -9,6 +9,7 @@ from typing import Any
 from chaos import tree_checks as checks
 from chaos.model import Check
 from chaos.runs import RunOutcome
+from chaos.tree_app import TREE_BUDGET_TOKENS
 from chaos.tree_checks import Tree
 
 ROW_KILLS = "21 worker SIGKILL mid-tree (children running, waiting, just finished)"
@@ -17,7 +18,8 @@ ROW_CANCEL = "23 tree cancelled mid-flight (3 levels), its worker SIGKILLed arou
 # workflows/tree.py's promise that a cancelled run waits for its children's cancels: its own row,
 # so that the issue's invariants (row 23) are read apart from it.
 ROW_WAITS = "23b a cancelled node closes once its children have (as workflows/tree.py says)"
-ROWS = (ROW_KILLS, ROW_RESTART, ROW_CANCEL, ROW_WAITS)
+ROW_BUDGET = "24 tree budget: workers SIGKILLed while its nodes reserve and spend"
+ROWS = (ROW_KILLS, ROW_RESTART, ROW_CANCEL, ROW_WAITS, ROW_BUDGET)
 # The moments of a tree its workers are killed at, in order.
 MOMENTS = ("running", "waiting", "finished")
 # How long a tree's nodes may take to close once its root has ended.
@@ -29,7 +31,7 @@ def rows(
 ) -> list[Check]:
     """The rows: each tree against its class's invariants (chaos.tree_checks)."""
     found = []
-    for name in (ROW_KILLS, ROW_RESTART, ROW_CANCEL):
+    for name in (ROW_KILLS, ROW_RESTART, ROW_CANCEL, ROW_BUDGET):
         mine = [o for o in outcomes if o.plan.klass == name]
         if not mine:
             continue
@@ -37,7 +39,9 @@ def rows(
         trees = [o.facts.get("tree") for o in mine]
         for outcome, tree in zip(mine, trees, strict=True):
             check.violations += violations(outcome, tree, stats)
-        check.outcome = _said(name, mine, [t for t in trees if t is not None], stats, kills)
+        roots = {o.plan.id for o in mine}
+        theirs = [k for k in kills if k["tree"] in roots]
+        check.outcome = _said(name, mine, [t for t in trees if t is not None], stats, theirs)
         found.append(check)
     cancelled = [t for o in outcomes if o.plan.klass == ROW_CANCEL and (t := o.facts.get("tree"))]
     if cancelled:
@@ -59,10 +63,16 @@ def violations(outcome: RunOutcome, tree: Tree | None, stats: dict[str, Any]) ->
     if tree is None:
         return [f"{plan.id}: its tree was never read"]
     cancel = plan.klass == ROW_CANCEL
-    wanted = "cancelled" if cancel else "completed"
+    budget = plan.klass == ROW_BUDGET
+    wanted = "cancelled" if cancel else "budget_exceeded" if budget else "completed"
     found = [] if outcome.status == wanted else [f"{plan.id}: ended {outcome.status}"]
     found += tree.unread + checks.started_once(tree) + checks.closed(tree)
-    found += checks.delivered_once(tree, completes=not cancel)
+    found += checks.delivered_once(tree, completes=not (cancel or budget))
+    if budget:
+        counted = (
+            outcome.state.budget.spent_tokens if outcome.state and outcome.state.budget else None
+        )
+        found += checks.budget_kept(tree, TREE_BUDGET_TOKENS, counted)[1]
     running = outcome.facts.get("cancel", {}).get("jobs", [])
     found += checks.jobs_once(tree, stats.get("keys", {}), stats.get("jobs", {}), set(running))
     if cancel and not running:
@@ -113,5 +123,12 @@ def _said(
         )
         if closing:
             what += f"; every node closed {max(closing):.1f} s after the root at most"
+    if name == ROW_BUDGET:
+        spent = [checks.budget_kept(t, TREE_BUDGET_TOKENS, None)[0] for t in trees]
+        what += (
+            f"; {len(kills)} kills ({sum(k['workers'] for k in kills)} workers) while spending"
+            f"; spent past the budget of {TREE_BUDGET_TOKENS:,} tokens (past, bound): "
+            + ", ".join(f"{past:,}≤{bound:,}" for past, bound in spent)
+        )
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
-    return f"{what}; {statuses}; tree budget: not built, not checked"
+    return f"{what}; {statuses}"

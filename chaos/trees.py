@@ -42,9 +42,9 @@ from chaos.history import replay_failures
 from chaos.runs import Act, Context, RunOutcome, RunPlan, bounded, drive, until, until_answered
 from chaos.sizes import Size
 from chaos.stack import Service, Stack
-from chaos.tree_app import ASKER, EXPORTER, LEAD, TOP, fan_of
+from chaos.tree_app import ASKER, BUDGET_LEAD, EXPORTER, LEAD, TOP, fan_of
 from chaos.tree_checks import Execution, Tree
-from chaos.tree_rows import CLOSE_TIMEOUT, ROW_CANCEL, ROW_KILLS, ROW_RESTART
+from chaos.tree_rows import CLOSE_TIMEOUT, ROW_BUDGET, ROW_CANCEL, ROW_KILLS, ROW_RESTART
 from waitstate.client import ClientError
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecideInput
@@ -81,6 +81,12 @@ class Trees:
             wid = f"{prefix}-tree-kill-{i:02d}"
             plan = RunPlan(wid, "tree-lead", "plain", run, phase=phase, klass=ROW_KILLS)
             growing.append(self._locked(ctx, plan, self._play_kills))
+        for i in range(self.size.tree_budgets):
+            run = RunInput(task=f"spend {prefix}-{i} fan={self.size.tree_fan}", agent=BUDGET_LEAD)
+            wid = f"{prefix}-tree-budget-{i:02d}"
+            plan = RunPlan(wid, "tree-budget", "plain", run, "budget_exceeded", phase=phase,
+                           klass=ROW_BUDGET)  # fmt: skip
+            growing.append(self._locked(ctx, plan, self._play_budget))
         for i in range(self.size.tree_cancels):
             run = RunInput(task=f"cancel {prefix}-{i} fan={CANCEL_FAN}", agent=TOP)
             wid = f"{prefix}-tree-cancel-{i:02d}"
@@ -202,6 +208,20 @@ class Trees:
                 for a, n in zip(askers, notices, strict=True)
             )
         )
+
+    async def _play_budget(
+        self, ctx: Context, plan: RunPlan, outcome: RunOutcome, release: asyncio.Event
+    ) -> None:
+        """Kill a main worker (or both) twice while the spenders reserve and spend: once their
+        calls run, then a moment later. Called holding the kill lock, which it gives back after
+        the first kill."""
+        rng = random.Random(f"{self.seed}/{plan.id}")
+        await _children(ctx, plan.id, self.size.tree_fan)
+        await asyncio.sleep(rng.uniform(0.1, 0.6))
+        await self._kill_now(ctx, plan.id, "spending", rng.random() < 0.5, rng)
+        release.set()
+        await asyncio.sleep(rng.uniform(0.2, 1.0))
+        await self._kill(ctx, plan.id, "spending", rng.random() < 0.5, rng)
 
     async def _play_cancel(
         self, ctx: Context, plan: RunPlan, outcome: RunOutcome, release: asyncio.Event
