@@ -18,7 +18,7 @@ from chaos.mcp_doors import ROWS as MCP_DOORS
 from chaos.model_kills import ROWS as MODEL_KILLS
 from chaos.outsiders import ROWS as ISSUE_22_ROWS
 from chaos.thread_doors import ROW as THREAD_DOORS
-from chaos.tree_rows import ROW_KILLS, ROW_RESTART
+from chaos.tree_rows import ROW_BUDGET, ROW_CANCEL, ROW_KILLS, ROW_RESTART, ROW_WAITS
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
@@ -50,8 +50,8 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     # racing the policy), issue 22's (crafted schemas, a gateway outage that loses webhooks, a
     # blob store outage, questions during a wait and during a checkpoint), issue 39's (a
     # thread's doors, worker kills during model calls, MCP calls sent again with their keys),
-    # the agent trees' kills and restarts (their cancels run in `full`) and every invariant,
-    # each with something counted.
+    # the agent trees' kills, restarts, cancels and budget, and every invariant, each with
+    # something counted.
     classes = (
         *ROWS,
         *ISSUE_22_ROWS,
@@ -60,6 +60,9 @@ def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
         *MCP_DOORS,
         ROW_KILLS,
         ROW_RESTART,
+        ROW_CANCEL,
+        ROW_WAITS,
+        ROW_BUDGET,
     )
     absent = [name for name in (*classes, *INVARIANTS) if name not in rows]
     assert not absent, f"no row for {absent}:\n{output}"

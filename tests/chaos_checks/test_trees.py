@@ -8,6 +8,7 @@ In the quick tier, as test_invariants.py is: no server, no process."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType
@@ -18,6 +19,7 @@ from chaos.tree_checks import (
     CANCEL_REQUESTED,
     Execution,
     Tree,
+    budget_kept,
     closed,
     delivered_once,
     jobs_once,
@@ -207,3 +209,27 @@ def test_a_cancelled_tree_left_open_or_calling_its_model_after_the_cancel_is_fla
     ]
     assert closed(tree) == [f"{ROOT}: {B} still RUNNING"]
     assert delivered_once(tree, completes=False) == []  # at most one end each
+
+
+def _model_result(input_tokens: int, output_tokens: int) -> HistoryEvent:
+    event = HistoryEvent(event_type=EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    payload = event.activity_task_completed_event_attributes.result.payloads.add()
+    payload.data = json.dumps({"message": {"role": "assistant"}, "usage": usage}).encode()
+    return event
+
+
+def test_a_tree_past_its_budgets_bound_or_counted_twice_is_flagged() -> None:
+    tree = _tree()
+    tree.nodes[A][0].history += [_model_result(90, 10), _model_result(140, 10)]  # 250
+    tree.nodes[B][0].history += [_model_result(290, 10)]  # 300
+    # 550 spent of a 400 budget: 150 past, within one call per node (150 + 300 = 450 past).
+    assert budget_kept(tree, 400, 550) == ((150, 450), [])
+    # Past its bound: every node's largest call is less than what it went over by.
+    assert budget_kept(tree, 90, None)[1] == [
+        f"{ROOT}: the tree spent 550 tokens, past its bound 540"
+    ]
+    # The root counted a retried reservation twice (or missed one).
+    assert budget_kept(tree, 400, 700)[1] == [
+        f"{ROOT}: the root counted 700 tokens; its nodes spent 550"
+    ]
