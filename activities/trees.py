@@ -16,6 +16,8 @@ from waitstate.client import (
 )
 from waitstate.schemas.tree import RESERVE_TREE_BUDGET, BudgetAnswer, TreeReserve
 
+from .pulse import pulse
+
 
 class TreeActivities:
     """What the nodes of trees ask their roots, through the client."""
@@ -33,7 +35,8 @@ class TreeActivities:
                 (it ended, or never was).
         """
         try:
-            return await self._client.reserve(input.root, input.ask, update_id=input.update_id)
+            async with pulse():  # a killed worker's attempt is tried again within seconds
+                return await self._client.reserve(input.root, input.ask, update_id=input.update_id)
         except (UpdateRefused, RunEnded, RunNotFound, TemporalFailed) as err:
             raise ApplicationError(
                 f"the root {input.root} cannot grant it: {err}", non_retryable=True

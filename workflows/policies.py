@@ -95,9 +95,12 @@ BACKGROUND_RETRY = RetryPolicy(
 # The agent's definition, as the worker has it: an agent it does not have fails the run at once.
 # A node's reservation from its root's budget: an Update the root answers at once, unless it
 # asks a person to raise the budget; retried (the same Update, applied once) while the root's
-# worker is away, for as long as it takes: no call of the tree starts unreserved.
+# worker is away, for as long as it takes: no call of the tree starts unreserved. It heartbeats
+# while it waits: an attempt whose worker was killed is tried again within seconds, not at the
+# end of its two minutes (chaos row 24 found a tree stalled so).
 TREE_BUDGET_CALL = CallOptions(
     start_to_close_timeout=timedelta(minutes=2),
+    heartbeat_timeout=timedelta(seconds=10),
     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
 )
 AGENT_TIMEOUT = timedelta(seconds=30)
