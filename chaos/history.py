@@ -172,8 +172,14 @@ def completed_activities(events: list[Any], name: str) -> int:
 def activity_attempts(events: list[Any], name: str) -> list[int]:
     """The attempts each activity of type `name` took (one or several histories), in order:
     an attempt past the first was retried, e.g. after its worker was killed."""
+    return [attempt for _, attempt in activity_starts(events, name)]
+
+
+def activity_starts(events: list[Any], name: str) -> list[tuple[Any, int]]:
+    """Each activity of type `name` as it (last) started: its ActivityTaskStarted event, and
+    which attempt it was."""
     scheduled: set[int] = set()
-    attempts = []
+    starts = []
     for event in events:
         if event.event_type == ACTIVITY_SCHEDULED:
             if event.activity_task_scheduled_event_attributes.activity_type.name == name:
@@ -181,8 +187,8 @@ def activity_attempts(events: list[Any], name: str) -> list[int]:
         elif event.event_type == ACTIVITY_STARTED:
             attributes = event.activity_task_started_event_attributes
             if attributes.scheduled_event_id in scheduled:
-                attempts.append(max(1, attributes.attempt))
-    return attempts
+                starts.append((event, max(1, attributes.attempt)))
+    return starts
 
 
 def cancel_attempts(chain: list[list[Any]]) -> dict[str, int]:

@@ -15,9 +15,10 @@ import json
 import re
 from collections.abc import Sequence
 
-from waitstate import SCRIPTED_BANNER, Agent, Message, ToolCall, ToolDefinition
+from waitstate import SCRIPTED_BANNER, Agent, Message, ToolDefinition
 from waitstate.schemas.budgets import Budget
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
+from waitstate.testing.trees import fan_out
 
 LEAD_SCRIPT = "chaos-tree-lead"
 # The leaves, by what they do until they answer.
@@ -62,16 +63,7 @@ def lead_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) ->
     results = [m for m in messages if m.role == "tool"]
     rebuilt = any(m.role == "user" and m.content.startswith("Task: ") for m in messages[1:])
     if not results and not rebuilt and agents:
-        fan = fan_of(task)
-        calls = [
-            ToolCall(
-                id=f"call_0_{i}",
-                name=agents[i % len(agents)],
-                arguments=json.dumps({"task": f"{task} > part {i + 1}"}),
-            )
-            for i in range(fan)
-        ]
-        return Message(role="assistant", tool_calls=calls)
+        return fan_out(task, agents, fan_of(task))
     lines = [": ".join(_said(r.content)) for r in results]
     if rebuilt:  # a context rebuilt after a long wait: the results are lines of its message
         lines.append("(context rebuilt: results not listed)")

@@ -30,7 +30,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from chaos.history import ACTIVITY_SCHEDULED, ACTIVITY_STARTED
+from chaos.history import activity_starts
 from chaos.tree_app import listed
 from waitstate.schemas.run import CALL_MODEL
 
@@ -314,18 +314,10 @@ def model_calls_after_cancel(tree: Tree) -> tuple[int, list[str]]:
 
 def _model_starts(history: list[Any]) -> list[tuple[datetime, int]]:
     """When each model call's (last) attempt started, and which attempt it was."""
-    scheduled: set[int] = set()
-    starts = []
-    for event in history:
-        if event.event_type == ACTIVITY_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == CALL_MODEL:
-                scheduled.add(event.event_id)
-        elif event.event_type == ACTIVITY_STARTED:
-            attributes = event.activity_task_started_event_attributes
-            if attributes.scheduled_event_id in scheduled:
-                when = event.event_time.ToDatetime(tzinfo=UTC)
-                starts.append((when, max(1, attributes.attempt)))
-    return starts
+    return [
+        (event.event_time.ToDatetime(tzinfo=UTC), attempt)
+        for event, attempt in activity_starts(history, CALL_MODEL)
+    ]
 
 
 def budget_kept(tree: Tree, budget: int, counted: int | None) -> tuple[tuple[int, int], list[str]]:

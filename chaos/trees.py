@@ -166,7 +166,8 @@ class Trees:
         await self._kill_now(ctx, plan.id, "running", rng.random() < 0.5, rng)
         release.set()
         notices = await bounded(ctx, asyncio.gather(*(ctx.outbox.request(a) for a in askers)))
-        await self._kill(ctx, plan.id, "waiting", rng.random() < 0.5, rng)
+        async with self.lock:
+            await self._kill_now(ctx, plan.id, "waiting", rng.random() < 0.5, rng)
         # The lock from before the approvals: no other kill comes between an asker's end and
         # the kill it calls for.
         async with self.lock:
@@ -221,7 +222,8 @@ class Trees:
         await self._kill_now(ctx, plan.id, "spending", rng.random() < 0.5, rng)
         release.set()
         await asyncio.sleep(rng.uniform(0.2, 1.0))
-        await self._kill(ctx, plan.id, "spending", rng.random() < 0.5, rng)
+        async with self.lock:
+            await self._kill_now(ctx, plan.id, "spending", rng.random() < 0.5, rng)
 
     async def _play_cancel(
         self, ctx: Context, plan: RunPlan, outcome: RunOutcome, release: asyncio.Event
@@ -252,18 +254,6 @@ class Trees:
             "leaves": len(leaves),
             "jobs": jobs,
         }
-
-    async def _kill(
-        self,
-        ctx: Context,
-        root: str,
-        moment: str,
-        both: bool,
-        rng: random.Random,
-    ) -> None:
-        """`_kill_now`, under the kill lock."""
-        async with self.lock:
-            await self._kill_now(ctx, root, moment, both, rng)
 
     async def _kill_now(
         self,

@@ -71,11 +71,9 @@ Answered = TypeVar("Answered")
 
 @workflow.defn(name=AGENT_RUN)
 class AgentRunWorkflow:
-    """Calls the model, runs the tools it asks for, and repeats until an answer or max_turns.
-
-    Long tools start a job and return at once; the run then waits (holding no worker) for a
-    webhook through the gateway, or for a polling activity, and never for the model.
-    """
+    """Calls the model, runs the tools it asks for, and repeats until an answer or max_turns:
+    a long tool's job (a webhook, a poll) and a sub-agent's run are waited for holding no
+    worker, never by the model."""
 
     # Every run gets its handlers after its resolutions (the worker's runner,
     # waitstate/activation_order.py).
@@ -396,10 +394,7 @@ class AgentRunWorkflow:
                     return done
                 return await self._ops.resume(call, carried.parked[call.id])
             except (asyncio.CancelledError, ActivityError) as err:
-                # The run is cancelled: it ends once the turn's sub-agents have (each ends its
-                # own jobs and children first), whichever call's cancel came back first.
-                if is_cancelled_exception(err):
-                    await self._tree.settled()
+                await self._tree.settled_if_cancelled(err)  # cancelled: once they all have
                 raise
             finally:
                 self._continuation.call_ended(call.id)

@@ -59,10 +59,12 @@ class SubAgents(Part):
     def owns(self, name: str) -> bool:
         return name.startswith(SUB_AGENT_PREFIX) and name in self.tools()
 
-    async def settled(self) -> None:
-        """Once none of the run's sub-agents runs (at once, if it started none)."""
+    async def settled_if_cancelled(self, err: BaseException) -> None:
+        """When a call of the turn failed with `err`: if the run is being cancelled, once none
+        of its sub-agents runs (each ends its own jobs and children first), whichever call's
+        cancel came back first; at once otherwise, or if it started none."""
         tree = self._state.tree
-        if tree is not None and tree.running():
+        if is_cancelled_exception(err) and tree is not None and tree.running():
             await workflow.wait_condition(lambda: tree.running() == 0)
 
     def root(self) -> str:

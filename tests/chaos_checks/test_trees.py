@@ -158,10 +158,17 @@ def test_a_result_delivered_twice_or_never_seen_by_the_lead_is_flagged() -> None
     ]
 
 
+def _keys(*made: tuple[int, int]) -> dict[str, dict[str, int | str]]:
+    """The systems' record of B's keys `call_0_<i>`: (jobs created, cancels) for job exp-<i+1>."""
+    return {
+        f"{B}/call_0_{i}": {"jobs_created": jobs, "job_id": f"exp-{i + 1}", "cancels": cancels}
+        for i, (jobs, cancels) in enumerate(made)
+    }
+
+
 def test_a_job_made_twice_or_left_running_is_flagged() -> None:
     keys = {
-        f"{B}/call_0_0": {"jobs_created": 2, "job_id": "exp-1", "cancels": 0},
-        f"{B}/call_0_1": {"jobs_created": 1, "job_id": "exp-2", "cancels": 1},
+        **_keys((2, 0), (1, 1)),
         "another-run/call_0": {"jobs_created": 3, "job_id": "exp-3", "cancels": 0},
     }
     jobs = {"exp-1": {"status": "succeeded"}, "exp-2": {"status": "running"}}
@@ -173,10 +180,7 @@ def test_a_job_made_twice_or_left_running_is_flagged() -> None:
 
 
 def test_a_cancelled_trees_job_that_ran_on_past_the_cancel_is_flagged() -> None:
-    keys = {
-        f"{B}/call_0_0": {"jobs_created": 1, "job_id": "exp-1", "cancels": 1},
-        f"{B}/call_0_1": {"jobs_created": 1, "job_id": "exp-2", "cancels": 0},
-    }
+    keys = _keys((1, 1), (1, 0))
     jobs = {"exp-1": {"status": "cancelled"}, "exp-2": {"status": "succeeded"}}
 
     assert jobs_once(_tree(), keys, jobs) == []

@@ -7,7 +7,7 @@ which ends the gather (and the run) while the other calls still wait for their c
 Here a lead waits for two sub-agents: an asker, cancelled at once, and an enricher whose job's
 cancel takes seconds. The lead is cancelled; it must close after both children, with both
 ends in its history. It failed until a cancelled run's calls waited for the turn's sub-agents
-(`SubAgents.settled`), and passes since."""
+(`SubAgents.settled_if_cancelled`), and passes since."""
 
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ import re
 from collections.abc import Sequence
 
 from tests.script_steps import call, tool_results
-from waitstate import Agent, App, Message, ToolCall, ToolDefinition, tool
+from waitstate import Agent, App, Message, ToolDefinition, tool
 from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas.budgets import Budget
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
+from waitstate.testing.trees import fan_out
 
 
 def _task(messages: Sequence[Message]) -> str:
@@ -30,16 +31,7 @@ def lead(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     results = tool_results(messages)
     if not results and agents:
         found = re.search(r"fan=(\d+)", task)
-        fan = int(found.group(1)) if found else 2
-        calls = [
-            ToolCall(
-                id=f"call_0_{i}",
-                name=agents[i % len(agents)],
-                arguments=json.dumps({"task": f"{task} > part {i + 1}"}),
-            )
-            for i in range(fan)
-        ]
-        return Message(role="assistant", tool_calls=calls)
+        return fan_out(task, agents, int(found.group(1)) if found else 2)
     said = []
     for result in results:
         outcome = json.loads(result.content) if result.content.startswith("{") else {}
