@@ -57,7 +57,7 @@ class SubAgents(Part):
         return [sub_agent_tool(name) for name in self._input.sub_agents or ()]
 
     def owns(self, name: str) -> bool:
-        return name.startswith(SUB_AGENT_PREFIX) and name in self.tools()
+        return name in self.tools()
 
     async def settled_if_cancelled(self, err: BaseException) -> None:
         """When a call of the turn failed with `err`: if the run is being cancelled, once none
@@ -125,8 +125,7 @@ class SubAgents(Part):
                 f"refused: {limit} sub-agents of this run are running, its limit; "
                 "start more once some have answered",
             )
-        tree.started += 1
-        node = f"{agent}-{tree.started}"
+        node = f"{agent}-{tree.started + 1}"
         parent = workflow.info().workflow_id
         run_id = f"{parent}/{node}"
         record = ChildRecord(

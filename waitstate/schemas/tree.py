@@ -104,8 +104,12 @@ class ChildRecord(BaseModel):
 class TreeState(BaseModel):
     """A parent's children: those it started, by workflow id, oldest first."""
 
-    started: int = 0
     children: dict[str, ChildRecord] = Field(default_factory=dict)
+
+    @property
+    def started(self) -> int:
+        """How many it started (each is kept, whatever became of it)."""
+        return len(self.children)
 
     def running(self) -> int:
         return sum(1 for child in self.children.values() if child.status == "running")
