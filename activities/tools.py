@@ -9,17 +9,20 @@ taken for lost and tried again.
 
 from __future__ import annotations
 
+import inspect
+import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from waitstate.blobs import BlobStore, BlobStoreUnavailable
 from waitstate.blobs.results import shrink
 from waitstate.mcp import is_mcp_name
-from waitstate.schemas import ToolCallInput, ToolResult
+from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.approvals import ApprovalNeeded
 from waitstate.schemas.builtin import REF_PREFIX
 from waitstate.schemas.errors import RUN_INPUT_INVALID
@@ -34,8 +37,6 @@ from .mcp import McpActivities, read_listing
 from .pulse import pulse
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from waitstate.auth.tokens import ResumeTokens
     from waitstate.tracing import Tracing
 
@@ -92,6 +93,8 @@ class ToolActivities:
         if isinstance(parsed, ToolResult):
             return parsed
         spec, args = parsed
+        if input.stub:
+            return await self._by_reference(await stubbed(spec, args, input.call))
         if input.approved_by is None and spec.needs_approval(args):
             # Not run: the workflow asks a person and calls again with `approved_by` set.
             return ToolResult(
@@ -241,3 +244,22 @@ def _store_error() -> None:
 
 def _seconds(value: timedelta | None) -> int | None:
     return int(value.total_seconds()) if value is not None else None
+
+
+async def stubbed(spec: ToolSpec, args: BaseModel, call: ToolCall) -> ToolResult:
+    """A fork's call under the `stub` policy: the tool's stub answers it (docs/forks.md); a tool
+    with none, or a stub that raises, is told to the model, and nothing runs for real."""
+    if spec.stub is None:
+        return error_result(
+            call,
+            f"unavailable in this fork: {call.name} has no stub, and the recorded run made no "
+            "such call; go on without it",
+        )
+    try:
+        answer = spec.stub(args)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as err:  # the app's own code: told to the model, like a tool's error
+        return error_result(call, f"{call.name}'s stub failed: {type(err).__name__}: {err}")
+    content = answer if isinstance(answer, str) else json.dumps(answer, default=str)
+    return ToolResult(tool_call_id=call.id, name=call.name, content=content)

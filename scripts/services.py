@@ -43,6 +43,7 @@ SEARCH_ATTRIBUTES = {
     "WaitExpiresAt": "Datetime",
     "AgentName": "Keyword",
     "ThreadId": "Keyword",
+    "ForkOf": "Keyword",
 }
 # One partition per task queue: a queue's rate limit (the model queue's,
 # WAITSTATE_MODEL_CALLS_PER_SECOND) is then held by one limiter, not split over four partitions

@@ -52,6 +52,9 @@ AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 # Set when a thread starts, to its id (by the client, never upserted by the run); continued
 # runs keep it. `ThreadId IS NOT NULL` lists the threads.
 THREAD_ID = SearchAttributeKey.for_keyword("ThreadId")
+# Set when a fork starts, to the id of the run it forks (by the client, never upserted by the
+# run): `ForkOf IS NULL` leaves forks out of a listing, `ForkOf = 'run-1'` lists run-1's forks.
+FORK_OF = SearchAttributeKey.for_keyword("ForkOf")
 
 # Temporal's own, set on every child workflow (and a root, to itself): `RootWorkflowId = 'ROOT'`
 # lists every node of an agent tree, its root among them.
@@ -64,6 +67,7 @@ SEARCH_ATTRIBUTES = (
     WAIT_EXPIRES_AT,
     AGENT_NAME,
     THREAD_ID,
+    FORK_OF,
 )
 
 # --- tracing -----------------------------------------------------------------------------------

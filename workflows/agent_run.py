@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from .board import StatusBoard
     from .budgets import BudgetExceeded, Budgets
     from .continuation import Continuation
+    from .forks import Fork
     from .memory import Memory
     from .opening import Opening
     from .operations import OperationsBook
@@ -83,11 +84,7 @@ class AgentRunWorkflow:
     def __init__(self, input: RunInput) -> None:
         self._plan = Plan(input)  # resolved once, by the opening
         # Continued as new: the ledger, the conversation and pending operations go on.
-        self._state = (
-            input.carry.state
-            if input.carry
-            else RunState(task=input.task, model=input.model, constraints=list(input.constraints))
-        )
+        self._state = input.carry.state if input.carry else ledger.first_state(input)
         self._memory = Memory(self._plan, self._state)
         self._board = StatusBoard(self._state, self._memory)
         self._continuation = Continuation(self._plan, self._state, self._memory)
@@ -97,6 +94,7 @@ class AgentRunWorkflow:
         self._ops = OperationsBook(run, self._continuation, self._questions, self._thread)
         self._asides = ApprovalAsides(run, self._thread)
         self._approvals = ApprovalDesk(run, self._asides)
+        self._fork = Fork(run, self._approvals)
         self._budget = Budgets(self._plan, self._state, self._approvals)
         self._outages = StoreOutages(self._state, self._board)
         self._opening = Opening(self._plan, self._state, self._board, self._outages)
@@ -444,6 +442,8 @@ class AgentRunWorkflow:
         self._memory.unsent.extend(self._asides.told())  # what was said while they ran
 
     async def _run_tool(self, call: ToolCall) -> ToolResult | ParkedCall:
+        if (forked := await self._fork.answer(call, self._model_tools())) is not None:
+            return forked  # a fork's call, answered from the recording
         if call.name == GET_OPERATION_STATUS:
             return self._ops.get_status(call)
         if call.name == WAIT_FOR_OPERATIONS:

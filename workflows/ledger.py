@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from waitstate.schemas import RunState, RunStatus, Step, ToolCall, ToolResult, Usage
+from waitstate.schemas import RunInput, RunState, RunStatus, Step, ToolCall, ToolResult, Usage
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.errors import LATER_MODEL_INVALID
 from waitstate.schemas.operations import Completion, Operation
@@ -35,6 +35,14 @@ REBUILD_EVENT_CHARS = 4000
 FAILURE_CHARS = 2000
 # What a run keeps of an answer its agent's output type refused, and of why.
 REJECTED_CHARS = 2000
+
+
+def first_state(input: RunInput) -> RunState:
+    """A run's state as it begins (a fork's, with the recorded turns it keeps)."""
+    turns = input.fork.at if input.fork is not None else 0
+    return RunState(
+        task=input.task, model=input.model, constraints=list(input.constraints), turns=turns
+    )
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:

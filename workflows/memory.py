@@ -43,6 +43,10 @@ class Memory:
             # Continued as new: the conversation goes on where the previous run left it.
             self.transcript_ref = input.carry.transcript_ref
             self.unsent = list(input.carry.unsent)
+        elif input.fork is not None:
+            # A fork: the conversation the recorded run's model had before its turn `at` + 1.
+            self.transcript_ref = input.fork.recording.transcript_ref
+            self.unsent = list(input.fork.recording.messages)
         else:
             self.transcript_ref = None
             # A thread starts idle: its messages come one by one (workflows/thread.py).

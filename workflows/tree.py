@@ -14,6 +14,7 @@ whose parent closes any other way is asked to cancel by Temporal (`REQUEST_CANCE
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
@@ -140,7 +141,11 @@ class SubAgents(Part):
             max_depth=max_depth,
             budget=budgeted,
         )
-        extra = {"tenant": self._input.tenant} if self._input.tenant is not None else {}
+        extra: dict[str, Any] = {"tenant": self._input.tenant} if self._input.tenant else {}
+        # A fork's sub-agent: a fork of the child the recorded run started on the same task.
+        forked = self._input.fork.child(agent, args.task) if self._input.fork else None
+        if forked is not None:
+            extra |= {"fork": forked} | ({"model": forked.model} if forked.model else {})
         input = RunInput(
             task=args.task,
             agent=agent,

@@ -69,4 +69,5 @@ def test_the_workflows_take_their_search_attributes_and_span_function_from_the_l
         "WaitExpiresAt",
         "AgentName",
         "ThreadId",
+        "ForkOf",
     ]

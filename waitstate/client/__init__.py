@@ -70,6 +70,7 @@ from waitstate.client._fleet import (
     fleet_report,
 )
 from waitstate.client._follow import FOLLOW_INTERVAL, FollowCalls, Progress, Report
+from waitstate.client._forks import ForkCalls, new_fork_id
 from waitstate.client._operations import COMPLETE_TIMEOUT, OperationCalls
 from waitstate.client._people import (
     ANSWER_TIMEOUT,
@@ -127,6 +128,8 @@ __all__ = [
     "TREE_LIMIT",
     "TREE_QUERIES_AT_ONCE",
     "TreeCalls",
+    "ForkCalls",
+    "new_fork_id",
     "TreeNode",
     "MessageRefused",
     "SentMessage",
@@ -196,7 +199,9 @@ __all__ = [
 ]
 
 
-class WaitstateClient(FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls, TreeCalls):
+class WaitstateClient(
+    FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls, TreeCalls, ForkCalls
+):
     """Starts, reads, decides and cancels agent runs over a Temporal client: the one road into a
     run (whatever starts a run or sends it an Update, a signal or a cancel goes through it).
 

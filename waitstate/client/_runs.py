@@ -48,6 +48,7 @@ from waitstate.names import (
     AGENT_NAME,
     AGENT_RUN,
     AGENT_STATUS,
+    FORK_OF,
     PENDING_OPERATIONS,
     THREAD_ID,
     WAIT_EXPIRES_AT,
@@ -136,6 +137,8 @@ class RunCalls(ClientBase):
         attributes = [SearchAttributePair(AGENT_STATUS, "running")]
         if run_input.agent is not None:
             attributes.append(SearchAttributePair(AGENT_NAME, run_input.agent))
+        if run_input.fork is not None:
+            attributes.append(SearchAttributePair(FORK_OF, run_input.fork.origin))
         try:
             handle = await self._client.start_workflow(
                 AGENT_RUN,

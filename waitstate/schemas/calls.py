@@ -103,6 +103,9 @@ class ToolCallInput(BaseModel):
     approved_by: str | None = Field(
         default=None, description="The approval request that cleared this call, if any."
     )
+    stub: bool = Field(
+        default=False, description="A fork's call: the app's stub for the tool answers it."
+    )
     operation_timeout: timedelta | None = Field(
         default=None, description="The run's cap on how long an operation may wait."
     )

@@ -37,9 +37,11 @@ from waitstate.schemas.calls import (
     ToolCallInput,
     ToolResult,
 )
+from waitstate.schemas.forks import ForkOf, ForkState
 from waitstate.schemas.messages import Message, ToolCall, Usage
 from waitstate.schemas.operations import Operation, ResultMode
 from waitstate.schemas.questions import InputRequest
+from waitstate.schemas.specs import TENANT_MAX_BYTES, check_tenant, parse_model_spec
 from waitstate.schemas.threads import ThreadSettings, ThreadState
 from waitstate.schemas.tree import (
     MAX_CHILDREN_LIMIT,
@@ -126,46 +128,6 @@ AGENT_FIELDS = frozenset(
         "max_depth",
     }
 )
-# Temporal's limit on a fairness key, which a tenant is on the model queue.
-TENANT_MAX_BYTES = 64
-
-
-def check_tenant(tenant: str | None) -> str | None:
-    """`tenant`, if it can be a fairness key: not blank, at most 64 bytes (UTF-8).
-
-    Raises:
-        ValueError: it cannot; the message says why.
-    """
-    if tenant is None:
-        return None
-    if not tenant.strip():
-        raise ValueError("a tenant must not be blank (None: no tenant)")
-    if len(tenant.encode()) > TENANT_MAX_BYTES:
-        raise ValueError(
-            f"a tenant is at most {TENANT_MAX_BYTES} bytes (Temporal's fairness keys); "
-            f"got {len(tenant.encode())}: {tenant[:80]!r}"
-        )
-    return tenant
-
-
-def parse_model_spec(spec: str) -> tuple[str, str]:
-    """Split `provider:model` into its parts.
-
-    Raises:
-        ValueError: the spec is not of that form, or a part is blank or has spaces around it
-            (`anthropic: ` would otherwise reach the provider as a model named " ").
-    """
-    provider, sep, model = spec.partition(":")
-    if not sep or not provider.strip() or not model.strip():
-        raise ValueError(
-            f"model spec {spec!r} is not provider:model "
-            "(e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5, scripted:demo)"
-        )
-    if provider != provider.strip() or model != model.strip():
-        raise ValueError(f"model spec {spec!r} has spaces around the provider or model name")
-    return provider, model
-
-
 # The newest revision of the agent run's behaviour that a run's input carries (docs/versions.md,
 # "Revisions"): 1, a run that completes upserts no `AgentStatus` as it ends.
 REVISION = 1
@@ -268,6 +230,9 @@ class RunInput(BaseModel):
     )
     tree: TreeLink | None = Field(
         default=None, description="Set for a sub-agent's run, by its parent: where it is."
+    )
+    fork: ForkOf | None = Field(
+        default=None, description="Set for a fork: the run it goes on from, and how (forks.py)."
     )
 
     revision: int = Field(
@@ -386,6 +351,7 @@ class RunState(BaseModel):
         continued_as_new: Continuation
         tree: SubAgents
         tree_budget: Budgets
+        fork: Fork
     """
 
     status: RunStatus = "running"
@@ -434,6 +400,9 @@ class RunState(BaseModel):
         default=None,
         description="Its tree's budget: a root's, what each node spent; a node's, what it "
         "reported (None: no tree budget).",
+    )
+    fork: ForkState | None = Field(
+        default=None, description="A fork's: how its tool calls were answered."
     )
     error: str | None = None
 

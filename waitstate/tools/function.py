@@ -17,6 +17,7 @@ tool with no description is refused: the model would see only its name.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Awaitable, Callable
@@ -96,6 +97,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool | Callable[[Any], bool] = False,
     approval: ApprovalPolicy | None = None,
+    stub: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], ToolSpec]: ...
 
 
@@ -107,6 +109,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool | Callable[[Any], bool] = False,
     approval: ApprovalPolicy | None = None,
+    stub: Callable[[Any], Any] | None = None,
 ) -> ToolSpec | Callable[[Callable[..., Awaitable[Any]]], ToolSpec]:
     """Declare a tool from an async function: `@tool` or `@tool(requires_approval=...)`.
 
@@ -117,6 +120,8 @@ def tool(
             the arguments model, fields named as the function's parameters): the call runs
             only once a person approved it.
         approval: How long such a request waits, and what happens when nobody answers.
+        stub: What answers a fork's call the recording has no result for, under the `stub`
+            policy: a function of the arguments model (docs/forks.md).
 
     Raises:
         TypeError: the function is not async, has no description (neither a docstring with
@@ -125,7 +130,8 @@ def tool(
     """
 
     def declare(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
-        return _declare(fn, name, description, requires_approval, approval or ApprovalPolicy())
+        spec = _declare(fn, name, description, requires_approval, approval or ApprovalPolicy())
+        return spec if stub is None else dataclasses.replace(spec, stub=stub)
 
     return declare(fn) if fn is not None else declare
 

@@ -189,6 +189,10 @@ class ToolSpec:
             workflow, whatever the model says.
         approval: Timeout and on-timeout behaviour of those approvals.
         takes_context: The handler takes `(args, context)`, not `(args)`.
+        stub: What answers a fork's call of the tool under the `stub` policy, which the
+            recording has no result for (docs/forks.md): a function (sync or async) of the
+            validated `args` returning the result (text, or anything JSON can write). Never
+            called outside a fork.
     """
 
     name: str
@@ -200,6 +204,7 @@ class ToolSpec:
     requires_approval: bool | Callable[[Any], bool] = False
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     takes_context: bool = False
+    stub: Callable[[Any], Any] | None = None
 
     def needs_approval(self, args: BaseModel) -> bool:
         """Whether this call, with these arguments, must be approved first."""

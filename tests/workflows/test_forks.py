@@ -1,0 +1,185 @@
+"""Forks on the dev server: a recorded run gone on from turn N with the same or another model, its
+tools answered from the recording (never called again), by stubs, or for real once a person
+approves; across continue-as-new and across a sub-agent tree."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually, make_worker
+from tests.workflows import fork_app
+from waitstate.apps import load_apps
+from waitstate.client import RunNotFound, StartFailed, WaitstateClient
+from waitstate.names import FORK_OF
+from waitstate.schemas import RunInput, RunResult, RunState
+from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.run import CALL_MODEL, ModelCallInput
+
+APP = "tests.workflows.fork_app:app"
+WITHIN = 60.0
+
+
+@contextlib.asynccontextmanager
+async def _shop(env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[WaitstateClient]:
+    async with make_worker(env.client, task_queue, apps=load_apps([APP])):
+        yield WaitstateClient(env.client, task_queue=task_queue)
+
+
+async def _ran(client: WaitstateClient, run_input: RunInput) -> tuple[str, RunResult]:
+    started = await client.start(run_input)
+    return started.run_id, await _result(client, started.run_id)
+
+
+async def _result(client: WaitstateClient, run_id: str) -> RunResult:
+    handle = client._client.get_workflow_handle(run_id, result_type=RunResult)
+    return await asyncio.wait_for(handle.result(), WITHIN)
+
+
+async def _forked(client: WaitstateClient, run_id: str, **how: Any) -> tuple[str, RunResult]:
+    fork_id, _ = await client.fork(run_id, **how)
+    return fork_id, await _result(client, fork_id)
+
+
+async def _model_calls(client: WaitstateClient, run_id: str) -> list[ModelCallInput]:
+    """What each model call of the run (its last in a chain) was sent, in order."""
+    history = await client.handle(run_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == CALL_MODEL
+    ]
+    converter = client._client.data_converter
+    return [(await converter.decode(s.input.payloads, [ModelCallInput]))[0] for s in scheduled]
+
+
+async def test_a_fork_under_recorded_goes_on_from_turn_n_and_never_calls_a_tool_again(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, recorded = await _ran(client, RunInput(task="serve customer=ada", agent="shop"))
+        assert recorded.status == "completed" and "r-ada-10" in (recorded.final_output or "")
+        calls_before = list(fork_app.CALLED)
+
+        for at in (0, 1, 2):
+            fork_id, result = await _forked(client, origin, at=at)
+            # The same model, sent the same conversation: the same answer, from the recording.
+            assert result.final_output == recorded.final_output
+            assert calls_before == fork_app.CALLED  # no tool ran for real
+            state: RunState = (await client.status(fork_id)).state
+            assert state.fork is not None
+            assert (state.fork.origin, state.fork.at, state.fork.policy) == (
+                origin,
+                at,
+                "recorded",
+            )
+            assert state.fork.recorded == 2 - at and state.fork.unavailable == []
+            described = await client.handle(fork_id).describe()
+            assert described.typed_search_attributes.get(FORK_OF) == origin
+            # Its first model call was sent what the recorded run's turn at + 1 was.
+            recorded_calls = await _model_calls(client, origin)
+            fork_calls = await _model_calls(client, fork_id)
+            assert fork_calls[0].transcript_ref == recorded_calls[at].transcript_ref
+            assert fork_calls[0].new_messages == recorded_calls[at].new_messages
+
+
+async def test_a_changed_model_is_refused_calls_the_recording_lacks_and_its_answer_differs(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, recorded = await _ran(client, RunInput(task="serve customer=bo", agent="shop"))
+        calls_before = list(fork_app.CALLED)
+        fork_id, result = await _forked(client, origin, at=0, model="scripted:shop-more")
+        assert calls_before == fork_app.CALLED
+        assert result.status == "completed" and result.final_output != recorded.final_output
+        assert "unavailable" in (result.final_output or "")
+        state = (await client.status(fork_id)).state
+        assert state.fork is not None
+        assert state.fork.recorded == 1  # the lookup
+        assert state.fork.unavailable == ['charge {"customer": "bo", "amount": 20}']
+
+
+async def test_under_stub_the_tools_stub_answers_what_the_recording_lacks(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, _ = await _ran(client, RunInput(task="serve customer=cy", agent="shop"))
+        calls_before = list(fork_app.CALLED)
+        fork_id, result = await _forked(client, origin, model="scripted:shop-more", policy="stub")
+        assert calls_before == fork_app.CALLED
+        assert result.final_output is not None and result.final_output.endswith("cy: 20")
+        state = (await client.status(fork_id)).state
+        assert state.fork is not None and (state.fork.recorded, state.fork.stubbed) == (1, 1)
+
+
+async def test_under_live_a_call_the_recording_lacks_runs_for_real_once_approved(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, _ = await _ran(client, RunInput(task="serve customer=di", agent="shop"))
+        calls_before = list(fork_app.CALLED)
+        fork_id, _ = await client.fork(origin, model="scripted:shop-more", policy="live")
+        requests = await eventually(lambda: client.open_requests(fork_id), "the fork asks")
+        assert calls_before == fork_app.CALLED  # nothing ran before the approval
+        [request] = requests
+        assert "for real" in request.reason
+        await client.decide(fork_id, DecideInput(request_id=request.request_id, decision="approve"))
+        result = await _result(client, fork_id)
+        assert result.final_output is not None and result.final_output.endswith("r-di-20")
+        assert [*calls_before, ("charge", "di 20")] == fork_app.CALLED
+
+
+async def test_a_fork_reads_the_recording_across_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, recorded = await _ran(
+            client,
+            RunInput(task="serve customer=ed", agent="shop", continue_as_new_after_events=10),
+        )
+        assert (await client.status(origin)).state.continued_as_new >= 1
+        calls_before = list(fork_app.CALLED)
+        _, recording = await client.recording(origin, at=2)
+        assert recording.turns == 3 and [c.name for c in recording.calls] == ["lookup", "charge"]
+        for at in (0, 2):
+            _, result = await _forked(client, origin, at=at)
+            assert result.final_output == recorded.final_output
+        assert calls_before == fork_app.CALLED
+
+
+async def test_a_fork_of_a_tree_reruns_each_child_as_a_fork_of_the_recorded_child(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, recorded = await _ran(client, RunInput(task="serve customer=fu", agent="shop-lead"))
+        assert recorded.status == "completed"
+        calls_before = list(fork_app.CALLED)
+        fork_id, result = await _forked(client, origin)
+        assert calls_before == fork_app.CALLED
+        assert result.final_output == recorded.final_output
+        for part in (1, 2):
+            child = await client.status(f"{fork_id}/shop-{part}")
+            assert child.state.fork is not None
+            assert child.state.fork.origin == f"{origin}/shop-{part}"
+            assert child.state.fork.recorded == 2
+
+
+async def test_a_fork_that_cannot_be_made_is_refused_and_starts_nothing(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        origin, _ = await _ran(client, RunInput(task="serve customer=gi", agent="shop"))
+        with pytest.raises(
+            StartFailed, match="took 3 model turns: a fork goes on from turn 0 to 2"
+        ):
+            await client.fork(origin, at=3)
+        with pytest.raises(RunNotFound):
+            await client.fork("run-nobody")
+        forks = [r async for r in client._client.list_workflows(f"ForkOf = '{origin}'")]
+        assert forks == []
