@@ -4,6 +4,7 @@ from .agents import AgentActivities
 from .approvals import ApprovalActivities
 from .background import BackgroundActivities
 from .cleanup import CleanupActivities
+from .evals import EvalActivities
 from .mcp import McpActivities
 from .model import ModelActivities
 from .operations import OperationActivities
@@ -20,4 +21,5 @@ __all__ = [
     "OperationActivities",
     "ToolActivities",
     "TreeActivities",
+    "EvalActivities",
 ]

@@ -93,6 +93,7 @@ async def make_worker(
             agents=apps.agents,
             tool_deps=apps.tool_deps,
             mcp=apps.mcp,
+            scorers=apps.scorers,
         )
         try:
             async with contextlib.AsyncExitStack() as running:

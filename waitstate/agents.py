@@ -28,6 +28,7 @@ from waitstate.providers.base import Provider
 from waitstate.providers.scripted import Script
 from waitstate.schemas.approvals import ApprovalPolicy
 from waitstate.schemas.budgets import Budget
+from waitstate.schemas.evals import Scorer
 from waitstate.schemas.run import DEFAULT_SYSTEM_PROMPT
 from waitstate.schemas.threads import ThreadSettings
 from waitstate.schemas.tree import DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, sub_agent_tool
@@ -91,6 +92,7 @@ class Agent:
     description: str = ""
     budget: Budget | None = None
     tenant: str | None = None
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)
     sub_agents: Sequence[str] = ()
     max_children: int = DEFAULT_MAX_CHILDREN
     max_depth: int = DEFAULT_MAX_DEPTH
@@ -123,6 +125,8 @@ class App:
             app's agents without a language model.
         mcp_servers: MCP servers whose tools runs may be granted (`name__tool`, `name__*`).
         tenant: Whose app it is: the tenant of each of its agents that names none.
+        scorers: What `waitstate eval` scores each fork with, by name: functions of an
+            `EvalCase` (the original run and its fork) saying pass or fail (docs/forks.md).
     """
 
     agents: Sequence[Agent] = ()
@@ -132,3 +136,4 @@ class App:
     scripts: Mapping[str, Script] = field(default_factory=dict)
     mcp_servers: Sequence[McpServer] = ()
     tenant: str | None = None
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from waitstate.mcp import McpConfigError, McpServer, McpServers, is_mcp_name, sp
 from waitstate.providers.base import Provider, parse_model_spec
 from waitstate.providers.scripted import SCRIPTS, Script
 from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
+from waitstate.schemas.evals import Scorer
 from waitstate.schemas.run import check_tenant
 from waitstate.schemas.tree import (
     MAX_CHILDREN_LIMIT,
@@ -87,6 +88,7 @@ class Apps:
     providers: dict[str, Callable[[], Provider]] = field(default_factory=dict)
     scripts: dict[str, Script] = field(default_factory=dict)
     mcp: McpServers = field(default_factory=McpServers)
+    scorers: dict[str, Scorer] = field(default_factory=dict)
     _deps: list[Any] = field(default_factory=list)
 
     def tool_names(self) -> list[str]:
@@ -258,6 +260,11 @@ def _add(apps: Apps, ref: str, app: App, owner: dict[str, str]) -> None:
         if name in apps.scripts or name in SCRIPTS:
             raise AppError(f"app {ref!r}: script {name!r} is already declared")
         apps.scripts[name] = script
+    for name, scorer in app.scorers.items():
+        if name in apps.scorers or not callable(scorer):
+            why = "is already declared" if name in apps.scorers else "is not a function"
+            raise AppError(f"app {ref!r}: scorer {name!r} {why}")
+        apps.scorers[name] = scorer
 
 
 def _add_sub_agent_tools(apps: Apps, owner: dict[str, str]) -> None:

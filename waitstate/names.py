@@ -25,6 +25,8 @@ from temporalio.common import SearchAttributeKey
 
 AGENT_RUN = "AgentRunWorkflow"  # RunInput -> RunResult
 BLOB_CLEANUP = "BlobCleanupWorkflow"  # CleanupInput -> CleanResult
+EVAL_RUN = "EvalWorkflow"  # EvalInput -> EvalReport (forks of recorded runs, scored)
+EVAL_REPORT_QUERY = "report"  # -> EvalReport, its rows so far
 
 # --- AgentRunWorkflow's handlers ---------------------------------------------------------------
 

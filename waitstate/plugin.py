@@ -89,6 +89,7 @@ class WaitstatePlugin(SimplePlugin):
             tool_deps=self.apps.tool_deps,
             mcp=self.apps.mcp,
             tracing=self.tracing,
+            scorers=self.apps.scorers,
         )
         config["activities"] = [*config.get("activities", []), *parts.activities]
         return config

@@ -35,6 +35,7 @@ from waitstate.activities import (
     ApprovalActivities,
     BackgroundActivities,
     CleanupActivities,
+    EvalActivities,
     McpActivities,
     ModelActivities,
     OperationActivities,
@@ -51,6 +52,7 @@ from waitstate.deployment import BuildIdError, deployment_config
 from waitstate.mcp import McpConfigError, McpServers, parse_servers
 from waitstate.providers import Providers
 from waitstate.providers.configured import build_providers, warm_up
+from waitstate.schemas.evals import Scorer
 from waitstate.settings import Settings, connect, exit_process
 from waitstate.tools import ToolRegistry, ToolSpec, builtin_tools
 from waitstate.tools.read_ref import read_ref_tool
@@ -113,6 +115,7 @@ class WorkerParts(TypedDict, total=False):
     mcp: McpServers | None
     tracing: Tracing | None
     workflows: Sequence[type] | None
+    scorers: Mapping[str, Scorer] | None
 
 
 def build_worker(
@@ -144,6 +147,7 @@ def build_workers(
     mcp: McpServers | None = None,
     tracing: Tracing | None = None,
     workflows: Sequence[type] | None = None,
+    scorers: Mapping[str, Scorer] | None = None,
 ) -> list[Worker]:
     """The workers of a worker process: the runs' task queue's, with every workflow and
     activity registered (tests pass their own parts); then, with WAITSTATE_MODEL_TASK_QUEUE,
@@ -155,6 +159,7 @@ def build_workers(
         mcp: The MCP servers runs may be granted tools of.
         tracing: Spans of workflows, activities, model and tool calls (None: none).
         workflows: The workflow classes, if not `WORKFLOWS` (a deploy drill serves a later one).
+        scorers: What evaluations score forks with, by name (the apps' `scorers`).
     """
     parts = run_parts(
         client,
@@ -167,6 +172,7 @@ def build_workers(
         tool_deps=tool_deps,
         mcp=mcp,
         tracing=tracing,
+        scorers=scorers,
     )
     # Both workers poll as one version (its build id is read from git once).
     deployment = deployment_config(settings)
@@ -242,6 +248,7 @@ def run_parts(
     tool_deps: Mapping[str, Any] | None = None,
     mcp: McpServers | None = None,
     tracing: Tracing | None = None,
+    scorers: Mapping[str, Scorer] | None = None,
 ) -> RunParts:
     """Every activity the agent runs call, wired to `settings`, `providers` and `tools` (the
     worker's and `WaitstatePlugin`'s; arguments as `build_workers`')."""
@@ -274,7 +281,9 @@ def run_parts(
     )
     # The blob cleanup runs on the fleet's workers: they are the ones that reach its store.
     cleanup = CleanupActivities(client, blobs)
-    trees = TreeActivities(WaitstateClient(client, task_queue=settings.task_queue))
+    runs = WaitstateClient(client, task_queue=settings.task_queue)
+    trees = TreeActivities(runs)
+    evals = EvalActivities(runs, scorers or {})
     return RunParts(
         registry,
         blobs,
@@ -283,6 +292,8 @@ def run_parts(
             agent.resolve_agent,
             agent.store_answer,
             trees.reserve_tree_budget,
+            evals.prepare_fork,
+            evals.score_fork,
             servers.list_mcp_tools,
             model.call_model,
             background.await_model_response,
@@ -416,6 +427,7 @@ async def serve(argv: Sequence[str] | None = None) -> None:
             agents=apps.agents,
             tool_deps=apps.tool_deps,
             mcp=apps.mcp,
+            scorers=apps.scorers,
             tracing=tracing,
         )
     except BuildIdError as err:

@@ -4,5 +4,6 @@
 
 from .agent_run import AgentRunWorkflow
 from .blob_cleanup import BlobCleanupWorkflow
+from .evals import EvalWorkflow
 
-WORKFLOWS: tuple[type, ...] = (AgentRunWorkflow, BlobCleanupWorkflow)
+WORKFLOWS: tuple[type, ...] = (AgentRunWorkflow, BlobCleanupWorkflow, EvalWorkflow)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from tests.script_steps import call, tool_results
 from waitstate import Agent, App, Message, ToolDefinition, tool
 from waitstate.providers.scripted import SCRIPTED_BANNER
+from waitstate.schemas.evals import EvalCase
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 from waitstate.testing.trees import fan_out
 
@@ -70,10 +71,17 @@ def lead(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     return Message(role="assistant", content=f"{SCRIPTED_BANNER} both: {said}")
 
 
+def charged_ten(case: EvalCase) -> tuple[bool, str]:
+    """The fork charged what the original did: 10."""
+    answer = case.new_answer or ""
+    return answer.endswith("-10"), answer[-40:]
+
+
 app = App(
     agents=[
         Agent("shop", model="scripted:shop", tools=[lookup, charge]),
         Agent("shop-lead", model="scripted:shop-lead", sub_agents=["shop"]),
     ],
     scripts={"shop": _shop(10), "shop-more": _shop(20), "shop-lead": lead},  # type: ignore[dict-item]
+    scorers={"charged_ten": charged_ten},
 )

@@ -46,6 +46,7 @@ from waitstate.client._errors import (
     UpdateNotFound,
     UpdateRefused,
 )
+from waitstate.client._evals import EvalCalls, new_eval_id
 from waitstate.client._events import (
     END_KINDS,
     EVENT_KINDS,
@@ -70,7 +71,7 @@ from waitstate.client._fleet import (
     fleet_report,
 )
 from waitstate.client._follow import FOLLOW_INTERVAL, FollowCalls, Progress, Report
-from waitstate.client._forks import ForkCalls, new_fork_id
+from waitstate.client._forks import ForkCalls, Recorded, new_fork_id
 from waitstate.client._operations import COMPLETE_TIMEOUT, OperationCalls
 from waitstate.client._people import (
     ANSWER_TIMEOUT,
@@ -129,6 +130,9 @@ __all__ = [
     "TREE_QUERIES_AT_ONCE",
     "TreeCalls",
     "ForkCalls",
+    "EvalCalls",
+    "Recorded",
+    "new_eval_id",
     "new_fork_id",
     "TreeNode",
     "MessageRefused",
@@ -200,7 +204,14 @@ __all__ = [
 
 
 class WaitstateClient(
-    FollowCalls, ThreadCalls, PeopleCalls, OperationCalls, FleetCalls, TreeCalls, ForkCalls
+    FollowCalls,
+    ThreadCalls,
+    PeopleCalls,
+    OperationCalls,
+    FleetCalls,
+    TreeCalls,
+    ForkCalls,
+    EvalCalls,
 ):
     """Starts, reads, decides and cancels agent runs over a Temporal client: the one road into a
     run (whatever starts a run or sends it an Update, a signal or a cancel goes through it).

@@ -56,6 +56,12 @@ class Recorded:
     children: list[tuple[str, str, str]] = field(default_factory=list)
     result: RunResult | None = None
 
+    def tool_calls(self, after: int = 0) -> list[str]:
+        """The names of the tool calls its model made after turn `after`, in order."""
+        return [
+            call.name for turn in self.turns[after:] for call in turn.response.message.tool_calls
+        ]
+
 
 def new_fork_id() -> str:
     """A fresh fork's id."""
@@ -117,17 +123,48 @@ class ForkCalls(RunCalls):
         Raises:
             RunNotFound, StartFailed, TemporalFailed: as `recording` and `start` say.
         """
+        fork_input = await self.fork_input(
+            run_id, at=at, model=model, instructions=instructions, agent=agent, policy=policy
+        )
+        started = await self.start(fork_input, run_id=fork_id or new_fork_id())
+        return started.run_id, fork_input
+
+    async def fork_input(
+        self,
+        run_id: str,
+        *,
+        at: int = 0,
+        model: str | None = None,
+        instructions: str | None = None,
+        agent: str | None = None,
+        policy: ForkPolicy = "recorded",
+    ) -> RunInput:
+        """The input of a fork of `run_id` (as `fork` says), not started: what the recorded
+        run was started with, less what was its own alone, with the fork's settings.
+
+        Raises:
+            RunNotFound, StartFailed, TemporalFailed: as `recording` says; StartFailed too for
+                settings no run could be started with.
+        """
         origin, recording = await self.recording(run_id, at)
         data: dict[str, Any] = origin.model_dump(exclude_unset=True, exclude=set(NOT_FORKED))
         given = {"model": model, "system_prompt": instructions, "agent": agent}
         data |= {name: value for name, value in given.items() if value is not None}
         link = ForkOf(origin=run_id, at=at, policy=policy, model=model, recording=recording)
         try:
-            fork_input = RunInput(**data, fork=link)
+            return RunInput(**data, fork=link)
         except ValueError as err:
-            raise StartFailed(fork_id or run_id, f"the fork's input is not valid: {err}") from None
-        started = await self.start(fork_input, run_id=fork_id or new_fork_id())
-        return started.run_id, fork_input
+            raise StartFailed(run_id, f"the fork's input is not valid: {err}") from None
+
+    async def read_run(self, run_id: str) -> Recorded:
+        """Run `run_id` as its histories hold it: its input, each model call (what it was sent
+        and answered), the sub-agents it started, its result once it has one.
+
+        Raises:
+            RunNotFound: no such run.
+            TemporalFailed: its history could not be read.
+        """
+        return await self._read(run_id)
 
     async def _recording(
         self, run_id: str, recorded: Recorded, at: int, read: list[int]
