@@ -76,8 +76,6 @@ class Fork(Part):
             return args
         if fork.child(call.name.removeprefix(SUB_AGENT_PREFIX), args.task) is not None:
             return None
-        if fork.policy == "live":
-            return None  # started for real, as any sub-agent (its own calls then run live)
         return self._unavailable(call, "the recorded run started no such sub-agent")
 
     def _unavailable(self, call: ToolCall, why: str) -> ToolResult:

@@ -38,8 +38,8 @@ REJECTED_CHARS = 2000
 
 
 def first_state(input: RunInput) -> RunState:
-    """A run's state as it begins (a fork's, with the recorded turns it keeps)."""
-    turns = input.fork.at if input.fork is not None else 0
+    """A run's state as it begins (a task's fork's, with the recorded turns it keeps)."""
+    turns = input.fork.at if input.fork is not None and input.thread is None else 0
     return RunState(
         task=input.task, model=input.model, constraints=list(input.constraints), turns=turns
     )

@@ -72,6 +72,9 @@ class Conversation(Part):
             run.state.thread = ThreadState(
                 settings=run.plan.input.thread, idle_since=workflow.now()
             )
+            fork = run.plan.input.fork
+            for text in fork.recording.thread_messages if fork is not None else ():
+                self.accept(SendMessage(text=text))  # a thread's fork: its messages again
 
     @property
     def on(self) -> bool:

@@ -71,6 +71,21 @@ def lead(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     return Message(role="assistant", content=f"{SCRIPTED_BANNER} both: {said}")
 
 
+def _chatter(prefix: str) -> object:
+    def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+        """A thread's: a message naming `customer=X` gets X looked up, then the balance told;
+        any other, an echo."""
+        last = messages[-1]
+        if last.role == "tool":
+            return Message(role="assistant", content=f"{prefix}balance {last.content}")
+        found = re.search(r"customer=(\w+)", last.content)
+        if found:
+            return call(len(messages), "lookup", {"customer": found.group(1)})
+        return Message(role="assistant", content=f"{prefix}re: {last.content}")
+
+    return script
+
+
 def charged_ten(case: EvalCase) -> tuple[bool, str]:
     """The fork charged what the original did: 10."""
     answer = case.new_answer or ""
@@ -81,7 +96,14 @@ app = App(
     agents=[
         Agent("shop", model="scripted:shop", tools=[lookup, charge]),
         Agent("shop-lead", model="scripted:shop-lead", sub_agents=["shop"]),
+        Agent("desk", model="scripted:chatter", tools=[lookup]),
     ],
-    scripts={"shop": _shop(10), "shop-more": _shop(20), "shop-lead": lead},  # type: ignore[dict-item]
+    scripts={  # type: ignore[arg-type]
+        "shop": _shop(10),
+        "shop-more": _shop(20),
+        "shop-lead": lead,
+        "chatter": _chatter(""),
+        "chatter-v2": _chatter("v2 "),
+    },
     scorers={"charged_ten": charged_ten},
 )

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.helpers import eventually, make_worker
 from tests.workflows import fork_app
 from waitstate.apps import load_apps
-from waitstate.client import RunNotFound, StartFailed, WaitstateClient
+from waitstate.client import RunNotFound, StartFailed, WaitstateClient, thread_input
 from waitstate.names import FORK_OF
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideInput
@@ -168,6 +168,33 @@ async def test_a_fork_of_a_tree_reruns_each_child_as_a_fork_of_the_recorded_chil
             assert child.state.fork is not None
             assert child.state.fork.origin == f"{origin}/shop-{part}"
             assert child.state.fork.recorded == 2
+
+
+async def test_a_fork_of_a_thread_answers_its_first_n_messages_again_and_takes_more(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with _shop(dev_env, task_queue) as client:
+        start = thread_input(agent="desk")
+        replies = []
+        for text, key in (("customer=hu please", "a"), ("customer=hu please", "a"), ("hi", None)):
+            sent = await client.send_message("thread-fork", text, start=start, key=key)
+            replies.append((await client.reply("thread-fork", sent.accepted.message_id)).reply)
+        assert replies == ["balance " + replies[0].removeprefix("balance "), replies[0], "re: hi"]
+        calls_before = list(fork_app.CALLED)
+
+        with pytest.raises(StartFailed, match="took 2 messages: a fork of it answers its first 0"):
+            await client.fork("thread-fork", at=3)
+        fork_id, _ = await client.fork("thread-fork", at=2, model="scripted:chatter-v2")
+        first = await client.reply(fork_id, "m1")
+        second = await client.reply(fork_id, "m2")
+        assert first.reply == f"v2 {replies[0]}" and second.reply == "v2 re: hi"
+        sent = await client.send_message(fork_id, "customer=new")
+        third = await client.reply(fork_id, sent.accepted.message_id)
+        assert third.reply is not None and third.reply.startswith("v2 balance unavailable")
+        assert calls_before == fork_app.CALLED
+        state = (await client.status(fork_id)).state
+        assert state.fork is not None and state.fork.recorded == 1
+        assert state.thread is not None and state.thread.received == 3
 
 
 async def test_a_fork_that_cannot_be_made_is_refused_and_starts_nothing(

@@ -15,6 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from waitstate.client._errors import RunNotFound, StartFailed, TemporalFailed
 from waitstate.client._runs import RunCalls
+from waitstate.names import SEND_MESSAGE_UPDATE
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunResult
 from waitstate.schemas.forks import (
     RECORDING_MAX_BYTES,
@@ -29,6 +30,7 @@ from waitstate.schemas.run import (
     CHECKPOINT_PROMPT,
     AwaitModelResponse,
 )
+from waitstate.schemas.threads import SendMessage
 from waitstate.schemas.tree import SUB_AGENT_PREFIX, SubAgentTask
 
 # A fork's input leaves out what belongs to the run it forks alone: its place in a chain or a
@@ -54,6 +56,8 @@ class Recorded:
     turns: list[Turn] = field(default_factory=list)
     # The sub-agents it started, in order: (workflow id, agent, task).
     children: list[tuple[str, str, str]] = field(default_factory=list)
+    # A thread's messages, in the order it took them (a retried send's once).
+    messages: list[SendMessage] = field(default_factory=list)
     result: RunResult | None = None
 
     def tool_calls(self, after: int = 0) -> list[str]:
@@ -83,8 +87,14 @@ class ForkCalls(RunCalls):
         read = [0]
         recorded = await self._read(run_id)
         if recorded.input.thread is not None:
-            raise StartFailed(run_id, "a thread cannot be forked yet; fork a task's run")
-        if not 0 <= at < len(recorded.turns):
+            sent = len(recorded.messages)
+            if not 0 <= at <= sent:
+                raise StartFailed(
+                    run_id,
+                    f"thread {run_id} took {sent} message{'s' if sent != 1 else ''}: a fork of "
+                    f"it answers its first 0 to {sent} again",
+                )
+        elif not 0 <= at < len(recorded.turns):
             took = len(recorded.turns)
             raise StartFailed(
                 run_id,
@@ -193,14 +203,20 @@ class ForkCalls(RunCalls):
                         child=child,
                     )
                 )
-        prefix = turns[at].request
         result = recorded.result
+        # A thread's fork starts idle and takes the recorded messages again; a task's is sent
+        # what the recorded turn at + 1 was.
+        thread = recorded.input.thread is not None
+        prefix = (
+            ModelCallInput(model="", new_messages=[], tools=[]) if thread else turns[at].request
+        )
         return Recording(
             origin=run_id,
             turns=len(turns),
             at=at,
             transcript_ref=prefix.transcript_ref,
             messages=prefix.new_messages,
+            thread_messages=[m.text for m in recorded.messages[:at]] if thread else [],
             calls=calls,
             answer=result.final_output if result is not None else None,
             status=result.status if result is not None else "running",
@@ -256,6 +272,7 @@ class ForkCalls(RunCalls):
     async def _read_history(self, events: Sequence[HistoryEvent], recorded: Recorded) -> None:
         models: dict[int, str] = {}  # scheduled event id -> activity type, of model calls
         inputs: dict[int, Any] = {}
+        keys = {m.key for m in recorded.messages}
         for event in events:
             if event.HasField("activity_task_scheduled_event_attributes"):
                 scheduled = event.activity_task_scheduled_event_attributes
@@ -284,6 +301,14 @@ class ForkCalls(RunCalls):
                 recorded.children.append(
                     (child.workflow_id, child_input.agent or "", child_input.task)
                 )
+            elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+                request = event.workflow_execution_update_accepted_event_attributes
+                if request.accepted_request.input.name == SEND_MESSAGE_UPDATE:
+                    args = request.accepted_request.input.args.payloads
+                    [send] = await self._decode(args, SendMessage)
+                    if send.key is None or send.key not in keys:
+                        recorded.messages.append(send)
+                    keys.add(send.key)
             elif event.HasField("workflow_execution_completed_event_attributes"):
                 done = event.workflow_execution_completed_event_attributes
                 [recorded.result] = await self._decode(done.result.payloads, RunResult)

@@ -77,6 +77,11 @@ class Recording(BaseModel):
     )
     messages: list[Message] = Field(description="And what it was sent with it: the prefix's end.")
     calls: list[RecordedCall] = Field(default_factory=list, description="Every call, in order.")
+    thread_messages: list[str] = Field(
+        default_factory=list,
+        description="A thread's fork: the recorded thread's first `at` messages, which the "
+        "fork answers again, in order (a thread's `at` counts its messages, not turns).",
+    )
     answer: str | None = Field(default=None, description="The recorded run's final answer.")
     status: str = Field(default="", description="How the recorded run ended.")
 
@@ -104,16 +109,19 @@ class ForkOf(BaseModel):
     recording: Recording
 
     def child(self, agent: str, task: str) -> ForkOf | None:
-        """The fork of the sub-agent the recorded run started for `agent` on `task`, if any."""
+        """The fork of the sub-agent the recorded run started for `agent` on `task`; under
+        `live`, one the recorded run did not start is a fork with nothing recorded (each of its
+        calls is asked of a person); None otherwise."""
         recorded = self.recording.find(sub_agent_tool(agent), json.dumps({"task": task}))
-        if recorded is None or recorded.child is None:
+        if recorded is not None and recorded.child is not None:
+            recording = recorded.child
+        elif self.policy == "live":
+            first = Message(role="user", content=task)
+            recording = Recording(origin=self.origin, turns=0, at=0, messages=[first])
+        else:
             return None
         return ForkOf(
-            origin=recorded.child.origin,
-            at=0,
-            policy=self.policy,
-            model=self.model,
-            recording=recorded.child,
+            origin=recording.origin, at=0, policy=self.policy, model=self.model, recording=recording
         )
 
 
