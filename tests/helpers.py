@@ -37,6 +37,7 @@ from waitstate.auth.tokens import ResumeTokens
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.client._events import told as run_events_told
 from waitstate.converter import DATA_CONVERTER
+from waitstate.names import AGENT_RUN
 from waitstate.providers.base import ProviderError
 from waitstate.schemas import Message, ToolCall
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
@@ -47,6 +48,7 @@ from waitstate.settings import Settings
 from waitstate.tools import ToolRegistry, ToolSpec
 from waitstate.worker import build_providers, build_workers
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.served import WORKFLOWS
 from waitstate.workflows.versions import MARKERS
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -309,7 +311,7 @@ async def replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
     newest of `MARKERS` it records).
     A history already kept is never written again."""
     history = await handle.fetch_history()
-    replayer = agent_replayer([AgentRunWorkflow])
+    replayer = agent_replayer(list(WORKFLOWS))
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     if os.environ.get("WAITSTATE_RECORD_HISTORIES") != "1":
@@ -350,8 +352,11 @@ async def keep_history(name: str, history: WorkflowHistory) -> Path:
 
 
 async def recorded_revision(history: WorkflowHistory) -> int:
-    """The revision of the run's behaviour its history was recorded with (its input's)."""
+    """The revision of the run's behaviour its history was recorded with (its input's; 0 for
+    a workflow of another type, which has no revisions)."""
     started = history.events[0].workflow_execution_started_event_attributes
+    if started.workflow_type.name != AGENT_RUN:
+        return 0
     [run_input] = await DATA_CONVERTER.decode(started.input.payloads, [RunInput])
     assert isinstance(run_input, RunInput)
     return run_input.recorded_revision()

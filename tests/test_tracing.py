@@ -39,6 +39,7 @@ from waitstate.settings import Settings, otlp_traces_endpoint
 from waitstate.tracing import SERVICE_GATEWAY, SERVICE_STARTER, SERVICE_WORKER, Tracing
 from waitstate.worker import build_providers, build_worker
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.served import WORKFLOWS
 
 KEYS = {"trace": "t" * 40}
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -338,7 +339,7 @@ async def test_committed_histories_replay_with_tracing_on(
     history = committed_history(name, (HISTORIES / f"{name}.json").read_text())
     replayer = Replayer(
         workflow_runner=workflow_runner(),
-        workflows=[AgentRunWorkflow],
+        workflows=list(WORKFLOWS),
         data_converter=DATA_CONVERTER,
         interceptors=[tracing.interceptor],
     )

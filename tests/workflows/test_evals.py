@@ -7,6 +7,7 @@ import asyncio
 
 from temporalio.testing import WorkflowEnvironment
 
+from tests.helpers import replays
 from tests.workflows import fork_app
 from tests.workflows.test_forks import WITHIN, _ran, _shop
 from waitstate.schemas import RunInput
@@ -46,6 +47,7 @@ async def test_an_evaluation_forks_each_run_and_scores_it_against_its_original(
             assert row.scores[0].name == "charged_ten" and not row.scores[0].passed
             assert row.new_cost is None  # its model is not priced
         assert calls_before == fork_app.CALLED
+        await replays(client.handle(changed), "eval_forks_scored")
 
 
 async def test_a_run_that_cannot_be_forked_is_a_failed_row_not_a_failed_evaluation(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually, make_worker
+from tests.helpers import eventually, make_worker, replays
 from tests.workflows import fork_app
 from waitstate.apps import load_apps
 from waitstate.client import RunNotFound, StartFailed, WaitstateClient, thread_input
@@ -87,6 +87,7 @@ async def test_a_fork_under_recorded_goes_on_from_turn_n_and_never_calls_a_tool_
             fork_calls = await _model_calls(client, fork_id)
             assert fork_calls[0].transcript_ref == recorded_calls[at].transcript_ref
             assert fork_calls[0].new_messages == recorded_calls[at].new_messages
+        await replays(client.handle(fork_id), "fork_recorded")
 
 
 async def test_a_changed_model_is_refused_calls_the_recording_lacks_and_its_answer_differs(
@@ -133,6 +134,7 @@ async def test_under_live_a_call_the_recording_lacks_runs_for_real_once_approved
         result = await _result(client, fork_id)
         assert result.final_output is not None and result.final_output.endswith("r-di-20")
         assert [*calls_before, ("charge", "di 20")] == fork_app.CALLED
+        await replays(client.handle(fork_id), "fork_live_approved")
 
 
 async def test_a_fork_reads_the_recording_across_continue_as_new(
@@ -168,6 +170,7 @@ async def test_a_fork_of_a_tree_reruns_each_child_as_a_fork_of_the_recorded_chil
             assert child.state.fork is not None
             assert child.state.fork.origin == f"{origin}/shop-{part}"
             assert child.state.fork.recorded == 2
+        await replays(client.handle(fork_id), "fork_of_a_tree")
 
 
 async def test_a_fork_of_a_thread_answers_its_first_n_messages_again_and_takes_more(
@@ -195,6 +198,7 @@ async def test_a_fork_of_a_thread_answers_its_first_n_messages_again_and_takes_m
         state = (await client.status(fork_id)).state
         assert state.fork is not None and state.fork.recorded == 1
         assert state.thread is not None and state.thread.received == 3
+        await replays(client.handle(fork_id), "fork_of_a_thread")
 
 
 async def test_a_fork_that_cannot_be_made_is_refused_and_starts_nothing(

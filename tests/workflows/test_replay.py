@@ -30,6 +30,7 @@ from tests.rigs import time_skipping_server
 from waitstate.cli.replay import replayer as agent_replayer
 from waitstate.schemas import RunInput
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.served import WORKFLOWS
 
 HISTORIES = Path(__file__).resolve().parent.parent / "histories"
 ALL_TOOLS = ["calculate", "count_words", "utc_now"]
@@ -46,7 +47,7 @@ SCENARIOS: dict[str, tuple[RunInput, bool]] = {
 
 
 def _replayer() -> Replayer:
-    return agent_replayer([AgentRunWorkflow])
+    return agent_replayer(list(WORKFLOWS))
 
 
 async def _record(client: Client, task_queue: str, name: str) -> WorkflowHistory:
@@ -188,7 +189,10 @@ WAITING_PATHS: dict[str, list[str]] = {
         "mcp_sampling_allowed_in_rounds",
         "mcp_sampling_allowed_in_a_task",
     ],
-    "thread waiting for its next message": ["thread", "thread_quiet_turns"],
+    "thread waiting for its next message": ["thread", "thread_quiet_turns", "fork_of_a_thread"],
+    "a fork's call behind a person's approval": ["fork_live_approved"],
+    "a fork of a tree waiting for its children's forks": ["fork_of_a_tree"],
+    "an evaluation waiting for its forks": ["eval_forks_scored"],
     "thread steered while a turn waits": [
         "thread_steered_await",
         "thread_steered_handle",
@@ -207,6 +211,7 @@ WAITING_PATHS: dict[str, list[str]] = {
 }
 NOT_WAITING = [
     *SCENARIOS,
+    "fork_recorded",
     "agent_of_an_app",
     "agent_unknown",
     "agent_structured_output_corrected",

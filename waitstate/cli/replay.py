@@ -26,7 +26,7 @@ from waitstate.cli.output import CliError, one_line
 from waitstate.cli.versions import literal
 from waitstate.client import WaitstateClient
 from waitstate.converter import DATA_CONVERTER
-from waitstate.names import AGENT_RUN
+from waitstate.names import AGENT_RUN, EVAL_RUN
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
 
@@ -69,14 +69,16 @@ class Outcome:
 def default_query(
     closed_within: timedelta, version: str | None, now: datetime | None = None
 ) -> str:
-    """The agent runs still open, and those closed within `closed_within` of `now`; with
+    """The agent runs and evaluations (which wait for their forks) still open, and those closed
+    within `closed_within` of `now`; with
     `version` (`deployment:build_id`, as visibility names it), only the runs that version can
     meet: runs pinned to no version (runs of unversioned workers, runs no worker has taken yet,
     runs that move to the current version) and runs pinned to it. A run pinned to another
     version stays on that version's workers, however long it waits."""
     since = ((now or datetime.now(UTC)) - closed_within).strftime("%Y-%m-%dT%H:%M:%SZ")
     window = (
-        f'WorkflowType = "{AGENT_RUN}" AND (ExecutionStatus = "Running" OR CloseTime > "{since}")'
+        f'WorkflowType IN ("{AGENT_RUN}", "{EVAL_RUN}") AND '
+        f'(ExecutionStatus = "Running" OR CloseTime > "{since}")'
     )
     if version is None:
         return window
