@@ -1,6 +1,6 @@
-"""An evaluation's activities: a fork's input read from the recorded run's histories, and a
-fork set beside its original and scored by the app's scorers (the worker's apps: their code runs
-here, never in a workflow)."""
+"""Forks' and evaluations' activities: a fork's recording and input read from the recorded run's
+histories (through the client), and a fork set beside its original and scored by the app's
+scorers (the worker's apps: their code runs here, never in a workflow)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from waitstate.schemas.evals import (
     ScoreInput,
     Scorer,
 )
+from waitstate.schemas.forks import READ_RECORDING, Recording, RecordingRequest
 
 from .pulse import pulse
 
@@ -60,9 +61,27 @@ class EvalActivities:
                     instructions=request.instructions,
                     agent=request.agent,
                     policy=request.policy,
+                    with_recording=False,  # read by the fork: the evaluation's history stays small
                 )
         except (RunNotFound, StartFailed) as err:
             raise ApplicationError(str(err), non_retryable=True) from None
+
+    @activity.defn(name=READ_RECORDING)
+    async def read_recording(self, request: RecordingRequest) -> Recording:
+        """The recording a fork goes on from (a fork started without one reads it).
+
+        Raises:
+            ApplicationError: non-retryable, when the run cannot be forked there (no such run,
+                a turn it never took, a recording too big); anything else is retried.
+        """
+        try:
+            async with pulse():
+                _, recording = await self._client.recording(request.origin, request.at)
+        except (RunNotFound, StartFailed) as err:
+            raise ApplicationError(str(err), non_retryable=True) from None
+        except ClientError as err:
+            raise ApplicationError(str(err)) from None
+        return recording
 
     @activity.defn(name=SCORE_FORK)
     async def score_fork(self, input: ScoreInput) -> EvalRow:

@@ -293,6 +293,7 @@ def run_parts(
             agent.store_answer,
             trees.reserve_tree_budget,
             evals.prepare_fork,
+            evals.read_recording,
             evals.score_fork,
             servers.list_mcp_tools,
             model.call_model,

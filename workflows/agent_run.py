@@ -97,7 +97,7 @@ class AgentRunWorkflow:
         self._fork = Fork(run, self._approvals)
         self._budget = Budgets(self._plan, self._state, self._approvals)
         self._outages = StoreOutages(self._state, self._board)
-        self._opening = Opening(self._plan, self._state, self._board, self._outages)
+        self._opening = Opening(self._plan, self._state, self._board, self._outages, self._memory)
         self._background = BackgroundReplies(self._plan, self._state)
         self._tree = SubAgents(run)
 

@@ -45,6 +45,7 @@ class Fork(Part):
         kept = self._state.fork
         if fork is None or kept is None or call.name not in (*tools, *OWN_TOOLS):
             return None
+        assert fork.recording is not None  # read at the opening
         if call.name.startswith(SUB_AGENT_PREFIX):
             return self._sub_agent(fork, call)
         key = call_key(call.name, call.arguments)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunState
+from waitstate.schemas.forks import Recording
 from waitstate.schemas.run import CALL_MODEL, CHECKPOINT_PROMPT, Checkpoint
 from waitstate.wording import span
 
@@ -43,10 +44,8 @@ class Memory:
             # Continued as new: the conversation goes on where the previous run left it.
             self.transcript_ref = input.carry.transcript_ref
             self.unsent = list(input.carry.unsent)
-        elif input.fork is not None:
-            # A fork: the conversation the recorded run's model had before its turn `at` + 1.
-            self.transcript_ref = input.fork.recording.transcript_ref
-            self.unsent = list(input.fork.recording.messages)
+        elif input.fork is not None and input.fork.recording is not None:
+            self.forked(input.fork.recording)
         else:
             self.transcript_ref = None
             # A thread starts idle: its messages come one by one (workflows/thread.py).
@@ -62,6 +61,11 @@ class Memory:
     @property
     def _input(self) -> RunInput:
         return self._plan.input
+
+    def forked(self, recording: Recording) -> None:
+        """A fork: the conversation the recorded run's model had before its turn `at` + 1."""
+        self.transcript_ref = recording.transcript_ref
+        self.unsent = list(recording.messages)
 
     def new_turn(self, transcript_ref: str | None) -> None:
         """The model answered: everything it was sent is in the transcript `transcript_ref`."""

@@ -1,5 +1,6 @@
-"""What a run does once, before its first turn: take its agent's definition, and list the MCP
-tools it was granted. Either failing ends the run at once, saying why."""
+"""What a run does once, before its first turn: take its agent's definition, read a fork's
+recording (if it was not given one), and list the MCP tools it was granted. Any failing ends the
+run at once, saying why."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 from waitstate.schemas import RunState
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
 from waitstate.schemas.errors import RUN_FAILED
+from waitstate.schemas.forks import READ_RECORDING, ForkOf, Recording, RecordingRequest
 from waitstate.schemas.run import (
     LIST_MCP_TOOLS,
     RESOLVE_AGENT,
@@ -22,10 +24,12 @@ from waitstate.schemas.run import (
 from . import ledger
 from .activity_calls import Failed, call
 from .board import StatusBoard
+from .memory import Memory
 from .outages import StoreDown, StoreOutages
 from .plan import Plan
 from .policies import (
     AGENT_CALL,
+    FORK_CALL,
     MCP_LISTING_RETRY,
     MCP_LISTING_TIMEOUT,
     TOOL_HEARTBEAT,
@@ -36,17 +40,20 @@ class Opening:
     """The run's opening: its agent, its MCP tools (not again in a run continued as new)."""
 
     def __init__(
-        self, plan: Plan, state: RunState, board: StatusBoard, outages: StoreOutages
+        self, plan: Plan, state: RunState, board: StatusBoard, outages: StoreOutages, memory: Memory
     ) -> None:
         self._plan = plan
         self._state = state
         self._board = board
         self._outages = outages
+        self._memory = memory
 
     async def open(self) -> None:
         input = self._plan.input
         if input.agent is not None and input.carry is None:
             await self._take_agent(input.agent)
+        if input.fork is not None and input.fork.recording is None and input.carry is None:
+            await self._read_recording(input.fork)
         if self._plan.input.mcp_listing is None and any(
             SEPARATOR in n for n in self._plan.input.tools
         ):
@@ -77,6 +84,21 @@ class Opening:
         self._state.agent = name
         self._state.model = self._plan.input.model
         self._state.constraints = list(self._plan.input.constraints)
+
+    async def _read_recording(self, fork: ForkOf) -> None:
+        """A fork started without its recording reads it (the recorded run's histories, by the
+        client) and goes on from its prefix; a run that cannot be forked there fails at once."""
+        recording = await call(
+            READ_RECORDING,
+            RecordingRequest(origin=fork.origin, at=fork.at),
+            result_type=Recording,
+            summary=f"recording of {fork.origin}",
+            **FORK_CALL,
+        )
+        if isinstance(recording, Failed):
+            self._fail(recording)
+        self._plan.resolve(fork=fork.model_copy(update={"recording": recording}))
+        self._memory.forked(recording)
 
     async def _list_mcp_tools(self) -> None:
         """List the MCP tools the run was granted, once: every turn, worker and continued run

@@ -73,7 +73,8 @@ class Conversation(Part):
                 settings=run.plan.input.thread, idle_since=workflow.now()
             )
             fork = run.plan.input.fork
-            for text in fork.recording.thread_messages if fork is not None else ():
+            recording = fork.recording if fork is not None else None
+            for text in recording.thread_messages if recording is not None else ():
                 self.accept(SendMessage(text=text))  # a thread's fork: its messages again
 
     @property

@@ -1,6 +1,6 @@
-"""Forks: a recorded run read back from its history (across its continue-as-new chain, and its
-sub-agents' runs), and a new run started from its turn N with another model, prompt or agent,
-its tool calls answered from the recording (docs/forks.md)."""
+"""Forks: a recorded run read back from its history (across its continue-as-new chain), and a new
+run started from its turn N with another model, prompt or agent, its tool calls answered from
+the recording (docs/forks.md)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,6 @@ from waitstate.schemas.tree import SUB_AGENT_PREFIX, SubAgentTask
 # A fork's input leaves out what belongs to the run it forks alone: its place in a chain or a
 # tree, its revision, and the fields its agent was found to set (found again for the fork).
 NOT_FORKED = frozenset({"carry", "revision", "tree", "fork", "agent_overrides"})
-# Sub-agents' runs read for one fork, at most (a tree's recording travels in one input).
-MAX_RECORDED_RUNS = 200
 
 
 @dataclass
@@ -84,7 +82,6 @@ class ForkCalls(RunCalls):
                 recording too big to travel in a run's input).
             TemporalFailed: its history could not be read.
         """
-        read = [0]
         recorded = await self._read(run_id)
         if recorded.input.thread is not None:
             sent = len(recorded.messages)
@@ -103,7 +100,7 @@ class ForkCalls(RunCalls):
                 if took
                 else f"run {run_id} has no model turn yet",
             )
-        recording = await self._recording(run_id, recorded, at, read)
+        recording = self._recording(run_id, recorded, at)
         size = len(recording.model_dump_json())
         if size > RECORDING_MAX_BYTES:
             raise StartFailed(
@@ -148,9 +145,12 @@ class ForkCalls(RunCalls):
         instructions: str | None = None,
         agent: str | None = None,
         policy: ForkPolicy = "recorded",
+        with_recording: bool = True,
     ) -> RunInput:
         """The input of a fork of `run_id` (as `fork` says), not started: what the recorded
-        run was started with, less what was its own alone, with the fork's settings.
+        run was started with, less what was its own alone, with the fork's settings; without
+        its recording unless `with_recording` (the fork then reads it at its opening: a run
+        that starts many forks keeps its own history small).
 
         Raises:
             RunNotFound, StartFailed, TemporalFailed: as `recording` says; StartFailed too for
@@ -160,7 +160,13 @@ class ForkCalls(RunCalls):
         data: dict[str, Any] = origin.model_dump(exclude_unset=True, exclude=set(NOT_FORKED))
         given = {"model": model, "system_prompt": instructions, "agent": agent}
         data |= {name: value for name, value in given.items() if value is not None}
-        link = ForkOf(origin=run_id, at=at, policy=policy, model=model, recording=recording)
+        link = ForkOf(
+            origin=run_id,
+            at=at,
+            policy=policy,
+            model=model,
+            recording=recording if with_recording else None,
+        )
         try:
             return RunInput(**data, fork=link)
         except ValueError as err:
@@ -176,10 +182,8 @@ class ForkCalls(RunCalls):
         """
         return await self._read(run_id)
 
-    async def _recording(
-        self, run_id: str, recorded: Recorded, at: int, read: list[int]
-    ) -> Recording:
-        """`recorded`'s recording for a fork at turn `at`, its sub-agents' (at 0) within it."""
+    def _recording(self, run_id: str, recorded: Recorded, at: int) -> Recording:
+        """`recorded`'s recording for a fork at turn `at`."""
         turns = recorded.turns
         children = list(recorded.children)
         calls: list[RecordedCall] = []
@@ -191,7 +195,7 @@ class ForkCalls(RunCalls):
                     continue  # read by the model only in a rebuilt context, or never
                 child = None
                 if call.name.startswith(SUB_AGENT_PREFIX):
-                    child = await self._child(call.name, call.arguments, children, read)
+                    child = _child(call.name, call.arguments, children)
                 calls.append(
                     RecordedCall(
                         turn=number,
@@ -221,28 +225,6 @@ class ForkCalls(RunCalls):
             answer=result.final_output if result is not None else None,
             status=result.status if result is not None else "running",
         )
-
-    async def _child(
-        self, tool: str, arguments: str, children: list[tuple[str, str, str]], read: list[int]
-    ) -> Recording | None:
-        """The recording of the sub-agent a call started: the first child not yet taken whose
-        agent and task are the call's."""
-        try:
-            task = SubAgentTask.model_validate_json(arguments).task
-        except ValueError:
-            return None
-        agent = tool.removeprefix(SUB_AGENT_PREFIX)
-        for index, (child_id, child_agent, child_task) in enumerate(children):
-            if (child_agent, child_task) == (agent, task):
-                del children[index]
-                read[0] += 1
-                if read[0] > MAX_RECORDED_RUNS:
-                    raise StartFailed(child_id, f"its tree has over {MAX_RECORDED_RUNS} runs")
-                recorded = await self._read(child_id)
-                if not recorded.turns:
-                    return None
-                return await self._recording(child_id, recorded, 0, read)
-        return None
 
     async def _read(self, run_id: str) -> Recorded:
         """Run `run_id`'s chain of histories, oldest first, read."""
@@ -320,3 +302,18 @@ class ForkCalls(RunCalls):
 def _answers(request: ModelCallInput) -> dict[str, Message]:
     """The tool results a model call was sent, by the id of the call each answers."""
     return {m.tool_call_id: m for m in request.new_messages if m.role == "tool" and m.tool_call_id}
+
+
+def _child(tool: str, arguments: str, children: list[tuple[str, str, str]]) -> str | None:
+    """The id of the sub-agent a call started: the first child not yet taken whose agent and
+    task are the call's."""
+    try:
+        task = SubAgentTask.model_validate_json(arguments).task
+    except ValueError:
+        return None
+    agent = tool.removeprefix(SUB_AGENT_PREFIX)
+    for index, (child_id, child_agent, child_task) in enumerate(children):
+        if (child_agent, child_task) == (agent, task):
+            del children[index]
+            return child_id
+    return None

@@ -1,11 +1,13 @@
 """A fork: a new run that goes on from turn N of a recorded run, with another model, prompt or
 agent, its tool calls answered from the recording (docs/forks.md).
 
-The recording is read from the recorded run's history (across its continue-as-new chain) by
-the client that starts the fork, and travels in the fork's input: what the model was sent up to
-turn N (the prefix, by reference as the recorded run kept it), and every tool call the recorded
-run's model made with the result it read. A sub-agent's call carries its child's recording, so
-a fork of a tree re-runs its children under the same policy.
+The recording is read from the recorded run's history (across its continue-as-new chain): what
+the model was sent up to turn N (the prefix, by reference as the recorded run kept it), and
+every tool call the recorded run's model made with the result it read. The client that starts
+a fork reads it (to refuse a fork that cannot be made) and hands it in the fork's input; a fork
+started without it (an evaluation's, a sub-agent's) reads it at its opening (`read_recording`),
+so it is in the fork's own history once, not in its parent's. A sub-agent's call names the child
+it started, so a fork of a tree re-runs each child as a fork of the recorded child.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from waitstate.schemas.tree import sub_agent_tool
 # with none is unavailable); `live` calls it for real, each call behind a person's approval.
 ForkPolicy = Literal["recorded", "stub", "live"]
 FORK_POLICIES: tuple[ForkPolicy, ...] = ("recorded", "stub", "live")
-# A recording bigger than this (its JSON) is refused by the client: it travels in the fork's
-# input, recorded in the fork's history.
+# A recording bigger than this (its JSON) is refused: it is recorded in the fork's history.
 RECORDING_MAX_BYTES = 1_000_000
+READ_RECORDING = "read_recording"
 
 
 def call_key(name: str, arguments: str) -> str:
@@ -47,8 +49,8 @@ class RecordedCall(BaseModel):
     content: str
     content_ref: str | None = None
     is_error: bool = False
-    child: Recording | None = Field(
-        default=None, description="A sub-agent's call: the recording of the run it started."
+    child: str | None = Field(
+        default=None, description="A sub-agent's call: the id of the run it started."
     )
 
     @property
@@ -106,22 +108,28 @@ class ForkOf(BaseModel):
     model: str | None = Field(
         default=None, description="The model the fork was given: its sub-agents' forks get it."
     )
-    recording: Recording
+    recording: Recording | None = Field(
+        default=None, description="None: the fork reads it at its opening (`read_recording`)."
+    )
 
     def child(self, agent: str, task: str) -> ForkOf | None:
         """The fork of the sub-agent the recorded run started for `agent` on `task`; under
         `live`, one the recorded run did not start is a fork with nothing recorded (each of its
         calls is asked of a person); None otherwise."""
+        assert self.recording is not None  # read at the fork's opening
         recorded = self.recording.find(sub_agent_tool(agent), json.dumps({"task": task}))
         if recorded is not None and recorded.child is not None:
-            recording = recorded.child
+            origin, recording = recorded.child, None
         elif self.policy == "live":
             first = Message(role="user", content=task)
-            recording = Recording(origin=self.origin, turns=0, at=0, messages=[first])
+            origin, recording = (
+                self.origin,
+                Recording(origin=self.origin, turns=0, at=0, messages=[first]),
+            )
         else:
             return None
         return ForkOf(
-            origin=recording.origin, at=0, policy=self.policy, model=self.model, recording=recording
+            origin=origin, at=0, policy=self.policy, model=self.model, recording=recording
         )
 
 
@@ -142,4 +150,8 @@ class ForkState(BaseModel):
     )
 
 
-RecordedCall.model_rebuild()
+class RecordingRequest(BaseModel):
+    """Input of the `read_recording` activity: the run a fork forks, and the turn."""
+
+    origin: str
+    at: int = Field(ge=0)
