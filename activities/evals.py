@@ -4,6 +4,7 @@ scorers (the worker's apps: their code runs here, never in a workflow)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -33,8 +34,9 @@ from waitstate.schemas.forks import READ_RECORDING, Recording, RecordingRequest
 
 from .pulse import pulse
 
-# A scorer's detail, as a report keeps it.
+# A scorer's detail, as a report keeps it, and how long it may take over one fork.
 DETAIL_CHARS = 500
+SCORER_TIMEOUT = 30.0
 
 
 class EvalActivities:
@@ -108,7 +110,7 @@ class EvalActivities:
         except ClientError as err:
             raise ApplicationError(str(err)) from None  # retried
         case = _case(input, original, fork)
-        scores = [_score(name, self._scorers[name], case) for name in names]
+        scores = [await _score(name, self._scorers[name], case) for name in names]
         if not names:
             scores = [_same_outcome(case)]
         return EvalRow(
@@ -154,11 +156,14 @@ def _case(input: ScoreInput, original: Recorded, fork: Recorded) -> EvalCase:
     )
 
 
-def _score(name: str, scorer: Scorer, case: EvalCase) -> Score:
-    """What `scorer` said of `case`; a scorer that raises, or answers something else, fails the
-    run saying so (the app's own code)."""
+async def _score(name: str, scorer: Scorer, case: EvalCase) -> Score:
+    """What `scorer` said of `case`, in a thread of its own (it may be slow: the worker's loop
+    goes on). A scorer that raises, answers something else, or takes over `SCORER_TIMEOUT`
+    fails the run saying so (the app's own code)."""
     try:
-        said = scorer(case)
+        said = await asyncio.wait_for(asyncio.to_thread(scorer, case), SCORER_TIMEOUT)
+    except TimeoutError:
+        return Score(name=name, passed=False, detail=f"the scorer took over {SCORER_TIMEOUT:g} s")
     except Exception as err:
         return Score(
             name=name, passed=False, detail=f"the scorer raised {type(err).__name__}: {err}"

@@ -9,6 +9,7 @@ taken for lost and tried again.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Mapping
@@ -256,9 +257,12 @@ async def stubbed(spec: ToolSpec, args: BaseModel, call: ToolCall) -> ToolResult
             "such call; go on without it",
         )
     try:
-        answer = spec.stub(args)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        if inspect.iscoroutinefunction(spec.stub):
+            answer = await spec.stub(args)
+        else:  # the worker's loop goes on while it runs
+            answer = await asyncio.to_thread(spec.stub, args)
+            if inspect.isawaitable(answer):
+                answer = await answer
     except Exception as err:  # the app's own code: told to the model, like a tool's error
         return error_result(call, f"{call.name}'s stub failed: {type(err).__name__}: {err}")
     content = answer if isinstance(answer, str) else json.dumps(answer, default=str)
