@@ -82,6 +82,8 @@ async def test_a_fork_under_recorded_goes_on_from_turn_n_and_never_calls_a_tool_
             assert state.fork.recorded == 2 - at and state.fork.unavailable == []
             described = await client.handle(fork_id).describe()
             assert described.typed_search_attributes.get(FORK_OF) == origin
+            summary = await described.static_summary()
+            assert summary == f"fork of {origin} at turn {at}: serve customer=ada"
             # Its first model call was sent what the recorded run's turn at + 1 was.
             recorded_calls = await _model_calls(client, origin)
             fork_calls = await _model_calls(client, fork_id)

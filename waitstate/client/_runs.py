@@ -149,7 +149,7 @@ class RunCalls(ClientBase):
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=TypedSearchAttributes(attributes),
-                static_summary=run_input.task[:SUMMARY_CHARS],
+                static_summary=_summary(run_input),
                 static_details=_details(run_input),
             )
         except WorkflowAlreadyStartedError as err:
@@ -386,3 +386,10 @@ def started_with(run_input: RunInput) -> list[tuple[str, str]]:
 def _details(run_input: RunInput) -> str:
     """The Web UI's static details of a run: what it was started with."""
     return "\n\n".join(f"{label}: {value}" for label, value in started_with(run_input))
+
+
+def _summary(run_input: RunInput) -> str:
+    """What the Web UI shows of a run: its task; a fork's, led by the run it forks."""
+    fork = run_input.fork
+    lead = f"fork of {fork.origin} at turn {fork.at}: " if fork is not None else ""
+    return f"{lead}{run_input.task}"[:SUMMARY_CHARS]
