@@ -56,6 +56,7 @@ from waitstate.workflows.agent_run import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 60  # seconds: bound on every wait for the run or the CLI to get somewhere
+FORK_APP = "tests.workflows.fork_app:app"
 # The CLI as its hints type it, here as where the CLI runs: the checkout.
 CLI_COMMAND = cli_command()
 
@@ -969,6 +970,25 @@ async def test_status_shows_a_runs_tree_node_by_node(
         "    researcher-2 [researcher] completed",
     ]
     assert [node["path"] for node in as_json["nodes"]] == [n.path for n in nodes[1:]]
+
+
+async def test_status_of_a_fork_names_its_origin_and_how_its_calls_were_answered(
+    cli: Cli, dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([FORK_APP])):
+        started = await client.start(RunInput(task="serve customer=ov", agent="shop"))
+        await client.outcome(started.run_id)
+        fork_id, _ = await client.fork(started.run_id, at=1, model="scripted:shop-more")
+        await client.outcome(fork_id)
+        status = await cli("status", fork_id)
+
+    assert status.code == 0, status.stderr
+    assert (
+        f"fork of {started.run_id} (its first 1 turns; policy recorded): calls answered 0 from "
+        "the recording, 0 by stubs, 0 live; 1 unavailable"
+    ) in status.stdout
+    assert 'unavailable: charge {"customer": "ov", "amount": 20}' in status.stdout
 
 
 async def _listed(client: WaitstateClient, run_id: str, count: int) -> list[Any] | None:

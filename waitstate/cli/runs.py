@@ -140,6 +140,15 @@ async def cmd_status(
     print(usage_line(state))
     if state.constraints:
         print(f"constraints: {one_line('; '.join(state.constraints))}")
+    if (fork := state.fork) is not None:
+        kept = "messages" if state.thread is not None else "turns"
+        print(
+            f"fork of {fork.origin} (its first {fork.at} {kept}; policy {fork.policy}): "
+            f"calls answered {fork.recorded} from the recording, {fork.stubbed} by stubs, "
+            f"{fork.live} live; {len(fork.unavailable)} unavailable"
+        )
+        for refused in fork.unavailable[-5:]:
+            print(f"  unavailable: {one_line(refused)}")
     if (thread := state.thread) is not None:
         print(
             f"thread: {count_of(thread.received, 'message')} received; busy policy "
