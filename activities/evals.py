@@ -25,12 +25,11 @@ from waitstate.schemas.evals import (
     EvalCase,
     EvalRow,
     FieldChange,
-    ForkRequest,
     Score,
     ScoreInput,
     Scorer,
 )
-from waitstate.schemas.forks import READ_RECORDING, Recording, RecordingRequest
+from waitstate.schemas.forks import READ_RECORDING, ForkRequest, Recording, RecordingRequest
 
 from .pulse import pulse
 
@@ -56,15 +55,8 @@ class EvalActivities:
         """
         try:
             async with pulse():
-                return await self._client.fork_input(
-                    request.run_id,
-                    at=request.at,
-                    model=request.model,
-                    instructions=request.instructions,
-                    agent=request.agent,
-                    policy=request.policy,
-                    with_recording=False,  # read by the fork: the evaluation's history stays small
-                )
+                # Read by the fork itself: the evaluation's history stays small.
+                return await self._client.fork_input(request, with_recording=False)
         except (RunNotFound, StartFailed) as err:
             raise ApplicationError(str(err), non_retryable=True) from None
 

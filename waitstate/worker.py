@@ -105,17 +105,31 @@ def build_tokens(settings: Settings) -> ResumeTokens | None:
     return ResumeTokens(settings.token_keys, settings.token_signing_key)
 
 
-class WorkerParts(TypedDict, total=False):
-    """What `build_worker` passes on to `build_workers` as it is (see there)."""
+class ActivityParts(TypedDict, total=False):
+    """What the activities are wired to besides the settings (absent or None: none).
+
+    Attributes:
+        tokens: The resume-token keys (callback tools, approval links, publish tokens).
+        agents: The agents runs may name, by name.
+        tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
+        mcp: The MCP servers runs may be granted tools of.
+        tracing: Spans of workflows, activities, model and tool calls.
+        scorers: What evaluations score forks with, by name (the apps' `scorers`).
+    """
 
     tokens: ResumeTokens | None
-    task_queue: str | None
     agents: Mapping[str, Agent] | None
     tool_deps: Mapping[str, Any] | None
     mcp: McpServers | None
     tracing: Tracing | None
-    workflows: Sequence[type] | None
     scorers: Mapping[str, Scorer] | None
+
+
+class WorkerParts(ActivityParts, total=False):
+    """What `build_worker` passes on to `build_workers` as it is (see there)."""
+
+    task_queue: str | None
+    workflows: Sequence[type] | None
 
 
 def build_worker(
@@ -140,47 +154,28 @@ def build_workers(
     tools: Sequence[ToolSpec],
     http: httpx.AsyncClient,
     *,
-    tokens: ResumeTokens | None = None,
     task_queue: str | None = None,
-    agents: Mapping[str, Agent] | None = None,
-    tool_deps: Mapping[str, Any] | None = None,
-    mcp: McpServers | None = None,
-    tracing: Tracing | None = None,
     workflows: Sequence[type] | None = None,
-    scorers: Mapping[str, Scorer] | None = None,
+    **parts: Unpack[ActivityParts],
 ) -> list[Worker]:
     """The workers of a worker process: the runs' task queue's, with every workflow and
     activity registered (tests pass their own parts); then, with WAITSTATE_MODEL_TASK_QUEUE,
     the model queue's, with the model activity alone, held to WAITSTATE_MODEL_CALLS_PER_SECOND.
 
     Args:
-        agents: The agents runs may name, by name.
-        tool_deps: What each tool's handlers get as `RunContext.deps`, by tool name.
-        mcp: The MCP servers runs may be granted tools of.
-        tracing: Spans of workflows, activities, model and tool calls (None: none).
+        task_queue: The runs' queue, if not the settings'.
         workflows: The workflow classes, if not `WORKFLOWS` (a deploy drill serves a later one).
-        scorers: What evaluations score forks with, by name (the apps' `scorers`).
+        parts: What the activities are wired to (`ActivityParts`).
     """
-    parts = run_parts(
-        client,
-        settings,
-        providers,
-        tools,
-        http,
-        tokens=tokens,
-        agents=agents,
-        tool_deps=tool_deps,
-        mcp=mcp,
-        tracing=tracing,
-        scorers=scorers,
-    )
+    tracing = parts.get("tracing")
+    wired = run_parts(client, settings, providers, tools, http, **parts)
     # Both workers poll as one version (its build id is read from git once).
     deployment = deployment_config(settings)
     runs = Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=WORKFLOWS if workflows is None else workflows,
-        activities=parts.activities,
+        activities=wired.activities,
         # Waiting runs are evicted and rebuilt from history on wake: a bounded cache keeps
         # the worker's memory flat however many runs are suspended.
         max_cached_workflows=settings.max_cached_workflows,
@@ -206,11 +201,11 @@ def build_workers(
     pace = ModelCallPace(limit) if limit is not None else None
     paced = ModelActivities(
         providers,
-        parts.registry,
-        parts.blobs,
-        agents,
+        wired.registry,
+        wired.blobs,
+        parts.get("agents"),
         tracing=tracing,
-        deltas=parts.deltas,
+        deltas=wired.deltas,
         pace=None if pace is None else pace.turn,
     )
     model_calls = Worker(
@@ -242,16 +237,11 @@ def run_parts(
     providers: Providers,
     tools: Sequence[ToolSpec],
     http: httpx.AsyncClient,
-    *,
-    tokens: ResumeTokens | None = None,
-    agents: Mapping[str, Agent] | None = None,
-    tool_deps: Mapping[str, Any] | None = None,
-    mcp: McpServers | None = None,
-    tracing: Tracing | None = None,
-    scorers: Mapping[str, Scorer] | None = None,
+    **parts: Unpack[ActivityParts],
 ) -> RunParts:
-    """Every activity the agent runs call, wired to `settings`, `providers` and `tools` (the
-    worker's and `WaitstatePlugin`'s; arguments as `build_workers`')."""
+    """Every activity the agent runs call, wired to `settings`, `providers`, `tools` and
+    `parts` (the worker's and `WaitstatePlugin`'s)."""
+    tokens, agents, tracing = parts.get("tokens"), parts.get("agents"), parts.get("tracing")
     blobs = open_blob_store(settings)
     registry = ToolRegistry([*tools, *builtin_tools(), read_ref_tool(blobs)])
     # Asked for (WAITSTATE_MODEL_DELTAS), with a gateway and the keys to mint publish tokens:
@@ -264,12 +254,18 @@ def run_parts(
     model = ModelActivities(providers, registry, blobs, agents, tracing=tracing, deltas=deltas)
     # The waits for the replies models give in the background (`?background`), and their cancels.
     background = BackgroundActivities(model, providers)
-    servers = McpActivities(mcp or McpServers(), blobs)
+    servers = McpActivities(parts.get("mcp") or McpServers(), blobs)
     tool = ToolActivities(
-        registry, blobs, tokens, settings.gateway_url, tool_deps, servers, tracing=tracing
+        registry,
+        blobs,
+        tokens,
+        settings.gateway_url,
+        parts.get("tool_deps"),
+        servers,
+        tracing=tracing,
     )
     agent = AgentActivities(agents or {}, settings.default_model, blobs)
-    operations = OperationActivities(registry, mcp, blobs, providers)
+    operations = OperationActivities(registry, parts.get("mcp"), blobs, providers)
     # Each approver group's notices go where WAITSTATE_NOTICE_ROUTES says (the outbox if unset).
     approvals = ApprovalActivities(
         http,
@@ -283,7 +279,7 @@ def run_parts(
     cleanup = CleanupActivities(client, blobs)
     runs = WaitstateClient(client, task_queue=settings.task_queue)
     trees = TreeActivities(runs)
-    evals = EvalActivities(runs, scorers or {})
+    evals = EvalActivities(runs, parts.get("scorers") or {})
     return RunParts(
         registry,
         blobs,

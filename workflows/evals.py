@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
         EvalInput,
         EvalReport,
         EvalRow,
-        ForkRequest,
         ScoreInput,
     )
 
@@ -68,16 +67,12 @@ class EvalWorkflow:
     async def _fork_and_score(self, number: int, run_id: str) -> EvalRow:
         input = self._report.input
         fork_id = f"{workflow.info().workflow_id}/{number}"
-        request = ForkRequest(
-            run_id=run_id,
-            at=input.at,
-            model=input.model,
-            instructions=input.instructions,
-            agent=input.agent,
-            policy=input.policy,
-        )
         prepared = await call(
-            PREPARE_FORK, request, result_type=RunInput, summary=f"fork {run_id}", **EVAL_CALL
+            PREPARE_FORK,
+            input.fork_request(run_id),
+            result_type=RunInput,
+            summary=f"fork {run_id}",
+            **EVAL_CALL,
         )
         if isinstance(prepared, Failed):
             return EvalRow(run_id=run_id, fork_id="", task="", error=prepared.message)

@@ -55,14 +55,7 @@ class Fork(Part):
         if recorded is not None:
             kept.seen[key] = kept.seen.get(key, 0) + 1
             kept.recorded += 1
-            answer = recorded.answer()
-            return ToolResult(
-                tool_call_id=call.id,
-                name=call.name,
-                content=answer.content,
-                content_ref=answer.content_ref,
-                is_error=answer.is_error,
-            )
+            return recorded.result(call)
         if call.name in OWN_TOOLS:
             return None
         if fork.policy == "stub":

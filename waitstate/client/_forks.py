@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
@@ -18,9 +18,11 @@ from waitstate.client._runs import RunCalls
 from waitstate.names import SEND_MESSAGE_UPDATE
 from waitstate.schemas import Message, ModelCallInput, ModelResponse, RunInput, RunResult
 from waitstate.schemas.forks import (
+    ANSWERED,
     RECORDING_MAX_BYTES,
     ForkOf,
     ForkPolicy,
+    ForkRequest,
     RecordedCall,
     Recording,
 )
@@ -36,6 +38,18 @@ from waitstate.schemas.tree import SUB_AGENT_PREFIX, SubAgentTask
 # A fork's input leaves out what belongs to the run it forks alone: its place in a chain or a
 # tree, its revision, and the fields its agent was found to set (found again for the fork).
 NOT_FORKED = frozenset({"carry", "revision", "tree", "fork", "agent_overrides"})
+
+
+class ForkSettings(TypedDict, total=False):
+    """How a fork goes on (`WaitstateClient.fork`): from turn `at` (a thread's: its first `at`
+    messages), with `model`, `instructions` (its system prompt) or `agent` where given, its
+    tool calls answered per `policy`."""
+
+    at: int
+    model: str | None
+    instructions: str | None
+    agent: str | None
+    policy: ForkPolicy
 
 
 @dataclass
@@ -109,20 +123,12 @@ class ForkCalls(RunCalls):
         return recorded.input, recording
 
     async def fork(
-        self,
-        run_id: str,
-        *,
-        at: int = 0,
-        model: str | None = None,
-        instructions: str | None = None,
-        agent: str | None = None,
-        policy: ForkPolicy = "recorded",
-        fork_id: str | None = None,
+        self, run_id: str, *, fork_id: str | None = None, **how: Unpack[ForkSettings]
     ) -> tuple[str, RunInput]:
-        """Start a fork of run `run_id` from its turn `at`: a new run whose model is sent what
-        the recorded run's model was before its turn `at` + 1, then goes on with `model`,
-        `instructions` (its system prompt) or `agent` where given, its tool calls answered per
-        `policy` (docs/forks.md). Idempotent by `fork_id` (a fresh one if None).
+        """Start a fork of run `run_id` from its turn `at` (`how`: see `ForkSettings`): a new
+        run whose model is sent what the recorded run's model was before its turn `at` + 1,
+        then goes on with the fork's settings, its tool calls answered per its policy
+        (docs/forks.md). Idempotent by `fork_id` (a fresh one if None).
 
         Returns:
             The fork's id, and its input.
@@ -130,47 +136,39 @@ class ForkCalls(RunCalls):
         Raises:
             RunNotFound, StartFailed, TemporalFailed: as `recording` and `start` say.
         """
-        fork_input = await self.fork_input(
-            run_id, at=at, model=model, instructions=instructions, agent=agent, policy=policy
-        )
+        fork_input = await self.fork_input(ForkRequest(run_id=run_id, **how))
         started = await self.start(fork_input, run_id=fork_id or new_fork_id())
         return started.run_id, fork_input
 
-    async def fork_input(
-        self,
-        run_id: str,
-        *,
-        at: int = 0,
-        model: str | None = None,
-        instructions: str | None = None,
-        agent: str | None = None,
-        policy: ForkPolicy = "recorded",
-        with_recording: bool = True,
-    ) -> RunInput:
-        """The input of a fork of `run_id` (as `fork` says), not started: what the recorded
-        run was started with, less what was its own alone, with the fork's settings; without
-        its recording unless `with_recording` (the fork then reads it at its opening: a run
-        that starts many forks keeps its own history small).
+    async def fork_input(self, request: ForkRequest, *, with_recording: bool = True) -> RunInput:
+        """The input of the fork `request` asks for, not started: what the recorded run was
+        started with, less what was its own alone, with the fork's settings; without its
+        recording unless `with_recording` (the fork then reads it at its opening: a run that
+        starts many forks keeps its own history small).
 
         Raises:
             RunNotFound, StartFailed, TemporalFailed: as `recording` says; StartFailed too for
                 settings no run could be started with.
         """
-        origin, recording = await self.recording(run_id, at)
+        origin, recording = await self.recording(request.run_id, request.at)
         data: dict[str, Any] = origin.model_dump(exclude_unset=True, exclude=set(NOT_FORKED))
-        given = {"model": model, "system_prompt": instructions, "agent": agent}
+        given = {
+            "model": request.model,
+            "system_prompt": request.instructions,
+            "agent": request.agent,
+        }
         data |= {name: value for name, value in given.items() if value is not None}
         link = ForkOf(
-            origin=run_id,
-            at=at,
-            policy=policy,
-            model=model,
+            origin=request.run_id,
+            at=request.at,
+            policy=request.policy,
+            model=request.model,
             recording=recording if with_recording else None,
         )
         try:
             return RunInput(**data, fork=link)
         except ValueError as err:
-            raise StartFailed(run_id, f"the fork's input is not valid: {err}") from None
+            raise StartFailed(request.run_id, f"the fork's input is not valid: {err}") from None
 
     async def read_run(self, run_id: str) -> Recorded:
         """Run `run_id` as its histories hold it: its input, each model call (what it was sent
@@ -196,17 +194,9 @@ class ForkCalls(RunCalls):
                 child = None
                 if call.name.startswith(SUB_AGENT_PREFIX):
                     child = _child(call.name, call.arguments, children)
-                calls.append(
-                    RecordedCall(
-                        turn=number,
-                        name=call.name,
-                        arguments=call.arguments,
-                        content=answer.content,
-                        content_ref=answer.content_ref,
-                        is_error=answer.is_error,
-                        child=child,
-                    )
-                )
+                read = answer.model_dump(include=set(ANSWERED))
+                named = call.model_dump(include={"name", "arguments"})
+                calls.append(RecordedCall(turn=number, child=child, **named, **read))
         result = recorded.result
         # A thread's fork starts idle and takes the recorded messages again; a task's is sent
         # what the recorded turn at + 1 was.

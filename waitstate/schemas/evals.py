@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from waitstate.schemas.budgets import ModelPrice
-from waitstate.schemas.forks import ForkPolicy
+from waitstate.schemas.forks import ForkPolicy, ForkRequest
 from waitstate.schemas.messages import Usage
 
 PREPARE_FORK = "prepare_fork"
@@ -123,16 +123,10 @@ class EvalInput(BaseModel):
     )
     query: str | None = Field(default=None, description="The listing the runs came from.")
 
-
-class ForkRequest(BaseModel):
-    """Input of the `prepare_fork` activity: the fork of one run an evaluation asks for."""
-
-    run_id: str
-    at: int = 0
-    model: str | None = None
-    instructions: str | None = None
-    agent: str | None = None
-    policy: ForkPolicy = "recorded"
+    def fork_request(self, run_id: str) -> ForkRequest:
+        """The fork of `run_id` this evaluation asks for."""
+        settings = self.model_dump(include=set(ForkRequest.model_fields) - {"run_id"})
+        return ForkRequest(run_id=run_id, **settings)
 
 
 class ScoreInput(BaseModel):

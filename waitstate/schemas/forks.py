@@ -17,9 +17,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from waitstate.schemas.messages import Message
+from waitstate.schemas.calls import ToolResult
+from waitstate.schemas.messages import Message, ToolCall
 from waitstate.schemas.tree import sub_agent_tool
 
+# What a recorded call keeps of the result its model read.
+ANSWERED = ("content", "content_ref", "is_error")
 # How a fork answers its model's tool calls (every policy serves a recorded result first):
 # `recorded` refuses any other call as unavailable; `stub` has the app's stub answer it (a tool
 # with none is unavailable); `live` calls it for real, each call behind a person's approval.
@@ -57,15 +60,10 @@ class RecordedCall(BaseModel):
     def key(self) -> str:
         return call_key(self.name, self.arguments)
 
-    def answer(self) -> Message:
-        """The result, as the model read it (its call's id is the fork's to set)."""
-        return Message(
-            role="tool",
-            content=self.content,
-            content_ref=self.content_ref,
-            name=self.name,
-            is_error=self.is_error,
-        )
+    def result(self, call: ToolCall) -> ToolResult:
+        """The result, as the recorded model read it, of the fork's `call` like it."""
+        read = self.model_dump(include=set(ANSWERED))
+        return ToolResult(tool_call_id=call.id, name=call.name, **read)
 
 
 class Recording(BaseModel):
@@ -148,6 +146,18 @@ class ForkState(BaseModel):
     seen: dict[str, int] = Field(
         default_factory=dict, description="Per call (tool and arguments): times answered."
     )
+
+
+class ForkRequest(BaseModel):
+    """A fork asked for: of which run, from which turn, with what (None: as recorded), and how
+    its tool calls are answered (`WaitstateClient.fork_input`, the `prepare_fork` activity)."""
+
+    run_id: str
+    at: int = Field(default=0, ge=0)
+    model: str | None = None
+    instructions: str | None = None
+    agent: str | None = None
+    policy: ForkPolicy = "recorded"
 
 
 class RecordingRequest(BaseModel):
