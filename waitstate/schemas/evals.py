@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from waitstate.schemas.budgets import ModelPrice
 from waitstate.schemas.forks import ForkPolicy, ForkRequest
 from waitstate.schemas.messages import Usage
+from waitstate.schemas.specs import parse_model_spec
 
 PREPARE_FORK = "prepare_fork"
 SCORE_FORK = "score_fork"
@@ -122,6 +123,13 @@ class EvalInput(BaseModel):
         default_factory=dict, description="Per model spec, to tell each run's cost."
     )
     query: str | None = Field(default=None, description="The listing the runs came from.")
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, model: str | None) -> str | None:
+        if model is not None:
+            parse_model_spec(model)  # refused at the start, not by each fork's first call
+        return model
 
     def fork_request(self, run_id: str) -> ForkRequest:
         """The fork of `run_id` this evaluation asks for."""
