@@ -111,11 +111,11 @@ def _summary(report: EvalReport) -> str:
     ]
     for row in report.rows:
         status = f"{inline(row.original_status or '-')} → {inline(row.new_status or '-')}"
-        tokens = f"{_tokens(row.original_usage)} → {_tokens(row.new_usage)}"
-        cost = f"{_cost(row.original_cost)} → {_cost(row.new_cost)}"
+        used = f"{tokens(row.original_usage)} → {tokens(row.new_usage)}"
+        cost = f"{dollars(row.original_cost)} → {dollars(row.new_cost)}"
         same = "yes" if row.same_tools else "no"
         lines.append(
-            f"| {inline(row.run_id)} | {status} | {_passed(row)} | {same} | {tokens} | {cost} |"
+            f"| {inline(row.run_id)} | {status} | {_passed(row)} | {same} | {used} | {cost} |"
         )
     if not report.rows:
         lines.append("| (none scored yet) | | | | | |")
@@ -175,9 +175,11 @@ def _value(value: object) -> str:
     return inline(json.dumps(value, ensure_ascii=False, default=str))
 
 
-def _tokens(usage: Usage) -> str:
+def tokens(usage: Usage) -> str:
+    """A run's tokens, input and output, as people read them (`1,234`)."""
     return f"{usage.input_tokens + usage.output_tokens:,}"
 
 
-def _cost(cost: float | None) -> str:
+def dollars(cost: float | None) -> str:
+    """A run's cost (`$0.0123`), or a dash where its model is not priced."""
     return "-" if cost is None else f"${cost:.4f}"
