@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from waitstate.client import ClientError, WaitstateClient, new_eval_id, new_fork
 from waitstate.evals import changes, report_json, report_markdown, verdict
 from waitstate.schemas.budgets import ModelPrice
 from waitstate.schemas.evals import MAX_EVAL_CONCURRENCY, MAX_EVAL_RUNS, EvalInput, EvalReport
+from waitstate.schemas.forks import ForkPolicy
 from waitstate.schemas.specs import parse_model_spec
 from waitstate.settings import Settings
 from waitstate.tracing import Tracing
@@ -69,7 +70,7 @@ def _fork_parser(sub: Any) -> None:
     _fork_settings(fork)
     fork.add_argument(
         "--policy",
-        choices=["recorded", "stub", "live"],
+        choices=get_args(ForkPolicy),
         default="recorded",
         help="how the fork's tool calls are answered (default: recorded)",
     )
