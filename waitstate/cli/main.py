@@ -17,9 +17,11 @@ waitstate cleanup [--retention 7d]                      # delete ended runs' blo
 waitstate cleanup --schedule [--every 24h] [--retention 7d]   # ... daily, by Temporal
 waitstate replay-check [--closed-within 7d [--all-versions] | --query Q] [--limit N]   # before a deploy
 waitstate versions [--query Q] [--limit N] [--json]   # open runs per patch and version
+waitstate fork RUN_ID --at turn:N [--model SPEC] [--instructions TEXT | --agent NAME] [--wait]
+waitstate eval (--query Q | --runs ID,...) [--model SPEC] [--threshold 0.9]   # exit 1 below it
 
 This module is the entry point, and its parser the table of commands. The commands live in
-`waitstate/cli/` by family (runs, threads, people, fleet, replay, versions), each rendering over
+`waitstate/cli/` by family (runs, threads, people, fleet, replay, versions, evals), each rendering over
 `waitstate.client.WaitstateClient`, which does the work. Agent, tool and model names are checked
 against the apps of `--app` and WAITSTATE_APPS (the demo app when neither names one), or, where
 those are not importable here, by the worker.
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 from typing import NoReturn, TextIO, cast
 
 from waitstate.cleanup import DEFAULT_EVERY, SCHEDULE_ID
+from waitstate.cli import evals
 from waitstate.cli.fleet import cmd_cleanup, cmd_ops, duration
 from waitstate.cli.output import CliError, VisibleText, one_line, reader_gone
 from waitstate.cli.people import cmd_answer, cmd_decide, cmd_pending, json_object
@@ -365,6 +368,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     versions.add_argument("--json", action="store_true", help="print one JSON object")
     versions.set_defaults(command=cmd_versions, markers=patch_markers)
+    evals.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)
     return parser

@@ -3,6 +3,7 @@ report read back, while it runs or once it ended (docs/forks.md)."""
 
 from __future__ import annotations
 
+import heapq
 import uuid
 
 from temporalio.client import WorkflowFailureError
@@ -10,10 +11,26 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from waitstate.client._base import QUERY_TIMEOUT, ClientBase
-from waitstate.client._errors import RunNotFound, StartFailed, TemporalFailed
-from waitstate.names import EVAL_REPORT_QUERY, EVAL_RUN
-from waitstate.schemas.evals import EvalInput, EvalReport
+from waitstate.client._base import AGENT_RUNS, GOING_STATUSES, QUERY_TIMEOUT, ClientBase
+from waitstate.client._errors import (
+    ClientError,
+    RunNotFound,
+    StartFailed,
+    TemporalFailed,
+    first_line,
+)
+from waitstate.names import AGENT_STATUS, EVAL_REPORT_QUERY, EVAL_RUN, FORK_OF, THREAD_ID
+from waitstate.schemas.evals import MAX_EVAL_RUNS, EvalInput, EvalReport
+
+_GOING = ", ".join(f"'{status}'" for status in GOING_STATUSES)
+# The runs an evaluation can fork: agent runs that completed (by their AgentStatus, or, from
+# revision 1, which upserts none as a run completes, by Temporal's), neither forks themselves
+# nor threads (a thread cannot be forked).
+EVALUABLE_RUNS = (
+    f"{AGENT_RUNS} AND {FORK_OF.name} IS NULL AND {THREAD_ID.name} IS NULL"
+    f" AND ({AGENT_STATUS.name} = 'completed'"
+    f" OR (ExecutionStatus = 'Completed' AND {AGENT_STATUS.name} IN ({_GOING})))"
+)
 
 
 def new_eval_id() -> str:
@@ -23,6 +40,40 @@ def new_eval_id() -> str:
 
 class EvalCalls(ClientBase):
     """What `WaitstateClient` does with evaluations: start one, read its report."""
+
+    async def runs_to_evaluate(self, query: str, limit: int = 50) -> list[str]:
+        """The ids of the `limit` newest runs (by start) that `query`, a visibility filter,
+        lists among those an evaluation can fork (`EVALUABLE_RUNS`), newest first.
+
+        Visibility stores list in no order of ours (SQL ones take no ORDER BY): every run the
+        query lists is read, and the newest `limit` kept.
+
+        Raises:
+            ClientError: Temporal refused the query.
+            TemporalFailed: the listing failed.
+            ValueError: `query` is empty, or `limit` is not 1 to `MAX_EVAL_RUNS`.
+        """
+        if not 1 <= limit <= MAX_EVAL_RUNS:
+            raise ValueError(f"limit must be 1 to {MAX_EVAL_RUNS}, got {limit}")
+        if not query.strip():
+            raise ValueError("the query is empty")
+        newest: list[tuple[float, str]] = []  # a heap of the newest, the oldest of them on top
+        seen: set[str] = set()
+        try:
+            async for execution in self._client.list_workflows(f"({query}) AND {EVALUABLE_RUNS}"):
+                if execution.id in seen:
+                    continue  # one workflow id, listed again by another of its runs
+                seen.add(execution.id)
+                run = (execution.start_time.timestamp(), execution.id)
+                if len(newest) < limit:
+                    heapq.heappush(newest, run)
+                elif run > newest[0]:
+                    heapq.heapreplace(newest, run)
+        except RPCError as err:
+            if err.status == RPCStatusCode.INVALID_ARGUMENT:
+                raise ClientError(f"the query is refused: {first_line(err)}") from err
+            raise TemporalFailed("listing the runs to evaluate", first_line(err)) from err
+        return [run_id for _, run_id in sorted(newest, reverse=True)]
 
     async def evaluate(self, input: EvalInput, *, eval_id: str | None = None) -> str:
         """Start an evaluation of `input` (or find the one started under `eval_id`): its id.
