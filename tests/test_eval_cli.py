@@ -13,7 +13,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually
-from tests.workflows.test_forks import WITHIN, _ran, _shop
+from tests.workflows.fork_app import serving
+from tests.workflows.test_forks import WITHIN, _ran
 from waitstate.cli.main import _parser, exit_code
 from waitstate.client import ClientError, StartFailed, WaitstateClient
 from waitstate.evals import report_json, report_markdown
@@ -43,7 +44,7 @@ async def test_fork_prints_the_forks_id_and_with_wait_its_outcome(
     dev_env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = _settings(dev_env, task_queue)
-    async with _shop(dev_env, task_queue) as client:
+    async with serving(dev_env, task_queue) as client:
         origin, recorded = await _ran(client, RunInput(task="serve customer=ann", agent="shop"))
         capsys.readouterr()
 
@@ -128,7 +129,7 @@ async def test_eval_writes_the_report_and_exits_by_the_verdict(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings = _settings(dev_env, task_queue)
-    async with _shop(dev_env, task_queue) as client:
+    async with serving(dev_env, task_queue) as client:
         runs = [
             (await _ran(client, RunInput(task=f"serve customer=e{n}", agent="shop")))[0]
             for n in range(3)
@@ -206,7 +207,7 @@ async def test_eval_takes_the_newest_completed_runs_a_query_lists_never_a_fork(
 ) -> None:
     settings = _settings(dev_env, task_queue)
     query = f"TaskQueue = '{task_queue}'"
-    async with _shop(dev_env, task_queue) as client:
+    async with serving(dev_env, task_queue) as client:
         runs = [
             (await _ran(client, RunInput(task=f"serve customer=q{n}", agent="shop")))[0]
             for n in range(3)

@@ -11,7 +11,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.rigs import OPERATOR, Stack, bearer, serving_stack
-from tests.workflows.test_forks import WITHIN, _ran, _shop
+from tests.workflows.fork_app import serving
+from tests.workflows.test_forks import WITHIN, _ran
 from waitstate.gateway.pages.html import document
 from waitstate.gateway.routes.evals import _body
 from waitstate.schemas import RunInput
@@ -32,7 +33,7 @@ async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[St
 async def test_an_operator_reads_an_evaluations_page_and_its_json(
     rig: Stack, dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    async with _shop(dev_env, task_queue) as client:
+    async with serving(dev_env, task_queue) as client:
         run, result = await _ran(client, RunInput(task=HOSTILE_TASK, agent="shop"))
         eval_id = await client.evaluate(EvalInput(runs=[run], model="scripted:shop-more"))
         await asyncio.wait_for(client.eval_report(eval_id, wait=True), WITHIN)

@@ -11,13 +11,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.systems import create_app as systems_app
 from examples.systems import serving
-from tests.helpers import make_worker
 from tests.rigs import Desk, Stack, serving_stack
-from waitstate.apps import load_apps
+from tests.workflows import fork_app
 from waitstate.client import WaitstateClient
 
 KEYS = {"test": "t" * 40}
-FORK_APP = "tests.workflows.fork_app:app"
 
 
 @pytest.fixture
@@ -50,5 +48,5 @@ async def dev_desk(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterat
 async def shop(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[WaitstateClient]:
     """A client of the dev server, whose worker serves the shop (tests/workflows/fork_app.py:
     its tools count each real call)."""
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([FORK_APP])):
-        yield WaitstateClient(dev_env.client, task_queue=task_queue)
+    async with fork_app.serving(dev_env, task_queue) as client:
+        yield client

@@ -5,17 +5,24 @@ test sees whether a fork reached the "external system"."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import make_worker
 from tests.script_steps import call, tool_results
 from waitstate import Agent, App, Message, ToolDefinition, tool
+from waitstate.apps import load_apps
+from waitstate.client import WaitstateClient
 from waitstate.providers.scripted import SCRIPTED_BANNER
 from waitstate.schemas.evals import EvalCase
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 from waitstate.testing.trees import fan_out
 
+APP = "tests.workflows.fork_app:app"
 # Every real call of the shop's tools: (tool, arguments).
 CALLED: list[tuple[str, str]] = []
 
@@ -107,3 +114,10 @@ app = App(
     },
     scorers={"charged_ten": charged_ten},
 )
+
+
+@contextlib.asynccontextmanager
+async def serving(env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[WaitstateClient]:
+    """A client of `env`, while a worker serves the shop on `task_queue`."""
+    async with make_worker(env.client, task_queue, apps=load_apps([APP])):
+        yield WaitstateClient(env.client, task_queue=task_queue)

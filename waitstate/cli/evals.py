@@ -65,7 +65,8 @@ def _fork_parser(sub: Any) -> None:
         type=turn,
         required=True,
         metavar="turn:N",
-        help="the turn the fork goes on from: turn:0 is the first model call",
+        help="the turn the fork goes on from: turn:0 is the first model call (a thread's "
+        "fork: message:N, the recorded messages it answers again)",
     )
     _fork_settings(fork)
     fork.add_argument(
@@ -340,10 +341,13 @@ def _listed_runs(given: list[str]) -> list[str]:
 
 
 def turn(text: str) -> int:
-    """An argparse type: a turn, `turn:N` or `N`, N 0 or more."""
-    number = text.removeprefix("turn:")
+    """An argparse type: a turn, `turn:N` or `N` (a thread's messages, `message:N`), N 0 or
+    more."""
+    number = text.removeprefix("turn:").removeprefix("message:")
     if not number.isdigit() or not number.isascii():
-        raise argparse.ArgumentTypeError(f"not turn:N (N a whole number, 0 or more): {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"not turn:N or message:N (N a whole number, 0 or more): {text!r}"
+        )
     return int(number)
 
 
