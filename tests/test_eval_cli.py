@@ -167,7 +167,7 @@ async def test_eval_writes_the_report_and_exits_by_the_verdict(
 
     assert same == 0
     assert "3 of 3 runs passed (100%), threshold 90%: holds" in same_out.out
-    assert "page: http://gateway.test/evals/eval-same" in same_out.out
+    assert "page: http://gateway.test/pages/inbox/evals/eval-same" in same_out.out
     for run in runs:  # each run said on stderr as it is scored
         assert f"/3 {run}: pass" in same_out.err
     markdown = (tmp_path / "eval-same.md").read_text()

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.gateway.test_inbox import _signed_in
 from tests.rigs import OPERATOR, Stack, bearer, serving_stack
 from tests.workflows.fork_app import serving
 from tests.workflows.test_forks import WITHIN, _ran
@@ -47,6 +48,10 @@ async def test_an_operator_reads_an_evaluations_page_and_its_json(
         unknown_json = await rig.http.get("/evals/eval-nobody.json", headers=bearer(OPERATOR))
         # A run's id is no evaluation's.
         a_run = await rig.http.get(f"/evals/{run}", headers=bearer(OPERATOR))
+        # A browser signed in to the inbox opens it with the inbox's session cookie.
+        async with _signed_in(rig) as browser:
+            in_browser = await browser.get(f"/pages/inbox/evals/{eval_id}")
+        signed_out = await rig.http.get(f"/pages/inbox/evals/{eval_id}")
 
     assert anonymous.status_code == 401
     assert anonymous.json()["error"]["code"] == "missing_operator_key"
@@ -68,6 +73,10 @@ async def test_an_operator_reads_an_evaluations_page_and_its_json(
     report = data.json()
     assert report["eval_id"] == eval_id and report["done"] is True and report["holds"] is False
     assert report["rows"][0]["task"] == HOSTILE_TASK and report["rows"][0]["same_tools"] is True
+
+    assert in_browser.status_code == 200 and in_browser.text == page.text
+    assert signed_out.status_code == 401
+    assert signed_out.json()["error"]["code"] == "not_signed_in"
 
     for refused in (unknown, unknown_json, a_run):
         assert refused.status_code == 404 and refused.json()["error"]["code"] == "eval_not_found"

@@ -260,7 +260,8 @@ async def cmd_eval(
         )
     report = await _report(client, eval_id, quiet=args.json)
     markdown, data = _write(report, args.out)
-    page = f"{settings.gateway_url}/evals/{eval_id}" if settings.gateway_url else None
+    # For a browser signed in to the operators' inbox (a script reads /evals/<id>.json).
+    page = f"{settings.gateway_url}/pages/inbox/evals/{eval_id}" if settings.gateway_url else None
     if args.json:
         print_json(
             {

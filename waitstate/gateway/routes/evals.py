@@ -1,7 +1,9 @@
 """An evaluation's report, for operators: a page, and its JSON (the file `waitstate eval` writes).
 
-    GET /evals/{eval_id}          the page (Authorization: Bearer <operator key>)
-    GET /evals/{eval_id}.json     the report as JSON, the verdict computed (`waitstate.evals`)
+    GET /evals/{eval_id}               the page (Authorization: Bearer <operator key>)
+    GET /evals/{eval_id}.json          the report as JSON, the verdict computed (`waitstate.evals`)
+    GET /pages/inbox/evals/{eval_id}   the page, for a browser signed in to the operators' inbox
+                                       (its session cookie, scoped to /pages/inbox)
 
 Both read the report through the client (`eval_report`): an evaluation still running shows the
 rows scored so far ("running, N of M"). Everything the report holds from runs (tasks, answers,
@@ -29,11 +31,14 @@ from waitstate.gateway.pages.html import (
     text,
 )
 from waitstate.gateway.refusals import Refused
+from waitstate.gateway.routes.inbox import INBOX, InboxSession, session_operator
 from waitstate.gateway.routes.threads import OperatorCredentials
+from waitstate.gateway.streams import EventDesk
 from waitstate.names import EVAL_RUN
 from waitstate.schemas.evals import EvalReport, EvalRow
 
 EVAL_PAGE = "/evals/{eval_id}"
+INBOX_EVAL_PAGE = f"{INBOX}/evals/{{eval_id}}"
 MAX_EVAL_ID_CHARS = 1000  # Temporal's own limit on a workflow id
 
 router = APIRouter(include_in_schema=False)
@@ -53,6 +58,16 @@ async def eval_page(eval_id: str, gate: GateDep, credentials: OperatorCredential
     return HTMLResponse(page, headers=dict(HEADERS))
 
 
+@router.get(INBOX_EVAL_PAGE, response_class=HTMLResponse)
+async def inbox_eval_page(eval_id: str, gate: GateDep, session: InboxSession = None) -> Response:
+    """The page, for an operator signed in to the inbox (a browser sends no Bearer key)."""
+    _operators_here(gate)
+    if session_operator(gate, session) is None:
+        raise Refused(401, "not_signed_in", f"sign in to the operators' inbox first: {INBOX}")
+    page = document(f"Evaluation {eval_id}", _body(await _read(gate, eval_id)))
+    return HTMLResponse(page, headers=dict(HEADERS))
+
+
 async def _report(gate: Gate, eval_id: str, credentials: OperatorCredentials) -> EvalReport:
     """The evaluation's report, once the request's operator key passed.
 
@@ -60,12 +75,24 @@ async def _report(gate: Gate, eval_id: str, credentials: OperatorCredentials) ->
         Refused: no operator keys here (404), no key or a wrong one (401), no such evaluation
             (404), Temporal could not answer (503).
     """
-    if gate.events is None or not gate.events.operators.configured:
-        raise Refused(404, "evals_disabled", "this gateway has no operator keys")
+    events = _operators_here(gate)
     if credentials is None:
         raise Refused(401, "missing_operator_key", "send Authorization: Bearer <operator key>")
-    if gate.events.operators.identify(credentials.credentials) is None:
+    if events.operators.identify(credentials.credentials) is None:
         raise Refused(401, "invalid_operator_key", "not an operator key of this gateway")
+    return await _read(gate, eval_id)
+
+
+def _operators_here(gate: Gate) -> EventDesk:
+    """The gateway's operators' desk. Raises Refused (404) if it has no operator keys."""
+    if gate.events is None or not gate.events.operators.configured:
+        raise Refused(404, "evals_disabled", "this gateway has no operator keys")
+    return gate.events
+
+
+async def _read(gate: Gate, eval_id: str) -> EvalReport:
+    """The evaluation's report. Raises Refused: no such evaluation (404), Temporal could not
+    answer (503)."""
     unknown = Refused(404, "eval_not_found", "no evaluation has this id")
     if len(eval_id) > MAX_EVAL_ID_CHARS:
         raise unknown

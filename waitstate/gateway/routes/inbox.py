@@ -65,7 +65,7 @@ router = APIRouter(include_in_schema=False)
 @router.get(INBOX, response_class=HTMLResponse)
 async def inbox(gate: GateDep, session: InboxSession = None) -> Response:
     operators_configured(gate)
-    operator = _operator(gate, session)
+    operator = session_operator(gate, session)
     if operator is None:
         return _page(document("Operators' inbox", _sign_in()), 401 if session else 200)
     assert session is not None
@@ -175,7 +175,7 @@ async def _admitted(
     """What an inbox form's POST passes with: its operator, session and fields; or the page
     that refuses it (signed out, or not sent from the inbox's own page)."""
     operators_configured(gate)
-    operator = _operator(gate, session)
+    operator = session_operator(gate, session)
     if operator is None or session is None:
         return _page(_error("Signed out", "sign in to the inbox again"), 401)
     if (refused := cross_site(request.headers)) is not None:
@@ -253,7 +253,8 @@ def operators_configured(gate: Gate) -> None:
         raise Refused(404, "inbox_disabled", "this gateway has no operator keys")
 
 
-def _operator(gate: Gate, session: str | None) -> str | None:
+def session_operator(gate: Gate, session: str | None) -> str | None:
+    """The operator signed in to the inbox by `session` (its cookie), if any."""
     if not session:
         return None
     try:
