@@ -92,7 +92,6 @@ class Agent:
     description: str = ""
     budget: Budget | None = None
     tenant: str | None = None
-    scorers: Mapping[str, Scorer] = field(default_factory=dict)
     sub_agents: Sequence[str] = ()
     max_children: int = DEFAULT_MAX_CHILDREN
     max_depth: int = DEFAULT_MAX_DEPTH
