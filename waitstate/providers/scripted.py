@@ -32,10 +32,9 @@ from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
 # A script sees the conversation and the tools; one that takes a third parameter is also
 # given the system prompt.
-Script = (
-    Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
-    | Callable[[Sequence[Message], Sequence[ToolDefinition], str], Message]
-)
+ToolsScript = Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
+PromptScript = Callable[[Sequence[Message], Sequence[ToolDefinition], str], Message]
+Script = ToolsScript | PromptScript
 
 # The longest run of numbers, operators and parentheses that contains an operator.
 _ARITHMETIC = re.compile(r"[-(]*\s*[\d.]+(?:[\s()]*(?:\*\*|//|[-+*/%])[\s(]*[\d.]+\)*)+")
@@ -94,12 +93,9 @@ class ScriptedProvider(Adapter):
     def _play(self, request: ModelRequest) -> Message:
         script = self._scripts[request.model]
         if self._reads_prompt[request.model]:
-            reads = cast(
-                Callable[[Sequence[Message], Sequence[ToolDefinition], str], Message], script
-            )
+            reads = cast(PromptScript, script)
             return reads(request.messages, request.tools, request.system_prompt)
-        plays = cast(Callable[[Sequence[Message], Sequence[ToolDefinition]], Message], script)
-        return plays(request.messages, request.tools)
+        return cast(ToolsScript, script)(request.messages, request.tools)
 
 
 def _reads_prompt(script: Script) -> bool:
