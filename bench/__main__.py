@@ -24,6 +24,7 @@ from pathlib import Path
 from bench.caching import figure8
 from bench.events import figure7
 from bench.figures import FIGURES, QUICK, Row, Sizes
+from bench.forks import FORKS_AT_ONCE, figure13
 from bench.notices import figure10
 from bench.procs import ROOT, machine
 from bench.rates import figure9
@@ -32,9 +33,9 @@ from bench.tree_cancel import figure12
 from bench.trees import figure11
 from waitstate.settings import exit_process
 
-# Figures 7, 9 and 11 live in modules of their own (the gateway's readers; the model queue's
-# limit; agent trees), beside the others.
-EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11, 12: figure12}
+# Figures 7, 9, 11 to 13 live in modules of their own (the gateway's readers; the model queue's
+# limit; agent trees; forks), beside the others.
+EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11, 12: figure12, 13: figure13}
 # Figures that need no services: the stack is not started for them alone.
 STACKLESS = {8: figure8, 10: figure10}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
@@ -275,6 +276,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         "child workflows) at once, after a warm-up tree of 2, per side and repetition",
         12: f"figure 12: {sizes.cancel_trials} trees of {sizes.cancel_children} children waiting "
         "for approvals, cancelled, per repetition (ours alone)",
+        13: f"figure 13: {sizes.fork_runs} recorded runs forked {FORKS_AT_ONCE} at once by the "
+        "client, then through one evaluation, per repetition (ours alone)",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

@@ -70,6 +70,7 @@ class Sizes:
     tree_children: int = 100  # figure 11: the children of one lead's turn, all at once
     cancel_children: int = 50  # figure 12: the waiting children of a tree cancelled
     cancel_trials: int = 10  # figure 12: trees cancelled per repetition (its p99's samples)
+    fork_runs: int = 100  # figure 13: recorded runs, each forked twice (client, evaluation)
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -93,6 +94,7 @@ QUICK = Sizes(
     tree_children=5,
     cancel_children=3,
     cancel_trials=2,
+    fork_runs=4,
 )
 
 

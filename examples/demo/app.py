@@ -14,6 +14,7 @@ import httpx
 from examples.demo.catalog import TOOL_NAMES, all_tools
 from examples.demo.purges import PurgeService, purge_tool
 from examples.demo.research import RESEARCH_AGENTS, payment_history_tool
+from examples.demo.triage import TRIAGE, triage_script, triage_valid
 from waitstate import (
     SCRIPTED_BANNER,
     Agent,
@@ -93,6 +94,8 @@ app = App(
         ),
         # `make tree-demo`: a lead and its researchers (examples/demo/research.py).
         *RESEARCH_AGENTS,
+        # A claim's triage, answered as JSON (examples/demo/triage.py).
+        TRIAGE,
     ],
     # The demo's MCP server (examples/mcp_server.py), which `make mcp-demo` starts. Its
     # questions go to a person; unanswered for a minute (`DEMO_MCP_ANSWER_SECONDS`), the task
@@ -107,7 +110,9 @@ app = App(
             ),
         )
     ],
-    scripts={"mcp-report": report_script, "mcp-build": build_script},
+    scripts={"mcp-report": report_script, "mcp-build": build_script, "triage": triage_script},
+    # What `waitstate eval` scores forks of the demo's runs by.
+    scorers={"triage_valid": triage_valid},
     tools=lambda deps: [
         *all_tools(deps.http, deps.systems_url),
         # In no agent's list: runs of the demo agent never purge; other runs name it.

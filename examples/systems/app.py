@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 
 from examples.systems import (
     approvals_outbox,
@@ -49,6 +49,16 @@ def create_app(
 
     app = FastAPI(title="waitstate demo systems", lifespan=lifespan)
     app.state.systems = systems
+
+    @app.middleware("http")
+    async def count(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        # Every call a system received (the test hooks' aside), so a test can prove none came.
+        if not request.url.path.startswith("/_test/"):
+            systems.requests[f"{request.method} {request.url.path}"] += 1
+        return await call_next(request)
+
     for routes in (
         exports.router(systems.export_service),
         pipeline.router(systems.pipeline_service),

@@ -3,6 +3,7 @@ webhooks."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Self
 
 from examples.systems.approvals_outbox import Outbox, OutboxEntry
@@ -20,7 +21,7 @@ from examples.systems.webhooks import WebhookRetry, Webhooks
 class DemoSystems:
     """The systems' state and behaviour, a part for each service; the app's routes are thin
     wrappers around them. What tests look at is at hand here too: `jobs`, `keys`, `files`,
-    `notifications`, `refunds`, `outbox`, `faults`.
+    `notifications`, `refunds`, `outbox`, `faults`, and `requests` (every call received).
 
     Use it as an async context manager (the app's lifespan does): on exit every job timer and
     webhook delivery is cancelled and the webhook client closed.
@@ -49,6 +50,8 @@ class DemoSystems:
         self.notification_service = Notifications()
         self.refund_service = Refunds(self.faults)
         self.outbox_service = Outbox()
+        # Every request the systems received but the test hooks', by method and path.
+        self.requests: Counter[str] = Counter()
 
     async def __aenter__(self) -> Self:
         self.webhooks.open()
@@ -89,8 +92,9 @@ class DemoSystems:
         return self.outbox_service.entries
 
     async def reset(self) -> None:
-        """Forget every job, file, folder, notification, refund, outbox entry and fault (the
-        seeded claims stay)."""
+        """Forget every job, file, folder, notification, refund, outbox entry, request count and
+        fault (the seeded claims stay)."""
+        self.requests.clear()
         await self.long_jobs.reset()
         self.faults.clear()
         self.export_service.reset()

@@ -48,6 +48,8 @@ EXPECTED_METRICS = [
     "history of every node (parent and children) per child",
     f"cancel → every node closed, p99 of {QUICK.cancel_trials} trees",
     "model calls scheduled or started after the cancel",
+    "forks under recorded, 16 at once, first start → last end",
+    "forks through one evaluation (concurrency 16), start → report",
 ]
 
 

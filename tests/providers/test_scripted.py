@@ -282,6 +282,22 @@ async def test_extra_scripts_can_be_registered() -> None:
     assert "demo" in provider.names()
 
 
+async def test_a_script_with_a_third_parameter_is_given_the_system_prompt() -> None:
+    def obey(messages: object, tools: object, system_prompt: str) -> Message:
+        return Message(role="assistant", content=f"told: {system_prompt}")
+
+    def shout(messages: object, tools: object, /) -> Message:
+        return Message(role="assistant", content="HI")
+
+    provider = ScriptedProvider({"obey": obey, "shout": shout})
+    hi = [Message(role="user", content="hi")]
+
+    assert (await provider.complete("obey", "Be brief.", hi, [])).message.content == (
+        "told: Be brief."
+    )
+    assert (await provider.complete("shout", "Be brief.", hi, [])).message.content == "HI"
+
+
 def test_the_questions_for_the_model_are_those_of_open_operations_it_answers() -> None:
     mine = {"question_id": "q_1", "answered_by": "you (answer_question)"}
     theirs = {"question_id": "q_2", "answered_by": "a person"}

@@ -2,25 +2,39 @@
 
 Each script is a pure function of the conversation so far, so a replayed or retried call gives
 the same answer. Every final answer starts with SCRIPTED_BANNER, so no one mistakes its output
-for a language model's.
+for a language model's. A script may take a third parameter, the system prompt, to answer by
+its instructions (`script(messages, tools, system_prompt)`).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from waitstate.providers.base import Adapter, ModelRequest, UnknownModelError
-from waitstate.schemas import Message, ModelResponse, ToolCall, ToolDefinition, Usage
+from waitstate.providers.script_steps import (
+    CLAIM,
+    call_tools,
+    final_answer,
+    from_rebuilt,
+    latest_results,
+    tool_outcome,
+)
+from waitstate.providers.script_steps import SCRIPTED_BANNER as SCRIPTED_BANNER
+from waitstate.providers.scripted_research import claim, lead, paid
+from waitstate.schemas import Message, ModelResponse, ToolDefinition, Usage
 from waitstate.schemas.operations import TERMINAL_OPERATION_STATUSES
 from waitstate.schemas.run import CHECKPOINT_PROMPT
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 
-SCRIPTED_BANNER = "[scripted model: deterministic, offline, no LLM was called]"
-
-Script = Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
+# A script sees the conversation and the tools; one that takes a third parameter is also
+# given the system prompt.
+ToolsScript = Callable[[Sequence[Message], Sequence[ToolDefinition]], Message]
+PromptScript = Callable[[Sequence[Message], Sequence[ToolDefinition], str], Message]
+Script = ToolsScript | PromptScript
 
 # The longest run of numbers, operators and parentheses that contains an operator.
 _ARITHMETIC = re.compile(r"[-(]*\s*[\d.]+(?:[\s()]*(?:\*\*|//|[-+*/%])[\s(]*[\d.]+\)*)+")
@@ -34,6 +48,7 @@ class ScriptedProvider(Adapter):
     def __init__(self, scripts: Mapping[str, Script] | None = None) -> None:
         self._scripts = dict(SCRIPTS)
         self._scripts.update(scripts or {})
+        self._reads_prompt = {name: _reads_prompt(s) for name, s in self._scripts.items()}
 
     async def aclose(self) -> None:
         """Nothing to release."""
@@ -56,14 +71,13 @@ class ScriptedProvider(Adapter):
             UnknownModelError: no script of that name.
         """
         self.check_model(request.model)
-        script = self._scripts[request.model]
         messages = request.messages
         # The run's checkpoint question (what is done, what remains) is answered from the
         # question itself, whatever the script: any model must answer it.
         reply = (
             _checkpoint(messages)
             if request.system_prompt == CHECKPOINT_PROMPT
-            else script(messages, request.tools)
+            else self._play(request)
         )
         # Token counts are a deterministic stand-in (4 characters a token), so usage
         # accounting is exercised end to end without a real tokenizer.
@@ -75,6 +89,23 @@ class ScriptedProvider(Adapter):
         return ModelResponse(
             message=reply, usage=usage, stop_reason=stop, model=f"scripted:{request.model}"
         )
+
+    def _play(self, request: ModelRequest) -> Message:
+        script = self._scripts[request.model]
+        if self._reads_prompt[request.model]:
+            reads = cast(PromptScript, script)
+            return reads(request.messages, request.tools, request.system_prompt)
+        return cast(ToolsScript, script)(request.messages, request.tools)
+
+
+def _reads_prompt(script: Script) -> bool:
+    """Whether `script` takes a third positional parameter (the system prompt)."""
+    try:
+        parameters = inspect.signature(script).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: the two-argument kind
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in positional) >= 3
 
 
 def _checkpoint(messages: Sequence[Message]) -> Message:
@@ -113,25 +144,6 @@ def _task(messages: Sequence[Message]) -> str:
     return next((m.content for m in messages if m.role == "user"), "")
 
 
-def _calls(turn: int, *calls: tuple[str, dict[str, Any]]) -> Message:
-    return Message(
-        role="assistant",
-        tool_calls=[
-            ToolCall(id=f"call_{turn}_{i}", name=name, arguments=json.dumps(args))
-            for i, (name, args) in enumerate(calls)
-        ],
-    )
-
-
-def _answer(text: str) -> Message:
-    return Message(role="assistant", content=f"{SCRIPTED_BANNER} {text}")
-
-
-def _results(messages: Sequence[Message]) -> dict[str, Message]:
-    """The latest result of each tool, by tool name."""
-    return {m.name or "": m for m in messages if m.role == "tool"}
-
-
 def _at_once(report: str, *calls: tuple[str, dict[str, Any]]) -> Script:
     """A script that makes `calls` in one turn, then answers with what became of them, after
     `report`."""
@@ -139,9 +151,9 @@ def _at_once(report: str, *calls: tuple[str, dict[str, Any]]) -> Script:
     def script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
         turn = _turn(messages)
         if turn == 0:
-            return _calls(turn, *calls)
+            return call_tools(turn, *calls)
         outcomes = [m.content for m in messages if m.role == "tool"]
-        return _answer(f"{report}: {'; '.join(outcomes)}")
+        return final_answer(f"{report}: {'; '.join(outcomes)}")
 
     return script
 
@@ -171,33 +183,6 @@ _QUARTER = re.compile(r"\bQ([1-4])\b(?:\s*(?:of\s+)?(\d{4}))?", re.IGNORECASE)
 _FOLDER = re.compile(r"\b([\w-]+)\s+folder\b", re.IGNORECASE)
 
 
-def _outcome(messages: Sequence[Message], tool: str) -> dict[str, Any] | None:
-    """The latest result of `tool` as JSON, if it was called and answered with JSON: from a
-    tool message, or from the Completed/Event lines of a context rebuilt after a long wait."""
-    found = _results(messages).get(tool)
-    text = found.content if found is not None else _from_rebuilt(messages, tool)
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {"error": text}
-    return value if isinstance(value, dict) else {"value": value}
-
-
-def _from_rebuilt(messages: Sequence[Message], tool: str) -> str | None:
-    found = None
-    for message in messages:
-        if message.role != "user" or not message.content.startswith("Task: "):
-            continue
-        for line in message.content.splitlines():
-            for part in line.split("; "):
-                head, sep, rest = part.partition(f"{tool}: ")
-                if sep and head.strip() in ("-", "Event:", ""):
-                    found = rest
-    return found
-
-
 def _export(messages: Sequence[Message], task: str, turn: int, offered: set[str]) -> Message:
     """Export a dataset (a long tool: the run waits for its webhook), verify the row count,
     file it in a folder, notify the team, answer; without the tools to file it, answer once
@@ -206,28 +191,30 @@ def _export(messages: Sequence[Message], task: str, turn: int, offered: set[str]
     quarter = _QUARTER.search(task)
     period = f"{quarter.group(2) or '2025'}-Q{quarter.group(1)}" if quarter else "2025-Q3"
     folder = m.group(1).lower() if (m := _FOLDER.search(task)) else "compliance"
-    export = _outcome(messages, "start_export")
+    export = tool_outcome(messages, "start_export")
     if export is None:
-        return _calls(turn, ("start_export", {"dataset": dataset, "period": period}))
+        return call_tools(turn, ("start_export", {"dataset": dataset, "period": period}))
     if export.get("status") != "succeeded":
         reason = export.get("error") or export
-        return _answer(f"The {dataset} export for {period} did not finish: {json.dumps(reason)}.")
+        return final_answer(
+            f"The {dataset} export for {period} did not finish: {json.dumps(reason)}."
+        )
     result = export.get("result") or {}
     file, rows = str(result.get("file", "")), int(result.get("rows", 0))
-    checked = _outcome(messages, "verify_row_count")
+    checked = tool_outcome(messages, "verify_row_count")
     if checked is None and "verify_row_count" in offered:
-        return _calls(turn, ("verify_row_count", {"file": file, "expected_rows": rows}))
+        return call_tools(turn, ("verify_row_count", {"file": file, "expected_rows": rows}))
     if not {"upload_file", "notify_team"} <= offered:
         count = "" if checked is None else f"; {_checked(checked)}"
-        return _answer(f"Exported {rows} {dataset} rows for {period} to {file}{count}.")
-    upload = _outcome(messages, "upload_file")
+        return final_answer(f"Exported {rows} {dataset} rows for {period} to {file}{count}.")
+    upload = tool_outcome(messages, "upload_file")
     if upload is None:
-        return _calls(turn, ("upload_file", {"file": file, "folder": folder}))
+        return call_tools(turn, ("upload_file", {"file": file, "folder": folder}))
     path = str(upload.get("path", f"{folder}/{file}"))
-    if _outcome(messages, "notify_team") is None:
+    if tool_outcome(messages, "notify_team") is None:
         message = f"{dataset.capitalize()} export for {period} ({rows} rows) is filed at {path}."
-        return _calls(turn, ("notify_team", {"team": folder, "message": message}))
-    return _answer(
+        return call_tools(turn, ("notify_team", {"team": folder, "message": message}))
+    return final_answer(
         f"Exported {rows} {dataset} rows for {period}, verified the row count, filed them at "
         f"{path} and notified the {folder} team."
     )
@@ -241,80 +228,30 @@ def _checked(count: dict[str, Any]) -> str:
 
 
 _REFUND_TASK = re.compile(r"\brefund", re.IGNORECASE)
-_CLAIM = re.compile(r"\b(C-\d+)\b", re.IGNORECASE)
 _AMOUNT = re.compile(r"\$\s?(\d+(?:\.\d{1,2})?)")
 
 
 def _refund(messages: Sequence[Message], task: str, turn: int) -> Message:
     """Check the claim, then issue the refund (which may wait for a person's sign-off)."""
-    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
-    claim = _outcome(messages, "check_claim")
+    claim_id = m.group(1).upper() if (m := CLAIM.search(task)) else "C-118"
+    claim = tool_outcome(messages, "check_claim")
     if claim is None:
-        return _calls(turn, ("check_claim", {"claim_id": claim_id}))
+        return call_tools(turn, ("check_claim", {"claim_id": claim_id}))
     if not claim.get("valid"):
         reason = claim.get("reason") or claim.get("error") or "it is not valid"
-        return _answer(f"No refund for claim {claim_id}: {reason}.")
+        return final_answer(f"No refund for claim {claim_id}: {reason}.")
     requested = float(m.group(1)) if (m := _AMOUNT.search(task)) else None
     amount = requested if requested is not None else float(claim.get("amount", 0))
-    refund = _outcome(messages, "issue_refund")
+    refund = tool_outcome(messages, "issue_refund")
     if refund is None:
-        return _calls(turn, ("issue_refund", {"claim_id": claim_id, "amount": amount}))
+        return call_tools(turn, ("issue_refund", {"claim_id": claim_id, "amount": amount}))
     if "refund_id" not in refund:
-        return _answer(
+        return final_answer(
             f"The refund of ${amount:g} for claim {claim_id} was not issued: {json.dumps(refund)}."
         )
-    return _answer(f"Refunded ${amount:g} for claim {claim_id} (refund {refund['refund_id']}).")
-
-
-def _lead(messages: Sequence[Message], task: str, agents: list[str]) -> Message:
-    """Say the plan and start every sub-agent at once, each on its part of the task; once all
-    have answered, report what each found."""
-    results = [m for m in messages if m.role == "tool"]
-    if not results:
-        names = [agent.removeprefix(SUB_AGENT_PREFIX) for agent in agents]
-        plan = f"Plan: {', '.join(names)} each research their part at once; then I report."
-        parts = [
-            (f"{SUB_AGENT_PREFIX}{n}", {"task": f"As {n}, your part of: {task}"}) for n in names
-        ]
-        return _calls(0, *parts).model_copy(update={"content": plan})
-    lines = []
-    for result in results:
-        try:
-            found = json.loads(result.content)
-        except json.JSONDecodeError:
-            found = {"agent": result.name, "error": result.content}
-        said = str(found.get("answer") or found.get("error") or found.get("status"))
-        lines.append(f"- {found.get('agent')}: {said.removeprefix(SCRIPTED_BANNER).strip()}")
-    return _answer("\n".join([f"Report: {task}", *lines]))
-
-
-def _claim(messages: Sequence[Message], task: str, turn: int) -> Message:
-    """Look the task's claim up, and answer with what the claims desk holds."""
-    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
-    claim = _outcome(messages, "check_claim")
-    if claim is None:
-        return _calls(turn, ("check_claim", {"claim_id": claim_id}))
-    if "valid" not in claim:
-        return _answer(f"Claim {claim_id} could not be read: {json.dumps(claim)}.")
-    valid = "valid" if claim["valid"] else f"not valid ({claim.get('reason')})"
-    return _answer(
-        f"Claim {claim_id} is {valid}: ${claim.get('amount', 0):g} for {claim.get('customer')}."
+    return final_answer(
+        f"Refunded ${amount:g} for claim {claim_id} (refund {refund['refund_id']})."
     )
-
-
-def _paid(messages: Sequence[Message], task: str, turn: int) -> Message:
-    """Read what was refunded on the task's claim (a person approves the read first)."""
-    claim_id = m.group(1).upper() if (m := _CLAIM.search(task)) else "C-118"
-    history = _outcome(messages, "read_payment_history")
-    if history is None:
-        return _calls(turn, ("read_payment_history", {"claim_id": claim_id}))
-    if "refunded" not in history:
-        return _answer(
-            f"The payments on claim {claim_id} could not be read: {json.dumps(history)}."
-        )
-    count = len(history.get("refunds", []))
-    refunds = "1 refund" if count == 1 else f"{count} refunds"
-    return _answer(f"Refunded on claim {claim_id} so far: ${history['refunded']:g} ({refunds}).")
 
 
 def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
@@ -326,67 +263,67 @@ def demo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Messag
     task = _task(messages)
     turn = _turn(messages)
     if agents := [t.name for t in tools if t.name.startswith(SUB_AGENT_PREFIX)]:
-        return _lead(messages, task, agents)
+        return lead(messages, task, agents)
     if _EXPORT_TASK.search(task) and "start_export" in offered:
         return _export(messages, task, turn, offered)
     if _REFUND_TASK.search(task) and "issue_refund" in offered:
         return _refund(messages, task, turn)
-    if _CLAIM.search(task) and "read_payment_history" in offered:
-        return _paid(messages, task, turn)
-    if _CLAIM.search(task) and "check_claim" in offered:
-        return _claim(messages, task, turn)
+    if CLAIM.search(task) and "read_payment_history" in offered:
+        return paid(messages, task, turn)
+    if CLAIM.search(task) and "check_claim" in offered:
+        return claim(messages, task, turn)
     if turn == 0:
         match = _ARITHMETIC.search(task)
         expression = match.group(0).strip() if match else "6 * 7"
         calls = [("calculate", {"expression": expression}), ("utc_now", {})]
         if chosen := [c for c in calls if c[0] in offered]:
-            return _calls(turn, *chosen)
+            return call_tools(turn, *chosen)
     counted = any(call.name == "count_words" for m in messages for call in m.tool_calls)
     if not counted and "count_words" in offered:
-        return _calls(turn, ("count_words", {"text": task}))
-    found = _results(messages)
+        return call_tools(turn, ("count_words", {"text": task}))
+    found = latest_results(messages)
     parts = [f"{name} -> {m.content}" for name, m in sorted(found.items())]
     summary = "; ".join(parts) if parts else "no tools were used"
-    return _answer(f"Task: {task!r}. Results: {summary}.")
+    return final_answer(f"Task: {task!r}. Results: {summary}.")
 
 
 def echo(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Answers at once with the task."""
-    return _answer(_task(messages))
+    return final_answer(_task(messages))
 
 
 def forever(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Never finishes: calls `calculate` every turn (for max_turns)."""
     turn = _turn(messages)
-    return _calls(turn, ("calculate", {"expression": f"{turn} + 1"}))
+    return call_tools(turn, ("calculate", {"expression": f"{turn} + 1"}))
 
 
 def fix_args(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls `calculate` with a wrong argument name, reads the error, corrects it, answers."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, ("calculate", {"expr": "2 + 2"}))
+        return call_tools(turn, ("calculate", {"expr": "2 + 2"}))
     last = messages[-1]
     if turn == 1 and last.is_error:
-        return _calls(turn, ("calculate", {"expression": "2 + 2"}))
-    return _answer(f"2 + 2 = {last.content}")
+        return call_tools(turn, ("calculate", {"expression": "2 + 2"}))
+    return final_answer(f"2 + 2 = {last.content}")
 
 
 def unknown_tool(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls a tool it was not given, then reports the error it got back."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, ("delete_everything", {}))
-    return _answer(f"the tool call failed: {messages[-1].content}")
+        return call_tools(turn, ("delete_everything", {}))
+    return final_answer(f"the tool call failed: {messages[-1].content}")
 
 
 def fan_out(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Three `calculate` calls in one turn, then the sum of their results."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, *(("calculate", {"expression": f"{n} * {n}"}) for n in (2, 3, 4)))
+        return call_tools(turn, *(("calculate", {"expression": f"{n} * {n}"}) for n in (2, 3, 4)))
     results = [m.content for m in messages if m.role == "tool"]
-    return _answer(f"squares {', '.join(results)}")
+    return final_answer(f"squares {', '.join(results)}")
 
 
 # Starts two exports in one turn, then reports what became of them.
@@ -401,35 +338,35 @@ def enrich(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Mess
     """Runs the enrichment pipeline (a polled long tool), then reports its outcome."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, ("enrich_dataset", {"dataset": "transactions"}))
-    return _answer(f"enrichment: {messages[-1].content}")
+        return call_tools(turn, ("enrich_dataset", {"dataset": "transactions"}))
+    return final_answer(f"enrichment: {messages[-1].content}")
 
 
 def check_and_wait(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Starts an export (handle mode), checks on it, waits for it, reports."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
-    handle = _outcome(messages, "start_export") or {}
+        return call_tools(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
+    handle = tool_outcome(messages, "start_export") or {}
     operation_id = str(handle.get("operation_id", "unknown"))
     if turn == 1:
-        return _calls(turn, ("get_operation_status", {"operation_id": operation_id}))
+        return call_tools(turn, ("get_operation_status", {"operation_id": operation_id}))
     if turn == 2:
-        return _calls(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
-    status = _results(messages)["get_operation_status"].content
-    return _answer(f"checked: {status}; waited: {messages[-1].content}")
+        return call_tools(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
+    status = latest_results(messages)["get_operation_status"].content
+    return final_answer(f"checked: {status}; waited: {messages[-1].content}")
 
 
 def ask_first(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Asks a person (request_approval), then reports the decision it was told."""
     turn = _turn(messages)
-    decided = _from_rebuilt(messages, "request_approval")  # woken after a long wait
+    decided = from_rebuilt(messages, "request_approval")  # woken after a long wait
     if decided is not None:
-        return _answer(f"decision: {decided}")
+        return final_answer(f"decision: {decided}")
     if turn == 0:
         action = {"action": _task(messages), "reason": "the task says to ask first"}
-        return _calls(turn, ("request_approval", action))
-    return _answer(f"decision: {messages[-1].content}")
+        return call_tools(turn, ("request_approval", action))
+    return final_answer(f"decision: {messages[-1].content}")
 
 
 # Issues two refunds over the threshold in one turn: two approvals open at once.
@@ -448,37 +385,37 @@ def read_big(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Me
     read_ref, and answers with that slice."""
     turn = _turn(messages)
     if turn == 0:
-        return _calls(turn, ("big_report", {}))
+        return call_tools(turn, ("big_report", {}))
     if turn == 1:
         ref = m.group(0) if (m := _REF.search(messages[-1].content)) else "none"
-        return _calls(turn, ("read_ref", {"ref": ref, "offset": 1_000_000, "length": 36}))
-    return _answer(f"slice: {messages[-1].content}")
+        return call_tools(turn, ("read_ref", {"ref": ref, "offset": 1_000_000, "length": 36}))
+    return final_answer(f"slice: {messages[-1].content}")
 
 
 def long_haul(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls `chunk` once a turn for 200 turns, then answers."""
     turn = _turn(messages)
     if turn < 200:
-        return _calls(turn, ("chunk", {"n": turn}))
-    return _answer("200 chunks read")
+        return call_tools(turn, ("chunk", {"n": turn}))
+    return final_answer("200 chunks read")
 
 
 def expire_then_ask(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Starts an export; in handle mode waits for it; then, whatever became of it, asks a person
     whether to go on (so the run is still open after the export ended), and answers."""
     turn = _turn(messages)
-    export = _outcome(messages, "start_export")
+    export = tool_outcome(messages, "start_export")
     if export is None:
-        return _calls(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
-    waited = _outcome(messages, "wait_for_operations")
+        return call_tools(turn, ("start_export", {"dataset": "transactions", "period": "2025-Q3"}))
+    waited = tool_outcome(messages, "wait_for_operations")
     if export.get("status") == "running" and waited is None:
         operation_id = str(export.get("operation_id", "unknown"))
-        return _calls(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
-    if _outcome(messages, "request_approval") is None:
+        return call_tools(turn, ("wait_for_operations", {"operation_ids": [operation_id]}))
+    if tool_outcome(messages, "request_approval") is None:
         ended = json.dumps(waited if waited is not None else export)
         action = {"action": "carry on without the export", "reason": f"the export: {ended}"}
-        return _calls(turn, ("request_approval", action))
-    return _answer(f"decision: {messages[-1].content}")
+        return call_tools(turn, ("request_approval", action))
+    return final_answer(f"decision: {messages[-1].content}")
 
 
 SCRIPTS: dict[str, Script] = {

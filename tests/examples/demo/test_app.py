@@ -40,7 +40,7 @@ async def test_the_demo_app_loads_with_its_agents_and_every_demo_tool() -> None:
     apps = load_apps([DEMO_APP])
     try:
         researchers = ["researcher", "data-researcher", "payments-researcher"]
-        assert list(apps.agents) == ["demo", "reporter", "research-lead", *researchers]
+        assert list(apps.agents) == ["demo", "reporter", "research-lead", *researchers, "triage"]
         # Every tool but the purge, whose runs name it (its job asks a person to confirm), the
         # payments researcher's, and those that start the research lead's researchers.
         starts = {f"agent_{name}" for name in researchers}
@@ -60,5 +60,9 @@ async def test_the_demo_app_loads_with_its_agents_and_every_demo_tool() -> None:
             "reports__delete_dataset",
         ]
         assert apps.mcp.names() == ["reports"]
+        # The triage answers JSON, from its own script (it reads the prompt), scored by the app.
+        assert apps.agents["triage"].model == "scripted:triage"
+        assert apps.agents["triage"].tool_names() == ["check_claim"]
+        assert list(apps.scorers) == ["triage_valid"]
     finally:
         await apps.aclose()
