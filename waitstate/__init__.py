@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from waitstate.providers.base import Provider, ProviderError
     from waitstate.providers.scripted import SCRIPTED_BANNER, Script
     from waitstate.schemas.approvals import ApprovalPolicy
+    from waitstate.schemas.evals import EvalCase, Score
     from waitstate.schemas.messages import Message, ModelResponse, ToolCall, ToolDefinition, Usage
     from waitstate.schemas.operations import Completion, CompletionMode, OperationError, ResultMode
     from waitstate.schemas.questions import InputPolicy, Question, QuestionPolicy
@@ -50,6 +51,8 @@ _EXPORTS = {
     "SCRIPTED_BANNER": "waitstate.providers.scripted",
     "Script": "waitstate.providers.scripted",
     "ApprovalPolicy": "waitstate.schemas.approvals",
+    "EvalCase": "waitstate.schemas.evals",
+    "Score": "waitstate.schemas.evals",
     "Message": "waitstate.schemas.messages",
     "ModelResponse": "waitstate.schemas.messages",
     "ToolCall": "waitstate.schemas.messages",
@@ -86,6 +89,7 @@ __all__ = [
     "ApprovalPolicy",
     "Completion",
     "CompletionMode",
+    "EvalCase",
     "InputPolicy",
     "Job",
     "JobAnswer",
@@ -105,6 +109,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "SCRIPTED_BANNER",
+    "Score",
     "Script",
     "StartContext",
     "ToolCall",

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from waitstate import SCRIPTED_BANNER, Agent, Message, ToolCall, ToolDefinition
+from waitstate import SCRIPTED_BANNER, Agent, EvalCase, Message, ToolCall, ToolDefinition
 
 TRIAGE_INSTRUCTIONS = (
     "You triage insurance claims. Look the claim up with check_claim, then decide: pay a valid "
@@ -73,23 +73,7 @@ def _triage(claim_id: str, claim: dict[str, object]) -> Triage:
     return Triage(claim=claim_id, decision=decision, amount=dollars)
 
 
-class Case(Protocol):
-    """What the scorer reads of an evaluation's case (`waitstate.schemas.evals.EvalCase`, which
-    the public API does not name)."""
-
-    @property
-    def agent(self) -> str | None: ...
-    @property
-    def original_answer(self) -> str | None: ...
-    @property
-    def new_answer(self) -> str | None: ...
-    @property
-    def original_status(self) -> str: ...
-    @property
-    def new_status(self) -> str: ...
-
-
-def triage_valid(case: Case) -> tuple[bool, str]:
+def triage_valid(case: EvalCase) -> tuple[bool, str]:
     """A triage fork answered a valid `Triage` with its original's decision; a run of another
     agent ended as its original did."""
     if case.agent != "triage":

@@ -14,11 +14,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import make_worker
 from tests.script_steps import call, tool_results
-from waitstate import Agent, App, Message, ToolDefinition, tool
+from waitstate import Agent, App, EvalCase, Message, ToolDefinition, tool
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 from waitstate.providers.scripted import SCRIPTED_BANNER
-from waitstate.schemas.evals import EvalCase
 from waitstate.schemas.tree import SUB_AGENT_PREFIX
 from waitstate.testing.trees import fan_out
 
