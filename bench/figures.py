@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.floor import FLOOR_CHAT
 from bench.procs import Proc
@@ -29,6 +29,8 @@ from bench.stack import (
     new_id,
 )
 from waitstate.client import thread_input
+
+T = TypeVar("T")
 
 POLL_INTERVAL_SECONDS = 1.0  # enrich_dataset's poll interval (examples/demo/pipeline.py)
 # Figure 4's short job: a wait that ends long before rebuild_after, on no model's account.
@@ -133,10 +135,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-async def _bounded(limit: int, jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+async def bounded(limit: int, jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Each job's result, in order, at most `limit` of them running at once."""
     semaphore = asyncio.Semaphore(limit)
 
-    async def one(job: Callable[[], Awaitable[Any]]) -> Any:
+    async def one(job: Callable[[], Awaitable[T]]) -> T:
         async with semaphore:
             return await job()
 
@@ -193,7 +196,7 @@ async def figure1(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], No
                 began = time.perf_counter()
                 # At most ARRIVING in flight: under the cache size, so no run is evicted and
                 # replayed mid-way (with more in flight than cached, both sides thrash).
-                handles = await _bounded(ARRIVING, [run] * sizes.concurrent)
+                handles = await bounded(ARRIVING, [run] * sizes.concurrent)
                 elapsed = time.perf_counter() - began
                 worker_used = worker.cpu_seconds() - worker_before
                 server_used = stack.server.cpu_seconds() - server_before
@@ -240,7 +243,7 @@ async def _cold_cpu(stack: Stack, sizes: Sizes, side: Side, rep: int) -> float:
         for _ in range(sizes.warmup):
             await run()
         before = worker.cpu_seconds()
-        await _bounded(ARRIVING, [run] * sizes.concurrent)
+        await bounded(ARRIVING, [run] * sizes.concurrent)
         return (worker.cpu_seconds() - before) * 1000 / sizes.concurrent
     finally:
         await stack.release(worker)
@@ -350,7 +353,7 @@ async def scale_once(stack: Stack, side: Side, n: int, idle_seconds: float) -> S
 
         # Runs arrive a few at a time, fewer than the worker caches, as they would in life: all
         # at once, every workflow task would miss the cache and replay the run's history.
-        handles = await _bounded(ARRIVING, [functools.partial(start, i) for i in range(n)])
+        handles = await bounded(ARRIVING, [functools.partial(start, i) for i in range(n)])
         await _idle(worker)
         started = time.perf_counter() - began
         worker_cpu, server_cpu = worker.cpu_seconds(), stack.server.cpu_seconds()
@@ -382,7 +385,7 @@ async def scale_once(stack: Stack, side: Side, n: int, idle_seconds: float) -> S
                 return False
             return True
 
-        completed = sum(await _bounded(ARRIVING, [functools.partial(finish, h) for h in handles]))
+        completed = sum(await bounded(ARRIVING, [functools.partial(finish, h) for h in handles]))
         drained = time.perf_counter() - began
     finally:
         sampler.cancel()

@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable
 
-from bench.figures import Row, Sizes
+from bench.figures import Row, Sizes, bounded
 from bench.stack import RESULT_TIMEOUT, Stack, new_id
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput, RunState
@@ -27,7 +26,6 @@ FORKS_AT_ONCE = 16
 PER_MINUTE = 100  # the target: forks a minute, both ways
 MODEL = "scripted:demo"
 TOOLS = ["calculate", "utc_now", "count_words"]
-T = TypeVar("T")
 
 
 async def figure13(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[Row]:
@@ -48,10 +46,12 @@ async def figure13(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], N
         client = WaitstateClient(stack.client, task_queue=queue)
         try:
             began = time.perf_counter()
-            runs = await _bounded([functools.partial(_recorded, client, i) for i in range(n)])
+            runs = await bounded(
+                FORKS_AT_ONCE, [functools.partial(_recorded, client, i) for i in range(n)]
+            )
             recorded.ours.append(n / (time.perf_counter() - began) * 60)
             began = time.perf_counter()
-            await _bounded([functools.partial(_forked, client, *run) for run in runs])
+            await bounded(FORKS_AT_ONCE, [functools.partial(_forked, client, *run) for run in runs])
             by_client.ours.append(n / (time.perf_counter() - began) * 60)
             began = time.perf_counter()
             await _evaluated(client, runs)
@@ -64,16 +64,6 @@ async def figure13(stack: Stack, sizes: Sizes, reps: int, log: Callable[[str], N
             "evaluation"
         )
     return [by_client, by_eval, recorded]
-
-
-async def _bounded(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    gate = asyncio.Semaphore(FORKS_AT_ONCE)
-
-    async def one(job: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await job()
-
-    return await asyncio.gather(*(one(job) for job in jobs))
 
 
 async def _recorded(client: WaitstateClient, n: int) -> tuple[str, str]:

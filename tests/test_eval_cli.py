@@ -278,11 +278,17 @@ def test_the_markdown_escapes_every_runs_text_out_of_its_layout() -> None:
     markdown = report_markdown(_report())
     header, runs_table = markdown.split("## Runs", 1)
 
-    assert header.startswith("# Evaluation eval-1\n")
-    assert "- changed: instructions Be terse. ..." in header
-    assert "- forked at turn 1, tool calls answered: recorded" in header
-    assert "- pass rate: 0 of 2 (0%), threshold 50%" in header
-    assert "- verdict: **does not hold**" in header
+    assert header.splitlines() == [
+        "# Evaluation eval-1",
+        "",
+        "- changed: instructions Be terse. ...",
+        "- forked at turn 1, tool calls answered: recorded",
+        "- runs: 3 (listed by the query AgentName = 'shop')",
+        "- scorers: all of the app's",
+        "- pass rate: 0 of 2 (0%), threshold 50%",
+        "- verdict: **does not hold**",
+        "",
+    ]
     assert "| run\\|1 | completed → completed | FAIL | no | 1,234 → 12 | $0.5000 → - |" in markdown
     assert '| amount\\|x | {"a": "\\<b\\>\\|"} | - |' in markdown
     # Raw HTML and headings only inside fences, whose fence no backtick run in them closes.

@@ -5,36 +5,27 @@ nothing else does; the runs' text is shown escaped; an id that is no evaluation 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.gateway.test_inbox import _signed_in
-from tests.rigs import OPERATOR, Stack, bearer, serving_stack
+from tests.rigs import OPERATOR, bearer, serving_stack
 from tests.workflows.fork_app import serving
 from tests.workflows.test_forks import WITHIN, _ran
 from waitstate.gateway.pages.html import document
 from waitstate.gateway.routes.evals import _body
 from waitstate.schemas import RunInput
-from waitstate.schemas.evals import EvalInput, EvalReport, EvalRow, Score
+from waitstate.schemas.evals import EvalInput, EvalReport, EvalRow
 
 KEYS = {"evals": "v" * 40}
 HOSTILE_TASK = "serve customer=eve <script>alert(1)</script> | & more"
 
 
-@pytest.fixture
-async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
-    async with serving_stack(
-        dev_env.client, task_queue, KEYS, "evals", events=True, within=WITHIN
-    ) as stack:
-        yield stack
-
-
 async def test_an_operator_reads_an_evaluations_page_and_its_json(
-    rig: Stack, dev_env: WorkflowEnvironment, task_queue: str
+    dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    async with serving(dev_env, task_queue) as client:
+    gateway = serving_stack(dev_env.client, task_queue, KEYS, "evals", events=True, within=WITHIN)
+    async with gateway as rig, serving(dev_env, task_queue) as client:
         run, result = await _ran(client, RunInput(task=HOSTILE_TASK, agent="shop"))
         eval_id = await client.evaluate(EvalInput(runs=[run], model="scripted:shop-more"))
         await asyncio.wait_for(client.eval_report(eval_id, wait=True), WITHIN)
@@ -91,18 +82,21 @@ async def test_a_gateway_without_operator_keys_serves_no_evaluation(
 
 
 def test_a_running_evaluations_page_says_how_far_it_is_its_answers_escaped() -> None:
-    row = EvalRow(
-        run_id="run-<1>",
-        fork_id="fork-1",
-        task="t",
-        original_status="completed",
-        new_status="completed",
-        original_answer="a | b\n<script>alert(1)</script>",
-        new_answer="<img src=x onerror=alert(1)>",
-        original_tools=["lookup"],
-        new_tools=["<b>charge</b>"],
-        scores=[Score(name="judge", passed=True, detail="<i>fine</i>")],
-        passed=True,
+    # A row as a report's JSON holds it: every text in it from the runs.
+    row = EvalRow.model_validate(
+        {
+            "run_id": "run-<1>",
+            "fork_id": "fork-1",
+            "task": "t",
+            "original_status": "completed",
+            "new_status": "completed",
+            "original_answer": "a | b\n<script>alert(1)</script>",
+            "new_answer": "<img src=x onerror=alert(1)>",
+            "original_tools": ["lookup"],
+            "new_tools": ["<b>charge</b>"],
+            "scores": [{"name": "judge", "passed": True, "detail": "<i>fine</i>"}],
+            "passed": True,
+        }
     )
     report = EvalReport(eval_id="eval-2", input=EvalInput(runs=["run-<1>", "r2"]), rows=[row])
     page = document("Evaluation eval-2", _body(report))

@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterator
 
 import pytest
 from pydantic import TypeAdapter
 
+from bench.figures import bounded
 from examples.demo.triage import PROSE_PROMPT, Triage
 from tests.helpers import TEST_BLOBS
 from tests.rigs import Stack
@@ -34,7 +34,6 @@ WITHIN = 120.0
 AT_ONCE = 16
 CLAIMS = ("C-118", "C-200", "C-305", "C-999")
 TRANSCRIPT = TypeAdapter(list[Message])
-T = TypeVar("T")
 
 
 def _tasks() -> list[RunInput]:
@@ -58,17 +57,6 @@ def _tasks() -> list[RunInput]:
         RunInput(task=f"Triage claim {CLAIMS[n % len(CLAIMS)]}.", agent="triage") for n in range(50)
     ]
     return [*exports, *sums, *refunds, *triages]
-
-
-async def _bounded(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Each job's result, at most AT_ONCE running at once."""
-    gate = asyncio.Semaphore(AT_ONCE)
-
-    async def one(job: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await job()
-
-    return await asyncio.gather(*(one(job) for job in jobs))
 
 
 async def _result(stack: Stack, run_id: str, *, approve: bool = False) -> RunResult:
@@ -137,11 +125,11 @@ async def test_100_recorded_demo_runs_forked_reach_no_system_and_are_sent_the_sa
     began = time.monotonic()
     async with _demo(stack, monkeypatch) as client:
         tasks = _tasks()
-        ran = await _bounded([lambda t=t: _ran(stack, t) for t in tasks])
+        ran = await bounded(AT_ONCE, [lambda t=t: _ran(stack, t) for t in tasks])
         assert {result.status for _, result in ran} == {"completed"}, Counter(
             r.status for _, r in ran
         )
-        recorded = await _bounded([lambda r=r: client.read_run(r) for r, _ in ran])
+        recorded = await bounded(AT_ONCE, [lambda r=r: client.read_run(r) for r, _ in ran])
         received = Counter(stack.systems.requests)
         # Each kind of run reached its system: exports, lookups, refunds, files, notices.
         assert received["POST /exports"] == 20 and received["POST /refunds"] == 15
@@ -157,8 +145,8 @@ async def test_100_recorded_demo_runs_forked_reach_no_system_and_are_sent_the_sa
             fork_id, _ = await client.fork(run_id, at=at)
             return fork_id, await _result(stack, fork_id)
 
-        forks = await _bounded(
-            [lambda r=r, at=at: fork(r, at) for (r, _), at in zip(ran, ats, strict=True)]
+        forks = await bounded(
+            AT_ONCE, [lambda r=r, at=at: fork(r, at) for (r, _), at in zip(ran, ats, strict=True)]
         )
         forked_at = time.monotonic()
         assert stack.systems.requests == received  # not one call more, to any system
@@ -178,14 +166,14 @@ async def test_100_recorded_demo_runs_forked_reach_no_system_and_are_sent_the_sa
         # With another model (echo answers the task at once), or the triage asked for prose:
         # the answers differ, and still no system is called.
         sample = [ran[n] for n in (0, 1, 20, 21, 35, 36)]
-        echoed = await _bounded(
-            [lambda r=r: _forked(stack, r, model="scripted:echo") for r, _ in sample]
+        echoed = await bounded(
+            AT_ONCE, [lambda r=r: _forked(stack, r, model="scripted:echo") for r, _ in sample]
         )
         for (_, original), result in zip(sample, echoed, strict=True):
             assert result.status == "completed" and result.final_output != original.final_output
         triages = ran[50:54]
-        prose = await _bounded(
-            [lambda r=r: _forked(stack, r, instructions=PROSE_PROMPT) for r, _ in triages]
+        prose = await bounded(
+            AT_ONCE, [lambda r=r: _forked(stack, r, instructions=PROSE_PROMPT) for r, _ in triages]
         )
         for (_, original), result in zip(triages, prose, strict=True):
             Triage.model_validate_json(original.final_output or "")
@@ -213,7 +201,7 @@ async def test_an_evaluation_of_50_triages_does_not_hold_with_a_prompt_asking_fo
             RunInput(task=f"Triage claim {CLAIMS[n % len(CLAIMS)]}.", agent="triage")
             for n in range(50)
         ]
-        ran = await _bounded([lambda t=t: _ran(stack, t) for t in triages])
+        ran = await bounded(AT_ONCE, [lambda t=t: _ran(stack, t) for t in triages])
         runs = [run_id for run_id, _ in ran]
         received = Counter(stack.systems.requests)
 

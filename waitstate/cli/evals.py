@@ -38,6 +38,8 @@ DEFAULT_CONCURRENCY = 8
 DEFAULT_OUT = Path("evals")
 # How often `eval` looks at the evaluation's rows so far, to say which runs were scored.
 PROGRESS_EVERY = 2.0
+# The options an evaluation takes as they are given.
+AS_GIVEN = ("at", "model", "instructions", "agent", "policy", "concurrency", "threshold", "query")
 
 
 def add_parsers(sub: Any) -> None:
@@ -235,18 +237,9 @@ async def cmd_eval(
         if not args.json:
             print(f"evaluating the {len(runs)} newest runs the query lists", file=sys.stderr)
     try:
+        given = {name: getattr(args, name) for name in AS_GIVEN}
         eval_input = EvalInput(
-            runs=runs,
-            at=args.at,
-            model=args.model,
-            instructions=args.instructions,
-            agent=args.agent,
-            policy=args.policy,
-            concurrency=args.concurrency,
-            threshold=args.threshold,
-            scorers=args.scorer or None,
-            prices=dict(args.price),
-            query=args.query,
+            runs=runs, scorers=args.scorer or None, prices=dict(args.price), **given
         )
     except ValidationError as err:
         raise invalid("evaluation", err) from None

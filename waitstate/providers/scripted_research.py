@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from waitstate.providers.script_steps import (
     CLAIM,
@@ -42,12 +43,10 @@ def lead(messages: Sequence[Message], task: str, agents: list[str]) -> Message:
 
 def claim(messages: Sequence[Message], task: str, turn: int) -> Message:
     """Look the task's claim up, and answer with what the claims desk holds."""
-    claim_id = m.group(1).upper() if (m := CLAIM.search(task)) else "C-118"
-    claim = tool_outcome(messages, "check_claim")
-    if claim is None:
-        return call_tools(turn, ("check_claim", {"claim_id": claim_id}))
-    if "valid" not in claim:
-        return final_answer(f"Claim {claim_id} could not be read: {json.dumps(claim)}.")
+    read = _read(messages, task, turn, "check_claim", "valid", "Claim")
+    if isinstance(read, Message):
+        return read
+    claim_id, claim = read
     valid = "valid" if claim["valid"] else f"not valid ({claim.get('reason')})"
     return final_answer(
         f"Claim {claim_id} is {valid}: ${claim.get('amount', 0):g} for {claim.get('customer')}."
@@ -56,16 +55,26 @@ def claim(messages: Sequence[Message], task: str, turn: int) -> Message:
 
 def paid(messages: Sequence[Message], task: str, turn: int) -> Message:
     """Read what was refunded on the task's claim (a person approves the read first)."""
-    claim_id = m.group(1).upper() if (m := CLAIM.search(task)) else "C-118"
-    history = tool_outcome(messages, "read_payment_history")
-    if history is None:
-        return call_tools(turn, ("read_payment_history", {"claim_id": claim_id}))
-    if "refunded" not in history:
-        return final_answer(
-            f"The payments on claim {claim_id} could not be read: {json.dumps(history)}."
-        )
+    read = _read(messages, task, turn, "read_payment_history", "refunded", "The payments on claim")
+    if isinstance(read, Message):
+        return read
+    claim_id, history = read
     count = len(history.get("refunds", []))
     refunds = "1 refund" if count == 1 else f"{count} refunds"
     return final_answer(
         f"Refunded on claim {claim_id} so far: ${history['refunded']:g} ({refunds})."
     )
+
+
+def _read(
+    messages: Sequence[Message], task: str, turn: int, tool: str, key: str, what: str
+) -> tuple[str, dict[str, Any]] | Message:
+    """The task's claim and what `tool` said of it (holding `key`); or, before, the call of
+    `tool`, and after a result without `key`, the answer that `what` could not be read."""
+    claim_id = m.group(1).upper() if (m := CLAIM.search(task)) else "C-118"
+    found = tool_outcome(messages, tool)
+    if found is None:
+        return call_tools(turn, (tool, {"claim_id": claim_id}))
+    if key not in found:
+        return final_answer(f"{what} {claim_id} could not be read: {json.dumps(found)}.")
+    return claim_id, found

@@ -19,17 +19,7 @@ from waitstate.client import ClientError, RunNotFound, WaitstateClient
 from waitstate.evals import changes, dollars, report_json, tokens, verdict
 from waitstate.gateway.delivery import TemporalDeliverer, refusal
 from waitstate.gateway.gate import Gate, GateDep
-from waitstate.gateway.pages.html import (
-    HEADERS,
-    Html,
-    banner,
-    details,
-    document,
-    join,
-    pretty_json,
-    render,
-    text,
-)
+from waitstate.gateway.pages import html
 from waitstate.gateway.refusals import Refused
 from waitstate.gateway.routes.inbox import INBOX, InboxSession, session_operator
 from waitstate.gateway.routes.threads import OperatorCredentials
@@ -48,14 +38,14 @@ router = APIRouter(include_in_schema=False)
 @router.get(f"{EVAL_PAGE}.json")
 async def eval_json(eval_id: str, gate: GateDep, credentials: OperatorCredentials) -> Response:
     report = await _report(gate, eval_id, credentials)
-    return Response(report_json(report), media_type="application/json", headers=dict(HEADERS))
+    return Response(report_json(report), media_type="application/json", headers=dict(html.HEADERS))
 
 
 @router.get(EVAL_PAGE, response_class=HTMLResponse)
 async def eval_page(eval_id: str, gate: GateDep, credentials: OperatorCredentials) -> Response:
     report = await _report(gate, eval_id, credentials)
-    page = document(f"Evaluation {eval_id}", _body(report))
-    return HTMLResponse(page, headers=dict(HEADERS))
+    page = html.document(f"Evaluation {eval_id}", _body(report))
+    return HTMLResponse(page, headers=dict(html.HEADERS))
 
 
 @router.get(INBOX_EVAL_PAGE, response_class=HTMLResponse)
@@ -64,8 +54,8 @@ async def inbox_eval_page(eval_id: str, gate: GateDep, session: InboxSession = N
     _operators_here(gate)
     if session_operator(gate, session) is None:
         raise Refused(401, "not_signed_in", f"sign in to the operators' inbox first: {INBOX}")
-    page = document(f"Evaluation {eval_id}", _body(await _read(gate, eval_id)))
-    return HTMLResponse(page, headers=dict(HEADERS))
+    page = html.document(f"Evaluation {eval_id}", _body(await _read(gate, eval_id)))
+    return HTMLResponse(page, headers=dict(html.HEADERS))
 
 
 async def _report(gate: Gate, eval_id: str, credentials: OperatorCredentials) -> EvalReport:
@@ -115,9 +105,9 @@ def _client(gate: Gate) -> WaitstateClient:
     return deliverer.runs
 
 
-def _body(report: EvalReport) -> Html:
+def _body(report: EvalReport) -> html.Html:
     given = report.input
-    rate = render(
+    rate = html.render(
         "$passed of $scored runs passed ($rate), threshold $threshold: $verdict.",
         passed=report.passed,
         scored=len(report.rows),
@@ -126,7 +116,7 @@ def _body(report: EvalReport) -> Html:
         verdict=verdict(report),
     )
     changed = ", ".join(f"{what} {value}" for what, value in changes(given))
-    about = details(
+    about = html.details(
         [
             ("Changed", changed or "nothing (a re-run with the recorded settings)"),
             ("Forked at", f"turn {given.at}"),
@@ -136,20 +126,20 @@ def _body(report: EvalReport) -> Html:
             ("Scorers", ", ".join(given.scorers) if given.scorers else "all of the app's"),
         ]
     )
-    rows = join([_summary_row(row) for row in report.rows])
-    return render(
+    rows = html.join([_summary_row(row) for row in report.rows])
+    return html.render(
         "$banner$about<h2>Runs</h2><table><thead><tr><th>Run</th><th>Status</th>"
         "<th>Verdict</th><th>Same tools</th><th>Tokens</th><th>Cost</th></tr></thead>"
         "<tbody>$rows</tbody></table>$runs",
-        banner=banner("ok" if report.holds else "no", rate),
+        banner=html.banner("ok" if report.holds else "no", rate),
         about=about,
         rows=rows,
-        runs=join([_run(row) for row in report.rows]),
+        runs=html.join([_run(row) for row in report.rows]),
     )
 
 
-def _summary_row(row: EvalRow) -> Html:
-    return render(
+def _summary_row(row: EvalRow) -> html.Html:
+    return html.render(
         "<tr><td>$run</td><td>$status</td><td>$verdict</td><td>$same</td><td>$tokens</td>"
         "<td>$cost</td></tr>",
         run=row.run_id,
@@ -161,36 +151,36 @@ def _summary_row(row: EvalRow) -> Html:
     )
 
 
-def _run(row: EvalRow) -> Html:
-    fields = Html("")
+def _run(row: EvalRow) -> html.Html:
+    fields = html.Html("")
     if row.fields:
-        fields = render(
+        fields = html.render(
             "<h3>Changed fields</h3><table><thead><tr><th>Field</th><th>Original</th>"
             "<th>New</th></tr></thead><tbody>$rows</tbody></table>",
-            rows=join(
+            rows=html.join(
                 [
-                    render(
+                    html.render(
                         "<tr><td>$field</td><td>$original</td><td>$new</td></tr>",
                         field=change.field,
-                        original=pretty_json(change.original),
-                        new=pretty_json(change.new),
+                        original=html.pretty_json(change.original),
+                        new=html.pretty_json(change.new),
                     )
                     for change in row.fields
                 ]
             ),
         )
-    scores = join(
+    scores = html.join(
         [
-            render(
+            html.render(
                 "<li>$name: $verdict$detail</li>",
                 name=score.name,
                 verdict="pass" if score.passed else "fail",
-                detail=text(f" ({score.detail})") if score.detail else Html(""),
+                detail=html.text(f" ({score.detail})") if score.detail else html.Html(""),
             )
             for score in row.scores
         ]
     )
-    return render(
+    return html.render(
         '<section class="run"><h2>$run: $verdict</h2>$details$error'
         "<table><thead><tr><th>Original ($original_status)</th><th>New ($new_status)</th></tr>"
         "</thead><tbody><tr><td><pre>$original</pre></td><td><pre>$new</pre></td></tr></tbody>"
@@ -198,15 +188,15 @@ def _run(row: EvalRow) -> Html:
         "</section>",
         run=row.run_id,
         verdict="pass" if row.passed else "FAIL",
-        details=details([("Task", row.task), ("Fork", row.fork_id)]),
-        error=banner("no", text(row.error)) if row.error else Html(""),
+        details=html.details([("Task", row.task), ("Fork", row.fork_id)]),
+        error=html.banner("no", html.text(row.error)) if row.error else html.Html(""),
         original_status=row.original_status or "-",
         new_status=row.new_status or "-",
         original=row.original_answer if row.original_answer is not None else "(none)",
         new=row.new_answer if row.new_answer is not None else "(none)",
         fields=fields,
         same="the same" if row.same_tools else "different",
-        tools=details(
+        tools=html.details(
             [
                 ("Original", " → ".join(row.original_tools) or "none"),
                 ("New", " → ".join(row.new_tools) or "none"),
