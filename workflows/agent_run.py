@@ -442,7 +442,7 @@ class AgentRunWorkflow:
         self._memory.unsent.extend(self._asides.told())  # what was said while they ran
 
     async def _run_tool(self, call: ToolCall) -> ToolResult | ParkedCall:
-        if (forked := await self._fork.answer(call, self._model_tools)) is not None:
+        if self._fork.on and (forked := await self._fork.answer(call, self._model_tools())):
             return forked  # a fork's call, answered from the recording
         if call.name == GET_OPERATION_STATUS:
             return self._ops.get_status(call)

@@ -11,8 +11,6 @@ run's own state, and run as in any run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from waitstate.schemas import ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.builtin import GET_OPERATION_STATUS, READ_REF, WAIT_FOR_OPERATIONS
 from waitstate.schemas.forks import ForkOf, ForkState, call_key
@@ -39,13 +37,18 @@ class Fork(Part):
         if fork is not None and self._state.fork is None:
             self._state.fork = ForkState(origin=fork.origin, at=fork.at, policy=fork.policy)
 
-    async def answer(self, call: ToolCall, tools: Callable[[], list[str]]) -> ToolResult | None:
-        """The result of `call` in a fork whose model has `tools()`, or None: the call runs as
-        in any run (no fork, a tool the run does not have, one of the run's own reads, a
+    @property
+    def on(self) -> bool:
+        """Whether the run is a fork."""
+        return self._state.fork is not None
+
+    async def answer(self, call: ToolCall, tools: list[str]) -> ToolResult | None:
+        """The result of `call` in a fork whose model has `tools`, or None: the call runs as in
+        any run (no fork, a tool the run does not have, one of the run's own reads, a
         sub-agent's fork, or a `live` call a person approved)."""
         fork = self._input.fork
         kept = self._state.fork
-        if fork is None or kept is None or call.name not in (*tools(), *OWN_TOOLS):
+        if fork is None or kept is None or call.name not in (*tools, *OWN_TOOLS):
             return None
         assert fork.recording is not None  # read at the opening
         if call.name.startswith(SUB_AGENT_PREFIX):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from examples.systems import (
     approvals_outbox,
@@ -50,14 +51,7 @@ def create_app(
     app = FastAPI(title="waitstate demo systems", lifespan=lifespan)
     app.state.systems = systems
 
-    @app.middleware("http")
-    async def count(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        # Every call a system received (the test hooks' aside), so a test can prove none came.
-        if not request.url.path.startswith("/_test/"):
-            systems.requests[f"{request.method} {request.url.path}"] += 1
-        return await call_next(request)
+    app.add_middleware(_Counted, systems=systems)
 
     for routes in (
         exports.router(systems.export_service),
@@ -71,3 +65,17 @@ def create_app(
     ):
         app.include_router(routes)
     return app
+
+
+class _Counted:
+    """Counts every call the systems receive (the test hooks' aside) in `systems.requests`, so
+    a test can prove none came: plain ASGI, around the app as it is."""
+
+    def __init__(self, app: ASGIApp, systems: DemoSystems) -> None:
+        self._app = app
+        self._systems = systems
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith("/_test/"):
+            self._systems.requests[f"{scope['method']} {scope['path']}"] += 1
+        await self._app(scope, receive, send)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
@@ -20,13 +22,14 @@ from bench.figures import bounded
 from examples.demo.triage import PROSE_PROMPT, Triage
 from tests.helpers import TEST_BLOBS
 from tests.rigs import Stack
+from tests.test_eval_cli import _cli
 from waitstate.apps import load_apps
 from waitstate.blobs import REF_PREFIX
 from waitstate.blobs.local import LocalBlobStore
 from waitstate.client import RunEnded, WaitstateClient
 from waitstate.schemas import Message, ModelCallInput, RunInput, RunResult
 from waitstate.schemas.approvals import DecideInput
-from waitstate.schemas.evals import EvalInput
+from waitstate.settings import Settings
 
 APP = "examples.demo.app:app"
 WITHIN = 120.0
@@ -194,28 +197,45 @@ async def _forked(stack: Stack, run_id: str, **how: str) -> RunResult:
 
 
 async def test_an_evaluation_of_50_triages_does_not_hold_with_a_prompt_asking_for_prose(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    async with _demo(stack, monkeypatch) as client:
+    settings = Settings(
+        temporal_address=stack.client.service_client.config.target_host,
+        task_queue=stack.task_queue,
+    )
+    async with _demo(stack, monkeypatch):
         triages = [
             RunInput(task=f"Triage claim {CLAIMS[n % len(CLAIMS)]}.", agent="triage")
             for n in range(50)
         ]
         ran = await bounded(AT_ONCE, [lambda t=t: _ran(stack, t) for t in triages])
-        runs = [run_id for run_id, _ in ran]
+        runs = ",".join(run_id for run_id, _ in ran)
         received = Counter(stack.systems.requests)
+        given = [
+            "--runs",
+            runs,
+            "--threshold",
+            "0.9",
+            "--concurrency",
+            "16",
+            "--out",
+            str(tmp_path),
+        ]
 
-        planted = await client.evaluate(
-            EvalInput(runs=runs, instructions=PROSE_PROMPT, threshold=0.9, concurrency=16)
+        # `waitstate eval`, as a CI step runs it: the planted prompt fails it, exit 1.
+        planted = await _cli(
+            settings, "eval", *given, "--instructions", PROSE_PROMPT, "--id", "planted"
         )
-        report = await asyncio.wait_for(client.eval_report(planted, wait=True), WITHIN)
-        assert report.done and not report.holds and report.pass_rate < 0.9
-        assert {row.new_status for row in report.rows} == {"output_invalid"}
-        assert {s.name for row in report.rows for s in row.scores} == {"triage_valid"}
-        planted_rate = report.pass_rate
-
-        same = await client.evaluate(EvalInput(runs=runs, threshold=0.9, concurrency=16))
-        report = await asyncio.wait_for(client.eval_report(same, wait=True), WITHIN)
-        assert report.done and report.holds and report.passed == 50
+        same = await _cli(settings, "eval", *given, "--id", "same")
         assert stack.systems.requests == received
-    print(f"eval of 50 triages: pass rate {planted_rate:.0%} asking for prose, 100% as recorded")
+
+    assert (planted, same) == (1, 0)
+    report = json.loads((tmp_path / "planted.json").read_text())
+    assert report["done"] and not report["holds"] and report["pass_rate"] < 0.9
+    assert {row["new_status"] for row in report["rows"]} == {"output_invalid"}
+    assert {s["name"] for row in report["rows"] for s in row["scores"]} == {"triage_valid"}
+    assert "- verdict: **does not hold**" in (tmp_path / "planted.md").read_text()
+    report = json.loads((tmp_path / "same.json").read_text())
+    assert report["holds"] and report["passed"] == 50 and len(report["rows"]) == 50
+    assert "- verdict: **holds**" in (tmp_path / "same.md").read_text()
+    print(f"eval of 50 triages: pass rate {report['pass_rate']:.0%} as recorded, exit {same}")
