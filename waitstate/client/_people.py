@@ -48,6 +48,9 @@ CLIENT_UPDATES = "client/"
 WAITING_FOR_PEOPLE = ("approval", "input")
 # How many runs `pending` queries at once.
 PENDING_QUERIES_AT_ONCE = 8
+# A tree's nodes waiting for a person that its root's inbox reads at most (a tree holds at most
+# max_children ** max_depth of them; the listing is bounded however it grew).
+ASKING_BELOW_LIMIT = 2_000
 
 
 @dataclass(frozen=True)
@@ -232,16 +235,21 @@ class PeopleCalls(UpdateCalls):
             'AND ExecutionStatus = "Running"'
         )
         try:
-            ids = [execution.id async for execution in self._client.list_workflows(query)]
+            listed = self._client.list_workflows(query, limit=ASKING_BELOW_LIMIT)
+            ids = [execution.id async for execution in listed]
         except RPCError as err:
             self._raise(err, None, f"could not list the runs below {run_id}")
-        found = []
-        for below in ids:
-            try:
-                found.append((below.removeprefix(f"{run_id}/"), await self.query(below)))
-            except ClientError:
-                continue
-        return found
+        gate = asyncio.Semaphore(PENDING_QUERIES_AT_ONCE)
+
+        async def asking(below: str) -> tuple[str, RunState] | None:
+            async with gate:
+                try:
+                    return below.removeprefix(f"{run_id}/"), await self.query(below)
+                except ClientError:
+                    return None
+
+        found = await asyncio.gather(*(asking(below) for below in ids))
+        return [each for each in found if each is not None]
 
     async def _running_state(self, run_id: str) -> RunState:
         """The state of a run that is still running (RunEnded otherwise)."""
