@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from .activity_calls import Failed, call
-    from .policies import EVAL_CALL
+    from .policies import HISTORY_CALL
 
 
 @workflow.defn(name=EVAL_RUN)
@@ -72,7 +72,7 @@ class EvalWorkflow:
             input.fork_request(run_id),
             result_type=RunInput,
             summary=f"fork {run_id}",
-            **EVAL_CALL,
+            **HISTORY_CALL,
         )
         if isinstance(prepared, Failed):
             return EvalRow(run_id=run_id, fork_id="", task="", error=prepared.message)
@@ -104,7 +104,7 @@ class EvalWorkflow:
             ),
             result_type=EvalRow,
             summary=f"score {fork_id}",
-            **EVAL_CALL,
+            **HISTORY_CALL,
         )
         if isinstance(scored, Failed):
             return EvalRow(run_id=run_id, fork_id=fork_id, task="", error=scored.message)

@@ -57,7 +57,6 @@ class Fork(Part):
         recorded = fork.recording.find(call.name, call.arguments, kept.seen.get(key, 0))
         if recorded is not None:
             kept.seen[key] = kept.seen.get(key, 0) + 1
-            kept.recorded += 1
             return recorded.result(call)
         if call.name in OWN_TOOLS:
             return None

@@ -29,7 +29,7 @@ from .outages import StoreDown, StoreOutages
 from .plan import Plan
 from .policies import (
     AGENT_CALL,
-    FORK_CALL,
+    HISTORY_CALL,
     MCP_LISTING_RETRY,
     MCP_LISTING_TIMEOUT,
     TOOL_HEARTBEAT,
@@ -93,7 +93,7 @@ class Opening:
             RecordingRequest(origin=fork.origin, at=fork.at),
             result_type=Recording,
             summary=f"recording of {fork.origin}",
-            **FORK_CALL,
+            **HISTORY_CALL,
         )
         if isinstance(recording, Failed):
             self._fail(recording)

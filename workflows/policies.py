@@ -104,11 +104,10 @@ TREE_BUDGET_CALL = CallOptions(
     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
 )
 # A reading of a run's histories, to fork or score it: bounded, retried a while.
-EVAL_CALL = CallOptions(
+HISTORY_CALL = CallOptions(
     start_to_close_timeout=timedelta(minutes=2),
     retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
 )
-FORK_CALL = EVAL_CALL
 AGENT_TIMEOUT = timedelta(seconds=30)
 AGENT_RETRY = RetryPolicy(maximum_attempts=3)
 # The agent's definition at a run's start, and a sub-agent's long answer kept at its end.

@@ -23,6 +23,7 @@ from waitstate.cli.output import (
     print_outcome,
     run_exit_code,
 )
+from waitstate.cli.replay import positive
 from waitstate.client import ClientError, WaitstateClient, new_eval_id, new_fork_id
 from waitstate.evals import changes, report_json, report_markdown, verdict
 from waitstate.schemas.budgets import ModelPrice
@@ -384,10 +385,7 @@ def price(text: str) -> tuple[str, ModelPrice]:
 
 
 def _within(text: str, most: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= most:
+    value = positive(text)
+    if value > most:
         raise argparse.ArgumentTypeError(f"must be 1 to {most}, got {value}")
     return value

@@ -201,15 +201,13 @@ class ForkCalls(RunCalls):
         # A thread's fork starts idle and takes the recorded messages again; a task's is sent
         # what the recorded turn at + 1 was.
         thread = recorded.input.thread is not None
-        prefix = (
-            ModelCallInput(model="", new_messages=[], tools=[]) if thread else turns[at].request
-        )
+        prefix = None if thread else turns[at].request
         return Recording(
             origin=run_id,
             turns=len(turns),
             at=at,
-            transcript_ref=prefix.transcript_ref,
-            messages=prefix.new_messages,
+            transcript_ref=prefix.transcript_ref if prefix is not None else None,
+            messages=prefix.new_messages if prefix is not None else [],
             thread_messages=[m.text for m in recorded.messages[:at]] if thread else [],
             calls=calls,
             answer=result.final_output if result is not None else None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from waitstate.schemas.calls import ToolResult
 from waitstate.schemas.messages import Message, ToolCall
@@ -137,15 +137,21 @@ class ForkState(BaseModel):
     origin: str
     at: int
     policy: ForkPolicy
-    recorded: int = Field(default=0, description="Calls answered from the recording.")
     stubbed: int = Field(default=0, description="Calls the app's stubs answered.")
     live: int = Field(default=0, description="Calls made for real, each approved.")
     unavailable: list[str] = Field(
         default_factory=list, description="Calls refused to the model as unavailable."
     )
     seen: dict[str, int] = Field(
-        default_factory=dict, description="Per call (tool and arguments): times answered."
+        default_factory=dict,
+        description="Per call (tool and arguments): times answered from the recording.",
     )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def recorded(self) -> int:
+        """Calls answered from the recording."""
+        return sum(self.seen.values())
 
 
 class ForkRequest(BaseModel):
