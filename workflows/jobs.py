@@ -46,6 +46,7 @@ from .policies import (
     FINAL_CHECK_RETRY,
     FINAL_CHECK_TIMEOUT,
     POLL_CHECK_TIMEOUT,
+    RECONCILE_CHECK_TIMEOUT,
     RECONCILE_MIN,
     TOOL_HEARTBEAT,
     TOOL_RETRY,
@@ -270,8 +271,9 @@ class Jobs:
             known_questions=self._desk.keys(op),
         )
         summary = f"check {op.tool} {op.job_id} before it expires"
-        until, retry = FINAL_CHECK_TIMEOUT, FINAL_CHECK_RETRY
+        until, retry, each = FINAL_CHECK_TIMEOUT, FINAL_CHECK_RETRY, POLL_CHECK_TIMEOUT
         if reconcile:
+            each = RECONCILE_CHECK_TIMEOUT
             every = max(timedelta(seconds=check.poll_interval_seconds), RECONCILE_MIN)
             summary = f"check {op.tool} {op.job_id} every {every}"
             until = max(op.expires_at - workflow.now(), RECONCILE_MIN)
@@ -283,7 +285,7 @@ class Jobs:
                 result_type=Completion,
                 summary=summary,
                 schedule_to_close_timeout=until,
-                start_to_close_timeout=POLL_CHECK_TIMEOUT,
+                start_to_close_timeout=each,
                 retry_policy=retry,
             )
         except ActivityError:

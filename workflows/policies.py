@@ -143,6 +143,10 @@ POLL_RETRY_FIRST = timedelta(seconds=1)
 # activity (its retry policy is the checker), so a check that finds the job running adds nothing
 # to the run's history. Never more often than this.
 RECONCILE_MIN = timedelta(seconds=1)
+# One such check is one status request: a worker lost in the middle of it is noticed within
+# this, so the next check is not put off by a poll's half minute (a lost webhook then costs a
+# worker's crash no more than this).
+RECONCILE_CHECK_TIMEOUT = timedelta(seconds=10)
 # The check before an operation expires: a few quick attempts (a blip of its system), bounded.
 FINAL_CHECK_TIMEOUT = timedelta(seconds=60)
 FINAL_CHECK_RETRY = RetryPolicy(
