@@ -1,0 +1,1 @@
+"""A2A: remote agents as long tools (client.py)."""
