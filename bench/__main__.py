@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.a2a import figure14
 from bench.caching import figure8
 from bench.events import figure7
 from bench.figures import FIGURES, QUICK, Row, Sizes
@@ -37,7 +38,7 @@ from waitstate.settings import exit_process
 # limit; agent trees; forks), beside the others.
 EVERY_FIGURE = {**FIGURES, 7: figure7, 9: figure9, 11: figure11, 12: figure12, 13: figure13}
 # Figures that need no services: the stack is not started for them alone.
-STACKLESS = {8: figure8, 10: figure10}
+STACKLESS = {8: figure8, 10: figure10, 14: figure14}
 ALL_FIGURES = sorted({*EVERY_FIGURE, *STACKLESS})
 MARKER = "<!-- Everything below is written by `python -m bench`. -->"
 DEFAULT_OUT = ROOT / "docs" / "benchmarks.md"
@@ -278,6 +279,8 @@ def _describe(sizes: Sizes, reps: int, figures: list[int]) -> str:
         "for approvals, cancelled, per repetition (ours alone)",
         13: f"figure 13: {sizes.fork_runs} recorded runs forked {FORKS_AT_ONCE} at once by the "
         "client, then through one evaluation, per repetition (ours alone)",
+        14: f"figure 14: {sizes.a2a_calls} runs calling a remote A2A agent (the JavaScript "
+        "SDK's server) per way of waking and repetition",
     }
     return "; ".join(parts[number] for number in figures) + "."
 

@@ -73,6 +73,7 @@ class Sizes:
     cancel_children: int = 50  # figure 12: the waiting children of a tree cancelled
     cancel_trials: int = 10  # figure 12: trees cancelled per repetition (its p99's samples)
     fork_runs: int = 100  # figure 13: recorded runs, each forked twice (client, evaluation)
+    a2a_calls: int = 20  # figure 14: runs calling a remote A2A agent, per way of waking
     sides: tuple[Side, ...] = SIDES  # `ours` alone skips the floor (figures 1, 2, 3, 5)
 
 
@@ -97,6 +98,7 @@ QUICK = Sizes(
     cancel_children=3,
     cancel_trials=2,
     fork_runs=4,
+    a2a_calls=2,
 )
 
 

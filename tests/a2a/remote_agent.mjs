@@ -7,8 +7,9 @@
 // Prints one line of JSON once it listens: {"url": "http://127.0.0.1:<port>"}. A message's
 // text says what its task does, after the delay: "ask" (input-required, then completed with
 // the answer once a message answers it), "fail" (failed), "hang" (runs until cancelled),
-// anything else (completed, with an artifact). The last state of a completed task is published
-// as the task itself, so its push carries the artifacts; the others as status updates.
+// anything else (completed, with an artifact); "delay=<ms>" sets that task's delay. The last
+// state of a completed task is published as the task itself, so its push carries the
+// artifacts; the others as status updates.
 // The packages are conformance/'s (`make install`), resolved from there: an ES module's bare
 // imports would look beside this file.
 const modules = new URL('../../conformance/node_modules/', import.meta.url);
@@ -81,12 +82,13 @@ class RemoteExecutor {
       }
       const asked = requestContext.task !== undefined;
       const hang = !asked && text.includes('hang');
-      for (let waited = 0; hang || waited < delayMs; waited += 20) {
+      const delay = Number(/delay=(\d+)/.exec(text)?.[1] ?? delayMs);
+      for (let waited = 0; hang || waited < delay; waited += 20) {
         if (this.cancelled.has(taskId)) {
           this.status(eventBus, taskId, contextId, TaskState.TASK_STATE_CANCELED, 'cancelled');
           return;
         }
-        await sleep(Math.min(20, Math.max(delayMs - waited, 1)));
+        await sleep(Math.min(20, Math.max(delay - waited, 1)));
       }
       if (!asked && text.includes('ask')) {
         this.status(eventBus, taskId, contextId, TaskState.TASK_STATE_INPUT_REQUIRED, 'Which region should the report cover?');

@@ -50,6 +50,8 @@ EXPECTED_METRICS = [
     "model calls scheduled or started after the cancel",
     "forks under recorded, 16 at once, first start → last end",
     "forks through one evaluation (concurrency 16), start → report",
+    "remote A2A agent: completion → run woken p50, push (floor: polling every 1 s)",
+    "remote A2A agent: completion → run woken p95, push (floor: polling every 1 s)",
 ]
 
 
@@ -113,4 +115,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     closed = rows[f"cancel → every node closed, p99 of {QUICK.cancel_trials} trees"]
     assert float(closed[2]) > 0 and closed[6] == "met", closed
     assert rows["model calls scheduled or started after the cancel"][2] == "0"
+    # A run that called a remote A2A agent went on after its task completed, pushed and polled.
+    woken = rows["remote A2A agent: completion → run woken p50, push (floor: polling every 1 s)"]
+    assert float(woken[2]) >= 0 and float(woken[3]) > 0, woken
     assert "ours/floor" in done.stdout and "met" in done.stdout  # the table went to stdout too
