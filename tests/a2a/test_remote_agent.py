@@ -20,14 +20,15 @@ from a2a.types import ListTaskPushNotificationConfigsRequest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers import eventually
+from tests.helpers import eventually, first_question
 from tests.rigs import ROOT, Stack, serving_stack
 from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import Message, QuestionPolicy, ToolDefinition
 from waitstate.a2a.client import A2AAgent, A2ABackend
 from waitstate.apps import Apps
 from waitstate.schemas import RunResult, RunState
-from waitstate.schemas.operations import Operation
+from waitstate.schemas.operations import Completion, Operation
+from waitstate.schemas.questions import AnswerInput
 from waitstate.tools import ToolSpec
 from waitstate.workflows.agent_run import AgentRunWorkflow
 
@@ -126,6 +127,20 @@ async def push_token(url: str, task_id: str) -> str:
     return str(config.authentication.credentials)
 
 
+async def remote_status(url: str, task_id: str, code: str) -> Completion:
+    """The remote task's report, once it failed with `code`."""
+    remote = A2ABackend(url)
+
+    async def ended() -> Completion | None:
+        report = await remote.status(task_id)
+        return report if report.error is not None and report.error.code == code else None
+
+    try:
+        return await eventually(ended, f"the remote task to end with {code}")
+    finally:
+        await remote.aclose()
+
+
 def completed(task_id: str, text: str) -> dict[str, Any]:
     status = {"state": "TASK_STATE_COMPLETED"}
     artifact = {"artifactId": "a", "parts": [{"text": text}]}
@@ -188,6 +203,28 @@ async def test_the_remote_agents_question_is_answered_and_the_answer_reaches_it(
     assert question.status == "answered" and question.delivery == "sent"
 
 
+async def test_a_person_answers_the_remote_agents_question_once(stack: Stack) -> None:
+    async with (
+        remote_agent("--delay-ms", "100") as url,
+        serving(stack, agent(url, reconcile_every=None)),
+    ):
+        handle = await stack.start("ask for the region", ["reports"], model=MODEL)
+        question = await first_question(handle, "the remote agent's question")
+        answer = AnswerInput(
+            question_id=question.question_id,
+            action="accept",
+            content={"answer": "APAC"},
+            responder="ana",
+        )
+        told = await asyncio.gather(*(stack.waitstate.answer(handle.id, answer) for _ in range(3)))
+        outcome = await result(handle)
+
+    assert question.message == "Which region should the report cover?"
+    assert all(t.accepted and t.delivered for t in told), told
+    assert outcome.status == "completed", outcome.error
+    assert '"text":"report for APAC"' in (outcome.final_output or "")
+
+
 async def test_the_runs_expiry_cancels_the_remote_task(stack: Stack) -> None:
     async with remote_agent() as url:
         spec = agent(url, reconcile_every=None, timeout=timedelta(seconds=2))
@@ -227,6 +264,7 @@ async def test_forged_and_malformed_pushes_are_refused_and_change_nothing(stack:
         after = await stack.client.get_workflow_handle(handle.id).describe()
         still = (await state(handle)).operations[op.operation_id]
         await stack.waitstate.cancel(handle.id)
+        at_the_remote = await remote_status(url, op.job_id, "a2a_canceled")
 
     assert [a.status_code for a in answers] == [401, 401, 401, 401, 422, 422]
     assert [a.json()["error"]["code"] for a in answers[:4]] == [
@@ -234,6 +272,8 @@ async def test_forged_and_malformed_pushes_are_refused_and_change_nothing(stack:
     ]  # fmt: skip
     assert after.history_length == before.history_length
     assert still.status == "running"
+    # The run's cancel reached the remote task.
+    assert at_the_remote.status == "failed"
 
 
 async def test_copies_of_one_push_apply_once(stack: Stack) -> None:

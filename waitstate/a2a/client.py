@@ -129,8 +129,10 @@ class A2ABackend:
         """The SDK's client, made on first use from the agent's card (read once)."""
         async with self._lock:
             if self._client is None:
+                # Uncompressed: the bound is on what is read, and a small gzip body can unpack
+                # to gigabytes.
                 self._http = httpx.AsyncClient(
-                    headers=self._headers,
+                    headers={**self._headers, "Accept-Encoding": "identity"},
                     timeout=self._timeout,
                     transport=_Bounded(MAX_RESPONSE_BYTES),
                 )
