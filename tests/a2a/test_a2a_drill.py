@@ -79,7 +79,7 @@ async def test_a_task_survives_a_sigkill_of_every_process(
         async with httpx.AsyncClient(timeout=30) as http:
             refunds = (await http.get(f"{services.systems_url}/refunds")).json()
         client = WaitstateClient(await services.client())
-        state = await client.query(shapes.run_id_of("alice", task.id))
+        state = await client.query(shapes.run_id_of("alice", "demo", task.id))
     finally:
         await server.stop()
 

@@ -58,7 +58,7 @@ async def test_a_task_asks_for_approval_and_completes_once_approved(
         [sent] = await send(alice, first)
         [again] = await send(alice, first)  # the same message, its answer lost: sent again
         task = sent.task
-        run_id = shapes.run_id_of("alice", task.id)
+        run_id = shapes.run_id_of("alice", "approver", task.id)
         asked = task.status.message.parts[0].text
         decided = message("approve", task_id=task.id, context_id=task.context_id)
         [replied] = await send(alice, decided)

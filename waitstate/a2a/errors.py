@@ -21,10 +21,12 @@ from waitstate.a2a import shapes
 from waitstate.client import (
     AlreadyApplied,
     ClientError,
+    MessageRefused,
     OutcomeUnknown,
     RunEnded,
     RunNotFound,
     StartFailed,
+    ThreadClosed,
     UpdateNotFound,
     UpdateRefused,
     WaitstateClient,
@@ -41,6 +43,13 @@ def refusal(err: ClientError, task_id: str | None = None) -> A2AError:
         return InvalidParamsError(
             message=f"task {_shown(task_id)} has ended: it takes nothing more"
         )
+    if isinstance(err, ThreadClosed):
+        return InvalidParamsError(
+            message="this context's conversation has closed: it takes no more messages; start "
+            "another context"
+        )
+    if isinstance(err, MessageRefused):
+        return InvalidParamsError(message=f"the conversation refused the message: {err.reason}")
     if isinstance(err, UpdateRefused):
         return InvalidParamsError(message=f"the task refused the reply: {err.reason}")
     if isinstance(err, AlreadyApplied):
@@ -60,9 +69,9 @@ def not_found(task_id: str) -> A2AError:
     return TaskNotFoundError(message=f"task {_shown(task_id)} not found")
 
 
-def not_cancelable(task_id: str) -> A2AError:
-    """A task that has ended is not canceled."""
-    return TaskNotCancelableError(message=f"task {_shown(task_id)} has ended")
+def not_cancelable(task_id: str, why: str = "it has ended") -> A2AError:
+    """A task that has ended (or is a message in a conversation) is not canceled."""
+    return TaskNotCancelableError(message=f"task {_shown(task_id)} is not canceled: {why}")
 
 
 def refused(err: shapes.Refused) -> A2AError:

@@ -8,7 +8,7 @@ for a person, to show what it asks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -18,7 +18,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from waitstate.a2a import shapes
 from waitstate.agents import Agent
-from waitstate.client import NotAnswered, WaitstateClient
+from waitstate.client import NotAnswered, RunNotFound, WaitstateClient
 from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.questions import QuestionRequest
@@ -75,6 +75,8 @@ class TaskReader:
                 **more,  # type: ignore[arg-type]
             )
 
+        if shapes.in_conversation(task_id):
+            return await self._message(client, run_id, task_id, made, agent)
         if description.status == WorkflowExecutionStatus.RUNNING:
             attributes = description.typed_search_attributes
             waiting_for = attributes.get(WAITING_FOR) or "none"
@@ -83,23 +85,64 @@ class TaskReader:
                 return Read(made(TaskState.TASK_STATE_WORKING, working))
             try:
                 state: RunState = await client.query(run_id)
-                state = await client.with_requests_below(run_id, state)
             except NotAnswered:
                 return Read(made(TaskState.TASK_STATE_WORKING, "waiting for a worker"))
-            asks = shapes.open_requests(state)
-            if not asks:
-                return Read(made(TaskState.TASK_STATE_WORKING, working))
-            text, data = shapes.asking(asks[0])
-            return Read(made(TaskState.TASK_STATE_INPUT_REQUIRED, text, data), asks[0])
+            return await self._asking(client, run_id, state, working, made)
         outcome = await client.outcome(run_id)
         if description.status == WorkflowExecutionStatus.CANCELED:
             return Read(made(TaskState.TASK_STATE_CANCELED, "the task was cancelled"))
         state_now, why = shapes.ended(outcome)
         if state_now != TaskState.TASK_STATE_COMPLETED:
             return Read(made(state_now, why))
-        structured = agent is not None and agent.output_type is not None
-        artifact = shapes.answer_artifact(outcome.final_output or "", structured)
+        artifact = shapes.answer_artifact(outcome.final_output or "", _structured(agent))
         return Read(made(state_now, artifacts=[artifact]))
+
+    async def _message(
+        self,
+        client: WaitstateClient,
+        run_id: str,
+        task_id: str,
+        made: Callable[..., Task],
+        agent: Agent | None,
+    ) -> Read:
+        """A message in a context's conversation, read from its thread: working while queued
+        or worked on (input-required while the thread asks the caller something), completed
+        with its reply, failed if the thread ended it without one."""
+        try:
+            state: RunState = await client.query(run_id)
+        except NotAnswered:
+            return Read(made(TaskState.TASK_STATE_WORKING, "waiting for a worker"))
+        key = shapes.message_key(task_id)
+        messages = state.thread.messages if state.thread is not None else []
+        message = next((m for m in messages if m.key == key), None)
+        if message is None:  # not this thread's, or older than what it keeps
+            raise RunNotFound(run_id)
+        if message.status in ("queued", "working"):
+            return await self._asking(client, run_id, state, f"message {message.status}", made)
+        if message.status != "replied":
+            error = f": {message.error}" if message.error else ""
+            return Read(
+                made(TaskState.TASK_STATE_FAILED, f"the message ended {message.status}{error}")
+            )
+        artifact = shapes.answer_artifact(message.reply or "", _structured(agent))
+        return Read(made(TaskState.TASK_STATE_COMPLETED, artifacts=[artifact]))
+
+    async def _asking(
+        self,
+        client: WaitstateClient,
+        run_id: str,
+        state: RunState,
+        working: str,
+        made: Callable[..., Task],
+    ) -> Read:
+        """input-required with the oldest request the run asks its caller (a tree's root asks
+        what the nodes below it ask), or working."""
+        state = await client.with_requests_below(run_id, state)
+        asks = shapes.open_requests(state)
+        if not asks:
+            return Read(made(TaskState.TASK_STATE_WORKING, working))
+        text, data = shapes.asking(asks[0])
+        return Read(made(TaskState.TASK_STATE_INPUT_REQUIRED, text, data), asks[0])
 
     async def _history(
         self,
@@ -113,6 +156,8 @@ class TaskReader:
         asked for."""
         if history == 0:
             return []
+        if shapes.in_conversation(task_id):
+            return []  # the message is the thread's; its text may carry what it was told first
         started = await client.started_input(run_id)
         if started is None:
             return []
@@ -125,3 +170,8 @@ class TaskReader:
                 parts=[new_text_part(started.task)],
             )
         ]
+
+
+def _structured(agent: Agent | None) -> bool:
+    """Whether the agent answers in its output type (its answer is parsed, as a data part)."""
+    return agent is not None and agent.output_type is not None

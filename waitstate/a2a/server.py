@@ -48,7 +48,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from waitstate.a2a import errors, shapes
+from waitstate.a2a import errors, shapes, starting
 from waitstate.a2a.reading import Read, TaskReader
 from waitstate.agents import Agent
 from waitstate.client import (
@@ -58,7 +58,6 @@ from waitstate.client import (
     WaitstateClient,
 )
 from waitstate.schemas.approvals import ApprovalRequest
-from waitstate.schemas.run import RunInput
 
 log = logging.getLogger("waitstate.a2a")
 
@@ -130,28 +129,20 @@ class RunTaskHandler(RequestHandler):
             raise errors.refused(err) from None
         if message.task_id:
             return await self._reply(message, content, caller)
-        context_id = message.context_id or shapes.message_digest(caller, message.message_id)
-        if not shapes.CONTEXT.fullmatch(context_id):
+        if message.context_id and not shapes.CONTEXT.fullmatch(message.context_id):
             raise InvalidParamsError(message="a contextId is 1 to 64 letters, digits, '_' or '-'")
         try:
             text = shapes.task_text(content)
         except shapes.Refused as err:
             raise errors.refused(err) from None
-        task_id = shapes.task_id_of(caller, context_id, message.message_id)
-        run_id = shapes.run_id_of(caller, task_id)
+        task_id = shapes.task_id_of(caller, message.context_id, message.message_id)
         client = await self.client()
+        agent = self._agent.name
         try:
-            started = await client.start(RunInput(task=text, agent=self._agent.name), run_id=run_id)
-            if started.existing:
-                given = await client.started_input(run_id)
-                if given is not None and (given.agent, given.task) != (self._agent.name, text):
-                    raise InvalidParamsError(
-                        message="this messageId was sent before with another message: a "
-                        "messageId names one message; give a new message a new id"
-                    )
-                log.info("caller %s sent the message of task %s again", caller, task_id)
+            if shapes.in_conversation(task_id):
+                run_id = await starting.send_in_context(client, agent, caller, task_id, text)
             else:
-                log.info("caller %s started task %s", caller, task_id)
+                run_id = await starting.start_task(client, agent, caller, task_id, text)
             return run_id, task_id, await self._reader.read(client, run_id, task_id)
         except ClientError as err:
             raise errors.refusal(err, task_id) from err
@@ -214,6 +205,12 @@ class RunTaskHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         run_id = self._run_of(_caller(context), params.id)
+        if shapes.in_conversation(params.id):
+            raise errors.not_cancelable(
+                params.id,
+                "a message in a conversation is not canceled: the conversation "
+                "answers it, and takes the next",
+            )
         client = await self.client()
         try:
             await client.cancel(run_id)
@@ -288,7 +285,7 @@ class RunTaskHandler(RequestHandler):
             or shapes.context_of(task_id) is None
         ):
             raise errors.not_found(task_id)
-        return shapes.run_id_of(caller, task_id)
+        return shapes.run_id_of(caller, self._agent.name, task_id)
 
     async def _watch(
         self, run_id: str, task_id: str, within: timedelta, history: int | None

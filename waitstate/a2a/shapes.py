@@ -55,6 +55,7 @@ MAX_DATA_CHARS = 64_000  # of a message's data parts, as JSON
 MAX_COMMENT_CHARS = 5_000
 MAX_ARGUMENTS_SHOWN = 1_000
 MAX_HISTORY = 20  # messages a task shows at most, whatever `historyLength` asks
+MAX_EARLIER_CHARS = 8_000  # of an earlier task and its answer, told to a context's thread
 ANSWER_ARTIFACT = "answer"
 FINAL_STATES = frozenset(
     {
@@ -89,10 +90,13 @@ def message_digest(caller: str, message_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def task_id_of(caller: str, context_id: str, message_id: str) -> str:
+def task_id_of(caller: str, context_id: str | None, message_id: str) -> str:
     """The task a caller's message with no task id starts: `CONTEXT.DIGEST`, its context and a
-    digest of the caller and the message id (the same message sent again is the same task)."""
-    return f"{context_id}.{message_digest(caller, message_id)}"
+    digest of the caller and the message id (the same message sent again is the same task). A
+    message that names no context starts one of its own, named by the digest (`DIGEST.DIGEST`):
+    a task run. A message that names a context is a message in the context's conversation."""
+    digest = message_digest(caller, message_id)
+    return f"{context_id or digest}.{digest}"
 
 
 def context_of(task_id: str) -> str | None:
@@ -103,10 +107,38 @@ def context_of(task_id: str) -> str | None:
     return context
 
 
-def run_id_of(caller: str, task_id: str) -> str:
-    """The workflow id of `caller`'s task `task_id`: a digest of the caller (never its name,
-    which the Web UI would show), then the task id."""
+def in_conversation(task_id: str) -> bool:
+    """Whether the task is a message in its context's conversation (a thread), not a task run
+    (whose context is its own, `DIGEST.DIGEST`)."""
+    context, _, digest = task_id.partition(".")
+    return context != digest
+
+
+def message_key(task_id: str) -> str:
+    """The idempotency key, in its context's thread, of the message a task is."""
+    return f"a2a:{task_id.partition('.')[2]}"
+
+
+def run_id_of(caller: str, agent: str, task_id: str) -> str:
+    """The workflow id of `caller`'s task `task_id` of `agent`: for a task run, a digest of the
+    caller (never its name, which the Web UI would show), then the task id; for a message in a
+    conversation, its context's thread (`thread_id_of`)."""
+    if in_conversation(task_id):
+        return thread_id_of(caller, agent, task_id.partition(".")[0])
     return f"{RUN_PREFIX}{_digest(caller, 16)}-{task_id}"
+
+
+def thread_id_of(caller: str, agent: str, context_id: str) -> str:
+    """The workflow id of the thread of `caller`'s context `context_id` with `agent`."""
+    return f"{RUN_PREFIX}{_digest(caller, 16)}.{_digest(agent, 8)}.{context_id}"
+
+
+def earlier(task: str, answer: str) -> str:
+    """What a context's thread is told first of the task run the context began with."""
+    return (
+        f"Earlier in this conversation you were given this task:\n{task[:MAX_EARLIER_CHARS]}\n"
+        f"and you answered:\n{answer[:MAX_EARLIER_CHARS]}\n\nNow:\n"
+    )
 
 
 def update_id_of(task_id: str, caller: str, message_id: str) -> str:
