@@ -18,7 +18,8 @@ from tests.rigs import ServerProcess, free_port
 APP = "tests.mcp.agents_app:app"
 ALICE = "a" * 40
 BOB = "b" * 40
-CALLER_KEYS = f"alice:{ALICE},bob:{BOB}"
+CAROL = "c" * 40  # a caller with no task but the listing test's (the dev server is shared)
+CALLER_KEYS = f"alice:{ALICE},bob:{BOB},carol:{CAROL}"
 
 
 def a2a_process(env: dict[str, str], log: Path, port: int | None = None) -> ServerProcess:

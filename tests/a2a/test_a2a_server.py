@@ -13,11 +13,21 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver
 from a2a.helpers.proto_helpers import get_artifact_text
-from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+from a2a.types import GetTaskRequest, ListTasksRequest, SubscribeToTaskRequest, TaskState
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.a2a.serving import ALICE, APP, BOB, a2a_process, agent_url, message, sdk_client, send
+from tests.a2a.serving import (
+    ALICE,
+    APP,
+    BOB,
+    CAROL,
+    a2a_process,
+    agent_url,
+    message,
+    sdk_client,
+    send,
+)
 from tests.helpers import make_worker, process_env
 from tests.rigs import ServerProcess
 from waitstate.a2a import shapes
@@ -157,8 +167,11 @@ async def test_a_stream_follows_the_task_to_its_question_and_to_its_end(
         task = opened[0].task
         closed = await send(alice, message("reject not today", task_id=task.id))
         ended = await alice.get_task(GetTaskRequest(id=task.id))
-        with pytest.raises(Exception):  # noqa: B017 - an ended task takes no subscription
+        # An ended task takes no subscription, and no message.
+        with pytest.raises(UnsupportedOperationError):
             [e async for e in alice.subscribe(SubscribeToTaskRequest(id=task.id))]
+        with pytest.raises(UnsupportedOperationError):
+            await send(alice, message("approve", task_id=task.id))
 
     states = [e.status_update.status.state for e in opened if e.HasField("status_update")]
     assert opened[0].HasField("task")
@@ -168,3 +181,33 @@ async def test_a_stream_follows_the_task_to_its_question_and_to_its_end(
     assert any(e.HasField("artifact_update") for e in closed)
     assert ended.status.state == TaskState.TASK_STATE_COMPLETED
     assert "rejected" in get_artifact_text(ended.artifacts[0])
+
+
+async def test_a_caller_lists_its_own_tasks_a_page_at_a_time(served: ServerProcess) -> None:
+    url = agent_url(served, "echo")
+    # Carol: a caller whose every task is this test's.
+    async with sdk_client(url, CAROL) as carol, sdk_client(url, BOB) as bob:
+        mine = [(await send(carol, message(f"task {n}")))[0].task for n in range(3)]
+        [theirs] = await send(bob, message("bob's task"))
+        first = await carol.list_tasks(ListTasksRequest(page_size=2))
+        rest = await carol.list_tasks(
+            ListTasksRequest(page_size=2, page_token=first.next_page_token)
+        )
+        in_context = await carol.list_tasks(ListTasksRequest(context_id=mine[1].context_id))
+        done = await carol.list_tasks(
+            ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, include_artifacts=True)
+        )
+        bobs = await bob.list_tasks(ListTasksRequest())
+        with pytest.raises(InvalidParamsError):
+            await carol.list_tasks(ListTasksRequest(page_size=101))
+        with pytest.raises(InvalidParamsError):
+            await carol.list_tasks(ListTasksRequest(page_token="not-ours"))
+
+    listed = [task.id for task in [*first.tasks, *rest.tasks]]
+    assert sorted(listed) == sorted(task.id for task in mine)
+    assert (len(first.tasks), first.total_size, rest.next_page_token) == (2, 3, "")
+    assert [task.id for task in in_context.tasks] == [mine[1].id]
+    assert sorted(task.id for task in done.tasks) == sorted(task.id for task in mine)
+    assert all(task.artifacts for task in done.tasks)
+    assert theirs.task.id in [task.id for task in bobs.tasks]
+    assert not {task.id for task in mine} & {task.id for task in bobs.tasks}

@@ -47,6 +47,7 @@ def a2a_app(
     connect: Connect,
     keys: Mapping[str, str],
     base_url: str,
+    root: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> ASGIApp:
     """The A2A server of `agents`, each at `agent_path(name)`, for the callers of `keys`
@@ -55,16 +56,22 @@ def a2a_app(
     Args:
         connect: Returns the client runs are started and read with (awaited on first use).
         base_url: Where clients reach this server (`http://host:port`): the cards' URLs.
+        root: The agent whose card is also the host's, at `/.well-known/agent-card.json`, where
+            a client that knows only the host looks (default: the only agent served, if one).
         max_body_bytes: A request's body over this is refused with 413 before it is parsed.
     """
     version = importlib.metadata.version("waitstate")
     routes: list[BaseRoute] = []
     served = dict(agents)
+    if root is not None and root not in served:
+        raise ValueError(f"no agent {root!r} is served: the host's card is one of theirs")
     for agent in served.values():
         path = agent_path(agent.name)
         card = shapes.card(agent, f"{base_url.rstrip('/')}{path}", version)
         handler = RunTaskHandler(agent, served, connect)
         routes += create_agent_card_routes(card, card_url=f"{path}{CARD_SUFFIX}")
         routes += create_jsonrpc_routes(handler, path)
+        if agent.name == (root or (next(iter(served)) if len(served) == 1 else None)):
+            routes += create_agent_card_routes(card, card_url=CARD_SUFFIX)
     app = Starlette(routes=routes)
     return BoundedBody(CallerAuth(app, OperatorKeys(keys)), max_body_bytes)

@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="where clients reach this server, for the agent cards (default: http://HOST:PORT)",
     )
+    parser.add_argument(
+        "--root-agent",
+        default=None,
+        help="the agent whose card is also the host's (/.well-known/agent-card.json); default: "
+        "the only agent served, if there is one",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -51,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the apps {', '.join(refs)} declare no agent", file=sys.stderr)
         return 2
     base_url = args.public_url or f"http://{args.host}:{args.port}"
-    app = a2a_app(
-        apps.agents,
-        connect=lambda: WaitstateClient.connect(settings),
-        keys=settings.a2a_caller_keys,
-        base_url=base_url,
-    )
+    try:
+        app = a2a_app(
+            apps.agents,
+            connect=lambda: WaitstateClient.connect(settings),
+            keys=settings.a2a_caller_keys,
+            base_url=base_url,
+            root=args.root_agent,
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for name in sorted(apps.agents):
         print(f"serving {name} at {base_url}{agent_path(name)}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

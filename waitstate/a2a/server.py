@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import timedelta
-from typing import cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -48,12 +47,11 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from waitstate.a2a import errors, shapes, starting
+from waitstate.a2a import errors, listing, shapes, starting, watching
 from waitstate.a2a.reading import Read, TaskReader
 from waitstate.agents import Agent
 from waitstate.client import (
     ClientError,
-    Progress,
     RunEnded,
     WaitstateClient,
 )
@@ -66,8 +64,6 @@ log = logging.getLogger("waitstate.a2a")
 BLOCKING_WAIT = timedelta(seconds=30)
 # How long a stream stays open: a client that wants longer subscribes again.
 STREAM_FOR = timedelta(hours=1)
-# Looks at a task waited on, between two growths of its history.
-LOOK_EVERY = timedelta(seconds=2)
 # How long a cancel waits for the run to end, to answer with the canceled task.
 CANCEL_WAIT = timedelta(seconds=10)
 
@@ -167,10 +163,10 @@ class RunTaskHandler(RequestHandler):
                 log.info("caller %s sent its reply to task %s again", caller, task_id)
                 return run_id, task_id, await self._reader.read(client, run_id, task_id)
             if read.asked is None:
-                raise InvalidRequestError(
+                raise UnsupportedOperationError(
                     message=f"task {task_id[: errors.MAX_TASK_ID_CHARS]} is "
-                    f"{_state_name(read.state)}: it waits for no reply; a message that starts "
-                    "another task has no taskId"
+                    f"{_state_name(read.state)}: it takes no message now (it asks nothing); "
+                    "a message that starts another task has no taskId"
                 )
             if isinstance(read.asked, ApprovalRequest):
                 decision = shapes.decision_of(read.asked, content, caller)
@@ -245,9 +241,12 @@ class RunTaskHandler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        raise UnsupportedOperationError(
-            message="tasks are not listed: a client keeps the ids of its tasks"
-        )
+        try:
+            return await listing.list_tasks(
+                await self.client(), self._reader, _caller(context), params
+            )
+        except ClientError as err:
+            raise errors.refusal(err) from err
 
     # --- what is not served -----------------------------------------------------------------
 
@@ -290,29 +289,11 @@ class RunTaskHandler(RequestHandler):
     async def _watch(
         self, run_id: str, task_id: str, within: timedelta, history: int | None
     ) -> AsyncGenerator[Read]:
-        """The task, read each time its run's history grows (and every `LOOK_EVERY`), for
-        `within` or until it is final."""
-        client = await self.client()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within.total_seconds()
-        # An async generator (closed with the watch), which `follow` declares as an iterator.
-        following = cast(
-            AsyncGenerator[Progress], client.follow(run_id, retries=False, interval=LOOK_EVERY)
-        )
-        async with contextlib.aclosing(following):
-            while loop.time() < deadline:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await anext(following, None)
-                except TimeoutError:
-                    pass
-                try:
-                    read = await self._reader.read(client, run_id, task_id, history=history)
-                except ClientError as err:
-                    raise errors.refusal(err, task_id) from err
+        """The task at each look, for `within` or until it is final (`watching.watch`)."""
+        looks = watching.watch(await self.client(), self._reader, run_id, task_id, within, history)
+        async with contextlib.aclosing(looks):
+            async for read in looks:
                 yield read
-                if read.state in shapes.FINAL_STATES:
-                    return
 
     async def _updates(
         self, run_id: str, task_id: str, first: Read, *, until_final: bool = False

@@ -128,6 +128,18 @@ def run_id_of(caller: str, agent: str, task_id: str) -> str:
     return f"{RUN_PREFIX}{_digest(caller, 16)}-{task_id}"
 
 
+def task_runs_of(caller: str, context_id: str | None = None) -> str:
+    """What the workflow ids of `caller`'s task runs begin with (those of the context
+    `context_id`, if given: a task run's context is its own)."""
+    runs = f"{RUN_PREFIX}{_digest(caller, 16)}-"
+    return f"{runs}{context_id}." if context_id else runs
+
+
+def task_of_run(run_id: str) -> str:
+    """The task id of a task run, from its workflow id (`run_id_of`'s inverse)."""
+    return run_id.partition("-")[2].partition("-")[2]
+
+
 def thread_id_of(caller: str, agent: str, context_id: str) -> str:
     """The workflow id of the thread of `caller`'s context `context_id` with `agent`."""
     return f"{RUN_PREFIX}{_digest(caller, 16)}.{_digest(agent, 8)}.{context_id}"
