@@ -7,9 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from a2a.types import TaskState
+from a2a.utils.errors import InternalError
 
 from tests.a2a.serving import message
 from waitstate.a2a import shapes
+from waitstate.a2a.watching import Watches
 from waitstate.agents import Agent
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest
 from waitstate.schemas.questions import QuestionPolicy, QuestionRequest
@@ -138,3 +140,13 @@ def test_the_card_says_how_to_call_the_agent() -> None:
     assert card.supported_interfaces[0].protocol_binding == "JSONRPC"
     assert card.capabilities.streaming and not card.capabilities.push_notifications
     assert card.security_schemes[shapes.BEARER].http_auth_security_scheme.scheme == "Bearer"
+
+
+def test_a_process_watches_a_bounded_number_of_tasks_at_once() -> None:
+    watches = Watches(limit=2)
+    held = []
+    with watches.slot(), watches.slot(), pytest.raises(InternalError), watches.slot():
+        held.append("third")  # never reached: refused before the block
+    with watches.slot():  # the slots were given back
+        held.append("again")
+    assert held == ["again"]

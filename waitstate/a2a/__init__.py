@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from waitstate.a2a import shapes
 from waitstate.a2a.door import CARD_SUFFIX, CallerAuth
 from waitstate.a2a.server import Connect, RunTaskHandler
+from waitstate.a2a.watching import Watches
 from waitstate.agents import Agent
 from waitstate.auth.operators import OperatorKeys
 from waitstate.guards import BoundedBody
@@ -62,13 +63,14 @@ def a2a_app(
     """
     version = importlib.metadata.version("waitstate")
     routes: list[BaseRoute] = []
+    watches = Watches()  # one bound for every agent's streams and waits
     served = dict(agents)
     if root is not None and root not in served:
         raise ValueError(f"no agent {root!r} is served: the host's card is one of theirs")
     for agent in served.values():
         path = agent_path(agent.name)
         card = shapes.card(agent, f"{base_url.rstrip('/')}{path}", version)
-        handler = RunTaskHandler(agent, served, connect)
+        handler = RunTaskHandler(agent, served, connect, watches)
         routes += create_agent_card_routes(card, card_url=f"{path}{CARD_SUFFIX}")
         routes += create_jsonrpc_routes(handler, path)
         if agent.name == (root or (next(iter(served)) if len(served) == 1 else None)):

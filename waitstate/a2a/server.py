@@ -74,8 +74,15 @@ class RunTaskHandler(RequestHandler):
     """The A2A methods of one served agent, `agent`, over the runs `connect`'s client starts
     (connected on first use, once)."""
 
-    def __init__(self, agent: Agent, agents: dict[str, Agent], connect: Connect) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        agents: dict[str, Agent],
+        connect: Connect,
+        watches: watching.Watches | None = None,
+    ) -> None:
         self._agent = agent
+        self._watches = watches or watching.Watches()
         self._connect = connect
         self._client: WaitstateClient | None = None
         self._connecting = asyncio.Lock()
@@ -100,21 +107,26 @@ class RunTaskHandler(RequestHandler):
         if params.configuration.return_immediately or read.state in shapes.SETTLED_STATES:
             return read.task
         history = _history(params.configuration.history_length, params.configuration)
-        async for read in self._watch(run_id, task_id, BLOCKING_WAIT, history):
-            if read.state in shapes.SETTLED_STATES:
-                break
+        try:
+            with self._watches.slot():
+                async for read in self._watch(run_id, task_id, BLOCKING_WAIT, history):
+                    if read.state in shapes.SETTLED_STATES:
+                        break
+        except InternalError:  # no slot to wait in: the task as it stands
+            pass
         return read.task
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         caller = _caller(context)
-        run_id, task_id, read = await self._take(params.message, caller)
-        yield read.task
-        if read.state in shapes.SETTLED_STATES:
-            return
-        async for event in self._updates(run_id, task_id, read):
-            yield event
+        with self._watches.slot():  # refused before anything starts
+            run_id, task_id, read = await self._take(params.message, caller)
+            yield read.task
+            if read.state in shapes.SETTLED_STATES:
+                return
+            async for event in self._updates(run_id, task_id, read):
+                yield event
 
     async def _take(self, message: Message, caller: str) -> tuple[str, str, Read]:
         """Start the task `message` starts, or apply it as the reply to what its task asks: the
@@ -234,9 +246,10 @@ class RunTaskHandler(RequestHandler):
             raise UnsupportedOperationError(
                 message=f"task {task_id} has ended: read it with GetTask"
             )
-        yield read.task
-        async for event in self._updates(run_id, task_id, read, until_final=True):
-            yield event
+        with self._watches.slot():
+            yield read.task
+            async for event in self._updates(run_id, task_id, read, until_final=True):
+                yield event
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext

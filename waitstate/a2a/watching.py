@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from datetime import timedelta
 from typing import Any
+
+from a2a.utils.errors import InternalError
 
 from waitstate.a2a import errors, shapes
 from waitstate.a2a.reading import Read, TaskReader
@@ -21,6 +23,34 @@ from waitstate.schemas.run import RunState
 
 FIRST_LOOK = timedelta(seconds=0.1)
 LOOK_EVERY = timedelta(seconds=2)
+MAX_WATCHES = 256  # tasks one process watches at once (streams, blocking sends)
+
+
+class Watches:
+    """The tasks a process watches at once, at most `limit`: a stream, or a blocking send's
+    wait, each holds a slot while it watches (a burst of streams cannot make the process look
+    at Temporal without bound)."""
+
+    def __init__(self, limit: int = MAX_WATCHES) -> None:
+        self._limit, self._held = limit, 0
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold a slot for the block.
+
+        Raises:
+            InternalError: every slot is held; the caller reads the task with GetTask.
+        """
+        if self._held >= self._limit:
+            raise InternalError(
+                message=f"this server watches {self._limit} tasks at once, its most: read the "
+                "task with GetTask, or stream it later"
+            )
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
 
 
 async def watch(
