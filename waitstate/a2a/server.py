@@ -1,6 +1,7 @@
 """A served agent's A2A methods over waitstate runs (`RunTaskHandler`): `SendMessage` and
-`SendStreamingMessage` start a run, or reply to what its task asks; `GetTask` reads the run;
-`CancelTask` cancels it; `SubscribeToTask` streams it from now.
+`SendStreamingMessage` start a task (a run, or a message in a context's thread), or reply to
+what its task asks; `GetTask` reads the run; `CancelTask` cancels it; `SubscribeToTask` streams
+it from now; `ListTasks` lists the caller's task runs.
 
 The run is the task's only state. This process keeps nothing: killed and started again, it
 serves every task it created from Temporal, and so does any other copy of it. A task is its
@@ -32,6 +33,7 @@ from a2a.types import (
     ListTasksResponse,
     Message,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
@@ -106,7 +108,8 @@ class RunTaskHandler(RequestHandler):
         run_id, task_id, read = await self._take(params.message, caller)
         if params.configuration.return_immediately or read.state in shapes.SETTLED_STATES:
             return read.task
-        history = _history(params.configuration.history_length, params.configuration)
+        configuration = params.configuration
+        history = configuration.history_length if configuration.HasField("history_length") else None
         try:
             with self._watches.slot():
                 async for read in self._watch(run_id, task_id, BLOCKING_WAIT, history):
@@ -234,9 +237,9 @@ class RunTaskHandler(RequestHandler):
         return read.task if read is not None else None
 
     async def on_subscribe_to_task(
-        self, params: object, context: ServerCallContext
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        task_id = getattr(params, "id", "")
+        task_id = params.id
         run_id = self._run_of(_caller(context), task_id)
         try:
             read = await self._reader.read(await self.client(), run_id, task_id)
@@ -338,11 +341,6 @@ def _seen(read: Read) -> tuple[int, str]:
     """What a stream compares to tell a change: the state, and what its message says."""
     parts = read.task.status.message.parts
     return read.state, parts[0].text if parts else ""
-
-
-def _history(length: int, configuration: object) -> int | None:
-    has = getattr(configuration, "HasField", None)
-    return length if has is not None and has("history_length") else None
 
 
 def _state_name(state: int) -> str:

@@ -241,8 +241,8 @@ def decision_of(request: ApprovalRequest, content: Said, caller: str) -> DecideI
 
 def answer_of(question: QuestionRequest, content: Said, caller: str) -> AnswerInput:
     """A message as the answer to `question`: its data part (an object, checked against the
-    question's schema by the run), or its text as `{"answer": text}` when the question's schema
-    asks for no more than that text... or for a single string property.
+    question's schema by the run), or its text, when the schema has a single property and it
+    is a string (`{"region": "emea"}` from the text `emea`).
 
     Raises:
         Refused: it has no object to answer with.
