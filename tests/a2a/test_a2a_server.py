@@ -6,6 +6,7 @@ caller's task not found; a request without a key refused; a malformed body refus
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -211,3 +212,27 @@ async def test_a_caller_lists_its_own_tasks_a_page_at_a_time(served: ServerProce
     assert all(task.artifacts for task in done.tasks)
     assert theirs.task.id in [task.id for task in bobs.tasks]
     assert not {task.id for task in mine} & {task.id for task in bobs.tasks}
+
+
+async def test_concurrent_copies_of_a_send_and_of_a_reply_apply_once(
+    served: ServerProcess, dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    url = agent_url(served, "approver")
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    async with sdk_client(url, ALICE) as alice:
+        first = message("Delete the q3 drafts")
+        sent = await asyncio.gather(*(send(alice, first) for _ in range(10)))
+        [task_id] = {events[0].task.id for events in sent}
+        approve = message("approve", task_id=task_id)
+        replied = await asyncio.gather(*(send(alice, approve) for _ in range(10)))
+        done = await alice.get_task(GetTaskRequest(id=task_id))
+    run_id = shapes.run_id_of("alice", "approver", task_id)
+    state = await client.query(run_id)
+
+    assert {events[0].task.id for events in replied} == {task_id}
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert run_id in await _runs(dev_env, task_queue)
+    assert len(await _runs(dev_env, task_queue)) == 1
+    [approval] = state.approvals.values()
+    assert approval.status == "approved"
+    assert state.status == "completed"
