@@ -1,8 +1,9 @@
 """The issue's first done-when point, as a drill: the official Python SDK's client sends the demo
 agent a refund that needs a person's approval and sees the task `input-required`; then every
-process is SIGKILLed (the A2A server, the worker and the Temporal dev server) and started again
-on the same SQLite file; a new client of the restarted server finds the task where it was,
-approves it, and gets the completed task with the answer: one refund, one approval."""
+process of ours is SIGKILLed (the A2A server, the worker, the gateway and the Temporal dev
+server, on its SQLite file) and started again; a new client of the restarted server finds the
+task where it was, approves it, and gets the completed task with the answer: one refund, one
+approval."""
 
 from __future__ import annotations
 
@@ -55,16 +56,18 @@ async def test_a_task_survives_a_sigkill_of_every_process(
 
         # Every process, killed: none gets to finish anything.
         await server.kill()
-        _kill(services, "worker")
-        _kill(services, "server")
+        for name in ("worker", "gateway", "server"):
+            _kill(services, name)
 
         async def all_gone() -> bool:
-            return not port_open(services.port) and not port_open(port)
+            ports = (services.port, services.gateway_port, port)
+            return not any(port_open(each) for each in ports)
 
         await eventually(all_gone, "the killed processes' ports to close")
         up = await services.services("up")
         assert up.returncode == 0, up.stderr + up.stdout
-        assert "server started" in up.stdout and "worker started" in up.stdout, up.stdout
+        for name in ("server", "worker", "gateway"):
+            assert f"{name} started" in up.stdout, up.stdout
         await server.start()
 
         async with sdk_client(url, ALICE) as alice:
