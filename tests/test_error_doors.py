@@ -1,7 +1,8 @@
 """The client's errors are said in one place per door (docs/development.md, "Layout"), read
 from the source with `ast`: what a refusal of the client's means in HTTP is decided in
 `waitstate/gateway/delivery.py` (`refusal`), in JSON-RPC in `waitstate/mcp_server/errors.py`
-(`refusal`), and the CLI's exit status in `waitstate/cli/main.py`.
+(`refusal`), in A2A in `waitstate/a2a/errors.py` (`refusal`), and the CLI's exit status in
+`waitstate/cli/main.py`.
 
 What counts: an `except` clause or an `isinstance` test naming one of the client's refusals
 (the errors a door must say to its caller, each its own way) in a module of that door other
@@ -52,6 +53,7 @@ REFUSALS = frozenset(
 DOORS = {
     "waitstate/gateway/": "waitstate/gateway/delivery.py",
     "waitstate/mcp_server/": "waitstate/mcp_server/errors.py",
+    "waitstate/a2a/": "waitstate/a2a/errors.py",
 }
 # Where a door acts on a refusal without saying it, each with its reason: `tasks/update`
 # ignores a decision or an answer that came late (the extension asks it to), and asks the one

@@ -20,7 +20,8 @@ from chaos import mcp_wire as wire
 from examples.systems.serving import serving
 from tests.mcp.agents_app import APP
 from tests.mcp.runs import agents_server
-from waitstate.mcp_server import guards, http_app, shapes
+from waitstate import guards
+from waitstate.mcp_server import http_app, shapes
 from waitstate.mcp_server.__main__ import main
 
 ALICE = "a" * 40

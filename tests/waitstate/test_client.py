@@ -426,3 +426,28 @@ def test_a_retried_calls_failure_that_temporal_cut_down_is_read_from_what_it_kep
         kept.message,
     ]
     assert [retry.error_type for retry in retries] == ["server", "ProviderError"]
+
+
+async def test_runs_are_listed_and_counted_by_the_prefix_of_their_ids(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client = WaitstateClient(dev_env.client, task_queue=task_queue)
+    prefix = f"listed-{uuid.uuid4().hex[:8]}-"
+    ids = [f"{prefix}a-1", f"{prefix}a-2", f"{prefix}b-1"]
+    for run_id in ids:  # no worker: they wait to start, listed all the same
+        await client.start(RunInput(task="wait", model="scripted:echo"), run_id=run_id)
+
+    async def all_visible() -> bool:
+        return await client.count_runs(prefix=prefix) == len(ids)
+
+    await eventually(all_visible, "the runs to be visible")
+    found = [run.run_id for run in await client.list_runs(limit=10, prefix=f"{prefix}a-")]
+    counted = await client.count_runs(prefix=f"{prefix}a-")
+    everything = await client.count_runs(prefix=prefix)
+    for run_id in ids:
+        await client.cancel(run_id)
+
+    assert sorted(found) == ids[:2]
+    assert (counted, everything) == (2, 3)
+    with pytest.raises(ValueError):
+        await client.list_runs(prefix='a" OR WorkflowId STARTS_WITH "')

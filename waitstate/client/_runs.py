@@ -266,15 +266,19 @@ class RunCalls(ClientBase):
             rejected_output=result.rejected_output,
         )
 
-    async def list_runs(self, *, limit: int = 20, threads: bool = False) -> list[RunSummary]:
+    async def list_runs(
+        self, *, limit: int = 20, threads: bool = False, prefix: str | None = None
+    ) -> list[RunSummary]:
         """Recent runs, newest first; only threads if `threads` (a thread's continued runs
-        are one listing each: its latest is the one running).
+        are one listing each: its latest is the one running); only those whose ids begin with
+        `prefix`, if given.
 
         Raises:
             TemporalFailed: the listing failed.
+            ValueError: `prefix` holds a quote or a backslash.
         """
         runs = []
-        query = f"{AGENT_RUNS} AND {THREAD_ID.name} IS NOT NULL" if threads else AGENT_RUNS
+        query = _runs_query(threads, prefix)
         try:
             async for execution in self._client.list_workflows(query, limit=limit):
                 attributes = execution.typed_search_attributes
@@ -292,6 +296,20 @@ class RunCalls(ClientBase):
         except RPCError as err:
             self._raise(err, None, "could not list runs")
         return runs
+
+    async def count_runs(self, *, prefix: str | None = None) -> int:
+        """How many runs there are whose ids begin with `prefix`, if given (a run continued as
+        new counts once per run of its chain).
+
+        Raises:
+            TemporalFailed: the count failed.
+            ValueError: `prefix` holds a quote or a backslash.
+        """
+        try:
+            counted = await self._client.count_workflows(_runs_query(False, prefix))
+        except RPCError as err:
+            self._raise(err, None, "could not count runs")
+        return counted.count
 
     async def cancel(self, run_id: str) -> None:
         """Ask a running run to cancel: it cancels its in-flight work and pending jobs, and
@@ -366,6 +384,17 @@ def _activity_state(state: PendingActivityState.ValueType) -> str:
     """`scheduled`, `started`, `cancel requested`, `paused`..."""
     name = PendingActivityState.Name(state).removeprefix("PENDING_ACTIVITY_STATE_")
     return name.lower().replace("_", " ")
+
+
+def _runs_query(threads: bool, prefix: str | None) -> str:
+    """The visibility query of agent runs (threads only, if `threads`) whose ids begin with
+    `prefix`."""
+    query = f"{AGENT_RUNS} AND {THREAD_ID.name} IS NOT NULL" if threads else AGENT_RUNS
+    if prefix is not None:
+        if '"' in prefix or "\\" in prefix:
+            raise ValueError("a run id prefix holds no quote or backslash")
+        query += f' AND WorkflowId STARTS_WITH "{prefix}"'
+    return query
 
 
 def started_with(run_input: RunInput) -> list[tuple[str, str]]:

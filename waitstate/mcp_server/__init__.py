@@ -30,8 +30,8 @@ from starlette.types import ASGIApp
 from waitstate.agents import Agent
 from waitstate.auth.operators import OperatorKeys
 from waitstate.client import WaitstateClient
+from waitstate.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server import listing, served, shapes
-from waitstate.mcp_server.guards import BoundedBody, OriginGuard
 from waitstate.mcp_server.listen import TaskNotices
 from waitstate.mcp_server.tasks import DEFAULT_POLL_INTERVAL, RunTasks, request_caller
 

@@ -13,9 +13,9 @@ import uvicorn
 
 from waitstate.apps import AppError, app_refs, load_apps
 from waitstate.client import WaitstateClient
+from waitstate.guards import parse_origins
 from waitstate.mcp import McpConfigError, parse_servers
 from waitstate.mcp_server import CallerKeys, agent_server, http_app
-from waitstate.mcp_server.guards import parse_origins
 from waitstate.settings import Settings
 
 

@@ -107,9 +107,12 @@ class Settings:
     # WAITSTATE_MCP_CALLER_KEYS: caller -> secret, `caller:secret,...`: who may call the agents
     # `python -m waitstate.mcp_server` serves (each task is its caller's).
     mcp_caller_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    # WAITSTATE_A2A_CALLER_KEYS: caller -> secret, `caller:secret,...`: who may call the agents
+    # `python -m waitstate.a2a` serves (each task is its caller's).
+    a2a_caller_keys: dict[str, str] = field(default_factory=dict, repr=False)
     # WAITSTATE_MCP_ALLOWED_ORIGINS: the browser origins (`scheme://host[:port]`, comma-separated)
     # `python -m waitstate.mcp_server` serves besides loopback ones; read by
-    # `waitstate.mcp_server.guards.parse_origins`.
+    # `waitstate.guards.parse_origins`.
     mcp_allowed_origins: str = ""
     # WAITSTATE_THREAD_TOKEN_DAYS: how long the token a new thread is handed stays valid.
     thread_token_lifetime: timedelta = DEFAULT_THREAD_TOKEN_LIFETIME
@@ -204,6 +207,9 @@ class Settings:
         mcp_caller_keys = parse_keys(
             env.get("WAITSTATE_MCP_CALLER_KEYS", ""), "WAITSTATE_MCP_CALLER_KEYS", "caller key"
         )
+        a2a_caller_keys = parse_keys(
+            env.get("WAITSTATE_A2A_CALLER_KEYS", ""), "WAITSTATE_A2A_CALLER_KEYS", "caller key"
+        )
         notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
         smtp = values.smtp_server(env, notice_routes)
         model_task_queue, model_rate = values.model_queue(env)
@@ -230,6 +236,7 @@ class Settings:
             token_signing_key=env.get("WAITSTATE_TOKEN_SIGNING_KEY") or next(iter(keys), None),
             operator_keys=operator_keys,
             mcp_caller_keys=mcp_caller_keys,
+            a2a_caller_keys=a2a_caller_keys,
             mcp_allowed_origins=env.get("WAITSTATE_MCP_ALLOWED_ORIGINS", ""),
             thread_token_lifetime=values.lifetime_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),

@@ -1,5 +1,6 @@
-"""What the MCP server's HTTP door refuses before a request reaches MCP: a browser's request
-from an origin it does not trust, and a body over its bound.
+"""What the HTTP doors of the MCP and A2A servers refuse before a request reaches their
+protocol: a browser's request from an origin it does not trust (the MCP server's), and a body
+over its bound (both).
 
 Each answers once, with a plain HTTP status and a JSON body saying why, and the request never
 reaches the app under it: nothing is parsed, nothing is logged as a failure.

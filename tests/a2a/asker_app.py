@@ -1,0 +1,36 @@
+"""An agent whose tool's job asks a person a question before it runs (`asker`), served over
+A2A by `tests/a2a/test_a2a_questions.py`: the question is the task's input-required."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.one_question_job import OneQuestionJob
+from tests.workflows.steering_app import NoArgs, exporter
+from waitstate import Agent, App, Completion, LongSpec, Question, QuestionPolicy, ToolSpec
+
+APP = "tests.a2a.asker_app:app"
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+JOB = OneQuestionJob(
+    "a2a-asks-1",
+    Question(key="ok", message="Export everything?", requested_schema=SCHEMA),
+    Completion(status="succeeded", result={"rows": 3}),
+)
+
+app = App(
+    agents=[Agent("asker", model="scripted:a2a-export-asks", tools=["start_export_asks"])],
+    tools=[
+        ToolSpec(
+            name="start_export_asks",
+            description="Start an export job that asks before it runs.",
+            args=NoArgs,
+            long=LongSpec(
+                backend=JOB,
+                completion="poll",
+                poll_interval=timedelta(seconds=0.2),
+                input=QuestionPolicy(answered_by="person"),
+            ),
+        )
+    ],
+    scripts={"a2a-export-asks": exporter("asks")},
+)

