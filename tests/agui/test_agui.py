@@ -1,0 +1,140 @@
+"""Agents over AG-UI, end to end: the gateway app over real HTTP with its thread and event desks,
+the dev server, a worker serving the refunds agent (its refund over the threshold waits for a
+person), and the demo systems.
+
+A run streams its AG-UI events and ends with the interrupt its approval is; a run that resumes
+it applies the decision once and ends with the answer; a resume of an interrupt another run
+resumed already is told so and applies nothing; a reader that lost its connection comes back
+after the last event it had and gets the rest, none twice; and bad input is refused before
+anything reaches the thread.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
+from tests.agui.conftest import WITHIN
+
+URL = "/agui/agents/refunder"
+
+
+@dataclass(frozen=True)
+class Told:
+    """One AG-UI event as a reader gets it, with the SSE id it came with ("" if none)."""
+
+    id: str
+    data: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.data["type"])
+
+
+def run_input(thread: str, run: str, **fields: Any) -> dict[str, Any]:
+    messages = fields.pop("messages", [{"id": "m1", "role": "user", "content": REFUND_TASK}])
+    return {"threadId": thread, "runId": run, "messages": messages, **fields}
+
+
+def approve(thread: str, interrupt: str, run: str | None = None) -> dict[str, Any]:
+    resume = [{"interruptId": interrupt, "status": "resolved", "payload": {"decision": "approve"}}]
+    return run_input(thread, run or f"run-{uuid.uuid4().hex[:8]}", resume=resume)
+
+
+async def read_events(
+    response: httpx.Response, until: Callable[[Told], bool] | None = None
+) -> list[Told]:
+    """The AG-UI events of a streaming response, to its end or the first `until` is true of."""
+    told: list[Told] = []
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line.startswith(":"):
+            continue
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+            continue
+        if "data" in fields:
+            told.append(Told(fields.get("id", ""), json.loads(fields["data"])))
+            if until is not None and until(told[-1]):
+                return told
+        fields = {}
+    return told
+
+
+async def run(rig: Stack, body: dict[str, Any], **headers: str) -> list[Told]:
+    """POST `body`, and the run's AG-UI events to its end."""
+    sent = {**bearer(OPERATOR), **headers}
+    async with rig.http.stream("POST", URL, json=body, headers=sent, timeout=WITHIN) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return await read_events(response)
+
+
+def types(events: list[Told]) -> list[str]:
+    return [e.type for e in events]
+
+
+def finished(events: list[Told]) -> dict[str, Any]:
+    assert events[-1].type == "RUN_FINISHED", types(events)
+    return events[-1].data
+
+
+async def refunds(rig: Stack) -> list[Any]:
+    """The refunds the demo systems paid."""
+    paid: list[Any] = (await rig.http.get(f"{rig.systems_url}/refunds")).json()
+    return paid
+
+
+async def decisions(rig: Stack, thread: str) -> list[str]:
+    """The decisions the thread's approval requests recorded."""
+    state = await rig.waitstate.query(thread)
+    return [r.decision.decision for r in state.approvals.values() if r.decision is not None]
+
+
+async def test_a_run_pauses_on_its_approval_and_a_resume_finishes_it(rig: Stack) -> None:
+    thread = f"agui-{uuid.uuid4().hex[:8]}"
+    first = await run(rig, run_input(thread, "run-1"))
+    kinds = types(first)
+    assert kinds[0] == "RUN_STARTED" and first[0].data["threadId"] == thread
+    assert first[0].data["runId"] == "run-1"
+    assert {"STEP_STARTED", "STEP_FINISHED", "TOOL_CALL_START", "TOOL_CALL_ARGS"} <= set(kinds)
+    assert {"TOOL_CALL_END", "TOOL_CALL_RESULT", "STATE_SNAPSHOT"} <= set(kinds)
+    calls = {
+        e.data["toolCallId"]: e.data["toolCallName"] for e in first if e.type == "TOOL_CALL_START"
+    }
+    assert sorted(calls.values()) == ["check_claim", "issue_refund"]
+    args = {
+        e.data["toolCallId"]: json.loads(e.data["delta"])
+        for e in first
+        if e.type == "TOOL_CALL_ARGS"
+    }
+    refund_call = next(i for i, name in calls.items() if name == "issue_refund")
+    assert args[refund_call] == {"claim_id": "C-118", "amount": 420}
+    # The claim's check has its result; the refund waits for a person: no result.
+    results = {e.data["toolCallId"] for e in first if e.type == "TOOL_CALL_RESULT"}
+    assert refund_call not in results and len(results) == 1
+    outcome = finished(first)["outcome"]
+    assert outcome["type"] == "interrupt"
+    [interrupt] = outcome["interrupts"]
+    assert interrupt["id"].startswith("approval:") and interrupt["reason"] == "approval"
+    assert interrupt["toolCallId"] == refund_call
+    snapshot = next(e for e in first if e.type == "STATE_SNAPSHOT").data["snapshot"]
+    assert snapshot["approvals"] == [interrupt["id"].removeprefix("approval:")]
+
+    second = await run(rig, approve(thread, interrupt["id"], "run-2"))
+    assert second[0].data["runId"] == "run-2"
+    done = finished(second)
+    assert done["outcome"] == {"type": "success"}
+    assert "R-" in done["result"] or "refund" in done["result"].lower()
+    texts = [e.data["delta"] for e in second if e.type == "TEXT_MESSAGE_CONTENT"]
+    assert texts and texts[-1] == done["result"]
+    assert [e.data["toolCallId"] for e in second if e.type == "TOOL_CALL_RESULT"] == [refund_call]
+    assert await decisions(rig, thread) == ["approve"]
+    assert len(await refunds(rig)) == 1

@@ -1,0 +1,342 @@
+"""Agents served to AG-UI clients: a thread of an agent, run by run, as AG-UI events.
+
+    POST /agui/agents/{agent}        Authorization: Bearer <operator key, or the thread's token>
+    {RunAgentInput}                  (Last-Event-ID: <id>: a reconnect, after that event)
+
+`threadId` names a waitstate thread of the agent (started by its first message). A run either
+brings the person's new message (the last of `messages`, sent once: its id is its key in the
+thread), or answers the interrupts the thread's previous run ended with (`resume`): each entry
+is a decision or an answer sent under an Update id derived from the thread, the interrupt and
+its status, so copies of a resume apply once; a resume of an interrupt another run resumed
+already is refused, 409 `duplicate_decision` (or `duplicate_answer`). The response streams the
+run's events (`waitstate.agui.mapping`) until the thread has answered the message (RUN_FINISHED
+with the answer), waits for a person (RUN_FINISHED with the interrupts), or ends (RUN_ERROR).
+
+The same input sent again (a client that lost its connection) is the same run: nothing is sent
+twice, and the stream starts again where the run began, or after `Last-Event-ID`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from ag_ui.core import BaseEvent
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import Response, StreamingResponse
+
+from waitstate import names
+from waitstate.agui import history, mapping, requests
+from waitstate.cancelling import ended
+from waitstate.client import (
+    BadPosition,
+    ClientError,
+    Position,
+    RunEvent,
+    RunNotFound,
+    WaitstateClient,
+    thread_input,
+)
+from waitstate.gateway.delivery import refusal
+from waitstate.gateway.gate import GateDep
+from waitstate.gateway.refusals import Refused, error_responses, verified
+from waitstate.gateway.routes.events import KEEPALIVE_SECONDS
+from waitstate.gateway.routes.threads import OperatorCredentials
+from waitstate.gateway.streams import CallRetry, EventDesk, ModelDelta
+from waitstate.gateway.threads import MAX_AGENT_CHARS, ThreadDesk
+from waitstate.schemas import RunState
+from waitstate.schemas.approvals import DecideInput
+
+AGUI_PATH = "/agui/agents/{agent}"
+# Run events after which the thread's state is read, to tell whether the AG-UI run is over.
+_LOOKS = frozenset({"status", "run.completed"})
+_WAITING_FOR_PEOPLE = ("approval", "input")
+_MESSAGE_ENDS = ("interrupted", "max_turns", "failed")
+
+log = logging.getLogger("waitstate.gateway.agui")
+router = APIRouter(tags=["agui"])
+
+
+def _desks(gate: GateDep) -> tuple[ThreadDesk, EventDesk]:
+    if gate.threads is None or gate.events is None:
+        raise Refused(404, "agui_disabled", "this gateway serves no AG-UI agents")
+    return gate.threads, gate.events
+
+
+@router.post(
+    AGUI_PATH,
+    response_class=StreamingResponse,
+    operation_id="agui_run",
+    summary="Run an agent's thread for an AG-UI client",
+    description="A `RunAgentInput`: the person's new message to the thread `threadId`, or the "
+    "answers (`resume`) to the interrupts its previous run ended with. The response is the "
+    "run's AG-UI events as server-sent events, until it finishes, pauses on a person "
+    "(RUN_FINISHED with interrupts) or fails (RUN_ERROR).",
+    responses={
+        200: {"description": "The run's AG-UI events, as `text/event-stream`."},
+        **error_responses(
+            {
+                401: "Missing or wrong credential: an operator key, or the thread's token.",
+                404: "`agui_disabled`, or `unknown_thread` for a resume.",
+                409: "`wrong_agent`: the thread is another agent's; `duplicate_decision`, "
+                "`duplicate_answer`: another run resumed this interrupt already; or the "
+                "interrupt is closed.",
+                410: "The thread has closed, or the token expired.",
+                422: "Not a RunAgentInput, or one out of bounds (`invalid_input`).",
+                503: "Temporal or the thread could not be reached: nothing was sent.",
+            }
+        ),
+    },
+    # The AG-UI protocol's own type, by its schema's address: its definitions' names (Message,
+    # Tool, ToolCall...) would collide with the gateway's own in the document's components.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "description": "An AG-UI RunAgentInput (protocol 1.0).",
+                        "required": ["threadId", "runId", "messages"],
+                    }
+                }
+            },
+        }
+    },
+)
+async def agui_run(
+    agent: str,
+    request: Request,
+    gate: GateDep,
+    credentials: OperatorCredentials,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    threads, desk = _desks(gate)
+    if len(agent) > MAX_AGENT_CHARS or not agent.isprintable():
+        raise Refused(404, "unknown_agent", "no agent has so long a name")
+    body = await gate.read_body(request)
+    if credentials is None:
+        raise Refused(401, "missing_token", "send Authorization: Bearer <operator key or token>")
+    operator = threads.operators.identify(credentials.credentials)
+    try:
+        given = requests.parse(body)
+        reviewer = f"agui:{operator}" if operator else "agui:thread"
+        ask = requests.asked(given, reviewer)
+    except requests.BadInput as err:
+        raise Refused(422, "invalid_input", str(err)) from None
+    if operator is None:
+        claims = verified(gate.tokens.verify_thread, credentials.credentials)
+        if claims.thread_id != ask.thread_id:
+            raise Refused(401, "wrong_thread", "token was issued for another thread")
+    try:
+        after = Position.parse(last_event_id) if last_event_id else None
+    except BadPosition as err:
+        raise Refused(400, "bad_position", str(err)) from None
+    if desk.open_streams >= desk.max_streams:
+        raise Refused(503, "too_many_streams", "the gateway holds as many streams as it may")
+    client = threads.client
+    await _same_agent(client, ask.thread_id, agent, exists=ask.text is None)
+    if ask.text is not None:
+        start, watch = await _send(threads, ask, agent)
+    else:
+        start, watch = await _resume(client, ask)
+    gate.delivered(
+        "agui_run", "AG-UI run %s of thread %s (agent %r)", ask.run_id, ask.thread_id, agent
+    )
+    telling = mapping.Telling(ask.thread_id, ask.run_id)
+    return StreamingResponse(
+        _stream(desk, client, telling, after or start, watch),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _same_agent(client: WaitstateClient, thread_id: str, agent: str, exists: bool) -> None:
+    """Refuse a thread of another agent (404 for a resume of a thread that never ran)."""
+    try:
+        state = await client.query(thread_id)
+    except RunNotFound:
+        if exists:
+            raise Refused(404, "unknown_thread", f"no thread {thread_id}") from None
+        return
+    except ClientError as err:
+        raise refusal(err, thread_id=thread_id) from err
+    if state.thread is None or state.agent != agent:
+        raise Refused(409, "wrong_agent", f"{thread_id} is not a thread of agent {agent!r}")
+
+
+async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[Position, str]:
+    """Send the person's message (once: its key), and where its run's events start."""
+    assert ask.text is not None and ask.key is not None
+    try:
+        sent = await threads.client.send_message(
+            ask.thread_id,
+            ask.text,
+            key=ask.key,
+            sender=requests.SENDER,
+            start=thread_input(agent=agent),
+            answer_within=threads.answer_within,
+        )
+    except ClientError as err:
+        raise refusal(err, thread_id=ask.thread_id) from err
+    read = await _read(threads.client, ask.thread_id)
+    accepted = read.sends.get(ask.key)
+    return _before(read, accepted), sent.accepted.message_id
+
+
+async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Position, str]:
+    """Send each resume's decision or answer (once: its Update id), and where the run's events
+    start: at the first one's."""
+    watch = ""
+    try:
+        state = await client.query(ask.thread_id)
+        if state.thread is not None:
+            working = [m for m in state.thread.messages if m.status == "working"]
+            watch = working[0].message_id if working else ""
+        for resume in ask.resumes:
+            if isinstance(resume.reply, DecideInput):
+                await client.decide(ask.thread_id, resume.reply, update_id=resume.update_id)
+            else:
+                await client.answer(ask.thread_id, resume.reply, update_id=resume.update_id)
+    except ClientError as err:
+        raise refusal(err) from err
+    read = await _read(client, ask.thread_id)
+    return _before(read, read.updates.get(ask.resumes[0].update_id)), watch
+
+
+async def _read(client: WaitstateClient, thread_id: str) -> history.RunRead:
+    read = await history.read_run(client.temporal, thread_id)
+    if read is None:
+        raise Refused(503, "temporal_unavailable", "the thread's history could not be read")
+    return read
+
+
+def _before(read: history.RunRead, event_id: int | None) -> Position:
+    """Just before `event_id` of the run `read`; its end if the event is not there (the
+    thread went on in a new run since)."""
+    return Position(read.run, read.length if event_id is None else event_id - 1)
+
+
+async def _stream(
+    desk: EventDesk,
+    client: WaitstateClient,
+    telling: mapping.Telling,
+    start: Position,
+    watch: str,
+) -> AsyncIterator[str]:
+    """The AG-UI events of the thread's run from `start`, a keepalive comment when nothing came
+    for `KEEPALIVE_SECONDS`; ends with the run's end, or when the gateway stops."""
+    desk.open_streams += 1
+    queue: asyncio.Queue[RunEvent | ModelDelta | CallRetry | None] = asyncio.Queue(maxsize=64)
+    thread_id = telling.thread_id
+
+    async def read() -> None:
+        try:
+            async for item in desk.feeds.read(thread_id, start):
+                await queue.put(item)
+        finally:
+            await queue.put(None)
+
+    reading = asyncio.create_task(read())
+    closing = asyncio.create_task(desk.closing.wait())
+    reads: dict[str, history.RunRead] = {}
+    try:
+        for event in telling.started():
+            yield mapping.sse(event)
+        while not telling.finished:
+            getting = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(
+                {getting, closing}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
+            )
+            if getting not in done:
+                getting.cancel()
+                if closing in done:
+                    return
+                yield ": keepalive\n\n"
+                continue
+            item = getting.result()
+            if item is None:
+                if not telling.finished:
+                    yield _told(telling.error("the thread's events ended", "stream_ended"), None)
+                return
+            if isinstance(item, ModelDelta):
+                yield _told(telling.delta(item.call, item.text), None)
+                continue
+            if isinstance(item, CallRetry):
+                continue
+            told = telling.event(item, await _facts(client, thread_id, item, reads))
+            if not telling.finished:
+                told += await _end(client, telling, item, reads, watch)
+            yield _told(told, item.id)
+    finally:
+        desk.open_streams -= 1
+        for task in (reading, closing):
+            task.cancel()
+        await ended(reading)
+
+
+def _told(events: list[BaseEvent], event_id: str | None) -> str:
+    """The SSE text of `events`, the last carrying `event_id` (where a reader resumes)."""
+    last = len(events) - 1
+    return "".join(mapping.sse(e, event_id if i == last else None) for i, e in enumerate(events))
+
+
+async def _facts(
+    client: WaitstateClient, thread_id: str, event: RunEvent, reads: dict[str, history.RunRead]
+) -> history.RunRead | None:
+    """The history facts a model or tool call's end needs: read again when the event is past
+    what was read (history only grows)."""
+    if event.kind not in ("model.ended", "tool.ended"):
+        return None
+    run, _, number = event.id.rpartition(".")
+    read = reads.get(run)
+    if read is None or int(number) > read.length:
+        fresh = await history.read_run(client.temporal, thread_id, run)
+        if fresh is not None:
+            reads[run] = read = fresh
+    return read
+
+
+async def _end(
+    client: WaitstateClient,
+    telling: mapping.Telling,
+    event: RunEvent,
+    reads: dict[str, history.RunRead],
+    watch: str,
+) -> list[BaseEvent]:
+    """The run's end, if `event` ends it: an answer (a model reply with no tool calls), a
+    wait for a person (its interrupts), or the message ended without an answer."""
+    if event.kind == "model.ended":
+        run, _, number = event.id.rpartition(".")
+        read = reads.get(run)
+        reply = read.replies.get(int(number)) if read is not None else None
+        if reply is not None and not reply.tool_calls:
+            return telling.succeeded(await _state(client, telling.thread_id), reply.content)
+        return []
+    if event.kind not in _LOOKS:
+        return []
+    state = await _state(client, telling.thread_id)
+    if state is None:
+        return []
+    waiting = event.detail.get(names.WAITING_FOR.name)
+    if event.kind == "status" and waiting in _WAITING_FOR_PEOPLE:
+        return telling.interrupted(state)
+    if event.kind == "run.completed":
+        return telling.succeeded(state, state.final_output)
+    if watch and state.thread is not None:
+        for message in state.thread.messages:
+            if message.message_id == watch and message.status in _MESSAGE_ENDS:
+                return telling.error(
+                    message.error or f"the message {message.status}", message.status
+                )
+    return []
+
+
+async def _state(client: WaitstateClient, thread_id: str) -> RunState | None:
+    try:
+        return await client.query(thread_id)
+    except ClientError as err:
+        log.info("thread %s: its state not read (%s)", thread_id, err)
+        return None
