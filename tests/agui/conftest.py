@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.rigs import Stack, serving_stack
 from tests.agui.agui_app import REFUNDER
+from tests.rigs import Stack, serving_stack
 from waitstate.apps import Apps
 
 KEYS = {"agui": "a" * 40}

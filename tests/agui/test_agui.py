@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
 from tests.agui.conftest import WITHIN
+from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
 
 URL = "/agui/agents/refunder"
 
