@@ -13,7 +13,7 @@ from tests.rigs import Stack, serving_stack
 from waitstate.apps import Apps
 
 KEYS = {"agui": "a" * 40}
-WITHIN = 60.0  # far more than a run takes: only turns a hang into a failure
+WITHIN = 30.0  # far more than a run takes: only turns a hang into a failure
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ anything reaches the thread.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable
@@ -71,7 +72,10 @@ async def read_events(
 async def run(rig: Stack, body: dict[str, Any], **headers: str) -> list[Told]:
     """POST `body`, and the run's AG-UI events to its end."""
     sent = {**bearer(OPERATOR), **headers}
-    async with rig.http.stream("POST", URL, json=body, headers=sent, timeout=WITHIN) as response:
+    async with (
+        asyncio.timeout(WITHIN),
+        rig.http.stream("POST", URL, json=body, headers=sent) as response,
+    ):
         assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"].startswith("text/event-stream")
         return await read_events(response)
@@ -133,3 +137,38 @@ async def test_a_run_pauses_on_its_approval_and_a_resume_finishes_it(rig: Stack)
     assert await decisions(rig, thread) == ["approve"]
     keys = (await rig.stats())["refund_keys"]
     assert [k["requests"] for k in keys.values()] == [1]  # the refund tool ran once
+
+
+async def test_a_reader_that_lost_its_connection_gets_what_it_missed_once(rig: Stack) -> None:
+    thread = f"agui-{uuid.uuid4().hex[:8]}"
+    body = run_input(thread, "run-1")
+    headers = bearer(OPERATOR)
+    # The first connection is dropped once it had the model's first turn (its tool call).
+    async with (
+        asyncio.timeout(WITHIN),
+        rig.http.stream("POST", URL, json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        before = await read_events(response, lambda e: e.type == "STEP_FINISHED" and e.id != "")
+    last = [e.id for e in before if e.id][-1]
+    # The same input again, after the last event it had: the message is not sent twice.
+    after = await run(rig, body, **{"Last-Event-ID": last})
+    # And once more from the start, to compare: the whole run as one reader gets it.
+    whole = await run(rig, body)
+
+    assert after[0].type == "RUN_STARTED" and finished(after)["outcome"]["type"] == "interrupt"
+    ids_before = [e.id for e in before if e.id]
+    ids_after = [e.id for e in after if e.id]
+    assert not set(ids_before) & set(ids_after)  # none twice
+    assert ids_before + ids_after == [e.id for e in whole if e.id]  # none missed
+    # What the calls and the text were, split across the two connections, is the whole.
+    shown = ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT")
+    assert [e.data for e in before + after if e.type in shown] == [
+        e.data for e in whole if e.type in shown
+    ]
+    state = await rig.waitstate.query(thread)
+    assert state.thread is not None and state.thread.received == 1  # one message, sent once
+    # A reader that had the run's end is told there is nothing more to come.
+    end = [e.id for e in whole if e.id][-1]
+    again = await rig.http.post(URL, json=body, headers={**headers, "Last-Event-ID": end})
+    assert again.status_code == 204

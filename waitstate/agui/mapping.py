@@ -216,6 +216,12 @@ class Telling:
             )
         ]
 
+    def forget(self) -> None:
+        """Forget the steps and messages opened so far: a reconnect's earlier connection
+        opened them, and the new one may not close what it never opened."""
+        self.steps.clear()
+        self.streaming.clear()
+
     def _open_step(self, summary: str, event_id: str) -> BaseEvent:
         name = f"{summary} [{event_id}]"
         self.steps.setdefault(summary, []).append(name)

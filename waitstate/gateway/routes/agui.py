@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from ag_ui.core import BaseEvent
@@ -44,7 +45,7 @@ from waitstate.gateway.gate import GateDep
 from waitstate.gateway.refusals import Refused, error_responses, verified
 from waitstate.gateway.routes.events import KEEPALIVE_SECONDS
 from waitstate.gateway.routes.threads import OperatorCredentials
-from waitstate.gateway.streams import CallRetry, EventDesk, ModelDelta
+from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
 from waitstate.gateway.threads import MAX_AGENT_CHARS, ThreadDesk
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import DecideInput
@@ -54,6 +55,8 @@ AGUI_PATH = "/agui/agents/{agent}"
 _LOOKS = frozenset({"status", "run.completed"})
 _WAITING_FOR_PEOPLE = ("approval", "input")
 _MESSAGE_ENDS = ("interrupted", "max_turns", "failed")
+# How long a reconnect's replay up to its Last-Event-ID may take (it reads history only).
+REPLAY_SECONDS = 20.0
 
 log = logging.getLogger("waitstate.gateway.agui")
 router = APIRouter(tags=["agui"])
@@ -145,9 +148,15 @@ async def agui_run(
     gate.delivered(
         "agui_run", "AG-UI run %s of thread %s (agent %r)", ask.run_id, ask.thread_id, agent
     )
+    items = desk.feeds.read(ask.thread_id, start)
     telling = mapping.Telling(ask.thread_id, ask.run_id)
+    told = _Run(desk, client, telling, watch, items)
+    if after is not None and not await told.replay(after):
+        if isinstance(items, AsyncGenerator):
+            await items.aclose()  # the feed lets its reader go
+        return Response(status_code=204)  # it had the run's end: nothing more to come
     return StreamingResponse(
-        _stream(desk, client, telling, after or start, watch),
+        told.stream(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -219,62 +228,92 @@ def _before(read: history.RunRead, event_id: int | None) -> Position:
     return Position(read.run, read.length if event_id is None else event_id - 1)
 
 
-async def _stream(
-    desk: EventDesk,
-    client: WaitstateClient,
-    telling: mapping.Telling,
-    start: Position,
-    watch: str,
-) -> AsyncIterator[str]:
-    """The AG-UI events of the thread's run from `start`, a keepalive comment when nothing came
-    for `KEEPALIVE_SECONDS`; ends with the run's end, or when the gateway stops."""
-    desk.open_streams += 1
-    queue: asyncio.Queue[RunEvent | ModelDelta | CallRetry | None] = asyncio.Queue(maxsize=64)
-    thread_id = telling.thread_id
+@dataclass
+class _Run:
+    """One connection's telling of an AG-UI run: its events, read once from the thread's feed,
+    told as AG-UI events, with the history facts read so far."""
 
-    async def read() -> None:
+    desk: EventDesk
+    client: WaitstateClient
+    telling: mapping.Telling
+    watch: str  # the thread's message whose end without an answer ends the run ("": none)
+    items: AsyncIterator[Read]
+    reads: dict[str, history.RunRead] = field(default_factory=dict)
+
+    async def tell(self, event: RunEvent) -> list[BaseEvent]:
+        """What `event` is told as, with the run's end if it ends it."""
+        thread_id = self.telling.thread_id
+        told = self.telling.event(event, await _facts(self.client, thread_id, event, self.reads))
+        if not self.telling.finished:
+            told += await _end(self.client, self.telling, event, self.reads, self.watch)
+        return told
+
+    async def replay(self, after: Position) -> bool:
+        """Tell the run silently up to the event `after` (a reconnect's `Last-Event-ID`), as
+        the reader's earlier connection did; whether the run goes on after it.
+
+        Raises:
+            Refused: 400 `bad_position`, `after` is no event of this run.
+        """
         try:
-            async for item in desk.feeds.read(thread_id, start):
-                await queue.put(item)
-        finally:
-            await queue.put(None)
+            async with asyncio.timeout(REPLAY_SECONDS):
+                async for item in self.items:
+                    if isinstance(item, Ephemeral):
+                        continue
+                    await self.tell(item)
+                    run, _, number = item.id.rpartition(".")
+                    if self.telling.finished or (
+                        run == after.run and int(number) >= after.event_id
+                    ):
+                        break
+        except TimeoutError:
+            raise Refused(400, "bad_position", "Last-Event-ID is no event of this run") from None
+        self.telling.forget()  # what the earlier connection opened is not this one's to close
+        return not self.telling.finished
 
-    reading = asyncio.create_task(read())
-    closing = asyncio.create_task(desk.closing.wait())
-    reads: dict[str, history.RunRead] = {}
-    try:
-        for event in telling.started():
-            yield mapping.sse(event)
-        while not telling.finished:
-            getting = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait(
-                {getting, closing}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
-            )
-            if getting not in done:
-                getting.cancel()
-                if closing in done:
-                    return
-                yield ": keepalive\n\n"
-                continue
-            item = getting.result()
-            if item is None:
-                if not telling.finished:
+    async def stream(self) -> AsyncIterator[str]:
+        """The run's AG-UI events as SSE text, a keepalive comment when nothing came for
+        `KEEPALIVE_SECONDS`; ends with the run's end, or when the gateway stops."""
+        desk = self.desk
+        desk.open_streams += 1
+        queue: asyncio.Queue[Read | None] = asyncio.Queue(maxsize=64)
+
+        async def read() -> None:
+            try:
+                async for item in self.items:
+                    await queue.put(item)
+            finally:
+                await queue.put(None)
+
+        reading = asyncio.create_task(read())
+        closing = asyncio.create_task(desk.closing.wait())
+        telling = self.telling
+        try:
+            yield _told(telling.started(), None)
+            while not telling.finished:
+                getting = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait(
+                    {getting, closing}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
+                )
+                if getting not in done:
+                    getting.cancel()
+                    if closing in done:
+                        return
+                    yield ": keepalive\n\n"
+                    continue
+                item = getting.result()
+                if item is None:
                     yield _told(telling.error("the thread's events ended", "stream_ended"), None)
-                return
-            if isinstance(item, ModelDelta):
-                yield _told(telling.delta(item.call, item.text), None)
-                continue
-            if isinstance(item, CallRetry):
-                continue
-            told = telling.event(item, await _facts(client, thread_id, item, reads))
-            if not telling.finished:
-                told += await _end(client, telling, item, reads, watch)
-            yield _told(told, item.id)
-    finally:
-        desk.open_streams -= 1
-        for task in (reading, closing):
-            task.cancel()
-        await ended(reading)
+                    return
+                if isinstance(item, ModelDelta):
+                    yield _told(telling.delta(item.call, item.text), None)
+                elif isinstance(item, RunEvent):
+                    yield _told(await self.tell(item), item.id)
+        finally:
+            desk.open_streams -= 1
+            for task in (reading, closing):
+                task.cancel()
+            await ended(reading)
 
 
 def _told(events: list[BaseEvent], event_id: str | None) -> str:
