@@ -206,9 +206,17 @@ async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Positio
             watch = working[0].message_id if working else ""
         for resume in ask.resumes:
             if isinstance(resume.reply, DecideInput):
-                await client.decide(ask.thread_id, resume.reply, update_id=resume.update_id)
+                decided = await client.decide(
+                    ask.thread_id, resume.reply, update_id=resume.update_id
+                )
+                applied, reason = decided.accepted, decided.reason
             else:
-                await client.answer(ask.thread_id, resume.reply, update_id=resume.update_id)
+                answered = await client.answer(
+                    ask.thread_id, resume.reply, update_id=resume.update_id
+                )
+                applied, reason = answered.accepted, answered.reason
+            if not applied:  # recorded, not applied: e.g. its window had passed
+                raise Refused(409, "not_applied", f"{resume.interrupt_id}: {reason}"[:500])
     except ClientError as err:
         raise refusal(err) from err
     read = await _read(client, ask.thread_id)
