@@ -22,6 +22,7 @@ import httpx
 
 from tests.agui.conftest import WITHIN
 from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
+from waitstate.schemas import RunInput
 
 URL = "/agui/agents/refunder"
 
@@ -172,3 +173,17 @@ async def test_a_reader_that_lost_its_connection_gets_what_it_missed_once(rig: S
     end = [e.id for e in whole if e.id][-1]
     again = await rig.http.post(URL, json=body, headers={**headers, "Last-Event-ID": end})
     assert again.status_code == 204
+
+
+async def test_a_task_run_is_followed_and_resumed(rig: Stack) -> None:
+    started = await rig.waitstate.start(RunInput(task=REFUND_TASK, agent="refunder"))
+    run_id = started.run_id
+    paused = await run(rig, run_input(run_id, "run-1", messages=[]))
+    assert paused[0].type == "RUN_STARTED" and paused[0].data["threadId"] == run_id
+    [interrupt] = finished(paused)["outcome"]["interrupts"]
+    # A task run takes no message.
+    response = await rig.http.post(URL, json=run_input(run_id, "run-2"), headers=bearer(OPERATOR))
+    assert response.status_code == 409 and response.json()["error"]["code"] == "not_a_thread"
+    done = finished(await run(rig, approve(run_id, interrupt["id"])))
+    assert done["outcome"] == {"type": "success"} and "C-118" in done["result"]
+    assert await decisions(rig, run_id) == ["approve"]

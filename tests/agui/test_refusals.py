@@ -40,9 +40,6 @@ BAD_INPUTS: list[tuple[str, Any]] = [
     ("no runId", {"threadId": "t1", "messages": MESSAGE}),
     ("a thread id with a slash", run_input("a/b", "r1", messages=MESSAGE)),
     ("a run id too long", run_input("t1", "r" * 129, messages=MESSAGE)),
-    ("no message", run_input("t1", "r1", messages=[])),
-    ("the last message is the agent's", run_input("t1", "r1", messages=[
-        {"id": "a1", "role": "assistant", "content": "hi"}])),
     ("an empty message", run_input("t1", "r1", messages=[
         {"id": "m1", "role": "user", "content": "  "}])),
     ("a message too long", run_input("t1", "r1", messages=[
@@ -97,9 +94,14 @@ async def test_a_thread_is_one_agents_and_a_resume_needs_its_thread(rig: Stack) 
     response = await rig.http.post("/agui/agents/other", json=body, headers=bearer(OPERATOR))
     assert response.status_code == 409 and response.json()["error"]["code"] == "wrong_agent"
     assert (await rig.waitstate.describe(thread)).history_length == length
-    # A resume of a thread that never ran.
+    # An input with no new message and no resume: a thread's run brings one.
+    for messages in ([], [*MESSAGE, {"id": "a1", "role": "assistant", "content": "hi"}]):
+        await _refused(rig, run_input(thread, "r3", messages=messages), 422, "invalid_input")
+    assert (await rig.waitstate.describe(thread)).history_length == length
+    # A resume of a thread that never ran, or no message to one.
     unknown = _thread()
     await _refused(rig, approve(unknown, "approval:a1"), 404, "unknown_thread")
+    await _refused(rig, run_input(unknown, "r1", messages=[]), 404, "unknown_thread")
     await _never_started(rig, unknown)
 
 

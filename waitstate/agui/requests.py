@@ -44,11 +44,12 @@ class Resume:
 
 @dataclass(frozen=True)
 class Asked:
-    """What the request asks: the thread, the AG-UI run, and a message or resumes."""
+    """What the request asks: the thread (or task run), the AG-UI run, and a message, resumes,
+    or neither (a task run's events followed)."""
 
     thread_id: str
     run_id: str
-    text: str | None  # the person's new message (None: a resume)
+    text: str | None  # the person's new message (None: a resume, or a task run followed)
     key: str | None  # its idempotency key in the thread
     resumes: tuple[Resume, ...] = ()
 
@@ -72,8 +73,8 @@ def asked(given: RunAgentInput, reviewer: str) -> Asked:
 
     Raises:
         BadInput: an id out of bounds, too many messages or resume entries, a message that
-            is not text or too long, a resume entry of an unknown interrupt or with a
-            payload that does not fit it, or no new message and no resume.
+            is not text or too long, or a resume entry of an unknown interrupt or with a
+            payload that does not fit it.
     """
     if not THREAD_ID.fullmatch(given.thread_id):
         raise BadInput("threadId: 1 to 128 letters, digits, '.', '_' or '-'")
@@ -91,7 +92,7 @@ def asked(given: RunAgentInput, reviewer: str) -> Asked:
         return Asked(given.thread_id, given.run_id, None, None, read)
     last = given.messages[-1] if given.messages else None
     if not isinstance(last, UserMessage):
-        raise BadInput("the last message is the person's (role user), or the input resumes")
+        return Asked(given.thread_id, given.run_id, None, None)  # a task run's, to follow
     if len(last.id) > MAX_ID_CHARS:
         raise BadInput(f"a message id: at most {MAX_ID_CHARS} characters")
     text = _text(last.content)

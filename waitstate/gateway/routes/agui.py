@@ -11,6 +11,8 @@ its status, so copies of a resume apply once; a resume of an interrupt another r
 already is refused, 409 `duplicate_decision` (or `duplicate_answer`). The response streams the
 run's events (`waitstate.agui.mapping`) until the thread has answered the message (RUN_FINISHED
 with the answer), waits for a person (RUN_FINISHED with the interrupts), or ends (RUN_ERROR).
+`threadId` may name a task run of the agent instead: an input with no message follows it from
+its start, and resumes answer its interrupts.
 
 The same input sent again (a client that lost its connection) is the same run: nothing is sent
 twice, and the stream starts again where the run began, or after `Last-Event-ID`.
@@ -140,11 +142,21 @@ async def agui_run(
     if desk.open_streams >= desk.max_streams:
         raise Refused(503, "too_many_streams", "the gateway holds as many streams as it may")
     client = threads.client
-    await _same_agent(client, ask.thread_id, agent, exists=ask.text is None)
+    served = await _served(client, ask.thread_id, agent)
     if ask.text is not None:
+        if served is False:
+            raise Refused(
+                409, "not_a_thread", f"{ask.thread_id} is a task run: it takes no message"
+            )
         start, watch = await _send(threads, ask, agent)
-    else:
+    elif served is None:
+        raise Refused(404, "unknown_thread", f"no thread or run {ask.thread_id}")
+    elif ask.resumes:
         start, watch = await _resume(client, ask)
+    elif served:
+        raise Refused(422, "invalid_input", "the last message is the person's, or it resumes")
+    else:  # a task run, followed from its start
+        start, watch = Position((await _read(client, ask.thread_id)).run, 0), ""
     gate.delivered(
         "agui_run", "AG-UI run %s of thread %s (agent %r)", ask.run_id, ask.thread_id, agent
     )
@@ -162,18 +174,22 @@ async def agui_run(
     )
 
 
-async def _same_agent(client: WaitstateClient, thread_id: str, agent: str, exists: bool) -> None:
-    """Refuse a thread of another agent (404 for a resume of a thread that never ran)."""
+async def _served(client: WaitstateClient, thread_id: str, agent: str) -> bool | None:
+    """Whether `thread_id` is a thread (True) or a task run (False) of `agent`, from what it
+    was started with (no worker needed); None if it never ran.
+
+    Raises:
+        Refused: 409 `wrong_agent`, it is another agent's; 503 Temporal could not be reached.
+    """
     try:
-        state = await client.query(thread_id)
+        given = await client.started_input(thread_id)
     except RunNotFound:
-        if exists:
-            raise Refused(404, "unknown_thread", f"no thread {thread_id}") from None
-        return
+        return None
     except ClientError as err:
         raise refusal(err, thread_id=thread_id) from err
-    if state.thread is None or state.agent != agent:
-        raise Refused(409, "wrong_agent", f"{thread_id} is not a thread of agent {agent!r}")
+    if given is None or given.agent != agent:
+        raise Refused(409, "wrong_agent", f"{thread_id} is not a thread or run of {agent!r}")
+    return given.thread is not None
 
 
 async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[Position, str]:
@@ -198,12 +214,14 @@ async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[P
 async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Position, str]:
     """Send each resume's decision or answer (once: its Update id), and where the run's events
     start: at the first one's."""
-    watch = ""
+    state = await _state(client, ask.thread_id)
+    working = (
+        [m for m in state.thread.messages if m.status == "working"]
+        if state and state.thread
+        else []
+    )
+    watch = working[0].message_id if working else ""
     try:
-        state = await client.query(ask.thread_id)
-        if state.thread is not None:
-            working = [m for m in state.thread.messages if m.status == "working"]
-            watch = working[0].message_id if working else ""
         for resume in ask.resumes:
             if isinstance(resume.reply, DecideInput):
                 decided = await client.decide(
