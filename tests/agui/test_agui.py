@@ -139,6 +139,22 @@ async def test_a_run_pauses_on_its_approval_and_a_resume_finishes_it(rig: Stack)
     keys = (await rig.stats())["refund_keys"]
     assert [k["requests"] for k in keys.values()] == [1]  # the refund tool ran once
 
+    # The thread's next message is its next run, which ends with that message's answer.
+    asked = [
+        {"id": "m1", "role": "user", "content": REFUND_TASK},
+        {"id": "a1", "role": "assistant", "content": done["result"]},
+        {"id": "m2", "role": "user", "content": "What is 17 * 23?"},
+    ]
+    third = await run(rig, run_input(thread, "run-3", messages=asked))
+    # Its one model turn, and nothing of the earlier runs (the refund is not told again).
+    assert types(third).count("STEP_STARTED") == 1
+    assert not [e for e in third if e.type == "TOOL_CALL_RESULT"]
+    state = await rig.waitstate.query(thread)
+    assert state.thread is not None and state.thread.received == 2
+    second_message = state.thread.messages[-1]
+    assert second_message.status == "replied" and second_message.turns_before > 0
+    assert finished(third)["result"] == second_message.reply
+
 
 async def test_a_reader_that_lost_its_connection_gets_what_it_missed_once(rig: Stack) -> None:
     thread = f"agui-{uuid.uuid4().hex[:8]}"

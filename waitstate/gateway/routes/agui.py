@@ -51,6 +51,7 @@ from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
 from waitstate.gateway.threads import MAX_AGENT_CHARS, ThreadDesk
 from waitstate.schemas import RunState
 from waitstate.schemas.approvals import DecideInput
+from waitstate.schemas.threads import ThreadMessage
 
 AGUI_PATH = "/agui/agents/{agent}"
 # Run events after which the thread's state is read, to tell whether the AG-UI run is over.
@@ -371,32 +372,42 @@ async def _end(
     reads: dict[str, history.RunRead],
     watch: str,
 ) -> list[BaseEvent]:
-    """The run's end, if `event` ends it: an answer (a model reply with no tool calls), a
-    wait for a person (its interrupts), or the message ended without an answer."""
+    """The run's end, if `event` ends it: an answer (a model reply with no tool calls: for a
+    thread, to the message the run is about), a wait for a person (its interrupts), or the
+    message ended without an answer."""
+    answer: str | None = None
     if event.kind == "model.ended":
         run, _, number = event.id.rpartition(".")
         read = reads.get(run)
         reply = read.replies.get(int(number)) if read is not None else None
-        if reply is not None and not reply.tool_calls:
-            return telling.succeeded(await _state(client, telling.thread_id), reply.content)
-        return []
-    if event.kind not in _LOOKS:
+        if reply is None or reply.tool_calls:
+            return []
+        answer = reply.content
+    elif event.kind not in _LOOKS:
         return []
     state = await _state(client, telling.thread_id)
     if state is None:
-        return []
+        return [] if answer is None else telling.succeeded(None, answer)
     waiting = event.detail.get(names.WAITING_FOR.name)
     if event.kind == "status" and waiting in _WAITING_FOR_PEOPLE:
         return telling.interrupted(state)
     if event.kind == "run.completed":
         return telling.succeeded(state, state.final_output)
-    if watch and state.thread is not None:
-        for message in state.thread.messages:
-            if message.message_id == watch and message.status in _MESSAGE_ENDS:
-                return telling.error(
-                    message.error or f"the message {message.status}", message.status
-                )
-    return []
+    message = _message(state, watch)
+    if message is None:  # a task run's answer; a thread's with no message to watch
+        return [] if answer is None else telling.succeeded(state, answer)
+    if message.status == "replied":
+        return telling.succeeded(state, message.reply)
+    if message.status in _MESSAGE_ENDS:
+        return telling.error(message.error or f"the message {message.status}", message.status)
+    return []  # another message's answer, or this one's not yet recorded: a later event says
+
+
+def _message(state: RunState, watch: str) -> ThreadMessage | None:
+    """The thread's message `watch`, if the state is a thread's and keeps it."""
+    if not watch or state.thread is None:
+        return None
+    return next((m for m in state.thread.messages if m.message_id == watch), None)
 
 
 async def _state(client: WaitstateClient, thread_id: str) -> RunState | None:
