@@ -1,5 +1,6 @@
 """Fixtures of the AG-UI tests: the dev server, the gateway (with its thread and event desks)
-and the demo systems over real HTTP, and a worker serving the refunds agent."""
+and the demo systems over real HTTP, and a worker serving the refunds agent and one whose model
+waits to be let go."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.agui.agui_app import REFUNDER
+from tests.agui.agui_app import HOLDER, REFUNDER
 from tests.rigs import Stack, serving_stack
+from tests.workflows.threads_app import Held
 from waitstate.apps import Apps
 
 KEYS = {"agui": "a" * 40}
@@ -28,6 +30,8 @@ async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[St
             thread_model="scripted:demo",
             within=WITHIN,
         ) as stack,
-        stack.worker(apps=Apps(agents={REFUNDER.name: REFUNDER})),
+        stack.worker(
+            apps=Apps(agents={a.name: a for a in (REFUNDER, HOLDER)}, providers={"held": Held})
+        ),
     ):
         yield stack

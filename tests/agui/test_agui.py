@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import httpx
 
 from tests.agui.conftest import WITHIN
 from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
+from tests.workflows.threads_app import RELEASE
 from waitstate.schemas import RunInput
 
 URL = "/agui/agents/refunder"
@@ -50,12 +50,13 @@ def approve(thread: str, interrupt: str, run: str | None = None) -> dict[str, An
 
 
 async def read_events(
-    response: httpx.Response, until: Callable[[Told], bool] | None = None
+    lines: AsyncIterator[str], until: Callable[[Told], bool] | None = None
 ) -> list[Told]:
-    """The AG-UI events of a streaming response, to its end or the first `until` is true of."""
+    """The AG-UI events of a streaming response's `lines`, to its end or the first `until` is
+    true of (read again for the events after it)."""
     told: list[Told] = []
     fields: dict[str, str] = {}
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line.startswith(":"):
             continue
         if line:
@@ -79,7 +80,7 @@ async def run(rig: Stack, body: dict[str, Any], **headers: str) -> list[Told]:
     ):
         assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"].startswith("text/event-stream")
-        return await read_events(response)
+        return await read_events(response.aiter_lines())
 
 
 def types(events: list[Told]) -> list[str]:
@@ -166,7 +167,9 @@ async def test_a_reader_that_lost_its_connection_gets_what_it_missed_once(rig: S
         rig.http.stream("POST", URL, json=body, headers=headers) as response,
     ):
         assert response.status_code == 200
-        before = await read_events(response, lambda e: e.type == "STEP_FINISHED" and e.id != "")
+        before = await read_events(
+            response.aiter_lines(), lambda e: e.type == "STEP_FINISHED" and e.id != ""
+        )
     last = [e.id for e in before if e.id][-1]
     # The same input again, after the last event it had: the message is not sent twice.
     after = await run(rig, body, **{"Last-Event-ID": last})
@@ -203,3 +206,38 @@ async def test_a_task_run_is_followed_and_resumed(rig: Stack) -> None:
     done = finished(await run(rig, approve(run_id, interrupt["id"])))
     assert done["outcome"] == {"type": "success"} and "C-118" in done["result"]
     assert await decisions(rig, run_id) == ["approve"]
+
+
+async def test_the_models_text_comes_as_it_is_written(rig: Stack) -> None:
+    RELEASE.clear()
+    thread = f"agui-{uuid.uuid4().hex[:8]}"
+    body = run_input(thread, "run-1", messages=[{"id": "m1", "role": "user", "content": "slow hi"}])
+    token = rig.tokens.mint_publish(thread, datetime.now(UTC) + timedelta(hours=1))
+    async with (
+        asyncio.timeout(WITHIN),
+        rig.http.stream(
+            "POST", "/agui/agents/holder", json=body, headers=bearer(OPERATOR)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.aiter_lines()
+        began = await read_events(lines, lambda e: e.type == "STEP_STARTED")
+        # The model's call is in flight: its worker hands the gateway its text as it writes it.
+        for piece in ("re: slow", " hi"):
+            delta = {"call": "call-1.1", "text": piece}
+            posted = await rig.http.post(
+                f"/v1/runs/{thread}/deltas", json=delta, headers=bearer(token)
+            )
+            assert posted.status_code == 202
+        written = await read_events(lines, lambda e: e.data.get("delta") == " hi")
+        RELEASE.set()
+        rest = await read_events(lines)
+    assert types(began) == ["RUN_STARTED", "STEP_STARTED"]
+    assert types(written) == ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT"]
+    assert all(e.id == "" for e in written)  # of the moment: never resumed after
+    message = written[0].data["messageId"]
+    # The call's end ends the message: its text is not told again.
+    assert types(rest)[:2] == ["TEXT_MESSAGE_END", "STEP_FINISHED"]
+    assert rest[0].data["messageId"] == message
+    assert "TEXT_MESSAGE_START" not in types(rest)
+    assert finished(rest)["result"] == "re: slow hi (1 seen)"
