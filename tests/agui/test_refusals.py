@@ -78,10 +78,15 @@ async def test_credentials_are_checked_before_anything_is_sent(rig: Stack) -> No
     other = rig.tokens.mint_thread("another", datetime.now(UTC) + timedelta(hours=1))
     await _refused(rig, body, 401, "wrong_thread", Authorization=f"Bearer {other}")
     await _never_started(rig, thread)
-    # Its own thread's token is taken.
+    # Its own thread's token is taken: it talks, and sees what the run waits on.
     mine = rig.tokens.mint_thread(thread, datetime.now(UTC) + timedelta(hours=1))
     told = await run(rig, body, Authorization=f"Bearer {mine}")
     assert told[-1].type == "RUN_FINISHED"
+    length = (await rig.waitstate.describe(thread)).history_length
+    # It does not decide: the person talking is not who approves.
+    resume = approve(thread, "approval:any")
+    await _refused(rig, resume, 403, "decision_not_allowed", Authorization=f"Bearer {mine}")
+    assert (await rig.waitstate.describe(thread)).history_length == length
 
 
 async def test_a_thread_is_one_agents_and_a_resume_needs_its_thread(rig: Stack) -> None:

@@ -1,6 +1,7 @@
 """Agents served to AG-UI clients: a thread of an agent, run by run, as AG-UI events.
 
     POST /agui/agents/{agent}        Authorization: Bearer <operator key, or the thread's token>
+                                     (a resume: an operator key)
     {RunAgentInput}                  (Last-Event-ID: <id>: a reconnect, after that event)
 
 `threadId` names a waitstate thread of the agent (started by its first message). A run either
@@ -85,6 +86,8 @@ def _desks(gate: GateDep) -> tuple[ThreadDesk, EventDesk]:
         **error_responses(
             {
                 401: "Missing or wrong credential: an operator key, or the thread's token.",
+                403: "`decision_not_allowed`: a resume with a thread token (it talks, it does "
+                "not decide).",
                 404: "`agui_disabled`, or `unknown_thread` for a resume.",
                 409: "`wrong_agent`: the thread is another agent's; `duplicate_decision`, "
                 "`duplicate_answer`: another run resumed this interrupt already; or the "
@@ -136,6 +139,14 @@ async def agui_run(
         claims = verified(gate.tokens.verify_thread, credentials.credentials)
         if claims.thread_id != ask.thread_id:
             raise Refused(401, "wrong_thread", "token was issued for another thread")
+        if ask.resumes:
+            # The person talking is not who approves: a refund's requester must not sign it off.
+            raise Refused(
+                403,
+                "decision_not_allowed",
+                "a thread token talks in its thread: its requests are decided with an operator "
+                "key, or through their own links",
+            )
     try:
         after = Position.parse(last_event_id) if last_event_id else None
     except BadPosition as err:
