@@ -1,6 +1,6 @@
 """Fixtures of the AG-UI tests: the dev server, the gateway (with its thread and event desks)
-and the demo systems over real HTTP, and a worker serving the refunds agent and one whose model
-waits to be let go."""
+and the demo systems over real HTTP, and a worker serving the refunds agent, one whose model
+waits to be let go, and one whose job asks a question."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.agui.agui_app import HOLDER, REFUNDER
+from tests.agui.agui_app import ASKER, HOLDER, REFUNDER, ask, region_tool
 from tests.rigs import Stack, serving_stack
 from tests.workflows.threads_app import Held
 from waitstate.apps import Apps
@@ -31,7 +31,12 @@ async def rig(dev_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[St
             within=WITHIN,
         ) as stack,
         stack.worker(
-            apps=Apps(agents={a.name: a for a in (REFUNDER, HOLDER)}, providers={"held": Held})
+            tools=[*stack.tools(), region_tool()],
+            apps=Apps(
+                agents={a.name: a for a in (REFUNDER, HOLDER, ASKER)},
+                providers={"held": Held},
+                scripts={"asker": ask},
+            ),
         ),
     ):
         yield stack

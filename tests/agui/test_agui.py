@@ -241,3 +241,41 @@ async def test_the_models_text_comes_as_it_is_written(rig: Stack) -> None:
     assert rest[0].data["messageId"] == message
     assert "TEXT_MESSAGE_START" not in types(rest)
     assert finished(rest)["result"] == "re: slow hi (1 seen)"
+
+
+async def test_a_question_is_an_interrupt_its_answer_resumes(rig: Stack) -> None:
+    thread = f"agui-{uuid.uuid4().hex[:8]}"
+    url = "/agui/agents/asker"
+    body = run_input(thread, "run-1", messages=[{"id": "m1", "role": "user", "content": "go"}])
+    async with rig.http.stream("POST", url, json=body, headers=bearer(OPERATOR)) as response:
+        paused = await read_events(response.aiter_lines())
+    [interrupt] = finished(paused)["outcome"]["interrupts"]
+    assert interrupt["id"].startswith("question:") and interrupt["reason"] == "input"
+    assert interrupt["responseSchema"]["required"] == ["region"]
+    assert "Which region?" in interrupt["message"]
+
+    def answer(payload: Any, run: str) -> dict[str, Any]:
+        entry = {"interruptId": interrupt["id"], "status": "resolved", "payload": payload}
+        return run_input(thread, run, resume=[entry])
+
+    # An answer that does not fit the question is refused by the run, and changes nothing.
+    wrong = await rig.http.post(
+        url, json=answer({"region": "MARS"}, "run-2"), headers=bearer(OPERATOR)
+    )
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "invalid_answer"
+    [still] = (await rig.waitstate.query(thread)).questions.values()
+    assert still.open and still.answer is None
+    async with rig.http.stream(
+        "POST", url, json=answer({"region": "EMEA"}, "run-3"), headers=bearer(OPERATOR)
+    ) as response:
+        assert response.status_code == 200
+        done = await read_events(response.aiter_lines())
+    assert finished(done)["result"] == "done: the job has its region"
+    # The same answer again by another run: applied once already.
+    again = await rig.http.post(
+        url, json=answer({"region": "EMEA"}, "run-4"), headers=bearer(OPERATOR)
+    )
+    assert again.status_code == 409 and again.json()["error"]["code"] == "duplicate_answer"
+    state = await rig.waitstate.query(thread)
+    [question] = state.questions.values()
+    assert question.status == "answered"

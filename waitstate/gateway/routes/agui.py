@@ -41,6 +41,7 @@ from waitstate.client import (
     RunEvent,
     RunNotFound,
     WaitstateClient,
+    refuse_copy,
     thread_input,
 )
 from waitstate.gateway.delivery import refusal
@@ -244,6 +245,9 @@ async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Positio
                 answered = await client.answer(
                     ask.thread_id, resume.reply, update_id=resume.update_id
                 )
+                # The client tells an answer's copies their outcome; a resume by another AG-UI
+                # run is refused as a decision's copy is.
+                refuse_copy(ask.thread_id, "answer", resume.reply.delivery_id, answered.delivery_id)
                 applied, reason = answered.accepted, answered.reason
             if not applied:  # recorded, not applied: e.g. its window had passed
                 raise Refused(409, "not_applied", f"{resume.interrupt_id}: {reason}"[:500])
