@@ -70,6 +70,13 @@ router = APIRouter(tags=["agui"])
 def _desks(gate: GateDep) -> tuple[ThreadDesk, EventDesk]:
     if gate.threads is None or gate.events is None:
         raise Refused(404, "agui_disabled", "this gateway serves no AG-UI agents")
+    if not gate.threads.operators.configured:
+        raise Refused(
+            404,
+            "agui_disabled",
+            "this gateway serves no AG-UI agents: no operator key is configured "
+            "(WAITSTATE_OPERATOR_KEYS)",
+        )
     return gate.threads, gate.events
 
 
@@ -94,7 +101,8 @@ def _desks(gate: GateDep) -> tuple[ThreadDesk, EventDesk]:
                 "`duplicate_answer`: another run resumed this interrupt already; or the "
                 "interrupt is closed.",
                 410: "The thread has closed, or the token expired.",
-                422: "Not a RunAgentInput, or one out of bounds (`invalid_input`).",
+                422: "Not a RunAgentInput, or one out of bounds (`invalid_input`); an answer "
+                "that does not fit its question (`invalid_answer`).",
                 503: "Temporal or the thread could not be reached: nothing was sent.",
             }
         ),
