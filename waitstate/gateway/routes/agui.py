@@ -289,6 +289,7 @@ class _Run:
     watch: str  # the thread's message whose end without an answer ends the run ("": none)
     items: AsyncIterator[Read]
     reads: dict[str, history.RunRead] = field(default_factory=dict)
+    held: RunEvent | None = None  # read by the replay, not told yet
 
     async def tell(self, event: RunEvent) -> list[BaseEvent]:
         """What `event` is told as, with the run's end if it ends it."""
@@ -310,11 +311,12 @@ class _Run:
                 async for item in self.items:
                     if isinstance(item, Ephemeral):
                         continue
-                    await self.tell(item)
                     run, _, number = item.id.rpartition(".")
-                    if self.telling.finished or (
-                        run == after.run and int(number) >= after.event_id
-                    ):
+                    if run == after.run and int(number) > after.event_id:
+                        self.held = item  # past it: the reader never had this one
+                        break
+                    await self.tell(item)
+                    if self.telling.finished or item.id == f"{after.run}.{after.event_id}":
                         break
         except TimeoutError:
             raise Refused(400, "bad_position", "Last-Event-ID is no event of this run") from None
@@ -340,6 +342,8 @@ class _Run:
         telling = self.telling
         try:
             yield _told(telling.started(), None)
+            if self.held is not None:
+                yield _told(await self.tell(self.held), self.held.id)
             while not telling.finished:
                 getting = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait(
