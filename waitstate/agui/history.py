@@ -11,6 +11,7 @@ event by event, and a reader resuming after one, get the same facts at the same 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ from waitstate.schemas.threads import SendMessage
 
 # What a decoded payload may weigh: larger ones (never written by our workflow) are skipped.
 MAX_PAYLOAD_BYTES = 1_048_576
+# How long reading one run's history may take (its pages together).
+READ_SECONDS = 20.0
 
 
 @dataclass
@@ -63,8 +66,9 @@ async def read_run(client: Client, workflow_id: str, run: str | None = None) -> 
     (no such run, Temporal unreachable: the caller says so its own way)."""
     handle = client.get_workflow_handle(workflow_id, run_id=run)
     try:
-        history = await handle.fetch_history()
-    except RPCError:
+        async with asyncio.timeout(READ_SECONDS):
+            history = await handle.fetch_history()
+    except (RPCError, TimeoutError):
         return None
     events = history.events
     if not events:
