@@ -137,6 +137,11 @@ async def test_a_run_pauses_on_its_approval_and_a_resume_finishes_it(rig: Stack)
     assert texts and texts[-1] == done["result"]
     assert [e.data["toolCallId"] for e in second if e.type == "TOOL_CALL_RESULT"] == [refund_call]
     assert await decisions(rig, thread) == ["approve"]
+    # The resume's run, followed again by its id alone, is told the same; nothing is sent.
+    again = await run(rig, run_input(thread, "run-2", messages=[]))
+    assert [e.id for e in again if e.id] == [e.id for e in second if e.id]
+    assert finished(again)["result"] == done["result"]
+    assert await decisions(rig, thread) == ["approve"]
     keys = (await rig.stats())["refund_keys"]
     assert [k["requests"] for k in keys.values()] == [1]  # the refund tool ran once
 
@@ -188,6 +193,9 @@ async def test_a_reader_that_lost_its_connection_gets_what_it_missed_once(rig: S
     ]
     state = await rig.waitstate.query(thread)
     assert state.thread is not None and state.thread.received == 1  # one message, sent once
+    # A client that knows only the thread and the run (no messages) follows it again too.
+    followed = await run(rig, run_input(thread, "run-1", messages=[]))
+    assert [e.id for e in followed if e.id] == [e.id for e in whole if e.id]
     # A reader that had the run's end is told there is nothing more to come.
     end = [e.id for e in whole if e.id][-1]
     again = await rig.http.post(URL, json=body, headers={**headers, "Last-Event-ID": end})

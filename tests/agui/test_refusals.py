@@ -99,9 +99,9 @@ async def test_a_thread_is_one_agents_and_a_resume_needs_its_thread(rig: Stack) 
     response = await rig.http.post("/agui/agents/other", json=body, headers=bearer(OPERATOR))
     assert response.status_code == 409 and response.json()["error"]["code"] == "wrong_agent"
     assert (await rig.waitstate.describe(thread)).history_length == length
-    # An input with no new message and no resume: a thread's run brings one.
+    # An input with no new message and no resume follows a run of the thread: none has this id.
     for messages in ([], [*MESSAGE, {"id": "a1", "role": "assistant", "content": "hi"}]):
-        await _refused(rig, run_input(thread, "r3", messages=messages), 422, "invalid_input")
+        await _refused(rig, run_input(thread, "r3", messages=messages), 404, "unknown_run")
     assert (await rig.waitstate.describe(thread)).history_length == length
     # A resume of a thread that never ran, or no message to one.
     unknown = _thread()

@@ -21,8 +21,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from waitstate.names import SEND_MESSAGE_UPDATE
+from waitstate.names import ANSWER_UPDATE, DECIDE_UPDATE, SEND_MESSAGE_UPDATE
 from waitstate.schemas import Message, ModelCallInput, ModelResponse
+from waitstate.schemas.approvals import DecideInput
 from waitstate.schemas.calls import (
     AWAIT_MODEL_RESPONSE,
     CALL_MODEL,
@@ -31,10 +32,16 @@ from waitstate.schemas.calls import (
     ToolCallInput,
     ToolResult,
 )
+from waitstate.schemas.questions import AnswerInput
 from waitstate.schemas.threads import SendMessage
 
 # What a decoded payload may weigh: larger ones (never written by our workflow) are skipped.
 MAX_PAYLOAD_BYTES = 1_048_576
+# The Updates of a person's reply, and what they carry (a delivery id among it).
+_REPLIES: dict[str, type[DecideInput] | type[AnswerInput]] = {
+    DECIDE_UPDATE: DecideInput,
+    ANSWER_UPDATE: AnswerInput,
+}
 # How long reading one run's history may take (its pages together).
 READ_SECONDS = 20.0
 
@@ -58,7 +65,10 @@ class RunRead:
     checkpoints: set[int] = field(default_factory=set)  # model calls that were notes, not turns
     tools: dict[int, ToolDone] = field(default_factory=dict)  # tool call completed -> result
     sends: dict[str, int] = field(default_factory=dict)  # a message's key -> its Update accepted
+    senders: dict[str, int] = field(default_factory=dict)  # a message's sender -> the same
     updates: dict[str, int] = field(default_factory=dict)  # an Update id -> its accepted event
+    # A decision's or an answer's delivery id -> its Update's accepted event.
+    deliveries: dict[str, int] = field(default_factory=dict)
 
 
 async def read_run(client: Client, workflow_id: str, run: str | None = None) -> RunRead | None:
@@ -122,7 +132,15 @@ async def _take(client: Client, events: Sequence[HistoryEvent], read: RunRead) -
             accepted = event.workflow_execution_update_accepted_event_attributes.accepted_request
             read.updates.setdefault(accepted.meta.update_id, event.event_id)
             args = accepted.input.args.payloads
-            if accepted.input.name == SEND_MESSAGE_UPDATE and args:
+            if not args or args[0].ByteSize() > MAX_PAYLOAD_BYTES:
+                continue
+            if accepted.input.name == SEND_MESSAGE_UPDATE:
                 [send] = await decode(args, [SendMessage])
                 if send.key is not None:
                     read.sends.setdefault(send.key, event.event_id)
+                if send.sender is not None:
+                    read.senders.setdefault(send.sender, event.event_id)
+            elif accepted.input.name in _REPLIES:
+                [reply] = await decode(args, [_REPLIES[accepted.input.name]])
+                if reply.delivery_id:
+                    read.deliveries.setdefault(reply.delivery_id, event.event_id)

@@ -132,6 +132,7 @@ class Telling:
     run_id: str
     steps: dict[str, list[str]] = field(default_factory=dict)  # summary -> open step names
     streaming: dict[str, str] = field(default_factory=dict)  # model call -> open message id
+    answered: bool = False  # a model reply with no tool calls was told: an answer
     finished: bool = False
 
     def started(self) -> list[BaseEvent]:

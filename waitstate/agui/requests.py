@@ -26,7 +26,7 @@ MAX_RESUMES = 16  # resume entries of one request
 MAX_PAYLOAD_CHARS = 16_384  # of one resume entry's payload, as JSON
 MAX_COMMENT_CHARS = 5_000
 MAX_ID_CHARS = 200  # of an interrupt's or a message's id
-SENDER = "agui"
+SENDER = "agui:"  # a message's sender: this and the AG-UI run id that sent it
 
 
 class BadInput(ValueError):
@@ -45,11 +45,11 @@ class Resume:
 @dataclass(frozen=True)
 class Asked:
     """What the request asks: the thread (or task run), the AG-UI run, and a message, resumes,
-    or neither (a task run's events followed)."""
+    or neither (a run followed: a task run's, or an AG-UI run of the thread's, by its id)."""
 
     thread_id: str
     run_id: str
-    text: str | None  # the person's new message (None: a resume, or a task run followed)
+    text: str | None  # the person's new message (None: a resume, or a run followed)
     key: str | None  # its idempotency key in the thread
     resumes: tuple[Resume, ...] = ()
 
@@ -92,7 +92,7 @@ def asked(given: RunAgentInput, reviewer: str) -> Asked:
         return Asked(given.thread_id, given.run_id, None, None, read)
     last = given.messages[-1] if given.messages else None
     if not isinstance(last, UserMessage):
-        return Asked(given.thread_id, given.run_id, None, None)  # a task run's, to follow
+        return Asked(given.thread_id, given.run_id, None, None)  # a run to follow
     if len(last.id) > MAX_ID_CHARS:
         raise BadInput(f"a message id: at most {MAX_ID_CHARS} characters")
     text = _text(last.content)

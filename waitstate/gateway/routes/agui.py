@@ -12,8 +12,9 @@ its status, so copies of a resume apply once; a resume of an interrupt another r
 already is refused, 409 `duplicate_decision` (or `duplicate_answer`). The response streams the
 run's events (`waitstate.agui.mapping`) until the thread has answered the message (RUN_FINISHED
 with the answer), waits for a person (RUN_FINISHED with the interrupts), or ends (RUN_ERROR).
-`threadId` may name a task run of the agent instead: an input with no message follows it from
-its start, and resumes answer its interrupts.
+An input with neither (no new message of the person's last, no resume) follows the AG-UI run
+`runId` of the thread again, found by its id. `threadId` may name a task run of the agent
+instead: such an input follows it from its start, and resumes answer its interrupts.
 
 The same input sent again (a client that lost its connection) is the same run: nothing is sent
 twice, and the stream starts again where the run began, or after `Last-Event-ID`.
@@ -174,8 +175,8 @@ async def agui_run(
         raise Refused(404, "unknown_thread", f"no thread or run {ask.thread_id}")
     elif ask.resumes:
         start, watch = await _resume(client, ask)
-    elif served:
-        raise Refused(422, "invalid_input", "the last message is the person's, or it resumes")
+    elif served:  # an AG-UI run of the thread's, followed again by its id
+        start, watch = await _connect(client, ask)
     else:  # a task run, followed from its start
         start, watch = Position((await _read(client, ask.thread_id)).run, 0), ""
     gate.delivered(
@@ -221,7 +222,7 @@ async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[P
             ask.thread_id,
             ask.text,
             key=ask.key,
-            sender=requests.SENDER,
+            sender=requests.SENDER + ask.run_id,
             start=thread_input(agent=agent),
             answer_within=threads.answer_within,
         )
@@ -263,6 +264,29 @@ async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Positio
         raise refusal(err) from err
     read = await _read(client, ask.thread_id)
     return _before(read, read.updates.get(ask.resumes[0].update_id)), watch
+
+
+async def _connect(client: WaitstateClient, ask: requests.Asked) -> tuple[Position, str]:
+    """Where an AG-UI run of the thread began, found by its id: its message (its sender names
+    the run) or its first resume (its delivery id is the run's).
+
+    Raises:
+        Refused: 404 `unknown_run`, the thread's current history has no run of that id.
+    """
+    read = await _read(client, ask.thread_id)
+    sender = requests.SENDER + ask.run_id
+    began = read.senders.get(sender) or read.deliveries.get(mapping.delivery_of(ask.run_id))
+    if began is None:
+        raise Refused(
+            404,
+            "unknown_run",
+            f"thread {ask.thread_id} has no run {ask.run_id}: a run brings a message (the last "
+            "of `messages`, the person's) or resumes",
+        )
+    state = await _state(client, ask.thread_id)
+    messages = state.thread.messages if state is not None and state.thread is not None else []
+    mine = [m for m in messages if m.sender == sender] or messages[-1:]
+    return _before(read, began), mine[0].message_id if mine else ""
 
 
 async def _read(client: WaitstateClient, thread_id: str) -> history.RunRead:
@@ -410,6 +434,7 @@ async def _end(
         if reply is None or reply.tool_calls:
             return []
         answer = reply.content
+        telling.answered = True
     elif event.kind not in _LOOKS:
         return []
     state = await _state(client, telling.thread_id)
@@ -424,7 +449,9 @@ async def _end(
     if message is None:  # a task run's answer; a thread's with no message to watch
         return [] if answer is None else telling.succeeded(state, answer)
     if message.status == "replied":
-        return telling.succeeded(state, message.reply)
+        # Only once an answer was told: a reader that follows the run again later must not
+        # end it at its first event because the message has been answered since.
+        return telling.succeeded(state, message.reply) if telling.answered else []
     if message.status in _MESSAGE_ENDS:
         return telling.error(message.error or f"the message {message.status}", message.status)
     return []  # another message's answer, or this one's not yet recorded: a later event says
