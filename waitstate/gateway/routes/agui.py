@@ -92,12 +92,17 @@ def _desks(gate: GateDep) -> tuple[ThreadDesk, EventDesk]:
     "(RUN_FINISHED with interrupts) or fails (RUN_ERROR).",
     responses={
         200: {"description": "The run's AG-UI events, as `text/event-stream`."},
+        204: {"description": "Reconnected after the run's end: nothing more to come."},
         **error_responses(
             {
+                400: "`Last-Event-ID` is no event of this run (`bad_position`), or the body "
+                "was cut short.",
                 401: "Missing or wrong credential: an operator key, or the thread's token.",
                 403: "`decision_not_allowed`: a resume with a thread token (it talks, it does "
                 "not decide).",
-                404: "`agui_disabled`, or `unknown_thread` for a resume.",
+                404: "`agui_disabled` (no thread or event desk, or no operator key); "
+                "`unknown_thread`: a resume or a follow of a thread that never ran; "
+                "`unknown_run`: a follow of a run the thread does not have; `unknown_agent`.",
                 409: "`wrong_agent`: the thread is another agent's; `duplicate_decision`, "
                 "`duplicate_answer`: another run resumed this interrupt already; or the "
                 "interrupt is closed.",
