@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ag_ui.core import RunAgentInput
 
-from waitstate.agui import mapping, requests
+from waitstate.agui import inputs, mapping
 from waitstate.agui.history import RunRead, ToolDone
 from waitstate.client import RunEvent
 from waitstate.schemas import Message, RunState
@@ -142,17 +142,17 @@ def _input(**fields: Any) -> RunAgentInput:
 
 def test_a_new_message_is_keyed_by_its_id_in_its_thread() -> None:
     message = {"id": "m7", "role": "user", "content": "hi"}
-    ask = requests.asked(_input(messages=[message]), "agui:ops")
-    again = requests.asked(_input(runId="run-9", messages=[message]), "agui:ops")
+    ask = inputs.asked(_input(messages=[message]), "agui:ops")
+    again = inputs.asked(_input(runId="run-9", messages=[message]), "agui:ops")
     assert (ask.text, ask.key) == ("hi", again.key) and ask.resumes == ()
-    other = requests.asked(_input(threadId="t2", messages=[message]), "agui:ops")
+    other = inputs.asked(_input(threadId="t2", messages=[message]), "agui:ops")
     assert other.key != ask.key
 
 
 def test_a_resume_is_a_decision_under_an_update_id_of_the_interrupt() -> None:
     entry = {"interruptId": "approval:a1", "status": "resolved", "payload": {"decision": "approve"}}
-    ask = requests.asked(_input(resume=[entry]), "agui:ops")
-    copy = requests.asked(_input(runId="run-2", resume=[entry]), "agui:ops")
+    ask = inputs.asked(_input(resume=[entry]), "agui:ops")
+    copy = inputs.asked(_input(runId="run-2", resume=[entry]), "agui:ops")
     [resume] = ask.resumes
     assert isinstance(resume.reply, DecideInput)
     assert (resume.reply.request_id, resume.reply.decision) == ("a1", "approve")
@@ -161,26 +161,26 @@ def test_a_resume_is_a_decision_under_an_update_id_of_the_interrupt() -> None:
     assert copy.resumes[0].update_id == resume.update_id
     assert copy.resumes[0].reply.delivery_id != resume.reply.delivery_id
     cancelled = {"interruptId": "approval:a1", "status": "cancelled"}
-    [rejected] = requests.asked(_input(resume=[cancelled]), "agui:ops").resumes
+    [rejected] = inputs.asked(_input(resume=[cancelled]), "agui:ops").resumes
     assert isinstance(rejected.reply, DecideInput) and rejected.reply.decision == "reject"
     assert rejected.update_id != resume.update_id
 
 
 def test_a_question_is_answered_with_its_payload() -> None:
     entry = {"interruptId": "question:q1", "status": "resolved", "payload": {"rows": 3}}
-    [resume] = requests.asked(_input(resume=[entry]), "agui:ops").resumes
+    [resume] = inputs.asked(_input(resume=[entry]), "agui:ops").resumes
     assert resume.reply.model_dump(include={"question_id", "action", "content"}) == {
         "question_id": "q1",
         "action": "accept",
         "content": {"rows": 3},
     }
-    with pytest.raises(requests.BadInput, match="object"):
+    with pytest.raises(inputs.BadInput, match="object"):
         bad = {"interruptId": "question:q1", "status": "resolved", "payload": "three"}
-        requests.asked(_input(resume=[bad]), "agui:ops")
+        inputs.asked(_input(resume=[bad]), "agui:ops")
 
 
 def test_media_is_refused() -> None:
     image = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
     message = {"id": "m1", "role": "user", "content": [{"type": "text", "text": "see"}, image]}
-    with pytest.raises(requests.BadInput, match="text"):
-        requests.asked(_input(messages=[message]), "agui:ops")
+    with pytest.raises(inputs.BadInput, match="text"):
+        inputs.asked(_input(messages=[message]), "agui:ops")

@@ -33,7 +33,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response, StreamingResponse
 
 from waitstate import names
-from waitstate.agui import history, mapping, requests
+from waitstate.agui import history, inputs, mapping
 from waitstate.cancelling import ended
 from waitstate.client import (
     BadPosition,
@@ -145,10 +145,10 @@ async def agui_run(
         raise Refused(401, "missing_token", "send Authorization: Bearer <operator key or token>")
     operator = threads.operators.identify(credentials.credentials)
     try:
-        given = requests.parse(body)
+        given = inputs.parse(body)
         reviewer = f"agui:{operator}" if operator else "agui:thread"
-        ask = requests.asked(given, reviewer)
-    except requests.BadInput as err:
+        ask = inputs.asked(given, reviewer)
+    except inputs.BadInput as err:
         raise Refused(422, "invalid_input", str(err)) from None
     if operator is None:
         claims = verified(gate.tokens.verify_thread, credentials.credentials)
@@ -219,7 +219,7 @@ async def _served(client: WaitstateClient, thread_id: str, agent: str) -> bool |
     return given.thread is not None
 
 
-async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[Position, str]:
+async def _send(threads: ThreadDesk, ask: inputs.Asked, agent: str) -> tuple[Position, str]:
     """Send the person's message (once: its key), and where its run's events start."""
     assert ask.text is not None and ask.key is not None
     try:
@@ -227,7 +227,7 @@ async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[P
             ask.thread_id,
             ask.text,
             key=ask.key,
-            sender=requests.SENDER + ask.run_id,
+            sender=inputs.SENDER + ask.run_id,
             start=thread_input(agent=agent),
             answer_within=threads.answer_within,
         )
@@ -238,7 +238,7 @@ async def _send(threads: ThreadDesk, ask: requests.Asked, agent: str) -> tuple[P
     return _before(read, accepted), sent.accepted.message_id
 
 
-async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Position, str]:
+async def _resume(client: WaitstateClient, ask: inputs.Asked) -> tuple[Position, str]:
     """Send each resume's decision or answer (once: its Update id), and where the run's events
     start: at the first one's."""
     state = await _state(client, ask.thread_id)
@@ -271,7 +271,7 @@ async def _resume(client: WaitstateClient, ask: requests.Asked) -> tuple[Positio
     return _before(read, read.updates.get(ask.resumes[0].update_id)), watch
 
 
-async def _connect(client: WaitstateClient, ask: requests.Asked) -> tuple[Position, str]:
+async def _connect(client: WaitstateClient, ask: inputs.Asked) -> tuple[Position, str]:
     """Where an AG-UI run of the thread began, found by its id: its message (its sender names
     the run) or its first resume (its delivery id is the run's).
 
@@ -279,7 +279,7 @@ async def _connect(client: WaitstateClient, ask: requests.Asked) -> tuple[Positi
         Refused: 404 `unknown_run`, the thread's current history has no run of that id.
     """
     read = await _read(client, ask.thread_id)
-    sender = requests.SENDER + ask.run_id
+    sender = inputs.SENDER + ask.run_id
     began = read.senders.get(sender) or read.deliveries.get(mapping.delivery_of(ask.run_id))
     if began is None:
         raise Refused(
