@@ -168,6 +168,7 @@ def test_the_document_lists_the_routes_and_only_them(doc: dict[str, Any]) -> Non
         **{route.path: {"post"} for route in ROUTES},
         **{route.path: {route.method} for route in THREAD_ROUTES},
         "/v1/runs/{run_id}/events": {"get"},
+        "/agui/agents/{agent}": {"post"},
         "/v1/runs/{run_id}/view-link": {"post"},
         "/v1/runs/{run_id}/deltas": {"post"},
         "/v1/operations/{operation_id}/a2a": {"post"},  # a remote A2A agent's push

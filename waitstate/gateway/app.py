@@ -9,6 +9,7 @@ approval requests, answer the questions operations' jobs ask, and talk in thread
     GET  /v1/runs/{run_id}/events, POST .../view-link routes/events.py
     GET  /evals/{eval_id}[.json]                     routes/evals.py
     GET  /pages/inbox/evals/{eval_id}                routes/evals.py (the inbox's session)
+    POST /agui/agents/{agent}                        routes/agui.py (AG-UI clients)
     GET  /healthz, GET /metrics                      routes/health.py
 
 Every route does the same around its delivery (`gate`): it admits the request (body size,

@@ -1,13 +1,14 @@
 """The gateway's routes, one router per family: reports on operations (and remote A2A agents'
-pushes about theirs), people's replies to
-their requests (decisions on approval requests, answers to questions), people's messages to
-threads, runs' events, the pages a person opens (an approval's or a question's link, a run's
-timeline, the operators' inbox, an evaluation's report), and health and metrics."""
+pushes about theirs), people's replies to their requests (decisions on approval requests,
+answers to questions), people's messages to threads, runs' events, the pages a person opens (an
+approval's or a question's link, a run's timeline, the operators' inbox, an evaluation's
+report), agents served to AG-UI clients, and health and metrics."""
 
 from fastapi import APIRouter
 
 from waitstate.gateway.routes import (
     a2a_push,
+    agui,
     evals,
     events,
     health,
@@ -29,6 +30,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     timeline.router,
     inbox.router,
     evals.router,
+    agui.router,
     health.router,
 )
 
