@@ -74,6 +74,7 @@ SUCCEEDED = {
 FAILED = {"status": "failed", "error": {"code": "boom", "message": "late", "retryable": False}}
 APPROVE = {"decision": "approve", "reviewer": "chaos", "comment": "ok"}
 DUPLICATES = 20
+FUZZED_AGENT = "chaos-exporter"  # the AG-UI route's agent, in fuzzed requests
 # The operation expiry and approval timeout of the late-completion runs.
 SHORT_EXPIRY = timedelta(seconds=2)
 # How long the late runs' models think after a tool result: the window in which a late
@@ -929,6 +930,7 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
                 "question_id": question_id,
                 "thread_id": thread_id,
                 "run_id": export.id,
+                "agent": FUZZED_AGENT,
             },
             tokens={
                 "operation_id": op_token,
@@ -936,6 +938,9 @@ async def _fuzzed(rig: _Rig, examples: int, seed: int) -> list[Check]:
                 "question_id": question_token,
                 "thread_id": thread_token,
                 "run_id": publish_token,
+                # An AG-UI client's run of an agent, under the token of the thread no run has:
+                # a fuzzed body names another thread, and is refused (401).
+                "agent": thread_token,
             },
             other_tokens=(
                 rig.tokens.mint(export.id, "op_0000000000000000", far).token,
