@@ -14,6 +14,7 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver, Client
 from a2a.types import (
+    CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -213,3 +214,15 @@ async def test_bad_push_configs_are_refused_and_change_nothing(
 
 async def send_request(client: Client, request: SendMessageRequest) -> list[object]:
     return [event async for event in client.send_message(request)]
+
+
+async def test_a_canceled_task_pushes_canceled(served: ServerProcess) -> None:
+    url = agent_url(served, "approver")
+    async with receiving() as receiver, sdk_client(url, ALICE) as alice:
+        task = await _start(alice, receiver)
+        await _pushed(receiver, DONE[:2], "the input-required push")
+        await alice.cancel_task(CancelTaskRequest(id=task.id))
+        await _pushed(receiver, [*DONE[:2], "TASK_STATE_CANCELED"], "the canceled push")
+
+    assert _by_seq(receiver) == [*DONE[:2], "TASK_STATE_CANCELED"]
+    assert receiver.pushes[-1].task["status"]["message"]["parts"][0]["text"]
