@@ -86,3 +86,41 @@ async def test_each_state_is_pushed_once_and_the_history_replays(
         ).headers
     ), "no key and no token: unsigned"
     assert ended.push is not None and ended.push.sent == {"first": 4, "second": 4}
+
+
+async def test_pushes_go_on_across_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with receiving() as receiver, make_worker(dev_env.client, task_queue):
+        run_input = RunInput(
+            task="publish the report",
+            model="scripted:ask-first",
+            tools=["request_approval"],
+            push=[PushConfig(id="first", url=receiver.url, token=TOKEN)],
+            continue_as_new_after_events=10,
+        )
+        handle = await start_run(dev_env.client, task_queue, run_input)
+
+        async def asking() -> RunState | None:
+            state: RunState = await handle.query(AgentRunWorkflow.status)
+            return state if any(r.open for r in state.approvals.values()) else None
+
+        state = await eventually(asking, "the approval request")
+        [request] = state.approvals.values()
+        await handle.signal(
+            AgentRunWorkflow.approve, DecisionSignal(request_id=request.request_id, reviewer="d")
+        )
+        result = await asyncio.wait_for(handle.result(), 60)
+        ended: RunState = await handle.query(AgentRunWorkflow.status)
+
+    assert result.status == "completed"
+    assert ended.continued_as_new >= 1
+    taken = {p.key: p.state for p in receiver.pushes}
+    by_seq = [taken[key] for key in sorted(taken, key=lambda k: int(k.rpartition(":")[2]))]
+    # Each state once by key (a copy sent again after a continue-as-new carries the same key).
+    assert by_seq == [
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    ]
