@@ -51,6 +51,29 @@ FINAL_WAIT = timedelta(seconds=30)
 ENDED: dict[str, PushedState] = {"completed": "completed", "cancelled": "canceled"}
 
 
+def _asking(state: RunState) -> ApprovalRequest | QuestionRequest | None:
+    """The oldest request the run asks its caller: an open approval, or a question a person
+    answers."""
+    asks: list[ApprovalRequest | QuestionRequest] = [r for r in state.approvals.values() if r.open]
+    asks += [q for q in state.questions.values() if q.open and q.policy.answered_by == "person"]
+    return min(asks, key=_asked_at) if asks else None
+
+
+def key_of(state: RunState) -> tuple[str, str | None]:
+    """What tells one state of the task from the next (`TaskSnapshot.key`), read cheaply: the
+    run looks at it after each of its activations."""
+    if state.status not in ("running", "waiting"):
+        return ENDED.get(state.status, "failed"), None
+    asked = _asking(state)
+    if asked is None:
+        return "working", None
+    return "input-required", _request_id(asked)
+
+
+def _request_id(request: ApprovalRequest | QuestionRequest) -> str:
+    return request.request_id if isinstance(request, ApprovalRequest) else request.question_id
+
+
 def task_state(state: RunState, at_seq: int) -> TaskSnapshot:
     """The run as its A2A task stands (`waitstate/a2a/shapes.py` says the same of a run read
     from outside): ended, asking its caller (the oldest open approval, or question a person
@@ -68,11 +91,8 @@ def task_state(state: RunState, at_seq: int) -> TaskSnapshot:
             answer=answer,
             error=state.error,
         )
-    asks = [r for r in state.approvals.values() if r.open] + [
-        q for q in state.questions.values() if q.open and q.policy.answered_by == "person"
-    ]
-    if asks:
-        oldest = min(asks, key=_asked_at)
+    oldest = _asking(state)
+    if oldest is not None:
         return TaskSnapshot(
             seq=at_seq,
             state="input-required",
@@ -94,8 +114,8 @@ class Pushes:
 
     def __init__(self, plan: Plan, state: RunState) -> None:
         self._state = state
-        if state.push is None and plan.input.push:
-            state.push = PushState(configs=list(plan.input.push))
+        if state.push is None and plan.input.push and plan.input.thread is None:
+            state.push = PushState(configs=list(plan.input.push))  # pushes are task runs' only
         self._sending: list[asyncio.Task[None]] = []
         self._watching: asyncio.Task[None] | None = None
 
@@ -120,7 +140,7 @@ class Pushes:
         push = self._state.push
         if push is None or push.last is None:
             return True
-        return task_state(self._state, push.last.seq).key() != push.last.key()
+        return key_of(self._state) != push.last.key()
 
     def notice(self) -> None:
         """Push the task's state to every configuration, if it changed since the last push."""

@@ -18,6 +18,7 @@ from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
 from waitstate.schemas.pushes import PushConfig, PushConfigChange
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.pushes import key_of
 
 TOKEN = "t" * 40
 
@@ -124,3 +125,19 @@ async def test_pushes_go_on_across_continue_as_new(
         "TASK_STATE_WORKING",
         "TASK_STATE_COMPLETED",
     ]
+
+
+def test_how_a_runs_status_is_told_as_its_tasks_state() -> None:
+    told = {
+        status: key_of(RunState(status=status))
+        for status in ("running", "waiting", "completed", "cancelled", "max_turns", "failed")
+    }
+
+    assert told == {
+        "running": ("working", None),
+        "waiting": ("working", None),  # waiting for a job: working, to its client
+        "completed": ("completed", None),
+        "cancelled": ("canceled", None),
+        "max_turns": ("failed", None),
+        "failed": ("failed", None),
+    }

@@ -112,9 +112,9 @@ class TaskSnapshot(BaseModel):
         asked = self.asked
         if asked is None:
             return self.state, None
-        return self.state, asked.request_id if isinstance(asked, ApprovalRequest) else (
-            asked.question_id
-        )
+        if isinstance(asked, ApprovalRequest):
+            return self.state, asked.request_id
+        return self.state, asked.question_id
 
 
 class PushState(BaseModel):
