@@ -23,11 +23,15 @@ from a2a.types import (
     Task,
     TaskPushNotificationConfig,
 )
-from a2a.utils.errors import InvalidParamsError, PushNotificationNotSupportedError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.receiver import Receiver, receiving
-from tests.a2a.serving import ALICE, APP, a2a_process, agent_url, message, sdk_client, send
+from tests.a2a.serving import ALICE, APP, BOB, a2a_process, agent_url, message, sdk_client, send
 from tests.helpers import eventually, make_worker, process_env
 from tests.rigs import ServerProcess
 from waitstate.a2a import shapes
@@ -199,6 +203,15 @@ async def test_bad_push_configs_are_refused_and_change_nothing(
         listed_after = await alice.list_task_push_notification_configs(
             ListTaskPushNotificationConfigsRequest(task_id=task.id)
         )
+        async with sdk_client(url, BOB) as bob:
+            with pytest.raises(TaskNotFoundError):  # Alice's task, as Bob sees it: none
+                await bob.create_task_push_notification_config(
+                    TaskPushNotificationConfig(id="bobs", task_id=task.id, url=receiver.url)
+                )
+            with pytest.raises(TaskNotFoundError):
+                await bob.list_task_push_notification_configs(
+                    ListTaskPushNotificationConfigsRequest(task_id=task.id)
+                )
         with pytest.raises(PushNotificationNotSupportedError):
             await alice.create_task_push_notification_config(
                 TaskPushNotificationConfig(
