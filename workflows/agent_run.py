@@ -130,6 +130,9 @@ class AgentRunWorkflow:
                 self._board.set_status("cancelled")
                 await self._pushes.last()
             raise
+        except ApplicationError:  # it fails (its status says so): its client is told
+            await self._pushes.last()
+            raise
 
     async def _answer(self, answer: str | None) -> RunResult | None:
         """The turns to an answer (`answer`: one given before the run continued as new): the
@@ -349,7 +352,6 @@ class AgentRunWorkflow:
         ledger.failed(self._state, reason)
         await self._ops.end_pending("cancelled")
         self._board.set_status("failed")
-        await self._pushes.last()
         # The reason says it all; the chained causes would carry their tracebacks into a
         # failure Temporal could refuse as too large.
         raise ApplicationError(message, type=RUN_FAILED, non_retryable=True) from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.receiver import receiving
@@ -141,3 +143,20 @@ def test_how_a_runs_status_is_told_as_its_tasks_state() -> None:
         "max_turns": ("failed", None),
         "failed": ("failed", None),
     }
+
+
+async def test_a_run_that_fails_pushes_failed(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    async with receiving() as receiver, make_worker(dev_env.client, task_queue):
+        push = [PushConfig(id="hook", url=receiver.url, token=TOKEN)]
+        handle = await start_run(
+            dev_env.client, task_queue, RunInput(task="t", model="scripted:nope", push=push)
+        )
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        states = [p.state for p in sorted(receiver.pushes, key=lambda p: p.key)]
+
+    assert states == ["TASK_STATE_WORKING", "TASK_STATE_FAILED"]
+    failed = receiver.pushes[-1].task["status"]["message"]["parts"][0]["text"]
+    assert failed.startswith("the run failed")
