@@ -1,7 +1,8 @@
 """A served agent's A2A methods over waitstate runs (`RunTaskHandler`): `SendMessage` and
 `SendStreamingMessage` start a task (a run, or a message in a context's thread), or reply to
 what its task asks; `GetTask` reads the run; `CancelTask` cancels it; `SubscribeToTask` streams
-it from now; `ListTasks` lists the caller's task runs.
+it from now; `ListTasks` lists the caller's task runs; the push config methods set, read and
+delete a task run's webhooks, which its run pushes each state to (`pushing`).
 
 The run is the task's only state. This process keeps nothing: killed and started again, it
 serves every task it created from Temporal, and so does any other copy of it. A task is its
