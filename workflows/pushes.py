@@ -217,6 +217,7 @@ class Pushes:
 
     def change(self, change: PushConfigChange) -> PushConfigs:
         """Set or delete a configuration; a new one is told the task's state at once."""
+        self.validate(change)  # again: another change may have been applied since its validator
         push = self._state.push
         if push is None:
             push = self._state.push = PushState()
