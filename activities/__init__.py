@@ -8,6 +8,7 @@ from .evals import EvalActivities
 from .mcp import McpActivities
 from .model import ModelActivities
 from .operations import OperationActivities
+from .pushes import PushActivities
 from .tools import ToolActivities
 from .trees import TreeActivities
 
@@ -19,6 +20,7 @@ __all__ = [
     "McpActivities",
     "ModelActivities",
     "OperationActivities",
+    "PushActivities",
     "ToolActivities",
     "TreeActivities",
     "EvalActivities",

@@ -366,6 +366,8 @@ OPTIONAL_IMPORTS = {
     ("waitstate/blobs/__init__.py", "waitstate.blobs.s3"),
     # A question's schema checker (jsonschema, ~0.1 s), loaded by the CLI commands that show one.
     ("waitstate/cli/people.py", "waitstate.elicitation"),
+    # The a2a SDK (the `a2a` extra), loaded by a worker whose runs push to A2A clients.
+    ("waitstate/activities/pushes.py", "waitstate.a2a.pushed"),
 }
 MARKER = "# optional:"
 

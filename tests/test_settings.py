@@ -403,3 +403,12 @@ def test_a_malformed_variable_every_process_reads_is_named(env: dict[str, str], 
     for worker in (True, False):
         with pytest.raises(ValueError, match=re.escape(says)):
             Settings.from_env(env, worker=worker)
+
+
+def test_the_a2a_push_key_is_a_long_secret() -> None:
+    key = "k" * 32
+    assert Settings.from_env({}).a2a_push_key is None
+    assert Settings.from_env({"WAITSTATE_A2A_PUSH_KEY": key}).a2a_push_key == key
+    assert key not in repr(Settings.from_env({"WAITSTATE_A2A_PUSH_KEY": key}))
+    with pytest.raises(ValueError, match="WAITSTATE_A2A_PUSH_KEY"):
+        Settings.from_env({"WAITSTATE_A2A_PUSH_KEY": "short"})

@@ -39,6 +39,7 @@ from waitstate.activities import (
     McpActivities,
     ModelActivities,
     OperationActivities,
+    PushActivities,
     ToolActivities,
     TreeActivities,
 )
@@ -279,6 +280,8 @@ def run_parts(
     cleanup = CleanupActivities(client, blobs)
     runs = WaitstateClient(client, task_queue=settings.task_queue)
     trees = TreeActivities(runs)
+    # An A2A task's pushes to its client's webhooks (workflows/pushes.py).
+    pushes = PushActivities(http, settings.a2a_push_key, agents)
     evals = EvalActivities(runs, parts.get("scorers") or {})
     return RunParts(
         registry,
@@ -288,6 +291,7 @@ def run_parts(
             agent.resolve_agent,
             agent.store_answer,
             trees.reserve_tree_budget,
+            pushes.post_push,
             evals.prepare_fork,
             evals.read_recording,
             evals.score_fork,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Coroutine
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -41,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
     from waitstate.schemas.errors import RUN_FAILED
     from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+    from waitstate.schemas.pushes import PushConfigChange, PushConfigs
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
     from waitstate.schemas.threads import MessageAccepted, SendMessage
@@ -62,12 +61,10 @@ with workflow.unsafe.imports_passed_through():
     from .parts import RunParts
     from .plan import Plan
     from .policies import MODEL_RETRY, model_call
+    from .pushes import Pushes
     from .questions import QuestionDesk
     from .thread import Conversation, Interrupted, MessageFailed
     from .tree import SubAgents
-
-
-Answered = TypeVar("Answered")
 
 
 @workflow.defn(name=AGENT_RUN)
@@ -100,6 +97,7 @@ class AgentRunWorkflow:
         self._opening = Opening(self._plan, self._state, self._board, self._outages, self._memory)
         self._background = BackgroundReplies(self._plan, self._state)
         self._tree = SubAgents(run)
+        self._pushes = Pushes(self._plan, self._state)  # an A2A task's webhooks, if it has any
 
     @property
     def _input(self) -> RunInput:
@@ -110,6 +108,7 @@ class AgentRunWorkflow:
     async def run(self, input: RunInput) -> RunResult:
         self._board.set_status("running")
         self._ops.take_over()  # what a previous run handed over
+        self._pushes.start()
         # A run continued while it waited for operations goes back to waiting, not to the model.
         answer = input.carry.answer if input.carry else None
         try:
@@ -129,6 +128,10 @@ class AgentRunWorkflow:
             if is_cancelled_exception(err):
                 await self._ops.end_pending("cancelled")
                 self._board.set_status("cancelled")
+                await self._pushes.last()
+            raise
+        except ApplicationError:  # it fails (its status says so): its client is told
+            await self._pushes.last()
             raise
 
     async def _answer(self, answer: str | None) -> RunResult | None:
@@ -259,6 +262,15 @@ class AgentRunWorkflow:
     def _validate_answer(self, input: AnswerInput) -> None:
         self._questions.validate(input)
 
+    @workflow.update
+    def push_config(self, change: PushConfigChange) -> PushConfigs:
+        """An A2A client's push configuration for this task, set or deleted (waitstate/a2a)."""
+        return self._pushes.change(change)
+
+    @push_config.validator
+    def _validate_push_config(self, change: PushConfigChange) -> None:
+        self._pushes.validate(change)
+
     # --- the model --------------------------------------------------------------------------
 
     async def _call_model(self) -> Message:
@@ -286,7 +298,7 @@ class AgentRunWorkflow:
                 **model_call(self._input),
             )
             if self._thread.interruptible():
-                response = await self._unless_interrupted(calling)
+                response = await self._thread.unless_interrupted(calling)
             else:
                 response = await calling
             response = await self._background.awaited(request, response)  # `?background`
@@ -323,23 +335,6 @@ class AgentRunWorkflow:
             self._state.rejected_output = None  # an answer that validated
         ledger.step(self._state, "model", model, detail)
         return reply
-
-    async def _unless_interrupted(self, calling: Coroutine[Any, Any, Answered]) -> Answered:
-        """A thread's model call under `interrupt`: abandoned (its activity cancelled) when a
-        message comes meanwhile, which then joins the turn (raises Interrupted)."""
-        if self._thread.interrupting():  # came while the tools ran: the model gets it now
-            calling.close()  # never started
-            self._thread.interrupt()
-            raise Interrupted
-        task = asyncio.ensure_future(calling)
-        await workflow.wait_condition(lambda: task.done() or self._thread.interrupting())
-        if task.done():
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ActivityError):
-            await task
-        self._thread.interrupt()
-        raise Interrupted
 
     async def _fail(self, turn: int, model: str, err: ActivityError) -> NoReturn:
         """The `model` the call asked could not be called: the run ends failed, saying why."""
@@ -480,6 +475,7 @@ class AgentRunWorkflow:
         await self._budget.report_final()  # a node under its root's budget: its last spend
         output = await self._tree.answer_for_parent(output)  # a sub-agent's: by reference
         self._board.end(status, self._input.recorded_revision())
+        await self._pushes.last()  # after `end`: its final state is pushed
         return RunResult(
             status=status,
             final_output=output,

@@ -10,10 +10,14 @@ and closes after `close_after` with no message.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from waitstate.schemas import Message
 from waitstate.schemas.threads import (
@@ -44,6 +48,9 @@ MESSAGES_PER_RUN = 20
 # What a context rebuilt for a thread shows of the conversation before the new message.
 REBUILD_MESSAGES = 10
 REBUILD_PREVIEW = 300
+
+
+Answered = TypeVar("Answered")
 
 
 class Interrupted(Exception):
@@ -235,6 +242,23 @@ class Conversation(Part):
         if self._aside is not None:
             self._aside = latest
         ledger.step(self._state, "event", "message", f"{latest.message_id} interrupts the turn")
+
+    async def unless_interrupted(self, calling: Coroutine[Any, Any, Answered]) -> Answered:
+        """A thread's model call under `interrupt`: abandoned (its activity cancelled) when a
+        message comes meanwhile, which then joins the turn (raises Interrupted)."""
+        if self.interrupting():  # came while the tools ran: the model gets it now
+            calling.close()  # never started
+            self.interrupt()
+            raise Interrupted
+        task = asyncio.ensure_future(calling)
+        await workflow.wait_condition(lambda: task.done() or self.interrupting())
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ActivityError):
+            await task
+        self.interrupt()
+        raise Interrupted
 
     def turn_limit(self) -> int:
         """The model calls the run may reach: `max_turns` per message for a thread."""

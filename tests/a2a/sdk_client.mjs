@@ -1,6 +1,7 @@
 // The official JavaScript A2A client (@a2a-js/sdk, from conformance/node_modules) driving one
 // task of a waitstate agent served over A2A: send, see input-required, approve, read the task
-// until it completes. Prints one JSON line per step for the Python test to read.
+// until it completes. Prints one JSON line per step for the Python test to read. With PUSH_URL,
+// the task is started with a push config to it (PUSH_TOKEN its token).
 //
 //   node sdk_client.mjs AGENT_URL   (A2A_KEY: the bearer key; A2A_MODULES: the node_modules)
 import { randomUUID } from "node:crypto";
@@ -47,7 +48,22 @@ const message = (text, taskId = "") => ({
   },
 });
 
-const sent = await client.sendMessage(message("Delete the q3 drafts"));
+const first = message("Delete the q3 drafts");
+if (process.env.PUSH_URL) {
+  first.configuration = {
+    acceptedOutputModes: [],
+    taskPushNotificationConfig: {
+      tenant: "",
+      id: "hook",
+      taskId: "",
+      url: process.env.PUSH_URL,
+      token: process.env.PUSH_TOKEN ?? "",
+      authentication: undefined,
+    },
+    returnImmediately: false,
+  };
+}
+const sent = await client.sendMessage(first);
 say("sent", sent);
 const replied = await client.sendMessage(message("approve", sent.id));
 say("replied", replied);

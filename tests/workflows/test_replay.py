@@ -203,6 +203,7 @@ WAITING_PATHS: dict[str, list[str]] = {
         "agent_run_background_response",
         "agent_run_background_response_past_its_timeout",
     ],
+    "A2A pushes: a task's states pushed while it waits for an approval": ["a2a_push_approved"],
     "blob store outage waited out": [
         "blob_store_outage_reply_in_hand",
         "blob_store_outage_unreachable",

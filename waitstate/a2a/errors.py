@@ -31,6 +31,7 @@ from waitstate.client import (
     UpdateRefused,
     WaitstateClient,
 )
+from waitstate.schemas.errors import PUSH_CONFIG_REFUSED
 
 MAX_TASK_ID_CHARS = 160
 
@@ -50,6 +51,8 @@ def refusal(err: ClientError, task_id: str | None = None) -> A2AError:
         )
     if isinstance(err, MessageRefused):
         return InvalidParamsError(message=f"the conversation refused the message: {err.reason}")
+    if isinstance(err, UpdateRefused) and err.error_type == PUSH_CONFIG_REFUSED:
+        return InvalidParamsError(message=f"push notification config refused: {err.reason}")
     if isinstance(err, UpdateRefused):
         return InvalidParamsError(message=f"the task refused the reply: {err.reason}")
     if isinstance(err, AlreadyApplied):

@@ -1,7 +1,8 @@
 """A served agent's A2A methods over waitstate runs (`RunTaskHandler`): `SendMessage` and
 `SendStreamingMessage` start a task (a run, or a message in a context's thread), or reply to
 what its task asks; `GetTask` reads the run; `CancelTask` cancels it; `SubscribeToTask` streams
-it from now; `ListTasks` lists the caller's task runs.
+it from now; `ListTasks` lists the caller's task runs; the push config methods set, read and
+delete a task run's webhooks, which its run pushes each state to (`pushing`).
 
 The run is the task's only state. This process keeps nothing: killed and started again, it
 serves every task it created from Temporal, and so does any other copy of it. A task is its
@@ -45,11 +46,10 @@ from a2a.utils.errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
-    PushNotificationNotSupportedError,
     UnsupportedOperationError,
 )
 
-from waitstate.a2a import errors, listing, shapes, starting, watching
+from waitstate.a2a import errors, listing, pushing, shapes, starting, watching
 from waitstate.a2a.reading import Read, TaskReader
 from waitstate.agents import Agent
 from waitstate.client import (
@@ -58,6 +58,7 @@ from waitstate.client import (
     WaitstateClient,
 )
 from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.pushes import PushConfigChange
 
 log = logging.getLogger("waitstate.a2a")
 
@@ -105,7 +106,7 @@ class RunTaskHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         caller = _caller(context)
-        run_id, task_id, read = await self._take(params.message, caller)
+        run_id, task_id, read = await self._take(params, caller)
         if params.configuration.return_immediately or read.state in shapes.SETTLED_STATES:
             return read.task
         configuration = params.configuration
@@ -124,21 +125,31 @@ class RunTaskHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         caller = _caller(context)
         with self._watches.slot():  # refused before anything starts
-            run_id, task_id, read = await self._take(params.message, caller)
+            run_id, task_id, read = await self._take(params, caller)
             yield read.task
             if read.state in shapes.SETTLED_STATES:
                 return
             async for event in self._updates(run_id, task_id, read):
                 yield event
 
-    async def _take(self, message: Message, caller: str) -> tuple[str, str, Read]:
-        """Start the task `message` starts, or apply it as the reply to what its task asks: the
-        run's id, the task's, and the task as it stands after."""
+    async def _take(self, params: SendMessageRequest, caller: str) -> tuple[str, str, Read]:
+        """Start the task the request's message starts (with the push configuration it gives,
+        if any), or apply it as the reply to what its task asks: the run's id, the task's, and
+        the task as it stands after."""
+        message = params.message
+        configuration = params.configuration
+        push = None
+        if configuration.HasField("task_push_notification_config"):
+            push = pushing.config_of(configuration.task_push_notification_config)
         try:
             content = shapes.said(message)
         except shapes.Refused as err:
             raise errors.refused(err) from None
         if message.task_id:
+            if push is not None:
+                raise InvalidParamsError(
+                    message="a reply sets no push config: CreateTaskPushNotificationConfig does"
+                )
             return await self._reply(message, content, caller)
         if message.context_id and not shapes.CONTEXT.fullmatch(message.context_id):
             raise InvalidParamsError(message="a contextId is 1 to 64 letters, digits, '_' or '-'")
@@ -151,9 +162,11 @@ class RunTaskHandler(RequestHandler):
         agent = self._agent.name
         try:
             if shapes.in_conversation(task_id):
+                if push is not None:
+                    pushing.for_task_runs(task_id)
                 run_id = await starting.send_in_context(client, agent, caller, task_id, text)
             else:
-                run_id = await starting.start_task(client, agent, caller, task_id, text)
+                run_id = await starting.start_task(client, agent, caller, task_id, text, push)
             return run_id, task_id, await self._reader.read(client, run_id, task_id)
         except ClientError as err:
             raise errors.refusal(err, task_id) from err
@@ -264,27 +277,48 @@ class RunTaskHandler(RequestHandler):
         except ClientError as err:
             raise errors.refusal(err) from err
 
-    # --- what is not served -----------------------------------------------------------------
+    # --- push notifications -------------------------------------------------------------
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        run_id = self._run_of(_caller(context), params.task_id)
+        pushing.for_task_runs(params.task_id)
+        config = pushing.config_of(params)
+        change = PushConfigChange(config=config)
+        await pushing.change(await self.client(), run_id, params.task_id, change)
+        log.info("caller %s set push config %s of task %s", _caller(context), config.id, run_id)
+        return pushing.shown(config, params.task_id)
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        run_id = self._run_of(_caller(context), params.task_id)
+        pushing.for_task_runs(params.task_id)
+        for config in await pushing.configs(await self.client(), run_id, params.task_id):
+            if config.id == params.id:
+                return pushing.shown(config, params.task_id)
+        raise pushing.not_found(params.id)
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError()
+        run_id = self._run_of(_caller(context), params.task_id)
+        pushing.for_task_runs(params.task_id)
+        configs = await pushing.configs(await self.client(), run_id, params.task_id)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[pushing.shown(config, params.task_id) for config in configs]
+        )
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError()
+        run_id = self._run_of(_caller(context), params.task_id)
+        pushing.for_task_runs(params.task_id)
+        change = PushConfigChange(delete=params.id)
+        await pushing.change(await self.client(), run_id, params.task_id, change)
+
+    # --- what is not served -----------------------------------------------------------------
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext

@@ -409,7 +409,7 @@ def card(agent: Agent, url: str, version: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         security_schemes={
             BEARER: SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(

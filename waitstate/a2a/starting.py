@@ -15,6 +15,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from waitstate.a2a import shapes
 from waitstate.client import RunNotFound, WaitstateClient, thread_input
+from waitstate.schemas.pushes import PushConfig
 from waitstate.schemas.run import RunInput
 
 log = logging.getLogger("waitstate.a2a")
@@ -26,17 +27,23 @@ MESSAGE_ID_REUSED = (
 
 
 async def start_task(
-    client: WaitstateClient, agent: str, caller: str, task_id: str, text: str
+    client: WaitstateClient,
+    agent: str,
+    caller: str,
+    task_id: str,
+    text: str,
+    push: PushConfig | None = None,
 ) -> str:
-    """Start the task run `task_id` of `agent` on `text` (or find it, started by the same
-    message before): its run's id.
+    """Start the task run `task_id` of `agent` on `text`, pushing its changes to `push` if
+    given (or find it, started by the same message before): its run's id.
 
     Raises:
         ClientError: Temporal refused the start.
         InvalidParamsError: the message id was sent before with another message.
     """
     run_id = shapes.run_id_of(caller, agent, task_id)
-    started = await client.start(RunInput(task=text, agent=agent), run_id=run_id)
+    given_push = [push] if push is not None else None
+    started = await client.start(RunInput(task=text, agent=agent, push=given_push), run_id=run_id)
     if started.existing:
         given = await client.started_input(run_id)
         if given is not None and (given.agent, given.task) != (agent, text):

@@ -37,7 +37,8 @@ from waitstate.schemas.tree import SUB_AGENT_PREFIX, SubAgentTask
 
 # A fork's input leaves out what belongs to the run it forks alone: its place in a chain or a
 # tree, its revision, and the fields its agent was found to set (found again for the fork).
-NOT_FORKED = frozenset({"carry", "revision", "tree", "fork", "agent_overrides"})
+# A fork pushes nothing to the A2A client of the run it forks (`push`): the task is the run's.
+NOT_FORKED = frozenset({"carry", "revision", "tree", "fork", "agent_overrides", "push"})
 
 
 class ForkSettings(TypedDict, total=False):

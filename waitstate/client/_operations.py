@@ -1,18 +1,31 @@
 """What reaches a run's long operations from outside: a job's completion or progress report,
-sent as the run's `complete_operation` Update (what the gateway's webhooks deliver)."""
+sent as the run's `complete_operation` Update (what the gateway's webhooks deliver); and an A2A
+client's push configurations, sent as its `push_config` Update."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
 
-from waitstate.client._errors import CompletionRefused
+from waitstate.client._errors import CompletionRefused, UpdateRefused
 from waitstate.client._updates import UpdateCalls, refuse_copy
-from waitstate.names import COMPLETE_OPERATION_UPDATE
+from waitstate.names import COMPLETE_OPERATION_UPDATE, PUSH_CONFIG_UPDATE
 from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+from waitstate.schemas.pushes import PushConfigChange, PushConfigs
 
 # How long `complete_operation` waits for the run to take a report. A run whose worker is down
 # never answers; the report may still be applied once one runs.
 COMPLETE_TIMEOUT = timedelta(seconds=20)
+PUSH_CONFIG_TIMEOUT = timedelta(seconds=20)
+
+
+def push_config_update_id(change: PushConfigChange) -> str:
+    """The Update id of a change of a run's push configurations: its config's id and a digest
+    of the change, so the same change sent again (its answer lost) is one Update."""
+    text = json.dumps(change.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    name = change.config.id if change.config is not None else change.delete
+    return f"push/{name}/{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 class OperationCalls(UpdateCalls):
@@ -69,3 +82,29 @@ class OperationCalls(UpdateCalls):
             # outcome. (One the run did not apply is the same answer to both: never applied.)
             refuse_copy(run_id, "completion", completion.delivery_id, outcome.delivery_id)
         return outcome
+
+    async def push_config(
+        self,
+        run_id: str,
+        change: PushConfigChange,
+        *,
+        answer_within: timedelta = PUSH_CONFIG_TIMEOUT,
+    ) -> PushConfigs:
+        """Set or delete one of an A2A task run's push configurations (its `push_config`
+        Update, under `push_config_update_id`): the run's configurations after it.
+
+        Raises:
+            UpdateRefused: the run refused it (too many configurations, a thread).
+            RunEnded, RunNotFound, RunUnavailable, OutcomeUnknown, Unreachable, TemporalFailed:
+                as for `complete_operation`.
+        """
+        return await self._send_update(
+            run_id,
+            PUSH_CONFIG_UPDATE,
+            change,
+            PushConfigs,
+            update_id=push_config_update_id(change),
+            what="push config",
+            answer_within=answer_within,
+            refused=UpdateRefused,
+        )

@@ -48,3 +48,8 @@ ANSWER_REFUSED = "AnswerRefused"
 
 # The blob cleanup was given no retention and the namespace reports none to default to.
 RETENTION_UNKNOWN = "RetentionUnknown"
+
+# An A2A push's receiver refused it (a 4xx), or the worker cannot send pushes: not retried.
+PUSH_REFUSED = "PushRefused"
+# A run refused a change of its A2A push configurations (too many, or it is a thread).
+PUSH_CONFIG_REFUSED = "PushConfigRefused"

@@ -40,6 +40,7 @@ from waitstate.schemas.calls import (
 from waitstate.schemas.forks import ForkOf, ForkState
 from waitstate.schemas.messages import Message, ToolCall, Usage
 from waitstate.schemas.operations import Operation, ResultMode
+from waitstate.schemas.pushes import MAX_PUSH_CONFIGS, PushConfig, PushState
 from waitstate.schemas.questions import InputRequest
 from waitstate.schemas.specs import TENANT_MAX_BYTES, check_tenant, parse_model_spec
 from waitstate.schemas.threads import ThreadSettings, ThreadState
@@ -234,6 +235,12 @@ class RunInput(BaseModel):
     fork: ForkOf | None = Field(
         default=None, description="Set for a fork: the run it goes on from, and how (forks.py)."
     )
+    push: list[PushConfig] | None = Field(
+        default=None,
+        max_length=MAX_PUSH_CONFIGS,
+        description="Set for an A2A task whose client asked for push notifications as it "
+        "started it: the webhooks told of each change of the task's state (workflows/pushes.py).",
+    )
 
     revision: int = Field(
         default=REVISION,
@@ -352,6 +359,7 @@ class RunState(BaseModel):
         tree: SubAgents
         tree_budget: Budgets
         fork: Fork
+        push: Pushes
     """
 
     status: RunStatus = "running"
@@ -403,6 +411,9 @@ class RunState(BaseModel):
     )
     fork: ForkState | None = Field(
         default=None, description="A fork's: how its tool calls were answered."
+    )
+    push: PushState | None = Field(
+        default=None, description="An A2A task's push configurations (None: it has none)."
     )
     error: str | None = None
 

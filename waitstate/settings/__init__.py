@@ -110,6 +110,9 @@ class Settings:
     # WAITSTATE_A2A_CALLER_KEYS: caller -> secret, `caller:secret,...`: who may call the agents
     # `python -m waitstate.a2a` serves (each task is its caller's).
     a2a_caller_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    # WAITSTATE_A2A_PUSH_KEY: what a worker signs A2A pushes with (HMAC-SHA256); None: each
+    # push is signed with its receiver's own token, if it gave one.
+    a2a_push_key: str | None = field(default=None, repr=False)
     # WAITSTATE_MCP_ALLOWED_ORIGINS: the browser origins (`scheme://host[:port]`, comma-separated)
     # `python -m waitstate.mcp_server` serves besides loopback ones; read by
     # `waitstate.guards.parse_origins`.
@@ -210,6 +213,9 @@ class Settings:
         a2a_caller_keys = parse_keys(
             env.get("WAITSTATE_A2A_CALLER_KEYS", ""), "WAITSTATE_A2A_CALLER_KEYS", "caller key"
         )
+        push_key = env.get("WAITSTATE_A2A_PUSH_KEY", "").strip() or None
+        if push_key is not None and len(push_key) < 32:
+            raise ValueError("WAITSTATE_A2A_PUSH_KEY is a secret of 32 characters or more")
         notice_routes = parse_routes(env.get("WAITSTATE_NOTICE_ROUTES", ""))
         smtp = values.smtp_server(env, notice_routes)
         model_task_queue, model_rate = values.model_queue(env)
@@ -237,6 +243,7 @@ class Settings:
             operator_keys=operator_keys,
             mcp_caller_keys=mcp_caller_keys,
             a2a_caller_keys=a2a_caller_keys,
+            a2a_push_key=push_key,
             mcp_allowed_origins=env.get("WAITSTATE_MCP_ALLOWED_ORIGINS", ""),
             thread_token_lifetime=values.lifetime_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
