@@ -47,8 +47,13 @@ PUSH_RETRY = RetryPolicy(
 )
 # How long a run that ended waits for its last pushes before it returns.
 FINAL_WAIT = timedelta(seconds=30)
-# How a run's end is told (every end but an answer or a cancel is a failed task).
-ENDED: dict[str, PushedState] = {"completed": "completed", "cancelled": "canceled"}
+
+
+def _ended(status: str) -> PushedState:
+    """How a run's end is told: every end but an answer or a cancel is a failed task."""
+    if status == "completed":
+        return "completed"
+    return "canceled" if status == "cancelled" else "failed"
 
 
 def _asking(state: RunState) -> ApprovalRequest | QuestionRequest | None:
@@ -63,7 +68,7 @@ def key_of(state: RunState) -> tuple[str, str | None]:
     """What tells one state of the task from the next (`TaskSnapshot.key`), read cheaply: the
     run looks at it after each of its activations."""
     if state.status not in ("running", "waiting"):
-        return ENDED.get(state.status, "failed"), None
+        return _ended(state.status), None
     asked = _asking(state)
     if asked is None:
         return "working", None
@@ -80,7 +85,7 @@ def task_state(state: RunState, at_seq: int) -> TaskSnapshot:
     answers), or working."""
     now = workflow.now()
     if state.status not in ("running", "waiting"):
-        ended = ENDED.get(state.status, "failed")
+        ended = _ended(state.status)
         answer = state.final_output if ended == "completed" else None
         return TaskSnapshot(
             seq=at_seq,
