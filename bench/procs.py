@@ -7,10 +7,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.testing import WorkflowEnvironment
+
 from scripts.services import SEARCH_ATTRIBUTES, SERVER_TUNING, free_port, port_open
+from waitstate.converter import DATA_CONVERTER
+from waitstate.workflows.search_attributes import ALL
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -134,3 +140,16 @@ def start_python(name: str, args: list[str], env: dict[str, str], state: Path, r
         proc.stop()
         raise
     return proc
+
+
+@asynccontextmanager
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The dev server (this interpreter's `temporal`), in memory, in this process, with
+    waitstate's search attributes: for the figures that drive runs from the bench itself."""
+    temporal = Path(sys.executable).parent / "temporal"
+    async with await WorkflowEnvironment.start_local(
+        data_converter=DATA_CONVERTER,
+        dev_server_existing_path=str(temporal),
+        search_attributes=ALL,
+    ) as env:
+        yield env

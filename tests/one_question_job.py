@@ -3,9 +3,23 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from waitstate import Completion, Job, JobAnswer, LongTool, Question, StartContext, ToolError
+from pydantic import BaseModel
+
+from waitstate import (
+    Completion,
+    InputPolicy,
+    Job,
+    JobAnswer,
+    LongSpec,
+    LongTool,
+    Question,
+    StartContext,
+    ToolError,
+    ToolSpec,
+)
 
 
 class OneQuestionJob(LongTool):
@@ -34,3 +48,18 @@ class OneQuestionJob(LongTool):
             raise ToolError(f"no job {job_id}")
         if not any(kept.key == answer.key for kept in self.answers):
             self.answers.append(answer)
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+def asking_tool(job: OneQuestionJob, name: str) -> ToolSpec:
+    """A tool `name` of no arguments whose long job is `job`, polled, its question a person's."""
+    long = LongSpec(
+        job,
+        completion="poll",
+        poll_interval=timedelta(seconds=0.2),
+        input=InputPolicy(answered_by="person"),
+    )
+    return ToolSpec(name=name, description="A job that asks.", args=_NoArgs, long=long)

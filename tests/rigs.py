@@ -467,6 +467,21 @@ async def _state(handle: WorkflowHandle[Any, Any]) -> RunState:
     return state
 
 
+async def sse_fields(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, str]]:
+    """The fields of each server-sent event with data in `lines`, comments passed over."""
+    fields: dict[str, str] = {}
+    async for line in lines:
+        if line.startswith(":"):
+            continue
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+            continue
+        if "data" in fields:
+            yield fields
+        fields = {}
+
+
 @dataclass(frozen=True)
 class ServerEvent:
     """One server-sent event as a reader gets it (`id` empty: an event of the moment, never
@@ -488,21 +503,12 @@ class EventReader:
     async def take(self, until: Callable[[ServerEvent], bool] | None = None) -> list[ServerEvent]:
         """The events up to the first `until` is true of (included), or to the stream's end."""
         taken: list[ServerEvent] = []
-        fields: dict[str, str] = {}
         async with asyncio.timeout(self._within):
-            async for line in self._lines:
-                if line.startswith(":"):
-                    continue
-                if line:
-                    name, _, value = line.partition(": ")
-                    fields[name] = value
-                    continue
-                if "data" in fields:
-                    data = json.loads(fields["data"])
-                    taken.append(ServerEvent(fields.get("id", ""), fields["event"], data))
-                    if until is not None and until(taken[-1]):
-                        return taken
-                fields = {}
+            async for fields in sse_fields(self._lines):
+                data = json.loads(fields["data"])
+                taken.append(ServerEvent(fields.get("id", ""), fields["event"], data))
+                if until is not None and until(taken[-1]):
+                    return taken
         return taken
 
 

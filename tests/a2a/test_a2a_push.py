@@ -7,8 +7,6 @@ is given up on, and the run goes on; bad configs are refused, changing nothing."
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -31,11 +29,10 @@ from a2a.utils.errors import (
 from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.receiver import Receiver, receiving
-from tests.a2a.serving import ALICE, APP, BOB, a2a_process, agent_url, message, sdk_client, send
-from tests.helpers import eventually, make_worker, process_env
+from tests.a2a.serving import ALICE, BOB, agent_url, message, sdk_client, send
+from tests.helpers import eventually
 from tests.rigs import ServerProcess
 from waitstate.a2a import shapes
-from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 
 pytestmark = pytest.mark.subprocess
@@ -43,20 +40,6 @@ pytestmark = pytest.mark.subprocess
 TOKEN = "client-token-" + "t" * 30
 DONE = ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"]
 ALL_STATES = [*DONE, "TASK_STATE_COMPLETED"]
-
-
-@pytest.fixture
-async def served(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
-) -> AsyncIterator[ServerProcess]:
-    """The A2A server, and a worker of the test agents app, on the test's task queue."""
-    server = a2a_process(process_env(dev_env.client, task_queue), tmp_path / "a2a.log")
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
 
 
 def _config(url: str, config_id: str = "hook", token: str = TOKEN) -> TaskPushNotificationConfig:

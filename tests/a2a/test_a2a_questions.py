@@ -5,38 +5,22 @@ with the official Python SDK's client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from a2a.helpers.proto_helpers import get_artifact_text, get_data_parts
 from a2a.types import GetTaskRequest, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
-from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.asker_app import APP, JOB, SCHEMA
-from tests.a2a.serving import ALICE, CALLER_KEYS, agent_url, message, sdk_client, send
-from tests.helpers import eventually, make_worker, process_env
-from tests.rigs import ServerProcess, free_port
-from waitstate.apps import load_apps
+from tests.a2a.serving import ALICE, agent_url, message, sdk_client, send
+from tests.helpers import eventually
+from tests.rigs import ServerProcess
 
 pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture
-async def served(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
-) -> AsyncIterator[ServerProcess]:
-    port = free_port()
-    env = process_env(dev_env.client, task_queue, WAITSTATE_A2A_CALLER_KEYS=CALLER_KEYS)
-    args = ["-m", "waitstate.a2a", "--app", APP, "--port", str(port)]
-    server = ServerProcess(args, port, tmp_path / "a2a.log", env)
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
+def a2a_app() -> str:
+    return APP
 
 
 async def test_a_question_is_input_required_and_its_answer_applied_once(

@@ -7,8 +7,6 @@ caller's task not found; a request without a key refused; a malformed body refus
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,36 +18,18 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.a2a.serving import (
     ALICE,
-    APP,
     BOB,
     CAROL,
-    a2a_process,
     agent_url,
     message,
     sdk_client,
     send,
 )
-from tests.helpers import make_worker, process_env
 from tests.rigs import ServerProcess
 from waitstate.a2a import shapes
-from waitstate.apps import load_apps
 from waitstate.client import WaitstateClient
 
 pytestmark = pytest.mark.subprocess
-
-
-@pytest.fixture
-async def served(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
-) -> AsyncIterator[ServerProcess]:
-    """The A2A server, and a worker of the test agents app, on the test's task queue."""
-    server = a2a_process(process_env(dev_env.client, task_queue), tmp_path / "a2a.log")
-    async with make_worker(dev_env.client, task_queue, apps=load_apps([APP])):
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
 
 
 async def _runs(env: WorkflowEnvironment, task_queue: str) -> list[str]:

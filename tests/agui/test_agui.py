@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.agui.conftest import WITHIN
-from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer
+from tests.rigs import OPERATOR, REFUND_TASK, Stack, bearer, sse_fields
 from tests.workflows.threads_app import RELEASE
 from waitstate.schemas import RunInput
 
@@ -55,19 +55,10 @@ async def read_events(
     """The AG-UI events of a streaming response's `lines`, to its end or the first `until` is
     true of (read again for the events after it)."""
     told: list[Told] = []
-    fields: dict[str, str] = {}
-    async for line in lines:
-        if line.startswith(":"):
-            continue
-        if line:
-            name, _, value = line.partition(": ")
-            fields[name] = value
-            continue
-        if "data" in fields:
-            told.append(Told(fields.get("id", ""), json.loads(fields["data"])))
-            if until is not None and until(told[-1]):
-                return told
-        fields = {}
+    async for fields in sse_fields(lines):
+        told.append(Told(fields.get("id", ""), json.loads(fields["data"])))
+        if until is not None and until(told[-1]):
+            return told
     return told
 
 

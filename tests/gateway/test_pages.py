@@ -18,23 +18,19 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import assert_page
-from tests.one_question_job import OneQuestionJob
+from tests.one_question_job import OneQuestionJob, asking_tool
 from tests.rigs import REFUND_TASK, REFUND_TOOLS, Stack, serving_stack
 from tests.upstream import jsonschema_says
 from waitstate import (
     Completion,
-    InputPolicy,
-    LongSpec,
     Message,
     Question,
     ToolCall,
     ToolDefinition,
-    ToolSpec,
 )
 from waitstate.apps import Apps
 from waitstate.auth.tokens import ResumeTokens, approval_subject, question_subject
@@ -77,20 +73,6 @@ SAME_ORIGIN = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
 QUESTION = Question(key="export", message=f"Which region?\n{HOSTILE}", requested_schema=SCHEMA)
 
 
-class _NoArgs(BaseModel):
-    pass
-
-
-def _asking_tool(job: OneQuestionJob) -> ToolSpec:
-    long = LongSpec(
-        job,
-        completion="poll",
-        poll_interval=timedelta(seconds=0.2),
-        input=InputPolicy(answered_by="person"),
-    )
-    return ToolSpec(name="asking_job", description="A job that asks.", args=_NoArgs, long=long)
-
-
 def _asking_script(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> Message:
     """Calls the asking job, then answers."""
     if not any(m.role == "tool" for m in messages):
@@ -102,7 +84,7 @@ def _asking_script(messages: Sequence[Message], tools: Sequence[ToolDefinition])
 def asking(job: OneQuestionJob) -> Apps:
     """An app of `job`, a job that asks: its tool, and the script that calls it
     (`scripted:asking`)."""
-    return Apps(tools=[_asking_tool(job)], scripts={"asking": _asking_script})
+    return Apps(tools=[asking_tool(job, "asking_job")], scripts={"asking": _asking_script})
 
 
 @pytest.fixture

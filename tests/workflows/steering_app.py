@@ -104,13 +104,14 @@ ASKS = OneQuestionJob(
 )
 
 
-def _asking_export() -> ToolSpec:
+def asking_export(backend: OneQuestionJob = ASKS) -> ToolSpec:
+    """`start_export_asks`: its job (`backend`) asks a person before it runs, polled."""
     return ToolSpec(
         name="start_export_asks",
         description="Start an export job that asks before it runs.",
         args=NoArgs,
         long=LongSpec(
-            backend=ASKS,
+            backend=backend,
             completion="poll",
             poll_interval=timedelta(seconds=0.2),
             input=QuestionPolicy(answered_by="person"),
@@ -177,7 +178,7 @@ def export_then_delete(messages: Sequence[Message], tools: Sequence[ToolDefiniti
 
 
 app = App(
-    tools=[_export("handle"), _export("await"), _asking_export(), _gated()],
+    tools=[_export("handle"), _export("await"), asking_export(), _gated()],
     scripts={
         "export-handle": exporter("handle"),
         "export-await": exporter("await"),

@@ -3,28 +3,24 @@ over A2A, to the callers of WAITSTATE_A2A_CALLER_KEYS. See `waitstate.a2a`."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import sys
 
 import uvicorn
 
 from waitstate.a2a import a2a_app, agent_path
-from waitstate.apps import AppError, app_refs, load_apps
+from waitstate.apps import AppError, served_apps, server_parser
 from waitstate.client import WaitstateClient
-from waitstate.mcp import McpConfigError, parse_servers
+from waitstate.mcp import McpConfigError
 from waitstate.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m waitstate.a2a",
-        description="Serve the fleet's agents over A2A, each task a durable run.",
+    parser = server_parser(
+        "python -m waitstate.a2a",
+        "Serve the fleet's agents over A2A, each task a durable run.",
+        port=8793,
     )
-    parser.add_argument("--app", action="append", default=[], help="module:attribute of an App")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8793)
     parser.add_argument(
         "--public-url",
         default=None,
@@ -40,21 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = Settings.from_env()
-        refs = app_refs(args.app, settings.apps)
-        if not refs:
-            raise AppError("name the apps whose agents to serve: --app or WAITSTATE_APPS")
-        if not settings.a2a_caller_keys:
-            raise AppError(
-                "no caller may call: set WAITSTATE_A2A_CALLER_KEYS (caller:secret, 32+ "
-                "characters each)"
-            )
-        apps = load_apps(refs, mcp_servers=parse_servers(settings.mcp_servers))
+        apps = served_apps(
+            args.app, settings, settings.a2a_caller_keys, "WAITSTATE_A2A_CALLER_KEYS"
+        )
     except (AppError, McpConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    asyncio.run(apps.aclose())
-    if not apps.agents:
-        print(f"error: the apps {', '.join(refs)} declare no agent", file=sys.stderr)
         return 2
     base_url = args.public_url or f"http://{args.host}:{args.port}"
     try:

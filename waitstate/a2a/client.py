@@ -40,7 +40,7 @@ from google.protobuf.json_format import MessageToDict
 from pydantic import BaseModel, Field, ValidationError
 
 from waitstate.schemas.a2a_tasks import A2ATask, state_name, task_report
-from waitstate.schemas.operations import Completion, OperationError, ResultMode
+from waitstate.schemas.operations import Completion, ResultMode
 from waitstate.schemas.questions import QuestionPolicy
 from waitstate.tools.spec import (
     DEFAULT_RECONCILE_EVERY,
@@ -202,13 +202,10 @@ class A2ABackend:
         """The task's state as a report; a task the agent does not know has failed."""
         task = await self._task(job_id)
         if task is None:
-            return Completion(
-                status="failed",
-                error=OperationError(
-                    code="job_unknown",
-                    message=f"the agent no longer knows task {job_id}; call it again",
-                    retryable=True,
-                ),
+            return Completion.failed(
+                "job_unknown",
+                f"the agent no longer knows task {job_id}; call it again",
+                retryable=True,
             )
         report = task_report(task.status.state, task.status.message, task.artifacts)
         return report or Completion(status="running", progress=task.status.state.lower())

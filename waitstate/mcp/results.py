@@ -12,7 +12,7 @@ import mcp_types
 from mcp_types import CallToolResult
 
 from waitstate.mcp.extension import TaskState
-from waitstate.schemas.operations import Completion, OperationError
+from waitstate.schemas.operations import Completion
 from waitstate.schemas.questions import MAX_MESSAGE_CHARS, Question
 from waitstate.tools.spec import JobAnswer
 
@@ -53,19 +53,9 @@ def completion_of(state: TaskState) -> Completion:
     if state.status == "completed":
         return result_completion(state.result or {})
     if state.status == "cancelled":
-        return Completion(
-            status="failed",
-            error=OperationError(
-                code="task_cancelled",
-                message=f"task {state.task_id} was cancelled",
-                retryable=False,
-            ),
-        )
+        return Completion.failed("task_cancelled", f"task {state.task_id} was cancelled")
     message = (state.error or {}).get("message") or state.status_message or "the task failed"
-    return Completion(
-        status="failed",
-        error=OperationError(code="task_failed", message=str(message)[:2000], retryable=False),
-    )
+    return Completion.failed("task_failed", str(message)[:2000])
 
 
 def result_completion(result: dict[str, Any]) -> Completion:
@@ -74,10 +64,7 @@ def result_completion(result: dict[str, Any]) -> Completion:
     parsed = CallToolResult.model_validate(result)
     text = tool_result_text(parsed)
     if parsed.is_error:
-        return Completion(
-            status="failed",
-            error=OperationError(code="tool_error", message=text[:2000], retryable=False),
-        )
+        return Completion.failed("tool_error", text[:2000])
     value: Any = parsed.structured_content if parsed.structured_content is not None else text
     return Completion(status="succeeded", result=value)
 

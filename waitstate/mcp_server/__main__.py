@@ -4,29 +4,25 @@ WAITSTATE_APPS) over MCP, to the callers of WAITSTATE_MCP_CALLER_KEYS. See `wait
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import sys
 
 import uvicorn
 
-from waitstate.apps import AppError, app_refs, load_apps
+from waitstate.apps import AppError, served_apps, server_parser
 from waitstate.client import WaitstateClient
 from waitstate.guards import parse_origins
-from waitstate.mcp import McpConfigError, parse_servers
+from waitstate.mcp import McpConfigError
 from waitstate.mcp_server import CallerKeys, agent_server, http_app
 from waitstate.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m waitstate.mcp_server",
-        description="Serve the fleet's agents over MCP, each a tool that runs as a task.",
+    parser = server_parser(
+        "python -m waitstate.mcp_server",
+        "Serve the fleet's agents over MCP, each a tool that runs as a task.",
+        port=8792,
     )
-    parser.add_argument("--app", action="append", default=[], help="module:attribute of an App")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8792)
     parser.add_argument(
         "--operator-approvals",
         action="store_true",
@@ -43,22 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = Settings.from_env()
-        refs = app_refs(args.app, settings.apps)
-        if not refs:
-            raise AppError("name the apps whose agents to serve: --app or WAITSTATE_APPS")
-        if not settings.mcp_caller_keys:
-            raise AppError(
-                "no caller may call: set WAITSTATE_MCP_CALLER_KEYS (caller:secret, 32+ "
-                "characters each)"
-            )
+        apps = served_apps(
+            args.app, settings, settings.mcp_caller_keys, "WAITSTATE_MCP_CALLER_KEYS"
+        )
         origins = parse_origins(settings.mcp_allowed_origins)
-        apps = load_apps(refs, mcp_servers=parse_servers(settings.mcp_servers))
     except (AppError, McpConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    asyncio.run(apps.aclose())
-    if not apps.agents:
-        print(f"error: the apps {', '.join(refs)} declare no agent", file=sys.stderr)
         return 2
     server = agent_server(
         apps.agents,

@@ -81,6 +81,12 @@ class Completion(BaseModel):
             raise ValueError("send result or result_ref, not both")
         return self
 
+    @classmethod
+    def failed(cls, code: str, message: str, *, retryable: bool = False) -> Completion:
+        """The report of a job that failed with `code`."""
+        error = OperationError(code=code, message=message, retryable=retryable)
+        return cls(status="failed", error=error)
+
 
 class CompleteOperation(BaseModel):
     """The Update (or Signal) a gateway sends to the run that owns the operation."""

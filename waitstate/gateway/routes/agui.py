@@ -34,7 +34,6 @@ from fastapi.responses import Response, StreamingResponse
 
 from waitstate import names
 from waitstate.agui import history, inputs, mapping
-from waitstate.cancelling import ended
 from waitstate.client import (
     BadPosition,
     ClientError,
@@ -48,7 +47,7 @@ from waitstate.client import (
 from waitstate.gateway.delivery import refusal
 from waitstate.gateway.gate import GateDep
 from waitstate.gateway.refusals import Refused, error_responses, verified
-from waitstate.gateway.routes.events import KEEPALIVE_SECONDS
+from waitstate.gateway.routes.events import END, feeding
 from waitstate.gateway.routes.threads import OperatorCredentials
 from waitstate.gateway.streams import Ephemeral, EventDesk, ModelDelta, Read
 from waitstate.gateway.threads import MAX_AGENT_CHARS, ThreadDesk
@@ -355,48 +354,25 @@ class _Run:
     async def stream(self) -> AsyncIterator[str]:
         """The run's AG-UI events as SSE text, a keepalive comment when nothing came for
         `KEEPALIVE_SECONDS`; ends with the run's end, or when the gateway stops."""
-        desk = self.desk
-        desk.open_streams += 1
-        queue: asyncio.Queue[Read | None] = asyncio.Queue(maxsize=64)
-
-        async def read() -> None:
-            try:
-                async for item in self.items:
-                    await queue.put(item)
-            finally:
-                await queue.put(None)
-
-        reading = asyncio.create_task(read())
-        closing = asyncio.create_task(desk.closing.wait())
         telling = self.telling
-        try:
+        async with feeding(self.desk, self.items) as taken:
             yield _told(telling.started(), None)
             if self.held is not None:
                 yield _told(await self.tell(self.held), self.held.id)
-            while not telling.finished:
-                getting = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait(
-                    {getting, closing}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
-                )
-                if getting not in done:
-                    getting.cancel()
-                    if closing in done:
-                        return
-                    yield ": keepalive\n\n"
-                    continue
-                item = getting.result()
-                if item is None:
+            if telling.finished:
+                return
+            async for item in taken:
+                if item is END:
                     yield _told(telling.error("the thread's events ended", "stream_ended"), None)
                     return
-                if isinstance(item, ModelDelta):
+                if isinstance(item, str):
+                    yield item
+                elif isinstance(item, ModelDelta):
                     yield _told(telling.delta(item.call, item.text), None)
                 elif isinstance(item, RunEvent):
                     yield _told(await self.tell(item), item.id)
-        finally:
-            desk.open_streams -= 1
-            for task in (reading, closing):
-                task.cancel()
-            await ended(reading)
+                if telling.finished:
+                    return
 
 
 def _told(events: list[BaseEvent], event_id: str | None) -> str:

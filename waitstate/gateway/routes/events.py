@@ -23,7 +23,8 @@ open.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -200,23 +201,28 @@ async def run_events(
     )
 
 
-async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterator[str]:
-    """The SSE text of `run_id`'s events after `start`, with a comment when nothing came for
-    `KEEPALIVE_SECONDS`; ends with the run's chain, or when the gateway stops."""
+KEEPALIVE = ": keepalive\n\n"  # an SSE comment: a stream's sign of life while nothing comes
+END = None  # what `feeding` takes when its items end
+
+
+@asynccontextmanager
+async def feeding(
+    desk: EventDesk, items: AsyncIterator[Read]
+) -> AsyncIterator[AsyncIterator[Read | str | None]]:
+    """`items` read ahead of an SSE stream of `desk`'s, taken as they come: `KEEPALIVE` when
+    nothing came for `KEEPALIVE_SECONDS`, `END` once they end; the taking stops when the gateway
+    stops. The stream counts among the desk's open ones until the block ends."""
     desk.open_streams += 1
     queue: asyncio.Queue[Read | None] = asyncio.Queue(maxsize=64)
 
     async def read() -> None:
         try:
-            async for event in desk.feeds.read(run_id, start):
-                await queue.put(event)
+            async for item in items:
+                await queue.put(item)
         finally:
-            await queue.put(None)
+            await queue.put(END)
 
-    reading = asyncio.create_task(read())
-    closing = asyncio.create_task(desk.closing.wait())
-    try:
-        yield ": waitstate run events\n\n"  # the headers go now, not at the first event
+    async def take() -> AsyncGenerator[Read | str | None]:
         while True:
             getting = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
@@ -226,20 +232,40 @@ async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterato
                 getting.cancel()
                 if closing in done:
                     return
-                yield ": keepalive\n\n"
+                yield KEEPALIVE
                 continue
-            event = getting.result()
-            if event is None:
+            item = getting.result()
+            yield item
+            if item is END:
                 return
-            if isinstance(event, Ephemeral):  # no id to resume after
-                yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
-                continue
-            yield f"id: {event.id}\nevent: {event.kind}\ndata: {event.model_dump_json()}\n\n"
+
+    reading = asyncio.create_task(read())
+    closing = asyncio.create_task(desk.closing.wait())
+    taking = take()
+    try:
+        yield taking
     finally:
+        await taking.aclose()
         desk.open_streams -= 1
         for task in (reading, closing):
             task.cancel()
         await ended(reading)  # its failure ends the stream as its end does
+
+
+async def _stream(desk: EventDesk, run_id: str, start: Position) -> AsyncIterator[str]:
+    """The SSE text of `run_id`'s events after `start`, with a comment when nothing came for
+    `KEEPALIVE_SECONDS`; ends with the run's chain, or when the gateway stops."""
+    async with feeding(desk, desk.feeds.read(run_id, start)) as taken:
+        yield ": waitstate run events\n\n"  # the headers go now, not at the first event
+        async for event in taken:
+            if event is END:
+                return
+            if isinstance(event, str):
+                yield event
+            elif isinstance(event, Ephemeral):  # no id to resume after
+                yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
+            else:
+                yield f"id: {event.id}\nevent: {event.kind}\ndata: {event.model_dump_json()}\n\n"
 
 
 @router.post(
