@@ -11,7 +11,7 @@ for (at most `FINAL_WAIT`) before the run returns, or it would end before they a
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -30,6 +30,7 @@ from waitstate.schemas.pushes import (
     PushedState,
     PushState,
     TaskSnapshot,
+    open_requests,
 )
 from waitstate.schemas.questions import QuestionRequest
 
@@ -57,11 +58,9 @@ def _ended(status: str) -> PushedState:
 
 
 def _asking(state: RunState) -> ApprovalRequest | QuestionRequest | None:
-    """The oldest request the run asks its caller: an open approval, or a question a person
-    answers."""
-    asks: list[ApprovalRequest | QuestionRequest] = [r for r in state.approvals.values() if r.open]
-    asks += [q for q in state.questions.values() if q.open and q.policy.answered_by == "person"]
-    return min(asks, key=_asked_at) if asks else None
+    """The oldest request the run asks its caller."""
+    asks = open_requests(state)
+    return asks[0] if asks else None
 
 
 def key_of(state: RunState) -> tuple[str, str | None]:
@@ -107,10 +106,6 @@ def task_state(state: RunState, at_seq: int) -> TaskSnapshot:
             agent=state.agent,
         )
     return TaskSnapshot(seq=at_seq, state="working", at=now, status=state.status, agent=state.agent)
-
-
-def _asked_at(request: ApprovalRequest | QuestionRequest) -> datetime:
-    return request.requested_at if isinstance(request, ApprovalRequest) else request.asked_at
 
 
 class Pushes:

@@ -21,6 +21,7 @@ from waitstate.agents import Agent
 from waitstate.client import NotAnswered, RunNotFound, WaitstateClient
 from waitstate.names import AGENT_NAME, AGENT_STATUS, WAITING_FOR
 from waitstate.schemas.approvals import ApprovalRequest
+from waitstate.schemas.pushes import open_requests
 from waitstate.schemas.questions import QuestionRequest
 from waitstate.schemas.run import RunState
 
@@ -138,7 +139,7 @@ class TaskReader:
         """input-required with the oldest request the run asks its caller (a tree's root asks
         what the nodes below it ask), or working."""
         state = await client.with_requests_below(run_id, state)
-        asks = shapes.open_requests(state)
+        asks = open_requests(state)
         if not asks:
             return Read(made(TaskState.TASK_STATE_WORKING, working))
         text, data = shapes.asking(asks[0])

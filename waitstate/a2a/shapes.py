@@ -275,20 +275,6 @@ def _text_answer(schema: dict[str, Any], text: str) -> dict[str, Any] | None:
 # --- the run, as a task ---------------------------------------------------------------------
 
 
-def open_requests(state: RunState) -> list[ApprovalRequest | QuestionRequest]:
-    """What the run asks of its caller, oldest first: its open approvals and the questions its
-    tools' policies give to a person."""
-    approvals: list[ApprovalRequest | QuestionRequest] = [
-        r for r in state.approvals.values() if r.open
-    ]
-    questions = [q for q in state.questions.values() if q.open and q.policy.answered_by == "person"]
-    return sorted([*approvals, *questions], key=_asked_at)
-
-
-def _asked_at(request: ApprovalRequest | QuestionRequest) -> datetime:
-    return request.requested_at if isinstance(request, ApprovalRequest) else request.asked_at
-
-
 def asking(request: ApprovalRequest | QuestionRequest) -> tuple[str, dict[str, Any]]:
     """What a request says to the caller, in words and as data."""
     if isinstance(request, ApprovalRequest):

@@ -8,13 +8,16 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.questions import QuestionRequest
+
+if TYPE_CHECKING:  # the run's state holds its pushes (`RunState.push`)
+    from waitstate.schemas.run import RunState
 
 POST_PUSH = "post_push"
 MAX_PUSH_CONFIGS = 5  # per task
@@ -35,6 +38,19 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def open_requests(state: RunState) -> list[ApprovalRequest | QuestionRequest]:
+    """What a run asks of its caller (an A2A task's `input-required`), oldest first: its open
+    approvals and the questions its tools' policies give to a person. The A2A server reads a
+    task by it, and the run pushes the oldest."""
+    asks: list[ApprovalRequest | QuestionRequest] = [r for r in state.approvals.values() if r.open]
+    asks += [q for q in state.questions.values() if q.open and q.policy.answered_by == "person"]
+    return sorted(asks, key=_asked_at)
+
+
+def _asked_at(request: ApprovalRequest | QuestionRequest) -> datetime:
+    return request.requested_at if isinstance(request, ApprovalRequest) else request.asked_at
 
 
 class PushConfig(BaseModel):
