@@ -89,7 +89,7 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 # Every test, in parallel by module (each worker starts its own servers on free ports), the
 # longest modules first (tests/conftest.py): on 2 cores, 14 minutes where one at a time took 35.
 test: $(STAMP) $(BROWSER) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
-	$(PY) -m pytest -n $$(( $(JOBS) + 1 )) --dist loadfile
+	$(PY) -m pytest -n $$(( $(JOBS) + 1 )) --dist loadfile --durations=20
 
 # The tests that need no Temporal server, no process of their own and are not the chaos suite
 # (tests/tiers.py marks the others from what they use), on the machine's cores.

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -897,21 +898,24 @@ class Services:
 def python_server(args: list[str], port: int) -> Iterator[None]:
     """`python ARGS` from the checkout, a server that listens on `port`: running, from the
     moment it listens until the block ends."""
-    process = subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not port_open(port):
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, f"{' '.join(args)} did not listen on {port}"
-            time.sleep(0.1)
-        yield
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
+    # Its output to a file, not a pipe: a pipe nobody reads fills at 64 KB of log lines, and
+    # then the server blocks on its next one, with every test that calls it.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not port_open(port):
+                if process.poll() is not None:
+                    log.seek(0)
+                    raise AssertionError(log.read().decode(errors="replace"))
+                assert time.monotonic() < deadline, f"{' '.join(args)} did not listen on {port}"
+                time.sleep(0.1)
+            yield
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 class ServerProcess(_Killable):

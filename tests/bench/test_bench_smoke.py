@@ -70,6 +70,7 @@ def _rows(markdown: str) -> dict[str, list[str]]:
 QUICK_TIMEOUT = 400
 
 
+@pytest.mark.timeout(QUICK_TIMEOUT + 60)
 def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
     done = subprocess.run(

@@ -30,6 +30,7 @@ SUITE_TIMEOUT = 900
 FAULT_CLASSES = ("1 ", "2 ", "3 ", "4 ", "5 ", "6 ")
 
 
+@pytest.mark.timeout(SUITE_TIMEOUT + 60)
 def test_the_ci_suite_passes_with_a_row_for_every_fault_class() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "chaos", "--size", "ci", "--blobs", "s3"],
