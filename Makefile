@@ -87,9 +87,11 @@ mcp-demo: $(STAMP)  ## the demo's MCP server, and an agent using its task tool a
 	$(VENV)/bin/waitstate run --agent reporter "Build the EMEA sales report and delete its draft dataset" --wait --auto-approve-after $(APPROVE_AFTER)
 
 # Every test, in parallel by module (each worker starts its own servers on free ports), the
-# longest modules first (tests/conftest.py): on 2 cores, 14 minutes where one at a time took 35.
+# longest modules first (tests/conftest.py; --no-loadscope-reorder keeps that order, where
+# pytest-xdist would hand out the modules with the most tests first and start the chaos suite,
+# one test of 7 minutes, last): on 2 cores, 14 minutes where one at a time took 35.
 test: $(STAMP) $(BROWSER) $(CONFORMANCE)  ## run every test (each starts its own servers on free ports)
-	$(PY) -m pytest -n $$(( $(JOBS) + 1 )) --dist loadfile --durations=20
+	$(PY) -m pytest -n $$(( $(JOBS) + 1 )) --dist loadfile --no-loadscope-reorder --durations=20
 
 # The tests that need no Temporal server, no process of their own and are not the chaos suite
 # (tests/tiers.py marks the others from what they use), on the machine's cores.

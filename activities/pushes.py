@@ -12,22 +12,26 @@ Headers, as both official SDKs' senders set them, and ours:
 
 A 2xx is sent; a 408, 429 or 5xx, a timeout or a connection error is retried by the run's
 policy; any other answer (4xx, a redirect) is final (`PUSH_REFUSED`). The response's body is
-never read.
+never read. A URL whose host is, or resolves to, a loopback, private or otherwise non-public
+address outside WAITSTATE_A2A_PUSH_NETWORKS is refused, and nothing is sent
+(waitstate/outbound.py); the connection goes to the address that was checked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from waitstate.agents import Agent
+from waitstate.outbound import AddressRefused, Network, pinned
 from waitstate.schemas.errors import PUSH_REFUSED
 from waitstate.schemas.pushes import POST_PUSH, PostPush
 
@@ -44,23 +48,29 @@ def signature(key: str, timestamp: int, body: bytes) -> str:
 
 
 class PushActivities:
-    """Sends A2A pushes over `http`, signed with `key` (None: with each receiver's token);
-    `agents` tell which answers are structured."""
+    """Sends A2A pushes over `http`, signed with `key` (None: with each receiver's token), to
+    public addresses and those in `networks`; `agents` tell which answers are structured."""
 
     def __init__(
-        self, http: httpx.AsyncClient, key: str | None, agents: Mapping[str, Agent] | None
+        self,
+        http: httpx.AsyncClient,
+        key: str | None,
+        agents: Mapping[str, Agent] | None,
+        networks: Sequence[Network] = (),
     ) -> None:
         self._http = http
         self._key = key
         self._agents = agents or {}
+        self._networks = tuple(networks)
 
     @activity.defn(name=POST_PUSH)
     async def post_push(self, input: PostPush) -> None:
         """POST the task's state to the config's URL.
 
         Raises:
-            ApplicationError: retryable for a 408/425/429/5xx, a timeout or a connection
-                error; non-retryable (`PUSH_REFUSED`) for any other answer.
+            ApplicationError: retryable for a 408/425/429/5xx, a timeout, a connection error
+                or a name that did not resolve; non-retryable (`PUSH_REFUSED`) for any other
+                answer, and for an address the worker may not send to.
         """
         try:
             # optional: the a2a SDK (the `a2a` extra), loaded by a worker whose runs push.
@@ -88,8 +98,22 @@ class PushActivities:
         if key:
             headers[SIGNATURE_HEADER] = signature(key, int(time.time()), body)
         try:
+            async with asyncio.timeout(PUSH_TIMEOUT.connect):
+                target = await pinned(config.url, self._networks)
+        except AddressRefused as err:
+            raise ApplicationError(
+                f"push to {config.id} refused: {err}", type=PUSH_REFUSED, non_retryable=True
+            ) from None
+        except (OSError, TimeoutError) as err:
+            raise ApplicationError(f"push to {config.id} not sent: {err}") from None
+        try:
             request = self._http.build_request(
-                "POST", config.url, content=body, headers=headers, timeout=PUSH_TIMEOUT
+                "POST",
+                target.url,
+                content=body,
+                headers={**headers, **target.headers},
+                extensions=target.extensions,
+                timeout=PUSH_TIMEOUT,
             )
             response = await self._http.send(request, stream=True, follow_redirects=False)
             await response.aclose()  # its body is not read

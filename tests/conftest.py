@@ -82,8 +82,9 @@ def reports_url() -> Iterator[str]:
 
 # The modules that take a minute or more (seconds summed over their tests, measured with
 # `--durations=0` on one core). `make test` hands modules to its workers in collection order
-# (pytest-xdist, `--dist loadfile`): these go first, so that none starts last while the other
-# workers sit idle.
+# (pytest-xdist, `--dist loadfile --no-loadscope-reorder`; without the latter, xdist hands out
+# the modules with the most tests first): these go first, so that none starts last while the
+# other workers sit idle.
 LONGEST_FIRST = (
     "tests/chaos/test_chaos_suite.py",  # 347 s
     "tests/workflows/test_cold_order.py",  # 204 s

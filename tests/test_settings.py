@@ -412,3 +412,11 @@ def test_the_a2a_push_key_is_a_long_secret() -> None:
     assert key not in repr(Settings.from_env({"WAITSTATE_A2A_PUSH_KEY": key}))
     with pytest.raises(ValueError, match="WAITSTATE_A2A_PUSH_KEY"):
         Settings.from_env({"WAITSTATE_A2A_PUSH_KEY": "short"})
+
+
+def test_pushes_reach_only_public_addresses_unless_networks_are_named() -> None:
+    assert Settings.from_env({}).a2a_push_networks == ()
+    named = Settings.from_env({"WAITSTATE_A2A_PUSH_NETWORKS": "10.1.0.0/16, 127.0.0.1"})
+    assert [str(n) for n in named.a2a_push_networks] == ["10.1.0.0/16", "127.0.0.1/32"]
+    with pytest.raises(ValueError, match="WAITSTATE_A2A_PUSH_NETWORKS .*'10.1.0.0/99'"):
+        Settings.from_env({"WAITSTATE_A2A_PUSH_NETWORKS": "10.1.0.0/99"})

@@ -281,7 +281,7 @@ def run_parts(
     runs = WaitstateClient(client, task_queue=settings.task_queue)
     trees = TreeActivities(runs)
     # An A2A task's pushes to its client's webhooks (workflows/pushes.py).
-    pushes = PushActivities(http, settings.a2a_push_key, agents)
+    pushes = PushActivities(http, settings.a2a_push_key, agents, settings.a2a_push_networks)
     evals = EvalActivities(runs, parts.get("scorers") or {})
     return RunParts(
         registry,

@@ -8,12 +8,20 @@ import asyncio
 import hashlib
 import hmac
 import json
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from waitstate.outbound import NETWORKS_VARIABLE, parse_networks
+
 MAX_BODY = 1 << 20
+# The receivers listen on loopback, which a worker pushes to only when its operator allows it
+# (WAITSTATE_A2A_PUSH_NETWORKS): the pushing tests' workers and A2A servers do.
+LOOPBACK_TEXT = "127.0.0.0/8,::1"
+LOOPBACK = parse_networks(LOOPBACK_TEXT)
+PUSH_ENV = {NETWORKS_VARIABLE: LOOPBACK_TEXT}
 
 
 @dataclass(frozen=True)
@@ -52,10 +60,11 @@ class Receiver:
     port: int = 0
     answers: list[int] = field(default_factory=list)
     pushes: list[Push] = field(default_factory=list)
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/hook"
 
     def taken(self) -> list[Push]:
         """The pushes it answered 2xx, in the order they came."""
@@ -84,10 +93,13 @@ class Receiver:
 
 
 @asynccontextmanager
-async def receiving(answers: list[int] | None = None) -> AsyncIterator[Receiver]:
-    """A receiver listening on a free loopback port until the block ends."""
-    receiver = Receiver(answers=list(answers or []))
-    server = await asyncio.start_server(receiver._serve, "127.0.0.1", 0)
+async def receiving(
+    answers: list[int] | None = None, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[Receiver]:
+    """A receiver listening on a free loopback port until the block ends (over TLS with
+    `tls`, a server context)."""
+    receiver = Receiver(answers=list(answers or []), tls=tls is not None)
+    server = await asyncio.start_server(receiver._serve, "127.0.0.1", 0, ssl=tls)
     receiver.port = server.sockets[0].getsockname()[1]
     try:
         yield receiver

@@ -24,7 +24,7 @@ from a2a.types import (
     TaskState,
 )
 
-from tests.a2a.receiver import Push, receiving
+from tests.a2a.receiver import PUSH_ENV, Push, receiving
 from tests.a2a.serving import ALICE, agent_url, message, sdk_client, send
 from tests.helpers import eventually
 from tests.rigs import ServerProcess, Services, port_open, service_port
@@ -46,7 +46,8 @@ STATES = [
 
 @pytest.fixture
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    with Services(tmp_path_factory.mktemp("state")).up() as running:
+    env: dict[str, str | None] = {**PUSH_ENV}
+    with Services(tmp_path_factory.mktemp("state"), env).up() as running:
         yield running
 
 

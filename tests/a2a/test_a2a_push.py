@@ -149,6 +149,9 @@ async def test_bad_push_configs_are_refused_and_change_nothing(
         bad = [
             _config("ftp://127.0.0.1/hook"),
             _config("http://example.com/hook"),  # plain http only to a loopback host
+            # Not public, and not in the networks its operator allows (loopback, here).
+            _config("https://169.254.169.254/latest/meta-data"),
+            _config("https://[::ffff:10.0.0.1]/hook"),
             _config(receiver.url, token="x" * 600),
             _config(receiver.url, config_id="no spaces"),
         ]

@@ -13,16 +13,19 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.a2a.receiver import receiving
+from tests.a2a.receiver import LOOPBACK, receiving
 from tests.helpers import eventually, make_worker, replays, start_run
 from waitstate.client import WaitstateClient
 from waitstate.schemas import RunInput, RunState
 from waitstate.schemas.approvals import DecisionSignal
 from waitstate.schemas.pushes import PushConfig, PushConfigChange
+from waitstate.settings import Settings
 from waitstate.workflows.agent_run import AgentRunWorkflow
 from waitstate.workflows.pushes import key_of
 
 TOKEN = "t" * 40
+PUSHING = Settings(a2a_push_networks=LOOPBACK)  # the receiver is on loopback
+PUSHING_NO_CACHE = Settings(max_cached_workflows=0, a2a_push_networks=LOOPBACK)
 
 
 async def test_each_state_is_pushed_once_and_the_history_replays(
@@ -30,7 +33,7 @@ async def test_each_state_is_pushed_once_and_the_history_replays(
 ) -> None:
     async with (
         receiving() as receiver,
-        make_worker(dev_env.client, task_queue, max_cached_workflows=0),
+        make_worker(dev_env.client, task_queue, settings=PUSHING_NO_CACHE),
     ):
         first = PushConfig(id="first", url=receiver.url, token=TOKEN)
         run_input = RunInput(
@@ -94,7 +97,7 @@ async def test_each_state_is_pushed_once_and_the_history_replays(
 async def test_pushes_go_on_across_continue_as_new(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    async with receiving() as receiver, make_worker(dev_env.client, task_queue):
+    async with receiving() as receiver, make_worker(dev_env.client, task_queue, settings=PUSHING):
         run_input = RunInput(
             task="publish the report",
             model="scripted:ask-first",
@@ -148,7 +151,7 @@ def test_how_a_runs_status_is_told_as_its_tasks_state() -> None:
 async def test_a_run_that_fails_pushes_failed(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    async with receiving() as receiver, make_worker(dev_env.client, task_queue):
+    async with receiving() as receiver, make_worker(dev_env.client, task_queue, settings=PUSHING):
         push = [PushConfig(id="hook", url=receiver.url, token=TOKEN)]
         handle = await start_run(
             dev_env.client, task_queue, RunInput(task="t", model="scripted:nope", push=push)

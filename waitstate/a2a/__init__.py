@@ -17,7 +17,7 @@ Every request but a card's carries a bearer token, one of the caller keys
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from starlette.applications import Starlette
@@ -31,6 +31,7 @@ from waitstate.a2a.watching import Watches
 from waitstate.agents import Agent
 from waitstate.auth.operators import OperatorKeys
 from waitstate.guards import BoundedBody
+from waitstate.outbound import Network
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 
@@ -50,6 +51,7 @@ def a2a_app(
     base_url: str,
     root: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    push_networks: Sequence[Network] = (),
 ) -> ASGIApp:
     """The A2A server of `agents`, each at `agent_path(name)`, for the callers of `keys`
     (caller -> secret).
@@ -60,6 +62,8 @@ def a2a_app(
         root: The agent whose card is also the host's, at `/.well-known/agent-card.json`, where
             a client that knows only the host looks (default: the only agent served, if one).
         max_body_bytes: A request's body over this is refused with 413 before it is parsed.
+        push_networks: The networks a push config's URL may name by address, besides public
+            ones (WAITSTATE_A2A_PUSH_NETWORKS; the worker checks again what a name resolves to).
     """
     version = importlib.metadata.version("waitstate")
     routes: list[BaseRoute] = []
@@ -70,7 +74,7 @@ def a2a_app(
     for agent in served.values():
         path = agent_path(agent.name)
         card = shapes.card(agent, f"{base_url.rstrip('/')}{path}", version)
-        handler = RunTaskHandler(agent, served, connect, watches)
+        handler = RunTaskHandler(agent, served, connect, watches, push_networks)
         routes += create_agent_card_routes(card, card_url=f"{path}{CARD_SUFFIX}")
         routes += create_jsonrpc_routes(handler, path)
         if agent.name == (root or (next(iter(served)) if len(served) == 1 else None)):

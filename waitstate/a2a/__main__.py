@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             keys=settings.a2a_caller_keys,
             base_url=base_url,
             root=args.root_agent,
+            push_networks=settings.a2a_push_networks,
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

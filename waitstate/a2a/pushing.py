@@ -7,6 +7,8 @@ is checked here (`PushConfig`: an https URL, bounded credentials), then kept by 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from a2a.types import AuthenticationInfo, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError, InvalidParamsError, PushNotificationNotSupportedError
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 
 from waitstate.a2a import errors, shapes
 from waitstate.client import ClientError, WaitstateClient
+from waitstate.outbound import Network, check_host
 from waitstate.schemas.pushes import PushConfig, PushConfigChange
 
 NOT_FOR_MESSAGES = (
@@ -22,13 +25,19 @@ NOT_FOR_MESSAGES = (
 )
 
 
-def config_of(given: TaskPushNotificationConfig) -> PushConfig:
-    """The client's configuration, checked (its id, if it gives none, from its URL).
+def config_of(given: TaskPushNotificationConfig, networks: Sequence[Network] = ()) -> PushConfig:
+    """The client's configuration, checked (its id, if it gives none, from its URL): a URL
+    whose host is a non-public address outside `networks`, or `localhost`, is refused here;
+    the worker checks what a name resolves to when it sends.
 
     Raises:
         InvalidParamsError: it is not one we push to, saying why.
     """
     auth = given.authentication if given.HasField("authentication") else None
+    try:
+        check_host(urlsplit(given.url).hostname or "", networks)
+    except ValueError as err:  # AddressRefused, or a URL urlsplit cannot read
+        raise InvalidParamsError(message=f"push notification config refused: {err}") from None
     try:
         return PushConfig(
             id=given.id or f"push-{hashlib.sha256(given.url.encode()).hexdigest()[:12]}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from a2a.server.context import ServerCallContext
@@ -57,6 +57,7 @@ from waitstate.client import (
     RunEnded,
     WaitstateClient,
 )
+from waitstate.outbound import Network
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.pushes import PushConfigChange
 
@@ -83,8 +84,10 @@ class RunTaskHandler(RequestHandler):
         agents: dict[str, Agent],
         connect: Connect,
         watches: watching.Watches | None = None,
+        push_networks: Sequence[Network] = (),
     ) -> None:
         self._agent = agent
+        self._push_networks = tuple(push_networks)
         self._watches = watches or watching.Watches()
         self._connect = connect
         self._client: WaitstateClient | None = None
@@ -140,7 +143,8 @@ class RunTaskHandler(RequestHandler):
         configuration = params.configuration
         push = None
         if configuration.HasField("task_push_notification_config"):
-            push = pushing.config_of(configuration.task_push_notification_config)
+            given = configuration.task_push_notification_config
+            push = pushing.config_of(given, self._push_networks)
         try:
             content = shapes.said(message)
         except shapes.Refused as err:
@@ -284,7 +288,7 @@ class RunTaskHandler(RequestHandler):
     ) -> TaskPushNotificationConfig:
         run_id = self._run_of(_caller(context), params.task_id)
         pushing.for_task_runs(params.task_id)
-        config = pushing.config_of(params)
+        config = pushing.config_of(params, self._push_networks)
         change = PushConfigChange(config=config)
         await pushing.change(await self.client(), run_id, params.task_id, change)
         log.info("caller %s set push config %s of task %s", _caller(context), config.id, run_id)

@@ -25,6 +25,7 @@ from temporalio.runtime import Runtime
 
 from waitstate.converter import DATA_CONVERTER
 from waitstate.notices import Route, SmtpServer, parse_routes
+from waitstate.outbound import NETWORKS_VARIABLE, Network, parse_networks
 from waitstate.schemas.run import parse_model_spec
 from waitstate.settings import values
 from waitstate.settings.values import (
@@ -113,6 +114,10 @@ class Settings:
     # WAITSTATE_A2A_PUSH_KEY: what a worker signs A2A pushes with (HMAC-SHA256); None: each
     # push is signed with its receiver's own token, if it gave one.
     a2a_push_key: str | None = field(default=None, repr=False)
+    # WAITSTATE_A2A_PUSH_NETWORKS: the networks (comma-separated, `10.1.0.0/16`) a push may go
+    # to besides public addresses: none by default, so no caller can make a worker POST to its
+    # loopback or private network (waitstate/outbound.py).
+    a2a_push_networks: tuple[Network, ...] = ()
     # WAITSTATE_MCP_ALLOWED_ORIGINS: the browser origins (`scheme://host[:port]`, comma-separated)
     # `python -m waitstate.mcp_server` serves besides loopback ones; read by
     # `waitstate.guards.parse_origins`.
@@ -244,6 +249,7 @@ class Settings:
             mcp_caller_keys=mcp_caller_keys,
             a2a_caller_keys=a2a_caller_keys,
             a2a_push_key=push_key,
+            a2a_push_networks=parse_networks(env.get(NETWORKS_VARIABLE, "")),
             mcp_allowed_origins=env.get("WAITSTATE_MCP_ALLOWED_ORIGINS", ""),
             thread_token_lifetime=values.lifetime_days(env, "WAITSTATE_THREAD_TOKEN_DAYS"),
             demo_systems_url=env.get("DEMO_SYSTEMS_URL", "http://127.0.0.1:8790").rstrip("/"),
