@@ -8,7 +8,6 @@ reaches the app under it: nothing is parsed, nothing is logged as a failure.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -16,11 +15,12 @@ from urllib.parse import urlsplit
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from waitstate.outbound import is_loopback
+
 # What is read and dropped of a body refused in mid-flight, so that a client still sending it
 # reads the refusal rather than a reset connection; past either bound the connection is closed.
 DRAIN_BYTES = 8 * 1_048_576
 DRAIN_SECONDS = 5.0
-LOOPBACK_NAMES = frozenset({"localhost"})
 MAX_ORIGIN_CHARS = 2_048
 
 
@@ -53,7 +53,7 @@ class OriginGuard:
             normal = normal_origin(origin.decode("ascii"))
         except (UnicodeDecodeError, ValueError):
             return False
-        return _loopback(urlsplit(normal).hostname or "") or normal in self._allowed
+        return is_loopback(urlsplit(normal).hostname or "") or normal in self._allowed
 
 
 def parse_origins(text: str) -> frozenset[str]:
@@ -85,15 +85,6 @@ def normal_origin(origin: str) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
-
-
-def _loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class BoundedBody:

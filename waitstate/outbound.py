@@ -17,8 +17,7 @@ import ipaddress
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import httpx
+from urllib.parse import urlsplit, urlunsplit
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -61,6 +60,14 @@ def address_of(text: str) -> Address | None:
     return address
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine: a loopback address, or `localhost`. The one rule for
+    the MCP and A2A servers' trusted Origins, plain-http push URLs, and pushes here."""
+    name = host.rstrip(".").lower()
+    address = address_of(name)
+    return address.is_loopback if address is not None else name in LOOPBACK_NAMES
+
+
 def check_address(address: Address, allowed: Sequence[Network]) -> Address:
     """`address`, if the worker may send to it: a public one, or one in `allowed`.
 
@@ -85,17 +92,17 @@ def check_host(host: str, allowed: Sequence[Network]) -> None:
     name = host.rstrip(".").lower()
     if (address := address_of(name)) is not None:
         check_address(address, allowed)
-    elif name in LOOPBACK_NAMES and not any(LOOPBACK in network for network in allowed):
+    elif is_loopback(name) and not any(LOOPBACK in network for network in allowed):
         raise AddressRefused(f"{name} is a loopback host, and not in {NETWORKS_VARIABLE}")
 
 
 @dataclass(frozen=True)
 class Pinned:
     """A request's target bound to one checked address: sent to `url` with `headers` and
-    `extensions`, the connection goes to that address, with the URL's host for `Host` and TLS
-    (its certificate is checked against the name)."""
+    `extensions` (httpx's), the connection goes to that address, with the URL's host for
+    `Host` and TLS (its certificate is checked against the name)."""
 
-    url: httpx.URL
+    url: str
     headers: dict[str, str] = field(default_factory=dict)
     extensions: dict[str, str] = field(default_factory=dict)
 
@@ -107,13 +114,15 @@ async def pinned(url: str, allowed: Sequence[Network]) -> Pinned:
     Raises:
         AddressRefused: an address of the host may not be sent to (none is sent to).
         OSError: the name did not resolve (`socket.gaierror`), maybe for a while.
+        ValueError: `url` is not one (its port, say).
     """
-    target = httpx.URL(url)
-    check_host(target.host, allowed)
-    if address_of(target.host) is not None:
-        return Pinned(target)  # an address, checked: nothing to resolve
-    host = target.raw_host.decode("ascii")  # the name as DNS and TLS know it (IDNA)
-    port = target.port or (443 if target.scheme == "https" else 80)
+    parts = urlsplit(url)
+    given = parts.hostname or ""
+    check_host(given, allowed)
+    if address_of(given) is not None:
+        return Pinned(url)  # an address, checked: nothing to resolve
+    host = given.encode("idna").decode("ascii")  # the name as DNS and TLS know it
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     # The loop's resolver, in a thread, as httpx's own connect would resolve it.
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     try:
@@ -123,6 +132,9 @@ async def pinned(url: str, allowed: Sequence[Network]) -> Pinned:
         raise AddressRefused(f"{host} resolves to {err}") from None
     if not addresses:
         raise OSError(f"{host} resolved to no address")
-    headers = {"Host": target.netloc.decode("ascii")}
-    extensions = {"sni_hostname": host} if target.scheme == "https" else {}
-    return Pinned(target.copy_with(host=str(addresses[0])), headers, extensions)
+    address = addresses[0]
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    suffix = "" if parts.port is None else f":{parts.port}"
+    bound = urlunsplit(parts._replace(netloc=shown + suffix))
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    return Pinned(bound, {"Host": host + suffix}, extensions)

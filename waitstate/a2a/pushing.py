@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from waitstate.a2a import errors, shapes
 from waitstate.client import ClientError, WaitstateClient
-from waitstate.outbound import Network, check_host
+from waitstate.outbound import AddressRefused, Network, check_host
 from waitstate.schemas.pushes import PushConfig, PushConfigChange
 
 NOT_FOR_MESSAGES = (
@@ -35,20 +35,20 @@ def config_of(given: TaskPushNotificationConfig, networks: Sequence[Network] = (
     """
     auth = given.authentication if given.HasField("authentication") else None
     try:
-        check_host(urlsplit(given.url).hostname or "", networks)
-    except ValueError as err:  # AddressRefused, or a URL urlsplit cannot read
-        raise InvalidParamsError(message=f"push notification config refused: {err}") from None
-    try:
-        return PushConfig(
+        config = PushConfig(
             id=given.id or f"push-{hashlib.sha256(given.url.encode()).hexdigest()[:12]}",
             url=given.url,
             token=given.token or None,
             auth_scheme=auth.scheme if auth is not None else None,
             auth_credentials=auth.credentials if auth is not None else None,
         )
+        check_host(urlsplit(config.url).hostname or "", networks)
     except ValidationError as err:
         problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
         raise InvalidParamsError(message=f"push notification config refused: {problems}") from None
+    except AddressRefused as err:
+        raise InvalidParamsError(message=f"push notification config refused: {err}") from None
+    return config
 
 
 def shown(config: PushConfig, task_id: str) -> TaskPushNotificationConfig:

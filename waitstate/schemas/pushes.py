@@ -5,7 +5,6 @@ to send: the task as it stands at one change of its state (`TaskSnapshot`)."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -13,6 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
+from waitstate.outbound import is_loopback
 from waitstate.schemas.approvals import ApprovalRequest
 from waitstate.schemas.questions import QuestionRequest
 
@@ -26,18 +26,8 @@ MAX_TOKEN_CHARS = 512
 MAX_SCHEME_CHARS = 32
 CONFIG_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
-LOOPBACK_NAMES = frozenset({"localhost"})
 
 PushedState = Literal["working", "input-required", "completed", "failed", "canceled"]
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def open_requests(state: RunState) -> list[ApprovalRequest | QuestionRequest]:
@@ -86,7 +76,7 @@ class PushConfig(BaseModel):
             raise ValueError("a push URL is an http(s) URL") from None
         if parts.scheme not in ("https", "http") or not host:
             raise ValueError("a push URL is an https URL with a host")
-        if parts.scheme == "http" and not _loopback(host):
+        if parts.scheme == "http" and not is_loopback(host):
             raise ValueError("a push URL is https (plain http only to a loopback host)")
         if parts.username is not None or parts.password is not None:
             raise ValueError("a push URL carries no credentials: give a token")
