@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -54,7 +55,7 @@ from waitstate.gateway.streams import EventDesk
 from waitstate.gateway.threads import ThreadDesk
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideOutcome, DecisionBody
-from waitstate.schemas.operations import Completion, CompletionOutcome, ResultMode
+from waitstate.schemas.operations import CheckOutcome, Completion, CompletionOutcome, ResultMode
 from waitstate.schemas.questions import AnswerBody, AnswerOutcome
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
@@ -630,7 +631,7 @@ MAX_BODY = 4096
 RUN = "run-1"
 OP = "op_1"
 
-Outcome = TypeVar("Outcome", CompletionOutcome, DecideOutcome, AnswerOutcome)
+Outcome = TypeVar("Outcome", CheckOutcome, CompletionOutcome, DecideOutcome, AnswerOutcome)
 
 
 @dataclass
@@ -638,15 +639,17 @@ class RecordingDeliverer:
     """Records every delivery; answers from `script` (an outcome or a refusal), else applies.
 
     Completions are recorded in `calls` (and the report id each came with in `report_ids`),
-    decisions in `decisions`, answers to questions in `answers`; one script serves them all.
+    decisions in `decisions`, answers to questions in `answers`, asks to check a job now in
+    `checks`; one script serves them all.
     """
 
     calls: list[tuple[ResumeClaims, Completion, str]] = field(default_factory=list)
     report_ids: list[str | None] = field(default_factory=list)
     decisions: list[tuple[ResumeClaims, str, DecisionBody]] = field(default_factory=list)
     answers: list[tuple[ResumeClaims, str, AnswerBody]] = field(default_factory=list)
-    script: list[CompletionOutcome | DecideOutcome | AnswerOutcome | Exception] = field(
-        default_factory=list
+    checks: list[tuple[ResumeClaims, str]] = field(default_factory=list)
+    script: list[CheckOutcome | CompletionOutcome | DecideOutcome | AnswerOutcome | Exception] = (
+        field(default_factory=list)
     )
 
     async def complete(
@@ -660,6 +663,10 @@ class RecordingDeliverer:
         self.report_ids.append(report_id)
         applied = CompletionOutcome(applied=True, status=completion.status, delivery_id=delivery_id)
         return self._scripted_or(applied)
+
+    async def check(self, claims: ResumeClaims, report_id: str) -> CheckOutcome:
+        self.checks.append((claims, report_id))
+        return self._scripted_or(CheckOutcome(operation_id=claims.operation_id, checking=True))
 
     async def decide(
         self, claims: ResumeClaims, request_id: str, body: DecisionBody
@@ -690,6 +697,7 @@ class RecordingDeliverer:
         self.report_ids.clear()
         self.decisions.clear()
         self.answers.clear()
+        self.checks.clear()
         self.script.clear()
 
 
@@ -752,6 +760,11 @@ def free_port() -> int:
 SERVICE_PORTS_FROM = 20000
 
 
+# How many times `Services.up` chooses its ports, and what says a port was taken.
+PORT_TRIES = 3
+_PORT_TAKEN = re.compile(r"another process listens there|address already in use", re.IGNORECASE)
+
+
 def service_port() -> int:
     """A TCP port nothing listens on now, below the kernel's ephemeral range.
 
@@ -794,8 +807,7 @@ class Services:
 
     def __init__(self, state: Path, env: dict[str, str | None] | None = None) -> None:
         self.state = state
-        self.port, self.ui_port = service_port(), service_port()
-        self.gateway_port, self.systems_port = service_port(), service_port()
+        self._given = env or {}
         self.env = {
             k: v
             for k, v in os.environ.items()
@@ -808,16 +820,21 @@ class Services:
                 "GATEWAY_URL",
             )
         }
+        self.env.update(WAITSTATE_STATE_DIR=str(state), WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}")
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        """Free ports for every service, in the environment (then the caller's `env`)."""
+        self.port, self.ui_port = service_port(), service_port()
+        self.gateway_port, self.systems_port = service_port(), service_port()
         self.env.update(
             TEMPORAL_ADDRESS=f"127.0.0.1:{self.port}",
             TEMPORAL_UI_PORT=str(self.ui_port),
-            WAITSTATE_STATE_DIR=str(state),
             GATEWAY_PORT=str(self.gateway_port),
             DEMO_SYSTEMS_URL=f"http://127.0.0.1:{self.systems_port}",
             WAITSTATE_WORKER_METRICS=f"127.0.0.1:{service_port()}",
-            WAITSTATE_TASK_QUEUE=f"e2e-{uuid.uuid4()}",
         )
-        for key, value in (env or {}).items():
+        for key, value in self._given.items():
             if value is None:
                 self.env.pop(key, None)
             else:
@@ -835,8 +852,16 @@ class Services:
 
     @contextmanager
     def up(self) -> Iterator[Services]:
-        """`up` for the block (a module's fixture), then `down`; both must succeed."""
-        up = self.services_now("up")
+        """`up` for the block (a module's fixture), then `down`; both must succeed. A port
+        taken between its choice and its bind (the tests beside this one choose in the same
+        range) is chosen again, twice at most."""
+        for _ in range(PORT_TRIES):
+            up = self.services_now("up")
+            if up.returncode == 0 or not _PORT_TAKEN.search(up.stderr):
+                break
+            down = self.services_now("down")
+            assert down.returncode == 0, down.stderr
+            self._choose_ports()
         assert up.returncode == 0, up.stderr + up.stdout
         try:
             yield self
