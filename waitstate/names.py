@@ -40,6 +40,7 @@ ANSWER_UPDATE = "answer"  # AnswerInput -> AnswerOutcome
 SEND_MESSAGE_UPDATE = "send_message"  # SendMessage -> MessageAccepted (threads)
 TREE_BUDGET_UPDATE = "tree_budget"  # BudgetAsk -> BudgetAnswer (a node of its tree reserves)
 PUSH_CONFIG_UPDATE = "push_config"  # PushConfigChange -> PushConfigs (an A2A task's webhooks)
+CHECK_OPERATION_UPDATE = "check_operation"  # CheckOperation -> CheckOutcome (check its job now)
 
 # --- search attributes: what makes runs filterable in the Web UI's list view -----------------
 

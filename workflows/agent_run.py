@@ -38,7 +38,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
     from waitstate.schemas.errors import RUN_FAILED
-    from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+    from waitstate.schemas.operations import (
+        CheckOperation,
+        CheckOutcome,
+        CompleteOperation,
+        CompletionOutcome,
+    )
     from waitstate.schemas.pushes import PushConfigChange, PushConfigs
     from waitstate.schemas.questions import AnswerInput, AnswerOutcome
     from waitstate.schemas.run import CALL_MODEL, OUTPUT_INVALID, CarriedTurn, ParkedCall
@@ -208,6 +213,15 @@ class AgentRunWorkflow:
     @complete_operation.validator
     def _validate_completion(self, update: CompleteOperation) -> None:
         self._ops.validate(update)
+
+    @workflow.update
+    def check_operation(self, ask: CheckOperation) -> CheckOutcome:
+        """The gateway, when a job's system said it ended without its result: check now."""
+        return self._ops.ask_check(ask)
+
+    @check_operation.validator
+    def _validate_check(self, ask: CheckOperation) -> None:
+        self._ops.validate_check(ask)
 
     @workflow.signal
     def operation_completed(self, update: CompleteOperation) -> None:

@@ -19,11 +19,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from waitstate.schemas import RunInput, RunState, ToolCall, ToolCallInput, ToolResult
 from waitstate.schemas.builtin import MCP_SEPARATOR as SEPARATOR
+from waitstate.schemas.errors import OPERATION_NOT_CHECKED
 from waitstate.schemas.operations import (
     LONG_POLL_INTERVAL,
     CancelOperationInput,
@@ -60,6 +61,10 @@ from .questions import QuestionDesk
 # What an ended operation's error says of its job's cancel, while it is asked and once answered.
 CANCEL_ASKED = "; the job was asked to stop (a cancel was sent, not yet confirmed)"
 CANCEL_SENT = "; the job was cancelled"
+# How many times one run checks an operation's job when asked to (`Jobs.ask`), besides its
+# reconcile checks: each ask adds an Update and a check to the run's history.
+MAX_CHECK_ASKS = 10
+ASKED_CHECK = "a status check its system's report asked for"
 
 
 class Jobs:
@@ -76,6 +81,9 @@ class Jobs:
         self._questions: dict[str, asyncio.Task[None]] = {}
         # Cancels sent to jobs (by operation id): a run ends or continues only once they are.
         self._cancels: dict[str, asyncio.Task[None]] = {}
+        # Checks asked for (`ask`) and not yet begun, and how many each operation was asked.
+        self._asked: set[str] = set()
+        self._asks: dict[str, int] = {}
 
     def take_over(self) -> None:
         """Watch the operations a previous run handed over, send the cancels it owed, and
@@ -110,6 +118,26 @@ class Jobs:
     async def cancels_sent(self) -> None:
         """Wait until every cancel the run owes a job has been answered (or given up on)."""
         await workflow.wait_condition(lambda: all(task.done() for task in self._cancels.values()))
+
+    def may_ask(self, operation_id: str) -> None:
+        """Refuse a check asked for while one is (its watcher has not begun it yet), or past
+        `MAX_CHECK_ASKS` in this run: a sender, even one holding the token, bounds what its
+        pushes add to the run's history."""
+        if operation_id in self._asked:
+            raise ApplicationError(
+                "a check of its job is asked already", type=OPERATION_NOT_CHECKED
+            )
+        if self._asks.get(operation_id, 0) >= MAX_CHECK_ASKS:
+            raise ApplicationError(
+                f"its job's status was asked to be checked {MAX_CHECK_ASKS} times already; "
+                "it is checked every reconcile interval",
+                type=OPERATION_NOT_CHECKED,
+            )
+
+    def ask(self, operation_id: str) -> None:
+        """Check the operation's job now (`may_ask` said it may be asked)."""
+        self._asked.add(operation_id)
+        self._asks[operation_id] = self._asks.get(operation_id, 0) + 1
 
     async def _watch(self, op: Operation) -> None:
         """Wait for the job's end by callback or poll; past `expires_at`, cancel it."""
@@ -195,26 +223,44 @@ class Jobs:
         is. The first wait is the timer the watcher always had; the checks are attempts of one
         activity: a check that finds the job running adds nothing to the run's history."""
         if op.reconcile_seconds and not await self._ends_within(
-            op, max(timedelta(seconds=op.reconcile_seconds), RECONCILE_MIN)
+            op, max(timedelta(seconds=op.reconcile_seconds), RECONCILE_MIN), or_asked=True
         ):
             while not op.terminal and workflow.now() < op.expires_at:
-                checked = await self._unless_ended(op, self._check(op, reconcile=True))
+                checked, asked = await self._checked(op)
                 if checked is None or op.terminal:
                     return  # its webhook came first (or the run ends)
                 if isinstance(checked, Failed):
                     break  # out of time, or the checks cannot be made: the expiry decides
                 # Ended; or its job asks a question whose report was lost, and checks go on.
-                self._found(op, checked, "a status check")
+                self._found(op, checked, ASKED_CHECK if asked else "a status check")
         if not op.terminal:
             await self._expire(op)
 
-    async def _ends_within(self, op: Operation, wait: timedelta) -> bool:
-        """Whether the operation ends within `wait` (or by its expiry, if sooner)."""
+    async def _ends_within(self, op: Operation, wait: timedelta, *, or_asked: bool = False) -> bool:
+        """Whether the operation ends within `wait` (or by its expiry, if sooner); with
+        `or_asked`, the wait also ends once a check is asked for (`ask`)."""
         remaining = op.expires_at - workflow.now()
         if not op.terminal and remaining > timedelta(0):
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: op.terminal, timeout=min(wait, remaining))
+                await workflow.wait_condition(
+                    lambda: op.terminal or (or_asked and op.operation_id in self._asked),
+                    timeout=min(wait, remaining),
+                )
         return op.terminal
+
+    async def _checked(self, op: Operation) -> tuple[Completion | Failed | None, bool]:
+        """What the reconcile checks find (as `_unless_ended`), and whether a check asked for
+        found it: an ask (the job's system said it ended, without its result) cancels the
+        checks waiting to try again and begins them anew, the first at once. With no ask, the
+        commands are as before asks were possible: those runs' histories replay as they ran."""
+        asked = op.operation_id in self._asked
+        while True:
+            self._asked.discard(op.operation_id)
+            checking = self._check(op, reconcile=True)
+            checked = await self._unless_ended(op, checking, or_asked=True)
+            if checked is not None or op.terminal or op.operation_id not in self._asked:
+                return checked, asked
+            asked = True
 
     async def _expire(self, op: Operation) -> None:
         """The operation's time is up: unless its job's status says
@@ -247,13 +293,20 @@ class Jobs:
         operation_reconciled(op)
 
     async def _unless_ended(
-        self, op: Operation, check: Coroutine[Any, Any, Completion | Failed | None]
+        self,
+        op: Operation,
+        check: Coroutine[Any, Any, Completion | Failed | None],
+        *,
+        or_asked: bool = False,
     ) -> Completion | Failed | None:
-        """The outcome of `check`, unless the operation ends first (its webhook came): the
-        check is then cancelled, and None returned."""
+        """The outcome of `check`, unless the operation ends first (its webhook came), or
+        (`or_asked`) a check is asked for: the check is then cancelled, and None returned."""
         checking = asyncio.create_task(check)
+        asked = self._asked
         try:
-            await workflow.wait_condition(lambda: op.terminal or checking.done())
+            await workflow.wait_condition(
+                lambda: op.terminal or checking.done() or (or_asked and op.operation_id in asked)
+            )
         finally:
             if not checking.done():
                 checking.cancel()  # the watcher itself may be cancelled: the check goes too

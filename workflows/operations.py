@@ -21,11 +21,14 @@ from waitstate.schemas import Message, ToolCall, ToolResult
 from waitstate.schemas.builtin import GetOperationStatusArgs, WaitForOperationsArgs
 from waitstate.schemas.errors import (
     OPERATION_NONCE_MISMATCH,
+    OPERATION_NOT_CHECKED,
     OPERATION_RESOLVED,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
 )
 from waitstate.schemas.operations import (
+    CheckOperation,
+    CheckOutcome,
     CompleteOperation,
     Completion,
     CompletionOutcome,
@@ -168,6 +171,42 @@ class OperationsBook(Part):
             )
         self._jobs.apply(op, update.completion)
         return CompletionOutcome(applied=True, status=op.status, delivery_id=update.delivery_id)
+
+    # --- checks asked for (the gateway's Update, when a job said it ended without its result)
+
+    def validate_check(self, ask: CheckOperation) -> None:
+        """Refuse a request to check an operation's job now that cannot apply (as a completion
+        would be refused), or that the run would not act on: its job is polled or never
+        checked before its expiry, a check is asked already, or it was asked too often."""
+        op = self._state.operations.get(ask.operation_id)
+        starting = self._starting.get(ask.operation_id)
+        nonce_hash = starting.nonce_hash if op is None and starting else None
+        if op is not None and op.completion == "callback":
+            nonce_hash = op.nonce_hash
+        if nonce_hash is None:
+            raise ApplicationError(
+                f"no operation {ask.operation_id} awaits a callback in this run",
+                type=OPERATION_UNKNOWN,
+            )
+        if nonce_hash != ledger.nonce_hash(ask.nonce):
+            raise ApplicationError(
+                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+            )
+        if op is not None and op.terminal:
+            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+        if op is not None and not op.reconcile_seconds:
+            raise ApplicationError(
+                "its tool checks its job only before the operation expires",
+                type=OPERATION_NOT_CHECKED,
+            )
+        self._jobs.may_ask(ask.operation_id)
+
+    def ask_check(self, ask: CheckOperation) -> CheckOutcome:
+        """A verified request to check an operation's job now: its watcher checks at once (a
+        check it was waiting to retry begins again), or, before its start is confirmed, as
+        soon as it watches."""
+        self._jobs.ask(ask.operation_id)
+        return CheckOutcome(operation_id=ask.operation_id, checking=True)
 
     # --- long tools ----------------------------------------------------------------------
 

@@ -9,7 +9,10 @@
 // the answer once a message answers it), "fail" (failed), "hang" (runs until cancelled),
 // anything else (completed, with an artifact); "delay=<ms>" sets that task's delay. The last
 // state of a completed task is published as the task itself, so its push carries the
-// artifacts; the others as status updates.
+// artifacts; the others as status updates. With "apart" in the text, a completed task's
+// artifact and its end are two events, as an executor using the SDKs' task updater publishes
+// them (an artifact update, then a final status update): two pushes, and the one saying
+// `completed` carries no artifacts.
 // The packages are conformance/'s (`make install`), resolved from there: an ES module's bare
 // imports would look beside this file.
 const modules = new URL('../../conformance/node_modules/', import.meta.url);
@@ -101,6 +104,11 @@ class RemoteExecutor {
           metadata: undefined, extensions: [],
         };
         const history = [...(task.history ?? [])];
+        if (text.includes('apart')) {
+          eventBus.publish(AgentEvent.artifactUpdate({ taskId, contextId, artifact, append: false, lastChunk: true, metadata: undefined }));
+          this.status(eventBus, taskId, contextId, TaskState.TASK_STATE_COMPLETED, undefined);
+          return;
+        }
         eventBus.publish(AgentEvent.task({
           ...task, history, artifacts: [artifact],
           status: { state: TaskState.TASK_STATE_COMPLETED, timestamp: now(), message: undefined },

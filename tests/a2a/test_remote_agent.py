@@ -21,17 +21,22 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from bench.a2a import remote_agent
-from tests.helpers import eventually, first_question
+from tests.helpers import eventually, first_question, replays
 from tests.rigs import Stack, serving_stack
 from tests.script_steps import answer_then_wait, call, tool_results
 from waitstate import Message, QuestionPolicy, ToolDefinition
 from waitstate.a2a.client import A2AAgent, A2ABackend
 from waitstate.apps import Apps
+from waitstate.auth.tokens import ResumeTokens
+from waitstate.client import CompletionRefused
+from waitstate.names import CHECK_OPERATION_UPDATE
 from waitstate.schemas import RunResult, RunState
-from waitstate.schemas.operations import Completion, Operation
+from waitstate.schemas.errors import OPERATION_NONCE_MISMATCH, OPERATION_UNKNOWN
+from waitstate.schemas.operations import CheckOperation, Completion, Operation
 from waitstate.schemas.questions import AnswerInput
 from waitstate.tools import ToolSpec
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.jobs import ASKED_CHECK, MAX_CHECK_ASKS
 
 pytestmark = [pytest.mark.temporal, pytest.mark.subprocess]
 
@@ -113,11 +118,12 @@ async def push_token(url: str, task_id: str) -> str:
 
 @asynccontextmanager
 async def waiting_on_the_remote(
-    stack: Stack,
+    stack: Stack, reconcile_every: timedelta | None = None
 ) -> AsyncIterator[tuple[str, WorkflowHandle[Any, RunResult], Operation, str, str]]:
-    """A run whose operation waits for the remote agent's task (never reconciled): the agent's
-    URL, the run, its operation, the token of the task's pushes and where they are sent."""
-    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=None)):
+    """A run whose operation waits for the remote agent's task (by default never reconciled):
+    the agent's URL, the run, its operation, the token of the task's pushes and where they
+    are sent."""
+    async with remote_agent() as url, serving(stack, agent(url, reconcile_every=reconcile_every)):
         handle = await stack.start("hang on", ["reports"], model=MODEL)
         op = await waiting_operation(handle)
         token = await push_token(url, op.job_id)
@@ -308,10 +314,100 @@ async def test_copies_of_one_push_apply_once(stack: Stack) -> None:
 
 async def test_a_push_that_carries_no_state_is_read_and_ignored(stack: Stack) -> None:
     async with waiting_on_the_remote(stack) as (url, handle, op, token, push):
+        artifact = {"artifactId": "a", "parts": [{"text": "half"}]}
+        update = {"taskId": op.job_id, "artifact": artifact}
+        answer = await stack.post(push, {"artifactUpdate": update}, f"Bearer {token}")
+        # The run that never checks its task cannot be asked to read it now.
         status = {"taskId": op.job_id, "status": {"state": "TASK_STATE_COMPLETED"}}
-        answer = await stack.post(push, {"statusUpdate": status}, f"Bearer {token}")
+        completed_only = await stack.post(push, {"statusUpdate": status}, f"Bearer {token}")
         still = (await state(handle)).operations[op.operation_id]
         await stack.waitstate.cancel(handle.id)
 
     assert answer.status_code == 202 and answer.json()["status"] == "ignored"
+    assert completed_only.status_code == 409
+    assert completed_only.json()["error"]["code"] == "check_refused"
     assert still.status == "running"
+
+
+async def test_a_completed_status_without_its_artifacts_has_the_run_read_the_task_at_once(
+    stack: Stack,
+) -> None:
+    # As an executor on the SDKs' task updater publishes its end: an artifact update, then a
+    # final status update, each pushed; the second carries no artifacts. The status checks
+    # come every 5 minutes: only the ask the push makes ends the operation within FINISHES.
+    async with (
+        remote_agent("--delay-ms", "300") as url,
+        serving(stack, agent(url, reconcile_every=timedelta(minutes=5))),
+    ):
+        handle = await stack.start("Q3 revenue apart", ["reports"], model=MODEL)
+        outcome = await result(handle)
+        run = await state(handle)
+        await replays(handle, "a2a_check_asked")
+
+    assert outcome.status == "completed", outcome.error
+    said = json.loads((outcome.final_output or "").removeprefix("reports: "))
+    assert said["status"] == "succeeded"
+    assert said["result"]["text"] == "done: Q3 revenue apart"
+    [op] = run.operations.values()
+    [found] = [line for line in events(run) if "found by" in line]
+    assert found == f"{op.operation_id} succeeded: found by {ASKED_CHECK} (no report came)"
+
+
+async def test_pushes_saying_completed_ask_one_check_each_and_no_more_than_the_bound(
+    stack: Stack,
+) -> None:
+    # The task still runs: a push saying it completed (a sender's mistake, or a hostile one
+    # holding the token) costs a check that finds it running, and changes nothing else.
+    async with waiting_on_the_remote(stack, timedelta(minutes=5)) as (url, handle, op, token, push):
+
+        def completed_at(second: int) -> dict[str, Any]:
+            status = {
+                "state": "TASK_STATE_COMPLETED",
+                "timestamp": f"2026-12-06T00:00:{second:02}Z",
+            }
+            return {"statusUpdate": {"taskId": op.job_id, "status": status}}
+
+        copies = await asyncio.gather(
+            *(stack.post(push, completed_at(0), f"Bearer {token}") for _ in range(5))
+        )
+        others = [
+            await stack.post(push, completed_at(second), f"Bearer {token}")
+            for second in range(1, MAX_CHECK_ASKS + 1)
+        ]
+        still = (await state(handle)).operations[op.operation_id]
+        await stack.waitstate.cancel(handle.id)
+        asks = [
+            event
+            async for event in handle.fetch_history_events()
+            if event.event_type == UPDATE_ACCEPTED
+            and event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+            == CHECK_OPERATION_UPDATE
+        ]
+
+    assert [c.status_code for c in copies] == [202] * 5
+    assert {c.json()["status"] for c in copies} == {"checking"}
+    # One ask per push, copies included: the bound's last is refused.
+    assert [o.status_code for o in others] == [202] * (MAX_CHECK_ASKS - 1) + [409]
+    assert others[-1].json()["error"]["code"] == "check_refused"
+    assert len(asks) == MAX_CHECK_ASKS
+    assert still.status == "running" and still.progress == "working"
+
+
+async def test_an_ask_to_check_is_refused_for_another_operation_or_nonce(stack: Stack) -> None:
+    async with waiting_on_the_remote(stack, timedelta(minutes=5)) as (url, handle, op, token, _):
+        nonce = ResumeTokens(KEYS, "test").verify(token).nonce
+        asked = [
+            CheckOperation(operation_id=op.operation_id, nonce=nonce[::-1]),
+            CheckOperation(operation_id="op_other", nonce=nonce),
+        ]
+        refusals = []
+        for ask in asked:
+            with pytest.raises(CompletionRefused) as refused:
+                await stack.waitstate.check_operation(handle.id, ask, update_id=ask.operation_id)
+            refusals.append(refused.value.error_type)
+        genuine = CheckOperation(operation_id=op.operation_id, nonce=nonce)
+        checking = await stack.waitstate.check_operation(handle.id, genuine, update_id="genuine")
+        await stack.waitstate.cancel(handle.id)
+
+    assert refusals == [OPERATION_NONCE_MISMATCH, OPERATION_UNKNOWN]
+    assert checking.checking and checking.operation_id == op.operation_id

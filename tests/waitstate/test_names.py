@@ -12,7 +12,12 @@ from waitstate import names
 from waitstate.schemas import RunInput, RunResult, RunState
 from waitstate.schemas.approvals import DecideInput, DecideOutcome, DecisionSignal
 from waitstate.schemas.cleanup import CleanResult, CleanupInput
-from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+from waitstate.schemas.operations import (
+    CheckOperation,
+    CheckOutcome,
+    CompleteOperation,
+    CompletionOutcome,
+)
 from waitstate.schemas.pushes import PushConfigChange, PushConfigs
 from waitstate.schemas.questions import AnswerInput, AnswerOutcome
 from waitstate.schemas.threads import MessageAccepted, SendMessage
@@ -44,6 +49,7 @@ def test_the_agent_run_answers_to_the_library_names_with_the_types_it_reads() ->
         names.SEND_MESSAGE_UPDATE: ([SendMessage], MessageAccepted),
         names.TREE_BUDGET_UPDATE: ([BudgetAsk], BudgetAnswer),
         names.PUSH_CONFIG_UPDATE: ([PushConfigChange], PushConfigs),
+        names.CHECK_OPERATION_UPDATE: ([CheckOperation], CheckOutcome),
     }
     assert {name: signal.arg_types for name, signal in definition.signals.items()} == {
         names.OPERATION_COMPLETED_SIGNAL: [CompleteOperation],

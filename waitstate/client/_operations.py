@@ -1,6 +1,8 @@
 """What reaches a run's long operations from outside: a job's completion or progress report,
-sent as the run's `complete_operation` Update (what the gateway's webhooks deliver); and an A2A
-client's push configurations, sent as its `push_config` Update."""
+sent as the run's `complete_operation` Update (what the gateway's webhooks deliver); a request
+to check a job now, as its `check_operation` Update (the gateway's, when a job's system said it
+ended without its result); and an A2A client's push configurations, sent as its `push_config`
+Update."""
 
 from __future__ import annotations
 
@@ -10,8 +12,13 @@ from datetime import timedelta
 
 from waitstate.client._errors import CompletionRefused, UpdateRefused
 from waitstate.client._updates import UpdateCalls, refuse_copy
-from waitstate.names import COMPLETE_OPERATION_UPDATE, PUSH_CONFIG_UPDATE
-from waitstate.schemas.operations import CompleteOperation, CompletionOutcome
+from waitstate.names import CHECK_OPERATION_UPDATE, COMPLETE_OPERATION_UPDATE, PUSH_CONFIG_UPDATE
+from waitstate.schemas.operations import (
+    CheckOperation,
+    CheckOutcome,
+    CompleteOperation,
+    CompletionOutcome,
+)
 from waitstate.schemas.pushes import PushConfigChange, PushConfigs
 
 # How long `complete_operation` waits for the run to take a report. A run whose worker is down
@@ -82,6 +89,36 @@ class OperationCalls(UpdateCalls):
             # outcome. (One the run did not apply is the same answer to both: never applied.)
             refuse_copy(run_id, "completion", completion.delivery_id, outcome.delivery_id)
         return outcome
+
+    async def check_operation(
+        self,
+        run_id: str,
+        ask: CheckOperation,
+        *,
+        update_id: str,
+        answer_within: timedelta = COMPLETE_TIMEOUT,
+    ) -> CheckOutcome:
+        """Ask the run to check one of its operations' jobs now (its `check_operation`
+        Update): its system said the job ended without saying its result. Asks sent under one
+        `update_id` are one Update, checked once.
+
+        Raises:
+            CompletionRefused: the run refused it (unknown operation, a nonce that is not the
+                operation's, already resolved, a check asked already or too often, a job the
+                run does not check), with the refusal's `error_type`.
+            RunEnded, RunNotFound, RunUnavailable, OutcomeUnknown, Unreachable, TemporalFailed:
+                as for `complete_operation`.
+        """
+        return await self._send_update(
+            run_id,
+            CHECK_OPERATION_UPDATE,
+            ask,
+            CheckOutcome,
+            update_id=update_id,
+            what="check",
+            answer_within=answer_within,
+            refused=CompletionRefused,
+        )
 
     async def push_config(
         self,

@@ -48,6 +48,7 @@ from waitstate.schemas.errors import (
     APPROVAL_NONCE_MISMATCH,
     APPROVAL_UNKNOWN,
     OPERATION_NONCE_MISMATCH,
+    OPERATION_NOT_CHECKED,
     OPERATION_RESOLVED,
     OPERATION_UNCHANGED,
     OPERATION_UNKNOWN,
@@ -57,7 +58,13 @@ from waitstate.schemas.errors import (
     QUESTION_NOT_YOURS,
     QUESTION_UNKNOWN,
 )
-from waitstate.schemas.operations import CompleteOperation, Completion, CompletionOutcome
+from waitstate.schemas.operations import (
+    CheckOperation,
+    CheckOutcome,
+    CompleteOperation,
+    Completion,
+    CompletionOutcome,
+)
 from waitstate.schemas.questions import AnswerBody, AnswerInput, AnswerOutcome
 from waitstate.schemas.threads import (
     NOT_A_THREAD,
@@ -85,6 +92,7 @@ _REJECTIONS = {
     OPERATION_NONCE_MISMATCH: (401, "nonce_mismatch"),
     OPERATION_RESOLVED: (409, "operation_resolved"),
     OPERATION_UNCHANGED: (409, "duplicate_report"),
+    OPERATION_NOT_CHECKED: (409, "check_refused"),
     APPROVAL_UNKNOWN: (404, "approval_unknown"),
     APPROVAL_NONCE_MISMATCH: (401, "nonce_mismatch"),
     APPROVAL_DECIDED: (409, "approval_decided"),
@@ -145,6 +153,12 @@ class Deliverer(Protocol):
             report_id: The sender's id for the report (its `Webhook-Id` or `Idempotency-Key`),
                 kept by the report's retries and copies.
         """
+        ...
+
+    async def check(self, claims: ResumeClaims, report_id: str) -> CheckOutcome:
+        """Ask the run `claims` names to check its operation's job now: its system said the
+        job ended without saying its result. `report_id` names what said so; its copies are
+        one ask."""
         ...
 
     async def decide(
@@ -248,6 +262,25 @@ class TemporalDeliverer:
             # cancelled first): it will never apply, so retrying cannot help.
             raise DeliveryRefused(409, outcome.reason or "not applied", code="not_applied")
         return outcome
+
+    async def check(self, claims: ResumeClaims, report_id: str) -> CheckOutcome:
+        """Send the ask as the run's `check_operation` Update.
+
+        Raises:
+            DeliveryRefused: as `complete` does; 409 also for a check asked already or too
+                often, or a job the run does not check; 410 the token has expired (an ask
+                needs a valid one: asking late has nothing to recall).
+        """
+        if _expired(claims):
+            raise DeliveryRefused(410, "the token has expired", code="token_expired")
+        ask = CheckOperation(operation_id=claims.operation_id, nonce=claims.nonce)
+        id = f"check/{claims.operation_id}/{report_id}"
+        try:
+            return await self._runs.check_operation(
+                claims.workflow_id, ask, update_id=id, answer_within=self._timeout
+            )
+        except ClientError as err:
+            raise refusal(err, key=report_id) from err
 
     async def decide(
         self, claims: ResumeClaims, request_id: str, body: DecisionBody

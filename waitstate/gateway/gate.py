@@ -59,10 +59,12 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
 
 @dataclass(frozen=True)
 class Admitted(Generic[_Body]):
-    """A request that passed the checks: its token's claims and its parsed body."""
+    """A request that passed the checks: its token's claims, its parsed body, and the body's
+    bytes as they came (what tells one request's copies from another request)."""
 
     claims: ResumeClaims
     body: _Body
+    raw: bytes = b""
 
 
 class Acceptance(BaseModel):
@@ -140,7 +142,7 @@ class Gate:
             if claims.operation_id not in subjects:
                 raise Refused(401, f"wrong_{kind}", f"token was issued for another {kind}")
             parsed = self.parse(body, model, invalid_code)
-        return Admitted(claims, parsed)
+        return Admitted(claims, parsed, body)
 
     def verify(self, token: str) -> tuple[ResumeClaims, Refused | None]:
         """The claims of a resume token (a request's, or a page's form's), and the refusal of

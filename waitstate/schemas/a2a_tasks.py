@@ -149,10 +149,17 @@ def task_report(
     return None
 
 
+def ended_without_artifacts(push: A2APush) -> bool:
+    """Whether the push is a status update saying `completed`: the task ended, and its
+    artifacts are not in it (its status check reads them)."""
+    update = push.status_update
+    return update is not None and state_name(update.status.state) == "COMPLETED"
+
+
 def push_report(push: A2APush) -> tuple[Completion | None, str]:
     """What a push says of its task, and why nothing when it says nothing the run can take: a
     status update saying `completed` does not carry the artifacts (the task's status check
-    reads them), nor do artifact updates and messages."""
+    reads them: `ended_without_artifacts`), nor do artifact updates and messages."""
     if push.task is not None:
         status = push.task.status
         report = task_report(status.state, status.message, push.task.artifacts)

@@ -27,6 +27,9 @@ OPERATION_NONCE_MISMATCH = "OperationNonceMismatch"  # token not issued for it -
 OPERATION_RESOLVED = "OperationResolved"  # it already ended (any terminal status) -> HTTP 409
 # A progress report the operation already shows (a copy of one delivery): nothing to change.
 OPERATION_UNCHANGED = "OperationUnchanged"  # -> HTTP 409 duplicate_report
+# A check of the operation's job asked for that the run will not make: one is asked already, it
+# was asked too often, or the run checks that job only before its expiry.
+OPERATION_NOT_CHECKED = "OperationNotChecked"  # -> HTTP 409 check_refused
 # A poll found the job still running: the retry policy is the poller for long intervals.
 OPERATION_STILL_RUNNING = "OperationStillRunning"
 # The job's system refused to cancel it (the job may still run): not retried.

@@ -106,6 +106,23 @@ class CompletionOutcome(BaseModel):
     reason: str = ""
 
 
+class CheckOperation(BaseModel):
+    """The Update a gateway sends when the job's system said it ended without saying its
+    result (an A2A status update `completed`, whose artifacts came apart): the run checks the
+    job's status now, not at its next reconcile."""
+
+    operation_id: str
+    nonce: str = Field(description="From the verified resume token; the workflow has its hash.")
+
+
+class CheckOutcome(BaseModel):
+    """What the run did with a request to check an operation's job now."""
+
+    operation_id: str
+    checking: bool = Field(description="True: the job's status is being checked now.")
+    reason: str = ""
+
+
 class Operation(BaseModel):
     """A long tool's job, as the run tracks it."""
 
