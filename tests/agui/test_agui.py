@@ -242,6 +242,25 @@ async def test_the_models_text_comes_as_it_is_written(rig: Stack) -> None:
     assert finished(rest)["result"] == "re: slow hi (1 seen)"
 
 
+async def test_the_apps_context_reaches_the_model_with_the_message(rig: Stack) -> None:
+    thread = f"agui-{uuid.uuid4().hex[:8]}"
+    context = [{"description": "the page open", "value": "claims/C-118"}]
+    message = {"id": "m1", "role": "user", "content": "which claim is this?"}
+    body = run_input(thread, "run-1", messages=[message], context=context)
+    async with (
+        asyncio.timeout(WITHIN),
+        rig.http.stream(
+            "POST", "/agui/agents/holder", json=body, headers=bearer(OPERATOR)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        told = await read_events(response.aiter_lines())
+    # The model (it answers with what it was sent) read the message, then the context.
+    assert finished(told)["result"] == (
+        "re: which claim is this?\n\nContext from the app:\n- the page open: claims/C-118 (1 seen)"
+    )
+
+
 async def test_a_question_is_an_interrupt_its_answer_resumes(rig: Stack) -> None:
     thread = f"agui-{uuid.uuid4().hex[:8]}"
     url = "/agui/agents/asker"

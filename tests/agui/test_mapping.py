@@ -17,6 +17,7 @@ from waitstate.schemas import Message, RunState
 from waitstate.schemas.approvals import ApprovalPolicy, ApprovalRequest, DecideInput
 from waitstate.schemas.calls import ToolResult
 from waitstate.schemas.messages import ToolCall
+from waitstate.schemas.threads import MAX_MESSAGE_CHARS
 
 NOW = datetime(2026, 12, 5, tzinfo=UTC)
 
@@ -184,3 +185,25 @@ def test_media_is_refused() -> None:
     message = {"id": "m1", "role": "user", "content": [{"type": "text", "text": "see"}, image]}
     with pytest.raises(inputs.BadInput, match="text"):
         inputs.asked(_input(messages=[message]), "agui:ops")
+
+
+def test_the_apps_context_is_told_after_the_message_and_bounded() -> None:
+    message = {"id": "m1", "role": "user", "content": "refund this one"}
+    context = [
+        {"description": "the page\nopen", "value": "claims/C-118"},
+        {"description": "selected rows", "value": "2"},
+    ]
+    ask = inputs.asked(_input(messages=[message], context=context), "agui:ops")
+    assert ask.text == (
+        "refund this one\n\nContext from the app:\n- the page open: claims/C-118\n"
+        "- selected rows: 2"
+    )
+    # The key is the message's: the same message sent again is one, whatever its context.
+    plain = inputs.asked(_input(messages=[message]), "agui:ops")
+    assert plain.text == "refund this one" and plain.key == ask.key
+    many = [{"description": f"d{i}", "value": "v"} for i in range(inputs.MAX_CONTEXT + 1)]
+    with pytest.raises(inputs.BadInput, match="context entries"):
+        inputs.asked(_input(messages=[message], context=many), "agui:ops")
+    large = [{"description": "all of it", "value": "x" * MAX_MESSAGE_CHARS}]
+    with pytest.raises(inputs.BadInput, match="with its context"):
+        inputs.asked(_input(messages=[message], context=large), "agui:ops")

@@ -1,5 +1,6 @@
 """What an AG-UI request asks of a thread, read from its `RunAgentInput` and bounded: a new
-message of the person's, or the answers to the interrupts of the thread's previous run. Pure, so
+message of the person's (with the app's `context` after it), or the answers to the interrupts
+of the thread's previous run. Pure, so
 every refusal is tested without a server; nothing is sent until the whole input is read.
 """
 
@@ -10,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ag_ui.core import ResumeEntry, RunAgentInput, UserMessage
+from ag_ui.core import Context, ResumeEntry, RunAgentInput, UserMessage
 from pydantic import ValidationError
 
 from waitstate.agui.mapping import APPROVAL, QUESTION, delivery_of, interrupt_key, message_key
@@ -27,6 +28,10 @@ MAX_PAYLOAD_CHARS = 16_384  # of one resume entry's payload, as JSON
 MAX_COMMENT_CHARS = 5_000
 MAX_ID_CHARS = 200  # of an interrupt's or a message's id
 SENDER = "agui:"  # a message's sender: this and the AG-UI run id that sent it
+# The app's `context` (what it lets the agent read: the page, a selection): told after the
+# person's message, under this line, one entry per line; the whole within a message's bound.
+MAX_CONTEXT = 32
+CONTEXT_HEADER = "Context from the app:"
 
 
 class BadInput(ValueError):
@@ -95,8 +100,22 @@ def asked(given: RunAgentInput, reviewer: str) -> Asked:
         return Asked(given.thread_id, given.run_id, None, None)  # a run to follow
     if len(last.id) > MAX_ID_CHARS:
         raise BadInput(f"a message id: at most {MAX_ID_CHARS} characters")
-    text = _text(last.content)
+    text = _with_context(_text(last.content), given.context or [])
     return Asked(given.thread_id, given.run_id, text, message_key(given.thread_id, last.id))
+
+
+def _with_context(text: str, context: list[Context]) -> str:
+    """The person's message, and after it the app's `context`, one `- description: value`
+    line each (a description's line breaks as spaces: an entry is one line)."""
+    if len(context) > MAX_CONTEXT:
+        raise BadInput(f"at most {MAX_CONTEXT} context entries")
+    if not context:
+        return text
+    lines = [f"- {' '.join(c.description.split())}: {c.value}" for c in context]
+    told = "\n".join([text, "", CONTEXT_HEADER, *lines])
+    if len(told) > MAX_MESSAGE_CHARS:
+        raise BadInput(f"the message with its context: at most {MAX_MESSAGE_CHARS} characters")
+    return told
 
 
 def _text(content: Any) -> str:
