@@ -353,6 +353,24 @@ async def test_a_completed_status_without_its_artifacts_has_the_run_read_the_tas
     assert found == f"{op.operation_id} succeeded: found by {ASKED_CHECK} (no report came)"
 
 
+async def test_a_completed_status_pushed_before_the_start_returned_is_read_once_it_has(
+    stack: Stack,
+) -> None:
+    # No delay: the agent's pushes race the start's answer. A `completed` status that beats
+    # it is held as an ask, and checked as soon as the run watches the task.
+    async with (
+        remote_agent("--delay-ms", "0") as url,
+        serving(stack, agent(url, reconcile_every=timedelta(minutes=5))),
+    ):
+        handles = [await stack.start(f"Q{i} apart", ["reports"], model=MODEL) for i in range(5)]
+        outcomes = await asyncio.gather(*(result(handle) for handle in handles))
+
+    for i, outcome in enumerate(outcomes):
+        assert outcome.status == "completed", outcome.error
+        said = json.loads((outcome.final_output or "").removeprefix("reports: "))
+        assert said["result"]["text"] == f"done: Q{i} apart"
+
+
 async def test_pushes_saying_completed_ask_one_check_each_and_no_more_than_the_bound(
     stack: Stack,
 ) -> None:

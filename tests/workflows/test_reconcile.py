@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -33,14 +34,19 @@ from examples.systems import create_app as systems_app
 from tests.helpers import callback_token, eventually, make_worker, process_env, replays, start_run
 from tests.rigs import EXPORT_TASK, EXPORT_TOOLS, ServerProcess, service_port
 from waitstate.auth.tokens import ResumeTokens
+from waitstate.client import CompletionRefused, WaitstateClient
+from waitstate.converter import DATA_CONVERTER
 from waitstate.gateway.app import create_app as gateway_app
 from waitstate.gateway.delivery import TemporalDeliverer
 from waitstate.schemas import RunInput, RunResult
-from waitstate.schemas.operations import Operation
-from waitstate.schemas.run import POLL_OPERATION
+from waitstate.schemas.calls import ToolCallInput
+from waitstate.schemas.errors import OPERATION_NOT_CHECKED
+from waitstate.schemas.operations import CheckOperation, Operation
+from waitstate.schemas.run import CALL_TOOL, POLL_OPERATION
 from waitstate.settings import Settings
 from waitstate.tools import ToolSpec
 from waitstate.workflows.agent_run import AgentRunWorkflow
+from waitstate.workflows.jobs import ASKED_CHECK
 
 KEYS = {"test": "t" * 40}
 # Every wait is bounded, so a regression fails instead of hanging; far below the timeouts.
@@ -249,6 +255,64 @@ async def test_a_job_still_running_at_its_expiry_is_checked_then_cancelled(
     [job] = stats["jobs"].values()
     assert job["status"] == "cancelled" and job["status_checks"] == 1
     assert sum(key["cancels"] for key in stats["keys"].values()) == 1
+
+
+async def _start_in_flight(handle: WorkflowHandle[Any, Any]) -> CheckOperation:
+    """A check of the export's operation, asked as its system would ask it (its id and nonce,
+    from the start activity's input), once that start is scheduled."""
+
+    async def scheduled() -> CheckOperation | None:
+        async for event in handle.fetch_history_events():
+            if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                continue
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name != CALL_TOOL:
+                continue
+            [call] = DATA_CONVERTER.payload_converter.from_payloads(
+                attributes.input.payloads, [ToolCallInput]
+            )
+            if call.call.name == "start_export" and call.nonce is not None:
+                return CheckOperation(operation_id=attributes.activity_id, nonce=call.nonce)
+        return None
+
+    return await eventually(scheduled, "the export's start")
+
+
+async def test_a_check_asked_before_the_start_returned_is_made_once_the_run_watches(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # The job ends, and its one webhook is lost, while its start is not answered yet; its
+    # system asks for a check then (as an A2A agent's `completed` status does). Checks come
+    # every 5 minutes: only the ask, held until the start is confirmed, ends it in seconds.
+    async with outage_stack(dev_env, task_queue) as (stack, gateway):
+        await stack.faults(hold_start_answers_seconds=6.0)
+        tools = stack.tools(reconcile_every=timedelta(minutes=5))
+        async with stack.worker(tools):
+            handle = await stack.start()
+            ask = await _start_in_flight(handle)
+            await stack.export_job()
+            await gateway.stop()
+            runs = WaitstateClient(dev_env.client)
+            asked = await runs.check_operation(handle.id, ask, update_id="early")
+            with pytest.raises(CompletionRefused) as again:
+                await runs.check_operation(handle.id, ask, update_id="early, again")
+            await stack.webhook_given_up()
+            await gateway.start()
+            result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+            op = await _export_operation(handle)
+            events = await _events(handle)
+            await replays(handle, "reconcile_check_asked_before_the_start")
+        stats = await stack.stats()
+
+    assert asked.checking and asked.operation_id == ask.operation_id
+    # One ask at a time: the first is not made yet.
+    assert again.value.error_type == OPERATION_NOT_CHECKED
+    assert result.status == "completed", result.error
+    assert op.status == "succeeded" and op.resolved_at is not None
+    assert (op.resolved_at - op.started_at) < timedelta(seconds=60)
+    assert f"{op.operation_id} succeeded: found by {ASKED_CHECK} (no report came)" in events
+    [job] = stats["jobs"].values()
+    assert job["status_checks"] == 1
 
 
 async def _history_length(handle: WorkflowHandle[Any, Any]) -> int:

@@ -204,9 +204,8 @@ WAITING_PATHS: dict[str, list[str]] = {
         "agent_run_background_response_past_its_timeout",
     ],
     "A2A pushes: a task's states pushed while it waits for an approval": ["a2a_push_approved"],
-    "a remote A2A task's end read at once, asked by its status pushed apart from its artifacts": [
-        "a2a_check_asked"
-    ],
+    "a job's end read at once, asked by its system (an A2A status pushed apart from its artifacts; "
+    "before its start returned)": ["a2a_check_asked", "reconcile_check_asked_before_the_start"],
     "blob store outage waited out": [
         "blob_store_outage_reply_in_hand",
         "blob_store_outage_unreachable",
