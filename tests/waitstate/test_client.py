@@ -280,6 +280,15 @@ async def test_follow_asks_again_for_the_final_steps_when_a_busy_worker_does_not
             return await query(run_id, rpc_timeout=rpc_timeout)
 
         monkeypatch.setattr(client, "query", busy_once)
+        outcome = client.outcome
+
+        async def slow_outcome(run_id: str) -> RunState:
+            # Read after the history's growth (as under load): the run has ended, so the
+            # follower's first look is still its last, and patient.
+            await asyncio.sleep(1)
+            return await outcome(run_id)
+
+        monkeypatch.setattr(client, "outcome", slow_outcome)
         looks = [progress async for progress in client.follow(run_id)]
 
     assert len(looks) == 1 and looks[0].outcome is not None

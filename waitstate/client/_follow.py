@@ -67,7 +67,9 @@ class FollowCalls(RunCalls):
             RunNotFound: no such run.
             TemporalFailed: the outcome could not be read.
         """
-        await self.describe(run_id)
+        # A run that has ended already: its outcome is at hand, and the first look is the
+        # last (its history's growth, read at once, must not make it an earlier one).
+        ended = (await self.describe(run_id)).close_time is not None
         shown = 0
         retries_shown: set[tuple[str, int]] = set()  # (activity id, attempt)
         answered = False  # a worker answered a look
@@ -81,7 +83,9 @@ class FollowCalls(RunCalls):
             while True:
                 woken = asyncio.create_task(grew.wait())
                 done, _ = await asyncio.wait(
-                    {result, woken}, timeout=interval.total_seconds(), return_when="FIRST_COMPLETED"
+                    {result} if ended else {result, woken},
+                    timeout=None if ended else interval.total_seconds(),
+                    return_when="FIRST_COMPLETED",
                 )
                 woken.cancel()
                 grew.clear()
