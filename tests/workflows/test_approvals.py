@@ -1,6 +1,9 @@
 """Human approval: signals, timers and on-timeout policies on the time-skipping server (a day
 passes in milliseconds), with the real demo systems over HTTP as the tools' and the outbox's
-far end."""
+far end. A test that skips no time and decides while the request's notice may be in flight runs
+on the dev server (`dev_desk`): the time-skipping server refuses the cancel of a notice that is
+completing (`ACTIVITY_UNKNOWN`), the run stalls, and so does every test after it on that
+server."""
 
 from __future__ import annotations
 
@@ -73,7 +76,9 @@ async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
     return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
 
-async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
+async def test_approved_refund_runs_once_after_the_approval(dev_desk: Desk) -> None:
+    # No time skipped: on the real server (see `dev_desk`).
+    desk = dev_desk
     async with desk.worker():
         handle, request = await _refund_asking(desk)
         refunds_while_waiting = await desk.get("/refunds")
@@ -109,7 +114,9 @@ async def test_approved_refund_runs_once_after_the_approval(desk: Desk) -> None:
     assert [entry["body"]["request_id"] for entry in outbox] == [request.request_id]
 
 
-async def test_rejected_refund_never_runs_and_the_model_reads_the_reason(desk: Desk) -> None:
+async def test_rejected_refund_never_runs_and_the_model_reads_the_reason(dev_desk: Desk) -> None:
+    # No time skipped: on the real server (see `dev_desk`).
+    desk = dev_desk
     async with desk.worker():
         handle, request = await _refund_asking(desk)
         await handle.signal(
@@ -277,7 +284,9 @@ async def test_on_timeout_policies(
         assert request.decision.reviewer == "policy"
 
 
-async def test_two_approvals_apply_once_and_the_second_is_recorded(desk: Desk) -> None:
+async def test_two_approvals_apply_once_and_the_second_is_recorded(dev_desk: Desk) -> None:
+    # No time skipped: on the real server (see `dev_desk`).
+    desk = dev_desk
     async with desk.worker():
         handle, request = await _refund_asking(desk)
         for reviewer in ("dana", "lee"):
