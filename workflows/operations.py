@@ -114,32 +114,15 @@ class OperationsBook(Part):
     def validate(self, update: CompleteOperation) -> None:
         """Refuse a completion that cannot apply. Rejections add nothing to the run's history
         (and validators do not run on replay, so they may refuse more than they used to)."""
-        op = self._state.operations.get(update.operation_id)
-        starting = self._starting.get(update.operation_id)
-        if op is None and starting is not None:
+        op = self._addressed(update.operation_id, update.nonce)
+        if op is None:
             # The job reports before its start is confirmed: held, unless it cannot apply.
-            if starting.nonce_hash != ledger.nonce_hash(update.nonce):
-                raise ApplicationError(
-                    "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
-                )
             held = [early.completion for early in self._early.get(update.operation_id, [])]
             if any(completion.status in ("succeeded", "failed") for completion in held):
                 raise ApplicationError("a final report is already held", type=OPERATION_RESOLVED)
             if held and ledger.same_report(held[-1].status, held[-1].progress, update.completion):
                 raise ApplicationError("the same report is already held", type=OPERATION_UNCHANGED)
             return
-        if op is None or op.completion != "callback":
-            raise ApplicationError(
-                f"no operation {update.operation_id} awaits a callback in this run",
-                type=OPERATION_UNKNOWN,
-            )
-        if op.nonce_hash != ledger.nonce_hash(update.nonce):
-            raise ApplicationError(
-                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
-            )
-        if op.terminal:
-            # Expired or cancelled ones too: their jobs were told to stop.
-            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
         if ledger.same_report(op.status, op.progress, update.completion) and not self._asks_anew(
             op, update.completion
         ):
@@ -147,6 +130,30 @@ class OperationsBook(Part):
                 f"operation already shows {op.status} {op.progress or ''}".rstrip(),
                 type=OPERATION_UNCHANGED,
             )
+
+    def _addressed(self, operation_id: str, nonce: str) -> Operation | None:
+        """The callback operation a token's report or ask is for (None while its start is in
+        flight), refused if the run has none such, the token's nonce is not its, or it ended
+        (expired or cancelled too: its job was told to stop)."""
+        op = self._state.operations.get(operation_id)
+        starting = self._starting.get(operation_id)
+        nonce_hash: str | None
+        if op is None and starting is not None:
+            nonce_hash = starting.nonce_hash
+        elif op is not None and op.completion == "callback":
+            nonce_hash = op.nonce_hash
+        else:
+            raise ApplicationError(
+                f"no operation {operation_id} awaits a callback in this run",
+                type=OPERATION_UNKNOWN,
+            )
+        if nonce_hash != ledger.nonce_hash(nonce):
+            raise ApplicationError(
+                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
+            )
+        if op is not None and op.terminal:
+            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+        return op
 
     def accept(self, update: CompleteOperation) -> CompletionOutcome:
         """A verified completion: applied once, held until its start is confirmed, or (when
@@ -178,22 +185,7 @@ class OperationsBook(Part):
         """Refuse a request to check an operation's job now that cannot apply (as a completion
         would be refused), or that the run would not act on: its job is polled or never
         checked before its expiry, a check is asked already, or it was asked too often."""
-        op = self._state.operations.get(ask.operation_id)
-        starting = self._starting.get(ask.operation_id)
-        nonce_hash = starting.nonce_hash if op is None and starting else None
-        if op is not None and op.completion == "callback":
-            nonce_hash = op.nonce_hash
-        if nonce_hash is None:
-            raise ApplicationError(
-                f"no operation {ask.operation_id} awaits a callback in this run",
-                type=OPERATION_UNKNOWN,
-            )
-        if nonce_hash != ledger.nonce_hash(ask.nonce):
-            raise ApplicationError(
-                "token was not issued for this operation", type=OPERATION_NONCE_MISMATCH
-            )
-        if op is not None and op.terminal:
-            raise ApplicationError(f"operation already {op.status}", type=OPERATION_RESOLVED)
+        op = self._addressed(ask.operation_id, ask.nonce)
         if op is not None and not op.reconcile_seconds:
             raise ApplicationError(
                 "its tool checks its job only before the operation expires",
